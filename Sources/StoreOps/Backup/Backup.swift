@@ -1,0 +1,147 @@
+import Foundation
+
+/// `storectl backup`: an online, consistent, verified, private copy of a live store, with its
+/// manifest and Core Data external data beside it.
+public enum Backup {
+    public struct Options: Sendable {
+        /// A file path, or an existing folder (the copy is then `<stem>-<UTC timestamp>.sqlite`).
+        public var output: String
+        public var verify: VerifyLevel = .quick
+        /// Seconds without progress because the store is locked before giving up with exit 75.
+        public var timeout: TimeInterval = 60
+        /// Replace an existing output file instead of refusing (exit 73).
+        public var overwrite = false
+        /// Check free space before copying (tests turn it off to reach a real ENOSPC mid-copy).
+        public var checkFreeSpace = true
+
+        public init(output: String, verify: VerifyLevel = .quick, timeout: TimeInterval = 60, overwrite: Bool = false) {
+            self.output = output
+            self.verify = verify
+            self.timeout = timeout
+            self.overwrite = overwrite
+        }
+    }
+
+    public struct Result: Sendable, Codable {
+        public var path: String
+        public var manifestPath: String
+        public var manifest: Manifest
+        /// Backup steps taken, restarts forced by writers (rollback mode), busy retries.
+        public var steps: Int
+        public var restarts: Int
+        public var busyRetries: Int
+    }
+
+    /// Copies `source` as described by `options`.
+    ///
+    /// ```swift
+    /// let result = try Backup.run(source: "/data/Tasks.sqlite", options: .init(output: "/backups"))
+    /// print(result.path, result.manifest.database.sha256)
+    /// ```
+    ///
+    /// Order of effects: temp files are created in the output folder; the external-data folder,
+    /// then the database, then the manifest are each fsynced and renamed into place, so a crash
+    /// leaves either hidden temp files (removed by the next run) or a complete, verified copy.
+    ///
+    /// - Throws: `StoreOpsError` with the documented exit status (66 missing source, 65 corrupt,
+    ///   73 output not creatable, 74 disk full, 75 busy, 64 output equal to the source).
+    public static func run(source: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
+        let store = try StoreFile(existing: source)
+        let startedAt = Date()
+        let output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
+        PendingFile.removeStale(in: output.folder)
+
+        let database = try PendingFile(finalPath: output.path)
+        let externalSource = store.externalDataPath
+        let hasExternal = FileSystem.kind(of: externalSource) == .directory
+        let copyStem = (FileSystem.name(of: output.path) as NSString).deletingPathExtension
+        let supportName = ".\(copyStem)_SUPPORT"
+        var support: PendingFile?
+        var externalFiles: [Manifest.FileRecord] = []
+
+        var copyOptions = ConsistentCopy.Options(timeout: options.timeout, verify: options.verify)
+        copyOptions.bytesPerStep = 4 << 20
+        let outcome = try ConsistentCopy.copy(store, to: database.tempPath, options: copyOptions, onSnapshot: { info in
+            let externalBytes = hasExternal ? ExternalDataFolder.size(of: externalSource) : 0
+            if options.checkFreeSpace {
+                try SpaceRequirement.require(.backup, info: info, extraBytes: externalBytes,
+                                             at: output.folder, purpose: "the backup of \(store.path)")
+            }
+            if hasExternal {
+                // Copied now, while the snapshot is held: the files the snapshot refers to exist.
+                let pending = try PendingFile(finalPath: (output.folder as NSString).appendingPathComponent(supportName), directory: true)
+                externalFiles = try ExternalDataFolder.copy(
+                    from: externalSource, to: (pending.tempPath as NSString).appendingPathComponent("_EXTERNAL_DATA"),
+                    relativeRoot: "\(supportName)/_EXTERNAL_DATA")
+                support = pending
+            }
+        }, progress: progress)
+
+        if let support {
+            if options.overwrite { FileSystem.remove(support.finalPath) }
+            try support.commit()
+        }
+        try database.commit(replacing: options.overwrite)
+
+        let finishedAt = Date()
+        let manifest = Manifest(
+            kind: "backup", tool: .init(), host: ProcessInfo.processInfo.hostName,
+            source: outcome.source,
+            database: .init(path: FileSystem.name(of: output.path), bytes: outcome.bytes, sha256: outcome.sha256,
+                            pageSize: outcome.pageSize, pageCount: outcome.pageCount, journalMode: "delete"),
+            externalData: hasExternal ? .init(folder: "\(supportName)/_EXTERNAL_DATA", files: externalFiles,
+                                              totalBytes: externalFiles.reduce(0) { $0 + $1.bytes }) : nil,
+            startedAt: startedAt, finishedAt: finishedAt,
+            durationSeconds: finishedAt.timeIntervalSince(startedAt),
+            verify: outcome.verification, coreData: outcome.coreData)
+        let manifestPath = (output.folder as NSString).appendingPathComponent("\(copyStem).manifest.json")
+        let manifestFile = try PendingFile(finalPath: manifestPath)
+        try manifestFile.write(try JSON.encode(manifest))
+        try manifestFile.commit(replacing: true)
+        return Result(path: output.path, manifestPath: manifestPath, manifest: manifest,
+                      steps: outcome.steps, restarts: outcome.restarts, busyRetries: outcome.busyRetries)
+    }
+
+    struct Output {
+        var path: String
+        var folder: String
+    }
+
+    /// Where the copy goes: a file path, or `<stem>-<UTC timestamp>.sqlite` inside an existing folder.
+    static func resolveOutput(_ requested: String, store: StoreFile, at date: Date, overwrite: Bool) throws -> Output {
+        let absolute = FileSystem.absolute(requested)
+        var path = absolute
+        if FileSystem.kind(of: absolute) == .directory {
+            path = (absolute as NSString).appendingPathComponent("\(store.stem)-\(Timestamp.compact(date)).sqlite")
+        }
+        let folder = FileSystem.parent(of: path)
+        switch FileSystem.kind(of: folder) {
+        case .directory: break
+        case .missing:
+            throw StoreOpsError(.cannotCreate, "the output folder \(folder) does not exist", hint: "create it first, or choose another --output")
+        default:
+            throw StoreOpsError(.cannotCreate, "\(folder) is not a folder", hint: "choose another --output")
+        }
+        guard access(folder, W_OK | X_OK) == 0 else {
+            throw StoreOpsError(.cannotCreate, "the output folder \(folder) is not writable", hint: "choose another --output, or fix its permissions")
+        }
+        let sourceNames = [store.path, store.walPath, store.shmPath, store.journalPath]
+        if sourceNames.contains(path) || sameFile(path, store.path) {
+            throw StoreOpsError(.usage, "the output \(path) is the source store itself", hint: "write the backup to another file or folder")
+        }
+        switch FileSystem.kind(of: path) {
+        case .missing: break
+        case .file where overwrite: break
+        case .file:
+            throw StoreOpsError(.cannotCreate, "\(path) already exists", hint: "choose another name, or pass --force to replace it")
+        default:
+            throw StoreOpsError(.cannotCreate, "\(path) exists and is not a regular file")
+        }
+        return Output(path: path, folder: folder)
+    }
+
+    static func sameFile(_ a: String, _ b: String) -> Bool {
+        guard let x = FileSystem.identity(of: a), let y = FileSystem.identity(of: b) else { return false }
+        return x == y
+    }
+}

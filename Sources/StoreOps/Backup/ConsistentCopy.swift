@@ -1,0 +1,306 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+import Logging
+import Synchronization
+
+/// The consistent-copy engine: a point-in-time copy of a live store, page for page, through the
+/// SQLite online backup API, that never blocks writers in WAL mode and never livelocks.
+///
+/// SQLite documents why a naive stepped backup restarts forever under a steady writer
+/// (https://sqlite.org/c3ref/backup_finish.html, sqlite3_backup_step()):
+/// "Because the source database is not locked between calls to sqlite3_backup_step(), the source
+/// database may be modified mid-way through the backup process. If the source database is modified
+/// by an external process or via a database connection other than the one being used by the backup
+/// operation, then the backup will be automatically restarted by the next call to
+/// sqlite3_backup_step()."
+///
+/// - WAL mode: we open a read transaction on the source connection first and hold it for the whole
+///   copy, so the source *is* locked between steps, by a WAL read lock that blocks no writer
+///   (https://sqlite.org/wal.html: "readers do not block writers and a writer does not block
+///   readers"). Every step then reads the same snapshot: the copy never restarts, progress is
+///   real, and the copy is the store as of the moment the transaction began, `-wal` content
+///   included.
+/// - Rollback-journal mode: a held shared lock would stop writers from committing, so each step
+///   holds it only for one bounded chunk. SQLITE_BUSY/SQLITE_LOCKED are retried until `timeout`
+///   passes without progress (then exit 75). If writers restart the copy, the chunk doubles each
+///   time, so a busy store still finishes, at the cost of longer (still bounded) lock holds.
+///
+/// The copy is converted to `journal_mode=DELETE` (the backup API copies the WAL flag of a WAL
+/// source into the header), so it is one self-contained file.
+public enum ConsistentCopy {
+    public struct Options: Sendable {
+        /// Give up (exit 75) after this long without progress because the store stays locked.
+        public var timeout: TimeInterval = 60
+        /// Bytes copied per backup step (turned into pages using the store's page size).
+        public var bytesPerStep = 4 << 20
+        public var verify: VerifyLevel = .quick
+        public init(timeout: TimeInterval = 60, verify: VerifyLevel = .quick) {
+            self.timeout = timeout
+            self.verify = verify
+        }
+    }
+
+    /// What a finished copy knows about itself and its source.
+    public struct Outcome: Sendable {
+        public var source: Manifest.Source
+        public var pageSize: Int
+        public var pageCount: Int
+        public var bytes: UInt64
+        public var sha256: String
+        public var verification: Manifest.Verification
+        public var coreData: Manifest.CoreDataFacts?
+        public var startedAt: Date
+        public var steps: Int
+        public var restarts: Int
+        public var busyRetries: Int
+    }
+
+    static let logger = Logger(label: "storectl.copy")
+
+    /// Copies `store` into `destination` (an existing empty file), converts, verifies and hashes it.
+    ///
+    /// ```swift
+    /// let outcome = try ConsistentCopy.copy(StoreFile(existing: "app.sqlite"), to: tempPath,
+    ///                                       options: .init(), onSnapshot: { info in }, progress: nil)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - onSnapshot: called once the copy's point in time is fixed (WAL: the read transaction is
+    ///     held) with the store's figures at that point, before any page is copied: the place to
+    ///     check free space and to copy files that must match the snapshot (external data).
+    ///   - progress: called after every step.
+    /// - Throws: `StoreOpsError`: 75 when the store stays locked past `timeout`, 65 when the copy
+    ///   fails verification (the source is damaged), 74 on a full disk, 128+N on a signal.
+    public static func copy(_ store: StoreFile, to destination: String, options: Options,
+                            onSnapshot: (StoreInfo) throws -> Void = { _ in },
+                            progress: ProgressHandler? = nil) throws -> Outcome {
+        let startedAt = Date()
+        let source = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: 0.2, label: "storectl.source")
+        defer { try? source.close() }
+        let target = try StoreConnection.open(destination, access: .readWrite, busyTimeout: 1, side: .output, label: "storectl.copy")
+        var stats = (steps: 0, restarts: 0, busyRetries: 0)
+        var sourceRecord: Manifest.Source?
+
+        try source.inDatabase { src in
+            // 1. Fix the point in time (WAL) or just read the figures (rollback journal).
+            let journalMode = try retryingBusy(timeout: options.timeout, doing: "reading \(store.path)", retries: &stats.busyRetries) {
+                (try String.fetchOne(src, sql: "PRAGMA journal_mode") ?? "delete").lowercased()
+            }
+            let holdSnapshot = journalMode == "wal"
+            if holdSnapshot {
+                try retryingBusy(timeout: options.timeout, doing: "starting a read transaction on \(store.path)", retries: &stats.busyRetries) {
+                    do {
+                        try src.beginTransaction(.deferred)
+                        // The first read inside the transaction takes the WAL read lock: the snapshot.
+                        _ = try Int.fetchOne(src, sql: "SELECT count(*) FROM sqlite_master")
+                    } catch {
+                        if src.isInsideTransaction { try? src.rollback() }
+                        throw error
+                    }
+                }
+            }
+            defer { if src.isInsideTransaction { try? src.commit() } }
+            let info = try retryingBusy(timeout: options.timeout, doing: "reading \(store.path)", retries: &stats.busyRetries) {
+                try StoreInfo.read(src, store: store)
+            }
+            sourceRecord = Manifest.Source(path: store.path, journalMode: info.journalMode, pageSize: info.pageSize,
+                                           pageCount: info.pageCount, fileBytes: info.fileBytes, walBytes: info.walBytes)
+            try onSnapshot(info)
+
+            // 2. Copy the pages.
+            try target.inDatabase { dst in
+                // The copy is a scratch file until it is verified and renamed: no journal, no
+                // per-commit fsync; it is fsynced once, as a whole, before the rename.
+                try dst.execute(sql: "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF")
+                let pagesPerStep = Int32(max(16, options.bytesPerStep / max(512, info.pageSize)))
+                try stepBackup(from: src, to: dst, store: store, pagesPerStep: pagesPerStep, holdingSnapshot: holdSnapshot,
+                               pageSize: info.pageSize, timeout: options.timeout, startedAt: startedAt,
+                               stats: &stats, progress: progress)
+                if src.isInsideTransaction { try src.commit() }   // release the snapshot as soon as possible
+                // 3. One self-contained file: the header says WAL if the source was WAL.
+                let mode = try String.fetchOne(dst, sql: "PRAGMA journal_mode = DELETE")
+                guard mode?.lowercased() == "delete" else {
+                    throw StoreOpsError(.failure, "could not switch the copy to journal_mode=DELETE (got \(mode ?? "nothing"))")
+                }
+            }
+        }
+        do { try target.close() } catch {
+            throw StoreOpsError.sqlite(error, doing: "closing the copy \(destination)", side: .output)
+        }
+        guard let sourceRecord else { throw StoreOpsError(.failure, "the copy of \(store.path) did not start") }
+
+        // 4. Verify and describe the copy while hashing it: two reads of a file that was just
+        //    written (so in the page cache), in parallel on two cores.
+        let (inspection, sha256) = try inspectAndHash(destination, verify: options.verify, store: store)
+        let bytes = FileSystem.size(of: destination) ?? 0
+        return Outcome(source: sourceRecord, pageSize: inspection.pageSize, pageCount: inspection.pageCount, bytes: bytes,
+                       sha256: sha256, verification: inspection.verification, coreData: inspection.coreData,
+                       startedAt: startedAt, steps: stats.steps, restarts: stats.restarts, busyRetries: stats.busyRetries)
+    }
+
+    private static func stepBackup(from src: Database, to dst: Database, store: StoreFile, pagesPerStep initialPages: Int32,
+                                   holdingSnapshot: Bool, pageSize: Int, timeout: TimeInterval, startedAt: Date,
+                                   stats: inout (steps: Int, restarts: Int, busyRetries: Int),
+                                   progress: ProgressHandler?) throws {
+        guard let backup = sqlite3_backup_init(dst.sqliteConnection, "main", src.sqliteConnection, "main") else {
+            let message = String(cString: sqlite3_errmsg(dst.sqliteConnection))
+            throw StoreOpsError.fromResultCode(sqlite3_errcode(dst.sqliteConnection), message: message,
+                                               doing: "starting the copy of \(store.path)", side: .output)
+        }
+        var finished = false
+        defer { if !finished { sqlite3_backup_finish(backup) } }
+
+        var pagesPerStep = initialPages
+        var copiedBefore: Int32 = 0
+        var bestCopied: Int32 = 0
+        var lastProgress = Date()
+        var backoff: useconds_t = 1_000
+        while true {
+            try ProcessSignals.checkpoint("copy of \(store.path)")
+            let rc = sqlite3_backup_step(backup, pagesPerStep)
+            switch rc {
+            case SQLITE_OK, SQLITE_DONE:
+                stats.steps += 1
+                backoff = 1_000
+                let total = sqlite3_backup_pagecount(backup)
+                let copied = total - sqlite3_backup_remaining(backup)
+                if rc == SQLITE_OK, stats.steps > 1, copied <= copiedBefore {
+                    // Another process changed the store between steps and SQLite started over.
+                    stats.restarts += 1
+                    pagesPerStep = pagesPerStep > Int32.max / 2 ? Int32.max : pagesPerStep * 2
+                    logger.debug("copy restarted by a writer; now \(pagesPerStep) pages per step")
+                }
+                copiedBefore = copied
+                if copied > bestCopied {
+                    bestCopied = copied
+                    lastProgress = Date()
+                }
+                progress?(ProgressUpdate(phase: "copy", done: UInt64(copied), total: UInt64(total), unit: .pages,
+                                         bytes: UInt64(copied) * UInt64(pageSize), startedAt: startedAt))
+                if rc == SQLITE_DONE {
+                    finished = true
+                    let finishCode = sqlite3_backup_finish(backup)
+                    guard finishCode == SQLITE_OK else {
+                        throw StoreOpsError.fromResultCode(finishCode, message: String(cString: sqlite3_errmsg(dst.sqliteConnection)),
+                                                           doing: "finishing the copy of \(store.path)", side: .output)
+                    }
+                    return
+                }
+            case SQLITE_BUSY, SQLITE_LOCKED:
+                stats.busyRetries += 1
+                if Date().timeIntervalSince(lastProgress) > timeout {
+                    throw StoreOpsError(.busy,
+                        "\(store.path) stayed locked by another process for \(Format.duration(timeout)) (a long write transaction?); the copy was abandoned",
+                        hint: "try again when the store is quieter, or raise --timeout")
+                }
+                usleep(backoff)
+                backoff = min(backoff * 2, 50_000)
+            default:
+                // "SQLITE_IOERR_XXX, SQLITE_NOMEM, or SQLITE_READONLY ... errors are considered fatal."
+                let message = String(cString: sqlite3_errmsg(dst.sqliteConnection))
+                finished = true
+                sqlite3_backup_finish(backup)
+                let side: StoreOpsError.Side = (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? .input : .output
+                throw StoreOpsError.fromResultCode(rc, message: message, doing: "copying pages of \(store.path)", side: side)
+            }
+        }
+    }
+
+    struct Inspection: Sendable {
+        var pageSize: Int
+        var pageCount: Int
+        var verification: Manifest.Verification
+        var coreData: Manifest.CoreDataFacts?
+    }
+
+    /// Runs verification and the Core Data census on one core while SHA-256 runs on the other.
+    static func inspectAndHash(_ path: String, verify: VerifyLevel, store: StoreFile) throws -> (Inspection, String) {
+        let results = Mutex<(inspection: Result<Inspection, any Error>?, hash: Result<String, any Error>?)>((nil, nil))
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            if index == 0 {
+                let value = Result { try inspect(path, verify: verify, store: store) }
+                results.withLock { $0.inspection = value }
+            } else {
+                let value = Result { try Hashing.sha256(ofFile: path) }
+                results.withLock { $0.hash = value }
+            }
+        }
+        let (inspection, hash) = results.withLock { ($0.inspection!, $0.hash!) }
+        return (try inspection.get(), try hash.get())
+    }
+
+    static func inspect(_ path: String, verify: VerifyLevel, store: StoreFile) throws -> Inspection {
+        let copy = try StoreConnection.open(path, access: .readOnly, label: "storectl.verify")
+        defer { try? copy.close() }
+        return try copy.inDatabase { db in
+            do {
+                let verification = try Verifier.verify(db, level: verify)
+                guard verification.ok else {
+                    throw StoreOpsError(.badData,
+                        "the copy of \(store.path) failed \(verify == .full ? "integrity_check/foreign_key_check" : "quick_check"): \(verification.messages.prefix(3).joined(separator: "; "))",
+                        hint: "the backup API copies pages exactly, so the source store itself is damaged: run `storectl preflight --full \(store.path)`")
+                }
+                var facts: Manifest.CoreDataFacts?
+                if let coreData = try CoreDataStore.read(db) {
+                    let counts = try CoreDataCensus.entityCounts(db, store: coreData)
+                    facts = Manifest.CoreDataFacts(
+                        metadata: coreData.metadata,
+                        entityCounts: Dictionary(counts.compactMap { c in c.rows.map { (c.entity, $0) } }, uniquingKeysWith: +))
+                }
+                return Inspection(pageSize: try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0,
+                                  pageCount: try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0,
+                                  verification: verification, coreData: facts)
+            } catch let error as StoreOpsError {
+                throw error
+            } catch {
+                throw StoreOpsError.sqlite(error, doing: "verifying the copy of \(store.path)")
+            }
+        }
+    }
+
+    /// Runs `body`, retrying SQLITE_BUSY/SQLITE_LOCKED until `timeout` has passed (then exit 75).
+    static func retryingBusy<T>(timeout: TimeInterval, doing: String, retries: inout Int, _ body: () throws -> T) throws -> T {
+        let deadline = Date().addingTimeInterval(timeout)
+        var backoff: useconds_t = 1_000
+        while true {
+            do {
+                return try body()
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_LOCKED {
+                retries += 1
+                try ProcessSignals.checkpoint(doing)
+                guard Date() < deadline else {
+                    throw StoreOpsError(.busy, "\(doing): the store stayed locked for \(Format.duration(timeout)) (\(error.message ?? "busy"))",
+                                        hint: "another process holds a long write transaction; try again later, or raise --timeout")
+                }
+                usleep(backoff)
+                backoff = min(backoff * 2, 50_000)
+            } catch let error as StoreOpsError {
+                throw error
+            } catch {
+                throw StoreOpsError.sqlite(error, doing: doing)
+            }
+        }
+    }
+}
+
+/// Integrity checks of a database, as a manifest's verification record.
+public enum Verifier {
+    public static func verify(_ db: Database, level: VerifyLevel) throws -> Manifest.Verification {
+        switch level {
+        case .none:
+            return Manifest.Verification(level: .none, ok: true, messages: [])
+        case .quick:
+            let messages = try StoreConnection.integrityMessages(db, pragma: "quick_check")
+            return Manifest.Verification(level: .quick, ok: messages == ["ok"], messages: messages)
+        case .full:
+            let messages = try StoreConnection.integrityMessages(db, pragma: "integrity_check")
+            let foreignKeys = try StoreConnection.foreignKeyViolations(db)
+            var all = messages
+            if foreignKeys.count > 0 {
+                all.append("foreign_key_check: \(foreignKeys.count) violation(s): " + foreignKeys.samples.joined(separator: ", "))
+            }
+            return Manifest.Verification(level: .full, ok: messages == ["ok"] && foreignKeys.count == 0, messages: all)
+        }
+    }
+}

@@ -1,0 +1,81 @@
+import Crypto
+import Foundation
+
+/// Core Data's external binary data (`.<stem>_SUPPORT/_EXTERNAL_DATA/`): large attribute values
+/// Core Data keeps as files beside the store, named by UUID and never modified in place.
+public enum ExternalDataFolder {
+    /// Copies every regular file under `source` into `destination` (created), hashing as it goes.
+    ///
+    /// - Returns: one record per file, paths relative to `relativeRoot`.
+    public static func copy(from source: String, to destination: String, relativeRoot: String) throws -> [Manifest.FileRecord] {
+        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        var records: [Manifest.FileRecord] = []
+        let enumerator = FileManager.default.enumerator(atPath: source)
+        while let relative = enumerator?.nextObject() as? String {
+            try ProcessSignals.checkpoint("copying external data")
+            let from = (source as NSString).appendingPathComponent(relative)
+            let to = (destination as NSString).appendingPathComponent(relative)
+            switch FileSystem.kind(of: from) {
+            case .directory:
+                try FileManager.default.createDirectory(atPath: to, withIntermediateDirectories: true,
+                                                        attributes: [.posixPermissions: 0o700])
+            case .file:
+                let (bytes, sha) = try copyFile(from, to)
+                records.append(Manifest.FileRecord(path: (relativeRoot as NSString).appendingPathComponent(relative),
+                                                   bytes: bytes, sha256: sha))
+            case .missing:
+                continue   // deleted by the app since it was listed: it is not part of the snapshot
+            case .other:
+                continue
+            }
+        }
+        return records.sorted { $0.path < $1.path }
+    }
+
+    /// Copies one file (mode 0600), returning its size and SHA-256.
+    static func copyFile(_ from: String, _ to: String) throws -> (UInt64, String) {
+        let input = open(from, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input) }
+        defer { close(input) }
+        let output = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard output >= 0 else { throw StoreOpsError.posix(errno, doing: "creating \(to)", side: .output) }
+        defer { close(output) }
+        var hasher = SHA256()
+        var total: UInt64 = 0
+        let size = 1 << 20
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+        defer { buffer.deallocate() }
+        while true {
+            let n = read(input, buffer.baseAddress, size)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input)
+            }
+            if n == 0 { break }
+            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
+            hasher.update(bufferPointer: chunk)
+            var offset = 0
+            while offset < n {
+                let written = write(output, chunk.baseAddress! + offset, n - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw StoreOpsError.posix(errno, doing: "writing \(to)", side: .output)
+                }
+                offset += written
+            }
+            total += UInt64(n)
+        }
+        return (total, Hashing.hex(hasher.finalize()))
+    }
+
+    /// Total size of the regular files under `path` (0 when it does not exist).
+    public static func size(of path: String) -> UInt64 {
+        guard let enumerator = FileManager.default.enumerator(atPath: path) else { return 0 }
+        var total: UInt64 = 0
+        while let relative = enumerator.nextObject() as? String {
+            total += FileSystem.size(of: (path as NSString).appendingPathComponent(relative)) ?? 0
+        }
+        return total
+    }
+}

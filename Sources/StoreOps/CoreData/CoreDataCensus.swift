@@ -1,0 +1,135 @@
+import Foundation
+import GRDB
+
+/// Counting and cross-checking a Core Data store's rows: per-entity counts, `Z_MAX` against the
+/// real primary keys, and to-one relationship columns pointing at rows that do not exist.
+///
+/// Core Data declares no `REFERENCES`, so `PRAGMA foreign_key_check` cannot find broken
+/// relationships; they are found by joining each `Z<REL>` column to its destination's `Z_PK`.
+public enum CoreDataCensus {
+    public struct EntityCount: Sendable, Codable, Equatable {
+        public var entity: String
+        public var ent: Int
+        public var table: String?
+        /// Rows whose `Z_ENT` is this entity (its own rows, not its sub-entities').
+        public var rows: Int?
+    }
+
+    public struct KeyCounterProblem: Sendable, Codable, Equatable {
+        public var entity: String
+        public var table: String
+        public var zMax: Int
+        public var maxPK: Int
+    }
+
+    /// A to-one relationship column and the table its values point into.
+    public struct ToOneColumn: Sendable, Codable, Equatable {
+        public var table: String
+        public var column: String
+        /// "Entity.relationship" (several when sub-entities share the column's name).
+        public var relationships: [String]
+        public var destinationTable: String
+    }
+
+    public struct OrphanCount: Sendable, Codable, Equatable {
+        public var table: String
+        public var column: String
+        public var relationships: [String]
+        public var destinationTable: String
+        public var orphans: Int
+    }
+
+    /// Rows per entity, one `GROUP BY Z_ENT` scan per table.
+    public static func entityCounts(_ db: Database, store: CoreDataStore) throws -> [EntityCount] {
+        var perTable: [String: [Int: Int]] = [:]
+        for table in Set(store.entities.compactMap(\.table)) {
+            let columns = Set(try db.columns(in: table).map { $0.name.uppercased() })
+            if columns.contains("Z_ENT") {
+                let rows = try Row.fetchAll(db, sql: "SELECT Z_ENT, count(*) FROM \(quoteIdentifier(table)) GROUP BY Z_ENT")
+                perTable[table] = Dictionary(rows.map { ($0[0] as Int? ?? -1, $0[1] as Int) }, uniquingKeysWith: +)
+            } else {
+                // A table serving a single entity (history tables may lack Z_ENT).
+                let total = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(table))") ?? 0
+                let owners = store.entities.filter { $0.table == table }
+                perTable[table] = owners.count == 1 ? [owners[0].ent: total] : [:]
+            }
+        }
+        return store.entities.map { entity in
+            let rows = entity.table.map { perTable[$0]?[entity.ent] ?? 0 }
+            return EntityCount(entity: entity.name, ent: entity.ent, table: entity.table, rows: rows)
+        }
+    }
+
+    /// Root entities whose `Z_MAX` is below their table's largest `Z_PK`: Core Data would hand
+    /// out primary keys that already exist.
+    public static func keyCounterProblems(_ db: Database, store: CoreDataStore) throws -> [KeyCounterProblem] {
+        var problems: [KeyCounterProblem] = []
+        for entity in store.entities where entity.isRoot {
+            guard let table = entity.table,
+                  try db.columns(in: table).contains(where: { $0.name.uppercased() == "Z_PK" }) else { continue }
+            let maxPK = try Int.fetchOne(db, sql: "SELECT max(Z_PK) FROM \(quoteIdentifier(table))") ?? 0
+            if maxPK > entity.max {
+                problems.append(KeyCounterProblem(entity: entity.name, table: table, zMax: entity.max, maxPK: maxPK))
+            }
+        }
+        return problems
+    }
+
+    /// Maps the model's to-one relationships to real columns.
+    ///
+    /// Core Data names a to-one column `Z<NAME>`; when sub-entities sharing a table declare
+    /// relationships of the same name it adds numbered twins (`ZACCOUNT1`...`ZACCOUNT8` in Notes).
+    /// All twins are checked against the destination when every same-named relationship in the
+    /// table points into the same destination table; otherwise the group is reported as skipped.
+    ///
+    /// - Returns: the columns, and a note per relationship group that could not be mapped.
+    public static func toOneColumns(_ db: Database, store: CoreDataStore) throws -> (columns: [ToOneColumn], skipped: [String]) {
+        guard let model = store.model else { return ([], []) }
+        var groups: [String: [String: [CoreDataModel.Relationship]]] = [:]   // table -> NAME -> relationships
+        for relationship in model.relationships where !relationship.isToMany {
+            guard let table = store.entity(named: relationship.entity)?.table else { continue }
+            groups[table, default: [:]][relationship.name.uppercased(), default: []].append(relationship)
+        }
+        var columns: [ToOneColumn] = []
+        var skipped: [String] = []
+        for (table, byName) in groups.sorted(by: { $0.key < $1.key }) {
+            let tableColumns = try db.columns(in: table).map(\.name)
+            let exactNames = Set(byName.keys.map { "Z" + $0 })
+            for (name, relationships) in byName.sorted(by: { $0.key < $1.key }) {
+                let matching = tableColumns.filter { column in
+                    let upper = column.uppercased()
+                    if upper == "Z" + name { return true }
+                    guard upper.hasPrefix("Z" + name), !exactNames.contains(upper) else { return false }
+                    let suffix = upper.dropFirst(name.count + 1)
+                    return !suffix.isEmpty && suffix.allSatisfy(\.isNumber)
+                }
+                guard !matching.isEmpty else { continue }
+                let labels = relationships.map { "\($0.entity).\($0.name)" }.sorted()
+                let destinations = Set(relationships.compactMap { store.entity(named: $0.destination)?.table })
+                guard destinations.count == 1, let destination = destinations.first else {
+                    skipped.append("\(table).Z\(name)*: relationships \(labels.joined(separator: ", ")) point into different tables")
+                    continue
+                }
+                for column in matching {
+                    columns.append(ToOneColumn(table: table, column: column, relationships: labels, destinationTable: destination))
+                }
+            }
+        }
+        return (columns, skipped)
+    }
+
+    /// Counts, for every mapped to-one column, the values with no row in the destination table.
+    public static func orphans(_ db: Database, columns: [ToOneColumn]) throws -> [OrphanCount] {
+        try columns.map { column in
+            let sql = """
+                SELECT count(*) FROM \(quoteIdentifier(column.table)) AS s
+                WHERE s.\(quoteIdentifier(column.column)) IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM \(quoteIdentifier(column.destinationTable)) AS d
+                                  WHERE d.Z_PK = s.\(quoteIdentifier(column.column)))
+                """
+            let count = try Int.fetchOne(db, sql: sql) ?? 0
+            return OrphanCount(table: column.table, column: column.column, relationships: column.relationships,
+                               destinationTable: column.destinationTable, orphans: count)
+        }
+    }
+}

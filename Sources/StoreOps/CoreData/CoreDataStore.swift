@@ -1,0 +1,136 @@
+import Foundation
+import GRDB
+
+/// What a Core Data / SwiftData store says about itself in `Z_METADATA.Z_PLIST`.
+public struct CoreDataMetadata: Sendable, Codable, Equatable {
+    public var storeType: String?
+    public var frameworkVersion: Int?
+    public var uuid: String?
+    /// Entity name -> version hash (base64, as Core Data's model files write it).
+    public var modelVersionHashes: [String: String]
+    public var modelVersionIdentifiers: [String]
+    public var modelVersionHashesDigest: String?
+    public var modelVersionChecksum: String?
+}
+
+/// One row of `Z_PRIMARYKEY`: an entity, its parent, and where its rows live.
+public struct CoreDataEntity: Sendable, Codable, Equatable {
+    public var ent: Int
+    public var name: String
+    /// `Z_SUPER`: 0 for a root entity.
+    public var superEnt: Int
+    public var rootEnt: Int
+    /// `Z_MAX`: the last primary key handed out (kept on root entities).
+    public var max: Int
+    /// The table holding its rows: the root entity's `Z<NAME>` (history entities: `A<NAME>`).
+    public var table: String?
+
+    public var isRoot: Bool { superEnt == 0 }
+}
+
+/// A Core Data store's metadata, entity table and (when cached) model, read without Core Data.
+///
+/// Facts this relies on (see ../shared/fixtures/coredata/README.md, confirmed on real stores from
+/// Notes and Photos): sub-entities share their root's table and are told apart by `Z_ENT`;
+/// `Z_MAX` on a root must be at least `max(Z_PK)`; dates are seconds since 2001-01-01.
+public struct CoreDataStore: Sendable {
+    public var metadata: CoreDataMetadata
+    /// Sorted by `Z_ENT`.
+    public var entities: [CoreDataEntity]
+    /// The relationship graph, when `Z_MODELCACHE` is present and readable.
+    public var model: CoreDataModel?
+    /// Why `model` is nil, when it is.
+    public var modelUnavailableReason: String?
+
+    /// Seconds between the Unix epoch and Core Data's reference date, 2001-01-01T00:00:00Z.
+    public static let referenceDateOffset: Double = 978_307_200
+
+    public static func isCoreData(_ db: Database) throws -> Bool {
+        try db.tableExists("Z_METADATA") && db.tableExists("Z_PRIMARYKEY")
+    }
+
+    /// Reads the store's Core Data facts, or nil when it is not a Core Data store.
+    ///
+    /// - Throws: exit 65 when `Z_METADATA` or `Z_PRIMARYKEY` exist but cannot be read.
+    public static func read(_ db: Database) throws -> CoreDataStore? {
+        guard try isCoreData(db) else { return nil }
+        let metadata = try readMetadata(db)
+        let entities = try readEntities(db)
+        var model: CoreDataModel?
+        var reason: String?
+        if try db.tableExists("Z_MODELCACHE") {
+            if let blob = try Data.fetchOne(db, sql: "SELECT Z_CONTENT FROM Z_MODELCACHE LIMIT 1") {
+                do { model = try CoreDataModel.parse(modelCache: blob) } catch let error as StoreOpsError {
+                    reason = "Z_MODELCACHE is unreadable: \(error.message)"
+                }
+            } else {
+                reason = "Z_MODELCACHE is empty"
+            }
+        } else {
+            reason = "the store has no Z_MODELCACHE table"
+        }
+        return CoreDataStore(metadata: metadata, entities: entities, model: model, modelUnavailableReason: reason)
+    }
+
+    public func entity(named name: String) -> CoreDataEntity? { entities.first { $0.name == name } }
+    public func entity(ent: Int) -> CoreDataEntity? { entities.first { $0.ent == ent } }
+
+    /// The entity and all its sub-entities, at any depth.
+    public func family(of ent: Int) -> [CoreDataEntity] {
+        var result: [CoreDataEntity] = []
+        var frontier = [ent]
+        while let next = frontier.popLast() {
+            guard let entity = entity(ent: next) else { continue }
+            result.append(entity)
+            frontier.append(contentsOf: entities.filter { $0.superEnt == next }.map(\.ent))
+        }
+        return result.sorted { $0.ent < $1.ent }
+    }
+
+    static func readMetadata(_ db: Database) throws -> CoreDataMetadata {
+        guard let row = try Row.fetchOne(db, sql: "SELECT Z_UUID, Z_PLIST FROM Z_METADATA LIMIT 1") else {
+            throw StoreOpsError(.badData, "Z_METADATA is empty: the store has no Core Data metadata row")
+        }
+        let uuid: String? = row["Z_UUID"]
+        var result = CoreDataMetadata(uuid: uuid, modelVersionHashes: [:], modelVersionIdentifiers: [])
+        guard let blob: Data = row["Z_PLIST"] else { return result }
+        guard let plist = try? PropertyListSerialization.propertyList(from: blob, options: [], format: nil) as? [String: Any] else {
+            throw StoreOpsError(.badData, "Z_METADATA.Z_PLIST is not a property list")
+        }
+        result.storeType = plist["NSStoreType"] as? String
+        result.frameworkVersion = (plist["NSPersistenceFrameworkVersion"] as? NSNumber)?.intValue
+        result.modelVersionHashesDigest = plist["NSStoreModelVersionHashesDigest"] as? String
+        result.modelVersionChecksum = plist["NSStoreModelVersionChecksumKey"] as? String
+        result.modelVersionIdentifiers = (plist["NSStoreModelVersionIdentifiers"] as? [Any])?.compactMap { $0 as? String } ?? []
+        if let hashes = plist["NSStoreModelVersionHashes"] as? [AnyHashable: Any] {
+            for (key, value) in hashes {
+                guard let name = key as? String, let data = value as? Data else { continue }
+                result.modelVersionHashes[name] = data.base64EncodedString()
+            }
+        }
+        return result
+    }
+
+    static func readEntities(_ db: Database) throws -> [CoreDataEntity] {
+        let rows = try Row.fetchAll(db, sql: "SELECT Z_ENT, Z_NAME, Z_SUPER, Z_MAX FROM Z_PRIMARYKEY ORDER BY Z_ENT")
+        var entities = rows.map { row in
+            CoreDataEntity(ent: row[0] ?? 0, name: row[1] ?? "", superEnt: row[2] ?? 0, rootEnt: row[0] ?? 0,
+                           max: row[3] ?? 0, table: nil)
+        }
+        let byEnt = Dictionary(entities.map { ($0.ent, $0) }, uniquingKeysWith: { first, _ in first })
+        let tables = Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'"))
+        for i in entities.indices {
+            var root = entities[i]
+            var hops = 0
+            while root.superEnt != 0, let parent = byEnt[root.superEnt], hops < 64 {
+                root = parent
+                hops += 1
+            }
+            entities[i].rootEnt = root.ent
+            let upper = root.name.uppercased()
+            // Persistent-history entities (Z_ENT >= 16000: CHANGE, TRANSACTION, ...) live in A-tables.
+            entities[i].table = ["Z" + upper, "A" + upper].first { tables.contains($0) }
+        }
+        return entities
+    }
+}

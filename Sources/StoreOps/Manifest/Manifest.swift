@@ -1,0 +1,88 @@
+import Foundation
+
+/// The description of every copy storectl makes (a backup, a snapshot): what was copied, from
+/// where, when, how big, its SHA-256, how it was verified and, for Core Data stores, the model
+/// hashes and entity counts of the copy. Backups write it beside the copy as
+/// `<name>.manifest.json`; snapshots carry it inside their archive.
+///
+/// `formatVersion` lets later formats add fields without breaking readers of old manifests:
+/// readers accept any version they know and refuse newer ones with a clear message.
+public struct Manifest: Sendable, Codable, Equatable {
+    public static let currentFormatVersion = 1
+
+    public var format = "storectl-manifest"
+    public var formatVersion = Manifest.currentFormatVersion
+    /// "backup" or "snapshot".
+    public var kind: String
+    public var tool: Tool
+    public var host: String
+    public var source: Source
+    public var database: FileRecord
+    public var externalData: ExternalData?
+    public var startedAt: Date
+    public var finishedAt: Date
+    public var durationSeconds: Double
+    public var verify: Verification
+    public var coreData: CoreDataFacts?
+
+    public struct Tool: Sendable, Codable, Equatable {
+        public var name = "storectl"
+        public var version = StoreOpsVersion.current
+        public var sqliteVersion = StoreConnection.sqliteVersion
+    }
+
+    /// The store as it was when the copy started.
+    public struct Source: Sendable, Codable, Equatable {
+        public var path: String
+        public var journalMode: String
+        public var pageSize: Int
+        public var pageCount: Int
+        public var fileBytes: UInt64
+        public var walBytes: UInt64
+    }
+
+    /// One file of the copy, with its size and SHA-256.
+    public struct FileRecord: Sendable, Codable, Equatable {
+        /// Path relative to the manifest's folder (or the archive root).
+        public var path: String
+        public var bytes: UInt64
+        public var sha256: String
+        public var pageSize: Int?
+        public var pageCount: Int?
+        public var journalMode: String?
+    }
+
+    /// Core Data's external binary data copied along with the store.
+    public struct ExternalData: Sendable, Codable, Equatable {
+        /// Folder relative to the manifest's folder, e.g. ".Tasks-2026..._SUPPORT/_EXTERNAL_DATA".
+        public var folder: String
+        public var files: [FileRecord]
+        public var totalBytes: UInt64
+    }
+
+    public struct Verification: Sendable, Codable, Equatable {
+        public var level: VerifyLevel
+        public var ok: Bool
+        public var messages: [String]
+    }
+
+    public struct CoreDataFacts: Sendable, Codable, Equatable {
+        public var metadata: CoreDataMetadata
+        /// Entity name -> rows (only entities with a table).
+        public var entityCounts: [String: Int]
+    }
+}
+
+/// How a copy is checked before it counts.
+public enum VerifyLevel: String, Sendable, Codable, CaseIterable {
+    /// `PRAGMA quick_check`: every page and b-tree, without cross-checking indexes (the default).
+    case quick
+    /// `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
+    case full
+    /// No check (the copy is still hashed).
+    case none
+}
+
+public enum StoreOpsVersion {
+    public static let current = "0.1.0"
+}

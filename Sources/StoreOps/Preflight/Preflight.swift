@@ -1,0 +1,239 @@
+import Foundation
+import GRDB
+
+/// `storectl preflight`: whether it is safe to go on with an operation on a store, and why not.
+///
+/// Read-only: the store is opened with `SQLITE_OPEN_READONLY`, other processes' locks are only
+/// inspected (`F_GETLK`), and nothing is created beside the store.
+public enum Preflight {
+    /// The operation a preflight is for; it decides the space figures and which locks matter.
+    public enum Operation: String, Sendable, Codable, CaseIterable {
+        case backup, snapshot, migrate, purge
+    }
+
+    public struct Options: Sendable {
+        public var operation: Operation = .backup
+        /// Where the operation writes (backup folder, snapshot repository); default: the store's folder.
+        public var destination: String?
+        /// Adds `integrity_check` and `foreign_key_check` to `quick_check`.
+        public var full = false
+        /// Seconds to wait for another process's lock before reporting the store as busy.
+        public var timeout: TimeInterval = 10
+
+        public init(operation: Operation = .backup, destination: String? = nil, full: Bool = false, timeout: TimeInterval = 10) {
+            self.operation = operation
+            self.destination = destination
+            self.full = full
+            self.timeout = timeout
+        }
+    }
+
+    /// Runs every check that applies and returns the report (it does not throw for failed checks).
+    ///
+    /// - Throws: exit 66/65 when the store is missing or not a SQLite database, 75 when it stays
+    ///   locked past the timeout, 73 when the destination does not exist.
+    public static func run(store path: String, options: Options = Options()) throws -> PreflightReport {
+        let startedAt = Date()
+        let store = try StoreFile(existing: path)
+        let destination = FileSystem.absolute(options.destination ?? store.folder)
+        guard FileSystem.kind(of: destination) == .directory else {
+            throw StoreOpsError(.cannotCreate, "the destination \(destination) is not an existing folder",
+                                hint: "create it, or pass another --dest")
+        }
+        var checks: [Check] = []
+
+        // Locks first, before this process opens a connection of its own.
+        let walHeader = StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path))
+        let locks = try LockState.read(store, walMode: walHeader)
+        checks.append(writerCheck(locks))
+        checks.append(jobLockCheck(store, operation: options.operation))
+
+        let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: options.timeout, label: "storectl.preflight")
+        defer { try? queue.close() }
+        var entities: [CoreDataCensus.EntityCount]?
+        try queue.inDatabase { db in
+            let info: StoreInfo
+            do { info = try StoreInfo.read(db, store: store) } catch {
+                throw StoreOpsError.sqlite(error, doing: "reading \(store.path)")
+            }
+            checks.append(contentsOf: stateChecks(info, store: store, locks: locks))
+            checks.append(contentsOf: try spaceChecks(info, store: store, operation: options.operation, destination: destination))
+            checks.append(contentsOf: integrityChecks(db, full: options.full))
+            let coreData = coreDataChecks(db)
+            checks.append(contentsOf: coreData.checks)
+            entities = coreData.entities
+        }
+        return PreflightReport(store: store.path, operation: options.operation, destination: destination, checks: checks,
+                               entities: entities, startedAt: startedAt, durationSeconds: Date().timeIntervalSince(startedAt))
+    }
+
+    // MARK: - Locks
+
+    static func writerCheck(_ locks: LockState) -> Check {
+        if let pid = locks.writerPID {
+            return Check("lock.writer", .warn, "pid \(pid) holds a write transaction right now",
+                         advice: "a backup in WAL mode is unaffected; in rollback mode it waits for the commit")
+        }
+        let open = locks.openByPID.map { ", open by pid \($0)" } ?? ""
+        return Check("lock.writer", .ok, "no write transaction in progress\(open)")
+    }
+
+    static func jobLockCheck(_ store: StoreFile, operation: Operation) -> Check {
+        guard let holder = JobLock.currentHolder(path: store.jobLockPath) else {
+            return Check("lock.job", .ok, "no storectl job holds the store")
+        }
+        let exclusive = operation == .migrate || operation == .purge
+        return Check("lock.job", exclusive ? .fail : .warn,
+                     "storectl \(holder.job) (pid \(holder.pid)) holds the job lock since \(Timestamp.iso(holder.since))",
+                     advice: exclusive ? "wait for it to finish: \(operation.rawValue) would exit 75" : "a copy runs alongside it")
+    }
+
+    // MARK: - State
+
+    static func stateChecks(_ info: StoreInfo, store: StoreFile, locks: LockState) -> [Check] {
+        var checks: [Check] = []
+        checks.append(Check("store.size", .ok,
+            "\(Format.bytes(info.logicalBytes)) (\(Format.count(info.pageCount)) pages x \(Format.count(info.pageSize)) B), file \(Format.bytes(info.fileBytes)), SQLite \(info.sqliteVersion)"))
+        checks.append(Check("store.user_version", .ok, "\(info.userVersion)"))
+
+        let freeBytes = UInt64(info.freelistCount) * UInt64(info.pageSize)
+        let freelist = "\(Format.count(info.freelistCount)) free pages (\(Format.percent(info.freelistRatio)), \(Format.bytes(freeBytes)))"
+        if info.freelistRatio > 0.25, freeBytes > 16 << 20 {
+            checks.append(Check("store.freelist", .warn, freelist,
+                                advice: "copies carry the free pages too; VACUUM in a maintenance window would reclaim them"))
+        } else {
+            checks.append(Check("store.freelist", .ok, freelist))
+        }
+
+        if info.isWAL {
+            let large: UInt64 = 64 << 20
+            checks.append(info.walBytes > large
+                ? Check("store.journal", .warn, "wal, -wal is \(Format.bytes(info.walBytes))",
+                        advice: "a long-running reader is holding checkpoints back; the WAL is copied too and slows reads")
+                : Check("store.journal", .ok, "wal, -wal is \(Format.bytes(info.walBytes))"))
+        } else {
+            let journalBytes = FileSystem.size(of: store.journalPath) ?? 0
+            if journalBytes > 0, locks.writerPID == nil, info.journalMode != "persist" {
+                checks.append(Check("store.journal", .warn, "\(info.journalMode), hot journal of \(Format.bytes(journalBytes)) present",
+                                    advice: "a writer crashed mid-transaction; the next read-write open rolls it back"))
+            } else {
+                checks.append(Check("store.journal", .ok, "\(info.journalMode) (readers and the committing writer take turns; copies step in short chunks)"))
+            }
+        }
+        return checks
+    }
+
+    // MARK: - Space
+
+    static func spaceChecks(_ info: StoreInfo, store: StoreFile, operation: Operation, destination: String) throws -> [Check] {
+        let externalBytes = ExternalDataFolder.size(of: store.externalDataPath)
+        let need = SpaceRequirement.need(operation, info: info, extraBytes: externalBytes)
+        var checks: [Check] = []
+        func check(_ id: String, _ folder: String, _ needed: UInt64) throws {
+            let space = try FileSystem.space(at: folder)
+            let summary = "\(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed (\(folder)); \(Format.count(space.availableInodes)) inodes"
+            if space.availableBytes < needed || space.availableInodes < 16 {
+                checks.append(Check(id, .fail, summary, advice: "free space there, or choose a destination on another volume"))
+            } else {
+                checks.append(Check(id, .ok, summary))
+            }
+        }
+        if need.destination > 0 { try check("space.destination", destination, need.destination) }
+        if need.storeVolume > 0 { try check("space.store", store.folder, need.storeVolume) }
+        try check("space.temp", SpaceRequirement.sqliteTempFolder, need.temp)
+        return checks
+    }
+
+    // MARK: - Integrity
+
+    static func integrityChecks(_ db: Database, full: Bool) -> [Check] {
+        var checks: [Check] = []
+        func run(_ id: String, _ pragma: String) {
+            do {
+                let messages = try StoreConnection.integrityMessages(db, pragma: pragma)
+                checks.append(messages == ["ok"]
+                    ? Check(id, .ok, "ok")
+                    : Check(id, .fail, "\(messages.count)\(messages.count >= 20 ? "+" : "") problem(s)", details: messages,
+                            advice: "the store is damaged: do not migrate or purge it; restore from a backup"))
+            } catch {
+                checks.append(Check(id, .fail, "could not run: \(StoreOpsError.sqlite(error, doing: pragma).message)",
+                                    advice: "the store is damaged or unreadable"))
+            }
+        }
+        run("integrity.quick_check", "quick_check")
+        guard full else { return checks }
+        run("integrity.integrity_check", "integrity_check")
+        do {
+            let violations = try StoreConnection.foreignKeyViolations(db)
+            checks.append(violations.count == 0
+                ? Check("integrity.foreign_key_check", .ok, "no violations")
+                : Check("integrity.foreign_key_check", .fail, "\(violations.count) violation(s)", details: violations.samples,
+                        advice: "rows reference parents that do not exist; fix them before a migration"))
+        } catch {
+            checks.append(Check("integrity.foreign_key_check", .fail, "could not run: \(error)"))
+        }
+        return checks
+    }
+
+    // MARK: - Core Data
+
+    static func coreDataChecks(_ db: Database) -> (checks: [Check], entities: [CoreDataCensus.EntityCount]?) {
+        let store: CoreDataStore
+        do {
+            guard let found = try CoreDataStore.read(db) else { return ([], nil) }
+            store = found
+        } catch {
+            let message = (error as? StoreOpsError)?.message ?? "\(error)"
+            return ([Check("coredata.metadata", .fail, "Core Data tables present but unreadable: \(message)")], nil)
+        }
+        var checks: [Check] = []
+        let meta = store.metadata
+        let identifiers = meta.modelVersionIdentifiers.filter { !$0.isEmpty }
+        checks.append(Check("coredata.metadata", .ok,
+            "\(meta.storeType ?? "?") store, framework \(meta.frameworkVersion.map(String.init) ?? "?"), \(meta.modelVersionHashes.count) entity hashes"
+            + (identifiers.isEmpty ? "" : ", model \(identifiers.joined(separator: ","))")
+            + (meta.modelVersionHashesDigest.map { ", digest \($0.prefix(12))…" } ?? "")))
+
+        var entities: [CoreDataCensus.EntityCount]?
+        do {
+            let counts = try CoreDataCensus.entityCounts(db, store: store)
+            entities = counts
+            let total = counts.compactMap(\.rows).reduce(0, +)
+            let missing = counts.filter { $0.table == nil }.map(\.entity)
+            checks.append(Check("coredata.entities", .ok, "\(counts.count) entities, \(Format.count(total)) rows",
+                                details: missing.isEmpty ? [] : ["no table for: \(missing.joined(separator: ", ")) (entities without rows of their own)"]))
+        } catch {
+            checks.append(Check("coredata.entities", .fail, "could not count: \(StoreOpsError.sqlite(error, doing: "counting entities").message)"))
+        }
+
+        do {
+            let problems = try CoreDataCensus.keyCounterProblems(db, store: store)
+            checks.append(problems.isEmpty
+                ? Check("coredata.z_max", .ok, "Z_MAX >= max(Z_PK) for all \(store.entities.filter(\.isRoot).count) root entities")
+                : Check("coredata.z_max", .fail, "\(problems.count) root entit\(problems.count == 1 ? "y" : "ies") with Z_MAX below max(Z_PK)",
+                        details: problems.map { "\($0.entity) (\($0.table)): Z_MAX \($0.zMax) < max(Z_PK) \($0.maxPK)" },
+                        advice: "Core Data would reuse existing primary keys; the store was edited outside Core Data"))
+        } catch {
+            checks.append(Check("coredata.z_max", .fail, "could not check: \(error)"))
+        }
+
+        guard store.model != nil else {
+            checks.append(Check("coredata.orphans", .skip, "relationships unknown: \(store.modelUnavailableReason ?? "no model cache")"))
+            return (checks, entities)
+        }
+        do {
+            let mapping = try CoreDataCensus.toOneColumns(db, store: store)
+            let orphans = try CoreDataCensus.orphans(db, columns: mapping.columns).filter { $0.orphans > 0 }
+            let total = orphans.reduce(0) { $0 + $1.orphans }
+            var details = orphans.map { "\($0.table).\($0.column) -> \($0.destinationTable): \(Format.count($0.orphans)) (\($0.relationships.joined(separator: ", ")))" }
+            details += mapping.skipped.map { "not checked: \($0)" }
+            checks.append(orphans.isEmpty
+                ? Check("coredata.orphans", .ok, "0 orphans in \(mapping.columns.count) to-one relationship columns", details: details)
+                : Check("coredata.orphans", .fail, "\(Format.count(total)) orphaned to-one reference(s) in \(orphans.count) column(s)", details: details,
+                        advice: "these rows point at objects that no longer exist; Core Data faults on them"))
+        } catch {
+            checks.append(Check("coredata.orphans", .fail, "could not check: \(error)"))
+        }
+        return (checks, entities)
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+
+/// The job lock of a store: an flock(2) on a sidecar file beside it, never on the database itself.
+///
+/// Migrations, purges and scheduled jobs take it so that two of them never run over each other.
+/// The holder writes its pid, job and start time into the file, so a process that finds the lock
+/// taken can say who holds it and since when. flock locks belong to the open file description and
+/// are released by the kernel when the holder exits, kill -9 included: a crash never leaves a
+/// stale lock behind.
+public final class JobLock {
+    public struct Holder: Codable, Sendable, Equatable {
+        public var pid: Int32
+        public var job: String
+        public var since: Date
+    }
+
+    public let path: String
+    private var fd: Int32
+
+    private init(path: String, fd: Int32) {
+        self.path = path
+        self.fd = fd
+    }
+
+    /// Takes the lock at `path`, creating the file (mode 0600) if needed.
+    ///
+    /// - Parameters:
+    ///   - job: what the holder is doing ("migrate", "purge", ...), recorded for others to read.
+    ///   - wait: block until the lock is free instead of failing at once.
+    /// - Throws: exit 75 naming the holder when the lock is taken and `wait` is false.
+    public static func acquire(path: String, job: String, wait: Bool = false) throws -> JobLock {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw StoreOpsError.posix(errno, doing: "opening the job lock \(path)", side: .output)
+        }
+        while flock(fd, wait ? LOCK_EX : (LOCK_EX | LOCK_NB)) != 0 {
+            let err = errno
+            if err == EINTR {
+                if let signal = ProcessSignals.received {
+                    close(fd)
+                    throw StoreOpsError(.signal(signal), "interrupted while waiting for the job lock \(path)")
+                }
+                continue
+            }
+            close(fd)
+            if err == EWOULDBLOCK {
+                throw busyError(path: path, holder: readHolder(path: path))
+            }
+            throw StoreOpsError.posix(err, doing: "locking \(path)", side: .output)
+        }
+        let lock = JobLock(path: path, fd: fd)
+        lock.record(Holder(pid: getpid(), job: job, since: Date()))
+        return lock
+    }
+
+    /// Who holds the lock at `path` right now, if anyone (does not take it, does not create it).
+    public static func currentHolder(path: String) -> Holder? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        // A shared request conflicts only with a holder's exclusive lock; release it at once.
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return nil
+        }
+        return readHolder(path: path) ?? Holder(pid: 0, job: "unknown", since: Date(timeIntervalSince1970: 0))
+    }
+
+    /// Releases the lock. Also done on deinit and, by the kernel, when the process exits.
+    public func release() {
+        guard fd >= 0 else { return }
+        _ = ftruncate(fd, 0)
+        flock(fd, LOCK_UN)
+        close(fd)
+        fd = -1
+    }
+
+    deinit { release() }
+
+    private func record(_ holder: Holder) {
+        guard let data = try? JSON.encode(holder, pretty: false) else { return }
+        _ = ftruncate(fd, 0)
+        _ = data.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+    }
+
+    private static func readHolder(path: String) -> Holder? {
+        guard let data = FileManager.default.contents(atPath: path), !data.isEmpty else { return nil }
+        return try? JSON.decoder().decode(Holder.self, from: data)
+    }
+
+    static func busyError(path: String, holder: Holder?) -> StoreOpsError {
+        guard let holder else {
+            return StoreOpsError(.busy, "skipped: another job holds the lock \(path)", hint: "try again later")
+        }
+        return StoreOpsError(.busy,
+                             "skipped: another job (\(holder.job)) holds the lock since \(Timestamp.iso(holder.since)), pid \(holder.pid)",
+                             hint: "try again later; the lock is \(path)")
+    }
+}

@@ -1,0 +1,76 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+
+/// Opens GRDB connections to stores the way every storectl operation needs them.
+public enum StoreConnection {
+    public enum Access: Sendable { case readOnly, readWrite }
+
+    /// Opens `path` with a busy timeout and an interrupt check on SIGINT/SIGTERM.
+    ///
+    /// Read-only connections open with `SQLITE_OPEN_READONLY`, so closing them never checkpoints a
+    /// WAL store or deletes its `-wal` (a read-write close by the last connection would), and they
+    /// cannot change the store whatever runs on them.
+    ///
+    /// - Parameters:
+    ///   - busyTimeout: how long SQLite waits on another process's lock before SQLITE_BUSY.
+    ///   - side: whether failures to open are about an input (66) or an output (73).
+    public static func open(_ path: String, access: Access, busyTimeout: TimeInterval = 5,
+                            side: StoreOpsError.Side = .input, label: String = "storectl") throws -> DatabaseQueue {
+        var config = Configuration()
+        config.readonly = access == .readOnly
+        config.busyMode = .timeout(busyTimeout)
+        config.label = label
+        // Keep the store's own semantics: don't switch foreign key enforcement on for it.
+        config.foreignKeysEnabled = false
+        config.prepareDatabase { db in
+            StoreConnection.installInterruptCheck(db)
+        }
+        do {
+            return try DatabaseQueue(path: path, configuration: config)
+        } catch {
+            throw StoreOpsError.sqlite(error, doing: "opening \(path)", side: side)
+        }
+    }
+
+    /// Makes long statements (quick_check, COUNT on a large table) stop with SQLITE_INTERRUPT once
+    /// a signal has been received. `sqlite3_progress_handler`: "If the progress callback returns
+    /// non-zero, the operation is interrupted" (https://sqlite.org/c3ref/progress_handler.html).
+    static func installInterruptCheck(_ db: Database) {
+        sqlite3_progress_handler(db.sqliteConnection, 10_000, { _ in
+            ProcessSignals.received == nil ? 0 : 1
+        }, nil)
+    }
+
+    /// Runs a `PRAGMA <name>_check`-style statement and returns its messages (["ok"] when clean).
+    public static func integrityMessages(_ db: Database, pragma: String, limit: Int = 20) throws -> [String] {
+        try String.fetchAll(db, sql: "PRAGMA \(pragma)(\(limit))")
+    }
+
+    /// Rows reported by `PRAGMA foreign_key_check`, rendered as text.
+    public static func foreignKeyViolations(_ db: Database, limit: Int = 20) throws -> (count: Int, samples: [String]) {
+        let rows = try Row.fetchCursor(db, sql: "PRAGMA foreign_key_check")
+        var count = 0
+        var samples: [String] = []
+        while let row = try rows.next() {
+            count += 1
+            if samples.count < limit {
+                let table: String = row[0] ?? "?"
+                let rowid: Int64? = row[1]
+                let parent: String = row[2] ?? "?"
+                samples.append("\(table) rowid \(rowid.map(String.init) ?? "?") -> \(parent)")
+            }
+        }
+        return (count, samples)
+    }
+
+    /// The linked SQLite library's version, e.g. "3.40.1".
+    public static var sqliteVersion: String { String(cString: sqlite3_libversion()) }
+}
+
+/// Quotes an SQL identifier: `name` -> `"name"`, doubling embedded quotes.
+///
+/// Only ever applied to names that were first checked against the store's real schema.
+public func quoteIdentifier(_ name: String) -> String {
+    "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+}

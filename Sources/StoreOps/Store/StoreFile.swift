@@ -1,0 +1,72 @@
+import Foundation
+
+/// A SQLite store on disk, validated as an input: it exists, is a regular readable file and starts
+/// with the SQLite header. The paths of its `-wal`, `-shm` and `-journal` sidecars hang off it.
+public struct StoreFile: Sendable, Hashable {
+    /// Absolute path of the database file.
+    public let path: String
+
+    public var walPath: String { path + "-wal" }
+    public var shmPath: String { path + "-shm" }
+    public var journalPath: String { path + "-journal" }
+    public var folder: String { FileSystem.parent(of: path) }
+    public var name: String { FileSystem.name(of: path) }
+    /// The name without its extension: "Tasks" for "Tasks.sqlite".
+    public var stem: String { (name as NSString).deletingPathExtension }
+
+    /// Core Data's external binary data folder: `.<stem>_SUPPORT/_EXTERNAL_DATA` beside the store.
+    public var externalDataPath: String {
+        (folder as NSString).appendingPathComponent(".\(stem)_SUPPORT/_EXTERNAL_DATA")
+    }
+
+    /// The sidecar file storectl's job lock lives in (never the database file itself).
+    public var jobLockPath: String { path + ".storectl-lock" }
+
+    /// Wraps a path without checking it (for outputs and for stores that may not exist yet).
+    public init(unchecked path: String) {
+        self.path = FileSystem.absolute(path)
+    }
+
+    /// Validates `path` as an existing SQLite store.
+    ///
+    /// - Throws: exit 66 when it is missing, a folder or unreadable; exit 65 when it is not a
+    ///   SQLite database (wrong header) or is shorter than a header.
+    public init(existing path: String) throws {
+        self.init(unchecked: path)
+        switch FileSystem.kind(of: self.path) {
+        case .missing:
+            throw StoreOpsError(.noInput, "\(self.path): no such file", hint: "check the store's path")
+        case .directory:
+            throw StoreOpsError(.noInput, "\(self.path) is a folder, not a SQLite store file",
+                                hint: "pass the database file itself, e.g. \(self.path)/Store.sqlite")
+        case .other:
+            throw StoreOpsError(.noInput, "\(self.path) is not a regular file")
+        case .file:
+            break
+        }
+        let header = try FileProbe.shared.header(of: self.path)
+        guard header.count >= 16 else {
+            throw StoreOpsError(.badData, "\(self.path) is not a SQLite database (\(header.count) bytes, shorter than the 100-byte header)",
+                                hint: "check that this is the store file and that it was copied completely")
+        }
+        guard header.prefix(16).elementsEqual(Array("SQLite format 3\0".utf8)) else {
+            throw StoreOpsError(.badData, "\(self.path) is not a SQLite database (its header is not \"SQLite format 3\")",
+                                hint: "check that this is the store file; an encrypted store cannot be read")
+        }
+        guard header.count >= 100 else {
+            throw StoreOpsError(.badData, "\(self.path) is truncated: \(header.count) bytes, shorter than the 100-byte header",
+                                hint: "restore the store from a backup")
+        }
+    }
+
+    /// Page size from the header (bytes 16-17; 1 means 65536).
+    public static func pageSize(fromHeader header: [UInt8]) -> Int {
+        let raw = Int(header[16]) << 8 | Int(header[17])
+        return raw == 1 ? 65536 : raw
+    }
+
+    /// True when the header's read/write versions say WAL (bytes 18 and 19 equal 2).
+    public static func isWALHeader(_ header: [UInt8]) -> Bool {
+        header.count >= 20 && header[18] == 2 && header[19] == 2
+    }
+}

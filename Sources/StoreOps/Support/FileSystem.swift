@@ -1,0 +1,112 @@
+import CStoreSupport
+import Foundation
+
+/// Small, explicit wrappers over the POSIX calls the durability rules need.
+public enum FileSystem {
+    /// Free bytes and inodes available to an unprivileged writer on the volume holding `path`.
+    public struct Space: Sendable, Codable, Equatable {
+        public var availableBytes: UInt64
+        public var availableInodes: UInt64
+        public var totalBytes: UInt64
+    }
+
+    public static func space(at path: String) throws -> Space {
+        var info = statvfs()
+        guard statvfs(path, &info) == 0 else {
+            throw StoreOpsError.posix(errno, doing: "reading free space of \(path)", side: .output)
+        }
+        let unit = UInt64(info.f_frsize)
+        return Space(availableBytes: UInt64(info.f_bavail) * unit,
+                     availableInodes: UInt64(info.f_favail),
+                     totalBytes: UInt64(info.f_blocks) * unit)
+    }
+
+    public enum Kind: Sendable { case missing, file, directory, other }
+
+    public static func kind(of path: String) -> Kind {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return .missing }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: return .file
+        case S_IFDIR: return .directory
+        default: return .other
+        }
+    }
+
+    public static func size(of path: String) -> UInt64? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return UInt64(info.st_size)
+    }
+
+    /// Device and inode, to tell whether two paths name the same file.
+    public static func identity(of path: String) -> (dev: UInt64, ino: UInt64)? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
+    }
+
+    /// An absolute, normalised path (symlinks of existing parents resolved).
+    public static func absolute(_ path: String) -> String {
+        let url = URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+        return url.standardizedFileURL.resolvingSymlinksInPath().path
+    }
+
+    public static func parent(of path: String) -> String {
+        (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
+    }
+
+    public static func name(of path: String) -> String { (path as NSString).lastPathComponent }
+
+    /// fsync(2) an existing file or folder.
+    public static func sync(_ path: String, directory: Bool = false) throws {
+        let fd = open(path, directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(path) to sync it", side: .output) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw StoreOpsError.posix(errno, doing: "syncing \(path)", side: .output) }
+    }
+
+    /// Renames `from` to `to` without replacing an existing `to` (EEXIST becomes exit 73).
+    ///
+    /// Uses renameat2(RENAME_NOREPLACE); on a file system without it, falls back to link(2) +
+    /// unlink(2), which is equally atomic and equally refuses to replace.
+    public static func renameNoReplace(_ from: String, _ to: String) throws {
+        if storectl_rename_noreplace(from, to) == 0 { return }
+        let err = errno
+        if err == EEXIST {
+            throw StoreOpsError(.cannotCreate, "\(to) already exists", hint: "choose another name, or remove it first")
+        }
+        guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
+            throw StoreOpsError.posix(err, doing: "renaming \(from) to \(to)", side: .output)
+        }
+        guard link(from, to) == 0 else {
+            let linkErr = errno
+            if linkErr == EEXIST {
+                throw StoreOpsError(.cannotCreate, "\(to) already exists", hint: "choose another name, or remove it first")
+            }
+            throw StoreOpsError.posix(linkErr, doing: "renaming \(from) to \(to)", side: .output)
+        }
+        unlink(from)
+    }
+
+    /// rename(2), replacing `to` atomically if it exists.
+    public static func rename(_ from: String, _ to: String) throws {
+        guard Foundation.rename(from, to) == 0 else {
+            throw StoreOpsError.posix(errno, doing: "renaming \(from) to \(to)", side: .output)
+        }
+    }
+
+    /// Removes a file or a folder tree; missing is fine.
+    public static func remove(_ path: String) {
+        if kind(of: path) == .directory {
+            try? FileManager.default.removeItem(atPath: path)
+        } else {
+            unlink(path)
+        }
+    }
+
+    /// Whether a process with this pid exists (used to tell stale temp files from live ones).
+    public static func processIsAlive(_ pid: Int32) -> Bool {
+        pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)
+    }
+}

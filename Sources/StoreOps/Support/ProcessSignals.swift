@@ -1,0 +1,44 @@
+import Foundation
+import Synchronization
+
+/// SIGINT and SIGTERM turned into a flag that long operations poll between steps.
+///
+/// The handler only stores the signal number (async-signal-safe); the operation notices it at its
+/// next safe point, removes its temp files and throws an error whose exit status is 128 + signal.
+/// SQLite work in progress is stopped through a progress handler that reads the same flag.
+public enum ProcessSignals {
+    private static let flag = Atomic<Int32>(0)
+
+    /// Installs the handlers. The CLI calls this once at start-up.
+    public static func install() {
+        signal(SIGINT) { number in ProcessSignals.flag.store(number, ordering: .relaxed) }
+        signal(SIGTERM) { number in ProcessSignals.flag.store(number, ordering: .relaxed) }
+    }
+
+    /// The signal received so far, if any.
+    public static var received: Int32? {
+        let value = flag.load(ordering: .relaxed)
+        return value == 0 ? nil : value
+    }
+
+    /// Records a signal as if it had been delivered (tests, and callers embedding the library).
+    public static func raise(_ number: Int32) { flag.store(number, ordering: .relaxed) }
+
+    /// Forgets a received signal (tests only).
+    public static func reset() { flag.store(0, ordering: .relaxed) }
+
+    /// Throws if a signal arrived; call between steps.
+    public static func checkpoint(_ doing: @autoclosure () -> String) throws {
+        if let number = received {
+            throw StoreOpsError(.signal(number), "\(doing()): interrupted by \(name(number)); temporary files were removed")
+        }
+    }
+
+    public static func name(_ number: Int32) -> String {
+        switch number {
+        case SIGINT: return "SIGINT"
+        case SIGTERM: return "SIGTERM"
+        default: return "signal \(number)"
+        }
+    }
+}

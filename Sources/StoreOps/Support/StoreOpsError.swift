@@ -1,0 +1,94 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+
+/// The error every StoreOps API throws: what went wrong and where, what to do, and the exit status.
+///
+/// Messages name the file, key or snapshot involved; `hint` says what the operator can do next.
+public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
+    public var status: ExitStatus
+    public var message: String
+    public var hint: String?
+
+    public init(_ status: ExitStatus, _ message: String, hint: String? = nil) {
+        self.status = status
+        self.message = message
+        self.hint = hint
+    }
+
+    public var description: String {
+        hint.map { "\(message)\n  hint: \($0)" } ?? message
+    }
+
+    /// Which side of an operation a SQLite error happened on; it decides 66 versus 73.
+    public enum Side: Sendable { case input, output }
+
+    /// Translates a SQLite (GRDB) error into a StoreOpsError with an exit status and advice.
+    ///
+    /// - Parameters:
+    ///   - error: the error thrown by GRDB or built from a raw result code.
+    ///   - doing: what we were doing, e.g. "copying pages from /data/app.sqlite".
+    ///   - side: whether the file involved is one we read or one we write.
+    public static func sqlite(_ error: any Error, doing: String, side: Side = .input) -> StoreOpsError {
+        if let own = error as? StoreOpsError { return own }
+        guard let dbError = error as? DatabaseError else {
+            return StoreOpsError(.failure, "\(doing): \(error)")
+        }
+        let text = dbError.message ?? "\(dbError.resultCode)"
+        return fromResultCode(dbError.extendedResultCode.rawValue, message: text, doing: doing, side: side)
+    }
+
+    /// Builds the error for a raw SQLite result code (for C API calls GRDB does not wrap).
+    public static func fromResultCode(_ code: Int32, message: String, doing: String, side: Side = .input) -> StoreOpsError {
+        switch code & 0xff {
+        case SQLITE_BUSY, SQLITE_LOCKED:
+            return StoreOpsError(.busy, "\(doing): the store is busy (\(message))",
+                                 hint: "another process holds a lock; try again later or raise --timeout")
+        case SQLITE_CORRUPT, SQLITE_NOTADB:
+            return StoreOpsError(.badData, "\(doing): the database is damaged or not a SQLite database (\(message))",
+                                 hint: "run `storectl preflight --full` on it, and restore from a backup if it is corrupt")
+        case SQLITE_FULL:
+            return StoreOpsError(.ioError, "\(doing): no space left on the device (\(message))",
+                                 hint: "free space on the destination volume, or choose another destination")
+        case SQLITE_IOERR:
+            return StoreOpsError(.ioError, "\(doing): I/O error (\(message))")
+        case SQLITE_CANTOPEN:
+            return side == .input
+                ? StoreOpsError(.noInput, "\(doing): cannot open (\(message))", hint: "check that the file exists and is readable")
+                : StoreOpsError(.cannotCreate, "\(doing): cannot create (\(message))", hint: "check that the folder exists and is writable")
+        case SQLITE_PERM, SQLITE_READONLY, SQLITE_AUTH:
+            return side == .input
+                ? StoreOpsError(.noInput, "\(doing): permission denied (\(message))")
+                : StoreOpsError(.cannotCreate, "\(doing): permission denied (\(message))")
+        case SQLITE_INTERRUPT:
+            let signal = ProcessSignals.received ?? SIGINT
+            return StoreOpsError(.signal(signal), "\(doing): interrupted by \(ProcessSignals.name(signal))")
+        default:
+            return StoreOpsError(.failure, "\(doing): \(message) (SQLite error \(code))")
+        }
+    }
+
+    /// An error from a libc call, with `errno` translated to the documented status.
+    public static func posix(_ err: Int32, doing: String, side: Side) -> StoreOpsError {
+        let text = String(cString: strerror(err))
+        switch err {
+        case ENOSPC, EDQUOT:
+            return StoreOpsError(.ioError, "\(doing): no space left on the device (\(text))",
+                                 hint: "free space on the destination volume, or choose another destination")
+        case ENOENT, ENOTDIR:
+            return side == .input
+                ? StoreOpsError(.noInput, "\(doing): \(text)")
+                : StoreOpsError(.cannotCreate, "\(doing): \(text)", hint: "check that the folder exists")
+        case EACCES, EPERM, EROFS:
+            return side == .input
+                ? StoreOpsError(.noInput, "\(doing): \(text)", hint: "check the file's permissions")
+                : StoreOpsError(.cannotCreate, "\(doing): \(text)", hint: "check that the folder is writable")
+        case EEXIST:
+            return StoreOpsError(.cannotCreate, "\(doing): \(text)")
+        case EIO:
+            return StoreOpsError(.ioError, "\(doing): \(text)")
+        default:
+            return StoreOpsError(side == .input ? .noInput : .ioError, "\(doing): \(text)")
+        }
+    }
+}
