@@ -4,7 +4,8 @@ import GRDB
 /// `storectl preflight`: whether it is safe to go on with an operation on a store, and why not.
 ///
 /// Read-only: the store is opened with `SQLITE_OPEN_READONLY`, other processes' locks are only
-/// inspected (`F_GETLK`), and nothing is created beside the store.
+/// inspected (`F_GETLK`). (Like any SQLite reader, opening a WAL store whose `-wal`/`-shm` do not
+/// exist creates them empty; they are never removed, since another process may be using them.)
 public enum Preflight {
     /// The operation a preflight is for; it decides the space figures and which locks matter.
     public enum Operation: String, Sendable, Codable, CaseIterable {

@@ -25,6 +25,9 @@ public enum Hashing {
 
     public static func sha256(_ data: some DataProtocol) -> String { hex(SHA256.hash(data: data)) }
 
+    /// The 32 raw bytes of a SHA-256 digest.
+    public static func sha256Digest(_ data: some DataProtocol) -> Data { Data(SHA256.hash(data: data)) }
+
     static func hex(_ digest: SHA256.Digest) -> String {
         digest.map { String(format: "%02x", $0) }.joined()
     }

@@ -1,0 +1,141 @@
+import Foundation
+import GRDB
+import StoreOps
+
+/// A second process's steady write load: one small transaction every `interval`, like an app,
+/// with each commit's latency measured (BEGIN IMMEDIATE through COMMIT).
+///
+/// On a sample store it inserts Core Data-style `Task` rows (taking `Z_PK` from `Z_MAX`, as Core
+/// Data does); on any other store it appends to a `lab_load` table it creates.
+public enum WriteLoad {
+    public struct Options: Sendable {
+        public var interval: TimeInterval = 0.002
+        public var duration: TimeInterval?
+        public var busyTimeout: TimeInterval = 5
+        /// Touched after the first commit, so a test knows the load is running.
+        public var readyFile: String?
+        public init() {}
+    }
+
+    public struct Stats: Sendable, Codable {
+        public var commits: Int
+        public var errors: Int
+        public var durationSeconds: Double
+        public var p50Ms: Double
+        public var p99Ms: Double
+        public var maxMs: Double
+        public var meanMs: Double
+        public var lastError: String?
+
+        public init(latencies: [Double], errors: Int, duration: Double, lastError: String?) {
+            let sorted = latencies.sorted()
+            func percentile(_ p: Double) -> Double {
+                sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))] * 1000
+            }
+            commits = sorted.count
+            self.errors = errors
+            durationSeconds = duration
+            p50Ms = percentile(0.5)
+            p99Ms = percentile(0.99)
+            maxMs = (sorted.last ?? 0) * 1000
+            meanMs = sorted.isEmpty ? 0 : sorted.reduce(0, +) / Double(sorted.count) * 1000
+            self.lastError = lastError
+        }
+    }
+
+    /// Runs until `duration` passes or a SIGINT/SIGTERM arrives, then returns the statistics.
+    public static func run(store path: String, options: Options) throws -> Stats {
+        var config = Configuration()
+        config.busyMode = .timeout(options.busyTimeout)
+        config.label = "storectl-lab.writer"
+        let queue = try DatabaseQueue(path: path, configuration: config)
+        let sample = try queue.inDatabase { db in
+            let isSample = try db.tableExists("ZITEM") && db.tableExists("Z_PRIMARYKEY")
+            if !isSample {
+                try db.execute(sql: "CREATE TABLE IF NOT EXISTS lab_load (id INTEGER PRIMARY KEY, at REAL, payload BLOB)")
+            }
+            return isSample
+        }
+        var latencies: [Double] = []
+        latencies.reserveCapacity(100_000)
+        var errors = 0
+        var lastError: String?
+        let start = Date()
+        var next = start
+        var ready = false
+        let payload = Data(repeating: 0xA5, count: 200)
+        while ProcessSignals.received == nil {
+            if let duration = options.duration, Date().timeIntervalSince(start) >= duration { break }
+            let began = Date()
+            do {
+                try queue.inDatabase { db in
+                    try db.execute(sql: "BEGIN IMMEDIATE")
+                    do {
+                        if sample {
+                            let pk = (try Int.fetchOne(db, sql: "SELECT Z_MAX FROM Z_PRIMARYKEY WHERE Z_ENT = 2") ?? 0) + 1
+                            let now = Date().timeIntervalSince1970 - CoreDataStore.referenceDateOffset
+                            try db.execute(sql: """
+                                INSERT INTO ZITEM (Z_PK, Z_ENT, Z_OPT, ZISDELETED, ZPRIORITY, ZCATEGORY, ZCREATEDAT, ZTITLE, ZBODY)
+                                VALUES (?, 3, 1, 0, 1, 1, ?, ?, ?)
+                                """, arguments: [pk, now, "written by the load \(pk)", String(repeating: "x", count: 150)])
+                            try db.execute(sql: "UPDATE Z_PRIMARYKEY SET Z_MAX = ? WHERE Z_ENT = 2", arguments: [pk])
+                        } else {
+                            try db.execute(sql: "INSERT INTO lab_load (at, payload) VALUES (?, ?)",
+                                           arguments: [Date().timeIntervalSince1970, payload])
+                        }
+                        try db.execute(sql: "COMMIT")
+                    } catch {
+                        try? db.execute(sql: "ROLLBACK")
+                        throw error
+                    }
+                }
+                latencies.append(Date().timeIntervalSince(began))
+                if !ready, let file = options.readyFile {
+                    _ = FileManager.default.createFile(atPath: file, contents: Data("ready\n".utf8))
+                    ready = true
+                }
+            } catch {
+                errors += 1
+                lastError = "\(error)"
+            }
+            next = next.addingTimeInterval(options.interval)
+            let wait = next.timeIntervalSinceNow
+            if wait > 0 { usleep(useconds_t(wait * 1_000_000)) } else { next = Date() }
+        }
+        try? queue.close()
+        return Stats(latencies: latencies, errors: errors, duration: Date().timeIntervalSince(start), lastError: lastError)
+    }
+}
+
+/// Holds a lock on a store for a while, like an app in the middle of a long transaction.
+public enum LockHolder {
+    public enum Mode: String, Sendable, CaseIterable {
+        /// BEGIN IMMEDIATE plus a write: the write lock (RESERVED in rollback mode).
+        case write
+        /// BEGIN EXCLUSIVE plus a write: in rollback mode no one else can even read.
+        case exclusive
+        /// A read transaction.
+        case read
+    }
+
+    /// Takes the lock, touches `readyFile`, waits `seconds` (or a signal), rolls back.
+    public static func hold(store path: String, mode: Mode, seconds: TimeInterval, readyFile: String?) throws {
+        let queue = try DatabaseQueue(path: path)
+        try queue.inDatabase { db in
+            switch mode {
+            case .read:
+                try db.execute(sql: "BEGIN")
+                _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master")
+            case .write, .exclusive:
+                try db.execute(sql: mode == .write ? "BEGIN IMMEDIATE" : "BEGIN EXCLUSIVE")
+                try db.execute(sql: "CREATE TABLE IF NOT EXISTS lab_hold (x)")
+                try db.execute(sql: "INSERT INTO lab_hold VALUES (1)")
+            }
+            if let readyFile { _ = FileManager.default.createFile(atPath: readyFile, contents: Data("held\n".utf8)) }
+            let until = Date().addingTimeInterval(seconds)
+            while Date() < until, ProcessSignals.received == nil { usleep(10_000) }
+            try db.execute(sql: "ROLLBACK")
+        }
+        try queue.close()
+    }
+}

@@ -1,0 +1,83 @@
+import ArgumentParser
+import Foundation
+import StoreLab
+import StoreOps
+
+/// Test and demo companion of storectl: makes sample stores and plays the app writing to them.
+@main
+struct StorectlLab: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "storectl-lab",
+        abstract: "Sample stores and write load for storectl's demo, tests and benchmarks.",
+        subcommands: [MakeStore.self, Writer.self, Hold.self])
+
+    static func main() {
+        ProcessSignals.install()
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch let error as StoreOpsError {
+            FileHandle.standardError.write(Data("storectl-lab: \(error)\n".utf8))
+            Foundation.exit(error.status.rawValue)
+        } catch {
+            exit(withError: error)
+        }
+    }
+}
+
+struct MakeStore: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "make-store", abstract: "Generate a Core Data-shaped sample store.")
+
+    @Argument var path: String
+    @Option(help: "Number of items (Task and Note rows).") var items = 10_000
+    @Option(help: "Fraction of items soft-deleted.") var deletedFraction = 0.2
+    @Option(help: "Soft deletions are spread over this many past days.") var deletedSpanDays = 180.0
+    @Option(help: "wal or delete.") var journalMode = "wal"
+    @Option(help: "Characters of body text per item (~250 bytes per row at 120).") var bodyLength = 120
+    @Option(help: "Files to create in the store's _EXTERNAL_DATA folder.") var externalFiles = 0
+    @Option var seed: UInt64 = 42
+
+    func run() throws {
+        var options = SampleStore.Options()
+        options.items = items
+        options.deletedFraction = deletedFraction
+        options.deletedSpanDays = deletedSpanDays
+        options.journalMode = journalMode
+        options.bodyLength = bodyLength
+        options.externalFiles = externalFiles
+        options.seed = seed
+        print(JSON.string(try SampleStore.create(at: path, options: options)))
+    }
+}
+
+struct Writer: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Commit a small transaction every --interval-ms until --duration or SIGTERM, then print latency stats as JSON.")
+
+    @Argument var path: String
+    @Option var intervalMs = 2.0
+    @Option(help: "Seconds to run (default: until SIGINT/SIGTERM).") var duration: Double?
+    @Option(help: "File touched after the first commit.") var readyFile: String?
+
+    func run() throws {
+        var options = WriteLoad.Options()
+        options.interval = intervalMs / 1000
+        options.duration = duration
+        options.readyFile = readyFile
+        print(JSON.string(try WriteLoad.run(store: path, options: options)))
+    }
+}
+
+struct Hold: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Hold a lock on a store (write, exclusive or read) for some seconds.")
+
+    @Argument var path: String
+    @Option var mode: String = "write"
+    @Option var seconds = 10.0
+    @Option var readyFile: String?
+
+    func run() throws {
+        guard let mode = LockHolder.Mode(rawValue: mode) else { throw ValidationError("--mode must be write, exclusive or read") }
+        try LockHolder.hold(store: path, mode: mode, seconds: seconds, readyFile: readyFile)
+    }
+}

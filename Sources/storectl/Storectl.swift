@@ -1,0 +1,72 @@
+import ArgumentParser
+import Foundation
+import Logging
+import StoreOps
+
+@main
+struct Storectl: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "storectl",
+        abstract: "Keep SQLite and Core Data stores safe in production: backups, preflight checks, snapshots, migrations, purges.",
+        discussion: """
+            Every operation either completes and is verified, or leaves the store exactly as it was.
+
+            EXIT STATUS
+            \(ExitStatus.documented.map { "  \(String($0.0.rawValue).padding(toLength: 4, withPad: " ", startingAt: 0)) \($0.1)" }.joined(separator: "\n"))
+
+            Set STORECTL_LOG_LEVEL=debug for a trace on stderr.
+            """,
+        version: StoreOpsVersion.current,
+        subcommands: [BackupCommand.self, PreflightCommand.self])
+
+    static func main() {
+        ProcessSignals.install()
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = ProcessInfo.processInfo.environment["STORECTL_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
+            return handler
+        }
+        var command: (any ParsableCommand)?
+        do {
+            command = try parseAsRoot()
+            try command!.run()
+        } catch {
+            exit(with: error, json: (command as? JSONOutput)?.json ?? false)
+        }
+    }
+
+    /// The one place errors become exit statuses and messages.
+    static func exit(with error: any Error, json: Bool) -> Never {
+        guard let failure = error as? StoreOpsError else {
+            // Argument errors (64), --help (0) and explicit ExitCode results.
+            Storectl.exit(withError: error)
+        }
+        if json {
+            print(JSON.string(ErrorReport(status: failure.status.rawValue, message: failure.message, hint: failure.hint)))
+        }
+        FileHandle.standardError.write(Data("storectl: \(failure)\n".utf8))
+        Foundation.exit(failure.status.rawValue)
+    }
+}
+
+/// Commands with a `--json` flag: errors are then also reported as JSON on stdout.
+protocol JSONOutput {
+    var json: Bool { get }
+}
+
+struct ErrorReport: Encodable {
+    var ok = false
+    var status: Int32
+    var message: String
+    var hint: String?
+}
+
+/// Progress on stderr, only when stderr is a terminal.
+enum Terminal {
+    static func progress() -> TerminalProgress? {
+        TerminalProgress.isAvailable ? TerminalProgress() : nil
+    }
+}
+
+extension VerifyLevel: ExpressibleByArgument {}
+extension Preflight.Operation: ExpressibleByArgument {}
