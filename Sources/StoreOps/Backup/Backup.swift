@@ -47,7 +47,7 @@ public enum Backup {
     ///   73 output not creatable, 74 disk full, 75 busy, 64 output equal to the source).
     public static func run(source: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let store = try StoreFile(existing: source)
-        let startedAt = Date()
+        let startedAt = Timestamp.now()
         let output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
         PendingFile.removeStale(in: output.folder)
 
@@ -83,7 +83,7 @@ public enum Backup {
         }
         try database.commit(replacing: options.overwrite)
 
-        let finishedAt = Date()
+        let finishedAt = Timestamp.now()
         let manifest = Manifest(
             kind: "backup", tool: .init(), host: ProcessInfo.processInfo.hostName,
             source: outcome.source,

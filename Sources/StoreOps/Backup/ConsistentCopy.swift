@@ -76,10 +76,14 @@ public enum ConsistentCopy {
                             onSnapshot: (StoreInfo) throws -> Void = { _ in },
                             progress: ProgressHandler? = nil) throws -> Outcome {
         let startedAt = Date()
-        let source = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: 0.2, label: "storectl.source")
+        var stats = (steps: 0, restarts: 0, busyRetries: 0)
+        // Short busy timeouts, retried here until `timeout`: a SQLite busy wait cannot be
+        // interrupted, our loop notices signals between attempts.
+        let source = try retryingBusy(timeout: options.timeout, doing: "opening \(store.path)", retries: &stats.busyRetries) {
+            try StoreConnection.open(store.path, access: .readOnly, busyTimeout: 0.2, label: "storectl.source")
+        }
         defer { try? source.close() }
         let target = try StoreConnection.open(destination, access: .readWrite, busyTimeout: 1, side: .output, label: "storectl.copy")
-        var stats = (steps: 0, restarts: 0, busyRetries: 0)
         var sourceRecord: Manifest.Source?
 
         try source.inDatabase { src in
@@ -264,22 +268,26 @@ public enum ConsistentCopy {
         let deadline = Date().addingTimeInterval(timeout)
         var backoff: useconds_t = 1_000
         while true {
+            let busy: String
             do {
                 return try body()
             } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_LOCKED {
-                retries += 1
-                try ProcessSignals.checkpoint(doing)
-                guard Date() < deadline else {
-                    throw StoreOpsError(.busy, "\(doing): the store stayed locked for \(Format.duration(timeout)) (\(error.message ?? "busy"))",
-                                        hint: "another process holds a long write transaction; try again later, or raise --timeout")
-                }
-                usleep(backoff)
-                backoff = min(backoff * 2, 50_000)
+                busy = error.message ?? "busy"
+            } catch let error as StoreOpsError where error.status == .busy {
+                busy = error.message
             } catch let error as StoreOpsError {
                 throw error
             } catch {
                 throw StoreOpsError.sqlite(error, doing: doing)
             }
+            retries += 1
+            try ProcessSignals.checkpoint(doing)
+            guard Date() < deadline else {
+                throw StoreOpsError(.busy, "\(doing): the store stayed locked for \(Format.duration(timeout)) (\(busy))",
+                                    hint: "another process holds a long write transaction; try again later, or raise --timeout")
+            }
+            usleep(backoff)
+            backoff = min(backoff * 2, 50_000)
         }
     }
 }

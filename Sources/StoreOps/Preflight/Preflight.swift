@@ -34,7 +34,7 @@ public enum Preflight {
     /// - Throws: exit 66/65 when the store is missing or not a SQLite database, 75 when it stays
     ///   locked past the timeout, 73 when the destination does not exist.
     public static func run(store path: String, options: Options = Options()) throws -> PreflightReport {
-        let startedAt = Date()
+        let startedAt = Timestamp.now()
         let store = try StoreFile(existing: path)
         let destination = FileSystem.absolute(options.destination ?? store.folder)
         guard FileSystem.kind(of: destination) == .directory else {

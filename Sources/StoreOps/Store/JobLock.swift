@@ -49,7 +49,7 @@ public final class JobLock {
             throw StoreOpsError.posix(err, doing: "locking \(path)", side: .output)
         }
         let lock = JobLock(path: path, fd: fd)
-        lock.record(Holder(pid: getpid(), job: job, since: Date()))
+        lock.record(Holder(pid: getpid(), job: job, since: Timestamp.now()))
         return lock
     }
 

@@ -13,6 +13,19 @@ public struct StoreInfo: Sendable, Codable, Equatable {
     public var walBytes: UInt64
     public var sqliteVersion: String
 
+    public init(path: String, journalMode: String, pageSize: Int, pageCount: Int, freelistCount: Int, userVersion: Int,
+                fileBytes: UInt64, walBytes: UInt64, sqliteVersion: String) {
+        self.path = path
+        self.journalMode = journalMode
+        self.pageSize = pageSize
+        self.pageCount = pageCount
+        self.freelistCount = freelistCount
+        self.userVersion = userVersion
+        self.fileBytes = fileBytes
+        self.walBytes = walBytes
+        self.sqliteVersion = sqliteVersion
+    }
+
     /// page_count x page_size: what a copy of the store occupies.
     public var logicalBytes: UInt64 { UInt64(pageSize) * UInt64(pageCount) }
     public var isWAL: Bool { journalMode == "wal" }

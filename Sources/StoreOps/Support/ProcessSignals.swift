@@ -10,9 +10,18 @@ public enum ProcessSignals {
     private static let flag = Atomic<Int32>(0)
 
     /// Installs the handlers. The CLI calls this once at start-up.
+    ///
+    /// A process inherits its parent's blocked-signal mask; launched from a thread that blocks
+    /// signals (a dispatch worker, some supervisors), SIGTERM would never arrive and the job could
+    /// not be stopped cleanly. So the two signals are also unblocked here.
     public static func install() {
         signal(SIGINT) { number in ProcessSignals.flag.store(number, ordering: .relaxed) }
         signal(SIGTERM) { number in ProcessSignals.flag.store(number, ordering: .relaxed) }
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGINT)
+        sigaddset(&set, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
     }
 
     /// The signal received so far, if any.

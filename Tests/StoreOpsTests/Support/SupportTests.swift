@@ -1,0 +1,105 @@
+import Foundation
+import StoreLab
+import StoreOps
+import Testing
+
+@Suite("support: atomic files, job lock, formatting")
+struct SupportTests {
+    @Test("a pending file is invisible until committed, private, and gone if discarded")
+    func pendingFile() throws {
+        let folder = try TempFolder()
+        let final = folder.file("artifact.bin")
+        do {
+            let pending = try PendingFile(finalPath: final)
+            try pending.write(Data("hello".utf8))
+            #expect(permissions(pending.tempPath) == 0o600)
+            #expect(FileSystem.name(of: pending.tempPath).hasPrefix(".artifact.bin.tmp-storectl-\(getpid())-"))
+            #expect(!FileManager.default.fileExists(atPath: final))
+            // Dropped without commit: removed.
+        }
+        #expect(folder.contents().isEmpty)
+
+        let pending = try PendingFile(finalPath: final)
+        try pending.write(Data("hello".utf8))
+        try pending.commit()
+        #expect(try String(contentsOfFile: final, encoding: .utf8) == "hello")
+        #expect(folder.contents() == ["artifact.bin"])
+    }
+
+    @Test("commit refuses to replace an existing file unless asked")
+    func commitNoReplace() throws {
+        let folder = try TempFolder()
+        let final = folder.file("a")
+        try Data("old".utf8).write(to: URL(fileURLWithPath: final))
+        let pending = try PendingFile(finalPath: final)
+        try pending.write(Data("new".utf8))
+        #expect((#expect(throws: StoreOpsError.self) { try pending.commit() })?.status == .cannotCreate)
+        #expect(try String(contentsOfFile: final, encoding: .utf8) == "old")
+        try pending.commit(replacing: true)
+        #expect(try String(contentsOfFile: final, encoding: .utf8) == "new")
+    }
+
+    @Test("temp files of dead processes are removed; those of live ones are kept")
+    func staleTempFiles() throws {
+        let folder = try TempFolder()
+        // A pid that is certainly not running: a child that has exited.
+        let child = try ChildProcess.run("/bin/true", [])
+        #expect(child.status == 0)
+        let dead = folder.file(".x.sqlite.tmp-storectl-999999999-abc")
+        let deadWAL = dead + "-wal"
+        let live = folder.file(".y.sqlite.tmp-storectl-\(getpid())-def")
+        for path in [dead, deadWAL, live, folder.file("keep.sqlite")] {
+            _ = FileManager.default.createFile(atPath: path, contents: Data())
+        }
+        let removed = PendingFile.removeStale(in: folder.path)
+        #expect(Set(removed.map { FileSystem.name(of: $0) }) == [FileSystem.name(of: dead), FileSystem.name(of: deadWAL)])
+        #expect(Set(folder.contents()) == [FileSystem.name(of: live), "keep.sqlite"])
+    }
+
+    @Test("the job lock: a second taker gets 75 naming the holder; released on exit, even kill -9")
+    func jobLock() throws {
+        let folder = try TempFolder()
+        let path = folder.file("store.sqlite.storectl-lock")
+        let lock = try JobLock.acquire(path: path, job: "migrate")
+        let error = #expect(throws: StoreOpsError.self) { try JobLock.acquire(path: path, job: "purge") }
+        #expect(error?.status == .busy)
+        #expect(error?.message.contains("another job (migrate) holds the lock since") == true)
+        #expect(error?.message.contains("pid \(getpid())") == true)
+        #expect(JobLock.currentHolder(path: path)?.job == "migrate")
+        #expect(permissions(path) == 0o600)
+        lock.release()
+        #expect(JobLock.currentHolder(path: path) == nil)
+
+        // Another process takes it (holding a read lock on a store is irrelevant here: flock on the
+        // sidecar), and is killed: the lock is free again.
+        let ready = folder.file("ready")
+        let script = "exec 9>>'\(path)' && flock -n 9 && touch '\(ready)' && exec sleep 30"
+        let holder = try ChildProcess.Running("/bin/sh", ["-c", script])
+        #expect(ChildProcess.waitFor(file: ready))
+        #expect(throws: StoreOpsError.self) { try JobLock.acquire(path: path, job: "purge") }
+        holder.signal(SIGKILL)
+        _ = holder.wait()
+        let again = try JobLock.acquire(path: path, job: "purge")
+        again.release()
+    }
+
+    @Test("figures for humans", arguments: [
+        (UInt64(0), "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (1 << 30, "1.0 GiB"),
+    ])
+    func bytes(_ value: UInt64, _ text: String) {
+        #expect(Format.bytes(value) == text)
+    }
+
+    @Test func countsAndDurations() {
+        #expect(Format.count(1_234_567) == "1,234,567")
+        #expect(Format.count(12) == "12")
+        #expect(Format.duration(0.5) == "0.50s")
+        #expect(Format.duration(125) == "2m05s")
+    }
+
+    @Test func compactTimestamp() {
+        // 2026-11-22T03:15:00Z
+        #expect(Timestamp.compact(Date(timeIntervalSince1970: 1_795_317_300)) == "20261122T031500Z")
+        #expect(Timestamp.parseISO(Timestamp.iso(Date(timeIntervalSince1970: 1_795_317_300.25)))?.timeIntervalSince1970 == 1_795_317_300.25)
+    }
+}

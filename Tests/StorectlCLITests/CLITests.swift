@@ -1,0 +1,195 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+@testable import storectl
+
+func storectl(_ arguments: String..., environment: [String: String]? = nil) throws -> ChildProcess.Result {
+    try ChildProcess.run(Binaries.storectl, arguments, environment: environment)
+}
+
+func makeStore(_ folder: TempFolder, items: Int = 2_000, journalMode: String = "wal") throws -> String {
+    let path = folder.file("Tasks.sqlite")
+    let made = try ChildProcess.run(Binaries.lab, ["make-store", path, "--items", "\(items)", "--journal-mode", journalMode])
+    #expect(made.status == 0, "\(made.stderr)")
+    return path
+}
+
+@Suite("storectl backup, end to end")
+struct BackupCLITests {
+    @Test("quiet success: one summary line on stdout, nothing on stderr, exit 0")
+    func success() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let result = try storectl("backup", store, "--output", folder.path)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stderr.isEmpty, "no progress when stderr is not a terminal: \(result.stderr)")
+        let lines = result.stdout.split(separator: "\n")
+        #expect(lines.count == 1)
+        #expect(lines.first?.hasPrefix("backup ok: \(folder.path)/Tasks-") == true)
+        #expect(result.stdout.contains("quick_check ok"))
+        #expect(result.stdout.contains("(source wal, 6 entities)"))
+    }
+
+    @Test("--json: the result, with the manifest, on stdout")
+    func json() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let result = try storectl("backup", store, "-o", folder.file("copy.sqlite"), "--json", "--verify", "full")
+        #expect(result.status == 0, "\(result.stderr)")
+        let decoded = try JSON.decoder().decode(Backup.Result.self, from: Data(result.stdout.utf8))
+        #expect(decoded.path == folder.file("copy.sqlite"))
+        #expect(decoded.manifest.verify.level == .full)
+        #expect(decoded.manifest.database.sha256 == (try Hashing.sha256(ofFile: decoded.path)))
+    }
+
+    @Test("errors: message on stderr and the documented status; with --json also a JSON error on stdout")
+    func errors() throws {
+        let folder = try TempFolder()
+        let missing = try storectl("backup", folder.file("missing.sqlite"), "-o", folder.path)
+        #expect(missing.status == 66)
+        #expect(missing.stderr.hasPrefix("storectl: \(folder.file("missing.sqlite")): no such file"))
+        #expect(missing.stdout.isEmpty)
+
+        let json = try storectl("backup", folder.file("missing.sqlite"), "-o", folder.path, "--json")
+        #expect(json.status == 66)
+        let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        #expect(object?["ok"] as? Bool == false)
+        #expect(object?["status"] as? Int == 66)
+
+        let store = try makeStore(folder)
+        let exists = try storectl("backup", store, "-o", store)
+        #expect(exists.status == 64)
+        #expect(exists.stderr.contains("is the source store itself"))
+    }
+
+    @Test("usage errors exit 64", arguments: [
+        ["backup", "x.sqlite"],                                   // no --output
+        ["backup", "x.sqlite", "-o", "y", "--verify", "bogus"],   // bad enum
+        ["backup", "x.sqlite", "-o", "y", "--timeout", "soon"],   // not a number
+        ["preflight", "x.sqlite", "--for", "dance"],
+        ["frobnicate"],
+    ])
+    func usage(_ arguments: [String]) throws {
+        let result = try ChildProcess.run(Binaries.storectl, arguments)
+        #expect(result.status == 64, "\(arguments): \(result.stderr)")
+        #expect(!result.stderr.isEmpty)
+    }
+
+    @Test("an unreadable store: 66 (run as an unprivileged user when the tests run as root)")
+    func unreadable() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        chmod(store, 0o000)
+        defer { chmod(store, 0o644) }
+        chmod(folder.path, 0o777)
+        let result: ChildProcess.Result
+        if getuid() == 0 {
+            result = try ChildProcess.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                               Binaries.storectl, "backup", store, "-o", folder.file("out.sqlite")])
+        } else {
+            result = try storectl("backup", store, "-o", folder.file("out.sqlite"))
+        }
+        #expect(result.status == 66, "\(result.stderr)")
+        #expect(result.stderr.contains("Permission denied"))
+        #expect(leftoversIn(folder.path).isEmpty)
+    }
+
+    @Test("SIGTERM or Ctrl-C during a backup removes the temp file and exits 128+signal", arguments: [SIGTERM, SIGINT])
+    func signalCleansUp(_ signal: Int32) throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, journalMode: "delete")
+        let ready = folder.file("held")
+        // The store is locked exclusively, so the backup waits in its retry loop when the signal comes.
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "exclusive", "--seconds", "30", "--ready-file", ready])
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        let out = folder.file("out")
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
+        let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", out, "--timeout", "60"])
+        usleep(700_000)
+        backup.signal(signal)
+        let result = backup.wait()
+        #expect(result.status == 128 + signal, "\(result.stderr)")
+        #expect(result.stderr.contains("interrupted by \(signal == SIGTERM ? "SIGTERM" : "SIGINT")"))
+        #expect((try FileManager.default.contentsOfDirectory(atPath: out)).isEmpty)
+    }
+
+    @Test("--help lists every exit status")
+    func helpListsExitStatuses() throws {
+        let result = try storectl("--help")
+        #expect(result.status == 0)
+        for (status, meaning) in StoreOps.ExitStatus.documented {
+            #expect(result.stdout.contains("\(status.rawValue)") && result.stdout.contains(meaning), "\(meaning)")
+        }
+    }
+}
+
+@Suite("storectl preflight, end to end")
+struct PreflightCLITests {
+    @Test("a table and exit 0 for a healthy store; the same as JSON")
+    func healthy() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let table = try storectl("preflight", store)
+        #expect(table.status == 0, "\(table.stdout)\(table.stderr)")
+        #expect(table.stdout.contains("ok    integrity.quick_check"))
+        #expect(table.stdout.contains("entities (Core Data)"))
+        #expect(table.stdout.contains("result: ok"))
+
+        let json = try storectl("preflight", store, "--json", "--for", "snapshot", "--dest", folder.path, "--full")
+        #expect(json.status == 0)
+        let report = try JSON.decoder().decode(PreflightReport.self, from: Data(json.stdout.utf8))
+        #expect(report.operation == .snapshot)
+        #expect(report.check("integrity.integrity_check")?.status == .ok)
+    }
+
+    @Test("a failed check: exit 2 and the failing line")
+    func failing() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        try DatabaseQueue(path: store).write { try $0.execute(sql: "UPDATE ZITEM SET ZCATEGORY = 4242 WHERE Z_PK = 7") }
+        let result = try storectl("preflight", store)
+        #expect(result.status == 2)
+        #expect(result.stdout.contains("fail  coredata.orphans"))
+        #expect(result.stdout.contains("result: FAILED"))
+    }
+
+    @Test("bad input: missing store 66, not a SQLite file 65")
+    func badInput() throws {
+        let folder = try TempFolder()
+        #expect(try storectl("preflight", folder.file("none.sqlite")).status == 66)
+        let text = folder.file("text.sqlite")
+        try Data("not a database at all, just words".utf8).write(to: URL(fileURLWithPath: text))
+        let result = try storectl("preflight", text)
+        #expect(result.status == 65)
+        #expect(result.stderr.contains("not a SQLite database"))
+    }
+}
+
+@Suite("storectl argument parsing (in process)")
+struct ParsingTests {
+    @Test func backupOptions() throws {
+        let command = try BackupCommand.parse(["a.sqlite", "-o", "/b", "--verify", "full", "--timeout", "5", "--force", "--json"])
+        #expect(command.source == "a.sqlite" && command.output == "/b" && command.verify == .full)
+        #expect(command.timeout == 5 && command.force && command.json)
+        let defaults = try BackupCommand.parse(["a.sqlite", "--output", "/b"])
+        #expect(defaults.verify == .quick && defaults.timeout == 60 && !defaults.force)
+    }
+
+    @Test func preflightOptions() throws {
+        let command = try PreflightCommand.parse(["a.sqlite", "--for", "migrate", "--dest", "/repo", "--full"])
+        #expect(command.operation == .migrate && command.dest == "/repo" && command.full)
+        #expect(throws: (any Error).self) { try PreflightCommand.parse(["a.sqlite", "--for", "nothing"]) }
+    }
+
+    @Test func subcommandsAreRegistered() throws {
+        #expect(try Storectl.parseAsRoot(["backup", "x", "-o", "y"]) is BackupCommand)
+        #expect(try Storectl.parseAsRoot(["preflight", "x"]) is PreflightCommand)
+    }
+}
+
+func leftoversIn(_ folder: String) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.contains(".tmp-storectl-") }
+}
