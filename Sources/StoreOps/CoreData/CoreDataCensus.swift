@@ -62,14 +62,22 @@ public enum CoreDataCensus {
 
     /// Root entities whose `Z_MAX` is below their table's largest `Z_PK`: Core Data would hand
     /// out primary keys that already exist.
+    ///
+    /// Both figures come from one statement, so from one snapshot: on a live store an app inserts
+    /// a row and raises `Z_MAX` in one transaction, and two separate reads could fall on either
+    /// side of it and report a problem that does not exist.
     public static func keyCounterProblems(_ db: Database, store: CoreDataStore) throws -> [KeyCounterProblem] {
         var problems: [KeyCounterProblem] = []
         for entity in store.entities where entity.isRoot {
             guard let table = entity.table,
                   try db.columns(in: table).contains(where: { $0.name.uppercased() == "Z_PK" }) else { continue }
-            let maxPK = try Int.fetchOne(db, sql: "SELECT max(Z_PK) FROM \(quoteIdentifier(table))") ?? 0
-            if maxPK > entity.max {
-                problems.append(KeyCounterProblem(entity: entity.name, table: table, zMax: entity.max, maxPK: maxPK))
+            let row = try Row.fetchOne(db, sql: """
+                SELECT (SELECT Z_MAX FROM Z_PRIMARYKEY WHERE Z_ENT = ?), (SELECT max(Z_PK) FROM \(quoteIdentifier(table)))
+                """, arguments: [entity.ent])
+            let zMax: Int = row?[0] ?? 0
+            let maxPK: Int = row?[1] ?? 0
+            if maxPK > zMax {
+                problems.append(KeyCounterProblem(entity: entity.name, table: table, zMax: zMax, maxPK: maxPK))
             }
         }
         return problems

@@ -53,6 +53,21 @@ struct PreflightTests {
         #expect(check.details == ["Item (ZITEM): Z_MAX 10 < max(Z_PK) 2000"])
     }
 
+    @Test("checks of a store under a live writer see consistent snapshots (no false Z_MAX or orphan failures)")
+    func liveWriterNoFalseFailures() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 20_000)
+        let ready = folder.file("writer.ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "1", "--ready-file", ready])
+        defer { writer.signal(SIGTERM); _ = writer.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        for _ in 0..<15 {
+            let report = try Preflight.run(store: store)
+            #expect(report.check("coredata.z_max")?.status == .ok, "\(report.check("coredata.z_max")?.details ?? [])")
+            #expect(report.check("coredata.orphans")?.status == .ok)
+        }
+    }
+
     @Test("a process in a write transaction is named (WAL and rollback modes)", arguments: ["wal", "delete"])
     func writerIsSeen(_ mode: String) throws {
         let folder = try TempFolder()
