@@ -14,6 +14,9 @@ public enum WriteLoad {
         public var busyTimeout: TimeInterval = 5
         /// Touched after the first commit, so a test knows the load is running.
         public var readyFile: String?
+        /// Written at the end: one line per commit, "<unix time it began> <latency seconds>", so a
+        /// benchmark can take the statistics of exactly the window it cares about.
+        public var latencyLog: String?
         public init() {}
     }
 
@@ -26,6 +29,22 @@ public enum WriteLoad {
         public var maxMs: Double
         public var meanMs: Double
         public var lastError: String?
+
+        /// Statistics of the commits in a latency log that began within `from...to` (unix seconds).
+        public static func fromLog(_ path: String, from: Double = 0, to: Double = .infinity) throws -> Stats {
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            var latencies: [Double] = []
+            var first = Double.infinity
+            var last = 0.0
+            for line in text.split(separator: "\n") {
+                let fields = line.split(separator: " ")
+                guard fields.count == 2, let at = Double(fields[0]), let latency = Double(fields[1]), at >= from, at <= to else { continue }
+                latencies.append(latency)
+                first = min(first, at)
+                last = max(last, at)
+            }
+            return Stats(latencies: latencies, errors: 0, duration: latencies.isEmpty ? 0 : last - first, lastError: nil)
+        }
 
         public init(latencies: [Double], errors: Int, duration: Double, lastError: String?) {
             let sorted = latencies.sorted()
@@ -57,7 +76,9 @@ public enum WriteLoad {
             return isSample
         }
         var latencies: [Double] = []
+        var beganAt: [Double] = []
         latencies.reserveCapacity(100_000)
+        beganAt.reserveCapacity(100_000)
         var errors = 0
         var lastError: String?
         let start = Date()
@@ -90,6 +111,7 @@ public enum WriteLoad {
                     }
                 }
                 latencies.append(Date().timeIntervalSince(began))
+                beganAt.append(began.timeIntervalSince1970)
                 if !ready, let file = options.readyFile {
                     _ = FileManager.default.createFile(atPath: file, contents: Data("ready\n".utf8))
                     ready = true
@@ -103,6 +125,10 @@ public enum WriteLoad {
             if wait > 0 { usleep(useconds_t(wait * 1_000_000)) } else { next = Date() }
         }
         try? queue.close()
+        if let log = options.latencyLog {
+            let lines = zip(beganAt, latencies).map { String(format: "%.6f %.6f\n", $0, $1) }.joined()
+            try Data(lines.utf8).write(to: URL(fileURLWithPath: log))
+        }
         return Stats(latencies: latencies, errors: errors, duration: Date().timeIntervalSince(start), lastError: lastError)
     }
 }

@@ -9,7 +9,7 @@ struct StorectlLab: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storectl-lab",
         abstract: "Sample stores and write load for storectl's demo, tests and benchmarks.",
-        subcommands: [MakeStore.self, Writer.self, Hold.self])
+        subcommands: [MakeStore.self, Writer.self, Hold.self, Latency.self])
 
     static func main() {
         ProcessSignals.install()
@@ -58,12 +58,14 @@ struct Writer: ParsableCommand {
     @Option var intervalMs = 2.0
     @Option(help: "Seconds to run (default: until SIGINT/SIGTERM).") var duration: Double?
     @Option(help: "File touched after the first commit.") var readyFile: String?
+    @Option(help: "Write one line per commit (\"<unix time> <latency s>\") to this file at the end.") var latencyLog: String?
 
     func run() throws {
         var options = WriteLoad.Options()
         options.interval = intervalMs / 1000
         options.duration = duration
         options.readyFile = readyFile
+        options.latencyLog = latencyLog
         print(JSON.string(try WriteLoad.run(store: path, options: options)))
     }
 }
@@ -79,5 +81,17 @@ struct Hold: ParsableCommand {
     func run() throws {
         guard let mode = LockHolder.Mode(rawValue: mode) else { throw ValidationError("--mode must be write, exclusive or read") }
         try LockHolder.hold(store: path, mode: mode, seconds: seconds, readyFile: readyFile)
+    }
+}
+
+struct Latency: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Commit latency statistics of a writer's --latency-log within a time window.")
+
+    @Argument var log: String
+    @Option(help: "Unix time the window starts.") var from: Double = 0
+    @Option(help: "Unix time the window ends.") var to: Double = .infinity
+
+    func run() throws {
+        print(JSON.string(try WriteLoad.Stats.fromLog(log, from: from, to: to), pretty: false))
     }
 }

@@ -5,4 +5,8 @@
 /// Linux renameat2(RENAME_NOREPLACE); glibc declares it only under _GNU_SOURCE.
 int storectl_rename_noreplace(const char *from, const char *to);
 
+/// sync_file_range(2) (Linux, _GNU_SOURCE). `wait` 0: start writeback of the range and return;
+/// 1: also wait for the range's writeback to finish. Returns -1 with errno ENOSYS elsewhere.
+int storectl_sync_file_range(int fd, long long offset, long long length, int wait);
+
 #endif

@@ -82,6 +82,7 @@ public enum Backup {
             try support.commit()
         }
         try database.commit(replacing: options.overwrite)
+        ConsistentCopy.logger.debug("fsynced and renamed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
 
         let finishedAt = Timestamp.now()
         let manifest = Manifest(

@@ -84,6 +84,7 @@ public enum ConsistentCopy {
         }
         defer { try? source.close() }
         let target = try StoreConnection.open(destination, access: .readWrite, busyTimeout: 1, side: .output, label: "storectl.copy")
+        let writeBehind = WriteBehind(path: destination)   // closed after `target`, see its comment
         var sourceRecord: Manifest.Source?
 
         try source.inDatabase { src in
@@ -111,6 +112,7 @@ public enum ConsistentCopy {
             sourceRecord = Manifest.Source(path: store.path, journalMode: info.journalMode, pageSize: info.pageSize,
                                            pageCount: info.pageCount, fileBytes: info.fileBytes, walBytes: info.walBytes)
             try onSnapshot(info)
+            logger.debug("snapshot fixed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))", "pages": "\(info.pageCount)"])
 
             // 2. Copy the pages.
             try target.inDatabase { dst in
@@ -120,8 +122,12 @@ public enum ConsistentCopy {
                 let pagesPerStep = Int32(max(16, options.bytesPerStep / max(512, info.pageSize)))
                 try stepBackup(from: src, to: dst, store: store, pagesPerStep: pagesPerStep, holdingSnapshot: holdSnapshot,
                                pageSize: info.pageSize, timeout: options.timeout, startedAt: startedAt,
-                               stats: &stats, progress: progress)
+                               stats: &stats, progress: { update in
+                                   writeBehind?.advance()
+                                   progress?(update)
+                               })
                 if src.isInsideTransaction { try src.commit() }   // release the snapshot as soon as possible
+                logger.debug("pages copied", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))", "steps": "\(stats.steps)"])
                 // 3. One self-contained file: the header says WAL if the source was WAL.
                 let mode = try String.fetchOne(dst, sql: "PRAGMA journal_mode = DELETE")
                 guard mode?.lowercased() == "delete" else {
@@ -132,12 +138,15 @@ public enum ConsistentCopy {
         do { try target.close() } catch {
             throw StoreOpsError.sqlite(error, doing: "closing the copy \(destination)", side: .output)
         }
+        withExtendedLifetime(writeBehind) {}
         guard let sourceRecord else { throw StoreOpsError(.failure, "the copy of \(store.path) did not start") }
+        logger.debug("copy converted and closed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
 
         // 4. Verify and describe the copy while hashing it: two reads of a file that was just
         //    written (so in the page cache), in parallel on two cores.
         let (inspection, sha256) = try inspectAndHash(destination, verify: options.verify, store: store)
         let bytes = FileSystem.size(of: destination) ?? 0
+        logger.debug("verified and hashed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
         return Outcome(source: sourceRecord, pageSize: inspection.pageSize, pageCount: inspection.pageCount, bytes: bytes,
                        sha256: sha256, verification: inspection.verification, coreData: inspection.coreData,
                        startedAt: startedAt, steps: stats.steps, restarts: stats.restarts, busyRetries: stats.busyRetries)
@@ -218,47 +227,59 @@ public enum ConsistentCopy {
         var coreData: Manifest.CoreDataFacts?
     }
 
-    /// Runs verification and the Core Data census on one core while SHA-256 runs on the other.
+    /// Checks and describes the finished copy on two cores: one runs the integrity check (the
+    /// longest job), the other hashes the file and then counts the Core Data entities. Both read a
+    /// file that was just written, so from the page cache.
     static func inspectAndHash(_ path: String, verify: VerifyLevel, store: StoreFile) throws -> (Inspection, String) {
-        let results = Mutex<(inspection: Result<Inspection, any Error>?, hash: Result<String, any Error>?)>((nil, nil))
-        DispatchQueue.concurrentPerform(iterations: 2) { index in
-            if index == 0 {
-                let value = Result { try inspect(path, verify: verify, store: store) }
-                results.withLock { $0.inspection = value }
+        struct Lanes {
+            var verification: Result<(Manifest.Verification, pageSize: Int, pageCount: Int), any Error>?
+            var hashAndFacts: Result<(String, Manifest.CoreDataFacts?), any Error>?
+        }
+        let lanes = Mutex(Lanes())
+        DispatchQueue.concurrentPerform(iterations: 2) { lane in
+            let started = Date()
+            if lane == 0 {
+                let value = Result { try onCopy(path, store: store, doing: "verifying") { db in
+                    (try Verifier.verify(db, level: verify),
+                     pageSize: try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0,
+                     pageCount: try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0)
+                } }
+                logger.debug("verify", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
+                lanes.withLock { $0.verification = value }
             } else {
-                let value = Result { try Hashing.sha256(ofFile: path) }
-                results.withLock { $0.hash = value }
+                let value = Result {
+                    let sha = try Hashing.sha256(ofFile: path)
+                    let facts = try onCopy(path, store: store, doing: "counting the entities of") { db -> Manifest.CoreDataFacts? in
+                        guard let coreData = try CoreDataStore.read(db) else { return nil }
+                        let counts = try CoreDataCensus.entityCounts(db, store: coreData)
+                        return Manifest.CoreDataFacts(
+                            metadata: coreData.metadata,
+                            entityCounts: Dictionary(counts.compactMap { c in c.rows.map { (c.entity, $0) } }, uniquingKeysWith: +))
+                    }
+                    return (sha, facts)
+                }
+                logger.debug("sha256 + census", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
+                lanes.withLock { $0.hashAndFacts = value }
             }
         }
-        let (inspection, hash) = results.withLock { ($0.inspection!, $0.hash!) }
-        return (try inspection.get(), try hash.get())
+        let (verificationResult, hashResult) = lanes.withLock { ($0.verification!, $0.hashAndFacts!) }
+        let (verification, pageSize, pageCount) = try verificationResult.get()
+        guard verification.ok else {
+            throw StoreOpsError(.badData,
+                "the copy of \(store.path) failed \(verify == .full ? "integrity_check/foreign_key_check" : "quick_check"): \(verification.messages.prefix(3).joined(separator: "; "))",
+                hint: "the backup API copies pages exactly, so the source store itself is damaged: run `storectl preflight --full \(store.path)`")
+        }
+        let (sha, facts) = try hashResult.get()
+        return (Inspection(pageSize: pageSize, pageCount: pageCount, verification: verification, coreData: facts), sha)
     }
 
-    static func inspect(_ path: String, verify: VerifyLevel, store: StoreFile) throws -> Inspection {
+    /// Runs `body` on a read-only connection to the copy, mapping SQLite errors.
+    static func onCopy<T>(_ path: String, store: StoreFile, doing: String, _ body: (Database) throws -> T) throws -> T {
         let copy = try StoreConnection.open(path, access: .readOnly, label: "storectl.verify")
         defer { try? copy.close() }
         return try copy.inDatabase { db in
-            do {
-                let verification = try Verifier.verify(db, level: verify)
-                guard verification.ok else {
-                    throw StoreOpsError(.badData,
-                        "the copy of \(store.path) failed \(verify == .full ? "integrity_check/foreign_key_check" : "quick_check"): \(verification.messages.prefix(3).joined(separator: "; "))",
-                        hint: "the backup API copies pages exactly, so the source store itself is damaged: run `storectl preflight --full \(store.path)`")
-                }
-                var facts: Manifest.CoreDataFacts?
-                if let coreData = try CoreDataStore.read(db) {
-                    let counts = try CoreDataCensus.entityCounts(db, store: coreData)
-                    facts = Manifest.CoreDataFacts(
-                        metadata: coreData.metadata,
-                        entityCounts: Dictionary(counts.compactMap { c in c.rows.map { (c.entity, $0) } }, uniquingKeysWith: +))
-                }
-                return Inspection(pageSize: try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0,
-                                  pageCount: try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0,
-                                  verification: verification, coreData: facts)
-            } catch let error as StoreOpsError {
-                throw error
-            } catch {
-                throw StoreOpsError.sqlite(error, doing: "verifying the copy of \(store.path)")
+            do { return try body(db) } catch let error as StoreOpsError { throw error } catch {
+                throw StoreOpsError.sqlite(error, doing: "\(doing) the copy of \(store.path)")
             }
         }
     }

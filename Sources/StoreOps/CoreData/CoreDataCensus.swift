@@ -39,19 +39,23 @@ public enum CoreDataCensus {
         public var orphans: Int
     }
 
-    /// Rows per entity, one `GROUP BY Z_ENT` scan per table.
+    /// Rows per entity.
+    ///
+    /// A table holding one entity is counted with `count(*)`, which SQLite answers from its
+    /// smallest index; a table shared by sub-entities is grouped by `Z_ENT`, which uses the
+    /// `<TABLE>_Z_ENT_INDEX` Core Data creates for such tables (a full scan without it).
     public static func entityCounts(_ db: Database, store: CoreDataStore) throws -> [EntityCount] {
         var perTable: [String: [Int: Int]] = [:]
         for table in Set(store.entities.compactMap(\.table)) {
             let columns = Set(try db.columns(in: table).map { $0.name.uppercased() })
-            if columns.contains("Z_ENT") {
+            let owners = store.entities.filter { $0.table == table }
+            if owners.count == 1 {
+                perTable[table] = [owners[0].ent: try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(table))") ?? 0]
+            } else if columns.contains("Z_ENT") {
                 let rows = try Row.fetchAll(db, sql: "SELECT Z_ENT, count(*) FROM \(quoteIdentifier(table)) GROUP BY Z_ENT")
                 perTable[table] = Dictionary(rows.map { ($0[0] as Int? ?? -1, $0[1] as Int) }, uniquingKeysWith: +)
             } else {
-                // A table serving a single entity (history tables may lack Z_ENT).
-                let total = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(table))") ?? 0
-                let owners = store.entities.filter { $0.table == table }
-                perTable[table] = owners.count == 1 ? [owners[0].ent: total] : [:]
+                perTable[table] = [:]   // shared, but no Z_ENT column to tell the entities apart
             }
         }
         return store.entities.map { entity in
