@@ -17,7 +17,7 @@ struct Storectl: ParsableCommand {
             Set STORECTL_LOG_LEVEL=debug for a trace on stderr.
             """,
         version: StoreOpsVersion.current,
-        subcommands: [BackupCommand.self, PreflightCommand.self])
+        subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self])
 
     static func main() {
         ProcessSignals.install()

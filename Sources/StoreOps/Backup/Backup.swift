@@ -59,9 +59,8 @@ public enum Backup {
         var support: PendingFile?
         var externalFiles: [Manifest.FileRecord] = []
 
-        var copyOptions = ConsistentCopy.Options(timeout: options.timeout, verify: options.verify)
-        copyOptions.bytesPerStep = 4 << 20
-        let outcome = try ConsistentCopy.copy(store, to: database.tempPath, options: copyOptions, onSnapshot: { info in
+        let copyOptions = ConsistentCopy.Options(timeout: options.timeout)
+        let copied = try ConsistentCopy.copy(store, to: database.tempPath, options: copyOptions, onSnapshot: { info in
             let externalBytes = hasExternal ? ExternalDataFolder.size(of: externalSource) : 0
             if options.checkFreeSpace {
                 try SpaceRequirement.require(.backup, info: info, extraBytes: externalBytes,
@@ -76,6 +75,10 @@ public enum Backup {
                 support = pending
             }
         }, progress: progress)
+        let copyPath = database.tempPath
+        let (inspection, (sha256, coreData)) = try ConsistentCopy.verify(copyPath, level: options.verify, store: store) {
+            (try Hashing.sha256(ofFile: copyPath), try ConsistentCopy.coreDataFacts(of: copyPath, store: store))
+        }
 
         if let support {
             if options.overwrite { FileSystem.remove(support.finalPath) }
@@ -87,20 +90,20 @@ public enum Backup {
         let finishedAt = Timestamp.now()
         let manifest = Manifest(
             kind: "backup", tool: .init(), host: ProcessInfo.processInfo.hostName,
-            source: outcome.source,
-            database: .init(path: FileSystem.name(of: output.path), bytes: outcome.bytes, sha256: outcome.sha256,
-                            pageSize: outcome.pageSize, pageCount: outcome.pageCount, journalMode: "delete"),
+            source: copied.source,
+            database: .init(path: FileSystem.name(of: output.path), bytes: FileSystem.size(of: output.path) ?? 0, sha256: sha256,
+                            pageSize: inspection.pageSize, pageCount: inspection.pageCount, journalMode: "delete"),
             externalData: hasExternal ? .init(folder: "\(supportName)/_EXTERNAL_DATA", files: externalFiles,
                                               totalBytes: externalFiles.reduce(0) { $0 + $1.bytes }) : nil,
             startedAt: startedAt, finishedAt: finishedAt,
             durationSeconds: finishedAt.timeIntervalSince(startedAt),
-            verify: outcome.verification, coreData: outcome.coreData)
+            verify: inspection.verification, coreData: coreData)
         let manifestPath = (output.folder as NSString).appendingPathComponent("\(copyStem).manifest.json")
         let manifestFile = try PendingFile(finalPath: manifestPath)
         try manifestFile.write(try JSON.encode(manifest))
         try manifestFile.commit(replacing: true)
         return Result(path: output.path, manifestPath: manifestPath, manifest: manifest,
-                      steps: outcome.steps, restarts: outcome.restarts, busyRetries: outcome.busyRetries)
+                      steps: copied.steps, restarts: copied.restarts, busyRetries: copied.busyRetries)
     }
 
     struct Output {

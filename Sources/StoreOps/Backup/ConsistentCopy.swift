@@ -34,35 +34,37 @@ public enum ConsistentCopy {
         public var timeout: TimeInterval = 60
         /// Bytes copied per backup step (turned into pages using the store's page size).
         public var bytesPerStep = 4 << 20
-        public var verify: VerifyLevel = .quick
-        public init(timeout: TimeInterval = 60, verify: VerifyLevel = .quick) {
+        public init(timeout: TimeInterval = 60) {
             self.timeout = timeout
-            self.verify = verify
         }
     }
 
-    /// What a finished copy knows about itself and its source.
-    public struct Outcome: Sendable {
+    /// What a finished copy knows about its source and how the copy went.
+    public struct Copied: Sendable {
         public var source: Manifest.Source
-        public var pageSize: Int
-        public var pageCount: Int
-        public var bytes: UInt64
-        public var sha256: String
-        public var verification: Manifest.Verification
-        public var coreData: Manifest.CoreDataFacts?
         public var startedAt: Date
         public var steps: Int
         public var restarts: Int
         public var busyRetries: Int
     }
 
+    /// What the checks of a finished copy found.
+    public struct Inspection: Sendable {
+        public var pageSize: Int
+        public var pageCount: Int
+        public var verification: Manifest.Verification
+    }
+
     static let logger = Logger(label: "storectl.copy")
 
-    /// Copies `store` into `destination` (an existing empty file), converts, verifies and hashes it.
+    /// Copies `store` into `destination` (an existing empty file) and converts it to a
+    /// self-contained `journal_mode=DELETE` file. Check it with `verify(_:level:store:alongside:)`.
     ///
     /// ```swift
-    /// let outcome = try ConsistentCopy.copy(StoreFile(existing: "app.sqlite"), to: tempPath,
-    ///                                       options: .init(), onSnapshot: { info in }, progress: nil)
+    /// let copied = try ConsistentCopy.copy(StoreFile(existing: "app.sqlite"), to: tempPath, options: .init())
+    /// let (inspection, sha) = try ConsistentCopy.verify(tempPath, level: .quick, store: store) {
+    ///     try Hashing.sha256(ofFile: tempPath)
+    /// }
     /// ```
     ///
     /// - Parameters:
@@ -70,11 +72,11 @@ public enum ConsistentCopy {
     ///     held) with the store's figures at that point, before any page is copied: the place to
     ///     check free space and to copy files that must match the snapshot (external data).
     ///   - progress: called after every step.
-    /// - Throws: `StoreOpsError`: 75 when the store stays locked past `timeout`, 65 when the copy
-    ///   fails verification (the source is damaged), 74 on a full disk, 128+N on a signal.
+    /// - Throws: `StoreOpsError`: 75 when the store stays locked past `timeout`, 65 when the
+    ///   source is damaged, 74 on a full disk, 128+N on a signal.
     public static func copy(_ store: StoreFile, to destination: String, options: Options,
                             onSnapshot: (StoreInfo) throws -> Void = { _ in },
-                            progress: ProgressHandler? = nil) throws -> Outcome {
+                            progress: ProgressHandler? = nil) throws -> Copied {
         let startedAt = Date()
         var stats = (steps: 0, restarts: 0, busyRetries: 0)
         // Short busy timeouts, retried here until `timeout`: a SQLite busy wait cannot be
@@ -141,15 +143,8 @@ public enum ConsistentCopy {
         withExtendedLifetime(writeBehind) {}
         guard let sourceRecord else { throw StoreOpsError(.failure, "the copy of \(store.path) did not start") }
         logger.debug("copy converted and closed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
-
-        // 4. Verify and describe the copy while hashing it: two reads of a file that was just
-        //    written (so in the page cache), in parallel on two cores.
-        let (inspection, sha256) = try inspectAndHash(destination, verify: options.verify, store: store)
-        let bytes = FileSystem.size(of: destination) ?? 0
-        logger.debug("verified and hashed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
-        return Outcome(source: sourceRecord, pageSize: inspection.pageSize, pageCount: inspection.pageCount, bytes: bytes,
-                       sha256: sha256, verification: inspection.verification, coreData: inspection.coreData,
-                       startedAt: startedAt, steps: stats.steps, restarts: stats.restarts, busyRetries: stats.busyRetries)
+        return Copied(source: sourceRecord, startedAt: startedAt, steps: stats.steps, restarts: stats.restarts,
+                      busyRetries: stats.busyRetries)
     }
 
     private static func stepBackup(from src: Database, to dst: Database, store: StoreFile, pagesPerStep initialPages: Int32,
@@ -220,57 +215,49 @@ public enum ConsistentCopy {
         }
     }
 
-    struct Inspection: Sendable {
-        var pageSize: Int
-        var pageCount: Int
-        var verification: Manifest.Verification
-        var coreData: Manifest.CoreDataFacts?
-    }
-
-    /// Checks and describes the finished copy on two cores: one runs the integrity check (the
-    /// longest job), the other hashes the file and then counts the Core Data entities. Both read a
-    /// file that was just written, so from the page cache.
-    static func inspectAndHash(_ path: String, verify: VerifyLevel, store: StoreFile) throws -> (Inspection, String) {
-        struct Lanes {
-            var verification: Result<(Manifest.Verification, pageSize: Int, pageCount: Int), any Error>?
-            var hashAndFacts: Result<(String, Manifest.CoreDataFacts?), any Error>?
-        }
-        let lanes = Mutex(Lanes())
+    /// Checks a finished copy on one core while `alongside` (hashing it, packing it) runs on
+    /// the other. Both read a file that was just written, so from the page cache.
+    ///
+    /// - Throws: exit 65 when the check fails (the backup API copies pages exactly, so the source
+    ///   itself is damaged), or whatever `alongside` throws.
+    public static func verify<T: Sendable>(_ path: String, level: VerifyLevel, store: StoreFile,
+                                           alongside: @Sendable () throws -> T) throws -> (Inspection, T) {
+        let lanes = Mutex<(check: Result<Inspection, any Error>?, other: Result<T, any Error>?)>((nil, nil))
         DispatchQueue.concurrentPerform(iterations: 2) { lane in
             let started = Date()
             if lane == 0 {
                 let value = Result { try onCopy(path, store: store, doing: "verifying") { db in
-                    (try Verifier.verify(db, level: verify),
-                     pageSize: try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0,
-                     pageCount: try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0)
+                    Inspection(pageSize: try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0,
+                               pageCount: try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0,
+                               verification: try Verifier.verify(db, level: level))
                 } }
                 logger.debug("verify", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
-                lanes.withLock { $0.verification = value }
+                lanes.withLock { $0.check = value }
             } else {
-                let value = Result {
-                    let sha = try Hashing.sha256(ofFile: path)
-                    let facts = try onCopy(path, store: store, doing: "counting the entities of") { db -> Manifest.CoreDataFacts? in
-                        guard let coreData = try CoreDataStore.read(db) else { return nil }
-                        let counts = try CoreDataCensus.entityCounts(db, store: coreData)
-                        return Manifest.CoreDataFacts(
-                            metadata: coreData.metadata,
-                            entityCounts: Dictionary(counts.compactMap { c in c.rows.map { (c.entity, $0) } }, uniquingKeysWith: +))
-                    }
-                    return (sha, facts)
-                }
-                logger.debug("sha256 + census", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
-                lanes.withLock { $0.hashAndFacts = value }
+                let value = Result { try alongside() }
+                logger.debug("alongside verify", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
+                lanes.withLock { $0.other = value }
             }
         }
-        let (verificationResult, hashResult) = lanes.withLock { ($0.verification!, $0.hashAndFacts!) }
-        let (verification, pageSize, pageCount) = try verificationResult.get()
-        guard verification.ok else {
+        let (check, other) = lanes.withLock { ($0.check!, $0.other!) }
+        let inspection = try check.get()
+        guard inspection.verification.ok else {
             throw StoreOpsError(.badData,
-                "the copy of \(store.path) failed \(verify == .full ? "integrity_check/foreign_key_check" : "quick_check"): \(verification.messages.prefix(3).joined(separator: "; "))",
+                "the copy of \(store.path) failed \(level == .full ? "integrity_check/foreign_key_check" : "quick_check"): \(inspection.verification.messages.prefix(3).joined(separator: "; "))",
                 hint: "the backup API copies pages exactly, so the source store itself is damaged: run `storectl preflight --full \(store.path)`")
         }
-        let (sha, facts) = try hashResult.get()
-        return (Inspection(pageSize: pageSize, pageCount: pageCount, verification: verification, coreData: facts), sha)
+        return (inspection, try other.get())
+    }
+
+    /// The Core Data facts of a copy (model hashes, rows per entity), or nil for a plain store.
+    public static func coreDataFacts(of path: String, store: StoreFile) throws -> Manifest.CoreDataFacts? {
+        try onCopy(path, store: store, doing: "counting the entities of") { db in
+            guard let coreData = try CoreDataStore.read(db) else { return nil }
+            let counts = try CoreDataCensus.entityCounts(db, store: coreData)
+            return Manifest.CoreDataFacts(
+                metadata: coreData.metadata,
+                entityCounts: Dictionary(counts.compactMap { c in c.rows.map { (c.entity, $0) } }, uniquingKeysWith: +))
+        }
     }
 
     /// Runs `body` on a read-only connection to the copy, mapping SQLite errors.

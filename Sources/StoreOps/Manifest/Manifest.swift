@@ -24,6 +24,8 @@ public struct Manifest: Sendable, Codable, Equatable {
     public var durationSeconds: Double
     public var verify: Verification
     public var coreData: CoreDataFacts?
+    /// Snapshots only: id, tags, compression and (in the catalog copy) the archive.
+    public var snapshot: SnapshotFacts?
 
     public struct Tool: Sendable, Codable, Equatable {
         public var name = "storectl"
@@ -64,6 +66,15 @@ public struct Manifest: Sendable, Codable, Equatable {
         public var level: VerifyLevel
         public var ok: Bool
         public var messages: [String]
+    }
+
+    public struct SnapshotFacts: Sendable, Codable, Equatable {
+        public var id: String
+        public var tags: [String]
+        public var compression: Compression
+        public var level: Int?
+        /// The archive file. Absent from the copy inside the archive (it cannot hash itself).
+        public var archive: FileRecord?
     }
 
     public struct CoreDataFacts: Sendable, Codable, Equatable {

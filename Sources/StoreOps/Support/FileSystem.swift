@@ -105,6 +105,31 @@ public enum FileSystem {
         }
     }
 
+    /// Gives `path` (and, for a folder, everything in it) the owner, group and permission bits of
+    /// `reference`: a store restored in place must stay usable by the app's user. Folders keep
+    /// their search bit when the reference is a file.
+    public static func copyOwnership(from reference: String, to path: String) throws {
+        var info = stat()
+        guard stat(reference, &info) == 0 else { return }
+        let fileMode = info.st_mode & 0o7777
+        func apply(_ target: String, isDirectory: Bool) throws {
+            if getuid() == 0, chown(target, info.st_uid, info.st_gid) != 0 {
+                throw StoreOpsError.posix(errno, doing: "setting the owner of \(target)", side: .output)
+            }
+            let mode = isDirectory ? fileMode | ((fileMode & 0o444) >> 2) : fileMode
+            guard chmod(target, mode_t(mode)) == 0 else {
+                throw StoreOpsError.posix(errno, doing: "setting the permissions of \(target)", side: .output)
+            }
+        }
+        let isDirectory = kind(of: path) == .directory
+        try apply(path, isDirectory: isDirectory)
+        guard isDirectory, let enumerator = FileManager.default.enumerator(atPath: path) else { return }
+        while let relative = enumerator.nextObject() as? String {
+            let child = (path as NSString).appendingPathComponent(relative)
+            try apply(child, isDirectory: kind(of: child) == .directory)
+        }
+    }
+
     /// Whether a process with this pid exists (used to tell stale temp files from live ones).
     public static func processIsAlive(_ pid: Int32) -> Bool {
         pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)

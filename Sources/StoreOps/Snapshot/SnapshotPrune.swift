@@ -1,0 +1,96 @@
+import Foundation
+
+/// `storectl snapshot prune`: removes the snapshots a retention policy does not keep.
+public enum SnapshotPrune {
+    public struct Options: Sendable {
+        public var repository: String
+        public var policy: RetentionPolicy
+        public var dryRun = false
+        public var wait = false
+
+        public init(repository: String, policy: RetentionPolicy, dryRun: Bool = false, wait: Bool = false) {
+            self.repository = repository
+            self.policy = policy
+            self.dryRun = dryRun
+            self.wait = wait
+        }
+    }
+
+    public struct Result: Sendable, Codable {
+        public var dryRun: Bool
+        public var decisions: [RetentionDecision]
+        public var removed: [String]
+    }
+
+    /// - Throws: 64 for an empty policy (it would remove everything), 75 when another writer
+    ///   holds the repository.
+    public static func run(_ options: Options) throws -> Result {
+        try options.policy.validate()
+        guard !options.policy.isEmpty else {
+            throw StoreOpsError(.usage, "refusing to prune with an empty policy: it would remove every snapshot",
+                                hint: "pass at least one --keep-* option")
+        }
+        let repository = try SnapshotRepository.open(options.repository)
+        let lock = options.dryRun ? nil : try repository.lockForWriting(job: "snapshot prune", wait: options.wait)
+        defer { lock?.release() }
+        if !options.dryRun { repository.removeStray() }
+        let records = try repository.records()
+        let candidates = records.compactMap { record -> RetentionCandidate? in
+            guard let facts = record.snapshot else { return nil }
+            return RetentionCandidate(id: facts.id, time: record.startedAt, tags: facts.tags,
+                                      verified: repository.lastVerification(facts.id)?.ok == true)
+        }
+        let decisions = Retention.apply(options.policy, to: candidates)
+        var removed: [String] = []
+        if !options.dryRun {
+            for decision in decisions where !decision.keep {
+                guard let record = records.first(where: { $0.snapshot?.id == decision.id }) else { continue }
+                try repository.remove(record)
+                removed.append(decision.id)
+            }
+        }
+        return Result(dryRun: options.dryRun, decisions: decisions, removed: removed)
+    }
+}
+
+/// One line of `storectl snapshot list`.
+public struct SnapshotSummary: Sendable, Codable {
+    public var id: String
+    public var time: Date
+    public var store: String
+    /// The archive's size on disk.
+    public var bytes: UInt64
+    /// Uncompressed (database + external data) over archive size.
+    public var ratio: Double
+    public var tags: [String]
+    public var lastVerified: SnapshotRepository.VerificationRecord?
+
+    /// The repository's snapshots, newest first.
+    public static func list(repository path: String) throws -> [SnapshotSummary] {
+        let repository = try SnapshotRepository.open(path)
+        return try repository.records().compactMap { record in
+            guard let facts = record.snapshot else { return nil }
+            let archive = facts.archive?.bytes ?? 0
+            let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)
+            return SnapshotSummary(id: facts.id, time: record.startedAt, store: record.source.path, bytes: archive,
+                                   ratio: archive == 0 ? 0 : Double(raw) / Double(archive), tags: facts.tags,
+                                   lastVerified: repository.lastVerification(facts.id))
+        }
+    }
+
+    public static func renderTable(_ rows: [SnapshotSummary]) -> String {
+        guard !rows.isEmpty else { return "no snapshots" }
+        let header = ["ID", "TIME (UTC)", "STORE", "SIZE", "RATIO", "TAGS", "LAST VERIFIED"]
+        let lines = rows.map { row in
+            [row.id, Timestamp.iso(row.time).prefix(19).replacingOccurrences(of: "T", with: " "), FileSystem.name(of: row.store),
+             Format.bytes(row.bytes), String(format: "%.1fx", row.ratio), row.tags.joined(separator: ","),
+             row.lastVerified.map { "\(Timestamp.iso($0.at).prefix(16).replacingOccurrences(of: "T", with: " ")) \($0.ok ? "ok" : "FAILED")" } ?? "never"]
+        }
+        let widths = header.indices.map { i in max(header[i].count, lines.map { $0[i].count }.max() ?? 0) }
+        func render(_ cells: [String]) -> String {
+            cells.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ")
+                .trimmingCharacters(in: .whitespaces)
+        }
+        return ([render(header)] + lines.map(render)).joined(separator: "\n")
+    }
+}

@@ -1,0 +1,181 @@
+import Foundation
+
+/// `storectl snapshot restore`: puts a verified snapshot back, as a new file or in place of a store.
+public enum SnapshotRestore {
+    public enum Target: Sendable, Equatable {
+        /// A new file (refused if it exists).
+        case file(String)
+        /// In place of a store: a safety snapshot of it first, then an atomic swap.
+        case inPlace(String)
+    }
+
+    public struct Options: Sendable {
+        public var repository: String
+        public var id: String
+        public var target: Target
+        /// In place: go ahead although another process has the store open, and, when the current
+        /// store is too damaged for a safety snapshot, move it aside instead.
+        public var force = false
+        /// Wait for the repository's and the store's locks instead of exiting 75.
+        public var wait = false
+        public var timeout: TimeInterval = 60
+
+        public init(repository: String, id: String, target: Target, force: Bool = false, wait: Bool = false) {
+            self.repository = repository
+            self.id = id
+            self.target = target
+            self.force = force
+            self.wait = wait
+        }
+    }
+
+    public struct Result: Sendable, Codable {
+        public var id: String
+        public var restoredTo: String
+        /// In place: the `pre-restore` snapshot of the store as it was.
+        public var safetySnapshot: String?
+        /// In place with --force on a damaged store: where the damaged files were moved.
+        public var movedAside: [String]
+        /// In place: the old store's -wal/-shm/-journal that were removed.
+        public var removedSidecars: [String]
+        public var externalFiles: Int
+        public var record: Manifest
+    }
+
+    /// Verifies the snapshot while unpacking it beside the target, checks the database, then
+    /// swaps it into place.
+    ///
+    /// - Throws: 66 unknown id, 65 damaged snapshot (nothing changed), 73 target not creatable or
+    ///   existing, 74 no room, 75 store open by another process or locked.
+    public static func run(_ options: Options) throws -> Result {
+        let repository = try SnapshotRepository.open(options.repository)
+        let lock = try repository.lockForWriting(job: "snapshot restore", wait: options.wait)
+        defer { lock.release() }
+        let record = try repository.record(options.id)
+        switch options.target {
+        case .file(let path):
+            return try restoreToNewFile(record, repository: repository, path: FileSystem.absolute(path))
+        case .inPlace(let path):
+            return try restoreInPlace(record, repository: repository, store: StoreFile(unchecked: path), options: options)
+        }
+    }
+
+    /// Unpacked and checked, not yet in place.
+    struct Staged {
+        var database: PendingFile
+        var support: PendingFile?
+        var externalFiles: Int
+    }
+
+    static func stage(_ record: Manifest, repository: SnapshotRepository, at finalPath: String) throws -> Staged {
+        let folder = FileSystem.parent(of: finalPath)
+        switch FileSystem.kind(of: folder) {
+        case .directory: break
+        case .missing: throw StoreOpsError(.cannotCreate, "the folder \(folder) does not exist")
+        default: throw StoreOpsError(.cannotCreate, "\(folder) is not a folder")
+        }
+        guard access(folder, W_OK | X_OK) == 0 else {
+            throw StoreOpsError(.cannotCreate, "the folder \(folder) is not writable")
+        }
+        let external = record.externalData?.totalBytes ?? 0
+        let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
+        let space = try FileSystem.space(at: folder)
+        guard space.availableBytes >= needed else {
+            throw StoreOpsError(.ioError, "not enough space in \(folder) to restore: \(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed")
+        }
+        PendingFile.removeStale(in: folder)
+        let database = try PendingFile(finalPath: finalPath)
+        var support: PendingFile?
+        var externalFolder: String?
+        if record.externalData != nil {
+            let stem = (FileSystem.name(of: finalPath) as NSString).deletingPathExtension
+            let pending = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(".\(stem)_SUPPORT"), directory: true)
+            let inner = (pending.tempPath as NSString).appendingPathComponent("_EXTERNAL_DATA")
+            guard mkdir(inner, 0o700) == 0 else { throw StoreOpsError.posix(errno, doing: "creating \(inner)", side: .output) }
+            externalFolder = inner
+            support = pending
+        }
+        try SnapshotExtraction.run(record, repository: repository, into: .init(database: database.tempPath, externalFolder: externalFolder))
+        let check = try SnapshotVerify.checkDatabase(database.tempPath, level: .quick)
+        guard check.ok else {
+            throw StoreOpsError(.badData, "snapshot \(record.snapshot?.id ?? "?"): the database inside fails quick_check: \(check.messages.prefix(3).joined(separator: "; "))")
+        }
+        return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0)
+    }
+
+    static func restoreToNewFile(_ record: Manifest, repository: SnapshotRepository, path: String) throws -> Result {
+        guard FileSystem.kind(of: path) == .missing else {
+            throw StoreOpsError(.cannotCreate, "\(path) already exists",
+                                hint: "restore to a new path, or use --in-place to replace a store (with a safety snapshot)")
+        }
+        let staged = try stage(record, repository: repository, at: path)
+        if let support = staged.support { try support.commit() }
+        try staged.database.commit()
+        return Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
+                      externalFiles: staged.externalFiles, record: record)
+    }
+
+    static func restoreInPlace(_ record: Manifest, repository: SnapshotRepository, store: StoreFile, options: Options) throws -> Result {
+        let jobLock = try JobLock.acquire(path: store.jobLockPath, job: "snapshot restore", wait: options.wait)
+        defer { jobLock.release() }
+        let exists = FileSystem.kind(of: store.path) == .file
+        if exists, !options.force {
+            let header = try FileProbe.shared.header(of: store.path)
+            let locks = try LockState.read(store, walMode: StoreFile.isWALHeader(header))
+            if let pid = locks.writerPID ?? locks.openByPID {
+                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
+                                    hint: "stop the app first, or pass --force to restore anyway")
+            }
+        }
+        var safety: String?
+        var movedAside: [String] = []
+        if exists {
+            do {
+                let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: repository, tags: ["pre-restore"],
+                                                        compression: .zstd, level: nil, timeout: options.timeout,
+                                                        checkFreeSpace: true, progress: nil)
+                safety = created.id
+            } catch let error as StoreOpsError where error.status == .badData {
+                guard options.force else {
+                    throw StoreOpsError(.badData, "the current store cannot be snapshotted (\(error.message)); nothing was changed",
+                                        hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
+                }
+            }
+        }
+        let staged = try stage(record, repository: repository, at: store.path)
+        if exists {
+            // The app's user must be able to open its restored store: same owner and mode as before.
+            try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
+            if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
+        }
+
+        // The swap. From here on the old store is safe in the safety snapshot (or moved aside).
+        if exists, safety == nil {
+            let suffix = ".damaged-\(Timestamp.compact(Date()))"
+            for path in [store.path, store.walPath, store.shmPath, store.journalPath] where FileSystem.kind(of: path) == .file {
+                try FileSystem.rename(path, path.replacingOccurrences(of: store.path, with: store.path + suffix))
+                movedAside.append(path + suffix)
+            }
+        }
+        // A -wal or hot -journal left beside the restored file would be replayed onto it.
+        var removed: [String] = []
+        for sidecar in [store.walPath, store.shmPath, store.journalPath] where FileSystem.kind(of: sidecar) == .file {
+            guard unlink(sidecar) == 0 else { throw StoreOpsError.posix(errno, doing: "removing \(sidecar)", side: .output) }
+            removed.append(sidecar)
+        }
+        try staged.database.commit(replacing: true)
+        // External data: the restored store gets the snapshot's folder (or none), atomically.
+        let supportPath = (store.folder as NSString).appendingPathComponent(".\(store.stem)_SUPPORT")
+        var oldSupport: String?
+        if FileSystem.kind(of: supportPath) == .directory {
+            let aside = (store.folder as NSString).appendingPathComponent(".\(store.stem)_SUPPORT\(PendingFile.marker)\(getpid())-old")
+            try FileSystem.rename(supportPath, aside)
+            oldSupport = aside
+        }
+        if let support = staged.support { try support.commit() }
+        if let oldSupport { FileSystem.remove(oldSupport) }
+        try FileSystem.sync(store.folder, directory: true)
+        return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: movedAside,
+                      removedSidecars: removed, externalFiles: staged.externalFiles, record: record)
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+
+/// `storectl snapshot verify`: checks archives without writing into the repository, except the
+/// "last verified" record of each snapshot checked.
+public enum SnapshotVerify {
+    public struct Options: Sendable {
+        public var repository: String
+        public var ids: [String] = []
+        public var all = false
+        /// `integrity_check` instead of `quick_check` on the database inside.
+        public var full = false
+        /// Where the database is unpacked for the check (default: the system's temp folder,
+        /// never the repository).
+        public var scratch: String?
+
+        public init(repository: String, ids: [String] = [], all: Bool = false, full: Bool = false, scratch: String? = nil) {
+            self.repository = repository
+            self.ids = ids
+            self.all = all
+            self.full = full
+            self.scratch = scratch
+        }
+    }
+
+    public struct Outcome: Sendable, Codable, Equatable {
+        public var id: String
+        public var ok: Bool
+        public var problem: String?
+        public var seconds: Double
+    }
+
+    /// Verifies the named snapshots (or all). A damaged snapshot is an outcome, not a thrown
+    /// error, so every snapshot asked for is checked; the CLI exits 65 if any failed.
+    ///
+    /// - Throws: 66 for an unknown id, 64 when neither ids nor `all` are given, 74 when the
+    ///   scratch folder has no room.
+    public static func run(_ options: Options) throws -> [Outcome] {
+        let repository = try SnapshotRepository.open(options.repository)
+        guard options.all || !options.ids.isEmpty else {
+            throw StoreOpsError(.usage, "name the snapshots to verify, or pass --all")
+        }
+        let records = options.all ? try repository.records() : try options.ids.map { try repository.record($0) }
+        let scratch = FileSystem.absolute(options.scratch ?? NSTemporaryDirectory())
+        let level: VerifyLevel = options.full ? .full : .quick
+        var outcomes: [Outcome] = []
+        for record in records {
+            guard let id = record.snapshot?.id else { continue }
+            let started = Date()
+            let needed = record.database.bytes + SpaceRequirement.margin(record.database.bytes)
+            let space = try FileSystem.space(at: scratch)
+            guard space.availableBytes >= needed else {
+                throw StoreOpsError(.ioError, "not enough space in \(scratch) to unpack snapshot \(id): \(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed",
+                                    hint: "pass --scratch with a folder on a larger volume")
+            }
+            var problem: String?
+            do {
+                let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("storectl-verify-\(id).sqlite"))
+                defer { database.discard() }
+                try SnapshotExtraction.run(record, repository: repository, into: .init(database: database.tempPath, externalFolder: nil))
+                let check = try checkDatabase(database.tempPath, level: level)
+                if !check.ok {
+                    problem = "snapshot \(id): the database inside fails \(level == .full ? "integrity_check" : "quick_check"): \(check.messages.prefix(3).joined(separator: "; "))"
+                }
+            } catch let error as StoreOpsError where error.status == .badData {
+                problem = error.message
+            }
+            try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
+            outcomes.append(Outcome(id: id, ok: problem == nil, problem: problem, seconds: Date().timeIntervalSince(started)))
+        }
+        return outcomes
+    }
+
+    static func checkDatabase(_ path: String, level: VerifyLevel) throws -> Manifest.Verification {
+        let queue = try StoreConnection.open(path, access: .readOnly, label: "storectl.snapshot-verify")
+        defer { try? queue.close() }
+        return queue.inDatabase { db in
+            do { return try Verifier.verify(db, level: level) } catch {
+                return Manifest.Verification(level: level, ok: false, messages: [StoreOpsError.sqlite(error, doing: "checking").message])
+            }
+        }
+    }
+}

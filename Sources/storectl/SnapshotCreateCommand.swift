@@ -1,0 +1,35 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct SnapshotCreateCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "create",
+        abstract: "Take a consistent snapshot of a live store into the repository.")
+
+    @Argument(help: "The store.") var store: String
+    @Option(help: "The snapshot repository (made if missing or empty).") var repo: String
+    @Option(name: .customLong("tag"), help: "A tag (repeatable).") var tags: [String] = []
+    @Option(help: "zstd (default, both cores), gzip, xz or none.") var compression: Compression = .zstd
+    @Option(help: "Compression level (zstd 1-19, default 3; gzip 1-9; xz 0-9).") var level: Int?
+    @Option(help: "Seconds to keep retrying while the store is locked.") var timeout: Double = 60
+    @Flag(help: "Wait for another writer of the repository instead of exiting 75.") var wait = false
+    @Flag(help: "Print the result as JSON.") var json = false
+
+    func run() throws {
+        let progress = Terminal.progress()
+        defer { progress?.finish() }
+        let result = try SnapshotCreate.run(store: store, options: .init(repository: repo, tags: tags, compression: compression,
+                                                                          level: level, timeout: timeout, wait: wait),
+                                            progress: progress?.update)
+        progress?.finish()
+        if json { print(JSON.string(result)); return }
+        let record = result.record
+        let archive = record.snapshot?.archive
+        let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)
+        print("snapshot \(result.id): \(result.archive)  \(Format.bytes(archive?.bytes ?? 0)) "
+              + "(\(String(format: "%.1fx", Double(raw) / Double(max(1, archive?.bytes ?? 1)))) of \(Format.bytes(raw))), "
+              + "quick_check ok, \(Format.duration(record.durationSeconds))"
+              + (record.snapshot?.tags.isEmpty == false ? ", tags \(record.snapshot!.tags.joined(separator: ","))" : ""))
+    }
+}

@@ -1,0 +1,48 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "prune",
+        abstract: "Remove the snapshots a retention policy does not keep (restic forget semantics).",
+        discussion: """
+            Rules are OR-ed; each of hourly/daily/weekly/monthly/yearly keeps the newest snapshot of each of the N most
+            recent periods that have snapshots (UTC periods); --keep-within counts back from the newest snapshot, not
+            from now. -1 means no limit. The newest snapshot whose last verification passed is never removed.
+            An empty policy is refused.
+            """)
+
+    @Option(help: "The snapshot repository.") var repo: String
+    @Option var keepLast: Int?
+    @Option var keepHourly: Int?
+    @Option var keepDaily: Int?
+    @Option var keepWeekly: Int?
+    @Option var keepMonthly: Int?
+    @Option var keepYearly: Int?
+    @Option(help: "Keep every snapshot within this duration of the newest, e.g. 2d, 12h, 1y.") var keepWithin: String?
+    @Option(help: "Keep every snapshot with this tag (repeatable).") var keepTag: [String] = []
+    @Flag(help: "List what would be kept and removed, with reasons; remove nothing.") var dryRun = false
+    @Flag(help: "Wait for another writer instead of exiting 75.") var wait = false
+    @Flag(help: "Print the decisions as JSON.") var json = false
+
+    func run() throws {
+        var within: DurationText?
+        if let keepWithin {
+            switch DurationText.parse(keepWithin) {
+            case .success(let value): within = value
+            case .failure(let error): throw StoreOpsError(.usage, "--keep-within: \(error)")
+            }
+        }
+        let policy = RetentionPolicy(last: keepLast, hourly: keepHourly, daily: keepDaily, weekly: keepWeekly,
+                                     monthly: keepMonthly, yearly: keepYearly, within: within, tags: keepTag)
+        let result = try SnapshotPrune.run(.init(repository: repo, policy: policy, dryRun: dryRun, wait: wait))
+        if json { print(JSON.string(result)); return }
+        for decision in result.decisions where dryRun || !decision.keep {
+            let verb = decision.keep ? "keep  " : (dryRun ? "remove" : "removed")
+            print("\(verb) \(decision.id)  \(decision.reasons.joined(separator: ", "))")
+        }
+        let kept = result.decisions.filter(\.keep).count
+        print("\(dryRun ? "would keep" : "kept") \(kept), \(dryRun ? "would remove" : "removed") \(result.decisions.count - kept)")
+    }
+}

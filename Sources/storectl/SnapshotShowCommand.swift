@@ -1,0 +1,38 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct SnapshotShowCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(commandName: "show", abstract: "Show a snapshot's manifest.")
+
+    @Option(help: "The snapshot repository.") var repo: String
+    @Argument(help: "The snapshot id (or a unique prefix).") var id: String
+    @Flag(help: "Print the manifest as JSON.") var json = false
+
+    func run() throws {
+        let repository = try SnapshotRepository.open(repo)
+        let record = try repository.record(id)
+        if json { print(JSON.string(record)); return }
+        let facts = record.snapshot
+        var lines = [
+            "snapshot   \(facts?.id ?? "?")",
+            "taken      \(Timestamp.iso(record.startedAt)) on \(record.host), \(Format.duration(record.durationSeconds))",
+            "store      \(record.source.path) (\(record.source.journalMode), \(Format.count(record.source.pageCount)) pages of \(record.source.pageSize) B)",
+            "database   \(record.database.path)  \(Format.bytes(record.database.bytes))  sha256 \(record.database.sha256)",
+            "archive    \(facts?.archive?.path ?? "?")  \(Format.bytes(facts?.archive?.bytes ?? 0))  sha256 \(facts?.archive?.sha256 ?? "?")",
+            "compressed \(facts?.compression.rawValue ?? "?")\(facts?.level.map { " level \($0)" } ?? "")",
+            "tags       \(facts?.tags.joined(separator: ", ") ?? "")",
+            "verified   " + (repository.lastVerification(facts?.id ?? "").map { "\(Timestamp.iso($0.at)) \($0.ok ? "ok" : "FAILED: \($0.problem ?? "")")" } ?? "never"),
+        ]
+        if let external = record.externalData {
+            lines.append("external   \(external.files.count) files, \(Format.bytes(external.totalBytes)) in \(external.folder)")
+        }
+        if let coreData = record.coreData {
+            lines.append("core data  framework \(coreData.metadata.frameworkVersion.map(String.init) ?? "?"), \(coreData.metadata.modelVersionHashes.count) model hashes")
+            for (entity, rows) in coreData.entityCounts.sorted(by: { $0.key < $1.key }) {
+                lines.append("           \(entity.padding(toLength: 24, withPad: " ", startingAt: 0)) \(Format.count(rows))")
+            }
+        }
+        print(lines.joined(separator: "\n"))
+    }
+}

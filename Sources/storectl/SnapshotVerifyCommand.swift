@@ -1,0 +1,33 @@
+import ArgumentParser
+import StoreOps
+
+struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Check snapshots: archive checksum, every file's checksum, and quick_check of the database inside.",
+        discussion: "Writes nothing into the repository but each snapshot's \"last verified\" record. Exits 65 if any is damaged.")
+
+    @Option(help: "The snapshot repository.") var repo: String
+    @Argument(help: "Snapshot ids (or unique prefixes).") var ids: [String] = []
+    @Flag(help: "Verify every snapshot.") var all = false
+    @Flag(help: "Run integrity_check instead of quick_check.") var full = false
+    @Option(help: "Folder to unpack the database in (default: the system's temp folder).") var scratch: String?
+    @Flag(help: "Print the outcomes as JSON.") var json = false
+
+    func validate() throws {
+        if all && !ids.isEmpty { throw ValidationError("pass snapshot ids or --all, not both") }
+        if !all && ids.isEmpty { throw ValidationError("name the snapshots to verify, or pass --all") }
+    }
+
+    func run() throws {
+        let outcomes = try SnapshotVerify.run(.init(repository: repo, ids: ids, all: all, full: full, scratch: scratch))
+        if json {
+            print(JSON.string(outcomes))
+        } else {
+            for outcome in outcomes {
+                print(outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(outcome.problem ?? "")")
+            }
+        }
+        if outcomes.contains(where: { !$0.ok }) { throw ExitCode(ExitStatus.badData.rawValue) }
+    }
+}
