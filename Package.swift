@@ -49,6 +49,7 @@ let package = Package(
                 "StoreOps",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 "CZlib",
+                "CLibArchive",
             ]),
 
         // Thin command-line layers.
@@ -70,7 +71,7 @@ let package = Package(
         .testTarget(
             name: "StoreOpsTests",
             dependencies: [
-                "StoreOps", "StoreLab",
+                "StoreOps", "StoreLab", "storectl-lab",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]),
         .testTarget(

@@ -1,0 +1,144 @@
+import Foundation
+import StoreOps
+import Testing
+
+/// The keep/remove decisions of `Retention.apply` on hand-made snapshot lists.
+@Suite("snapshot retention (pure)")
+struct RetentionTests {
+    func snap(_ id: String, _ time: String, tags: [String] = [], verified: Bool = false) -> RetentionCandidate {
+        RetentionCandidate(id: id, time: Timestamp.parseISO(time)!, tags: tags, verified: verified)
+    }
+
+    func kept(_ policy: RetentionPolicy, _ snapshots: [RetentionCandidate]) -> [String] {
+        Retention.apply(policy, to: snapshots).filter(\.keep).map(\.id)
+    }
+
+    func within(_ text: String) -> DurationText { try! DurationText.parse(text).get() }
+
+    @Test func keepLastKeepsTheNewest() {
+        let list = (1...5).map { snap("s\($0)", "2026-11-2\($0)T03:00:00Z") }
+        #expect(kept(.init(last: 3), list) == ["s5", "s4", "s3"])
+        let decisions = Retention.apply(.init(last: 3), to: list)
+        #expect(decisions.first { $0.id == "s1" }?.reasons == ["no rule keeps it"])
+        #expect(decisions.first { $0.id == "s5" }?.reasons == ["one of the last 3"])
+    }
+
+    @Test("hourly keeps the newest snapshot of each of the N most recent hours that have one")
+    func hourlyBuckets() {
+        let list = [snap("a", "2026-11-22T10:05:00Z"), snap("b", "2026-11-22T10:55:00Z"), snap("c", "2026-11-22T11:00:00Z"),
+                    snap("d", "2026-11-22T11:59:59Z"), snap("e", "2026-11-22T12:30:00Z")]
+        #expect(kept(.init(hourly: 2), list) == ["e", "d"])
+        #expect(kept(.init(hourly: 3), list) == ["e", "d", "b"])
+        #expect(kept(.init(hourly: -1), list) == ["e", "d", "b"], "-1: every hour")
+    }
+
+    @Test("daily buckets are UTC days: 23:59 and 00:01 are different days; gaps do not count")
+    func dailyBuckets() {
+        let list = [snap("mon-late", "2026-11-23T23:59:00Z"), snap("tue-early", "2026-11-24T00:01:00Z"),
+                    snap("tue-noon", "2026-11-24T12:00:00Z"), snap("weeks-ago", "2026-10-01T08:00:00Z")]
+        #expect(kept(.init(daily: 2), list) == ["tue-noon", "mon-late"])
+        // Three days with snapshots, not three calendar days back from the newest: the October one counts.
+        #expect(kept(.init(daily: 3), list) == ["tue-noon", "mon-late", "weeks-ago"])
+    }
+
+    @Test("weekly buckets are ISO weeks: Sunday and Monday split, a year's last days may be week 53")
+    func weeklyBuckets() {
+        let list = [snap("sat", "2026-11-21T09:00:00Z"), snap("sun", "2026-11-22T23:00:00Z"), snap("mon", "2026-11-23T01:00:00Z")]
+        #expect(kept(.init(weekly: 2), list) == ["mon", "sun"])
+        let newYear = [snap("dec31", "2026-12-31T12:00:00Z"), snap("jan3", "2027-01-03T12:00:00Z"), snap("jan4", "2027-01-04T12:00:00Z")]
+        #expect(kept(.init(weekly: 2), newYear) == ["jan4", "jan3"], "31 Dec 2026 and 3 Jan 2027 are both in ISO week 2026-W53")
+    }
+
+    @Test func monthlyAndYearly() {
+        let list = [snap("jan", "2026-01-15T00:00:00Z"), snap("jan-end", "2026-01-31T23:59:59Z"), snap("feb", "2026-02-01T00:00:00Z"),
+                    snap("last-year", "2025-06-01T00:00:00Z")]
+        #expect(kept(.init(monthly: 2), list) == ["feb", "jan-end"])
+        #expect(kept(.init(yearly: 5), list) == ["feb", "last-year"])
+    }
+
+    @Test("keep-within counts back from the newest snapshot, not from now")
+    func withinFromNewest() {
+        // Years ago: with "now" as the reference everything would expire.
+        let list = [snap("new", "2020-01-10T00:00:00Z"), snap("edge", "2020-01-08T00:00:00Z"), snap("old", "2020-01-07T23:59:59Z")]
+        #expect(kept(.init(within: within("2d")), list) == ["new", "edge"], "exactly 2d before the newest is kept")
+        #expect(Retention.apply(.init(within: within("2d")), to: list).first?.reasons == ["within 2d of the newest"])
+    }
+
+    @Test("ties: equal times are ordered by id, deterministically")
+    func ties() {
+        let list = [snap("20261122T030000Z-aaaaaa", "2026-11-22T03:00:00Z"), snap("20261122T030000Z-bbbbbb", "2026-11-22T03:00:00Z")]
+        #expect(kept(.init(last: 1), list) == ["20261122T030000Z-bbbbbb"])
+        #expect(kept(.init(last: 1), list.reversed()) == ["20261122T030000Z-bbbbbb"])
+        #expect(kept(.init(daily: 1), list) == ["20261122T030000Z-bbbbbb"])
+    }
+
+    @Test("rules are OR-ed and every reason is given; tags keep")
+    func orAndTags() {
+        let list = [snap("a", "2026-11-22T03:00:00Z"), snap("b", "2026-11-21T03:00:00Z", tags: ["pre-migrate"]), snap("c", "2026-11-20T03:00:00Z")]
+        let decisions = Retention.apply(.init(last: 1, daily: 2, tags: ["pre-migrate"]), to: list)
+        #expect(decisions.map(\.keep) == [true, true, false])
+        #expect(decisions[0].reasons == ["one of the last 1", "daily snapshot"])
+        #expect(decisions[1].reasons == ["tagged pre-migrate", "daily snapshot"])
+    }
+
+    @Test("the newest verified snapshot is always kept")
+    func newestVerified() {
+        let list = [snap("new-unverified", "2026-11-22T03:00:00Z"), snap("verified", "2026-11-21T03:00:00Z", verified: true),
+                    snap("older-verified", "2026-11-20T03:00:00Z", verified: true)]
+        let decisions = Retention.apply(.init(last: 1), to: list)
+        #expect(decisions.filter(\.keep).map(\.id) == ["new-unverified", "verified"])
+        #expect(decisions[1].reasons == ["the newest verified snapshot (always kept)"])
+    }
+
+    @Test func emptyPolicies() {
+        #expect(RetentionPolicy().isEmpty)
+        #expect(RetentionPolicy(last: 0, daily: 0).isEmpty)
+        #expect(!RetentionPolicy(tags: ["x"]).isEmpty)
+        #expect(throws: StoreOpsError.self) { try RetentionPolicy(daily: -2).validate() }
+        #expect(Retention.apply(.init(last: 1), to: []).isEmpty)
+    }
+}
+
+@Suite("durations")
+struct DurationTextTests {
+    @Test(arguments: [("30d", 2_592_000), ("12h", 43_200), ("2w", 1_209_600), ("1y2d", 31_708_800), ("90m", 5_400), ("45s", 45), ("1d12h", 129_600)] as [(String, Double)])
+    func parses(_ text: String, _ seconds: Double) throws {
+        #expect(try DurationText.parse(text).get().seconds == seconds)
+    }
+
+    @Test(arguments: [("30", "has no unit"), ("", "is empty"), ("5x", "unknown unit 'x'"), ("h", "without a number"),
+                      ("2h1d", "smaller unit first"), ("0d", "is zero"), ("1d2", "ends with a number")] as [(String, String)])
+    func refuses(_ text: String, _ problem: String) {
+        guard case .failure(let error) = DurationText.parse(text) else { Issue.record("\(text) parsed"); return }
+        #expect(error.description.contains(problem), "\(error)")
+        #expect(error.description.contains("expected a number and a unit"))
+    }
+}
+
+@Suite("archive entry rules (pure)")
+struct ArchiveEntryRulesTests {
+    let expected: Set<String> = ["manifest.json", "store/Tasks.sqlite"]
+    let regular = ArchiveEntryRules.FileType.regular.rawValue
+
+    @Test func acceptsListedFiles() {
+        #expect(ArchiveEntryRules.problem(name: "store/Tasks.sqlite", fileType: regular, symlinkTarget: nil, hardlinkTarget: nil, expected: expected) == nil)
+    }
+
+    @Test(arguments: [
+        ("/etc/passwd", ArchiveEntryRules.FileType.regular, nil, nil, "an absolute path"),
+        ("store/../../escape", .regular, nil, nil, "a path with '..'"),
+        ("..", .regular, nil, nil, "a path with '..'"),
+        ("store/link", .symlink, "/etc/shadow", nil, "a symbolic link"),
+        ("store/Tasks.sqlite", .regular, nil, "../../outside", "a hard link"),
+        ("store/dev", .characterDevice, nil, nil, "a device file"),
+        ("store/blk", .blockDevice, nil, nil, "a device file"),
+        ("store/pipe", .fifo, nil, nil, "a FIFO"),
+        ("store/extra.bin", .regular, nil, nil, "the manifest does not list"),
+        ("store", .directory, nil, nil, "an unexpected folder"),
+        ("", .regular, nil, nil, "without a name"),
+    ] as [(String, ArchiveEntryRules.FileType, String?, String?, String)])
+    func refuses(_ name: String, _ type: ArchiveEntryRules.FileType, _ symlink: String?, _ hardlink: String?, _ problem: String) {
+        let found = ArchiveEntryRules.problem(name: name, fileType: type.rawValue, symlinkTarget: symlink, hardlinkTarget: hardlink, expected: expected)
+        #expect(found?.contains(problem) == true, "\(name): \(found ?? "accepted")")
+    }
+}

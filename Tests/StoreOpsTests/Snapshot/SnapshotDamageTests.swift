@@ -1,0 +1,215 @@
+import Foundation
+import StoreLab
+import StoreOps
+import Testing
+
+/// Damaged and hostile archives: verify reports exit 65 and what is wrong; restore refuses before
+/// writing anything at the target; nothing valid is damaged.
+@Suite("snapshots: damaged and hostile archives")
+struct SnapshotDamageTests {
+    /// Verifies and restores the fixture's snapshot, expecting both to find `problem`.
+    func expectDamaged(_ fixture: SnapshotFixture, _ problem: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let outcomes = try SnapshotVerify.run(.init(repository: fixture.repo, ids: [fixture.created.id]))
+        #expect(outcomes.first?.ok == false, sourceLocation: sourceLocation)
+        #expect(outcomes.first?.problem?.contains(problem) == true, "\(outcomes.first?.problem ?? "no problem found")", sourceLocation: sourceLocation)
+        let record = fixture.repository.lastVerification(fixture.created.id)
+        #expect(record?.ok == false && record?.problem == outcomes.first?.problem, sourceLocation: sourceLocation)
+
+        let target = fixture.folder.file("target/Tasks.sqlite")
+        try? FileManager.default.createDirectory(atPath: fixture.folder.file("target"), withIntermediateDirectories: false)
+        let error = #expect(throws: StoreOpsError.self, sourceLocation: sourceLocation) {
+            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .file(target)))
+        }
+        #expect(error?.status == .badData, sourceLocation: sourceLocation)
+        #expect(error?.message.contains(problem) == true, "\(error?.message ?? "")", sourceLocation: sourceLocation)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.folder.file("target")).isEmpty,
+                "nothing written at the target", sourceLocation: sourceLocation)
+        // The store it came from is untouched and still listed snapshots are intact.
+        #expect(try rowCount(fixture.store) == 2_000, sourceLocation: sourceLocation)
+    }
+
+    @Test func truncatedArchive() throws {
+        let fixture = try SnapshotFixture()
+        let data = try Data(contentsOf: URL(fileURLWithPath: fixture.archive))
+        try data.prefix(data.count / 2).write(to: URL(fileURLWithPath: fixture.archive))
+        try expectDamaged(fixture, "truncated or replaced")
+    }
+
+    @Test("a truncated archive whose catalog entry was made to agree: the decompressor finds the end missing")
+    func truncatedArchiveConsistentCatalog() throws {
+        let fixture = try SnapshotFixture()
+        let data = try Data(contentsOf: URL(fileURLWithPath: fixture.archive))
+        try fixture.replaceArchive(with: data.prefix(data.count * 2 / 3))
+        try expectDamaged(fixture, "the archive is damaged")
+    }
+
+    @Test func flippedByte() throws {
+        let fixture = try SnapshotFixture()
+        var data = try Data(contentsOf: URL(fileURLWithPath: fixture.archive))
+        data[data.count / 2] ^= 0x40
+        try data.write(to: URL(fileURLWithPath: fixture.archive))
+        try expectDamaged(fixture, "the archive is damaged")
+    }
+
+    @Test func missingArchive() throws {
+        let fixture = try SnapshotFixture()
+        unlink(fixture.archive)
+        try expectDamaged(fixture, "is missing")
+    }
+
+    @Test("a manifest inside that does not match the catalog")
+    func manifestMismatch() throws {
+        let fixture = try SnapshotFixture()
+        var entries = try fixture.entries()
+        var inner = try JSON.decoder().decode(Manifest.self, from: { if case .file(let d) = entries.last!.kind { return d }; return Data() }())
+        inner.snapshot?.tags = ["forged"]
+        entries[entries.count - 1] = .init("manifest.json", .file(try JSON.encode(inner)))
+        try fixture.rebuild(entries)
+        try expectDamaged(fixture, "does not match the catalog entry")
+    }
+
+    @Test("a file whose content differs from its manifest checksum")
+    func fileChecksumMismatch() throws {
+        let fixture = try SnapshotFixture()
+        var entries = try fixture.entries()
+        let index = try #require(entries.firstIndex { $0.name == "store/Tasks.sqlite" })
+        guard case .file(var data) = entries[index].kind else { return }
+        data[data.count - 100] ^= 0x01
+        entries[index] = .init("store/Tasks.sqlite", .file(data))
+        try fixture.rebuild(entries)
+        try expectDamaged(fixture, "checksum mismatch in store/Tasks.sqlite")
+    }
+
+    @Test("a file listed in the manifest is missing from the archive")
+    func missingFile() throws {
+        let fixture = try SnapshotFixture()
+        var entries = try fixture.entries()
+        let external = try #require(entries.firstIndex { $0.name.contains("_EXTERNAL_DATA") })
+        entries.remove(at: external)
+        try fixture.rebuild(entries)
+        try expectDamaged(fixture, "the archive lacks")
+    }
+
+    @Test("hostile entries are refused before anything is written", arguments: [
+        ("/tmp/storectl-owned", ArchiveFixture.Kind.file(Data("x".utf8)), "an absolute path"),
+        ("store/../../escape.txt", .file(Data("x".utf8)), "a path with '..'"),
+        ("store/Tasks.sqlite", .symlink("/etc/passwd"), "a symbolic link"),
+        ("store/Tasks.sqlite", .hardlink("../../etc/passwd"), "a hard link"),
+        ("store/dev", .characterDevice, "a device file"),
+        ("store/pipe", .fifo, "a FIFO"),
+        ("store/extra.sh", .file(Data("#!/bin/sh".utf8)), "the manifest does not list"),
+    ] as [(String, ArchiveFixture.Kind, String)])
+    func hostileEntry(_ name: String, _ kind: ArchiveFixture.Kind, _ problem: String) throws {
+        let fixture = try SnapshotFixture()
+        try fixture.rebuild([.init(name, kind)] + (try fixture.entries()))
+        try expectDamaged(fixture, problem)
+        #expect(!FileManager.default.fileExists(atPath: "/tmp/storectl-owned"))
+        #expect(!FileManager.default.fileExists(atPath: fixture.folder.file("escape.txt")))
+    }
+
+    @Test("a corrupt catalog entry is reported (65), naming the file")
+    func corruptCatalog() throws {
+        let fixture = try SnapshotFixture()
+        try Data("{ not json".utf8).write(to: URL(fileURLWithPath: fixture.catalogEntry))
+        let error = #expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo) }
+        #expect(error?.status == .badData)
+        #expect(error?.message.contains(fixture.created.id) == true)
+    }
+
+    @Test("restore refuses an existing target (73) and an unwritable folder (73)", .enabled(if: TempMount.isAvailable || getuid() != 0))
+    func unwritableTargets() throws {
+        let fixture = try SnapshotFixture()
+        #expect((#expect(throws: StoreOpsError.self) {
+            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .file(fixture.store)))
+        })?.status == .cannotCreate)
+        if let mount = TempMount(kilobytes: 1024, readOnly: true) {
+            #expect((#expect(throws: StoreOpsError.self) {
+                try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .file(mount.file("x.sqlite"))))
+            })?.status == .cannotCreate)
+        }
+    }
+}
+
+@Suite("snapshots: restore in place")
+struct SnapshotRestoreInPlaceTests {
+    @Test("a safety snapshot first, stale -wal/-shm removed, content equal to the snapshot")
+    func inPlace() throws {
+        let fixture = try SnapshotFixture()
+        let expected = try logicalDigest(fixture.store)
+        // The app goes on writing and dies with committed frames still in its -wal.
+        let ready = fixture.folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", fixture.store, "--interval-ms", "1", "--ready-file", ready])
+        #expect(ChildProcess.waitFor(file: ready))
+        usleep(300_000)
+        writer.signal(SIGKILL)
+        _ = writer.wait()
+        let store = StoreFile(unchecked: fixture.store)
+        #expect((FileSystem.size(of: store.walPath) ?? 0) > 0, "the killed writer left a -wal")
+        let changed = try logicalDigest(fixture.store)
+        #expect(changed != expected)
+
+        let result = try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .inPlace(fixture.store)))
+        #expect(result.removedSidecars.contains(store.walPath))
+        #expect(!FileManager.default.fileExists(atPath: store.walPath))
+        #expect(try logicalDigest(fixture.store) == expected, "the old -wal was not replayed onto the restored file")
+        // The safety snapshot holds the state before the restore, -wal content included.
+        let safety = try #require(result.safetySnapshot)
+        #expect(try fixture.repository.record(safety).snapshot?.tags == ["pre-restore"])
+        let before = fixture.folder.file("before.sqlite")
+        _ = try SnapshotRestore.run(.init(repository: fixture.repo, id: safety, target: .file(before)))
+        #expect(try logicalDigest(before) == changed)
+    }
+
+    @Test("refused (75) while another process has the store open, unless --force; nothing changed")
+    func refusedWhileOpen() throws {
+        let fixture = try SnapshotFixture()
+        let ready = fixture.folder.file("held")
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", fixture.store, "--mode", "read", "--seconds", "30", "--ready-file", ready])
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        let before = try Hashing.sha256(ofFile: fixture.store)
+        let error = #expect(throws: StoreOpsError.self) {
+            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .inPlace(fixture.store)))
+        }
+        #expect(error?.status == .busy)
+        #expect(error?.message.contains("pid \(holder.pid)") == true)
+        #expect(try Hashing.sha256(ofFile: fixture.store) == before)
+        #expect(try SnapshotSummary.list(repository: fixture.repo).count == 1, "no safety snapshot was taken")
+    }
+
+    @Test("the external-data folder becomes the snapshot's; owner and mode of the store are kept")
+    func externalDataAndOwnership() throws {
+        let fixture = try SnapshotFixture(externalFiles: 2)
+        let store = StoreFile(unchecked: fixture.store)
+        _ = FileManager.default.createFile(atPath: (store.externalDataPath as NSString).appendingPathComponent("added-later"), contents: Data([7]))
+        chmod(store.path, 0o640)
+        if getuid() == 0 { chown(store.path, 65534, 65534) }
+        _ = try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .inPlace(store.path)))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store.externalDataPath).count == 2)
+        #expect(permissions(store.path) == 0o640)
+        if getuid() == 0 {
+            let owner = try FileManager.default.attributesOfItem(atPath: store.path)[.ownerAccountID] as? Int
+            #expect(owner == 65534)
+        }
+        #expect(leftovers(store.folder).isEmpty)
+    }
+
+    @Test("a damaged current store: refused without --force; with it, moved aside (never deleted)")
+    func damagedCurrentStore() throws {
+        let fixture = try SnapshotFixture()
+        let handle = try #require(FileHandle(forWritingAtPath: fixture.store))
+        try handle.seek(toOffset: 8 * 4096)
+        handle.write(Data(repeating: 0xEE, count: 8 * 4096))
+        try handle.close()
+        let error = #expect(throws: StoreOpsError.self) {
+            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .inPlace(fixture.store)))
+        }
+        #expect(error?.status == .badData)
+        #expect(error?.hint?.contains("--force") == true)
+        let result = try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .inPlace(fixture.store), force: true))
+        #expect(result.safetySnapshot == nil)
+        let aside = try #require(result.movedAside.first)
+        #expect(FileManager.default.fileExists(atPath: aside))
+        #expect(try rowCount(fixture.store) == 2_000)
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+import StoreLab
+import StoreOps
+import Testing
+
+@Suite("storectl snapshot, end to end")
+struct SnapshotCLITests {
+    @Test("create, list, show, verify, restore, prune: output and exit statuses")
+    func tour() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let repo = folder.file("repo")
+        let created = try storectl("snapshot", "create", store, "--repo", repo, "--tag", "nightly")
+        #expect(created.status == 0, "\(created.stderr)")
+        #expect(created.stdout.hasPrefix("snapshot 2") && created.stdout.contains("quick_check ok") && created.stdout.contains("tags nightly"))
+        #expect(created.stderr.isEmpty)
+
+        let list = try storectl("snapshot", "list", "--repo", repo)
+        #expect(list.status == 0)
+        #expect(list.stdout.hasPrefix("ID  "))
+        #expect(list.stdout.contains("Tasks.sqlite") && list.stdout.contains("nightly") && list.stdout.contains("never"))
+        let rows = try JSON.decoder().decode([SnapshotSummary].self, from: Data(try storectl("snapshot", "list", "--repo", repo, "--json").stdout.utf8))
+        let id = try #require(rows.first?.id)
+
+        let show = try storectl("snapshot", "show", "--repo", repo, String(id.prefix(20)))
+        #expect(show.status == 0 && show.stdout.contains("snapshot   \(id)") && show.stdout.contains("Category"))
+
+        let verify = try storectl("snapshot", "verify", "--repo", repo, "--all")
+        #expect(verify.status == 0 && verify.stdout.hasPrefix("ok      \(id)"))
+        #expect(try storectl("snapshot", "verify", "--repo", repo).status == 64, "ids or --all")
+
+        let restored = try storectl("snapshot", "restore", "--repo", repo, id, "--to", folder.file("copy.sqlite"))
+        #expect(restored.status == 0 && restored.stdout.hasPrefix("restored \(id) to \(folder.file("copy.sqlite"))"))
+        #expect(try storectl("snapshot", "restore", "--repo", repo, id, "--to", "a", "--in-place", "b").status == 64)
+        let inPlace = try storectl("snapshot", "restore", "--repo", repo, id, "--in-place", store, "--json")
+        #expect(inPlace.status == 0)
+        let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(inPlace.stdout.utf8))
+        #expect(result.safetySnapshot != nil)
+
+        let dry = try storectl("snapshot", "prune", "--repo", repo, "--keep-tag", "nightly", "--dry-run")
+        #expect(dry.status == 0 && dry.stdout.contains("keep   \(id)  tagged nightly") && dry.stdout.contains("would keep"))
+        let empty = try storectl("snapshot", "prune", "--repo", repo)
+        #expect(empty.status == 64 && empty.stderr.contains("empty policy"))
+        #expect(try storectl("snapshot", "prune", "--repo", repo, "--keep-within", "30").status == 64)
+        let pruned = try storectl("snapshot", "prune", "--repo", repo, "--keep-tag", "nightly")
+        #expect(pruned.status == 0 && pruned.stdout.contains("kept 1, removed 1"))
+    }
+
+    @Test("a damaged snapshot: verify exits 65 naming it; an unknown id 66; not a repository 65")
+    func errors() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let repo = folder.file("repo")
+        #expect(try storectl("snapshot", "create", store, "--repo", repo).status == 0)
+        let archive = try #require(try FileManager.default.contentsOfDirectory(atPath: repo + "/snapshots").first)
+        let path = repo + "/snapshots/" + archive
+        var data = try Data(contentsOf: URL(fileURLWithPath: path))
+        data[data.count / 3] ^= 0xFF
+        try data.write(to: URL(fileURLWithPath: path))
+        let verify = try storectl("snapshot", "verify", "--repo", repo, "--all")
+        #expect(verify.status == 65)
+        #expect(verify.stdout.hasPrefix("DAMAGED 2"))
+        #expect(try storectl("snapshot", "list", "--repo", repo).stdout.contains("FAILED"))
+        #expect(try storectl("snapshot", "show", "--repo", repo, "20000101T000000Z").status == 66)
+        #expect(try storectl("snapshot", "list", "--repo", folder.path).status == 65)
+    }
+
+    @Test("two writers: the second exits 75 at once naming the holder; with --wait it waits its turn")
+    func lockContention() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let repo = folder.file("repo")
+        #expect(try storectl("snapshot", "create", store, "--repo", repo).status == 0)
+        let ready = folder.file("locked")
+        let holder = try ChildProcess.Running("/bin/sh", ["-c", "exec 9>>'\(repo)/.lock' && flock -n 9 && touch '\(ready)' && exec sleep 2"])
+        #expect(ChildProcess.waitFor(file: ready))
+        let started = Date()
+        let busy = try storectl("snapshot", "create", store, "--repo", repo)
+        #expect(busy.status == 75)
+        #expect(busy.stderr.contains("skipped: another job holds the lock"))
+        #expect(Date().timeIntervalSince(started) < 1.5, "at once")
+        let waited = try storectl("snapshot", "create", store, "--repo", repo, "--wait")
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(Date().timeIntervalSince(started) >= 1.5, "after the holder let go")
+        _ = holder.wait()
+        #expect(try SnapshotSummary.list(repository: repo).count == 2)
+    }
+
+    @Test("kill -9 during create leaves no listed snapshot; the next create cleans up", arguments: [0.05, 0.2, 0.5])
+    func killedMidCreate(_ delay: Double) throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 150_000)
+        let repo = folder.file("repo")
+        #expect(try storectl("snapshot", "create", store, "--repo", repo).status == 0)
+        let victim = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--compression", "xz"])
+        usleep(useconds_t(delay * 1_000_000))
+        victim.signal(SIGKILL)
+        #expect(victim.wait().status == 137)
+        let listed = try SnapshotSummary.list(repository: repo)
+        #expect(listed.count == 1, "the interrupted snapshot is not listed")
+        #expect(try SnapshotVerify.run(.init(repository: repo, all: true)).allSatisfy(\.ok))
+        #expect(try storectl("snapshot", "create", store, "--repo", repo).status == 0)
+        let snapshots = try FileManager.default.contentsOfDirectory(atPath: repo + "/snapshots")
+        #expect(snapshots.count == 2 && snapshots.allSatisfy { !$0.hasPrefix(".") }, "\(snapshots)")
+    }
+}
