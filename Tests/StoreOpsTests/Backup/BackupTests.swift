@@ -88,7 +88,7 @@ struct BackupTests {
         #expect(zMax == (try readStore(result.path) { try Int.fetchOne($0, sql: "SELECT max(Z_PK) FROM ZITEM") }))
     }
 
-    @Test("under a writer committing every 2 ms, stepping without a held read transaction restarts forever; storectl finishes")
+    @Test("under a writer committing every 2 ms, stepping without a held read transaction keeps restarting; storectl finishes without one")
     func finishesWhereTheShellBackupLivelocks() throws {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder, items: 120_000)
@@ -98,9 +98,11 @@ struct BackupTests {
         #expect(ChildProcess.waitFor(file: ready))
 
         // What the sqlite3 shell's .backup does: 100 pages per step, no read transaction held.
+        // Every commit between two steps restarts it (on the 1 GiB benchmark store it never
+        // finishes; on this small store a starved writer can leave it a gap, so only the restarts
+        // are asserted here).
         let naive = try naiveBackup(store, to: folder.file("naive.sqlite"), pagesPerStep: 100, giveUpAfter: 3)
-        #expect(!naive.finished, "the naive copy finished: \(naive)")
-        #expect(naive.restarts > 0)
+        #expect(naive.restarts > 0, "\(naive)")
 
         let started = Date()
         let result = try Backup.run(source: store, options: .init(output: folder.file("storectl.sqlite")))
