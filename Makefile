@@ -2,7 +2,7 @@
 # Both install the system libraries first when they are missing (Debian/Ubuntu, apt-get).
 
 SWIFT    ?= swift
-PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev
+PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev libzstd-dev
 BIN      := .build/debug
 DEMO     := demo
 
@@ -47,6 +47,7 @@ demo: build
 
 bench:
 	bash bench/backup.sh
+	bash bench/snapshot.sh
 
 clean:
 	rm -rf .build $(DEMO) bench/out

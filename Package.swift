@@ -23,6 +23,10 @@ let package = Package(
             pkgConfig: "libarchive",
             providers: [.apt(["libarchive-dev"])]),
         .systemLibrary(
+            name: "CZstd",
+            pkgConfig: "libzstd",
+            providers: [.apt(["libzstd-dev"])]),
+        .systemLibrary(
             name: "CZlib",
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]),
@@ -40,6 +44,7 @@ let package = Package(
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 "CLibArchive",
                 "CZlib",
+                "CZstd",
                 "CStoreSupport",
             ]),
         // Sample stores and write load for the demo, the tests and the benchmarks.

@@ -10,28 +10,13 @@
 #   ITEMS=400000 bash bench/backup.sh    # a quick ~100 MiB run
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ITEMS=${ITEMS:-4000000}
+source bench/common.sh
 LIMIT=${LIMIT:-60}
 INTERVAL_MS=${INTERVAL_MS:-2}
-OUT=bench/out
-mkdir -p "$OUT"
+need sqlite3 sqlite3; need /usr/bin/time time; need bc bc
+build_release || exit 1
+ensure_store
 
-for tool in sqlite3:sqlite3 /usr/bin/time:time; do
-  command -v "${tool%%:*}" >/dev/null || { sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo; $sudo apt-get install -y -qq "${tool##*:}" >/dev/null; }
-done
-swift build -c release --product storectl >/dev/null && swift build -c release --product storectl-lab >/dev/null || exit 1
-BIN=.build/release
-STORE=$OUT/bench.sqlite
-
-STAMP="$ITEMS items, sample v2"   # v2: ZITEM_Z_ENT_INDEX, as Core Data creates
-if [ ! -f "$STORE" ] || [ "$(cat "$OUT/bench.items" 2>/dev/null)" != "$STAMP" ]; then
-  rm -f "$STORE" "$STORE-wal" "$STORE-shm"
-  echo "generating $ITEMS items..." >&2
-  "$BIN/storectl-lab" make-store "$STORE" --items "$ITEMS" >/dev/null || exit 1
-  echo "$STAMP" > "$OUT/bench.items"
-fi
-
-now() { date +%s.%N; }
 reset() { sqlite3 "$STORE" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null; rm -rf "$OUT"/copy*; }
 
 # copy NAME: runs the named copy under GNU time and `timeout`; sets SECS, RSS_MB, STATUS.
@@ -67,7 +52,6 @@ declare -A IDLE IDLE_RSS
 printf '\nstore: %s, %s, %s items (%s soft-deleted), page cache warm\n' "$STORE" \
   "$(du -h "$STORE" | cut -f1)" "$ITEMS" "20%"
 sqlite3 "$STORE" "SELECT 'journal_mode: ' || (SELECT journal_mode FROM pragma_journal_mode), 'pages: ' || (SELECT page_count FROM pragma_page_count)" | tr '|' ' '
-cat "$STORE" > /dev/null   # warm the page cache for everyone
 
 printf '\n== idle store\n%-16s %9s %11s %9s\n' "copy" "seconds" "vs .backup" "peak MiB"
 for tool in $TOOLS; do

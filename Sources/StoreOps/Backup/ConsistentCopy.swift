@@ -2,7 +2,6 @@ import Foundation
 import GRDB
 import GRDBSQLite
 import Logging
-import Synchronization
 
 /// The consistent-copy engine: a point-in-time copy of a live store, page for page, through the
 /// SQLite online backup API, that never blocks writers in WAL mode and never livelocks.
@@ -222,31 +221,19 @@ public enum ConsistentCopy {
     ///   itself is damaged), or whatever `alongside` throws.
     public static func verify<T: Sendable>(_ path: String, level: VerifyLevel, store: StoreFile,
                                            alongside: @Sendable () throws -> T) throws -> (Inspection, T) {
-        let lanes = Mutex<(check: Result<Inspection, any Error>?, other: Result<T, any Error>?)>((nil, nil))
-        DispatchQueue.concurrentPerform(iterations: 2) { lane in
-            let started = Date()
-            if lane == 0 {
-                let value = Result { try onCopy(path, store: store, doing: "verifying") { db in
-                    Inspection(pageSize: try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0,
-                               pageCount: try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0,
-                               verification: try Verifier.verify(db, level: level))
-                } }
-                logger.debug("verify", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
-                lanes.withLock { $0.check = value }
-            } else {
-                let value = Result { try alongside() }
-                logger.debug("alongside verify", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
-                lanes.withLock { $0.other = value }
+        let (inspection, other) = try inParallel({
+            try onCopy(path, store: store, doing: "verifying") { db in
+                Inspection(pageSize: try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0,
+                           pageCount: try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0,
+                           verification: try Verifier.verify(db, level: level))
             }
-        }
-        let (check, other) = lanes.withLock { ($0.check!, $0.other!) }
-        let inspection = try check.get()
+        }, alongside)
         guard inspection.verification.ok else {
             throw StoreOpsError(.badData,
                 "the copy of \(store.path) failed \(level == .full ? "integrity_check/foreign_key_check" : "quick_check"): \(inspection.verification.messages.prefix(3).joined(separator: "; "))",
                 hint: "the backup API copies pages exactly, so the source store itself is damaged: run `storectl preflight --full \(store.path)`")
         }
-        return (inspection, try other.get())
+        return (inspection, other)
     }
 
     /// The Core Data facts of a copy (model hashes, rows per entity), or nil for a plain store.

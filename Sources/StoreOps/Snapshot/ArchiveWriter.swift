@@ -12,7 +12,8 @@ final class ArchiveWriter {
     private let sink: Sink
     private var closed = false
 
-    /// Where libarchive's output goes: the file, a running SHA-256, a byte count, write-behind.
+    /// Where libarchive's output goes: through zstd (when storectl compresses itself) to the file,
+    /// with a running SHA-256, a byte count and write-behind.
     final class Sink {
         let fd: Int32
         var hasher = SHA256()
@@ -20,10 +21,32 @@ final class ArchiveWriter {
         var error: StoreOpsError?
         let writeBehind: WriteBehind?
         let path: String
+        var zstd: ZstdSink?
         init(fd: Int32, path: String) {
             self.fd = fd
             self.path = path
             writeBehind = WriteBehind(path: path)
+        }
+
+        /// Takes bytes from libarchive: compressed already, or to be compressed here.
+        func take(_ chunk: UnsafeRawBufferPointer) throws {
+            if let zstd { try zstd.write(chunk) } else { try store(chunk) }
+        }
+
+        /// Writes final (compressed) bytes to the file and the hash.
+        func store(_ chunk: UnsafeRawBufferPointer) throws {
+            var offset = 0
+            while offset < chunk.count {
+                let n = write(fd, chunk.baseAddress! + offset, chunk.count - offset)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output)
+                }
+                offset += n
+            }
+            hasher.update(bufferPointer: chunk)
+            bytes += UInt64(chunk.count)
+            writeBehind?.advance()
         }
     }
 
@@ -37,37 +60,32 @@ final class ArchiveWriter {
         do {
             try check(archive_write_set_format_pax_restricted(archive), "choosing the tar format")
             switch compression {
-            case .zstd: try check(archive_write_add_filter_zstd(archive), "choosing zstd")
+            case .zstd:
+                // Compressed by ZstdSink, so its memory is bounded (see there).
+                let sink = self.sink
+                sink.zstd = try ZstdSink(level: level ?? 3, workers: threads) { try sink.store($0) }
             case .gzip: try check(archive_write_add_filter_gzip(archive), "choosing gzip")
             case .xz: try check(archive_write_add_filter_xz(archive), "choosing xz")
             case .none: break
             }
-            if let level {
+            if let level, compression == .gzip || compression == .xz {
                 try check(archive_write_set_filter_option(archive, nil, "compression-level", "\(level)"), "setting level \(level)")
             }
-            if threads > 1, compression == .zstd || compression == .xz {
-                // Best effort: a libarchive built without threaded zstd/xz keeps one thread.
+            if threads > 1, compression == .xz {
+                // Best effort: a libarchive built without threaded xz keeps one thread.
                 _ = archive_write_set_filter_option(archive, nil, "threads", "\(threads)")
             }
-            try check(archive_write_set_bytes_per_block(archive, 1 << 20), "setting the block size")
+            try check(archive_write_set_bytes_per_block(archive, 64 << 10), "setting the block size")
             try check(archive_write_set_bytes_in_last_block(archive, 1), "setting the last block")
             let context = Unmanaged.passUnretained(sink).toOpaque()
             try check(archive_write_open2(archive, context, nil, { _, context, buffer, length in
                 let sink = Unmanaged<ArchiveWriter.Sink>.fromOpaque(context!).takeUnretainedValue()
-                let chunk = UnsafeRawBufferPointer(start: buffer, count: length)
-                var offset = 0
-                while offset < length {
-                    let n = write(sink.fd, chunk.baseAddress! + offset, length - offset)
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        sink.error = StoreOpsError.posix(errno, doing: "writing \(sink.path)", side: .output)
-                        return -1
-                    }
-                    offset += n
+                do {
+                    try sink.take(UnsafeRawBufferPointer(start: buffer, count: length))
+                } catch {
+                    sink.error = (error as? StoreOpsError) ?? StoreOpsError(.failure, "\(error)")
+                    return -1
                 }
-                sink.hasher.update(bufferPointer: chunk)
-                sink.bytes += UInt64(length)
-                sink.writeBehind?.advance()
                 return length
             }, nil, nil), "opening the archive")
         } catch {
@@ -126,6 +144,7 @@ final class ArchiveWriter {
     func finish() throws -> (bytes: UInt64, sha256: String) {
         closed = true
         try check(archive_write_close(archive), "closing the archive")
+        try sink.zstd?.finish()
         return (sink.bytes, Hashing.hex(sink.hasher.finalize()))
     }
 

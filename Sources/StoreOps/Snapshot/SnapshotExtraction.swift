@@ -15,8 +15,11 @@ enum SnapshotExtraction {
         var externalFolder: String?
     }
 
+    /// Unpacks and checks everything, ending with `level`'s integrity check of the database,
+    /// which runs on one core while the other hashes the unpacked database file.
+    ///
     /// - Throws: exit 65 naming the snapshot and what is wrong when anything does not match.
-    static func run(_ record: Manifest, repository: SnapshotRepository, into targets: Targets) throws {
+    static func run(_ record: Manifest, repository: SnapshotRepository, into targets: Targets, level: VerifyLevel) throws {
         guard let facts = record.snapshot, let archiveRecord = facts.archive else {
             throw StoreOpsError(.badData, "the catalog entry has no archive record")
         }
@@ -63,9 +66,11 @@ enum SnapshotExtraction {
                 let destination: String? = entry.name == record.database.path
                     ? targets.database
                     : targets.externalFolder.map { ($0 as NSString).appendingPathComponent(FileSystem.name(of: entry.name)) }
-                let (bytes, sha) = try stream(reader, to: destination, creating: entry.name != record.database.path)
+                // The database is hashed after unpacking, alongside its integrity check (below).
+                let isDatabase = entry.name == record.database.path
+                let (bytes, sha) = try stream(reader, to: destination, creating: !isDatabase, hashing: !isDatabase)
                 guard bytes == file.bytes else { throw damaged("\(entry.name) is \(bytes) bytes, the manifest says \(file.bytes)") }
-                guard sha == file.sha256 else {
+                if !isDatabase, sha != file.sha256 {
                     throw damaged("checksum mismatch in \(entry.name) (expected \(file.sha256.prefix(12))…, got \(sha.prefix(12))…)")
                 }
             }
@@ -89,10 +94,19 @@ enum SnapshotExtraction {
         guard archiveBytes == archiveRecord.bytes, archiveSHA == archiveRecord.sha256 else {
             throw damaged("archive checksum mismatch (expected \(archiveRecord.sha256.prefix(12))…, got \(archiveSHA.prefix(12))…)")
         }
+        let database = targets.database
+        let (check, sha) = try inParallel({ try SnapshotVerify.checkDatabase(database, level: level) },
+                                          { try Hashing.sha256(ofFile: database) })
+        guard sha == record.database.sha256 else {
+            throw damaged("checksum mismatch in \(record.database.path) (expected \(record.database.sha256.prefix(12))…, got \(sha.prefix(12))…)")
+        }
+        guard check.ok else {
+            throw StoreOpsError(.badData, "snapshot \(id): the database inside fails \(level == .full ? "integrity_check" : "quick_check"): \(check.messages.prefix(3).joined(separator: "; "))")
+        }
     }
 
     /// Streams the current entry to `path` (or only hashes it), returning its size and SHA-256.
-    private static func stream(_ reader: ArchiveReader, to path: String?, creating: Bool) throws -> (UInt64, String) {
+    private static func stream(_ reader: ArchiveReader, to path: String?, creating: Bool, hashing: Bool) throws -> (UInt64, String) {
         var fd: Int32 = -1
         if let path {
             fd = creating ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600) : open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
@@ -103,7 +117,7 @@ enum SnapshotExtraction {
         var hasher = SHA256()
         var total: UInt64 = 0
         try reader.readData { chunk in
-            hasher.update(bufferPointer: chunk)
+            if hashing { hasher.update(bufferPointer: chunk) }
             total += UInt64(chunk.count)
             guard fd >= 0 else { return }
             var offset = 0

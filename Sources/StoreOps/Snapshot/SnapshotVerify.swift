@@ -56,11 +56,8 @@ public enum SnapshotVerify {
             do {
                 let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("storectl-verify-\(id).sqlite"))
                 defer { database.discard() }
-                try SnapshotExtraction.run(record, repository: repository, into: .init(database: database.tempPath, externalFolder: nil))
-                let check = try checkDatabase(database.tempPath, level: level)
-                if !check.ok {
-                    problem = "snapshot \(id): the database inside fails \(level == .full ? "integrity_check" : "quick_check"): \(check.messages.prefix(3).joined(separator: "; "))"
-                }
+                try SnapshotExtraction.run(record, repository: repository, into: .init(database: database.tempPath, externalFolder: nil),
+                                           level: level)
             } catch let error as StoreOpsError where error.status == .badData {
                 problem = error.message
             }

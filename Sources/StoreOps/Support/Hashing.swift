@@ -4,7 +4,7 @@ import Foundation
 public enum Hashing {
     /// SHA-256 of a file as lowercase hex, in constant memory.
     ///
-    /// The file is mapped 16 MiB at a time and each window unmapped after hashing: hashing from
+    /// The file is mapped 4 MiB at a time and each window unmapped after hashing: hashing from
     /// the mapping skips the copy read(2) makes into a buffer (about a fifth faster on a file in
     /// the page cache), and the window bounds what the mapping adds to the resident set.
     public static func sha256(ofFile path: String) throws -> String {
@@ -15,7 +15,7 @@ public enum Hashing {
         guard fstat(fd, &info) == 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path) to hash it", side: .input) }
         let size = Int(info.st_size)
         var hasher = SHA256()
-        let window = 16 << 20
+        let window = 4 << 20
         var offset = 0
         while offset < size {
             let length = min(window, size - offset)

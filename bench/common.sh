@@ -1,0 +1,43 @@
+# Shared by the benchmark scripts: release build, the ~1 GiB sample store, timing helpers.
+# Source it from bench/*.sh after `cd` to the repository root.
+ITEMS=${ITEMS:-4000000}
+OUT=bench/out
+BIN=.build/release
+STORE=$OUT/bench.sqlite
+mkdir -p "$OUT"
+
+need() {   # need COMMAND PACKAGE: install a Debian package when a command is missing
+  command -v "$1" >/dev/null && return
+  local sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get install -y -qq "$2" >/dev/null
+}
+
+build_release() {
+  swift build -c release --product storectl >/dev/null && swift build -c release --product storectl-lab >/dev/null
+}
+
+# A Core Data-shaped WAL store of $ITEMS items (20% soft-deleted), regenerated when missing or stale.
+ensure_store() {
+  local stamp="$ITEMS items, sample v2"   # v2: ZITEM_Z_ENT_INDEX, as Core Data creates
+  if [ ! -f "$STORE" ] || [ "$(cat "$OUT/bench.items" 2>/dev/null)" != "$stamp" ]; then
+    rm -f "$STORE" "$STORE-wal" "$STORE-shm"
+    echo "generating $ITEMS items..." >&2
+    "$BIN/storectl-lab" make-store "$STORE" --items "$ITEMS" >/dev/null || exit 1
+    echo "$stamp" > "$OUT/bench.items"
+  fi
+  sqlite3 "$STORE" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+  cat "$STORE" > /dev/null   # warm the page cache for everyone
+}
+
+now() { date +%s.%N; }
+
+# timed NAME COMMAND...: runs under GNU time; sets SECS, RSS_MB, STATUS.
+timed() {
+  shift
+  local t0; t0=$(now)
+  /usr/bin/time -f "%M" -o "$OUT/rss" "$@" >/dev/null 2>"$OUT/err"
+  STATUS=$?
+  SECS=$(echo "$(now) - $t0" | bc -l)
+  RSS_MB=$(awk '{ v = $1 } END { printf "%.1f", v / 1024 }' "$OUT/rss")
+  [ "$STATUS" -eq 0 ] || echo "  (exit $STATUS: $(head -c 300 "$OUT/err"))" >&2
+}
