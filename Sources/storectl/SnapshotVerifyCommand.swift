@@ -25,7 +25,8 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
             print(JSON.string(outcomes))
         } else {
             for outcome in outcomes {
-                print(outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(outcome.problem ?? "")")
+                let problem = (outcome.problem ?? "").replacingOccurrences(of: "snapshot \(outcome.id): ", with: "")
+                print(outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(problem)")
             }
         }
         if outcomes.contains(where: { !$0.ok }) { throw ExitCode(ExitStatus.badData.rawValue) }

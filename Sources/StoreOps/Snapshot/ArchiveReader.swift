@@ -61,11 +61,8 @@ final class ArchiveReader {
                 return n
             }
         }, nil)
-        guard status == ARCHIVE_OK else {
-            let error = damaged("cannot be opened as an archive")
-            archive_read_free(archive)
-            throw error
-        }
+        // On failure `deinit` frees the handle (every property is set, so it runs): one owner.
+        guard status >= ARCHIVE_WARN else { throw damaged("cannot be opened as an archive") }
     }
 
     deinit { archive_read_free(archive) }

@@ -57,6 +57,8 @@ final class ArchiveWriter {
         guard let archive = archive_write_new() else { throw StoreOpsError(.failure, "libarchive: out of memory") }
         self.archive = archive
         sink = Sink(fd: fd, path: path)
+        // From here a throw runs `deinit`, which frees the handle: it has one owner.
+        closed = true
         do {
             try check(archive_write_set_format_pax_restricted(archive), "choosing the tar format")
             switch compression {
@@ -88,10 +90,8 @@ final class ArchiveWriter {
                 }
                 return length
             }, nil, nil), "opening the archive")
-        } catch {
-            archive_write_free(archive)
-            throw error
         }
+        closed = false
     }
 
     deinit {

@@ -43,10 +43,12 @@ struct SnapshotDamageTests {
         try expectDamaged(fixture, "the archive is damaged")
     }
 
-    @Test func flippedByte() throws {
+    @Test("a flipped byte anywhere: in the first block (found while opening), the middle, the end",
+          arguments: [0.0, 0.1, 0.33, 0.5, 0.9, 1.0])
+    func flippedByte(_ position: Double) throws {
         let fixture = try SnapshotFixture()
         var data = try Data(contentsOf: URL(fileURLWithPath: fixture.archive))
-        data[data.count / 2] ^= 0x40
+        data[min(data.count - 1, Int(Double(data.count) * position))] ^= 0x40
         try data.write(to: URL(fileURLWithPath: fixture.archive))
         try expectDamaged(fixture, "the archive is damaged")
     }
