@@ -41,3 +41,9 @@ timed() {
   RSS_MB=$(awk '{ v = $1 } END { printf "%.1f", v / 1024 }' "$OUT/rss")
   [ "$STATUS" -eq 0 ] || echo "  (exit $STATUS: $(head -c 300 "$OUT/err"))" >&2
 }
+
+# median V1 V2 ...: the middle value (the lower middle for an even count).
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# settle: flush the previous run's dirty pages so one measurement does not pay for another's writes.
+settle() { sync; sleep 1; }

@@ -2,10 +2,11 @@
 # Snapshot benchmark (not a test), on the ~1 GiB store of bench/common.sh, side by side in one run:
 #   create:  storectl snapshot create (zstd 3)  vs  sqlite3 .backup + bsdtar --zstd level 3, one after the other
 #   restore: storectl snapshot restore --to     vs  bsdtar -x + PRAGMA quick_check
-# with peak memory (GNU time) and the compression ratio.
+# Each is run REPEAT times (default 3), alternating, after a sync; the medians are compared.
+# Peak memory comes from GNU time; the compression ratio from the archive sizes.
 #
-#   bash bench/snapshot.sh             # ITEMS=4000000
-#   ITEMS=400000 bash bench/snapshot.sh
+#   bash bench/snapshot.sh             # ITEMS=4000000 REPEAT=3
+#   ITEMS=400000 REPEAT=1 bash bench/snapshot.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -13,43 +14,43 @@ need sqlite3 sqlite3; need /usr/bin/time time; need bc bc; need bsdtar libarchiv
 build_release || exit 1
 ensure_store
 LEVEL=${LEVEL:-3}
+REPEAT=${REPEAT:-3}
 REPO=$OUT/repo
-rm -rf "$REPO" "$OUT"/anchor* "$OUT"/restore*; mkdir -p "$OUT/anchor" "$OUT/restore" "$OUT/restore-anchor"
+printf '\nstore: %s, %s; %s runs each, medians\n' "$STORE" "$(du -h "$STORE" | cut -f1)" "$REPEAT"
 
-printf '\nstore: %s, %s\n' "$STORE" "$(du -h "$STORE" | cut -f1)"
-
-timed storectl "$BIN/storectl" snapshot create "$STORE" --repo "$REPO" --level "$LEVEL"
-C_SECS=$SECS; C_RSS=$RSS_MB
+C=(); CR=(); B=(); T=(); R=(); RR=(); A=()
+for i in $(seq "$REPEAT"); do
+  rm -rf "$REPO" "$OUT"/anchor*; mkdir -p "$OUT/anchor"; settle
+  timed storectl "$BIN/storectl" snapshot create "$STORE" --repo "$REPO" --level "$LEVEL"; C+=("$SECS"); CR+=("$RSS_MB")
+  settle
+  timed backup sqlite3 "$STORE" ".backup '$OUT/anchor/bench.sqlite'"; B+=("$SECS")
+  timed bsdtar bsdtar --zstd --options "zstd:compression-level=$LEVEL" -cf "$OUT/anchor.tar.zst" -C "$OUT/anchor" bench.sqlite; T+=("$SECS")
+done
 ARCHIVE=$(ls "$REPO"/snapshots/*.tar.zst); ID=$(basename "$ARCHIVE" .tar.zst)
-timed backup sqlite3 "$STORE" ".backup '$OUT/anchor/bench.sqlite'"
-B_SECS=$SECS; B_RSS=$RSS_MB
-timed bsdtar bsdtar --zstd --options "zstd:compression-level=$LEVEL" -cf "$OUT/anchor.tar.zst" -C "$OUT/anchor" bench.sqlite
-T_SECS=$SECS; T_RSS=$RSS_MB
-timed bsdtar2 bsdtar --zstd --options "zstd:compression-level=$LEVEL,zstd:threads=2" -cf "$OUT/anchor2.tar.zst" -C "$OUT/anchor" bench.sqlite
-T2_SECS=$SECS
 RAW=$(stat -c %s "$STORE"); PACKED=$(stat -c %s "$ARCHIVE"); APACKED=$(stat -c %s "$OUT/anchor.tar.zst")
+for i in $(seq "$REPEAT"); do
+  rm -rf "$OUT"/restore*; mkdir -p "$OUT/restore" "$OUT/restore-anchor"; settle
+  timed restore "$BIN/storectl" snapshot restore --repo "$REPO" "$ID" --to "$OUT/restore/bench.sqlite"; R+=("$SECS"); RR+=("$RSS_MB")
+  settle
+  t0=$(now)
+  bsdtar -xf "$ARCHIVE" -C "$OUT/restore-anchor" && sqlite3 "$OUT/restore-anchor/store/bench.sqlite" "PRAGMA quick_check" >/dev/null
+  A+=("$(echo "$(now) - $t0" | bc -l)")
+done
 
-printf '\n== create (zstd level %s)\n%-44s %9s %9s\n' "$LEVEL" "" "seconds" "peak MiB"
-printf '%-44s %9.2f %9s\n' "storectl snapshot create" "$C_SECS" "$C_RSS"
-printf '%-44s %9.2f %9s\n' "sqlite3 .backup" "$B_SECS" "$B_RSS"
-printf '%-44s %9.2f %9s\n' "bsdtar --zstd (1 thread, its default)" "$T_SECS" "$T_RSS"
-printf '%-44s %9.2f\n' "anchor: .backup + bsdtar" "$(echo "$B_SECS + $T_SECS" | bc -l)"
-printf '%-44s %9.2f\n' "ratio storectl / anchor" "$(echo "$C_SECS / ($B_SECS + $T_SECS)" | bc -l)"
-printf '%-44s %9.2f\n' "(bsdtar --zstd with zstd:threads=2)" "$T2_SECS"
+c=$(median "${C[@]}"); b=$(median "${B[@]}"); t=$(median "${T[@]}"); r=$(median "${R[@]}"); a=$(median "${A[@]}")
+printf '\n== create (zstd level %s)              median s   runs\n' "$LEVEL"
+printf '%-40s %8.2f   %s\n' "storectl snapshot create" "$c" "${C[*]}"
+printf '%-40s %8.2f   %s\n' "sqlite3 .backup" "$b" "${B[*]}"
+printf '%-40s %8.2f   %s\n' "bsdtar --zstd (its default: 1 thread)" "$t" "${T[*]}"
+printf '%-40s %8.2f\n' "anchor: .backup + bsdtar" "$(echo "$b + $t" | bc -l)"
+printf '%-40s %8.2f\n' "ratio storectl / anchor" "$(echo "$c / ($b + $t)" | bc -l)"
+printf '%-40s %8s MiB\n' "storectl peak memory (max of runs)" "$(printf '%s\n' "${CR[@]}" | sort -g | tail -n 1)"
 printf 'compression: storectl %.2fx (%s -> %s), bsdtar %.2fx\n' "$(echo "$RAW / $PACKED" | bc -l)" \
   "$(numfmt --to=iec "$RAW")" "$(numfmt --to=iec "$PACKED")" "$(echo "$RAW / $APACKED" | bc -l)"
-
-timed restore "$BIN/storectl" snapshot restore --repo "$REPO" "$ID" --to "$OUT/restore/bench.sqlite"
-R_SECS=$SECS; R_RSS=$RSS_MB
-t0=$(now)
-/usr/bin/time -f "%M" -o "$OUT/rss" bsdtar -xf "$ARCHIVE" -C "$OUT/restore-anchor" 2>"$OUT/err"
-X_RSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
-sqlite3 "$OUT/restore-anchor/store/bench.sqlite" "PRAGMA quick_check" >/dev/null
-A_SECS=$(echo "$(now) - $t0" | bc -l)
-
-printf '\n== restore\n%-44s %9s %9s\n' "" "seconds" "peak MiB"
-printf '%-44s %9.2f %9s\n' "storectl snapshot restore --to" "$R_SECS" "$R_RSS"
-printf '%-44s %9.2f %9s\n' "anchor: bsdtar -x + PRAGMA quick_check" "$A_SECS" "$X_RSS"
-printf '%-44s %9.2f\n' "ratio storectl / anchor" "$(echo "$R_SECS / $A_SECS" | bc -l)"
+printf '\n== restore                             median s   runs\n'
+printf '%-40s %8.2f   %s\n' "storectl snapshot restore --to" "$r" "${R[*]}"
+printf '%-40s %8.2f   %s\n' "anchor: bsdtar -x + PRAGMA quick_check" "$a" "${A[*]}"
+printf '%-40s %8.2f\n' "ratio storectl / anchor" "$(echo "$r / $a" | bc -l)"
+printf '%-40s %8s MiB\n' "storectl peak memory (max of runs)" "$(printf '%s\n' "${RR[@]}" | sort -g | tail -n 1)"
 printf '\n(storectl restore also checks the archive and every file checksum and fsyncs before the rename.)\n'
 rm -rf "$OUT"/anchor* "$OUT"/restore*

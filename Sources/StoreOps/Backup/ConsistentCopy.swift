@@ -33,8 +33,12 @@ public enum ConsistentCopy {
         public var timeout: TimeInterval = 60
         /// Bytes copied per backup step (turned into pages using the store's page size).
         public var bytesPerStep = 4 << 20
-        public init(timeout: TimeInterval = 60) {
+        /// Write the copy back to disk as it is made (see `WriteBehind`). Off for a scratch copy
+        /// that is read once and deleted (a snapshot's): it need never reach the disk at all.
+        public var writeBehind = true
+        public init(timeout: TimeInterval = 60, writeBehind: Bool = true) {
             self.timeout = timeout
+            self.writeBehind = writeBehind
         }
     }
 
@@ -85,7 +89,7 @@ public enum ConsistentCopy {
         }
         defer { try? source.close() }
         let target = try StoreConnection.open(destination, access: .readWrite, busyTimeout: 1, side: .output, label: "storectl.copy")
-        let writeBehind = WriteBehind(path: destination)   // closed after `target`, see its comment
+        let writeBehind = options.writeBehind ? WriteBehind(path: destination) : nil   // closed after `target`, see its comment
         var sourceRecord: Manifest.Source?
 
         try source.inDatabase { src in

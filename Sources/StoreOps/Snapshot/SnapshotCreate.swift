@@ -81,7 +81,8 @@ public enum SnapshotCreate {
         defer { external?.discard() }
         let support = "store/.\(store.stem)_SUPPORT/_EXTERNAL_DATA"
 
-        let copied = try ConsistentCopy.copy(store, to: copy.tempPath, options: .init(timeout: timeout), onSnapshot: { info in
+        // The copy is scratch, read once while packing and deleted: no write-behind for it.
+        let copied = try ConsistentCopy.copy(store, to: copy.tempPath, options: .init(timeout: timeout, writeBehind: false), onSnapshot: { info in
             if checkFreeSpace {
                 try SpaceRequirement.require(.snapshot, info: info, extraBytes: hasExternal ? 2 * ExternalDataFolder.size(of: externalSource) : 0,
                                              at: repository.path, purpose: "a snapshot of \(store.path)")

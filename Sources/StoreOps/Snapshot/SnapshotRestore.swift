@@ -109,6 +109,12 @@ public enum SnapshotRestore {
             throw StoreOpsError(.cannotCreate, "\(path) already exists",
                                 hint: "restore to a new path, or use --in-place to replace a store (with a safety snapshot)")
         }
+        let support = (FileSystem.parent(of: path) as NSString)
+            .appendingPathComponent(".\((FileSystem.name(of: path) as NSString).deletingPathExtension)_SUPPORT")
+        if record.externalData != nil, FileSystem.kind(of: support) != .missing {
+            throw StoreOpsError(.cannotCreate, "\(support) already exists: the restored store's external data would go there",
+                                hint: "restore to another name, or move that folder away first")
+        }
         let staged = try stage(record, repository: repository, at: path)
         if let support = staged.support { try support.commit() }
         try staged.database.commit()
