@@ -17,7 +17,8 @@ struct Storectl: ParsableCommand {
             Set STORECTL_LOG_LEVEL=debug for a trace on stderr.
             """,
         version: StoreOpsVersion.current,
-        subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self])
+        subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self, PolicyCommand.self, PurgeCommand.self,
+                      KillswitchCommand.self])
 
     static func main() {
         ProcessSignals.install()

@@ -1,45 +1,49 @@
 import Foundation
 
-/// Durations written for people: "30d", "12h", "2w", "1y6w", "90m", "45s".
+/// Durations written for people: "30d", "12h", "2w", "1y6w", "90m", "45s", "250ms".
 ///
-/// Units: s (seconds), m (minutes), h (hours), d (days), w (weeks = 7d), y (years = 365d). A
-/// number needs a unit ("30" alone is refused: thirty what?), and units can be combined
-/// largest first. Months are not offered: their length varies; write "30d" or "4w".
+/// Units: ms, s, m (minutes), h, d, w (weeks = 7d), y (years = 365d). A number needs a unit
+/// ("30" alone is refused: thirty what?), and units can be combined largest first ("1d12h").
+/// Months are not offered: their length varies; write "30d" or "4w".
 public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertible {
     public let seconds: TimeInterval
     public let text: String
 
-    static let units: [(Character, TimeInterval)] = [("y", 365 * 86_400), ("w", 7 * 86_400), ("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)]
+    static let units: [(String, TimeInterval)] = [("y", 365 * 86_400), ("w", 7 * 86_400), ("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1), ("ms", 0.001)]
 
     /// Parses `text`, or explains what is wrong with it.
-    public static func parse(_ text: String) -> Result<DurationText, DurationError> {
+    ///
+    /// - Parameter allowZero: accept "0s" (a pause of nothing); durations of retention are never zero.
+    public static func parse(_ text: String, allowZero: Bool = false) -> Result<DurationText, DurationError> {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else { return .failure(.init(text: text, problem: "is empty")) }
         var total: TimeInterval = 0
-        var number = ""
         var lastUnitIndex = -1
-        for character in trimmed {
-            if character.isASCII, character.isNumber {
-                number.append(character)
-                continue
+        var rest = Substring(trimmed)
+        while !rest.isEmpty {
+            let number = rest.prefix { $0.isASCII && $0.isNumber }
+            rest = rest.dropFirst(number.count)
+            let unit = rest.prefix { $0.isASCII && $0.isLetter }
+            rest = rest.dropFirst(unit.count)
+            if unit.isEmpty {
+                if let other = rest.first {
+                    return .failure(.init(text: text, problem: "has an unexpected character '\(other)'"))
+                }
+                return .failure(.init(text: text, problem: lastUnitIndex < 0 ? "has no unit (write e.g. \(number)d or \(number)h)" : "ends with a number without a unit"))
             }
-            guard let index = units.firstIndex(where: { $0.0 == character }) else {
-                return .failure(.init(text: text, problem: "has an unknown unit '\(character)'"))
+            guard let index = units.firstIndex(where: { $0.0 == unit }) else {
+                return .failure(.init(text: text, problem: "has an unknown unit '\(unit)'"))
             }
             guard let value = Double(number), !number.isEmpty else {
-                return .failure(.init(text: text, problem: "has a unit '\(character)' without a number before it"))
+                return .failure(.init(text: text, problem: "has a unit '\(unit)' without a number before it"))
             }
             guard index > lastUnitIndex else {
                 return .failure(.init(text: text, problem: "repeats a unit or puts a smaller unit first"))
             }
             total += value * units[index].1
             lastUnitIndex = index
-            number = ""
         }
-        guard number.isEmpty else {
-            return .failure(.init(text: text, problem: lastUnitIndex < 0 ? "has no unit (write e.g. \(number)d or \(number)h)" : "ends with a number without a unit"))
-        }
-        guard total > 0 else { return .failure(.init(text: text, problem: "is zero")) }
+        guard total > 0 || allowZero else { return .failure(.init(text: text, problem: "is zero")) }
         return .success(DurationText(seconds: total, text: trimmed))
     }
 
@@ -69,6 +73,6 @@ public struct DurationError: Error, Sendable, Equatable, CustomStringConvertible
     public var text: String
     public var problem: String
     public var description: String {
-        "\"\(text)\" \(problem); expected a number and a unit: s, m (minutes), h, d, w or y, e.g. \"30d\", \"12h\", \"2w\""
+        "\"\(text)\" \(problem); expected a number and a unit: ms, s, m (minutes), h, d, w or y, e.g. \"30d\", \"12h\", \"2w\""
     }
 }

@@ -1,0 +1,118 @@
+import Foundation
+import GRDB
+
+/// `storectl policy check` and `storectl policy explain`.
+public enum PolicyCheck {
+    /// The outcome for one file.
+    public struct FileResult: Sendable, Codable {
+        public var file: String
+        public var ok: Bool
+        /// Every problem of the file (empty when ok).
+        public var problems: [String]
+        /// Whether table and column names were checked against the store (it was reachable).
+        public var checkedAgainstStore: Bool
+        public var rules: Int
+    }
+
+    /// Policy files under `paths` (files, or folders whose `*.toml` are taken), sorted.
+    public static func files(_ paths: [String]) throws -> [String] {
+        var result: [String] = []
+        for path in paths {
+            let absolute = FileSystem.absolute(path)
+            switch FileSystem.kind(of: absolute) {
+            case .file: result.append(absolute)
+            case .directory:
+                let names = try FileManager.default.contentsOfDirectory(atPath: absolute).filter { $0.hasSuffix(".toml") }.sorted()
+                result += names.map { (absolute as NSString).appendingPathComponent($0) }
+            default:
+                throw StoreOpsError(.noInput, "\(absolute): no such policy file or folder")
+            }
+        }
+        return result
+    }
+
+    /// Validates one file, and its names against its store when the store can be opened.
+    public static func check(_ file: String) throws -> FileResult {
+        let policy: Policy
+        do { policy = try Policy.load(file) } catch let error as StoreOpsError where error.status == .badData {
+            return FileResult(file: file, ok: false, problems: error.message.split(separator: "\n").dropFirst().map {
+                $0.trimmingCharacters(in: .whitespaces) }, checkedAgainstStore: false, rules: 0)
+        }
+        guard let store = try? StoreFile(existing: policy.store.path) else {
+            return FileResult(file: policy.file, ok: true, problems: [], checkedAgainstStore: false, rules: policy.rules.count)
+        }
+        let queue = try StoreConnection.open(store.path, access: .readOnly, label: "storectl.policy")
+        defer { try? queue.close() }
+        return try queue.inDatabase { db in
+            switch try PurgePlanner.resolve(policy, db: db) {
+            case .success:
+                return FileResult(file: policy.file, ok: true, problems: [], checkedAgainstStore: true, rules: policy.rules.count)
+            case .failure(let problems):
+                return FileResult(file: policy.file, ok: false, problems: problems.problems.map { "\(policy.file):\($0)" },
+                                  checkedAgainstStore: true, rules: policy.rules.count)
+            }
+        }
+    }
+
+    /// What `policy explain` shows for a rule.
+    public struct Explanation: Sendable, Codable {
+        public var name: String
+        public var target: String
+        public var table: String
+        /// The statement each batch selects with, and the value bound for the cutoff.
+        public var sql: String
+        public var cutoffValue: String?
+        public var cutoffUTC: String?
+        public var cutoffLocal: String?
+        public var candidates: Int
+        public var total: Int
+        /// Rows deleted with them through cascades, and references nullified, as the dry run counts them.
+        public var cascaded: [String: Int]
+        public var nullified: [String: Int]
+        public var joinRows: Int
+        public var denied: Int
+        public var relationships: [String]
+        public var notes: [String]
+    }
+
+    /// Explains each rule of a policy against its store (read-only).
+    public static func explain(_ file: String, now: Date = Date()) throws -> [Explanation] {
+        let policy = try Policy.load(file)
+        let store = try StoreFile(existing: policy.store.path)
+        let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: policy.store.busyTimeout.seconds,
+                                             label: "storectl.explain")
+        defer { try? queue.close() }
+        let targets = try queue.inDatabase { db -> [PurgeTarget] in
+            switch try PurgePlanner.resolve(policy, db: db, now: now) {
+            case .success(let targets): return targets
+            case .failure(let problems): throw problems.storeOpsError
+            }
+        }
+        var options = Purge.Options(policy: file, dryRun: true)
+        options.now = now
+        let dry = try Purge.run(options)
+        return try queue.inDatabase { db in
+            try targets.enumerated().map { index, target in
+                let counts = try target.counts(db)
+                let local = DateFormatter()
+                local.dateFormat = "yyyy-MM-dd HH:mm:ss zzz"
+                let report = dry.rules.indices.contains(index) ? dry.rules[index] : nil
+                let roots = target.entityFilter.isEmpty ? (target.graph?.entitiesOf[target.table] ?? []) : target.entityFilter
+                return Explanation(
+                    name: target.rule.name, target: target.rule.target.description, table: target.table,
+                    sql: target.batchSelectSQL, cutoffValue: target.cutoff.map { target.rule.timeFormat.value(of: $0) },
+                    cutoffUTC: target.cutoff.map(Timestamp.iso), cutoffLocal: target.cutoff.map { local.string(from: $0) },
+                    candidates: counts.candidates, total: counts.total, cascaded: report?.cascaded ?? [:],
+                    nullified: report?.nullified ?? [:], joinRows: report?.joinRows ?? 0, denied: report?.denied ?? 0,
+                    relationships: roots.flatMap { target.graph?.describe($0) ?? [] }.uniqued(), notes: target.notes)
+            }
+        }
+    }
+}
+
+extension Array where Element: Hashable {
+    func uniqued() -> [Element] {
+        var seen = Set<Element>()
+        return filter { seen.insert($0).inserted }
+    }
+}

@@ -1,0 +1,309 @@
+import Foundation
+import TOMLKit
+
+extension Policy {
+    /// Reads and validates a policy file.
+    ///
+    /// ```swift
+    /// let policy = try Policy.load("/etc/storectl/tasks.toml")
+    /// ```
+    ///
+    /// - Throws: 66 when the file is missing or unreadable; 65 listing every problem (file, line,
+    ///   key, what is expected) when it is malformed.
+    public static func load(_ path: String) throws -> Policy {
+        let file = FileSystem.absolute(path)
+        guard FileSystem.kind(of: file) == .file else {
+            throw StoreOpsError(.noInput, "\(file): no such policy file")
+        }
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw StoreOpsError(.noInput, "\(file): cannot be read", hint: "check its permissions")
+        }
+        guard let source = String(data: data, encoding: .utf8) else {
+            throw StoreOpsError(.badData, "\(file): not UTF-8 text")
+        }
+        switch parse(source: source, file: file) {
+        case .success(let policy): return policy
+        case .failure(let problems): throw problems.storeOpsError
+        }
+    }
+
+    /// Parses policy text; `file` names it in messages and anchors relative paths.
+    public static func parse(source: String, file: String) -> Result<Policy, PolicyProblems> {
+        let root: TOMLTable
+        do {
+            root = try TOMLTable(string: source)
+        } catch let error as TOMLParseError {
+            return .failure(PolicyProblems(file: file, problems: [.init(line: error.source.begin.line, key: "(syntax)", message: error.description)]))
+        } catch {
+            return .failure(PolicyProblems(file: file, problems: [.init(line: nil, key: "(syntax)", message: "\(error)")]))
+        }
+        let sink = ProblemSink(lines: TOMLLines(source: source))
+        let folder = FileSystem.parent(of: file)
+        let reader = TableReader(root, path: [], sink: sink)
+
+        var storeSection: StoreSection?
+        if let store = reader.table("store", required: true) {
+            let path = store.string("path", required: true)
+            let busy = store.duration("busy_timeout") ?? DurationText(seconds: 5, text: "5s")
+            store.finish(known: ["path", "busy_timeout"])
+            if let path { storeSection = StoreSection(path: resolve(path, in: folder), busyTimeout: busy) }
+        }
+
+        var rules: [PurgeRule] = []
+        for (index, rule) in (reader.tables("purge") ?? []).enumerated() {
+            if let parsed = parseRule(rule, index: index, sink: sink) { rules.append(parsed) }
+        }
+        let names = rules.map(\.name)
+        for name in Set(names) where names.filter({ $0 == name }).count > 1 {
+            sink.add(["purge"], "two rules are named \"\(name)\"; give each rule its own name")
+        }
+
+        var snapshot: SnapshotSection?
+        if let section = reader.table("snapshot") {
+            snapshot = parseSnapshot(section, folder: folder, sink: sink)
+        }
+        var schedule: ScheduleSection?
+        if let section = reader.table("schedule") {
+            var value = ScheduleSection(purge: section.string("purge"), snapshot: section.string("snapshot"),
+                                        maintain: section.string("maintain"), jitter: section.duration("jitter"),
+                                        log: section.string("log").map { resolve($0, in: folder) },
+                                        metrics: section.string("metrics").map { resolve($0, in: folder) })
+            for key in ["purge", "snapshot", "maintain"] { value.lines[key] = sink.lines.line(["schedule", key]) }
+            section.finish(known: ["purge", "snapshot", "maintain", "jitter", "log", "metrics"])
+            schedule = value
+        }
+        reader.finish(known: ["store", "purge", "snapshot", "schedule"])
+
+        guard sink.problems.isEmpty, let storeSection else {
+            return .failure(PolicyProblems(file: file, problems: sink.problems))
+        }
+        return .success(Policy(file: file, store: storeSection, rules: rules, snapshot: snapshot, schedule: schedule))
+    }
+
+    static func resolve(_ path: String, in folder: String) -> String {
+        path.hasPrefix("/") ? FileSystem.absolute(path) : FileSystem.absolute((folder as NSString).appendingPathComponent(path))
+    }
+
+    static let ruleKeys = ["name", "table", "entity", "deleted_flag", "deleted_at", "time_format", "retention", "batch_size",
+                           "max_rows", "max_runtime", "pause", "max_fraction"]
+
+    static func parseRule(_ rule: TableReader, index: Int, sink: ProblemSink) -> PurgeRule? {
+        let before = sink.problems.count
+        let table = rule.string("table")
+        let entity = rule.string("entity")
+        var target: PurgeRule.Target?
+        switch (table, entity) {
+        case (let table?, nil): target = .table(table)
+        case (nil, let entity?): target = .entity(entity)
+        case (.some, .some): rule.problem("table", "give either table or entity, not both")
+        case (nil, nil): rule.problem("table", "missing: name the table (table = \"ZITEM\") or the Core Data entity (entity = \"Task\")")
+        }
+        let flag = rule.string("deleted_flag")
+        let deletedAt = rule.string("deleted_at")
+        if flag == nil, deletedAt == nil {
+            rule.problem("deleted_at", "missing: name the soft-delete flag column (deleted_flag) and/or the deleted-at column (deleted_at)")
+        }
+        var format = PurgeRule.TimeFormat.coredata
+        if let text = rule.string("time_format") {
+            if let value = PurgeRule.TimeFormat(rawValue: text) { format = value } else {
+                rule.problem("time_format", "\"\(text)\" is not a time format; expected one of \(PurgeRule.TimeFormat.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))")
+            }
+        } else if deletedAt != nil {
+            rule.problem("time_format", "missing: how \(deletedAt!) stores time: \"coredata\" (seconds since 2001), \"unix\", \"unix_ms\" or \"iso8601\"")
+        }
+        let retention = rule.duration("retention")
+        if deletedAt != nil, retention == nil, rule.has("retention") == false {
+            rule.problem("retention", "missing: how long deleted rows are kept, e.g. \"30d\"")
+        }
+        if deletedAt == nil, rule.has("retention") {
+            rule.problem("retention", "needs deleted_at: without a deleted-at time there is nothing to count the retention from")
+        }
+        let batch = rule.int("batch_size", in: 1...100_000) ?? 500
+        let maxRows = rule.int("max_rows", in: 1...Int.max)
+        let maxRuntime = rule.duration("max_runtime")
+        let pause = rule.duration("pause", allowZero: true)?.seconds ?? 0
+        let fraction = rule.double("max_fraction", in: 0...1, openLow: true)
+        let name = rule.string("name") ?? table ?? entity ?? "purge[\(index)]"
+        rule.finish(known: ruleKeys)
+        guard sink.problems.count == before, let target else { return nil }
+        return PurgeRule(name: name, target: target, deletedFlag: flag, deletedAt: deletedAt, timeFormat: format,
+                         retention: retention, batchSize: batch, maxRows: maxRows, maxRuntime: maxRuntime, pause: pause,
+                         maxFraction: fraction, line: sink.lines.line(["purge", "\(index)"]))
+    }
+
+    static func parseSnapshot(_ section: TableReader, folder: String, sink: ProblemSink) -> SnapshotSection? {
+        let repository = section.string("repository", required: true)
+        let before = section.bool("before_purge") ?? false
+        var compression = Compression.zstd
+        if let text = section.string("compression") {
+            if let value = Compression(rawValue: text) { compression = value } else {
+                section.problem("compression", "\"\(text)\" is not a compression; expected \"zstd\", \"gzip\", \"xz\" or \"none\"")
+            }
+        }
+        var level = section.int("level", in: Int.min...Int.max)
+        if let given = level {
+            do { level = try compression.validatedLevel(given) } catch let error as StoreOpsError {
+                section.problem("level", error.message)
+            } catch {}
+        }
+        let tags = section.strings("tags") ?? []
+        do { try SnapshotCreate.validate(tags: tags) } catch let error as StoreOpsError { section.problem("tags", error.message) } catch {}
+        var retention: RetentionPolicy?
+        if let keep = section.table("retention") {
+            var policy = RetentionPolicy(last: keep.int("keep_last", in: -1...Int.max), hourly: keep.int("keep_hourly", in: -1...Int.max),
+                                         daily: keep.int("keep_daily", in: -1...Int.max), weekly: keep.int("keep_weekly", in: -1...Int.max),
+                                         monthly: keep.int("keep_monthly", in: -1...Int.max), yearly: keep.int("keep_yearly", in: -1...Int.max),
+                                         within: keep.duration("keep_within"))
+            policy.tags = keep.strings("keep_tags") ?? []
+            keep.finish(known: ["keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly", "keep_within", "keep_tags"])
+            if policy.isEmpty { keep.problem("keep_last", "an empty retention would remove every snapshot; set at least one keep_* rule") }
+            retention = policy
+        }
+        section.finish(known: ["repository", "before_purge", "compression", "level", "tags", "retention"])
+        guard let repository else { return nil }
+        return SnapshotSection(repository: resolve(repository, in: folder), beforePurge: before, compression: compression,
+                               level: level, tags: tags, retention: retention)
+    }
+}
+
+/// Collects problems with their lines.
+final class ProblemSink {
+    let lines: TOMLLines
+    var problems: [PolicyProblems.Problem] = []
+    init(lines: TOMLLines) { self.lines = lines }
+
+    func add(_ path: [String], _ message: String) {
+        let key = path.enumerated().map { index, part in
+            index > 0 && Int(part) != nil ? "[\(part)]" : (index > 0 ? ".\(part)" : part)
+        }.joined()
+        problems.append(.init(line: lines.line(path), key: key, message: message))
+    }
+}
+
+/// Strict, typed access to one TOML table: every key read is recorded, the rest are unknown.
+final class TableReader {
+    let table: TOMLTable
+    let path: [String]
+    let sink: ProblemSink
+    private var used = Set<String>()
+
+    init(_ table: TOMLTable, path: [String], sink: ProblemSink) {
+        self.table = table
+        self.path = path
+        self.sink = sink
+    }
+
+    func problem(_ key: String, _ message: String) { sink.add(path + [key], message) }
+
+    func has(_ key: String) -> Bool { table.keys.contains(key) }
+
+    private func value(_ key: String, required: Bool, expected: String) -> TOMLValueConvertible? {
+        used.insert(key)
+        guard let value = table[key] else {
+            if required { problem(key, "missing: expected \(expected)") }
+            return nil
+        }
+        return value
+    }
+
+    private func wrongType(_ key: String, _ value: TOMLValueConvertible, expected: String) {
+        problem(key, "expected \(expected), got \(Self.describe(value))")
+    }
+
+    static func describe(_ value: TOMLValueConvertible) -> String {
+        switch value.type {
+        case .string: "the string \"\(value.string ?? "")\""
+        case .int: "the integer \(value.int ?? 0)"
+        case .double: "the number \(value.double ?? 0)"
+        case .bool: "\(value.bool ?? false)"
+        case .array: "an array"
+        case .table: "a table"
+        default: "a \(value.type)"
+        }
+    }
+
+    func string(_ key: String, required: Bool = false) -> String? {
+        guard let value = value(key, required: required, expected: "a string") else { return nil }
+        guard let text = value.string else { wrongType(key, value, expected: "a string"); return nil }
+        guard !text.isEmpty else { problem(key, "must not be empty"); return nil }
+        return text
+    }
+
+    func bool(_ key: String) -> Bool? {
+        guard let value = value(key, required: false, expected: "true or false") else { return nil }
+        guard let flag = value.bool else { wrongType(key, value, expected: "true or false"); return nil }
+        return flag
+    }
+
+    func int(_ key: String, in range: ClosedRange<Int>) -> Int? {
+        guard let value = value(key, required: false, expected: "an integer") else { return nil }
+        guard value.type == .int, let number = value.int else { wrongType(key, value, expected: "an integer"); return nil }
+        guard range.contains(number) else {
+            problem(key, "\(number) is out of range; expected \(range.upperBound == Int.max ? "at least \(range.lowerBound)" : "\(range.lowerBound)...\(range.upperBound)")")
+            return nil
+        }
+        return number
+    }
+
+    func double(_ key: String, in range: ClosedRange<Double>, openLow: Bool = false) -> Double? {
+        guard let value = value(key, required: false, expected: "a number") else { return nil }
+        let number: Double
+        switch value.type {
+        case .double: number = value.double ?? 0
+        case .int: number = Double(value.int ?? 0)
+        default: wrongType(key, value, expected: "a number"); return nil
+        }
+        guard range.contains(number), !(openLow && number == range.lowerBound) else {
+            problem(key, "\(number) is out of range; expected more than \(range.lowerBound) and at most \(range.upperBound), e.g. 0.25")
+            return nil
+        }
+        return number
+    }
+
+    func duration(_ key: String, allowZero: Bool = false) -> DurationText? {
+        guard let value = value(key, required: false, expected: "a duration") else { return nil }
+        guard let text = value.string else {
+            wrongType(key, value, expected: "a duration string such as \"30d\" (a bare number has no unit)")
+            return nil
+        }
+        switch DurationText.parse(text, allowZero: allowZero) {
+        case .success(let duration): return duration
+        case .failure(let error): problem(key, error.description); return nil
+        }
+    }
+
+    func strings(_ key: String) -> [String]? {
+        guard let value = value(key, required: false, expected: "an array of strings") else { return nil }
+        guard let array = value.array else { wrongType(key, value, expected: "an array of strings"); return nil }
+        var result: [String] = []
+        for element in array {
+            guard let text = element.string else { wrongType(key, element, expected: "an array of strings"); return nil }
+            result.append(text)
+        }
+        return result
+    }
+
+    func table(_ key: String, required: Bool = false) -> TableReader? {
+        guard let value = value(key, required: required, expected: "a [\((path + [key]).joined(separator: "."))] table") else { return nil }
+        guard let table = value.table else { wrongType(key, value, expected: "a table"); return nil }
+        return TableReader(table, path: path + [key], sink: sink)
+    }
+
+    func tables(_ key: String) -> [TableReader]? {
+        guard let value = value(key, required: false, expected: "[[\(key)]] tables") else { return nil }
+        guard let array = value.array else { wrongType(key, value, expected: "[[\(key)]] tables"); return nil }
+        var result: [TableReader] = []
+        for (index, element) in array.enumerated() {
+            guard let table = element.table else { wrongType(key, element, expected: "[[\(key)]] tables"); continue }
+            result.append(TableReader(table, path: path + [key, "\(index)"], sink: sink))
+        }
+        return result
+    }
+
+    /// Reports every key not read as unknown, naming the keys this table accepts.
+    func finish(known: [String]) {
+        for key in table.keys.sorted() where !used.contains(key) {
+            problem(key, "unknown key; expected one of: \(known.joined(separator: ", "))")
+        }
+    }
+}

@@ -1,0 +1,218 @@
+import Foundation
+import GRDB
+
+/// Everything one purge batch deletes and updates, computed from its root rows by following the
+/// delete graph, with set-wise queries (a few per relationship, not one per row).
+///
+/// Every related row remembers which roots reached it, so a deny excludes exactly the roots it
+/// concerns (and, conservatively, any root sharing a related row with them).
+struct BatchClosure {
+    typealias Roots = Set<Int64>
+
+    var rootTable: String
+    /// Table -> Z_PK (rowid) -> the roots that lead to it. Includes the roots themselves.
+    var deletes: [String: [Int64: Roots]] = [:]
+    /// (table, column, entities, bumpsOpt) -> referenced Z_PK -> roots.
+    var nullify: [NullifyKey: [Int64: Roots]] = [:]
+    /// (join table, own column) -> Z_PK -> roots.
+    var joins: [JoinKey: [Int64: Roots]] = [:]
+    /// Denied roots and why.
+    var denied: [Int64: String] = [:]
+
+    struct NullifyKey: Hashable { var table: String; var column: String; var entities: [Int]; var bumpsOpt: Bool }
+    struct JoinKey: Hashable { var table: String; var column: String }
+
+    /// Computes the closure of `roots` (rows of `table`). Reads only; nothing is changed.
+    init(roots: [Int64], table: String, graph: DeleteGraph?, db: Database) throws {
+        rootTable = table
+        deletes[table] = Dictionary(uniqueKeysWithValues: roots.map { ($0, [$0]) })
+        guard let graph else { return }
+        var queue: [(String, [Int64: Roots])] = [(table, deletes[table]!)]
+        while !queue.isEmpty {
+            let (current, items) = queue.removeFirst()
+            let byEntity = try Self.entities(of: Array(items.keys), in: current, db: db)
+            for (ent, pks) in byEntity {
+                let scoped = items.filter { pks.contains($0.key) }
+                for effect in graph.effects[ent] ?? [] {
+                    let found = try follow(effect, from: scoped, in: current, db: db)
+                    for (next, more) in found { queue.append((next, more)) }
+                }
+            }
+        }
+        // A related row reached from a denied root is kept, and so are the other roots reaching it.
+        var changed = true
+        while changed {
+            changed = false
+            for map in deletes.values {
+                for roots in map.values where !roots.isDisjoint(with: Set(denied.keys)) {
+                    for root in roots where denied[root] == nil {
+                        denied[root] = "shares related rows with a root a deny rule keeps"
+                        changed = true
+                    }
+                }
+            }
+        }
+    }
+
+    /// Follows one effect; returns newly reached rows to delete, by table, for the queue.
+    private mutating func follow(_ effect: DeleteGraph.Effect, from items: [Int64: Roots], in table: String,
+                                 db: Database) throws -> [(String, [Int64: Roots])] {
+        let ids = Self.json(items.keys)
+        var reached: [String: [Int64: Roots]] = [:]
+        func reach(_ table: String, _ pk: Int64, _ roots: Roots) {
+            if deletes[table]?[pk] == nil { reached[table, default: [:]][pk, default: []].formUnion(roots) }
+            deletes[table, default: [:]][pk, default: []].formUnion(roots)
+        }
+        switch effect.kind {
+        case .referencedBy(let other, let columns, let entities, let bumpsOpt):
+            for column in columns {
+                let scope = entities.isEmpty ? "" : " AND Z_ENT IN (\(entities.map(String.init).joined(separator: ", ")))"
+                let rows = try Row.fetchAll(db, sql: """
+                    SELECT Z_PK, \(quoteIdentifier(column)) FROM \(quoteIdentifier(other))
+                    WHERE \(quoteIdentifier(column)) IN (SELECT value FROM json_each(?))\(scope)
+                    """, arguments: [ids])
+                for row in rows {
+                    let child: Int64 = row[0]
+                    let parent: Int64 = row[1]
+                    let roots = items[parent] ?? []
+                    switch effect.action {
+                    case .cascade?: reach(other, child, roots)
+                    case .nullify?:
+                        nullify[NullifyKey(table: other, column: column, entities: entities, bumpsOpt: bumpsOpt), default: [:]][parent, default: []].formUnion(roots)
+                    case .deny?:
+                        for root in roots where denied[root] == nil {
+                            denied[root] = "\(other) row \(child) still refers to it (\(effect.relationship) is deny)"
+                        }
+                    case nil: break
+                    }
+                }
+            }
+        case .references(let columns, let destination):
+            for column in columns {
+                let rows = try Row.fetchAll(db, sql: """
+                    SELECT s.Z_PK, s.\(quoteIdentifier(column)) FROM \(quoteIdentifier(table)) AS s
+                    JOIN \(quoteIdentifier(destination)) AS d ON d.Z_PK = s.\(quoteIdentifier(column))
+                    WHERE s.Z_PK IN (SELECT value FROM json_each(?))
+                    """, arguments: [ids])
+                for row in rows {
+                    let pk: Int64 = row[0]
+                    let target: Int64 = row[1]
+                    let roots = items[pk] ?? []
+                    switch effect.action {
+                    case .cascade?: reach(destination, target, roots)
+                    case .deny?:
+                        for root in roots where denied[root] == nil {
+                            denied[root] = "it still refers to \(destination) row \(target) (\(effect.relationship) is deny)"
+                        }
+                    default: break
+                    }
+                }
+            }
+        case .join(let joinTable, let own, let other, let otherTable):
+            let rows = try Row.fetchAll(db, sql: """
+                SELECT \(quoteIdentifier(own)), \(quoteIdentifier(other)) FROM \(quoteIdentifier(joinTable))
+                WHERE \(quoteIdentifier(own)) IN (SELECT value FROM json_each(?))
+                """, arguments: [ids])
+            for row in rows {
+                let pk: Int64 = row[0]
+                let target: Int64 = row[1]
+                let roots = items[pk] ?? []
+                joins[JoinKey(table: joinTable, column: own), default: [:]][pk, default: []].formUnion(roots)
+                switch effect.action {
+                case .cascade?: reach(otherTable, target, roots)
+                case .deny?:
+                    for root in roots where denied[root] == nil {
+                        denied[root] = "it is still linked to \(otherTable) row \(target) (\(effect.relationship) is deny)"
+                    }
+                default: break
+                }
+            }
+        }
+        return reached.map { ($0.key, $0.value) }
+    }
+
+    /// What the batch changes once denied roots are left out.
+    struct Effects: Sendable, Equatable {
+        var roots = 0
+        /// Cascaded rows per table (roots not included).
+        var cascaded: [String: Int] = [:]
+        /// Nullified references per "TABLE.COLUMN".
+        var nullified: [String: Int] = [:]
+        var joinRows = 0
+    }
+
+    /// Counts what `apply` would change (the dry run).
+    func count(db: Database) throws -> Effects {
+        try perform(db: db, apply: false)
+    }
+
+    /// Deletes and updates, inside the caller's transaction.
+    func apply(db: Database) throws -> Effects {
+        try perform(db: db, apply: true)
+    }
+
+    private func perform(db: Database, apply: Bool) throws -> Effects {
+        let blocked = Set(denied.keys)
+        func allowed(_ roots: Roots) -> Bool { roots.isDisjoint(with: blocked) }
+        var effects = Effects()
+        for (table, rows) in deletes.sorted(by: { $0.key < $1.key }) {
+            let ids = rows.filter { allowed($0.value) }.map(\.key)
+            guard !ids.isEmpty else { continue }
+            if table == rootTable {
+                let roots = ids.filter { rows[$0]?.contains($0) == true }
+                effects.roots = roots.count
+                if ids.count > roots.count { effects.cascaded[table, default: 0] += ids.count - roots.count }
+            } else {
+                effects.cascaded[table, default: 0] += ids.count
+            }
+            if apply {
+                try db.execute(sql: "DELETE FROM \(quoteIdentifier(table)) WHERE rowid IN (SELECT value FROM json_each(?))",
+                               arguments: [Self.json(ids)])
+            }
+        }
+        for (key, rows) in joins.sorted(by: { $0.key.table < $1.key.table }) {
+            let ids = rows.filter { allowed($0.value) }.map(\.key)
+            guard !ids.isEmpty else { continue }
+            let sql = "FROM \(quoteIdentifier(key.table)) WHERE \(quoteIdentifier(key.column)) IN (SELECT value FROM json_each(?))"
+            if apply {
+                try db.execute(sql: "DELETE \(sql)", arguments: [Self.json(ids)])
+                effects.joinRows += db.changesCount
+            } else {
+                effects.joinRows += try Int.fetchOne(db, sql: "SELECT count(*) \(sql)", arguments: [Self.json(ids)]) ?? 0
+            }
+        }
+        for (key, rows) in nullify.sorted(by: { $0.key.table < $1.key.table }) {
+            let ids = rows.filter { allowed($0.value) }.map(\.key)
+            guard !ids.isEmpty else { continue }
+            let scope = key.entities.isEmpty ? "" : " AND Z_ENT IN (\(key.entities.map(String.init).joined(separator: ", ")))"
+            let column = quoteIdentifier(key.column)
+            let condition = "WHERE \(column) IN (SELECT value FROM json_each(?))\(scope)"
+            let label = "\(key.table).\(key.column)"
+            if apply {
+                let opt = key.bumpsOpt ? ", Z_OPT = coalesce(Z_OPT, 0) + 1" : ""
+                try db.execute(sql: "UPDATE \(quoteIdentifier(key.table)) SET \(column) = NULL\(opt) \(condition)", arguments: [Self.json(ids)])
+                effects.nullified[label, default: 0] += db.changesCount
+            } else {
+                effects.nullified[label, default: 0] += try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(key.table)) \(condition)",
+                                                                          arguments: [Self.json(ids)]) ?? 0
+            }
+        }
+        return effects
+    }
+
+    /// Groups rows by Z_ENT (all under 0 when the table has no Z_ENT column).
+    static func entities(of pks: [Int64], in table: String, db: Database) throws -> [Int: Set<Int64>] {
+        guard try db.columns(in: table).contains(where: { $0.name.uppercased() == "Z_ENT" }) else { return [0: Set(pks)] }
+        var result: [Int: Set<Int64>] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT Z_PK, Z_ENT FROM \(quoteIdentifier(table)) WHERE Z_PK IN (SELECT value FROM json_each(?))",
+                                    arguments: [json(pks)]) {
+            result[row[1] as Int? ?? 0, default: []].insert(row[0])
+        }
+        return result
+    }
+
+    /// Row ids as a JSON array, bound as one argument and read back with json_each().
+    static func json<S: Sequence>(_ ids: S) -> String where S.Element == Int64 {
+        "[" + ids.map(String.init).joined(separator: ",") + "]"
+    }
+}

@@ -1,0 +1,197 @@
+import Foundation
+import GRDB
+
+/// The Core Data delete rules of a store, resolved to its tables and columns: for each entity,
+/// what deleting one of its rows does to related rows.
+///
+/// - cascade: the related rows are deleted too (and their own rules apply).
+/// - nullify: the related rows' reference is cleared and their `Z_OPT` bumped (Core Data's
+///   optimistic-locking counter, so the app sees the change).
+/// - deny: the row is not deleted while related rows exist.
+/// - many-to-many: the join table's rows for the deleted row always go.
+///
+/// A relationship that cannot be mapped to columns is a problem, reported before anything is
+/// deleted: storectl never guesses where a reference lives.
+public struct DeleteGraph: Sendable {
+    public enum Action: String, Sendable, Codable { case cascade, nullify, deny }
+
+    public struct Effect: Sendable {
+        public enum Kind: Sendable {
+            /// Rows of `table` (of `entities`) whose `columns` hold a deleted row's Z_PK.
+            case referencedBy(table: String, columns: [String], entities: [Int], bumpsOpt: Bool)
+            /// The deleted row's own `columns` hold the Z_PK of a row of `destination`.
+            case references(columns: [String], destination: String)
+            /// A many-to-many join table: `own` holds the deleted row's Z_PK, `other` the other side's.
+            case join(table: String, own: String, other: String, otherTable: String)
+        }
+        /// "Entity.relationship".
+        public var relationship: String
+        public var action: Action?
+        public var kind: Kind
+
+        /// The table cascades reach through this effect.
+        var cascadeTable: String? {
+            guard action == .cascade else { return nil }
+            switch kind {
+            case .referencedBy(let table, _, _, _): return table
+            case .references(_, let destination): return destination
+            case .join(_, _, _, let otherTable): return otherTable
+            }
+        }
+    }
+
+    /// Z_ENT -> what deleting a row of that entity does.
+    public private(set) var effects: [Int: [Effect]] = [:]
+    /// Z_ENT -> relationships that could not be mapped.
+    public private(set) var problems: [Int: [String]] = [:]
+    /// Table -> the Z_ENT values living in it.
+    public private(set) var entitiesOf: [String: [Int]] = [:]
+
+    /// Maps the model's relationships onto the store's tables.
+    public init(store: CoreDataStore, db: Database) throws {
+        guard let model = store.model else {
+            throw StoreOpsError(.badData, "the store has no readable model cache")
+        }
+        for entity in store.entities { if let table = entity.table { entitiesOf[table, default: []].append(entity.ent) } }
+        var toOne: [String: [String]] = [:]   // "Entity.name" -> its columns
+        for column in try CoreDataCensus.toOneColumns(db, store: store).columns {
+            for label in column.relationships { toOne[label, default: []].append(column.column) }
+        }
+        let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'")
+        func realTable(_ name: String) -> String? { tables.first { $0.caseInsensitiveCompare(name) == .orderedSame } }
+        func columns(of table: String) -> [String] { (try? db.columns(in: table).map(\.name)) ?? [] }
+        func family(_ name: String) -> [Int] { store.entity(named: name).map { store.family(of: $0.ent).map(\.ent) } ?? [] }
+        func ancestors(_ name: String) -> [String] {
+            var chain = [name]
+            while let parent = model.superentity[chain.last!] ?? nil, chain.count < 64 { chain.append(parent) }
+            return chain
+        }
+
+        for entity in store.entities where entity.table != nil && entity.ent < 16_000 {
+            let declared = Set(ancestors(entity.name))
+            var list: [Effect] = []
+            for relationship in model.relationships where declared.contains(relationship.entity) {
+                let label = "\(relationship.entity).\(relationship.name)"
+                func problem(_ text: String) { problems[entity.ent, default: []].append("\(label): \(text)") }
+                let action: Action? = switch relationship.deleteRule {
+                case .cascade: .cascade
+                case .nullify: .nullify
+                case .deny: .deny
+                case .noAction: nil
+                }
+                guard let destination = store.entity(named: relationship.destination), let destinationTable = destination.table else {
+                    if action != nil { problem("its destination \(relationship.destination) has no table") }
+                    continue
+                }
+                let inverse = relationship.inverse.flatMap { model.relationship($0, of: relationship.destination) }
+                if !relationship.isToMany {
+                    let own = toOne[label] ?? []
+                    switch action {
+                    case .cascade?, .deny?:
+                        guard !own.isEmpty else { problem("no column found for this to-one relationship"); continue }
+                        list.append(Effect(relationship: label, action: action, kind: .references(columns: own, destination: destinationTable)))
+                    case .nullify?:
+                        // Only a one-to-one keeps a reference on the other side to clear.
+                        if let inverse, !inverse.isToMany {
+                            let back = toOne["\(inverse.entity).\(inverse.name)"] ?? []
+                            guard !back.isEmpty else { problem("no column found for its inverse \(inverse.entity).\(inverse.name)"); continue }
+                            list.append(Effect(relationship: label, action: .nullify,
+                                               kind: .referencedBy(table: destinationTable, columns: back, entities: family(inverse.entity),
+                                                                   bumpsOpt: columns(of: destinationTable).contains("Z_OPT"))))
+                        }
+                    case nil:
+                        continue
+                    }
+                    continue
+                }
+                guard let inverse else {
+                    if action != nil { problem("a to-many relationship without an inverse: its rows cannot be found") }
+                    continue
+                }
+                if !inverse.isToMany {
+                    let back = toOne["\(inverse.entity).\(inverse.name)"] ?? []
+                    guard !back.isEmpty else {
+                        if action != nil { problem("no column found for its inverse \(inverse.entity).\(inverse.name)") }
+                        continue
+                    }
+                    if let action {
+                        list.append(Effect(relationship: label, action: action,
+                                           kind: .referencedBy(table: destinationTable, columns: back, entities: family(inverse.entity),
+                                                               bumpsOpt: columns(of: destinationTable).contains("Z_OPT"))))
+                    }
+                    continue
+                }
+                // Many-to-many: a join table Z_<ent><NAME> of one side; its columns are named after the
+                // relationship pointing at each side (see the fixtures' Z_1KEYWORDS: Z_1ASSETATTRIBUTES, Z_37KEYWORDS).
+                guard let a = store.entity(named: relationship.entity)?.ent, let b = store.entity(named: inverse.entity)?.ent else {
+                    problem("cannot find the entities of its join table")
+                    continue
+                }
+                let name = relationship.name.uppercased()
+                let inverseName = inverse.name.uppercased()
+                guard let joinTable = realTable("Z_\(a)\(name)") ?? realTable("Z_\(b)\(inverseName)") else {
+                    problem("no join table Z_\(a)\(name) or Z_\(b)\(inverseName)")
+                    continue
+                }
+                let joinColumns = columns(of: joinTable)
+                func column(_ prefix: String) -> String? {
+                    let matches = joinColumns.filter { column in
+                        let upper = column.uppercased()
+                        return upper == prefix || (upper.hasPrefix(prefix) && upper.dropFirst(prefix.count).allSatisfy(\.isNumber))
+                    }
+                    return matches.count == 1 ? matches[0] : nil
+                }
+                guard let own = column("Z_\(a)\(inverseName)"), let other = column("Z_\(b)\(name)") else {
+                    problem("cannot tell the columns of join table \(joinTable) apart (\(joinColumns.joined(separator: ", ")))")
+                    continue
+                }
+                list.append(Effect(relationship: label, action: action,
+                                   kind: .join(table: joinTable, own: own, other: other, otherTable: destinationTable)))
+            }
+            effects[entity.ent] = list
+        }
+    }
+
+    /// Problems of the entities a purge of `roots` reaches (through cascades): reported as
+    /// policy problems, so nothing is deleted while a delete rule cannot be honoured.
+    public func unresolved(from roots: [Int]) -> [String] {
+        var seen = Set<Int>()
+        var frontier = roots
+        var found: [String] = []
+        while let ent = frontier.popLast() {
+            guard seen.insert(ent).inserted else { continue }
+            found += problems[ent] ?? []
+            for effect in effects[ent] ?? [] {
+                if let table = effect.cascadeTable { frontier += entitiesOf[table] ?? [] }
+            }
+        }
+        return found.sorted()
+    }
+
+    /// One line per followed relationship of `ent`, for `policy explain`.
+    public func describe(_ ent: Int) -> [String] {
+        (effects[ent] ?? []).map { effect in
+            let rule = "\(effect.relationship) (\(effect.action?.rawValue ?? "no action"))"
+            switch effect.kind {
+            case .referencedBy(let table, let columns, _, let bumpsOpt):
+                let rows = "the \(table) rows whose \(columns.joined(separator: "/")) point here"
+                switch effect.action {
+                case .cascade?: return "\(rule): deletes \(rows)"
+                case .nullify?: return "\(rule): sets \(columns.joined(separator: "/")) to NULL in \(rows)\(bumpsOpt ? " and bumps their Z_OPT" : "")"
+                case .deny?: return "\(rule): keeps a row while there are \(rows)"
+                case nil: return "\(rule): nothing"
+                }
+            case .references(let columns, let destination):
+                let row = "the \(destination) row its \(columns.joined(separator: "/")) points to"
+                return effect.action == .deny ? "\(rule): keeps a row while \(row) exists" : "\(rule): deletes \(row)"
+            case .join(let table, let own, _, let otherTable):
+                let base = "\(rule): removes its rows in join table \(table) (\(own))"
+                switch effect.action {
+                case .cascade?: return base + " and deletes the linked \(otherTable) rows"
+                case .deny?: return "\(rule): keeps a row while it is linked to \(otherTable) rows in \(table)"
+                default: return base
+                }
+            }
+        }
+    }
+}

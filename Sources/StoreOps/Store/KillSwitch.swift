@@ -1,0 +1,50 @@
+import Foundation
+
+/// A file whose existence asks running storectl jobs on a store to stop at their next safe point
+/// (between batches, between migration steps). `storectl killswitch engage STORE` creates it for
+/// an operator in another shell; jobs also honour `--kill-switch FILE`.
+public struct KillSwitch: Sendable {
+    public let paths: [String]
+
+    /// The store's own switch (`<store>.storectl-killswitch`) and, if given, another file.
+    public init(store: StoreFile, extra: String? = nil) {
+        paths = [Self.defaultPath(for: store)] + (extra.map { [FileSystem.absolute($0)] } ?? [])
+    }
+
+    public static func defaultPath(for store: StoreFile) -> String { store.path + ".storectl-killswitch" }
+
+    /// The switch file that is thrown, if any.
+    public var engaged: String? { paths.first { FileManager.default.fileExists(atPath: $0) } }
+
+    /// Creates the store's switch file, recording who threw it and when.
+    @discardableResult
+    public static func engage(_ store: StoreFile, reason: String = "") throws -> String {
+        let path = defaultPath(for: store)
+        let text = "engaged \(Timestamp.iso(Date())) by pid \(getpid())\(reason.isEmpty ? "" : ": \(reason)")\n"
+        guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw StoreOpsError.posix(errno, doing: "creating \(path)", side: .output)
+        }
+        return path
+    }
+
+    /// Removes the store's switch file; returns whether it existed.
+    @discardableResult
+    public static func release(_ store: StoreFile) -> Bool { unlink(defaultPath(for: store)) == 0 }
+}
+
+/// Why a long job stopped before it finished its work.
+public enum StopReason: Sendable, Equatable, Codable, CustomStringConvertible {
+    case killSwitch(String)
+    case signal(Int32)
+    case maxRows(Int)
+    case maxRuntime(TimeInterval)
+
+    public var description: String {
+        switch self {
+        case .killSwitch(let path): "the kill switch \(path) was thrown"
+        case .signal(let number): "\(ProcessSignals.name(number)) was received"
+        case .maxRows(let rows): "max_rows (\(rows)) was reached"
+        case .maxRuntime(let seconds): "max_runtime (\(Format.duration(seconds))) was reached"
+        }
+    }
+}

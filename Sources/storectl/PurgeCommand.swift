@@ -1,0 +1,99 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct PurgeCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "purge",
+        abstract: "Delete expired soft-deleted rows as a policy says, in small batches that never stall the app.",
+        discussion: """
+            Takes the store's job lock (exit 75 if held). Optionally snapshots first (the purge does not start if that
+            fails). Each batch is its own short BEGIN IMMEDIATE transaction; between batches the kill switch
+            (`storectl killswitch engage STORE`, or --kill-switch FILE), SIGTERM and the row and time limits are checked.
+            Core Data delete rules (cascade, nullify, deny) are honoured from the model cache.
+            Exit 0 done, 2 a circuit breaker or a deny rule stopped rows, 1 stopped by the kill switch.
+            """)
+
+    @Option(help: "The policy file.") var policy: String
+    @Flag(help: "Count what each rule would delete (cascades included); change nothing.") var dryRun = false
+    @Option(help: "A kill-switch file: when it exists the purge stops after the current batch.") var killSwitch: String?
+    @Flag(help: "Print the report as JSON.") var json = false
+
+    func run() throws {
+        let progress = Terminal.progress()
+        let report = try Purge.run(.init(policy: policy, dryRun: dryRun, killSwitch: killSwitch), progress: progress?.update)
+        progress?.finish()
+        print(json ? JSON.string(report) : Self.render(report))
+        if report.status != .ok {
+            if !json, let reason = report.stopped, !reason.isLimit {
+                FileHandle.standardError.write(Data("storectl: purge stopped: \(reason); finished batches are committed, the rest is untouched\n".utf8))
+            }
+            throw ExitCode(report.status.rawValue)
+        }
+    }
+
+    static func render(_ report: Purge.Report) -> String {
+        var lines = ["purge \(report.store)\(report.dryRun ? " (dry run: nothing changed)" : "")"]
+        if let snapshot = report.snapshot { lines.append("  snapshot first: \(snapshot)") }
+        for breaker in report.tripped { lines.append("  REFUSED by the circuit breaker: \(breaker); nothing was deleted") }
+        for rule in report.rules {
+            let cutoff = rule.cutoff.map { ", deleted before \(Timestamp.iso($0))" } ?? ""
+            lines.append("  rule \(rule.name) (\(rule.target) -> \(rule.table)\(cutoff))")
+            guard report.tripped.isEmpty else {
+                lines.append("    \(Format.count(rule.candidates)) of \(Format.count(rule.total)) rows match")
+                continue
+            }
+            let verb = report.dryRun ? "would delete" : "deleted"
+            lines.append("    \(verb) \(Format.count(rule.deleted)) of \(Format.count(rule.candidates)) rows in \(rule.batches) batches, "
+                         + "\(Format.duration(rule.seconds))\(rule.deleted > 0 ? ", \(Format.count(Int(rule.rowsPerSecond))) rows/s" : "")")
+            for (table, count) in rule.cascaded.sorted(by: { $0.key < $1.key }) { lines.append("    + \(Format.count(count)) \(table) rows (cascade)") }
+            if rule.joinRows > 0 { lines.append("    + \(Format.count(rule.joinRows)) join-table rows") }
+            for (column, count) in rule.nullified.sorted(by: { $0.key < $1.key }) { lines.append("    ~ \(Format.count(count)) \(column) nullified") }
+            if rule.denied > 0 {
+                lines.append("    ! \(Format.count(rule.denied)) rows kept by deny rules")
+                for sample in rule.deniedSamples { lines.append("      \(sample)") }
+            }
+            if let stopped = rule.stopped { lines.append("    stopped: \(stopped)") }
+            for note in rule.notes { lines.append("    note: \(note)") }
+        }
+        if report.checkpointed { lines.append("  WAL checkpoint (passive) done") }
+        return lines.joined(separator: "\n")
+    }
+}
+
+struct KillswitchCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "killswitch",
+        abstract: "Ask the storectl jobs running on a store to stop at their next safe point.",
+        discussion: "engage creates <store>.storectl-killswitch; purge and migrate check it between batches and steps. release removes it.",
+        subcommands: [Engage.self, Release.self, Status.self])
+
+    struct Engage: ParsableCommand {
+        @Argument(help: "The store.") var store: String
+        @Option(help: "Why (recorded in the file).") var reason: String = ""
+        func run() throws {
+            let path = try KillSwitch.engage(StoreFile(unchecked: store), reason: reason)
+            print("kill switch engaged: \(path)")
+        }
+    }
+
+    struct Release: ParsableCommand {
+        @Argument(help: "The store.") var store: String
+        func run() throws {
+            let released = KillSwitch.release(StoreFile(unchecked: store))
+            print(released ? "kill switch released" : "the kill switch was not engaged")
+        }
+    }
+
+    struct Status: ParsableCommand {
+        @Argument(help: "The store.") var store: String
+        func run() throws {
+            let store = StoreFile(unchecked: store)
+            if let engaged = KillSwitch(store: store).engaged {
+                print("engaged: \(engaged): \((try? String(contentsOfFile: engaged, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "")")
+            } else {
+                print("not engaged")
+            }
+        }
+    }
+}
