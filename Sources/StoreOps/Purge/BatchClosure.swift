@@ -186,17 +186,21 @@ struct BatchClosure {
             guard !ids.isEmpty else { continue }
             let scope = key.entities.isEmpty ? "" : " AND Z_ENT IN (\(key.entities.map(String.init).joined(separator: ", ")))"
             let column = quoteIdentifier(key.column)
-            let condition = "WHERE \(column) IN (SELECT value FROM json_each(?))\(scope)"
+            // Rows this batch deletes need no nullifying (the count must match what applying does).
+            let deleted = Self.json((deletes[key.table] ?? [:]).filter { allowed($0.value) }.map(\.key))
+            let condition = "WHERE \(column) IN (SELECT value FROM json_each(?))\(scope) AND rowid NOT IN (SELECT value FROM json_each(?))"
             let label = "\(key.table).\(key.column)"
             if apply {
                 let opt = key.bumpsOpt ? ", Z_OPT = coalesce(Z_OPT, 0) + 1" : ""
-                try db.execute(sql: "UPDATE \(quoteIdentifier(key.table)) SET \(column) = NULL\(opt) \(condition)", arguments: [Self.json(ids)])
+                try db.execute(sql: "UPDATE \(quoteIdentifier(key.table)) SET \(column) = NULL\(opt) \(condition)",
+                               arguments: [Self.json(ids), deleted])
                 effects.nullified[label, default: 0] += db.changesCount
             } else {
                 effects.nullified[label, default: 0] += try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(key.table)) \(condition)",
-                                                                          arguments: [Self.json(ids)]) ?? 0
+                                                                          arguments: [Self.json(ids), deleted]) ?? 0
             }
         }
+        effects.nullified = effects.nullified.filter { $0.value > 0 }
         return effects
     }
 
