@@ -18,7 +18,7 @@ build_release() {
 
 # A Core Data-shaped WAL store of $ITEMS items (20% soft-deleted), regenerated when missing or stale.
 ensure_store() {
-  local stamp="$ITEMS items, sample v2"   # v2: ZITEM_Z_ENT_INDEX, as Core Data creates
+  local stamp="$ITEMS items, sample v3"   # v2: ZITEM_Z_ENT_INDEX, as Core Data creates; v3: soft-deletable tags
   if [ ! -f "$STORE" ] || [ "$(cat "$OUT/bench.items" 2>/dev/null)" != "$stamp" ]; then
     rm -f "$STORE" "$STORE-wal" "$STORE-shm"
     echo "generating $ITEMS items..." >&2

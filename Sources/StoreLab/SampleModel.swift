@@ -6,8 +6,10 @@ import StoreOps
 ///     Category (1) <-->> Item (2, abstract) --> Task (3), Note (4)
 ///     Item (2)     <-->> Attachment (5)        Item <<-->> Tag (6)  via join table Z_2TAGS
 ///
-/// Delete rules: Category.items deny, Item.category nullify, Item.attachments cascade,
-/// Attachment.item nullify, Item.tags / Tag.items nullify.
+/// Delete rules: Category.items nullify (deleting a category clears its items' ZCATEGORY),
+/// Item.category nullify, Item.attachments cascade, Attachment.item nullify, Item.tags nullify,
+/// Tag.items deny (a tag still linked to items is not deleted). Categories, items and tags can be
+/// soft-deleted (ZISDELETED, ZDELETEDAT).
 public enum SampleModel {
     public struct Entity: Sendable {
         public var ent: Int
@@ -25,12 +27,12 @@ public enum SampleModel {
     ]
 
     public static let relationships: [CoreDataModel.Relationship] = [
-        .init(entity: "Category", name: "items", destination: "Item", inverse: "category", isToMany: true, deleteRule: .deny),
+        .init(entity: "Category", name: "items", destination: "Item", inverse: "category", isToMany: true, deleteRule: .nullify),
         .init(entity: "Item", name: "category", destination: "Category", inverse: "items", isToMany: false, deleteRule: .nullify),
         .init(entity: "Item", name: "attachments", destination: "Attachment", inverse: "item", isToMany: true, deleteRule: .cascade),
         .init(entity: "Attachment", name: "item", destination: "Item", inverse: "attachments", isToMany: false, deleteRule: .nullify),
         .init(entity: "Item", name: "tags", destination: "Tag", inverse: "items", isToMany: true, deleteRule: .nullify),
-        .init(entity: "Tag", name: "items", destination: "Item", inverse: "tags", isToMany: true, deleteRule: .nullify),
+        .init(entity: "Tag", name: "items", destination: "Item", inverse: "tags", isToMany: true, deleteRule: .deny),
     ]
 
     public static let schema = """
@@ -43,7 +45,7 @@ public enum SampleModel {
             ZCATEGORY INTEGER, ZCREATEDAT TIMESTAMP, ZDELETEDAT TIMESTAMP, ZDUEDATE TIMESTAMP, ZTITLE VARCHAR, ZBODY VARCHAR);
         CREATE TABLE ZATTACHMENT (Z_PK INTEGER PRIMARY KEY, Z_ENT INTEGER, Z_OPT INTEGER, ZBYTES INTEGER, ZITEM INTEGER,
             ZFILENAME VARCHAR, ZDATA BLOB);
-        CREATE TABLE ZTAG (Z_PK INTEGER PRIMARY KEY, Z_ENT INTEGER, Z_OPT INTEGER, ZNAME VARCHAR);
+        CREATE TABLE ZTAG (Z_PK INTEGER PRIMARY KEY, Z_ENT INTEGER, Z_OPT INTEGER, ZISDELETED INTEGER, ZDELETEDAT TIMESTAMP, ZNAME VARCHAR);
         CREATE TABLE Z_2TAGS (Z_2ITEMS INTEGER, Z_6TAGS INTEGER, PRIMARY KEY (Z_2ITEMS, Z_6TAGS));
         CREATE INDEX ZITEM_Z_ENT_INDEX ON ZITEM (Z_ENT);
         CREATE INDEX ZITEM_ZCATEGORY_INDEX ON ZITEM (ZCATEGORY);

@@ -62,8 +62,13 @@ public enum SampleStore {
                     try category.execute(arguments: [pk, deleted ? 1 : 0, deleted ? nowRef - Double(pk) * 86_400 : nil,
                                                      ["red", "green", "blue", "amber"][pk % 4], "Category \(pk)"])
                 }
-                let tag = try db.makeStatement(sql: "INSERT INTO ZTAG VALUES (?, 6, 1, ?)")
-                for pk in 1...max(1, options.tags) { try tag.execute(arguments: [pk, "tag-\(pk)"]) }
+                // The last two tags are soft-deleted long ago; only the very last is linked to no item.
+                let tag = try db.makeStatement(sql: "INSERT INTO ZTAG VALUES (?, 6, 1, ?, ?, ?)")
+                let tagCount = max(1, options.tags)
+                for pk in 1...tagCount {
+                    let deleted = pk >= tagCount - 1 && tagCount > 2
+                    try tag.execute(arguments: [pk, deleted ? 1 : 0, deleted ? nowRef - 90 * 86_400 : nil, "tag-\(pk)"])
+                }
 
                 let item = try db.makeStatement(sql: "INSERT INTO ZITEM VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)")
                 let attachment = try db.makeStatement(sql: "INSERT INTO ZATTACHMENT VALUES (?, 5, 1, ?, ?, ?, ?)")
@@ -89,7 +94,8 @@ public enum SampleStore {
                         try attachment.execute(arguments: [attachments, 64, pk, "file-\(pk).bin", Data(repeating: UInt8(pk % 251), count: 64)])
                     }
                     if pk % 5 == 0 {
-                        try tagLink.execute(arguments: [pk, Int(rng.next() % UInt64(max(1, options.tags))) + 1])
+                        // Tags 1...n-1 are linked; the last tag never is.
+                        try tagLink.execute(arguments: [pk, Int(rng.next() % UInt64(max(1, options.tags - 1))) + 1])
                     }
                 }
                 for entity in SampleModel.entities {

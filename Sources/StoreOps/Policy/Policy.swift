@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 
 /// A retention policy file: the store, its purge rules, snapshots before purging and their
 /// retention, and the schedules of the jobs. See Policies/README.md for the format.
@@ -68,7 +69,19 @@ public struct PurgeRule: Sendable {
         /// ISO-8601 text, e.g. 2026-11-22T03:15:00Z (compared with SQLite's julianday()).
         case iso8601
 
-        /// The value of `date` in this format (for ISO-8601, the text).
+        /// The value of `date` as bound in SQL: a number for the numeric formats (bound as text, a
+        /// number would compare greater than every number in a column without a declared type), the
+        /// text for ISO-8601.
+        public func databaseValue(of date: Date) -> DatabaseValue {
+            switch self {
+            case .coredata: (date.timeIntervalSince1970 - CoreDataStore.referenceDateOffset).databaseValue
+            case .unix: date.timeIntervalSince1970.databaseValue
+            case .unixMs: Int64((date.timeIntervalSince1970 * 1000).rounded(.down)).databaseValue
+            case .iso8601: Timestamp.iso(date).databaseValue
+            }
+        }
+
+        /// The value of `date` in this format, as text for people.
         public func value(of date: Date) -> String {
             switch self {
             case .coredata: String(format: "%.3f", date.timeIntervalSince1970 - CoreDataStore.referenceDateOffset)

@@ -142,9 +142,15 @@ extension Policy {
         }
         var level = section.int("level", in: Int.min...Int.max)
         if let given = level {
-            do { level = try compression.validatedLevel(given) } catch let error as StoreOpsError {
-                section.problem("level", error.message)
-            } catch {}
+            if let range = compression.levels, !range.contains(given) {
+                section.problem("level", "\(given) is out of range for \(compression.rawValue); expected \(range.lowerBound)...\(range.upperBound)")
+                level = nil
+            } else if compression.levels == nil {
+                section.problem("level", "does not apply to compression \"none\"")
+                level = nil
+            }
+        } else {
+            level = compression.defaultLevel
         }
         let tags = section.strings("tags") ?? []
         do { try SnapshotCreate.validate(tags: tags) } catch let error as StoreOpsError { section.problem("tags", error.message) } catch {}

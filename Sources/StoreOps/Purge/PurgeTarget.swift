@@ -38,7 +38,7 @@ public struct PurgeTarget: Sendable {
             } else {
                 parts.append("\(quoted) IS NOT NULL AND \(quoted) <= ?")
             }
-            _ = arguments.append(contentsOf: [rule.timeFormat.value(of: cutoff)])
+            _ = arguments.append(contentsOf: [rule.timeFormat.databaseValue(of: cutoff)])
         }
         return (parts.isEmpty ? "1" : parts.joined(separator: " AND "), arguments)
     }

@@ -1,0 +1,182 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// Writes `text` as a policy file in `folder`.
+func writePolicy(_ text: String, in folder: TempFolder, name: String = "policy.toml") throws -> String {
+    let path = folder.file(name)
+    try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+    return path
+}
+
+@Suite("retention policy files")
+struct PolicyTests {
+    @Test("every example in Policies/ loads and validates")
+    func examples() throws {
+        let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Policies").path
+        let files = try PolicyCheck.files([folder])
+        #expect(files.count >= 4)
+        for file in files {
+            let result = try PolicyCheck.check(file)
+            #expect(result.ok, "\(file): \(result.problems)")
+            #expect(result.rules >= 1)
+        }
+    }
+
+    @Test("the Core Data example also validates against a real store, names and delete rules included")
+    func coreDataExampleAgainstStore() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder)
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Policies/tasks-coredata.toml")
+        var text = try String(contentsOf: example, encoding: .utf8)
+        text = text.replacingOccurrences(of: "path = \"../demo/Tasks.sqlite\"", with: "path = \"\(store)\"")
+        let result = try PolicyCheck.check(try writePolicy(text, in: folder))
+        #expect(result.ok && result.checkedAgainstStore, "\(result.problems)")
+    }
+
+    @Test("the Notes example validates against a copy of the real Notes store")
+    func notesExampleAgainstFixture() throws {
+        let folder = try TempFolder()
+        let store = try Fixture.notes.copy(into: folder)
+        let text = try String(contentsOfFile: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Policies/notes-flag-only.toml").path, encoding: .utf8)
+            .replacingOccurrences(of: "/srv/notes/NoteStore.sqlite", with: store)
+        let result = try PolicyCheck.check(try writePolicy(text, in: folder))
+        #expect(result.ok && result.checkedAgainstStore, "\(result.problems)")
+    }
+
+    @Test("a complete policy parses into its parts; relative paths are taken from the file's folder")
+    func parsesEverything() throws {
+        let folder = try TempFolder()
+        let path = try writePolicy("""
+            [store]
+            path = "Tasks.sqlite"
+            busy_timeout = "2s"
+            [[purge]]
+            name = "items"
+            entity = "Item"
+            deleted_flag = "ZISDELETED"
+            deleted_at = "ZDELETEDAT"
+            time_format = "unix_ms"
+            retention = "1d12h"
+            batch_size = 250
+            max_rows = 1000
+            max_runtime = "90s"
+            pause = "20ms"
+            max_fraction = 0.3
+            [snapshot]
+            repository = "snaps"
+            before_purge = true
+            compression = "gzip"
+            level = 9
+            tags = ["nightly"]
+            [snapshot.retention]
+            keep_last = 2
+            keep_within = "3d"
+            keep_tags = ["pre-migrate"]
+            [schedule]
+            purge = "30 3 * * *"
+            jitter = "5m"
+            log = "jobs.jsonl"
+            """, in: folder)
+        let policy = try Policy.load(path)
+        #expect(policy.store.path == folder.file("Tasks.sqlite"))
+        #expect(policy.store.busyTimeout.seconds == 2)
+        let rule = try #require(policy.rules.first)
+        #expect(rule.name == "items" && rule.target == .entity("Item") && rule.timeFormat == .unixMs)
+        #expect(rule.retention?.seconds == 129_600 && rule.batchSize == 250 && rule.maxRows == 1000)
+        #expect(rule.maxRuntime?.seconds == 90 && rule.pause == 0.02 && rule.maxFraction == 0.3)
+        #expect(rule.line == 4)
+        let snapshot = try #require(policy.snapshot)
+        #expect(snapshot.repository == folder.file("snaps") && snapshot.beforePurge && snapshot.compression == .gzip && snapshot.level == 9)
+        #expect(snapshot.retention == RetentionPolicy(last: 2, within: try DurationText.parse("3d").get(), tags: ["pre-migrate"]))
+        #expect(policy.schedule?.purge == "30 3 * * *" && policy.schedule?.log == folder.file("jobs.jsonl"))
+    }
+
+    /// Each malformed policy: exit 65, the line and key, what is expected.
+    @Test("malformed policies are refused with the line, the key and what is expected", arguments: [
+        ("[store]\npath = \"x.sqlite\"\ncolour = \"blue\"", "3: store.colour: unknown key; expected one of: path, busy_timeout"),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_at = \"D\"\ntime_format = \"unix\"\nretention = \"30\"",
+         "7: purge[0].retention: \"30\" has no unit"),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_flag = \"F\"\nbatch_size = \"500\"",
+         "6: purge[0].batch_size: expected an integer, got the string \"500\""),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_flag = \"F\"\nbatch_size = 0", "6: purge[0].batch_size: 0 is out of range; expected 1...100000"),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_at = \"D\"\nretention = \"30d\"",
+         "purge[0].time_format: missing: how D stores time"),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_at = \"D\"\ntime_format = \"epoch\"\nretention = \"1d\"",
+         "6: purge[0].time_format: \"epoch\" is not a time format; expected one of \"coredata\", \"unix\", \"unix_ms\", \"iso8601\""),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"", "purge[0].deleted_at: missing: name the soft-delete flag column"),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ndeleted_flag = \"F\"", "purge[0].table: missing: name the table"),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\nentity = \"E\"\ndeleted_flag = \"F\"", "4: purge[0].table: give either table or entity, not both"),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_flag = \"F\"\nretention = \"3d\"", "6: purge[0].retention: needs deleted_at"),
+        ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_flag = \"F\"\nmax_fraction = 1.5", "6: purge[0].max_fraction: 1.5 is out of range"),
+        ("[[purge]]\ntable = \"T\"\ndeleted_flag = \"F\"", "store: missing: expected a [store] table"),
+        ("[store]\npath = \"x.sqlite\"\n[snapshot]\nbefore_purge = true", "snapshot.repository: missing"),
+        ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\n[snapshot.retention]\nkeep_dayly = 3", "6: snapshot.retention.keep_dayly: unknown key"),
+        ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\nlevel = 42", "5: snapshot.level: 42 is out of range for zstd; expected 1...19"),
+        ("[store]\npath = = \"x\"", "(syntax)"),
+    ] as [(String, String)])
+    func malformed(_ text: String, _ expected: String) throws {
+        let folder = try TempFolder()
+        let path = try writePolicy(text, in: folder)
+        let error = #expect(throws: StoreOpsError.self) { try Policy.load(path) }
+        #expect(error?.status == .badData)
+        #expect(error?.message.contains("\(path):") == true)
+        #expect(error?.message.contains(expected) == true, "\(error?.message ?? "")")
+    }
+
+    @Test("all problems of a file are listed at once")
+    func allProblems() throws {
+        let folder = try TempFolder()
+        let path = try writePolicy("[store]\npath = \"x\"\nfoo = 1\n[[purge]]\ntable = \"T\"\ndeleted_flag = \"F\"\npause = \"soon\"\nbar = 2", in: folder)
+        let error = #expect(throws: StoreOpsError.self) { try Policy.load(path) }
+        #expect(error?.message.contains("3 problems") == true, "\(error?.message ?? "")")
+    }
+
+    @Test("a missing policy file is 66")
+    func missingFile() throws {
+        let folder = try TempFolder()
+        #expect((#expect(throws: StoreOpsError.self) { try Policy.load(folder.file("none.toml")) })?.status == .noInput)
+    }
+}
+
+@Suite("policies against the store: names are checked, never pasted")
+struct PolicySchemaTests {
+    func problems(_ rule: String, store: String, folder: TempFolder) throws -> [String] {
+        let path = try writePolicy("[store]\npath = \"\(store)\"\n[[purge]]\n\(rule)", in: folder)
+        return try PolicyCheck.check(path).problems
+    }
+
+    @Test("unknown tables and columns, protected tables, injection attempts", arguments: [
+        ("table = \"ZTASK; DROP TABLE ZCATEGORY\"\ndeleted_flag = \"ZISDELETED\"", "no table \"ZTASK; DROP TABLE ZCATEGORY\""),
+        ("table = \"ZITEM\\\"; DROP TABLE ZCATEGORY; --\"\ndeleted_flag = \"ZISDELETED\"", "no table"),
+        ("table = \"ZNOPE\"\ndeleted_flag = \"ZISDELETED\"", "no table \"ZNOPE\""),
+        ("table = \"ZITEM\"\ndeleted_flag = \"ZISDELETED) OR 1=1 --\"", "no column \"ZISDELETED) OR 1=1 --\" in ZITEM"),
+        ("table = \"ZITEM\"\ndeleted_flag = \"ZGONE\"", "no column \"ZGONE\" in ZITEM"),
+        ("entity = \"Robot\"\ndeleted_flag = \"ZISDELETED\"", "no entity \"Robot\" in Z_PRIMARYKEY"),
+        ("table = \"Z_PRIMARYKEY\"\ndeleted_flag = \"Z_MAX\"", "is Core Data's, SQLite's or storectl's own bookkeeping"),
+        ("table = \"Z_METADATA\"\ndeleted_flag = \"Z_VERSION\"", "bookkeeping"),
+        ("table = \"sqlite_master\"\ndeleted_flag = \"rootpage\"", "no table"),
+    ] as [(String, String)])
+    func refused(_ rule: String, _ expected: String) throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder)
+        let before = try Hashing.sha256(ofFile: store)
+        let found = try problems(rule, store: store, folder: folder)
+        #expect(found.contains { $0.contains(expected) }, "\(found)")
+        #expect(found.allSatisfy { $0.contains(":5: ") || $0.contains(":4: ") }, "the line is given: \(found)")
+        #expect(try Hashing.sha256(ofFile: store) == before)
+        #expect(try readStore(store) { try $0.tableExists("ZCATEGORY") })
+    }
+
+    @Test("names are matched case-insensitively and used with their real spelling")
+    func realNames() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder)
+        #expect(try problems("table = \"zitem\"\ndeleted_flag = \"zisdeleted\"", store: store, folder: folder).isEmpty)
+    }
+}
