@@ -1,0 +1,91 @@
+import Foundation
+import StoreLab
+import StoreOps
+import Testing
+
+@Suite("storectl policy, purge and killswitch, end to end")
+struct PurgeCLITests {
+    func policy(_ folder: TempFolder, store: String, rule: String = "entity = \"Item\"\ndeleted_flag = \"ZISDELETED\"\ndeleted_at = \"ZDELETEDAT\"\ntime_format = \"coredata\"\nretention = \"30d\"") throws -> String {
+        let path = folder.file("tasks.toml")
+        try Data("[store]\npath = \"\(store)\"\n[[purge]]\nname = \"items\"\n\(rule)\n".utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    @Test("policy check: ok lines; the first bad file fails with exit 65 and all its problems")
+    func check() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let good = try policy(folder, store: store)
+        let ok = try storectl("policy", "check", good)
+        #expect(ok.status == 0 && ok.stdout.hasPrefix("ok    \(good)  (1 rule, names checked against the store)"))
+        let dir = folder.file("policies")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+        try Data("[store]\npath = \"\(store)\"\n[[purge]]\ntable = \"ZTASK; DROP TABLE ZCATEGORY\"\ndeleted_flag = \"X\"\nwhen = 3\n".utf8)
+            .write(to: URL(fileURLWithPath: dir + "/a-bad.toml"))
+        try Data("[store]\npath = \"x\"\n[[purge]]\ntable = \"T\"\nretention = 30\n".utf8).write(to: URL(fileURLWithPath: dir + "/b-bad.toml"))
+        let bad = try storectl("policy", "check", dir)
+        #expect(bad.status == 65)
+        #expect(bad.stdout.contains("FAIL  \(dir)/a-bad.toml"))
+        #expect(bad.stdout.contains("\(dir)/a-bad.toml:6: purge[0].when: unknown key"))
+        #expect(!bad.stdout.contains("b-bad.toml"), "stops at the first file with errors")
+        let injection = folder.file("injection.toml")
+        try Data("[store]\npath = \"\(store)\"\n[[purge]]\ntable = \"ZTASK; DROP TABLE ZCATEGORY\"\ndeleted_flag = \"X\"\n".utf8)
+            .write(to: URL(fileURLWithPath: injection))
+        let names = try storectl("policy", "check", injection)
+        #expect(names.status == 65)
+        #expect(names.stdout.contains("\(injection):4: purge[0].table: no table \"ZTASK; DROP TABLE ZCATEGORY\""), "\(names.stdout)")
+        #expect(try storectl("policy", "check", folder.file("none.toml")).status == 66)
+    }
+
+    @Test("policy explain shows the SQL, the cutoff in UTC and local time, and the counts")
+    func explain() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let result = try storectl("policy", "explain", try policy(folder, store: store), environment: ["TZ": "Europe/Paris"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("rule items: entity Item -> ZITEM"))
+        #expect(result.stdout.contains("each batch:  SELECT rowid FROM \"ZITEM\" WHERE rowid > ? AND \"ZISDELETED\" != 0"))
+        #expect(result.stdout.range(of: #"cutoff:      \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d .+\), bound as \d+\.\d+"#,
+                                        options: .regularExpression) != nil, "\(result.stdout)")
+        #expect(result.stdout.contains("ZATTACHMENT rows (cascade)"))
+        #expect(result.stdout.contains("follows      Item.attachments (cascade)"))
+    }
+
+    @Test("purge: a dry run changes nothing; a real run reports; --json; the kill switch command")
+    func purge() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let path = try policy(folder, store: store)
+        let before = try Hashing.sha256(ofFile: store)
+        let dry = try storectl("purge", "--policy", path, "--dry-run")
+        #expect(dry.status == 0 && dry.stdout.contains("(dry run: nothing changed)") && dry.stdout.contains("would delete"))
+        #expect(try Hashing.sha256(ofFile: store) == before)
+
+        #expect(try storectl("killswitch", "engage", store, "--reason", "maintenance").stdout.hasPrefix("kill switch engaged: \(store).storectl-killswitch"))
+        #expect(try storectl("killswitch", "status", store).stdout.contains("maintenance"))
+        let stopped = try storectl("purge", "--policy", path)
+        #expect(stopped.status == 1 && stopped.stderr.contains("the kill switch"))
+        #expect(try storectl("killswitch", "release", store).stdout == "kill switch released\n")
+
+        let real = try storectl("purge", "--policy", path, "--json")
+        #expect(real.status == 0, "\(real.stderr)")
+        let report = try JSON.decoder().decode(Purge.Report.self, from: Data(real.stdout.utf8))
+        #expect(report.rules[0].deleted == report.rules[0].candidates && report.rules[0].deleted > 0)
+        #expect(real.stderr.isEmpty)
+        #expect(try storectl("purge", "--policy", folder.file("missing.toml")).status == 66)
+    }
+
+    @Test("purge: another job holding the lock gives 75 at once")
+    func lock() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let path = try policy(folder, store: store)
+        let ready = folder.file("locked")
+        let holder = try ChildProcess.Running("/bin/sh", ["-c", "exec 9>>'\(store).storectl-lock' && flock -n 9 && touch '\(ready)' && exec sleep 5"])
+        defer { holder.signal(SIGKILL); _ = holder.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        let result = try storectl("purge", "--policy", path)
+        #expect(result.status == 75)
+        #expect(result.stderr.contains("skipped: another job holds the lock"))
+    }
+}
