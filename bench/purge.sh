@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Purge benchmark (not a test), on the ~1 GiB store of bench/common.sh (4M items, 20% soft-deleted,
 # most past a 30-day retention), while a second process commits a small transaction every 2 ms:
-#   storectl purge (500-row batches, Core Data cascades included)  vs  one DELETE of the same items
+#   storectl purge (1000-row batches, Core Data cascades included)  vs  one DELETE of the same items
 # Reports rows per second for both and the writer's p50/p99/max commit latency (and failed
 # commits, its busy timeout being 5 s) during each.
 #
@@ -12,7 +12,7 @@ source bench/common.sh
 need sqlite3 sqlite3; need /usr/bin/time time; need bc bc
 build_release || exit 1
 ensure_store
-BATCH=${BATCH:-500}
+BATCH=${BATCH:-1000}
 INTERVAL_MS=${INTERVAL_MS:-2}
 
 run_with_writer() {   # run_with_writer STORE COMMAND...: sets SECS, STATS

@@ -118,7 +118,7 @@ extension Policy {
         if deletedAt == nil, rule.has("retention") {
             rule.problem("retention", "needs deleted_at: without a deleted-at time there is nothing to count the retention from")
         }
-        let batch = rule.int("batch_size", in: 1...100_000) ?? 500
+        let batch = rule.int("batch_size", in: 1...100_000) ?? 1000
         let maxRows = rule.int("max_rows", in: 1...Int.max)
         let maxRuntime = rule.duration("max_runtime")
         let pause = rule.duration("pause", allowZero: true)?.seconds ?? 0

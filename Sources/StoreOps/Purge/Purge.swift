@@ -69,6 +69,9 @@ public enum Purge {
 
     static let logger = Logger(label: "storectl.purge")
 
+    /// Rest after each batch, as a fraction of the time the batch held the write lock.
+    static let yieldFactor = 0.5
+
     /// Runs the policy's purge.
     ///
     /// - Throws: 66/65 for a missing or malformed policy or store, 75 when another job holds the
@@ -94,7 +97,17 @@ public enum Purge {
                                              busyTimeout: policy.store.busyTimeout.seconds, label: "storectl.purge")
         defer { try? queue.close() }
         let targets = try queue.inDatabase { db -> [PurgeTarget] in
-            if !options.dryRun { try db.execute(sql: "PRAGMA foreign_keys = ON") }   // honour declared ON DELETE actions
+            // Batches revisit the same index pages: a 32 MiB page cache instead of SQLite's 2 MiB.
+            try db.execute(sql: "PRAGMA cache_size = -32768")
+            if !options.dryRun {
+                try db.execute(sql: "PRAGMA foreign_keys = ON")   // honour declared ON DELETE actions
+                // "WAL mode is always consistent with synchronous=NORMAL" (https://sqlite.org/pragma.html#pragma_synchronous):
+                // a batch committed just before a power cut may be lost, never half-applied, and the
+                // next run purges it again. It saves an fsync per batch.
+                if try String.fetchOne(db, sql: "PRAGMA journal_mode")?.lowercased() == "wal" {
+                    try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                }
+            }
             switch try PurgePlanner.resolve(policy, db: db, now: options.now) {
             case .success(let targets): return targets
             case .failure(let problems): throw problems.storeOpsError
@@ -146,6 +159,7 @@ public enum Purge {
         let started = Date()
         let arguments = target.condition.arguments
         let select = target.batchSelectSQL
+        let confirmSQL = "SELECT rowid FROM \(quoteIdentifier(target.table)) WHERE rowid IN (SELECT value FROM json_each(?)) AND \(target.condition.sql) ORDER BY rowid"
         var cursor: Int64 = 0
         defer { rule.seconds = Date().timeIntervalSince(started) }
         while true {
@@ -160,18 +174,24 @@ public enum Purge {
             var batchArguments: StatementArguments = [cursor]
             _ = batchArguments.append(contentsOf: arguments)
             _ = batchArguments.append(contentsOf: [size])
+            let batchStarted = Date()
+            var lockHeld: TimeInterval = 0
             let done: Bool = try queue.inDatabase { db in
                 do {
-                    if !options.dryRun { try db.execute(sql: "BEGIN IMMEDIATE") } else { try db.execute(sql: "BEGIN") }
+                    // Candidates are found outside the write lock: the scan costs the app nothing.
                     let ids = try Int64.fetchAll(db, sql: select, arguments: batchArguments)
-                    guard let last = ids.last else {
-                        try db.execute(sql: options.dryRun ? "ROLLBACK" : "COMMIT")
-                        return true
-                    }
-                    let closure = try BatchClosure(roots: ids, table: target.table, graph: target.graph, db: db)
+                    guard let last = ids.last else { return true }
+                    cursor = last
+                    let locked = Date()
+                    try db.execute(sql: options.dryRun ? "BEGIN" : "BEGIN IMMEDIATE")
+                    // Under the lock, keep those that still match (the app may have changed them since).
+                    var recheck: StatementArguments = [BatchClosure.json(ids)]
+                    _ = recheck.append(contentsOf: arguments)
+                    let confirmed = try Int64.fetchAll(db, sql: confirmSQL, arguments: recheck)
+                    let closure = try BatchClosure(roots: confirmed, table: target.table, graph: target.graph, db: db)
                     let effects = options.dryRun ? try closure.count(db: db) : try closure.apply(db: db)
                     try db.execute(sql: options.dryRun ? "ROLLBACK" : "COMMIT")
-                    cursor = last
+                    lockHeld = Date().timeIntervalSince(locked)
                     rule.batches += 1
                     rule.deleted += effects.roots
                     rule.joinRows += effects.joinRows
@@ -187,10 +207,17 @@ public enum Purge {
                     throw StoreOpsError.sqlite(error, doing: "purging \(target.table) (rule \(target.rule.name))", side: .output)
                 }
             }
+            logger.trace("batch", metadata: ["n": "\(rule.batches)", "ms": "\(Int(Date().timeIntervalSince(batchStarted) * 1000))"])
             progress?(ProgressUpdate(phase: "purge \(target.rule.name)", done: UInt64(rule.deleted), total: UInt64(max(rule.candidates, rule.deleted)),
                                      unit: .rows, bytes: 0, startedAt: started))
             if done { return }
-            if target.rule.pause > 0 { usleep(useconds_t(target.rule.pause * 1_000_000)) }
+            // The app's writers poll for the lock (SQLite's busy handler sleeps 1, 2, 5, 10, 15, 20,
+            // 25... ms between tries), so a purge that takes the lock again at once starves them: in
+            // the benchmark, commits waited up to 2 s. After each batch storectl rests at least half as
+            // long as it held the lock (and at least `pause`), so the lock is free a third of the time
+            // or more and a waiting commit gets in within a few of its tries.
+            let rest = options.dryRun ? target.rule.pause : max(target.rule.pause, lockHeld * Self.yieldFactor)
+            if rest > 0 { usleep(useconds_t(rest * 1_000_000)) }
         }
     }
 }
