@@ -53,8 +53,11 @@ public final class TerminalProgress {
         line += "  \(Format.count(update.done))"
         if let total = update.total { line += "/\(Format.count(total))" }
         line += " \(update.unit.rawValue)"
-        let rate = Double(update.bytes) / elapsed
-        if update.bytes > 0 { line += "  \(Format.bytes(UInt64(rate)))/s" }
+        if update.bytes > 0 {
+            line += "  \(Format.bytes(UInt64(Double(update.bytes) / elapsed)))/s"
+        } else if update.done > 0 {
+            line += "  \(Format.count(Int(Double(update.done) / elapsed))) \(update.unit.rawValue)/s"
+        }
         if let fraction = update.fraction, fraction > 0, fraction < 1 {
             let eta = elapsed * (1 - fraction) / fraction
             line += "  ETA \(Format.duration(eta))"
