@@ -68,7 +68,21 @@ extension Policy {
                                         maintain: section.string("maintain"), jitter: section.duration("jitter"),
                                         log: section.string("log").map { resolve($0, in: folder) },
                                         metrics: section.string("metrics").map { resolve($0, in: folder) })
-            for key in ["purge", "snapshot", "maintain"] { value.lines[key] = sink.lines.line(["schedule", key]) }
+            for key in ["purge", "snapshot", "maintain"] {
+                value.lines[key] = sink.lines.line(["schedule", key])
+                let expression = key == "purge" ? value.purge : key == "snapshot" ? value.snapshot : value.maintain
+                if let expression {
+                    do { _ = try CronExpression(expression) } catch let error as CronExpression.ParseError {
+                        section.problem(key, "\(error.field): \(error.problem) (in \"\(expression)\")")
+                    } catch {}
+                }
+            }
+            if value.snapshot != nil || value.maintain != nil, snapshot == nil {
+                section.problem(value.snapshot != nil ? "snapshot" : "maintain", "needs a [snapshot] section naming the repository")
+            }
+            if value.maintain != nil, snapshot?.retention == nil {
+                section.problem("maintain", "needs [snapshot.retention]: maintain prunes the repository by it")
+            }
             section.finish(known: ["purge", "snapshot", "maintain", "jitter", "log", "metrics"])
             schedule = value
         }

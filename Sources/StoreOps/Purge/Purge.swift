@@ -13,6 +13,10 @@ public enum Purge {
         public var killSwitch: String?
         /// The moment retention counts back from (tests pin it).
         public var now = Date()
+        /// The caller (`storectl run`) already holds the store's job lock.
+        public var jobLockHeld = false
+        /// Skip the policy's snapshot-before-purge (`storectl run maintain` has just taken one).
+        public var skipSnapshot = false
 
         public init(policy: String, dryRun: Bool = false, killSwitch: String? = nil) {
             self.policy = policy
@@ -84,7 +88,7 @@ public enum Purge {
         guard !policy.rules.isEmpty else {
             throw StoreOpsError(.badData, "\(policy.file) has no [[purge]] rules", hint: "add a [[purge]] table, see Policies/README.md")
         }
-        let lock = options.dryRun ? nil : try JobLock.acquire(path: store.jobLockPath, job: "purge")
+        let lock = options.dryRun || options.jobLockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "purge")
         defer { lock?.release() }
         var report = Report(policy: policy.file, store: store.path, dryRun: options.dryRun)
         let killSwitch = KillSwitch(store: store, extra: options.killSwitch)
@@ -126,7 +130,7 @@ public enum Purge {
         }
         guard report.tripped.isEmpty else { return report }
 
-        if !options.dryRun, let snapshot = policy.snapshot, snapshot.beforePurge {
+        if !options.dryRun, !options.skipSnapshot, let snapshot = policy.snapshot, snapshot.beforePurge {
             let created = try SnapshotCreate.run(store: store.path, options: .init(
                 repository: snapshot.repository, tags: snapshot.tags.isEmpty ? ["pre-purge"] : snapshot.tags,
                 compression: snapshot.compression, level: snapshot.level))

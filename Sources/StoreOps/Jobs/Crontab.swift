@@ -1,0 +1,133 @@
+import Foundation
+
+/// The jobs scheduled by `[schedule]` in policy files, as crontab lines in a marked block that
+/// `storectl schedule install` merges into a user's crontab (replacing only its own block).
+public enum Crontab {
+    public static let begin = "# BEGIN storectl (managed by `storectl schedule install`; edit the policy files, then install again)"
+    public static let end = "# END storectl"
+
+    /// One scheduled job of a policy.
+    public struct Job: Sendable, Codable, Equatable {
+        public var job: ScheduledJob
+        public var policy: String
+        public var store: String
+        public var expression: String
+        public var jitter: DurationText?
+        public var log: String?
+    }
+
+    /// The scheduled jobs of `policies`, in order.
+    public static func jobs(_ policies: [Policy]) -> [Job] {
+        policies.flatMap { policy -> [Job] in
+            guard let schedule = policy.schedule else { return [] }
+            let pairs: [(ScheduledJob, String?)] = [(.snapshot, schedule.snapshot), (.purge, schedule.purge), (.maintain, schedule.maintain)]
+            return pairs.compactMap { job, expression in
+                expression.map { Job(job: job, policy: policy.file, store: policy.store.path, expression: $0,
+                                     jitter: schedule.jitter, log: schedule.log) }
+            }
+        }
+    }
+
+    /// The block: markers, and per job a comment and the line.
+    ///
+    /// Paths are single-quoted for /bin/sh and `%` is escaped (cron turns a bare `%` into a
+    /// newline). Output goes to `<log>.out` beside the JSON job log, which `storectl run` writes itself.
+    public static func block(_ jobs: [Job], executable: String) -> [String] {
+        var lines = [begin]
+        for job in jobs {
+            lines.append("# storectl \(job.job.rawValue): \(job.policy) (store \(job.store))")
+            var command = "\(quote(executable)) run \(job.job.rawValue) --policy \(quote(job.policy))"
+            if let jitter = job.jitter { command += " --jitter \(jitter.text)" }
+            if let log = job.log { command += " >> \(quote(log + ".out")) 2>&1" }
+            lines.append("\(job.expression) \(command)")
+        }
+        lines.append(end)
+        return lines
+    }
+
+    static func quote(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: "'\\''").replacingOccurrences(of: "%", with: "\\%") + "'"
+    }
+
+    /// `existing` with its storectl block replaced by `block` (or the block appended), other lines kept.
+    ///
+    /// - Throws: exit 65 when the crontab has an unbalanced or doubled storectl block.
+    public static func merge(_ existing: String, block: [String]) throws -> String {
+        var lines = existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        if lines.last == "" { lines.removeLast() }
+        if let range = try blockRange(lines) {
+            lines.replaceSubrange(range, with: block)
+        } else {
+            lines += block
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// `existing` without its storectl block.
+    public static func remove(_ existing: String) throws -> String {
+        var lines = existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        if lines.last == "" { lines.removeLast() }
+        if let range = try blockRange(lines) { lines.removeSubrange(range) }
+        return lines.isEmpty ? "" : lines.joined(separator: "\n") + "\n"
+    }
+
+    static func blockRange(_ lines: [String]) throws -> ClosedRange<Int>? {
+        let begins = lines.indices.filter { lines[$0].hasPrefix("# BEGIN storectl") }
+        let ends = lines.indices.filter { lines[$0] == end }
+        if begins.isEmpty, ends.isEmpty { return nil }
+        guard begins.count == 1, ends.count == 1, begins[0] < ends[0] else {
+            throw StoreOpsError(.badData, "the crontab's storectl block is damaged (\(begins.count) BEGIN, \(ends.count) END markers)",
+                                hint: "fix it by hand with `crontab -e`, then install again")
+        }
+        return begins[0]...ends[0]
+    }
+
+    /// Reads a user's crontab (`crontab -l`); empty when the user has none.
+    public static func read(user: String?) throws -> String {
+        let result = try runCrontab(["-l"] + (user.map { ["-u", $0] } ?? []), input: nil)
+        if result.status == 0 { return result.stdout }
+        if result.stderr.contains("no crontab for") { return "" }
+        throw StoreOpsError(.failure, "crontab -l failed: \(result.stderr.trimmingCharacters(in: .whitespacesAndNewlines))")
+    }
+
+    /// Replaces a user's crontab (`crontab -`).
+    public static func write(_ text: String, user: String?) throws {
+        let result = try runCrontab((user.map { ["-u", $0] } ?? []) + ["-"], input: text)
+        guard result.status == 0 else {
+            throw StoreOpsError(.failure, "crontab - failed: \(result.stderr.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+    }
+
+    static func runCrontab(_ arguments: [String], input: String?) throws -> (status: Int32, stdout: String, stderr: String) {
+        guard let crontab = ["/usr/bin/crontab", "/bin/crontab"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            throw StoreOpsError(.noInput, "the crontab command is not installed", hint: "install cron (apt-get install cron), or use `storectl schedule systemd`")
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: crontab)
+        process.arguments = arguments
+        let stdin = Pipe()
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = stderr
+        try process.run()
+        if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
+        try stdin.fileHandleForWriting.close()
+        // Read both pipes before waiting, so a large crontab cannot fill a pipe and hang both sides.
+        let out = stdout.fileHandleForReading.readDataToEndOfFile()
+        let err = stderr.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    }
+}
+
+/// The jobs `storectl run` knows.
+public enum ScheduledJob: String, Sendable, Codable, CaseIterable {
+    /// A snapshot into the policy's repository.
+    case snapshot
+    /// The policy's purge.
+    case purge
+    /// A snapshot, then pruning the repository by the policy's retention, then the purge.
+    case maintain
+}

@@ -1,0 +1,89 @@
+import Foundation
+
+/// A `.service` and a `.timer` per scheduled job, for systemd instead of cron.
+public enum SystemdUnits {
+    public struct Unit: Sendable, Equatable {
+        public var name: String
+        public var contents: String
+    }
+
+    /// The units of `jobs`, named `storectl-<policy file stem>-<job>.{service,timer}`.
+    ///
+    /// - Throws: exit 64 when two policies would give units the same name.
+    public static func units(_ jobs: [Crontab.Job], executable: String) throws -> [Unit] {
+        var units: [Unit] = []
+        var seen: [String: String] = [:]
+        for job in jobs {
+            let stem = ((FileSystem.name(of: job.policy) as NSString).deletingPathExtension)
+                .map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" ? $0 : "-" }
+            let base = "storectl-\(String(stem))-\(job.job.rawValue)"
+            if let other = seen[base], other != job.policy {
+                throw StoreOpsError(.usage, "\(job.policy) and \(other) would both make \(base).service; rename one of the policy files")
+            }
+            seen[base] = job.policy
+            let expression = try CronExpression(job.expression)
+            let description = "storectl \(job.job.rawValue) of \(job.store) (\(job.policy))"
+            units.append(Unit(name: "\(base).service", contents: """
+                [Unit]
+                Description=\(description)
+                After=local-fs.target
+
+                [Service]
+                Type=oneshot
+                ExecStart=\(quote(executable)) run \(job.job.rawValue) --policy \(quote(job.policy))
+
+                """))
+            var timer = """
+                [Unit]
+                Description=Schedule of \(description): \(job.expression)
+
+                [Timer]
+
+                """
+            for calendar in onCalendar(expression) { timer += "OnCalendar=\(calendar)\n" }
+            timer += "Persistent=true\n"
+            if let jitter = job.jitter { timer += "RandomizedDelaySec=\(Int(jitter.seconds.rounded(.up)))\n" }
+            timer += "\n[Install]\nWantedBy=timers.target\n"
+            units.append(Unit(name: "\(base).timer", contents: timer))
+        }
+        return units
+    }
+
+    /// systemd calendar events equal to a cron schedule. Restricted fields become explicit lists;
+    /// when both day fields are restricted, cron runs on days matching either, so there are two
+    /// events (systemd would otherwise require both).
+    public static func onCalendar(_ cron: CronExpression) -> [String] {
+        func list(_ values: Set<Int>, full: ClosedRange<Int>) -> String {
+            values == Set(full) ? "*" : values.sorted().map { String(format: "%02d", $0) }.joined(separator: ",")
+        }
+        let month = list(cron.months, full: 1...12)
+        let time = "\(list(cron.hours, full: 0...23)):\(list(cron.minutes, full: 0...59)):00"
+        let days = list(cron.days, full: 1...31)
+        let names = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+        let weekdays = cron.weekdays.sorted().map { names[$0] }.joined(separator: ",")
+        if cron.dayStar || cron.weekdayStar {
+            // Vixie ANDs the two day fields here, as systemd does.
+            return ["\(cron.weekdays.count == 7 ? "" : "\(weekdays) ")*-\(month)-\(days) \(time)"]
+        }
+        return ["\(weekdays) *-\(month)-* \(time)", "*-\(month)-\(days) \(time)"]
+    }
+
+    static func quote(_ text: String) -> String {
+        text.contains(where: { $0 == " " || $0 == "\"" || $0 == "\\" })
+            ? "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+            : text
+    }
+
+    /// Writes the units into `folder` (each atomically, mode 0644 as systemd expects).
+    public static func write(_ units: [Unit], to folder: String) throws {
+        guard FileSystem.kind(of: folder) == .directory else {
+            throw StoreOpsError(.cannotCreate, "the output folder \(folder) does not exist")
+        }
+        for unit in units {
+            let file = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(unit.name))
+            try file.write(Data(unit.contents.utf8))
+            chmod(file.tempPath, 0o644)
+            try file.commit(replacing: true)
+        }
+    }
+}

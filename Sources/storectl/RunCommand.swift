@@ -1,0 +1,39 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct RunCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run a scheduled job (what cron and systemd call): snapshot, purge or maintain.",
+        discussion: """
+            maintain = snapshot, then prune the snapshot repository by the policy's [snapshot.retention], then purge.
+            Takes the store's job lock without waiting: if another job holds it, exits 75 at once
+            ("skipped: another job holds the lock since ..., pid ..."). Quiet on success; one line on stderr on failure.
+            Appends one JSON line per run to the policy's [schedule] log, and writes Prometheus metrics into its
+            [schedule] metrics folder (node_exporter textfile collector).
+            """)
+
+    @Argument(help: "snapshot, purge or maintain.") var job: ScheduledJob
+    @Option(help: "The policy file.") var policy: String
+    @Option(help: "Wait a random time up to this before starting (e.g. 5m), to spread jobs out.") var jitter: String?
+    @Flag(help: "Print the run's record as JSON on stdout (also on success).") var json = false
+
+    func run() throws {
+        var wait: TimeInterval = 0
+        if let jitter {
+            switch DurationText.parse(jitter, allowZero: true) {
+            case .success(let value): wait = value.seconds
+            case .failure(let error): throw ValidationError("--jitter: \(error)")
+            }
+        }
+        let record = JobRun.run(.init(job: job, policy: policy, jitter: wait))
+        if json { print(JSON.string(record, pretty: false)) }
+        if record.exitCode != 0 {
+            FileHandle.standardError.write(Data("storectl: \(job.rawValue) (\(record.store ?? policy)): \(record.error ?? record.outcome)\n".utf8))
+            throw ExitCode(record.exitCode)
+        }
+    }
+}
+
+extension ScheduledJob: ExpressibleByArgument {}

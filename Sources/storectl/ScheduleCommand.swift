@@ -1,0 +1,94 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct ScheduleCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "schedule",
+        abstract: "Show, install and remove the jobs that policy files schedule (cron or systemd).",
+        subcommands: [Show.self, CrontabLines.self, Install.self, Uninstall.self, Systemd.self])
+
+    /// The absolute path of this executable, for crontab lines and unit files.
+    static var executable: String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? FileSystem.absolute(CommandLine.arguments[0])
+    }
+
+    struct Show: ParsableCommand, JSONOutput {
+        static let configuration = CommandConfiguration(abstract: "List the jobs with their cron expressions and next 5 runs (local time and UTC).")
+        @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
+        @Option(help: "How many next runs to show.") var count = 5
+        @Flag(help: "Print as JSON.") var json = false
+
+        func run() throws {
+            let entries = try ScheduleEntry.list(policies: policies, count: count)
+            if json { print(JSON.string(entries)); return }
+            guard !entries.isEmpty else { print("no scheduled jobs in \(policies.joined(separator: ", "))"); return }
+            let local = DateFormatter()
+            local.dateFormat = "EEE yyyy-MM-dd HH:mm zzz"
+            for entry in entries {
+                print("\(entry.job.rawValue)  \(entry.expression)  \(entry.store)  (\(entry.policy))")
+                for run in entry.nextRuns {
+                    print("    \(local.string(from: run))   \(Timestamp.iso(run).prefix(16).replacingOccurrences(of: "T", with: " ")) UTC")
+                }
+                if entry.nextRuns.isEmpty { print("    never: no date matches this expression") }
+            }
+        }
+    }
+
+    struct CrontabLines: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "crontab", abstract: "Print the crontab block for the policies' jobs.")
+        @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
+
+        func run() throws {
+            let jobs = Crontab.jobs(try policies.map(Policy.load))
+            print(Crontab.block(jobs, executable: ScheduleCommand.executable).joined(separator: "\n"))
+        }
+    }
+
+    struct Install: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Merge the policies' jobs into a user's crontab (crontab -), replacing only storectl's block.")
+        @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
+        @Option(help: "Whose crontab (default: yours; another user's needs root).") var user: String?
+
+        func run() throws {
+            let jobs = Crontab.jobs(try policies.map(Policy.load))
+            guard !jobs.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain)") }
+            let existing = try Crontab.read(user: user)
+            let merged = try Crontab.merge(existing, block: Crontab.block(jobs, executable: ScheduleCommand.executable))
+            try Crontab.write(merged, user: user)
+            print("installed \(jobs.count) job\(jobs.count == 1 ? "" : "s") in the crontab of \(user ?? "the current user")")
+        }
+    }
+
+    struct Uninstall: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove storectl's block from a user's crontab, leaving other lines alone.")
+        @Option(help: "Whose crontab (default: yours).") var user: String?
+
+        func run() throws {
+            let existing = try Crontab.read(user: user)
+            let cleaned = try Crontab.remove(existing)
+            if cleaned == existing {
+                print("no storectl jobs in the crontab of \(user ?? "the current user")")
+                return
+            }
+            try Crontab.write(cleaned, user: user)
+            print("removed storectl's jobs from the crontab of \(user ?? "the current user")")
+        }
+    }
+
+    struct Systemd: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write a .service and a .timer per job into a folder (e.g. /etc/systemd/system).",
+            discussion: "Then: systemctl daemon-reload && systemctl enable --now storectl-<policy>-<job>.timer")
+        @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
+        @Option(help: "The folder to write the units into.") var output: String
+
+        func run() throws {
+            let jobs = Crontab.jobs(try policies.map(Policy.load))
+            let units = try SystemdUnits.units(jobs, executable: ScheduleCommand.executable)
+            try SystemdUnits.write(units, to: FileSystem.absolute(output))
+            for unit in units { print((FileSystem.absolute(output) as NSString).appendingPathComponent(unit.name)) }
+        }
+    }
+}
