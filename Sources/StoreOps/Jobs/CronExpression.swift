@@ -127,8 +127,10 @@ public struct CronExpression: Sendable, Equatable, CustomStringConvertible {
         var day = calendar.startOfDay(for: date)
         let sortedHours = hours.sorted()
         let sortedMinutes = minutes.sorted()
-        // Leap days come back within 8 years (2096 -> 2104); nothing that matches is further.
-        for _ in 0..<(366 * 9) {
+        // Leap days come back within 8 years (2096 -> 2104): nine years without a match means never.
+        var daysWithoutRun = 0
+        while daysWithoutRun < 366 * 9 {
+            daysWithoutRun += 1
             let parts = calendar.dateComponents([.year, .month, .day, .weekday], from: day)
             if months.contains(parts.month!), matches(minute: sortedMinutes[0], hour: sortedHours[0], day: parts.day!,
                                                       month: parts.month!, weekday: parts.weekday! - 1) {
@@ -145,6 +147,7 @@ public struct CronExpression: Sendable, Equatable, CustomStringConvertible {
                         guard check.hour == hour, check.minute == minute, check.day == parts.day else { continue }   // a DST gap
                         if run > date, runs.last.map({ run > $0 }) ?? true {
                             runs.append(run)
+                            daysWithoutRun = 0
                             if runs.count == count { return runs }
                         }
                     }

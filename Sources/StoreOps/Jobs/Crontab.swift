@@ -14,6 +14,15 @@ public enum Crontab {
         public var expression: String
         public var jitter: DurationText?
         public var log: String?
+
+        public init(job: ScheduledJob, policy: String, store: String, expression: String, jitter: DurationText? = nil, log: String? = nil) {
+            self.job = job
+            self.policy = policy
+            self.store = store
+            self.expression = expression
+            self.jitter = jitter
+            self.log = log
+        }
     }
 
     /// The scheduled jobs of `policies`, in order.

@@ -1,0 +1,205 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// A sample store with a policy scheduling all three jobs.
+struct ScheduledFixture {
+    let folder: TempFolder
+    let store: String
+    let policy: String
+
+    init(items: Int = 3_000, keepLast: Int = 2, rule: String? = nil) throws {
+        folder = try TempFolder()
+        store = try sampleStore(in: folder, items: items)
+        try FileManager.default.createDirectory(atPath: folder.file("metrics"), withIntermediateDirectories: false)
+        policy = try writePolicy("""
+            [store]
+            path = "Tasks.sqlite"
+            [[purge]]
+            name = "items"
+            entity = "Item"
+            deleted_flag = "ZISDELETED"
+            deleted_at = "ZDELETEDAT"
+            time_format = "coredata"
+            retention = "30d"
+            \(rule ?? "")
+            [snapshot]
+            repository = "snaps"
+            [snapshot.retention]
+            keep_last = \(keepLast)
+            [schedule]
+            snapshot = "15 * * * *"
+            purge = "30 3 * * *"
+            maintain = "0 4 * * 0"
+            jitter = "90s"
+            log = "jobs.jsonl"
+            metrics = "metrics"
+            """, in: folder)
+    }
+
+    func logLines() throws -> [JobRun.Record] {
+        try String(contentsOfFile: folder.file("jobs.jsonl"), encoding: .utf8).split(separator: "\n")
+            .map { try JSON.decoder().decode(JobRun.Record.self, from: Data($0.utf8)) }
+    }
+}
+
+@Suite("crontab and systemd")
+struct CrontabTests {
+    let foreign = "MAILTO=ops@example.com\n# nightly report\n0 6 * * * /usr/local/bin/report\n"
+
+    @Test("merge adds the block, replaces only it on re-install, and keeps every foreign line")
+    func mergeIsIdempotent() throws {
+        let fixture = try ScheduledFixture()
+        let jobs = Crontab.jobs([try Policy.load(fixture.policy)])
+        let block = Crontab.block(jobs, executable: "/usr/local/bin/storectl")
+        let once = try Crontab.merge(foreign, block: block)
+        #expect(once.hasPrefix(foreign))
+        #expect(try Crontab.merge(once, block: block) == once, "installing twice changes nothing")
+        let later = once + "15 7 * * * /usr/local/bin/other\n"
+        let updated = try Crontab.merge(later, block: Array(block.prefix(3)) + [Crontab.end])
+        #expect(updated.contains("0 6 * * * /usr/local/bin/report") && updated.contains("15 7 * * * /usr/local/bin/other"))
+        #expect(updated.components(separatedBy: "# BEGIN storectl").count == 2)
+        #expect(!updated.contains("run maintain"), "the old block was replaced, not added to")
+        #expect(try Crontab.remove(updated) == foreign + "15 7 * * * /usr/local/bin/other\n")
+        #expect(try Crontab.remove(foreign) == foreign)
+        #expect(try Crontab.merge("", block: block).hasPrefix(Crontab.begin))
+    }
+
+    @Test("a damaged block is refused (65) rather than guessed at")
+    func damaged() throws {
+        #expect((#expect(throws: StoreOpsError.self) { try Crontab.merge("\(Crontab.begin)\n* * * * * x\n", block: []) })?.status == .badData)
+        #expect((#expect(throws: StoreOpsError.self) { try Crontab.remove("\(Crontab.end)\n\(Crontab.begin)\n") })?.status == .badData)
+    }
+
+    @Test("the lines: absolute paths quoted for sh, % escaped, jitter, output beside the job log, a marker per job")
+    func lines() throws {
+        let job = Crontab.Job(job: .purge, policy: "/etc/storectl/it's 100%.toml", store: "/srv/a.sqlite", expression: "30 3 * * *",
+                              jitter: try DurationText.parse("2m").get(), log: "/var/log/storectl/a.jsonl")
+        let block = Crontab.block([job], executable: "/opt/storectl/bin/storectl")
+        #expect(block == [
+            Crontab.begin,
+            "# storectl purge: /etc/storectl/it's 100%.toml (store /srv/a.sqlite)",
+            "30 3 * * * '/opt/storectl/bin/storectl' run purge --policy '/etc/storectl/it'\\''s 100\\%.toml' --jitter 2m >> '/var/log/storectl/a.jsonl.out' 2>&1",
+            Crontab.end,
+        ])
+    }
+
+    @Test("systemd units: a oneshot service and a persistent timer per job")
+    func systemd() throws {
+        let fixture = try ScheduledFixture()
+        let units = try SystemdUnits.units(Crontab.jobs([try Policy.load(fixture.policy)]), executable: "/usr/local/bin/storectl")
+        #expect(units.map(\.name) == ["storectl-policy-snapshot.service", "storectl-policy-snapshot.timer", "storectl-policy-purge.service",
+                                      "storectl-policy-purge.timer", "storectl-policy-maintain.service", "storectl-policy-maintain.timer"])
+        #expect(units[2].contents == """
+            [Unit]
+            Description=storectl purge of \(fixture.store) (\(fixture.policy))
+            After=local-fs.target
+
+            [Service]
+            Type=oneshot
+            ExecStart=/usr/local/bin/storectl run purge --policy \(fixture.policy)
+
+            """)
+        #expect(units[3].contents == """
+            [Unit]
+            Description=Schedule of storectl purge of \(fixture.store) (\(fixture.policy)): 30 3 * * *
+
+            [Timer]
+            OnCalendar=*-*-* 03:30:00
+            Persistent=true
+            RandomizedDelaySec=90
+
+            [Install]
+            WantedBy=timers.target
+
+            """)
+        #expect(units[5].contents.contains("OnCalendar=Sun *-*-* 04:00:00\n"))
+        try SystemdUnits.write(units, to: fixture.folder.path)
+        #expect(permissions(fixture.folder.file("storectl-policy-purge.timer")) == 0o644)
+    }
+
+    @Test("a bad cron expression in a policy is a policy error with its line")
+    func policyCron() throws {
+        let folder = try TempFolder()
+        let path = try writePolicy("[store]\npath = \"x\"\n[schedule]\npurge = \"61 * * * *\"", in: folder)
+        let error = #expect(throws: StoreOpsError.self) { try Policy.load(path) }
+        #expect(error?.message.contains("\(path):4: schedule.purge: minute: 61 is out of range 0-59 (in \"61 * * * *\")") == true, "\(error?.message ?? "")")
+    }
+}
+
+@Suite("storectl run: jobs, log, metrics")
+struct JobRunTests {
+    @Test("maintain: snapshot, then prune by the retention, then purge, in that order")
+    func maintain() throws {
+        let fixture = try ScheduledFixture(keepLast: 2)
+        let repo = fixture.folder.file("snaps")
+        for _ in 0..<2 { _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: repo)) }
+        let before = try SnapshotSummary.list(repository: repo).map(\.id)
+        let soft = try readStore(fixture.store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZISDELETED = 1") }!
+
+        let record = JobRun.run(.init(job: .maintain, policy: fixture.policy))
+        #expect(record.exitCode == 0 && record.outcome == "ok", "\(record.error ?? "")")
+        let after = try SnapshotSummary.list(repository: repo).map(\.id)
+        #expect(after.count == 2 && after.first == record.snapshotId, "the new snapshot and the newest old one are kept")
+        #expect(record.prunedSnapshots == [before.last!])
+        #expect((record.rowsPurged ?? 0) > 0)
+        // The snapshot came first: it still has the rows the purge then deleted.
+        let restored = fixture.folder.file("restored.sqlite")
+        _ = try SnapshotRestore.run(.init(repository: repo, id: record.snapshotId!, target: .file(restored)))
+        #expect(try readStore(restored) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZISDELETED = 1") } == soft)
+        #expect(try readStore(fixture.store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZISDELETED = 1") } == soft - record.rowsPurged!)
+        let log = try fixture.logLines()
+        #expect(log.count == 1 && log[0].job == .maintain && log[0].snapshotBytes ?? 0 > 0)
+    }
+
+    @Test("the metrics file: names, labels, values, atomic replacement; last success and the counter carry over")
+    func metrics() throws {
+        let fixture = try ScheduledFixture()
+        let first = JobRun.run(.init(job: .purge, policy: fixture.policy))
+        #expect(first.exitCode == 0)
+        let file = Metrics.file(folder: fixture.folder.file("metrics"), store: fixture.store, job: .purge)
+        let text = try String(contentsOfFile: file, encoding: .utf8)
+        let labels = "{job=\"purge\",store=\"\(fixture.store)\"}"
+        for name in ["storectl_job_last_success_timestamp_seconds", "storectl_job_last_run_timestamp_seconds", "storectl_job_duration_seconds",
+                     "storectl_job_exit_code", "storectl_purged_rows_total", "storectl_snapshot_bytes"] {
+            #expect(text.contains("# TYPE \(name) "), "\(name)")
+            #expect(text.contains("\n\(name)\(labels) "), "\(name)")
+        }
+        #expect(text.contains("storectl_purged_rows_total\(labels) \(first.rowsPurged!)\n"))
+        #expect(text.contains("storectl_job_exit_code\(labels) 0\n"))
+        #expect(permissions(file) == 0o644)
+        let inode = FileSystem.identity(of: file)?.ino
+
+        // A failing run (the store is gone): exit code recorded, last success kept.
+        try FileManager.default.moveItem(atPath: fixture.store, toPath: fixture.store + ".away")
+        let failed = JobRun.run(.init(job: .purge, policy: fixture.policy))
+        #expect(failed.exitCode == 66 && failed.outcome == "failed")
+        let after = try String(contentsOfFile: file, encoding: .utf8)
+        #expect(after.contains("storectl_job_exit_code\(labels) 66\n"))
+        #expect(after.contains("storectl_job_last_success_timestamp_seconds\(labels) \(Int64(first.end.timeIntervalSince1970)).") ||
+                after.contains("storectl_job_last_success_timestamp_seconds\(labels) \(String(format: "%.3f", first.end.timeIntervalSince1970))\n"))
+        #expect(after.contains("storectl_purged_rows_total\(labels) \(first.rowsPurged!)\n"), "the counter does not go back")
+        #expect(FileSystem.identity(of: file)?.ino != inode, "replaced by rename, never rewritten in place")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.folder.file("metrics")).allSatisfy { $0.hasSuffix(".prom") })
+        #expect(try fixture.logLines().map(\.outcome) == ["ok", "failed"])
+    }
+
+    @Test("two runs at once: the second is skipped with 75, naming the first; both are logged")
+    func overlap() throws {
+        let fixture = try ScheduledFixture(items: 20_000, rule: "batch_size = 100\npause = \"100ms\"")
+        let first = try ChildProcess.Running(Binaries.storectl, ["run", "purge", "--policy", fixture.policy])
+        let lockFile = fixture.store + ".storectl-lock"
+        let deadline = Date().addingTimeInterval(10)
+        while JobLock.currentHolder(path: lockFile) == nil, Date() < deadline { usleep(20_000) }
+        let second = try ChildProcess.run(Binaries.storectl, ["run", "purge", "--policy", fixture.policy])
+        #expect(second.status == 75)
+        #expect(second.stderr.contains("skipped: another job (run purge) holds the lock since"), "\(second.stderr)")
+        #expect(second.stderr.contains("pid \(first.pid)"))
+        #expect(second.stdout.isEmpty)
+        #expect(first.wait().status == 0)
+        let outcomes = try fixture.logLines().map(\.outcome)
+        #expect(outcomes.sorted() == ["ok", "skipped"])
+    }
+}

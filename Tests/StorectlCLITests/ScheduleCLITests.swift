@@ -1,0 +1,127 @@
+import Foundation
+import StoreLab
+import StoreOps
+import Testing
+
+func scheduledPolicy(_ folder: TempFolder, store: String, snapshot: String = "*/15 * * * *") throws -> String {
+    let path = folder.file("tasks.toml")
+    try Data("""
+        [store]
+        path = "\(store)"
+        [[purge]]
+        entity = "Item"
+        deleted_flag = "ZISDELETED"
+        deleted_at = "ZDELETEDAT"
+        time_format = "coredata"
+        retention = "30d"
+        [snapshot]
+        repository = "snaps"
+        [snapshot.retention]
+        keep_last = 3
+        [schedule]
+        snapshot = "\(snapshot)"
+        purge = "30 3 * * *"
+        log = "jobs.jsonl"
+        """.utf8).write(to: URL(fileURLWithPath: path))
+    return path
+}
+
+@Suite("storectl schedule and run, end to end")
+struct ScheduleCLITests {
+    @Test("schedule show lists each job with its next runs in local time and UTC")
+    func show() throws {
+        let folder = try TempFolder()
+        let policy = try scheduledPolicy(folder, store: try makeStore(folder))
+        let result = try storectl("schedule", "show", "--policy", policy, environment: ["TZ": "America/New_York"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let lines = result.stdout.split(separator: "\n")
+        #expect(lines.first?.hasPrefix("snapshot  */15 * * * *  \(folder.file("Tasks.sqlite"))") == true)
+        #expect(lines.filter { $0.hasPrefix("    ") }.count == 10)
+        #expect(result.stdout.contains(" UTC") && (result.stdout.contains("EST") || result.stdout.contains("GMT-5")), "\(result.stdout)")
+        let json = try storectl("schedule", "show", "--policy", policy, "--json")
+        let entries = try JSON.decoder().decode([ScheduleEntry].self, from: Data(json.stdout.utf8))
+        #expect(entries.map(\.job) == [.snapshot, .purge] && entries.allSatisfy { $0.nextRuns.count == 5 })
+    }
+
+    @Test("schedule crontab prints the block with this binary's absolute path; systemd writes the units")
+    func crontabAndSystemd() throws {
+        let folder = try TempFolder()
+        let policy = try scheduledPolicy(folder, store: try makeStore(folder))
+        let crontab = try storectl("schedule", "crontab", "--policy", policy)
+        #expect(crontab.status == 0)
+        #expect(crontab.stdout.contains("*/15 * * * * '\(FileSystem.absolute(Binaries.storectl))' run snapshot --policy '\(policy)' >> '\(folder.file("jobs.jsonl")).out' 2>&1"))
+        let units = folder.file("units")
+        try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: false)
+        let systemd = try storectl("schedule", "systemd", "--policy", policy, "--output", units)
+        #expect(systemd.status == 0)
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: units)) == ["storectl-tasks-snapshot.service", "storectl-tasks-snapshot.timer",
+                                                                                   "storectl-tasks-purge.service", "storectl-tasks-purge.timer"])
+        #expect(try storectl("schedule", "systemd", "--policy", policy, "--output", folder.file("nowhere")).status == 73)
+    }
+
+    @Test("run: quiet on success, one line on failure, the log line either way")
+    func run() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let policy = try scheduledPolicy(folder, store: store)
+        let ok = try storectl("run", "snapshot", "--policy", policy)
+        #expect(ok.status == 0 && ok.stdout.isEmpty && ok.stderr.isEmpty, "\(ok.stderr)")
+        unlink(store)
+        let failed = try storectl("run", "purge", "--policy", policy)
+        #expect(failed.status == 66)
+        #expect(failed.stderr.split(separator: "\n").count == 1 && failed.stderr.hasPrefix("storectl: purge (\(store)): "))
+        let log = try String(contentsOfFile: folder.file("jobs.jsonl"), encoding: .utf8).split(separator: "\n")
+        #expect(log.count == 2 && log[1].contains("\"outcome\":\"failed\""))
+        #expect(try storectl("run", "vacuum", "--policy", policy).status == 64)
+        #expect(try storectl("run", "purge", "--policy", policy, "--jitter", "soon").status == 64)
+    }
+}
+
+/// Installs a job into the crontab of a real cron daemon and waits for it to run. About a minute;
+/// opt-in locally (STORECTL_CRON_TEST=1), always on in CI (.ci/run installs cron and sets it).
+@Suite("real cron", .enabled(if: ProcessInfo.processInfo.environment["STORECTL_CRON_TEST"] == "1"))
+struct RealCronTests {
+    @Test("schedule install puts an every-minute snapshot job in root's crontab; cron runs it; uninstall restores the crontab",
+          .timeLimit(.minutes(4)))
+    func everyMinute() throws {
+        try #require(getuid() == 0, "needs root to run a cron daemon")
+        try #require(FileManager.default.isExecutableFile(atPath: "/usr/sbin/cron"), "apt-get install cron")
+        let folder = try TempFolder()
+        chmod(folder.path, 0o755)
+        let store = try makeStore(folder)
+        let policy = try scheduledPolicy(folder, store: store, snapshot: "* * * * *")
+        let original = try Crontab.read(user: nil)
+        defer { try? Crontab.write(original, user: nil) }
+        let foreign = original + "# a foreign line storectl must keep\n"
+        try Crontab.write(foreign, user: nil)
+
+        let install = try storectl("schedule", "install", "--policy", policy)
+        #expect(install.status == 0, "\(install.stderr)")
+        #expect(try storectl("schedule", "install", "--policy", policy).status == 0, "installing twice is harmless")
+        let installed = try Crontab.read(user: nil)
+        #expect(installed.hasPrefix(foreign) && installed.components(separatedBy: "# BEGIN storectl").count == 2)
+
+        // Our own daemon unless one already runs; stop only the one started here. (SIGKILL: a child
+        // started from a test thread inherits that thread's blocked signals, SIGTERM included.)
+        let running = try ChildProcess.run("/usr/bin/pgrep", ["-x", "cron"]).status == 0
+        let daemon = running ? nil : try ChildProcess.Running("/usr/sbin/cron", ["-f"])
+        defer { daemon?.signal(SIGKILL); _ = daemon?.wait() }
+
+        let log = folder.file("jobs.jsonl")
+        let deadline = Date().addingTimeInterval(150)
+        var record: JobRun.Record?
+        while Date() < deadline, record == nil {
+            sleep(2)
+            if let line = (try? String(contentsOfFile: log, encoding: .utf8))?.split(separator: "\n").first {
+                record = try JSON.decoder().decode(JobRun.Record.self, from: Data(line.utf8))
+            }
+        }
+        let ran = try #require(record, "cron did not run the job within 150 s")
+        #expect(ran.job == .snapshot && ran.outcome == "ok", "\(ran.error ?? "")")
+        let snapshots = try SnapshotSummary.list(repository: folder.file("snaps"))
+        #expect(snapshots.map(\.id).contains(ran.snapshotId ?? "none"))
+
+        #expect(try storectl("schedule", "uninstall").status == 0)
+        #expect(try Crontab.read(user: nil) == foreign)
+    }
+}
