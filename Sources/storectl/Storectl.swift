@@ -18,7 +18,7 @@ struct Storectl: ParsableCommand {
             """,
         version: StoreOpsVersion.current,
         subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self, PolicyCommand.self, PurgeCommand.self,
-                      KillswitchCommand.self, RunCommand.self, ScheduleCommand.self])
+                      KillswitchCommand.self, RunCommand.self, ScheduleCommand.self, MigrateCommand.self, RollbackCommand.self])
 
     static func main() {
         ProcessSignals.install()

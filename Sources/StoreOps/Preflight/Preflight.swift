@@ -48,6 +48,10 @@ public enum Preflight {
         let locks = try LockState.read(store, walMode: walHeader)
         checks.append(writerCheck(locks))
         checks.append(jobLockCheck(store, operation: options.operation))
+        if let journal = MigrationJournal.read(store), journal.pid != getpid() {
+            checks.append(Check("migration.interrupted", .fail, "an interrupted migration left \(MigrationJournal.path(for: store))",
+                                advice: journal.advice))
+        }
 
         let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: options.timeout, label: "storectl.preflight")
         defer { try? queue.close() }
@@ -82,6 +86,9 @@ public enum Preflight {
     static func jobLockCheck(_ store: StoreFile, operation: Operation) -> Check {
         guard let holder = JobLock.currentHolder(path: store.jobLockPath) else {
             return Check("lock.job", .ok, "no storectl job holds the store")
+        }
+        if holder.pid == getpid() {
+            return Check("lock.job", .ok, "held by this run (storectl \(holder.job))")
         }
         let exclusive = operation == .migrate || operation == .purge
         return Check("lock.job", exclusive ? .fail : .warn,

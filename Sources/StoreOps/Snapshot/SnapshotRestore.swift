@@ -21,6 +21,8 @@ public enum SnapshotRestore {
         /// Wait for the repository's and the store's locks instead of exiting 75.
         public var wait = false
         public var timeout: TimeInterval = 60
+        /// The caller (a migration rolling back) already holds the store's job lock.
+        public var jobLockHeld = false
 
         public init(repository: String, id: String, target: Target, force: Bool = false, wait: Bool = false) {
             self.repository = repository
@@ -123,8 +125,8 @@ public enum SnapshotRestore {
     }
 
     static func restoreInPlace(_ record: Manifest, repository: SnapshotRepository, store: StoreFile, options: Options) throws -> Result {
-        let jobLock = try JobLock.acquire(path: store.jobLockPath, job: "snapshot restore", wait: options.wait)
-        defer { jobLock.release() }
+        let jobLock = options.jobLockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "snapshot restore", wait: options.wait)
+        defer { jobLock?.release() }
         let exists = FileSystem.kind(of: store.path) == .file
         if exists, !options.force {
             let header = try FileProbe.shared.header(of: store.path)

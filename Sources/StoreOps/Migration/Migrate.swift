@@ -1,0 +1,349 @@
+import Foundation
+import GRDB
+import Logging
+
+/// `storectl migrate`: lock, preflight, snapshot, apply, verify; on a failure (with
+/// `--rollback-on-failure`) or when the kill switch is thrown, roll back to the snapshot.
+public enum Migrate {
+    public struct Options: Sendable {
+        public var store: String
+        /// A folder of NNNN_name.sql files (and .verify.sql).
+        public var migrations: String?
+        /// Swift stages, merged with the folder's migrations by version.
+        public var stages: [Migration] = []
+        public var repository: String
+        /// Migrate up to this version (default: the newest).
+        public var to: Int?
+        public var rollbackOnFailure = false
+        public var dryRun = false
+        public var killSwitch: String?
+        /// Accept the state an interrupted migration left and go on.
+        public var resume = false
+        /// Seconds to wait for the app's write lock.
+        public var timeout: TimeInterval = 30
+
+        public init(store: String, migrations: String?, repository: String, stages: [Migration] = [], to: Int? = nil,
+                    rollbackOnFailure: Bool = false, dryRun: Bool = false, killSwitch: String? = nil, resume: Bool = false) {
+            self.store = store
+            self.migrations = migrations
+            self.repository = repository
+            self.stages = stages
+            self.to = to
+            self.rollbackOnFailure = rollbackOnFailure
+            self.dryRun = dryRun
+            self.killSwitch = killSwitch
+            self.resume = resume
+        }
+    }
+
+    public struct Applied: Sendable, Codable, Equatable {
+        public var version: Int
+        public var name: String
+        public var seconds: Double
+    }
+
+    public struct Stage: Sendable, Codable, Equatable {
+        public var name: String
+        public var seconds: Double
+    }
+
+    public struct RollbackInfo: Sendable, Codable {
+        public var snapshotId: String
+        public var seconds: Double
+        /// The restored store's SHA-256 equals the snapshot's: the pre-migration content.
+        public var verified: Bool
+        /// The failed state, kept as a snapshot tagged pre-restore.
+        public var safetySnapshot: String?
+        public var error: String?
+    }
+
+    public struct Report: Sendable, Codable {
+        public var store: String
+        public var repository: String
+        public var dryRun: Bool
+        public var plan: MigrationPlan
+        /// "up to date", "planned", "migrated", "failed", "rolled back", "rollback failed".
+        public var outcome: String
+        public var snapshot: String?
+        public var snapshotEstimateBytes: UInt64?
+        public var applied: [Applied] = []
+        public var stages: [Stage] = []
+        public var countsBefore: [String: Int]?
+        public var countsAfter: [String: Int]?
+        public var failure: String?
+        public var rollback: RollbackInfo?
+        /// Without --rollback-on-failure: the command that restores the pre-migration state.
+        public var rollbackCommand: String?
+
+        public var status: ExitStatus {
+            switch outcome {
+            case "rolled back": .rolledBack
+            case "rollback failed": .rollbackFailed
+            case "failed": .failure
+            default: .ok
+            }
+        }
+    }
+
+    static let logger = Logger(label: "storectl.migrate")
+
+    /// A stop asked for at a safe point (kill switch, signal).
+    struct Stop: Error { var reason: StopReason }
+
+    /// Plans and (unless `dryRun`) runs the migration.
+    ///
+    /// - Throws: before anything changes: 66/65 for a missing or bad store or migrations folder,
+    ///   65 for drifted/missing/refused migrations, 75 when another job holds the store, 2 when
+    ///   preflight fails, 1 when an interrupted migration must be dealt with first, the snapshot's
+    ///   errors. Outcomes after the snapshot (migrated, failed, rolled back, rollback failed) are
+    ///   in the report's `status`.
+    public static func run(_ options: Options, progress: ((String) -> Void)? = nil) throws -> Report {
+        let store = try StoreFile(existing: options.store)
+        let migrations = try load(options)
+        var clock = StageClock()
+        let lock = options.dryRun ? nil : try clock.time("lock") { try JobLock.acquire(path: store.jobLockPath, job: "migrate") }
+        defer { lock?.release() }
+        FaultInjection.reach("after-lock")
+
+        if let journal = MigrationJournal.read(store) {
+            guard options.resume, !options.dryRun else { throw StoreOpsError(.failure, journal.advice) }
+            try MigrationJournal.remove(store)
+        }
+        var plan = try readOnly(store, timeout: options.timeout) { db -> MigrationPlan in
+            var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db), to: options.to)
+            try plan.lint(migrations, db: db)
+            return plan
+        }
+        if let to = options.to, to < plan.current {
+            throw StoreOpsError(.usage, "the store is at version \(plan.current); migrate does not go down to \(to)",
+                                hint: "storectl rollback \(store.path) --repo \(options.repository) restores a pre-migrate snapshot")
+        }
+        guard plan.blockers.isEmpty else {
+            throw StoreOpsError(.badData, "the migrations cannot run; nothing was changed:\n  " + plan.blockers.joined(separator: "\n  "),
+                                hint: "storectl migrate status \(store.path) --migrations \(options.migrations ?? "DIR") shows the history")
+        }
+        var report = Report(store: store.path, repository: FileSystem.absolute(options.repository), dryRun: options.dryRun,
+                            plan: plan, outcome: plan.pending.isEmpty ? "up to date" : "planned")
+        guard !plan.pending.isEmpty else { return report }
+        if options.dryRun {
+            let info = try readOnly(store, timeout: options.timeout) { try StoreInfo.read($0, store: store) }
+            report.snapshotEstimateBytes = info.logicalBytes
+            return report
+        }
+
+        let killSwitch = KillSwitch(store: store, extra: options.killSwitch)
+        func safePoint() throws {
+            if let thrown = killSwitch.engaged { throw Stop(reason: .killSwitch(thrown)) }
+            if let signal = ProcessSignals.received { throw Stop(reason: .signal(signal)) }
+        }
+        do { try safePoint() } catch let stop as Stop {
+            report.outcome = "rolled back"
+            report.failure = "stopped before any change: \(stop.reason)"
+            return report
+        }
+
+        // Preflight: space for the snapshot, integrity, locks.
+        let repositoryFolder = FileSystem.kind(of: report.repository) == .directory ? report.repository : FileSystem.parent(of: report.repository)
+        let preflight = try clock.time("preflight") {
+            try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: repositoryFolder))
+        }
+        guard preflight.passed else {
+            let failed = preflight.checks.filter { $0.status == .fail }.map { "\($0.id): \($0.summary)" }
+            throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  " + failed.joined(separator: "\n  "),
+                                hint: "storectl preflight \(store.path) --for migrate --dest \(repositoryFolder) shows every check")
+        }
+        progress?("preflight ok")
+
+        // A verified snapshot, or nothing changes.
+        let snapshot = try clock.time("snapshot") { () -> String in
+            let created = try SnapshotCreate.run(store: store.path, options: .init(repository: report.repository,
+                                                                                   tags: ["pre-migrate", "version-\(plan.current)"]))
+            let verified = try SnapshotVerify.run(.init(repository: report.repository, ids: [created.id]))
+            guard verified.first?.ok == true else {
+                throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(verified.first?.problem ?? "?")); nothing was changed")
+            }
+            return created.id
+        }
+        report.snapshot = snapshot
+        progress?("snapshot \(snapshot) (pre-migrate, verified)")
+        FaultInjection.reach("after-snapshot")
+        try MigrationJournal(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Timestamp.now(), store: store.path,
+                             repository: report.repository, snapshotId: snapshot, fromVersion: plan.current, toVersion: plan.target).write(store)
+        FaultInjection.reach("after-journal")
+
+        let queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
+        do {
+            report.countsBefore = try queue.inDatabase { try entityCounts($0) }
+            try clock.time("apply") {
+                for migration in migrations where plan.pending.contains(where: { $0.version == migration.version }) {
+                    try safePoint()
+                    let started = Date()
+                    try queue.inDatabase { try apply(migration, db: $0, snapshot: snapshot, killSwitch: killSwitch) }
+                    report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
+                    progress?("applied \(String(format: "%04d", migration.version))_\(migration.name)")
+                    FaultInjection.reach("after-commit-\(migration.version)")
+                }
+            }
+            FaultInjection.reach("before-verify")
+            try clock.time("verify") {
+                try safePoint()
+                try queue.inDatabase { db in
+                    let messages = try StoreConnection.integrityMessages(db, pragma: "integrity_check")
+                    guard messages == ["ok"] else {
+                        throw StoreOpsError(.badData, "integrity_check after the migrations: \(messages.prefix(3).joined(separator: "; "))")
+                    }
+                    let violations = try StoreConnection.foreignKeyViolations(db)
+                    guard violations.count == 0 else {
+                        throw StoreOpsError(.badData, "foreign_key_check after the migrations: \(violations.count) violation(s): \(violations.samples.prefix(3).joined(separator: ", "))")
+                    }
+                    report.countsAfter = try entityCounts(db)
+                }
+            }
+            try? queue.close()
+            FaultInjection.reach("before-journal-removal")
+            try MigrationJournal.remove(store)
+            report.outcome = "migrated"
+            report.stages = clock.stages
+            return report
+        } catch {
+            try? queue.close()
+            let stop = error as? Stop
+            report.failure = stop.map { "stopped: \($0.reason)" } ?? ((error as? StoreOpsError)?.message ?? "\(error)")
+            if stop != nil || options.rollbackOnFailure {
+                report.rollback = clock.timeNoThrow("rollback") { rollBack(store: store, repository: report.repository, snapshot: snapshot) }
+                if report.rollback?.error == nil, report.rollback?.verified == true {
+                    try? MigrationJournal.remove(store)
+                    report.outcome = "rolled back"
+                } else {
+                    report.outcome = "rollback failed"
+                }
+            } else {
+                // Each migration is its own transaction: the failing one left nothing behind.
+                try? MigrationJournal.remove(store)
+                report.outcome = "failed"
+                report.rollbackCommand = "storectl rollback \(store.path) --repo \(report.repository) --to \(snapshot)"
+            }
+            report.stages = clock.stages
+            return report
+        }
+    }
+
+    /// One migration in one transaction, with its history row and its checks inside it.
+    static func apply(_ migration: Migration, db: Database, snapshot: String, killSwitch: KillSwitch) throws {
+        let label = "\(String(format: "%04d", migration.version))_\(migration.name)"
+        let started = Date()
+        // SQLite's procedure for schema changes (https://sqlite.org/lang_altertable.html#otheralter):
+        // foreign keys off outside the transaction, foreign_key_check before commit, restore after.
+        let foreignKeys = try Bool.fetchOne(db, sql: "PRAGMA foreign_keys") ?? false
+        try db.execute(sql: "PRAGMA foreign_keys = OFF")
+        defer { try? db.execute(sql: "PRAGMA foreign_keys = \(foreignKeys ? "ON" : "OFF")") }
+        do {
+            if !migration.noTransaction { try db.execute(sql: "BEGIN IMMEDIATE") }
+            let before = try entityCounts(db)
+            try migration.willMigrate?(db)
+            for statement in migration.statements {
+                if migration.noTransaction, let thrown = killSwitch.engaged { throw Stop(reason: .killSwitch(thrown)) }
+                try db.execute(sql: statement)
+            }
+            try migration.didMigrate?(db)
+            let violations = try StoreConnection.foreignKeyViolations(db)
+            guard violations.count == 0 else {
+                throw StoreOpsError(.badData, "\(label) leaves \(violations.count) row(s) whose foreign keys point nowhere: \(violations.samples.prefix(3).joined(separator: ", "))")
+            }
+            for (index, check) in migration.checks.enumerated() {
+                let rows = try Row.fetchAll(db, sql: check)
+                let value: DatabaseValue? = rows.first.flatMap { $0.databaseValues.first }
+                let passed = rows.count == 1 && (value.flatMap { Bool.fromDatabaseValue($0) } ?? false)
+                guard passed else {
+                    throw StoreOpsError(.badData, "\(label).verify.sql check \(index + 1) failed: `\(check)` returned "
+                                        + (rows.count == 1 ? "\(value ?? .null)" : "\(rows.count) rows"))
+                }
+            }
+            if let before {
+                let after = try entityCounts(db) ?? [:]
+                let dropped = before.filter { entity, rows in (after[entity] ?? 0) < rows && !migration.allowCountDrop.contains(entity) }
+                guard dropped.isEmpty else {
+                    let details = dropped.keys.sorted().map { "\($0) \(before[$0]!) -> \(after[$0] ?? 0)" }.joined(separator: ", ")
+                    throw StoreOpsError(.badData, "\(label) drops Core Data rows: \(details)",
+                                        hint: "if that is intended, add `-- storectl: allow-count-drop \(dropped.keys.sorted().joined(separator: ", "))` to the migration")
+                }
+            }
+            try MigrationHistory.record(db, .init(version: migration.version, name: migration.name, sha256: migration.checksum,
+                                                  appliedAt: Timestamp.now(), durationMs: Int(Date().timeIntervalSince(started) * 1000),
+                                                  snapshotId: snapshot))
+            FaultInjection.reach("before-commit-\(migration.version)")
+            if !migration.noTransaction { try db.execute(sql: "COMMIT") }
+        } catch {
+            if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
+            if error is Stop { throw error }
+            if let own = error as? StoreOpsError { throw StoreOpsError(own.status, own.message.hasPrefix(label) ? own.message : "\(label): \(own.message)", hint: own.hint) }
+            throw StoreOpsError.sqlite(error, doing: "migration \(label)", side: .output)
+        }
+    }
+
+    /// Restores the snapshot in place (the store's lock is held by the migration) and checks the
+    /// store's SHA-256 against the snapshot's: the pre-migration content, byte for byte.
+    static func rollBack(store: StoreFile, repository: String, snapshot: String) -> RollbackInfo {
+        let started = Date()
+        var info = RollbackInfo(snapshotId: snapshot, seconds: 0, verified: false)
+        do {
+            var options = SnapshotRestore.Options(repository: repository, id: snapshot, target: .inPlace(store.path), force: true, wait: true)
+            options.jobLockHeld = true
+            let result = try SnapshotRestore.run(options)
+            info.safetySnapshot = result.safetySnapshot
+            info.verified = try Hashing.sha256(ofFile: store.path) == result.record.database.sha256
+            if !info.verified { info.error = "the restored store's SHA-256 differs from the snapshot's" }
+        } catch {
+            info.error = (error as? StoreOpsError)?.message ?? "\(error)"
+        }
+        info.seconds = Date().timeIntervalSince(started)
+        return info
+    }
+
+    static func load(_ options: Options) throws -> [Migration] {
+        var all = try options.migrations.map(Migration.load) ?? []
+        for stage in options.stages {
+            if let clash = all.first(where: { $0.version == stage.version }) {
+                throw StoreOpsError(.badData, "version \(stage.version) is both \(clash.source) and \(stage.source)")
+            }
+            all.append(stage)
+        }
+        guard !all.isEmpty || options.migrations != nil else {
+            throw StoreOpsError(.usage, "no migrations: pass --migrations DIR")
+        }
+        return all.sorted { $0.version < $1.version }
+    }
+
+    static func entityCounts(_ db: Database) throws -> [String: Int]? {
+        guard let coreData = try CoreDataStore.read(db) else { return nil }
+        return Dictionary(try CoreDataCensus.entityCounts(db, store: coreData).compactMap { c in c.rows.map { (c.entity, $0) } },
+                          uniquingKeysWith: +)
+    }
+
+    static func readOnly<T>(_ store: StoreFile, timeout: TimeInterval, _ body: (Database) throws -> T) throws -> T {
+        let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: timeout, label: "storectl.migrate-plan")
+        defer { try? queue.close() }
+        return try queue.inDatabase { db in
+            do { return try body(db) } catch let error as StoreOpsError { throw error } catch {
+                throw StoreOpsError.sqlite(error, doing: "reading \(store.path)")
+            }
+        }
+    }
+}
+
+/// Times the stages of a run.
+struct StageClock {
+    private(set) var stages: [Migrate.Stage] = []
+
+    mutating func time<T>(_ name: String, _ body: () throws -> T) throws -> T {
+        let started = Date()
+        defer { stages.append(.init(name: name, seconds: Date().timeIntervalSince(started))) }
+        return try body()
+    }
+
+    mutating func timeNoThrow<T>(_ name: String, _ body: () -> T) -> T {
+        let started = Date()
+        defer { stages.append(.init(name: name, seconds: Date().timeIntervalSince(started))) }
+        return body()
+    }
+}

@@ -1,0 +1,175 @@
+import Foundation
+import GRDB
+
+/// The `storectl_migrations` table: one row per applied migration, written in the same
+/// transaction as the migration itself.
+public enum MigrationHistory {
+    public static let table = "storectl_migrations"
+
+    public struct Entry: Sendable, Codable, Equatable {
+        public var version: Int
+        public var name: String
+        public var sha256: String
+        public var appliedAt: Date
+        public var durationMs: Int
+        public var snapshotId: String?
+    }
+
+    public static func read(_ db: Database) throws -> [Entry] {
+        guard try db.tableExists(table) else { return [] }
+        return try Row.fetchAll(db, sql: "SELECT version, name, sha256, applied_at, duration_ms, snapshot_id FROM \(table) ORDER BY version").map { row in
+            Entry(version: row[0], name: row[1], sha256: row[2], appliedAt: Timestamp.parseISO(row[3]) ?? Date(timeIntervalSince1970: 0),
+                  durationMs: row[4], snapshotId: row[5])
+        }
+    }
+
+    static func record(_ db: Database, _ entry: Entry) throws {
+        try db.execute(sql: """
+            CREATE TABLE IF NOT EXISTS \(table) (version INTEGER PRIMARY KEY, name TEXT NOT NULL, sha256 TEXT NOT NULL,
+                applied_at TEXT NOT NULL, duration_ms INTEGER NOT NULL, snapshot_id TEXT)
+            """)
+        try db.execute(sql: "INSERT INTO \(table) VALUES (?, ?, ?, ?, ?, ?)",
+                       arguments: [entry.version, entry.name, entry.sha256, Timestamp.iso(entry.appliedAt), entry.durationMs, entry.snapshotId])
+    }
+
+    /// The store's version: the highest applied migration (0 when none).
+    public static func version(_ db: Database) throws -> Int { try read(db).map(\.version).max() ?? 0 }
+}
+
+/// What a migration run would do: decided from values, without I/O.
+public struct MigrationPlan: Sendable, Codable {
+    public struct Pending: Sendable, Codable {
+        public var version: Int
+        public var name: String
+        public var checksum: String
+        public var statements: Int
+        public var checks: Int
+        public var noTransaction: Bool
+        public var warnings: [String]
+        public var refused: [String]
+        public var source: String
+    }
+
+    public var current: Int
+    public var target: Int
+    public var applied: [MigrationHistory.Entry]
+    public var pending: [Pending]
+    /// Applied migrations whose file changed since ("0002_split_names: applied with …").
+    public var drifted: [String]
+    /// Applied migrations that are not in the folder.
+    public var missing: [String]
+
+    /// Problems that stop a run before anything happens.
+    public var blockers: [String] {
+        drifted.map { "drifted: \($0)" } + missing.map { "missing: \($0)" }
+            + pending.flatMap { migration in migration.refused.map { "\(migration.version)_\(migration.name): \($0)" } }
+    }
+
+    public static func make(_ migrations: [Migration], history: [MigrationHistory.Entry], to: Int? = nil) -> MigrationPlan {
+        let current = history.map(\.version).max() ?? 0
+        let byVersion = Dictionary(migrations.map { ($0.version, $0) }, uniquingKeysWith: { first, _ in first })
+        var drifted: [String] = []
+        var missing: [String] = []
+        for entry in history {
+            guard let migration = byVersion[entry.version] else {
+                missing.append("\(entry.version)_\(entry.name) (applied \(Timestamp.iso(entry.appliedAt)))")
+                continue
+            }
+            if migration.checksum != entry.sha256 {
+                drifted.append("\(entry.version)_\(entry.name) was applied \(Timestamp.iso(entry.appliedAt)) with sha256 \(entry.sha256.prefix(12))…; "
+                               + "\(migration.source) now has \(migration.checksum.prefix(12))…. An applied migration must not be edited: add a new one")
+            }
+        }
+        let appliedVersions = Set(history.map(\.version))
+        let target = to ?? migrations.map(\.version).max() ?? current
+        let pending = migrations.filter { !appliedVersions.contains($0.version) && $0.version <= target }.sorted { $0.version < $1.version }
+        for migration in pending where migration.version < current {
+            missing.append("\(migration.version)_\(migration.name) is older than the store's version \(current) but was never applied")
+        }
+        return MigrationPlan(current: current, target: max(target, current), applied: history,
+                             pending: pending.map { migration in
+                                 Pending(version: migration.version, name: migration.name, checksum: migration.checksum,
+                                         statements: migration.statements.count, checks: migration.checks.count,
+                                         noTransaction: migration.noTransaction, warnings: [], refused: migration.refusedStatements,
+                                         source: migration.source)
+                             }, drifted: drifted, missing: missing)
+    }
+
+    /// Adds lint warnings that need the store's schema (DROP TABLE / DROP COLUMN, rebuilds of
+    /// tables that others reference with ON DELETE CASCADE).
+    mutating func lint(_ migrations: [Migration], db: Database) throws {
+        var cascading: [String: [String]] = [:]   // parent table -> children referencing it ON DELETE CASCADE
+        for table in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") {
+            for row in try Row.fetchAll(db, sql: "SELECT \"table\", on_delete FROM pragma_foreign_key_list(?)", arguments: [table]) {
+                let parent: String = row[0]
+                if (row[1] as String?)?.uppercased() == "CASCADE" { cascading[parent.uppercased(), default: []].append(table) }
+            }
+        }
+        for index in pending.indices {
+            guard let migration = migrations.first(where: { $0.version == pending[index].version }) else { continue }
+            var warnings: [String] = []
+            var dropped = Set<String>()
+            for statement in migration.statements {
+                let words = SQLScript.leadingWords(statement, count: 6)
+                if words.starts(with: ["DROP", "TABLE"]) {
+                    let name = (words.dropFirst(2).first == "IF" ? words.dropFirst(4).first : words.dropFirst(2).first) ?? "?"
+                    let table = name.trimmingCharacters(in: CharacterSet(charactersIn: "\"`[]"))
+                    dropped.insert(table)
+                    warnings.append("DROP TABLE \(table): its rows are gone after this migration (the pre-migrate snapshot keeps them)")
+                    if let children = cascading[table] {
+                        warnings.append("\(children.joined(separator: ", ")) reference\(children.count == 1 ? "s" : "") \(table) with ON DELETE CASCADE: "
+                                        + "with foreign keys on, dropping or rebuilding \(table) deletes their rows (storectl runs migrations with foreign keys off)")
+                    }
+                }
+                if words.starts(with: ["ALTER", "TABLE"]), words.contains("DROP") {
+                    warnings.append("DROP COLUMN in \(words.dropFirst(2).first ?? "?"): the column's data is gone after this migration")
+                }
+                if words.starts(with: ["ALTER", "TABLE"]), words.contains("RENAME"),
+                   let renamed = statement.uppercased().components(separatedBy: "RENAME TO").last?.trimmingCharacters(in: CharacterSet(charactersIn: " ;\"`[]\n")),
+                   dropped.contains(renamed) {
+                    warnings.append("rebuilds table \(renamed) (create, copy, drop, rename): follow https://sqlite.org/lang_altertable.html#otheralter")
+                }
+            }
+            pending[index].warnings = warnings
+        }
+    }
+}
+
+/// The file beside a store while a migration runs: if the process dies, the next migrate,
+/// rollback or preflight finds it and says where the pre-migration snapshot is.
+public struct MigrationJournal: Sendable, Codable, Equatable {
+    public var pid: Int32
+    public var host: String
+    public var startedAt: Date
+    public var store: String
+    public var repository: String
+    public var snapshotId: String
+    public var fromVersion: Int
+    public var toVersion: Int
+
+    public static func path(for store: StoreFile) -> String { store.path + ".storectl-migration.json" }
+
+    public static func read(_ store: StoreFile) -> MigrationJournal? {
+        FileManager.default.contents(atPath: path(for: store)).flatMap { try? JSON.decoder().decode(MigrationJournal.self, from: $0) }
+    }
+
+    func write(_ store: StoreFile) throws {
+        let file = try PendingFile(finalPath: Self.path(for: store))
+        try file.write(try JSON.encode(self))
+        try file.commit(replacing: true)
+    }
+
+    static func remove(_ store: StoreFile) throws {
+        guard unlink(path(for: store)) == 0 || errno == ENOENT else {
+            throw StoreOpsError.posix(errno, doing: "removing \(path(for: store))", side: .output)
+        }
+        try FileSystem.sync(store.folder, directory: true)
+    }
+
+    /// What an operator should do about an interrupted migration.
+    public var advice: String {
+        "a migration (pid \(pid) on \(host), started \(Timestamp.iso(startedAt)), version \(fromVersion) -> \(toVersion)) was interrupted; "
+            + "its pre-migrate snapshot is \(snapshotId) in \(repository). To go back: storectl rollback \(store) --repo \(repository); "
+            + "to keep the store as it is and go on: storectl migrate \(store) … --resume"
+    }
+}

@@ -1,0 +1,92 @@
+import Foundation
+
+/// `storectl rollback`: back to the state before a migration, after the fact (the new app version
+/// misbehaves) or after an interrupted migration.
+public enum Rollback {
+    public struct Options: Sendable {
+        public var store: String
+        public var repository: String
+        /// A snapshot id; default: the interrupted migration's snapshot, else the newest pre-migrate
+        /// snapshot of this store.
+        public var to: String?
+        /// Go ahead although another process has the store open.
+        public var force = false
+        public var wait = false
+
+        public init(store: String, repository: String, to: String? = nil, force: Bool = false, wait: Bool = false) {
+            self.store = store
+            self.repository = repository
+            self.to = to
+            self.force = force
+            self.wait = wait
+        }
+    }
+
+    public struct Result: Sendable, Codable {
+        public var restored: String
+        public var safetySnapshot: String?
+        /// An interrupted migration's journal was found and cleared.
+        public var clearedInterruptedMigration: Bool
+        /// The store's version (highest applied migration) after the rollback.
+        public var version: Int
+        /// The restored store's SHA-256 equals the snapshot's.
+        public var verified: Bool
+    }
+
+    /// - Throws: 66 when there is no pre-migrate snapshot of the store, 75 when the store is in
+    ///   use or locked, 65 when the snapshot is damaged (nothing changed), 4 when the restore
+    ///   succeeded but its content does not match the snapshot.
+    public static func run(_ options: Options) throws -> Result {
+        let store = StoreFile(unchecked: options.store)
+        let lock = try JobLock.acquire(path: store.jobLockPath, job: "rollback", wait: options.wait)
+        defer { lock.release() }
+        let repository = try SnapshotRepository.open(options.repository)
+        let journal = MigrationJournal.read(store)
+        let id: String
+        if let to = options.to {
+            id = try repository.record(to).snapshot?.id ?? to
+        } else if let journal {
+            id = journal.snapshotId
+        } else {
+            guard let newest = try repository.records().first(where: { $0.source.path == store.path && ($0.snapshot?.tags.contains("pre-migrate") ?? false) }),
+                  let newestID = newest.snapshot?.id else {
+                throw StoreOpsError(.noInput, "no pre-migrate snapshot of \(store.path) in \(repository.path)",
+                                    hint: "name one with --to (storectl snapshot list --repo \(repository.path))")
+            }
+            id = newestID
+        }
+        var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
+                                              force: options.force, wait: options.wait)
+        restore.jobLockHeld = true
+        let result = try SnapshotRestore.run(restore)
+        let verified = try Hashing.sha256(ofFile: store.path) == result.record.database.sha256
+        guard verified else {
+            throw StoreOpsError(.rollbackFailed, "\(store.path) was restored from \(id) but does not match it",
+                                hint: "the good copy is snapshot \(id) in \(repository.path); the state before this rollback is \(result.safetySnapshot ?? "not snapshotted")")
+        }
+        if journal != nil { try MigrationJournal.remove(store) }
+        let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
+        return Result(restored: id, safetySnapshot: result.safetySnapshot, clearedInterruptedMigration: journal != nil,
+                      version: version, verified: verified)
+    }
+}
+
+/// `storectl migrate status`: applied, pending, drifted.
+public enum MigrationStatus {
+    public struct Result: Sendable, Codable {
+        public var plan: MigrationPlan
+        public var interrupted: MigrationJournal?
+    }
+
+    public static func run(store path: String, migrations folder: String) throws -> Result {
+        let store = try StoreFile(existing: path)
+        let migrations = try Migration.load(folder: folder)
+        var plan = try Migrate.readOnly(store, timeout: 10) { db -> MigrationPlan in
+            var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db))
+            try plan.lint(migrations, db: db)
+            return plan
+        }
+        plan.target = max(plan.target, plan.current)
+        return Result(plan: plan, interrupted: MigrationJournal.read(store))
+    }
+}

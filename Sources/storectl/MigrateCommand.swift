@@ -1,0 +1,134 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct MigrateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "migrate",
+        abstract: "Staged migrations: lock, preflight, snapshot, apply, verify, and roll back on failure.",
+        discussion: """
+            storectl migrate STORE --migrations DIR --repo SNAPSHOT_DIR [--to VERSION] [--rollback-on-failure]
+                                   [--dry-run] [--kill-switch FILE] [--resume] [--json]
+            storectl migrate status STORE --migrations DIR [--json]
+            Exit 0 migrated (or up to date), 1 a migration failed (the store is at the last migration that fully applied
+            and verified; the rollback command is printed), 3 failed or stopped and rolled back, 4 the rollback failed.
+            """,
+        subcommands: [MigrateApplyCommand.self, MigrateStatusCommand.self],
+        defaultSubcommand: MigrateApplyCommand.self)
+}
+
+struct MigrateApplyCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(commandName: "apply", abstract: "Apply the pending migrations (the default).")
+
+    @Argument(help: "The store.") var store: String
+    @Option(help: "The folder of NNNN_name.sql migrations.") var migrations: String
+    @Option(help: "The snapshot repository for the pre-migrate snapshot.") var repo: String
+    @Option(help: "Migrate up to this version.") var to: Int?
+    @Flag(help: "On a failure, restore the pre-migrate snapshot (exit 3).") var rollbackOnFailure = false
+    @Flag(help: "Print the plan and change nothing.") var dryRun = false
+    @Option(help: "A kill-switch file: when it exists, stop at the next safe point and roll back.") var killSwitch: String?
+    @Flag(help: "After an interrupted migration: keep the store as it is and go on.") var resume = false
+    @Flag(help: "Print the report as JSON.") var json = false
+
+    func run() throws {
+        let options = Migrate.Options(store: store, migrations: migrations, repository: repo, to: to, rollbackOnFailure: rollbackOnFailure,
+                                      dryRun: dryRun, killSwitch: killSwitch, resume: resume)
+        let report = try Migrate.run(options, progress: json || !TerminalProgress.isAvailable ? nil : { line in
+            FileHandle.standardError.write(Data("  \(line)\n".utf8))
+        })
+        print(json ? JSON.string(report) : Self.render(report))
+        if report.status != .ok { throw ExitCode(report.status.rawValue) }
+    }
+
+    static func render(_ report: Migrate.Report) -> String {
+        var lines: [String] = []
+        let plan = report.plan
+        switch report.outcome {
+        case "up to date":
+            return "\(report.store) is up to date at version \(plan.current)"
+        case "planned":
+            lines.append("plan for \(report.store): version \(plan.current) -> \(plan.target) (dry run: nothing changed)")
+            for migration in plan.pending {
+                lines.append("  \(String(format: "%04d", migration.version))_\(migration.name)  sha256 \(migration.checksum.prefix(12))…  "
+                             + "\(migration.statements) statement\(migration.statements == 1 ? "" : "s")"
+                             + (migration.checks > 0 ? ", \(migration.checks) check\(migration.checks == 1 ? "" : "s")" : "")
+                             + (migration.noTransaction ? ", no transaction" : ""))
+                for warning in migration.warnings { lines.append("    warning: \(warning)") }
+            }
+            if let bytes = report.snapshotEstimateBytes {
+                lines.append("  a pre-migrate snapshot (about \(Format.bytes(bytes)) before compression) goes to \(report.repository)")
+            }
+            return lines.joined(separator: "\n")
+        default:
+            break
+        }
+        lines.append("migrate \(report.store): version \(plan.current) -> \(plan.target)")
+        if let snapshot = report.snapshot { lines.append("  snapshot \(snapshot) (pre-migrate, verified)") }
+        for applied in report.applied {
+            lines.append("  applied \(String(format: "%04d", applied.version))_\(applied.name) in \(Format.duration(applied.seconds))")
+        }
+        if let failure = report.failure { lines.append("  FAILED: \(failure)") }
+        if let rollback = report.rollback {
+            if rollback.error == nil {
+                lines.append("  rolled back to \(rollback.snapshotId) in \(Format.duration(rollback.seconds)); the store equals the pre-migration state (sha256 checked)")
+                if let safety = rollback.safetySnapshot { lines.append("  the failed state is kept as snapshot \(safety) (tag pre-restore)") }
+            } else {
+                lines.append("  ROLLBACK FAILED: \(rollback.error!)")
+                lines.append("  the good copy is snapshot \(rollback.snapshotId) in \(report.repository); restore it with:")
+                lines.append("    storectl snapshot restore --repo \(report.repository) \(rollback.snapshotId) --in-place \(report.store) --force")
+            }
+        }
+        if let command = report.rollbackCommand {
+            lines.append("  the store is at the last migration that fully applied and verified; to go back to before this run:")
+            lines.append("    \(command)")
+        }
+        lines.append("  stages: " + report.stages.map { "\($0.name) \(Format.duration($0.seconds))" }.joined(separator: ", "))
+        lines.append("result: \(report.outcome)")
+        return lines.joined(separator: "\n")
+    }
+}
+
+struct MigrateStatusCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Applied, pending and drifted migrations.")
+
+    @Argument(help: "The store.") var store: String
+    @Option(help: "The folder of NNNN_name.sql migrations.") var migrations: String
+    @Flag(help: "Print as JSON.") var json = false
+
+    func run() throws {
+        let result = try MigrationStatus.run(store: store, migrations: migrations)
+        if json { print(JSON.string(result)); return }
+        let plan = result.plan
+        print("\(FileSystem.absolute(store)): version \(plan.current)")
+        for entry in plan.applied {
+            print("  applied  \(String(format: "%04d", entry.version))_\(entry.name)  \(Timestamp.iso(entry.appliedAt))  snapshot \(entry.snapshotId ?? "-")")
+        }
+        for migration in plan.pending { print("  pending  \(String(format: "%04d", migration.version))_\(migration.name)") }
+        for drift in plan.drifted { print("  DRIFTED  \(drift)") }
+        for missing in plan.missing { print("  MISSING  \(missing)") }
+        if let journal = result.interrupted { print("  INTERRUPTED: \(journal.advice)") }
+        if !plan.drifted.isEmpty || !plan.missing.isEmpty || result.interrupted != nil { throw ExitCode(ExitStatus.checksFailed.rawValue) }
+    }
+}
+
+struct RollbackCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "rollback",
+        abstract: "Restore the state before a migration (the newest pre-migrate snapshot, or --to ID).",
+        discussion: "A safety snapshot of the current state is taken first (tag pre-restore). After an interrupted migration, its snapshot is the default.")
+
+    @Argument(help: "The store.") var store: String
+    @Option(help: "The snapshot repository.") var repo: String
+    @Option(help: "The snapshot to restore (id or unique prefix).") var to: String?
+    @Flag(help: "Go ahead although another process has the store open.") var force = false
+    @Flag(help: "Wait for locks instead of exiting 75.") var wait = false
+    @Flag(help: "Print the result as JSON.") var json = false
+
+    func run() throws {
+        let result = try Rollback.run(.init(store: store, repository: repo, to: to, force: force, wait: wait))
+        if json { print(JSON.string(result)); return }
+        print("rolled back \(FileSystem.absolute(store)) to snapshot \(result.restored) (version \(result.version)); "
+              + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"
+              + (result.clearedInterruptedMigration ? "; the interrupted migration is cleared" : ""))
+    }
+}
