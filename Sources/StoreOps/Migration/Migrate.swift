@@ -277,7 +277,7 @@ public enum Migrate {
             if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
             if error is Stop { throw error }
             if let own = error as? StoreOpsError { throw StoreOpsError(own.status, own.message.hasPrefix(label) ? own.message : "\(label): \(own.message)", hint: own.hint) }
-            throw StoreOpsError.sqlite(error, doing: "migration \(label)", side: .output)
+            throw StoreOpsError.sqlite(error, doing: label, side: .output)
         }
     }
 

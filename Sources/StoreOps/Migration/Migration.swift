@@ -147,9 +147,10 @@ public enum SQLScript {
         return result
     }
 
-    /// The first `count` words of a statement, upper-cased, comments skipped.
-    public static func leadingWords(_ statement: String, count: Int) -> [String] {
-        stripComments(statement).uppercased().split(whereSeparator: { $0.isWhitespace || $0 == "(" || $0 == ";" || $0 == "=" })
+    /// The first `count` words of a statement, comments skipped (upper-cased unless asked not to).
+    public static func leadingWords(_ statement: String, count: Int, uppercased: Bool = true) -> [String] {
+        let text = stripComments(statement)
+        return (uppercased ? text.uppercased() : text).split(whereSeparator: { $0.isWhitespace || $0 == "(" || $0 == ";" || $0 == "=" })
             .prefix(count).map(String.init)
     }
 

@@ -111,23 +111,26 @@ public struct MigrationPlan: Sendable, Codable {
             var dropped = Set<String>()
             for statement in migration.statements {
                 let words = SQLScript.leadingWords(statement, count: 6)
+                let spelled = SQLScript.leadingWords(statement, count: 6, uppercased: false)
                 if words.starts(with: ["DROP", "TABLE"]) {
-                    let name = (words.dropFirst(2).first == "IF" ? words.dropFirst(4).first : words.dropFirst(2).first) ?? "?"
-                    let table = name.trimmingCharacters(in: CharacterSet(charactersIn: "\"`[]"))
-                    dropped.insert(table)
+                    let position = words.dropFirst(2).first == "IF" ? 4 : 2
+                    let table = (spelled.count > position ? spelled[position] : "?").trimmingCharacters(in: CharacterSet(charactersIn: "\"`[]"))
+                    dropped.insert(table.uppercased())
                     warnings.append("DROP TABLE \(table): its rows are gone after this migration (the pre-migrate snapshot keeps them)")
-                    if let children = cascading[table] {
+                    if let children = cascading[table.uppercased()] {
                         warnings.append("\(children.joined(separator: ", ")) reference\(children.count == 1 ? "s" : "") \(table) with ON DELETE CASCADE: "
                                         + "with foreign keys on, dropping or rebuilding \(table) deletes their rows (storectl runs migrations with foreign keys off)")
                     }
                 }
                 if words.starts(with: ["ALTER", "TABLE"]), words.contains("DROP") {
-                    warnings.append("DROP COLUMN in \(words.dropFirst(2).first ?? "?"): the column's data is gone after this migration")
+                    warnings.append("DROP COLUMN in \(spelled.dropFirst(2).first ?? "?"): the column's data is gone after this migration")
                 }
                 if words.starts(with: ["ALTER", "TABLE"]), words.contains("RENAME"),
-                   let renamed = statement.uppercased().components(separatedBy: "RENAME TO").last?.trimmingCharacters(in: CharacterSet(charactersIn: " ;\"`[]\n")),
-                   dropped.contains(renamed) {
-                    warnings.append("rebuilds table \(renamed) (create, copy, drop, rename): follow https://sqlite.org/lang_altertable.html#otheralter")
+                   let range = statement.range(of: "RENAME TO", options: .caseInsensitive) {
+                    let renamed = statement[range.upperBound...].trimmingCharacters(in: CharacterSet(charactersIn: " ;\"`[]\n"))
+                    if dropped.contains(renamed.uppercased()) {
+                        warnings.append("rebuilds table \(renamed) (create, copy, drop, rename): follow https://sqlite.org/lang_altertable.html#otheralter")
+                    }
                 }
             }
             pending[index].warnings = warnings

@@ -1,0 +1,247 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// A sample store, a migrations folder and a repository.
+struct MigrationFixture {
+    let folder: TempFolder
+    let store: String
+    let migrations: String
+    let repo: String
+
+    init(items: Int = 2_000) throws {
+        folder = try TempFolder()
+        store = try sampleStore(in: folder, items: items)
+        migrations = folder.file("migrations")
+        repo = folder.file("snaps")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+    }
+
+    func write(_ name: String, _ sql: String) throws {
+        try Data(sql.utf8).write(to: URL(fileURLWithPath: (migrations as NSString).appendingPathComponent(name)))
+    }
+
+    func options(rollback: Bool = false, stages: [Migration] = [], to: Int? = nil) -> Migrate.Options {
+        Migrate.Options(store: store, migrations: migrations, repository: repo, stages: stages, to: to, rollbackOnFailure: rollback)
+    }
+
+    func version() throws -> Int { try readStore(store) { try MigrationHistory.version($0) } }
+
+    static let addPriority = """
+        -- Tasks get a label for their priority.
+        ALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;
+        UPDATE ZITEM SET ZPRIORITYLABEL = CASE ZPRIORITY WHEN 0 THEN 'low' WHEN 1 THEN 'normal' ELSE 'high' END;
+        CREATE INDEX ZITEM_ZPRIORITYLABEL_INDEX ON ZITEM (ZPRIORITYLABEL);
+        """
+    static let everyItemLabelled = "SELECT count(*) = 0 FROM ZITEM WHERE ZPRIORITYLABEL IS NULL;"
+    static let upperCategories = "UPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+}
+
+@Suite("migrate")
+struct MigrateTests {
+    @Test("several SQL files and a Swift stage apply in order, each with its history row; status shows them")
+    func success() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        try fixture.write("0001_add_priority.verify.sql", MigrationFixture.everyItemLabelled)
+        try fixture.write("0002_upper_categories.sql", MigrationFixture.upperCategories)
+        let seenOld = Locked(false)
+        let stage = Migration(version: 3, name: "title_words", revision: "1", sql: "ALTER TABLE ZITEM ADD COLUMN ZTITLEWORDS INTEGER",
+                              checks: ["SELECT count(*) = 0 FROM ZITEM WHERE ZTITLEWORDS IS NULL"],
+                              willMigrate: { db in seenOld.set(try !db.columns(in: "ZITEM").contains { $0.name == "ZTITLEWORDS" }) },
+                              didMigrate: { db in
+                                  // Data work SQL alone does badly: count words with Swift.
+                                  for row in try Row.fetchAll(db, sql: "SELECT Z_PK, ZTITLE FROM ZITEM") {
+                                      let words = (row["ZTITLE"] as String? ?? "").split(separator: " ").count
+                                      try db.execute(sql: "UPDATE ZITEM SET ZTITLEWORDS = ? WHERE Z_PK = ?", arguments: [words, row["Z_PK"] as Int64])
+                                  }
+                              })
+        let report = try Migrate.run(fixture.options(stages: [stage]))
+        #expect(report.status == .ok && report.outcome == "migrated", "\(report.failure ?? "")")
+        #expect(report.applied.map(\.version) == [1, 2, 3])
+        #expect(report.stages.map(\.name) == ["lock", "preflight", "snapshot", "apply", "verify"])
+        #expect(seenOld.get(), "willMigrate saw the old schema")
+        #expect(try fixture.version() == 3)
+        let history = try readStore(fixture.store) { try MigrationHistory.read($0) }
+        #expect(history.map(\.name) == ["add_priority", "upper_categories", "title_words"])
+        #expect(history.allSatisfy { $0.snapshotId == report.snapshot })
+        #expect(try readStore(fixture.store) { try Int.fetchOne($0, sql: "SELECT min(ZTITLEWORDS) FROM ZITEM") } == 6, "\"Item N:\" and four words")
+        let snapshots = try SnapshotSummary.list(repository: fixture.repo)
+        #expect(snapshots.first?.tags == ["pre-migrate", "version-0"] && snapshots.first?.lastVerified?.ok == true)
+        #expect(MigrationJournal.read(StoreFile(unchecked: fixture.store)) == nil)
+        // Nothing pending: up to date, no new snapshot.
+        let again = try Migrate.run(fixture.options(stages: [stage]))
+        #expect(again.outcome == "up to date")
+        #expect(try SnapshotSummary.list(repository: fixture.repo).count == 1)
+    }
+
+    @Test("a failing second step with --rollback-on-failure: exit 3, the store equals the original byte for byte")
+    func rollbackOnFailure() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        try fixture.write("0002_broken.sql", "UPDATE ZCATEGORY SET ZNAME = 'x';\nINSERT INTO no_such_table VALUES (1);")
+        let original = try Hashing.sha256(ofFile: fixture.store)
+        let originalDump = try logicalDigest(fixture.store)
+        let report = try Migrate.run(fixture.options(rollback: true))
+        #expect(report.status == .rolledBack)
+        #expect(report.applied.map(\.version) == [1], "the first step had applied")
+        #expect(report.failure?.contains("0002_broken") == true && report.failure?.contains("no such table") == true, "\(report.failure ?? "")")
+        #expect(report.rollback?.verified == true && report.rollback?.error == nil)
+        #expect(try logicalDigest(fixture.store) == originalDump)
+        #expect(try Hashing.sha256(ofFile: fixture.store) == (try SnapshotRepository.open(fixture.repo).record(report.snapshot!).database.sha256))
+        #expect(try fixture.version() == 0)
+        #expect(MigrationJournal.read(StoreFile(unchecked: fixture.store)) == nil)
+        _ = original
+    }
+
+    @Test("without --rollback-on-failure: the failing migration leaves nothing; the store stays at the last good one; the rollback command is given")
+    func stopAtLastGood() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        try fixture.write("0002_upper_categories.sql", MigrationFixture.upperCategories)
+        try fixture.write("0002_upper_categories.verify.sql", "SELECT count(*) = 0 FROM ZCATEGORY WHERE ZNAME != lower(ZNAME);")
+        let report = try Migrate.run(fixture.options())
+        #expect(report.status == .failure && report.outcome == "failed")
+        #expect(report.failure?.contains("0002_upper_categories.verify.sql check 1 failed") == true, "\(report.failure ?? "")")
+        #expect(try fixture.version() == 1)
+        #expect(try readStore(fixture.store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZCATEGORY WHERE ZNAME = upper(ZNAME)") } == 0,
+                "the failing migration's changes were rolled back with its transaction")
+        #expect(report.rollbackCommand == "storectl rollback \(fixture.store) --repo \(fixture.repo) --to \(report.snapshot!)")
+    }
+
+    @Test("a Core Data entity losing rows fails the migration, unless it says so")
+    func countDrop() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_drop_notes.sql", "DELETE FROM ZITEM WHERE Z_ENT = 4;")
+        let report = try Migrate.run(fixture.options())
+        #expect(report.failure?.contains("drops Core Data rows: Note") == true, "\(report.failure ?? "")")
+        try fixture.write("0001_drop_notes.sql", "-- storectl: allow-count-drop Note\nDELETE FROM ZITEM WHERE Z_ENT = 4;")
+        let allowed = try Migrate.run(fixture.options())
+        #expect(allowed.outcome == "migrated", "\(allowed.failure ?? "")")
+        #expect(allowed.countsAfter?["Note"] == 0 && allowed.countsBefore?["Note"] ?? 0 > 0)
+    }
+
+    @Test("drift: an applied migration that was edited is refused (65); so is a missing one")
+    func drift() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        _ = try Migrate.run(fixture.options())
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority + "\n-- a harmless-looking edit")
+        try fixture.write("0002_upper_categories.sql", MigrationFixture.upperCategories)
+        let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
+        #expect(error?.status == .badData)
+        #expect(error?.message.contains("drifted: 1_add_priority was applied") == true, "\(error?.message ?? "")")
+        let status = try MigrationStatus.run(store: fixture.store, migrations: fixture.migrations)
+        #expect(status.plan.drifted.count == 1 && status.plan.pending.map(\.version) == [2])
+        unlink((fixture.migrations as NSString).appendingPathComponent("0001_add_priority.sql"))
+        #expect((#expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) })?.message.contains("missing: 1_add_priority") == true)
+    }
+
+    @Test("statements that cannot run in a transaction are refused unless the file says no-transaction")
+    func nonTransactional() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_vacuum.sql", "UPDATE ZTAG SET ZNAME = upper(ZNAME);\nVACUUM;")
+        let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
+        #expect(error?.message.contains("VACUUM cannot run inside a transaction") == true)
+        #expect(try fixture.version() == 0)
+        #expect(!FileManager.default.fileExists(atPath: fixture.repo), "nothing happened, not even a snapshot")
+        try fixture.write("0001_vacuum.sql", "-- storectl: no-transaction\nUPDATE ZTAG SET ZNAME = upper(ZNAME);\nVACUUM;")
+        let report = try Migrate.run(fixture.options())
+        #expect(report.outcome == "migrated", "\(report.failure ?? "")")
+    }
+
+    @Test("dry-run prints the plan with lint warnings and changes nothing")
+    func dryRun() throws {
+        let fixture = try MigrationFixture()
+        try DatabaseQueue(path: fixture.store).write { db in
+            try db.execute(sql: "CREATE TABLE lists (id INTEGER PRIMARY KEY); CREATE TABLE entries (id INTEGER PRIMARY KEY, list INTEGER REFERENCES lists(id) ON DELETE CASCADE)")
+        }
+        try fixture.write("0001_rebuild_lists.sql", """
+            CREATE TABLE lists_new (id INTEGER PRIMARY KEY, name TEXT);
+            INSERT INTO lists_new (id) SELECT id FROM lists;
+            DROP TABLE lists;
+            ALTER TABLE lists_new RENAME TO lists;
+            ALTER TABLE ZITEM DROP COLUMN ZDUEDATE;
+            """)
+        let before = try Hashing.sha256(ofFile: fixture.store)
+        var options = fixture.options()
+        options.dryRun = true
+        let report = try Migrate.run(options)
+        #expect(report.outcome == "planned")
+        let warnings = report.plan.pending.first?.warnings ?? []
+        #expect(warnings.contains { $0.hasPrefix("DROP TABLE lists") })
+        #expect(warnings.contains { $0.contains("entries references lists with ON DELETE CASCADE") })
+        #expect(warnings.contains { $0.hasPrefix("DROP COLUMN in ZITEM") })
+        #expect(warnings.contains { $0.hasPrefix("rebuilds table lists") })
+        #expect(try Hashing.sha256(ofFile: fixture.store) == before)
+        #expect(!FileManager.default.fileExists(atPath: fixture.repo))
+    }
+
+    @Test("the kill switch thrown mid-run: stop at the next safe point, roll back, exit 3")
+    func killSwitch() throws {
+        let fixture = try MigrationFixture()
+        let store = StoreFile(unchecked: fixture.store)
+        let original = try logicalDigest(fixture.store)
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        // An operator throws the switch while migration 2 runs.
+        let operatorStage = Migration(version: 2, name: "operator_panics", revision: "1", sql: MigrationFixture.upperCategories,
+                                      didMigrate: { _ in try KillSwitch.engage(store, reason: "test") })
+        try fixture.write("0003_more.sql", "UPDATE ZTAG SET ZNAME = 'x';")
+        let report = try Migrate.run(fixture.options(stages: [operatorStage]))
+        #expect(report.status == .rolledBack)
+        #expect(report.failure?.hasPrefix("stopped: the kill switch") == true)
+        #expect(report.applied.map(\.version) == [1, 2])
+        #expect(try logicalDigest(fixture.store) == original)
+        #expect(KillSwitch.release(store))
+    }
+
+    @Test("another job holding the store: 75, nothing done")
+    func lockContention() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        let lock = try JobLock.acquire(path: StoreFile(unchecked: fixture.store).jobLockPath, job: "purge")
+        defer { lock.release() }
+        #expect((#expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) })?.status == .busy)
+        #expect(!FileManager.default.fileExists(atPath: fixture.repo))
+    }
+
+    @Test("rollback after the fact restores the newest pre-migrate snapshot, after a safety snapshot")
+    func rollbackLater() throws {
+        let fixture = try MigrationFixture()
+        let original = try logicalDigest(fixture.store)
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        _ = try Migrate.run(fixture.options())
+        let migrated = try logicalDigest(fixture.store)
+        let result = try Rollback.run(.init(store: fixture.store, repository: fixture.repo))
+        #expect(result.verified && result.version == 0)
+        #expect(try logicalDigest(fixture.store) == original)
+        let safety = try #require(result.safetySnapshot)
+        let kept = fixture.folder.file("kept.sqlite")
+        _ = try SnapshotRestore.run(.init(repository: fixture.repo, id: safety, target: .file(kept)))
+        #expect(try logicalDigest(kept) == migrated)
+        let none = try MigrationFixture()
+        #expect((#expect(throws: StoreOpsError.self) {
+            try Rollback.run(.init(store: none.store, repository: fixture.repo))
+        })?.status == .noInput)
+    }
+
+    @Test("--to stops at a version; going down is refused (64)")
+    func toVersion() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        try fixture.write("0002_upper_categories.sql", MigrationFixture.upperCategories)
+        #expect(try Migrate.run(fixture.options(to: 1)).applied.map(\.version) == [1])
+        #expect((#expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options(to: 0)) })?.status == .usage)
+    }
+}
+
+/// A value a @Sendable closure can set.
+final class Locked<T: Sendable>: @unchecked Sendable {
+    private var value: T
+    private let lock = NSLock()
+    init(_ value: T) { self.value = value }
+    func set(_ new: T) { lock.lock(); value = new; lock.unlock() }
+    func get() -> T { lock.lock(); defer { lock.unlock() }; return value }
+}

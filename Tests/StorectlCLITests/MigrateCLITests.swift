@@ -1,0 +1,128 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// A sample store with three migrations, through the real binary.
+struct MigrationCLIFixture {
+    let folder: TempFolder
+    let store: String
+    let migrations: String
+    let repo: String
+
+    init(items: Int = 2_000, slow: Bool = false) throws {
+        folder = try TempFolder()
+        store = try makeStore(folder, items: items)
+        migrations = folder.file("migrations")
+        repo = folder.file("snaps")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        let files = [
+            "0001_add_priority.sql": "ALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;\nUPDATE ZITEM SET ZPRIORITYLABEL = 'p' || ZPRIORITY;",
+            "0001_add_priority.verify.sql": "SELECT count(*) = 0 FROM ZITEM WHERE ZPRIORITYLABEL IS NULL;",
+            "0002_numbers.sql": slow
+                ? "CREATE TABLE numbers AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) SELECT x FROM c;"
+                : "CREATE TABLE numbers (x INTEGER);\nINSERT INTO numbers VALUES (1), (2), (3);",
+            "0003_upper_categories.sql": "UPDATE ZCATEGORY SET ZNAME = upper(ZNAME);",
+        ]
+        for (name, sql) in files {
+            try Data(sql.utf8).write(to: URL(fileURLWithPath: (migrations as NSString).appendingPathComponent(name)))
+        }
+    }
+
+    func migrate(_ extra: [String] = [], environment: [String: String]? = nil) throws -> ChildProcess.Result {
+        try ChildProcess.run(Binaries.storectl, ["migrate", store, "--migrations", migrations, "--repo", repo] + extra, environment: environment)
+    }
+
+    var journal: String { store + ".storectl-migration.json" }
+}
+
+@Suite("storectl migrate and rollback, end to end")
+struct MigrateCLITests {
+    @Test("dry run, migrate, status, rollback: output and exit statuses")
+    func tour() throws {
+        let fixture = try MigrationCLIFixture()
+        let dry = try fixture.migrate(["--dry-run"])
+        #expect(dry.status == 0 && dry.stdout.hasPrefix("plan for \(fixture.store): version 0 -> 3 (dry run: nothing changed)"))
+        #expect(dry.stdout.contains("0001_add_priority  sha256 ") && dry.stdout.contains("1 check"))
+        let run = try fixture.migrate()
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stdout.contains("applied 0003_upper_categories") && run.stdout.hasSuffix("result: migrated\n"))
+        let status = try storectl("migrate", "status", fixture.store, "--migrations", fixture.migrations)
+        #expect(status.status == 0 && status.stdout.contains("version 3") && status.stdout.contains("applied  0002_numbers"))
+        #expect(try fixture.migrate().stdout == "\(fixture.store) is up to date at version 3\n")
+        let rollback = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(rollback.status == 0 && rollback.stdout.contains("(version 0)"), "\(rollback.stderr)")
+        #expect(try storectl("rollback", fixture.store).status == 64, "--repo is required")
+    }
+
+    @Test("a failure with --rollback-on-failure exits 3; without it exits 1 and prints the rollback command")
+    func failures() throws {
+        let fixture = try MigrationCLIFixture()
+        try Data("INSERT INTO nowhere VALUES (1);".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_bad.sql"))
+        let stopped = try fixture.migrate()
+        #expect(stopped.status == 1)
+        #expect(stopped.stdout.contains("FAILED: 0004_bad: ") && stopped.stdout.contains("storectl rollback \(fixture.store) --repo "))
+        let rolled = try fixture.migrate(["--rollback-on-failure"])
+        #expect(rolled.status == 3)
+        #expect(rolled.stdout.contains("the store equals the pre-migration state (sha256 checked)"))
+    }
+
+    static let points = ["after-lock", "after-snapshot", "after-journal", "after-commit-1", "before-commit-2",
+                         "after-commit-3", "before-verify", "before-journal-removal"]
+
+    @Test("kill -9 at any point: the next run says what happened; storectl rollback restores the pre-migrate state", arguments: points)
+    func killed(_ point: String) throws {
+        let fixture = try MigrationCLIFixture()
+        let original = try storeDigest(fixture.store)
+        let killed = try fixture.migrate(environment: ["STORECTL_FAULT_POINT": point])
+        #expect(killed.status == 137, "\(point): \(killed.stderr)")
+        let interrupted = !["after-lock", "after-snapshot"].contains(point)
+        #expect(FileManager.default.fileExists(atPath: fixture.journal) == interrupted)
+        if interrupted {
+            let preflight = try storectl("preflight", fixture.store)
+            #expect(preflight.status == 2 && preflight.stdout.contains("fail  migration.interrupted"))
+            let again = try fixture.migrate()
+            #expect(again.status == 1 && again.stderr.contains("was interrupted") && again.stderr.contains("storectl rollback \(fixture.store) --repo"))
+            let rollback = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+            #expect(rollback.status == 0 && rollback.stdout.contains("the interrupted migration is cleared"), "\(rollback.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: fixture.journal))
+        }
+        #expect(try storeDigest(fixture.store) == original, "back to (or still at) the state before the migration")
+        #expect(try fixture.migrate().status == 0, "and the migration can run again")
+    }
+
+    @Test("kill -9 from outside at random moments of a slow migration, then rollback", arguments: [0.4, 0.9, 1.6])
+    func killedFromOutside(_ delay: Double) throws {
+        let fixture = try MigrationCLIFixture(slow: true)
+        let original = try storeDigest(fixture.store)
+        let running = try ChildProcess.Running(Binaries.storectl, ["migrate", fixture.store, "--migrations", fixture.migrations, "--repo", fixture.repo])
+        usleep(useconds_t(delay * 1_000_000))
+        running.signal(SIGKILL)
+        let status = running.wait().status
+        if FileManager.default.fileExists(atPath: fixture.journal) {
+            #expect(try storectl("rollback", fixture.store, "--repo", fixture.repo).status == 0)
+            #expect(try storeDigest(fixture.store) == original)
+        } else if status == 137 {
+            #expect(try storeDigest(fixture.store) == original, "killed before the journal: nothing changed")
+        }
+        #expect(try storectl("preflight", fixture.store).stdout.contains("migration.interrupted") == false)
+    }
+}
+
+/// SHA-256 of a store's logical content: its schema and every table's rows, read-only.
+func storeDigest(_ path: String) throws -> String {
+    var config = Configuration()
+    config.readonly = true
+    let queue = try DatabaseQueue(path: path, configuration: config)
+    defer { try? queue.close() }
+    return try queue.inDatabase { db in
+        var text = ""
+        for row in try Row.fetchAll(db, sql: "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name") {
+            text += "\(row)\n"
+            guard (row["type"] as String) == "table" else { continue }
+            for data in try Row.fetchAll(db, sql: "SELECT * FROM \(quoteIdentifier(row["name"])) ORDER BY rowid") { text += "\(data)\n" }
+        }
+        return Hashing.sha256(Data(text.utf8))
+    }
+}
