@@ -9,7 +9,7 @@ struct StorectlLab: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storectl-lab",
         abstract: "Sample stores and write load for storectl's demo, tests and benchmarks.",
-        subcommands: [MakeStore.self, Writer.self, Hold.self, Latency.self])
+        subcommands: [MakeStore.self, Writer.self, Hold.self, JobLockHold.self, Latency.self])
 
     static func main() {
         ProcessSignals.install()
@@ -93,5 +93,22 @@ struct Latency: ParsableCommand {
 
     func run() throws {
         print(JSON.string(try WriteLoad.Stats.fromLog(log, from: from, to: to), pretty: false))
+    }
+}
+
+struct JobLockHold: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "job-lock", abstract: "Hold a store's storectl job lock, as a running job would.")
+
+    @Argument var path: String
+    @Option var job = "purge"
+    @Option var seconds = 10.0
+    @Option var readyFile: String?
+
+    func run() throws {
+        let lock = try JobLock.acquire(path: StoreFile(unchecked: path).jobLockPath, job: job)
+        if let readyFile { _ = FileManager.default.createFile(atPath: readyFile, contents: Data("held\n".utf8)) }
+        let until = Date().addingTimeInterval(seconds)
+        while Date() < until, ProcessSignals.received == nil { usleep(10_000) }
+        lock.release()
     }
 }

@@ -87,13 +87,21 @@ struct PreflightTests {
     func jobLock() throws {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder)
-        let lock = try JobLock.acquire(path: StoreFile(unchecked: store).jobLockPath, job: "purge")
-        defer { lock.release() }
+        let ready = folder.file("held")
+        let holder = try ChildProcess.Running(Binaries.lab, ["job-lock", store, "--job", "purge", "--seconds", "30", "--ready-file", ready])
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
         #expect(try Preflight.run(store: store, options: .init(operation: .backup)).check("lock.job")?.status == .warn)
         let migrate = try Preflight.run(store: store, options: .init(operation: .migrate))
         #expect(migrate.check("lock.job")?.status == .fail)
-        #expect(migrate.check("lock.job")?.summary.contains("storectl purge (pid \(getpid()))") == true)
+        #expect(migrate.check("lock.job")?.summary.contains("storectl purge (pid \(holder.pid))") == true)
         #expect(!migrate.passed)
+        // The lock of the process running the preflight is its own: not a conflict.
+        holder.signal(SIGTERM)
+        _ = holder.wait()
+        let own = try JobLock.acquire(path: StoreFile(unchecked: store).jobLockPath, job: "migrate")
+        defer { own.release() }
+        #expect(try Preflight.run(store: store, options: .init(operation: .migrate)).check("lock.job")?.summary == "held by this run (storectl migrate)")
     }
 
     @Test("a destination without room fails space.destination, with the figures", .enabled(if: TempMount.isAvailable))
