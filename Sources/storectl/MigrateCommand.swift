@@ -71,7 +71,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         if let rollback = report.rollback {
             if rollback.error == nil {
                 lines.append("  rolled back to \(rollback.snapshotId) in \(Format.duration(rollback.seconds)); the store equals the pre-migration state (sha256 checked)")
-                if let safety = rollback.safetySnapshot { lines.append("  the failed state is kept as snapshot \(safety) (tag pre-restore)") }
+                if let kept = rollback.failedStateKeptAt { lines.append("  the failed state is kept at \(kept)") }
             } else {
                 lines.append("  ROLLBACK FAILED: \(rollback.error!)")
                 lines.append("  the good copy is snapshot \(rollback.snapshotId) in \(report.repository); restore it with:")

@@ -52,8 +52,8 @@ public enum Migrate {
         public var seconds: Double
         /// The restored store's SHA-256 equals the snapshot's: the pre-migration content.
         public var verified: Bool
-        /// The failed state, kept as a snapshot tagged pre-restore.
-        public var safetySnapshot: String?
+        /// The failed state, renamed aside (`<store>.failed-migration-<time>`, its -wal too).
+        public var failedStateKeptAt: String?
         public var error: String?
     }
 
@@ -289,8 +289,10 @@ public enum Migrate {
         do {
             var options = SnapshotRestore.Options(repository: repository, id: snapshot, target: .inPlace(store.path), force: true, wait: true)
             options.jobLockHeld = true
+            // The failed state is evidence only: renamed aside (instant) rather than snapshotted.
+            options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
             let result = try SnapshotRestore.run(options)
-            info.safetySnapshot = result.safetySnapshot
+            info.failedStateKeptAt = result.movedAside.first
             info.verified = try Hashing.sha256(ofFile: store.path) == result.record.database.sha256
             if !info.verified { info.error = "the restored store's SHA-256 differs from the snapshot's" }
         } catch {

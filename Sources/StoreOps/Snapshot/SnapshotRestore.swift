@@ -23,6 +23,16 @@ public enum SnapshotRestore {
         public var timeout: TimeInterval = 60
         /// The caller (a migration rolling back) already holds the store's job lock.
         public var jobLockHeld = false
+        /// How the current store is kept before it is replaced (in place).
+        public var keepCurrent: KeepCurrent = .snapshot
+
+        public enum KeepCurrent: Sendable, Equatable {
+            /// A safety snapshot (tag pre-restore) in the repository.
+            case snapshot
+            /// Renamed aside with this suffix (`<store><suffix>`, -wal and -shm too): instant, for a
+            /// migration's rollback, whose failed state is only evidence.
+            case moveAside(suffix: String)
+        }
 
         public init(repository: String, id: String, target: Target, force: Bool = false, wait: Bool = false) {
             self.repository = repository
@@ -138,7 +148,9 @@ public enum SnapshotRestore {
         }
         var safety: String?
         var movedAside: [String] = []
-        if exists {
+        var asideSuffix: String?
+        if case .moveAside(let suffix) = options.keepCurrent { asideSuffix = suffix }
+        if exists, asideSuffix == nil {
             do {
                 let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: repository, tags: ["pre-restore"],
                                                         compression: .zstd, level: nil, timeout: options.timeout,
@@ -160,10 +172,12 @@ public enum SnapshotRestore {
 
         // The swap. From here on the old store is safe in the safety snapshot (or moved aside).
         if exists, safety == nil {
-            let suffix = ".damaged-\(Timestamp.compact(Date()))"
+            let suffix = asideSuffix ?? ".damaged-\(Timestamp.compact(Date()))"
             for path in [store.path, store.walPath, store.shmPath, store.journalPath] where FileSystem.kind(of: path) == .file {
-                try FileSystem.rename(path, path.replacingOccurrences(of: store.path, with: store.path + suffix))
-                movedAside.append(path + suffix)
+                // `<store>-wal` becomes `<store><suffix>-wal`: the pair still opens together.
+                let aside = store.path + suffix + path.dropFirst(store.path.count)
+                try FileSystem.rename(path, aside)
+                movedAside.append(aside)
             }
         }
         // A -wal or hot -journal left beside the restored file would be replayed onto it.

@@ -77,12 +77,11 @@ struct MigrateTests {
         #expect(try SnapshotSummary.list(repository: fixture.repo).count == 1)
     }
 
-    @Test("a failing second step with --rollback-on-failure: exit 3, the store equals the original byte for byte")
+    @Test("a failing second step with --rollback-on-failure: exit 3, the store equals the pre-migration snapshot byte for byte, the failed state is kept aside")
     func rollbackOnFailure() throws {
         let fixture = try MigrationFixture()
         try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
         try fixture.write("0002_broken.sql", "UPDATE ZCATEGORY SET ZNAME = 'x';\nINSERT INTO no_such_table VALUES (1);")
-        let original = try Hashing.sha256(ofFile: fixture.store)
         let originalDump = try logicalDigest(fixture.store)
         let report = try Migrate.run(fixture.options(rollback: true))
         #expect(report.status == .rolledBack)
@@ -93,7 +92,10 @@ struct MigrateTests {
         #expect(try Hashing.sha256(ofFile: fixture.store) == (try SnapshotRepository.open(fixture.repo).record(report.snapshot!).database.sha256))
         #expect(try fixture.version() == 0)
         #expect(MigrationJournal.read(StoreFile(unchecked: fixture.store)) == nil)
-        _ = original
+        // The failed state is kept aside as evidence, and still opens: step 1 applied, step 2 not.
+        let kept = try #require(report.rollback?.failedStateKeptAt)
+        #expect(kept.hasPrefix(fixture.store + ".failed-migration-"))
+        #expect(try readStore(kept) { try MigrationHistory.version($0) } == 1)
     }
 
     @Test("without --rollback-on-failure: the failing migration leaves nothing; the store stays at the last good one; the rollback command is given")
