@@ -28,11 +28,13 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the plan and change nothing.") var dryRun = false
     @Option(help: "A kill-switch file: when it exists, stop at the next safe point and roll back.") var killSwitch: String?
     @Flag(help: "After an interrupted migration: keep the store as it is and go on.") var resume = false
+    @Flag(help: "Migrate although another process has the store open (a rollback discards its later writes).") var force = false
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
-        let options = Migrate.Options(store: store, migrations: migrations, repository: repo, to: to, rollbackOnFailure: rollbackOnFailure,
+        var options = Migrate.Options(store: store, migrations: migrations, repository: repo, to: to, rollbackOnFailure: rollbackOnFailure,
                                       dryRun: dryRun, killSwitch: killSwitch, resume: resume)
+        options.force = force
         let report = try Migrate.run(options, progress: json || !TerminalProgress.isAvailable ? nil : { line in
             FileHandle.standardError.write(Data("  \(line)\n".utf8))
         })

@@ -21,6 +21,9 @@ public enum Migrate {
         public var resume = false
         /// Seconds to wait for the app's write lock.
         public var timeout: TimeInterval = 30
+        /// Migrate although another process has the store open (its writes after the snapshot
+        /// are lost if the migration rolls back).
+        public var force = false
 
         public init(store: String, migrations: String?, repository: String, stages: [Migration] = [], to: Int? = nil,
                     rollbackOnFailure: Bool = false, dryRun: Bool = false, killSwitch: String? = nil, resume: Bool = false) {
@@ -105,6 +108,11 @@ public enum Migrate {
         defer { lock?.release() }
         FaultInjection.reach("after-lock")
 
+        if !options.dryRun, !options.force, let pid = try LockState.otherUser(of: store) {
+            throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
+                                hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
+                                    + "against a schema it does not know (--force migrates anyway)")
+        }
         if let journal = MigrationJournal.read(store) {
             guard options.resume, !options.dryRun else { throw StoreOpsError(.failure, journal.advice) }
             try MigrationJournal.remove(store)

@@ -46,7 +46,7 @@ public enum Preflight {
         // Locks first, before this process opens a connection of its own.
         let walHeader = StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path))
         let locks = try LockState.read(store, walMode: walHeader)
-        checks.append(writerCheck(locks))
+        checks.append(writerCheck(locks, operation: options.operation))
         checks.append(jobLockCheck(store, operation: options.operation))
         if let journal = MigrationJournal.read(store), journal.pid != getpid() {
             checks.append(Check("migration.interrupted", .fail, "an interrupted migration left \(MigrationJournal.path(for: store))",
@@ -74,7 +74,11 @@ public enum Preflight {
 
     // MARK: - Locks
 
-    static func writerCheck(_ locks: LockState) -> Check {
+    static func writerCheck(_ locks: LockState, operation: Operation) -> Check {
+        if operation == .migrate, let pid = locks.writerPID ?? locks.openByPID {
+            return Check("lock.writer", .warn, "pid \(pid) has the store open",
+                         advice: "stop the app first: migrate refuses (75) while another process has the store open, since a rollback would discard its writes")
+        }
         if let pid = locks.writerPID {
             return Check("lock.writer", .warn, "pid \(pid) holds a write transaction right now",
                          advice: "a backup in WAL mode is unaffected; in rollback mode it waits for the commit")

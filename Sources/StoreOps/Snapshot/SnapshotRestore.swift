@@ -139,9 +139,7 @@ public enum SnapshotRestore {
         defer { jobLock?.release() }
         let exists = FileSystem.kind(of: store.path) == .file
         if exists, !options.force {
-            let header = try FileProbe.shared.header(of: store.path)
-            let locks = try LockState.read(store, walMode: StoreFile.isWALHeader(header))
-            if let pid = locks.writerPID ?? locks.openByPID {
+            if let pid = try LockState.otherUser(of: store) {
                 throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
                                     hint: "stop the app first, or pass --force to restore anyway")
             }

@@ -87,4 +87,11 @@ public struct LockState: Sendable, Codable, Equatable {
             return LockState(writerPID: writer ?? exclusive, openByPID: nil)
         }
     }
+
+    /// Another process writing to the store or (WAL mode) having it open, if any: what an
+    /// in-place restore or a migration must not run under.
+    public static func otherUser(of store: StoreFile) throws -> Int32? {
+        let locks = try read(store, walMode: StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)))
+        return locks.writerPID ?? locks.openByPID
+    }
 }

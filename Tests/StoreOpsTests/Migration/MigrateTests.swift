@@ -209,6 +209,29 @@ struct MigrateTests {
         #expect(!FileManager.default.fileExists(atPath: fixture.repo))
     }
 
+    @Test("the app has the store open: 75 and nothing done, unless --force; preflight --for migrate warns")
+    func refusedWhileOpen() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        let ready = fixture.folder.file("held")
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", fixture.store, "--mode", "read", "--seconds", "30", "--ready-file", ready])
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        let before = try Hashing.sha256(ofFile: fixture.store)
+        let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
+        #expect(error?.status == .busy)
+        #expect(error?.message.contains("pid \(holder.pid)") == true)
+        #expect(try Hashing.sha256(ofFile: fixture.store) == before)
+        #expect(!FileManager.default.fileExists(atPath: fixture.repo))
+        let check = try Preflight.run(store: fixture.store, options: .init(operation: .migrate)).checks.first { $0.id == "lock.writer" }
+        #expect(check?.status == .warn && check?.advice?.contains("75") == true)
+
+        var forced = fixture.options()
+        forced.force = true
+        #expect(try Migrate.run(forced).status == .ok)
+        #expect(try fixture.version() == 1)
+    }
+
     @Test("rollback after the fact restores the newest pre-migrate snapshot, after a safety snapshot")
     func rollbackLater() throws {
         let fixture = try MigrationFixture()
