@@ -70,6 +70,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             lines.append("  applied \(String(format: "%04d", applied.version))_\(applied.name) in \(Format.duration(applied.seconds))")
         }
         if let failure = report.failure { lines.append("  FAILED: \(failure)") }
+        if let hint = report.failureHint { lines.append("  hint: \(hint)") }
         if let rollback = report.rollback {
             if rollback.error == nil {
                 lines.append("  rolled back to \(rollback.snapshotId) in \(Format.duration(rollback.seconds)); the store equals the pre-migration state (sha256 checked)")

@@ -74,6 +74,8 @@ public enum Migrate {
         public var countsBefore: [String: Int]?
         public var countsAfter: [String: Int]?
         public var failure: String?
+        /// What to do about the failure, when known.
+        public var failureHint: String?
         public var rollback: RollbackInfo?
         /// Without --rollback-on-failure: the command that restores the pre-migration state.
         public var rollbackCommand: String?
@@ -217,6 +219,7 @@ public enum Migrate {
             try? queue.close()
             let stop = error as? Stop
             report.failure = stop.map { "stopped: \($0.reason)" } ?? ((error as? StoreOpsError)?.message ?? "\(error)")
+            report.failureHint = (error as? StoreOpsError)?.hint
             if stop != nil || options.rollbackOnFailure {
                 report.rollback = clock.timeNoThrow("rollback") { rollBack(store: store, repository: report.repository, snapshot: snapshot) }
                 if report.rollback?.error == nil, report.rollback?.verified == true {

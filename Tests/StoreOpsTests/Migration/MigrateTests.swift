@@ -119,6 +119,7 @@ struct MigrateTests {
         try fixture.write("0001_drop_notes.sql", "DELETE FROM ZITEM WHERE Z_ENT = 4;")
         let report = try Migrate.run(fixture.options())
         #expect(report.failure?.contains("drops Core Data rows: Note") == true, "\(report.failure ?? "")")
+        #expect(report.failureHint?.contains("-- storectl: allow-count-drop Note") == true)
         try fixture.write("0001_drop_notes.sql", "-- storectl: allow-count-drop Note\nDELETE FROM ZITEM WHERE Z_ENT = 4;")
         let allowed = try Migrate.run(fixture.options())
         #expect(allowed.outcome == "migrated", "\(allowed.failure ?? "")")
