@@ -8,10 +8,11 @@ struct MigrateCommand: ParsableCommand {
         abstract: "Staged migrations: lock, preflight, snapshot, apply, verify, and roll back on failure.",
         discussion: """
             storectl migrate STORE --migrations DIR --repo SNAPSHOT_DIR [--to VERSION] [--rollback-on-failure]
-                                   [--dry-run] [--kill-switch FILE] [--resume] [--json]
+                                   [--dry-run] [--kill-switch FILE] [--resume] [--force] [--json]
             storectl migrate status STORE --migrations DIR [--json]
             Exit 0 migrated (or up to date), 1 a migration failed (the store is at the last migration that fully applied
-            and verified; the rollback command is printed), 3 failed or stopped and rolled back, 4 the rollback failed.
+            and verified; the rollback command is printed), 3 failed or stopped and rolled back, 4 the rollback failed,
+            75 locked, or another process has the store open (close the app, or --force).
             """,
         subcommands: [MigrateApplyCommand.self, MigrateStatusCommand.self],
         defaultSubcommand: MigrateApplyCommand.self)
@@ -85,7 +86,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             lines.append("  the store is at the last migration that fully applied and verified; to go back to before this run:")
             lines.append("    \(command)")
         }
-        lines.append("  stages: " + report.stages.map { "\($0.name) \(Format.duration($0.seconds))" }.joined(separator: ", "))
+        if !report.stages.isEmpty { lines.append("  stages: " + report.stages.map { "\($0.name) \(Format.duration($0.seconds))" }.joined(separator: ", ")) }
         lines.append("result: \(report.outcome)")
         return lines.joined(separator: "\n")
     }

@@ -65,7 +65,8 @@ public enum Migrate {
         public var repository: String
         public var dryRun: Bool
         public var plan: MigrationPlan
-        /// "up to date", "planned", "migrated", "failed", "rolled back", "rollback failed".
+        /// "up to date", "planned", "migrated", "failed", "rolled back", "rollback failed", or "stopped"
+        /// (the kill switch or a signal before anything changed: nothing to roll back; exit 3 like a rollback).
         public var outcome: String
         public var snapshot: String?
         public var snapshotEstimateBytes: UInt64?
@@ -82,7 +83,7 @@ public enum Migrate {
 
         public var status: ExitStatus {
             switch outcome {
-            case "rolled back": .rolledBack
+            case "rolled back", "stopped": .rolledBack
             case "rollback failed": .rollbackFailed
             case "failed": .failure
             default: .ok
@@ -147,8 +148,9 @@ public enum Migrate {
             if let signal = ProcessSignals.received { throw Stop(reason: .signal(signal)) }
         }
         do { try safePoint() } catch let stop as Stop {
-            report.outcome = "rolled back"
-            report.failure = "stopped before any change: \(stop.reason)"
+            report.outcome = "stopped"
+            report.failure = "stopped before any change (nothing to roll back): \(stop.reason)"
+            report.stages = clock.stages
             return report
         }
 

@@ -200,6 +200,22 @@ struct MigrateTests {
         #expect(KillSwitch.release(store))
     }
 
+    @Test("the kill switch already thrown: stopped before any change, exit 3, no snapshot, the file untouched")
+    func killSwitchBeforeStart() throws {
+        let fixture = try MigrationFixture()
+        let store = StoreFile(unchecked: fixture.store)
+        let before = try Hashing.sha256(ofFile: fixture.store)
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        try KillSwitch.engage(store, reason: "test")
+        defer { _ = KillSwitch.release(store) }
+        let report = try Migrate.run(fixture.options(rollback: true))
+        #expect(report.outcome == "stopped")
+        #expect(report.status == .rolledBack)
+        #expect(report.snapshot == nil && report.applied.isEmpty)
+        #expect(try Hashing.sha256(ofFile: fixture.store) == before)
+        #expect(!FileManager.default.fileExists(atPath: fixture.repo))
+    }
+
     @Test("another job holding the store: 75, nothing done")
     func lockContention() throws {
         let fixture = try MigrationFixture()
