@@ -41,32 +41,17 @@ public enum ExternalDataFolder {
         let output = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard output >= 0 else { throw StoreOpsError.posix(errno, doing: "creating \(to)", side: .output) }
         defer { close(output) }
-        var hasher = SHA256()
-        var total: UInt64 = 0
-        let size = 1 << 20
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
-        defer { buffer.deallocate() }
-        while true {
-            let n = read(input, buffer.baseAddress, size)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input)
-            }
-            if n == 0 { break }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
-            hasher.update(bufferPointer: chunk)
+        return try Hashing.streamHashing(fd: input, path: from) { chunk in
             var offset = 0
-            while offset < n {
-                let written = write(output, chunk.baseAddress! + offset, n - offset)
+            while offset < chunk.count {
+                let written = write(output, chunk.baseAddress! + offset, chunk.count - offset)
                 if written < 0 {
                     if errno == EINTR { continue }
                     throw StoreOpsError.posix(errno, doing: "writing \(to)", side: .output)
                 }
                 offset += written
             }
-            total += UInt64(n)
         }
-        return (total, Hashing.hex(hasher.finalize()))
     }
 
     /// Total size of the regular files under `path` (0 when it does not exist).

@@ -120,7 +120,7 @@ public enum Migrate {
             guard options.resume, !options.dryRun else { throw StoreOpsError(.failure, journal.advice) }
             try MigrationJournal.remove(store)
         }
-        var plan = try readOnly(store, timeout: options.timeout) { db -> MigrationPlan in
+        let plan = try readOnly(store, timeout: options.timeout) { db -> MigrationPlan in
             var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db), to: options.to)
             try plan.lint(migrations, db: db)
             return plan

@@ -107,30 +107,18 @@ final class ArchiveWriter {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path)", side: .input) }
         try writeHeader(name: name, size: Int64(info.st_size), mtime: info.st_mtim.tv_sec)
-        var hasher = SHA256()
         var total: UInt64 = 0
-        let size = 1 << 20
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
-        defer { buffer.deallocate() }
-        while true {
+        let (read, sha256) = try Hashing.streamHashing(fd: fd, path: path) { chunk in
             try ProcessSignals.checkpoint("packing \(name)")
-            let n = read(fd, buffer.baseAddress, size)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw StoreOpsError.posix(errno, doing: "reading \(path)", side: .input)
-            }
-            if n == 0 { break }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
-            hasher.update(bufferPointer: chunk)
             try writeData(chunk, name: name)
-            total += UInt64(n)
+            total += UInt64(chunk.count)
             progress?(total)
         }
-        guard total == UInt64(info.st_size) else {
+        guard read == UInt64(info.st_size) else {
             throw StoreOpsError(.failure, "\(path) changed size while it was packed")
         }
         try check(archive_write_finish_entry(archive), "finishing \(name)")
-        return (total, Hashing.hex(hasher.finalize()))
+        return (read, sha256)
     }
 
     /// Adds `data` as the regular file `name`.

@@ -30,6 +30,29 @@ public enum Hashing {
         return hex(hasher.finalize())
     }
 
+    /// Reads `fd` to its end in 1 MiB chunks, hashing each and handing it to `body` (which may
+    /// write it somewhere); returns the bytes read and their SHA-256.
+    static func streamHashing(fd: Int32, path: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> (UInt64, String) {
+        var hasher = SHA256()
+        var total: UInt64 = 0
+        let size = 1 << 20
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+        defer { buffer.deallocate() }
+        while true {
+            let n = read(fd, buffer.baseAddress, size)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreOpsError.posix(errno, doing: "reading \(path)", side: .input)
+            }
+            if n == 0 { break }
+            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
+            hasher.update(bufferPointer: chunk)
+            try body(chunk)
+            total += UInt64(n)
+        }
+        return (total, hex(hasher.finalize()))
+    }
+
     public static func sha256(_ data: some DataProtocol) -> String { hex(SHA256.hash(data: data)) }
 
     /// The 32 raw bytes of a SHA-256 digest.
