@@ -41,17 +41,7 @@ public enum ExternalDataFolder {
         let output = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard output >= 0 else { throw StoreOpsError.posix(errno, doing: "creating \(to)", side: .output) }
         defer { close(output) }
-        return try Hashing.streamHashing(fd: input, path: from) { chunk in
-            var offset = 0
-            while offset < chunk.count {
-                let written = write(output, chunk.baseAddress! + offset, chunk.count - offset)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    throw StoreOpsError.posix(errno, doing: "writing \(to)", side: .output)
-                }
-                offset += written
-            }
-        }
+        return try Hashing.streamHashing(fd: input, path: from) { try FileSystem.writeAll(output, $0, path: to) }
     }
 
     /// Total size of the regular files under `path` (0 when it does not exist).

@@ -35,15 +35,7 @@ final class ArchiveWriter {
 
         /// Writes final (compressed) bytes to the file and the hash.
         func store(_ chunk: UnsafeRawBufferPointer) throws {
-            var offset = 0
-            while offset < chunk.count {
-                let n = write(fd, chunk.baseAddress! + offset, chunk.count - offset)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output)
-                }
-                offset += n
-            }
+            try FileSystem.writeAll(fd, chunk, path: path)
             hasher.update(bufferPointer: chunk)
             bytes += UInt64(chunk.count)
             writeBehind?.advance()

@@ -120,15 +120,7 @@ enum SnapshotExtraction {
             if hashing { hasher.update(bufferPointer: chunk) }
             total += UInt64(chunk.count)
             guard fd >= 0 else { return }
-            var offset = 0
-            while offset < chunk.count {
-                let n = write(fd, chunk.baseAddress! + offset, chunk.count - offset)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw StoreOpsError.posix(errno, doing: "writing \(path!)", side: .output)
-                }
-                offset += n
-            }
+            try FileSystem.writeAll(fd, chunk, path: path!)
             writeBehind?.advance()
         }
         return (total, Hashing.hex(hasher.finalize()))

@@ -3,6 +3,20 @@ import Foundation
 
 /// Small, explicit wrappers over the POSIX calls the durability rules need.
 public enum FileSystem {
+    /// Writes all of `chunk` to `fd` (short writes and EINTR retried); ENOSPC and the like
+    /// become an output-side I/O error naming `path`.
+    static func writeAll(_ fd: Int32, _ chunk: UnsafeRawBufferPointer, path: String) throws {
+        var offset = 0
+        while offset < chunk.count {
+            let n = write(fd, chunk.baseAddress! + offset, chunk.count - offset)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output)
+            }
+            offset += n
+        }
+    }
+
     /// Free bytes and inodes available to an unprivileged writer on the volume holding `path`.
     public struct Space: Sendable, Codable, Equatable {
         public var availableBytes: UInt64
