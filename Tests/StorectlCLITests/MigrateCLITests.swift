@@ -92,6 +92,29 @@ struct MigrateCLITests {
         #expect(try fixture.migrate().status == 0, "and the migration can run again")
     }
 
+    @Test("SIGTERM (at a safe point or inside a long statement), or `storectl killswitch engage` from another process, mid-run: rolled back, exit 3",
+          arguments: ["SIGTERM", "SIGTERM in a statement", "engage"])
+    func stoppedMidRun(_ how: String) throws {
+        let fixture = try MigrationCLIFixture(slow: true)
+        let original = try storeDigest(fixture.store)
+        let running = try ChildProcess.Running(Binaries.storectl, ["migrate", fixture.store, "--migrations", fixture.migrations, "--repo", fixture.repo])
+        // The journal appears once the pre-migrate snapshot is verified, just before the first change.
+        #expect(ChildProcess.waitFor(file: fixture.journal, timeout: 30))
+        if how.hasPrefix("SIGTERM") {
+            // 0002 builds a 3,000,000-row table in one statement (about a second): 0.3 s in, it is running.
+            if how.hasSuffix("statement") { usleep(300_000) }
+            running.signal(SIGTERM)
+        } else {
+            #expect(try storectl("killswitch", "engage", fixture.store, "--reason", "test").status == 0)
+        }
+        let result = running.wait()
+        #expect(result.status == 3, "\(result.stdout)\(result.stderr)")
+        #expect(result.stdout.contains("result: rolled back"), "\(result.stdout)")
+        #expect(try storeDigest(fixture.store) == original)
+        #expect(!FileManager.default.fileExists(atPath: fixture.journal))
+        if how == "engage" { #expect(try storectl("killswitch", "release", fixture.store).status == 0) }
+    }
+
     @Test("kill -9 from outside at random moments of a slow migration, then rollback", arguments: [0.4, 0.9, 1.6])
     func killedFromOutside(_ delay: Double) throws {
         let fixture = try MigrationCLIFixture(slow: true)

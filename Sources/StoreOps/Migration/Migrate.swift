@@ -219,10 +219,13 @@ public enum Migrate {
             return report
         } catch {
             try? queue.close()
-            let stop = error as? Stop
+            // A statement interrupted by a signal (the progress handler) is a stop like one at a safe point.
+            let stop = error as? Stop ?? ProcessSignals.received.map { Stop(reason: .signal($0)) }
             report.failure = stop.map { "stopped: \($0.reason)" } ?? ((error as? StoreOpsError)?.message ?? "\(error)")
             report.failureHint = (error as? StoreOpsError)?.hint
             if stop != nil || options.rollbackOnFailure {
+                // A SIGINT/SIGTERM asked for this rollback: it must not interrupt it too.
+                if case .signal? = stop?.reason { ProcessSignals.acknowledge() }
                 report.rollback = clock.timeNoThrow("rollback") { rollBack(store: store, repository: report.repository, snapshot: snapshot) }
                 if report.rollback?.error == nil, report.rollback?.verified == true {
                     try? MigrationJournal.remove(store)

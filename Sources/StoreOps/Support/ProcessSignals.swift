@@ -36,6 +36,11 @@ public enum ProcessSignals {
     /// Forgets a received signal (tests only).
     public static func reset() { flag.store(0, ordering: .relaxed) }
 
+    /// The stop a signal asked for is being carried out (a migration's rollback): forget the
+    /// signal so the work that carries it out is not itself interrupted by it. A further signal
+    /// interrupts that work too (its steps are atomic).
+    public static func acknowledge() { flag.store(0, ordering: .relaxed) }
+
     /// Throws if a signal arrived; call between steps.
     public static func checkpoint(_ doing: @autoclosure () -> String) throws {
         if let number = received {
