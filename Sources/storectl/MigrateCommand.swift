@@ -78,8 +78,15 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
                 if let kept = rollback.failedStateKeptAt { lines.append("  the failed state is kept at \(kept)") }
             } else {
                 lines.append("  ROLLBACK FAILED: \(rollback.error!)")
-                lines.append("  the good copy is snapshot \(rollback.snapshotId) in \(report.repository); restore it with:")
-                lines.append("    storectl snapshot restore --repo \(report.repository) \(rollback.snapshotId) --in-place \(report.store) --force")
+                if rollback.storeUntouched == true {
+                    lines.append("  the rollback did not touch the store: it is at version \(rollback.versionNow.map(String.init) ?? "?"), "
+                                 + "the last migration that fully applied and verified")
+                    lines.append("  the pre-migrate snapshot is \(rollback.snapshotId) in \(report.repository); once the cause is fixed, go back with:")
+                    lines.append("    storectl rollback \(report.store) --repo \(report.repository) --to \(rollback.snapshotId)")
+                } else {
+                    lines.append("  the good copy is snapshot \(rollback.snapshotId) in \(report.repository); restore it with:")
+                    lines.append("    storectl snapshot restore --repo \(report.repository) \(rollback.snapshotId) --in-place \(report.store) --force")
+                }
             }
         }
         if let command = report.rollbackCommand {

@@ -58,6 +58,10 @@ public enum Migrate {
         /// The failed state, renamed aside (`<store>.failed-migration-<time>`, its -wal too).
         public var failedStateKeptAt: String?
         public var error: String?
+        /// When the rollback failed: whether it failed before touching the store (the same file is
+        /// still in place), and then the store's version (its last fully applied migration).
+        public var storeUntouched: Bool?
+        public var versionNow: Int?
     }
 
     public struct Report: Sendable, Codable {
@@ -302,6 +306,7 @@ public enum Migrate {
     static func rollBack(store: StoreFile, repository: String, snapshot: String) -> RollbackInfo {
         let started = Date()
         var info = RollbackInfo(snapshotId: snapshot, seconds: 0, verified: false)
+        let identity = FileSystem.identity(of: store.path)
         do {
             var options = SnapshotRestore.Options(repository: repository, id: snapshot, target: .inPlace(store.path), force: true, wait: true)
             options.jobLockHeld = true
@@ -313,6 +318,12 @@ public enum Migrate {
             if !info.verified { info.error = "the restored store's SHA-256 differs from the snapshot's" }
         } catch {
             info.error = (error as? StoreOpsError)?.message ?? "\(error)"
+            if let identity, let now = FileSystem.identity(of: store.path), identity == now {
+                info.storeUntouched = true
+                info.versionNow = try? readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
+            } else {
+                info.storeUntouched = false
+            }
         }
         info.seconds = Date().timeIntervalSince(started)
         return info

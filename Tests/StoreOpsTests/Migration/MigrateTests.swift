@@ -98,6 +98,33 @@ struct MigrateTests {
         #expect(try readStore(kept) { try MigrationHistory.version($0) } == 1)
     }
 
+    @Test("the rollback itself fails (the snapshot was damaged meanwhile): exit 4, the store untouched at the last good migration, the journal kept")
+    func rollbackFails() throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        let snapshots = (fixture.repo as NSString).appendingPathComponent("snapshots")
+        // Migration 2 finds the pre-migrate archive damaged on disk (a bad sector), then fails.
+        let damaging = Migration(version: 2, name: "fails_after_damage", revision: "1", sql: MigrationFixture.upperCategories,
+                                 didMigrate: { _ in
+                                     let archive = try #require(try FileManager.default.contentsOfDirectory(atPath: snapshots).first)
+                                     let handle = try #require(FileHandle(forUpdatingAtPath: (snapshots as NSString).appendingPathComponent(archive)))
+                                     try handle.seek(toOffset: 2_000)
+                                     try handle.write(contentsOf: Data(repeating: 0x5A, count: 4_096))
+                                     try handle.close()
+                                     throw StoreOpsError(.failure, "the new data does not fit")
+                                 })
+        let report = try Migrate.run(fixture.options(rollback: true, stages: [damaging]))
+        #expect(report.status == .rollbackFailed)
+        #expect(report.outcome == "rollback failed")
+        let rollback = try #require(report.rollback)
+        #expect(rollback.error != nil && rollback.verified == false)
+        #expect(rollback.storeUntouched == true)
+        #expect(rollback.versionNow == 1)
+        #expect(try fixture.version() == 1, "migration 1 committed, migration 2 rolled back in its transaction")
+        #expect(try readStore(fixture.store) { try String.fetchAll($0, sql: "PRAGMA quick_check") } == ["ok"])
+        #expect(MigrationJournal.read(StoreFile(unchecked: fixture.store)) != nil, "the interrupted state stays visible")
+    }
+
     @Test("without --rollback-on-failure: the failing migration leaves nothing; the store stays at the last good one; the rollback command is given")
     func stopAtLastGood() throws {
         let fixture = try MigrationFixture()
