@@ -48,6 +48,8 @@ demo: build
 bench:
 	bash bench/backup.sh
 	bash bench/snapshot.sh
+	bash bench/purge.sh
+	bash bench/migrate.sh
 
 clean:
 	rm -rf .build $(DEMO) bench/out

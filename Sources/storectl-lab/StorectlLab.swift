@@ -13,6 +13,7 @@ struct StorectlLab: ParsableCommand {
 
     static func main() {
         ProcessSignals.install()
+        stopWhenOrphaned()
         do {
             var command = try parseAsRoot()
             try command.run()
@@ -22,6 +23,16 @@ struct StorectlLab: ParsableCommand {
         } catch {
             exit(withError: error)
         }
+    }
+}
+
+/// A writer or lock holder whose parent (a test, a bench script) died without stopping it would
+/// write on for hours: when the parent goes away, stop as if SIGTERM had arrived.
+private func stopWhenOrphaned() {
+    let parent = getppid()
+    Thread.detachNewThread {
+        while getppid() == parent { usleep(200_000) }
+        ProcessSignals.raise(SIGTERM)
     }
 }
 

@@ -125,6 +125,28 @@ struct MigrateTests {
         #expect(MigrationJournal.read(StoreFile(unchecked: fixture.store)) != nil, "the interrupted state stays visible")
     }
 
+    @Test("the store's disk fills up during a migration (an 8 MiB tmpfs): nothing is lost", .enabled(if: TempMount.isAvailable))
+    func diskFullDuringApply() throws {
+        let mount = try #require(TempMount(kilobytes: 8 * 1024))
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 1_000, journalMode: "wal")
+        let onMount = mount.file("Tasks.sqlite")
+        try FileManager.default.copyItem(atPath: store, toPath: onMount)
+        let original = try logicalDigest(onMount)
+        let migrations = folder.file("migrations")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        try Data("""
+            CREATE TABLE ZFILLER AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000)
+                SELECT x AS Z_PK, randomblob(100) AS ZDATA FROM c;
+            """.utf8).write(to: URL(fileURLWithPath: migrations + "/0001_filler.sql"))
+        let report = try Migrate.run(.init(store: onMount, migrations: migrations, repository: folder.file("snaps"), rollbackOnFailure: true))
+        #expect(report.failure?.contains("full") == true || report.failure?.contains("space") == true, "\(report.failure ?? "")")
+        #expect([ExitStatus.rolledBack, .rollbackFailed].contains(report.status))
+        if report.status == .rollbackFailed { #expect(report.rollback?.storeUntouched == true, "\(report.rollback?.error ?? "")") }
+        #expect(try readStore(onMount) { try String.fetchAll($0, sql: "PRAGMA quick_check") } == ["ok"])
+        #expect(try logicalDigest(onMount) == original, "the failed migration's transaction left nothing")
+    }
+
     @Test("without --rollback-on-failure: the failing migration leaves nothing; the store stays at the last good one; the rollback command is given")
     func stopAtLastGood() throws {
         let fixture = try MigrationFixture()
