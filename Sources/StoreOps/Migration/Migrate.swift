@@ -227,6 +227,9 @@ public enum Migrate {
             let stop = error as? Stop ?? ProcessSignals.received.map { Stop(reason: .signal($0)) }
             report.failure = stop.map { "stopped: \($0.reason)" } ?? ((error as? StoreOpsError)?.message ?? "\(error)")
             report.failureHint = (error as? StoreOpsError)?.hint
+            if (error as? StoreOpsError)?.status == .ioError {
+                report.failureHint = "free space on the volume of \(store.folder) (the migration's changes and SQLite's journal go there), then migrate again"
+            }
             if stop != nil || options.rollbackOnFailure {
                 // A SIGINT/SIGTERM asked for this rollback: it must not interrupt it too.
                 if case .signal? = stop?.reason { ProcessSignals.acknowledge() }

@@ -142,6 +142,7 @@ struct MigrateTests {
         let report = try Migrate.run(.init(store: onMount, migrations: migrations, repository: folder.file("snaps"), rollbackOnFailure: true))
         #expect(report.failure?.contains("full") == true || report.failure?.contains("space") == true, "\(report.failure ?? "")")
         #expect([ExitStatus.rolledBack, .rollbackFailed].contains(report.status))
+        #expect(report.failureHint?.contains("free space on the volume of \(mount.path)") == true, "\(report.failureHint ?? "")")
         if report.status == .rollbackFailed { #expect(report.rollback?.storeUntouched == true, "\(report.rollback?.error ?? "")") }
         #expect(try readStore(onMount) { try String.fetchAll($0, sql: "PRAGMA quick_check") } == ["ok"])
         #expect(try logicalDigest(onMount) == original, "the failed migration's transaction left nothing")
