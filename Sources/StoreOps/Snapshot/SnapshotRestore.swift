@@ -178,9 +178,18 @@ public enum SnapshotRestore {
                 movedAside.append(aside)
             }
         }
-        // A -wal or hot -journal left beside the restored file would be replayed onto it.
+        // A -wal or hot -journal left beside the restored file would be replayed onto it. Those of
+        // the old store are in the safety snapshot; without an old store (an earlier run died between
+        // its renames) they are all that is left of something, so they are moved aside, not deleted.
         var removed: [String] = []
+        let orphanSuffix = ".orphaned-\(Timestamp.compact(Date()))"
         for sidecar in [store.walPath, store.shmPath, store.journalPath] where FileSystem.kind(of: sidecar) == .file {
+            if !exists {
+                let aside = store.path + orphanSuffix + sidecar.dropFirst(store.path.count)
+                try FileSystem.rename(sidecar, aside)
+                movedAside.append(aside)
+                continue
+            }
             guard unlink(sidecar) == 0 else { throw StoreOpsError.posix(errno, doing: "removing \(sidecar)", side: .output) }
             removed.append(sidecar)
         }

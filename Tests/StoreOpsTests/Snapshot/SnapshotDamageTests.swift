@@ -162,6 +162,29 @@ struct SnapshotRestoreInPlaceTests {
         #expect(try logicalDigest(before) == changed)
     }
 
+    @Test("a -wal left without its store (a run died between its renames): moved aside, neither deleted nor replayed")
+    func orphanedSidecars() throws {
+        let fixture = try SnapshotFixture()
+        let expected = try logicalDigest(fixture.store)
+        let ready = fixture.folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", fixture.store, "--interval-ms", "1", "--ready-file", ready])
+        #expect(ChildProcess.waitFor(file: ready))
+        usleep(300_000)
+        writer.signal(SIGKILL)
+        _ = writer.wait()
+        let store = StoreFile(unchecked: fixture.store)
+        let wal = try Hashing.sha256(ofFile: store.walPath)
+        try FileSystem.rename(store.path, store.path + ".gone")
+
+        let result = try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .inPlace(fixture.store)))
+        #expect(result.removedSidecars.isEmpty)
+        let aside = try #require(result.movedAside.first { $0.hasSuffix("-wal") })
+        #expect(aside.hasPrefix(store.path + ".orphaned-"))
+        #expect(try Hashing.sha256(ofFile: aside) == wal)
+        #expect(!FileManager.default.fileExists(atPath: store.walPath))
+        #expect(try logicalDigest(fixture.store) == expected)
+    }
+
     @Test("refused (75) while another process has the store open, unless --force; nothing changed")
     func refusedWhileOpen() throws {
         let fixture = try SnapshotFixture()
