@@ -134,6 +134,11 @@ public enum SnapshotRestore {
                       externalFiles: staged.externalFiles, record: record)
     }
 
+    /// `<store>-wal` becomes `<store><suffix>-wal`: a moved-aside pair still opens together.
+    static func asideName(_ path: String, of store: StoreFile, suffix: String) -> String {
+        store.path + suffix + path.dropFirst(store.path.count)
+    }
+
     static func restoreInPlace(_ record: Manifest, repository: SnapshotRepository, store: StoreFile, options: Options) throws -> Result {
         let jobLock = options.jobLockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "snapshot restore", wait: options.wait)
         defer { jobLock?.release() }
@@ -172,8 +177,7 @@ public enum SnapshotRestore {
         if exists, safety == nil {
             let suffix = asideSuffix ?? ".damaged-\(Timestamp.compact(Date()))"
             for path in [store.path, store.walPath, store.shmPath, store.journalPath] where FileSystem.kind(of: path) == .file {
-                // `<store>-wal` becomes `<store><suffix>-wal`: the pair still opens together.
-                let aside = store.path + suffix + path.dropFirst(store.path.count)
+                let aside = asideName(path, of: store, suffix: suffix)
                 try FileSystem.rename(path, aside)
                 movedAside.append(aside)
             }
@@ -185,7 +189,7 @@ public enum SnapshotRestore {
         let orphanSuffix = ".orphaned-\(Timestamp.compact(Date()))"
         for sidecar in [store.walPath, store.shmPath, store.journalPath] where FileSystem.kind(of: sidecar) == .file {
             if !exists {
-                let aside = store.path + orphanSuffix + sidecar.dropFirst(store.path.count)
+                let aside = asideName(sidecar, of: store, suffix: orphanSuffix)
                 try FileSystem.rename(sidecar, aside)
                 movedAside.append(aside)
                 continue

@@ -33,9 +33,6 @@ public enum ProcessSignals {
     /// Records a signal as if it had been delivered (tests, and callers embedding the library).
     public static func raise(_ number: Int32) { flag.store(number, ordering: .relaxed) }
 
-    /// Forgets a received signal (tests only).
-    public static func reset() { flag.store(0, ordering: .relaxed) }
-
     /// The stop a signal asked for is being carried out (a migration's rollback): forget the
     /// signal so the work that carries it out is not itself interrupted by it. A further signal
     /// interrupts that work too (its steps are atomic).

@@ -134,17 +134,21 @@ struct SnapshotDamageTests {
 
 @Suite("snapshots: restore in place")
 struct SnapshotRestoreInPlaceTests {
-    @Test("a safety snapshot first, stale -wal/-shm removed, content equal to the snapshot")
-    func inPlace() throws {
-        let fixture = try SnapshotFixture()
-        let expected = try logicalDigest(fixture.store)
-        // The app goes on writing and dies with committed frames still in its -wal.
+    /// The app goes on writing and dies (SIGKILL) with committed frames still in its -wal.
+    func appDiesMidWrite(_ fixture: SnapshotFixture) throws {
         let ready = fixture.folder.file("ready")
         let writer = try ChildProcess.Running(Binaries.lab, ["writer", fixture.store, "--interval-ms", "1", "--ready-file", ready])
         #expect(ChildProcess.waitFor(file: ready))
         usleep(300_000)
         writer.signal(SIGKILL)
         _ = writer.wait()
+    }
+
+    @Test("a safety snapshot first, stale -wal/-shm removed, content equal to the snapshot")
+    func inPlace() throws {
+        let fixture = try SnapshotFixture()
+        let expected = try logicalDigest(fixture.store)
+        try appDiesMidWrite(fixture)
         let store = StoreFile(unchecked: fixture.store)
         #expect((FileSystem.size(of: store.walPath) ?? 0) > 0, "the killed writer left a -wal")
         let changed = try logicalDigest(fixture.store)
@@ -166,12 +170,7 @@ struct SnapshotRestoreInPlaceTests {
     func orphanedSidecars() throws {
         let fixture = try SnapshotFixture()
         let expected = try logicalDigest(fixture.store)
-        let ready = fixture.folder.file("ready")
-        let writer = try ChildProcess.Running(Binaries.lab, ["writer", fixture.store, "--interval-ms", "1", "--ready-file", ready])
-        #expect(ChildProcess.waitFor(file: ready))
-        usleep(300_000)
-        writer.signal(SIGKILL)
-        _ = writer.wait()
+        try appDiesMidWrite(fixture)
         let store = StoreFile(unchecked: fixture.store)
         let wal = try Hashing.sha256(ofFile: store.walPath)
         try FileSystem.rename(store.path, store.path + ".gone")
