@@ -319,6 +319,38 @@ struct MigrateTests {
         })?.status == .noInput)
     }
 
+    @Test("bad input: a missing store or folder (66), a file that is not a store, misnamed, clashing or orphaned files (65); nothing touched",
+          arguments: ["no store", "not a store", "no folder", "bad name", "same version", "verify without migration"])
+    func badInput(_ case_: String) throws {
+        let fixture = try MigrationFixture()
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        var options = fixture.options(rollback: true)
+        var expected = ExitStatus.badData
+        var mentions = ""
+        switch case_ {
+        case "no store":
+            options.store = fixture.folder.file("Missing.sqlite"); expected = .noInput; mentions = "Missing.sqlite"
+        case "not a store":
+            options.store = fixture.folder.file("notes.txt"); mentions = "notes.txt"
+            try Data(String(repeating: "not a database\n", count: 400).utf8).write(to: URL(fileURLWithPath: options.store))
+        case "no folder":
+            options.migrations = fixture.folder.file("nowhere"); expected = .noInput; mentions = "nowhere"
+        case "bad name":
+            try fixture.write("add_tags.sql", "SELECT 1;"); mentions = "NNNN_name.sql"
+        case "same version":
+            try fixture.write("0001_other.sql", "SELECT 1;"); mentions = "both have version 1"
+        default:
+            try fixture.write("0002_gone.verify.sql", "SELECT 1;"); mentions = "has no migration 0002_gone.sql"
+        }
+        let before = try Hashing.sha256(ofFile: fixture.store)
+        let error = #expect(throws: StoreOpsError.self) { try Migrate.run(options) }
+        #expect(error?.status == expected, "\(error?.message ?? "")")
+        #expect(error?.message.contains(mentions) == true, "\(error?.message ?? "")")
+        #expect(try Hashing.sha256(ofFile: fixture.store) == before)
+        #expect(try fixture.version() == 0)
+        #expect(!FileManager.default.fileExists(atPath: fixture.repo), "no snapshot repository was made")
+    }
+
     @Test("--to stops at a version; going down is refused (64)")
     func toVersion() throws {
         let fixture = try MigrationFixture()
