@@ -39,23 +39,36 @@ public enum Backup {
     /// print(result.path, result.manifest.database.sha256)
     /// ```
     ///
-    /// Order of effects: temp files are created in the output folder; the external-data folder,
-    /// then the database, then the manifest are each fsynced and renamed into place, so a crash
-    /// leaves either hidden temp files (removed by the next run) or a complete, verified copy.
+    /// Order of effects: the database, the external-data folder and the manifest are written under
+    /// temporary names in the output folder, verified and fsynced; then one `StoreSwap` (a
+    /// journaled set of renames) gives them their final names, the database last. A crash before
+    /// the journal leaves only temp files (removed by the next run in that folder); a crash after
+    /// it is finished by the next run (or `storectl recover`), so a database never carries its
+    /// final name without its manifest and external data.
     ///
     /// - Throws: `StoreOpsError` with the documented exit status (66 missing source, 65 corrupt,
     ///   73 output not creatable, 74 disk full, 75 busy, 64 output equal to the source).
     public static func run(source: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let store = try StoreFile(existing: source)
+        try StoreSwap.recoverStore(store)
         let startedAt = Timestamp.now()
         let output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
+        StoreSwap.recoverAll(in: output.folder)
         PendingFile.removeStale(in: output.folder)
+        let copyStem = (FileSystem.name(of: output.path) as NSString).deletingPathExtension
+        let manifestPath = (output.folder as NSString).appendingPathComponent("\(copyStem).manifest.json")
+        let supportPath = StoreFile.supportPath(forDatabase: output.path)
+        if !options.overwrite {
+            for path in [manifestPath, supportPath] where StoreSwap.lstatIdentity(path) != nil {
+                throw StoreOpsError(.cannotCreate, "\(path) already exists: the backup's \(path == manifestPath ? "manifest" : "external data") would go there",
+                                    hint: "choose another --output, or pass --force to replace that backup")
+            }
+        }
 
-        let database = try PendingFile(finalPath: output.path)
+        let database = try PendingFile(finalPath: output.path, label: "backup.database")
         let externalSource = store.externalDataPath
         let hasExternal = FileSystem.kind(of: externalSource) == .directory
-        let copyStem = (FileSystem.name(of: output.path) as NSString).deletingPathExtension
-        let supportName = ".\(copyStem)_SUPPORT"
+        let externalFolder = "\(FileSystem.name(of: supportPath))/\(StoreFile.externalDataFolderName)"
         var support: PendingFile?
         var externalFiles: [Manifest.FileRecord] = []
 
@@ -68,10 +81,10 @@ public enum Backup {
             }
             if hasExternal {
                 // Copied now, while the snapshot is held: the files the snapshot refers to exist.
-                let pending = try PendingFile(finalPath: (output.folder as NSString).appendingPathComponent(supportName), directory: true)
+                let pending = try PendingFile(finalPath: supportPath, directory: true, label: "backup.support")
                 externalFiles = try ExternalDataFolder.copy(
-                    from: externalSource, to: (pending.tempPath as NSString).appendingPathComponent("_EXTERNAL_DATA"),
-                    relativeRoot: "\(supportName)/_EXTERNAL_DATA")
+                    from: externalSource, to: (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName),
+                    relativeRoot: externalFolder, label: "backup.support")
                 support = pending
             }
         }, progress: progress)
@@ -80,28 +93,31 @@ public enum Backup {
             (try Hashing.sha256(ofFile: copyPath), try ConsistentCopy.coreDataFacts(of: copyPath, store: store))
         }
 
-        if let support {
-            if options.overwrite { FileSystem.remove(support.finalPath) }
-            try support.commit()
-        }
-        try database.commit(replacing: options.overwrite)
-        ConsistentCopy.logger.debug("fsynced and renamed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
-
         let finishedAt = Timestamp.now()
         let manifest = Manifest(
             kind: "backup", tool: .init(), host: ProcessInfo.processInfo.hostName,
             source: copied.source,
-            database: .init(path: FileSystem.name(of: output.path), bytes: FileSystem.size(of: output.path) ?? 0, sha256: sha256,
+            database: .init(path: FileSystem.name(of: output.path), bytes: FileSystem.size(of: copyPath) ?? 0, sha256: sha256,
                             pageSize: inspection.pageSize, pageCount: inspection.pageCount, journalMode: "delete"),
-            externalData: hasExternal ? .init(folder: "\(supportName)/_EXTERNAL_DATA", files: externalFiles,
+            externalData: hasExternal ? .init(folder: externalFolder, files: externalFiles,
                                               totalBytes: externalFiles.reduce(0) { $0 + $1.bytes }) : nil,
             startedAt: startedAt, finishedAt: finishedAt,
             durationSeconds: finishedAt.timeIntervalSince(startedAt),
             verify: inspection.verification, coreData: coreData)
-        let manifestPath = (output.folder as NSString).appendingPathComponent("\(copyStem).manifest.json")
-        let manifestFile = try PendingFile(finalPath: manifestPath)
+        let manifestFile = try PendingFile(finalPath: manifestPath, label: "backup.manifest")
         try manifestFile.write(try JSON.encode(manifest))
-        try manifestFile.commit(replacing: true)
+        try manifestFile.sync()
+        try support?.sync()
+        try database.sync()
+        var installs = [StoreSwap.Install(manifestFile, role: "manifest")]
+        if let support { installs.append(.init(support, role: "support")) }
+        installs.append(.init(database, role: "database"))
+        let replacing: [(path: String, role: String)] = options.overwrite
+            ? [(output.path, "database"), (manifestPath, "manifest"), (supportPath, "support")].filter { StoreSwap.lstatIdentity($0.path) != nil }
+            : []
+        _ = try StoreSwap.perform(.init(operation: "backup", target: output.path, installs: installs, replacing: replacing,
+                                        keepOld: .discard, expectedSHA256: sha256))
+        ConsistentCopy.logger.debug("fsynced and renamed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
         return Result(path: output.path, manifestPath: manifestPath, manifest: manifest,
                       steps: copied.steps, restarts: copied.restarts, busyRetries: copied.busyRetries)
     }

@@ -7,9 +7,8 @@ public enum ExternalDataFolder {
     /// Copies every regular file under `source` into `destination` (created), hashing as it goes.
     ///
     /// - Returns: one record per file, paths relative to `relativeRoot`.
-    public static func copy(from source: String, to destination: String, relativeRoot: String) throws -> [Manifest.FileRecord] {
-        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+    public static func copy(from source: String, to destination: String, relativeRoot: String, label: String) throws -> [Manifest.FileRecord] {
+        try FileSystem.makeDirectory(destination, existingOK: true, point: "\(label).external-folder")
         var records: [Manifest.FileRecord] = []
         let enumerator = FileManager.default.enumerator(atPath: source)
         while let relative = enumerator?.nextObject() as? String {
@@ -18,10 +17,9 @@ public enum ExternalDataFolder {
             let to = (destination as NSString).appendingPathComponent(relative)
             switch FileSystem.kind(of: from) {
             case .directory:
-                try FileManager.default.createDirectory(atPath: to, withIntermediateDirectories: true,
-                                                        attributes: [.posixPermissions: 0o700])
+                try FileSystem.makeDirectory(to, existingOK: true, point: "\(label).external-subfolder")
             case .file:
-                let (bytes, sha) = try copyFile(from, to)
+                let (bytes, sha) = try copyFile(from, to, label: label)
                 records.append(Manifest.FileRecord(path: (relativeRoot as NSString).appendingPathComponent(relative),
                                                    bytes: bytes, sha256: sha))
             case .missing:
@@ -34,12 +32,11 @@ public enum ExternalDataFolder {
     }
 
     /// Copies one file (mode 0600), returning its size and SHA-256.
-    static func copyFile(_ from: String, _ to: String) throws -> (UInt64, String) {
+    static func copyFile(_ from: String, _ to: String, label: String) throws -> (UInt64, String) {
         let input = open(from, O_RDONLY | O_CLOEXEC)
         guard input >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input) }
         defer { close(input) }
-        let output = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard output >= 0 else { throw StoreOpsError.posix(errno, doing: "creating \(to)", side: .output) }
+        let output = try FileSystem.create(to, point: "\(label).external-file")
         defer { close(output) }
         return try Hashing.streamHashing(fd: input, path: from) { try FileSystem.writeAll(output, $0, path: to) }
     }

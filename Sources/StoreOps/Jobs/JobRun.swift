@@ -119,9 +119,9 @@ public enum JobRun {
     static func appendLog(_ record: Record, to path: String) {
         guard var data = try? JSON.encode(record, pretty: false) else { return }
         data.append(0x0A)
-        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o640)
-        guard fd >= 0 else {
-            FileHandle.standardError.write(Data("storectl: cannot append to the job log \(path): \(String(cString: strerror(errno)))\n".utf8))
+        let fd: Int32
+        do { fd = try FileSystem.openCreating(path, mode: 0o640, flags: O_WRONLY | O_APPEND, point: "joblog.create") } catch {
+            FileHandle.standardError.write(Data("storectl: cannot append to the job log \(path): \((error as? StoreOpsError)?.message ?? "\(error)")\n".utf8))
             return
         }
         defer { close(fd) }
@@ -164,7 +164,7 @@ public enum Metrics {
         for (name, type, help, value) in metrics {
             text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name)\(labels) \(format(value))\n"
         }
-        let pending = try PendingFile(finalPath: path)
+        let pending = try PendingFile(finalPath: path, label: "metrics.file")
         try pending.write(Data(text.utf8))
         chmod(pending.tempPath, 0o644)
         try pending.commit(replacing: true)

@@ -80,7 +80,7 @@ public enum SystemdUnits {
             throw StoreOpsError(.cannotCreate, "the output folder \(folder) does not exist")
         }
         for unit in units {
-            let file = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(unit.name))
+            let file = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(unit.name), label: "systemd.unit")
             try file.write(Data(unit.contents.utf8))
             chmod(file.tempPath, 0o644)
             try file.commit(replacing: true)

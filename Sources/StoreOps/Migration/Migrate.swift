@@ -315,10 +315,10 @@ public enum Migrate {
             options.jobLockHeld = true
             // The failed state is evidence only: renamed aside (instant) rather than snapshotted.
             options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
+            options.clearsMigrationJournal = true
             let result = try SnapshotRestore.run(options)
             info.failedStateKeptAt = result.movedAside.first
-            info.verified = try Hashing.sha256(ofFile: store.path) == result.record.database.sha256
-            if !info.verified { info.error = "the restored store's SHA-256 differs from the snapshot's" }
+            info.verified = result.verified
         } catch {
             info.error = (error as? StoreOpsError)?.message ?? "\(error)"
             if let identity, let now = FileSystem.identity(of: store.path), identity == now {

@@ -157,16 +157,15 @@ public struct MigrationJournal: Sendable, Codable, Equatable {
     }
 
     func write(_ store: StoreFile) throws {
-        let file = try PendingFile(finalPath: Self.path(for: store))
+        let file = try PendingFile(finalPath: Self.path(for: store), label: "migrate.journal")
         try file.write(try JSON.encode(self))
         try file.commit(replacing: true)
     }
 
     static func remove(_ store: StoreFile) throws {
-        guard unlink(path(for: store)) == 0 || errno == ENOENT else {
-            throw StoreOpsError.posix(errno, doing: "removing \(path(for: store))", side: .output)
-        }
-        try FileSystem.sync(store.folder, directory: true)
+        guard FileSystem.kind(of: path(for: store)) != .missing else { return }
+        try FileSystem.removeFile(path(for: store), point: "migrate.journal.remove")
+        try FileSystem.sync(store.folder, directory: true, point: "migrate.journal.remove.sync-folder")
     }
 
     /// What an operator should do about an interrupted migration.

@@ -40,6 +40,7 @@ public enum Rollback {
         let store = StoreFile(unchecked: options.store)
         let lock = try JobLock.acquire(path: store.jobLockPath, job: "rollback", wait: options.wait)
         defer { lock.release() }
+        try StoreSwap.recover(target: store.path)
         let repository = try SnapshotRepository.open(options.repository)
         let journal = MigrationJournal.read(store)
         let id: String
@@ -58,12 +59,9 @@ public enum Rollback {
         var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
                                               force: options.force, wait: options.wait)
         restore.jobLockHeld = true
+        restore.clearsMigrationJournal = journal != nil
         let result = try SnapshotRestore.run(restore)
-        let verified = try Hashing.sha256(ofFile: store.path) == result.record.database.sha256
-        guard verified else {
-            throw StoreOpsError(.rollbackFailed, "\(store.path) was restored from \(id) but does not match it",
-                                hint: "the good copy is snapshot \(id) in \(repository.path); the state before this rollback is \(result.safetySnapshot ?? "not snapshotted")")
-        }
+        let verified = result.verified
         if journal != nil { try MigrationJournal.remove(store) }
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
         return Result(restored: id, safetySnapshot: result.safetySnapshot, clearedInterruptedMigration: journal != nil,

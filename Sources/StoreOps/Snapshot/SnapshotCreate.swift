@@ -47,14 +47,21 @@ public enum SnapshotCreate {
         let level = try options.compression.validatedLevel(options.level)
         try validate(tags: options.tags)
         let store = try StoreFile(existing: path)
-        let repository = try SnapshotRepository.openOrCreate(options.repository)
+        try StoreSwap.recoverStore(store)
+        let (repository, created) = try SnapshotRepository.openOrCreate(options.repository)
         let lock = try repository.lockForWriting(job: "snapshot create", wait: options.wait)
         defer { lock.release() }
         let stray = repository.removeStray()
-        var result = try create(store: store, in: repository, tags: options.tags, compression: options.compression, level: level,
-                                timeout: options.timeout, checkFreeSpace: options.checkFreeSpace, progress: progress)
-        result.removedStray = stray
-        return result
+        do {
+            var result = try create(store: store, in: repository, tags: options.tags, compression: options.compression, level: level,
+                                    timeout: options.timeout, checkFreeSpace: options.checkFreeSpace, progress: progress)
+            result.removedStray = stray
+            return result
+        } catch {
+            // A repository made for this snapshot is not left behind empty when the snapshot fails.
+            if created { repository.removeIfEmpty() }
+            throw error
+        }
     }
 
     static func validate(tags: [String]) throws {
@@ -72,14 +79,14 @@ public enum SnapshotCreate {
         let startedAt = Timestamp.now()
         let id = SnapshotID.make(at: startedAt)
         let archiveName = "\(id).\(compression.fileExtension)"
-        let archive = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent(archiveName))
-        let copy = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent("\(id).sqlite"))
+        let archive = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent(archiveName), label: "snapshot.archive")
+        let copy = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent("\(id).sqlite"), label: "snapshot.copy")
         defer { copy.discard() }
         let externalSource = store.externalDataPath
         let hasExternal = FileSystem.kind(of: externalSource) == .directory
         var external: PendingFile?
         defer { external?.discard() }
-        let support = "store/.\(store.stem)_SUPPORT/_EXTERNAL_DATA"
+        let support = "store/\(FileSystem.name(of: store.supportPath))/\(StoreFile.externalDataFolderName)"
 
         // The copy is scratch, read once while packing and deleted: no write-behind for it.
         let copied = try ConsistentCopy.copy(store, to: copy.tempPath, options: .init(timeout: timeout, writeBehind: false), onSnapshot: { info in
@@ -89,8 +96,9 @@ public enum SnapshotCreate {
             }
             if hasExternal {
                 // Taken while the snapshot is held, like the pages.
-                let folder = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent("\(id)-external"), directory: true)
-                _ = try ExternalDataFolder.copy(from: externalSource, to: folder.tempPath, relativeRoot: "")
+                let folder = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent("\(id)-external"), directory: true,
+                                             label: "snapshot.external")
+                _ = try ExternalDataFolder.copy(from: externalSource, to: folder.tempPath, relativeRoot: "", label: "snapshot.external")
                 external = folder
             }
         }, progress: progress)

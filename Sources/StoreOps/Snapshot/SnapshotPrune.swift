@@ -20,6 +20,8 @@ public enum SnapshotPrune {
         public var dryRun: Bool
         public var decisions: [RetentionDecision]
         public var removed: [String]
+        /// Catalog entries that cannot be read: kept (never removed as if expired), reported.
+        public var damaged: [SnapshotRepository.DamagedEntry] = []
     }
 
     /// - Throws: 64 for an empty policy (it would remove everything), 75 when another writer
@@ -34,7 +36,7 @@ public enum SnapshotPrune {
         let lock = options.dryRun ? nil : try repository.lockForWriting(job: "snapshot prune", wait: options.wait)
         defer { lock?.release() }
         if !options.dryRun { repository.removeStray() }
-        let records = try repository.records()
+        let (records, damaged) = repository.catalog()
         let candidates = records.compactMap { record -> RetentionCandidate? in
             guard let facts = record.snapshot else { return nil }
             return RetentionCandidate(id: facts.id, time: record.startedAt, tags: facts.tags,
@@ -49,7 +51,7 @@ public enum SnapshotPrune {
                 removed.append(decision.id)
             }
         }
-        return Result(dryRun: options.dryRun, decisions: decisions, removed: removed)
+        return Result(dryRun: options.dryRun, decisions: decisions, removed: removed, damaged: damaged)
     }
 }
 
@@ -64,11 +66,14 @@ public struct SnapshotSummary: Sendable, Codable {
     public var ratio: Double
     public var tags: [String]
     public var lastVerified: SnapshotRepository.VerificationRecord?
+    /// Set when the catalog entry cannot be read: what is wrong with it.
+    public var damaged: String?
 
-    /// The repository's snapshots, newest first.
+    /// The repository's snapshots, newest first, damaged catalog entries included (marked).
     public static func list(repository path: String) throws -> [SnapshotSummary] {
         let repository = try SnapshotRepository.open(path)
-        return try repository.records().compactMap { record in
+        let (records, damaged) = repository.catalog()
+        var rows: [SnapshotSummary] = records.compactMap { record in
             guard let facts = record.snapshot else { return nil }
             let archive = facts.archive?.bytes ?? 0
             let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)
@@ -76,6 +81,11 @@ public struct SnapshotSummary: Sendable, Codable {
                                    ratio: archive == 0 ? 0 : Double(raw) / Double(archive), tags: facts.tags,
                                    lastVerified: repository.lastVerification(facts.id))
         }
+        rows += damaged.map { entry in
+            SnapshotSummary(id: entry.id, time: SnapshotID.time(of: entry.id) ?? Date(timeIntervalSince1970: 0), store: "?",
+                            bytes: 0, ratio: 0, tags: [], lastVerified: nil, damaged: entry.problem)
+        }
+        return rows.sorted { ($0.time, $0.id) > ($1.time, $1.id) }
     }
 
     public static func renderTable(_ rows: [SnapshotSummary]) -> String {
@@ -84,7 +94,8 @@ public struct SnapshotSummary: Sendable, Codable {
         let lines = rows.map { row in
             [row.id, Timestamp.iso(row.time).prefix(19).replacingOccurrences(of: "T", with: " "), FileSystem.name(of: row.store),
              Format.bytes(row.bytes), String(format: "%.1fx", row.ratio), row.tags.joined(separator: ","),
-             row.lastVerified.map { "\(Timestamp.iso($0.at).prefix(16).replacingOccurrences(of: "T", with: " ")) \($0.ok ? "ok" : "FAILED")" } ?? "never"]
+             row.damaged != nil ? "DAMAGED catalog entry"
+                : row.lastVerified.map { "\(Timestamp.iso($0.at).prefix(16).replacingOccurrences(of: "T", with: " ")) \($0.ok ? "ok" : "FAILED")" } ?? "never"]
         }
         let widths = header.indices.map { i in max(header[i].count, lines.map { $0[i].count }.max() ?? 0) }
         func render(_ cells: [String]) -> String {

@@ -60,22 +60,23 @@ public final class SnapshotRepository: Sendable {
 
     /// Opens a repository, making one if the folder is missing or empty.
     ///
+    /// A new repository is built under a temporary name (folders and marker, fsynced) and renamed
+    /// into place, so a crash never leaves half a repository.
+    ///
+    /// - Returns: the repository, and whether this call made it.
     /// - Throws: 65 when the folder holds other files (it is not made a repository behind the
     ///   operator's back), 73 when it cannot be created.
-    public static func openOrCreate(_ path: String) throws -> SnapshotRepository {
+    public static func openOrCreate(_ path: String) throws -> (SnapshotRepository, created: Bool) {
         let absolute = FileSystem.absolute(path)
         let kind = FileSystem.kind(of: absolute)
         if kind == .directory, FileManager.default.fileExists(atPath: (absolute as NSString).appendingPathComponent(markerName)) {
-            return try open(absolute)
+            return (try open(absolute), false)
         }
+        let parent = FileSystem.parent(of: absolute)
         switch kind {
         case .missing:
-            let parent = FileSystem.parent(of: absolute)
             guard FileSystem.kind(of: parent) == .directory else {
                 throw StoreOpsError(.cannotCreate, "cannot create the repository \(absolute): \(parent) does not exist")
-            }
-            guard mkdir(absolute, 0o700) == 0 || errno == EEXIST else {
-                throw StoreOpsError.posix(errno, doing: "creating the repository \(absolute)", side: .output)
             }
         case .directory:
             let contents = (try? FileManager.default.contentsOfDirectory(atPath: absolute)) ?? []
@@ -83,20 +84,28 @@ public final class SnapshotRepository: Sendable {
                 throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (no \(markerName)) and is not empty",
                                     hint: "choose an empty or new folder for --repo")
             }
-            chmod(absolute, 0o700)
         default:
             throw StoreOpsError(.cannotCreate, "\(absolute) exists and is not a folder")
         }
-        let repo = SnapshotRepository(path: absolute)
+        PendingFile.removeStale(in: parent, prefix: FileSystem.name(of: absolute))
+        let staging = try PendingFile(finalPath: absolute, directory: true, label: "repo.create")
+        let repo = SnapshotRepository(path: staging.tempPath)
         for folder in [repo.snapshotsFolder, repo.catalogFolder, repo.verifiedFolder] {
-            guard mkdir(folder, 0o700) == 0 || errno == EEXIST else {
-                throw StoreOpsError.posix(errno, doing: "creating \(folder)", side: .output)
-            }
+            try FileSystem.makeDirectory(folder, point: "repo.create.folder")
         }
-        let marker = try PendingFile(finalPath: (absolute as NSString).appendingPathComponent(markerName))
-        try marker.write(try JSON.encode(Marker(createdAt: Timestamp.now())))
-        try marker.commit(replacing: true)
-        return repo
+        try FileSystem.writeNewFile((staging.tempPath as NSString).appendingPathComponent(markerName),
+                                    try JSON.encode(Marker(createdAt: Timestamp.now())), point: "repo.create.marker")
+        // rename(2) replaces an empty folder the operator made for it.
+        try staging.commit(replacing: kind == .directory)
+        return (SnapshotRepository(path: absolute), true)
+    }
+
+    /// Removes a repository this run made and left empty (a first snapshot that failed): no
+    /// skeleton is left behind.
+    func removeIfEmpty() {
+        let listed = (try? FileManager.default.contentsOfDirectory(atPath: catalogFolder)) ?? []
+        guard listed.filter({ !$0.hasPrefix(".") }).isEmpty else { return }
+        FileSystem.remove(path, point: "repo.remove-empty")
     }
 
     private func checkMarker() throws {
@@ -121,27 +130,62 @@ public final class SnapshotRepository: Sendable {
 
     // MARK: - Catalog
 
-    /// Every listed snapshot, newest first.
-    public func records() throws -> [Manifest] {
+    /// A catalog entry that cannot be read: listed as damaged, never removed by prune.
+    public struct DamagedEntry: Sendable, Codable, Equatable {
+        /// The id its file name gives.
+        public var id: String
+        public var file: String
+        public var problem: String
+    }
+
+    /// Every readable catalog entry (newest first) and every damaged one.
+    public func catalog() -> (records: [Manifest], damaged: [DamagedEntry]) {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: catalogFolder)) ?? []
         var records: [Manifest] = []
-        for name in names where name.hasSuffix(".json") && !name.hasPrefix(".") {
+        var damaged: [DamagedEntry] = []
+        for name in names.sorted() where name.hasSuffix(".json") && !name.hasPrefix(".") {
             let file = (catalogFolder as NSString).appendingPathComponent(name)
-            guard let data = FileManager.default.contents(atPath: file) else { continue }
-            do {
-                let record = try JSON.decoder().decode(Manifest.self, from: data)
-                guard record.formatVersion <= Manifest.currentFormatVersion else {
-                    throw StoreOpsError(.badData, "catalog entry \(file) has format version \(record.formatVersion); use a newer storectl")
-                }
-                records.append(record)
-            } catch let error as StoreOpsError {
-                throw error
-            } catch {
-                throw StoreOpsError(.badData, "catalog entry \(file) is not a valid manifest (\(error))",
-                                    hint: "the repository is damaged; `storectl snapshot verify --all` checks the archives")
+            let id = String(name.dropLast(5))
+            func bad(_ problem: String) { damaged.append(DamagedEntry(id: id, file: file, problem: problem)) }
+            guard let data = FileManager.default.contents(atPath: file) else { bad("cannot be read"); continue }
+            guard data.count < 64 << 20 else { bad("is \(Format.bytes(UInt64(data.count))), not a catalog entry"); continue }
+            let record: Manifest
+            do { record = try JSON.decoder().decode(Manifest.self, from: data) } catch {
+                bad("is not a valid manifest (\(Self.describe(error)))")
+                continue
             }
+            guard record.format == "storectl-manifest" else { bad("is not a storectl manifest (format \(record.format.debugDescription))"); continue }
+            guard record.formatVersion <= Manifest.currentFormatVersion else {
+                bad("has format version \(record.formatVersion); this storectl reads up to \(Manifest.currentFormatVersion) (use a newer storectl)")
+                continue
+            }
+            guard let facts = record.snapshot, facts.id == id, SnapshotID.isPlausible(id), facts.archive != nil else {
+                bad("does not describe snapshot \(id) (its id or archive record is missing or different)")
+                continue
+            }
+            records.append(record)
         }
-        return records.sorted { ($0.startedAt, $0.snapshot?.id ?? "") > ($1.startedAt, $1.snapshot?.id ?? "") }
+        records.sort { ($0.startedAt, $0.snapshot?.id ?? "") > ($1.startedAt, $1.snapshot?.id ?? "") }
+        return (records, damaged)
+    }
+
+    /// Every readable snapshot, newest first (damaged catalog entries are in `catalog()`).
+    public func records() throws -> [Manifest] { catalog().records }
+
+    /// A decoding error in a sentence (the key path and what was wrong), not Foundation's dump.
+    static func describe(_ error: any Error) -> String {
+        guard let decoding = error as? DecodingError else { return "\(error)" }
+        func path(_ context: DecodingError.Context) -> String {
+            let keys = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+            return keys.isEmpty ? "" : " at \(keys)"
+        }
+        switch decoding {
+        case .dataCorrupted(let context): return "not valid JSON\(path(context))"
+        case .keyNotFound(let key, let context): return "no \(key.stringValue)\(path(context))"
+        case .typeMismatch(_, let context): return "\(context.debugDescription.lowercased())\(path(context))"
+        case .valueNotFound(_, let context): return "a missing value\(path(context))"
+        @unknown default: return "\(error)"
+        }
     }
 
     /// The snapshot with this id, or the only one whose id starts with it.
@@ -151,8 +195,13 @@ public final class SnapshotRepository: Sendable {
         guard SnapshotID.isPlausible(id) else {
             throw StoreOpsError(.noInput, "\"\(id)\" is not a snapshot id", hint: "`storectl snapshot list --repo \(path)` shows the ids")
         }
-        let all = try records()
+        let (all, damaged) = catalog()
         if let exact = all.first(where: { $0.snapshot?.id == id }) { return exact }
+        if let broken = damaged.first(where: { $0.id == id }) ?? (damaged.count == 1 && damaged[0].id.hasPrefix(id)
+                                                                      && !all.contains { $0.snapshot?.id.hasPrefix(id) == true } ? damaged[0] : nil) {
+            throw StoreOpsError(.badData, "snapshot \(broken.id): its catalog entry \(broken.file) \(broken.problem)",
+                                hint: "restore another snapshot (`storectl snapshot list --repo \(path)` marks damaged entries)")
+        }
         let matches = all.filter { $0.snapshot?.id.hasPrefix(id) == true }
         guard matches.count <= 1 else {
             throw StoreOpsError(.usage, "\"\(id)\" matches \(matches.count) snapshots: \(matches.compactMap { $0.snapshot?.id }.joined(separator: ", "))")
@@ -172,7 +221,7 @@ public final class SnapshotRepository: Sendable {
 
     func addToCatalog(_ record: Manifest) throws {
         guard let id = record.snapshot?.id else { throw StoreOpsError(.failure, "a catalog entry needs a snapshot id") }
-        let entry = try PendingFile(finalPath: catalogPath(id))
+        let entry = try PendingFile(finalPath: catalogPath(id), label: "snapshot.catalog")
         try entry.write(try JSON.encode(record))
         try entry.commit()
     }
@@ -183,7 +232,7 @@ public final class SnapshotRepository: Sendable {
     }
 
     func recordVerification(_ id: String, _ record: VerificationRecord) throws {
-        let file = try PendingFile(finalPath: verifiedPath(id))
+        let file = try PendingFile(finalPath: verifiedPath(id), label: "verify.record")
         try file.write(try JSON.encode(record))
         try file.commit(replacing: true)
     }
@@ -191,13 +240,11 @@ public final class SnapshotRepository: Sendable {
     /// Removes a snapshot: the catalog entry first (it stops being listed), then the archive.
     func remove(_ record: Manifest) throws {
         guard let id = record.snapshot?.id else { return }
-        guard unlink(catalogPath(id)) == 0 || errno == ENOENT else {
-            throw StoreOpsError.posix(errno, doing: "removing the catalog entry of \(id)", side: .output)
-        }
-        try FileSystem.sync(catalogFolder, directory: true)
-        unlink(archivePath(record))
-        unlink(verifiedPath(id))
-        try FileSystem.sync(snapshotsFolder, directory: true)
+        try FileSystem.removeFile(catalogPath(id), point: "prune.catalog.remove")
+        try FileSystem.sync(catalogFolder, directory: true, point: "prune.catalog.sync")
+        try FileSystem.removeFile(archivePath(record), point: "prune.archive.remove")
+        try FileSystem.removeFile(verifiedPath(id), point: "prune.verified.remove")
+        try FileSystem.sync(snapshotsFolder, directory: true, point: "prune.archive.sync")
     }
 
     /// Removes what interrupted runs left (under the writers' lock): temp files of dead
@@ -209,18 +256,17 @@ public final class SnapshotRepository: Sendable {
             removed += PendingFile.removeStale(in: folder)
         }
         let listed = Set(((try? FileManager.default.contentsOfDirectory(atPath: catalogFolder)) ?? [])
-            .filter { $0.hasSuffix(".json") }.map { String($0.dropLast(5)) })
+            .filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.map { String($0.dropLast(5)) })
         for name in (try? FileManager.default.contentsOfDirectory(atPath: snapshotsFolder)) ?? [] where !name.hasPrefix(".") {
             let id = String(name.prefix { $0 != "." })
             if SnapshotID.isPlausible(id), !listed.contains(id) {
                 let file = (snapshotsFolder as NSString).appendingPathComponent(name)
-                unlink(file)
-                removed.append(file)
+                if FileSystem.remove(file, point: "stray.archive.remove") { removed.append(file) }
             }
         }
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: verifiedFolder)) ?? [] where name.hasSuffix(".json") {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: verifiedFolder)) ?? [] where name.hasSuffix(".json") && !name.hasPrefix(".") {
             if !listed.contains(String(name.dropLast(5))) {
-                unlink((verifiedFolder as NSString).appendingPathComponent(name))
+                FileSystem.remove((verifiedFolder as NSString).appendingPathComponent(name), point: "stray.verified.remove")
             }
         }
         return removed
@@ -231,6 +277,17 @@ public final class SnapshotRepository: Sendable {
 public enum SnapshotID {
     public static func make(at date: Date) -> String {
         "\(Timestamp.compact(date))-\(String(format: "%06x", UInt32.random(in: 0...0xFF_FFFF)))"
+    }
+
+    /// The time an id's first part gives (`20261122T031500Z`).
+    public static func time(of id: String) -> Date? {
+        let stamp = String(id.prefix(16))
+        guard stamp.count == 16 else { return nil }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
+        return formatter.date(from: stamp)
     }
 
     /// Whether `text` could be (a prefix of) an id: digits, T, Z, '-' and hex, nothing that can

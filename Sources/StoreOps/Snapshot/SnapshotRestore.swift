@@ -25,6 +25,10 @@ public enum SnapshotRestore {
         public var jobLockHeld = false
         /// How the current store is kept before it is replaced (in place).
         public var keepCurrent: KeepCurrent = .snapshot
+        /// In place: restore although no store exists at the path (otherwise exit 66).
+        public var create = false
+        /// The swap also clears this migration's journal (a migration's rollback).
+        public var clearsMigrationJournal = false
 
         public enum KeepCurrent: Sendable, Equatable {
             /// A safety snapshot (tag pre-restore) in the repository.
@@ -48,23 +52,34 @@ public enum SnapshotRestore {
         public var restoredTo: String
         /// In place: the `pre-restore` snapshot of the store as it was.
         public var safetySnapshot: String?
-        /// In place with --force on a damaged store: where the damaged files were moved.
+        /// In place: where the previous store's files were kept (a damaged store with --force, a
+        /// migration's failed state, sidecars found without their store).
         public var movedAside: [String]
-        /// In place: the old store's -wal/-shm/-journal that were removed.
+        /// In place: the old store's -wal/-shm/-journal, discarded once the restored store was in
+        /// place (they are in the safety snapshot).
         public var removedSidecars: [String]
         public var externalFiles: Int
+        /// The journal mode the restored store has (in place: the mode the store had).
+        public var journalMode: String
+        /// The database was checked against the snapshot's SHA-256 and integrity check before the
+        /// swap, and the file in place is that file (same inode).
+        public var verified: Bool
+        /// An interrupted swap of this path that was finished first.
+        public var recovered: StoreSwap.Outcome?
         public var record: Manifest
     }
 
     /// Verifies the snapshot while unpacking it beside the target, checks the database, then
-    /// swaps it into place.
+    /// swaps it into place as one journaled, recoverable transaction (`StoreSwap`).
     ///
-    /// - Throws: 66 unknown id, 65 damaged snapshot (nothing changed), 73 target not creatable or
-    ///   existing, 74 no room, 75 store open by another process or locked.
+    /// - Throws: 66 unknown id or (in place) no store at the path, 65 damaged or hostile snapshot
+    ///   (nothing changed), 73 target not creatable or existing, 74 no room, 75 store open by
+    ///   another process or locked.
     public static func run(_ options: Options) throws -> Result {
         let repository = try SnapshotRepository.open(options.repository)
         let lock = try repository.lockForWriting(job: "snapshot restore", wait: options.wait)
         defer { lock.release() }
+        repository.removeStray()
         let record = try repository.record(options.id)
         switch options.target {
         case .file(let path):
@@ -79,9 +94,12 @@ public enum SnapshotRestore {
         var database: PendingFile
         var support: PendingFile?
         var externalFiles: Int
+        var journalMode: String
     }
 
-    static func stage(_ record: Manifest, repository: SnapshotRepository, at finalPath: String) throws -> Staged {
+    /// Unpacks and checks the snapshot beside `finalPath`, then puts the database in `journalMode`
+    /// ("wal" or "delete") and fsyncs everything.
+    static func stage(_ record: Manifest, repository: SnapshotRepository, at finalPath: String, journalMode: String) throws -> Staged {
         let folder = FileSystem.parent(of: finalPath)
         switch FileSystem.kind(of: folder) {
         case .directory: break
@@ -95,17 +113,20 @@ public enum SnapshotRestore {
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
         let space = try FileSystem.space(at: folder)
         guard space.availableBytes >= needed else {
-            throw StoreOpsError(.ioError, "not enough space in \(folder) to restore: \(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed")
+            throw StoreOpsError(.ioError, "not enough space in \(folder) to restore: \(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed",
+                                hint: "free space on that volume first")
         }
+        StoreSwap.recoverAll(in: folder)
         PendingFile.removeStale(in: folder)
-        let database = try PendingFile(finalPath: finalPath)
+        let database = try PendingFile(finalPath: finalPath, label: "restore.database")
         var support: PendingFile?
         var externalFolder: String?
         if record.externalData != nil {
             let stem = (FileSystem.name(of: finalPath) as NSString).deletingPathExtension
-            let pending = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(".\(stem)_SUPPORT"), directory: true)
+            let pending = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(".\(stem)_SUPPORT"), directory: true,
+                                          label: "restore.support")
             let inner = (pending.tempPath as NSString).appendingPathComponent("_EXTERNAL_DATA")
-            guard mkdir(inner, 0o700) == 0 else { throw StoreOpsError.posix(errno, doing: "creating \(inner)", side: .output) }
+            try FileSystem.makeDirectory(inner, point: "restore.support.external-folder")
             externalFolder = inner
             support = pending
         }
@@ -113,47 +134,85 @@ public enum SnapshotRestore {
         try SnapshotExtraction.run(record, repository: repository, into: .init(database: database.tempPath, externalFolder: externalFolder),
                                    level: .quick)
         logger.debug("unpacked and checked", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
-        return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0)
+        if journalMode == "wal" { try switchToWAL(database.tempPath) }
+        try database.sync()
+        try support?.sync()
+        return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0,
+                      journalMode: journalMode)
+    }
+
+    /// Puts a staged (closed, unused) database back in WAL mode: the header's read/write versions
+    /// become 2 (https://sqlite.org/fileformat2.html#file_format_version_numbers). Closing the only
+    /// connection checkpoints and removes the `-wal` and `-shm` it made.
+    static func switchToWAL(_ path: String) throws {
+        let queue = try StoreConnection.open(path, access: .readWrite, busyTimeout: 5, side: .output, label: "storectl.restore-wal")
+        let mode = try queue.inDatabase { db -> String? in
+            do { return try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") } catch {
+                throw StoreOpsError.sqlite(error, doing: "switching the restored database to WAL mode", side: .output)
+            }
+        }
+        do { try queue.close() } catch { throw StoreOpsError.sqlite(error, doing: "closing \(path)", side: .output) }
+        guard mode?.lowercased() == "wal" else {
+            throw StoreOpsError(.failure, "could not switch the restored database to WAL mode (got \(mode ?? "nothing"))")
+        }
+        for suffix in ["-wal", "-shm"] { FileSystem.remove(path + suffix, point: "restore.database.wal-cleanup") }
     }
 
     static func restoreToNewFile(_ record: Manifest, repository: SnapshotRepository, path: String) throws -> Result {
+        let recovered = try StoreSwap.recover(target: path)
         guard FileSystem.kind(of: path) == .missing else {
             throw StoreOpsError(.cannotCreate, "\(path) already exists",
                                 hint: "restore to a new path, or use --in-place to replace a store (with a safety snapshot)")
         }
-        let support = (FileSystem.parent(of: path) as NSString)
-            .appendingPathComponent(".\((FileSystem.name(of: path) as NSString).deletingPathExtension)_SUPPORT")
+        let support = StoreFile(unchecked: path).supportPath
         if record.externalData != nil, FileSystem.kind(of: support) != .missing {
             throw StoreOpsError(.cannotCreate, "\(support) already exists: the restored store's external data would go there",
                                 hint: "restore to another name, or move that folder away first")
         }
-        let staged = try stage(record, repository: repository, at: path)
-        if let support = staged.support { try support.commit() }
-        try staged.database.commit()
+        // `--to` writes the snapshot's database byte for byte (journal_mode=delete): its SHA-256
+        // is the manifest's, so the file can be checked without storectl.
+        let staged = try stage(record, repository: repository, at: path, journalMode: "delete")
+        let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
+        _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
+                                        expectedSHA256: record.database.sha256))
         return Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
-                      externalFiles: staged.externalFiles, record: record)
-    }
-
-    /// `<store>-wal` becomes `<store><suffix>-wal`: a moved-aside pair still opens together.
-    static func asideName(_ path: String, of store: StoreFile, suffix: String) -> String {
-        store.path + suffix + path.dropFirst(store.path.count)
+                      externalFiles: staged.externalFiles, journalMode: "delete", verified: true, recovered: recovered, record: record)
     }
 
     static func restoreInPlace(_ record: Manifest, repository: SnapshotRepository, store: StoreFile, options: Options) throws -> Result {
         let jobLock = options.jobLockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "snapshot restore", wait: options.wait)
         defer { jobLock?.release() }
+        // An interrupted swap of this store is finished before anything else.
+        let recovered = try StoreSwap.recover(target: store.path)
         let exists = FileSystem.kind(of: store.path) == .file
-        if exists, !options.force {
-            if let pid = try LockState.otherUser(of: store) {
-                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
-                                    hint: "stop the app first, or pass --force to restore anyway")
-            }
+        if !exists, FileSystem.kind(of: store.path) != .missing {
+            throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")
         }
+        guard exists || options.create else {
+            throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
+                                hint: "check the path, or pass --create to restore a store there")
+        }
+        if exists, !options.force, let pid = try LockState.otherUser(of: store) {
+            throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
+                                hint: "stop the app first, or pass --force to restore anyway")
+        }
+        // The snapshot is unpacked and checked before anything else happens: a damaged or hostile
+        // archive is refused before a safety snapshot is taken or the store is touched.
+        let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
+                                 : (record.source.journalMode == "wal" ? "wal" : "delete")
+        let staged = try stage(record, repository: repository, at: store.path, journalMode: journalMode)
+        if exists {
+            // The app's user must be able to open its restored store: same owner and mode as before.
+            try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
+            if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
+        }
+
         var safety: String?
-        var movedAside: [String] = []
-        var asideSuffix: String?
-        if case .moveAside(let suffix) = options.keepCurrent { asideSuffix = suffix }
-        if exists, asideSuffix == nil {
+        var keep: StoreSwap.KeepOld = .discard
+        switch options.keepCurrent {
+        case .moveAside(let suffix):
+            keep = .rename(suffix: suffix)
+        case .snapshot where exists:
             do {
                 let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: repository, tags: ["pre-restore"],
                                                         compression: .zstd, level: nil, timeout: options.timeout,
@@ -164,52 +223,26 @@ public enum SnapshotRestore {
                     throw StoreOpsError(.badData, "the current store cannot be snapshotted (\(error.message)); nothing was changed",
                                         hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
                 }
+                keep = .rename(suffix: ".damaged-\(Timestamp.compact(Date()))")
             }
+        case .snapshot:
+            // No store, but perhaps sidecars an earlier failure left: all that is left of something, kept.
+            keep = .rename(suffix: ".orphaned-\(Timestamp.compact(Date()))")
         }
-        let staged = try stage(record, repository: repository, at: store.path)
-        if exists {
-            // The app's user must be able to open its restored store: same owner and mode as before.
-            try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
-            if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
-        }
-
-        // The swap. From here on the old store is safe in the safety snapshot (or moved aside).
-        if exists, safety == nil {
-            let suffix = asideSuffix ?? ".damaged-\(Timestamp.compact(Date()))"
-            for path in [store.path, store.walPath, store.shmPath, store.journalPath] where FileSystem.kind(of: path) == .file {
-                let aside = asideName(path, of: store, suffix: suffix)
-                try FileSystem.rename(path, aside)
-                movedAside.append(aside)
-            }
-        }
-        // A -wal or hot -journal left beside the restored file would be replayed onto it. Those of
-        // the old store are in the safety snapshot; without an old store (an earlier run died between
-        // its renames) they are all that is left of something, so they are moved aside, not deleted.
-        var removed: [String] = []
-        let orphanSuffix = ".orphaned-\(Timestamp.compact(Date()))"
-        for sidecar in [store.walPath, store.shmPath, store.journalPath] where FileSystem.kind(of: sidecar) == .file {
-            if !exists {
-                let aside = asideName(sidecar, of: store, suffix: orphanSuffix)
-                try FileSystem.rename(sidecar, aside)
-                movedAside.append(aside)
-                continue
-            }
-            guard unlink(sidecar) == 0 else { throw StoreOpsError.posix(errno, doing: "removing \(sidecar)", side: .output) }
-            removed.append(sidecar)
-        }
-        try staged.database.commit(replacing: true)
-        // External data: the restored store gets the snapshot's folder (or none), atomically.
-        let supportPath = (store.folder as NSString).appendingPathComponent(".\(store.stem)_SUPPORT")
-        var oldSupport: String?
-        if FileSystem.kind(of: supportPath) == .directory {
-            let aside = (store.folder as NSString).appendingPathComponent(".\(store.stem)_SUPPORT\(PendingFile.marker)\(getpid())-old")
-            try FileSystem.rename(supportPath, aside)
-            oldSupport = aside
-        }
-        if let support = staged.support { try support.commit() }
-        if let oldSupport { FileSystem.remove(oldSupport) }
-        try FileSystem.sync(store.folder, directory: true)
-        return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: movedAside,
-                      removedSidecars: removed, externalFiles: staged.externalFiles, record: record)
+        var replacing: [(path: String, role: String)] = [(store.walPath, "wal"), (store.shmPath, "shm"), (store.journalPath, "journal")]
+        if exists { replacing.append((store.path, "database")) }
+        replacing.append((store.supportPath, "support"))
+        var installs: [StoreSwap.Install] = []
+        if let support = staged.support { installs.append(.init(support, role: "support")) }
+        installs.append(.init(staged.database, role: "database"))
+        let outcome = try StoreSwap.perform(.init(
+            operation: options.clearsMigrationJournal ? "rollback" : "restore", target: store.path, installs: installs,
+            replacing: replacing.filter { StoreSwap.lstatIdentity($0.path) != nil }, keepOld: keep,
+            expectedSHA256: journalMode == "delete" ? record.database.sha256 : nil,
+            followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
+        let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
+        return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
+                      removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
+                      externalFiles: staged.externalFiles, journalMode: journalMode, verified: true, recovered: recovered, record: record)
     }
 }

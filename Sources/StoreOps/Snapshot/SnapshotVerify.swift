@@ -39,8 +39,11 @@ public enum SnapshotVerify {
         guard options.all || !options.ids.isEmpty else {
             throw StoreOpsError(.usage, "name the snapshots to verify, or pass --all")
         }
-        let records = options.all ? try repository.records() : try options.ids.map { try repository.record($0) }
+        let catalog = repository.catalog()
+        let records = options.all ? catalog.records : try options.ids.map { try repository.record($0) }
         let scratch = FileSystem.absolute(options.scratch ?? NSTemporaryDirectory())
+        // Scratch copies of runs that were killed (a killed migrate's verify) go first.
+        PendingFile.removeStale(in: scratch, prefix: scratchPrefix)
         let level: VerifyLevel = options.full ? .full : .quick
         var outcomes: [Outcome] = []
         for record in records {
@@ -54,7 +57,7 @@ public enum SnapshotVerify {
             }
             var problem: String?
             do {
-                let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("storectl-verify-\(id).sqlite"))
+                let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
                 defer { database.discard() }
                 try SnapshotExtraction.run(record, repository: repository, into: .init(database: database.tempPath, externalFolder: nil),
                                            level: level)
@@ -64,8 +67,16 @@ public enum SnapshotVerify {
             try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
             outcomes.append(Outcome(id: id, ok: problem == nil, problem: problem, seconds: Date().timeIntervalSince(started)))
         }
+        if options.all {
+            // Damaged catalog entries are part of "all": reported, never skipped silently.
+            for entry in catalog.damaged {
+                outcomes.append(Outcome(id: entry.id, ok: false, problem: "its catalog entry \(entry.file) \(entry.problem)", seconds: 0))
+            }
+        }
         return outcomes
     }
+
+    static let scratchPrefix = "storectl-verify-"
 
     static func checkDatabase(_ path: String, level: VerifyLevel) throws -> Manifest.Verification {
         let queue = try StoreConnection.open(path, access: .readOnly, label: "storectl.snapshot-verify")

@@ -29,10 +29,7 @@ public final class JobLock {
     ///   - wait: block until the lock is free instead of failing at once.
     /// - Throws: exit 75 naming the holder when the lock is taken and `wait` is false.
     public static func acquire(path: String, job: String, wait: Bool = false) throws -> JobLock {
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            throw StoreOpsError.posix(errno, doing: "opening the job lock \(path)", side: .output)
-        }
+        let fd = try FileSystem.openCreating(path, mode: 0o600, flags: O_RDWR, point: "joblock.create")
         while flock(fd, wait ? LOCK_EX : (LOCK_EX | LOCK_NB)) != 0 {
             let err = errno
             if err == EINTR {

@@ -18,18 +18,29 @@ public struct KillSwitch: Sendable {
 
     /// Creates the store's switch file, recording who threw it and when.
     @discardableResult
+    ///
+    /// - Throws: 66 when there is no store file at that path (a typo would otherwise leave a
+    ///   switch that stops nothing), 73 when the file cannot be written.
     public static func engage(_ store: StoreFile, reason: String = "") throws -> String {
+        switch FileSystem.kind(of: store.path) {
+        case .file: break
+        case .missing:
+            throw StoreOpsError(.noInput, "\(store.path): no such store; the kill switch was not engaged",
+                                hint: "name the store's database file, the path storectl jobs run on")
+        default:
+            throw StoreOpsError(.noInput, "\(store.path) is not a store file; the kill switch was not engaged",
+                                hint: "name the store's database file, e.g. \(store.path)/Store.sqlite")
+        }
         let path = defaultPath(for: store)
         let text = "engaged \(Timestamp.iso(Date())) by pid \(getpid())\(reason.isEmpty ? "" : ": \(reason)")\n"
-        guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
-            throw StoreOpsError.posix(errno, doing: "creating \(path)", side: .output)
-        }
+        if FileSystem.kind(of: path) != .missing { return path }   // already engaged: leave the first record
+        try FileSystem.writeNewFile(path, Data(text.utf8), point: "killswitch.create")
         return path
     }
 
     /// Removes the store's switch file; returns whether it existed.
     @discardableResult
-    public static func release(_ store: StoreFile) -> Bool { unlink(defaultPath(for: store)) == 0 }
+    public static func release(_ store: StoreFile) -> Bool { FileSystem.remove(defaultPath(for: store), point: "killswitch.remove") }
 }
 
 /// Why a long job stopped before it finished its work.

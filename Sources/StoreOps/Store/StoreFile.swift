@@ -14,10 +14,19 @@ public struct StoreFile: Sendable, Hashable {
     /// The name without its extension: "Tasks" for "Tasks.sqlite".
     public var stem: String { (name as NSString).deletingPathExtension }
 
+    /// Core Data's support folder beside the store: `.<stem>_SUPPORT`.
+    public var supportPath: String { Self.supportPath(forDatabase: path) }
+
     /// Core Data's external binary data folder: `.<stem>_SUPPORT/_EXTERNAL_DATA` beside the store.
-    public var externalDataPath: String {
-        (folder as NSString).appendingPathComponent(".\(stem)_SUPPORT/_EXTERNAL_DATA")
+    public var externalDataPath: String { (supportPath as NSString).appendingPathComponent(Self.externalDataFolderName) }
+
+    /// The one place the support folder's name is built: `.<stem>_SUPPORT` beside `database`.
+    public static func supportPath(forDatabase database: String) -> String {
+        let stem = (FileSystem.name(of: database) as NSString).deletingPathExtension
+        return (FileSystem.parent(of: database) as NSString).appendingPathComponent(".\(stem)_SUPPORT")
     }
+
+    public static let externalDataFolderName = "_EXTERNAL_DATA"
 
     /// The sidecar file storectl's job lock lives in (never the database file itself).
     public var jobLockPath: String { path + ".storectl-lock" }

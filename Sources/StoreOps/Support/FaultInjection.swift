@@ -1,14 +1,53 @@
 import Foundation
+import Synchronization
 
-/// A test hook: when `STORECTL_FAULT_POINT` names a point the process reaches, it kills itself
-/// there with SIGKILL, so crash-safety tests can stop a real process at exactly that moment
-/// (no cleanup runs, as in a power cut or `kill -9`). Unset in production: a no-op.
+/// Named fault points: every step storectl takes that renames, removes, creates or fsyncs a file
+/// (and a few semantic moments, such as a migration's commit) calls `reach(_:)` with its name,
+/// right after the step.
+///
+/// Two test hooks read the environment once; both are no-ops when unset:
+/// - `STORECTL_FAULT_TRACE=FILE` appends every point reached to FILE, one `name#k` per line
+///   (`k`: the k-th time this run reached `name`). A run with it set is how a test lists the
+///   points of an operation: the list is what the code does, not a table kept beside it.
+/// - `STORECTL_FAULT_POINT=name` or `name#k` kills the process with SIGKILL at the first (k-th)
+///   time it reaches `name`: no cleanup runs, as in a power cut or `kill -9`.
+///
+/// The file-system primitives in `FileSystem` take the point name as a required argument, so no
+/// durable step can be written without one (a test also scans the sources for raw calls).
 public enum FaultInjection {
-    static let point = ProcessInfo.processInfo.environment["STORECTL_FAULT_POINT"]
+    private static let target: (name: String, occurrence: Int)? = {
+        guard let spec = ProcessInfo.processInfo.environment["STORECTL_FAULT_POINT"], !spec.isEmpty else { return nil }
+        if let hash = spec.lastIndex(of: "#"), let k = Int(spec[spec.index(after: hash)...]), k > 0 {
+            return (String(spec[..<hash]), k)
+        }
+        return (spec, 1)
+    }()
 
+    private static let traceFD: Int32? = {
+        guard let path = ProcessInfo.processInfo.environment["STORECTL_FAULT_TRACE"], !path.isEmpty else { return nil }
+        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        return fd >= 0 ? fd : nil
+    }()
+
+    private static let counts = Mutex<[String: Int]>([:])
+
+    /// True when either hook is set (callers never need to check; `reach` is cheap either way).
+    public static var isActive: Bool { target != nil || traceFD != nil }
+
+    /// Marks that the process has just completed the step `name`.
     public static func reach(_ name: String) {
-        guard let point, point == name else { return }
-        kill(getpid(), SIGKILL)
-        pause()
+        guard target != nil || traceFD != nil else { return }
+        let k = counts.withLock { table -> Int in
+            table[name, default: 0] += 1
+            return table[name]!
+        }
+        if let fd = traceFD {
+            let line = Array("\(name)#\(k)\n".utf8)
+            _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        }
+        if let target, target.name == name, target.occurrence == k {
+            kill(getpid(), SIGKILL)
+            pause()
+        }
     }
 }

@@ -72,28 +72,103 @@ public enum FileSystem {
 
     public static func name(of path: String) -> String { (path as NSString).lastPathComponent }
 
+    // MARK: - Durable steps
+    //
+    // Every call that creates, renames, links, removes or fsyncs goes through one of these, and
+    // each names its fault point (see `FaultInjection`): the point is reached right after the step.
+
+    /// Creates the regular file `path` (`O_CREAT | O_EXCL`, never an existing one) and returns a
+    /// descriptor opened with `flags` (default: write-only). The caller closes it.
+    public static func create(_ path: String, mode: mode_t = 0o600, flags: Int32 = O_WRONLY, point: String) throws -> Int32 {
+        let fd = open(path, flags | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "creating \(path)", side: .output) }
+        FaultInjection.reach(point)
+        return fd
+    }
+
+    /// Opens `path` for appending, creating it when missing (job logs, lock files).
+    public static func openCreating(_ path: String, mode: mode_t, flags: Int32, point: String) throws -> Int32 {
+        let existed = kind(of: path) != .missing
+        let fd = open(path, flags | O_CREAT | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .output) }
+        if !existed { FaultInjection.reach(point) }
+        return fd
+    }
+
+    /// Creates a folder (`mode` 0700 by default). - Parameter existingOK: an existing folder is fine.
+    public static func makeDirectory(_ path: String, mode: mode_t = 0o700, existingOK: Bool = false, point: String) throws {
+        if mkdir(path, mode) != 0 {
+            let err = errno
+            guard err == EEXIST, existingOK, kind(of: path) == .directory else {
+                throw StoreOpsError.posix(err, doing: "creating the folder \(path)", side: .output)
+            }
+            return
+        }
+        FaultInjection.reach(point)
+    }
+
+    /// Writes `data` to a new file (`O_EXCL`, `mode`), without syncing it (callers that need the
+    /// file durable sync it, or write it through `PendingFile`).
+    public static func writeNewFile(_ path: String, _ data: Data, mode: mode_t = 0o600, point: String) throws {
+        let fd = try create(path, mode: mode, point: point)
+        defer { close(fd) }
+        try data.withUnsafeBytes { try writeAll(fd, $0, path: path) }
+    }
+
     /// fsync(2) an existing file or folder.
-    public static func sync(_ path: String, directory: Bool = false) throws {
-        let fd = open(path, directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY)
+    public static func sync(_ path: String, directory: Bool = false, point: String) throws {
+        let fd = open(path, directory ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_RDONLY | O_CLOEXEC))
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(path) to sync it", side: .output) }
         defer { close(fd) }
         guard fsync(fd) == 0 else { throw StoreOpsError.posix(errno, doing: "syncing \(path)", side: .output) }
+        FaultInjection.reach(point)
+    }
+
+    /// fsync(2) an open descriptor.
+    public static func sync(fd: Int32, path: String, point: String) throws {
+        guard fsync(fd) == 0 else { throw StoreOpsError.posix(errno, doing: "syncing \(path)", side: .output) }
+        FaultInjection.reach(point)
+    }
+
+    /// fsyncs every file and folder under `root`, then `root` itself.
+    public static func syncTree(_ root: String, point: String) throws {
+        let enumerator = FileManager.default.enumerator(atPath: root)
+        while let relative = enumerator?.nextObject() as? String {
+            let path = (root as NSString).appendingPathComponent(relative)
+            let isDirectory = kind(of: path) == .directory
+            let fd = open(path, isDirectory ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_RDONLY | O_CLOEXEC))
+            guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(path) to sync it", side: .output) }
+            defer { close(fd) }
+            guard fsync(fd) == 0 else { throw StoreOpsError.posix(errno, doing: "syncing \(path)", side: .output) }
+        }
+        try sync(root, directory: true, point: point)
     }
 
     /// Renames `from` to `to` without replacing an existing `to` (EEXIST becomes exit 73).
     ///
     /// Uses renameat2(RENAME_NOREPLACE); on a file system without it, falls back to link(2) +
     /// unlink(2), which is equally atomic and equally refuses to replace.
-    public static func renameNoReplace(_ from: String, _ to: String) throws {
-        if storectl_rename_noreplace(from, to) == 0 { return }
+    public static func renameNoReplace(_ from: String, _ to: String, point: String) throws {
+        if storectl_rename_noreplace(from, to) == 0 {
+            FaultInjection.reach(point)
+            return
+        }
         let err = errno
-        if err == EEXIST {
+        if err == EEXIST || err == ENOTEMPTY {
             throw StoreOpsError(.cannotCreate, "\(to) already exists", hint: "choose another name, or remove it first")
         }
         guard err == EINVAL || err == ENOSYS || err == ENOTSUP else {
             throw StoreOpsError.posix(err, doing: "renaming \(from) to \(to)", side: .output)
         }
-        guard link(from, to) == 0 else {
+        guard kind(of: from) != .directory else {
+            // link(2) cannot link folders: check, then rename (the folder names are our own).
+            guard kind(of: to) == .missing else {
+                throw StoreOpsError(.cannotCreate, "\(to) already exists", hint: "choose another name, or remove it first")
+            }
+            try rename(from, to, point: point)
+            return
+        }
+        guard Foundation.link(from, to) == 0 else {
             let linkErr = errno
             if linkErr == EEXIST {
                 throw StoreOpsError(.cannotCreate, "\(to) already exists", hint: "choose another name, or remove it first")
@@ -101,22 +176,48 @@ public enum FileSystem {
             throw StoreOpsError.posix(linkErr, doing: "renaming \(from) to \(to)", side: .output)
         }
         unlink(from)
+        FaultInjection.reach(point)
     }
 
     /// rename(2), replacing `to` atomically if it exists.
-    public static func rename(_ from: String, _ to: String) throws {
+    public static func rename(_ from: String, _ to: String, point: String) throws {
         guard Foundation.rename(from, to) == 0 else {
             throw StoreOpsError.posix(errno, doing: "renaming \(from) to \(to)", side: .output)
         }
+        FaultInjection.reach(point)
     }
 
-    /// Removes a file or a folder tree; missing is fine.
-    public static func remove(_ path: String) {
-        if kind(of: path) == .directory {
-            try? FileManager.default.removeItem(atPath: path)
-        } else {
-            unlink(path)
+    /// link(2): a second name for an existing file.
+    public static func link(_ from: String, _ to: String, point: String) throws {
+        guard Foundation.link(from, to) == 0 else {
+            throw StoreOpsError.posix(errno, doing: "linking \(from) as \(to)", side: .output)
         }
+        FaultInjection.reach(point)
+    }
+
+    /// Removes a file or a folder tree; missing is fine. Returns whether something was removed.
+    @discardableResult
+    public static func remove(_ path: String, point: String) -> Bool {
+        switch kind(of: path) {
+        case .missing:
+            // A dangling symbolic link is "missing" to stat(2) but still a name to remove.
+            guard unlink(path) == 0 else { return false }
+        case .directory:
+            guard (try? FileManager.default.removeItem(atPath: path)) != nil else { return false }
+        default:
+            guard unlink(path) == 0 else { return false }
+        }
+        FaultInjection.reach(point)
+        return true
+    }
+
+    /// Removes a file; missing is fine, any other failure is thrown.
+    public static func removeFile(_ path: String, point: String) throws {
+        guard unlink(path) == 0 else {
+            if errno == ENOENT { return }
+            throw StoreOpsError.posix(errno, doing: "removing \(path)", side: .output)
+        }
+        FaultInjection.reach(point)
     }
 
     /// Gives `path` (and, for a folder, everything in it) the owner, group and permission bits of

@@ -10,28 +10,25 @@ public final class PendingFile {
     public let finalPath: String
     public let tempPath: String
     public let isDirectory: Bool
+    /// Names this artifact's fault points: `<label>.create`, `.sync`, `.rename`, `.sync-folder`, `.discard`.
+    public let label: String
     public private(set) var isCommitted = false
 
     static let marker = ".tmp-storectl-"
 
     /// Creates the temp file (`O_CREAT|O_EXCL`, mode 0600) or temp folder (0700) next to `finalPath`.
-    public init(finalPath: String, directory: Bool = false) throws {
+    public init(finalPath: String, directory: Bool = false, label: String) throws {
         self.finalPath = finalPath
         self.isDirectory = directory
+        self.label = label
         let folder = FileSystem.parent(of: finalPath)
         let random = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         tempPath = (folder as NSString).appendingPathComponent(
             ".\(FileSystem.name(of: finalPath))\(Self.marker)\(getpid())-\(random)")
         if directory {
-            guard mkdir(tempPath, 0o700) == 0 else {
-                throw StoreOpsError.posix(errno, doing: "creating a temporary folder in \(folder)", side: .output)
-            }
+            try FileSystem.makeDirectory(tempPath, point: "\(label).create")
         } else {
-            let fd = open(tempPath, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-            guard fd >= 0 else {
-                throw StoreOpsError.posix(errno, doing: "creating a temporary file in \(folder)", side: .output)
-            }
-            close(fd)
+            close(try FileSystem.create(tempPath, point: "\(label).create"))
         }
     }
 
@@ -40,17 +37,12 @@ public final class PendingFile {
         let fd = open(tempPath, O_WRONLY | O_TRUNC | O_CLOEXEC)
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(tempPath)", side: .output) }
         defer { close(fd) }
-        try data.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let n = Foundation.write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw StoreOpsError.posix(errno, doing: "writing \(finalPath)", side: .output)
-                }
-                offset += n
-            }
-        }
+        try data.withUnsafeBytes { try FileSystem.writeAll(fd, $0, path: finalPath) }
+    }
+
+    /// fsyncs the temp artifact (the whole tree for a folder), without renaming it.
+    public func sync() throws {
+        if isDirectory { try FileSystem.syncTree(tempPath, point: "\(label).sync") } else { try FileSystem.sync(tempPath, point: "\(label).sync") }
     }
 
     /// fsyncs the temp artifact, renames it to the final name and fsyncs the folder.
@@ -58,48 +50,52 @@ public final class PendingFile {
     /// - Parameter replacing: replace an existing final file (otherwise an existing one is exit 73).
     public func commit(replacing: Bool = false) throws {
         precondition(!isCommitted, "commit twice")
-        if isDirectory { try syncTree(tempPath) } else { try FileSystem.sync(tempPath) }
+        try sync()
         if replacing {
-            try FileSystem.rename(tempPath, finalPath)
+            try FileSystem.rename(tempPath, finalPath, point: "\(label).rename")
         } else {
-            try FileSystem.renameNoReplace(tempPath, finalPath)
+            try FileSystem.renameNoReplace(tempPath, finalPath, point: "\(label).rename")
         }
         isCommitted = true
-        try FileSystem.sync(FileSystem.parent(of: finalPath), directory: true)
+        try FileSystem.sync(FileSystem.parent(of: finalPath), directory: true, point: "\(label).sync-folder")
     }
+
+    /// Another owner (a `StoreSwap` journal) is responsible for the temp artifact from now on:
+    /// it is no longer discarded when this value goes away.
+    public func handOver() { isCommitted = true }
 
     /// Removes the temp artifact and SQLite's sidecars of it. Safe to call more than once.
     public func discard() {
         guard !isCommitted else { return }
-        FileSystem.remove(tempPath)
-        for suffix in ["-journal", "-wal", "-shm"] { unlink(tempPath + suffix) }
+        isCommitted = true
+        FileSystem.remove(tempPath, point: "\(label).discard")
+        for suffix in ["-journal", "-wal", "-shm"] { FileSystem.remove(tempPath + suffix, point: "\(label).discard-sidecar") }
     }
 
     deinit { discard() }
 
-    private func syncTree(_ root: String) throws {
-        let enumerator = FileManager.default.enumerator(atPath: root)
-        while let relative = enumerator?.nextObject() as? String {
-            let path = (root as NSString).appendingPathComponent(relative)
-            try FileSystem.sync(path, directory: FileSystem.kind(of: path) == .directory)
-        }
-        try FileSystem.sync(root, directory: true)
+    /// Whether `name` is a storectl temporary name (`.<final>.tmp-storectl-<pid>-<random>`), and its pid.
+    static func temporaryOwner(_ name: String) -> Int32? {
+        guard name.hasPrefix("."), let range = name.range(of: marker) else { return nil }
+        return Int32(name[range.upperBound...].prefix { $0.isNumber })
     }
 
-    /// Deletes temp artifacts left in `folder` by storectl processes that no longer run.
+    /// Deletes temp artifacts left in `folder` by storectl processes that no longer run, except
+    /// those an interrupted `StoreSwap` still needs (its journal names them).
     ///
+    /// - Parameter prefix: only names that start with `.<prefix>` (a shared folder such as /tmp).
     /// - Returns: the paths removed.
     @discardableResult
-    public static func removeStale(in folder: String) -> [String] {
+    public static func removeStale(in folder: String, prefix: String? = nil) -> [String] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
+        let protected = StoreSwap.protectedPaths(in: folder)
         var removed: [String] = []
-        for name in names where name.hasPrefix(".") {
-            guard let range = name.range(of: marker) else { continue }
-            let rest = name[range.upperBound...]
-            guard let pid = Int32(rest.prefix { $0.isNumber }), !FileSystem.processIsAlive(pid) else { continue }
+        for name in names {
+            if let prefix, !name.hasPrefix("." + prefix) { continue }
+            guard let pid = temporaryOwner(name), !FileSystem.processIsAlive(pid) else { continue }
             let path = (folder as NSString).appendingPathComponent(name)
-            FileSystem.remove(path)
-            removed.append(path)
+            guard !protected.contains(path) else { continue }
+            if FileSystem.remove(path, point: "stale.remove") { removed.append(path) }
         }
         return removed
     }

@@ -109,13 +109,29 @@ struct SnapshotDamageTests {
         #expect(!FileManager.default.fileExists(atPath: fixture.folder.file("escape.txt")))
     }
 
-    @Test("a corrupt catalog entry is reported (65), naming the file")
-    func corruptCatalog() throws {
+    @Test("a corrupt catalog entry is listed as damaged and refused by id (65, naming the file); the rest of the repository works",
+          arguments: ["{ not json", #"{"format":"storectl-manifest","formatVersion":99}"#])
+    func corruptCatalog(_ content: String) throws {
         let fixture = try SnapshotFixture()
-        try Data("{ not json".utf8).write(to: URL(fileURLWithPath: fixture.catalogEntry))
-        let error = #expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo) }
+        let good = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo))
+        try Data(content.utf8).write(to: URL(fileURLWithPath: fixture.catalogEntry))
+        let listed = try SnapshotSummary.list(repository: fixture.repo)
+        #expect(listed.map(\.id) == [good.id, fixture.created.id])
+        #expect(listed.first { $0.id == fixture.created.id }?.damaged != nil)
+        let error = #expect(throws: StoreOpsError.self) {
+            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .file(fixture.folder.file("x.sqlite"))))
+        }
         #expect(error?.status == .badData)
-        #expect(error?.message.contains(fixture.created.id) == true)
+        #expect(error?.message.contains(fixture.catalogEntry) == true, "\(error?.message ?? "")")
+        // A good id still restores; verify --all reports the damaged entry; prune never removes it.
+        _ = try SnapshotRestore.run(.init(repository: fixture.repo, id: good.id, target: .file(fixture.folder.file("good.sqlite"))))
+        let outcomes = try SnapshotVerify.run(.init(repository: fixture.repo, all: true))
+        #expect(outcomes.map(\.ok) == [true, false])
+        #expect(outcomes.last?.problem?.contains("catalog entry") == true)
+        let pruned = try SnapshotPrune.run(.init(repository: fixture.repo, policy: .init(last: 1)))
+        #expect(pruned.removed.isEmpty)
+        #expect(pruned.damaged.map(\.id) == [fixture.created.id])
+        #expect(FileManager.default.fileExists(atPath: fixture.catalogEntry))
     }
 
     @Test("restore refuses an existing target (73) and an unwritable folder (73)", .enabled(if: TempMount.isAvailable || getuid() != 0))
@@ -173,9 +189,14 @@ struct SnapshotRestoreInPlaceTests {
         try appDiesMidWrite(fixture)
         let store = StoreFile(unchecked: fixture.store)
         let wal = try Hashing.sha256(ofFile: store.walPath)
-        try FileSystem.rename(store.path, store.path + ".gone")
+        try FileSystem.rename(store.path, store.path + ".gone", point: "test.rename")
 
-        let result = try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .inPlace(fixture.store)))
+        #expect((#expect(throws: StoreOpsError.self) {
+            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .inPlace(fixture.store)))
+        })?.status == .noInput, "no store there: refused unless --create")
+        var options = SnapshotRestore.Options(repository: fixture.repo, id: fixture.created.id, target: .inPlace(fixture.store))
+        options.create = true
+        let result = try SnapshotRestore.run(options)
         #expect(result.removedSidecars.isEmpty)
         let aside = try #require(result.movedAside.first { $0.hasSuffix("-wal") })
         #expect(aside.hasPrefix(store.path + ".orphaned-"))

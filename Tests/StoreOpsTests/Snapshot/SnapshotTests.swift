@@ -185,10 +185,16 @@ struct SnapshotTests {
         options.checkFreeSpace = false
         let full = #expect(throws: StoreOpsError.self) { try SnapshotCreate.run(store: store, options: options) }
         #expect(full?.status == .ioError, "\(full?.description ?? "")")
-        #expect(try SnapshotSummary.list(repository: repo).isEmpty)
-        for sub in ["snapshots", "catalog"] {
-            #expect(try FileManager.default.contentsOfDirectory(atPath: (repo as NSString).appendingPathComponent(sub)).isEmpty)
-        }
+        // The repository this first snapshot would have made is not left behind as an empty skeleton.
+        #expect(FileSystem.kind(of: repo) == .missing)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: mount.path).isEmpty)
+        // Into an existing repository: nothing listed, no partial file.
+        var small = SnapshotCreate.Options(repository: repo)
+        small.checkFreeSpace = false
+        _ = try SnapshotCreate.run(store: try sampleStore(in: folder, name: "Small.sqlite", items: 10), options: small)
+        #expect((#expect(throws: StoreOpsError.self) { try SnapshotCreate.run(store: store, options: options) })?.status == .ioError)
+        #expect(try SnapshotSummary.list(repository: repo).count == 1)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: (repo as NSString).appendingPathComponent("snapshots")).count == 1)
     }
 
     @Test("prune removes what the policy does not keep, catalog entry and archive; dry-run removes nothing")

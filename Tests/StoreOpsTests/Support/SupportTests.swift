@@ -10,7 +10,7 @@ struct SupportTests {
         let folder = try TempFolder()
         let final = folder.file("artifact.bin")
         do {
-            let pending = try PendingFile(finalPath: final)
+            let pending = try PendingFile(finalPath: final, label: "test.file")
             try pending.write(Data("hello".utf8))
             #expect(permissions(pending.tempPath) == 0o600)
             #expect(FileSystem.name(of: pending.tempPath).hasPrefix(".artifact.bin.tmp-storectl-\(getpid())-"))
@@ -19,7 +19,7 @@ struct SupportTests {
         }
         #expect(folder.contents().isEmpty)
 
-        let pending = try PendingFile(finalPath: final)
+        let pending = try PendingFile(finalPath: final, label: "test.file")
         try pending.write(Data("hello".utf8))
         try pending.commit()
         #expect(try String(contentsOfFile: final, encoding: .utf8) == "hello")
@@ -31,7 +31,7 @@ struct SupportTests {
         let folder = try TempFolder()
         let final = folder.file("a")
         try Data("old".utf8).write(to: URL(fileURLWithPath: final))
-        let pending = try PendingFile(finalPath: final)
+        let pending = try PendingFile(finalPath: final, label: "test.file")
         try pending.write(Data("new".utf8))
         #expect((#expect(throws: StoreOpsError.self) { try pending.commit() })?.status == .cannotCreate)
         #expect(try String(contentsOfFile: final, encoding: .utf8) == "old")

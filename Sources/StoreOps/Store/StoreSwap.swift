@@ -1,0 +1,439 @@
+import Foundation
+
+/// Replaces the files of a store (or of a backup) as one recoverable transaction.
+///
+/// A store is several names that no single rename can swap together: the database, its `-wal`,
+/// `-shm` and `-journal`, Core Data's `.<stem>_SUPPORT/` folder (and, for a backup, its
+/// manifest). A swap installs prepared files under those names and sets the old ones aside:
+///
+/// 1. The new files are staged under temporary names in the same folder, fsynced and verified
+///    (by the caller, before `perform`).
+/// 2. An intent record, `<database>.storectl-swap.json`, is written, fsynced and flocked. It lists
+///    every step with the inode of the file it moves, and a private folder for the old files,
+///    `.<name>.storectl-swap-<id>/`.
+/// 3. Old sidecars and folders are renamed into that folder; an old file that a new one replaces
+///    is hard-linked there first, so its name is never missing: the rename of the new file over it
+///    is atomic. The database is installed last.
+/// 4. The folders are fsynced; the old files are discarded (they were snapshotted) or renamed to
+///    their kept names (`<store><suffix>`, `-wal` beside it); the record is removed.
+///
+/// Nothing old is deleted before every new file has its final name. Every step is idempotent and
+/// identified by inode, so `recover` can finish a swap that a crash interrupted at any point:
+/// it rolls forward while every new file still exists (they were durable before the record was),
+/// and back otherwise. The record's flock tells a live swap from a dead one. A `-wal` found beside
+/// the old database is always kept with it (in the aside folder), never removed while it may hold
+/// commits the main file lacks.
+public enum StoreSwap {
+    /// What becomes of the files a swap replaces.
+    public enum KeepOld: Codable, Sendable, Equatable {
+        /// Deleted once the new files are in place (the caller has a verified copy of them).
+        case discard
+        /// Renamed to `<store><suffix>` (with its `-wal`, `-shm`, support folder) for a person to look at.
+        case rename(suffix: String)
+    }
+
+    /// Work that belongs to the swap and is finished by whoever finishes it.
+    public enum Followup: String, Codable, Sendable {
+        /// The migration whose rollback this swap is: its journal goes once the store is restored.
+        case removeMigrationJournal
+    }
+
+    public struct Step: Codable, Sendable, Equatable {
+        public enum Kind: String, Codable, Sendable {
+            /// An old file or folder renamed into the aside folder.
+            case moveOld
+            /// An old file that a new one replaces: hard-linked into the aside folder first.
+            case linkOld
+            /// A staged new file or folder renamed to its final name.
+            case install
+        }
+        public var kind: Kind
+        public var role: String
+        public var from: String
+        public var to: String
+        public var device: UInt64
+        public var inode: UInt64
+    }
+
+    /// The intent record.
+    public struct Journal: Codable, Sendable, Equatable {
+        public var format = "storectl-swap"
+        public var formatVersion = 1
+        public var operation: String
+        public var pid: Int32
+        public var host: String
+        public var startedAt: Date
+        /// The database path the swap installs.
+        public var target: String
+        public var aside: String
+        public var steps: [Step]
+        public var keepOld: KeepOld
+        /// SHA-256 of the new database, checked once it is in place.
+        public var expectedSHA256: String?
+        public var followups: [Followup]
+    }
+
+    /// A file to install: a staged temp artifact and its final name.
+    public struct Install {
+        public var staged: PendingFile
+        public var role: String
+        public var finalPath: String { staged.finalPath }
+        public init(_ staged: PendingFile, role: String) {
+            self.staged = staged
+            self.role = role
+        }
+    }
+
+    public struct Plan {
+        public var operation: String
+        /// The database path; the record is `<target>.storectl-swap.json`.
+        public var target: String
+        /// In order; put the database last.
+        public var installs: [Install]
+        /// Existing names whose files the swap replaces or sets aside, in order (sidecars first).
+        public var replacing: [(path: String, role: String)]
+        public var keepOld: KeepOld
+        public var expectedSHA256: String?
+        public var followups: [Followup] = []
+
+        public init(operation: String, target: String, installs: [Install], replacing: [(path: String, role: String)],
+                    keepOld: KeepOld, expectedSHA256: String? = nil, followups: [Followup] = []) {
+            self.operation = operation
+            self.target = target
+            self.installs = installs
+            self.replacing = replacing
+            self.keepOld = keepOld
+            self.expectedSHA256 = expectedSHA256
+            self.followups = followups
+        }
+    }
+
+    /// What a finished swap did with the old files.
+    public struct Outcome: Sendable, Codable, Equatable {
+        public var operation: String
+        public var target: String
+        /// Old names that were replaced or set aside (discarded, or kept under `kept`).
+        public var replaced: [String]
+        /// Where kept old files now are.
+        public var kept: [String]
+        /// Files found in the way that no step knew (another process created them after a crash).
+        public var intruders: [String]
+        /// Recovery only: forward (finished) or back (undone, when a new file had vanished).
+        public var direction: String
+        /// The database in place matches the expected SHA-256 (nil when there was none to check).
+        public var verified: Bool?
+    }
+
+    public static func journalPath(for target: String) -> String { target + ".storectl-swap.json" }
+    static let journalSuffix = ".storectl-swap.json"
+
+    // MARK: - Performing
+
+    /// Performs the swap. The staged files must be complete and fsynced; from the moment the
+    /// record is durable, the swap belongs to it (a crash is finished by `recover`).
+    public static func perform(_ plan: Plan) throws -> Outcome {
+        let folder = FileSystem.parent(of: plan.target)
+        let id = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        let aside = (folder as NSString).appendingPathComponent(".\(FileSystem.name(of: plan.target)).storectl-swap-\(id)")
+        var steps: [Step] = []
+        var asideNames = Set<String>()
+        func slot(for path: String) -> String {
+            var name = FileSystem.name(of: path)
+            while asideNames.contains(name) { name += "_" }
+            asideNames.insert(name)
+            return (aside as NSString).appendingPathComponent(name)
+        }
+        let installedPaths = Set(plan.installs.map(\.finalPath))
+        for (path, role) in plan.replacing {
+            guard let id = lstatIdentity(path) else { continue }
+            let replacedByFile = installedPaths.contains(path) && FileSystem.kind(of: path) == .file
+            steps.append(Step(kind: replacedByFile ? .linkOld : .moveOld, role: role, from: path, to: slot(for: path),
+                              device: id.dev, inode: id.ino))
+        }
+        for install in plan.installs {
+            guard let id = FileSystem.identity(of: install.staged.tempPath) else {
+                throw StoreOpsError(.failure, "the staged \(install.role) \(install.staged.tempPath) is missing")
+            }
+            steps.append(Step(kind: .install, role: install.role, from: install.staged.tempPath, to: install.finalPath,
+                              device: id.dev, inode: id.ino))
+        }
+        let journal = Journal(operation: plan.operation, pid: getpid(), host: ProcessInfo.processInfo.hostName,
+                              startedAt: Timestamp.now(), target: plan.target, aside: aside, steps: steps,
+                              keepOld: plan.keepOld, expectedSHA256: plan.expectedSHA256, followups: plan.followups)
+        let lockFD = try writeJournal(journal)
+        defer { close(lockFD) }
+        for install in plan.installs { install.staged.handOver() }   // the record owns them now
+        do {
+            try apply(journal)
+        } catch {
+            // Still alive: put everything back rather than leave the store between two states.
+            guard (try? undo(journal)) != nil else {
+                throw StoreOpsError(.rollbackFailed, "the swap of \(plan.target) failed (\((error as? StoreOpsError)?.message ?? "\(error)")) and could not be undone",
+                                    hint: "storectl recover \(plan.target) finishes it once the cause (a full disk?) is fixed")
+            }
+            throw error
+        }
+        return try dispose(journal, direction: "forward", intruders: [])
+    }
+
+    /// Writes the record durably and returns a descriptor holding its flock.
+    private static func writeJournal(_ journal: Journal) throws -> Int32 {
+        let path = journalPath(for: journal.target)
+        guard FileSystem.kind(of: path) == .missing else {
+            throw StoreOpsError(.failure, "\(path) exists: an interrupted swap of \(journal.target) must be finished first",
+                                hint: "storectl recover \(journal.target)")
+        }
+        let pending = try PendingFile(finalPath: path, label: "swap.journal")
+        try pending.write(try JSON.encode(journal))
+        let fd = open(pending.tempPath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(pending.tempPath)", side: .output) }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            throw StoreOpsError.posix(errno, doing: "locking \(pending.tempPath)", side: .output)
+        }
+        do { try pending.commit() } catch {
+            close(fd)
+            throw error
+        }
+        return fd
+    }
+
+    /// Applies every step (idempotently), syncs, disposes of the old files, runs the follow-ups
+    /// and removes the record. Used by `perform` and by `recover`.
+    static func finish(_ journal: Journal, direction: String) throws -> Outcome {
+        let intruders = try apply(journal)
+        return try dispose(journal, direction: direction, intruders: intruders)
+    }
+
+    /// The steps: old files aside, new files in place, folders synced. Returns the intruders moved away.
+    @discardableResult
+    static func apply(_ journal: Journal) throws -> [String] {
+        let folder = FileSystem.parent(of: journal.target)
+        try FileSystem.makeDirectory(journal.aside, existingOK: true, point: "swap.aside-folder")
+        try FileSystem.sync(folder, directory: true, point: "swap.aside-folder.sync")
+        var intruders: [String] = []
+        for step in journal.steps {
+            switch step.kind {
+            case .moveOld:
+                if holds(step.to, step) { continue }
+                guard holds(step.from, step) else { continue }   // gone since (an -shm SQLite removed)
+                try FileSystem.rename(step.from, step.to, point: "swap.aside.\(step.role)")
+            case .linkOld:
+                if holds(step.to, step) { continue }
+                guard holds(step.from, step) else { continue }
+                try FileSystem.link(step.from, step.to, point: "swap.aside.\(step.role)")
+            case .install:
+                if holds(step.to, step) { continue }
+                guard holds(step.from, step) else {
+                    throw StoreOpsError(.failure, "the staged \(step.role) \(step.from) of the swap of \(journal.target) is missing")
+                }
+                let replacedByThis = journal.steps.contains { $0.kind == .linkOld && $0.from == step.to && holds(step.to, $0) }
+                if !replacedByThis, lstatIdentity(step.to) != nil {
+                    // Something no step knows took the name (an app opened the store after a crash):
+                    // it is kept in the aside folder, never overwritten.
+                    let away = (journal.aside as NSString).appendingPathComponent("unexpected-\(FileSystem.name(of: step.to))-\(intruders.count)")
+                    try FileSystem.rename(step.to, away, point: "swap.intruder")
+                    intruders.append(away)
+                }
+                try FileSystem.rename(step.from, step.to, point: "swap.install.\(step.role)")
+            }
+        }
+        try FileSystem.sync(journal.aside, directory: true, point: "swap.sync-aside")
+        try FileSystem.sync(folder, directory: true, point: "swap.sync-folder")
+        return intruders
+    }
+
+    /// Checks the new database, disposes of the old files, runs the follow-ups, removes the record.
+    static func dispose(_ journal: Journal, direction: String, intruders: [String]) throws -> Outcome {
+        let folder = FileSystem.parent(of: journal.target)
+        let replaced = journal.steps.filter { $0.kind != .install && holds($0.to, $0) }.map(\.from)
+        var intruders = intruders
+        if let names = try? FileManager.default.contentsOfDirectory(atPath: journal.aside) {
+            for name in names where name.hasPrefix("unexpected-") {
+                let path = (journal.aside as NSString).appendingPathComponent(name)
+                if !intruders.contains(path) { intruders.append(path) }
+            }
+        }
+        var verified: Bool?
+        if let expected = journal.expectedSHA256 {
+            verified = (try? Hashing.sha256(ofFile: journal.target)) == expected
+        }
+        var kept: [String] = []
+        switch journal.keepOld {
+        case .discard:
+            FileSystem.remove(journal.aside, point: "swap.discard-old")
+        case .rename(let suffix):
+            for step in journal.steps where step.kind != .install && holds(step.to, step) {
+                let keptPath = try freeName(keptName(step.from, target: journal.target, suffix: suffix))
+                try FileSystem.rename(step.to, keptPath, point: "swap.keep.\(step.role)")
+                kept.append(keptPath)
+            }
+            for intruder in intruders {
+                let keptPath = try freeName(journal.target + suffix + "." + FileSystem.name(of: intruder))
+                try FileSystem.rename(intruder, keptPath, point: "swap.keep.intruder")
+                kept.append(keptPath)
+            }
+            FileSystem.remove(journal.aside, point: "swap.remove-aside")
+        }
+        if verified != false {
+            for followup in journal.followups {
+                switch followup {
+                case .removeMigrationJournal:
+                    try FileSystem.removeFile(MigrationJournal.path(for: StoreFile(unchecked: journal.target)), point: "swap.followup.migration-journal")
+                }
+            }
+        }
+        try FileSystem.removeFile(journalPath(for: journal.target), point: "swap.journal.remove")
+        try FileSystem.sync(folder, directory: true, point: "swap.done")
+        return Outcome(operation: journal.operation, target: journal.target, replaced: replaced, kept: kept,
+                       intruders: intruders, direction: direction, verified: verified)
+    }
+
+    /// `<store>-wal` becomes `<store><suffix>-wal`; `.<stem>_SUPPORT` becomes `.<stem><suffix>_SUPPORT`.
+    static func keptName(_ path: String, target: String, suffix: String) -> String {
+        if path.hasPrefix(target) { return target + suffix + path.dropFirst(target.count) }
+        let name = FileSystem.name(of: path)
+        let folder = FileSystem.parent(of: path)
+        if name.hasPrefix("."), name.hasSuffix("_SUPPORT") {
+            return (folder as NSString).appendingPathComponent(String(name.dropLast("_SUPPORT".count)) + suffix + "_SUPPORT")
+        }
+        return path + suffix
+    }
+
+    /// `path`, or `path-2`, `path-3`... whichever does not exist.
+    static func freeName(_ path: String) throws -> String {
+        var candidate = path
+        var n = 1
+        while lstatIdentity(candidate) != nil {
+            n += 1
+            guard n < 1000 else { throw StoreOpsError(.cannotCreate, "no free name near \(path)") }
+            candidate = "\(path)-\(n)"
+        }
+        return candidate
+    }
+
+    static func holds(_ path: String, _ step: Step) -> Bool {
+        guard let id = lstatIdentity(path) else { return false }
+        return id.dev == step.device && id.ino == step.inode
+    }
+
+    static func lstatIdentity(_ path: String) -> (dev: UInt64, ino: UInt64)? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
+    }
+
+    // MARK: - Recovery
+
+    /// The interrupted swap of `target`, if its record exists.
+    public static func pending(target: String) -> Bool {
+        FileSystem.kind(of: journalPath(for: target)) != .missing
+    }
+
+    /// Finishes (or, when a staged file has vanished, undoes) the interrupted swap of `target`.
+    ///
+    /// - Returns: nil when there is nothing to recover.
+    /// - Throws: 75 when the swap's own process is still running it; 65 when the record is not
+    ///   readable (nothing is guessed: the record and the files are left for a person).
+    @discardableResult
+    public static func recover(target: String) throws -> Outcome? {
+        let path = journalPath(for: target)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .input)
+        }
+        defer { close(fd) }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            throw StoreOpsError(.busy, "a swap of \(target) is in progress (\(path) is locked by its process)",
+                                hint: "wait for it to finish")
+        }
+        // The record may have been finished and removed while we waited for its lock.
+        var opened = stat()
+        guard fstat(fd, &opened) == 0, let now = lstatIdentity(path), now.ino == UInt64(opened.st_ino) else { return nil }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; throw StoreOpsError.posix(errno, doing: "reading \(path)", side: .input) }
+            if n == 0 { break }
+            data.append(contentsOf: buffer[0..<n])
+            guard data.count < 16 << 20 else { break }
+        }
+        guard let journal = try? JSON.decoder().decode(Journal.self, from: data), journal.format == "storectl-swap" else {
+            throw StoreOpsError(.badData, "\(path) is not a readable swap record; nothing was changed",
+                                hint: "it describes an interrupted restore of \(target): move the files back by hand (the record lists them), then remove it")
+        }
+        guard journal.formatVersion <= 1 else {
+            throw StoreOpsError(.badData, "\(path) was written by a newer storectl (format \(journal.formatVersion))", hint: "use a newer storectl")
+        }
+        let newFilesThere = journal.steps.filter { $0.kind == .install }.allSatisfy { holds($0.to, $0) || holds($0.from, $0) }
+        if newFilesThere { return try finish(journal, direction: "forward") }
+        return try undo(journal)
+    }
+
+    /// Puts the old files back and removes what was installed (a staged file vanished, so the swap
+    /// cannot be finished).
+    static func undo(_ journal: Journal) throws -> Outcome {
+        let folder = FileSystem.parent(of: journal.target)
+        for step in journal.steps.reversed() {
+            switch step.kind {
+            case .install:
+                if holds(step.to, step) { try FileSystem.rename(step.to, step.from, point: "swap.undo.\(step.role)") }
+            case .linkOld:
+                if holds(step.from, step) {
+                    if holds(step.to, step) { try FileSystem.removeFile(step.to, point: "swap.undo.\(step.role)") }
+                } else if holds(step.to, step) {
+                    try FileSystem.rename(step.to, step.from, point: "swap.undo.\(step.role)")
+                }
+            case .moveOld:
+                if holds(step.to, step), lstatIdentity(step.from) == nil {
+                    try FileSystem.rename(step.to, step.from, point: "swap.undo.\(step.role)")
+                }
+            }
+        }
+        try FileSystem.sync(folder, directory: true, point: "swap.undo.sync")
+        // The aside folder is removed only when empty: anything left in it is old data.
+        _ = rmdir(journal.aside)
+        try FileSystem.removeFile(journalPath(for: journal.target), point: "swap.journal.remove")
+        try FileSystem.sync(folder, directory: true, point: "swap.done")
+        return Outcome(operation: journal.operation, target: journal.target, replaced: [], kept: [], intruders: [],
+                       direction: "back", verified: nil)
+    }
+
+    /// Finishes an interrupted swap of a live store before an operation reads or changes it.
+    /// Takes the store's job lock for it unless the caller holds it (a swap in progress holds it:
+    /// then exit 75).
+    @discardableResult
+    public static func recoverStore(_ store: StoreFile, lockHeld: Bool = false) throws -> Outcome? {
+        guard pending(target: store.path) else { return nil }
+        let lock = lockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "recover")
+        defer { lock?.release() }
+        return try recover(target: store.path)
+    }
+
+    /// Recovers every interrupted swap recorded in `folder` whose process is gone (the next
+    /// backup into a folder does this). Live ones and unreadable records are left alone.
+    @discardableResult
+    public static func recoverAll(in folder: String) -> [Outcome] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        return names.filter { $0.hasSuffix(journalSuffix) }.compactMap { name in
+            let target = (folder as NSString).appendingPathComponent(String(name.dropLast(journalSuffix.count)))
+            return try? recover(target: target)
+        }
+    }
+
+    /// Paths the interrupted swaps recorded in `folder` still need (their staged files): stale
+    /// temp-file cleanup must leave them.
+    static func protectedPaths(in folder: String) -> Set<String> {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        var paths = Set<String>()
+        for name in names where name.hasSuffix(journalSuffix) {
+            let path = (folder as NSString).appendingPathComponent(name)
+            guard let data = FileManager.default.contents(atPath: path), let journal = try? JSON.decoder().decode(Journal.self, from: data) else { continue }
+            for step in journal.steps { paths.insert(step.from); paths.insert(step.to) }
+            paths.insert(journal.aside)
+        }
+        return paths
+    }
+}
