@@ -76,7 +76,14 @@ public enum SampleModel {
 
     /// `Z_MODELCACHE.Z_CONTENT`: raw DEFLATE of a keyed archive with entity and relationship
     /// descriptions under Core Data's class names and keys.
-    public static func modelCache() throws -> Data {
+    ///
+    /// Made once per process: the archiver writes dictionaries in no fixed order, and stores made
+    /// by one process (a crash test's fixtures) must be identical.
+    public static func modelCache() throws -> Data { try madeModelCache.get() }
+
+    private static let madeModelCache = Result { try makeModelCache() }
+
+    static func makeModelCache() throws -> Data {
         let archived = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, ArchivedEntity(name: $0.name)) })
         for entity in entities where entity.superEnt != 0 {
             archived[entity.name]!.superentity = archived[entities.first { $0.ent == entity.superEnt }!.name]

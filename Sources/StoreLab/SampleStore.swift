@@ -22,6 +22,8 @@ public enum SampleStore {
         public var externalFiles = 0
         public var seed: UInt64 = 42
         public var now = Date()
+        /// `Z_METADATA.Z_UUID`; random when nil.
+        public var uuid: String?
 
         public init() {}
     }
@@ -51,7 +53,7 @@ public enum SampleStore {
             try db.execute(sql: "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -65536")
             try db.execute(sql: SampleModel.schema)
             try db.inTransaction {
-                let uuid = UUID().uuidString
+                let uuid = options.uuid ?? UUID().uuidString
                 try db.execute(sql: "INSERT INTO Z_METADATA (Z_VERSION, Z_UUID, Z_PLIST) VALUES (1, ?, ?)",
                                arguments: [uuid, try SampleModel.metadataPlist(uuid: uuid)])
                 try db.execute(sql: "INSERT INTO Z_MODELCACHE (Z_CONTENT) VALUES (?)", arguments: [try SampleModel.modelCache()])

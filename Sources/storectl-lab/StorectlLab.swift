@@ -9,7 +9,7 @@ struct StorectlLab: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storectl-lab",
         abstract: "Sample stores and write load for storectl's demo, tests and benchmarks.",
-        subcommands: [MakeStore.self, Writer.self, Hold.self, JobLockHold.self, Latency.self])
+        subcommands: [MakeStore.self, Writer.self, Hold.self, JobLockHold.self, Latency.self, WALCommits.self])
 
     static func main() {
         ProcessSignals.install()
@@ -121,5 +121,19 @@ struct JobLockHold: ParsableCommand {
         let until = Date().addingTimeInterval(seconds)
         while Date() < until, ProcessSignals.received == nil { usleep(10_000) }
         lock.release()
+    }
+}
+
+struct WALCommits: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "wal-commits",
+        abstract: "Commit N updates to a WAL store, then die (SIGKILL) so they live only in its -wal.")
+
+    @Argument var path: String
+    @Option var count = 200
+
+    func run() throws {
+        let queue = try StoreState.commitToWALOnly(path, count: count)
+        withExtendedLifetime(queue) { kill(getpid(), SIGKILL) }
     }
 }

@@ -6,10 +6,12 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         commandName: "restore",
         abstract: "Restore a snapshot to a new file (--to) or in place of a store (--in-place).",
         discussion: """
-            The snapshot is verified while it is unpacked beside the target, its database checked, then swapped in
-            atomically. In place: refused while another process has the store open (unless --force); a safety
-            snapshot of the current store is taken first (tag pre-restore); the old store's -wal/-shm are removed so
-            SQLite cannot replay them onto the restored file; the external-data folder is replaced with the snapshot's.
+            The snapshot is verified while it is unpacked beside the target and its database checked before anything
+            else happens. In place: refused while another process has the store open (unless --force) and when no store
+            exists there (unless --create); then a safety snapshot of the current store (tag pre-restore), then one
+            journaled swap of the database, its -wal/-shm/-journal and the external-data folder, which a crash never
+            leaves half done (the next storectl command, or `storectl recover STORE`, finishes it). The store keeps its
+            journal mode (a WAL store comes back in WAL mode). --to writes the snapshot's database byte for byte.
             """)
 
     @Option(help: "The snapshot repository.") var repo: String
@@ -17,6 +19,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     @Option(help: "Restore to this new file.") var to: String?
     @Option(help: "Restore in place of this store.") var inPlace: String?
     @Flag(help: "In place: go ahead although the store is open; move a damaged store aside instead of snapshotting it.") var force = false
+    @Flag(help: "In place: restore although no store exists at that path (otherwise exit 66).") var create = false
     @Flag(help: "Wait for locks instead of exiting 75.") var wait = false
     @Flag(help: "Print the result as JSON.") var json = false
 
@@ -26,12 +29,14 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let target: SnapshotRestore.Target = to.map { .file($0) } ?? .inPlace(inPlace!)
-        let result = try SnapshotRestore.run(.init(repository: repo, id: id, target: target, force: force, wait: wait))
+        var options = SnapshotRestore.Options(repository: repo, id: id, target: target, force: force, wait: wait)
+        options.create = create
+        let result = try SnapshotRestore.run(options)
         if json { print(JSON.string(result)); return }
         var line = "restored \(result.id) to \(result.restoredTo)"
         if result.externalFiles > 0 { line += " with \(result.externalFiles) external files" }
         if let safety = result.safetySnapshot { line += "; the previous store is snapshot \(safety) (tag pre-restore)" }
-        if !result.movedAside.isEmpty { line += "; the damaged store was moved to \(result.movedAside.joined(separator: ", "))" }
+        if !result.movedAside.isEmpty { line += "; the previous files were kept at \(result.movedAside.joined(separator: ", "))" }
         if !result.removedSidecars.isEmpty { line += "; removed \(result.removedSidecars.map { String($0.split(separator: "-").last ?? "") }.joined(separator: ", "))" }
         print(line)
     }

@@ -18,7 +18,8 @@ struct Storectl: ParsableCommand {
             """,
         version: StoreOpsVersion.current,
         subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self, PolicyCommand.self, PurgeCommand.self,
-                      KillswitchCommand.self, RunCommand.self, ScheduleCommand.self, MigrateCommand.self, RollbackCommand.self])
+                      KillswitchCommand.self, RunCommand.self, ScheduleCommand.self, MigrateCommand.self, RollbackCommand.self,
+                      RecoverCommand.self])
 
     static func main() {
         ProcessSignals.install()

@@ -50,7 +50,7 @@ public enum Backup {
     ///   73 output not creatable, 74 disk full, 75 busy, 64 output equal to the source).
     public static func run(source: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let store = try StoreFile(existing: source)
-        try StoreSwap.recoverStore(store)
+        try Recovery.prepare(store, lockHeld: false)
         let startedAt = Timestamp.now()
         let output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
         StoreSwap.recoverAll(in: output.folder)

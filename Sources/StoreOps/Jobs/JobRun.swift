@@ -51,6 +51,7 @@ public enum JobRun {
             let store = try StoreFile(existing: loaded.store.path)
             let lock = try JobLock.acquire(path: store.jobLockPath, job: "run \(options.job.rawValue)")
             defer { lock.release() }
+            try Recovery.prepare(store, lockHeld: true)
             try perform(options.job, policy: loaded, store: store, record: &record)
         } catch let error as StoreOpsError {
             record.exitCode = error.status.rawValue

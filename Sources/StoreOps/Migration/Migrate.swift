@@ -114,6 +114,7 @@ public enum Migrate {
         let lock = options.dryRun ? nil : try clock.time("lock") { try JobLock.acquire(path: store.jobLockPath, job: "migrate") }
         defer { lock?.release() }
         FaultInjection.reach("after-lock")
+        if !options.dryRun { try Recovery.prepare(store, lockHeld: true) }
 
         if !options.dryRun, !options.force, let pid = try LockState.otherUser(of: store) {
             throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",

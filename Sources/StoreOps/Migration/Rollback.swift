@@ -40,7 +40,7 @@ public enum Rollback {
         let store = StoreFile(unchecked: options.store)
         let lock = try JobLock.acquire(path: store.jobLockPath, job: "rollback", wait: options.wait)
         defer { lock.release() }
-        try StoreSwap.recover(target: store.path)
+        try Recovery.prepare(store, lockHeld: true)
         let repository = try SnapshotRepository.open(options.repository)
         let journal = MigrationJournal.read(store)
         let id: String

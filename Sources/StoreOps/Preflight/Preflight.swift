@@ -48,6 +48,10 @@ public enum Preflight {
         let locks = try LockState.read(store, walMode: walHeader)
         checks.append(writerCheck(locks, operation: options.operation))
         checks.append(jobLockCheck(store, operation: options.operation))
+        if StoreSwap.pending(target: store.path) {
+            checks.append(Check("store.swap", .fail, "an interrupted restore left \(StoreSwap.journalPath(for: store.path)): the store's files are between two states",
+                                advice: "storectl recover \(store.path) finishes it (restore, migrate, rollback, purge, backup and snapshot do so first)"))
+        }
         if let journal = MigrationJournal.read(store), journal.pid != getpid() {
             checks.append(Check("migration.interrupted", .fail, "an interrupted migration left \(MigrationJournal.path(for: store))",
                                 advice: journal.advice))

@@ -90,6 +90,7 @@ public enum Purge {
         }
         let lock = options.dryRun || options.jobLockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "purge")
         defer { lock?.release() }
+        if !options.dryRun { try Recovery.prepare(store, lockHeld: true) }
         var report = Report(policy: policy.file, store: store.path, dryRun: options.dryRun)
         let killSwitch = KillSwitch(store: store, extra: options.killSwitch)
         if let thrown = killSwitch.engaged {
@@ -195,6 +196,7 @@ public enum Purge {
                     let closure = try BatchClosure(roots: confirmed, table: target.table, graph: target.graph, db: db)
                     let effects = options.dryRun ? try closure.count(db: db) : try closure.apply(db: db)
                     try db.execute(sql: options.dryRun ? "ROLLBACK" : "COMMIT")
+                    if !options.dryRun { FaultInjection.reach("purge.batch-committed") }
                     lockHeld = Date().timeIntervalSince(locked)
                     rule.batches += 1
                     rule.deleted += effects.roots

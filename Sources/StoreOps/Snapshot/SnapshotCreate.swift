@@ -47,7 +47,7 @@ public enum SnapshotCreate {
         let level = try options.compression.validatedLevel(options.level)
         try validate(tags: options.tags)
         let store = try StoreFile(existing: path)
-        try StoreSwap.recoverStore(store)
+        try Recovery.prepare(store, lockHeld: false)
         let (repository, created) = try SnapshotRepository.openOrCreate(options.repository)
         let lock = try repository.lockForWriting(job: "snapshot create", wait: options.wait)
         defer { lock.release() }

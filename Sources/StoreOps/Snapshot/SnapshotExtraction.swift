@@ -109,8 +109,12 @@ enum SnapshotExtraction {
     private static func stream(_ reader: ArchiveReader, to path: String?, creating: Bool, hashing: Bool) throws -> (UInt64, String) {
         var fd: Int32 = -1
         if let path {
-            fd = creating ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600) : open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
-            guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output) }
+            if creating {
+                fd = try FileSystem.create(path, point: "restore.external-file")
+            } else {
+                fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
+                guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output) }
+            }
         }
         defer { if fd >= 0 { close(fd) } }
         let writeBehind = path.flatMap { WriteBehind(path: $0) }

@@ -183,7 +183,7 @@ public enum SnapshotRestore {
         let jobLock = options.jobLockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "snapshot restore", wait: options.wait)
         defer { jobLock?.release() }
         // An interrupted swap of this store is finished before anything else.
-        let recovered = try StoreSwap.recover(target: store.path)
+        let recovered = try Recovery.prepare(store, lockHeld: true)
         let exists = FileSystem.kind(of: store.path) == .file
         if !exists, FileSystem.kind(of: store.path) != .missing {
             throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")

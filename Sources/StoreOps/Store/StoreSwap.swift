@@ -394,22 +394,11 @@ public enum StoreSwap {
         }
         try FileSystem.sync(folder, directory: true, point: "swap.undo.sync")
         // The aside folder is removed only when empty: anything left in it is old data.
-        _ = rmdir(journal.aside)
+        FileSystem.removeEmptyDirectory(journal.aside, point: "swap.undo.aside")
         try FileSystem.removeFile(journalPath(for: journal.target), point: "swap.journal.remove")
         try FileSystem.sync(folder, directory: true, point: "swap.done")
         return Outcome(operation: journal.operation, target: journal.target, replaced: [], kept: [], intruders: [],
                        direction: "back", verified: nil)
-    }
-
-    /// Finishes an interrupted swap of a live store before an operation reads or changes it.
-    /// Takes the store's job lock for it unless the caller holds it (a swap in progress holds it:
-    /// then exit 75).
-    @discardableResult
-    public static func recoverStore(_ store: StoreFile, lockHeld: Bool = false) throws -> Outcome? {
-        guard pending(target: store.path) else { return nil }
-        let lock = lockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "recover")
-        defer { lock?.release() }
-        return try recover(target: store.path)
     }
 
     /// Recovers every interrupted swap recorded in `folder` whose process is gone (the next

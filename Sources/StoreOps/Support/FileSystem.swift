@@ -211,6 +211,14 @@ public enum FileSystem {
         return true
     }
 
+    /// Removes a folder only if it is empty (anything in it is kept). Returns whether it was removed.
+    @discardableResult
+    public static func removeEmptyDirectory(_ path: String, point: String) -> Bool {
+        guard rmdir(path) == 0 else { return false }
+        FaultInjection.reach(point)
+        return true
+    }
+
     /// Removes a file; missing is fine, any other failure is thrown.
     public static func removeFile(_ path: String, point: String) throws {
         guard unlink(path) == 0 else {

@@ -1,0 +1,51 @@
+import Foundation
+
+/// `storectl recover PATH`: finishes what an interrupted storectl run left at a store or a copy,
+/// so it is exactly in one state again. Every command that touches a store does the same first;
+/// this is the explicit way (after a crash, before starting the app).
+public enum Recovery {
+    public struct Result: Sendable, Codable {
+        public var path: String
+        /// The interrupted swap that was finished (or undone), if there was one.
+        public var swap: StoreSwap.Outcome?
+        /// Temporary files of dead storectl processes removed from the folder.
+        public var removedTemporaryFiles: [String]
+        /// An interrupted migration needs a person's decision; recover does not make it.
+        public var interruptedMigration: MigrationJournal?
+    }
+
+    /// What every command that touches a store does first: finish an interrupted swap of it (so
+    /// it is in one state again) and remove temporary files that dead storectl runs left beside it.
+    /// Takes the store's job lock for the swap unless the caller holds it (a swap in progress holds
+    /// it: then exit 75).
+    @discardableResult
+    public static func prepare(_ store: StoreFile, lockHeld: Bool) throws -> StoreSwap.Outcome? {
+        var outcome: StoreSwap.Outcome?
+        if StoreSwap.pending(target: store.path) {
+            let lock = lockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "recover")
+            defer { lock?.release() }
+            outcome = try StoreSwap.recover(target: store.path)
+        }
+        PendingFile.removeStale(in: store.folder)
+        return outcome
+    }
+
+    /// - Throws: 75 while another storectl job holds the store (a swap in progress), 65 when a swap
+    ///   record is unreadable (nothing is guessed), 66 when neither the path nor a record of it exists.
+    public static func run(path: String) throws -> Result {
+        let store = StoreFile(unchecked: path)
+        guard FileSystem.kind(of: store.folder) == .directory else {
+            throw StoreOpsError(.noInput, "the folder \(store.folder) does not exist", hint: "check the path")
+        }
+        guard FileSystem.kind(of: store.path) != .missing || StoreSwap.pending(target: store.path) else {
+            throw StoreOpsError(.noInput, "\(store.path): no such file, and no interrupted operation recorded for it", hint: "check the path")
+        }
+        let lock = try JobLock.acquire(path: store.jobLockPath, job: "recover")
+        defer { lock.release() }
+        let swap = try StoreSwap.recover(target: store.path)
+        let removed = PendingFile.removeStale(in: store.folder)
+        // Scratch copies of killed verifications (a killed migrate's) in the temp folder.
+        PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
+        return Result(path: store.path, swap: swap, removedTemporaryFiles: removed, interruptedMigration: MigrationJournal.read(store))
+    }
+}

@@ -1,0 +1,38 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct RecoverCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "recover",
+        abstract: "Finish what an interrupted storectl run left at a store, backup or restored copy.",
+        discussion: """
+            A restore in place (and a migration's rollback, and a backup's final renames) replaces several files as
+            one journaled transaction (<path>.storectl-swap.json). If storectl was killed in the middle, this finishes
+            it, or undoes it when a staged file has gone, so the path is exactly in one state again; then removes
+            temporary files of dead storectl processes beside it. Every storectl command that touches the store does
+            the same first; run this after a crash before starting the app. An interrupted migration is reported, not
+            decided: `storectl rollback` or `storectl migrate --resume`.
+            """)
+
+    @Argument(help: "The store (or backup, or restored file) to recover.") var path: String
+    @Flag(help: "Print the result as JSON.") var json = false
+
+    func run() throws {
+        let result = try Recovery.run(path: path)
+        if json { print(JSON.string(result)); return }
+        if let swap = result.swap {
+            let what = swap.direction == "forward" ? "finished the interrupted \(swap.operation)" : "undid the interrupted \(swap.operation) (a staged file was gone)"
+            var line = "\(what) of \(swap.target)"
+            if !swap.kept.isEmpty { line += "; the previous files are kept at \(swap.kept.joined(separator: ", "))" }
+            if !swap.intruders.isEmpty { line += "; files found in the way were kept: \(swap.intruders.joined(separator: ", "))" }
+            print(line)
+        } else {
+            print("nothing to recover at \(result.path)")
+        }
+        if !result.removedTemporaryFiles.isEmpty {
+            print("removed \(result.removedTemporaryFiles.count) temporary file\(result.removedTemporaryFiles.count == 1 ? "" : "s") of dead storectl runs")
+        }
+        if let journal = result.interruptedMigration { print("note: \(journal.advice)") }
+    }
+}

@@ -1,0 +1,412 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// One operation's world: a store with commits that live only in its -wal and external data, a
+/// snapshot repository, folders for copies, and the operation's own files.
+final class CrashFixture: @unchecked Sendable {
+    let folder: TempFolder
+    let store: String
+    let repo: String
+    let out: String
+    /// TMPDIR of every storectl run: scratch copies left by a killed run show up here.
+    let temp: String
+    var snapshot = ""
+    var extra: [String: String] = [:]
+
+    init(items: Int = 300) throws {
+        folder = try TempFolder("storectl-crash")
+        store = folder.file("Tasks.sqlite")
+        var options = SampleStore.Options()
+        options.items = items
+        options.externalFiles = 2
+        // The same store every time: the state after a killed run is compared with the states before
+        // and after an uninterrupted run of another fixture.
+        options.now = Date(timeIntervalSince1970: 1_780_000_000)
+        options.uuid = "0C0FFEE0-0000-4000-8000-000000000000"
+        _ = try SampleStore.create(at: store, options: options)
+        repo = folder.file("snaps")
+        out = folder.file("out")
+        temp = folder.file("tmp")
+        for path in [out, temp] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false) }
+    }
+
+    /// Commits that only the -wal holds (an app killed after committing).
+    func walCommits(_ count: Int) throws {
+        let result = try ChildProcess.run(Binaries.lab, ["wal-commits", store, "--count", "\(count)"])
+        #expect(result.status == 137 && (FileSystem.size(of: store + "-wal") ?? 0) > 0, "\(result.stderr)")
+    }
+
+    /// A new external-data file, so the old and new support folders differ.
+    func addExternalFile() throws {
+        let path = (StoreFile(unchecked: store).externalDataPath as NSString).appendingPathComponent("ADDED-AFTER-SNAPSHOT")
+        try Data("added".utf8).write(to: URL(fileURLWithPath: path))
+    }
+
+    func run(_ arguments: [String], _ environment: [String: String] = [:]) throws -> ChildProcess.Result {
+        try ChildProcess.run(Binaries.storectl, arguments, environment: environment.merging(["TMPDIR": temp]) { $1 })
+    }
+
+    func digest(_ path: String? = nil, journalMode: Bool = true) throws -> String {
+        try StoreState.digest(path ?? store, journalMode: journalMode)
+    }
+
+    /// storectl's temporaries, swap records and aside folders left in `paths` (and their subfolders).
+    func leftovers(_ paths: [String]) -> [String] {
+        var found: [String] = []
+        for path in paths {
+            guard let names = FileManager.default.subpaths(atPath: path) else { continue }
+            found += names.filter { $0.contains(".tmp-storectl-") || $0.contains(".storectl-swap") }.map { "\(path)/\($0)" }
+        }
+        return found
+    }
+
+    /// Every listed snapshot verifies, no archive is unlisted, and nothing temporary is left.
+    func expectRepositoryClean(_ point: String, _ phase: String) throws {
+        guard FileSystem.kind(of: repo) == .directory else { return }
+        let verify = try run(["snapshot", "verify", "--repo", repo, "--all"])
+        #expect(verify.status == 0, "\(point) \(phase): a listed snapshot does not verify: \(verify.stdout) \(verify.stderr)")
+        let listed = try SnapshotSummary.list(repository: repo)
+        let archives = (try FileManager.default.contentsOfDirectory(atPath: (repo as NSString).appendingPathComponent("snapshots")))
+            .filter { !$0.hasPrefix(".") }
+        if phase == "after the next run" {
+            #expect(archives.count == listed.count, "\(point): unlisted archives: \(archives)")
+            #expect(leftovers([repo]).isEmpty, "\(point): \(leftovers([repo]))")
+        }
+        #expect(listed.allSatisfy { $0.damaged == nil })
+    }
+}
+
+/// An operation and what must hold when it is killed at any of its fault points.
+struct CrashScenario: Sendable, CustomTestStringConvertible {
+    var name: String
+    /// Builds the world before the operation.
+    var setup: @Sendable () throws -> CrashFixture
+    var command: @Sendable (CrashFixture) -> [String]
+    /// The exit status of an uninterrupted run.
+    var status: Int32 = 0
+    /// The state that must be "pre" or "post".
+    var observe: @Sendable (CrashFixture) throws -> String
+    /// Checked right after the kill, before anything recovers.
+    var afterKill: @Sendable (CrashFixture, String) throws -> Void = { _, _ in }
+    /// The next run(s): what an operator or the next scheduled job does.
+    var next: @Sendable (CrashFixture, Int) throws -> Void
+    /// Checked at the end besides pre-or-post, no leftovers and a clean repository.
+    var finally: @Sendable (CrashFixture, String) throws -> Void = { _, _ in }
+
+    var testDescription: String { name }
+}
+
+/// Lists the fault points an uninterrupted run of `scenario` reaches (the program lists them
+/// itself, through STORECTL_FAULT_TRACE), then kills a fresh run at each one with SIGKILL.
+func exhaust(_ scenario: CrashScenario) throws -> Int {
+    let traced = try scenario.setup()
+    let pre = try scenario.observe(traced)
+    let trace = traced.folder.file("trace")
+    let run = try traced.run(scenario.command(traced), ["STORECTL_FAULT_TRACE": trace])
+    #expect(run.status == scenario.status, "\(scenario.name): \(run.stderr)")
+    let post = try scenario.observe(traced)
+    let points = ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    #expect(points.count >= 5, "\(scenario.name): \(points)")
+
+    for (index, point) in points.enumerated() {
+        let fixture = try scenario.setup()
+        let killed = try fixture.run(scenario.command(fixture), ["STORECTL_FAULT_POINT": point])
+        #expect(killed.status == 137, "\(scenario.name): not killed at \(point) (the point list is stale?): \(killed.status) \(killed.stderr)")
+        try scenario.afterKill(fixture, point)
+        try fixture.expectRepositoryClean(point, "right after the kill")
+
+        try scenario.next(fixture, index)
+        let state = try scenario.observe(fixture)
+        #expect(state == pre || state == post, "\(scenario.name): killed at \(point), the state after the next run is neither before nor after")
+        #expect(fixture.leftovers([fixture.folder.path, fixture.out, fixture.temp]).isEmpty,
+                "\(scenario.name) \(point): \(fixture.leftovers([fixture.folder.path, fixture.out, fixture.temp]))")
+        try fixture.expectRepositoryClean(point, "after the next run")
+        try scenario.finally(fixture, point)
+    }
+    return points.count
+}
+
+/// Runs a command that must succeed.
+@discardableResult
+func ok(_ fixture: CrashFixture, _ arguments: [String], status: Int32 = 0, _ point: Int) throws -> ChildProcess.Result {
+    let result = try fixture.run(arguments)
+    #expect(result.status == status, "point \(point): \(arguments.joined(separator: " ")): \(result.stdout) \(result.stderr)")
+    return result
+}
+
+/// A backup (or restored file) with its final name is complete: manifest or support folder
+/// present, database matching.
+func expectComplete(_ copy: String, content: String?, external: Int, _ point: String) throws {
+    guard FileSystem.kind(of: copy) == .file else { return }
+    let support = StoreFile(unchecked: copy).externalDataPath
+    let files = (try? FileManager.default.contentsOfDirectory(atPath: support)) ?? []
+    #expect(files.count == external, "\(point): \(copy) has its final name but \(files.count) of \(external) external files")
+    let manifest = (FileSystem.parent(of: copy) as NSString)
+        .appendingPathComponent((FileSystem.name(of: copy) as NSString).deletingPathExtension + ".manifest.json")
+    if copy.contains("/backup") {
+        let data = try #require(FileManager.default.contents(atPath: manifest), "\(point): \(copy) has its final name but no manifest")
+        let decoded = try JSON.decoder().decode(Manifest.self, from: data)
+        #expect(decoded.database.sha256 == (try Hashing.sha256(ofFile: copy)), "\(point)")
+    }
+    if let content { #expect(try StoreState.digest(copy, journalMode: false) == content, "\(point): \(copy) holds other data") }
+}
+
+enum Scenarios {
+    static let migrations = [
+        "0001_add_label.sql": "ALTER TABLE ZITEM ADD COLUMN ZLABEL VARCHAR;\nUPDATE ZITEM SET ZLABEL = 'p' || ZPRIORITY;",
+        "0001_add_label.verify.sql": "SELECT count(*) = 0 FROM ZITEM WHERE ZLABEL IS NULL;",
+        "0002_index.sql": "CREATE INDEX ZITEM_ZLABEL_INDEX ON ZITEM (ZLABEL);",
+    ]
+
+    static func writeMigrations(_ fixture: CrashFixture, failing: Bool) throws {
+        let folder = fixture.folder.file("migrations")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        var files = migrations
+        if failing { files["0002_index.sql"] = "CREATE INDEX ZITEM_ZLABEL_INDEX ON ZITEM (ZLABEL);\nINSERT INTO no_such_table VALUES (1);" }
+        for (name, sql) in files { try Data(sql.utf8).write(to: URL(fileURLWithPath: (folder as NSString).appendingPathComponent(name))) }
+        fixture.extra["migrations"] = folder
+    }
+
+    static func storeWithSnapshot() throws -> CrashFixture {
+        let fixture = try CrashFixture()
+        fixture.snapshot = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo)).id
+        fixture.extra["snapshotContent"] = try fixture.digest(journalMode: false)
+        return fixture
+    }
+
+    static let all: [CrashScenario] = [
+        CrashScenario(
+            name: "backup",
+            setup: {
+                let fixture = try CrashFixture()
+                try fixture.walCommits(100)
+                fixture.extra["content"] = try fixture.digest(journalMode: false)
+                return fixture
+            },
+            command: { ["backup", $0.store, "--output", $0.out + "/backup.sqlite"] },
+            observe: { try $0.digest() },
+            afterKill: { fixture, point in try expectComplete(fixture.out + "/backup.sqlite", content: fixture.extra["content"], external: 2, point) },
+            next: { fixture, index in try ok(fixture, ["backup", fixture.store, "--output", fixture.out + "/backup2.sqlite"], index) },
+            finally: { fixture, point in
+                try expectComplete(fixture.out + "/backup.sqlite", content: fixture.extra["content"], external: 2, point)
+                try expectComplete(fixture.out + "/backup2.sqlite", content: fixture.extra["content"], external: 2, point)
+            }),
+        CrashScenario(
+            name: "snapshot create (new repository)",
+            setup: {
+                let fixture = try CrashFixture()
+                try fixture.walCommits(100)
+                return fixture
+            },
+            command: { ["snapshot", "create", $0.store, "--repo", $0.repo] },
+            observe: { try $0.digest() },
+            next: { fixture, index in try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index) }),
+        CrashScenario(
+            name: "snapshot create",
+            setup: {
+                let fixture = try storeWithSnapshot()
+                try fixture.walCommits(100)
+                return fixture
+            },
+            command: { ["snapshot", "create", $0.store, "--repo", $0.repo, "--tag", "nightly"] },
+            observe: { try $0.digest() },
+            next: { fixture, index in try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index) }),
+        CrashScenario(
+            name: "snapshot restore --to",
+            setup: { try storeWithSnapshot() },
+            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--to", $0.out + "/restored.sqlite"] },
+            observe: { try $0.digest() },
+            afterKill: { fixture, point in
+                try expectComplete(fixture.out + "/restored.sqlite", content: nil, external: 2, point)
+            },
+            next: { fixture, index in
+                if index % 2 == 0 { try ok(fixture, ["recover", fixture.out + "/restored.sqlite"], status: FileSystem.kind(of: fixture.out + "/restored.sqlite") == .missing
+                                            && !StoreSwap.pending(target: fixture.out + "/restored.sqlite") ? 66 : 0, index) }
+                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/again.sqlite"], index)
+            },
+            finally: { fixture, point in
+                try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
+                try expectComplete(fixture.out + "/again.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
+            }),
+        CrashScenario(
+            name: "snapshot restore --in-place",
+            setup: {
+                let fixture = try storeWithSnapshot()
+                try fixture.walCommits(150)
+                try fixture.addExternalFile()
+                return fixture
+            },
+            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
+            observe: { try $0.digest() },
+            next: { fixture, index in
+                // The store: the explicit way, or simply the next command that touches it. The
+                // repository: its next writer (here a later restore, or a snapshot) cleans it.
+                if index % 2 == 0 {
+                    try ok(fixture, ["recover", fixture.store], index)
+                    try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/later.sqlite"], index)
+                } else {
+                    try ok(fixture, ["backup", fixture.store, "--output", fixture.out + "/after.sqlite"], index)
+                    try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
+                }
+            },
+            finally: { fixture, point in
+                let mode = try readJournalMode(fixture.store)
+                #expect(mode == "wal", "\(point): the store is no longer in WAL mode")
+            }),
+        CrashScenario(
+            name: "migrate",
+            setup: {
+                let fixture = try CrashFixture()
+                try writeMigrations(fixture, failing: false)
+                return fixture
+            },
+            command: { ["migrate", $0.store, "--migrations", $0.extra["migrations"]!, "--repo", $0.repo] },
+            observe: { try $0.digest() },
+            next: { fixture, index in
+                try ok(fixture, ["recover", fixture.store], index)
+                if FileSystem.kind(of: MigrationJournal.path(for: StoreFile(unchecked: fixture.store))) != .missing {
+                    // A person decides: go back, or keep what was applied and go on.
+                    if index % 2 == 0 {
+                        try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo], index)
+                    } else {
+                        try ok(fixture, ["migrate", fixture.store, "--migrations", fixture.extra["migrations"]!, "--repo", fixture.repo, "--resume"], index)
+                    }
+                } else {
+                    // Nothing started, or everything finished: the operator runs it again.
+                    try ok(fixture, ["migrate", fixture.store, "--migrations", fixture.extra["migrations"]!, "--repo", fixture.repo], index)
+                }
+            }),
+        CrashScenario(
+            name: "migrate --rollback-on-failure (a failing migration rolls back)",
+            setup: {
+                let fixture = try CrashFixture()
+                try writeMigrations(fixture, failing: true)
+                return fixture
+            },
+            command: { ["migrate", $0.store, "--migrations", $0.extra["migrations"]!, "--repo", $0.repo, "--rollback-on-failure"] },
+            status: 3,
+            observe: { try $0.digest() },
+            next: { fixture, index in
+                try ok(fixture, ["recover", fixture.store], index)
+                if FileSystem.kind(of: MigrationJournal.path(for: StoreFile(unchecked: fixture.store))) != .missing {
+                    try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo], index)
+                } else {
+                    try ok(fixture, ["migrate", fixture.store, "--migrations", fixture.extra["migrations"]!, "--repo", fixture.repo,
+                                     "--rollback-on-failure"], status: 3, index)
+                }
+            }),
+        CrashScenario(
+            name: "rollback",
+            setup: {
+                let fixture = try CrashFixture()
+                try writeMigrations(fixture, failing: false)
+                let report = try Migrate.run(.init(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo))
+                #expect(report.status == .ok)
+                return fixture
+            },
+            command: { ["rollback", $0.store, "--repo", $0.repo] },
+            observe: { try $0.digest() },
+            next: { fixture, index in
+                // The explicit recovery first, or straight away the same command again.
+                if index % 2 == 0 { try ok(fixture, ["recover", fixture.store], index) }
+                try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo], index)
+            }),
+        CrashScenario(
+            name: "purge (snapshot first)",
+            setup: {
+                let fixture = try CrashFixture()
+                try pushDeletionsAwayFromTheCutoff(fixture.store)
+                let policy = fixture.folder.file("policy.toml")
+                try Data("""
+                    [store]
+                    path = "Tasks.sqlite"
+
+                    [[purge]]
+                    name = "items"
+                    entity = "Item"
+                    deleted_flag = "ZISDELETED"
+                    deleted_at = "ZDELETEDAT"
+                    time_format = "coredata"
+                    retention = "30d"
+                    batch_size = 15
+
+                    [snapshot]
+                    repository = "snaps"
+                    before_purge = true
+                    """.utf8).write(to: URL(fileURLWithPath: policy))
+                fixture.extra["policy"] = policy
+                return fixture
+            },
+            command: { ["purge", "--policy", $0.extra["policy"]!] },
+            observe: { try $0.digest() },
+            next: { fixture, index in try ok(fixture, ["purge", "--policy", fixture.extra["policy"]!], index) }),
+        CrashScenario(
+            name: "snapshot prune",
+            setup: {
+                let fixture = try storeWithSnapshot()
+                for _ in 0..<2 { _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo)) }
+                return fixture
+            },
+            command: { ["snapshot", "prune", "--repo", $0.repo, "--keep-last", "1"] },
+            observe: { "\(try SnapshotSummary.list(repository: $0.repo).count) listed" },
+            next: { fixture, index in try ok(fixture, ["snapshot", "prune", "--repo", fixture.repo, "--keep-last", "1"], index) },
+            finally: { fixture, point in
+                #expect(try SnapshotSummary.list(repository: fixture.repo).count == 1, "\(point)")
+                let verified = (try FileManager.default.contentsOfDirectory(atPath: fixture.repo + "/verified")).filter { !$0.hasPrefix(".") }
+                #expect(verified.count <= 1, "\(point): verification records of removed snapshots: \(verified)")
+            }),
+    ]
+
+    /// Soft deletions are moved far from the 30-day cutoff (to 2025, or to 2100), and the same for
+    /// every fixture: every run, whenever it happens, purges exactly the same rows.
+    static func pushDeletionsAwayFromTheCutoff(_ store: String) throws {
+        let queue = try DatabaseQueue(path: store)
+        try queue.write { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZDELETEDAT = CASE WHEN Z_PK % 3 = 0 THEN ? ELSE ? END WHERE ZDELETEDAT IS NOT NULL",
+                           arguments: [3_124_137_600.0 - CoreDataStore.referenceDateOffset, 1_735_689_600.0 - CoreDataStore.referenceDateOffset])
+        }
+        try queue.close()
+    }
+}
+
+func readJournalMode(_ path: String) throws -> String? {
+    var config = Configuration()
+    config.readonly = true
+    let queue = try DatabaseQueue(path: path, configuration: config)
+    defer { try? queue.close() }
+    return try queue.read { try String.fetchOne($0, sql: "PRAGMA journal_mode") }
+}
+
+@Suite("kill -9 at every fault point of every operation that writes")
+struct CrashPointTests {
+    @Test("each operation, killed at each of its fault points, leaves its store before or after, and the next run recovers",
+          arguments: Scenarios.all)
+    func everyPoint(_ scenario: CrashScenario) throws {
+        let count = try exhaust(scenario)
+        print("crash points: \(scenario.name): \(count)")
+    }
+
+    @Test("every rename, remove, create and fsync in the library goes through FileSystem, which names a fault point")
+    func noUnnamedDurableSteps() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Sources/StoreOps").path
+        let calls = try Regex(#"(^|[^A-Za-z0-9_.])(unlink|rename|renameat2|mkdir|fsync|fdatasync|link|rmdir)\s*\("#)
+        let words = ["O_CREAT", "removeItem(", "createDirectory(", "createFile(", "Foundation.rename(", "Foundation.link(", "Foundation.unlink("]
+        let allowed: Set<String> = ["Support/FileSystem.swift", "Support/FaultInjection.swift"]
+        var found: [String] = []
+        for relative in FileManager.default.subpaths(atPath: root) ?? [] where relative.hasSuffix(".swift") && !allowed.contains(relative) {
+            let text = try String(contentsOfFile: (root as NSString).appendingPathComponent(relative), encoding: .utf8)
+            for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let code = line.split(separator: "//", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+                guard !code.trimmingCharacters(in: .whitespaces).hasPrefix("case ") else { continue }
+                if code.contains(calls) || words.contains(where: { code.contains($0) }) {
+                    found.append("\(relative):\(number + 1): \(line.trimmingCharacters(in: .whitespaces))")
+                }
+            }
+        }
+        #expect(found.isEmpty, "durable steps outside FileSystem (no fault point):\n\(found.joined(separator: "\n"))")
+    }
+}
