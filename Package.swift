@@ -62,6 +62,7 @@ let package = Package(
             name: "storectl",
             dependencies: [
                 "StoreOps",
+                "CStoreSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),

@@ -13,6 +13,66 @@ int storectl_rename_noreplace(const char *from, const char *to) {
 #endif
 }
 
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct sigaction storectl_previous[65];
+static const int storectl_crash_signals[] = { SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV };
+
+static void storectl_write_all(const char *text) {
+    size_t length = strlen(text);
+    while (length > 0) {
+        ssize_t n = write(STDOUT_FILENO, text, length);
+        if (n <= 0) return;
+        text += n;
+        length -= (size_t)n;
+    }
+}
+
+static void storectl_crash_handler(int number) {
+    char status[4] = { 0 }, signal_number[3] = { 0 };
+    int code = 128 + number;
+    status[0] = (char)('0' + code / 100);
+    status[1] = (char)('0' + (code / 10) % 10);
+    status[2] = (char)('0' + code % 10);
+    if (number >= 10) {
+        signal_number[0] = (char)('0' + number / 10);
+        signal_number[1] = (char)('0' + number % 10);
+    } else {
+        signal_number[0] = (char)('0' + number);
+    }
+    storectl_write_all("\n{\"ok\":false,\"status\":");
+    storectl_write_all(status);
+    storectl_write_all(",\"message\":\"storectl stopped unexpectedly (signal ");
+    storectl_write_all(signal_number);
+    storectl_write_all("): this is a bug, please report it with the backtrace printed on stderr\","
+                       "\"hint\":\"storectl's changes are crash-safe: run `storectl recover STORE` before trying again\"}\n");
+    if (number > 0 && number < 65) sigaction(number, &storectl_previous[number], NULL);
+    raise(number);
+}
+
+void storectl_install_crash_report(void) {
+    static char *stack = NULL;
+    if (stack == NULL) {
+        stack = malloc(65536);
+        if (stack != NULL) {
+            stack_t alternate = { .ss_sp = stack, .ss_size = 65536, .ss_flags = 0 };
+            sigaltstack(&alternate, NULL);
+        }
+    }
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = storectl_crash_handler;
+    action.sa_flags = SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < sizeof storectl_crash_signals / sizeof storectl_crash_signals[0]; i++) {
+        int number = storectl_crash_signals[i];
+        sigaction(number, &action, &storectl_previous[number]);
+    }
+}
+
 int storectl_sync_file_range(int fd, long long offset, long long length, int wait) {
 #ifdef SYNC_FILE_RANGE_WRITE
     unsigned int flags = SYNC_FILE_RANGE_WRITE;

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CStoreSupport
 import Foundation
 import Logging
 import StoreOps
@@ -23,6 +24,11 @@ struct Storectl: ParsableCommand {
 
     static func main() {
         ProcessSignals.install()
+        if CommandLine.arguments.contains("--json") {
+            // Even a crash (a bug) leaves a JSON error on stdout for the machine reading it.
+            storectl_install_crash_report()
+            FaultInjection.crashIfAsked()
+        }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = ProcessInfo.processInfo.environment["STORECTL_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning

@@ -9,4 +9,10 @@ int storectl_rename_noreplace(const char *from, const char *to);
 /// 1: also wait for the range's writeback to finish. Returns -1 with errno ENOSYS elsewhere.
 int storectl_sync_file_range(int fd, long long offset, long long length, int wait);
 
+/// With --json, a crash (a trap, an abort, a bad access) must still leave a JSON error on stdout:
+/// installs handlers for SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE and SIGSEGV (on an alternate
+/// stack) that write `{"ok":false,"status":128+N,"message":...}` with write(2), then restore the
+/// previous handler (Swift's backtracer) and raise the signal again.
+void storectl_install_crash_report(void);
+
 #endif

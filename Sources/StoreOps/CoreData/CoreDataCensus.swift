@@ -15,11 +15,26 @@ public enum CoreDataCensus {
         public var rows: Int?
     }
 
+    /// A root entity's key counter or key column that Core Data would trip over.
     public struct KeyCounterProblem: Sendable, Codable, Equatable {
         public var entity: String
         public var table: String
         public var zMax: Int
+        /// The highest key, compared as a number.
         public var maxPK: Int
+        /// The key column's declared type when it is not INTEGER (a table rebuilt by a database browser).
+        public var keyColumnType: String?
+        /// Keys stored as something other than integers (text, real, blob).
+        public var nonIntegerKeys: Int
+
+        /// What is wrong, in words.
+        public var summary: String {
+            var parts: [String] = []
+            if maxPK > zMax { parts.append("Z_MAX \(zMax) < max(Z_PK) \(maxPK)") }
+            if let keyColumnType { parts.append("Z_PK is declared \(keyColumnType.isEmpty ? "without a type" : keyColumnType), not INTEGER") }
+            if nonIntegerKeys > 0 { parts.append("\(nonIntegerKeys) key\(nonIntegerKeys == 1 ? " is" : "s are") not stored as integers") }
+            return "\(entity) (\(table)): " + parts.joined(separator: "; ")
+        }
     }
 
     /// A to-one relationship column and the table its values point into.
@@ -52,8 +67,9 @@ public enum CoreDataCensus {
             if owners.count == 1 {
                 perTable[table] = [owners[0].ent: try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(table))") ?? 0]
             } else if columns.contains("Z_ENT") {
-                let rows = try Row.fetchAll(db, sql: "SELECT Z_ENT, count(*) FROM \(quoteIdentifier(table)) GROUP BY Z_ENT")
-                perTable[table] = Dictionary(rows.map { ($0[0] as Int? ?? -1, $0[1] as Int) }, uniquingKeysWith: +)
+                let rows = try Row.fetchAll(db, sql: "SELECT CAST(Z_ENT AS INTEGER), count(*) FROM \(quoteIdentifier(table)) GROUP BY 1")
+                perTable[table] = Dictionary(try rows.map { (Int(clamping: try $0.optionalInteger(0, "\(table).Z_ENT") ?? -1),
+                                                             Int(clamping: try $0.integer(1, "count")) ) }, uniquingKeysWith: +)
             } else {
                 perTable[table] = [:]   // shared, but no Z_ENT column to tell the entities apart
             }
@@ -64,25 +80,30 @@ public enum CoreDataCensus {
         }
     }
 
-    /// Root entities whose `Z_MAX` is below their table's largest `Z_PK`: Core Data would hand
-    /// out primary keys that already exist.
+    /// Root entities whose `Z_MAX` is below their table's largest `Z_PK` (Core Data would hand out
+    /// primary keys that already exist), or whose key column is not an INTEGER column of integers.
     ///
-    /// Both figures come from one statement, so from one snapshot: on a live store an app inserts
-    /// a row and raises `Z_MAX` in one transaction, and two separate reads could fall on either
-    /// side of it and report a problem that does not exist.
+    /// Keys are compared as numbers (`CAST`): in a table rebuilt with `Z_PK TEXT`, max() of text
+    /// would compare "9" above "57". All figures come from one statement, so from one snapshot: on
+    /// a live store an app inserts a row and raises `Z_MAX` in one transaction, and two separate
+    /// reads could fall on either side of it and report a problem that does not exist.
     public static func keyCounterProblems(_ db: Database, store: CoreDataStore) throws -> [KeyCounterProblem] {
         var problems: [KeyCounterProblem] = []
         for entity in store.entities where entity.isRoot {
             guard let table = entity.table,
-                  try db.columns(in: table).contains(where: { $0.name.uppercased() == "Z_PK" }) else { continue }
+                  let key = try db.columns(in: table).first(where: { $0.name.uppercased() == "Z_PK" }) else { continue }
             let row = try Row.fetchOne(db, sql: """
-                SELECT (SELECT Z_MAX FROM Z_PRIMARYKEY WHERE Z_ENT = ?), (SELECT max(Z_PK) FROM \(quoteIdentifier(table)))
+                SELECT (SELECT CAST(Z_MAX AS INTEGER) FROM Z_PRIMARYKEY WHERE CAST(Z_ENT AS INTEGER) = ?),
+                       (SELECT max(CAST(Z_PK AS INTEGER)) FROM \(quoteIdentifier(table))),
+                       (SELECT count(*) FROM \(quoteIdentifier(table)) WHERE typeof(Z_PK) NOT IN ('integer', 'null'))
                 """, arguments: [entity.ent])
-            let zMax: Int = row?[0] ?? 0
-            let maxPK: Int = row?[1] ?? 0
-            if maxPK > zMax {
-                problems.append(KeyCounterProblem(entity: entity.name, table: table, zMax: zMax, maxPK: maxPK))
-            }
+            let zMax = Int(clamping: try row?.optionalInteger(0, "Z_PRIMARYKEY.Z_MAX of \(entity.name)") ?? 0)
+            let maxPK = Int(clamping: try row?.optionalInteger(1, "max(Z_PK) of \(table)") ?? 0)
+            let nonInteger = Int(clamping: try row?.optionalInteger(2, "count") ?? 0)
+            let declared = key.type.uppercased()
+            let problem = KeyCounterProblem(entity: entity.name, table: table, zMax: zMax, maxPK: maxPK,
+                                            keyColumnType: declared == "INTEGER" ? nil : key.type, nonIntegerKeys: nonInteger)
+            if maxPK > zMax || problem.keyColumnType != nil || nonInteger > 0 { problems.append(problem) }
         }
         return problems
     }

@@ -52,12 +52,17 @@ public struct CoreDataModel: Sendable, Equatable {
 
     /// The relationship `name` declared by `entity` or one of its superentities.
     public func relationship(_ name: String, of entity: String) -> Relationship? {
-        var current: String? = entity
-        while let e = current {
+        for e in ancestors(of: entity) {
             if let found = relationships.first(where: { $0.entity == e && $0.name == name }) { return found }
-            current = superentity[e] ?? nil
         }
         return nil
+    }
+
+    /// `entity`, its superentity, its superentity's... (a cycle in a damaged model ends the walk).
+    public func ancestors(of entity: String) -> [String] {
+        var chain = [entity]
+        while let parent = superentity[chain.last!] ?? nil, !chain.contains(parent), chain.count < 64 { chain.append(parent) }
+        return chain
     }
 
     /// Parses the `Z_CONTENT` blob of `Z_MODELCACHE`: raw DEFLATE of a keyed-archive binary plist.

@@ -59,7 +59,7 @@ public struct CoreDataStore: Sendable {
         var model: CoreDataModel?
         var reason: String?
         if try db.tableExists("Z_MODELCACHE") {
-            if let blob = try Data.fetchOne(db, sql: "SELECT Z_CONTENT FROM Z_MODELCACHE LIMIT 1") {
+            if let blob = try Data.fetchOne(db, sql: "SELECT CAST(Z_CONTENT AS BLOB) FROM Z_MODELCACHE LIMIT 1"), !blob.isEmpty {
                 do { model = try CoreDataModel.parse(modelCache: blob) } catch let error as StoreOpsError {
                     reason = "Z_MODELCACHE is unreadable: \(error.message)"
                 }
@@ -79,8 +79,10 @@ public struct CoreDataStore: Sendable {
     public func family(of ent: Int) -> [CoreDataEntity] {
         var result: [CoreDataEntity] = []
         var frontier = [ent]
+        var seen = Set<Int>()
         while let next = frontier.popLast() {
-            guard let entity = entity(ent: next) else { continue }
+            // Z_SUPER may form a cycle in a damaged store: each entity is visited once.
+            guard seen.insert(next).inserted, let entity = entity(ent: next) else { continue }
             result.append(entity)
             frontier.append(contentsOf: entities.filter { $0.superEnt == next }.map(\.ent))
         }
@@ -88,12 +90,11 @@ public struct CoreDataStore: Sendable {
     }
 
     static func readMetadata(_ db: Database) throws -> CoreDataMetadata {
-        guard let row = try Row.fetchOne(db, sql: "SELECT Z_UUID, Z_PLIST FROM Z_METADATA LIMIT 1") else {
+        guard let row = try Row.fetchOne(db, sql: "SELECT CAST(Z_UUID AS TEXT), CAST(Z_PLIST AS BLOB) FROM Z_METADATA LIMIT 1") else {
             throw StoreOpsError(.badData, "Z_METADATA is empty: the store has no Core Data metadata row")
         }
-        let uuid: String? = row["Z_UUID"]
-        var result = CoreDataMetadata(uuid: uuid, modelVersionHashes: [:], modelVersionIdentifiers: [])
-        guard let blob: Data = row["Z_PLIST"] else { return result }
+        var result = CoreDataMetadata(uuid: row.text(0), modelVersionHashes: [:], modelVersionIdentifiers: [])
+        guard case .blob(let blob) = (row[1] as DatabaseValue).storage, !blob.isEmpty else { return result }
         guard let plist = try? PropertyListSerialization.propertyList(from: blob, options: [], format: nil) as? [String: Any] else {
             throw StoreOpsError(.badData, "Z_METADATA.Z_PLIST is not a property list")
         }
@@ -112,17 +113,23 @@ public struct CoreDataStore: Sendable {
     }
 
     static func readEntities(_ db: Database) throws -> [CoreDataEntity] {
-        let rows = try Row.fetchAll(db, sql: "SELECT Z_ENT, Z_NAME, Z_SUPER, Z_MAX FROM Z_PRIMARYKEY ORDER BY Z_ENT")
-        var entities = rows.map { row in
-            CoreDataEntity(ent: row[0] ?? 0, name: row[1] ?? "", superEnt: row[2] ?? 0, rootEnt: row[0] ?? 0,
-                           max: row[3] ?? 0, table: nil)
+        // Cast in SQL: a value of another type (a key written as text by a database browser) reads
+        // as a number instead of trapping the decoder.
+        let rows = try Row.fetchAll(db, sql: """
+            SELECT CAST(Z_ENT AS INTEGER), CAST(Z_NAME AS TEXT), CAST(Z_SUPER AS INTEGER), CAST(Z_MAX AS INTEGER)
+            FROM Z_PRIMARYKEY ORDER BY CAST(Z_ENT AS INTEGER)
+            """)
+        var entities = try rows.map { row in
+            let ent = Int(clamping: try row.optionalInteger(0, "Z_PRIMARYKEY.Z_ENT") ?? 0)
+            return CoreDataEntity(ent: ent, name: row.text(1) ?? "", superEnt: Int(clamping: try row.optionalInteger(2, "Z_PRIMARYKEY.Z_SUPER") ?? 0),
+                                  rootEnt: ent, max: Int(clamping: try row.optionalInteger(3, "Z_PRIMARYKEY.Z_MAX") ?? 0), table: nil)
         }
         let byEnt = Dictionary(entities.map { ($0.ent, $0) }, uniquingKeysWith: { first, _ in first })
         let tables = Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'"))
         for i in entities.indices {
             var root = entities[i]
             var hops = 0
-            while root.superEnt != 0, let parent = byEnt[root.superEnt], hops < 64 {
+            while root.superEnt != 0, root.superEnt != root.ent, let parent = byEnt[root.superEnt], hops < 64 {
                 root = parent
                 hops += 1
             }

@@ -18,8 +18,9 @@ public enum MigrationHistory {
     public static func read(_ db: Database) throws -> [Entry] {
         guard try db.tableExists(table) else { return [] }
         return try Row.fetchAll(db, sql: "SELECT version, name, sha256, applied_at, duration_ms, snapshot_id FROM \(table) ORDER BY version").map { row in
-            Entry(version: row[0], name: row[1], sha256: row[2], appliedAt: Timestamp.parseISO(row[3]) ?? Date(timeIntervalSince1970: 0),
-                  durationMs: row[4], snapshotId: row[5])
+            Entry(version: Int(clamping: try row.integer(0, "\(table).version")), name: row.text(1) ?? "?", sha256: row.text(2) ?? "",
+                  appliedAt: row.text(3).flatMap(Timestamp.parseISO) ?? Date(timeIntervalSince1970: 0),
+                  durationMs: Int(clamping: (try? row.optionalInteger(4, "duration_ms")).flatMap { $0 } ?? 0), snapshotId: row.text(5))
         }
     }
 
@@ -101,8 +102,8 @@ public struct MigrationPlan: Sendable, Codable {
         var cascading: [String: [String]] = [:]   // parent table -> children referencing it ON DELETE CASCADE
         for table in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") {
             for row in try Row.fetchAll(db, sql: "SELECT \"table\", on_delete FROM pragma_foreign_key_list(?)", arguments: [table]) {
-                let parent: String = row[0]
-                if (row[1] as String?)?.uppercased() == "CASCADE" { cascading[parent.uppercased(), default: []].append(table) }
+                let parent = row.text(0) ?? ""
+                if row.text(1)?.uppercased() == "CASCADE" { cascading[parent.uppercased(), default: []].append(table) }
             }
         }
         for index in pending.indices {

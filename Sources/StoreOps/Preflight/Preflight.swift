@@ -224,11 +224,12 @@ public enum Preflight {
 
         do {
             let problems = try CoreDataCensus.keyCounterProblems(db, store: store)
+            let roots = store.entities.filter(\.isRoot).count
             checks.append(problems.isEmpty
-                ? Check("coredata.z_max", .ok, "Z_MAX >= max(Z_PK) for all \(store.entities.filter(\.isRoot).count) root entities")
-                : Check("coredata.z_max", .fail, "\(problems.count) root entit\(problems.count == 1 ? "y" : "ies") with Z_MAX below max(Z_PK)",
-                        details: problems.map { "\($0.entity) (\($0.table)): Z_MAX \($0.zMax) < max(Z_PK) \($0.maxPK)" },
-                        advice: "Core Data would reuse existing primary keys; the store was edited outside Core Data"))
+                ? Check("coredata.z_max", .ok, "Z_MAX >= max(Z_PK) for all \(Format.plural(roots, "root entity", "root entities"))")
+                : Check("coredata.z_max", .fail, "\(Format.plural(problems.count, "root entity", "root entities")) with key problems",
+                        details: problems.map(\.summary),
+                        advice: "Core Data would reuse existing primary keys or fail to read them; the store was edited outside Core Data"))
         } catch {
             checks.append(Check("coredata.z_max", .fail, "could not check: \(error)"))
         }

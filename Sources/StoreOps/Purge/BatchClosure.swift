@@ -72,8 +72,8 @@ struct BatchClosure {
                     WHERE \(quoteIdentifier(column)) IN (SELECT value FROM json_each(?))\(scope)
                     """, arguments: [ids])
                 for row in rows {
-                    let child: Int64 = row[0]
-                    let parent: Int64 = row[1]
+                    let child = try row.integer(0, "\(other).Z_PK")
+                    let parent = try row.integer(1, "\(other).\(column)")
                     let roots = items[parent] ?? []
                     switch effect.action {
                     case .cascade?: reach(other, child, roots)
@@ -95,8 +95,8 @@ struct BatchClosure {
                     WHERE s.Z_PK IN (SELECT value FROM json_each(?))
                     """, arguments: [ids])
                 for row in rows {
-                    let pk: Int64 = row[0]
-                    let target: Int64 = row[1]
+                    let pk = try row.integer(0, "\(table).Z_PK")
+                    let target = try row.integer(1, "\(table).\(column)")
                     let roots = items[pk] ?? []
                     switch effect.action {
                     case .cascade?: reach(destination, target, roots)
@@ -114,8 +114,8 @@ struct BatchClosure {
                 WHERE \(quoteIdentifier(own)) IN (SELECT value FROM json_each(?))
                 """, arguments: [ids])
             for row in rows {
-                let pk: Int64 = row[0]
-                let target: Int64 = row[1]
+                let pk = try row.integer(0, "\(joinTable).\(own)")
+                let target = try row.integer(1, "\(joinTable).\(other)")
                 let roots = items[pk] ?? []
                 joins[JoinKey(table: joinTable, column: own), default: [:]][pk, default: []].formUnion(roots)
                 switch effect.action {
@@ -210,7 +210,7 @@ struct BatchClosure {
         var result: [Int: Set<Int64>] = [:]
         for row in try Row.fetchAll(db, sql: "SELECT Z_PK, Z_ENT FROM \(quoteIdentifier(table)) WHERE Z_PK IN (SELECT value FROM json_each(?))",
                                     arguments: [json(pks)]) {
-            result[row[1] as Int? ?? 0, default: []].insert(row[0])
+            result[Int(clamping: try row.optionalInteger(1, "\(table).Z_ENT") ?? 0), default: []].insert(try row.integer(0, "\(table).Z_PK"))
         }
         return result
     }

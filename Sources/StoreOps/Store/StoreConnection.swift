@@ -55,10 +55,10 @@ public enum StoreConnection {
         while let row = try rows.next() {
             count += 1
             if samples.count < limit {
-                let table: String = row[0] ?? "?"
-                let rowid: Int64? = row[1]
-                let parent: String = row[2] ?? "?"
-                samples.append("\(table) rowid \(rowid.map(String.init) ?? "?") -> \(parent)")
+                let table = row.text(0) ?? "?"
+                let rowid = try? row.optionalInteger(1, "rowid")
+                let parent = row.text(2) ?? "?"
+                samples.append("\(table) rowid \(rowid.flatMap { $0 }.map(String.init) ?? "?") -> \(parent)")
             }
         }
         return (count, samples)
@@ -66,6 +66,46 @@ public enum StoreConnection {
 
     /// The linked SQLite library's version, e.g. "3.40.1".
     public static var sqliteVersion: String { String(cString: sqlite3_libversion()) }
+}
+
+extension Row {
+    /// The integer in column `index`, or a 65 naming `what` when the store holds something else
+    /// there (text in a key column, a blob): a value read from a store never traps.
+    func integer(_ index: Int, _ what: @autoclosure () -> String) throws -> Int64 {
+        let value = self[index] as DatabaseValue
+        switch value.storage {
+        case .int64(let n): return n
+        case .double(let d) where d == d.rounded() && abs(d) < 9.2e18: return Int64(d)
+        default:
+            throw StoreOpsError(.badData, "\(what()): expected an integer, found \(Self.describe(value))",
+                                hint: "the store was edited outside Core Data; `storectl preflight --full` shows its problems")
+        }
+    }
+
+    /// The integer in column `index`, nil for NULL, 65 for anything else.
+    func optionalInteger(_ index: Int, _ what: @autoclosure () -> String) throws -> Int64? {
+        (self[index] as DatabaseValue).isNull ? nil : try integer(index, what())
+    }
+
+    /// The text in column `index` (numbers rendered as text), nil for NULL or a blob.
+    func text(_ index: Int) -> String? {
+        switch (self[index] as DatabaseValue).storage {
+        case .string(let s): return s
+        case .int64(let n): return String(n)
+        case .double(let d): return String(d)
+        default: return nil
+        }
+    }
+
+    static func describe(_ value: DatabaseValue) -> String {
+        switch value.storage {
+        case .null: return "NULL"
+        case .int64(let n): return "\(n)"
+        case .double(let d): return "\(d)"
+        case .string(let s): return "text \(s.prefix(40).debugDescription)"
+        case .blob(let b): return "a blob of \(b.count) bytes"
+        }
+    }
 }
 
 /// Quotes an SQL identifier: `name` -> `"name"`, doubling embedded quotes.

@@ -34,6 +34,14 @@ public enum FaultInjection {
     /// True when either hook is set (callers never need to check; `reach` is cheap either way).
     public static var isActive: Bool { target != nil || traceFD != nil }
 
+    /// A test hook for the crash report: `STORECTL_TEST_CRASH=1` traps here, as a bug would.
+    public static func crashIfAsked() {
+        if ProcessInfo.processInfo.environment["STORECTL_TEST_CRASH"] == "1" {
+            let values: [Int] = []
+            _ = values[Int(getpid())]   // an out-of-bounds index: Swift traps (SIGILL/SIGTRAP)
+        }
+    }
+
     /// Marks that the process has just completed the step `name`.
     public static func reach(_ name: String) {
         guard target != nil || traceFD != nil else { return }

@@ -37,6 +37,11 @@ public enum Format {
     }
 
     public static func percent(_ fraction: Double) -> String { String(format: "%.1f%%", fraction * 100) }
+
+    /// "1 entity", "2 entities", "1,000 rows": singular only for one.
+    public static func plural<T: BinaryInteger>(_ value: T, _ one: String, _ many: String) -> String {
+        "\(count(value)) \(value == 1 ? one : many)"
+    }
 }
 
 /// Timestamps: ISO-8601 UTC with milliseconds for records, compact for file names.

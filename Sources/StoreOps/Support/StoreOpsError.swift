@@ -31,6 +31,10 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
     ///   - side: whether the file involved is one we read or one we write.
     public static func sqlite(_ error: any Error, doing: String, side: Side = .input) -> StoreOpsError {
         if let own = error as? StoreOpsError { return own }
+        if error is RowDecodingError {
+            return StoreOpsError(.badData, "\(doing): the store holds a value of an unexpected type (\(error))",
+                                 hint: "the store was edited outside its app; `storectl preflight --full` shows its problems")
+        }
         guard let dbError = error as? DatabaseError else {
             return StoreOpsError(.failure, "\(doing): \(error)")
         }
@@ -85,6 +89,9 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
                 : StoreOpsError(.cannotCreate, "\(doing): \(text)", hint: "check that the folder is writable")
         case EEXIST:
             return StoreOpsError(.cannotCreate, "\(doing): \(text)")
+        case ENAMETOOLONG:
+            return StoreOpsError(side == .input ? .noInput : .cannotCreate, "\(doing): the name is too long (\(text))",
+                                 hint: "a file name may have at most 255 bytes and a path 4,095: choose a shorter one")
         case EIO:
             return StoreOpsError(.ioError, "\(doing): \(text)")
         default:
