@@ -15,6 +15,11 @@ public enum SampleModel {
         public var ent: Int
         public var name: String
         public var superEnt: Int
+        public init(ent: Int, name: String, superEnt: Int) {
+            self.ent = ent
+            self.name = name
+            self.superEnt = superEnt
+        }
     }
 
     public static let entities: [Entity] = [
@@ -81,24 +86,45 @@ public enum SampleModel {
     /// by one process (a crash test's fixtures) must be identical.
     public static func modelCache() throws -> Data { try madeModelCache.get() }
 
-    private static let madeModelCache = Result { try makeModelCache() }
+    private static let madeModelCache = Result { try modelCache(entities: entities, relationships: relationships) }
 
-    static func makeModelCache() throws -> Data {
+    /// A model cache for any model (tests build Photos-like shapes with it).
+    ///
+    /// - Parameter inheritedCopies: also archive every inherited relationship under each
+    ///   sub-entity (owner = the sub-entity), as compiled models do for some stores.
+    public static func modelCache(entities: [Entity], relationships: [CoreDataModel.Relationship],
+                                  inheritedCopies: Bool = false) throws -> Data {
         let archived = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, ArchivedEntity(name: $0.name)) })
         for entity in entities where entity.superEnt != 0 {
-            archived[entity.name]!.superentity = archived[entities.first { $0.ent == entity.superEnt }!.name]
+            guard let parent = entities.first(where: { $0.ent == entity.superEnt }) else { continue }
+            archived[entity.name]?.superentity = archived[parent.name]
+        }
+        var all = relationships
+        if inheritedCopies {
+            func descendants(_ name: String) -> [String] {
+                guard let ent = entities.first(where: { $0.name == name })?.ent else { return [] }
+                let children = entities.filter { $0.superEnt == ent }.map(\.name)
+                return children + children.flatMap(descendants)
+            }
+            for r in relationships {
+                for sub in descendants(r.entity) {
+                    all.append(.init(entity: sub, name: r.name, destination: r.destination, inverse: r.inverse,
+                                     isToMany: r.isToMany, deleteRule: r.deleteRule))
+                }
+            }
         }
         var byKey: [String: ArchivedRelationship] = [:]
-        for r in relationships {
-            let relationship = ArchivedRelationship(r, owner: archived[r.entity]!, destination: archived[r.destination]!)
+        for r in all {
+            guard let owner = archived[r.entity], let destination = archived[r.destination] else { continue }
+            let relationship = ArchivedRelationship(r, owner: owner, destination: destination)
             byKey["\(r.entity).\(r.name)"] = relationship
-            archived[r.entity]!.properties[r.name] = relationship
+            owner.properties[r.name] = relationship
         }
-        for r in relationships {
-            if let inverse = r.inverse { byKey["\(r.entity).\(r.name)"]!.inverseObject = byKey["\(r.destination).\(inverse)"] }
+        for r in all {
+            if let inverse = r.inverse { byKey["\(r.entity).\(r.name)"]?.inverseObject = byKey["\(r.destination).\(inverse)"] }
         }
         let archiver = NSKeyedArchiver(requiringSecureCoding: false)
-        archiver.encode(ArchivedModel(entities: entities.map { archived[$0.name]! }), forKey: NSKeyedArchiveRootObjectKey)
+        archiver.encode(ArchivedModel(entities: entities.compactMap { archived[$0.name] }), forKey: NSKeyedArchiveRootObjectKey)
         archiver.finishEncoding()
         return try Deflate.deflate(try renamingClasses(archiver.encodedData))
     }

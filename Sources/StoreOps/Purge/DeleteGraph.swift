@@ -48,6 +48,13 @@ public struct DeleteGraph: Sendable {
     public private(set) var entitiesOf: [String: [Int]] = [:]
 
     /// Maps the model's relationships onto the store's tables.
+    ///
+    /// Core Data names a relationship's storage after the entity that *declares* it, for all its
+    /// sub-entities: a many-to-many declared on an abstract `GenericAlbum` (entity 29) lives in
+    /// `Z_29ASSETS` whatever album entity a row is; a to-many without an inverse is a hidden column
+    /// `Z29<NAME>` in the destination's table. Compiled models may also list an inherited
+    /// relationship again under each sub-entity; the declaring entity is the topmost ancestor that
+    /// has a relationship of that name.
     public init(store: CoreDataStore, db: Database) throws {
         guard let model = store.model else {
             throw StoreOpsError(.badData, "the store has no readable model cache")
@@ -59,20 +66,39 @@ public struct DeleteGraph: Sendable {
         }
         let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'")
         func realTable(_ name: String) -> String? { tables.first { $0.caseInsensitiveCompare(name) == .orderedSame } }
-        func columns(of table: String) -> [String] { (try? db.columns(in: table).map(\.name)) ?? [] }
+        var columnCache: [String: [String]] = [:]
+        func columns(of table: String) -> [String] {
+            if let known = columnCache[table] { return known }
+            let found = (try? db.columns(in: table).map(\.name)) ?? []
+            columnCache[table] = found
+            return found
+        }
         func family(_ name: String) -> [Int] { store.entity(named: name).map { store.family(of: $0.ent).map(\.ent) } ?? [] }
-        func ancestors(_ name: String) -> [String] {
-            var chain = [name]
-            while let parent = model.superentity[chain.last!] ?? nil, chain.count < 64 { chain.append(parent) }
-            return chain
+        /// The entity numbers a relationship's storage may be named after, the declaring entity first.
+        func declaringEnts(_ name: String, of entity: String) -> [Int] {
+            model.ancestors(of: entity).reversed()
+                .filter { ancestor in model.relationships.contains { $0.entity == ancestor && $0.name == name } }
+                .compactMap { store.entity(named: $0)?.ent }
         }
 
         for entity in store.entities where entity.table != nil && entity.ent < 16_000 {
-            let declared = Set(ancestors(entity.name))
             var list: [Effect] = []
-            for relationship in model.relationships where declared.contains(relationship.entity) {
-                let label = "\(relationship.entity).\(relationship.name)"
-                func problem(_ text: String) { problems[entity.ent, default: []].append("\(label): \(text)") }
+            var problemSet: [String] = []
+            // One declaration per name: the nearest (a sub-entity's own copy or override first).
+            var seen = Set<String>()
+            var chosen: [CoreDataModel.Relationship] = []
+            for ancestor in model.ancestors(of: entity.name) {
+                for relationship in model.relationships where relationship.entity == ancestor && seen.insert(relationship.name).inserted {
+                    chosen.append(relationship)
+                }
+            }
+            for relationship in chosen {
+                let declaredBy = declaringEnts(relationship.name, of: entity.name)
+                let topName = model.ancestors(of: entity.name).reversed().first { ancestor in
+                    model.relationships.contains { $0.entity == ancestor && $0.name == relationship.name }
+                } ?? relationship.entity
+                let label = "\(topName).\(relationship.name)"
+                func problem(_ text: String) { if !problemSet.contains("\(label): \(text)") { problemSet.append("\(label): \(text)") } }
                 let action: Action? = switch relationship.deleteRule {
                 case .cascade: .cascade
                 case .nullify: .nullify
@@ -84,16 +110,17 @@ public struct DeleteGraph: Sendable {
                     continue
                 }
                 let inverse = relationship.inverse.flatMap { model.relationship($0, of: relationship.destination) }
+                let ownLabels = Set(model.ancestors(of: entity.name).map { "\($0).\(relationship.name)" })
                 if !relationship.isToMany {
-                    let own = toOne[label] ?? []
+                    let own = ownLabels.flatMap { toOne[$0] ?? [] }
                     switch action {
                     case .cascade?, .deny?:
                         guard !own.isEmpty else { problem("no column found for this to-one relationship"); continue }
-                        list.append(Effect(relationship: label, action: action, kind: .references(columns: own, destination: destinationTable)))
+                        list.append(Effect(relationship: label, action: action, kind: .references(columns: Array(Set(own)).sorted(), destination: destinationTable)))
                     case .nullify?:
                         // Only a one-to-one keeps a reference on the other side to clear.
                         if let inverse, !inverse.isToMany {
-                            let back = toOne["\(inverse.entity).\(inverse.name)"] ?? []
+                            let back = inverseColumns(inverse, model: model, toOne: toOne)
                             guard !back.isEmpty else { problem("no column found for its inverse \(inverse.entity).\(inverse.name)"); continue }
                             list.append(Effect(relationship: label, action: .nullify,
                                                kind: .referencedBy(table: destinationTable, columns: back, entities: family(inverse.entity),
@@ -105,11 +132,26 @@ public struct DeleteGraph: Sendable {
                     continue
                 }
                 guard let inverse else {
-                    if action != nil { problem("a to-many relationship without an inverse: its rows cannot be found") }
+                    // No inverse: Core Data keeps the link as a hidden column Z<declaring entity><NAME> in
+                    // the destination's table (e.g. Z3LIBRARYSCOPEASSETCONTRIBUTORS), holding this row's Z_PK.
+                    let wanted = declaredBy.map { "Z\($0)\(relationship.name.uppercased())" }
+                    let available = columns(of: destinationTable)
+                    let hidden = wanted.compactMap { name in available.first { $0.caseInsensitiveCompare(name) == .orderedSame } }
+                    guard let column = hidden.first else {
+                        if action != nil {
+                            problem("a to-many relationship without an inverse, but \(destinationTable) has no column \(wanted.first ?? "Z<n>\(relationship.name.uppercased())")")
+                        }
+                        continue
+                    }
+                    if let action {
+                        list.append(Effect(relationship: label, action: action,
+                                           kind: .referencedBy(table: destinationTable, columns: [column], entities: family(relationship.destination),
+                                                               bumpsOpt: available.contains("Z_OPT"))))
+                    }
                     continue
                 }
                 if !inverse.isToMany {
-                    let back = toOne["\(inverse.entity).\(inverse.name)"] ?? []
+                    let back = inverseColumns(inverse, model: model, toOne: toOne)
                     guard !back.isEmpty else {
                         if action != nil { problem("no column found for its inverse \(inverse.entity).\(inverse.name)") }
                         continue
@@ -121,27 +163,33 @@ public struct DeleteGraph: Sendable {
                     }
                     continue
                 }
-                // Many-to-many: a join table Z_<ent><NAME> of one side; its columns are named after the
-                // relationship pointing at each side (see the fixtures' Z_1KEYWORDS: Z_1ASSETATTRIBUTES, Z_37KEYWORDS).
-                guard let a = store.entity(named: relationship.entity)?.ent, let b = store.entity(named: inverse.entity)?.ent else {
+                // Many-to-many: a join table Z_<ent><NAME> named after one side's declaring entity; its
+                // columns are named after the relationship pointing at each side (see the fixtures'
+                // Z_1KEYWORDS: Z_1ASSETATTRIBUTES, Z_37KEYWORDS; Photos' Z_26ASSETS: Z_26ALBUMS, Z_34ASSETS).
+                let inverseDeclaredBy = declaringEnts(inverse.name, of: inverse.entity)
+                guard !declaredBy.isEmpty, !inverseDeclaredBy.isEmpty else {
                     problem("cannot find the entities of its join table")
                     continue
                 }
                 let name = relationship.name.uppercased()
                 let inverseName = inverse.name.uppercased()
-                guard let joinTable = realTable("Z_\(a)\(name)") ?? realTable("Z_\(b)\(inverseName)") else {
-                    problem("no join table Z_\(a)\(name) or Z_\(b)\(inverseName)")
+                let candidates = declaredBy.map { "Z_\($0)\(name)" } + inverseDeclaredBy.map { "Z_\($0)\(inverseName)" }
+                guard let joinTable = candidates.lazy.compactMap(realTable).first else {
+                    problem("no join table \(candidates.joined(separator: " or "))")
                     continue
                 }
                 let joinColumns = columns(of: joinTable)
-                func column(_ prefix: String) -> String? {
-                    let matches = joinColumns.filter { column in
-                        let upper = column.uppercased()
-                        return upper == prefix || (upper.hasPrefix(prefix) && upper.dropFirst(prefix.count).allSatisfy(\.isNumber))
+                func column(_ prefixes: [String]) -> String? {
+                    for prefix in prefixes {
+                        let matches = joinColumns.filter { column in
+                            let upper = column.uppercased()
+                            return upper == prefix || (upper.hasPrefix(prefix) && upper.dropFirst(prefix.count).allSatisfy(\.isNumber))
+                        }
+                        if matches.count == 1 { return matches[0] }
                     }
-                    return matches.count == 1 ? matches[0] : nil
+                    return nil
                 }
-                guard let own = column("Z_\(a)\(inverseName)"), let other = column("Z_\(b)\(name)") else {
+                guard let own = column(declaredBy.map { "Z_\($0)\(inverseName)" }), let other = column(inverseDeclaredBy.map { "Z_\($0)\(name)" }) else {
                     problem("cannot tell the columns of join table \(joinTable) apart (\(joinColumns.joined(separator: ", ")))")
                     continue
                 }
@@ -149,7 +197,14 @@ public struct DeleteGraph: Sendable {
                                    kind: .join(table: joinTable, own: own, other: other, otherTable: destinationTable)))
             }
             effects[entity.ent] = list
+            if !problemSet.isEmpty { problems[entity.ent] = problemSet }
         }
+    }
+
+    /// The to-one columns of `inverse` (declared on its entity or any ancestor, or copied to it).
+    private func inverseColumns(_ inverse: CoreDataModel.Relationship, model: CoreDataModel, toOne: [String: [String]]) -> [String] {
+        let labels = model.ancestors(of: inverse.entity).map { "\($0).\(inverse.name)" }
+        return Array(Set(labels.flatMap { toOne[$0] ?? [] })).sorted()
     }
 
     /// Problems of the entities a purge of `roots` reaches (through cascades): reported as
@@ -165,7 +220,7 @@ public struct DeleteGraph: Sendable {
                 if let table = effect.cascadeTable { frontier += entitiesOf[table] ?? [] }
             }
         }
-        return found.sorted()
+        return Array(Set(found)).sorted()
     }
 
     /// One line per followed relationship of `ent`, for `policy explain`.
