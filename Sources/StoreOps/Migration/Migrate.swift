@@ -127,7 +127,7 @@ public enum Migrate {
         }
         let plan = try readOnly(store, timeout: options.timeout) { db -> MigrationPlan in
             var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db), to: options.to)
-            try plan.lint(migrations, db: db)
+            try plan.lint(migrations, db: db, store: store.path)
             return plan
         }
         if let to = options.to, to < plan.current {

@@ -98,7 +98,10 @@ public struct MigrationPlan: Sendable, Codable {
 
     /// Adds lint warnings that need the store's schema (DROP TABLE / DROP COLUMN, rebuilds of
     /// tables that others reference with ON DELETE CASCADE).
-    mutating func lint(_ migrations: [Migration], db: Database) throws {
+    ///
+    /// Also refuses statements that would fire triggers calling functions only the app registers
+    /// (`TriggerLint`): they would fail mid-migration outside the app.
+    mutating func lint(_ migrations: [Migration], db: Database, store: String) throws {
         var cascading: [String: [String]] = [:]   // parent table -> children referencing it ON DELETE CASCADE
         for table in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") {
             for row in try Row.fetchAll(db, sql: "SELECT \"table\", on_delete FROM pragma_foreign_key_list(?)", arguments: [table]) {
@@ -135,6 +138,10 @@ public struct MigrationPlan: Sendable, Codable {
                 }
             }
             pending[index].warnings = warnings
+            let writes = migration.statements.map { TriggerLint.Write(table: nil, sql: $0) }
+            for problem in try TriggerLint.check(store: store, writes: writes) {
+                pending[index].refused.append("\(problem); \(TriggerLint.hint)")
+            }
         }
     }
 }

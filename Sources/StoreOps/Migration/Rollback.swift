@@ -81,7 +81,7 @@ public enum MigrationStatus {
         let migrations = try Migration.load(folder: folder)
         var plan = try Migrate.readOnly(store, timeout: 10) { db -> MigrationPlan in
             var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db))
-            try plan.lint(migrations, db: db)
+            try plan.lint(migrations, db: db, store: store.path)
             return plan
         }
         plan.target = max(plan.target, plan.current)

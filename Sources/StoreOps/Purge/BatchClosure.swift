@@ -165,43 +165,61 @@ struct BatchClosure {
             } else {
                 effects.cascaded[table, default: 0] += ids.count
             }
-            if apply {
-                try db.execute(sql: "DELETE FROM \(quoteIdentifier(table)) WHERE rowid IN (SELECT value FROM json_each(?))",
-                               arguments: [Self.json(ids)])
-            }
+            if apply { try db.execute(sql: Self.deleteStatement(table).sql, arguments: [Self.json(ids)]) }
         }
         for (key, rows) in joins.sorted(by: { $0.key.table < $1.key.table }) {
             let ids = rows.filter { allowed($0.value) }.map(\.key)
             guard !ids.isEmpty else { continue }
-            let sql = "FROM \(quoteIdentifier(key.table)) WHERE \(quoteIdentifier(key.column)) IN (SELECT value FROM json_each(?))"
             if apply {
-                try db.execute(sql: "DELETE \(sql)", arguments: [Self.json(ids)])
+                try db.execute(sql: Self.joinDeleteStatement(table: key.table, column: key.column).sql, arguments: [Self.json(ids)])
                 effects.joinRows += db.changesCount
             } else {
-                effects.joinRows += try Int.fetchOne(db, sql: "SELECT count(*) \(sql)", arguments: [Self.json(ids)]) ?? 0
+                effects.joinRows += try Int.fetchOne(db, sql: "SELECT count(*) \(Self.joinCondition(table: key.table, column: key.column))",
+                                                     arguments: [Self.json(ids)]) ?? 0
             }
         }
         for (key, rows) in nullify.sorted(by: { $0.key.table < $1.key.table }) {
             let ids = rows.filter { allowed($0.value) }.map(\.key)
             guard !ids.isEmpty else { continue }
-            let scope = key.entities.isEmpty ? "" : " AND Z_ENT IN (\(key.entities.map(String.init).joined(separator: ", ")))"
-            let column = quoteIdentifier(key.column)
             // Rows this batch deletes need no nullifying (the count must match what applying does).
             let deleted = Self.json((deletes[key.table] ?? [:]).filter { allowed($0.value) }.map(\.key))
-            let condition = "WHERE \(column) IN (SELECT value FROM json_each(?))\(scope) AND rowid NOT IN (SELECT value FROM json_each(?))"
             let label = "\(key.table).\(key.column)"
             if apply {
-                let opt = key.bumpsOpt ? ", Z_OPT = coalesce(Z_OPT, 0) + 1" : ""
-                try db.execute(sql: "UPDATE \(quoteIdentifier(key.table)) SET \(column) = NULL\(opt) \(condition)",
+                try db.execute(sql: Self.nullifyStatement(table: key.table, column: key.column, entities: key.entities, bumpsOpt: key.bumpsOpt).sql,
                                arguments: [Self.json(ids), deleted])
                 effects.nullified[label, default: 0] += db.changesCount
             } else {
+                let condition = Self.nullifyCondition(column: key.column, entities: key.entities)
                 effects.nullified[label, default: 0] += try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(key.table)) \(condition)",
                                                                           arguments: [Self.json(ids), deleted]) ?? 0
             }
         }
         effects.nullified = effects.nullified.filter { $0.value > 0 }
         return effects
+    }
+
+    // The statements a batch runs, written once (`DeleteGraph.writes` lists them for `TriggerLint`).
+
+    static func deleteStatement(_ table: String) -> TriggerLint.Write {
+        .init(table: table, sql: "DELETE FROM \(quoteIdentifier(table)) WHERE rowid IN (SELECT value FROM json_each(?))")
+    }
+
+    static func joinCondition(table: String, column: String) -> String {
+        "FROM \(quoteIdentifier(table)) WHERE \(quoteIdentifier(column)) IN (SELECT value FROM json_each(?))"
+    }
+
+    static func joinDeleteStatement(table: String, column: String) -> TriggerLint.Write {
+        .init(table: table, sql: "DELETE \(joinCondition(table: table, column: column))")
+    }
+
+    static func nullifyCondition(column: String, entities: [Int]) -> String {
+        let scope = entities.isEmpty ? "" : " AND Z_ENT IN (\(entities.map(String.init).joined(separator: ", ")))"
+        return "WHERE \(quoteIdentifier(column)) IN (SELECT value FROM json_each(?))\(scope) AND rowid NOT IN (SELECT value FROM json_each(?))"
+    }
+
+    static func nullifyStatement(table: String, column: String, entities: [Int], bumpsOpt: Bool) -> TriggerLint.Write {
+        let opt = bumpsOpt ? ", Z_OPT = coalesce(Z_OPT, 0) + 1" : ""
+        return .init(table: table, sql: "UPDATE \(quoteIdentifier(table)) SET \(quoteIdentifier(column)) = NULL\(opt) \(nullifyCondition(column: column, entities: entities))")
     }
 
     /// Groups rows by Z_ENT (all under 0 when the table has no Z_ENT column).

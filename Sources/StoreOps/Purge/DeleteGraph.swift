@@ -223,6 +223,35 @@ public struct DeleteGraph: Sendable {
         return Array(Set(found)).sorted()
     }
 
+    /// Every statement purge batches of `roots` (rows of `rootTable`) can run: deletes from the
+    /// root table and every table cascades reach, join-table deletes, nullifying updates. A pure
+    /// function of the graph, in the shapes `BatchClosure` runs (for `TriggerLint`).
+    public func writes(from roots: [Int], rootTable: String) -> [TriggerLint.Write] {
+        var writes: [TriggerLint.Write] = [BatchClosure.deleteStatement(rootTable)]
+        var seen = Set<Int>()
+        var frontier = roots
+        while let ent = frontier.popLast() {
+            guard seen.insert(ent).inserted else { continue }
+            for effect in effects[ent] ?? [] {
+                switch (effect.kind, effect.action) {
+                case (.referencedBy(let table, let columns, let entities, let bumpsOpt), .nullify?):
+                    writes += columns.map { BatchClosure.nullifyStatement(table: table, column: $0, entities: entities, bumpsOpt: bumpsOpt) }
+                case (.join(let table, let own, _, _), _):
+                    writes.append(BatchClosure.joinDeleteStatement(table: table, column: own))
+                default:
+                    break
+                }
+                if let table = effect.cascadeTable {
+                    writes.append(BatchClosure.deleteStatement(table))
+                    frontier += entitiesOf[table] ?? []
+                }
+            }
+        }
+        var unique: [TriggerLint.Write] = []
+        for write in writes where !unique.contains(write) { unique.append(write) }
+        return unique
+    }
+
     /// One line per followed relationship of `ent`, for `policy explain`.
     public func describe(_ ent: Int) -> [String] {
         (effects[ent] ?? []).map { effect in

@@ -151,6 +151,12 @@ public enum PurgePlanner {
                     notes.append("the store records persistent history; rows deleted outside Core Data leave no history, so sync (CloudKit) does not learn of them")
                 }
             }
+            // Triggers the batches would fire that call functions only the app registers: refused now.
+            let roots = filter.isEmpty ? (coreData?.entities.filter { $0.table == table }.map(\.ent) ?? []) : filter
+            let writes = graph?.writes(from: roots, rootTable: table) ?? [BatchClosure.deleteStatement(table)]
+            for trigger in try TriggerLint.check(store: policy.store.path, writes: writes) {
+                problem(rule.target.description.hasPrefix("table") ? "table" : "entity", "\(trigger); \(TriggerLint.hint)")
+            }
             let cutoff = rule.retention.map { now.addingTimeInterval(-$0.seconds) }
             targets.append(PurgeTarget(rule: rule, table: table, entityFilter: filter, entityName: entityName, flagColumn: flag,
                                        deletedAtColumn: deletedAt, cutoff: cutoff, graph: graph, notes: notes))

@@ -128,3 +128,66 @@ struct CoreDataShapesTests {
         #expect(try store.count("SELECT count(*) FROM ZLIBRARYSCOPE WHERE Z_PK = 1") == (rule == .deny ? 1 : 0))
     }
 }
+
+@Suite("triggers that call functions only Core Data registers")
+struct CoreDataTriggerTests {
+    static let trigger = """
+        CREATE TRIGGER ZT_ASSET_DELETE AFTER DELETE ON ZGENERICASSET FOR EACH ROW
+        BEGIN SELECT NSCoreDataTriggerUpdateAffectedObjectValue('ZGENERICALBUM', 26, OLD.Z_PK, 'ZCOUNT', 0); END
+        """
+
+    @Test("Photos (real store): purging detected faces fires Core Data's triggers: policy check, purge --dry-run and purge refuse (65), naming trigger and function; nothing changes")
+    func photos() throws {
+        let folder = try TempFolder()
+        let store = try Fixture.photos.copy(into: folder)
+        let policy = folder.file("faces.toml")
+        try Data("""
+            [store]
+            path = "Photos.sqlite"
+
+            [[purge]]
+            name = "faces"
+            entity = "DetectedFace"
+            deleted_flag = "ZHIDDEN"
+            """.utf8).write(to: URL(fileURLWithPath: policy))
+        let before = try logicalDigest(store)
+        let check = try PolicyCheck.check(policy)
+        #expect(!check.ok)
+        let text = check.problems.joined(separator: "\n")
+        #expect(text.contains("NSCoreDataTriggerUpdateAffectedObjectValue()"), "\(text)")
+        #expect(text.contains("ZT_ZPERSON_ZFACECOUNT_ZDETECTEDFACE_DELETE_DECREMENT (on ZDETECTEDFACE)"), "\(text)")
+        for dryRun in [true, false] {
+            let error = #expect(throws: StoreOpsError.self) { try Purge.run(.init(policy: policy, dryRun: dryRun)) }
+            #expect(error?.status == .badData)
+            #expect(error?.description.contains("no such function") == true)
+        }
+        #expect(try logicalDigest(store) == before)
+    }
+
+    @Test("a trigger reached through a cascade is found too, and a migration that would fire one is refused before anything changes")
+    func throughCascadeAndMigration() throws {
+        let store = try PhotosShapedStore(contributorsRule: .cascade, trigger: Self.trigger)
+        let before = try logicalDigest(store.path)
+        let policy = try store.policy("[[purge]]\nname = \"scopes\"\nentity = \"LibraryScope\"\ndeleted_flag = \"ZISDELETED\"\n")
+        let error = #expect(throws: StoreOpsError.self) { try Purge.run(.init(policy: policy)) }
+        #expect(error?.status == .badData)
+        #expect(error?.description.contains("writing ZGENERICASSET fires trigger ZT_ASSET_DELETE (on ZGENERICASSET)") == true, "\(error?.description ?? "")")
+        // Purging albums reaches no asset deletes: no trigger fires, nothing is refused.
+        let albums = try store.policy("[[purge]]\nname = \"albums\"\nentity = \"SharedAlbum\"\ndeleted_flag = \"ZTRASHED\"\n")
+        #expect(try PolicyCheck.check(albums).ok)
+
+        let migrations = store.folder.file("migrations")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        try Data("UPDATE ZGENERICALBUM SET ZTITLE = upper(ZTITLE);\nDELETE FROM ZGENERICASSET WHERE Z_PK = 1;".utf8)
+            .write(to: URL(fileURLWithPath: migrations + "/0001_tidy.sql"))
+        for dryRun in [true, false] {
+            let refused = #expect(throws: StoreOpsError.self) {
+                try Migrate.run(.init(store: store.path, migrations: migrations, repository: store.folder.file("snaps"), dryRun: dryRun))
+            }
+            #expect(refused?.status == .badData)
+            #expect(refused?.description.contains("NSCoreDataTriggerUpdateAffectedObjectValue()") == true, "\(refused?.description ?? "")")
+        }
+        #expect(try logicalDigest(store.path) == before)
+        #expect(FileSystem.kind(of: store.folder.file("snaps")) == .missing)
+    }
+}
