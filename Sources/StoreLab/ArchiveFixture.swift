@@ -6,6 +6,8 @@ import StoreOps
 public enum ArchiveFixture {
     public enum Kind: Sendable {
         case file(Data)
+        /// A regular file of this many zero bytes, written in chunks (a size bomb).
+        case zeros(Int)
         case directory
         case symlink(String)
         case hardlink(String)
@@ -42,6 +44,18 @@ public enum ArchiveFixture {
                 archive_entry_set_filetype(entry, ArchiveEntryRules.FileType.regular.rawValue)
                 archive_entry_set_size(entry, Int64(contents.count))
                 data = contents
+            case .zeros(let count):
+                archive_entry_set_filetype(entry, ArchiveEntryRules.FileType.regular.rawValue)
+                archive_entry_set_size(entry, Int64(count))
+                guard archive_write_header(archive, entry) == ARCHIVE_OK else { throw StoreOpsError(.failure, "libarchive refused \(item.name)") }
+                let chunk = [UInt8](repeating: 0, count: 1 << 20)
+                var left = count
+                while left > 0 {
+                    let n = min(left, chunk.count)
+                    _ = chunk.withUnsafeBytes { archive_write_data(archive, $0.baseAddress, n) }
+                    left -= n
+                }
+                continue
             case .directory:
                 archive_entry_set_filetype(entry, ArchiveEntryRules.FileType.directory.rawValue)
             case .symlink(let target):

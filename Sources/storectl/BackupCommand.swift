@@ -23,7 +23,7 @@ struct BackupCommand: ParsableCommand, JSONOutput {
     @Option(help: "How to check the copy: quick (PRAGMA quick_check), full (integrity_check + foreign_key_check), none.")
     var verify: VerifyLevel = .quick
 
-    @Option(help: "Seconds to keep retrying while the store is locked before giving up with exit 75.")
+    @Option(parsing: .unconditional, help: "Seconds to keep retrying while the store is locked before giving up with exit 75.")
     var timeout: Double = 60
 
     @Flag(help: "Replace the output file if it exists.")
@@ -45,8 +45,8 @@ struct BackupCommand: ParsableCommand, JSONOutput {
     static func summary(_ result: Backup.Result) -> String {
         let m = result.manifest
         var extras = ["source \(m.source.journalMode)"]
-        if let coreData = m.coreData { extras.append("\(coreData.entityCounts.count) entities") }
-        if let external = m.externalData { extras.append("\(external.files.count) external files") }
+        if let coreData = m.coreData { extras.append(Format.plural(coreData.entityCounts.count, "entity", "entities")) }
+        if let external = m.externalData { extras.append(Format.plural(external.files.count, "external file", "external files")) }
         let verify = m.verify.level == .none ? "not verified" : "\(m.verify.level == .quick ? "quick_check" : "integrity_check") ok"
         return "backup ok: \(result.path)  \(Format.bytes(m.database.bytes)), \(Format.count(m.database.pageCount ?? 0)) pages, "
             + "\(verify), sha256 \(m.database.sha256.prefix(12))…, \(Format.duration(m.durationSeconds)) (\(extras.joined(separator: ", ")))"

@@ -60,11 +60,11 @@ struct PolicyExplainCommand: ParsableCommand, JSONOutput {
                 print("  cutoff:      \(utc) (\(local)), bound as \(rule.cutoffValue ?? "")")
             }
             let fraction = rule.total > 0 ? " (\(Format.percent(Double(rule.candidates) / Double(rule.total))) of \(Format.count(rule.total)))" : ""
-            print("  would delete \(Format.count(rule.candidates)) rows now\(fraction)")
-            for (table, count) in rule.cascaded.sorted(by: { $0.key < $1.key }) { print("    + \(Format.count(count)) \(table) rows (cascade)") }
-            if rule.joinRows > 0 { print("    + \(Format.count(rule.joinRows)) join-table rows") }
+            print("  would delete \(Format.plural(rule.candidates, "row", "rows")) now\(fraction)")
+            for (table, count) in rule.cascaded.sorted(by: { $0.key < $1.key }) { print("    + \(Format.plural(count, "\(table) row", "\(table) rows")) (cascade)") }
+            if rule.joinRows > 0 { print("    + \(Format.plural(rule.joinRows, "join-table row", "join-table rows"))") }
             for (column, count) in rule.nullified.sorted(by: { $0.key < $1.key }) { print("    ~ \(Format.count(count)) \(column) references nullified") }
-            if rule.denied > 0 { print("    ! \(Format.count(rule.denied)) rows kept by deny rules") }
+            if rule.denied > 0 { print("    ! \(Format.plural(rule.denied, "row", "rows")) kept by deny rules") }
             for relationship in rule.relationships { print("  follows      \(relationship)") }
             for note in rule.notes { print("  note:        \(note)") }
         }

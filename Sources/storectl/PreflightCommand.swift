@@ -23,7 +23,7 @@ struct PreflightCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Also run integrity_check and foreign_key_check (slower than quick_check).")
     var full = false
 
-    @Option(help: "Seconds to wait for another process's lock.")
+    @Option(parsing: .unconditional, help: "Seconds to wait for another process's lock.")
     var timeout: Double = 10
 
     @Flag(help: "Print the report as JSON on stdout.")

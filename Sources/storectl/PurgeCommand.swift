@@ -40,17 +40,17 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
             let cutoff = rule.cutoff.map { ", deleted before \(Timestamp.iso($0))" } ?? ""
             lines.append("  rule \(rule.name) (\(rule.target) -> \(rule.table)\(cutoff))")
             guard report.tripped.isEmpty else {
-                lines.append("    \(Format.count(rule.candidates)) of \(Format.count(rule.total)) rows match")
+                lines.append("    \(Format.count(rule.candidates)) of \(Format.plural(rule.total, "row", "rows")) match")
                 continue
             }
             let verb = report.dryRun ? "would delete" : "deleted"
-            lines.append("    \(verb) \(Format.count(rule.deleted)) of \(Format.count(rule.candidates)) rows in \(rule.batches) batches, "
+            lines.append("    \(verb) \(Format.count(rule.deleted)) of \(Format.plural(rule.candidates, "row", "rows")) in \(Format.plural(rule.batches, "batch", "batches")), "
                          + "\(Format.duration(rule.seconds))\(rule.deleted > 0 ? ", \(Format.count(Int(rule.rowsPerSecond))) rows/s" : "")")
-            for (table, count) in rule.cascaded.sorted(by: { $0.key < $1.key }) { lines.append("    + \(Format.count(count)) \(table) rows (cascade)") }
-            if rule.joinRows > 0 { lines.append("    + \(Format.count(rule.joinRows)) join-table rows") }
+            for (table, count) in rule.cascaded.sorted(by: { $0.key < $1.key }) { lines.append("    + \(Format.plural(count, "\(table) row", "\(table) rows")) (cascade)") }
+            if rule.joinRows > 0 { lines.append("    + \(Format.plural(rule.joinRows, "join-table row", "join-table rows"))") }
             for (column, count) in rule.nullified.sorted(by: { $0.key < $1.key }) { lines.append("    ~ \(Format.count(count)) \(column) nullified") }
             if rule.denied > 0 {
-                lines.append("    ! \(Format.count(rule.denied)) rows kept by deny rules")
+                lines.append("    ! \(Format.plural(rule.denied, "row", "rows")) kept by deny rules")
                 for sample in rule.deniedSamples { lines.append("      \(sample)") }
             }
             if let stopped = rule.stopped { lines.append("    stopped: \(stopped)") }

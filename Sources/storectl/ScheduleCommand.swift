@@ -16,7 +16,7 @@ struct ScheduleCommand: ParsableCommand {
     struct Show: ParsableCommand, JSONOutput {
         static let configuration = CommandConfiguration(abstract: "List the jobs with their cron expressions and next 5 runs (local time and UTC).")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
-        @Option(help: "How many next runs to show.") var count = 5
+        @Option(parsing: .unconditional, help: "How many next runs to show (1 to 1000).") var count = 5
         @Flag(help: "Print as JSON.") var json = false
 
         func run() throws {

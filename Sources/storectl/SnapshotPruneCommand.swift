@@ -14,12 +14,12 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             """)
 
     @Option(help: "The snapshot repository.") var repo: String
-    @Option var keepLast: Int?
-    @Option var keepHourly: Int?
-    @Option var keepDaily: Int?
-    @Option var keepWeekly: Int?
-    @Option var keepMonthly: Int?
-    @Option var keepYearly: Int?
+    @Option(parsing: .unconditional, help: "Keep the N newest snapshots (-1: all).") var keepLast: Int?
+    @Option(parsing: .unconditional, help: "Keep the newest snapshot of each of the N most recent hours that have one (-1: no limit).") var keepHourly: Int?
+    @Option(parsing: .unconditional, help: "The same per day.") var keepDaily: Int?
+    @Option(parsing: .unconditional, help: "The same per ISO week.") var keepWeekly: Int?
+    @Option(parsing: .unconditional, help: "The same per month.") var keepMonthly: Int?
+    @Option(parsing: .unconditional, help: "The same per year.") var keepYearly: Int?
     @Option(help: "Keep every snapshot within this duration of the newest, e.g. 2d, 12h, 1y.") var keepWithin: String?
     @Option(help: "Keep every snapshot with this tag (repeatable).") var keepTag: [String] = []
     @Flag(help: "List what would be kept and removed, with reasons; remove nothing.") var dryRun = false
@@ -41,6 +41,9 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         for decision in result.decisions where dryRun || !decision.keep {
             let verb = decision.keep ? "keep  " : (dryRun ? "remove" : "removed")
             print("\(verb) \(decision.id)  \(decision.reasons.joined(separator: ", "))")
+        }
+        for entry in result.damaged {
+            print("keep   \(entry.id)  its catalog entry is damaged, so it is never pruned: \(entry.problem)")
         }
         let kept = result.decisions.filter(\.keep).count
         print("\(dryRun ? "would keep" : "kept") \(kept), \(dryRun ? "would remove" : "removed") \(result.decisions.count - kept)")

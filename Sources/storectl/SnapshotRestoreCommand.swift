@@ -34,7 +34,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         let result = try SnapshotRestore.run(options)
         if json { print(JSON.string(result)); return }
         var line = "restored \(result.id) to \(result.restoredTo)"
-        if result.externalFiles > 0 { line += " with \(result.externalFiles) external files" }
+        if result.externalFiles > 0 { line += " with \(Format.plural(result.externalFiles, "external file", "external files"))" }
         if let safety = result.safetySnapshot { line += "; the previous store is snapshot \(safety) (tag pre-restore)" }
         if !result.movedAside.isEmpty { line += "; the previous files were kept at \(result.movedAside.joined(separator: ", "))" }
         if !result.removedSidecars.isEmpty { line += "; removed \(result.removedSidecars.map { String($0.split(separator: "-").last ?? "") }.joined(separator: ", "))" }

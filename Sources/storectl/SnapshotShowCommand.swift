@@ -25,12 +25,15 @@ struct SnapshotShowCommand: ParsableCommand, JSONOutput {
             "verified   " + (repository.lastVerification(facts?.id ?? "").map { "\(Timestamp.iso($0.at)) \($0.ok ? "ok" : "FAILED: \($0.problem ?? "")")" } ?? "never"),
         ]
         if let external = record.externalData {
-            lines.append("external   \(external.files.count) files, \(Format.bytes(external.totalBytes)) in \(external.folder)")
+            lines.append("external   \(Format.plural(external.files.count, "file", "files")), \(Format.bytes(external.totalBytes)) in \(external.folder)")
         }
         if let coreData = record.coreData {
-            lines.append("core data  framework \(coreData.metadata.frameworkVersion.map(String.init) ?? "?"), \(coreData.metadata.modelVersionHashes.count) model hashes")
+            lines.append("core data  framework \(coreData.metadata.frameworkVersion.map(String.init) ?? "?"), "
+                         + Format.plural(coreData.metadata.modelVersionHashes.count, "model hash", "model hashes"))
+            // Names as long as they are (Photos has CloudSharedAlbumInvitationRecord), counts aligned.
+            let width = max(24, coreData.entityCounts.keys.map(\.count).max() ?? 0)
             for (entity, rows) in coreData.entityCounts.sorted(by: { $0.key < $1.key }) {
-                lines.append("           \(entity.padding(toLength: 24, withPad: " ", startingAt: 0)) \(Format.count(rows))")
+                lines.append("           \(entity.padding(toLength: width, withPad: " ", startingAt: 0)) \(Format.count(rows).leftPadded(to: 11))")
             }
         }
         print(lines.joined(separator: "\n"))

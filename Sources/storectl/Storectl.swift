@@ -36,6 +36,7 @@ struct Storectl: ParsableCommand {
         }
         var command: (any ParsableCommand)?
         do {
+            try checkArgumentsAreUTF8()
             command = try parseAsRoot()
             try command!.run()
         } catch {
@@ -43,9 +44,23 @@ struct Storectl: ParsableCommand {
         }
     }
 
+    /// Linux file names may be any bytes; Swift's command-line strings replace invalid UTF-8, which
+    /// would name another file ("no such file" for one that exists). Such an argument is refused,
+    /// naming it, rather than misread.
+    static func checkArgumentsAreUTF8() throws {
+        for index in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[index] else { continue }
+            let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(raw).assumingMemoryBound(to: UInt8.self), count: strlen(raw))
+            guard let offset = Validate.firstInvalidUTF8(bytes) else { continue }
+            let shown = bytes.map { $0 < 0x80 && $0 >= 0x20 ? String(UnicodeScalar($0)) : String(format: "\\x%02x", $0) }.joined()
+            throw StoreOpsError(.usage, "argument \(index) is not valid UTF-8 (byte \(offset)): \(shown)",
+                                hint: "storectl needs UTF-8 paths: rename the file, or pass a symbolic link with a UTF-8 name")
+        }
+    }
+
     /// The one place errors become exit statuses and messages.
     static func exit(with error: any Error, json: Bool) -> Never {
-        guard let failure = error as? StoreOpsError else {
+        guard let failure = StoreOpsError.wrapping(error) else {
             // Argument errors (64), --help (0) and explicit ExitCode results.
             Storectl.exit(withError: error)
         }

@@ -49,6 +49,7 @@ public enum Backup {
     /// - Throws: `StoreOpsError` with the documented exit status (66 missing source, 65 corrupt,
     ///   73 output not creatable, 74 disk full, 75 busy, 64 output equal to the source).
     public static func run(source: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
+        try Validate.timeout(options.timeout)
         let store = try StoreFile(existing: source)
         try Recovery.prepare(store, lockHeld: false)
         let startedAt = Timestamp.now()
@@ -122,6 +123,10 @@ public enum Backup {
                       steps: copied.steps, restarts: copied.restarts, busyRetries: copied.busyRetries)
     }
 
+    /// The longest output name: its manifest (`.manifest.json`) and swap record (`.storectl-swap.json`)
+    /// must fit in 255 bytes too.
+    static let maxOutputNameBytes = 200
+
     struct Output {
         var path: String
         var folder: String
@@ -135,6 +140,11 @@ public enum Backup {
             path = (absolute as NSString).appendingPathComponent("\(store.stem)-\(Timestamp.compact(date)).sqlite")
         }
         let folder = FileSystem.parent(of: path)
+        let nameBytes = FileSystem.name(of: path).utf8.count
+        guard nameBytes <= maxOutputNameBytes else {
+            throw StoreOpsError(.cannotCreate, "the output name \(FileSystem.name(of: path).prefix(40))… is \(nameBytes) bytes long; storectl needs at most \(maxOutputNameBytes)",
+                                hint: "the manifest and the journal beside it get longer names, and a file name may have at most 255 bytes: choose a shorter --output")
+        }
         switch FileSystem.kind(of: folder) {
         case .directory: break
         case .missing:

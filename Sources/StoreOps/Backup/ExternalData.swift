@@ -7,7 +7,14 @@ public enum ExternalDataFolder {
     /// Copies every regular file under `source` into `destination` (created), hashing as it goes.
     ///
     /// - Returns: one record per file, paths relative to `relativeRoot`.
+    ///
+    /// - Throws: 65 when a name under `source` is not valid UTF-8: such a file could not be copied
+    ///   faithfully, and is refused rather than left out of the copy without a word.
     public static func copy(from source: String, to destination: String, relativeRoot: String, label: String) throws -> [Manifest.FileRecord] {
+        if let bad = FileSystem.nonUTF8Names(under: source).first {
+            throw StoreOpsError(.badData, "the external-data file \(bad) has a name that is not valid UTF-8; it cannot be copied faithfully, so nothing was copied",
+                                hint: "rename it (Core Data names these files by UUID)")
+        }
         try FileSystem.makeDirectory(destination, existingOK: true, point: "\(label).external-folder")
         var records: [Manifest.FileRecord] = []
         let enumerator = FileManager.default.enumerator(atPath: source)

@@ -121,6 +121,7 @@ public struct CronExpression: Sendable, Equatable, CustomStringConvertible {
     /// not exist there, in a spring-forward gap, are skipped). Empty when the schedule never runs
     /// (e.g. `0 0 30 2 *`).
     public func nextRuns(after date: Date, count: Int, in timeZone: TimeZone = .current) -> [Date] {
+        guard count > 0 else { return [] }
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
         var runs: [Date] = []
@@ -148,7 +149,7 @@ public struct CronExpression: Sendable, Equatable, CustomStringConvertible {
                         if run > date, runs.last.map({ run > $0 }) ?? true {
                             runs.append(run)
                             daysWithoutRun = 0
-                            if runs.count == count { return runs }
+                            if runs.count >= count { return runs }
                         }
                     }
                 }

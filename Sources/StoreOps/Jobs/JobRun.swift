@@ -95,7 +95,7 @@ public enum JobRun {
                 record.exitCode = status.rawValue
                 record.outcome = status == .checksFailed ? "refused" : "stopped"
                 record.error = !report.tripped.isEmpty ? "circuit breaker: " + report.tripped.joined(separator: "; ")
-                    : report.rules.contains(where: { $0.denied > 0 }) ? "deny rules kept \(report.rules.reduce(0) { $0 + $1.denied }) rows"
+                    : report.rules.contains(where: { $0.denied > 0 }) ? "deny rules kept \(Format.plural(report.rules.reduce(0) { $0 + $1.denied }, "row", "rows"))"
                     : report.stopped.map { "stopped: \($0)" }
             }
         }
@@ -199,8 +199,16 @@ public struct ScheduleEntry: Sendable, Codable {
     public var nextRuns: [Date]
     public var timeZone: String
 
+    /// How many next runs `schedule show` may list.
+    public static let countRange = 1...1000
+
     /// The scheduled jobs of the policies, with their next `count` runs in `timeZone`.
+    ///
+    /// - Throws: 64 for a count outside 1...1000.
     public static func list(policies: [String], count: Int = 5, now: Date = Date(), timeZone: TimeZone = .current) throws -> [ScheduleEntry] {
+        guard countRange.contains(count) else {
+            throw StoreOpsError(.usage, "--count \(count): expected \(countRange.lowerBound) to \(countRange.upperBound) next runs")
+        }
         let loaded = try policies.map(Policy.load)
         return try Crontab.jobs(loaded).map { job in
             let expression = try CronExpression(job.expression)

@@ -108,8 +108,13 @@ public enum Migrate {
     ///   errors. Outcomes after the snapshot (migrated, failed, rolled back, rollback failed) are
     ///   in the report's `status`.
     public static func run(_ options: Options, progress: ((String) -> Void)? = nil) throws -> Report {
+        try Validate.timeout(options.timeout)
         let store = try StoreFile(existing: options.store)
         let migrations = try load(options)
+        if let to = options.to, !migrations.contains(where: { $0.version == to }) {
+            throw StoreOpsError(.usage, "--to \(to): there is no migration \(to) (versions: \(migrations.map { String($0.version) }.joined(separator: ", ")))",
+                                hint: "name the version of an existing migration file")
+        }
         var clock = StageClock()
         let lock = options.dryRun ? nil : try clock.time("lock") { try JobLock.acquire(path: store.jobLockPath, job: "migrate") }
         defer { lock?.release() }

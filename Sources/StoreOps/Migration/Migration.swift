@@ -84,12 +84,20 @@ public struct Migration: Sendable {
             }
             seen[version] = name
             let path = (absolute as NSString).appendingPathComponent(name)
-            guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
-                throw StoreOpsError(.noInput, "\(path) cannot be read")
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw StoreOpsError(.noInput, "\(path) cannot be read", hint: "check its permissions")
             }
+            if let offset = Validate.firstInvalidUTF8(data) {
+                throw StoreOpsError(.badData, "\(path) is not UTF-8 text: byte \(offset) (0x\(String(format: "%02x", data[data.startIndex + offset]))) is invalid",
+                                    hint: "save the migration as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)")
+            }
+            let text = String(decoding: data, as: UTF8.self)
             let verifyPath = (absolute as NSString).appendingPathComponent("\(stem).verify.sql")
             let verifyData = FileManager.default.contents(atPath: verifyPath)
-            let verifyText = verifyData.flatMap { String(data: $0, encoding: .utf8) } ?? ""
+            if let verifyData, let offset = Validate.firstInvalidUTF8(verifyData) {
+                throw StoreOpsError(.badData, "\(verifyPath) is not UTF-8 text: byte \(offset) is invalid", hint: "save it as UTF-8")
+            }
+            let verifyText = verifyData.map { String(decoding: $0, as: UTF8.self) } ?? ""
             let directives = SQLScript.directives(text)
             migrations.append(Migration(
                 version: version, name: String(stem.dropFirst(digits.count + 1)), statements: SQLScript.statements(text),

@@ -18,18 +18,35 @@ public struct Check: Sendable, Codable, Equatable {
     public var details: [String] = []
     /// What to do about a warning or failure.
     public var advice: String?
+    /// The check's figures for machines (bytes, counts, pids, the problems found), by name.
+    public var figures: [String: JSONValue]
 
-    public init(_ id: String, _ status: Status, _ summary: String, details: [String] = [], advice: String? = nil) {
+    public init(_ id: String, _ status: Status, _ summary: String, details: [String] = [], advice: String? = nil,
+                figures: [String: JSONValue] = [:]) {
         self.id = id
         self.status = status
         self.summary = summary
         self.details = details
         self.advice = advice
+        self.figures = figures
+    }
+}
+
+extension Check {
+    /// The same check with these figures.
+    func with(_ figures: [String: JSONValue]) -> Check {
+        var copy = self
+        copy.figures = figures
+        return copy
     }
 }
 
 /// What `storectl preflight` returns: every check, the Core Data entity counts, and the verdict.
 public struct PreflightReport: Sendable, Codable {
+    /// True when no check failed (warnings pass): the verdict, for machines.
+    public var ok: Bool
+    /// The exit status `storectl preflight` ends with: 0 passed, 2 a check failed.
+    public var status: Int32
     public var store: String
     public var operation: Preflight.Operation
     public var destination: String
@@ -38,6 +55,20 @@ public struct PreflightReport: Sendable, Codable {
     public var entities: [CoreDataCensus.EntityCount]?
     public var startedAt: Date
     public var durationSeconds: Double
+
+    public init(store: String, operation: Preflight.Operation, destination: String, checks: [Check],
+                entities: [CoreDataCensus.EntityCount]?, startedAt: Date, durationSeconds: Double) {
+        let passed = !checks.contains { $0.status == .fail }
+        ok = passed
+        status = passed ? ExitStatus.ok.rawValue : ExitStatus.checksFailed.rawValue
+        self.store = store
+        self.operation = operation
+        self.destination = destination
+        self.checks = checks
+        self.entities = entities
+        self.startedAt = startedAt
+        self.durationSeconds = durationSeconds
+    }
 
     /// True when no check failed (warnings pass).
     public var passed: Bool { !checks.contains { $0.status == .fail } }
@@ -75,7 +106,7 @@ public struct PreflightReport: Sendable, Codable {
 }
 
 extension String {
-    func leftPadded(to width: Int) -> String {
+    public func leftPadded(to width: Int) -> String {
         count >= width ? self : String(repeating: " ", count: width - count) + self
     }
 }

@@ -35,6 +35,7 @@ public enum Preflight {
     ///   locked past the timeout, 73 when the destination does not exist.
     public static func run(store path: String, options: Options = Options()) throws -> PreflightReport {
         let startedAt = Timestamp.now()
+        try Validate.timeout(options.timeout)
         let store = try StoreFile(existing: path)
         let destination = FileSystem.absolute(options.destination ?? store.folder)
         guard FileSystem.kind(of: destination) == .directory else {
@@ -79,6 +80,10 @@ public enum Preflight {
     // MARK: - Locks
 
     static func writerCheck(_ locks: LockState, operation: Operation) -> Check {
+        writerCheckText(locks, operation: operation).with(["writerPid": .int(locks.writerPID), "openByPid": .int(locks.openByPID)])
+    }
+
+    static func writerCheckText(_ locks: LockState, operation: Operation) -> Check {
         if operation == .migrate, let pid = locks.writerPID ?? locks.openByPID {
             return Check("lock.writer", .warn, "pid \(pid) has the store open",
                          advice: "stop the app first: migrate refuses (75) while another process has the store open, since a rollback would discard its writes")
@@ -92,7 +97,13 @@ public enum Preflight {
     }
 
     static func jobLockCheck(_ store: StoreFile, operation: Operation) -> Check {
-        guard let holder = JobLock.currentHolder(path: store.jobLockPath) else {
+        let holder = JobLock.currentHolder(path: store.jobLockPath)
+        return jobLockCheckText(holder, operation: operation)
+            .with(["holderPid": .int(holder?.pid), "job": .text(holder?.job), "since": .text(holder.map { Timestamp.iso($0.since) })])
+    }
+
+    static func jobLockCheckText(_ holder: JobLock.Holder?, operation: Operation) -> Check {
+        guard let holder else {
             return Check("lock.job", .ok, "no storectl job holds the store")
         }
         if holder.pid == getpid() {
@@ -109,18 +120,23 @@ public enum Preflight {
     static func stateChecks(_ info: StoreInfo, store: StoreFile, locks: LockState) -> [Check] {
         var checks: [Check] = []
         checks.append(Check("store.size", .ok,
-            "\(Format.bytes(info.logicalBytes)) (\(Format.count(info.pageCount)) pages x \(Format.count(info.pageSize)) B), file \(Format.bytes(info.fileBytes)), SQLite \(info.sqliteVersion)"))
-        checks.append(Check("store.user_version", .ok, "\(info.userVersion)"))
+            "\(Format.bytes(info.logicalBytes)) (\(Format.count(info.pageCount)) pages x \(Format.count(info.pageSize)) B), file \(Format.bytes(info.fileBytes)), SQLite \(info.sqliteVersion)").with(["pageSize": .int(info.pageSize), "pageCount": .int(info.pageCount),
+                   "logicalBytes": .int(info.logicalBytes), "fileBytes": .int(info.fileBytes), "sqliteVersion": .text(info.sqliteVersion)]))
+        checks.append(Check("store.user_version", .ok, "\(info.userVersion)", figures: ["userVersion": .int(info.userVersion)]))
 
         let freeBytes = UInt64(info.freelistCount) * UInt64(info.pageSize)
         let freelist = "\(Format.count(info.freelistCount)) free pages (\(Format.percent(info.freelistRatio)), \(Format.bytes(freeBytes)))"
+        let freeFigures: [String: JSONValue] = ["freePages": .int(info.freelistCount), "freeBytes": .int(freeBytes), "ratio": .number(info.freelistRatio)]
         if info.freelistRatio > 0.25, freeBytes > 16 << 20 {
             checks.append(Check("store.freelist", .warn, freelist,
-                                advice: "copies carry the free pages too; VACUUM in a maintenance window would reclaim them"))
+                                advice: "copies carry the free pages too; VACUUM in a maintenance window would reclaim them", figures: freeFigures))
         } else {
-            checks.append(Check("store.freelist", .ok, freelist))
+            checks.append(Check("store.freelist", .ok, freelist, figures: freeFigures))
         }
 
+        let journalFigures: [String: JSONValue] = ["journalMode": .text(info.journalMode), "walBytes": .int(info.walBytes),
+                                                   "journalBytes": .int(FileSystem.size(of: store.journalPath) ?? 0)]
+        defer { checks[checks.count - 1].figures = journalFigures }
         if info.isWAL {
             let large: UInt64 = 64 << 20
             checks.append(info.walBytes > large
@@ -148,10 +164,12 @@ public enum Preflight {
         func check(_ id: String, _ folder: String, _ needed: UInt64) throws {
             let space = try FileSystem.space(at: folder)
             let summary = "\(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed (\(folder)); \(Format.count(space.availableInodes)) inodes"
+            let figures: [String: JSONValue] = ["folder": .text(folder), "availableBytes": .int(space.availableBytes),
+                                                "neededBytes": .int(needed), "availableInodes": .int(space.availableInodes)]
             if space.availableBytes < needed || space.availableInodes < 16 {
-                checks.append(Check(id, .fail, summary, advice: "free space there, or choose a destination on another volume"))
+                checks.append(Check(id, .fail, summary, advice: "free space there, or choose a destination on another volume", figures: figures))
             } else {
-                checks.append(Check(id, .ok, summary))
+                checks.append(Check(id, .ok, summary, figures: figures))
             }
         }
         if need.destination > 0 { try check("space.destination", destination, need.destination) }
@@ -167,10 +185,12 @@ public enum Preflight {
         func run(_ id: String, _ pragma: String) {
             do {
                 let messages = try StoreConnection.integrityMessages(db, pragma: pragma)
+                let figures: [String: JSONValue] = ["problems": .int(messages == ["ok"] ? 0 : messages.count),
+                                                    "messages": .array(messages.map { .string($0) })]
                 checks.append(messages == ["ok"]
-                    ? Check(id, .ok, "ok")
-                    : Check(id, .fail, "\(messages.count)\(messages.count >= 20 ? "+" : "") problem(s)", details: messages,
-                            advice: "the store is damaged: do not migrate or purge it; restore from a backup"))
+                    ? Check(id, .ok, "ok", figures: figures)
+                    : Check(id, .fail, "\(Format.plural(messages.count, "problem", "problems"))\(messages.count >= 20 ? " (the first 20)" : "")", details: messages,
+                            advice: "the store is damaged: do not migrate or purge it; restore from a backup", figures: figures))
             } catch {
                 checks.append(Check(id, .fail, "could not run: \(StoreOpsError.sqlite(error, doing: pragma).message)",
                                     advice: "the store is damaged or unreadable"))
@@ -181,10 +201,11 @@ public enum Preflight {
         run("integrity.integrity_check", "integrity_check")
         do {
             let violations = try StoreConnection.foreignKeyViolations(db)
+            let figures: [String: JSONValue] = ["violations": .int(violations.count), "samples": .array(violations.samples.map { .string($0) })]
             checks.append(violations.count == 0
-                ? Check("integrity.foreign_key_check", .ok, "no violations")
-                : Check("integrity.foreign_key_check", .fail, "\(violations.count) violation(s)", details: violations.samples,
-                        advice: "rows reference parents that do not exist; fix them before a migration"))
+                ? Check("integrity.foreign_key_check", .ok, "no violations", figures: figures)
+                : Check("integrity.foreign_key_check", .fail, Format.plural(violations.count, "violation", "violations"), details: violations.samples,
+                        advice: "rows reference parents that do not exist; fix them before a migration", figures: figures))
         } catch {
             checks.append(Check("integrity.foreign_key_check", .fail, "could not run: \(error)"))
         }
@@ -208,7 +229,7 @@ public enum Preflight {
         checks.append(Check("coredata.metadata", .ok,
             "\(meta.storeType ?? "?") store, framework \(meta.frameworkVersion.map(String.init) ?? "?"), \(meta.modelVersionHashes.count) entity hashes"
             + (identifiers.isEmpty ? "" : ", model \(identifiers.joined(separator: ","))")
-            + (meta.modelVersionHashesDigest.map { ", digest \($0.prefix(12))…" } ?? "")))
+            + (meta.modelVersionHashesDigest.map { ", digest \($0.prefix(12))…" } ?? "")).with(["metadata": .encoding(meta)]))
 
         var entities: [CoreDataCensus.EntityCount]?
         do {
@@ -216,8 +237,9 @@ public enum Preflight {
             entities = counts
             let total = counts.compactMap(\.rows).reduce(0, +)
             let missing = counts.filter { $0.table == nil }.map(\.entity)
-            checks.append(Check("coredata.entities", .ok, "\(counts.count) entities, \(Format.count(total)) rows",
-                                details: missing.isEmpty ? [] : ["no table for: \(missing.joined(separator: ", ")) (entities without rows of their own)"]))
+            checks.append(Check("coredata.entities", .ok, "\(Format.plural(counts.count, "entity", "entities")), \(Format.plural(total, "row", "rows"))",
+                                details: missing.isEmpty ? [] : ["no table for: \(missing.joined(separator: ", ")) (entities without rows of their own)"],
+                                figures: ["entities": .int(counts.count), "rows": .int(total), "withoutTable": .array(missing.map { .string($0) })]))
         } catch {
             checks.append(Check("coredata.entities", .fail, "could not count: \(StoreOpsError.sqlite(error, doing: "counting entities").message)"))
         }
@@ -225,6 +247,8 @@ public enum Preflight {
         do {
             let problems = try CoreDataCensus.keyCounterProblems(db, store: store)
             let roots = store.entities.filter(\.isRoot).count
+            let figures: [String: JSONValue] = ["rootEntities": .int(roots), "problems": .encoding(problems)]
+            defer { checks[checks.count - 1].figures = figures }
             checks.append(problems.isEmpty
                 ? Check("coredata.z_max", .ok, "Z_MAX >= max(Z_PK) for all \(Format.plural(roots, "root entity", "root entities"))")
                 : Check("coredata.z_max", .fail, "\(Format.plural(problems.count, "root entity", "root entities")) with key problems",
@@ -242,11 +266,14 @@ public enum Preflight {
             let mapping = try CoreDataCensus.toOneColumns(db, store: store)
             let orphans = try CoreDataCensus.orphans(db, columns: mapping.columns).filter { $0.orphans > 0 }
             let total = orphans.reduce(0) { $0 + $1.orphans }
+            let figures: [String: JSONValue] = ["columns": .int(mapping.columns.count), "orphans": .int(total),
+                                                "byColumn": .encoding(orphans), "skipped": .array(mapping.skipped.map { .string($0) })]
+            defer { checks[checks.count - 1].figures = figures }
             var details = orphans.map { "\($0.table).\($0.column) -> \($0.destinationTable): \(Format.count($0.orphans)) (\($0.relationships.joined(separator: ", ")))" }
             details += mapping.skipped.map { "not checked: \($0)" }
             checks.append(orphans.isEmpty
-                ? Check("coredata.orphans", .ok, "0 orphans in \(mapping.columns.count) to-one relationship columns", details: details)
-                : Check("coredata.orphans", .fail, "\(Format.count(total)) orphaned to-one reference(s) in \(orphans.count) column(s)", details: details,
+                ? Check("coredata.orphans", .ok, "0 orphans in \(Format.plural(mapping.columns.count, "to-one relationship column", "to-one relationship columns"))", details: details)
+                : Check("coredata.orphans", .fail, "\(Format.plural(total, "orphaned to-one reference", "orphaned to-one references")) in \(Format.plural(orphans.count, "column", "columns"))", details: details,
                         advice: "these rows point at objects that no longer exist; Core Data faults on them"))
         } catch {
             checks.append(Check("coredata.orphans", .fail, "could not check: \(error)"))

@@ -120,7 +120,10 @@ public enum Purge {
         }
         // Every circuit breaker before anything is deleted (or snapshotted).
         for target in targets {
-            let (candidates, total) = try queue.inDatabase { try target.counts($0) }
+            let (candidates, total): (Int, Int)
+            do { (candidates, total) = try queue.inDatabase { try target.counts($0) } } catch {
+                throw StoreOpsError.sqlite(error, doing: "counting the rows of rule \(target.rule.name) in \(target.table)")
+            }
             var rule = RuleReport(name: target.rule.name, target: target.rule.target.description, table: target.table,
                                   cutoff: target.cutoff, candidates: candidates, total: total, notes: target.notes)
             if let limit = target.rule.maxFraction, total > 0, Double(candidates) / Double(total) > limit {

@@ -45,6 +45,7 @@ public enum SnapshotCreate {
     ///   a bad store, 64 for a bad tag or level.
     public static func run(store path: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let level = try options.compression.validatedLevel(options.level)
+        try Validate.timeout(options.timeout)
         try validate(tags: options.tags)
         let store = try StoreFile(existing: path)
         try Recovery.prepare(store, lockHeld: false)

@@ -62,13 +62,20 @@ enum SnapshotExtraction {
                     innerManifest = data
                     continue
                 }
-                let file = expected[entry.name]!
+                guard let file = expected[entry.name] else { throw damaged("an entry the manifest does not list: \(entry.name)") }
+                // A size bomb (gigabytes of zeros where the manifest says megabytes) is refused on its
+                // header, or at the manifest's size at the latest: never unpacked in full.
+                if entry.size >= 0, UInt64(entry.size) != file.bytes {
+                    throw damaged("\(entry.name) is \(Format.count(entry.size)) bytes in the archive, the manifest says \(Format.count(file.bytes)); nothing was unpacked from it")
+                }
                 let destination: String? = entry.name == record.database.path
                     ? targets.database
                     : targets.externalFolder.map { ($0 as NSString).appendingPathComponent(FileSystem.name(of: entry.name)) }
                 // The database is hashed after unpacking, alongside its integrity check (below).
                 let isDatabase = entry.name == record.database.path
-                let (bytes, sha) = try stream(reader, to: destination, creating: !isDatabase, hashing: !isDatabase)
+                let (bytes, sha) = try stream(reader, to: destination, creating: !isDatabase, hashing: !isDatabase, limit: file.bytes) {
+                    damaged("\(entry.name) holds more than the \(Format.count(file.bytes)) bytes the manifest says; reading stopped there")
+                }
                 guard bytes == file.bytes else { throw damaged("\(entry.name) is \(bytes) bytes, the manifest says \(file.bytes)") }
                 if !isDatabase, sha != file.sha256 {
                     throw damaged("checksum mismatch in \(entry.name) (expected \(file.sha256.prefix(12))…, got \(sha.prefix(12))…)")
@@ -106,7 +113,8 @@ enum SnapshotExtraction {
     }
 
     /// Streams the current entry to `path` (or only hashes it), returning its size and SHA-256.
-    private static func stream(_ reader: ArchiveReader, to path: String?, creating: Bool, hashing: Bool) throws -> (UInt64, String) {
+    private static func stream(_ reader: ArchiveReader, to path: String?, creating: Bool, hashing: Bool, limit: UInt64,
+                               tooLarge: () -> StoreOpsError) throws -> (UInt64, String) {
         var fd: Int32 = -1
         if let path {
             if creating {
@@ -121,6 +129,7 @@ enum SnapshotExtraction {
         var hasher = SHA256()
         var total: UInt64 = 0
         try reader.readData { chunk in
+            guard total + UInt64(chunk.count) <= limit else { throw tooLarge() }
             if hashing { hasher.update(bufferPointer: chunk) }
             total += UInt64(chunk.count)
             guard fd >= 0 else { return }

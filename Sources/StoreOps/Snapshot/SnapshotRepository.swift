@@ -149,6 +149,13 @@ public final class SnapshotRepository: Sendable {
             func bad(_ problem: String) { damaged.append(DamagedEntry(id: id, file: file, problem: problem)) }
             guard let data = FileManager.default.contents(atPath: file) else { bad("cannot be read"); continue }
             guard data.count < 64 << 20 else { bad("is \(Format.bytes(UInt64(data.count))), not a catalog entry"); continue }
+            struct Header: Decodable { var format: String?; var formatVersion: Int? }
+            // The format and version first: a newer manifest is "use a newer storectl", not garbage.
+            if let header = try? JSON.decoder().decode(Header.self, from: data), header.format == "storectl-manifest",
+               let version = header.formatVersion, version > Manifest.currentFormatVersion {
+                bad("has format version \(version); this storectl reads up to \(Manifest.currentFormatVersion) (use a newer storectl)")
+                continue
+            }
             let record: Manifest
             do { record = try JSON.decoder().decode(Manifest.self, from: data) } catch {
                 bad("is not a valid manifest (\(Self.describe(error)))")

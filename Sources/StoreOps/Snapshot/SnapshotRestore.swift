@@ -76,6 +76,7 @@ public enum SnapshotRestore {
     ///   (nothing changed), 73 target not creatable or existing, 74 no room, 75 store open by
     ///   another process or locked.
     public static func run(_ options: Options) throws -> Result {
+        try Validate.timeout(options.timeout)
         let repository = try SnapshotRepository.open(options.repository)
         let lock = try repository.lockForWriting(job: "snapshot restore", wait: options.wait)
         defer { lock.release() }

@@ -253,6 +253,28 @@ public enum FileSystem {
         }
     }
 
+    /// Names under `root` (at any depth) that are not valid UTF-8, shown with their bad bytes
+    /// escaped. Foundation decodes such names lossily, so they would name no file: callers refuse
+    /// them rather than skip a file silently.
+    public static func nonUTF8Names(under root: String, depth: Int = 0) -> [String] {
+        guard depth < 32, let folder = opendir(root) else { return [] }
+        defer { closedir(folder) }
+        var found: [String] = []
+        while let entry = readdir(folder) {
+            let bytes: [UInt8] = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+            if bytes == [0x2E] || bytes == [0x2E, 0x2E] { continue }
+            if Validate.firstInvalidUTF8(bytes) != nil {
+                found.append((root as NSString).appendingPathComponent(
+                    bytes.map { $0 < 0x80 && $0 >= 0x20 ? String(UnicodeScalar($0)) : String(format: "\\x%02x", $0) }.joined()))
+                continue
+            }
+            if entry.pointee.d_type == UInt8(DT_DIR) {
+                found += nonUTF8Names(under: (root as NSString).appendingPathComponent(String(decoding: bytes, as: UTF8.self)), depth: depth + 1)
+            }
+        }
+        return found
+    }
+
     /// Whether a process with this pid exists (used to tell stale temp files from live ones).
     public static func processIsAlive(_ pid: Int32) -> Bool {
         pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)

@@ -36,6 +36,11 @@ public enum Format {
         return String(format: "%dh%02dm", total / 3600, (total % 3600) / 60)
     }
 
+    /// 5 -> "5", -5.5 -> "-5.5": a number as typed.
+    public static func number(_ value: Double) -> String {
+        value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+
     public static func percent(_ fraction: Double) -> String { String(format: "%.1f%%", fraction * 100) }
 
     /// "1 entity", "2 entities", "1,000 rows": singular only for one.

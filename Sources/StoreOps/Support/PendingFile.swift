@@ -23,8 +23,14 @@ public final class PendingFile {
         self.label = label
         let folder = FileSystem.parent(of: finalPath)
         let random = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        tempPath = (folder as NSString).appendingPathComponent(
-            ".\(FileSystem.name(of: finalPath))\(Self.marker)\(getpid())-\(random)")
+        // A long final name is shortened in the temp name (which adds ~30 bytes), so the temp file
+        // can be made whenever the final name is a valid name.
+        var short = ""
+        for character in FileSystem.name(of: finalPath) {
+            guard short.utf8.count + character.utf8.count <= 200 else { break }
+            short.append(character)
+        }
+        tempPath = (folder as NSString).appendingPathComponent(".\(short)\(Self.marker)\(getpid())-\(random)")
         if directory {
             try FileSystem.makeDirectory(tempPath, point: "\(label).create")
         } else {

@@ -42,6 +42,15 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
         return fromResultCode(dbError.extendedResultCode.rawValue, message: text, doing: doing, side: side)
     }
 
+    /// The error any library failure becomes at the command line: itself, a SQLite error with its
+    /// documented status, or a failure (1) carrying its text.
+    public static func wrapping(_ error: any Error, doing: String = "storectl") -> StoreOpsError? {
+        if let own = error as? StoreOpsError { return own }
+        if error is DatabaseError || error is RowDecodingError { return sqlite(error, doing: doing) }
+        if error is DecodingError || error is EncodingError { return StoreOpsError(.badData, "\(doing): \(error)") }
+        return nil
+    }
+
     /// Builds the error for a raw SQLite result code (for C API calls GRDB does not wrap).
     public static func fromResultCode(_ code: Int32, message: String, doing: String, side: Side = .input) -> StoreOpsError {
         switch code & 0xff {
@@ -52,7 +61,8 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
             return StoreOpsError(.badData, "\(doing): the database is damaged or not a SQLite database (\(message))",
                                  hint: "run `storectl preflight --full` on it, and restore from a backup if it is corrupt")
         case SQLITE_FULL:
-            return StoreOpsError(.ioError, "\(doing): no space left on the device (\(message))",
+            // sqlite3_errmsg() can say "not an error" here once the statement was reset: not repeated.
+            return StoreOpsError(.ioError, "\(doing): no space left on the device",
                                  hint: "free space on the destination volume, or choose another destination")
         case SQLITE_IOERR:
             return StoreOpsError(.ioError, "\(doing): I/O error (\(message))")

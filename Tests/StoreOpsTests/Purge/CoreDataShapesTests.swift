@@ -162,6 +162,11 @@ struct CoreDataTriggerTests {
             #expect(error?.description.contains("no such function") == true)
         }
         #expect(try logicalDigest(store) == before)
+        // Photos' assets: a dry run used to count their cascades, and the real purge then failed
+        // half way with "no such function". Now both refuse up front.
+        try Data("[store]\npath = \"Photos.sqlite\"\n\n[[purge]]\nentity = \"Asset\"\ndeleted_flag = \"ZCOMPLETE\"\n".utf8)
+            .write(to: URL(fileURLWithPath: policy))
+        #expect((#expect(throws: StoreOpsError.self) { try Purge.run(.init(policy: policy, dryRun: true)) })?.status == .badData)
     }
 
     @Test("a trigger reached through a cascade is found too, and a migration that would fire one is refused before anything changes")

@@ -134,6 +134,27 @@ struct SnapshotDamageTests {
         #expect(FileManager.default.fileExists(atPath: fixture.catalogEntry))
     }
 
+    @Test("a size bomb (256 MiB of zeros where the manifest says the database's size) is refused on the entry's header, nothing unpacked")
+    func sizeBomb() throws {
+        let fixture = try SnapshotFixture(items: 300)
+        let database = try #require(fixture.created.record.database.path as String?)
+        let entries = try fixture.entries().map { $0.name == database ? ArchiveFixture.Entry($0.name, .zeros(256 << 20)) : $0 }
+        try fixture.rebuild(entries)
+        let mount = TempMount(kilobytes: 8 << 10)
+        let target = (mount?.path ?? fixture.folder.path) + "/restored.sqlite"
+        let started = Date()
+        let error = #expect(throws: StoreOpsError.self) {
+            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .file(target)))
+        }
+        #expect(error?.status == .badData, "\(error?.description ?? "")")
+        #expect(error?.message.contains("268,435,456 bytes in the archive, the manifest says") == true, "\(error?.message ?? "")")
+        #expect(Date().timeIntervalSince(started) < 5)
+        #expect(!FileManager.default.fileExists(atPath: target))
+        if let mount { #expect(try FileManager.default.contentsOfDirectory(atPath: mount.path).isEmpty) }
+        let verified = try SnapshotVerify.run(.init(repository: fixture.repo, ids: [fixture.created.id], scratch: mount?.path))
+        #expect(verified.first?.ok == false && verified.first?.problem?.contains("the manifest says") == true)
+    }
+
     @Test("restore refuses an existing target (73) and an unwritable folder (73)", .enabled(if: TempMount.isAvailable || getuid() != 0))
     func unwritableTargets() throws {
         let fixture = try SnapshotFixture()

@@ -1,0 +1,227 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// Bad input found by trying storectl as a new user would: each gets a clear message, its
+/// documented status, and leaves stores and snapshots as they were.
+@Suite("bad input: clear errors, documented statuses, nothing changed")
+struct BadInputTests {
+    func store(_ folder: TempFolder, items: Int = 300) throws -> String {
+        var options = SampleStore.Options()
+        options.items = items
+        options.externalFiles = 1
+        return try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
+    }
+
+    @Test("a damaged catalog entry: listed as DAMAGED, verify --all exits 65 naming it, prune keeps it, a good id still restores")
+    func damagedCatalogEntry() throws {
+        let folder = try TempFolder()
+        let store = try store(folder)
+        let repo = folder.file("snaps")
+        let bad = try SnapshotCreate.run(store: store, options: .init(repository: repo))
+        let good = try SnapshotCreate.run(store: store, options: .init(repository: repo))
+        try Data(#"{"format":"storectl-manifest","formatVersion":99}"#.utf8).write(to: URL(fileURLWithPath: repo + "/catalog/\(bad.id).json"))
+        let list = try storectl("snapshot", "list", "--repo", repo)
+        #expect(list.status == 0, "\(list.stderr)")
+        #expect(list.stdout.contains(bad.id) && list.stdout.contains("DAMAGED catalog entry"), "\(list.stdout)")
+        let verify = try storectl("snapshot", "verify", "--repo", repo, "--all")
+        #expect(verify.status == 65)
+        #expect(verify.stdout.contains("ok      \(good.id)") && verify.stdout.contains("DAMAGED \(bad.id)"), "\(verify.stdout)")
+        #expect(verify.stdout.contains("format version 99"), "\(verify.stdout)")
+        #expect(try storectl("snapshot", "restore", "--repo", repo, good.id, "--to", folder.file("r.sqlite")).status == 0)
+        let prune = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1")
+        #expect(prune.status == 0, "\(prune.stderr)")
+        #expect(FileManager.default.fileExists(atPath: repo + "/catalog/\(bad.id).json"), "never removed as if expired")
+        #expect(prune.stdout.contains("damaged"), "\(prune.stdout)")
+    }
+
+    @Test("schedule show --count outside 1...1000 is refused at once (64)", arguments: ["0", "-1", "99999999"])
+    func scheduleCount(_ count: String) throws {
+        let folder = try TempFolder()
+        _ = try store(folder)
+        let policy = folder.file("p.toml")
+        try Data("[store]\npath = \"Tasks.sqlite\"\n\n[schedule]\nsnapshot = \"15 * * * *\"\n\n[snapshot]\nrepository = \"snaps\"\n".utf8)
+            .write(to: URL(fileURLWithPath: policy))
+        let started = Date()
+        let result = try storectl("schedule", "show", "--policy", policy, "--count", count)
+        #expect(result.status == 64, "\(result.stderr)")
+        #expect(result.stderr.contains("1 to 1000"), "\(result.stderr)")
+        #expect(Date().timeIntervalSince(started) < 5)
+    }
+
+    @Test("a damaged store is 65 with a hint everywhere: purge included")
+    func damagedStore() throws {
+        let folder = try TempFolder()
+        let store = try store(folder, items: 3_000)
+        // Overwrite pages in the middle of the file (b-tree pages of ZITEM) with garbage.
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: store))
+        try handle.seek(toOffset: 40 * 4096)
+        handle.write(Data((0..<(16 * 4096)).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }))
+        try handle.close()
+        let policy = folder.file("p.toml")
+        try Data("""
+            [store]
+            path = "Tasks.sqlite"
+
+            [[purge]]
+            name = "items"
+            entity = "Item"
+            deleted_flag = "ZISDELETED"
+            deleted_at = "ZDELETEDAT"
+            time_format = "coredata"
+            retention = "30d"
+            """.utf8).write(to: URL(fileURLWithPath: policy))
+        for arguments in [["purge", "--policy", policy], ["purge", "--policy", policy, "--dry-run"], ["backup", store, "-o", folder.file("b.sqlite")],
+                          ["snapshot", "create", store, "--repo", folder.file("snaps")]] {
+            let result = try ChildProcess.run(Binaries.storectl, arguments)
+            #expect(result.status == 65, "\(arguments): \(result.status) \(result.stderr)")
+            #expect(result.stderr.contains("hint:"), "\(arguments): \(result.stderr)")
+            #expect(!result.stderr.contains("SQLite error 11"), "\(arguments): \(result.stderr)")
+        }
+    }
+
+    @Test("killswitch engage on a missing path or a folder: 66, and no stray file")
+    func killswitchTarget() throws {
+        let folder = try TempFolder()
+        let missing = try storectl("killswitch", "engage", folder.file("Typo.sqlite"))
+        #expect(missing.status == 66, "\(missing.stderr)")
+        #expect(folder.contents().isEmpty)
+        let directory = try storectl("killswitch", "engage", folder.path)
+        #expect(directory.status == 66, "\(directory.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: folder.path + ".storectl-killswitch"))
+    }
+
+    @Test("migrate --to a version that does not exist (64); a migration that is not UTF-8 (65, the byte offset); the store unchanged")
+    func migrateInputs() throws {
+        let folder = try TempFolder()
+        let store = try store(folder)
+        let migrations = folder.file("migrations")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        try Data("UPDATE ZTAG SET ZNAME = upper(ZNAME);".utf8).write(to: URL(fileURLWithPath: migrations + "/0001_upper.sql"))
+        let before = try StoreState.digest(store)
+        let to = try storectl("migrate", store, "--migrations", migrations, "--repo", folder.file("snaps"), "--to", "7")
+        #expect(to.status == 64, "\(to.stderr)")
+        #expect(to.stderr.contains("there is no migration 7"), "\(to.stderr)")
+        try Data([0x55, 0x50, 0x44, 0xE9, 0x20] + Array(" ZTAG;".utf8)).write(to: URL(fileURLWithPath: migrations + "/0002_latin1.sql"))
+        let latin1 = try storectl("migrate", store, "--migrations", migrations, "--repo", folder.file("snaps"))
+        #expect(latin1.status == 65, "\(latin1.stderr)")
+        #expect(latin1.stderr.contains("0002_latin1.sql is not UTF-8 text: byte 3 (0xe9)"), "\(latin1.stderr)")
+        #expect(try StoreState.digest(store) == before)
+        #expect(FileSystem.kind(of: folder.file("snaps")) == .missing)
+    }
+
+    @Test("negative values: --timeout=-5 is refused (64) wherever timeouts are taken; --keep-last -1 parses as documented")
+    func negativeValues() throws {
+        let folder = try TempFolder()
+        let store = try store(folder)
+        for arguments in [["backup", store, "-o", folder.file("b.sqlite"), "--timeout=-5"], ["preflight", store, "--timeout", "-5"],
+                          ["snapshot", "create", store, "--repo", folder.file("snaps"), "--timeout", "-5"]] {
+            let result = try ChildProcess.run(Binaries.storectl, arguments)
+            #expect(result.status == 64, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains("--timeout -5: expected seconds"), "\(arguments): \(result.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: folder.file("b.sqlite")))
+        _ = try SnapshotCreate.run(store: store, options: .init(repository: folder.file("snaps")))
+        let keep = try storectl("snapshot", "prune", "--repo", folder.file("snaps"), "--keep-last", "-1")
+        #expect(keep.status == 0, "\(keep.stderr)")
+        #expect(keep.stdout.contains("kept 1, removed 0"), "\(keep.stdout)")
+    }
+
+    @Test("file names: a 300-character output name (73, with a hint); names that are not UTF-8 (64 for an argument, 65 for an external-data file)")
+    func fileNames() throws {
+        let folder = try TempFolder()
+        let store = try store(folder)
+        let long = try storectl("backup", store, "-o", folder.file(String(repeating: "x", count: 300) + ".sqlite"))
+        #expect(long.status == 73, "\(long.stderr)")
+        #expect(long.stderr.contains("hint:") && long.stderr.contains("bytes long"), "\(long.stderr)")
+
+        let raw = Array(folder.path.utf8) + Array("/caf".utf8) + [0xE9] + Array(".sqlite".utf8)
+        let fd = raw.withUnsafeBufferPointer { buffer -> Int32 in
+            let cString = Array(buffer) + [0]
+            return cString.withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o600) }
+        }
+        #expect(fd >= 0)
+        close(fd)
+        let result = try ChildProcess.run("/bin/sh", ["-c", "exec \"$0\" preflight \"$(printf '\(folder.path)/caf\\351.sqlite')\"", Binaries.storectl])
+        #expect(result.status == 64, "\(result.stderr)")
+        #expect(result.stderr.contains("is not valid UTF-8") && result.stderr.contains("caf\\xe9.sqlite"), "\(result.stderr)")
+
+        let external = StoreFile(unchecked: store).externalDataPath
+        let badName = Array(external.utf8) + Array("/photo-".utf8) + [0xFF] + [0]
+        let made = badName.withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o600) }
+        #expect(made >= 0)
+        close(made)
+        let backup = try storectl("backup", store, "-o", folder.file("b.sqlite"))
+        #expect(backup.status == 65, "\(backup.stderr)")
+        #expect(backup.stderr.contains("photo-\\xff") && backup.stderr.contains("not valid UTF-8"), "\(backup.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: folder.file("b.sqlite")))
+    }
+
+    @Test("restore --in-place: no store at the path (66 unless --create); a hostile archive is refused before any safety snapshot")
+    func restoreInPlaceInputs() throws {
+        let folder = try TempFolder()
+        let store = try store(folder)
+        let repo = folder.file("snaps")
+        let snapshot = try SnapshotCreate.run(store: store, options: .init(repository: repo))
+        let missing = try storectl("snapshot", "restore", "--repo", repo, snapshot.id, "--in-place", folder.file("Other.sqlite"))
+        #expect(missing.status == 66, "\(missing.stderr)")
+        #expect(missing.stderr.contains("--create"), "\(missing.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: folder.file("Other.sqlite")))
+        #expect(try storectl("snapshot", "restore", "--repo", repo, snapshot.id, "--in-place", folder.file("Other.sqlite"), "--create").status == 0)
+
+        // The archive gains an entry the manifest does not list; the catalog is made to agree on size and hash.
+        let archive = repo + "/" + (try #require(snapshot.record.snapshot?.archive?.path))
+        var entries = try ArchiveFixture.read(archive).map { ArchiveFixture.Entry($0.name, .file($0.data)) }
+        entries.insert(.init("store/../../escape.sh", .file(Data("#!/bin/sh".utf8))), at: 0)
+        let rebuilt = folder.file("rebuilt.tar.gz")
+        try ArchiveFixture.write(entries, to: rebuilt)
+        let data = try Data(contentsOf: URL(fileURLWithPath: rebuilt))
+        try data.write(to: URL(fileURLWithPath: archive))
+        let catalog = repo + "/catalog/\(snapshot.id).json"
+        var record = try JSON.decoder().decode(Manifest.self, from: try Data(contentsOf: URL(fileURLWithPath: catalog)))
+        record.snapshot?.archive?.bytes = UInt64(data.count)
+        record.snapshot?.archive?.sha256 = Hashing.sha256(data)
+        try JSON.encode(record).write(to: URL(fileURLWithPath: catalog))
+        let before = try StoreState.digest(store)
+        let listed = try SnapshotSummary.list(repository: repo).count
+        let hostile = try storectl("snapshot", "restore", "--repo", repo, snapshot.id, "--in-place", store)
+        #expect(hostile.status == 65, "\(hostile.stderr)")
+        #expect(try SnapshotSummary.list(repository: repo).count == listed, "no safety snapshot was taken for a restore that cannot happen")
+        #expect(try StoreState.digest(store) == before)
+    }
+
+    @Test("human output: long entity names whole, singular for one, preflight --json with ok, status and figures")
+    func humanOutput() throws {
+        let folder = try TempFolder()
+        let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/coredata/photos-10.15.7").path
+        let photos = folder.file("Photos.sqlite")
+        for suffix in ["", "-wal", "-shm"] { try FileManager.default.copyItem(atPath: fixtures + "/Photos.sqlite" + suffix, toPath: photos + suffix) }
+        let repo = folder.file("snaps")
+        let created = try storectl("snapshot", "create", photos, "--repo", repo, "--json")
+        #expect(created.status == 0, "\(created.stderr)")
+        let id = try #require(try JSONSerialization.jsonObject(with: Data(created.stdout.utf8)) as? [String: Any])["id"] as? String
+        let show = try storectl("snapshot", "show", "--repo", repo, try #require(id))
+        #expect(show.stdout.contains("CloudSharedAlbumInvitationRecord "), "\(show.stdout)")
+
+        let preflight = try storectl("preflight", photos, "--json")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(preflight.stdout.utf8)) as? [String: Any])
+        #expect(object["ok"] as? Bool == (preflight.status == 0))
+        #expect(object["status"] as? Int == Int(preflight.status))
+        let checks = try #require(object["checks"] as? [[String: Any]])
+        let zMax = try #require(checks.first { $0["id"] as? String == "coredata.z_max" })
+        #expect(((zMax["figures"] as? [String: Any])?["rootEntities"] as? Int ?? 0) > 40, "\(zMax)")
+        let space = try #require(checks.first { $0["id"] as? String == "space.destination" })
+        #expect(((space["figures"] as? [String: Any])?["availableBytes"] as? Int ?? 0) > 0)
+
+        _ = try store(folder)
+        let policy = folder.file("p.toml")
+        try Data("[store]\npath = \"Tasks.sqlite\"\n\n[[purge]]\nname = \"tags\"\ntable = \"ZTAG\"\ndeleted_flag = \"ZISDELETED\"\n".utf8)
+            .write(to: URL(fileURLWithPath: policy))
+        let purge = try storectl("purge", "--policy", policy)
+        #expect(purge.stdout.contains(" in 1 batch,"), "\(purge.stdout)")
+        #expect(!purge.stdout.contains("1 batches"))
+    }
+}
