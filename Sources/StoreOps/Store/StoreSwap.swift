@@ -116,7 +116,8 @@ public enum StoreSwap {
         public var replaced: [String]
         /// Where kept old files now are.
         public var kept: [String]
-        /// Files found in the way that no step knew (another process created them after a crash).
+        /// Files found in the way that no step knew (another process wrote them after a crash), kept
+        /// beside the store as `<store>.unexpected-<time>-<name>` (empty ones are dropped).
         public var intruders: [String]
         /// Recovery only: forward (finished) or back (undone, when a new file had vanished).
         public var direction: String
@@ -227,6 +228,15 @@ public enum StoreSwap {
                 guard holds(step.from, step) else {
                     throw StoreOpsError(.failure, "the staged \(step.role) \(step.from) of the swap of \(journal.target) is missing")
                 }
+                if step.to == journal.target {
+                    // Sidecars that appeared beside the old database after the record was written (an
+                    // app or a reader opened it after a crash) belong to the old file: never to the new one.
+                    for suffix in ["-wal", "-shm", "-journal"] where lstatIdentity(step.to + suffix) != nil {
+                        let away = (journal.aside as NSString).appendingPathComponent("unexpected-\(FileSystem.name(of: step.to))\(suffix)-\(intruders.count)")
+                        try FileSystem.rename(step.to + suffix, away, point: "swap.intruder")
+                        intruders.append(away)
+                    }
+                }
                 let replacedByThis = journal.steps.contains { $0.kind == .linkOld && $0.from == step.to && holds(step.to, $0) }
                 if !replacedByThis, lstatIdentity(step.to) != nil {
                     // Something no step knows took the name (an app opened the store after a crash):
@@ -259,18 +269,31 @@ public enum StoreSwap {
             verified = (try? Hashing.sha256(ofFile: journal.target)) == expected
         }
         var kept: [String] = []
-        switch journal.keepOld {
+        // What others wrote in the way is kept beside the store whatever becomes of the old files,
+        // unless it holds nothing (an empty -wal, or an -shm, which is only an index).
+        let stamp = Timestamp.compact(journal.startedAt)
+        var keptIntruders: [String] = []
+        for intruder in intruders {
+            let name = FileSystem.name(of: intruder)
+            let empty = (FileSystem.size(of: intruder) ?? 0) == 0 || name.contains("-shm-")
+            guard !empty else { continue }
+            // A sidecar keeps its suffix (`<store>.unexpected-<time>-wal`), anything else its name.
+            let sidecar = ["-wal", "-shm", "-journal"].first { name.contains("\(FileSystem.name(of: journal.target))\($0)-") }
+            let keptPath = try freeName(journal.target + ".unexpected-\(stamp)"
+                                        + (sidecar ?? "-" + name.replacingOccurrences(of: "unexpected-", with: "")))
+            try FileSystem.rename(intruder, keptPath, point: "swap.keep.intruder")
+            keptIntruders.append(keptPath)
+        }
+        // When someone wrote in the way, the old files are kept too: what they wrote may belong with them.
+        var keepOld = journal.keepOld
+        if !keptIntruders.isEmpty, keepOld == .discard { keepOld = .rename(suffix: ".replaced-\(stamp)") }
+        switch keepOld {
         case .discard:
             FileSystem.remove(journal.aside, point: "swap.discard-old")
         case .rename(let suffix):
             for step in journal.steps where step.kind != .install && holds(step.to, step) {
                 let keptPath = try freeName(keptName(step.from, target: journal.target, suffix: suffix))
                 try FileSystem.rename(step.to, keptPath, point: "swap.keep.\(step.role)")
-                kept.append(keptPath)
-            }
-            for intruder in intruders {
-                let keptPath = try freeName(journal.target + suffix + "." + FileSystem.name(of: intruder))
-                try FileSystem.rename(intruder, keptPath, point: "swap.keep.intruder")
                 kept.append(keptPath)
             }
             FileSystem.remove(journal.aside, point: "swap.remove-aside")
@@ -286,7 +309,7 @@ public enum StoreSwap {
         try FileSystem.removeFile(journalPath(for: journal.target), point: "swap.journal.remove")
         try FileSystem.sync(folder, directory: true, point: "swap.done")
         return Outcome(operation: journal.operation, target: journal.target, replaced: replaced, kept: kept,
-                       intruders: intruders, direction: direction, verified: verified)
+                       intruders: keptIntruders, direction: direction, verified: verified)
     }
 
     /// `<store>-wal` becomes `<store><suffix>-wal`; `.<stem>_SUPPORT` becomes `.<stem><suffix>_SUPPORT`.

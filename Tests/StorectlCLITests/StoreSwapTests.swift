@@ -1,0 +1,48 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// The swap's recovery beyond a plain kill: files that vanished, and an app that opened the store
+/// before anyone recovered it.
+@Suite("store swap: recovery when the world changed after the crash")
+struct StoreSwapTests {
+    @Test("a staged file gone before recovery: the swap is undone, the old store comes back exactly")
+    func undo() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        try fixture.walCommits(120)
+        let before = try fixture.digest()
+        let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                     ["STORECTL_FAULT_POINT": "swap.aside.database"])
+        #expect(killed.status == 137)
+        // Someone cleans up "temporary" files by hand: the staged database goes.
+        let staged = try #require(fixture.folder.contents().first { $0.hasPrefix(".Tasks.sqlite.tmp-storectl-") })
+        try FileManager.default.removeItem(atPath: fixture.folder.file(staged))
+        let recovered = try fixture.run(["recover", fixture.store])
+        #expect(recovered.status == 0, "\(recovered.stderr)")
+        #expect(recovered.stdout.contains("undid the interrupted restore"), "\(recovered.stdout)")
+        #expect(try fixture.digest() == before, "the old store, -wal commits included, is back")
+        #expect(fixture.leftovers([fixture.folder.path]).isEmpty, "\(fixture.leftovers([fixture.folder.path]))")
+    }
+
+    @Test("the app wrote to the store after the crash and before recovery: the restore finishes, what the app wrote is kept beside it")
+    func appWroteInBetween() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        try fixture.walCommits(120)
+        let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                     ["STORECTL_FAULT_POINT": "swap.aside.database"])
+        #expect(killed.status == 137)
+        try fixture.walCommits(30)   // the app, started too early, commits to the old database
+        let recovered = try fixture.run(["recover", fixture.store, "--json"])
+        #expect(recovered.status == 0, "\(recovered.stderr)")
+        let result = try JSON.decoder().decode(Recovery.Result.self, from: Data(recovered.stdout.utf8))
+        let swap = try #require(result.swap)
+        #expect(swap.direction == "forward")
+        #expect(try fixture.digest(journalMode: false) == fixture.extra["snapshotContent"])
+        let wal = try #require(swap.intruders.first { $0.hasSuffix("-wal") })
+        #expect((FileSystem.size(of: wal) ?? 0) > 0, "the app's commits are kept")
+        #expect(swap.kept.contains { $0.hasPrefix(fixture.store + ".replaced-") }, "and the old database they belong with: \(swap.kept)")
+        #expect(fixture.leftovers([fixture.folder.path]).isEmpty)
+    }
+}
