@@ -74,7 +74,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         if let hint = report.failureHint { lines.append("  hint: \(hint)") }
         if let rollback = report.rollback {
             if rollback.error == nil {
-                lines.append("  rolled back to \(rollback.snapshotId) in \(Format.duration(rollback.seconds)); the store equals the pre-migration state (sha256 checked)")
+                lines.append("  rolled back to \(rollback.snapshotId) in \(Format.duration(rollback.seconds)); the store is the pre-migration snapshot (checked before the swap)")
                 if let kept = rollback.failedStateKeptAt { lines.append("  the failed state is kept at \(kept)") }
             } else {
                 lines.append("  ROLLBACK FAILED: \(rollback.error!)")

@@ -65,7 +65,7 @@ struct MigrateCLITests {
         #expect(stopped.stdout.contains("FAILED: 0004_bad: ") && stopped.stdout.contains("storectl rollback \(fixture.store) --repo "))
         let rolled = try fixture.migrate(["--rollback-on-failure"])
         #expect(rolled.status == 3)
-        #expect(rolled.stdout.contains("the store equals the pre-migration state (sha256 checked)"))
+        #expect(rolled.stdout.contains("the store is the pre-migration snapshot (checked before the swap)"))
     }
 
     static let points = ["after-lock", "after-snapshot", "after-journal", "after-commit-1", "before-commit-2",
