@@ -1,12 +1,24 @@
 # storectl: `make demo` runs the main job on a sample store under a live writer; `make test` runs the tests.
 # Both install the system libraries first when they are missing (Debian/Ubuntu, apt-get).
+# `make install` (PREFIX=/usr/local, DESTDIR honoured) and `make deb` build a release binary with the Swift
+# runtime and Foundation linked in statically: it needs only the system libraries (see `make deb`'s Depends).
 
 SWIFT    ?= swift
 PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev libzstd-dev
 BIN      := .build/debug
 DEMO     := demo
 
-.PHONY: deps build test demo bench clean
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+VERSION  := $(shell sed -n 's/.*public static let current = "\(.*\)"/\1/p' Sources/StoreOps/Manifest/Manifest.swift)
+ARCH     := $(shell dpkg --print-architecture 2>/dev/null || uname -m)
+STAGE    := .build/stage
+DEB      := storectl_$(VERSION)_$(ARCH).deb
+# Everything `make install` puts under $(PREFIX); `make uninstall` removes exactly these files.
+INSTALLED := bin/storectl share/man/man1/storectl.1 share/bash-completion/completions/storectl \
+             share/zsh/site-functions/_storectl share/fish/vendor_completions.d/storectl.fish
+
+.PHONY: deps build test demo bench clean release stage install uninstall deb install-test
 
 deps:
 	@missing=""; for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -51,5 +63,46 @@ bench:
 	bash bench/purge.sh
 	bash bench/migrate.sh
 
+# A release binary with the Swift standard library and Foundation linked statically, stripped; its
+# completions and man page generated from its own command tree (swift-argument-parser's generators).
+release: deps
+	$(SWIFT) build -c release --static-swift-stdlib --product storectl
+	$(SWIFT) build --product generate-manual
+
+stage: release
+	rm -rf $(STAGE) && mkdir -p $(STAGE)
+	cp .build/release/storectl $(STAGE)/storectl && strip $(STAGE)/storectl
+	$(STAGE)/storectl --generate-completion-script bash > $(STAGE)/storectl.bash
+	$(STAGE)/storectl --generate-completion-script zsh > $(STAGE)/_storectl
+	$(STAGE)/storectl --generate-completion-script fish > $(STAGE)/storectl.fish
+	.build/debug/generate-manual $(STAGE)/storectl --output-directory $(STAGE) \
+	  --date "$$(git log -1 --format=%cs 2>/dev/null || date -u +%F)" --authors "storectl maintainers"
+
+install: stage
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 0755 $(STAGE)/storectl $(DESTDIR)$(PREFIX)/bin/storectl
+	install -m 0644 $(STAGE)/storectl.1 $(DESTDIR)$(PREFIX)/share/man/man1/storectl.1
+	install -m 0644 $(STAGE)/storectl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/storectl
+	install -m 0644 $(STAGE)/_storectl $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_storectl
+	install -m 0644 $(STAGE)/storectl.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/storectl.fish
+
+uninstall:
+	for f in $(INSTALLED); do rm -f "$(DESTDIR)$(PREFIX)/$$f"; done
+
+# A Debian package built with dpkg-deb (no network): the same files as `make install PREFIX=/usr`, and
+# Depends on the runtime packages of the libraries the binary links (found with objdump and dpkg -S).
+deb: stage
+	rm -rf .build/deb && $(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/.build/deb PREFIX=/usr
+	mkdir -p .build/deb/DEBIAN
+	bash packaging/debian-control.sh .build/deb/usr/bin/storectl $(VERSION) $(ARCH) > .build/deb/DEBIAN/control
+	dpkg-deb --root-owner-group -Zxz --build .build/deb $(DEB)
+	@dpkg-deb --info $(DEB) | sed -n '/Package:/,$$p'
+
+# The install test CI runs: make install into a temporary root, the tree, ldd, a real backup from a
+# clean environment, make uninstall, make deb (and, as root with STORECTL_DEB_INSTALL_TEST=1, apt-get).
+install-test:
+	bash Tests/install/install-test.sh
+
 clean:
-	rm -rf .build $(DEMO) bench/out
+	rm -rf .build $(DEMO) bench/out storectl_*.deb

@@ -17,7 +17,7 @@ struct Storectl: ParsableCommand {
 
             Set STORECTL_LOG_LEVEL=debug for a trace on stderr.
             """,
-        version: StoreOpsVersion.current,
+        version: StoreOpsVersion.report,
         subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self, PolicyCommand.self, PurgeCommand.self,
                       KillswitchCommand.self, RunCommand.self, ScheduleCommand.self, MigrateCommand.self, RollbackCommand.self,
                       RecoverCommand.self])

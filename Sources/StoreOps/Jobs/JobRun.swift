@@ -43,6 +43,9 @@ public enum JobRun {
             let loaded = try Policy.load(options.policy)
             policy = loaded
             record.store = loaded.store.path
+            if let schedule = loaded.schedule, let log = schedule.log {
+                LogRotation.rotateIfNeeded(log + ".out", maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
+            }
             if options.jitter > 0 {
                 let until = Date().addingTimeInterval(Double.random(in: 0...options.jitter))
                 while Date() < until, ProcessSignals.received == nil { usleep(100_000) }
@@ -66,7 +69,10 @@ public enum JobRun {
         record.end = Timestamp.now()
         record.durationSeconds = record.end.timeIntervalSince(record.start)
         if let schedule = policy?.schedule {
-            if let log = schedule.log { appendLog(record, to: log) }
+            if let log = schedule.log {
+                LogRotation.rotateIfNeeded(log, maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
+                appendLog(record, to: log)
+            }
             if let folder = schedule.metrics { try? Metrics.write(record, folder: folder) }
         }
         return record

@@ -40,6 +40,10 @@ public struct Policy: Sendable {
         public var log: String?
         /// A node_exporter textfile-collector folder for Prometheus metrics.
         public var metrics: String?
+        /// The log and its `.out` are rotated beyond this size (`log_max_size`, default 10 MiB)...
+        public var logMaxBytes: UInt64 = LogRotation.defaultMaxBytes
+        /// ...keeping this many old files (`log_keep`, default 5).
+        public var logKeep: Int = LogRotation.defaultKeep
         /// Lines of `[schedule]` keys, for messages.
         public var lines: [String: Int] = [:]
     }

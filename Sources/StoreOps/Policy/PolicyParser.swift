@@ -68,6 +68,8 @@ extension Policy {
                                         maintain: section.string("maintain"), jitter: section.duration("jitter"),
                                         log: section.string("log").map { resolve($0, in: folder) },
                                         metrics: section.string("metrics").map { resolve($0, in: folder) })
+            if let bytes = section.size("log_max_size") { value.logMaxBytes = bytes }
+            if let keep = section.int("log_keep", in: 1...100) { value.logKeep = keep }
             for key in ["purge", "snapshot", "maintain"] {
                 value.lines[key] = sink.lines.line(["schedule", key])
                 let expression = key == "purge" ? value.purge : key == "snapshot" ? value.snapshot : value.maintain
@@ -83,7 +85,7 @@ extension Policy {
             if value.maintain != nil, snapshot?.retention == nil {
                 section.problem("maintain", "needs [snapshot.retention]: maintain prunes the repository by it")
             }
-            section.finish(known: ["purge", "snapshot", "maintain", "jitter", "log", "metrics"])
+            section.finish(known: ["purge", "snapshot", "maintain", "jitter", "log", "metrics", "log_max_size", "log_keep"])
             schedule = value
         }
         reader.finish(known: ["store", "purge", "snapshot", "schedule"])
@@ -278,6 +280,25 @@ final class TableReader {
             return nil
         }
         return number
+    }
+
+    /// A size: bytes as an integer, or a string with a unit ("10MiB", "500K", "1G"; binary units).
+    func size(_ key: String) -> UInt64? {
+        guard let value = value(key, required: false, expected: "a size") else { return nil }
+        if value.type == .int, let number = value.int {
+            guard number >= 4096 else { problem(key, "\(number) bytes is too small; expected at least 4096, e.g. \"10MiB\""); return nil }
+            return UInt64(number)
+        }
+        guard let text = value.string else { wrongType(key, value, expected: "a size such as \"10MiB\""); return nil }
+        let units: [(String, UInt64)] = [("GIB", 1 << 30), ("MIB", 1 << 20), ("KIB", 1 << 10), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10), ("B", 1)]
+        let upper = text.uppercased().trimmingCharacters(in: .whitespaces)
+        guard let (unit, factor) = units.first(where: { upper.hasSuffix($0.0) }),
+              let number = UInt64(upper.dropLast(unit.count).trimmingCharacters(in: .whitespaces)), number > 0,
+              number.multipliedReportingOverflow(by: factor).overflow == false, number * factor >= 4096 else {
+            problem(key, "\(text.debugDescription) is not a size of at least 4 KiB; write e.g. \"10MiB\", \"500K\" or \"1G\"")
+            return nil
+        }
+        return number * factor
     }
 
     func duration(_ key: String, allowZero: Bool = false) -> DurationText? {

@@ -10,7 +10,7 @@ struct ScheduledFixture {
     let store: String
     let policy: String
 
-    init(items: Int = 3_000, keepLast: Int = 2, rule: String? = nil) throws {
+    init(items: Int = 3_000, keepLast: Int = 2, rule: String? = nil, schedule: String = "") throws {
         folder = try TempFolder()
         store = try sampleStore(in: folder, items: items)
         try FileManager.default.createDirectory(atPath: folder.file("metrics"), withIntermediateDirectories: false)
@@ -36,6 +36,7 @@ struct ScheduledFixture {
             jitter = "90s"
             log = "jobs.jsonl"
             metrics = "metrics"
+            \(schedule)
             """, in: folder)
     }
 
@@ -184,6 +185,26 @@ struct JobRunTests {
         #expect(FileSystem.identity(of: file)?.ino != inode, "replaced by rename, never rewritten in place")
         #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.folder.file("metrics")).allSatisfy { $0.hasSuffix(".prom") })
         #expect(try fixture.logLines().map(\.outcome) == ["ok", "failed"])
+    }
+
+    @Test("the job log and its .out are rotated beyond log_max_size, keeping log_keep old files")
+    func logRotation() throws {
+        let fixture = try ScheduledFixture(items: 200, schedule: "log_max_size = 4096\nlog_keep = 2")
+        let log = fixture.folder.file("jobs.jsonl")
+        try Data(repeating: 0x41, count: 5000).write(to: URL(fileURLWithPath: log + ".out"))
+        for _ in 0..<30 { #expect(JobRun.run(.init(job: .snapshot, policy: fixture.policy)).exitCode == 0) }
+        let names = fixture.folder.contents().filter { $0.hasPrefix("jobs.jsonl") }
+        // The .out was rotated when a run started (cron's `>>` makes a new one for the next run).
+        #expect(names == ["jobs.jsonl", "jobs.jsonl.1", "jobs.jsonl.2", "jobs.jsonl.out.1"], "\(names)")
+        #expect((FileSystem.size(of: log) ?? 0) <= 4096 + 1024)
+        // Every line of every log file is still a whole record.
+        for name in ["jobs.jsonl", "jobs.jsonl.1", "jobs.jsonl.2"] {
+            let text = try String(contentsOfFile: fixture.folder.file(name), encoding: .utf8)
+            for line in text.split(separator: "\n") { _ = try JSON.decoder().decode(JobRun.Record.self, from: Data(line.utf8)) }
+        }
+        let bad = try writePolicy("[store]\npath = \"Tasks.sqlite\"\n[schedule]\nlog = \"j\"\nlog_max_size = \"lots\"\nlog_keep = 0\n", in: fixture.folder)
+        let error = #expect(throws: StoreOpsError.self) { try Policy.load(bad) }
+        #expect(error?.description.contains("log_max_size") == true && error?.description.contains("log_keep") == true)
     }
 
     @Test("two runs at once: the second is skipped with 75, naming the first; both are logged")
