@@ -29,16 +29,19 @@ struct BackupCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Replace the output file if it exists.")
     var force = false
 
+    @Flag(help: "Wait while a restore, migration or purge of the store runs, instead of exiting 75.")
+    var wait = false
+
     @Flag(help: "Print the result as JSON on stdout.")
     var json = false
 
     func run() throws {
-        let progress = Terminal.progress()
-        defer { progress?.finish() }
-        let result = try Backup.run(source: source,
-                                    options: .init(output: output, verify: verify, timeout: timeout, overwrite: force),
-                                    progress: progress?.update)
-        progress?.finish()
+        let progress = TerminalProgress.handler(quiet: json)
+        defer { progress?.0.finish() }
+        var options = Backup.Options(output: output, verify: verify, timeout: timeout, overwrite: force)
+        options.wait = wait
+        let result = try Backup.run(source: source, options: options, progress: progress?.1)
+        progress?.0.finish()
         print(json ? JSON.string(result) : Self.summary(result))
     }
 

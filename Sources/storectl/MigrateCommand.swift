@@ -36,17 +36,17 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         var options = Migrate.Options(store: store, migrations: migrations, repository: repo, to: to, rollbackOnFailure: rollbackOnFailure,
                                       dryRun: dryRun, killSwitch: killSwitch, resume: resume)
         options.force = force
-        let report = try Migrate.run(options, progress: json || !TerminalProgress.isAvailable ? nil : { line in
-            FileHandle.standardError.write(Data("  \(line)\n".utf8))
-        })
+        let progress = TerminalProgress.handler(quiet: json)
+        let report = try Migrate.run(options, progress: progress?.1)
+        progress?.0.finish()
         print(json ? JSON.string(report) : Self.render(report))
-        if report.status != .ok { throw ExitCode(report.status.rawValue) }
+        try Finished.check(report.ending)
     }
 
     static func render(_ report: Migrate.Report) -> String {
         var lines: [String] = []
         let plan = report.plan
-        switch report.outcome {
+        switch report.result {
         case "up to date":
             return "\(report.store) is up to date at version \(plan.current)"
         case "planned":
@@ -94,7 +94,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             lines.append("    \(command)")
         }
         if !report.stages.isEmpty { lines.append("  stages: " + report.stages.map { "\($0.name) \(Format.duration($0.seconds))" }.joined(separator: ", ")) }
-        lines.append("result: \(report.outcome)")
+        lines.append("result: \(report.result)")
         return lines.joined(separator: "\n")
     }
 }
@@ -118,7 +118,7 @@ struct MigrateStatusCommand: ParsableCommand, JSONOutput {
         for drift in plan.drifted { print("  DRIFTED  \(drift)") }
         for missing in plan.missing { print("  MISSING  \(missing)") }
         if let journal = result.interrupted { print("  INTERRUPTED: \(journal.advice)") }
-        if !plan.drifted.isEmpty || !plan.missing.isEmpty || result.interrupted != nil { throw ExitCode(ExitStatus.checksFailed.rawValue) }
+        try Finished.check(result.ending)
     }
 }
 

@@ -38,7 +38,7 @@ struct PolicyCheckCommand: ParsableCommand, JSONOutput {
                 }
             }
         }
-        if results.contains(where: { !$0.ok }) { throw ExitCode(ExitStatus.badData.rawValue) }
+        try Finished.check(PolicyCheck.ending(of: results))
     }
 }
 

@@ -31,7 +31,37 @@ struct PreflightCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let report = try Preflight.run(store: store, options: .init(operation: operation, destination: dest, full: full, timeout: timeout))
-        print(json ? JSON.string(report) : report.renderTable())
-        if !report.passed { throw ExitCode(ExitStatus.checksFailed.rawValue) }
+        print(json ? JSON.string(report) : Self.render(report))
+        try Finished.check(report.ending)
+    }
+
+    /// The human-readable table: one line per check, then the entity counts.
+    static func render(_ report: PreflightReport) -> String {
+        let (store, operation, destination, checks, entities, passed, durationSeconds) = (report.store, report.operation, report.destination, report.checks, report.entities, report.passed, report.durationSeconds)
+        var lines = ["preflight \(store)  (for \(operation.rawValue) -> \(destination))"]
+        let width = max(24, checks.map(\.id.count).max() ?? 0)
+        for check in checks {
+            let label = check.id.padding(toLength: width, withPad: " ", startingAt: 0)
+            lines.append("  \(check.status.rawValue.padding(toLength: 5, withPad: " ", startingAt: 0)) \(label)  \(check.summary)")
+            for detail in check.details { lines.append("        \(String(repeating: " ", count: width))    \(detail)") }
+            if let advice = check.advice, check.status >= .warn {
+                lines.append("        \(String(repeating: " ", count: width))    -> \(advice)")
+            }
+        }
+        if let entities, !entities.isEmpty {
+            lines.append("")
+            lines.append("  entities (Core Data)")
+            let nameWidth = max(12, entities.map(\.entity.count).max() ?? 0)
+            for entity in entities {
+                let rows = entity.rows.map { Format.count($0) } ?? "no table"
+                let table = entity.table.map { "  \($0)" } ?? ""
+                lines.append("    \(entity.entity.padding(toLength: nameWidth, withPad: " ", startingAt: 0))  \(rows.leftPadded(to: 12))\(table)")
+            }
+        }
+        let counts = Dictionary(grouping: checks, by: \.status).mapValues(\.count)
+        let tally = [Check.Status.ok, .warn, .fail, .skip].compactMap { s in counts[s].map { "\($0) \(s.rawValue)" } }
+        lines.append("")
+        lines.append("result: \(passed ? "ok" : "FAILED") (\(tally.joined(separator: ", ")); \(Format.duration(durationSeconds)))")
+        return lines.joined(separator: "\n")
     }
 }

@@ -20,16 +20,16 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
-        let progress = Terminal.progress()
-        let report = try Purge.run(.init(policy: policy, dryRun: dryRun, killSwitch: killSwitch), progress: progress?.update)
-        progress?.finish()
+        let progress = TerminalProgress.handler(quiet: json)
+        let report = try Purge.run(.init(policy: policy, dryRun: dryRun, killSwitch: killSwitch), progress: progress?.1)
+        progress?.0.finish()
         print(json ? JSON.string(report) : Self.render(report))
-        if report.status != .ok {
-            if !json, let reason = report.stopped, !reason.isLimit {
-                FileHandle.standardError.write(Data("storectl: purge stopped: \(reason); finished batches are committed, the rest is untouched\n".utf8))
-            }
-            throw ExitCode(report.status.rawValue)
+        if !json, report.ending.outcome == .stopped, let reason = report.ending.stop {
+            FileHandle.standardError.write(Data("storectl: purge stopped: \(reason); finished batches are committed, the rest is untouched\n".utf8))
+        } else if !json, report.ending.outcome == .failed, let error = report.ending.error {
+            FileHandle.standardError.write(Data("storectl: \(error.message)\(error.hint.map { "\n  hint: \($0)" } ?? "")\n".utf8))
         }
+        try Finished.check(report.ending)
     }
 
     static func render(_ report: Purge.Report) -> String {

@@ -31,7 +31,7 @@ struct RunCommand: ParsableCommand {
         if json { print(JSON.string(record, pretty: false)) }
         if record.exitCode != 0 {
             FileHandle.standardError.write(Data("storectl: \(job.rawValue) (\(record.store ?? policy)): \(record.error ?? record.outcome)\n".utf8))
-            throw ExitCode(record.exitCode)
+            throw Finished(status: ExitStatus(rawValue: record.exitCode))
         }
     }
 }

@@ -17,19 +17,20 @@ struct SnapshotCreateCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
-        let progress = Terminal.progress()
-        defer { progress?.finish() }
+        let progress = TerminalProgress.handler(quiet: json)
+        defer { progress?.0.finish() }
         let result = try SnapshotCreate.run(store: store, options: .init(repository: repo, tags: tags, compression: compression,
                                                                           level: level, timeout: timeout, wait: wait),
-                                            progress: progress?.update)
-        progress?.finish()
+                                            progress: progress?.1)
+        progress?.0.finish()
         if json { print(JSON.string(result)); return }
         let record = result.record
         let archive = record.snapshot?.archive
         let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)
-        print("snapshot \(result.id): \(result.archive)  \(Format.bytes(archive?.bytes ?? 0)) "
-              + "(\(String(format: "%.1fx", Double(raw) / Double(max(1, archive?.bytes ?? 1)))) of \(Format.bytes(raw))), "
-              + "quick_check ok, \(Format.duration(record.durationSeconds))"
-              + (record.snapshot?.tags.isEmpty == false ? ", tags \(record.snapshot!.tags.joined(separator: ","))" : ""))
+        let ratio = String(format: "%.1fx", Double(raw) / Double(max(1, archive?.bytes ?? 1)))
+        let tags = record.snapshot?.tags ?? []
+        let tagText = tags.isEmpty ? "" : ", tags \(tags.joined(separator: ","))"
+        print("snapshot \(result.id): \(result.archive)  \(Format.bytes(archive?.bytes ?? 0)) (\(ratio) of \(Format.bytes(raw))), "
+              + "quick_check ok, \(Format.duration(record.durationSeconds))\(tagText)")
     }
 }

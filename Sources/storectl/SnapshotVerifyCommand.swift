@@ -29,6 +29,6 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
                 print(outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(problem)")
             }
         }
-        if outcomes.contains(where: { !$0.ok }) { throw ExitCode(ExitStatus.badData.rawValue) }
+        try Finished.check(SnapshotVerify.ending(of: outcomes))
     }
 }

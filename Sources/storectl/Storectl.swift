@@ -60,6 +60,8 @@ struct Storectl: ParsableCommand {
 
     /// The one place errors become exit statuses and messages.
     static func exit(with error: any Error, json: Bool) -> Never {
+        // A report was printed; the library's ending decided the status.
+        if let finished = error as? Finished { Foundation.exit(finished.status.rawValue) }
         guard let failure = StoreOpsError.wrapping(error) else {
             // Argument errors (64), --help (0) and explicit ExitCode results.
             Storectl.exit(withError: error)
@@ -84,12 +86,6 @@ struct ErrorReport: Encodable {
     var hint: String?
 }
 
-/// Progress on stderr, only when stderr is a terminal.
-enum Terminal {
-    static func progress() -> TerminalProgress? {
-        TerminalProgress.isAvailable ? TerminalProgress() : nil
-    }
-}
 
 extension VerifyLevel: ExpressibleByArgument {}
 extension Preflight.Operation: ExpressibleByArgument {}

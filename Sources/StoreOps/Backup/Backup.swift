@@ -13,6 +13,10 @@ public enum Backup {
         public var overwrite = false
         /// Check free space before copying (tests turn it off to reach a real ENOSPC mid-copy).
         public var checkFreeSpace = true
+        /// Wait for a restore, migration or purge of the store to finish instead of exiting 75.
+        public var wait = false
+        /// The caller (a scheduled job) holds the store's job lock.
+        public var lockHeld = false
 
         public init(output: String, verify: VerifyLevel = .quick, timeout: TimeInterval = 60, overwrite: Bool = false) {
             self.output = output
@@ -30,9 +34,13 @@ public enum Backup {
         public var steps: Int
         public var restarts: Int
         public var busyRetries: Int
+        /// How long each stage took (lock, preflight, copy, verify, install).
+        public var stages: [StageTiming]
     }
 
-    /// Copies `source` as described by `options`.
+    /// Copies `source` as described by `options`, walking the pipeline: lock (shared: backups run
+    /// beside each other and beside snapshots, never beside a restore, migration or purge of the
+    /// store), preflight (the output), copy, verify, install.
     ///
     /// ```swift
     /// let result = try Backup.run(source: "/data/Tasks.sqlite", options: .init(output: "/backups"))
@@ -51,76 +59,115 @@ public enum Backup {
     public static func run(source: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
         try Validate.timeout(options.timeout)
         let store = try StoreFile(existing: source)
-        try Recovery.prepare(store, lockHeld: false)
-        let startedAt = Timestamp.now()
-        let output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
-        StoreSwap.recoverAll(in: output.folder)
-        PendingFile.removeStale(in: output.folder)
-        let copyStem = (FileSystem.name(of: output.path) as NSString).deletingPathExtension
-        let manifestPath = (output.folder as NSString).appendingPathComponent("\(copyStem).manifest.json")
-        let supportPath = StoreFile.supportPath(forDatabase: output.path)
-        if !options.overwrite {
-            for path in [manifestPath, supportPath] where StoreSwap.lstatIdentity(path) != nil {
-                throw StoreOpsError(.cannotCreate, "\(path) already exists: the backup's \(path == manifestPath ? "manifest" : "external data") would go there",
-                                    hint: "choose another --output, or pass --force to replace that backup")
-            }
+        let pipeline = Pipeline(operation: "backup", store: store, progress: progress)
+        let work = Work(store: store, options: options, startedAt: Timestamp.now())
+        var road = Road<Work>(lock: options.lockHeld ? .held : .shared, wait: options.wait, actName: "copy") { pipeline in
+            try work.copy(pipeline)
+            return work
         }
+        road.preflight = { _ in try work.prepareOutput() }
+        road.verify = { _, work in try work.verify() }
+        road.commit = { _, work in try work.install() }
+        road.commitName = "install"
+        let walked = pipeline.walk(road)
+        return try walked.get().result(stages: walked.stages)
+    }
 
-        let database = try PendingFile(finalPath: output.path, label: "backup.database")
-        let externalSource = store.externalDataPath
-        let hasExternal = FileSystem.kind(of: externalSource) == .directory
-        let externalFolder = "\(FileSystem.name(of: supportPath))/\(StoreFile.externalDataFolderName)"
+    /// One backup's files and facts, from the output's name to the installed copy.
+    final class Work {
+        let store: StoreFile
+        let options: Options
+        let startedAt: Date
+        var output = Output(path: "", folder: "")
+        var database: PendingFile?
         var support: PendingFile?
+        var manifestFile: PendingFile?
         var externalFiles: [Manifest.FileRecord] = []
+        var copied: ConsistentCopy.Copied?
+        var manifest: Manifest?
 
-        let copyOptions = ConsistentCopy.Options(timeout: options.timeout)
-        let copied = try ConsistentCopy.copy(store, to: database.tempPath, options: copyOptions, onSnapshot: { info in
-            let externalBytes = hasExternal ? ExternalDataFolder.size(of: externalSource) : 0
-            if options.checkFreeSpace {
-                try SpaceRequirement.require(.backup, info: info, extraBytes: externalBytes,
-                                             at: output.folder, purpose: "the backup of \(store.path)")
-            }
-            if hasExternal {
-                // Copied now, while the snapshot is held: the files the snapshot refers to exist.
-                let pending = try PendingFile(finalPath: supportPath, directory: true, label: "backup.support")
-                externalFiles = try ExternalDataFolder.copy(
-                    from: externalSource, to: (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName),
-                    relativeRoot: externalFolder, label: "backup.support")
-                support = pending
-            }
-        }, progress: progress)
-        let copyPath = database.tempPath
-        let (inspection, (sha256, coreData)) = try ConsistentCopy.verify(copyPath, level: options.verify, store: store) {
-            (try Hashing.sha256(ofFile: copyPath), try ConsistentCopy.coreDataFacts(of: copyPath, store: store))
+        init(store: StoreFile, options: Options, startedAt: Date) {
+            self.store = store
+            self.options = options
+            self.startedAt = startedAt
         }
 
-        let finishedAt = Timestamp.now()
-        let manifest = Manifest(
-            kind: "backup", tool: .init(), host: ProcessInfo.processInfo.hostName,
-            source: copied.source,
-            database: .init(path: FileSystem.name(of: output.path), bytes: FileSystem.size(of: copyPath) ?? 0, sha256: sha256,
-                            pageSize: inspection.pageSize, pageCount: inspection.pageCount, journalMode: "delete"),
-            externalData: hasExternal ? .init(folder: externalFolder, files: externalFiles,
-                                              totalBytes: externalFiles.reduce(0) { $0 + $1.bytes }) : nil,
-            startedAt: startedAt, finishedAt: finishedAt,
-            durationSeconds: finishedAt.timeIntervalSince(startedAt),
-            verify: inspection.verification, coreData: coreData)
-        let manifestFile = try PendingFile(finalPath: manifestPath, label: "backup.manifest")
-        try manifestFile.write(try JSON.encode(manifest))
-        try manifestFile.sync()
-        try support?.sync()
-        try database.sync()
-        var installs = [StoreSwap.Install(manifestFile, role: "manifest")]
-        if let support { installs.append(.init(support, role: "support")) }
-        installs.append(.init(database, role: "database"))
-        let replacing: [(path: String, role: String)] = options.overwrite
-            ? [(output.path, "database"), (manifestPath, "manifest"), (supportPath, "support")].filter { StoreSwap.lstatIdentity($0.path) != nil }
-            : []
-        _ = try StoreSwap.perform(.init(operation: "backup", target: output.path, installs: installs, replacing: replacing,
-                                        keepOld: .discard, expectedSHA256: sha256))
-        ConsistentCopy.logger.debug("fsynced and renamed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
-        return Result(path: output.path, manifestPath: manifestPath, manifest: manifest,
-                      steps: copied.steps, restarts: copied.restarts, busyRetries: copied.busyRetries)
+        var manifestPath: String {
+            (output.folder as NSString).appendingPathComponent("\((FileSystem.name(of: output.path) as NSString).deletingPathExtension).manifest.json")
+        }
+        var supportPath: String { StoreFile.supportPath(forDatabase: output.path) }
+
+        /// The output's name is free (or may be replaced), and earlier runs' leftovers there are dealt with.
+        func prepareOutput() throws {
+            output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
+            StoreSwap.recoverAll(in: output.folder)
+            PendingFile.removeStale(in: output.folder)
+            if !options.overwrite {
+                for path in [manifestPath, supportPath] where StoreSwap.lstatIdentity(path) != nil {
+                    throw StoreOpsError(.cannotCreate, "\(path) already exists: the backup's \(path == manifestPath ? "manifest" : "external data") would go there",
+                                        hint: "choose another --output, or pass --force to replace that backup")
+                }
+            }
+        }
+
+        /// The consistent copy, and the external data copied while its snapshot is held.
+        func copy(_ pipeline: Pipeline) throws {
+            let database = try PendingFile(finalPath: output.path, label: "backup.database")
+            self.database = database
+            let externalSource = store.externalDataPath
+            let hasExternal = FileSystem.kind(of: externalSource) == .directory
+            copied = try ConsistentCopy.copy(store, to: database.tempPath, options: .init(timeout: options.timeout), onSnapshot: { info in
+                if self.options.checkFreeSpace {
+                    try SpaceRequirement.require(.backup, info: info, extraBytes: hasExternal ? ExternalDataFolder.size(of: externalSource) : 0,
+                                                 at: self.output.folder, purpose: "the backup of \(self.store.path)")
+                }
+                guard hasExternal else { return }
+                // Copied now, while the snapshot is held: the files the snapshot refers to exist.
+                let pending = try PendingFile(finalPath: self.supportPath, directory: true, label: "backup.support")
+                self.externalFiles = try ExternalDataFolder.copy(
+                    from: externalSource, to: (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName),
+                    relativeRoot: StoreFile.externalDataRelativePath(forDatabaseNamed: self.output.path), label: "backup.support")
+                self.support = pending
+            }, progress: { pipeline.step($0) })
+        }
+
+        /// The copy's integrity check (with its hash and entity counts alongside), then its manifest.
+        func verify() throws {
+            guard let database, let copied else { throw StoreOpsError(.failure, "nothing was copied") }
+            let copyPath = database.tempPath
+            let store = self.store
+            let (inspection, (sha256, coreData)) = try ConsistentCopy.verify(copyPath, level: options.verify, store: store) {
+                (try Hashing.sha256(ofFile: copyPath), try ConsistentCopy.coreDataFacts(of: copyPath, store: store))
+            }
+            manifest = Manifest.of(kind: "backup", copied: copied, database: FileSystem.name(of: output.path),
+                                   bytes: FileSystem.size(of: copyPath) ?? 0, sha256: sha256, inspection: inspection,
+                                   external: support == nil ? nil : (StoreFile.externalDataRelativePath(forDatabaseNamed: output.path), externalFiles),
+                                   coreData: coreData, startedAt: startedAt)
+        }
+
+        /// Manifest, external data and database get their final names in one journaled swap.
+        func install() throws {
+            guard let database, let manifest else { throw StoreOpsError(.failure, "nothing to install") }
+            let manifestFile = try PendingFile(finalPath: manifestPath, label: "backup.manifest")
+            try manifestFile.write(try JSON.encode(manifest))
+            try manifestFile.sync()
+            try support?.sync()
+            try database.sync()
+            var installs = [StoreSwap.Install(manifestFile, role: "manifest")]
+            if let support { installs.append(.init(support, role: "support")) }
+            installs.append(.init(database, role: "database"))
+            let replacing: [(path: String, role: String)] = options.overwrite
+                ? [(output.path, "database"), (manifestPath, "manifest"), (supportPath, "support")].filter { StoreSwap.lstatIdentity($0.path) != nil }
+                : []
+            _ = try StoreSwap.perform(.init(operation: "backup", target: output.path, installs: installs, replacing: replacing,
+                                            keepOld: .discard, expectedSHA256: manifest.database.sha256))
+        }
+
+        func result(stages: [StageTiming]) throws -> Result {
+            guard let manifest, let copied else { throw StoreOpsError(.failure, "the backup did not finish") }
+            return Result(path: output.path, manifestPath: manifestPath, manifest: manifest, steps: copied.steps,
+                          restarts: copied.restarts, busyRetries: copied.busyRetries, stages: stages)
+        }
     }
 
     /// The longest output name: its manifest (`.manifest.json`) and swap record (`.storectl-swap.json`)

@@ -79,7 +79,7 @@ public enum ConsistentCopy {
     ///   source is damaged, 74 on a full disk, 128+N on a signal.
     public static func copy(_ store: StoreFile, to destination: String, options: Options,
                             onSnapshot: (StoreInfo) throws -> Void = { _ in },
-                            progress: ProgressHandler? = nil) throws -> Copied {
+                            progress: StepHandler? = nil) throws -> Copied {
         let startedAt = Date()
         var stats = (steps: 0, restarts: 0, busyRetries: 0)
         // Short busy timeouts, retried here until `timeout`: a SQLite busy wait cannot be
@@ -153,7 +153,7 @@ public enum ConsistentCopy {
     private static func stepBackup(from src: Database, to dst: Database, store: StoreFile, pagesPerStep initialPages: Int32,
                                    holdingSnapshot: Bool, pageSize: Int, timeout: TimeInterval, startedAt: Date,
                                    stats: inout (steps: Int, restarts: Int, busyRetries: Int),
-                                   progress: ProgressHandler?) throws {
+                                   progress: StepHandler?) throws {
         guard let backup = sqlite3_backup_init(dst.sqliteConnection, "main", src.sqliteConnection, "main") else {
             let message = String(cString: sqlite3_errmsg(dst.sqliteConnection))
             throw StoreOpsError.fromResultCode(sqlite3_errcode(dst.sqliteConnection), message: message,
@@ -243,11 +243,8 @@ public enum ConsistentCopy {
     /// The Core Data facts of a copy (model hashes, rows per entity), or nil for a plain store.
     public static func coreDataFacts(of path: String, store: StoreFile) throws -> Manifest.CoreDataFacts? {
         try onCopy(path, store: store, doing: "counting the entities of") { db in
-            guard let coreData = try CoreDataStore.read(db) else { return nil }
-            let counts = try CoreDataCensus.entityCounts(db, store: coreData)
-            return Manifest.CoreDataFacts(
-                metadata: coreData.metadata,
-                entityCounts: Dictionary(counts.compactMap { c in c.rows.map { (c.entity, $0) } }, uniquingKeysWith: +))
+            guard let coreData = try CoreDataStore.read(db), let counts = try CoreDataCensus.countsByEntity(db) else { return nil }
+            return Manifest.CoreDataFacts(metadata: coreData.metadata, entityCounts: counts)
         }
     }
 

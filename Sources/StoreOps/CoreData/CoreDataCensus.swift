@@ -54,6 +54,13 @@ public enum CoreDataCensus {
         public var orphans: Int
     }
 
+    /// Rows per entity name (entities with a table), or nil for a store that is not Core Data's:
+    /// what manifests record and migrations compare.
+    public static func countsByEntity(_ db: Database) throws -> [String: Int]? {
+        guard let store = try CoreDataStore.read(db) else { return nil }
+        return Dictionary(try entityCounts(db, store: store).compactMap { c in c.rows.map { (c.entity, $0) } }, uniquingKeysWith: +)
+    }
+
     /// Rows per entity.
     ///
     /// A table holding one entity is counted with `count(*)`, which SQLite answers from its
@@ -117,6 +124,13 @@ public enum CoreDataCensus {
     ///
     /// - Returns: the columns, and a note per relationship group that could not be mapped.
     public static func toOneColumns(_ db: Database, store: CoreDataStore) throws -> (columns: [ToOneColumn], skipped: [String]) {
+        var cache: [String: [String]] = [:]
+        for table in Set(store.entities.compactMap(\.table)) { cache[table] = try db.columns(in: table).map(\.name) }
+        return toOneColumns(store: store) { cache[$0] ?? [] }
+    }
+
+    /// The same from the tables' columns: a pure function.
+    public static func toOneColumns(store: CoreDataStore, columnsOf: (String) -> [String]) -> (columns: [ToOneColumn], skipped: [String]) {
         guard let model = store.model else { return ([], []) }
         var groups: [String: [String: [CoreDataModel.Relationship]]] = [:]   // table -> NAME -> relationships
         for relationship in model.relationships where !relationship.isToMany {
@@ -126,7 +140,7 @@ public enum CoreDataCensus {
         var columns: [ToOneColumn] = []
         var skipped: [String] = []
         for (table, byName) in groups.sorted(by: { $0.key < $1.key }) {
-            let tableColumns = try db.columns(in: table).map(\.name)
+            let tableColumns = columnsOf(table)
             let exactNames = Set(byName.keys.map { "Z" + $0 })
             for (name, relationships) in byName.sorted(by: { $0.key < $1.key }) {
                 let matching = tableColumns.filter { column in

@@ -31,14 +31,18 @@ public enum JobRun {
         public var snapshotBytes: UInt64?
         public var prunedSnapshots: [String]?
         public var error: String?
+        public var stages: [StageTiming]?
     }
 
-    /// Runs the job; never throws: every outcome is a record (and its exit code).
+    /// Runs the job; never throws: every outcome is a record (and its exit code). The job walks the
+    /// pipeline with the store's lock held exclusively (a run finding it held is `skipped`, 75); its
+    /// steps (snapshot, prune, purge) run with that lock.
     public static func run(_ options: Options) -> Record {
         let start = Timestamp.now()
         var record = Record(start: start, end: start, durationSeconds: 0, job: options.job, store: nil,
                             policy: FileSystem.absolute(options.policy), outcome: "ok", exitCode: 0)
         var policy: Policy?
+        var ending = Ending.ok
         do {
             let loaded = try Policy.load(options.policy)
             policy = loaded
@@ -52,20 +56,20 @@ public enum JobRun {
                 try ProcessSignals.checkpoint("waiting out the jitter")
             }
             let store = try StoreFile(existing: loaded.store.path)
-            let lock = try JobLock.acquire(path: store.jobLockPath, job: "run \(options.job.rawValue)")
-            defer { lock.release() }
-            try Recovery.prepare(store, lockHeld: true)
-            try perform(options.job, policy: loaded, store: store, record: &record)
-        } catch let error as StoreOpsError {
-            record.exitCode = error.status.rawValue
-            record.error = error.message
-            record.outcome = error.status == .busy && error.message.hasPrefix("skipped") ? "skipped"
-                : error.status.rawValue > 128 ? "stopped" : "failed"
+            let pipeline = Pipeline(operation: "run \(options.job.rawValue)", store: store)
+            var stepsEnding = Ending.ok
+            let road = Road<Void>(lock: .exclusive, actName: options.job.rawValue) { _ in
+                stepsEnding = try perform(options.job, policy: loaded, store: store, record: &record)
+            }
+            let walked = pipeline.walk(road)
+            record.stages = walked.stages
+            ending = walked.ending.outcome == .ok ? stepsEnding : walked.ending
         } catch {
-            record.exitCode = ExitStatus.failure.rawValue
-            record.error = "\(error)"
-            record.outcome = "failed"
+            ending = Ending.from(error)
         }
+        record.outcome = ending.outcome.rawValue
+        record.exitCode = ending.status.rawValue
+        record.error = ending.error?.message ?? ending.stop.map { "stopped: \($0)" }
         record.end = Timestamp.now()
         record.durationSeconds = record.end.timeIntervalSince(record.start)
         if let schedule = policy?.schedule {
@@ -78,38 +82,37 @@ public enum JobRun {
         return record
     }
 
-    static func perform(_ job: ScheduledJob, policy: Policy, store: StoreFile, record: inout Record) throws {
+    /// The job's steps, with the store's lock held; returns the purge's ending when it has one.
+    static func perform(_ job: ScheduledJob, policy: Policy, store: StoreFile, record: inout Record) throws -> Ending {
         func snapshot() throws {
             guard let section = policy.snapshot else {
                 throw StoreOpsError(.badData, "\(policy.file) has no [snapshot] section naming the repository")
             }
-            let created = try SnapshotCreate.run(store: store.path, options: .init(
-                repository: section.repository, tags: section.tags.isEmpty ? ["scheduled"] : section.tags,
-                compression: section.compression, level: section.level))
+            var options = SnapshotCreate.Options(repository: section.repository, tags: section.tags.isEmpty ? ["scheduled"] : section.tags,
+                                                 compression: section.compression, level: section.level)
+            options.storeLockHeld = true
+            let created = try SnapshotCreate.run(store: store.path, options: options)
             record.snapshotId = created.id
             record.snapshotBytes = created.record.snapshot?.archive?.bytes
         }
-        func purge(skipSnapshot: Bool) throws {
+        func purge(skipSnapshot: Bool) throws -> Ending {
             var options = Purge.Options(policy: policy.file)
             options.jobLockHeld = true
             options.skipSnapshot = skipSnapshot
             let report = try Purge.run(options)
             record.rowsPurged = report.rules.reduce(0) { $0 + $1.deleted }
             if let id = report.snapshot { record.snapshotId = id }
-            let status = report.status
-            if status != .ok {
-                record.exitCode = status.rawValue
-                record.outcome = status == .checksFailed ? "refused" : "stopped"
-                record.error = !report.tripped.isEmpty ? "circuit breaker: " + report.tripped.joined(separator: "; ")
-                    : report.rules.contains(where: { $0.denied > 0 }) ? "deny rules kept \(Format.plural(report.rules.reduce(0) { $0 + $1.denied }, "row", "rows"))"
-                    : report.stopped.map { "stopped: \($0)" }
+            if !report.tripped.isEmpty {
+                return Ending(.refused, error: StoreOpsError(.checksFailed, "circuit breaker: " + report.tripped.joined(separator: "; ")))
             }
+            return report.ending
         }
         switch job {
         case .snapshot:
             try snapshot()
+            return .ok
         case .purge:
-            try purge(skipSnapshot: false)
+            return try purge(skipSnapshot: false)
         case .maintain:
             try snapshot()
             guard let retention = policy.snapshot?.retention, let repository = policy.snapshot?.repository else {
@@ -117,7 +120,7 @@ public enum JobRun {
             }
             let pruned = try SnapshotPrune.run(.init(repository: repository, policy: retention))
             record.prunedSnapshots = pruned.removed
-            try purge(skipSnapshot: true)
+            return try purge(skipSnapshot: true)
         }
     }
 

@@ -86,6 +86,26 @@ public struct Manifest: Sendable, Codable, Equatable {
     }
 }
 
+extension Manifest {
+    /// The manifest of a verified copy: backups and snapshots build theirs here.
+    ///
+    /// - Parameters:
+    ///   - database: the copy's path as the manifest records it (a name, or `store/<name>` in an archive).
+    ///   - external: the folder (relative) and records of the external data copied along, if any.
+    static func of(kind: String, copied: ConsistentCopy.Copied, database: String, bytes: UInt64, sha256: String,
+                   inspection: ConsistentCopy.Inspection, external: (folder: String, files: [FileRecord])?,
+                   coreData: CoreDataFacts?, startedAt: Date, snapshot: SnapshotFacts? = nil) -> Manifest {
+        let finishedAt = Timestamp.now()
+        return Manifest(
+            kind: kind, tool: .init(), host: ProcessInfo.processInfo.hostName, source: copied.source,
+            database: .init(path: database, bytes: bytes, sha256: sha256, pageSize: inspection.pageSize,
+                            pageCount: inspection.pageCount, journalMode: "delete"),
+            externalData: external.map { .init(folder: $0.folder, files: $0.files, totalBytes: $0.files.reduce(0) { $0 + $1.bytes }) },
+            startedAt: startedAt, finishedAt: finishedAt, durationSeconds: finishedAt.timeIntervalSince(startedAt),
+            verify: inspection.verification, coreData: coreData, snapshot: snapshot)
+    }
+}
+
 /// How a copy is checked before it counts.
 public enum VerifyLevel: String, Sendable, Codable, CaseIterable {
     /// `PRAGMA quick_check`: every page and b-tree, without cross-checking indexes (the default).

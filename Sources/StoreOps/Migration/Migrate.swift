@@ -45,11 +45,6 @@ public enum Migrate {
         public var seconds: Double
     }
 
-    public struct Stage: Sendable, Codable, Equatable {
-        public var name: String
-        public var seconds: Double
-    }
-
     public struct RollbackInfo: Sendable, Codable {
         public var snapshotId: String
         public var seconds: Double
@@ -69,13 +64,13 @@ public enum Migrate {
         public var repository: String
         public var dryRun: Bool
         public var plan: MigrationPlan
-        /// "up to date", "planned", "migrated", "failed", "rolled back", "rollback failed", or "stopped"
-        /// (the kill switch or a signal before anything changed: nothing to roll back; exit 3 like a rollback).
-        public var outcome: String
+        /// In words: "up to date", "planned", "migrated", "failed", "rolled back", "rollback failed",
+        /// or "stopped" (the kill switch or a signal before anything changed: nothing to roll back).
+        public var result: String
         public var snapshot: String?
         public var snapshotEstimateBytes: UInt64?
         public var applied: [Applied] = []
-        public var stages: [Stage] = []
+        public var stages: [StageTiming] = []
         public var countsBefore: [String: Int]?
         public var countsAfter: [String: Int]?
         public var failure: String?
@@ -84,30 +79,28 @@ public enum Migrate {
         public var rollback: RollbackInfo?
         /// Without --rollback-on-failure: the command that restores the pre-migration state.
         public var rollbackCommand: String?
+        /// How it ended; its status is the exit status (1 failed, 3 rolled back or stopped, 4 rollback failed).
+        public var ending: Ending = .ok
 
-        public var status: ExitStatus {
-            switch outcome {
-            case "rolled back", "stopped": .rolledBack
-            case "rollback failed": .rollbackFailed
-            case "failed": .failure
-            default: .ok
-            }
-        }
+        public var outcome: Outcome { ending.outcome }
+        public var status: ExitStatus { ending.status }
     }
 
     static let logger = Logger(label: "storectl.migrate")
 
-    /// A stop asked for at a safe point (kill switch, signal).
-    struct Stop: Error { var reason: StopReason }
-
-    /// Plans and (unless `dryRun`) runs the migration.
+    /// Plans and (unless `dryRun`) runs the migration, walking the pipeline: lock (exclusive),
+    /// preflight (nobody else has the store open, no interrupted run, the plan, `storectl
+    /// preflight --for migrate`), snapshot (made and verified, then the crash journal), apply (one
+    /// transaction per migration; the kill switch and signals between them), verify
+    /// (`integrity_check`, `foreign_key_check`, Core Data counts), commit (the journal goes); on a
+    /// stop, or a failure with `rollbackOnFailure`, rollback.
     ///
     /// - Throws: before anything changes: 66/65 for a missing or bad store or migrations folder,
     ///   65 for drifted/missing/refused migrations, 75 when another job holds the store, 2 when
     ///   preflight fails, 1 when an interrupted migration must be dealt with first, the snapshot's
     ///   errors. Outcomes after the snapshot (migrated, failed, rolled back, rollback failed) are
-    ///   in the report's `status`.
-    public static func run(_ options: Options, progress: ((String) -> Void)? = nil) throws -> Report {
+    ///   in the report's `ending`.
+    public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Report {
         try Validate.timeout(options.timeout)
         let store = try StoreFile(existing: options.store)
         let migrations = try load(options)
@@ -115,150 +108,212 @@ public enum Migrate {
             throw StoreOpsError(.usage, "--to \(to): there is no migration \(to) (versions: \(migrations.map { String($0.version) }.joined(separator: ", ")))",
                                 hint: "name the version of an existing migration file")
         }
-        var clock = StageClock()
-        let lock = options.dryRun ? nil : try clock.time("lock") { try JobLock.acquire(path: store.jobLockPath, job: "migrate") }
-        defer { lock?.release() }
-        FaultInjection.reach("after-lock")
-        if !options.dryRun { try Recovery.prepare(store, lockHeld: true) }
+        let session = Session(store: store, migrations: migrations, options: options)
+        if let journal = MigrationJournal.read(store), !options.resume || options.dryRun {
+            throw StoreOpsError(.failure, journal.advice)
+        }
+        let planned = try session.makePlan(checkingJournal: false)
+        if options.dryRun || planned.pending.isEmpty {
+            if MigrationJournal.read(store) != nil {   // --resume with nothing left to apply: the journal goes
+                let lock = try JobLock.acquire(path: store.jobLockPath, job: "migrate")
+                defer { lock.release() }
+                try MigrationJournal.remove(store)
+            }
+            return try session.planOnly()
+        }
+        let killSwitch = KillSwitch(store: store, extra: options.killSwitch)
+        let pipeline = Pipeline(operation: "migrate", store: store, killSwitch: killSwitch, progress: progress)
+        var road = Road<Session>(lock: .exclusive, actName: "apply") { pipeline in
+            try session.apply(pipeline)
+            return session
+        }
+        road.preflight = { _ in try session.preflight() }
+        road.snapshot = { _ in try session.snapshot() }
+        road.verify = { _, session in try session.verify() }
+        road.commit = { _, session in try session.finish() }
+        road.commitName = nil
+        road.rollback = { _, _ in session.rollBack() }
+        road.rollbackOnFailure = options.rollbackOnFailure
+        road.failureStatus = .failure
+        return try session.report(after: pipeline.walk(road))
+    }
 
-        if !options.dryRun, !options.force, let pid = try LockState.otherUser(of: store) {
-            throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
-                                hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
-                                    + "against a schema it does not know (--force migrates anyway)")
+    /// One migration run: the plan, the snapshot, what was applied, the report.
+    final class Session {
+        let store: StoreFile
+        let migrations: [Migration]
+        let options: Options
+        var report: Report
+        var queue: DatabaseQueue?
+
+        init(store: StoreFile, migrations: [Migration], options: Options) {
+            self.store = store
+            self.migrations = migrations
+            self.options = options
+            report = Report(store: store.path, repository: FileSystem.absolute(options.repository), dryRun: options.dryRun,
+                            plan: MigrationPlan.make([], history: []), result: "planned")
         }
-        if let journal = MigrationJournal.read(store) {
-            guard options.resume, !options.dryRun else { throw StoreOpsError(.failure, journal.advice) }
-            try MigrationJournal.remove(store)
-        }
-        let plan = try readOnly(store, timeout: options.timeout) { db -> MigrationPlan in
-            var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db), to: options.to)
-            try plan.lint(migrations, db: db, store: store.path)
+
+        /// Plans from the store's history; refuses (65) what cannot run, (64) going down.
+        @discardableResult
+        func makePlan(checkingJournal: Bool) throws -> MigrationPlan {
+            if checkingJournal, let journal = MigrationJournal.read(store) {
+                guard options.resume else { throw StoreOpsError(.failure, journal.advice) }
+                try MigrationJournal.remove(store)
+            }
+            let migrations = self.migrations, to = options.to, path = store.path
+            var plan = try readOnly(store, timeout: options.timeout) { db -> MigrationPlan in
+                var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db), to: to)
+                plan.lint(migrations, schema: try StoreSchema.read(db))
+                return plan
+            }
+            try plan.refuseTriggerCalls(migrations, store: path)
+            if let to = options.to, to < plan.current {
+                throw StoreOpsError(.usage, "the store is at version \(plan.current); migrate does not go down to \(to)",
+                                    hint: "storectl rollback \(store.path) --repo \(options.repository) restores a pre-migrate snapshot")
+            }
+            guard plan.blockers.isEmpty else {
+                throw StoreOpsError(.badData, "the migrations cannot run; nothing was changed:\n  " + plan.blockers.joined(separator: "\n  "),
+                                    hint: "storectl migrate status \(store.path) --migrations \(options.migrations ?? "DIR") shows the history")
+            }
+            report.plan = plan
             return plan
         }
-        if let to = options.to, to < plan.current {
-            throw StoreOpsError(.usage, "the store is at version \(plan.current); migrate does not go down to \(to)",
-                                hint: "storectl rollback \(store.path) --repo \(options.repository) restores a pre-migrate snapshot")
-        }
-        guard plan.blockers.isEmpty else {
-            throw StoreOpsError(.badData, "the migrations cannot run; nothing was changed:\n  " + plan.blockers.joined(separator: "\n  "),
-                                hint: "storectl migrate status \(store.path) --migrations \(options.migrations ?? "DIR") shows the history")
-        }
-        var report = Report(store: store.path, repository: FileSystem.absolute(options.repository), dryRun: options.dryRun,
-                            plan: plan, outcome: plan.pending.isEmpty ? "up to date" : "planned")
-        guard !plan.pending.isEmpty else { return report }
-        if options.dryRun {
-            let info = try readOnly(store, timeout: options.timeout) { try StoreInfo.read($0, store: store) }
-            report.snapshotEstimateBytes = info.logicalBytes
+
+        /// Dry run, or nothing pending: the plan, nothing changed.
+        func planOnly() throws -> Report {
+            report.result = report.plan.pending.isEmpty ? "up to date" : "planned"
+            if options.dryRun, !report.plan.pending.isEmpty {
+                report.snapshotEstimateBytes = try readOnly(store, timeout: options.timeout) { try StoreInfo.read($0, store: store) }.logicalBytes
+            }
             return report
         }
 
-        let killSwitch = KillSwitch(store: store, extra: options.killSwitch)
-        func safePoint() throws {
-            if let thrown = killSwitch.engaged { throw Stop(reason: .killSwitch(thrown)) }
-            if let signal = ProcessSignals.received { throw Stop(reason: .signal(signal)) }
-        }
-        do { try safePoint() } catch let stop as Stop {
-            report.outcome = "stopped"
-            report.failure = "stopped before any change (nothing to roll back): \(stop.reason)"
-            report.stages = clock.stages
-            return report
+        /// Under the lock: nobody else has the store open, no interrupted run, the plan again,
+        /// and preflight's checks (space for the snapshot, integrity, locks).
+        func preflight() throws {
+            if !options.force, let pid = try LockState.otherUser(of: store) {
+                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
+                                    hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
+                                        + "against a schema it does not know (--force migrates anyway)")
+            }
+            try makePlan(checkingJournal: true)
+            let folder = FileSystem.kind(of: report.repository) == .directory ? report.repository : FileSystem.parent(of: report.repository)
+            let preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder))
+            guard preflight.passed else {
+                let failed = preflight.checks.filter { $0.status == .fail }.map { "\($0.id): \($0.summary)" }
+                throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  " + failed.joined(separator: "\n  "),
+                                    hint: "storectl preflight \(store.path) --for migrate --dest \(folder) shows every check")
+            }
         }
 
-        // Preflight: space for the snapshot, integrity, locks.
-        let repositoryFolder = FileSystem.kind(of: report.repository) == .directory ? report.repository : FileSystem.parent(of: report.repository)
-        let preflight = try clock.time("preflight") {
-            try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: repositoryFolder))
-        }
-        guard preflight.passed else {
-            let failed = preflight.checks.filter { $0.status == .fail }.map { "\($0.id): \($0.summary)" }
-            throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  " + failed.joined(separator: "\n  "),
-                                hint: "storectl preflight \(store.path) --for migrate --dest \(repositoryFolder) shows every check")
-        }
-        progress?("preflight ok")
-
-        // A verified snapshot, or nothing changes.
-        let snapshot = try clock.time("snapshot") { () -> String in
-            let created = try SnapshotCreate.run(store: store.path, options: .init(repository: report.repository,
-                                                                                   tags: ["pre-migrate", "version-\(plan.current)"]))
+        /// A verified snapshot, or nothing changes; then the crash journal names it.
+        func snapshot() throws -> String {
+            var snapshotOptions = SnapshotCreate.Options(repository: report.repository, tags: ["pre-migrate", "version-\(report.plan.current)"])
+            snapshotOptions.storeLockHeld = true
+            let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions)
             let verified = try SnapshotVerify.run(.init(repository: report.repository, ids: [created.id]))
             guard verified.first?.ok == true else {
                 throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(verified.first?.problem ?? "?")); nothing was changed")
             }
+            report.snapshot = created.id
+            FaultInjection.reach("after-snapshot")
+            try MigrationJournal(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Timestamp.now(), store: store.path,
+                                 repository: report.repository, snapshotId: created.id, fromVersion: report.plan.current,
+                                 toVersion: report.plan.target).write(store)
+            FaultInjection.reach("after-journal")
             return created.id
         }
-        report.snapshot = snapshot
-        progress?("snapshot \(snapshot) (pre-migrate, verified)")
-        FaultInjection.reach("after-snapshot")
-        try MigrationJournal(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Timestamp.now(), store: store.path,
-                             repository: report.repository, snapshotId: snapshot, fromVersion: plan.current, toVersion: plan.target).write(store)
-        FaultInjection.reach("after-journal")
 
-        let queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
-        do {
-            report.countsBefore = try queue.inDatabase { try entityCounts($0) }
-            try clock.time("apply") {
-                for migration in migrations where plan.pending.contains(where: { $0.version == migration.version }) {
-                    try safePoint()
-                    let started = Date()
-                    try queue.inDatabase { try apply(migration, db: $0, snapshot: snapshot, killSwitch: killSwitch) }
-                    report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
-                    progress?("applied \(String(format: "%04d", migration.version))_\(migration.name)")
-                    FaultInjection.reach("after-commit-\(migration.version)")
+        /// Each pending migration in its own transaction; the kill switch and signals between them.
+        func apply(_ pipeline: Pipeline) throws {
+            let queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
+            self.queue = queue
+            report.countsBefore = try queue.inDatabase { try CoreDataCensus.countsByEntity($0) }
+            for migration in migrations where report.plan.pending.contains(where: { $0.version == migration.version }) {
+                try pipeline.checkpoint()
+                let started = Date()
+                do {
+                    try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline) }
+                } catch let error as StoreOpsError where error.status == .ioError {
+                    throw StoreOpsError(.ioError, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
+                                        + "SQLite's journal go there), then migrate again")
                 }
+                report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
+                pipeline.note("applied \(String(format: "%04d", migration.version))_\(migration.name)")
+                FaultInjection.reach("after-commit-\(migration.version)")
             }
             FaultInjection.reach("before-verify")
-            try clock.time("verify") {
-                try safePoint()
-                try queue.inDatabase { db in
-                    let messages = try StoreConnection.integrityMessages(db, pragma: "integrity_check")
-                    guard messages == ["ok"] else {
-                        throw StoreOpsError(.badData, "integrity_check after the migrations: \(messages.prefix(3).joined(separator: "; "))")
-                    }
-                    let violations = try StoreConnection.foreignKeyViolations(db)
-                    guard violations.count == 0 else {
-                        throw StoreOpsError(.badData, "foreign_key_check after the migrations: \(violations.count) violation(s): \(violations.samples.prefix(3).joined(separator: ", "))")
-                    }
-                    report.countsAfter = try entityCounts(db)
+        }
+
+        func verify() throws {
+            guard let queue else { return }
+            try queue.inDatabase { db in
+                let messages = try StoreConnection.integrityMessages(db, pragma: "integrity_check")
+                guard messages == ["ok"] else {
+                    throw StoreOpsError(.badData, "integrity_check after the migrations: \(messages.prefix(3).joined(separator: "; "))")
                 }
+                let violations = try StoreConnection.foreignKeyViolations(db)
+                guard violations.count == 0 else {
+                    throw StoreOpsError(.badData, "foreign_key_check after the migrations: \(violations.count) violation(s): \(violations.samples.prefix(3).joined(separator: ", "))")
+                }
+                report.countsAfter = try CoreDataCensus.countsByEntity(db)
             }
-            try? queue.close()
+        }
+
+        func finish() throws {
+            try? queue?.close()
             FaultInjection.reach("before-journal-removal")
             try MigrationJournal.remove(store)
-            report.outcome = "migrated"
-            report.stages = clock.stages
-            return report
-        } catch {
-            try? queue.close()
-            // A statement interrupted by a signal (the progress handler) is a stop like one at a safe point.
-            let stop = error as? Stop ?? ProcessSignals.received.map { Stop(reason: .signal($0)) }
-            report.failure = stop.map { "stopped: \($0.reason)" } ?? ((error as? StoreOpsError)?.message ?? "\(error)")
-            report.failureHint = (error as? StoreOpsError)?.hint
-            if (error as? StoreOpsError)?.status == .ioError {
-                report.failureHint = "free space on the volume of \(store.folder) (the migration's changes and SQLite's journal go there), then migrate again"
+        }
+
+        func rollBack() -> StoreOpsError? {
+            try? queue?.close()
+            guard let snapshot = report.snapshot else { return nil }   // stopped before anything changed
+            let info = Migrate.rollBack(store: store, repository: report.repository, snapshot: snapshot)
+            report.rollback = info
+            guard info.error == nil, info.verified else { return StoreOpsError(.rollbackFailed, info.error ?? "the rollback could not be checked") }
+            try? MigrationJournal.remove(store)
+            return nil
+        }
+
+        /// The report of a walk; what failed before anything changed is thrown, as bad input is.
+        func report(after walked: Walked<Session>) throws -> Report {
+            try? queue?.close()
+            report.stages = walked.stages
+            report.ending = walked.ending
+            let error = walked.ending.error
+            switch walked.ending.outcome {
+            case .ok:
+                report.result = "migrated"
+                return report
+            case .stopped where report.snapshot == nil:
+                report.result = "stopped"
+                report.failure = "stopped before any change (nothing to roll back): \(walked.ending.stop?.description ?? "")"
+                return report
+            case .failed where report.snapshot == nil, .skipped, .checksFailed:
+                // Nothing changed: refused like bad input (75 locked, 65 drift, 2 preflight, 1 journal).
+                throw walked.ending.thrown ?? StoreOpsError(.failure, "migrate failed")
+            default:
+                break
             }
-            if stop != nil || options.rollbackOnFailure {
-                // A SIGINT/SIGTERM asked for this rollback: it must not interrupt it too.
-                if case .signal? = stop?.reason { ProcessSignals.acknowledge() }
-                report.rollback = clock.timeNoThrow("rollback") { rollBack(store: store, repository: report.repository, snapshot: snapshot) }
-                if report.rollback?.error == nil, report.rollback?.verified == true {
-                    try? MigrationJournal.remove(store)
-                    report.outcome = "rolled back"
-                } else {
-                    report.outcome = "rollback failed"
-                }
-            } else {
+            report.failure = walked.ending.stop.map { "stopped: \($0)" } ?? error?.message
+            report.failureHint = error?.hint
+            switch walked.ending.outcome {
+            case .rolledBack: report.result = "rolled back"
+            case .rollbackFailed: report.result = "rollback failed"
+            default:
                 // Each migration is its own transaction: the failing one left nothing behind.
                 try? MigrationJournal.remove(store)
-                report.outcome = "failed"
-                report.rollbackCommand = "storectl rollback \(store.path) --repo \(report.repository) --to \(snapshot)"
+                report.result = "failed"
+                report.rollbackCommand = "storectl rollback \(store.path) --repo \(report.repository) --to \(report.snapshot ?? "")"
             }
-            report.stages = clock.stages
             return report
         }
     }
 
     /// One migration in one transaction, with its history row and its checks inside it.
-    static func apply(_ migration: Migration, db: Database, snapshot: String, killSwitch: KillSwitch) throws {
+    static func apply(_ migration: Migration, db: Database, snapshot: String?, pipeline: Pipeline) throws {
         let label = "\(String(format: "%04d", migration.version))_\(migration.name)"
         let started = Date()
         // SQLite's procedure for schema changes (https://sqlite.org/lang_altertable.html#otheralter):
@@ -271,7 +326,7 @@ public enum Migrate {
             let before = try entityCounts(db)
             try migration.willMigrate?(db)
             for statement in migration.statements {
-                if migration.noTransaction, let thrown = killSwitch.engaged { throw Stop(reason: .killSwitch(thrown)) }
+                if migration.noTransaction { try pipeline.checkpoint() }
                 try db.execute(sql: statement)
             }
             try migration.didMigrate?(db)
@@ -304,7 +359,7 @@ public enum Migrate {
             if !migration.noTransaction { try db.execute(sql: "COMMIT") }
         } catch {
             if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
-            if error is Stop { throw error }
+            if error is Pipeline.Stop { throw error }
             if let own = error as? StoreOpsError { throw StoreOpsError(own.status, own.message.hasPrefix(label) ? own.message : "\(label): \(own.message)", hint: own.hint) }
             throw StoreOpsError.sqlite(error, doing: label, side: .output)
         }
@@ -352,11 +407,7 @@ public enum Migrate {
         return all.sorted { $0.version < $1.version }
     }
 
-    static func entityCounts(_ db: Database) throws -> [String: Int]? {
-        guard let coreData = try CoreDataStore.read(db) else { return nil }
-        return Dictionary(try CoreDataCensus.entityCounts(db, store: coreData).compactMap { c in c.rows.map { (c.entity, $0) } },
-                          uniquingKeysWith: +)
-    }
+    static func entityCounts(_ db: Database) throws -> [String: Int]? { try CoreDataCensus.countsByEntity(db) }
 
     static func readOnly<T>(_ store: StoreFile, timeout: TimeInterval, _ body: (Database) throws -> T) throws -> T {
         let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: timeout, label: "storectl.migrate-plan")
@@ -369,19 +420,3 @@ public enum Migrate {
     }
 }
 
-/// Times the stages of a run.
-struct StageClock {
-    private(set) var stages: [Migrate.Stage] = []
-
-    mutating func time<T>(_ name: String, _ body: () throws -> T) throws -> T {
-        let started = Date()
-        defer { stages.append(.init(name: name, seconds: Date().timeIntervalSince(started))) }
-        return try body()
-    }
-
-    mutating func timeNoThrow<T>(_ name: String, _ body: () -> T) -> T {
-        let started = Date()
-        defer { stages.append(.init(name: name, seconds: Date().timeIntervalSince(started))) }
-        return body()
-    }
-}

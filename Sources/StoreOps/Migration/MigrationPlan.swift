@@ -97,18 +97,10 @@ public struct MigrationPlan: Sendable, Codable {
     }
 
     /// Adds lint warnings that need the store's schema (DROP TABLE / DROP COLUMN, rebuilds of
-    /// tables that others reference with ON DELETE CASCADE).
-    ///
-    /// Also refuses statements that would fire triggers calling functions only the app registers
-    /// (`TriggerLint`): they would fail mid-migration outside the app.
-    mutating func lint(_ migrations: [Migration], db: Database, store: String) throws {
+    /// tables that others reference with ON DELETE CASCADE): a pure function of the schema.
+    mutating func lint(_ migrations: [Migration], schema: StoreSchema) {
         var cascading: [String: [String]] = [:]   // parent table -> children referencing it ON DELETE CASCADE
-        for table in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") {
-            for row in try Row.fetchAll(db, sql: "SELECT \"table\", on_delete FROM pragma_foreign_key_list(?)", arguments: [table]) {
-                let parent = row.text(0) ?? ""
-                if row.text(1)?.uppercased() == "CASCADE" { cascading[parent.uppercased(), default: []].append(table) }
-            }
-        }
+        for key in schema.foreignKeys where key.onDelete == "CASCADE" { cascading[key.parent.uppercased(), default: []].append(key.table) }
         for index in pending.indices {
             guard let migration = migrations.first(where: { $0.version == pending[index].version }) else { continue }
             var warnings: [String] = []
@@ -138,6 +130,14 @@ public struct MigrationPlan: Sendable, Codable {
                 }
             }
             pending[index].warnings = warnings
+        }
+    }
+
+    /// Refuses statements that would fire triggers calling functions only the app registers
+    /// (`TriggerLint`): outside the app they would fail mid-migration.
+    mutating func refuseTriggerCalls(_ migrations: [Migration], store: String) throws {
+        for index in pending.indices {
+            guard let migration = migrations.first(where: { $0.version == pending[index].version }) else { continue }
             let writes = migration.statements.map { TriggerLint.Write(table: nil, sql: $0) }
             for problem in try TriggerLint.check(store: store, writes: writes) {
                 pending[index].refused.append("\(problem); \(TriggerLint.hint)")

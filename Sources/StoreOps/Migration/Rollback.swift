@@ -31,41 +31,48 @@ public enum Rollback {
         public var version: Int
         /// The restored store's SHA-256 equals the snapshot's.
         public var verified: Bool
+        public var stages: [StageTiming]
     }
 
     /// - Throws: 66 when there is no pre-migrate snapshot of the store, 75 when the store is in
     ///   use or locked, 65 when the snapshot is damaged (nothing changed), 4 when the restore
     ///   succeeded but its content does not match the snapshot.
-    public static func run(_ options: Options) throws -> Result {
+    public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let store = StoreFile(unchecked: options.store)
-        let lock = try JobLock.acquire(path: store.jobLockPath, job: "rollback", wait: options.wait)
-        defer { lock.release() }
-        try Recovery.prepare(store, lockHeld: true)
-        let repository = try SnapshotRepository.open(options.repository)
-        let journal = MigrationJournal.read(store)
-        let id: String
-        if let to = options.to {
-            id = try repository.record(to).snapshot?.id ?? to
-        } else if let journal {
-            id = journal.snapshotId
-        } else {
-            guard let newest = try repository.records().first(where: { $0.source.path == store.path && ($0.snapshot?.tags.contains("pre-migrate") ?? false) }),
-                  let newestID = newest.snapshot?.id else {
-                throw StoreOpsError(.noInput, "no pre-migrate snapshot of \(store.path) in \(repository.path)",
-                                    hint: "name one with --to (storectl snapshot list --repo \(repository.path))")
-            }
-            id = newestID
+        let pipeline = Pipeline(operation: "rollback", store: store, progress: progress)
+        var id = ""
+        var journal: MigrationJournal?
+        var road = Road<SnapshotRestore.Result>(lock: .exclusive, wait: options.wait, actName: "restore") { _ in
+            // The restore in place: its safety snapshot, its checks and its journaled swap.
+            var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
+                                                  force: options.force, wait: options.wait)
+            restore.jobLockHeld = true
+            restore.clearsMigrationJournal = journal != nil
+            return try SnapshotRestore.run(restore)
         }
-        var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
-                                              force: options.force, wait: options.wait)
-        restore.jobLockHeld = true
-        restore.clearsMigrationJournal = journal != nil
-        let result = try SnapshotRestore.run(restore)
-        let verified = result.verified
-        if journal != nil { try MigrationJournal.remove(store) }
+        road.preflight = { _ in
+            journal = MigrationJournal.read(store)
+            id = try target(options, store: store, journal: journal)
+        }
+        road.commit = { _, _ in if journal != nil { try MigrationJournal.remove(store) } }
+        let walked = pipeline.walk(road)
+        let result = try walked.get()
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
         return Result(restored: id, safetySnapshot: result.safetySnapshot, clearedInterruptedMigration: journal != nil,
-                      version: version, verified: verified)
+                      version: version, verified: result.verified, stages: walked.stages)
+    }
+
+    /// The snapshot to go back to: `--to`, else the interrupted migration's, else the newest pre-migrate one of this store.
+    static func target(_ options: Options, store: StoreFile, journal: MigrationJournal?) throws -> String {
+        let repository = try SnapshotRepository.open(options.repository)
+        if let to = options.to { return try repository.record(to).snapshot?.id ?? to }
+        if let journal { return journal.snapshotId }
+        guard let newest = try repository.records().first(where: { $0.source.path == store.path && ($0.snapshot?.tags.contains("pre-migrate") ?? false) }),
+              let id = newest.snapshot?.id else {
+            throw StoreOpsError(.noInput, "no pre-migrate snapshot of \(store.path) in \(repository.path)",
+                                hint: "name one with --to (storectl snapshot list --repo \(repository.path))")
+        }
+        return id
     }
 }
 
@@ -74,6 +81,12 @@ public enum MigrationStatus {
     public struct Result: Sendable, Codable {
         public var plan: MigrationPlan
         public var interrupted: MigrationJournal?
+
+        /// Checks failed (2) when a migration drifted or is missing, or a run was interrupted.
+        public var ending: Ending {
+            guard !plan.drifted.isEmpty || !plan.missing.isEmpty || interrupted != nil else { return .ok }
+            return Ending(.checksFailed, error: StoreOpsError(.checksFailed, "the migration history needs attention"))
+        }
     }
 
     public static func run(store path: String, migrations folder: String) throws -> Result {
@@ -81,7 +94,7 @@ public enum MigrationStatus {
         let migrations = try Migration.load(folder: folder)
         var plan = try Migrate.readOnly(store, timeout: 10) { db -> MigrationPlan in
             var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db))
-            try plan.lint(migrations, db: db, store: store.path)
+            plan.lint(migrations, schema: try StoreSchema.read(db))
             return plan
         }
         plan.target = max(plan.target, plan.current)

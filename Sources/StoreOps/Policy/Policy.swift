@@ -54,6 +54,14 @@ public struct PurgeRule: Sendable {
     public enum Target: Sendable, Equatable, CustomStringConvertible {
         case table(String)
         case entity(String)
+        /// The policy key that names it ("table" or "entity"), for messages.
+        public var key: String {
+            switch self {
+            case .table: "table"
+            case .entity: "entity"
+            }
+        }
+
         public var description: String {
             switch self {
             case .table(let name): "table \(name)"

@@ -32,6 +32,12 @@ public enum PolicyCheck {
     }
 
     /// Validates one file, and its names against its store when the store can be opened.
+    /// Bad data (65) when a file has problems.
+    public static func ending(of results: [FileResult]) -> Ending {
+        guard let bad = results.first(where: { !$0.ok }) else { return .ok }
+        return Ending(.failed, error: StoreOpsError(.badData, "\(bad.file): \(Format.plural(bad.problems.count, "problem", "problems"))"))
+    }
+
     public static func check(_ file: String) throws -> FileResult {
         let policy: Policy
         do { policy = try Policy.load(file) } catch let error as StoreOpsError where error.status == .badData {

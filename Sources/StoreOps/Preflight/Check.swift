@@ -73,36 +73,13 @@ public struct PreflightReport: Sendable, Codable {
     /// True when no check failed (warnings pass).
     public var passed: Bool { !checks.contains { $0.status == .fail } }
 
+    public var ending: Ending {
+        passed ? .ok : Ending(.checksFailed, error: StoreOpsError(.checksFailed, "preflight failed: " + checks.filter { $0.status == .fail }.map(\.id).joined(separator: ", ")))
+    }
+
     public func check(_ id: String) -> Check? { checks.first { $0.id == id } }
 
-    /// The human-readable table: one line per check, then the entity counts.
-    public func renderTable() -> String {
-        var lines = ["preflight \(store)  (for \(operation.rawValue) -> \(destination))"]
-        let width = max(24, checks.map(\.id.count).max() ?? 0)
-        for check in checks {
-            let label = check.id.padding(toLength: width, withPad: " ", startingAt: 0)
-            lines.append("  \(check.status.rawValue.padding(toLength: 5, withPad: " ", startingAt: 0)) \(label)  \(check.summary)")
-            for detail in check.details { lines.append("        \(String(repeating: " ", count: width))    \(detail)") }
-            if let advice = check.advice, check.status >= .warn {
-                lines.append("        \(String(repeating: " ", count: width))    -> \(advice)")
-            }
-        }
-        if let entities, !entities.isEmpty {
-            lines.append("")
-            lines.append("  entities (Core Data)")
-            let nameWidth = max(12, entities.map(\.entity.count).max() ?? 0)
-            for entity in entities {
-                let rows = entity.rows.map { Format.count($0) } ?? "no table"
-                let table = entity.table.map { "  \($0)" } ?? ""
-                lines.append("    \(entity.entity.padding(toLength: nameWidth, withPad: " ", startingAt: 0))  \(rows.leftPadded(to: 12))\(table)")
-            }
-        }
-        let counts = Dictionary(grouping: checks, by: \.status).mapValues(\.count)
-        let tally = [Check.Status.ok, .warn, .fail, .skip].compactMap { s in counts[s].map { "\($0) \(s.rawValue)" } }
-        lines.append("")
-        lines.append("result: \(passed ? "ok" : "FAILED") (\(tally.joined(separator: ", ")); \(Format.duration(durationSeconds)))")
-        return lines.joined(separator: "\n")
-    }
+
 }
 
 extension String {

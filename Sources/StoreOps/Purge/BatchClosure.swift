@@ -22,24 +22,30 @@ struct BatchClosure {
     struct NullifyKey: Hashable { var table: String; var column: String; var entities: [Int]; var bumpsOpt: Bool }
     struct JoinKey: Hashable { var table: String; var column: String }
 
-    /// Computes the closure of `roots` (rows of `table`). Reads only; nothing is changed.
-    init(roots: [Int64], table: String, graph: DeleteGraph?, db: Database) throws {
+    /// Computes the closure of `roots` (rows of `table`) from the rows `rows` fetches for it: the
+    /// decisions (what cascades, what is nullified, which roots a deny keeps) are pure over them.
+    init(roots: [Int64], table: String, graph: DeleteGraph?, rows: some ClosureRows) throws {
         rootTable = table
-        deletes[table] = Dictionary(uniqueKeysWithValues: roots.map { ($0, [$0]) })
+        let start = Dictionary(uniqueKeysWithValues: roots.map { ($0, Roots([$0])) })
+        deletes[table] = start
         guard let graph else { return }
-        var queue: [(String, [Int64: Roots])] = [(table, deletes[table]!)]
+        var queue: [(String, [Int64: Roots])] = [(table, start)]
         while !queue.isEmpty {
             let (current, items) = queue.removeFirst()
-            let byEntity = try Self.entities(of: Array(items.keys), in: current, db: db)
-            for (ent, pks) in byEntity {
+            for (ent, pks) in try rows.entities(of: Array(items.keys), in: current) {
                 let scoped = items.filter { pks.contains($0.key) }
                 for effect in graph.effects[ent] ?? [] {
-                    let found = try follow(effect, from: scoped, in: current, db: db)
-                    for (next, more) in found { queue.append((next, more)) }
+                    for fetched in try rows.rows(for: effect, from: Array(scoped.keys), in: current) {
+                        queue += follow(effect, from: scoped, column: fetched.column, rows: fetched.pairs)
+                    }
                 }
             }
         }
-        // A related row reached from a denied root is kept, and so are the other roots reaching it.
+        spreadDenials()
+    }
+
+    /// A related row reached from a denied root is kept, and so are the other roots reaching it.
+    private mutating func spreadDenials() {
         var changed = true
         while changed {
             changed = false
@@ -54,76 +60,48 @@ struct BatchClosure {
         }
     }
 
-    /// Follows one effect; returns newly reached rows to delete, by table, for the queue.
-    private mutating func follow(_ effect: DeleteGraph.Effect, from items: [Int64: Roots], in table: String,
-                                 db: Database) throws -> [(String, [Int64: Roots])] {
-        let ids = Self.json(items.keys)
+    /// Follows one effect over the rows fetched for one of its columns (`(from, to)` pairs: a
+    /// referencing row and the row it references, a row and the row it references, a join row's two
+    /// sides); returns newly reached rows to delete, by table, for the queue. Pure.
+    mutating func follow(_ effect: DeleteGraph.Effect, from items: [Int64: Roots], column: String,
+                         rows: [(Int64, Int64)]) -> [(String, [Int64: Roots])] {
         var reached: [String: [Int64: Roots]] = [:]
         func reach(_ table: String, _ pk: Int64, _ roots: Roots) {
             if deletes[table]?[pk] == nil { reached[table, default: [:]][pk, default: []].formUnion(roots) }
             deletes[table, default: [:]][pk, default: []].formUnion(roots)
         }
+        func deny(_ roots: Roots, _ reason: String) {
+            for root in roots where denied[root] == nil { denied[root] = reason }
+        }
         switch effect.kind {
-        case .referencedBy(let other, let columns, let entities, let bumpsOpt):
-            for column in columns {
-                let scope = entities.isEmpty ? "" : " AND Z_ENT IN (\(entities.map(String.init).joined(separator: ", ")))"
-                let rows = try Row.fetchAll(db, sql: """
-                    SELECT Z_PK, \(quoteIdentifier(column)) FROM \(quoteIdentifier(other))
-                    WHERE \(quoteIdentifier(column)) IN (SELECT value FROM json_each(?))\(scope)
-                    """, arguments: [ids])
-                for row in rows {
-                    let child = try row.integer(0, "\(other).Z_PK")
-                    let parent = try row.integer(1, "\(other).\(column)")
-                    let roots = items[parent] ?? []
-                    switch effect.action {
-                    case .cascade?: reach(other, child, roots)
-                    case .nullify?:
-                        nullify[NullifyKey(table: other, column: column, entities: entities, bumpsOpt: bumpsOpt), default: [:]][parent, default: []].formUnion(roots)
-                    case .deny?:
-                        for root in roots where denied[root] == nil {
-                            denied[root] = "\(other) row \(child) still refers to it (\(effect.relationship) is deny)"
-                        }
-                    case nil: break
-                    }
+        case .referencedBy(let other, _, let entities, let bumpsOpt):
+            // Rows of `other`: (child Z_PK, the parent Z_PK its `column` holds).
+            for (child, parent) in rows {
+                let roots = items[parent] ?? []
+                switch effect.action {
+                case .cascade?: reach(other, child, roots)
+                case .nullify?:
+                    nullify[NullifyKey(table: other, column: column, entities: entities, bumpsOpt: bumpsOpt), default: [:]][parent, default: []].formUnion(roots)
+                case .deny?: deny(roots, "\(other) row \(child) still refers to it (\(effect.relationship) is deny)")
+                case nil: break
                 }
             }
-        case .references(let columns, let destination):
-            for column in columns {
-                let rows = try Row.fetchAll(db, sql: """
-                    SELECT s.Z_PK, s.\(quoteIdentifier(column)) FROM \(quoteIdentifier(table)) AS s
-                    JOIN \(quoteIdentifier(destination)) AS d ON d.Z_PK = s.\(quoteIdentifier(column))
-                    WHERE s.Z_PK IN (SELECT value FROM json_each(?))
-                    """, arguments: [ids])
-                for row in rows {
-                    let pk = try row.integer(0, "\(table).Z_PK")
-                    let target = try row.integer(1, "\(table).\(column)")
-                    let roots = items[pk] ?? []
-                    switch effect.action {
-                    case .cascade?: reach(destination, target, roots)
-                    case .deny?:
-                        for root in roots where denied[root] == nil {
-                            denied[root] = "it still refers to \(destination) row \(target) (\(effect.relationship) is deny)"
-                        }
-                    default: break
-                    }
+        case .references(_, let destination):
+            for (pk, target) in rows {
+                let roots = items[pk] ?? []
+                switch effect.action {
+                case .cascade?: reach(destination, target, roots)
+                case .deny?: deny(roots, "it still refers to \(destination) row \(target) (\(effect.relationship) is deny)")
+                default: break
                 }
             }
-        case .join(let joinTable, let own, let other, let otherTable):
-            let rows = try Row.fetchAll(db, sql: """
-                SELECT \(quoteIdentifier(own)), \(quoteIdentifier(other)) FROM \(quoteIdentifier(joinTable))
-                WHERE \(quoteIdentifier(own)) IN (SELECT value FROM json_each(?))
-                """, arguments: [ids])
-            for row in rows {
-                let pk = try row.integer(0, "\(joinTable).\(own)")
-                let target = try row.integer(1, "\(joinTable).\(other)")
+        case .join(let joinTable, let own, _, let otherTable):
+            for (pk, target) in rows {
                 let roots = items[pk] ?? []
                 joins[JoinKey(table: joinTable, column: own), default: [:]][pk, default: []].formUnion(roots)
                 switch effect.action {
                 case .cascade?: reach(otherTable, target, roots)
-                case .deny?:
-                    for root in roots where denied[root] == nil {
-                        denied[root] = "it is still linked to \(otherTable) row \(target) (\(effect.relationship) is deny)"
-                    }
+                case .deny?: deny(roots, "it is still linked to \(otherTable) row \(target) (\(effect.relationship) is deny)")
                 default: break
                 }
             }
@@ -222,19 +200,61 @@ struct BatchClosure {
         return .init(table: table, sql: "UPDATE \(quoteIdentifier(table)) SET \(quoteIdentifier(column)) = NULL\(opt) \(nullifyCondition(column: column, entities: entities))")
     }
 
-    /// Groups rows by Z_ENT (all under 0 when the table has no Z_ENT column).
-    static func entities(of pks: [Int64], in table: String, db: Database) throws -> [Int: Set<Int64>] {
+    /// Row ids as a JSON array, bound as one argument and read back with json_each().
+    static func json<S: Sequence>(_ ids: S) -> String where S.Element == Int64 {
+        "[" + ids.map(String.init).joined(separator: ",") + "]"
+    }
+}
+
+/// Where a batch's closure gets its rows: the only I/O of `BatchClosure`. `DatabaseRows` reads a
+/// store; tests give rows by hand.
+protocol ClosureRows {
+    /// Rows of `table` grouped by Z_ENT (all under 0 when the table has no Z_ENT column).
+    func entities(of pks: [Int64], in table: String) throws -> [Int: Set<Int64>]
+    /// The pairs `effect` follows from `pks` (rows of `table`), per column, as `BatchClosure.follow` reads them.
+    func rows(for effect: DeleteGraph.Effect, from pks: [Int64], in table: String) throws -> [(column: String, pairs: [(Int64, Int64)])]
+}
+
+/// `ClosureRows` from a store, set-wise: a query per relationship column, never one per row.
+struct DatabaseRows: ClosureRows {
+    let db: Database
+
+    func entities(of pks: [Int64], in table: String) throws -> [Int: Set<Int64>] {
         guard try db.columns(in: table).contains(where: { $0.name.uppercased() == "Z_ENT" }) else { return [0: Set(pks)] }
         var result: [Int: Set<Int64>] = [:]
         for row in try Row.fetchAll(db, sql: "SELECT Z_PK, Z_ENT FROM \(quoteIdentifier(table)) WHERE Z_PK IN (SELECT value FROM json_each(?))",
-                                    arguments: [json(pks)]) {
+                                    arguments: [BatchClosure.json(pks)]) {
             result[Int(clamping: try row.optionalInteger(1, "\(table).Z_ENT") ?? 0), default: []].insert(try row.integer(0, "\(table).Z_PK"))
         }
         return result
     }
 
-    /// Row ids as a JSON array, bound as one argument and read back with json_each().
-    static func json<S: Sequence>(_ ids: S) -> String where S.Element == Int64 {
-        "[" + ids.map(String.init).joined(separator: ",") + "]"
+    func rows(for effect: DeleteGraph.Effect, from pks: [Int64], in table: String) throws -> [(column: String, pairs: [(Int64, Int64)])] {
+        let ids = BatchClosure.json(pks)
+        var result: [(column: String, pairs: [(Int64, Int64)])] = []
+        switch effect.kind {
+        case .referencedBy(let other, let columns, let entities, _):
+            let scope = entities.isEmpty ? "" : " AND Z_ENT IN (\(entities.map(String.init).joined(separator: ", ")))"
+            for column in columns {
+                result.append((column, try Row.fetchAll(db, sql: """
+                    SELECT Z_PK, \(quoteIdentifier(column)) FROM \(quoteIdentifier(other))
+                    WHERE \(quoteIdentifier(column)) IN (SELECT value FROM json_each(?))\(scope)
+                    """, arguments: [ids]).map { (try $0.integer(0, "\(other).Z_PK"), try $0.integer(1, "\(other).\(column)")) }))
+            }
+        case .references(let columns, let destination):
+            for column in columns {
+                result.append((column, try Row.fetchAll(db, sql: """
+                    SELECT s.Z_PK, s.\(quoteIdentifier(column)) FROM \(quoteIdentifier(table)) AS s
+                    JOIN \(quoteIdentifier(destination)) AS d ON d.Z_PK = s.\(quoteIdentifier(column))
+                    WHERE s.Z_PK IN (SELECT value FROM json_each(?))
+                    """, arguments: [ids]).map { (try $0.integer(0, "\(table).Z_PK"), try $0.integer(1, "\(table).\(column)")) }))
+            }
+        case .join(let joinTable, let own, let other, _):
+            result.append((own, try Row.fetchAll(db, sql: """
+                SELECT \(quoteIdentifier(own)), \(quoteIdentifier(other)) FROM \(quoteIdentifier(joinTable))
+                WHERE \(quoteIdentifier(own)) IN (SELECT value FROM json_each(?))
+                """, arguments: [ids]).map { (try $0.integer(0, "\(joinTable).\(own)"), try $0.integer(1, "\(joinTable).\(other)")) }))
+        }
+        return result
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 
 /// The Core Data delete rules of a store, resolved to its tables and columns: for each entity,
 /// what deleting one of its rows does to related rows.
@@ -55,24 +54,17 @@ public struct DeleteGraph: Sendable {
     /// `Z29<NAME>` in the destination's table. Compiled models may also list an inherited
     /// relationship again under each sub-entity; the declaring entity is the topmost ancestor that
     /// has a relationship of that name.
-    public init(store: CoreDataStore, db: Database) throws {
-        guard let model = store.model else {
+    public init(schema: StoreSchema) throws {
+        guard let store = schema.coreData, let model = store.model else {
             throw StoreOpsError(.badData, "the store has no readable model cache")
         }
         for entity in store.entities { if let table = entity.table { entitiesOf[table, default: []].append(entity.ent) } }
         var toOne: [String: [String]] = [:]   // "Entity.name" -> its columns
-        for column in try CoreDataCensus.toOneColumns(db, store: store).columns {
+        for column in CoreDataCensus.toOneColumns(store: store, columnsOf: schema.columns(of:)).columns {
             for label in column.relationships { toOne[label, default: []].append(column.column) }
         }
-        let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'")
-        func realTable(_ name: String) -> String? { tables.first { $0.caseInsensitiveCompare(name) == .orderedSame } }
-        var columnCache: [String: [String]] = [:]
-        func columns(of table: String) -> [String] {
-            if let known = columnCache[table] { return known }
-            let found = (try? db.columns(in: table).map(\.name)) ?? []
-            columnCache[table] = found
-            return found
-        }
+        func realTable(_ name: String) -> String? { schema.table(name) }
+        func columns(of table: String) -> [String] { schema.columns(of: table) }
         func family(_ name: String) -> [Int] { store.entity(named: name).map { store.family(of: $0.ent).map(\.ent) } ?? [] }
         /// The entity numbers a relationship's storage may be named after, the declaring entity first.
         func declaringEnts(_ name: String, of entity: String) -> [Int] {

@@ -51,24 +51,21 @@ public enum Purge {
         public var policy: String
         public var store: String
         public var dryRun: Bool
-        /// The snapshot taken first, if the policy asks for one.
+        /// The snapshot taken first (and verified), if the policy asks for one.
         public var snapshot: String?
         public var rules: [RuleReport] = []
         /// Circuit breakers that refused the run (nothing was deleted).
         public var tripped: [String] = []
         public var stopped: StopReason?
         public var checkpointed = false
+        /// What was checked after the deletes (quick_check of the tables written, orphans).
+        public var verified: [String] = []
+        /// How it ended: ok; refused (a breaker, or deny rules keeping rows: 2); stopped (the kill
+        /// switch 1, a signal 128+N: finished batches stay committed); failed.
+        public var ending: Ending = .ok
+        public var stages: [StageTiming] = []
 
-        /// 0 done; 2 a circuit breaker or a deny rule stopped rows; 1 stopped by the kill switch;
-        /// 128+N stopped by signal N (finished batches stay committed).
-        public var status: ExitStatus {
-            if !tripped.isEmpty || rules.contains(where: { $0.denied > 0 }) { return .checksFailed }
-            switch stopped {
-            case .signal(let number)?: return .signal(number)
-            case .killSwitch?: return .failure
-            default: return .ok
-            }
-        }
+        public var status: ExitStatus { ending.status }
     }
 
     static let logger = Logger(label: "storectl.purge")
@@ -76,80 +73,133 @@ public enum Purge {
     /// Rest after each batch, as a fraction of the time the batch held the write lock.
     static let yieldFactor = 0.5
 
-    /// Runs the policy's purge.
+    /// Runs the policy's purge, walking the pipeline: lock (exclusive), preflight (the plan,
+    /// every rule's circuit breaker), snapshot (when the policy asks: made and verified, or nothing
+    /// is deleted), purge (batches), verify (`quick_check` of every table written, and no new
+    /// orphaned Core Data references).
     ///
-    /// - Throws: 66/65 for a missing or malformed policy or store, 75 when another job holds the
-    ///   store's lock or the app holds its write lock past `busy_timeout`, and the snapshot's
-    ///   errors when the snapshot taken first fails (nothing is deleted then). Outcomes that are
-    ///   not errors (circuit breaker, deny, kill switch, signal) are in the report's `status`.
+    /// - Throws: 66/65 for a missing or malformed policy or store. Every other way a run ends
+    ///   (75 locked, a breaker, deny rules, the kill switch, a signal, a failure) is the report's
+    ///   `ending`.
     public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Report {
         let policy = try Policy.load(options.policy)
         let store = try StoreFile(existing: policy.store.path)
         guard !policy.rules.isEmpty else {
             throw StoreOpsError(.badData, "\(policy.file) has no [[purge]] rules", hint: "add a [[purge]] table, see Policies/README.md")
         }
-        let lock = options.dryRun || options.jobLockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "purge")
-        defer { lock?.release() }
-        if !options.dryRun { try Recovery.prepare(store, lockHeld: true) }
-        var report = Report(policy: policy.file, store: store.path, dryRun: options.dryRun)
         let killSwitch = KillSwitch(store: store, extra: options.killSwitch)
-        if let thrown = killSwitch.engaged {
-            report.stopped = .killSwitch(thrown)
-            return report
+        let pipeline = Pipeline(operation: "purge", store: store, killSwitch: killSwitch, progress: progress)
+        let session = Session(policy: policy, store: store, options: options, killSwitch: killSwitch)
+        var road = Road<Session>(lock: options.dryRun ? .none : (options.jobLockHeld ? .held : .exclusive), actName: "purge") { pipeline in
+            try session.purgeAll(pipeline)
+            return session
+        }
+        road.preflight = { _ in try session.plan() }
+        if !options.dryRun, !options.skipSnapshot, let section = policy.snapshot, section.beforePurge {
+            road.snapshot = { _ in try session.snapshot(section) }
+        }
+        if !options.dryRun { road.verify = { _, session in try session.verifyAfter() } }
+        let walked = pipeline.walk(road)
+        var report = session.report
+        report.snapshot = walked.snapshot
+        report.stages = walked.stages
+        report.ending = walked.ending
+        if walked.ending.outcome == .ok {
+            if let stopped = report.stopped {
+                report.ending = Ending(.stopped, stop: stopped)
+            } else if report.rules.contains(where: { $0.denied > 0 }) {
+                report.ending = Ending(.refused, error: StoreOpsError(.checksFailed, "deny rules kept \(report.rules.reduce(0) { $0 + $1.denied }) rows"))
+            }
+        } else if [.failed, .skipped].contains(walked.ending.outcome), walked.value == nil, walked.snapshot == nil,
+                  report.rules.allSatisfy({ $0.batches == 0 }) {
+            // Nothing happened (the lock was held, the plan cannot run against the store): thrown, like bad input.
+            throw walked.ending.thrown ?? StoreOpsError(.failure, "purge failed")
+        }
+        return report
+    }
+
+    /// One purge run's connection, plan and report.
+    final class Session {
+        let policy: Policy
+        let store: StoreFile
+        let options: Options
+        let killSwitch: KillSwitch
+        var report: Report
+        var queue: DatabaseQueue?
+        var targets: [PurgeTarget] = []
+        var orphansBefore: [String: Int] = [:]
+
+        init(policy: Policy, store: StoreFile, options: Options, killSwitch: KillSwitch) {
+            self.policy = policy
+            self.store = store
+            self.options = options
+            self.killSwitch = killSwitch
+            report = Report(policy: policy.file, store: store.path, dryRun: options.dryRun)
         }
 
-        let queue = try StoreConnection.open(store.path, access: options.dryRun ? .readOnly : .readWrite,
-                                             busyTimeout: policy.store.busyTimeout.seconds, label: "storectl.purge")
-        defer { try? queue.close() }
-        let targets = try queue.inDatabase { db -> [PurgeTarget] in
-            // Batches revisit the same index pages: a 32 MiB page cache instead of SQLite's 2 MiB.
-            try db.execute(sql: "PRAGMA cache_size = -32768")
-            if !options.dryRun {
-                try db.execute(sql: "PRAGMA foreign_keys = ON")   // honour declared ON DELETE actions
-                // "WAL mode is always consistent with synchronous=NORMAL" (https://sqlite.org/pragma.html#pragma_synchronous):
-                // a batch committed just before a power cut may be lost, never half-applied, and the
-                // next run purges it again. It saves an fsync per batch.
-                if try String.fetchOne(db, sql: "PRAGMA journal_mode")?.lowercased() == "wal" {
-                    try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        /// The plan and every circuit breaker, before anything is deleted (or snapshotted).
+        func plan() throws {
+            let queue = try StoreConnection.open(store.path, access: options.dryRun ? .readOnly : .readWrite,
+                                                 busyTimeout: policy.store.busyTimeout.seconds, label: "storectl.purge")
+            self.queue = queue
+            targets = try queue.inDatabase { db -> [PurgeTarget] in
+                try configure(db)
+                switch try PurgePlanner.resolve(policy, db: db, now: options.now) {
+                case .success(let targets): return targets
+                case .failure(let problems): throw problems.storeOpsError
                 }
             }
-            switch try PurgePlanner.resolve(policy, db: db, now: options.now) {
-            case .success(let targets): return targets
-            case .failure(let problems): throw problems.storeOpsError
+            for target in targets {
+                let (candidates, total): (Int, Int)
+                do { (candidates, total) = try queue.inDatabase { try target.counts($0) } } catch {
+                    throw StoreOpsError.sqlite(error, doing: "counting the rows of rule \(target.rule.name) in \(target.table)")
+                }
+                report.rules.append(RuleReport(name: target.rule.name, target: target.rule.target.description, table: target.table,
+                                               cutoff: target.cutoff, candidates: candidates, total: total, notes: target.notes))
+                if let tripped = CircuitBreaker.trips(rule: target.rule, candidates: candidates, total: total) { report.tripped.append(tripped) }
             }
-        }
-        // Every circuit breaker before anything is deleted (or snapshotted).
-        for target in targets {
-            let (candidates, total): (Int, Int)
-            do { (candidates, total) = try queue.inDatabase { try target.counts($0) } } catch {
-                throw StoreOpsError.sqlite(error, doing: "counting the rows of rule \(target.rule.name) in \(target.table)")
+            guard report.tripped.isEmpty else {
+                throw Pipeline.Refusal(error: StoreOpsError(.checksFailed, "the circuit breaker refused the purge: \(report.tripped.joined(separator: "; "))"))
             }
-            var rule = RuleReport(name: target.rule.name, target: target.rule.target.description, table: target.table,
-                                  cutoff: target.cutoff, candidates: candidates, total: total, notes: target.notes)
-            if let limit = target.rule.maxFraction, total > 0, Double(candidates) / Double(total) > limit {
-                report.tripped.append("rule \(target.rule.name): \(Format.count(candidates)) of \(Format.count(total)) rows "
-                    + "(\(Format.percent(Double(candidates) / Double(total)))) would go, above max_fraction \(Format.percent(limit))")
-            }
-            report.rules.append(rule)
-        }
-        guard report.tripped.isEmpty else { return report }
-
-        if !options.dryRun, !options.skipSnapshot, let snapshot = policy.snapshot, snapshot.beforePurge {
-            let created = try SnapshotCreate.run(store: store.path, options: .init(
-                repository: snapshot.repository, tags: snapshot.tags.isEmpty ? ["pre-purge"] : snapshot.tags,
-                compression: snapshot.compression, level: snapshot.level))
-            report.snapshot = created.id
+            if !options.dryRun { orphansBefore = try orphanCounts() }
         }
 
-        let started = Date()
-        for (index, target) in targets.enumerated() {
-            try purge(target, into: &report.rules[index], queue: queue, options: options, killSwitch: killSwitch, progress: progress)
-            if let stopped = report.rules[index].stopped, !stopped.isLimit {
-                report.stopped = stopped
-                break
+        func configure(_ db: Database) throws {
+            // Batches revisit the same index pages: a 32 MiB page cache instead of SQLite's 2 MiB.
+            try db.execute(sql: "PRAGMA cache_size = -32768")
+            guard !options.dryRun else { return }
+            try db.execute(sql: "PRAGMA foreign_keys = ON")   // honour declared ON DELETE actions
+            // "WAL mode is always consistent with synchronous=NORMAL" (https://sqlite.org/pragma.html#pragma_synchronous):
+            // a batch committed just before a power cut may be lost, never half-applied, and the
+            // next run purges it again. It saves an fsync per batch.
+            if try String.fetchOne(db, sql: "PRAGMA journal_mode")?.lowercased() == "wal" {
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
         }
-        if !options.dryRun {
+
+        /// The policy's snapshot, verified: if either fails, nothing is deleted.
+        func snapshot(_ section: Policy.SnapshotSection) throws -> String {
+            var snapshotOptions = SnapshotCreate.Options(repository: section.repository, tags: section.tags.isEmpty ? ["pre-purge"] : section.tags,
+                                                         compression: section.compression, level: section.level)
+            snapshotOptions.storeLockHeld = true
+            let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions)
+            let verified = try SnapshotVerify.run(.init(repository: section.repository, ids: [created.id]))
+            guard verified.first?.ok == true else {
+                throw StoreOpsError(.badData, "the pre-purge snapshot \(created.id) failed verification (\(verified.first?.problem ?? "?")); nothing was deleted")
+            }
+            return created.id
+        }
+
+        func purgeAll(_ pipeline: Pipeline) throws {
+            guard let queue else { throw StoreOpsError(.failure, "no plan") }
+            for (index, target) in targets.enumerated() {
+                try Purge.purge(target, into: &report.rules[index], queue: queue, options: options, pipeline: pipeline)
+                if let stopped = report.rules[index].stopped, !stopped.isLimit {
+                    report.stopped = stopped
+                    break
+                }
+            }
+            guard !options.dryRun else { return }
             // Let the WAL shrink back without ever waiting on the app (PASSIVE never blocks).
             try queue.inDatabase { db in
                 if try String.fetchOne(db, sql: "PRAGMA journal_mode")?.lowercased() == "wal" {
@@ -158,67 +208,68 @@ public enum Purge {
                 }
             }
         }
-        logger.debug("purge finished", metadata: ["seconds": "\(Date().timeIntervalSince(started))"])
-        return report
+
+        /// Tables the run wrote to: its rules' tables and every cascade, join and nullify target.
+        var writtenTables: [String] {
+            var tables = Set<String>()
+            for rule in report.rules where rule.batches > 0 {
+                tables.insert(rule.table)
+                tables.formUnion(rule.cascaded.keys)
+                tables.formUnion(rule.nullified.keys.map { String($0.prefix { $0 != "." }) })
+            }
+            for target in targets { tables.formUnion(target.writes.compactMap(\.table)) }
+            return tables.sorted()
+        }
+
+        /// Orphaned to-one references into the tables the plan may delete from (a delete can make them).
+        func orphanCounts() throws -> [String: Int] {
+            guard let queue else { return [:] }
+            let tables = Set(targets.flatMap { $0.writes.compactMap(\.table) })
+            return try queue.inDatabase { db in
+                guard let coreData = try CoreDataStore.read(db), coreData.model != nil else { return [:] }
+                let columns = try CoreDataCensus.toOneColumns(db, store: coreData).columns.filter { tables.contains($0.destinationTable) }
+                return Dictionary(try CoreDataCensus.orphans(db, columns: columns).map { ("\($0.table).\($0.column)", $0.orphans) },
+                                  uniquingKeysWith: +)
+            }
+        }
+
+        /// After the deletes: `quick_check` of every table written, and no orphaned reference the
+        /// purge made. A failure names the pre-purge snapshot to go back to.
+        func verifyAfter() throws {
+            guard let queue else { return }
+            let hint = report.snapshot.map { "the store before this purge is snapshot \($0): storectl snapshot restore --in-place" }
+                ?? "restore the store from a backup"
+            for table in writtenTables {
+                let messages = try queue.inDatabase { try String.fetchAll($0, sql: "PRAGMA quick_check(\(quoteIdentifier(table)))") }
+                guard messages == ["ok"] else {
+                    throw StoreOpsError(.badData, "after the purge, quick_check of \(table): \(messages.prefix(3).joined(separator: "; "))", hint: hint)
+                }
+                report.verified.append("quick_check(\(table)) ok")
+            }
+            for (column, after) in try orphanCounts().sorted(by: { $0.key < $1.key }) {
+                let before = orphansBefore[column] ?? 0
+                guard after <= before else {
+                    throw StoreOpsError(.badData, "after the purge, \(column) has \(after) orphaned references (\(before) before)", hint: hint)
+                }
+                report.verified.append("\(column): no new orphans")
+            }
+        }
     }
 
     static func purge(_ target: PurgeTarget, into rule: inout RuleReport, queue: DatabaseQueue, options: Options,
-                      killSwitch: KillSwitch, progress: ProgressHandler?) throws {
+                      pipeline: Pipeline) throws {
         let started = Date()
-        let arguments = target.condition.arguments
-        let select = target.batchSelectSQL
-        let confirmSQL = "SELECT rowid FROM \(quoteIdentifier(target.table)) WHERE rowid IN (SELECT value FROM json_each(?)) AND \(target.condition.sql) ORDER BY rowid"
         var cursor: Int64 = 0
         defer { rule.seconds = Date().timeIntervalSince(started) }
         while true {
-            if let signal = ProcessSignals.received { rule.stopped = .signal(signal); return }
-            if let thrown = killSwitch.engaged { rule.stopped = .killSwitch(thrown); return }
-            if let max = target.rule.maxRows, rule.deleted >= max { rule.stopped = .maxRows(max); return }
-            if let limit = target.rule.maxRuntime, Date().timeIntervalSince(started) >= limit.seconds {
-                rule.stopped = .maxRuntime(limit.seconds)
+            if let reason = pipeline.stopRequested ?? target.limitReached(deleted: rule.deleted, since: started) {
+                rule.stopped = reason
                 return
             }
             let size = min(target.rule.batchSize, target.rule.maxRows.map { $0 - rule.deleted } ?? Int.max)
-            var batchArguments: StatementArguments = [cursor]
-            _ = batchArguments.append(contentsOf: arguments)
-            _ = batchArguments.append(contentsOf: [size])
-            let batchStarted = Date()
-            var lockHeld: TimeInterval = 0
-            let done: Bool = try queue.inDatabase { db in
-                do {
-                    // Candidates are found outside the write lock: the scan costs the app nothing.
-                    let ids = try Int64.fetchAll(db, sql: select, arguments: batchArguments)
-                    guard let last = ids.last else { return true }
-                    cursor = last
-                    let locked = Date()
-                    try db.execute(sql: options.dryRun ? "BEGIN" : "BEGIN IMMEDIATE")
-                    // Under the lock, keep those that still match (the app may have changed them since).
-                    var recheck: StatementArguments = [BatchClosure.json(ids)]
-                    _ = recheck.append(contentsOf: arguments)
-                    let confirmed = try Int64.fetchAll(db, sql: confirmSQL, arguments: recheck)
-                    let closure = try BatchClosure(roots: confirmed, table: target.table, graph: target.graph, db: db)
-                    let effects = options.dryRun ? try closure.count(db: db) : try closure.apply(db: db)
-                    try db.execute(sql: options.dryRun ? "ROLLBACK" : "COMMIT")
-                    if !options.dryRun { FaultInjection.reach("purge.batch-committed") }
-                    lockHeld = Date().timeIntervalSince(locked)
-                    rule.batches += 1
-                    rule.deleted += effects.roots
-                    rule.joinRows += effects.joinRows
-                    for (table, count) in effects.cascaded { rule.cascaded[table, default: 0] += count }
-                    for (column, count) in effects.nullified { rule.nullified[column, default: 0] += count }
-                    rule.denied += closure.denied.count
-                    for (pk, reason) in closure.denied.sorted(by: { $0.key < $1.key }) where rule.deniedSamples.count < 10 {
-                        rule.deniedSamples.append("\(target.table) row \(pk): \(reason)")
-                    }
-                    return ids.count < size
-                } catch {
-                    if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
-                    throw StoreOpsError.sqlite(error, doing: "purging \(target.table) (rule \(target.rule.name))", side: .output)
-                }
-            }
-            logger.trace("batch", metadata: ["n": "\(rule.batches)", "ms": "\(Int(Date().timeIntervalSince(batchStarted) * 1000))"])
-            progress?(ProgressUpdate(phase: "purge \(target.rule.name)", done: UInt64(rule.deleted), total: UInt64(max(rule.candidates, rule.deleted)),
-                                     unit: .rows, bytes: 0, startedAt: started))
+            let (done, lockHeld) = try batch(target, size: size, cursor: &cursor, into: &rule, queue: queue, dryRun: options.dryRun)
+            pipeline.step(ProgressUpdate(phase: "purge \(target.rule.name)", done: UInt64(rule.deleted),
+                                         total: UInt64(max(rule.candidates, rule.deleted)), unit: .rows, bytes: 0, startedAt: started))
             if done { return }
             // The app's writers poll for the lock (SQLite's busy handler sleeps 1, 2, 5, 10, 15, 20,
             // 25... ms between tries), so a purge that takes the lock again at once starves them: in
@@ -228,6 +279,68 @@ public enum Purge {
             let rest = options.dryRun ? target.rule.pause : max(target.rule.pause, lockHeld * Self.yieldFactor)
             if rest > 0 { usleep(useconds_t(rest * 1_000_000)) }
         }
+    }
+
+    /// One batch: candidates found outside the write lock, then re-checked, closed over the delete
+    /// rules and deleted in one short transaction. Returns whether the rule is done, and how long
+    /// the write lock was held.
+    static func batch(_ target: PurgeTarget, size: Int, cursor: inout Int64, into rule: inout RuleReport, queue: DatabaseQueue,
+                      dryRun: Bool) throws -> (done: Bool, lockHeld: TimeInterval) {
+        var arguments: StatementArguments = [cursor]
+        _ = arguments.append(contentsOf: target.condition.arguments)
+        _ = arguments.append(contentsOf: [size])
+        var lockHeld: TimeInterval = 0
+        var last = cursor
+        let done: Bool = try queue.inDatabase { db in
+            do {
+                // Candidates are found outside the write lock: the scan costs the app nothing.
+                let ids = try Int64.fetchAll(db, sql: target.batchSelectSQL, arguments: arguments)
+                guard let lastID = ids.last else { return true }
+                last = lastID
+                let locked = Date()
+                try db.execute(sql: dryRun ? "BEGIN" : "BEGIN IMMEDIATE")
+                // Under the lock, keep those that still match (the app may have changed them since).
+                var recheck: StatementArguments = [BatchClosure.json(ids)]
+                _ = recheck.append(contentsOf: target.condition.arguments)
+                let confirmed = try Int64.fetchAll(db, sql: target.confirmSQL, arguments: recheck)
+                let closure = try BatchClosure(roots: confirmed, table: target.table, graph: target.graph, rows: DatabaseRows(db: db))
+                let effects = dryRun ? try closure.count(db: db) : try closure.apply(db: db)
+                try db.execute(sql: dryRun ? "ROLLBACK" : "COMMIT")
+                if !dryRun { FaultInjection.reach("purge.batch-committed") }
+                lockHeld = Date().timeIntervalSince(locked)
+                rule.record(effects, denied: closure.denied, table: target.table)
+                return ids.count < size
+            } catch {
+                if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
+                throw StoreOpsError.sqlite(error, doing: "purging \(target.table) (rule \(target.rule.name))", side: .output)
+            }
+        }
+        cursor = last
+        return (done, lockHeld)
+    }
+}
+
+extension Purge.RuleReport {
+    mutating func record(_ effects: BatchClosure.Effects, denied: [Int64: String], table: String) {
+        batches += 1
+        deleted += effects.roots
+        joinRows += effects.joinRows
+        for (name, count) in effects.cascaded { cascaded[name, default: 0] += count }
+        for (column, count) in effects.nullified { nullified[column, default: 0] += count }
+        self.denied += denied.count
+        for (pk, reason) in denied.sorted(by: { $0.key < $1.key }) where deniedSamples.count < 10 {
+            deniedSamples.append("\(table) row \(pk): \(reason)")
+        }
+    }
+}
+
+/// The circuit breaker of a purge rule: a pure function of the counts.
+public enum CircuitBreaker {
+    /// Why the rule must not run (more of the table would go than `max_fraction` allows), or nil.
+    public static func trips(rule: PurgeRule, candidates: Int, total: Int) -> String? {
+        guard let limit = rule.maxFraction, total > 0, Double(candidates) / Double(total) > limit else { return nil }
+        return "rule \(rule.name): \(Format.count(candidates)) of \(Format.count(total)) rows "
+            + "(\(Format.percent(Double(candidates) / Double(total)))) would go, above max_fraction \(Format.percent(limit))"
     }
 }
 

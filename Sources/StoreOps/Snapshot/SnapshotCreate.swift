@@ -15,6 +15,8 @@ public enum SnapshotCreate {
         public var wait = false
         /// Check free space first (tests turn it off to reach a real ENOSPC).
         public var checkFreeSpace = true
+        /// The caller (a migration, a purge, a scheduled job) holds the store's job lock.
+        public var storeLockHeld = false
 
         public init(repository: String, tags: [String] = [], compression: Compression = .zstd, level: Int? = nil,
                     timeout: TimeInterval = 60, wait: Bool = false) {
@@ -33,36 +35,58 @@ public enum SnapshotCreate {
         public var record: Manifest
         /// Temp files and unlisted archives of interrupted runs that were removed first.
         public var removedStray: [String]
+        /// How long each stage took (lock, preflight, copy, verify, commit).
+        public var stages: [StageTiming] = []
     }
 
-    /// Creates a snapshot of `store` in the repository (made if the folder is missing or empty).
+    /// Creates a snapshot of `store` in the repository (made if the folder is missing or empty),
+    /// walking the pipeline: lock (shared with backups and other snapshots, never beside a change
+    /// of the store), preflight (the repository and its writers' lock), copy, verify (the copy's
+    /// `quick_check` while it is packed), commit (the archive renamed, then its catalog entry).
     ///
     /// ```swift
     /// let result = try SnapshotCreate.run(store: "/srv/app/Tasks.sqlite", options: .init(repository: "/snapshots", tags: ["nightly"]))
     /// ```
     ///
-    /// - Throws: 75 when another writer holds the repository, 74 when there is no room, 65/66 for
-    ///   a bad store, 64 for a bad tag or level.
+    /// - Throws: 75 when another writer holds the repository or a change holds the store, 74 when
+    ///   there is no room, 65/66 for a bad store, 64 for a bad tag or level.
     public static func run(store path: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let level = try options.compression.validatedLevel(options.level)
         try Validate.timeout(options.timeout)
         try validate(tags: options.tags)
         let store = try StoreFile(existing: path)
-        try Recovery.prepare(store, lockHeld: false)
-        let (repository, created) = try SnapshotRepository.openOrCreate(options.repository)
-        let lock = try repository.lockForWriting(job: "snapshot create", wait: options.wait)
-        defer { lock.release() }
-        let stray = repository.removeStray()
-        do {
-            var result = try create(store: store, in: repository, tags: options.tags, compression: options.compression, level: level,
-                                    timeout: options.timeout, checkFreeSpace: options.checkFreeSpace, progress: progress)
-            result.removedStray = stray
-            return result
-        } catch {
-            // A repository made for this snapshot is not left behind empty when the snapshot fails.
-            if created { repository.removeIfEmpty() }
-            throw error
+        let pipeline = Pipeline(operation: "snapshot create", store: store, progress: progress)
+        var repository: SnapshotRepository?
+        var created = false
+        var repositoryLock: JobLock?
+        defer { repositoryLock?.release() }
+        var stray: [String] = []
+        var work: Work?
+        var road = Road<Work>(lock: options.storeLockHeld ? .held : .shared, wait: options.wait, actName: "copy") { pipeline in
+            guard let repository else { throw StoreOpsError(.failure, "no repository") }
+            let made = try Work(store: store, repository: repository, tags: options.tags, compression: options.compression, level: level)
+            work = made
+            try made.copy(timeout: options.timeout, checkFreeSpace: options.checkFreeSpace, progress: { pipeline.step($0) })
+            return made
         }
+        road.preflight = { _ in
+            let opened = try SnapshotRepository.openOrCreate(options.repository)
+            (repository, created) = (opened.0, opened.created)
+            repositoryLock = try opened.0.lockForWriting(job: "snapshot create", wait: options.wait)
+            stray = opened.0.removeStray()
+        }
+        road.verify = { _, work in try work.packAndCheck() }
+        road.commit = { _, work in try work.commit() }
+        let walked = pipeline.walk(road)
+        withExtendedLifetime(work) {}
+        if walked.ending.outcome != .ok, created {
+            // A repository made for this snapshot is not left behind empty when the snapshot fails.
+            repository?.removeIfEmpty()
+        }
+        var result = try walked.get().result()
+        result.removedStray = stray
+        result.stages = walked.stages
+        return result
     }
 
     static func validate(tags: [String]) throws {
@@ -74,79 +98,118 @@ public enum SnapshotCreate {
         }
     }
 
-    /// Creates the snapshot; the caller holds the repository's lock.
+    /// Creates the snapshot; the caller holds the repository's lock (and the store's): a restore's
+    /// safety snapshot.
     static func create(store: StoreFile, in repository: SnapshotRepository, tags: [String], compression: Compression, level: Int?,
-                       timeout: TimeInterval, checkFreeSpace: Bool, progress: ProgressHandler?) throws -> Result {
+                       timeout: TimeInterval, checkFreeSpace: Bool, progress: StepHandler?) throws -> Result {
+        let work = try Work(store: store, repository: repository, tags: tags, compression: compression, level: level)
+        try work.copy(timeout: timeout, checkFreeSpace: checkFreeSpace, progress: progress)
+        try work.packAndCheck()
+        try work.commit()
+        return try work.result()
+    }
+
+    /// One snapshot's files and facts, from the consistent copy to the catalog entry.
+    final class Work {
+        let store: StoreFile
+        let repository: SnapshotRepository
+        let tags: [String]
+        let compression: Compression
+        let level: Int?
         let startedAt = Timestamp.now()
-        let id = SnapshotID.make(at: startedAt)
-        let archiveName = "\(id).\(compression.fileExtension)"
-        let archive = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent(archiveName), label: "snapshot.archive")
-        let copy = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent("\(id).sqlite"), label: "snapshot.copy")
-        defer { copy.discard() }
-        let externalSource = store.externalDataPath
-        let hasExternal = FileSystem.kind(of: externalSource) == .directory
+        let id: String
+        let archive: PendingFile
+        let copy: PendingFile
         var external: PendingFile?
-        defer { external?.discard() }
-        let support = "store/\(FileSystem.name(of: store.supportPath))/\(StoreFile.externalDataFolderName)"
+        var copied: ConsistentCopy.Copied?
+        var packed: Packed?
+        var inspection: ConsistentCopy.Inspection?
+        var record: Manifest?
 
-        // The copy is scratch, read once while packing and deleted: no write-behind for it.
-        let copied = try ConsistentCopy.copy(store, to: copy.tempPath, options: .init(timeout: timeout, writeBehind: false), onSnapshot: { info in
-            if checkFreeSpace {
-                try SpaceRequirement.require(.snapshot, info: info, extraBytes: hasExternal ? 2 * ExternalDataFolder.size(of: externalSource) : 0,
-                                             at: repository.path, purpose: "a snapshot of \(store.path)")
-            }
-            if hasExternal {
-                // Taken while the snapshot is held, like the pages.
-                let folder = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent("\(id)-external"), directory: true,
-                                             label: "snapshot.external")
-                _ = try ExternalDataFolder.copy(from: externalSource, to: folder.tempPath, relativeRoot: "", label: "snapshot.external")
-                external = folder
-            }
-        }, progress: progress)
-
-        // Check the copy on one core while the other packs it (hashing the database and the
-        // archive on the way) and counts its entities.
-        let copyPath = copy.tempPath
-        let archivePath = archive.tempPath
-        let externalPath = external?.tempPath
-        let databaseName = "store/\(store.name)"
-        let fd = open(archivePath, O_WRONLY | O_TRUNC | O_CLOEXEC)
-        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(archivePath)", side: .output) }
-        defer { close(fd) }
-        let (inspection, packed) = try ConsistentCopy.verify(copyPath, level: .quick, store: store) { () throws -> Packed in
-            let writer = try ArchiveWriter(fd: fd, path: archivePath, compression: compression, level: level,
-                                           threads: ProcessInfo.processInfo.activeProcessorCount)
-            let (dbBytes, dbSHA) = try writer.addFile(copyPath, as: databaseName)
-            var files: [Manifest.FileRecord] = []
-            if let externalPath {
-                for name in ((try? FileManager.default.contentsOfDirectory(atPath: externalPath)) ?? []).sorted() {
-                    let (bytes, sha) = try writer.addFile((externalPath as NSString).appendingPathComponent(name), as: "\(support)/\(name)")
-                    files.append(.init(path: "\(support)/\(name)", bytes: bytes, sha256: sha))
-                }
-            }
-            let facts = try ConsistentCopy.coreDataFacts(of: copyPath, store: store)
-            return Packed(writer: writer, databaseBytes: dbBytes, databaseSHA: dbSHA, externalFiles: files, coreData: facts)
+        init(store: StoreFile, repository: SnapshotRepository, tags: [String], compression: Compression, level: Int?) throws {
+            self.store = store
+            self.repository = repository
+            self.tags = tags
+            self.compression = compression
+            self.level = level
+            id = SnapshotID.make(at: startedAt)
+            archive = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent("\(id).\(compression.fileExtension)"),
+                                      label: "snapshot.archive")
+            copy = try PendingFile(finalPath: (repository.snapshotsFolder as NSString).appendingPathComponent("\(id).sqlite"), label: "snapshot.copy")
         }
 
-        let finishedAt = Timestamp.now()
-        var record = Manifest(
-            kind: "snapshot", tool: .init(), host: ProcessInfo.processInfo.hostName,
-            source: copied.source,
-            database: .init(path: databaseName, bytes: packed.databaseBytes, sha256: packed.databaseSHA,
-                            pageSize: inspection.pageSize, pageCount: inspection.pageCount, journalMode: "delete"),
-            externalData: hasExternal ? .init(folder: support, files: packed.externalFiles,
-                                              totalBytes: packed.externalFiles.reduce(0) { $0 + $1.bytes }) : nil,
-            startedAt: startedAt, finishedAt: finishedAt, durationSeconds: finishedAt.timeIntervalSince(startedAt),
-            verify: inspection.verification, coreData: packed.coreData,
-            snapshot: .init(id: id, tags: tags, compression: compression, level: level, archive: nil))
-        // The manifest goes last into the archive: it carries the database's hash, known only now.
-        try packed.writer.addData(try JSON.encode(record), as: "manifest.json")
-        let (archiveBytes, archiveSHA) = try packed.writer.finish()
-        record.snapshot?.archive = .init(path: "snapshots/\(archiveName)", bytes: archiveBytes, sha256: archiveSHA)
+        deinit {
+            copy.discard()
+            external?.discard()
+        }
 
-        try archive.commit()
-        try repository.addToCatalog(record)
-        return Result(id: id, archive: archive.finalPath, record: record, removedStray: [])
+        var externalRoot: String { "store/" + StoreFile.externalDataRelativePath(forDatabaseNamed: store.name) }
+
+        /// The consistent copy (scratch: read once while packing, then deleted, so no write-behind)
+        /// and the external data, taken while the copy's snapshot is held.
+        func copy(timeout: TimeInterval, checkFreeSpace: Bool, progress: StepHandler?) throws {
+            let externalSource = store.externalDataPath
+            let hasExternal = FileSystem.kind(of: externalSource) == .directory
+            copied = try ConsistentCopy.copy(store, to: copy.tempPath, options: .init(timeout: timeout, writeBehind: false), onSnapshot: { info in
+                if checkFreeSpace {
+                    try SpaceRequirement.require(.snapshot, info: info, extraBytes: hasExternal ? 2 * ExternalDataFolder.size(of: externalSource) : 0,
+                                                 at: self.repository.path, purpose: "a snapshot of \(self.store.path)")
+                }
+                guard hasExternal else { return }
+                let folder = try PendingFile(finalPath: (self.repository.snapshotsFolder as NSString).appendingPathComponent("\(self.id)-external"),
+                                             directory: true, label: "snapshot.external")
+                _ = try ExternalDataFolder.copy(from: externalSource, to: folder.tempPath, relativeRoot: "", label: "snapshot.external")
+                self.external = folder
+            }, progress: progress)
+        }
+
+        /// Checks the copy on one core while the other packs it (hashing the database and the
+        /// archive on the way) and counts its entities.
+        func packAndCheck() throws {
+            let copyPath = copy.tempPath, archivePath = archive.tempPath, externalPath = external?.tempPath
+            let databaseName = "store/\(store.name)", support = externalRoot, store = self.store
+            let compression = self.compression, level = self.level
+            let fd = open(archivePath, O_WRONLY | O_TRUNC | O_CLOEXEC)
+            guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(archivePath)", side: .output) }
+            defer { close(fd) }
+            let (inspection, packed) = try ConsistentCopy.verify(copyPath, level: .quick, store: store) { () throws -> Packed in
+                let writer = try ArchiveWriter(fd: fd, path: archivePath, compression: compression, level: level,
+                                               threads: ProcessInfo.processInfo.activeProcessorCount)
+                let (dbBytes, dbSHA) = try writer.addFile(copyPath, as: databaseName)
+                var files: [Manifest.FileRecord] = []
+                for name in ((externalPath.flatMap { try? FileManager.default.contentsOfDirectory(atPath: $0) }) ?? []).sorted() {
+                    let (bytes, sha) = try writer.addFile(((externalPath ?? "") as NSString).appendingPathComponent(name), as: "\(support)/\(name)")
+                    files.append(.init(path: "\(support)/\(name)", bytes: bytes, sha256: sha))
+                }
+                let facts = try ConsistentCopy.coreDataFacts(of: copyPath, store: store)
+                return Packed(writer: writer, databaseBytes: dbBytes, databaseSHA: dbSHA, externalFiles: files, coreData: facts)
+            }
+            self.inspection = inspection
+            self.packed = packed
+            // The manifest goes last into the archive: it carries the database's hash, known only now.
+            guard let copied else { throw StoreOpsError(.failure, "nothing was copied") }
+            var record = Manifest.of(kind: "snapshot", copied: copied, database: databaseName, bytes: packed.databaseBytes,
+                                     sha256: packed.databaseSHA, inspection: inspection,
+                                     external: external == nil ? nil : (support, packed.externalFiles), coreData: packed.coreData,
+                                     startedAt: startedAt,
+                                     snapshot: .init(id: id, tags: tags, compression: compression, level: level, archive: nil))
+            try packed.writer.addData(try JSON.encode(record), as: "manifest.json")
+            let (archiveBytes, archiveSHA) = try packed.writer.finish()
+            record.snapshot?.archive = .init(path: "snapshots/\(FileSystem.name(of: archive.finalPath))", bytes: archiveBytes, sha256: archiveSHA)
+            self.record = record
+        }
+
+        /// The archive gets its final name, then the catalog entry lists it: the snapshot counts.
+        func commit() throws {
+            guard let record else { throw StoreOpsError(.failure, "nothing was packed") }
+            try archive.commit()
+            try repository.addToCatalog(record)
+        }
+
+        func result() throws -> Result {
+            guard let record else { throw StoreOpsError(.failure, "the snapshot did not finish") }
+            return Result(id: id, archive: archive.finalPath, record: record, removedStray: [])
+        }
     }
 
     /// What packing produced; the writer stays open until the manifest is added.

@@ -88,20 +88,5 @@ public struct SnapshotSummary: Sendable, Codable {
         return rows.sorted { ($0.time, $0.id) > ($1.time, $1.id) }
     }
 
-    public static func renderTable(_ rows: [SnapshotSummary]) -> String {
-        guard !rows.isEmpty else { return "no snapshots" }
-        let header = ["ID", "TIME (UTC)", "STORE", "SIZE", "RATIO", "TAGS", "LAST VERIFIED"]
-        let lines = rows.map { row in
-            [row.id, Timestamp.iso(row.time).prefix(19).replacingOccurrences(of: "T", with: " "), FileSystem.name(of: row.store),
-             Format.bytes(row.bytes), String(format: "%.1fx", row.ratio), row.tags.joined(separator: ","),
-             row.damaged != nil ? "DAMAGED catalog entry"
-                : row.lastVerified.map { "\(Timestamp.iso($0.at).prefix(16).replacingOccurrences(of: "T", with: " ")) \($0.ok ? "ok" : "FAILED")" } ?? "never"]
-        }
-        let widths = header.indices.map { i in max(header[i].count, lines.map { $0[i].count }.max() ?? 0) }
-        func render(_ cells: [String]) -> String {
-            cells.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ")
-                .trimmingCharacters(in: .whitespaces)
-        }
-        return ([render(header)] + lines.map(render)).joined(separator: "\n")
-    }
+
 }

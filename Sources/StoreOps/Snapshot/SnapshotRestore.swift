@@ -75,18 +75,17 @@ public enum SnapshotRestore {
     /// - Throws: 66 unknown id or (in place) no store at the path, 65 damaged or hostile snapshot
     ///   (nothing changed), 73 target not creatable or existing, 74 no room, 75 store open by
     ///   another process or locked.
-    public static func run(_ options: Options) throws -> Result {
+    public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Result {
         try Validate.timeout(options.timeout)
-        let repository = try SnapshotRepository.open(options.repository)
-        let lock = try repository.lockForWriting(job: "snapshot restore", wait: options.wait)
-        defer { lock.release() }
-        repository.removeStray()
-        let record = try repository.record(options.id)
         switch options.target {
         case .file(let path):
-            return try restoreToNewFile(record, repository: repository, path: FileSystem.absolute(path))
+            let repository = try SnapshotRepository.open(options.repository)
+            let lock = try repository.lockForWriting(job: "snapshot restore", wait: options.wait)
+            defer { lock.release() }
+            repository.removeStray()
+            return try restoreToNewFile(try repository.record(options.id), repository: repository, path: FileSystem.absolute(path))
         case .inPlace(let path):
-            return try restoreInPlace(record, repository: repository, store: StoreFile(unchecked: path), options: options)
+            return try InPlace(store: StoreFile(unchecked: path), options: options).walk(progress: progress)
         }
     }
 
@@ -123,10 +122,8 @@ public enum SnapshotRestore {
         var support: PendingFile?
         var externalFolder: String?
         if record.externalData != nil {
-            let stem = (FileSystem.name(of: finalPath) as NSString).deletingPathExtension
-            let pending = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(".\(stem)_SUPPORT"), directory: true,
-                                          label: "restore.support")
-            let inner = (pending.tempPath as NSString).appendingPathComponent("_EXTERNAL_DATA")
+            let pending = try PendingFile(finalPath: StoreFile.supportPath(forDatabase: finalPath), directory: true, label: "restore.support")
+            let inner = (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName)
             try FileSystem.makeDirectory(inner, point: "restore.support.external-folder")
             externalFolder = inner
             support = pending
@@ -180,70 +177,120 @@ public enum SnapshotRestore {
                       externalFiles: staged.externalFiles, journalMode: "delete", verified: true, recovered: recovered, record: record)
     }
 
-    static func restoreInPlace(_ record: Manifest, repository: SnapshotRepository, store: StoreFile, options: Options) throws -> Result {
-        let jobLock = options.jobLockHeld ? nil : try JobLock.acquire(path: store.jobLockPath, job: "snapshot restore", wait: options.wait)
-        defer { jobLock?.release() }
-        // An interrupted swap of this store is finished before anything else.
-        let recovered = try Recovery.prepare(store, lockHeld: true)
-        let exists = FileSystem.kind(of: store.path) == .file
-        if !exists, FileSystem.kind(of: store.path) != .missing {
-            throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")
-        }
-        guard exists || options.create else {
-            throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
-                                hint: "check the path, or pass --create to restore a store there")
-        }
-        if exists, !options.force, let pid = try LockState.otherUser(of: store) {
-            throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
-                                hint: "stop the app first, or pass --force to restore anyway")
-        }
-        // The snapshot is unpacked and checked before anything else happens: a damaged or hostile
-        // archive is refused before a safety snapshot is taken or the store is touched.
-        let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
-                                 : (record.source.journalMode == "wal" ? "wal" : "delete")
-        let staged = try stage(record, repository: repository, at: store.path, journalMode: journalMode)
-        if exists {
-            // The app's user must be able to open its restored store: same owner and mode as before.
-            try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
-            if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
+    /// A restore in place, walking the pipeline: lock (the store's, exclusive; then the
+    /// repository's), preflight (the store may be replaced; the snapshot unpacked and checked beside
+    /// it: a damaged or hostile archive is refused before anything else), snapshot (the safety
+    /// snapshot of the current store), swap (one journaled `StoreSwap`).
+    final class InPlace {
+        let store: StoreFile
+        let options: Options
+        var repository: SnapshotRepository?
+        var repositoryLock: JobLock?
+        var record: Manifest?
+        var staged: Staged?
+        var exists = false
+        var keep: StoreSwap.KeepOld = .discard
+        var safety: String?
+        var outcome: StoreSwap.Outcome?
+        var recovered: StoreSwap.Outcome?
+
+        init(store: StoreFile, options: Options) {
+            self.store = store
+            self.options = options
         }
 
-        var safety: String?
-        var keep: StoreSwap.KeepOld = .discard
-        switch options.keepCurrent {
-        case .moveAside(let suffix):
-            keep = .rename(suffix: suffix)
-        case .snapshot where exists:
-            do {
-                let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: repository, tags: ["pre-restore"],
-                                                        compression: .zstd, level: nil, timeout: options.timeout,
-                                                        checkFreeSpace: true, progress: nil)
-                safety = created.id
-            } catch let error as StoreOpsError where error.status == .badData {
-                guard options.force else {
-                    throw StoreOpsError(.badData, "the current store cannot be snapshotted (\(error.message)); nothing was changed",
-                                        hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
-                }
-                keep = .rename(suffix: ".damaged-\(Timestamp.compact(Date()))")
+        func walk(progress: ProgressHandler?) throws -> Result {
+            defer { repositoryLock?.release() }
+            let pipeline = Pipeline(operation: options.clearsMigrationJournal ? "rollback" : "snapshot restore", store: store, progress: progress)
+            var road = Road<InPlace>(lock: options.jobLockHeld ? .held : .exclusive, wait: options.wait, actName: "swap") { _ in
+                try self.swap()
+                return self
             }
-        case .snapshot:
-            // No store, but perhaps sidecars an earlier failure left: all that is left of something, kept.
-            keep = .rename(suffix: ".orphaned-\(Timestamp.compact(Date()))")
+            road.preflight = { _ in try self.check() }
+            road.snapshot = { _ in try self.keepCurrent() }
+            return try pipeline.walk(road).get().result()
         }
-        var replacing: [(path: String, role: String)] = [(store.walPath, "wal"), (store.shmPath, "shm"), (store.journalPath, "journal")]
-        if exists { replacing.append((store.path, "database")) }
-        replacing.append((store.supportPath, "support"))
-        var installs: [StoreSwap.Install] = []
-        if let support = staged.support { installs.append(.init(support, role: "support")) }
-        installs.append(.init(staged.database, role: "database"))
-        let outcome = try StoreSwap.perform(.init(
-            operation: options.clearsMigrationJournal ? "rollback" : "restore", target: store.path, installs: installs,
-            replacing: replacing.filter { StoreSwap.lstatIdentity($0.path) != nil }, keepOld: keep,
-            expectedSHA256: journalMode == "delete" ? record.database.sha256 : nil,
-            followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
-        let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
-        return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
-                      removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
-                      externalFiles: staged.externalFiles, journalMode: journalMode, verified: true, recovered: recovered, record: record)
+
+        /// The store may be replaced, and the snapshot is unpacked and checked beside it.
+        func check() throws {
+            recovered = nil
+            let repository = try SnapshotRepository.open(options.repository)
+            self.repository = repository
+            repositoryLock = try repository.lockForWriting(job: "snapshot restore", wait: options.wait)
+            repository.removeStray()
+            let record = try repository.record(options.id)
+            self.record = record
+            exists = FileSystem.kind(of: store.path) == .file
+            if !exists, FileSystem.kind(of: store.path) != .missing {
+                throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")
+            }
+            guard exists || options.create else {
+                throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
+                                    hint: "check the path, or pass --create to restore a store there")
+            }
+            if exists, !options.force, let pid = try LockState.otherUser(of: store) {
+                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
+                                    hint: "stop the app first, or pass --force to restore anyway")
+            }
+            let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
+                                     : (record.source.journalMode == "wal" ? "wal" : "delete")
+            let staged = try stage(record, repository: repository, at: store.path, journalMode: journalMode)
+            if exists {
+                // The app's user must be able to open its restored store: same owner and mode as before.
+                try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
+                if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
+            }
+            self.staged = staged
+        }
+
+        /// How the current store is kept: a safety snapshot, or renamed aside. Returns the snapshot's id.
+        func keepCurrent() throws -> String {
+            switch options.keepCurrent {
+            case .moveAside(let suffix):
+                keep = .rename(suffix: suffix)
+            case .snapshot where exists:
+                guard let repository else { break }
+                do {
+                    let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: repository, tags: ["pre-restore"],
+                                                            compression: .zstd, level: nil, timeout: options.timeout,
+                                                            checkFreeSpace: true, progress: nil)
+                    safety = created.id
+                } catch let error as StoreOpsError where error.status == .badData {
+                    guard options.force else {
+                        throw StoreOpsError(.badData, "the current store cannot be snapshotted (\(error.message)); nothing was changed",
+                                            hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
+                    }
+                    keep = .rename(suffix: ".damaged-\(Timestamp.compact(Date()))")
+                }
+            case .snapshot:
+                // No store, but perhaps sidecars an earlier failure left: all that is left of something, kept.
+                keep = .rename(suffix: ".orphaned-\(Timestamp.compact(Date()))")
+            }
+            return safety ?? ""
+        }
+
+        /// One journaled swap of the database, its sidecars and the external data.
+        func swap() throws {
+            guard let staged, let record else { throw StoreOpsError(.failure, "nothing was staged") }
+            var replacing: [(path: String, role: String)] = [(store.walPath, "wal"), (store.shmPath, "shm"), (store.journalPath, "journal")]
+            if exists { replacing.append((store.path, "database")) }
+            replacing.append((store.supportPath, "support"))
+            var installs: [StoreSwap.Install] = []
+            if let support = staged.support { installs.append(.init(support, role: "support")) }
+            installs.append(.init(staged.database, role: "database"))
+            outcome = try StoreSwap.perform(.init(
+                operation: options.clearsMigrationJournal ? "rollback" : "restore", target: store.path, installs: installs,
+                replacing: replacing.filter { StoreSwap.lstatIdentity($0.path) != nil }, keepOld: keep,
+                expectedSHA256: staged.journalMode == "delete" ? record.database.sha256 : nil,
+                followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
+        }
+
+        func result() throws -> Result {
+            guard let outcome, let staged, let record else { throw StoreOpsError(.failure, "the restore did not finish") }
+            let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
+            return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
+                          removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
+                          externalFiles: staged.externalFiles, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record)
+        }
     }
 }

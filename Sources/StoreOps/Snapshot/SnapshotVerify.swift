@@ -76,6 +76,13 @@ public enum SnapshotVerify {
         return outcomes
     }
 
+    /// How a verification ended: ok, or failed (65) naming the damaged snapshots.
+    public static func ending(of outcomes: [Outcome]) -> Ending {
+        let damaged = outcomes.filter { !$0.ok }.map(\.id)
+        guard !damaged.isEmpty else { return .ok }
+        return Ending(.failed, error: StoreOpsError(.badData, "\(Format.plural(damaged.count, "snapshot is", "snapshots are")) damaged: \(damaged.joined(separator: ", "))"))
+    }
+
     static let scratchPrefix = "storectl-verify-"
 
     static func checkDatabase(_ path: String, level: VerifyLevel) throws -> Manifest.Verification {

@@ -14,12 +14,19 @@ public final class JobLock {
         public var since: Date
     }
 
+    /// The lock was held elsewhere: the run is skipped (75), a value and not a message.
+    public struct Busy: Error, Sendable {
+        public var error: StoreOpsError
+    }
+
     public let path: String
+    public let shared: Bool
     private var fd: Int32
 
-    private init(path: String, fd: Int32) {
+    private init(path: String, fd: Int32, shared: Bool) {
         self.path = path
         self.fd = fd
+        self.shared = shared
     }
 
     /// Takes the lock at `path`, creating the file (mode 0600) if needed.
@@ -27,10 +34,13 @@ public final class JobLock {
     /// - Parameters:
     ///   - job: what the holder is doing ("migrate", "purge", ...), recorded for others to read.
     ///   - wait: block until the lock is free instead of failing at once.
-    /// - Throws: exit 75 naming the holder when the lock is taken and `wait` is false.
-    public static func acquire(path: String, job: String, wait: Bool = false) throws -> JobLock {
+    ///   - shared: a reader's lock (backup, snapshot create): any number at once, never beside an
+    ///     exclusive holder.
+    /// - Throws: `Busy` (exit 75, naming the holder) when the lock is taken and `wait` is false.
+    public static func acquire(path: String, job: String, wait: Bool = false, shared: Bool = false) throws -> JobLock {
         let fd = try FileSystem.openCreating(path, mode: 0o600, flags: O_RDWR, point: "joblock.create")
-        while flock(fd, wait ? LOCK_EX : (LOCK_EX | LOCK_NB)) != 0 {
+        let mode = shared ? LOCK_SH : LOCK_EX
+        while flock(fd, wait ? mode : (mode | LOCK_NB)) != 0 {
             let err = errno
             if err == EINTR {
                 if let signal = ProcessSignals.received {
@@ -41,11 +51,11 @@ public final class JobLock {
             }
             close(fd)
             if err == EWOULDBLOCK {
-                throw busyError(path: path, holder: readHolder(path: path))
+                throw Busy(error: busyError(path: path, holder: readHolder(path: path)))
             }
             throw StoreOpsError.posix(err, doing: "locking \(path)", side: .output)
         }
-        let lock = JobLock(path: path, fd: fd)
+        let lock = JobLock(path: path, fd: fd, shared: shared)
         lock.record(Holder(pid: getpid(), job: job, since: Timestamp.now()))
         return lock
     }
@@ -55,8 +65,8 @@ public final class JobLock {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        // A shared request conflicts only with a holder's exclusive lock; release it at once.
-        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
+        // An exclusive request conflicts with any holder, shared or exclusive; released at once.
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
             flock(fd, LOCK_UN)
             return nil
         }
@@ -66,7 +76,7 @@ public final class JobLock {
     /// Releases the lock. Also done on deinit and, by the kernel, when the process exits.
     public func release() {
         guard fd >= 0 else { return }
-        _ = ftruncate(fd, 0)
+        if !shared { _ = ftruncate(fd, 0) }   // other readers may still hold it: their record stays
         flock(fd, LOCK_UN)
         close(fd)
         fd = -1
@@ -87,10 +97,10 @@ public final class JobLock {
 
     static func busyError(path: String, holder: Holder?) -> StoreOpsError {
         guard let holder else {
-            return StoreOpsError(.busy, "skipped: another job holds the lock \(path)", hint: "try again later")
+            return StoreOpsError(.busy, "skipped: another job holds the lock \(path)", hint: "try again later, or pass --wait")
         }
         return StoreOpsError(.busy,
                              "skipped: another job (\(holder.job)) holds the lock since \(Timestamp.iso(holder.since)), pid \(holder.pid)",
-                             hint: "try again later; the lock is \(path)")
+                             hint: "try again later, or pass --wait; the lock is \(path)")
     }
 }

@@ -28,6 +28,18 @@ public struct StoreFile: Sendable, Hashable {
 
     public static let externalDataFolderName = "_EXTERNAL_DATA"
 
+    /// `.<stem>_SUPPORT/_EXTERNAL_DATA`, relative to the database's folder (manifests record it so).
+    public static func externalDataRelativePath(forDatabaseNamed name: String) -> String {
+        "\(FileSystem.name(of: supportPath(forDatabase: name)))/\(externalDataFolderName)"
+    }
+
+    /// `.<stem>_SUPPORT` kept beside a store under another name: `.<stem><suffix>_SUPPORT`.
+    static func supportPath(_ path: String, withSuffix suffix: String) -> String? {
+        let name = FileSystem.name(of: path)
+        guard name.hasPrefix("."), name.hasSuffix("_SUPPORT") else { return nil }
+        return (FileSystem.parent(of: path) as NSString).appendingPathComponent(String(name.dropLast("_SUPPORT".count)) + suffix + "_SUPPORT")
+    }
+
     /// The sidecar file storectl's job lock lives in (never the database file itself).
     public var jobLockPath: String { path + ".storectl-lock" }
 

@@ -315,12 +315,7 @@ public enum StoreSwap {
     /// `<store>-wal` becomes `<store><suffix>-wal`; `.<stem>_SUPPORT` becomes `.<stem><suffix>_SUPPORT`.
     static func keptName(_ path: String, target: String, suffix: String) -> String {
         if path.hasPrefix(target) { return target + suffix + path.dropFirst(target.count) }
-        let name = FileSystem.name(of: path)
-        let folder = FileSystem.parent(of: path)
-        if name.hasPrefix("."), name.hasSuffix("_SUPPORT") {
-            return (folder as NSString).appendingPathComponent(String(name.dropLast("_SUPPORT".count)) + suffix + "_SUPPORT")
-        }
-        return path + suffix
+        return StoreFile.supportPath(path, withSuffix: suffix) ?? path + suffix
     }
 
     /// `path`, or `path-2`, `path-3`... whichever does not exist.

@@ -46,6 +46,12 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
     /// documented status, or a failure (1) carrying its text.
     public static func wrapping(_ error: any Error, doing: String = "storectl") -> StoreOpsError? {
         if let own = error as? StoreOpsError { return own }
+        if let busy = error as? JobLock.Busy { return busy.error }
+        if let refusal = error as? Pipeline.Refusal { return refusal.error }
+        if let stop = error as? Pipeline.Stop {
+            if case .signal(let number) = stop.reason { return StoreOpsError(.signal(number), "stopped: \(stop.reason)") }
+            return StoreOpsError(.failure, "stopped: \(stop.reason)")
+        }
         if error is DatabaseError || error is RowDecodingError { return sqlite(error, doing: doing) }
         if error is DecodingError || error is EncodingError { return StoreOpsError(.badData, "\(doing): \(error)") }
         return nil

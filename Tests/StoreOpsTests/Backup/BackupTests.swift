@@ -197,7 +197,7 @@ struct BackupTests {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder, items: 20_000)
         var updates: [ProgressUpdate] = []
-        let result = try Backup.run(source: store, options: .init(output: folder.file("copy.sqlite"), verify: level)) { updates.append($0) }
+        let result = try Backup.run(source: store, options: .init(output: folder.file("copy.sqlite"), verify: level)) { if case .step(let update) = $0 { updates.append(update) } }
         #expect(!updates.isEmpty)
         #expect(updates.last?.done == updates.last?.total)
         #expect(updates.last?.total == UInt64(result.manifest.source.pageCount))

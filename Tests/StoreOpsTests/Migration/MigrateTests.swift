@@ -59,7 +59,7 @@ struct MigrateTests {
                                   }
                               })
         let report = try Migrate.run(fixture.options(stages: [stage]))
-        #expect(report.status == .ok && report.outcome == "migrated", "\(report.failure ?? "")")
+        #expect(report.status == .ok && report.result == "migrated", "\(report.failure ?? "")")
         #expect(report.applied.map(\.version) == [1, 2, 3])
         #expect(report.stages.map(\.name) == ["lock", "preflight", "snapshot", "apply", "verify"])
         #expect(seenOld.get(), "willMigrate saw the old schema")
@@ -73,7 +73,7 @@ struct MigrateTests {
         #expect(MigrationJournal.read(StoreFile(unchecked: fixture.store)) == nil)
         // Nothing pending: up to date, no new snapshot.
         let again = try Migrate.run(fixture.options(stages: [stage]))
-        #expect(again.outcome == "up to date")
+        #expect(again.result == "up to date")
         #expect(try SnapshotSummary.list(repository: fixture.repo).count == 1)
     }
 
@@ -117,7 +117,7 @@ struct MigrateTests {
                                  })
         let report = try Migrate.run(fixture.options(rollback: true, stages: [damaging]))
         #expect(report.status == .rollbackFailed)
-        #expect(report.outcome == "rollback failed")
+        #expect(report.result == "rollback failed")
         let rollback = try #require(report.rollback)
         #expect(rollback.error != nil && rollback.verified == false)
         #expect(rollback.storeUntouched == true)
@@ -157,7 +157,7 @@ struct MigrateTests {
         try fixture.write("0002_upper_categories.sql", MigrationFixture.upperCategories)
         try fixture.write("0002_upper_categories.verify.sql", "SELECT count(*) = 0 FROM ZCATEGORY WHERE ZNAME != lower(ZNAME);")
         let report = try Migrate.run(fixture.options())
-        #expect(report.status == .failure && report.outcome == "failed")
+        #expect(report.status == .failure && report.result == "failed")
         #expect(report.failure?.contains("0002_upper_categories.verify.sql check 1 failed") == true, "\(report.failure ?? "")")
         #expect(try fixture.version() == 1)
         #expect(try readStore(fixture.store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZCATEGORY WHERE ZNAME = upper(ZNAME)") } == 0,
@@ -174,7 +174,7 @@ struct MigrateTests {
         #expect(report.failureHint?.contains("-- storectl: allow-count-drop Note") == true)
         try fixture.write("0001_drop_notes.sql", "-- storectl: allow-count-drop Note\nDELETE FROM ZITEM WHERE Z_ENT = 4;")
         let allowed = try Migrate.run(fixture.options())
-        #expect(allowed.outcome == "migrated", "\(allowed.failure ?? "")")
+        #expect(allowed.result == "migrated", "\(allowed.failure ?? "")")
         #expect(allowed.countsAfter?["Note"] == 0 && allowed.countsBefore?["Note"] ?? 0 > 0)
     }
 
@@ -204,7 +204,7 @@ struct MigrateTests {
         #expect(!FileManager.default.fileExists(atPath: fixture.repo), "nothing happened, not even a snapshot")
         try fixture.write("0001_vacuum.sql", "-- storectl: no-transaction\nUPDATE ZTAG SET ZNAME = upper(ZNAME);\nVACUUM;")
         let report = try Migrate.run(fixture.options())
-        #expect(report.outcome == "migrated", "\(report.failure ?? "")")
+        #expect(report.result == "migrated", "\(report.failure ?? "")")
     }
 
     @Test("dry-run prints the plan with lint warnings and changes nothing")
@@ -224,7 +224,7 @@ struct MigrateTests {
         var options = fixture.options()
         options.dryRun = true
         let report = try Migrate.run(options)
-        #expect(report.outcome == "planned")
+        #expect(report.result == "planned")
         let warnings = report.plan.pending.first?.warnings ?? []
         #expect(warnings.contains { $0.hasPrefix("DROP TABLE lists") })
         #expect(warnings.contains { $0.contains("entries references lists with ON DELETE CASCADE") })
@@ -261,7 +261,7 @@ struct MigrateTests {
         try KillSwitch.engage(store, reason: "test")
         defer { _ = KillSwitch.release(store) }
         let report = try Migrate.run(fixture.options(rollback: true))
-        #expect(report.outcome == "stopped")
+        #expect(report.result == "stopped")
         #expect(report.status == .rolledBack)
         #expect(report.snapshot == nil && report.applied.isEmpty)
         #expect(try Hashing.sha256(ofFile: fixture.store) == before)

@@ -61,7 +61,8 @@ struct SupportTests {
         let folder = try TempFolder()
         let path = folder.file("store.sqlite.storectl-lock")
         let lock = try JobLock.acquire(path: path, job: "migrate")
-        let error = #expect(throws: StoreOpsError.self) { try JobLock.acquire(path: path, job: "purge") }
+        // A busy lock is a value the pipeline ends a run as "skipped" with, carrying its message.
+        let error = (#expect(throws: JobLock.Busy.self) { try JobLock.acquire(path: path, job: "purge") })?.error
         #expect(error?.status == .busy)
         #expect(error?.message.contains("another job (migrate) holds the lock since") == true)
         #expect(error?.message.contains("pid \(getpid())") == true)
@@ -76,7 +77,7 @@ struct SupportTests {
         let script = "exec 9>>'\(path)' && flock -n 9 && touch '\(ready)' && exec sleep 30"
         let holder = try ChildProcess.Running("/bin/sh", ["-c", script])
         #expect(ChildProcess.waitFor(file: ready))
-        #expect(throws: StoreOpsError.self) { try JobLock.acquire(path: path, job: "purge") }
+        #expect(throws: JobLock.Busy.self) { try JobLock.acquire(path: path, job: "purge") }
         holder.signal(SIGKILL)
         _ = holder.wait()
         let again = try JobLock.acquire(path: path, job: "purge")

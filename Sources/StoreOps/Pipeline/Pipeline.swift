@@ -1,0 +1,226 @@
+import Foundation
+
+/// The road every operation that copies or changes a store walks, written once:
+///
+///     lock -> preflight -> snapshot -> act -> verify        (on a failure or a stop: roll back)
+///
+/// An operation declares which stages it has (a `Road`); how they are chained, timed, reported,
+/// stopped and ended is here. Between stages, and at the act stage's own safe points
+/// (`checkpoint()`), the kill switch and SIGINT/SIGTERM are checked. Every run ends with one
+/// `Ending`, whose `status` is the exit status.
+///
+/// - The **lock** stage takes the store's job lock (an flock on `<store>.storectl-lock`): shared for
+///   operations that only copy the store (backup, snapshot create: they may run beside each
+///   other), exclusive for those that change it (restore in place, migrate, rollback, purge, the
+///   scheduled jobs). A lock held elsewhere ends the run as `skipped` (75), or is waited for. Then
+///   an interrupted swap of the store is finished and dead runs' temporary files are removed.
+/// - A stop before the act stage changes nothing. A stop or a failure during act or verify rolls
+///   back when the road has a rollback stage (always for a stop; for a failure when asked).
+public final class Pipeline {
+    /// A stop asked for at a safe point (kill switch, signal).
+    public struct Stop: Error, Sendable, Equatable { public var reason: StopReason }
+
+    /// A refusal by the operation's own rules (a circuit breaker): nothing was changed.
+    public struct Refusal: Error, Sendable { public var error: StoreOpsError }
+
+    public enum LockMode: Sendable, Equatable {
+        /// Copies the store: beside other copies, never beside a change.
+        case shared
+        /// Changes the store: alone.
+        case exclusive
+        /// The caller (a scheduled job running its steps) already holds it.
+        case held
+        /// No lock and no recovery: a read-only look (a dry run).
+        case none
+    }
+
+    public let operation: String
+    public let store: StoreFile
+    public private(set) var stages: [StageTiming] = []
+    let killSwitch: KillSwitch?
+    let progress: ProgressHandler?
+    private var jobLock: JobLock?
+
+    public init(operation: String, store: StoreFile, killSwitch: KillSwitch? = nil, progress: ProgressHandler? = nil) {
+        self.operation = operation
+        self.store = store
+        self.killSwitch = killSwitch
+        self.progress = progress
+    }
+
+    deinit { jobLock?.release() }
+
+    // MARK: - Stages
+
+    /// Runs one stage: a stop asked for before it starts ends the run there; its time is recorded.
+    @discardableResult
+    public func stage<T>(_ name: String, checkingStop: Bool = true, _ body: () throws -> T) throws -> T {
+        if checkingStop { try checkpoint() }
+        progress?(.stage(name))
+        let started = Date()
+        defer { stages.append(StageTiming(name: name, seconds: Date().timeIntervalSince(started))) }
+        return try body()
+    }
+
+    /// A stage that cannot fail (a rollback records its own failure).
+    func stageNoThrow<T>(_ name: String, _ body: () -> T) -> T {
+        progress?(.stage(name))
+        let started = Date()
+        defer { stages.append(StageTiming(name: name, seconds: Date().timeIntervalSince(started))) }
+        return body()
+    }
+
+    /// A safe point: throws `Stop` when the kill switch is thrown or a signal has arrived.
+    public func checkpoint() throws {
+        if let reason = stopRequested { throw Stop(reason: reason) }
+    }
+
+    /// What asks the run to stop now, if anything.
+    public var stopRequested: StopReason? {
+        if let thrown = killSwitch?.engaged { return .killSwitch(thrown) }
+        if let signal = ProcessSignals.received { return .signal(signal) }
+        return nil
+    }
+
+    public func note(_ text: String) { progress?(.note(text)) }
+    public func step(_ update: ProgressUpdate) { progress?(.step(update)) }
+
+    /// Takes the store's job lock (`JobLock.Busy` when held elsewhere and not waiting), then
+    /// finishes an interrupted swap of the store and removes dead runs' temporary files.
+    public func lock(_ mode: LockMode, wait: Bool = false) throws {
+        try stage("lock") {
+            switch mode {
+            case .none:
+                break
+            case .held:
+                try Recovery.prepare(store, lockHeld: true)
+            case .exclusive:
+                jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait)
+                FaultInjection.reach("after-lock")
+                try Recovery.prepare(store, lockHeld: true)
+            case .shared:
+                // A swap must be finished alone: a reader takes the lock exclusively for that moment,
+                // before its shared lock (flock cannot turn one into the other without a gap).
+                try Recovery.prepare(store, lockHeld: false)
+                jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, shared: true)
+                if StoreSwap.pending(target: store.path) {   // a swap started and died in that gap
+                    throw StoreOpsError(.busy, "\(store.path) is being restored", hint: "try again in a moment")
+                }
+            }
+        }
+    }
+
+    /// Releases the job lock (also done when the pipeline goes away).
+    public func unlock() {
+        jobLock?.release()
+        jobLock = nil
+    }
+
+    // MARK: - The road
+
+    /// Walks `road`; never throws: every way it can end is in the result's `ending`.
+    public func walk<Value>(_ road: Road<Value>) -> Walked<Value> {
+        var walked = Walked<Value>(ending: .ok)
+        let rollsBack = road.rollback != nil
+        do {
+            try lock(road.lock, wait: road.wait)
+            if let preflight = road.preflight { try stage("preflight") { try preflight(self) } }
+            if let snapshot = road.snapshot { walked.snapshot = try stage("snapshot") { try snapshot(self) } }
+        } catch {
+            walked.ending = Self.ending(error, rollsBack: rollsBack)
+            walked.stages = stages
+            return walked
+        }
+        do {
+            let value = try stage(road.actName) { try road.act(self) }
+            walked.value = value
+            if let verify = road.verify { try stage("verify") { try verify(self, value) } }
+            if let commit = road.commit {
+                if let name = road.commitName { try stage(name, checkingStop: false) { try commit(self, value) } } else { try commit(self, value) }
+            }
+            walked.ending = .ok
+        } catch {
+            // A statement interrupted by a signal (the progress handler) is a stop like one at a safe point.
+            let stop = (error as? Stop)?.reason ?? ProcessSignals.received.map { StopReason.signal($0) }
+            let cause = error is Stop ? nil : StoreOpsError.wrapping(error)
+            var ending = stop.map { Ending(.stopped, stop: $0, error: cause, rollsBack: rollsBack) } ?? Self.ending(error, rollsBack: rollsBack)
+            if let status = road.failureStatus, stop == nil, let own = ending.error {
+                ending = Ending(.failed, error: StoreOpsError(status, own.message, hint: own.hint), rollsBack: rollsBack)
+            }
+            walked.ending = ending
+            if let rollback = road.rollback, stop != nil || road.rollbackOnFailure {
+                // A SIGINT/SIGTERM asked for this rollback: it must not interrupt it too.
+                if case .signal? = stop { ProcessSignals.acknowledge() }
+                let result = stageNoThrow("rollback") { rollback(self, ending) }
+                // The ending keeps the failure that asked for the rollback; a failed rollback says why in
+                // the operation's own report (it is returned here for operations that have none).
+                walked.ending = Ending(result == nil ? .rolledBack : .rollbackFailed, stop: stop,
+                                       error: ending.error.map { StoreOpsError(ExitStatus(rawValue: $0.status), $0.message, hint: $0.hint) } ?? result,
+                                       rollsBack: true)
+            }
+        }
+        walked.stages = stages
+        return walked
+    }
+
+    static func ending(_ error: any Error, rollsBack: Bool) -> Ending {
+        if let refusal = error as? Refusal { return Ending(.refused, error: refusal.error, rollsBack: rollsBack) }
+        if let own = error as? StoreOpsError, own.status == .checksFailed { return Ending(.checksFailed, error: own, rollsBack: rollsBack) }
+        return Ending.from(error, rollsBack: rollsBack)
+    }
+}
+
+/// The stages an operation declares. Only `act` is required.
+public struct Road<Value> {
+    public var lock: Pipeline.LockMode
+    public var wait = false
+    public var preflight: ((Pipeline) throws -> Void)?
+    /// Makes the safety snapshot and returns its id; if it cannot be made, nothing changes.
+    public var snapshot: ((Pipeline) throws -> String)?
+    public var actName: String
+    public var act: (Pipeline) throws -> Value
+    public var verify: ((Pipeline, Value) throws -> Void)?
+    /// Makes a verified result count (renames it into place, lists it): no stop is honoured any more.
+    public var commit: ((Pipeline, Value) throws -> Void)?
+    /// The commit's stage name; nil: it is part of the verify stage's time, not a stage of its own.
+    public var commitName: String? = "commit"
+    /// Puts the store back; returns nil when it did, or why it could not.
+    public var rollback: ((Pipeline, Ending) -> StoreOpsError?)?
+    /// Roll back on a failure too (a stop always rolls back when there is a rollback stage).
+    public var rollbackOnFailure = false
+    /// The status of every failure in act or verify (migrate: 1, "the store is at its last good migration").
+    public var failureStatus: ExitStatus?
+
+    public init(lock: Pipeline.LockMode, wait: Bool = false, actName: String, act: @escaping (Pipeline) throws -> Value) {
+        self.lock = lock
+        self.wait = wait
+        self.actName = actName
+        self.act = act
+    }
+}
+
+/// How a walk ended, with what the act stage produced and the stage timings.
+public struct Walked<Value> {
+    public var value: Value?
+    public var ending: Ending
+    public var snapshot: String?
+    public var stages: [StageTiming] = []
+
+    init(ending: Ending) { self.ending = ending }
+
+    /// The value, or the ending's error (for operations that return results and throw failures).
+    public func get() throws -> Value {
+        if let value, ending.outcome == .ok { return value }
+        throw ending.thrown ?? StoreOpsError(.failure, "no result")
+    }
+}
+
+/// How long one stage took: every report carries them.
+public struct StageTiming: Sendable, Codable, Equatable {
+    public var name: String
+    public var seconds: Double
+    public init(name: String, seconds: Double) {
+        self.name = name
+        self.seconds = seconds
+    }
+}

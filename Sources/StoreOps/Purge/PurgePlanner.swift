@@ -1,0 +1,120 @@
+import Foundation
+import GRDB
+
+/// Resolves a policy's rules against a store: which table, which rows, which delete rules.
+///
+/// `plan` is a pure function of the policy and a `StoreSchema` (tested with hand-made schemas);
+/// `resolve` is the edge that reads the schema and adds what needs the store itself (triggers
+/// calling functions only the app registers, found by preparing the statements, see `TriggerLint`).
+public enum PurgePlanner {
+    /// Tables a purge never touches: Core Data's bookkeeping and history, SQLite's, storectl's.
+    static func isProtected(_ table: String, coreData: CoreDataStore?) -> Bool {
+        let upper = table.uppercased()
+        if ["Z_PRIMARYKEY", "Z_METADATA", "Z_MODELCACHE"].contains(upper) { return true }
+        if upper.hasPrefix("SQLITE_") || upper.hasPrefix("STORECTL_") { return true }
+        if let coreData, coreData.entities.contains(where: { $0.ent >= 16_000 && $0.table?.uppercased() == upper }) { return true }
+        return ["ACHANGE", "ATRANSACTION", "ATRANSACTIONSTRING"].contains(upper)
+    }
+
+    /// Reads the store's schema, plans, and checks the planned statements' triggers.
+    ///
+    /// - Returns: the resolved targets, or every problem found (exit 65 when reported).
+    public static func resolve(_ policy: Policy, db: Database, now: Date = Date()) throws -> Result<[PurgeTarget], PolicyProblems> {
+        let source = (try? String(contentsOfFile: policy.file, encoding: .utf8)) ?? ""
+        let sink = ProblemSink(lines: TOMLLines(source: source))
+        let targets = plan(policy, schema: try StoreSchema.read(db), now: now, sink: sink)
+        for (index, target) in targets.enumerated() {
+            for trigger in try TriggerLint.check(store: policy.store.path, writes: target.writes) {
+                sink.add(["purge", "\(index)", target.rule.target.key], "\(trigger); \(TriggerLint.hint)")
+            }
+        }
+        guard sink.problems.isEmpty else { return .failure(PolicyProblems(file: policy.file, problems: sink.problems)) }
+        return .success(targets)
+    }
+
+    /// Checks every rule against the schema and the Core Data model, and resolves it: a pure function.
+    static func plan(_ policy: Policy, schema: StoreSchema, now: Date, sink: ProblemSink) -> [PurgeTarget] {
+        let graph: Result<DeleteGraph, StoreOpsError>? = schema.coreData?.model == nil ? nil : Result { try DeleteGraph(schema: schema) }
+            .mapError { ($0 as? StoreOpsError) ?? StoreOpsError(.badData, "\($0)") }
+        return policy.rules.enumerated().compactMap { index, rule in
+            plan(rule, index: index, policy: policy, schema: schema, graph: graph, now: now) { key, message in
+                sink.add(["purge", "\(index)", key], message)
+            }
+        }
+    }
+
+    /// One rule: its table (and Z_ENT family), its columns, its delete graph and notes.
+    static func plan(_ rule: PurgeRule, index: Int, policy: Policy, schema: StoreSchema, graph: Result<DeleteGraph, StoreOpsError>?,
+                     now: Date, problem: (String, String) -> Void) -> PurgeTarget? {
+        let coreData = schema.coreData
+        guard let (table, filter, entityName) = target(of: rule, policy: policy, schema: schema, problem: problem) else { return nil }
+        if isProtected(table, coreData: coreData) {
+            problem(rule.target.key, "\(table) is Core Data's, SQLite's or storectl's own bookkeeping and is never purged")
+            return nil
+        }
+        if schema.withoutRowid.contains(table) {
+            problem("table", "\(table) is a WITHOUT ROWID table; storectl purges rowid tables only")
+            return nil
+        }
+        let columns = schema.columns(of: table)
+        func column(_ key: String, _ name: String?) -> String?? {
+            guard let name else { return .some(nil) }
+            guard let real = columns.first(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) else {
+                problem(key, "no column \(name.debugDescription) in \(table); columns: \(columns.joined(separator: ", "))")
+                return nil
+            }
+            return .some(real)
+        }
+        guard let flag = column("deleted_flag", rule.deletedFlag), let deletedAt = column("deleted_at", rule.deletedAt) else { return nil }
+        var notes: [String] = []
+        var deleteGraph: DeleteGraph?
+        if let coreData, table.uppercased().hasPrefix("Z") {
+            switch graph {
+            case .success(let built)?:
+                deleteGraph = built
+                let roots = filter.isEmpty ? coreData.entities.filter { $0.table == table }.map(\.ent) : filter
+                for text in built.unresolved(from: roots) { problem(rule.target.key, text) }
+            case .failure(let error)?:
+                problem("entity", error.message)
+            case nil:
+                notes.append("\(coreData.modelUnavailableReason ?? "no model cache"): Core Data relationships are not followed; only rows of \(table) are deleted")
+            }
+            if coreData.entities.contains(where: { $0.ent >= 16_000 }) {
+                notes.append("the store records persistent history; rows deleted outside Core Data leave no history, so sync (CloudKit) does not learn of them")
+            }
+        }
+        let roots = filter.isEmpty ? (coreData?.entities.filter { $0.table == table }.map(\.ent) ?? []) : filter
+        return PurgeTarget(rule: rule, table: table, entityFilter: filter, entityName: entityName, flagColumn: flag, deletedAtColumn: deletedAt,
+                           cutoff: rule.retention.map { now.addingTimeInterval(-$0.seconds) }, graph: deleteGraph, notes: notes,
+                           writes: deleteGraph?.writes(from: roots, rootTable: table) ?? [BatchClosure.deleteStatement(table)])
+    }
+
+    /// The rule's table, the Z_ENT values it selects (empty: every row), and its entity's name.
+    static func target(of rule: PurgeRule, policy: Policy, schema: StoreSchema,
+                       problem: (String, String) -> Void) -> (table: String, filter: [Int], entity: String?)? {
+        switch rule.target {
+        case .table(let name):
+            guard let real = schema.table(name) else {
+                problem("table", "no table \(name.debugDescription) in \(policy.store.path); tables: \(schema.tableNames.joined(separator: ", "))")
+                return nil
+            }
+            return (real, [], nil)
+        case .entity(let name):
+            guard let coreData = schema.coreData else {
+                problem("entity", "\(policy.store.path) is not a Core Data store (no Z_PRIMARYKEY/Z_METADATA); name a table instead")
+                return nil
+            }
+            guard let entity = coreData.entity(named: name) else {
+                problem("entity", "no entity \(name.debugDescription) in Z_PRIMARYKEY; entities: \(coreData.entities.map(\.name).joined(separator: ", "))")
+                return nil
+            }
+            guard let real = entity.table else {
+                problem("entity", "entity \(name) has no table in the store")
+                return nil
+            }
+            let family = coreData.family(of: entity.ent).map(\.ent)
+            let sharing = coreData.entities.filter { $0.table == real }.map(\.ent)
+            return (real, Set(sharing) != Set(family) ? family : [], entity.name)
+        }
+    }
+}
