@@ -114,9 +114,10 @@ struct JobLockHold: ParsableCommand {
     @Option var job = "purge"
     @Option var seconds = 10.0
     @Option var readyFile: String?
+    @Flag(help: "Hold it shared, as a backup or a snapshot does.") var shared = false
 
     func run() throws {
-        let lock = try JobLock.acquire(path: StoreFile(unchecked: path).jobLockPath, job: job)
+        let lock = try JobLock.acquire(path: StoreFile(unchecked: path).jobLockPath, job: job, shared: shared)
         if let readyFile { _ = FileManager.default.createFile(atPath: readyFile, contents: Data("held\n".utf8)) }
         let until = Date().addingTimeInterval(seconds)
         while Date() < until, ProcessSignals.received == nil { usleep(10_000) }

@@ -1,0 +1,97 @@
+import Foundation
+import StoreLab
+import StoreOps
+import Testing
+
+/// Which operations may run beside which on one store: copies (backup, snapshot create) take the
+/// store's job lock shared, changes (restore in place, migrate, rollback, purge, scheduled jobs)
+/// exclusive.
+@Suite("the lock matrix: copies beside copies, never beside a change")
+struct LockMatrixTests {
+    struct World {
+        let folder: TempFolder
+        let store: String
+        let repo: String
+        let snapshot: String
+
+        init() throws {
+            folder = try TempFolder()
+            var options = SampleStore.Options()
+            options.items = 3_000
+            store = try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
+            repo = folder.file("snaps")
+            snapshot = try SnapshotCreate.run(store: store, options: .init(repository: repo)).id
+            try FileManager.default.createDirectory(atPath: folder.file("migrations"), withIntermediateDirectories: false)
+            try Data("UPDATE ZTAG SET ZNAME = upper(ZNAME);".utf8).write(to: URL(fileURLWithPath: folder.file("migrations/0001_upper.sql")))
+        }
+
+        /// Holds the store's job lock from another process, as a running job would.
+        func hold(job: String, shared: Bool, seconds: Double = 20) throws -> ChildProcess.Running {
+            let ready = folder.file("ready-\(UUID().uuidString.prefix(6))")
+            let holder = try ChildProcess.Running(Binaries.lab, ["job-lock", store, "--job", job, "--seconds", "\(seconds)", "--ready-file", ready]
+                                                  + (shared ? ["--shared"] : []))
+            #expect(ChildProcess.waitFor(file: ready))
+            return holder
+        }
+
+        func storectl(_ arguments: [String]) throws -> ChildProcess.Result { try ChildProcess.run(Binaries.storectl, arguments) }
+    }
+
+    @Test("a backup or a snapshot while a change holds the store: 75 at once, naming it")
+    func copyDuringChange() throws {
+        let world = try World()
+        let holder = try world.hold(job: "migrate", shared: false)
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        for arguments in [["backup", world.store, "-o", world.folder.file("b.sqlite")], ["snapshot", "create", world.store, "--repo", world.repo]] {
+            let result = try world.storectl(arguments)
+            #expect(result.status == 75, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains("skipped: another job (migrate) holds the lock"), "\(result.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: world.folder.file("b.sqlite")))
+    }
+
+    @Test("backup --wait waits for the change to finish, then copies")
+    func backupWaits() throws {
+        let world = try World()
+        let holder = try world.hold(job: "purge", shared: false, seconds: 1.5)
+        let started = Date()
+        let result = try world.storectl(["backup", world.store, "-o", world.folder.file("b.sqlite"), "--wait"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(Date().timeIntervalSince(started) > 1.0, "it waited for the purge")
+        _ = holder.wait()
+    }
+
+    @Test("copies run beside each other: two backups and a snapshot at once all succeed")
+    func copiesTogether() throws {
+        let world = try World()
+        let holder = try world.hold(job: "backup", shared: true)
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        let first = try ChildProcess.Running(Binaries.storectl, ["backup", world.store, "-o", world.folder.file("b1.sqlite")])
+        let second = try ChildProcess.Running(Binaries.storectl, ["backup", world.store, "-o", world.folder.file("b2.sqlite")])
+        let third = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", world.store, "--repo", world.repo])
+        for (name, process) in [("b1", first), ("b2", second), ("snapshot", third)] {
+            let result = process.wait()
+            #expect(result.status == 0, "\(name): \(result.stderr)")
+        }
+    }
+
+    @Test("a change while a copy runs: restore in place, migrate, rollback and purge get 75, nothing changed")
+    func changeDuringCopy() throws {
+        let world = try World()
+        let before = try StoreState.digest(world.store)
+        let holder = try world.hold(job: "backup", shared: true)
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        let policy = world.folder.file("p.toml")
+        try Data("[store]\npath = \"Tasks.sqlite\"\n\n[[purge]]\nname = \"tags\"\ntable = \"ZTAG\"\ndeleted_flag = \"ZISDELETED\"\n".utf8)
+            .write(to: URL(fileURLWithPath: policy))
+        for arguments in [["snapshot", "restore", "--repo", world.repo, world.snapshot, "--in-place", world.store],
+                          ["migrate", world.store, "--migrations", world.folder.file("migrations"), "--repo", world.repo],
+                          ["rollback", world.store, "--repo", world.repo, "--to", world.snapshot],
+                          ["purge", "--policy", policy]] {
+            let result = try world.storectl(arguments)
+            #expect(result.status == 75, "\(arguments[0]): \(result.status) \(result.stderr)")
+            #expect(result.stderr.contains("skipped: another job (backup) holds the lock"), "\(arguments[0]): \(result.stderr)")
+        }
+        #expect(try StoreState.digest(world.store) == before)
+    }
+}
