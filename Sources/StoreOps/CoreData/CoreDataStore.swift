@@ -1,33 +1,6 @@
 import Foundation
 import GRDB
 
-/// What a Core Data / SwiftData store says about itself in `Z_METADATA.Z_PLIST`.
-public struct CoreDataMetadata: Sendable, Codable, Equatable {
-    public var storeType: String?
-    public var frameworkVersion: Int?
-    public var uuid: String?
-    /// Entity name -> version hash (base64, as Core Data's model files write it).
-    public var modelVersionHashes: [String: String]
-    public var modelVersionIdentifiers: [String]
-    public var modelVersionHashesDigest: String?
-    public var modelVersionChecksum: String?
-}
-
-/// One row of `Z_PRIMARYKEY`: an entity, its parent, and where its rows live.
-public struct CoreDataEntity: Sendable, Codable, Equatable {
-    public var ent: Int
-    public var name: String
-    /// `Z_SUPER`: 0 for a root entity.
-    public var superEnt: Int
-    public var rootEnt: Int
-    /// `Z_MAX`: the last primary key handed out (kept on root entities).
-    public var max: Int
-    /// The table holding its rows: the root entity's `Z<NAME>` (history entities: `A<NAME>`).
-    public var table: String?
-
-    public var isRoot: Bool { superEnt == 0 }
-}
-
 /// A Core Data store's metadata, entity table and (when cached) model, read without Core Data.
 ///
 /// Facts this relies on (see ../shared/fixtures/coredata/README.md, confirmed on real stores from

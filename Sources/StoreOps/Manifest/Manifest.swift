@@ -106,27 +106,3 @@ extension Manifest {
     }
 }
 
-/// How a copy is checked before it counts.
-public enum VerifyLevel: String, Sendable, Codable, CaseIterable {
-    /// `PRAGMA quick_check`: every page and b-tree, without cross-checking indexes (the default).
-    case quick
-    /// `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
-    case full
-    /// No check (the copy is still hashed).
-    case none
-}
-
-public enum StoreOpsVersion {
-    /// storectl's version (the Debian package's too: `make deb` reads it here).
-    public static let current = "0.1.0"
-
-    /// What a bug report needs: storectl's version and the libraries it runs with, one per line.
-    public static var report: String {
-        """
-        storectl \(current)
-        SQLite \(StoreConnection.sqliteVersion)
-        \(String(cString: archive_version_details()))
-        zstd \(String(cString: ZSTD_versionString()))
-        """
-    }
-}

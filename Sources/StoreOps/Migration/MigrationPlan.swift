@@ -1,42 +1,6 @@
 import Foundation
 import GRDB
 
-/// The `storectl_migrations` table: one row per applied migration, written in the same
-/// transaction as the migration itself.
-public enum MigrationHistory {
-    public static let table = "storectl_migrations"
-
-    public struct Entry: Sendable, Codable, Equatable {
-        public var version: Int
-        public var name: String
-        public var sha256: String
-        public var appliedAt: Date
-        public var durationMs: Int
-        public var snapshotId: String?
-    }
-
-    public static func read(_ db: Database) throws -> [Entry] {
-        guard try db.tableExists(table) else { return [] }
-        return try Row.fetchAll(db, sql: "SELECT version, name, sha256, applied_at, duration_ms, snapshot_id FROM \(table) ORDER BY version").map { row in
-            Entry(version: Int(clamping: try row.integer(0, "\(table).version")), name: row.text(1) ?? "?", sha256: row.text(2) ?? "",
-                  appliedAt: row.text(3).flatMap(Timestamp.parseISO) ?? Date(timeIntervalSince1970: 0),
-                  durationMs: Int(clamping: (try? row.optionalInteger(4, "duration_ms")).flatMap { $0 } ?? 0), snapshotId: row.text(5))
-        }
-    }
-
-    static func record(_ db: Database, _ entry: Entry) throws {
-        try db.execute(sql: """
-            CREATE TABLE IF NOT EXISTS \(table) (version INTEGER PRIMARY KEY, name TEXT NOT NULL, sha256 TEXT NOT NULL,
-                applied_at TEXT NOT NULL, duration_ms INTEGER NOT NULL, snapshot_id TEXT)
-            """)
-        try db.execute(sql: "INSERT INTO \(table) VALUES (?, ?, ?, ?, ?, ?)",
-                       arguments: [entry.version, entry.name, entry.sha256, Timestamp.iso(entry.appliedAt), entry.durationMs, entry.snapshotId])
-    }
-
-    /// The store's version: the highest applied migration (0 when none).
-    public static func version(_ db: Database) throws -> Int { try read(db).map(\.version).max() ?? 0 }
-}
-
 /// What a migration run would do: decided from values, without I/O.
 public struct MigrationPlan: Sendable, Codable {
     public struct Pending: Sendable, Codable {
@@ -146,40 +110,3 @@ public struct MigrationPlan: Sendable, Codable {
     }
 }
 
-/// The file beside a store while a migration runs: if the process dies, the next migrate,
-/// rollback or preflight finds it and says where the pre-migration snapshot is.
-public struct MigrationJournal: Sendable, Codable, Equatable {
-    public var pid: Int32
-    public var host: String
-    public var startedAt: Date
-    public var store: String
-    public var repository: String
-    public var snapshotId: String
-    public var fromVersion: Int
-    public var toVersion: Int
-
-    public static func path(for store: StoreFile) -> String { store.path + ".storectl-migration.json" }
-
-    public static func read(_ store: StoreFile) -> MigrationJournal? {
-        FileManager.default.contents(atPath: path(for: store)).flatMap { try? JSON.decoder().decode(MigrationJournal.self, from: $0) }
-    }
-
-    func write(_ store: StoreFile) throws {
-        let file = try PendingFile(finalPath: Self.path(for: store), label: "migrate.journal")
-        try file.write(try JSON.encode(self))
-        try file.commit(replacing: true)
-    }
-
-    static func remove(_ store: StoreFile) throws {
-        guard FileSystem.kind(of: path(for: store)) != .missing else { return }
-        try FileSystem.removeFile(path(for: store), point: "migrate.journal.remove")
-        try FileSystem.sync(store.folder, directory: true, point: "migrate.journal.remove.sync-folder")
-    }
-
-    /// What an operator should do about an interrupted migration.
-    public var advice: String {
-        "a migration (pid \(pid) on \(host), started \(Timestamp.iso(startedAt)), version \(fromVersion) -> \(toVersion)) was interrupted; "
-            + "its pre-migrate snapshot is \(snapshotId) in \(repository). To go back: storectl rollback \(store) --repo \(repository); "
-            + "to keep the store as it is and go on: storectl migrate \(store) … --resume"
-    }
-}

@@ -62,32 +62,7 @@ extension Policy {
         if let section = reader.table("snapshot") {
             snapshot = parseSnapshot(section, folder: folder, sink: sink)
         }
-        var schedule: ScheduleSection?
-        if let section = reader.table("schedule") {
-            var value = ScheduleSection(purge: section.string("purge"), snapshot: section.string("snapshot"),
-                                        maintain: section.string("maintain"), jitter: section.duration("jitter"),
-                                        log: section.string("log").map { resolve($0, in: folder) },
-                                        metrics: section.string("metrics").map { resolve($0, in: folder) })
-            if let bytes = section.size("log_max_size") { value.logMaxBytes = bytes }
-            if let keep = section.int("log_keep", in: 1...100) { value.logKeep = keep }
-            for key in ["purge", "snapshot", "maintain"] {
-                value.lines[key] = sink.lines.line(["schedule", key])
-                let expression = key == "purge" ? value.purge : key == "snapshot" ? value.snapshot : value.maintain
-                if let expression {
-                    do { _ = try CronExpression(expression) } catch let error as CronExpression.ParseError {
-                        section.problem(key, "\(error.field): \(error.problem) (in \"\(expression)\")")
-                    } catch {}
-                }
-            }
-            if value.snapshot != nil || value.maintain != nil, snapshot == nil {
-                section.problem(value.snapshot != nil ? "snapshot" : "maintain", "needs a [snapshot] section naming the repository")
-            }
-            if value.maintain != nil, snapshot?.retention == nil {
-                section.problem("maintain", "needs [snapshot.retention]: maintain prunes the repository by it")
-            }
-            section.finish(known: ["purge", "snapshot", "maintain", "jitter", "log", "metrics", "log_max_size", "log_keep"])
-            schedule = value
-        }
+        let schedule = reader.table("schedule").map { parseSchedule($0, snapshot: snapshot, folder: folder, sink: sink) }
         reader.finish(known: ["store", "purge", "snapshot", "schedule"])
 
         guard sink.problems.isEmpty, let storeSection else {
@@ -147,6 +122,33 @@ extension Policy {
                          maxFraction: fraction, line: sink.lines.line(["purge", "\(index)"]))
     }
 
+    /// `[schedule]`: cron expressions checked, the sections the jobs need present.
+    static func parseSchedule(_ section: TableReader, snapshot: SnapshotSection?, folder: String, sink: ProblemSink) -> ScheduleSection {
+        var value = ScheduleSection(purge: section.string("purge"), snapshot: section.string("snapshot"),
+                                    maintain: section.string("maintain"), jitter: section.duration("jitter"),
+                                    log: section.string("log").map { resolve($0, in: folder) },
+                                    metrics: section.string("metrics").map { resolve($0, in: folder) })
+        if let bytes = section.size("log_max_size") { value.logMaxBytes = bytes }
+        if let keep = section.int("log_keep", in: 1...100) { value.logKeep = keep }
+        for key in ["purge", "snapshot", "maintain"] {
+            value.lines[key] = sink.lines.line(["schedule", key])
+            let expression = key == "purge" ? value.purge : key == "snapshot" ? value.snapshot : value.maintain
+            if let expression {
+                do { _ = try CronExpression(expression) } catch let error as CronExpression.ParseError {
+                    section.problem(key, "\(error.field): \(error.problem) (in \"\(expression)\")")
+                } catch {}
+            }
+        }
+        if value.snapshot != nil || value.maintain != nil, snapshot == nil {
+            section.problem(value.snapshot != nil ? "snapshot" : "maintain", "needs a [snapshot] section naming the repository")
+        }
+        if value.maintain != nil, snapshot?.retention == nil {
+            section.problem("maintain", "needs [snapshot.retention]: maintain prunes the repository by it")
+        }
+        section.finish(known: ["purge", "snapshot", "maintain", "jitter", "log", "metrics", "log_max_size", "log_keep"])
+        return value
+    }
+
     static func parseSnapshot(_ section: TableReader, folder: String, sink: ProblemSink) -> SnapshotSection? {
         let repository = section.string("repository", required: true)
         let before = section.bool("before_purge") ?? false
@@ -188,163 +190,3 @@ extension Policy {
     }
 }
 
-/// Collects problems with their lines.
-final class ProblemSink {
-    let lines: TOMLLines
-    var problems: [PolicyProblems.Problem] = []
-    init(lines: TOMLLines) { self.lines = lines }
-
-    func add(_ path: [String], _ message: String) {
-        let key = path.enumerated().map { index, part in
-            index > 0 && Int(part) != nil ? "[\(part)]" : (index > 0 ? ".\(part)" : part)
-        }.joined()
-        problems.append(.init(line: lines.line(path), key: key, message: message))
-    }
-}
-
-/// Strict, typed access to one TOML table: every key read is recorded, the rest are unknown.
-final class TableReader {
-    let table: TOMLTable
-    let path: [String]
-    let sink: ProblemSink
-    private var used = Set<String>()
-
-    init(_ table: TOMLTable, path: [String], sink: ProblemSink) {
-        self.table = table
-        self.path = path
-        self.sink = sink
-    }
-
-    func problem(_ key: String, _ message: String) { sink.add(path + [key], message) }
-
-    func has(_ key: String) -> Bool { table.keys.contains(key) }
-
-    private func value(_ key: String, required: Bool, expected: String) -> TOMLValueConvertible? {
-        used.insert(key)
-        guard let value = table[key] else {
-            if required { problem(key, "missing: expected \(expected)") }
-            return nil
-        }
-        return value
-    }
-
-    private func wrongType(_ key: String, _ value: TOMLValueConvertible, expected: String) {
-        problem(key, "expected \(expected), got \(Self.describe(value))")
-    }
-
-    static func describe(_ value: TOMLValueConvertible) -> String {
-        switch value.type {
-        case .string: "the string \"\(value.string ?? "")\""
-        case .int: "the integer \(value.int ?? 0)"
-        case .double: "the number \(value.double ?? 0)"
-        case .bool: "\(value.bool ?? false)"
-        case .array: "an array"
-        case .table: "a table"
-        default: "a \(value.type)"
-        }
-    }
-
-    func string(_ key: String, required: Bool = false) -> String? {
-        guard let value = value(key, required: required, expected: "a string") else { return nil }
-        guard let text = value.string else { wrongType(key, value, expected: "a string"); return nil }
-        guard !text.isEmpty else { problem(key, "must not be empty"); return nil }
-        return text
-    }
-
-    func bool(_ key: String) -> Bool? {
-        guard let value = value(key, required: false, expected: "true or false") else { return nil }
-        guard let flag = value.bool else { wrongType(key, value, expected: "true or false"); return nil }
-        return flag
-    }
-
-    func int(_ key: String, in range: ClosedRange<Int>) -> Int? {
-        guard let value = value(key, required: false, expected: "an integer") else { return nil }
-        guard value.type == .int, let number = value.int else { wrongType(key, value, expected: "an integer"); return nil }
-        guard range.contains(number) else {
-            problem(key, "\(number) is out of range; expected \(range.upperBound == Int.max ? "at least \(range.lowerBound)" : "\(range.lowerBound)...\(range.upperBound)")")
-            return nil
-        }
-        return number
-    }
-
-    func double(_ key: String, in range: ClosedRange<Double>, openLow: Bool = false) -> Double? {
-        guard let value = value(key, required: false, expected: "a number") else { return nil }
-        let number: Double
-        switch value.type {
-        case .double: number = value.double ?? 0
-        case .int: number = Double(value.int ?? 0)
-        default: wrongType(key, value, expected: "a number"); return nil
-        }
-        guard range.contains(number), !(openLow && number == range.lowerBound) else {
-            problem(key, "\(number) is out of range; expected more than \(range.lowerBound) and at most \(range.upperBound), e.g. 0.25")
-            return nil
-        }
-        return number
-    }
-
-    /// A size: bytes as an integer, or a string with a unit ("10MiB", "500K", "1G"; binary units).
-    func size(_ key: String) -> UInt64? {
-        guard let value = value(key, required: false, expected: "a size") else { return nil }
-        if value.type == .int, let number = value.int {
-            guard number >= 4096 else { problem(key, "\(number) bytes is too small; expected at least 4096, e.g. \"10MiB\""); return nil }
-            return UInt64(number)
-        }
-        guard let text = value.string else { wrongType(key, value, expected: "a size such as \"10MiB\""); return nil }
-        let units: [(String, UInt64)] = [("GIB", 1 << 30), ("MIB", 1 << 20), ("KIB", 1 << 10), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10), ("B", 1)]
-        let upper = text.uppercased().trimmingCharacters(in: .whitespaces)
-        guard let (unit, factor) = units.first(where: { upper.hasSuffix($0.0) }),
-              let number = UInt64(upper.dropLast(unit.count).trimmingCharacters(in: .whitespaces)), number > 0,
-              number.multipliedReportingOverflow(by: factor).overflow == false, number * factor >= 4096 else {
-            problem(key, "\(text.debugDescription) is not a size of at least 4 KiB; write e.g. \"10MiB\", \"500K\" or \"1G\"")
-            return nil
-        }
-        return number * factor
-    }
-
-    func duration(_ key: String, allowZero: Bool = false) -> DurationText? {
-        guard let value = value(key, required: false, expected: "a duration") else { return nil }
-        guard let text = value.string else {
-            wrongType(key, value, expected: "a duration string such as \"30d\" (a bare number has no unit)")
-            return nil
-        }
-        switch DurationText.parse(text, allowZero: allowZero) {
-        case .success(let duration): return duration
-        case .failure(let error): problem(key, error.description); return nil
-        }
-    }
-
-    func strings(_ key: String) -> [String]? {
-        guard let value = value(key, required: false, expected: "an array of strings") else { return nil }
-        guard let array = value.array else { wrongType(key, value, expected: "an array of strings"); return nil }
-        var result: [String] = []
-        for element in array {
-            guard let text = element.string else { wrongType(key, element, expected: "an array of strings"); return nil }
-            result.append(text)
-        }
-        return result
-    }
-
-    func table(_ key: String, required: Bool = false) -> TableReader? {
-        guard let value = value(key, required: required, expected: "a [\((path + [key]).joined(separator: "."))] table") else { return nil }
-        guard let table = value.table else { wrongType(key, value, expected: "a table"); return nil }
-        return TableReader(table, path: path + [key], sink: sink)
-    }
-
-    func tables(_ key: String) -> [TableReader]? {
-        guard let value = value(key, required: false, expected: "[[\(key)]] tables") else { return nil }
-        guard let array = value.array else { wrongType(key, value, expected: "[[\(key)]] tables"); return nil }
-        var result: [TableReader] = []
-        for (index, element) in array.enumerated() {
-            guard let table = element.table else { wrongType(key, element, expected: "[[\(key)]] tables"); continue }
-            result.append(TableReader(table, path: path + [key, "\(index)"], sink: sink))
-        }
-        return result
-    }
-
-    /// Reports every key not read as unknown, naming the keys this table accepts.
-    func finish(known: [String]) {
-        for key in table.keys.sorted() where !used.contains(key) {
-            problem(key, "unknown key; expected one of: \(known.joined(separator: ", "))")
-        }
-    }
-}

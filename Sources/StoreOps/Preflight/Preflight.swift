@@ -223,44 +223,49 @@ public enum Preflight {
             let message = (error as? StoreOpsError)?.message ?? "\(error)"
             return ([Check("coredata.metadata", .fail, "Core Data tables present but unreadable: \(message)")], nil)
         }
-        var checks: [Check] = []
-        let meta = store.metadata
+        let (entitiesCheck, entities) = entityCheck(db, store: store)
+        return ([metadataCheck(store.metadata), entitiesCheck, keyCheck(db, store: store), orphanCheck(db, store: store)], entities)
+    }
+
+    static func metadataCheck(_ meta: CoreDataMetadata) -> Check {
         let identifiers = meta.modelVersionIdentifiers.filter { !$0.isEmpty }
-        checks.append(Check("coredata.metadata", .ok,
+        return Check("coredata.metadata", .ok,
             "\(meta.storeType ?? "?") store, framework \(meta.frameworkVersion.map(String.init) ?? "?"), \(meta.modelVersionHashes.count) entity hashes"
             + (identifiers.isEmpty ? "" : ", model \(identifiers.joined(separator: ","))")
-            + (meta.modelVersionHashesDigest.map { ", digest \($0.prefix(12))…" } ?? "")).with(["metadata": .encoding(meta)]))
+            + (meta.modelVersionHashesDigest.map { ", digest \($0.prefix(12))…" } ?? "")).with(["metadata": .encoding(meta)])
+    }
 
-        var entities: [CoreDataCensus.EntityCount]?
+    static func entityCheck(_ db: Database, store: CoreDataStore) -> (Check, [CoreDataCensus.EntityCount]?) {
         do {
             let counts = try CoreDataCensus.entityCounts(db, store: store)
-            entities = counts
             let total = counts.compactMap(\.rows).reduce(0, +)
             let missing = counts.filter { $0.table == nil }.map(\.entity)
-            checks.append(Check("coredata.entities", .ok, "\(Format.plural(counts.count, "entity", "entities")), \(Format.plural(total, "row", "rows"))",
-                                details: missing.isEmpty ? [] : ["no table for: \(missing.joined(separator: ", ")) (entities without rows of their own)"],
-                                figures: ["entities": .int(counts.count), "rows": .int(total), "withoutTable": .array(missing.map { .string($0) })]))
+            return (Check("coredata.entities", .ok, "\(Format.plural(counts.count, "entity", "entities")), \(Format.plural(total, "row", "rows"))",
+                          details: missing.isEmpty ? [] : ["no table for: \(missing.joined(separator: ", ")) (entities without rows of their own)"],
+                          figures: ["entities": .int(counts.count), "rows": .int(total), "withoutTable": .array(missing.map { .string($0) })]), counts)
         } catch {
-            checks.append(Check("coredata.entities", .fail, "could not count: \(StoreOpsError.sqlite(error, doing: "counting entities").message)"))
+            return (Check("coredata.entities", .fail, "could not count: \(StoreOpsError.sqlite(error, doing: "counting entities").message)"), nil)
         }
+    }
 
+    static func keyCheck(_ db: Database, store: CoreDataStore) -> Check {
         do {
             let problems = try CoreDataCensus.keyCounterProblems(db, store: store)
             let roots = store.entities.filter(\.isRoot).count
             let figures: [String: JSONValue] = ["rootEntities": .int(roots), "problems": .encoding(problems)]
-            defer { checks[checks.count - 1].figures = figures }
-            checks.append(problems.isEmpty
+            return (problems.isEmpty
                 ? Check("coredata.z_max", .ok, "Z_MAX >= max(Z_PK) for all \(Format.plural(roots, "root entity", "root entities"))")
                 : Check("coredata.z_max", .fail, "\(Format.plural(problems.count, "root entity", "root entities")) with key problems",
                         details: problems.map(\.summary),
-                        advice: "Core Data would reuse existing primary keys or fail to read them; the store was edited outside Core Data"))
+                        advice: "Core Data would reuse existing primary keys or fail to read them; the store was edited outside Core Data")).with(figures)
         } catch {
-            checks.append(Check("coredata.z_max", .fail, "could not check: \(error)"))
+            return Check("coredata.z_max", .fail, "could not check: \(error)")
         }
+    }
 
+    static func orphanCheck(_ db: Database, store: CoreDataStore) -> Check {
         guard store.model != nil else {
-            checks.append(Check("coredata.orphans", .skip, "relationships unknown: \(store.modelUnavailableReason ?? "no model cache")"))
-            return (checks, entities)
+            return Check("coredata.orphans", .skip, "relationships unknown: \(store.modelUnavailableReason ?? "no model cache")")
         }
         do {
             let mapping = try CoreDataCensus.toOneColumns(db, store: store)
@@ -268,16 +273,15 @@ public enum Preflight {
             let total = orphans.reduce(0) { $0 + $1.orphans }
             let figures: [String: JSONValue] = ["columns": .int(mapping.columns.count), "orphans": .int(total),
                                                 "byColumn": .encoding(orphans), "skipped": .array(mapping.skipped.map { .string($0) })]
-            defer { checks[checks.count - 1].figures = figures }
             var details = orphans.map { "\($0.table).\($0.column) -> \($0.destinationTable): \(Format.count($0.orphans)) (\($0.relationships.joined(separator: ", ")))" }
             details += mapping.skipped.map { "not checked: \($0)" }
-            checks.append(orphans.isEmpty
+            return (orphans.isEmpty
                 ? Check("coredata.orphans", .ok, "0 orphans in \(Format.plural(mapping.columns.count, "to-one relationship column", "to-one relationship columns"))", details: details)
                 : Check("coredata.orphans", .fail, "\(Format.plural(total, "orphaned to-one reference", "orphaned to-one references")) in \(Format.plural(orphans.count, "column", "columns"))", details: details,
-                        advice: "these rows point at objects that no longer exist; Core Data faults on them"))
+                        advice: "these rows point at objects that no longer exist; Core Data faults on them")).with(figures)
         } catch {
-            checks.append(Check("coredata.orphans", .fail, "could not check: \(error)"))
+            return Check("coredata.orphans", .fail, "could not check: \(error)")
         }
-        return (checks, entities)
     }
+
 }

@@ -59,144 +59,159 @@ public struct DeleteGraph: Sendable {
             throw StoreOpsError(.badData, "the store has no readable model cache")
         }
         for entity in store.entities { if let table = entity.table { entitiesOf[table, default: []].append(entity.ent) } }
-        var toOne: [String: [String]] = [:]   // "Entity.name" -> its columns
-        for column in CoreDataCensus.toOneColumns(store: store, columnsOf: schema.columns(of:)).columns {
-            for label in column.relationships { toOne[label, default: []].append(column.column) }
-        }
-        func realTable(_ name: String) -> String? { schema.table(name) }
-        func columns(of table: String) -> [String] { schema.columns(of: table) }
-        func family(_ name: String) -> [Int] { store.entity(named: name).map { store.family(of: $0.ent).map(\.ent) } ?? [] }
-        /// The entity numbers a relationship's storage may be named after, the declaring entity first.
-        func declaringEnts(_ name: String, of entity: String) -> [Int] {
-            model.ancestors(of: entity).reversed()
-                .filter { ancestor in model.relationships.contains { $0.entity == ancestor && $0.name == name } }
-                .compactMap { store.entity(named: $0)?.ent }
-        }
-
+        let mapper = Mapper(schema: schema, store: store, model: model)
         for entity in store.entities where entity.table != nil && entity.ent < 16_000 {
             var list: [Effect] = []
-            var problemSet: [String] = []
-            // One declaration per name: the nearest (a sub-entity's own copy or override first).
-            var seen = Set<String>()
-            var chosen: [CoreDataModel.Relationship] = []
-            for ancestor in model.ancestors(of: entity.name) {
-                for relationship in model.relationships where relationship.entity == ancestor && seen.insert(relationship.name).inserted {
-                    chosen.append(relationship)
+            var found: [String] = []
+            for relationship in mapper.relationships(of: entity.name) {
+                switch mapper.effect(of: relationship, for: entity.name) {
+                case .success(let effect?): list.append(effect)
+                case .success(nil): break
+                case .failure(let problem): if !found.contains(problem.text) { found.append(problem.text) }
                 }
-            }
-            for relationship in chosen {
-                let declaredBy = declaringEnts(relationship.name, of: entity.name)
-                let topName = model.ancestors(of: entity.name).reversed().first { ancestor in
-                    model.relationships.contains { $0.entity == ancestor && $0.name == relationship.name }
-                } ?? relationship.entity
-                let label = "\(topName).\(relationship.name)"
-                func problem(_ text: String) { if !problemSet.contains("\(label): \(text)") { problemSet.append("\(label): \(text)") } }
-                let action: Action? = switch relationship.deleteRule {
-                case .cascade: .cascade
-                case .nullify: .nullify
-                case .deny: .deny
-                case .noAction: nil
-                }
-                guard let destination = store.entity(named: relationship.destination), let destinationTable = destination.table else {
-                    if action != nil { problem("its destination \(relationship.destination) has no table") }
-                    continue
-                }
-                let inverse = relationship.inverse.flatMap { model.relationship($0, of: relationship.destination) }
-                let ownLabels = Set(model.ancestors(of: entity.name).map { "\($0).\(relationship.name)" })
-                if !relationship.isToMany {
-                    let own = ownLabels.flatMap { toOne[$0] ?? [] }
-                    switch action {
-                    case .cascade?, .deny?:
-                        guard !own.isEmpty else { problem("no column found for this to-one relationship"); continue }
-                        list.append(Effect(relationship: label, action: action, kind: .references(columns: Array(Set(own)).sorted(), destination: destinationTable)))
-                    case .nullify?:
-                        // Only a one-to-one keeps a reference on the other side to clear.
-                        if let inverse, !inverse.isToMany {
-                            let back = inverseColumns(inverse, model: model, toOne: toOne)
-                            guard !back.isEmpty else { problem("no column found for its inverse \(inverse.entity).\(inverse.name)"); continue }
-                            list.append(Effect(relationship: label, action: .nullify,
-                                               kind: .referencedBy(table: destinationTable, columns: back, entities: family(inverse.entity),
-                                                                   bumpsOpt: columns(of: destinationTable).contains("Z_OPT"))))
-                        }
-                    case nil:
-                        continue
-                    }
-                    continue
-                }
-                guard let inverse else {
-                    // No inverse: Core Data keeps the link as a hidden column Z<declaring entity><NAME> in
-                    // the destination's table (e.g. Z3LIBRARYSCOPEASSETCONTRIBUTORS), holding this row's Z_PK.
-                    let wanted = declaredBy.map { "Z\($0)\(relationship.name.uppercased())" }
-                    let available = columns(of: destinationTable)
-                    let hidden = wanted.compactMap { name in available.first { $0.caseInsensitiveCompare(name) == .orderedSame } }
-                    guard let column = hidden.first else {
-                        if action != nil {
-                            problem("a to-many relationship without an inverse, but \(destinationTable) has no column \(wanted.first ?? "Z<n>\(relationship.name.uppercased())")")
-                        }
-                        continue
-                    }
-                    if let action {
-                        list.append(Effect(relationship: label, action: action,
-                                           kind: .referencedBy(table: destinationTable, columns: [column], entities: family(relationship.destination),
-                                                               bumpsOpt: available.contains("Z_OPT"))))
-                    }
-                    continue
-                }
-                if !inverse.isToMany {
-                    let back = inverseColumns(inverse, model: model, toOne: toOne)
-                    guard !back.isEmpty else {
-                        if action != nil { problem("no column found for its inverse \(inverse.entity).\(inverse.name)") }
-                        continue
-                    }
-                    if let action {
-                        list.append(Effect(relationship: label, action: action,
-                                           kind: .referencedBy(table: destinationTable, columns: back, entities: family(inverse.entity),
-                                                               bumpsOpt: columns(of: destinationTable).contains("Z_OPT"))))
-                    }
-                    continue
-                }
-                // Many-to-many: a join table Z_<ent><NAME> named after one side's declaring entity; its
-                // columns are named after the relationship pointing at each side (see the fixtures'
-                // Z_1KEYWORDS: Z_1ASSETATTRIBUTES, Z_37KEYWORDS; Photos' Z_26ASSETS: Z_26ALBUMS, Z_34ASSETS).
-                let inverseDeclaredBy = declaringEnts(inverse.name, of: inverse.entity)
-                guard !declaredBy.isEmpty, !inverseDeclaredBy.isEmpty else {
-                    problem("cannot find the entities of its join table")
-                    continue
-                }
-                let name = relationship.name.uppercased()
-                let inverseName = inverse.name.uppercased()
-                let candidates = declaredBy.map { "Z_\($0)\(name)" } + inverseDeclaredBy.map { "Z_\($0)\(inverseName)" }
-                guard let joinTable = candidates.lazy.compactMap(realTable).first else {
-                    problem("no join table \(candidates.joined(separator: " or "))")
-                    continue
-                }
-                let joinColumns = columns(of: joinTable)
-                func column(_ prefixes: [String]) -> String? {
-                    for prefix in prefixes {
-                        let matches = joinColumns.filter { column in
-                            let upper = column.uppercased()
-                            return upper == prefix || (upper.hasPrefix(prefix) && upper.dropFirst(prefix.count).allSatisfy(\.isNumber))
-                        }
-                        if matches.count == 1 { return matches[0] }
-                    }
-                    return nil
-                }
-                guard let own = column(declaredBy.map { "Z_\($0)\(inverseName)" }), let other = column(inverseDeclaredBy.map { "Z_\($0)\(name)" }) else {
-                    problem("cannot tell the columns of join table \(joinTable) apart (\(joinColumns.joined(separator: ", ")))")
-                    continue
-                }
-                list.append(Effect(relationship: label, action: action,
-                                   kind: .join(table: joinTable, own: own, other: other, otherTable: destinationTable)))
             }
             effects[entity.ent] = list
-            if !problemSet.isEmpty { problems[entity.ent] = problemSet }
+            if !found.isEmpty { problems[entity.ent] = found }
         }
     }
 
-    /// The to-one columns of `inverse` (declared on its entity or any ancestor, or copied to it).
-    private func inverseColumns(_ inverse: CoreDataModel.Relationship, model: CoreDataModel, toOne: [String: [String]]) -> [String] {
-        let labels = model.ancestors(of: inverse.entity).map { "\($0).\(inverse.name)" }
-        return Array(Set(labels.flatMap { toOne[$0] ?? [] })).sorted()
+    /// A relationship that cannot be mapped to columns, in words.
+    struct Unmapped: Error { var text: String }
+
+    /// Maps relationships of the model to the store's tables and columns (pure over the schema).
+    private struct Mapper {
+        let schema: StoreSchema
+        let store: CoreDataStore
+        let model: CoreDataModel
+        /// "Entity.name" -> its to-one columns.
+        let toOne: [String: [String]]
+
+        init(schema: StoreSchema, store: CoreDataStore, model: CoreDataModel) {
+            self.schema = schema
+            self.store = store
+            self.model = model
+            var toOne: [String: [String]] = [:]
+            for column in CoreDataCensus.toOneColumns(store: store, columnsOf: schema.columns(of:)).columns {
+                for label in column.relationships { toOne[label, default: []].append(column.column) }
+            }
+            self.toOne = toOne
+        }
+
+        /// One declaration per name, the nearest first (a sub-entity's own copy or override wins).
+        func relationships(of entity: String) -> [CoreDataModel.Relationship] {
+            var seen = Set<String>()
+            return model.ancestors(of: entity).flatMap { ancestor in
+                model.relationships.filter { $0.entity == ancestor && seen.insert($0.name).inserted }
+            }
+        }
+
+        /// The entity numbers a relationship's storage may be named after, the declaring entity first.
+        func declaringEnts(_ name: String, of entity: String) -> [Int] {
+            declaringNames(name, of: entity).compactMap { store.entity(named: $0)?.ent }
+        }
+
+        func declaringNames(_ name: String, of entity: String) -> [String] {
+            model.ancestors(of: entity).reversed().filter { ancestor in model.relationships.contains { $0.entity == ancestor && $0.name == name } }
+        }
+
+        func family(_ name: String) -> [Int] { store.entity(named: name).map { store.family(of: $0.ent).map(\.ent) } ?? [] }
+
+        /// What deleting a row of `entity` does through `relationship`: an effect, nothing, or why it cannot be mapped.
+        func effect(of relationship: CoreDataModel.Relationship, for entity: String) -> Result<Effect?, Unmapped> {
+            let label = "\(declaringNames(relationship.name, of: entity).first ?? relationship.entity).\(relationship.name)"
+            let action: Action? = switch relationship.deleteRule {
+            case .cascade: .cascade
+            case .nullify: .nullify
+            case .deny: .deny
+            case .noAction: nil
+            }
+            func unmapped(_ text: String) -> Result<Effect?, Unmapped> { action == nil ? .success(nil) : .failure(Unmapped(text: "\(label): \(text)")) }
+            guard let destination = store.entity(named: relationship.destination), let table = destination.table else {
+                return unmapped("its destination \(relationship.destination) has no table")
+            }
+            let inverse = relationship.inverse.flatMap { model.relationship($0, of: relationship.destination) }
+            if !relationship.isToMany { return toOneEffect(relationship, inverse: inverse, entity: entity, label: label, action: action, table: table) }
+            guard let inverse else { return hiddenColumnEffect(relationship, entity: entity, label: label, action: action, table: table) }
+            if !inverse.isToMany {
+                let back = inverseColumns(inverse)
+                guard !back.isEmpty else { return unmapped("no column found for its inverse \(inverse.entity).\(inverse.name)") }
+                guard let action else { return .success(nil) }
+                return .success(Effect(relationship: label, action: action, kind: .referencedBy(table: table, columns: back, entities: family(inverse.entity),
+                                                                                                bumpsOpt: schema.columns(of: table).contains("Z_OPT"))))
+            }
+            return joinEffect(relationship, inverse: inverse, entity: entity, label: label, action: action, table: table)
+        }
+
+        /// A to-one relationship: its own column (cascade, deny), or a one-to-one's back reference (nullify).
+        func toOneEffect(_ relationship: CoreDataModel.Relationship, inverse: CoreDataModel.Relationship?, entity: String, label: String,
+                         action: Action?, table: String) -> Result<Effect?, Unmapped> {
+            switch action {
+            case .cascade?, .deny?:
+                let own = Array(Set(model.ancestors(of: entity).flatMap { toOne["\($0).\(relationship.name)"] ?? [] })).sorted()
+                guard !own.isEmpty else { return .failure(Unmapped(text: "\(label): no column found for this to-one relationship")) }
+                return .success(Effect(relationship: label, action: action, kind: .references(columns: own, destination: table)))
+            case .nullify?:
+                // Only a one-to-one keeps a reference on the other side to clear.
+                guard let inverse, !inverse.isToMany else { return .success(nil) }
+                let back = inverseColumns(inverse)
+                guard !back.isEmpty else { return .failure(Unmapped(text: "\(label): no column found for its inverse \(inverse.entity).\(inverse.name)")) }
+                return .success(Effect(relationship: label, action: .nullify, kind: .referencedBy(table: table, columns: back, entities: family(inverse.entity),
+                                                                                                  bumpsOpt: schema.columns(of: table).contains("Z_OPT"))))
+            case nil:
+                return .success(nil)
+            }
+        }
+
+        /// A to-many without an inverse: Core Data keeps the link as a hidden column Z<declaring
+        /// entity><NAME> in the destination's table (e.g. Z3LIBRARYSCOPEASSETCONTRIBUTORS), holding this row's Z_PK.
+        func hiddenColumnEffect(_ relationship: CoreDataModel.Relationship, entity: String, label: String, action: Action?,
+                                table: String) -> Result<Effect?, Unmapped> {
+            let wanted = declaringEnts(relationship.name, of: entity).map { "Z\($0)\(relationship.name.uppercased())" }
+            let available = schema.columns(of: table)
+            guard let column = wanted.lazy.compactMap({ name in available.first { $0.caseInsensitiveCompare(name) == .orderedSame } }).first else {
+                guard action != nil else { return .success(nil) }
+                return .failure(Unmapped(text: "\(label): a to-many relationship without an inverse, but \(table) has no column "
+                                         + (wanted.first ?? "Z<n>\(relationship.name.uppercased())")))
+            }
+            guard let action else { return .success(nil) }
+            return .success(Effect(relationship: label, action: action, kind: .referencedBy(table: table, columns: [column],
+                                   entities: family(relationship.destination), bumpsOpt: available.contains("Z_OPT"))))
+        }
+
+        /// Many-to-many: a join table Z_<ent><NAME> named after one side's declaring entity; its columns are
+        /// named after the relationship pointing at each side (the fixtures' Z_1KEYWORDS: Z_1ASSETATTRIBUTES,
+        /// Z_37KEYWORDS; Photos' Z_26ASSETS: Z_26ALBUMS, Z_34ASSETS).
+        func joinEffect(_ relationship: CoreDataModel.Relationship, inverse: CoreDataModel.Relationship, entity: String, label: String,
+                        action: Action?, table: String) -> Result<Effect?, Unmapped> {
+            let declaredBy = declaringEnts(relationship.name, of: entity)
+            let inverseDeclaredBy = declaringEnts(inverse.name, of: inverse.entity)
+            guard !declaredBy.isEmpty, !inverseDeclaredBy.isEmpty else { return .failure(Unmapped(text: "\(label): cannot find the entities of its join table")) }
+            let name = relationship.name.uppercased(), inverseName = inverse.name.uppercased()
+            let candidates = declaredBy.map { "Z_\($0)\(name)" } + inverseDeclaredBy.map { "Z_\($0)\(inverseName)" }
+            guard let joinTable = candidates.lazy.compactMap(schema.table).first else {
+                return .failure(Unmapped(text: "\(label): no join table \(candidates.joined(separator: " or "))"))
+            }
+            let joinColumns = schema.columns(of: joinTable)
+            func column(_ prefixes: [String]) -> String? {
+                for prefix in prefixes {
+                    let matches = joinColumns.filter { column in
+                        let upper = column.uppercased()
+                        return upper == prefix || (upper.hasPrefix(prefix) && upper.dropFirst(prefix.count).allSatisfy(\.isNumber))
+                    }
+                    if matches.count == 1 { return matches[0] }
+                }
+                return nil
+            }
+            guard let own = column(declaredBy.map { "Z_\($0)\(inverseName)" }), let other = column(inverseDeclaredBy.map { "Z_\($0)\(name)" }) else {
+                return .failure(Unmapped(text: "\(label): cannot tell the columns of join table \(joinTable) apart (\(joinColumns.joined(separator: ", ")))"))
+            }
+            return .success(Effect(relationship: label, action: action, kind: .join(table: joinTable, own: own, other: other, otherTable: table)))
+        }
+
+        /// The to-one columns of `inverse` (declared on its entity or any ancestor, or copied to it).
+        func inverseColumns(_ inverse: CoreDataModel.Relationship) -> [String] {
+            Array(Set(model.ancestors(of: inverse.entity).flatMap { toOne["\($0).\(inverse.name)"] ?? [] })).sorted()
+        }
     }
 
     /// Problems of the entities a purge of `roots` reaches (through cascades): reported as

@@ -23,92 +23,111 @@ enum SnapshotExtraction {
         guard let facts = record.snapshot, let archiveRecord = facts.archive else {
             throw StoreOpsError(.badData, "the catalog entry has no archive record")
         }
-        let id = facts.id
+        let check = Damage(id: facts.id, repository: repository.path)
         let archivePath = repository.archivePath(record)
+        guard let size = FileSystem.size(of: archivePath) else { throw check.damaged("its archive \(archivePath) is missing") }
+        guard size == archiveRecord.bytes else {
+            throw check.damaged("its archive is \(size) bytes, the catalog says \(archiveRecord.bytes) (truncated or replaced)")
+        }
+        let reader: ArchiveReader
+        do { reader = try ArchiveReader(path: archivePath) } catch let error as StoreOpsError {
+            throw check.damaged(error.message)
+        }
+        let innerManifest: Data
+        do { innerManifest = try unpack(reader, record: record, into: targets, check: check) } catch let error as StoreOpsError
+            where error.status == .badData && !error.message.hasPrefix("snapshot \(facts.id)") {
+            throw check.damaged(error.message)
+        }
+        // The archive's own manifest is the catalog's, less the archive record it cannot contain.
+        var catalogCopy = record
+        catalogCopy.snapshot?.archive = nil
+        guard let inner = try? JSON.decoder().decode(Manifest.self, from: innerManifest) else {
+            throw check.damaged("its manifest.json is not a valid manifest")
+        }
+        guard try JSON.encode(inner) == (try JSON.encode(catalogCopy)) else {
+            throw check.damaged("its manifest.json does not match the catalog entry")
+        }
+        let (archiveBytes, archiveSHA) = try reader.finishHashing()
+        guard archiveBytes == archiveRecord.bytes, archiveSHA == archiveRecord.sha256 else {
+            throw check.damaged("archive checksum mismatch (expected \(archiveRecord.sha256.prefix(12))…, got \(archiveSHA.prefix(12))…)")
+        }
+        try checkDatabase(targets.database, of: record, level: level, check: check)
+    }
+
+    /// What a damaged snapshot's error says.
+    struct Damage {
+        let id: String
+        let repository: String
         func damaged(_ what: String) -> StoreOpsError {
             StoreOpsError(.badData, "snapshot \(id): \(what); the archive is damaged",
-                          hint: "restore an older snapshot: `storectl snapshot list --repo \(repository.path)`")
+                          hint: "restore an older snapshot: `storectl snapshot list --repo \(repository)`")
         }
-        guard let size = FileSystem.size(of: archivePath) else { throw damaged("its archive \(archivePath) is missing") }
-        guard size == archiveRecord.bytes else {
-            throw damaged("its archive is \(size) bytes, the catalog says \(archiveRecord.bytes) (truncated or replaced)")
-        }
+    }
 
+    /// Every entry, checked before its data is read and then against the manifest as it is
+    /// unpacked; returns the archive's own manifest.
+    private static func unpack(_ reader: ArchiveReader, record: Manifest, into targets: Targets, check: Damage) throws -> Data {
         var expected: [String: Manifest.FileRecord] = [record.database.path: record.database]
         for file in record.externalData?.files ?? [] { expected[file.path] = file }
         let allowed = Set(expected.keys).union(["manifest.json"])
         var seen = Set<String>()
         var innerManifest: Data?
-
-        let reader: ArchiveReader
-        do { reader = try ArchiveReader(path: archivePath) } catch let error as StoreOpsError {
-            throw damaged(error.message)
-        }
-        do {
-            while let entry = try reader.next() {
-                try ProcessSignals.checkpoint("checking snapshot \(id)")
-                if let problem = ArchiveEntryRules.problem(name: entry.name, fileType: entry.fileType, symlinkTarget: entry.symlinkTarget,
-                                                           hardlinkTarget: entry.hardlinkTarget, expected: allowed) {
-                    throw StoreOpsError(.badData, "snapshot \(id): refusing an archive entry: \(problem); nothing was restored",
-                                        hint: "this archive was not written by storectl or was tampered with")
-                }
-                guard seen.insert(entry.name).inserted else { throw damaged("the archive holds \(entry.name) twice") }
-                if entry.name == "manifest.json" {
-                    var data = Data()
-                    try reader.readData { chunk in
-                        data.append(contentsOf: chunk)
-                        if data.count > 16 << 20 { throw damaged("manifest.json is larger than 16 MiB") }
-                    }
-                    innerManifest = data
-                    continue
-                }
-                guard let file = expected[entry.name] else { throw damaged("an entry the manifest does not list: \(entry.name)") }
-                // A size bomb (gigabytes of zeros where the manifest says megabytes) is refused on its
-                // header, or at the manifest's size at the latest: never unpacked in full.
-                if entry.size >= 0, UInt64(entry.size) != file.bytes {
-                    throw damaged("\(entry.name) is \(Format.count(entry.size)) bytes in the archive, the manifest says \(Format.count(file.bytes)); nothing was unpacked from it")
-                }
-                let destination: String? = entry.name == record.database.path
-                    ? targets.database
-                    : targets.externalFolder.map { ($0 as NSString).appendingPathComponent(FileSystem.name(of: entry.name)) }
-                // The database is hashed after unpacking, alongside its integrity check (below).
-                let isDatabase = entry.name == record.database.path
-                let (bytes, sha) = try stream(reader, to: destination, creating: !isDatabase, hashing: !isDatabase, limit: file.bytes) {
-                    damaged("\(entry.name) holds more than the \(Format.count(file.bytes)) bytes the manifest says; reading stopped there")
-                }
-                guard bytes == file.bytes else { throw damaged("\(entry.name) is \(bytes) bytes, the manifest says \(file.bytes)") }
-                if !isDatabase, sha != file.sha256 {
-                    throw damaged("checksum mismatch in \(entry.name) (expected \(file.sha256.prefix(12))…, got \(sha.prefix(12))…)")
-                }
+        while let entry = try reader.next() {
+            try ProcessSignals.checkpoint("checking snapshot \(check.id)")
+            if let problem = ArchiveEntryRules.problem(name: entry.name, fileType: entry.fileType, symlinkTarget: entry.symlinkTarget,
+                                                       hardlinkTarget: entry.hardlinkTarget, expected: allowed) {
+                throw StoreOpsError(.badData, "snapshot \(check.id): refusing an archive entry: \(problem); nothing was restored",
+                                    hint: "this archive was not written by storectl or was tampered with")
             }
-        } catch let error as StoreOpsError where error.status == .badData && !error.message.hasPrefix("snapshot \(id)") {
-            throw damaged(error.message)
+            guard seen.insert(entry.name).inserted else { throw check.damaged("the archive holds \(entry.name) twice") }
+            if entry.name == "manifest.json" {
+                var data = Data()
+                try reader.readData { chunk in
+                    data.append(contentsOf: chunk)
+                    if data.count > 16 << 20 { throw check.damaged("manifest.json is larger than 16 MiB") }
+                }
+                innerManifest = data
+                continue
+            }
+            guard let file = expected[entry.name] else { throw check.damaged("an entry the manifest does not list: \(entry.name)") }
+            try unpack(entry, of: file, reader: reader, isDatabase: entry.name == record.database.path, into: targets, check: check)
         }
         let missing = Set(expected.keys).subtracting(seen)
-        guard missing.isEmpty else { throw damaged("the archive lacks \(missing.sorted().joined(separator: ", "))") }
-        guard let innerManifest else { throw damaged("the archive has no manifest.json") }
+        guard missing.isEmpty else { throw check.damaged("the archive lacks \(missing.sorted().joined(separator: ", "))") }
+        guard let innerManifest else { throw check.damaged("the archive has no manifest.json") }
+        return innerManifest
+    }
 
-        // The archive's own manifest is the catalog's, less the archive record it cannot contain.
-        var catalogCopy = record
-        catalogCopy.snapshot?.archive = nil
-        guard let inner = try? JSON.decoder().decode(Manifest.self, from: innerManifest) else {
-            throw damaged("its manifest.json is not a valid manifest")
+    /// One file: its size checked on the header (a size bomb of gigabytes of zeros where the
+    /// manifest says megabytes is refused before a byte is written) and while streaming, its hash
+    /// (the database's is checked after, alongside its integrity check).
+    private static func unpack(_ entry: ArchiveReader.Entry, of file: Manifest.FileRecord, reader: ArchiveReader, isDatabase: Bool,
+                               into targets: Targets, check: Damage) throws {
+        if entry.size >= 0, UInt64(entry.size) != file.bytes {
+            throw check.damaged("\(entry.name) is \(Format.count(entry.size)) bytes in the archive, the manifest says \(Format.count(file.bytes)); nothing was unpacked from it")
         }
-        guard try JSON.encode(inner) == (try JSON.encode(catalogCopy)) else {
-            throw damaged("its manifest.json does not match the catalog entry")
+        let destination: String? = isDatabase
+            ? targets.database
+            : targets.externalFolder.map { ($0 as NSString).appendingPathComponent(FileSystem.name(of: entry.name)) }
+        let (bytes, sha) = try stream(reader, to: destination, creating: !isDatabase, hashing: !isDatabase, limit: file.bytes) {
+            check.damaged("\(entry.name) holds more than the \(Format.count(file.bytes)) bytes the manifest says; reading stopped there")
         }
-        let (archiveBytes, archiveSHA) = try reader.finishHashing()
-        guard archiveBytes == archiveRecord.bytes, archiveSHA == archiveRecord.sha256 else {
-            throw damaged("archive checksum mismatch (expected \(archiveRecord.sha256.prefix(12))…, got \(archiveSHA.prefix(12))…)")
+        guard bytes == file.bytes else { throw check.damaged("\(entry.name) is \(bytes) bytes, the manifest says \(file.bytes)") }
+        if !isDatabase, sha != file.sha256 {
+            throw check.damaged("checksum mismatch in \(entry.name) (expected \(file.sha256.prefix(12))…, got \(sha.prefix(12))…)")
         }
-        let database = targets.database
-        let (check, sha) = try inParallel({ try SnapshotVerify.checkDatabase(database, level: level) },
-                                          { try Hashing.sha256(ofFile: database) })
+    }
+
+    /// The unpacked database: its SHA-256 against the manifest's and its integrity check, in parallel.
+    /// The one restore-and-check step every restore, verification and rollback goes through.
+    static func checkDatabase(_ database: String, of record: Manifest, level: VerifyLevel, check: Damage) throws {
+        let (result, sha) = try inParallel({ try SnapshotVerify.checkDatabase(database, level: level) },
+                                           { try Hashing.sha256(ofFile: database) })
         guard sha == record.database.sha256 else {
-            throw damaged("checksum mismatch in \(record.database.path) (expected \(record.database.sha256.prefix(12))…, got \(sha.prefix(12))…)")
+            throw check.damaged("checksum mismatch in \(record.database.path) (expected \(record.database.sha256.prefix(12))…, got \(sha.prefix(12))…)")
         }
-        guard check.ok else {
-            throw StoreOpsError(.badData, "snapshot \(id): the database inside fails \(level == .full ? "integrity_check" : "quick_check"): \(check.messages.prefix(3).joined(separator: "; "))")
+        guard result.ok else {
+            throw StoreOpsError(.badData, "snapshot \(check.id): the database inside fails \(level == .full ? "integrity_check" : "quick_check"): \(result.messages.prefix(3).joined(separator: "; "))")
         }
     }
 

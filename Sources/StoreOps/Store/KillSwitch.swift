@@ -43,19 +43,3 @@ public struct KillSwitch: Sendable {
     public static func release(_ store: StoreFile) -> Bool { FileSystem.remove(defaultPath(for: store), point: "killswitch.remove") }
 }
 
-/// Why a long job stopped before it finished its work.
-public enum StopReason: Sendable, Equatable, Codable, CustomStringConvertible {
-    case killSwitch(String)
-    case signal(Int32)
-    case maxRows(Int)
-    case maxRuntime(TimeInterval)
-
-    public var description: String {
-        switch self {
-        case .killSwitch(let path): "the kill switch \(path) was thrown"
-        case .signal(let number): "\(ProcessSignals.name(number)) was received"
-        case .maxRows(let rows): "max_rows (\(rows)) was reached"
-        case .maxRuntime(let seconds): "max_runtime (\(Format.duration(seconds))) was reached"
-        }
-    }
-}

@@ -50,3 +50,10 @@ public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConv
 
     public var description: String { String(rawValue) }
 }
+
+extension ExitStatus {
+    /// The signal a 128+N status stands for.
+    static func signalNumber(_ status: ExitStatus) -> StopReason? {
+        status.rawValue > 128 && status.rawValue < 160 ? .signal(status.rawValue - 128) : nil
+    }
+}

@@ -26,14 +26,6 @@ public struct ProgressUpdate: Sendable {
     }
 }
 
-/// What a running operation reports: a stage starting, how far a long step is, a line worth
-/// telling (a migration applied). The one progress type of every operation.
-public enum ProgressEvent: Sendable {
-    case stage(String)
-    case step(ProgressUpdate)
-    case note(String)
-}
-
 /// Where a long step reports how far it is (a part of `ProgressHandler`).
 public typealias StepHandler = (ProgressUpdate) -> Void
 

@@ -1,0 +1,30 @@
+import Foundation
+
+/// The stages an operation declares. Only `act` is required.
+public struct Road<Value> {
+    public var lock: Pipeline.LockMode
+    public var wait = false
+    public var preflight: ((Pipeline) throws -> Void)?
+    /// Makes the safety snapshot and returns its id; if it cannot be made, nothing changes.
+    public var snapshot: ((Pipeline) throws -> String)?
+    public var actName: String
+    public var act: (Pipeline) throws -> Value
+    public var verify: ((Pipeline, Value) throws -> Void)?
+    /// Makes a verified result count (renames it into place, lists it): no stop is honoured any more.
+    public var commit: ((Pipeline, Value) throws -> Void)?
+    /// The commit's stage name; nil: it is part of the verify stage's time, not a stage of its own.
+    public var commitName: String? = "commit"
+    /// Puts the store back; returns nil when it did, or why it could not.
+    public var rollback: ((Pipeline, Ending) -> StoreOpsError?)?
+    /// Roll back on a failure too (a stop always rolls back when there is a rollback stage).
+    public var rollbackOnFailure = false
+    /// The status of every failure in act or verify (migrate: 1, "the store is at its last good migration").
+    public var failureStatus: ExitStatus?
+
+    public init(lock: Pipeline.LockMode, wait: Bool = false, actName: String, act: @escaping (Pipeline) throws -> Value) {
+        self.lock = lock
+        self.wait = wait
+        self.actName = actName
+        self.act = act
+    }
+}

@@ -1,0 +1,42 @@
+import Foundation
+
+/// What `storectl preflight` returns: every check, the Core Data entity counts, and the verdict.
+public struct PreflightReport: Sendable, Codable {
+    /// True when no check failed (warnings pass): the verdict, for machines.
+    public var ok: Bool
+    /// The exit status `storectl preflight` ends with: 0 passed, 2 a check failed.
+    public var status: Int32
+    public var store: String
+    public var operation: Preflight.Operation
+    public var destination: String
+    public var checks: [Check]
+    /// Core Data stores only: rows per entity.
+    public var entities: [CoreDataCensus.EntityCount]?
+    public var startedAt: Date
+    public var durationSeconds: Double
+
+    public init(store: String, operation: Preflight.Operation, destination: String, checks: [Check],
+                entities: [CoreDataCensus.EntityCount]?, startedAt: Date, durationSeconds: Double) {
+        let passed = !checks.contains { $0.status == .fail }
+        ok = passed
+        status = passed ? ExitStatus.ok.rawValue : ExitStatus.checksFailed.rawValue
+        self.store = store
+        self.operation = operation
+        self.destination = destination
+        self.checks = checks
+        self.entities = entities
+        self.startedAt = startedAt
+        self.durationSeconds = durationSeconds
+    }
+
+    /// True when no check failed (warnings pass).
+    public var passed: Bool { !checks.contains { $0.status == .fail } }
+
+    public var ending: Ending {
+        passed ? .ok : Ending(.checksFailed, error: StoreOpsError(.checksFailed, "preflight failed: " + checks.filter { $0.status == .fail }.map(\.id).joined(separator: ", ")))
+    }
+
+    public func check(_ id: String) -> Check? { checks.first { $0.id == id } }
+
+
+}

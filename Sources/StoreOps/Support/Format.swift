@@ -1,0 +1,51 @@
+import Foundation
+
+/// Human-readable figures for tables and one-line summaries.
+public enum Format {
+    /// 1536 -> "1.5 KiB"; exact bytes below 1 KiB.
+    public static func bytes(_ value: UInt64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var amount = Double(value)
+        var unit = 0
+        while amount >= 1024, unit < units.count - 1 {
+            amount /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(value) B" : String(format: "%.1f %@", amount, units[unit])
+    }
+
+    public static func bytes(_ value: Int) -> String { bytes(UInt64(max(0, value))) }
+
+    /// 1234567 -> "1,234,567".
+    public static func count<T: BinaryInteger>(_ value: T) -> String {
+        let digits = String(value.magnitude)
+        var out = ""
+        for (i, ch) in digits.enumerated() {
+            if i > 0, (digits.count - i) % 3 == 0 { out.append(",") }
+            out.append(ch)
+        }
+        return (value < 0 ? "-" : "") + out
+    }
+
+    /// Seconds -> "0.42s", "12.3s", "3m05s", "1h02m".
+    public static func duration(_ seconds: Double) -> String {
+        if seconds < 10 { return String(format: "%.2fs", seconds) }
+        if seconds < 60 { return String(format: "%.1fs", seconds) }
+        let total = Int(seconds.rounded())
+        if total < 3600 { return String(format: "%dm%02ds", total / 60, total % 60) }
+        return String(format: "%dh%02dm", total / 3600, (total % 3600) / 60)
+    }
+
+    /// 5 -> "5", -5.5 -> "-5.5": a number as typed.
+    public static func number(_ value: Double) -> String {
+        value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+
+    public static func percent(_ fraction: Double) -> String { String(format: "%.1f%%", fraction * 100) }
+
+    /// "1 entity", "2 entities", "1,000 rows": singular only for one.
+    public static func plural<T: BinaryInteger>(_ value: T, _ one: String, _ many: String) -> String {
+        "\(count(value)) \(value == 1 ? one : many)"
+    }
+}
+
