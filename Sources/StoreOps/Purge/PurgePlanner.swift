@@ -32,6 +32,13 @@ public enum PurgePlanner {
         return .success(targets)
     }
 
+    /// Plans every rule against a schema value: no I/O (the trigger check is `resolve`'s).
+    public static func plan(_ policy: Policy, schema: StoreSchema, now: Date) -> Result<[PurgeTarget], PolicyProblems> {
+        let sink = ProblemSink(lines: TOMLLines(source: ""))
+        let targets = plan(policy, schema: schema, now: now, sink: sink)
+        return sink.problems.isEmpty ? .success(targets) : .failure(PolicyProblems(file: policy.file, problems: sink.problems))
+    }
+
     /// Checks every rule against the schema and the Core Data model, and resolves it: a pure function.
     static func plan(_ policy: Policy, schema: StoreSchema, now: Date, sink: ProblemSink) -> [PurgeTarget] {
         let graph: Result<DeleteGraph, StoreOpsError>? = schema.coreData?.model == nil ? nil : Result { try DeleteGraph(schema: schema) }
