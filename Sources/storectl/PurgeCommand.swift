@@ -34,7 +34,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
 
     static func render(_ report: Purge.Report) -> String {
         var lines = ["purge \(report.store)\(report.dryRun ? " (dry run: nothing changed)" : "")"]
-        if let snapshot = report.snapshot { lines.append("  snapshot first: \(snapshot)") }
+        if let snapshot = report.snapshot { lines.append("  snapshot first: \(snapshot) (verified)") }
         for breaker in report.tripped { lines.append("  REFUSED by the circuit breaker: \(breaker); nothing was deleted") }
         for rule in report.rules {
             let cutoff = rule.cutoff.map { ", deleted before \(Timestamp.iso($0))" } ?? ""
@@ -57,6 +57,12 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
             for note in rule.notes { lines.append("    note: \(note)") }
         }
         if report.checkpointed { lines.append("  WAL checkpoint (passive) done") }
+        if !report.verified.isEmpty {
+            let checks = report.verified.filter { $0.hasPrefix("quick_check") }.count
+            let orphans = report.verified.count - checks
+            lines.append("  checked after the deletes: quick_check of \(Format.plural(checks, "table", "tables")) written ok"
+                         + (orphans > 0 ? ", no new orphans in \(Format.plural(orphans, "relationship column", "relationship columns"))" : ""))
+        }
         return lines.joined(separator: "\n")
     }
 }

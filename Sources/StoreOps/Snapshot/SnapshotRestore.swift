@@ -67,6 +67,8 @@ public enum SnapshotRestore {
         /// An interrupted swap of this path that was finished first.
         public var recovered: StoreSwap.Outcome?
         public var record: Manifest
+        /// In place: how long each stage took (lock, preflight, snapshot, swap).
+        public var stages: [StageTiming] = []
     }
 
     /// Verifies the snapshot while unpacking it beside the target, checks the database, then
@@ -208,7 +210,10 @@ public enum SnapshotRestore {
             }
             road.preflight = { _ in try self.check() }
             road.snapshot = { _ in try self.keepCurrent() }
-            return try pipeline.walk(road).get().result()
+            let walked = pipeline.walk(road)
+            var result = try walked.get().result()
+            result.stages = walked.stages
+            return result
         }
 
         /// The store may be replaced, and the snapshot is unpacked and checked beside it.

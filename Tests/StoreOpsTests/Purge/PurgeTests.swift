@@ -229,6 +229,11 @@ struct PurgeControlTests {
                                                                  extra: "[snapshot]\nrepository = \"\(folder.file("snaps"))\"\nbefore_purge = true")))
         let listed = try SnapshotSummary.list(repository: folder.file("snaps"))
         #expect(listed.map(\.id) == [report.snapshot] && listed.first?.tags == ["pre-purge"])
+        // The snapshot was verified before anything was deleted, and the deletes were checked after.
+        #expect(listed.first?.lastVerified?.ok == true)
+        #expect(report.stages.map(\.name) == ["lock", "preflight", "snapshot", "purge", "verify"])
+        #expect(report.verified.contains("quick_check(ZITEM) ok") && report.verified.contains("quick_check(ZATTACHMENT) ok"), "\(report.verified)")
+        #expect(report.verified.contains { $0.hasPrefix("ZATTACHMENT.ZITEM: no new orphans") }, "\(report.verified)")
 
         let other = try TempFolder()
         let store2 = try sampleStore(in: other)
