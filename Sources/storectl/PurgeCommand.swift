@@ -59,9 +59,9 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
         if report.checkpointed { lines.append("  WAL checkpoint (passive) done") }
         if !report.verified.isEmpty {
             let checks = report.verified.filter { $0.hasPrefix("quick_check") }.count
-            let orphans = report.verified.count - checks
+            let references = report.verified.count - checks
             lines.append("  checked after the deletes: quick_check of \(Format.plural(checks, "table", "tables")) written ok"
-                         + (orphans > 0 ? ", no new orphans in \(Format.plural(orphans, "relationship column", "relationship columns"))" : ""))
+                         + (references > 0 ? ", no reference left to a deleted row in \(Format.plural(references, "relationship column", "relationship columns"))" : ""))
         }
         return lines.joined(separator: "\n")
     }

@@ -117,6 +117,8 @@ struct BatchClosure {
         /// Nullified references per "TABLE.COLUMN".
         var nullified: [String: Int] = [:]
         var joinRows = 0
+        /// The rows deleted, by table (for the check after the purge).
+        var deleted: [String: [Int64]] = [:]
     }
 
     /// Counts what `apply` would change (the dry run).
@@ -143,6 +145,7 @@ struct BatchClosure {
             } else {
                 effects.cascaded[table, default: 0] += ids.count
             }
+            effects.deleted[table, default: []] += ids
             if apply { try db.execute(sql: Self.deleteStatement(table).sql, arguments: [Self.json(ids)]) }
         }
         for (key, rows) in joins.sorted(by: { $0.key.table < $1.key.table }) {

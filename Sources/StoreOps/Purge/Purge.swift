@@ -127,7 +127,8 @@ public enum Purge {
         var report: Report
         var queue: DatabaseQueue?
         var targets: [PurgeTarget] = []
-        var orphansBefore: [String: Int] = [:]
+        /// Rows deleted by this run, by table: what the check after the purge looks for references to.
+        var deletedIDs: [String: [Int64]] = [:]
 
         init(policy: Policy, store: StoreFile, options: Options, killSwitch: KillSwitch) {
             self.policy = policy
@@ -161,7 +162,6 @@ public enum Purge {
             guard report.tripped.isEmpty else {
                 throw Pipeline.Refusal(error: StoreOpsError(.checksFailed, "the circuit breaker refused the purge: \(report.tripped.joined(separator: "; "))"))
             }
-            if !options.dryRun { orphansBefore = try orphanCounts() }
         }
 
         func configure(_ db: Database) throws {
@@ -193,7 +193,9 @@ public enum Purge {
         func purgeAll(_ pipeline: Pipeline) throws {
             guard let queue else { throw StoreOpsError(.failure, "no plan") }
             for (index, target) in targets.enumerated() {
-                try Purge.purge(target, into: &report.rules[index], queue: queue, options: options, pipeline: pipeline)
+                try Purge.purge(target, into: &report.rules[index], queue: queue, options: options, pipeline: pipeline) { effects in
+                    for (table, ids) in effects.deleted { self.deletedIDs[table, default: []] += ids }
+                }
                 if let stopped = report.rules[index].stopped, !stopped.isLimit {
                     report.stopped = stopped
                     break
@@ -221,20 +223,10 @@ public enum Purge {
             return tables.sorted()
         }
 
-        /// Orphaned to-one references into the tables the plan may delete from (a delete can make them).
-        func orphanCounts() throws -> [String: Int] {
-            guard let queue else { return [:] }
-            let tables = Set(targets.flatMap { $0.writes.compactMap(\.table) })
-            return try queue.inDatabase { db in
-                guard let coreData = try CoreDataStore.read(db), coreData.model != nil else { return [:] }
-                let columns = try CoreDataCensus.toOneColumns(db, store: coreData).columns.filter { tables.contains($0.destinationTable) }
-                return Dictionary(try CoreDataCensus.orphans(db, columns: columns).map { ("\($0.table).\($0.column)", $0.orphans) },
-                                  uniquingKeysWith: +)
-            }
-        }
-
-        /// After the deletes: `quick_check` of every table written, and no orphaned reference the
-        /// purge made. A failure names the pre-purge snapshot to go back to.
+        /// After the deletes: `quick_check` of every table written, and no reference left to a
+        /// deleted row through a relationship whose delete rule (cascade, nullify) should have
+        /// cleared it: an index lookup per relationship column, not a scan. A failure names the
+        /// pre-purge snapshot to go back to.
         func verifyAfter() throws {
             guard let queue else { return }
             let hint = report.snapshot.map { "the store before this purge is snapshot \($0): storectl snapshot restore --in-place" }
@@ -246,18 +238,42 @@ public enum Purge {
                 }
                 report.verified.append("quick_check(\(table)) ok")
             }
-            for (column, after) in try orphanCounts().sorted(by: { $0.key < $1.key }) {
-                let before = orphansBefore[column] ?? 0
-                guard after <= before else {
-                    throw StoreOpsError(.badData, "after the purge, \(column) has \(after) orphaned references (\(before) before)", hint: hint)
+            for (label, sql, ids) in referenceChecks() {
+                var left = 0
+                for start in stride(from: 0, to: ids.count, by: 10_000) {
+                    let chunk = ids[start..<min(ids.count, start + 10_000)]
+                    left += try queue.inDatabase { try Int.fetchOne($0, sql: sql, arguments: [BatchClosure.json(chunk)]) ?? 0 }
                 }
-                report.verified.append("\(column): no new orphans")
+                guard left == 0 else {
+                    throw StoreOpsError(.badData, "after the purge, \(Format.plural(left, "row", "rows")) of \(label) still refer to deleted rows", hint: hint)
+                }
+                report.verified.append("\(label): no reference to a deleted row")
             }
+        }
+
+        /// For every relationship column a cascade or nullify rule clears, the statement counting
+        /// rows that still refer to rows this run deleted, and those rows' ids.
+        func referenceChecks() -> [(label: String, sql: String, ids: [Int64])] {
+            var checks: [String: (String, String, [Int64])] = [:]
+            for target in targets {
+                guard let graph = target.graph else { continue }
+                for (ent, effects) in graph.effects {
+                    guard let table = graph.entitiesOf.first(where: { $0.value.contains(ent) })?.key, let ids = deletedIDs[table], !ids.isEmpty else { continue }
+                    for effect in effects where effect.action == .cascade || effect.action == .nullify {
+                        guard case .referencedBy(let other, let columns, _, _) = effect.kind else { continue }
+                        for column in columns {
+                            let label = "\(other).\(column)"
+                            checks[label] = (label, "SELECT count(*) FROM \(quoteIdentifier(other)) WHERE \(quoteIdentifier(column)) IN (SELECT value FROM json_each(?))", ids)
+                        }
+                    }
+                }
+            }
+            return checks.keys.sorted().compactMap { checks[$0] }.map { (label: $0.0, sql: $0.1, ids: $0.2) }
         }
     }
 
     static func purge(_ target: PurgeTarget, into rule: inout RuleReport, queue: DatabaseQueue, options: Options,
-                      pipeline: Pipeline) throws {
+                      pipeline: Pipeline, deleted: (BatchClosure.Effects) -> Void) throws {
         let started = Date()
         var cursor: Int64 = 0
         defer { rule.seconds = Date().timeIntervalSince(started) }
@@ -267,7 +283,7 @@ public enum Purge {
                 return
             }
             let size = min(target.rule.batchSize, target.rule.maxRows.map { $0 - rule.deleted } ?? Int.max)
-            let (done, lockHeld) = try batch(target, size: size, cursor: &cursor, into: &rule, queue: queue, dryRun: options.dryRun)
+            let (done, lockHeld) = try batch(target, size: size, cursor: &cursor, into: &rule, queue: queue, dryRun: options.dryRun, deleted: deleted)
             pipeline.step(ProgressUpdate(phase: "purge \(target.rule.name)", done: UInt64(rule.deleted),
                                          total: UInt64(max(rule.candidates, rule.deleted)), unit: .rows, bytes: 0, startedAt: started))
             if done { return }
@@ -285,7 +301,7 @@ public enum Purge {
     /// rules and deleted in one short transaction. Returns whether the rule is done, and how long
     /// the write lock was held.
     static func batch(_ target: PurgeTarget, size: Int, cursor: inout Int64, into rule: inout RuleReport, queue: DatabaseQueue,
-                      dryRun: Bool) throws -> (done: Bool, lockHeld: TimeInterval) {
+                      dryRun: Bool, deleted: (BatchClosure.Effects) -> Void) throws -> (done: Bool, lockHeld: TimeInterval) {
         var arguments: StatementArguments = [cursor]
         _ = arguments.append(contentsOf: target.condition.arguments)
         _ = arguments.append(contentsOf: [size])
@@ -309,6 +325,7 @@ public enum Purge {
                 if !dryRun { FaultInjection.reach("purge.batch-committed") }
                 lockHeld = Date().timeIntervalSince(locked)
                 rule.record(effects, denied: closure.denied, table: target.table)
+                if !dryRun { deleted(effects) }
                 return ids.count < size
             } catch {
                 if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }

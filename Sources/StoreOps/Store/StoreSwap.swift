@@ -174,7 +174,8 @@ public enum StoreSwap {
             }
             throw error
         }
-        return try dispose(journal, direction: "forward", intruders: [])
+        // The caller checked what it staged; the hash check is for a recovery, which did not.
+        return try dispose(journal, direction: "forward", intruders: [], checkingHash: false)
     }
 
     /// Writes the record durably and returns a descriptor holding its flock.
@@ -203,7 +204,7 @@ public enum StoreSwap {
     /// and removes the record. Used by `perform` and by `recover`.
     static func finish(_ journal: Journal, direction: String) throws -> Outcome {
         let intruders = try apply(journal)
-        return try dispose(journal, direction: direction, intruders: intruders)
+        return try dispose(journal, direction: direction, intruders: intruders, checkingHash: true)
     }
 
     /// The steps: old files aside, new files in place, folders synced. Returns the intruders moved away.
@@ -254,7 +255,7 @@ public enum StoreSwap {
     }
 
     /// Checks the new database, disposes of the old files, runs the follow-ups, removes the record.
-    static func dispose(_ journal: Journal, direction: String, intruders: [String]) throws -> Outcome {
+    static func dispose(_ journal: Journal, direction: String, intruders: [String], checkingHash: Bool) throws -> Outcome {
         let folder = FileSystem.parent(of: journal.target)
         let replaced = journal.steps.filter { $0.kind != .install && holds($0.to, $0) }.map(\.from)
         var intruders = intruders
@@ -265,7 +266,7 @@ public enum StoreSwap {
             }
         }
         var verified: Bool?
-        if let expected = journal.expectedSHA256 {
+        if checkingHash, let expected = journal.expectedSHA256 {
             verified = (try? Hashing.sha256(ofFile: journal.target)) == expected
         }
         var kept: [String] = []
