@@ -1,0 +1,74 @@
+import Crypto
+import _CryptoExtras
+import Foundation
+
+/// One way into an encrypted repository: the master key sealed under a key derived from a
+/// password with scrypt. A repository has one key file per password (`storectl key add`);
+/// removing one (`key remove`) revokes that password without re-encrypting anything.
+///
+/// `keys/<id>` holds JSON: `{ "format": "storectl-key", "formatVersion": 1, "id", "created",
+/// "host", "user", "kdf": { "name": "scrypt", "n", "r", "p", "salt" (base64, 32 bytes) },
+/// "sealed" (base64 of AES-256-GCM `nonce | ciphertext | tag` of the 64-byte master key, with
+/// `key:<id>` as associated data) }`.
+public struct KeyFile: Sendable, Codable, Equatable {
+    public struct Derivation: Sendable, Codable, Equatable {
+        public var name = "scrypt"
+        public var n: Int
+        public var r: Int
+        public var p: Int
+        public var salt: String
+    }
+
+    public var format = "storectl-key"
+    public var formatVersion = 1
+    public var id: String
+    public var created: Date
+    public var host: String
+    public var user: String
+    public var kdf: Derivation
+    public var sealed: String
+
+    /// scrypt's cost: N = 2^15, r = 8, p = 1 (about 32 MiB and a tenth of a second), as restic uses.
+    public static let defaultN = 1 << 15
+
+    /// Seals `master` under `password`.
+    public static func make(_ master: MasterKey, password: Data, n: Int = defaultN) throws -> KeyFile {
+        let id = Data((0..<8).map { _ in UInt8.random(in: 0...255) }).map { String(format: "%02x", $0) }.joined()
+        let salt = Data((0..<32).map { _ in UInt8.random(in: 0...255) })
+        let kdf = Derivation(n: n, r: 8, p: 1, salt: salt.base64EncodedString())
+        let wrapping = try derive(password, kdf: kdf)
+        let box = try AES.GCM.seal(master.bytes, using: wrapping, authenticating: Data("key:\(id)".utf8))
+        guard let combined = box.combined else { throw StoreOpsError(.failure, "AES-GCM produced no combined box") }
+        return KeyFile(id: id, created: Timestamp.now(), host: ProcessInfo.processInfo.hostName,
+                       user: ProcessInfo.processInfo.environment["USER"] ?? String(getuid()), kdf: kdf, sealed: combined.base64EncodedString())
+    }
+
+    /// The master key, or nil when `password` is not this key's.
+    ///
+    /// - Throws: 65 when the key file itself is damaged (parameters out of range, not base64).
+    public func open(password: Data) throws -> MasterKey? {
+        let wrapping = try Self.derive(password, kdf: kdf, file: id)
+        guard let sealedBytes = Data(base64Encoded: sealed), sealedBytes.count == 64 + Sealer.overhead else {
+            throw StoreOpsError(.badData, "key \(id): its sealed master key is damaged", hint: "use another key of the repository")
+        }
+        guard let box = try? AES.GCM.SealedBox(combined: sealedBytes),
+              let bytes = try? AES.GCM.open(box, using: wrapping, authenticating: Data("key:\(id)".utf8)) else { return nil }
+        return MasterKey(bytes: bytes)
+    }
+
+    /// scrypt with the file's parameters, refusing values a damaged or hostile file could use to
+    /// exhaust memory or time.
+    static func derive(_ password: Data, kdf: Derivation, file: String = "new") throws -> SymmetricKey {
+        guard kdf.name == "scrypt", kdf.n >= 1 << 10, kdf.n <= 1 << 22, kdf.n & (kdf.n - 1) == 0, (1...32).contains(kdf.r),
+              (1...16).contains(kdf.p), let salt = Data(base64Encoded: kdf.salt), salt.count >= 16 else {
+            throw StoreOpsError(.badData, "key \(file): its key derivation parameters are not valid (scrypt N \(kdf.n), r \(kdf.r), p \(kdf.p))",
+                                hint: "the key file is damaged; use another key of the repository")
+        }
+        do {
+            return try KDF.Scrypt.deriveKey(from: password, salt: salt, outputByteCount: 32, rounds: kdf.n, blockSize: kdf.r,
+                                            parallelism: kdf.p, maxMemory: 256 << 20)
+        } catch {
+            throw StoreOpsError(.failure, "deriving the key of \(file): \(error)")
+        }
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+
+/// Where a repository's password comes from: never a command-line argument (it would show in `ps`
+/// and in shell history). In order: `--password-file FILE`, `STORECTL_PASSWORD_FILE`,
+/// `STORECTL_PASSWORD_COMMAND` (its first line of output), a prompt on the terminal.
+public enum PasswordSource: Sendable, Equatable {
+    case file(String)
+    case command(String)
+    case prompt
+
+    /// The source the options and the environment name.
+    public static func resolve(file: String?, environment: [String: String] = ProcessInfo.processInfo.environment) -> PasswordSource {
+        if let file { return .file(file) }
+        if let file = environment["STORECTL_PASSWORD_FILE"], !file.isEmpty { return .file(file) }
+        if let command = environment["STORECTL_PASSWORD_COMMAND"], !command.isEmpty { return .command(command) }
+        return .prompt
+    }
+
+    /// Reads the password (its first line).
+    ///
+    /// - Parameter confirm: a prompt asks twice (a new password).
+    /// - Throws: 66 for a missing or unreadable file, 1 for a failing command, 64 when there is no
+    ///   terminal to ask on, and for an empty password.
+    public func read(purpose: String, confirm: Bool = false) throws -> Data {
+        let text: String
+        switch self {
+        case .file(let path):
+            guard let data = FileManager.default.contents(atPath: FileSystem.absolute(path)) else {
+                throw StoreOpsError(.noInput, "the password file \(FileSystem.absolute(path)) cannot be read", hint: "check the path and its permissions")
+            }
+            text = String(decoding: data, as: UTF8.self)
+        case .command(let command):
+            text = try Self.run(command)
+        case .prompt:
+            text = try Self.prompt("\(purpose): ", confirm: confirm)
+        }
+        let line = String(text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+            .trimmingCharacters(in: CharacterSet(charactersIn: "\r"))
+        guard !line.isEmpty else {
+            throw StoreOpsError(.usage, "the password is empty", hint: "a repository's password may not be empty")
+        }
+        return Data(line.utf8)
+    }
+
+    static func run(_ command: String) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardInput = FileHandle.nullDevice
+        do { try process.run() } catch {
+            throw StoreOpsError(.failure, "STORECTL_PASSWORD_COMMAND cannot be run: \(error)")
+        }
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw StoreOpsError(.failure, "STORECTL_PASSWORD_COMMAND exited \(process.terminationStatus)", hint: "run it by hand to see why")
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// Asks on /dev/tty with echo off.
+    static func prompt(_ question: String, confirm: Bool) throws -> String {
+        let fd = open("/dev/tty", O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw StoreOpsError(.usage, "no password: there is no terminal to ask on",
+                                hint: "pass --password-file FILE, or set STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND")
+        }
+        defer { close(fd) }
+        func ask(_ text: String) -> String {
+            var original = termios()
+            tcgetattr(fd, &original)
+            var silent = original
+            silent.c_lflag &= ~tcflag_t(ECHO)
+            tcsetattr(fd, TCSAFLUSH, &silent)
+            defer {
+                tcsetattr(fd, TCSAFLUSH, &original)
+                _ = "\n".withCString { write(fd, $0, 1) }
+            }
+            _ = text.withCString { write(fd, $0, strlen($0)) }
+            var bytes: [UInt8] = []
+            var byte: UInt8 = 0
+            while Foundation.read(fd, &byte, 1) == 1, byte != 0x0A, bytes.count < 4096 { bytes.append(byte) }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        let first = ask(question)
+        if confirm, ask("again: ") != first {
+            throw StoreOpsError(.usage, "the two passwords differ; nothing was changed")
+        }
+        return first
+    }
+}
