@@ -74,8 +74,10 @@ public enum CoreDataCensus {
             if owners.count == 1 {
                 perTable[table] = [owners[0].ent: try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(table))") ?? 0]
             } else if columns.contains("Z_ENT") {
-                let rows = try Row.fetchAll(db, sql: "SELECT CAST(Z_ENT AS INTEGER), count(*) FROM \(quoteIdentifier(table)) GROUP BY 1")
-                perTable[table] = Dictionary(try rows.map { (Int(clamping: try $0.optionalInteger(0, "\(table).Z_ENT") ?? -1),
+                // Grouped by the raw column so SQLite walks Z_ENT's index in order (grouping by an
+                // expression would sort 4 million rows in a temp b-tree); odd values are folded here.
+                let rows = try Row.fetchAll(db, sql: "SELECT Z_ENT, count(*) FROM \(quoteIdentifier(table)) GROUP BY Z_ENT")
+                perTable[table] = Dictionary(try rows.map { (Self.entityNumber($0[0] as DatabaseValue),
                                                              Int(clamping: try $0.integer(1, "count")) ) }, uniquingKeysWith: +)
             } else {
                 perTable[table] = [:]   // shared, but no Z_ENT column to tell the entities apart
@@ -99,7 +101,13 @@ public enum CoreDataCensus {
         for entity in store.entities where entity.isRoot {
             guard let table = entity.table,
                   let key = try db.columns(in: table).first(where: { $0.name.uppercased() == "Z_PK" }) else { continue }
-            let row = try Row.fetchOne(db, sql: """
+            // Z_PK declared INTEGER PRIMARY KEY is the rowid: its max is one b-tree step and it
+            // cannot hold anything but integers. Any other declaration is scanned (a damaged store).
+            let isRowid = key.type.uppercased() == "INTEGER" && key.primaryKeyIndex == 1
+            let row = try Row.fetchOne(db, sql: isRowid ? """
+                SELECT (SELECT CAST(Z_MAX AS INTEGER) FROM Z_PRIMARYKEY WHERE CAST(Z_ENT AS INTEGER) = ?),
+                       (SELECT max(Z_PK) FROM \(quoteIdentifier(table))), 0
+                """ : """
                 SELECT (SELECT CAST(Z_MAX AS INTEGER) FROM Z_PRIMARYKEY WHERE CAST(Z_ENT AS INTEGER) = ?),
                        (SELECT max(CAST(Z_PK AS INTEGER)) FROM \(quoteIdentifier(table))),
                        (SELECT count(*) FROM \(quoteIdentifier(table)) WHERE typeof(Z_PK) NOT IN ('integer', 'null'))
@@ -177,6 +185,17 @@ public enum CoreDataCensus {
             let count = try Int.fetchOne(db, sql: sql) ?? 0
             return OrphanCount(table: column.table, column: column.column, relationships: column.relationships,
                                destinationTable: column.destinationTable, orphans: count)
+        }
+    }
+
+    /// A `Z_ENT` value as an entity number: integers (and text or reals that are integers) as
+    /// themselves, anything else -1, which no entity has.
+    static func entityNumber(_ value: DatabaseValue) -> Int {
+        switch value.storage {
+        case .int64(let n): return Int(clamping: n)
+        case .double(let d) where d == d.rounded() && abs(d) < 9.2e18: return Int(clamping: Int64(d))
+        case .string(let s): return Int(s.trimmingCharacters(in: .whitespaces)) ?? -1
+        default: return -1
         }
     }
 }

@@ -231,24 +231,32 @@ public enum Purge {
             guard let queue else { return }
             let hint = report.snapshot.map { "the store before this purge is snapshot \($0): storectl snapshot restore --in-place" }
                 ?? "restore the store from a backup"
-            for table in writtenTables {
-                let messages = try queue.inDatabase { try String.fetchAll($0, sql: "PRAGMA quick_check(\(quoteIdentifier(table)))") }
-                guard messages == ["ok"] else {
-                    throw StoreOpsError(.badData, "after the purge, quick_check of \(table): \(messages.prefix(3).joined(separator: "; "))", hint: hint)
+            // Two cores: the quick_checks on a second read-only connection, the reference lookups here.
+            let (tables, path, checks) = (writtenTables, store.path, referenceChecks())
+            let (checked, referenced) = try inParallel({ () throws -> [String] in
+                let reader = try StoreConnection.open(path, access: .readOnly, label: "storectl.purge-check")
+                defer { try? reader.close() }
+                return try tables.map { table in
+                    let messages = try reader.inDatabase { try String.fetchAll($0, sql: "PRAGMA quick_check(\(quoteIdentifier(table)))") }
+                    guard messages == ["ok"] else {
+                        throw StoreOpsError(.badData, "after the purge, quick_check of \(table): \(messages.prefix(3).joined(separator: "; "))", hint: hint)
+                    }
+                    return "quick_check(\(table)) ok"
                 }
-                report.verified.append("quick_check(\(table)) ok")
-            }
-            for (label, sql, ids) in referenceChecks() {
-                var left = 0
-                for start in stride(from: 0, to: ids.count, by: 10_000) {
-                    let chunk = ids[start..<min(ids.count, start + 10_000)]
-                    left += try queue.inDatabase { try Int.fetchOne($0, sql: sql, arguments: [BatchClosure.json(chunk)]) ?? 0 }
+            }, { () throws -> [String] in
+                try checks.map { (label, sql, ids) in
+                    var left = 0
+                    for start in stride(from: 0, to: ids.count, by: 10_000) {
+                        let chunk = ids[start..<min(ids.count, start + 10_000)]
+                        left += try queue.inDatabase { try Int.fetchOne($0, sql: sql, arguments: [BatchClosure.json(chunk)]) ?? 0 }
+                    }
+                    guard left == 0 else {
+                        throw StoreOpsError(.badData, "after the purge, \(Format.plural(left, "row", "rows")) of \(label) still refer to deleted rows", hint: hint)
+                    }
+                    return "\(label): no reference to a deleted row"
                 }
-                guard left == 0 else {
-                    throw StoreOpsError(.badData, "after the purge, \(Format.plural(left, "row", "rows")) of \(label) still refer to deleted rows", hint: hint)
-                }
-                report.verified.append("\(label): no reference to a deleted row")
-            }
+            })
+            report.verified += checked + referenced
         }
 
         /// For every relationship column a cascade or nullify rule clears, the statement counting

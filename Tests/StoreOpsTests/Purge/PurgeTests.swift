@@ -152,7 +152,7 @@ struct PurgeCoreDataTests {
     func fixtures(_ fixture: Fixture, _ rule: String, _ roots: Int, _ cascaded: [String: Int]) throws {
         let folder = try TempFolder()
         let store = try fixture.copy(into: folder)
-        let before = try ["", "-wal"].map { try? Hashing.sha256(ofFile: store + $0) }
+        let before = ["", "-wal"].map { try? Hashing.sha256(ofFile: store + $0) }
         let report = try Purge.run(.init(policy: try policy(store, "[[purge]]\n\(rule)", folder: folder), dryRun: true))
         #expect(report.rules[0].deleted == roots)
         #expect(report.rules[0].cascaded == cascaded)
