@@ -10,7 +10,10 @@ DEMO     := demo
 
 PREFIX   ?= /usr/local
 DESTDIR  ?=
-VERSION  := $(shell sed -n 's/.*public static let current = "\(.*\)"/\1/p' Sources/StoreOps/Manifest/Manifest.swift)
+VERSION  := $(shell sed -n 's/.*public static let current = "\(.*\)"/\1/p' Sources/StoreOps/Support/StoreOpsVersion.swift)
+ifeq ($(VERSION),)
+$(error cannot read the version from Sources/StoreOps/Support/StoreOpsVersion.swift)
+endif
 ARCH     := $(shell dpkg --print-architecture 2>/dev/null || uname -m)
 STAGE    := .build/stage
 DEB      := storectl_$(VERSION)_$(ARCH).deb

@@ -2,7 +2,7 @@
 # Source it from bench/*.sh after `cd` to the repository root.
 ITEMS=${ITEMS:-4000000}
 OUT=bench/out
-BIN=.build/release
+BIN=${BIN:-.build/release}   # BIN=/other/build/release compares another build
 STORE=$OUT/bench.sqlite
 mkdir -p "$OUT"
 
@@ -13,6 +13,7 @@ need() {   # need COMMAND PACKAGE: install a Debian package when a command is mi
 }
 
 build_release() {
+  [ "$BIN" = .build/release ] || return 0   # another build, given as it is
   swift build -c release --product storectl >/dev/null && swift build -c release --product storectl-lab >/dev/null
 }
 
