@@ -32,6 +32,11 @@ let package = Package(
             providers: [.apt(["zlib1g-dev"])]),
         // The few libc calls Swift cannot reach (renameat2 needs _GNU_SOURCE).
         .target(name: "CStoreSupport"),
+        // A SQLite VFS whose "file" hands each page written to it to Swift: snapshots stream a
+        // store's pages into a repository through SQLite's backup API, with no scratch copy.
+        .target(
+            name: "CSQLiteSink",
+            dependencies: [.product(name: "GRDBSQLite", package: "GRDB.swift")]),
 
         // The library that does the work.
         .target(
@@ -48,6 +53,7 @@ let package = Package(
                 "CZlib",
                 "CZstd",
                 "CStoreSupport",
+                "CSQLiteSink",
             ]),
         // Sample stores and write load for the demo, the tests and the benchmarks.
         // libarchive directly: the fixtures write hostile archives (links, devices, size bombs)

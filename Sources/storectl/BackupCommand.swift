@@ -52,6 +52,6 @@ struct BackupCommand: ParsableCommand, JSONOutput {
         if let external = m.externalData { extras.append(Format.plural(external.files.count, "external file", "external files")) }
         let verify = m.verify.level == .none ? "not verified" : "\(m.verify.level == .quick ? "quick_check" : "integrity_check") ok"
         return "backup ok: \(result.path)  \(Format.bytes(m.database.bytes)), \(Format.count(m.database.pageCount ?? 0)) pages, "
-            + "\(verify), sha256 \(m.database.sha256.prefix(12))…, \(Format.duration(m.durationSeconds)) (\(extras.joined(separator: ", ")))"
+            + "\(verify), sha256 \((m.database.sha256 ?? "").prefix(12))…, \(Format.duration(m.durationSeconds)) (\(extras.joined(separator: ", ")))"
     }
 }

@@ -4,13 +4,14 @@ import StoreOps
 struct SnapshotCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "snapshot",
-        abstract: "Compressed snapshots of a store in a repository: create, list, show, verify, restore, prune.",
+        abstract: "Snapshots of a store in a repository: create, list, show, verify, restore, export, prune.",
         discussion: """
-            A repository is a folder (mode 0700) made by the first `snapshot create`. Writers (create, restore,
-            prune) take its lock and exit 75 at once if another holds it (or wait with --wait); readers take none.
+            A repository is a folder made by `storectl repo init` (format 2, page-level and encrypted, by default).
+            create, restore, verify and export share it; prune needs it alone: a conflicting user makes a command
+            exit 75 at once (or wait with --wait).
             """,
         subcommands: [SnapshotCreateCommand.self, SnapshotListCommand.self, SnapshotShowCommand.self,
-                      SnapshotVerifyCommand.self, SnapshotRestoreCommand.self, SnapshotPruneCommand.self])
+                      SnapshotVerifyCommand.self, SnapshotRestoreCommand.self, SnapshotExportCommand.self, SnapshotPruneCommand.self])
 }
 
 extension Compression: ExpressibleByArgument {}

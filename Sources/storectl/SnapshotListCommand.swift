@@ -5,19 +5,23 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(commandName: "list", abstract: "List the snapshots, newest first.")
 
     @Option(help: "The snapshot repository.") var repo: String
+    @OptionGroup var password: PasswordOption
     @Flag(help: "Print the list as JSON.") var json = false
 
     func run() throws {
-        let rows = try SnapshotSummary.list(repository: repo)
+        let rows = try SnapshotSummary.list(repository: repo, password: password.source)
         print(json ? JSON.string(rows) : Self.render(rows))
     }
 
     static func render(_ rows: [SnapshotSummary]) -> String {
         guard !rows.isEmpty else { return "no snapshots" }
-        let header = ["ID", "TIME (UTC)", "STORE", "SIZE", "RATIO", "TAGS", "LAST VERIFIED"]
+        // Format 1: SIZE is the archive and RATIO its compression; format 2: ADDED is what the snapshot
+        // added to the repository (its new pages), out of the whole store it holds.
+        let paged = rows.contains { $0.format == 2 }
+        let header = ["ID", "TIME (UTC)", "STORE", paged ? "ADDED" : "SIZE", paged ? "OF" : "RATIO", "TAGS", "LAST VERIFIED"]
         let lines = rows.map { row in
             [row.id, Timestamp.iso(row.time).prefix(19).replacingOccurrences(of: "T", with: " "), FileSystem.name(of: row.store),
-             Format.bytes(row.bytes), String(format: "%.1fx", row.ratio), row.tags.joined(separator: ","),
+             Format.bytes(row.bytes), row.format == 2 ? Format.bytes(row.logicalBytes) : String(format: "%.1fx", row.ratio), row.tags.joined(separator: ","),
              row.damaged != nil ? "DAMAGED catalog entry"
                 : row.lastVerified.map { "\(Timestamp.iso($0.at).prefix(16).replacingOccurrences(of: "T", with: " ")) \($0.ok ? "ok" : "FAILED")" } ?? "never"]
         }

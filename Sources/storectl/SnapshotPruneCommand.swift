@@ -14,6 +14,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             """)
 
     @Option(help: "The snapshot repository.") var repo: String
+    @OptionGroup var password: PasswordOption
     @Option(parsing: .unconditional, help: "Keep the N newest snapshots (-1: all).") var keepLast: Int?
     @Option(parsing: .unconditional, help: "Keep the newest snapshot of each of the N most recent hours that have one (-1: no limit).") var keepHourly: Int?
     @Option(parsing: .unconditional, help: "The same per day.") var keepDaily: Int?
@@ -36,7 +37,10 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         }
         let policy = RetentionPolicy(last: keepLast, hourly: keepHourly, daily: keepDaily, weekly: keepWeekly,
                                      monthly: keepMonthly, yearly: keepYearly, within: within, tags: keepTag)
-        let result = try SnapshotPrune.run(.init(repository: repo, policy: policy, dryRun: dryRun, wait: wait))
+        let progress = TerminalProgress.stepHandler(quiet: json)
+        let result = try SnapshotPrune.run(.init(repository: repo, policy: policy, dryRun: dryRun, wait: wait, password: password.source),
+                                           progress: progress?.1)
+        progress?.0.finish()
         if json { print(JSON.string(result)); return }
         for decision in result.decisions where dryRun || !decision.keep {
             let verb = decision.keep ? "keep  " : (dryRun ? "remove" : "removed")
@@ -46,6 +50,15 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             print("keep   \(entry.id)  its catalog entry is damaged, so it is never pruned: \(entry.problem)")
         }
         let kept = result.decisions.filter(\.keep).count
-        print("\(dryRun ? "would keep" : "kept") \(kept), \(dryRun ? "would remove" : "removed") \(result.decisions.count - kept)")
+        var summary = "\(dryRun ? "would keep" : "kept") \(kept), \(dryRun ? "would remove" : "removed") \(result.decisions.count - kept)"
+        if let garbage = result.garbage {
+            if let skipped = garbage.skipped {
+                summary += "; no data collected: \(skipped)"
+            } else {
+                summary += "; \(dryRun ? "would free" : "freed") \(Format.bytes(garbage.freedBytes))"
+                    + (dryRun ? "" : " (\(Format.plural(garbage.deletedPacks, "pack", "packs")) deleted, \(garbage.repackedPacks) repacked, \(garbage.unindexedPacks) unindexed removed)")
+            }
+        }
+        print(summary)
     }
 }

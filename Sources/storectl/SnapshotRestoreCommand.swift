@@ -15,6 +15,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
             """)
 
     @Option(help: "The snapshot repository.") var repo: String
+    @OptionGroup var password: PasswordOption
     @Argument(help: "The snapshot id (or a unique prefix).") var id: String
     @Option(help: "Restore to this new file.") var to: String?
     @Option(help: "Restore in place of this store.") var inPlace: String?
@@ -30,6 +31,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     func run() throws {
         let target: SnapshotRestore.Target = to.map { .file($0) } ?? .inPlace(inPlace!)
         var options = SnapshotRestore.Options(repository: repo, id: id, target: target, force: force, wait: wait)
+        options.password = password.source
         options.create = create
         let result = try SnapshotRestore.run(options)
         if json { print(JSON.string(result)); return }

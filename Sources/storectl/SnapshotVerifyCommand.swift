@@ -8,6 +8,7 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
         discussion: "Writes nothing into the repository but each snapshot's \"last verified\" record. Exits 65 if any is damaged.")
 
     @Option(help: "The snapshot repository.") var repo: String
+    @OptionGroup var password: PasswordOption
     @Argument(help: "Snapshot ids (or unique prefixes).") var ids: [String] = []
     @Flag(help: "Verify every snapshot.") var all = false
     @Flag(help: "Run integrity_check instead of quick_check.") var full = false
@@ -20,7 +21,9 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
     }
 
     func run() throws {
-        let outcomes = try SnapshotVerify.run(.init(repository: repo, ids: ids, all: all, full: full, scratch: scratch))
+        var options = SnapshotVerify.Options(repository: repo, ids: ids, all: all, full: full, scratch: scratch)
+        options.password = password.source
+        let outcomes = try SnapshotVerify.run(options)
         if json {
             print(JSON.string(outcomes))
         } else {

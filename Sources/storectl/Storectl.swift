@@ -18,12 +18,13 @@ struct Storectl: ParsableCommand {
             Set STORECTL_LOG_LEVEL=debug for a trace on stderr.
             """,
         version: StoreOpsVersion.report,
-        subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self, PolicyCommand.self, PurgeCommand.self,
+        subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self, RepoCommand.self, KeyCommand.self, PolicyCommand.self, PurgeCommand.self,
                       KillswitchCommand.self, RunCommand.self, ScheduleCommand.self, MigrateCommand.self, RollbackCommand.self,
                       RecoverCommand.self])
 
     static func main() {
         ProcessSignals.install()
+        Notices.install { FileHandle.standardError.write(Data("storectl: warning: \($0)\n".utf8)) }
         if CommandLine.arguments.contains("--json") {
             // Even a crash (a bug) leaves a JSON error on stdout for the machine reading it.
             storectl_install_crash_report()

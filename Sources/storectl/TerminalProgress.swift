@@ -18,6 +18,13 @@ final class TerminalProgress {
         return (progress, { progress.handle($0) })
     }
 
+    /// The same for a library call that reports one step's progress.
+    static func stepHandler(quiet: Bool = false) -> (TerminalProgress, StepHandler)? {
+        guard isAvailable, !quiet else { return nil }
+        let progress = TerminalProgress()
+        return (progress, { progress.draw($0) })
+    }
+
     func handle(_ event: ProgressEvent) {
         switch event {
         case .stage: break
@@ -28,7 +35,7 @@ final class TerminalProgress {
         }
     }
 
-    private func draw(_ update: ProgressUpdate) {
+    func draw(_ update: ProgressUpdate) {
         let now = Date()
         let finished = update.total.map { update.done >= $0 } ?? false
         guard finished || now.timeIntervalSince(lastDraw) >= interval else { return }

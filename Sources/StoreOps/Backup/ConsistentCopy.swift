@@ -80,25 +80,54 @@ public enum ConsistentCopy {
     public static func copy(_ store: StoreFile, to destination: String, options: Options,
                             onSnapshot: (StoreInfo) throws -> Void = { _ in },
                             progress: StepHandler? = nil) throws -> Copied {
+        let target = try StoreConnection.open(destination, access: .readWrite, busyTimeout: 1, side: .output, label: "storectl.copy")
+        let writeBehind = options.writeBehind ? WriteBehind(path: destination) : nil   // closed after `target`, see its comment
+        let copied = try holdingSnapshot(of: store, options: options, onSnapshot: onSnapshot) { src, info, stats in
+            try target.inDatabase { dst in
+                // The copy is a scratch file until it is verified and renamed: no journal, no
+                // per-commit fsync; it is fsynced once, as a whole, before the rename.
+                try dst.execute(sql: "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF")
+                try stepBackup(from: src, to: dst.sqliteConnection, store: store, pageSize: info.pageSize, options: options,
+                               stats: &stats, progress: { update in
+                                   writeBehind?.advance()
+                                   progress?(update)
+                               })
+                if src.isInsideTransaction { try src.commit() }   // release the snapshot as soon as possible
+                // One self-contained file: the header says WAL if the source was WAL.
+                let mode = try String.fetchOne(dst, sql: "PRAGMA journal_mode = DELETE")
+                guard mode?.lowercased() == "delete" else {
+                    throw StoreOpsError(.failure, "could not switch the copy to journal_mode=DELETE (got \(mode ?? "nothing"))")
+                }
+            }
+        }
+        do { try target.close() } catch {
+            throw StoreOpsError.sqlite(error, doing: "closing the copy \(destination)", side: .output)
+        }
+        withExtendedLifetime(writeBehind) {}
+        logger.debug("copy converted and closed", metadata: ["ms": "\(Int(Date().timeIntervalSince(copied.startedAt) * 1000))"])
+        return copied
+    }
+
+    /// Opens `store` read-only, fixes a point in time (WAL: a read transaction held until `body`
+    /// returns; rollback journal: only the figures are read, each backup step then locks briefly),
+    /// calls `onSnapshot` with the store's figures and then `body` with the source connection.
+    static func holdingSnapshot(of store: StoreFile, options: Options, onSnapshot: (StoreInfo) throws -> Void,
+                                body: (Database, StoreInfo, inout CopyStats) throws -> Void) throws -> Copied {
         let startedAt = Date()
-        var stats = (steps: 0, restarts: 0, busyRetries: 0)
+        var stats = CopyStats()
         // Short busy timeouts, retried here until `timeout`: a SQLite busy wait cannot be
         // interrupted, our loop notices signals between attempts.
         let source = try retryingBusy(timeout: options.timeout, doing: "opening \(store.path)", retries: &stats.busyRetries) {
             try StoreConnection.open(store.path, access: .readOnly, busyTimeout: 0.2, label: "storectl.source")
         }
         defer { try? source.close() }
-        let target = try StoreConnection.open(destination, access: .readWrite, busyTimeout: 1, side: .output, label: "storectl.copy")
-        let writeBehind = options.writeBehind ? WriteBehind(path: destination) : nil   // closed after `target`, see its comment
         var sourceRecord: Manifest.Source?
-
         try source.inDatabase { src in
-            // 1. Fix the point in time (WAL) or just read the figures (rollback journal).
             let journalMode = try retryingBusy(timeout: options.timeout, doing: "reading \(store.path)", retries: &stats.busyRetries) {
                 (try String.fetchOne(src, sql: "PRAGMA journal_mode") ?? "delete").lowercased()
             }
-            let holdSnapshot = journalMode == "wal"
-            if holdSnapshot {
+            stats.holdingSnapshot = journalMode == "wal"
+            if stats.holdingSnapshot {
                 try retryingBusy(timeout: options.timeout, doing: "starting a read transaction on \(store.path)", retries: &stats.busyRetries) {
                     do {
                         try src.beginTransaction(.deferred)
@@ -118,51 +147,37 @@ public enum ConsistentCopy {
                                            pageCount: info.pageCount, fileBytes: info.fileBytes, walBytes: info.walBytes)
             try onSnapshot(info)
             logger.debug("snapshot fixed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))", "pages": "\(info.pageCount)"])
-
-            // 2. Copy the pages.
-            try target.inDatabase { dst in
-                // The copy is a scratch file until it is verified and renamed: no journal, no
-                // per-commit fsync; it is fsynced once, as a whole, before the rename.
-                try dst.execute(sql: "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF")
-                let pagesPerStep = Int32(max(16, options.bytesPerStep / max(512, info.pageSize)))
-                try stepBackup(from: src, to: dst, store: store, pagesPerStep: pagesPerStep, holdingSnapshot: holdSnapshot,
-                               pageSize: info.pageSize, timeout: options.timeout, startedAt: startedAt,
-                               stats: &stats, progress: { update in
-                                   writeBehind?.advance()
-                                   progress?(update)
-                               })
-                if src.isInsideTransaction { try src.commit() }   // release the snapshot as soon as possible
-                logger.debug("pages copied", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))", "steps": "\(stats.steps)"])
-                // 3. One self-contained file: the header says WAL if the source was WAL.
-                let mode = try String.fetchOne(dst, sql: "PRAGMA journal_mode = DELETE")
-                guard mode?.lowercased() == "delete" else {
-                    throw StoreOpsError(.failure, "could not switch the copy to journal_mode=DELETE (got \(mode ?? "nothing"))")
-                }
-            }
+            try body(src, info, &stats)
         }
-        do { try target.close() } catch {
-            throw StoreOpsError.sqlite(error, doing: "closing the copy \(destination)", side: .output)
-        }
-        withExtendedLifetime(writeBehind) {}
         guard let sourceRecord else { throw StoreOpsError(.failure, "the copy of \(store.path) did not start") }
-        logger.debug("copy converted and closed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
         return Copied(source: sourceRecord, startedAt: startedAt, steps: stats.steps, restarts: stats.restarts,
                       busyRetries: stats.busyRetries)
     }
 
-    private static func stepBackup(from src: Database, to dst: Database, store: StoreFile, pagesPerStep initialPages: Int32,
-                                   holdingSnapshot: Bool, pageSize: Int, timeout: TimeInterval, startedAt: Date,
-                                   stats: inout (steps: Int, restarts: Int, busyRetries: Int),
-                                   progress: StepHandler?) throws {
-        guard let backup = sqlite3_backup_init(dst.sqliteConnection, "main", src.sqliteConnection, "main") else {
-            let message = String(cString: sqlite3_errmsg(dst.sqliteConnection))
-            throw StoreOpsError.fromResultCode(sqlite3_errcode(dst.sqliteConnection), message: message,
+    /// How a copy went, step by step.
+    struct CopyStats {
+        var steps = 0
+        var restarts = 0
+        var busyRetries = 0
+        /// WAL: the read transaction holds the point in time for the whole copy.
+        var holdingSnapshot = false
+    }
+
+    /// Runs SQLite's backup API from `src` into the connection `dst` until done, retrying busy
+    /// steps (exit 75 after `timeout` without progress) and doubling the step after a restart.
+    static func stepBackup(from src: Database, to dst: OpaquePointer?, store: StoreFile, pageSize: Int, options: Options,
+                           stats: inout CopyStats, progress: StepHandler?) throws {
+        let startedAt = Date()
+        let timeout = options.timeout
+        guard let backup = sqlite3_backup_init(dst, "main", src.sqliteConnection, "main") else {
+            let message = String(cString: sqlite3_errmsg(dst))
+            throw StoreOpsError.fromResultCode(sqlite3_errcode(dst), message: message,
                                                doing: "starting the copy of \(store.path)", side: .output)
         }
         var finished = false
         defer { if !finished { sqlite3_backup_finish(backup) } }
 
-        var pagesPerStep = initialPages
+        var pagesPerStep = Int32(max(16, options.bytesPerStep / max(512, pageSize)))
         var copiedBefore: Int32 = 0
         var bestCopied: Int32 = 0
         var lastProgress = Date()
@@ -193,7 +208,7 @@ public enum ConsistentCopy {
                     finished = true
                     let finishCode = sqlite3_backup_finish(backup)
                     guard finishCode == SQLITE_OK else {
-                        throw StoreOpsError.fromResultCode(finishCode, message: String(cString: sqlite3_errmsg(dst.sqliteConnection)),
+                        throw StoreOpsError.fromResultCode(finishCode, message: String(cString: sqlite3_errmsg(dst)),
                                                            doing: "finishing the copy of \(store.path)", side: .output)
                     }
                     return
@@ -209,7 +224,7 @@ public enum ConsistentCopy {
                 backoff = min(backoff * 2, 50_000)
             default:
                 // "SQLITE_IOERR_XXX, SQLITE_NOMEM, or SQLITE_READONLY ... errors are considered fatal."
-                let message = String(cString: sqlite3_errmsg(dst.sqliteConnection))
+                let message = String(cString: sqlite3_errmsg(dst))
                 finished = true
                 sqlite3_backup_finish(backup)
                 let side: StoreOpsError.Side = (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? .input : .output

@@ -50,7 +50,10 @@ public struct Manifest: Sendable, Codable, Equatable {
         /// Path relative to the manifest's folder (or the archive root).
         public var path: String
         public var bytes: UInt64
-        public var sha256: String
+        /// Absent only for the database of a format-2 snapshot: its pages are streamed in the
+        /// order SQLite writes them, so no whole-file hash exists when it is made; every page is
+        /// checked against its content id instead (and `pages.digest` covers their order).
+        public var sha256: String?
         public var pageSize: Int?
         public var pageCount: Int?
         public var journalMode: String?
@@ -75,8 +78,27 @@ public struct Manifest: Sendable, Codable, Equatable {
         public var tags: [String]
         public var compression: Compression
         public var level: Int?
-        /// The archive file. Absent from the copy inside the archive (it cannot hash itself).
+        /// The archive file (format 1). Absent from the copy inside the archive (it cannot hash
+        /// itself), and from format-2 snapshots, which have no archive.
         public var archive: FileRecord?
+        /// The repository format the snapshot is in: absent for 1 (an archive), 2 (pages).
+        public var format: Int?
+        /// Format 2: the snapshot it was made against.
+        public var parent: String?
+        /// Format 2: bytes it added to the repository (new packs and index).
+        public var addedBytes: UInt64?
+
+        public init(id: String, tags: [String], compression: Compression, level: Int?, archive: FileRecord?,
+                    format: Int? = nil, parent: String? = nil, addedBytes: UInt64? = nil) {
+            self.id = id
+            self.tags = tags
+            self.compression = compression
+            self.level = level
+            self.archive = archive
+            self.format = format
+            self.parent = parent
+            self.addedBytes = addedBytes
+        }
     }
 
     public struct CoreDataFacts: Sendable, Codable, Equatable {
@@ -92,7 +114,7 @@ extension Manifest {
     /// - Parameters:
     ///   - database: the copy's path as the manifest records it (a name, or `store/<name>` in an archive).
     ///   - external: the folder (relative) and records of the external data copied along, if any.
-    static func of(kind: String, copied: ConsistentCopy.Copied, database: String, bytes: UInt64, sha256: String,
+    static func of(kind: String, copied: ConsistentCopy.Copied, database: String, bytes: UInt64, sha256: String?,
                    inspection: ConsistentCopy.Inspection, external: (folder: String, files: [FileRecord])?,
                    coreData: CoreDataFacts?, startedAt: Date, snapshot: SnapshotFacts? = nil) -> Manifest {
         let finishedAt = Timestamp.now()

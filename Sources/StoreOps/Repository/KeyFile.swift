@@ -48,7 +48,7 @@ public struct KeyFile: Sendable, Codable, Equatable {
     /// - Throws: 65 when the key file itself is damaged (parameters out of range, not base64).
     public func open(password: Data) throws -> MasterKey? {
         let wrapping = try Self.derive(password, kdf: kdf, file: id)
-        guard let sealedBytes = Data(base64Encoded: sealed), sealedBytes.count == 64 + Sealer.overhead else {
+        guard let sealedBytes = Data(base64Encoded: sealed), sealedBytes.count == 64 + Sealer.encryptedOverhead else {
             throw StoreOpsError(.badData, "key \(id): its sealed master key is damaged", hint: "use another key of the repository")
         }
         guard let box = try? AES.GCM.SealedBox(combined: sealedBytes),

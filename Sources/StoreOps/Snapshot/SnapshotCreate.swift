@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// `storectl snapshot create`: a consistent copy of a store packed with its manifest into one
 /// compressed archive in a snapshot repository.
@@ -17,74 +18,78 @@ public enum SnapshotCreate {
         public var checkFreeSpace = true
         /// The caller (a migration, a purge, a scheduled job) holds the store's job lock.
         public var storeLockHeld = false
+        /// Where an encrypted repository's password comes from.
+        public var password: PasswordSource = .resolve(file: nil)
 
         public init(repository: String, tags: [String] = [], compression: Compression = .zstd, level: Int? = nil,
-                    timeout: TimeInterval = 60, wait: Bool = false) {
+                    timeout: TimeInterval = 60, wait: Bool = false, password: PasswordSource = .resolve(file: nil)) {
             self.repository = repository
             self.tags = tags
             self.compression = compression
             self.level = level
             self.timeout = timeout
             self.wait = wait
+            self.password = password
         }
     }
 
     public struct Result: Sendable, Codable {
         public var id: String
+        /// Format 1: the archive file; format 2: the snapshot record.
         public var archive: String
         public var record: Manifest
+        /// The repository's format (1 or 2).
+        public var format: Int = 1
+        /// Format 2: bytes added to the repository (new packs and index), and the parent.
+        public var addedBytes: UInt64?
+        public var parent: String?
         /// Temp files and unlisted archives of interrupted runs that were removed first.
         public var removedStray: [String]
         /// How long each stage took (lock, preflight, copy, verify, commit).
         public var stages: [StageTiming] = []
     }
 
-    /// Creates a snapshot of `store` in the repository (made if the folder is missing or empty),
-    /// walking the pipeline: lock (shared with backups and other snapshots, never beside a change
-    /// of the store), preflight (the repository and its writers' lock), copy, verify (the copy's
-    /// `quick_check` while it is packed), commit (the archive renamed, then its catalog entry).
+    static let logger = Logger(label: "storectl.snapshot")
+
+    /// Creates a snapshot of `store` in an existing repository (format 1 or 2; `storectl repo init`
+    /// makes one), walking the pipeline: lock (shared with backups and other snapshots, never
+    /// beside a change of the store), preflight (the repository opened and locked), copy, verify,
+    /// commit (format 1: the archive renamed, then its catalog entry; format 2: the last pack and
+    /// index, then the sealed record).
     ///
     /// ```swift
     /// let result = try SnapshotCreate.run(store: "/srv/app/Tasks.sqlite", options: .init(repository: "/snapshots", tags: ["nightly"]))
     /// ```
     ///
     /// - Throws: 75 when another writer holds the repository or a change holds the store, 74 when
-    ///   there is no room, 65/66 for a bad store, 64 for a bad tag or level.
+    ///   there is no room, 65/66 for a bad store or repository, 64 for a bad tag or level, 77 for
+    ///   a wrong password.
     public static func run(store path: String, options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let level = try options.compression.validatedLevel(options.level)
         try Validate.timeout(options.timeout)
         try validate(tags: options.tags)
         let store = try StoreFile(existing: path)
         let pipeline = Pipeline(operation: "snapshot create", store: store, progress: progress)
-        var repository: SnapshotRepository?
-        var created = false
-        var repositoryLock: JobLock?
-        defer { repositoryLock?.release() }
-        var stray: [String] = []
-        var work: Work?
-        var road = Road<Work>(lock: options.storeLockHeld ? .held : .shared, wait: options.wait, actName: "copy") { pipeline in
-            guard let repository else { throw StoreOpsError(.failure, "no repository") }
-            let made = try Work(store: store, repository: repository, tags: options.tags, compression: options.compression, level: level)
-            work = made
-            try made.copy(timeout: options.timeout, checkFreeSpace: options.checkFreeSpace, progress: { pipeline.step($0) })
-            return made
+        var held: RepositoryHold?
+        defer { held?.release() }
+        var work: (any SnapshotWork)?
+        var road = Road<any SnapshotWork>(lock: options.storeLockHeld ? .held : .shared, wait: options.wait, actName: "copy") { pipeline in
+            guard let work else { throw StoreOpsError(.failure, "no repository") }
+            try work.copy(timeout: options.timeout, checkFreeSpace: options.checkFreeSpace, progress: { pipeline.step($0) })
+            return work
         }
         road.preflight = { _ in
-            let opened = try SnapshotRepository.openOrCreate(options.repository)
-            (repository, created) = (opened.0, opened.created)
-            repositoryLock = try opened.0.lockForWriting(job: "snapshot create", wait: options.wait)
-            stray = opened.0.removeStray()
+            let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password),
+                                               operation: "snapshot create", exclusive: false, wait: options.wait)
+            held = hold
+            work = try makeWork(store: store, in: hold, tags: options.tags, compression: options.compression, level: level)
         }
-        road.verify = { _, work in try work.packAndCheck() }
+        road.verify = { _, work in try work.check() }
         road.commit = { _, work in try work.commit() }
         let walked = pipeline.walk(road)
-        withExtendedLifetime(work) {}
-        if walked.ending.outcome != .ok, created {
-            // A repository made for this snapshot is not left behind empty when the snapshot fails.
-            repository?.removeIfEmpty()
-        }
+        if walked.ending.outcome != .ok { work?.abandon() }
         var result = try walked.get().result()
-        result.removedStray = stray
+        result.removedStray = held?.removedStray ?? []
         result.stages = walked.stages
         return result
     }
@@ -98,19 +103,38 @@ public enum SnapshotCreate {
         }
     }
 
-    /// Creates the snapshot; the caller holds the repository's lock (and the store's): a restore's
+    static func makeWork(store: StoreFile, in hold: RepositoryHold, tags: [String], compression: Compression, level: Int?) throws -> any SnapshotWork {
+        switch hold.repository {
+        case .archives(let repository):
+            return try Work(store: store, repository: repository, tags: tags, compression: compression, level: level)
+        case .paged(let repository):
+            guard compression == .zstd else {
+                throw StoreOpsError(.usage, "a format-2 repository compresses with zstd; --compression \(compression.rawValue) is for format 1")
+            }
+            let work = PagedSnapshotWork(store: store, repository: repository, tags: tags, level: level)
+            try work.prepare(records: try repository.catalog().records)
+            return work
+        }
+    }
+
+    /// Creates the snapshot; the caller holds the repository (and the store's lock): a restore's
     /// safety snapshot.
-    static func create(store: StoreFile, in repository: SnapshotRepository, tags: [String], compression: Compression, level: Int?,
+    static func create(store: StoreFile, in hold: RepositoryHold, tags: [String], compression: Compression, level: Int?,
                        timeout: TimeInterval, checkFreeSpace: Bool, progress: StepHandler?) throws -> Result {
-        let work = try Work(store: store, repository: repository, tags: tags, compression: compression, level: level)
-        try work.copy(timeout: timeout, checkFreeSpace: checkFreeSpace, progress: progress)
-        try work.packAndCheck()
-        try work.commit()
+        let work = try makeWork(store: store, in: hold, tags: tags, compression: compression, level: level)
+        do {
+            try work.copy(timeout: timeout, checkFreeSpace: checkFreeSpace, progress: progress)
+            try work.check()
+            try work.commit()
+        } catch {
+            work.abandon()
+            throw error
+        }
         return try work.result()
     }
 
     /// One snapshot's files and facts, from the consistent copy to the catalog entry.
-    final class Work {
+    final class Work: SnapshotWork {
         let store: StoreFile
         let repository: SnapshotRepository
         let tags: [String]
@@ -161,6 +185,14 @@ public enum SnapshotCreate {
                 _ = try ExternalDataFolder.copy(from: externalSource, to: folder.tempPath, relativeRoot: "", label: "snapshot.external")
                 self.external = folder
             }, progress: progress)
+        }
+
+        func check() throws { try packAndCheck() }
+
+        func abandon() {
+            copy.discard()
+            external?.discard()
+            archive.discard()
         }
 
         /// Checks the copy on one core while the other packs it (hashing the database and the

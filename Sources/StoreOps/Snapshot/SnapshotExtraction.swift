@@ -48,8 +48,8 @@ enum SnapshotExtraction {
             throw check.damaged("its manifest.json does not match the catalog entry")
         }
         let (archiveBytes, archiveSHA) = try reader.finishHashing()
-        guard archiveBytes == archiveRecord.bytes, archiveSHA == archiveRecord.sha256 else {
-            throw check.damaged("archive checksum mismatch (expected \(archiveRecord.sha256.prefix(12))…, got \(archiveSHA.prefix(12))…)")
+        guard archiveBytes == archiveRecord.bytes, archiveSHA == archiveRecord.sha256 ?? "" else {
+            throw check.damaged("archive checksum mismatch (expected \((archiveRecord.sha256 ?? "none").prefix(12))…, got \(archiveSHA.prefix(12))…)")
         }
         try checkDatabase(targets.database, of: record, level: level, check: check)
     }
@@ -113,8 +113,8 @@ enum SnapshotExtraction {
             check.damaged("\(entry.name) holds more than the \(Format.count(file.bytes)) bytes the manifest says; reading stopped there")
         }
         guard bytes == file.bytes else { throw check.damaged("\(entry.name) is \(bytes) bytes, the manifest says \(file.bytes)") }
-        if !isDatabase, sha != file.sha256 {
-            throw check.damaged("checksum mismatch in \(entry.name) (expected \(file.sha256.prefix(12))…, got \(sha.prefix(12))…)")
+        if !isDatabase, sha != file.sha256 ?? "" {
+            throw check.damaged("checksum mismatch in \(entry.name) (expected \((file.sha256 ?? "none").prefix(12))…, got \(sha.prefix(12))…)")
         }
     }
 
@@ -123,8 +123,8 @@ enum SnapshotExtraction {
     static func checkDatabase(_ database: String, of record: Manifest, level: VerifyLevel, check: Damage) throws {
         let (result, sha) = try inParallel({ try SnapshotVerify.checkDatabase(database, level: level) },
                                            { try Hashing.sha256(ofFile: database) })
-        guard sha == record.database.sha256 else {
-            throw check.damaged("checksum mismatch in \(record.database.path) (expected \(record.database.sha256.prefix(12))…, got \(sha.prefix(12))…)")
+        guard sha == record.database.sha256 ?? "" else {
+            throw check.damaged("checksum mismatch in \(record.database.path) (expected \((record.database.sha256 ?? "none").prefix(12))…, got \(sha.prefix(12))…)")
         }
         guard result.ok else {
             throw StoreOpsError(.badData, "snapshot \(check.id): the database inside fails \(level == .full ? "integrity_check" : "quick_check"): \(result.messages.prefix(3).joined(separator: "; "))")

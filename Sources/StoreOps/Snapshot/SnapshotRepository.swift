@@ -58,35 +58,18 @@ public final class SnapshotRepository: Sendable {
         return repo
     }
 
-    /// Opens a repository, making one if the folder is missing or empty.
+    /// Makes a new format-1 repository (`storectl repo init --format 1`) at a missing path or in an
+    /// empty folder.
     ///
     /// A new repository is built under a temporary name (folders and marker, fsynced) and renamed
     /// into place, so a crash never leaves half a repository.
     ///
-    /// - Returns: the repository, and whether this call made it.
-    /// - Throws: 65 when the folder holds other files (it is not made a repository behind the
-    ///   operator's back), 73 when it cannot be created.
-    public static func openOrCreate(_ path: String) throws -> (SnapshotRepository, created: Bool) {
+    /// - Throws: 73 when a repository is already there or the folder holds other files (it is not
+    ///   made a repository behind the operator's back), or it cannot be created.
+    public static func create(_ path: String) throws -> SnapshotRepository {
         let absolute = FileSystem.absolute(path)
-        let kind = FileSystem.kind(of: absolute)
-        if kind == .directory, FileManager.default.fileExists(atPath: (absolute as NSString).appendingPathComponent(markerName)) {
-            return (try open(absolute), false)
-        }
+        let kind = try RepositoryInit.checkTarget(absolute)
         let parent = FileSystem.parent(of: absolute)
-        switch kind {
-        case .missing:
-            guard FileSystem.kind(of: parent) == .directory else {
-                throw StoreOpsError(.cannotCreate, "cannot create the repository \(absolute): \(parent) does not exist")
-            }
-        case .directory:
-            let contents = (try? FileManager.default.contentsOfDirectory(atPath: absolute)) ?? []
-            guard contents.isEmpty else {
-                throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (no \(markerName)) and is not empty",
-                                    hint: "choose an empty or new folder for --repo")
-            }
-        default:
-            throw StoreOpsError(.cannotCreate, "\(absolute) exists and is not a folder")
-        }
         PendingFile.removeStale(in: parent, prefix: FileSystem.name(of: absolute))
         let staging = try PendingFile(finalPath: absolute, directory: true, label: "repo.create")
         let repo = SnapshotRepository(path: staging.tempPath)
@@ -97,15 +80,7 @@ public final class SnapshotRepository: Sendable {
                                     try JSON.encode(Marker(createdAt: Timestamp.now())), point: "repo.create.marker")
         // rename(2) replaces an empty folder the operator made for it.
         try staging.commit(replacing: kind == .directory)
-        return (SnapshotRepository(path: absolute), true)
-    }
-
-    /// Removes a repository this run made and left empty (a first snapshot that failed): no
-    /// skeleton is left behind.
-    func removeIfEmpty() {
-        let listed = (try? FileManager.default.contentsOfDirectory(atPath: catalogFolder)) ?? []
-        guard listed.filter({ !$0.hasPrefix(".") }).isEmpty else { return }
-        FileSystem.remove(path, point: "repo.remove-empty")
+        return SnapshotRepository(path: absolute)
     }
 
     private func checkMarker() throws {

@@ -29,6 +29,8 @@ public enum SnapshotRestore {
         public var create = false
         /// The swap also clears this migration's journal (a migration's rollback).
         public var clearsMigrationJournal = false
+        /// Where an encrypted repository's password comes from.
+        public var password: PasswordSource = .resolve(file: nil)
 
         public enum KeepCurrent: Sendable, Equatable {
             /// A safety snapshot (tag pre-restore) in the repository.
@@ -81,11 +83,10 @@ public enum SnapshotRestore {
         try Validate.timeout(options.timeout)
         switch options.target {
         case .file(let path):
-            let repository = try SnapshotRepository.open(options.repository)
-            let lock = try repository.lockForWriting(job: "snapshot restore", wait: options.wait)
-            defer { lock.release() }
-            repository.removeStray()
-            return try restoreToNewFile(try repository.record(options.id), repository: repository, path: FileSystem.absolute(path))
+            let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password),
+                                               operation: "snapshot restore", exclusive: false, wait: options.wait)
+            defer { hold.release() }
+            return try restoreToNewFile(try hold.repository.entry(options.id), path: FileSystem.absolute(path))
         case .inPlace(let path):
             return try InPlace(store: StoreFile(unchecked: path), options: options).walk(progress: progress)
         }
@@ -97,11 +98,14 @@ public enum SnapshotRestore {
         var support: PendingFile?
         var externalFiles: Int
         var journalMode: String
+        /// The SHA-256 of the staged database before its journal mode was set.
+        var sha256: String
     }
 
     /// Unpacks and checks the snapshot beside `finalPath`, then puts the database in `journalMode`
     /// ("wal" or "delete") and fsyncs everything.
-    static func stage(_ record: Manifest, repository: SnapshotRepository, at finalPath: String, journalMode: String) throws -> Staged {
+    static func stage(_ entry: SnapshotEntry, at finalPath: String, journalMode: String) throws -> Staged {
+        let record = entry.manifest
         let folder = FileSystem.parent(of: finalPath)
         switch FileSystem.kind(of: folder) {
         case .directory: break
@@ -131,14 +135,13 @@ public enum SnapshotRestore {
             support = pending
         }
         let started = Date()
-        try SnapshotExtraction.run(record, repository: repository, into: .init(database: database.tempPath, externalFolder: externalFolder),
-                                   level: .quick)
+        let sha256 = try entry.extract(into: .init(database: database.tempPath, externalFolder: externalFolder), level: .quick)
         logger.debug("unpacked and checked", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
         if journalMode == "wal" { try switchToWAL(database.tempPath) }
         try database.sync()
         try support?.sync()
         return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0,
-                      journalMode: journalMode)
+                      journalMode: journalMode, sha256: sha256)
     }
 
     /// Puts a staged (closed, unused) database back in WAL mode: the header's read/write versions
@@ -158,7 +161,8 @@ public enum SnapshotRestore {
         for suffix in ["-wal", "-shm"] { FileSystem.remove(path + suffix, point: "restore.database.wal-cleanup") }
     }
 
-    static func restoreToNewFile(_ record: Manifest, repository: SnapshotRepository, path: String) throws -> Result {
+    static func restoreToNewFile(_ entry: SnapshotEntry, path: String) throws -> Result {
+        let record = entry.manifest
         let recovered = try StoreSwap.recover(target: path)
         guard FileSystem.kind(of: path) == .missing else {
             throw StoreOpsError(.cannotCreate, "\(path) already exists",
@@ -171,10 +175,10 @@ public enum SnapshotRestore {
         }
         // `--to` writes the snapshot's database byte for byte (journal_mode=delete): its SHA-256
         // is the manifest's, so the file can be checked without storectl.
-        let staged = try stage(record, repository: repository, at: path, journalMode: "delete")
+        let staged = try stage(entry, at: path, journalMode: "delete")
         let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
         _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
-                                        expectedSHA256: record.database.sha256))
+                                        expectedSHA256: staged.sha256))
         return Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
                       externalFiles: staged.externalFiles, journalMode: "delete", verified: true, recovered: recovered, record: record)
     }
@@ -186,8 +190,7 @@ public enum SnapshotRestore {
     final class InPlace {
         let store: StoreFile
         let options: Options
-        var repository: SnapshotRepository?
-        var repositoryLock: JobLock?
+        var hold: RepositoryHold?
         var record: Manifest?
         var staged: Staged?
         var exists = false
@@ -202,7 +205,7 @@ public enum SnapshotRestore {
         }
 
         func walk(progress: ProgressHandler?) throws -> Result {
-            defer { repositoryLock?.release() }
+            defer { hold?.release() }
             let pipeline = Pipeline(operation: options.clearsMigrationJournal ? "rollback" : "snapshot restore", store: store, progress: progress)
             var road = Road<InPlace>(lock: options.jobLockHeld ? .held : .exclusive, wait: options.wait, actName: "swap") { _ in
                 try self.swap()
@@ -219,11 +222,11 @@ public enum SnapshotRestore {
         /// The store may be replaced, and the snapshot is unpacked and checked beside it.
         func check() throws {
             recovered = nil
-            let repository = try SnapshotRepository.open(options.repository)
-            self.repository = repository
-            repositoryLock = try repository.lockForWriting(job: "snapshot restore", wait: options.wait)
-            repository.removeStray()
-            let record = try repository.record(options.id)
+            let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password),
+                                               operation: "snapshot restore", exclusive: false, wait: options.wait)
+            self.hold = hold
+            let entry = try hold.repository.entry(options.id)
+            let record = entry.manifest
             self.record = record
             exists = FileSystem.kind(of: store.path) == .file
             if !exists, FileSystem.kind(of: store.path) != .missing {
@@ -239,7 +242,7 @@ public enum SnapshotRestore {
             }
             let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")
-            let staged = try stage(record, repository: repository, at: store.path, journalMode: journalMode)
+            let staged = try stage(entry, at: store.path, journalMode: journalMode)
             if exists {
                 // The app's user must be able to open its restored store: same owner and mode as before.
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
@@ -254,9 +257,9 @@ public enum SnapshotRestore {
             case .moveAside(let suffix):
                 keep = .rename(suffix: suffix)
             case .snapshot where exists:
-                guard let repository else { break }
+                guard let hold else { break }
                 do {
-                    let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: repository, tags: ["pre-restore"],
+                    let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"],
                                                             compression: .zstd, level: nil, timeout: options.timeout,
                                                             checkFreeSpace: true, progress: nil)
                     safety = created.id
@@ -286,7 +289,7 @@ public enum SnapshotRestore {
             outcome = try StoreSwap.perform(.init(
                 operation: options.clearsMigrationJournal ? "rollback" : "restore", target: store.path, installs: installs,
                 replacing: replacing.filter { StoreSwap.lstatIdentity($0.path) != nil }, keepOld: keep,
-                expectedSHA256: staged.journalMode == "delete" ? record.database.sha256 : nil,
+                expectedSHA256: staged.journalMode == "delete" ? staged.sha256 : nil,
                 followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
         }
 

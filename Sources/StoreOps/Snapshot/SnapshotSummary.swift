@@ -5,7 +5,7 @@ public struct SnapshotSummary: Sendable, Codable {
     public var id: String
     public var time: Date
     public var store: String
-    /// The archive's size on disk.
+    /// Format 1: the archive's size on disk; format 2: the bytes the snapshot added.
     public var bytes: UInt64
     /// Uncompressed (database + external data) over archive size.
     public var ratio: Double
@@ -13,18 +13,26 @@ public struct SnapshotSummary: Sendable, Codable {
     public var lastVerified: SnapshotRepository.VerificationRecord?
     /// Set when the catalog entry cannot be read: what is wrong with it.
     public var damaged: String?
+    /// The repository format: 1 (`bytes` is the archive's size) or 2 (`bytes` is what the
+    /// snapshot added to the repository: its new packs and index).
+    public var format = 1
+    /// The database and external data the snapshot holds, uncompressed.
+    public var logicalBytes: UInt64 = 0
 
     /// The repository's snapshots, newest first, damaged catalog entries included (marked).
-    public static func list(repository path: String) throws -> [SnapshotSummary] {
-        let repository = try SnapshotRepository.open(path)
-        let (records, damaged) = repository.catalog()
-        var rows: [SnapshotSummary] = records.compactMap { record in
+    public static func list(repository path: String, password: PasswordSource = .resolve(file: nil)) throws -> [SnapshotSummary] {
+        let repository = try OpenedRepository.open(path, password: password)
+        let (entries, damaged) = try repository.catalog()
+        var rows: [SnapshotSummary] = entries.compactMap { entry in
+            let record = entry.manifest
             guard let facts = record.snapshot else { return nil }
-            let archive = facts.archive?.bytes ?? 0
             let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)
-            return SnapshotSummary(id: facts.id, time: record.startedAt, store: record.source.path, bytes: archive,
-                                   ratio: archive == 0 ? 0 : Double(raw) / Double(archive), tags: facts.tags,
-                                   lastVerified: repository.lastVerification(facts.id))
+            // Format 1: the archive's size; format 2: what the snapshot added to the repository.
+            let bytes = facts.archive?.bytes ?? facts.addedBytes ?? 0
+            return SnapshotSummary(id: facts.id, time: record.startedAt, store: record.source.path, bytes: bytes,
+                                   ratio: facts.format == 2 || bytes == 0 ? 0 : Double(raw) / Double(bytes), tags: facts.tags,
+                                   lastVerified: repository.lastVerification(facts.id), format: facts.format ?? 1,
+                                   logicalBytes: raw)
         }
         rows += damaged.map { entry in
             SnapshotSummary(id: entry.id, time: SnapshotID.time(of: entry.id) ?? Date(timeIntervalSince1970: 0), store: "?",
@@ -32,6 +40,4 @@ public struct SnapshotSummary: Sendable, Codable {
         }
         return rows.sorted { ($0.time, $0.id) > ($1.time, $1.id) }
     }
-
-
 }

@@ -12,6 +12,8 @@ public enum SnapshotVerify {
         /// Where the database is unpacked for the check (default: the system's temp folder,
         /// never the repository).
         public var scratch: String?
+        /// Where an encrypted repository's password comes from.
+        public var password: PasswordSource = .resolve(file: nil)
 
         public init(repository: String, ids: [String] = [], all: Bool = false, full: Bool = false, scratch: String? = nil) {
             self.repository = repository
@@ -35,18 +37,23 @@ public enum SnapshotVerify {
     /// - Throws: 66 for an unknown id, 64 when neither ids nor `all` are given, 74 when the
     ///   scratch folder has no room.
     public static func run(_ options: Options) throws -> [Outcome] {
-        let repository = try SnapshotRepository.open(options.repository)
         guard options.all || !options.ids.isEmpty else {
             throw StoreOpsError(.usage, "name the snapshots to verify, or pass --all")
         }
-        let catalog = repository.catalog()
-        let records = options.all ? catalog.records : try options.ids.map { try repository.record($0) }
+        let repository = try OpenedRepository.open(options.repository, password: options.password)
+        // Format 2: a shared lock, so a prune cannot remove packs while they are read.
+        let hold: RepositoryHold? = repository.format == 2
+            ? try RepositoryHold.take(repository, operation: "snapshot verify", exclusive: false, wait: false) : nil
+        defer { hold?.release() }
+        let catalog = try repository.catalog()
+        let records = options.all ? catalog.entries : try options.ids.map { try repository.entry($0) }
         let scratch = FileSystem.absolute(options.scratch ?? NSTemporaryDirectory())
         // Scratch copies of runs that were killed (a killed migrate's verify) go first.
         PendingFile.removeStale(in: scratch, prefix: scratchPrefix)
         let level: VerifyLevel = options.full ? .full : .quick
         var outcomes: [Outcome] = []
-        for record in records {
+        for entry in records {
+            let record = entry.manifest
             guard let id = record.snapshot?.id else { continue }
             let started = Date()
             let needed = record.database.bytes + SpaceRequirement.margin(record.database.bytes)
@@ -59,8 +66,7 @@ public enum SnapshotVerify {
             do {
                 let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
                 defer { database.discard() }
-                try SnapshotExtraction.run(record, repository: repository, into: .init(database: database.tempPath, externalFolder: nil),
-                                           level: level)
+                _ = try entry.extract(into: .init(database: database.tempPath, externalFolder: nil), level: level)
             } catch let error as StoreOpsError where error.status == .badData {
                 problem = error.message
             }

@@ -28,6 +28,8 @@ public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConv
     public static let ioError = ExitStatus(rawValue: 74)
     /// Busy or locked: try again later.
     public static let busy = ExitStatus(rawValue: 75)
+    /// No key of an encrypted repository opens with the password given (sysexits' EX_NOPERM).
+    public static let wrongPassword = ExitStatus(rawValue: 77)
 
     /// Stopped by signal `number` after cleaning up (128 + N: 130 for Ctrl-C, 143 for SIGTERM).
     public static func signal(_ number: Int32) -> ExitStatus { ExitStatus(rawValue: 128 + number) }
@@ -45,6 +47,7 @@ public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConv
         (.cannotCreate, "cannot create output"),
         (.ioError, "I/O error (disk full included)"),
         (.busy, "busy or locked: try later"),
+        (.wrongPassword, "wrong password: no key of the repository opens with it"),
         (ExitStatus(rawValue: 130), "interrupted (128 + signal: 130 Ctrl-C, 143 SIGTERM); temp files removed"),
     ]
 

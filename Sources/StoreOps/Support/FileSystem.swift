@@ -17,6 +17,19 @@ public enum FileSystem {
         }
     }
 
+    /// Writes all of `chunk` at `offset` (pwrite(2)), from any thread.
+    static func writeAll(_ fd: Int32, _ chunk: UnsafeRawBufferPointer, at offset: off_t, path: String) throws {
+        var done = 0
+        while done < chunk.count {
+            let n = pwrite(fd, chunk.baseAddress! + done, chunk.count - done, offset + off_t(done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output)
+            }
+            done += n
+        }
+    }
+
     /// Free bytes and inodes available to an unprivileged writer on the volume holding `path`.
     public struct Space: Sendable, Codable, Equatable {
         public var availableBytes: UInt64

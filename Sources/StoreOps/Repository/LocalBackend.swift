@@ -1,0 +1,119 @@
+import Foundation
+
+/// A repository in a local folder: each object one file, mode 0600, folders 0700.
+public struct LocalBackend: RepositoryBackend {
+    public let root: String
+    public var location: String { root }
+
+    public init(root: String) { self.root = FileSystem.absolute(root) }
+
+    func path(_ key: String) -> String { (root as NSString).appendingPathComponent(key) }
+
+    public func read(_ key: String) throws -> Data? {
+        let file = path(key)
+        let fd = open(file, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input)
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input) }
+        guard info.st_size < 1 << 31 else {
+            throw StoreOpsError(.badData, "\(file) is \(Format.bytes(UInt64(info.st_size))), larger than any object storectl writes")
+        }
+        return try readExactly(fd, file: file, offset: 0, length: Int(info.st_size))
+    }
+
+    public func read(_ key: String, offset: UInt64, length: Int) throws -> Data {
+        let file = path(key)
+        let fd = open(file, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { throw StoreOpsError(.badData, "\(file) is missing", hint: Sealer.damagedHint) }
+            throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input)
+        }
+        defer { close(fd) }
+        return try readExactly(fd, file: file, offset: offset, length: length)
+    }
+
+    private func readExactly(_ fd: Int32, file: String, offset: UInt64, length: Int) throws -> Data {
+        var data = Data(count: length)
+        var done = 0
+        try data.withUnsafeMutableBytes { buffer in
+            while done < length {
+                let n = pread(fd, buffer.baseAddress! + done, length - done, off_t(offset) + off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input)
+                }
+                if n == 0 {
+                    throw StoreOpsError(.badData, "\(file) is damaged: it ends at byte \(offset + UInt64(done)), \(length - done) bytes short of what its index says",
+                                        hint: Sealer.damagedHint)
+                }
+                done += n
+            }
+        }
+        return data
+    }
+
+    public func size(_ key: String) throws -> UInt64? { FileSystem.size(of: path(key)) }
+
+    public func write(_ key: String, _ data: Data, point: String) throws {
+        let final = path(key)
+        let folder = FileSystem.parent(of: final)
+        if FileSystem.kind(of: folder) == .missing {
+            try FileSystem.makeDirectory(folder, existingOK: true, point: "\(point).folder")
+            try FileSystem.sync(FileSystem.parent(of: folder), directory: true, point: "\(point).folder-sync")
+        }
+        let file = try PendingFile(finalPath: final, label: point)
+        try file.write(data)
+        try file.commit(replacing: true)
+    }
+
+    public func remove(_ key: String, point: String) throws {
+        let file = path(key)
+        guard FileSystem.kind(of: file) != .missing else { return }
+        try FileSystem.removeFile(file, point: point)
+        try FileSystem.sync(FileSystem.parent(of: file), directory: true, point: "\(point).sync")
+    }
+
+    public func list(_ prefix: String) throws -> [(key: String, size: UInt64)] {
+        var out: [(key: String, size: UInt64)] = []
+        func walk(_ relative: String, depth: Int) throws {
+            let folder = path(relative)
+            guard FileSystem.kind(of: folder) == .directory else { return }
+            let names: [String]
+            do { names = try FileManager.default.contentsOfDirectory(atPath: folder) } catch {
+                throw StoreOpsError(.ioError, "cannot list \(folder): \(error.localizedDescription)")
+            }
+            for name in names.sorted() where !name.hasPrefix(".") {
+                let key = relative.isEmpty ? name : "\(relative)/\(name)"
+                switch FileSystem.kind(of: path(key)) {
+                case .directory where depth < 2: try walk(key, depth: depth + 1)
+                case .file: out.append((key, FileSystem.size(of: path(key)) ?? 0))
+                default: break
+                }
+            }
+        }
+        let folder = prefix.hasSuffix("/") ? String(prefix.dropLast()) : prefix
+        try walk(folder, depth: 0)
+        return out
+    }
+
+    public func prepare() throws {
+        for folder in ["keys", "data", "index", "snapshots", "locks", "verified"] {
+            try FileSystem.makeDirectory(path(folder), existingOK: true, point: "repo.init.folder")
+        }
+        try FileSystem.sync(root, directory: true, point: "repo.init.folder-sync")
+    }
+
+    public func removeStale() -> [String] {
+        var removed = PendingFile.removeStale(in: root)
+        for folder in ["keys", "index", "snapshots", "locks", "verified"] { removed += PendingFile.removeStale(in: path(folder)) }
+        let data = path("data")
+        for name in ((try? FileManager.default.contentsOfDirectory(atPath: data)) ?? []) {
+            removed += PendingFile.removeStale(in: (data as NSString).appendingPathComponent(name))
+        }
+        return removed
+    }
+}

@@ -1,0 +1,107 @@
+import Crypto
+import Foundation
+
+/// A frame ready to go into a pack: sealed bytes and the blobs its plaintext holds.
+struct SealedFrame: Sendable {
+    var sealed: Data
+    var rawLength: UInt32
+    var blobs: [BlobEntry]
+
+    /// Compresses and seals `blobs` (type, id, bytes) as one frame.
+    static func make(_ blobs: [(type: BlobType, id: ContentID, bytes: UnsafeRawBufferPointer)], zstd: ZstdFrames,
+                     sealer: Sealer) throws -> SealedFrame {
+        var raw = Data(capacity: blobs.reduce(0) { $0 + $1.bytes.count })
+        var entries: [BlobEntry] = []
+        entries.reserveCapacity(blobs.count)
+        for blob in blobs {
+            entries.append(BlobEntry(type: blob.type, id: blob.id, offset: UInt32(raw.count), length: UInt32(blob.bytes.count)))
+            raw.append(contentsOf: blob.bytes)
+        }
+        let compressed = try raw.withUnsafeBytes { try zstd.compress($0) }
+        let sealed = try sealer.seal(compressed, as: FrameEntry.identity(entries.map(\.id)))
+        return SealedFrame(sealed: sealed, rawLength: UInt32(raw.count), blobs: entries)
+    }
+
+    /// The same, for blobs held as `Data`.
+    static func make(blobs: [(BlobType, ContentID, Data)], zstd: ZstdFrames, sealer: Sealer) throws -> SealedFrame {
+        var raw = Data()
+        var entries: [BlobEntry] = []
+        for (type, id, bytes) in blobs {
+            entries.append(BlobEntry(type: type, id: id, offset: UInt32(raw.count), length: UInt32(bytes.count)))
+            raw.append(bytes)
+        }
+        let compressed = try raw.withUnsafeBytes { try zstd.compress($0) }
+        let sealed = try sealer.seal(compressed, as: FrameEntry.identity(entries.map(\.id)))
+        return SealedFrame(sealed: sealed, rawLength: UInt32(raw.count), blobs: entries)
+    }
+}
+
+/// Gathers sealed frames into packs of about `targetBytes`:
+///
+///     frame 0 | frame 1 | … | sealed header | u32 sealed header length | "SPK2"
+///
+/// The header (sealed as `pack-header`) is "SPH2" and the pack's `PackContents`. A pack is named
+/// by the SHA-256 of all its bytes: `data/<first two hex digits>/<64 hex digits>`.
+struct PackBuilder {
+    static let targetBytes = 4 << 20
+    static let maxFrameRaw: UInt32 = 16 << 20
+    static let trailerMagic: StaticString = "SPK2"
+    static let headerMagic: StaticString = "SPH2"
+    static let headerIdentity = "pack-header"
+
+    private(set) var body = Data()
+    private(set) var contents = PackContents()
+
+    var isEmpty: Bool { contents.frames.isEmpty }
+    var isFull: Bool { body.count >= Self.targetBytes }
+
+    mutating func add(_ frame: SealedFrame) {
+        contents.frames.append(FrameEntry(offset: UInt64(body.count), sealedLength: UInt32(frame.sealed.count),
+                                          rawLength: frame.rawLength, blobs: frame.blobs))
+        body.append(frame.sealed)
+    }
+
+    /// The finished pack: its id, bytes and contents; the builder is empty again.
+    mutating func finish(sealer: Sealer) throws -> (id: ContentID, data: Data, contents: PackContents) {
+        var header = BinaryWriter()
+        header.magic(Self.headerMagic)
+        contents.encode(into: &header)
+        let sealedHeader = try sealer.seal(header.data, as: Self.headerIdentity)
+        var pack = body
+        pack.append(sealedHeader)
+        var trailer = BinaryWriter()
+        trailer.u32(UInt32(sealedHeader.count))
+        trailer.magic(Self.trailerMagic)
+        pack.append(trailer.data)
+        let id = SHA256.hash(data: pack).withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
+        let finished = (id, pack, contents)
+        body = Data()
+        contents = PackContents()
+        return finished
+    }
+
+    static func key(_ id: ContentID) -> String {
+        let hex = id.hex
+        return "data/\(hex.prefix(2))/\(hex)"
+    }
+
+    /// Reads a pack's own header (`repo check` compares it with the index).
+    static func readHeader(_ backend: any RepositoryBackend, id: ContentID, sealer: Sealer) throws -> PackContents {
+        let key = Self.key(id)
+        guard let size = try backend.size(key) else {
+            throw StoreOpsError(.badData, "pack \(backend.describe(key)) is missing", hint: Sealer.damagedHint)
+        }
+        guard size >= 8 else { throw StoreOpsError(.badData, "pack \(backend.describe(key)) is truncated (\(size) bytes)", hint: Sealer.damagedHint) }
+        var trailer = BinaryReader(try backend.read(key, offset: size - 8, length: 8), what: "the trailer of pack \(backend.describe(key))")
+        let headerLength = UInt64(try trailer.u32())
+        try trailer.expectMagic(trailerMagic)
+        guard headerLength + 8 <= size else {
+            throw StoreOpsError(.badData, "pack \(backend.describe(key)) is damaged: its header length \(headerLength) exceeds the pack", hint: Sealer.damagedHint)
+        }
+        let sealed = try backend.read(key, offset: size - 8 - headerLength, length: Int(headerLength))
+        let plain = try sealer.open(sealed, as: headerIdentity, what: "the header of pack \(backend.describe(key))")
+        var reader = BinaryReader(plain, what: "the header of pack \(backend.describe(key))")
+        try reader.expectMagic(headerMagic)
+        return try PackContents.decode(from: &reader, packSize: size - 8 - headerLength)
+    }
+}

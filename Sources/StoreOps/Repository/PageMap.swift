@@ -1,0 +1,177 @@
+import Crypto
+import Foundation
+
+/// Which blob holds each page of a snapshot's database: a base (the ids of pages 1…baseCount,
+/// in chunks of `chunkPages` ids, each chunk a `mapChunk` blob) and a delta against it (a
+/// `mapDelta` blob of (page, id) pairs, pages past the base included). An unchanged store's next
+/// snapshot has the same chunks and delta, so it stores no new map blob at all; a store with
+/// scattered changes stores only a delta. When the delta grows past `PageMap.rebaseAfter(_:)`
+/// entries, the next snapshot writes a new base (its unchanged chunks are shared with the old).
+///
+/// Blob layouts (little-endian):
+///
+///     mapChunk: n × 32-byte id                  (n = chunkPages, less in the last chunk)
+///     mapDelta: u32 count | count × (u32 page | 32-byte id), pages strictly ascending
+public struct PageMapRef: Sendable, Codable, Equatable {
+    public var pageSize: Int
+    public var pageCount: Int
+    public var chunkPages: Int
+    public var baseCount: Int
+    public var base: [ContentID]
+    public var delta: ContentID?
+    public var deltaCount: Int
+    /// SHA-256 (hex) of the ids of pages 1…pageCount in order: what the map must assemble to.
+    public var digest: String
+
+    /// Every map blob this map refers to.
+    public var blobs: [ContentID] { base + (delta.map { [$0] } ?? []) }
+}
+
+enum PageMap {
+    static let chunkPages = 2048
+
+    /// More delta entries than this and the next snapshot writes a new base.
+    static func rebaseAfter(_ pageCount: Int) -> Int { max(4096, pageCount / 16) }
+
+    static func encodeChunk(_ ids: ArraySlice<ContentID>) -> Data {
+        var writer = BinaryWriter(capacity: ids.count * 32)
+        for id in ids { writer.id(id) }
+        return writer.data
+    }
+
+    static func decodeChunk(_ data: Data, expected: Int, what: String) throws -> [ContentID] {
+        guard data.count == expected * 32 else {
+            throw StoreOpsError(.badData, "\(what) holds \(data.count) bytes, not the \(expected) ids its snapshot says", hint: Sealer.damagedHint)
+        }
+        var reader = BinaryReader(data, what: what)
+        return try (0..<expected).map { _ in try reader.id() }
+    }
+
+    static func encodeDelta(_ entries: [(page: UInt32, id: ContentID)]) -> Data {
+        var writer = BinaryWriter(capacity: 4 + entries.count * 36)
+        writer.u32(UInt32(entries.count))
+        for entry in entries {
+            writer.u32(entry.page)
+            writer.id(entry.id)
+        }
+        return writer.data
+    }
+
+    static func decodeDelta(_ data: Data, pageCount: Int, what: String) throws -> [(page: UInt32, id: ContentID)] {
+        var reader = BinaryReader(data, what: what)
+        let count = try reader.count(itemBytes: 36)
+        var entries: [(page: UInt32, id: ContentID)] = []
+        entries.reserveCapacity(count)
+        var last: UInt32 = 0
+        for _ in 0..<count {
+            let page = try reader.u32()
+            guard page > last, Int(page) <= max(pageCount, 1) << 1 else {
+                throw StoreOpsError(.badData, "\(what) is damaged: page \(page) is out of order or out of range", hint: Sealer.damagedHint)
+            }
+            last = page
+            entries.append((page, try reader.id()))
+        }
+        guard reader.isAtEnd else { throw StoreOpsError(.badData, "\(what) is damaged: bytes follow its last entry", hint: Sealer.damagedHint) }
+        return entries
+    }
+
+    /// SHA-256 (hex) of ids in order.
+    static func digest(_ ids: UnsafeBufferPointer<ContentID>) -> String {
+        var hasher = SHA256()
+        hasher.update(bufferPointer: UnsafeRawBufferPointer(ids))
+        return (hasher.finalize().withUnsafeBytes { ContentID(bytes: $0) } ?? .zero).hex
+    }
+
+    /// A map's pages, and what its delta changed: the delta's entries and, for those within
+    /// the base, the base's id of the page (a next snapshot's delta needs them).
+    struct Loaded {
+        var ids: [ContentID]
+        var delta: [(page: UInt32, id: ContentID)]
+        var baseOfDelta: [UInt32: ContentID]
+    }
+
+    /// Assembles the ids of every page from the map's blobs (fetched by `blob`), checking counts
+    /// and the digest.
+    static func assemble(_ map: PageMapRef, what: String, blob: (ContentID, BlobType) throws -> Data) throws -> Loaded {
+        guard map.pageCount >= 0, map.pageCount <= 1 << 31, map.baseCount >= 0, map.baseCount <= 1 << 31, map.chunkPages > 0,
+              map.base.count == (map.baseCount + map.chunkPages - 1) / map.chunkPages else {
+            throw StoreOpsError(.badData, "\(what): its page map is inconsistent (\(map.base.count) chunks for \(map.baseCount) pages)", hint: Sealer.damagedHint)
+        }
+        var ids = [ContentID](repeating: .zero, count: max(map.pageCount, map.baseCount))
+        for (k, chunkID) in map.base.enumerated() {
+            let start = k * map.chunkPages
+            let n = min(map.chunkPages, map.baseCount - start)
+            let chunk = try decodeChunk(try blob(chunkID, .mapChunk), expected: n, what: "map chunk \(chunkID.hex.prefix(12))… of \(what)")
+            for (i, id) in chunk.enumerated() { ids[start + i] = id }
+        }
+        var entries: [(page: UInt32, id: ContentID)] = []
+        var baseOfDelta: [UInt32: ContentID] = [:]
+        if let delta = map.delta {
+            entries = try decodeDelta(try blob(delta, .mapDelta), pageCount: map.pageCount, what: "map delta \(delta.hex.prefix(12))… of \(what)")
+            guard entries.count == map.deltaCount else {
+                throw StoreOpsError(.badData, "\(what): its map delta has \(entries.count) entries, the snapshot says \(map.deltaCount)", hint: Sealer.damagedHint)
+            }
+            for entry in entries where Int(entry.page) <= ids.count {
+                if Int(entry.page) <= map.baseCount { baseOfDelta[entry.page] = ids[Int(entry.page) - 1] }
+                ids[Int(entry.page) - 1] = entry.id
+            }
+        }
+        ids.removeLast(ids.count - map.pageCount)
+        let found = ids.withUnsafeBufferPointer { digest($0) }
+        guard found == map.digest else {
+            throw StoreOpsError(.badData, "\(what): its page map assembles to digest \(found.prefix(12))…, not the \(map.digest.prefix(12))… it was made with",
+                                hint: Sealer.damagedHint)
+        }
+        return Loaded(ids: ids, delta: entries, baseOfDelta: baseOfDelta)
+    }
+}
+
+extension PageMap {
+    /// A new snapshot's map, and its map blobs (the caller stores those the repository lacks).
+    ///
+    /// With a parent of the same page size, the delta is the parent's delta updated with the
+    /// pages that changed (an entry whose page is back to the base's content dropped); past
+    /// `rebaseAfter` entries, or without a parent, the map gets a new base (chunks equal to the
+    /// parent's are shared).
+    static func next(ids: [ContentID], pageSize: Int, changed: Bitset, parent: (ref: PageMapRef, loaded: Loaded)?,
+                     contentID: (Data) -> ContentID) -> (ref: PageMapRef, blobs: [(type: BlobType, id: ContentID, data: Data)]) {
+        let pageCount = ids.count
+        let digest = ids.withUnsafeBufferPointer { PageMap.digest($0) }
+        if let parent, parent.ref.pageSize == pageSize, parent.ref.chunkPages == chunkPages, parent.ref.baseCount > 0 {
+            var entries: [UInt32: ContentID] = [:]
+            for entry in parent.loaded.delta where Int(entry.page) <= pageCount { entries[entry.page] = entry.id }
+            if pageCount > 0 {
+                for p in 1...pageCount where changed[p] {
+                    let page = UInt32(p)
+                    if let base = parent.loaded.baseOfDelta[page], base == ids[p - 1] {
+                        entries[page] = nil   // back to the base's content
+                    } else {
+                        entries[page] = ids[p - 1]
+                    }
+                }
+            }
+            if entries.count <= rebaseAfter(pageCount) {
+                let sorted = entries.sorted { $0.key < $1.key }.map { (page: $0.key, id: $0.value) }
+                var blobs: [(type: BlobType, id: ContentID, data: Data)] = []
+                var deltaID: ContentID?
+                if !sorted.isEmpty {
+                    let data = encodeDelta(sorted)
+                    let id = contentID(data)
+                    deltaID = id
+                    blobs.append((.mapDelta, id, data))
+                }
+                let ref = PageMapRef(pageSize: pageSize, pageCount: pageCount, chunkPages: chunkPages, baseCount: parent.ref.baseCount,
+                                     base: parent.ref.base, delta: deltaID, deltaCount: sorted.count, digest: digest)
+                return (ref, blobs)
+            }
+        }
+        var blobs: [(type: BlobType, id: ContentID, data: Data)] = []
+        for start in stride(from: 0, to: pageCount, by: chunkPages) {
+            let data = encodeChunk(ids[start..<min(pageCount, start + chunkPages)])
+            blobs.append((.mapChunk, contentID(data), data))
+        }
+        let ref = PageMapRef(pageSize: pageSize, pageCount: pageCount, chunkPages: chunkPages, baseCount: pageCount,
+                             base: blobs.map(\.id), delta: nil, deltaCount: 0, digest: digest)
+        return (ref, blobs)
+    }
+}

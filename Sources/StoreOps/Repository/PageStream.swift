@@ -1,0 +1,159 @@
+import Foundation
+
+/// Takes the pages SQLite's backup API writes into the sink (`PageSink`), on the backup's
+/// thread, and turns them into blobs on worker threads: each page's content id (HMAC-SHA-256),
+/// then, for pages whose content the repository does not hold yet, zstd frames of up to 128 KiB
+/// that `PackWriter` seals into packs.
+///
+/// The map starts as the parent snapshot's ids (when there is one): a page whose id equals the
+/// parent's at the same number is unchanged and costs nothing; a page whose content is anywhere
+/// else in the parent or already in this run (`PageTable`) is not stored again.
+///
+/// Memory: 32 bytes a page for the map, 16 for the table, and at most `maxInFlight` batches.
+final class PageStream: @unchecked Sendable {
+    let sealer: Sealer
+    let writer: PackWriter
+    let level: Int
+    let hasParent: Bool
+    static let frameBytes = 128 << 10
+    static let maxInFlight = 4
+
+    private let lock = NSLock()
+    private var ids: [ContentID]
+    private var changedPages = Bitset(count: 0)
+    private var receivedPages = Bitset(count: 0)
+    private var table: PageTable
+    private var failure: (any Error)?
+    private var compressors: [ZstdFrames] = []
+    private(set) var storedPages = 0
+    private(set) var pageSize = 0
+
+    // The backup thread's batch.
+    private var batch = Data()
+    private var batchPages: [UInt32] = []
+    private let queue = DispatchQueue(label: "storectl.page-stream", attributes: .concurrent)
+    private let group = DispatchGroup()
+    private let slots = DispatchSemaphore(value: PageStream.maxInFlight)
+
+    /// - Parameters:
+    ///   - parent: the parent snapshot's page ids (page p at p - 1), or empty.
+    ///   - expectedPages: the store's page count, to size the map and table once.
+    init(sealer: Sealer, writer: PackWriter, level: Int, parent: [ContentID], expectedPages: Int) {
+        self.sealer = sealer
+        self.writer = writer
+        self.level = level
+        hasParent = !parent.isEmpty
+        ids = parent
+        let pages = max(parent.count, expectedPages) + 16
+        if ids.count < pages { ids += [ContentID](repeating: .zero, count: pages - ids.count) }
+        table = PageTable(pages: pages)
+        ids.withUnsafeBufferPointer { buffer in
+            for (i, id) in parent.enumerated() where table.find(id, in: buffer) == nil {
+                table.insert(id, page: UInt32(i + 1), ids: buffer)
+            }
+        }
+    }
+
+    var error: (any Error)? { lock.withLock { failure } }
+
+    private func fail(_ error: any Error) {
+        lock.withLock { if failure == nil { failure = error } }
+    }
+
+    // MARK: - The backup thread
+
+    /// One page from the sink. Returns false to make the copy stop (a worker failed).
+    func receive(page: UInt32, bytes: UnsafeRawBufferPointer) -> Bool {
+        if error != nil { return false }
+        if pageSize == 0 {
+            pageSize = bytes.count
+            batch.reserveCapacity(max(Self.frameBytes, pageSize))
+        }
+        batch.append(contentsOf: bytes)
+        batchPages.append(page)
+        if batch.count >= Self.frameBytes { dispatch() }
+        return true
+    }
+
+    private func dispatch() {
+        guard !batchPages.isEmpty else { return }
+        let (data, pages) = (batch, batchPages)
+        batch = Data()
+        batch.reserveCapacity(max(Self.frameBytes, pageSize))
+        batchPages = []
+        slots.wait()
+        group.enter()
+        queue.async {
+            defer {
+                self.slots.signal()
+                self.group.leave()
+            }
+            do { try self.process(data, pages: pages) } catch { self.fail(error) }
+        }
+    }
+
+    /// Sends the last batch and waits for every worker; then the map is final.
+    func drain() throws {
+        dispatch()
+        group.wait()
+        if let failure = error { throw failure }
+    }
+
+    // MARK: - Workers
+
+    private func process(_ data: Data, pages: [UInt32]) throws {
+        let size = data.count / pages.count
+        let pageIDs: [ContentID] = data.withUnsafeBytes { raw in
+            (0..<pages.count).map { i in sealer.contentID(UnsafeRawBufferPointer(rebasing: raw[(i * size)..<((i + 1) * size)])) }
+        }
+        var store: [Int] = []
+        lock.withLock {
+            for (i, page) in pages.enumerated() {
+                let p = Int(page)
+                let id = pageIDs[i]
+                if p > ids.count { ids += [ContentID](repeating: .zero, count: p - ids.count + 1024) }
+                receivedPages[p] = true
+                if hasParent, ids[p - 1] == id { continue }   // unchanged since the parent
+                changedPages[p] = true
+                // Look up before the page takes its new id: the page must not find itself.
+                let known = ids.withUnsafeBufferPointer { table.find(id, in: $0) } != nil
+                ids[p - 1] = id
+                if !known {
+                    ids.withUnsafeBufferPointer { table.insert(id, page: page, ids: $0) }
+                    store.append(i)
+                }
+            }
+            storedPages += store.count
+        }
+        guard !store.isEmpty else { return }
+        let zstd = try takeCompressor()
+        defer { lock.withLock { compressors.append(zstd) } }
+        let frame = try data.withUnsafeBytes { raw in
+            try SealedFrame.make(store.map { i in (BlobType.page, pageIDs[i], UnsafeRawBufferPointer(rebasing: raw[(i * size)..<((i + 1) * size)])) },
+                                 zstd: zstd, sealer: sealer)
+        }
+        try writer.add(frame)
+    }
+
+    private func takeCompressor() throws -> ZstdFrames {
+        if let reused = lock.withLock({ compressors.popLast() }) { return reused }
+        return try ZstdFrames(level: level)
+    }
+
+    // MARK: - After the copy
+
+    /// The final ids of pages 1…`pageCount`, after checking that every one of them arrived.
+    func finalIDs(pageCount: Int) throws -> [ContentID] {
+        try lock.withLock {
+            for p in 1...max(1, pageCount) where pageCount > 0 && !receivedPages[p] {
+                throw StoreOpsError(.failure, "the streamed copy never received page \(p) of \(pageCount); nothing was recorded")
+            }
+            var final = Array(ids.prefix(pageCount))
+            if final.count < pageCount { final += [ContentID](repeating: .zero, count: pageCount - final.count) }
+            return final
+        }
+    }
+
+    /// Pages whose content differs from the parent's.
+    var changed: Bitset { lock.withLock { changedPages } }
+}

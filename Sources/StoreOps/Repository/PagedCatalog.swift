@@ -1,0 +1,49 @@
+import Foundation
+
+extension PagedRepository {
+    /// Every snapshot record that opens (newest first) and every one that does not.
+    public func catalog() throws -> (records: [PagedSnapshotRecord], damaged: [SnapshotRepository.DamagedEntry]) {
+        var records: [PagedSnapshotRecord] = []
+        var damaged: [SnapshotRepository.DamagedEntry] = []
+        for (key, size) in try backend.list("snapshots/") {
+            let id = String(key.dropFirst("snapshots/".count))
+            guard SnapshotID.isPlausible(id) else { continue }
+            do {
+                guard size < 256 << 20 else { throw StoreOpsError(.badData, "is \(Format.bytes(size)), not a snapshot record") }
+                guard let sealed = try backend.read(key) else { continue }   // removed by a prune meanwhile
+                records.append(try PagedSnapshotRecord.open(sealed, id: id, sealer: sealer, location: location))
+            } catch let error as StoreOpsError where error.status == .badData {
+                damaged.append(.init(id: id, file: backend.describe(key), problem: error.message))
+            }
+        }
+        records.sort { ($0.manifest.startedAt, $0.id) > ($1.manifest.startedAt, $1.id) }
+        return (records, damaged)
+    }
+
+    /// The snapshot with this id, or the only one whose id starts with it (66 none, 64 ambiguous,
+    /// 65 damaged).
+    public func record(_ id: String) throws -> PagedSnapshotRecord {
+        guard SnapshotID.isPlausible(id) else {
+            throw StoreOpsError(.noInput, "\"\(id)\" is not a snapshot id", hint: "`storectl snapshot list --repo \(location)` shows the ids")
+        }
+        let keys = try backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) }.filter(SnapshotID.isPlausible)
+        let matches = keys.contains(id) ? [id] : keys.filter { $0.hasPrefix(id) }
+        guard matches.count <= 1 else {
+            throw StoreOpsError(.usage, "\"\(id)\" matches \(matches.count) snapshots: \(matches.sorted().joined(separator: ", "))")
+        }
+        guard let match = matches.first, let sealed = try backend.read(PagedSnapshotRecord.key(match)) else {
+            throw StoreOpsError(.noInput, "no snapshot \(id) in \(location)", hint: "`storectl snapshot list --repo \(location)` shows the ids")
+        }
+        return try PagedSnapshotRecord.open(sealed, id: match, sealer: sealer, location: location)
+    }
+
+    func verifiedKey(_ id: String) -> String { "verified/\(id).json" }
+
+    public func lastVerification(_ id: String) -> SnapshotRepository.VerificationRecord? {
+        ((try? backend.read(verifiedKey(id))) ?? nil).flatMap { try? JSON.decoder().decode(SnapshotRepository.VerificationRecord.self, from: $0) }
+    }
+
+    func recordVerification(_ id: String, _ record: SnapshotRepository.VerificationRecord) throws {
+        try backend.write(verifiedKey(id), try JSON.encode(record), point: "verify.record")
+    }
+}

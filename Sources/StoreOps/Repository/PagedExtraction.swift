@@ -1,0 +1,174 @@
+import Crypto
+import Foundation
+import Synchronization
+
+/// Reassembles a format-2 snapshot: its map, then every frame holding one of its pages read
+/// once (on two cores), opened, decompressed, each page checked against its content id and
+/// written where the map puts it; the external-data files chunk by chunk, each checked against
+/// its size and SHA-256; and last the database's integrity check, alongside its SHA-256.
+///
+/// Memory: the map (32 bytes a page), the pages sorted by id (4), where each id was found (4
+/// and 2), and the frames that hold them.
+enum PagedExtraction {
+    /// - Returns: the SHA-256 of the reassembled database.
+    /// - Throws: 65 naming the snapshot and the object when anything is missing or damaged.
+    @discardableResult
+    static func run(_ record: PagedSnapshotRecord, repository: PagedRepository, into targets: SnapshotExtraction.Targets,
+                    level: VerifyLevel, progress: StepHandler? = nil) throws -> String {
+        let context = "snapshot \(record.id)"
+        let check = SnapshotExtraction.Damage(id: record.id, repository: repository.location)
+        do {
+            let mapBlobs = try BlobLocator.read(record.pages.blobs.map { ($0, record.pages.base.contains($0) ? BlobType.mapChunk : .mapDelta) },
+                                                from: repository, context: context)
+            let ids = try PageMap.assemble(record.pages, what: context) { id, type in
+                guard let data = mapBlobs[id] else { throw StoreOpsError(.badData, "\(context): its \(type.name) \(id.hex.prefix(12))… was not read") }
+                return data
+            }.ids
+            try writePages(ids, pageSize: record.pages.pageSize, repository: repository, to: targets.database, context: context, progress: progress)
+            try writeFiles(record.files, repository: repository, into: targets.externalFolder, context: context)
+        } catch let error as StoreOpsError where error.status == .badData && !error.message.hasPrefix(context) {
+            throw check.damaged(error.message)
+        }
+        let (result, sha) = try inParallel({ try SnapshotVerify.checkDatabase(targets.database, level: level) },
+                                           { try Hashing.sha256(ofFile: targets.database) })
+        guard result.ok else {
+            throw StoreOpsError(.badData, "\(context): the database it reassembles to fails \(level == .full ? "integrity_check" : "quick_check"): \(result.messages.prefix(3).joined(separator: "; "))")
+        }
+        return sha
+    }
+
+    /// One frame to read, and which of its blobs go where (`groups`: positions in `order` where
+    /// a run of pages with that blob's id starts).
+    private struct FrameJob {
+        var pack: ContentID
+        var frame: FrameEntry
+        var wanted: [(blob: Int, group: Int)] = []
+    }
+
+    private static func writePages(_ ids: [ContentID], pageSize: Int, repository: PagedRepository, to path: String,
+                                   context: String, progress: StepHandler?) throws {
+        guard pageSize >= 512, pageSize <= 65536, pageSize & (pageSize - 1) == 0 else {
+            throw StoreOpsError(.badData, "\(context): page size \(pageSize) is not one SQLite uses")
+        }
+        // Pages sorted by id: a blob's pages are one run, found by binary search.
+        var order = (0..<UInt32(ids.count)).map { $0 }
+        ids.withUnsafeBufferPointer { idBuffer in
+            order.sort { a, b in
+                let x = idBuffer[Int(a)], y = idBuffer[Int(b)]
+                return x == y ? a < b : x < y
+            }
+        }
+        func lowerBound(_ id: ContentID) -> Int? {
+            var low = 0, high = order.count
+            while low < high {
+                let mid = (low + high) / 2
+                if ids[Int(order[mid])] < id { low = mid + 1 } else { high = mid }
+            }
+            return low < order.count && ids[Int(order[low])] == id ? low : nil
+        }
+        var located = [Bool](repeating: false, count: order.count)
+        var jobs: [FrameJob] = []
+        let damaged = try RepositoryIndex.scan(repository) { _, pack, contents in
+            for frame in contents.frames {
+                var job: FrameJob?
+                for (b, blob) in frame.blobs.enumerated() where blob.type == .page {
+                    guard let group = lowerBound(blob.id), !located[group] else { continue }
+                    guard Int(blob.length) == pageSize else { continue }
+                    located[group] = true
+                    if job == nil { job = FrameJob(pack: pack, frame: frame) }
+                    job?.wanted.append((b, group))
+                }
+                if let job { jobs.append(job) }
+            }
+        }
+        var start = 0
+        while start < order.count {
+            let id = ids[Int(order[start])]
+            guard located[start] else {
+                throw BlobLocator.missingBlob(id, type: .page, context: "\(context), page \(order[start] + 1)", repository: repository, damaged: damaged)
+            }
+            start += 1
+            while start < order.count, ids[Int(order[start])] == id { start += 1 }
+        }
+        located = []
+        jobs.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
+        let (frames, pagesByID) = (jobs, order)
+        nonisolated(unsafe) let report = progress   // called under `written`'s lock, one lane at a time
+
+        let fd = open(path, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output) }
+        defer { close(fd) }
+        guard ftruncate(fd, off_t(ids.count) * off_t(pageSize)) == 0 else {
+            throw StoreOpsError.posix(errno, doing: "sizing \(path)", side: .output)
+        }
+        let startedAt = Date()
+        let next = Mutex(0)
+        let written = Mutex(0)
+        let failure = Mutex<(any Error)?>(nil)
+        DispatchQueue.concurrentPerform(iterations: 2) { _ in
+            do {
+                let zstd = try ZstdFrames(level: 3)
+                while failure.withLock({ $0 == nil }) {
+                    let i = next.withLock { value -> Int in defer { value += 1 }; return value }
+                    guard i < frames.count else { return }
+                    try ProcessSignals.checkpoint("restoring \(context)")
+                    let job = frames[i]
+                    let plain = try BlobLocator.readFrame(job.frame, pack: job.pack, repository: repository, zstd: zstd)
+                    var pages = 0
+                    for (b, group) in job.wanted {
+                        let blob = job.frame.blobs[b]
+                        let bytes = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
+                                                            what: "pack \(repository.backend.describe(PackBuilder.key(job.pack)))")
+                        var g = group
+                        while g < pagesByID.count, ids[Int(pagesByID[g])] == blob.id {
+                            try bytes.withUnsafeBytes { raw in
+                                try FileSystem.writeAll(fd, raw, at: off_t(pagesByID[g]) * off_t(pageSize), path: path)
+                            }
+                            g += 1
+                            pages += 1
+                        }
+                    }
+                    written.withLock { value in
+                        value += pages
+                        report?(ProgressUpdate(phase: "restore", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
+                                               bytes: UInt64(value) * UInt64(pageSize), startedAt: startedAt))
+                    }
+                }
+            } catch {
+                failure.withLock { if $0 == nil { $0 = error } }
+            }
+        }
+        if let error = failure.withLock({ $0 }) { throw error }
+    }
+
+    private static func writeFiles(_ files: [PagedSnapshotRecord.FileChunks], repository: PagedRepository, into folder: String?,
+                                   context: String) throws {
+        guard !files.isEmpty else { return }
+        let blobs = try BlobLocator.read(Array(Set(files.flatMap(\.chunks))).map { ($0, .fileChunk) }, from: repository, context: context)
+        for file in files {
+            try ProcessSignals.checkpoint("restoring \(context)")
+            let name = FileSystem.name(of: file.path)
+            guard !name.isEmpty, name != ".", name != "..", !name.contains("/") else {
+                throw StoreOpsError(.badData, "\(context): refusing the external-data file name \(file.path.debugDescription)")
+            }
+            var fd: Int32 = -1
+            if let folder {
+                fd = try FileSystem.create((folder as NSString).appendingPathComponent(name), point: "restore.external-file")
+            }
+            defer { if fd >= 0 { close(fd) } }
+            var hasher = SHA256()
+            var total: UInt64 = 0
+            for chunk in file.chunks {
+                guard let data = blobs[chunk] else { throw StoreOpsError(.badData, "\(context): a chunk of \(file.path) was not read") }
+                hasher.update(data: data)
+                total += UInt64(data.count)
+                guard total <= file.bytes else { throw StoreOpsError(.badData, "\(context): \(file.path) holds more than the \(file.bytes) bytes its record says") }
+                if fd >= 0 { try data.withUnsafeBytes { try FileSystem.writeAll(fd, $0, path: file.path) } }
+            }
+            let sha = Hashing.hex(hasher.finalize())
+            guard total == file.bytes, sha == file.sha256 else {
+                throw StoreOpsError(.badData, "\(context): \(file.path) reassembles to \(total) bytes with SHA-256 \(sha.prefix(12))…, its record says \(file.bytes) bytes, \(file.sha256.prefix(12))…")
+            }
+        }
+    }
+}

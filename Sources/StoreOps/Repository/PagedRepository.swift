@@ -1,0 +1,133 @@
+import Foundation
+
+/// A format-2 repository: content-addressed pages in encrypted packs (see
+/// `docs/repository-format.md` for every object's byte layout).
+///
+///     config                 what the repository is (plain JSON, written last by init)
+///     keys/<id>              the master key, wrapped by a password (encrypted repositories)
+///     data/<xx>/<pack id>    packs: sealed zstd frames of blobs (pages, page maps, file chunks)
+///     index/<id>             sealed lists of what each pack holds
+///     snapshots/<id>         sealed snapshot records: the commit point of a snapshot
+///     locks/<id>             who is using the repository (shared or exclusive)
+///     verified/<id>.json     when each snapshot was last verified (local only)
+public final class PagedRepository: Sendable {
+    public static let formatVersion = 2
+    public let backend: any RepositoryBackend
+    public let config: RepositoryConfig
+    public let sealer: Sealer
+    /// The key file that opened it (encrypted repositories).
+    public let keyID: String?
+
+    init(backend: any RepositoryBackend, config: RepositoryConfig, sealer: Sealer, keyID: String?) {
+        self.backend = backend
+        self.config = config
+        self.sealer = sealer
+        self.keyID = keyID
+    }
+
+    public var location: String { backend.location }
+
+    /// What a plain repository's commands print once.
+    public var plainWarning: String? {
+        config.isEncrypted ? nil : "the repository \(location) is NOT encrypted (made with --insecure-no-encryption)"
+    }
+
+    // MARK: - Opening
+
+    /// Opens the repository, asking `password` only if it is encrypted.
+    ///
+    /// - Throws: 66 when there is no repository, 65 when it is damaged or newer, 77 when no key
+    ///   opens with the password.
+    public static func open(_ backend: any RepositoryBackend, password: PasswordSource) throws -> PagedRepository {
+        guard let config = try RepositoryConfig.read(from: backend) else {
+            throw StoreOpsError(.noInput, "there is no storectl repository at \(backend.location)",
+                                hint: "check --repo, or make one with `storectl repo init --repo \(backend.location)`")
+        }
+        guard config.isEncrypted else {
+            let repository = PagedRepository(backend: backend, config: config, sealer: Sealer(master: nil), keyID: nil)
+            repository.plainWarning.map(Notices.say)
+            return repository
+        }
+        let secret = try password.read(purpose: "password for \(backend.location)")
+        let (master, keyID) = try unlock(backend, config: config, password: secret)
+        return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master), keyID: keyID)
+    }
+
+    /// Every key file of the repository, read and parsed (damaged ones reported, not fatal).
+    static func keyFiles(_ backend: any RepositoryBackend) throws -> (keys: [KeyFile], damaged: [(key: String, problem: String)]) {
+        var keys: [KeyFile] = []
+        var damaged: [(key: String, problem: String)] = []
+        for (key, size) in try backend.list("keys/") {
+            guard size < 1 << 20, let data = try backend.read(key) else { damaged.append((key, "is not a key file (size \(size))")); continue }
+            do {
+                let file = try JSON.decoder().decode(KeyFile.self, from: data)
+                guard file.format == "storectl-key", file.formatVersion <= 1, "keys/\(file.id)" == key else {
+                    damaged.append((key, "does not describe key \(FileSystem.name(of: key))"))
+                    continue
+                }
+                keys.append(file)
+            } catch {
+                damaged.append((key, "is damaged (\(SnapshotRepository.describe(error)))"))
+            }
+        }
+        return (keys, damaged)
+    }
+
+    /// The master key the password opens, checked against `config`.
+    static func unlock(_ backend: any RepositoryBackend, config: RepositoryConfig, password: Data) throws -> (MasterKey, String) {
+        let (keys, damaged) = try keyFiles(backend)
+        var problems: [String] = damaged.map { "\(backend.describe($0.key)) \($0.problem)" }
+        for file in keys {
+            let master: MasterKey?
+            do { master = try file.open(password: password) } catch let error as StoreOpsError {
+                problems.append(error.message)
+                continue
+            }
+            guard let master else { continue }
+            guard let check = config.keyCheck.flatMap({ Data(base64Encoded: $0) }),
+                  (try? Sealer(master: master).open(check, as: config.checkIdentity, what: "config")) == config.checkPlaintext else {
+                throw StoreOpsError(.badData, "key \(file.id) opens with this password but does not belong to the repository \(backend.location) (its key check fails)",
+                                    hint: "the key file or config was copied from another repository or changed")
+            }
+            return (master, file.id)
+        }
+        if keys.isEmpty {
+            throw StoreOpsError(.badData, "the encrypted repository \(backend.location) has no readable key file\(problems.isEmpty ? "" : ": " + problems.joined(separator: "; "))",
+                                hint: "restore keys/ from a copy of the repository")
+        }
+        throw StoreOpsError(.wrongPassword, "wrong password: none of the \(Format.plural(keys.count, "key", "keys")) of \(backend.location) opens with it\(problems.isEmpty ? "" : " (\(problems.joined(separator: "; ")))")",
+                            hint: "check --password-file, STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND")
+    }
+
+    // MARK: - Init
+
+    public struct InitOptions: Sendable {
+        public var encrypted = true
+        /// scrypt's N (tests lower it).
+        public var kdfN = KeyFile.defaultN
+        public init(encrypted: Bool = true, kdfN: Int = KeyFile.defaultN) {
+            self.encrypted = encrypted
+            self.kdfN = kdfN
+        }
+    }
+
+    /// Writes a new repository's key and, last, its `config`.
+    static func initialize(_ backend: any RepositoryBackend, password: Data?, options: InitOptions) throws -> PagedRepository {
+        let id = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        var config = RepositoryConfig(id: id, encryption: options.encrypted ? "aes-256-gcm" : "none",
+                                      contentIDs: options.encrypted ? "hmac-sha256" : "sha256", createdAt: Timestamp.now())
+        try backend.prepare()
+        var master: MasterKey?
+        var keyID: String?
+        if options.encrypted {
+            guard let password else { throw StoreOpsError(.usage, "an encrypted repository needs a password") }
+            let key = MasterKey.random()
+            let file = try KeyFile.make(key, password: password, n: options.kdfN)
+            try backend.write("keys/\(file.id)", try JSON.encode(file), point: "repo.init.key")
+            config.keyCheck = try Sealer(master: key).seal(config.checkPlaintext, as: config.checkIdentity).base64EncodedString()
+            (master, keyID) = (key, file.id)
+        }
+        try backend.write(RepositoryConfig.key, try JSON.encode(config), point: "repo.init.config")
+        return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master), keyID: keyID)
+    }
+}

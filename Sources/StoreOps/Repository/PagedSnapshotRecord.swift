@@ -1,0 +1,75 @@
+import Foundation
+
+/// `snapshots/<id>`: a format-2 snapshot, sealed as `snapshot:<id>`. Written after every blob it
+/// refers to is in a durable pack listed by a durable index: a listed snapshot is complete.
+///
+/// ```json
+/// { "format": "storectl-snapshot", "version": 2,
+///   "manifest": { …the manifest, as a format-1 snapshot's… },
+///   "pages": { "pageSize", "pageCount", "chunkPages", "baseCount", "base": [ids],
+///              "delta": id | null, "deltaCount", "digest" },
+///   "files": [ { "path", "bytes", "sha256", "chunks": [ids] } ],
+///   "parent": "<snapshot id>" | null,
+///   "added": { "blobs", "rawBytes", "storedBytes" } }
+/// ```
+public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
+    public var format = "storectl-snapshot"
+    public var version = 2
+    public var manifest: Manifest
+    public var pages: PageMapRef
+    public var files: [FileChunks]
+    /// The snapshot whose map and blobs this one was made against (nil: made from scratch).
+    public var parent: String?
+    public var added: Added
+
+    public struct FileChunks: Sendable, Codable, Equatable {
+        public var path: String
+        public var bytes: UInt64
+        public var sha256: String
+        public var chunks: [ContentID]
+    }
+
+    /// What this snapshot added to the repository.
+    public struct Added: Sendable, Codable, Equatable {
+        public var blobs: Int
+        /// Uncompressed bytes of the new blobs.
+        public var rawBytes: UInt64
+        /// Bytes of new packs and the index (the record itself aside).
+        public var storedBytes: UInt64
+    }
+
+    public var id: String { manifest.snapshot?.id ?? "" }
+
+    static func key(_ id: String) -> String { "snapshots/\(id)" }
+    static func identity(_ id: String) -> String { "snapshot:\(id)" }
+
+    /// Every blob the snapshot needs, besides its pages (map blobs and file chunks).
+    var otherBlobs: [(ContentID, BlobType)] {
+        pages.base.map { ($0, .mapChunk) } + (pages.delta.map { [($0, .mapDelta)] } ?? []) + files.flatMap { $0.chunks.map { ($0, .fileChunk) } }
+    }
+
+    func seal(_ sealer: Sealer) throws -> Data {
+        try sealer.seal(try JSON.encode(self), as: Self.identity(id))
+    }
+
+    /// Opens and checks a record; 65 naming it when it is damaged, sealed under another name, or newer.
+    static func open(_ sealed: Data, id: String, sealer: Sealer, location: String) throws -> PagedSnapshotRecord {
+        let what = "snapshot record \(location)/\(key(id))"
+        let plain = try sealer.open(sealed, as: identity(id), what: what)
+        struct Header: Decodable { var format: String?; var version: Int? }
+        guard let header = try? JSON.decoder().decode(Header.self, from: plain), header.format == "storectl-snapshot" else {
+            throw StoreOpsError(.badData, "\(what) is not a snapshot record", hint: Sealer.damagedHint)
+        }
+        guard let version = header.version, version <= 2 else {
+            throw StoreOpsError(.badData, "\(what) has version \(header.version ?? 0); this storectl reads up to 2", hint: "use a newer storectl")
+        }
+        let record: PagedSnapshotRecord
+        do { record = try JSON.decoder().decode(PagedSnapshotRecord.self, from: plain) } catch {
+            throw StoreOpsError(.badData, "\(what) is damaged (\(SnapshotRepository.describe(error)))", hint: Sealer.damagedHint)
+        }
+        guard record.id == id, record.manifest.snapshot?.format == 2 else {
+            throw StoreOpsError(.badData, "\(what) describes snapshot \(record.id), not \(id)", hint: Sealer.damagedHint)
+        }
+        return record
+    }
+}

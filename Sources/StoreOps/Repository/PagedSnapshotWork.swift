@@ -1,0 +1,286 @@
+import Crypto
+import Foundation
+import GRDB
+
+/// One format-2 snapshot, from the parent's map to the sealed record.
+///
+/// What is checked at create time (the "verified before it counts" promise for format 2):
+/// - the source is read inside one read transaction (WAL), so every page comes from one point
+///   in time; the backup API hands every page to the stream exactly once, and a page missing
+///   from the stream fails the snapshot;
+/// - `quick_check` runs on the source inside that same read transaction, so it checks exactly
+///   the pages that were streamed (skipped only when every page equals the parent's: the
+///   parent's check then holds);
+/// - every page's content id is computed from its bytes; every new blob is compressed, sealed
+///   and written in a pack that is fsynced before the index that lists it, which is fsynced
+///   before the record;
+/// - every page of the new map resolves to a blob this run wrote or an index lists;
+/// - the record is written last: a snapshot is listed only when all of the above held.
+final class PagedSnapshotWork {
+    let store: StoreFile
+    let repository: PagedRepository
+    let tags: [String]
+    let level: Int
+    let startedAt = Timestamp.now()
+    let id: String
+    let writer: PackWriter
+    var parent: PagedSnapshotRecord?
+    private var parentMap: PageMap.Loaded?
+    private var indexed: [UInt64] = []
+    private var indexDamage: [RepositoryIndex.Damaged] = []
+    private var stream: PageStream?
+    private var pageSize = 0
+    private var copied: ConsistentCopy.Copied?
+    private var verification: Manifest.Verification?
+    private var coreData: Manifest.CoreDataFacts?
+    private var files: [PagedSnapshotRecord.FileChunks] = []
+    private var finalIDs: [ContentID] = []
+    private var newFileChunks = Set<ContentID>()
+    private(set) var record: PagedSnapshotRecord?
+    private var committed = false
+
+    init(store: StoreFile, repository: PagedRepository, tags: [String], level: Int?) {
+        self.store = store
+        self.repository = repository
+        self.tags = tags
+        self.level = level ?? 3
+        id = SnapshotID.make(at: startedAt)
+        writer = PackWriter(repository: repository)
+    }
+
+    var externalRoot: String { "store/" + StoreFile.externalDataRelativePath(forDatabaseNamed: store.name) }
+
+    /// The parent (the newest snapshot of this store from this host), its map, and what the
+    /// indexes hold.
+    func prepare(records: [PagedSnapshotRecord]) throws {
+        let host = ProcessInfo.processInfo.hostName
+        parent = records.first { $0.manifest.host == host && $0.manifest.source.path == store.path }
+        var wanted = Set<ContentID>()
+        if let parent { wanted.formUnion(parent.pages.blobs) }
+        var locations: [ContentID: BlobLocation] = [:]
+        indexDamage = try RepositoryIndex.scan(repository) { _, pack, contents in
+            for frame in contents.frames {
+                for blob in frame.blobs {
+                    indexed.append(blob.id.prefix64)
+                    if wanted.contains(blob.id), locations[blob.id] == nil { locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob) }
+                }
+            }
+        }
+        indexed.sort()
+        guard let parent else { return }
+        do {
+            let blobs = try readBlobs(parent.pages.blobs.map { ($0, .mapChunk) }, locations: locations, context: "snapshot \(parent.id)")
+            parentMap = try PageMap.assemble(parent.pages, what: "snapshot \(parent.id)") { id, type in
+                guard let data = blobs[id] else {
+                    throw BlobLocator.missingBlob(id, type: type, context: "snapshot \(parent.id)", repository: repository, damaged: indexDamage)
+                }
+                return data
+            }
+        } catch let error as StoreOpsError where error.status == .badData {
+            // A damaged parent is not fatal: this snapshot is made from scratch instead.
+            SnapshotCreate.logger.warning("the parent snapshot's map cannot be read; storing every page again", metadata: ["problem": "\(error.message)"])
+            self.parent = nil
+            parentMap = nil
+        }
+    }
+
+    private func readBlobs(_ ids: [(ContentID, BlobType)], locations: [ContentID: BlobLocation], context: String) throws -> [ContentID: Data] {
+        let zstd = try ZstdFrames(level: 3)
+        var out: [ContentID: Data] = [:]
+        var frames: [String: Data] = [:]
+        for (id, type) in ids where out[id] == nil {
+            guard let location = locations[id] else {
+                throw BlobLocator.missingBlob(id, type: type, context: context, repository: repository, damaged: indexDamage)
+            }
+            let frameKey = "\(location.pack.hex)@\(location.frame.offset)"
+            let plain = try frames[frameKey] ?? BlobLocator.readFrame(location.frame, pack: location.pack, repository: repository, zstd: zstd)
+            frames[frameKey] = plain
+            out[id] = try BlobLocator.extract(location.blob, from: plain, sealer: repository.sealer,
+                                              what: "pack \(repository.backend.describe(PackBuilder.key(location.pack)))")
+        }
+        return out
+    }
+
+    // MARK: - Copy
+
+    /// Streams the store's pages into packs while its snapshot is held, then checks the source
+    /// inside the same read transaction.
+    func copy(timeout: TimeInterval, progress: StepHandler?) throws {
+        let options = ConsistentCopy.Options(timeout: timeout, writeBehind: false)
+        copied = try ConsistentCopy.holdingSnapshot(of: store, options: options, onSnapshot: { info in
+            self.pageSize = info.pageSize
+            if self.parent?.pages.pageSize != info.pageSize {   // VACUUMed to another page size: start afresh
+                self.parent = nil
+                self.parentMap = nil
+            }
+            try self.packExternalData()
+        }) { src, info, stats in
+            let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [],
+                                    expectedPages: info.pageCount)
+            self.stream = stream
+            let sink = try PageSink(stream: stream, pageSize: info.pageSize)
+            defer { sink.close() }
+            do {
+                try ConsistentCopy.stepBackup(from: src, to: sink.db, store: store, pageSize: info.pageSize, options: options,
+                                              stats: &stats, progress: progress)
+            } catch {
+                // The stream's own failure (a full disk writing a pack) says more than SQLite's I/O error.
+                if let failure = stream.error { throw failure }
+                if let problem = sink.problem { throw StoreOpsError(.failure, "streaming the pages of \(store.path): \(problem)") }
+                throw error
+            }
+            guard let page1 = sink.page1() else { throw StoreOpsError(.failure, "the streamed copy of \(store.path) has no page 1") }
+            _ = page1.withUnsafeBytes { stream.receive(page: 1, bytes: $0) }
+            try stream.drain()
+            finalIDs = try stream.finalIDs(pageCount: sink.pageCount(pageSize: info.pageSize))
+            try checkSource(src)
+        }
+    }
+
+    /// `quick_check` and the entity counts, on the source inside the read transaction the pages
+    /// came from; inherited from the parent when no page changed.
+    private func checkSource(_ src: Database) throws {
+        let changed = stream?.changed.count ?? finalIDs.count
+        if let parent, changed == 0, finalIDs.count == parent.pages.pageCount, parent.manifest.verify.ok {
+            verification = Manifest.Verification(level: .quick, ok: true, messages: ["ok"])
+            coreData = parent.manifest.coreData
+            return
+        }
+        let result: Manifest.Verification
+        do { result = try Verifier.verify(src, level: .quick) } catch {
+            throw StoreOpsError.sqlite(error, doing: "checking \(store.path) while it was streamed")
+        }
+        guard result.ok else {
+            throw StoreOpsError(.badData, "\(store.path) fails quick_check: \(result.messages.prefix(3).joined(separator: "; ")); no snapshot was recorded",
+                                hint: "the store itself is damaged: run `storectl preflight --full \(store.path)`")
+        }
+        verification = result
+        do {
+            if let model = try CoreDataStore.read(src), let counts = try CoreDataCensus.countsByEntity(src) {
+                coreData = Manifest.CoreDataFacts(metadata: model.metadata, entityCounts: counts)
+            }
+        } catch let error as StoreOpsError { throw error } catch {
+            throw StoreOpsError.sqlite(error, doing: "counting the entities of \(store.path)")
+        }
+    }
+
+    /// The external-data files, chunked (1 MiB), while the snapshot is held.
+    private func packExternalData() throws {
+        let source = store.externalDataPath
+        guard FileSystem.kind(of: source) == .directory else { return }
+        if let bad = FileSystem.nonUTF8Names(under: source).first {
+            throw StoreOpsError(.badData, "the external-data file \(bad) has a name that is not valid UTF-8; it cannot be copied faithfully, so nothing was copied",
+                                hint: "rename it (Core Data names these files by UUID)")
+        }
+        let known = Set(parent?.files.flatMap(\.chunks) ?? [])
+        let zstd = try ZstdFrames(level: level)
+        let enumerator = FileManager.default.enumerator(atPath: source)
+        while let relative = enumerator?.nextObject() as? String {
+            try ProcessSignals.checkpoint("packing external data")
+            let path = (source as NSString).appendingPathComponent(relative)
+            guard FileSystem.kind(of: path) == .file else { continue }
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                if errno == ENOENT { continue }   // deleted by the app since it was listed
+                throw StoreOpsError.posix(errno, doing: "reading \(path)", side: .input)
+            }
+            defer { close(fd) }
+            var chunks: [ContentID] = []
+            var pending = Data()
+            func emit() throws {
+                guard !pending.isEmpty else { return }
+                let chunkID = repository.sealer.contentID(pending)
+                chunks.append(chunkID)
+                if !known.contains(chunkID), newFileChunks.insert(chunkID).inserted {
+                    let frame = try pending.withUnsafeBytes { try SealedFrame.make([(.fileChunk, chunkID, $0)], zstd: zstd, sealer: repository.sealer) }
+                    try writer.add(frame)
+                }
+                pending = Data()
+            }
+            let (bytes, sha) = try Hashing.streamHashing(fd: fd, path: path) { chunk in
+                var rest = chunk
+                while !rest.isEmpty {
+                    let take = min(rest.count, (1 << 20) - pending.count)
+                    pending.append(contentsOf: UnsafeRawBufferPointer(rebasing: rest[0..<take]))
+                    rest = UnsafeRawBufferPointer(rebasing: rest[take...])
+                    if pending.count == 1 << 20 { try emit() }
+                }
+            }
+            try emit()
+            files.append(.init(path: "\(externalRoot)/\(relative)", bytes: bytes, sha256: sha, chunks: chunks))
+        }
+        files.sort { $0.path < $1.path }
+    }
+
+    // MARK: - Check and commit
+
+    /// Every page and every other blob of the new snapshot resolves to a blob this run wrote or
+    /// an index lists.
+    func check() throws {
+        guard let verification, verification.ok else { throw StoreOpsError(.failure, "the snapshot was not checked") }
+        let written = Set(writer.blobsTaken().map(\.prefix64))
+        func present(_ id: ContentID) -> Bool {
+            if written.contains(id.prefix64) { return true }
+            var low = 0, high = indexed.count
+            while low < high {
+                let mid = (low + high) / 2
+                if indexed[mid] < id.prefix64 { low = mid + 1 } else { high = mid }
+            }
+            return low < indexed.count && indexed[low] == id.prefix64
+        }
+        for (p, pageID) in finalIDs.enumerated() where !present(pageID) {
+            throw BlobLocator.missingBlob(pageID, type: .page, context: "page \(p + 1) of the new snapshot of \(store.path)",
+                                          repository: repository, damaged: indexDamage)
+        }
+        for file in files { for chunk in file.chunks where !present(chunk) && !newFileChunks.contains(chunk) {
+            throw BlobLocator.missingBlob(chunk, type: .fileChunk, context: "\(file.path) of the new snapshot", repository: repository, damaged: indexDamage)
+        } }
+    }
+
+    /// Map blobs, the last pack and index, then the sealed record: the snapshot counts.
+    func commit() throws {
+        guard let copied, let verification else { throw StoreOpsError(.failure, "nothing was copied") }
+        let (map, mapBlobs) = PageMap.next(ids: finalIDs, pageSize: pageSize, changed: stream?.changed ?? Bitset(count: 0),
+                                           parent: parent.flatMap { p in parentMap.map { (p.pages, $0) } },
+                                           contentID: { self.repository.sealer.contentID($0) })
+        let existing = Set(parent?.pages.blobs ?? [])
+        let zstd = try ZstdFrames(level: level)
+        for blob in mapBlobs where !existing.contains(blob.id) {
+            let frame = try blob.data.withUnsafeBytes { try SealedFrame.make([(blob.type, blob.id, $0)], zstd: zstd, sealer: repository.sealer) }
+            try writer.add(frame)
+        }
+        try writer.finish()
+        let externalRecords = files.map { Manifest.FileRecord(path: $0.path, bytes: $0.bytes, sha256: $0.sha256) }
+        let manifest = Manifest.of(kind: "snapshot", copied: copied, database: "store/\(store.name)",
+                                   bytes: UInt64(finalIDs.count) * UInt64(pageSize), sha256: nil,
+                                   inspection: .init(pageSize: pageSize, pageCount: finalIDs.count, verification: verification),
+                                   external: files.isEmpty ? nil : (externalRoot, externalRecords), coreData: coreData, startedAt: startedAt,
+                                   snapshot: .init(id: id, tags: tags, compression: .zstd, level: level, archive: nil, format: 2,
+                                                   parent: parent?.id, addedBytes: writer.storedBytes))
+        let record = PagedSnapshotRecord(manifest: manifest, pages: map, files: files, parent: parent?.id,
+                                         added: .init(blobs: writer.blobs, rawBytes: writer.rawBytes, storedBytes: writer.storedBytes))
+        try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: "snapshot.record")
+        committed = true
+        self.record = record
+    }
+
+    /// A snapshot that did not commit takes its packs and indexes with it (nothing refers to
+    /// them; the run holds the repository's lock, so no other run uses them either).
+    func abandon() {
+        guard !committed else { return }
+        for key in writer.indexesWritten { try? repository.backend.remove(key, point: "snapshot.abandon.index") }
+        for pack in writer.packsWritten { try? repository.backend.remove(PackBuilder.key(pack.id), point: "snapshot.abandon.pack") }
+    }
+}
+
+extension PagedSnapshotWork: SnapshotWork {
+    func copy(timeout: TimeInterval, checkFreeSpace: Bool, progress: StepHandler?) throws {
+        try copy(timeout: timeout, progress: progress)
+    }
+
+    func result() throws -> SnapshotCreate.Result {
+        guard let record else { throw StoreOpsError(.failure, "the snapshot did not finish") }
+        return SnapshotCreate.Result(id: id, archive: repository.backend.describe(PagedSnapshotRecord.key(id)), record: record.manifest,
+                                     format: 2, addedBytes: record.added.storedBytes, parent: record.parent, removedStray: [])
+    }
+}

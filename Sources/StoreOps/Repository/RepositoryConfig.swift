@@ -1,0 +1,54 @@
+import Foundation
+
+/// `config`, the one plain object of a format-2 repository: what it is and how it is sealed.
+/// Written last by `repo init` (a folder without it is not a repository yet).
+///
+/// ```json
+/// { "format": "storectl-repository", "version": 2, "id": "<32 hex>",
+///   "encryption": "aes-256-gcm" | "none", "contentIDs": "hmac-sha256" | "sha256",
+///   "compression": "zstd", "createdAt": "…",
+///   "keyCheck": "<base64: sealed \"storectl-repository:<id>\" as config:<id>>" }
+/// ```
+public struct RepositoryConfig: Sendable, Codable, Equatable {
+    public var format = "storectl-repository"
+    public var version = PagedRepository.formatVersion
+    public var id: String
+    public var encryption: String
+    public var contentIDs: String
+    public var compression = "zstd"
+    public var createdAt: Date
+    /// Encrypted repositories: proves a master key belongs to this repository.
+    public var keyCheck: String?
+
+    public var isEncrypted: Bool { encryption != "none" }
+
+    static let key = "config"
+
+    var checkIdentity: String { "config:\(id)" }
+    var checkPlaintext: Data { Data("storectl-repository:\(id)".utf8) }
+
+    /// Reads and checks `config`: nil when there is none.
+    ///
+    /// - Throws: 65 when it is damaged or written by a newer storectl.
+    static func read(from backend: any RepositoryBackend) throws -> RepositoryConfig? {
+        guard let data = try backend.read(key) else { return nil }
+        struct Header: Decodable { var format: String?; var version: Int? }
+        guard let header = try? JSON.decoder().decode(Header.self, from: data), header.format == "storectl-repository" else {
+            throw StoreOpsError(.badData, "\(backend.describe(key)) is not a storectl repository configuration", hint: "check --repo")
+        }
+        guard let version = header.version, version <= PagedRepository.formatVersion else {
+            throw StoreOpsError(.badData, "\(backend.location) is a format-\(header.version ?? 0) repository; this storectl reads formats 1 and 2",
+                                hint: "use a newer storectl")
+        }
+        let config: RepositoryConfig
+        do { config = try JSON.decoder().decode(RepositoryConfig.self, from: data) } catch {
+            throw StoreOpsError(.badData, "\(backend.describe(key)) is damaged (\(SnapshotRepository.describe(error)))")
+        }
+        guard ["aes-256-gcm", "none"].contains(config.encryption), config.contentIDs == (config.isEncrypted ? "hmac-sha256" : "sha256"),
+              config.compression == "zstd", config.id.count == 32, config.id.allSatisfy(\.isHexDigit) else {
+            throw StoreOpsError(.badData, "\(backend.describe(key)) names a cipher, content id or compression this storectl does not know",
+                                hint: "use a newer storectl, or check that the file was not changed")
+        }
+        return config
+    }
+}

@@ -1,0 +1,34 @@
+/// An opened repository and the lock this run holds on it: format 1's flock on `.lock` (writers
+/// exclusive), format 2's lock object (shared for snapshot create and restore, exclusive for
+/// prune and key changes). Taking it also removes what dead runs left (temp files; format 1:
+/// unlisted archives).
+final class RepositoryHold: @unchecked Sendable {
+    let repository: OpenedRepository
+    private var jobLock: JobLock?
+    private var objectLock: RepositoryLock?
+    private(set) var removedStray: [String] = []
+
+    private init(repository: OpenedRepository) { self.repository = repository }
+
+    static func take(_ repository: OpenedRepository, operation: String, exclusive: Bool, wait: Bool) throws -> RepositoryHold {
+        let hold = RepositoryHold(repository: repository)
+        switch repository {
+        case .archives(let archives):
+            hold.jobLock = try archives.lockForWriting(job: operation, wait: wait)
+            hold.removedStray = archives.removeStray()
+        case .paged(let paged):
+            hold.objectLock = try RepositoryLock.acquire(paged.backend, exclusive: exclusive, operation: operation, wait: wait)
+            hold.removedStray = paged.backend.removeStale()
+        }
+        return hold
+    }
+
+    func release() {
+        jobLock?.release()
+        jobLock = nil
+        objectLock?.release()
+        objectLock = nil
+    }
+
+    deinit { release() }
+}

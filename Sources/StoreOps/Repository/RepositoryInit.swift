@@ -1,0 +1,76 @@
+import Foundation
+
+/// `storectl repo init`: makes a new repository, format 2 (encrypted unless
+/// `--insecure-no-encryption`) by default, or format 1.
+public enum RepositoryInit {
+    public struct Options: Sendable {
+        public var location: String
+        public var format = 2
+        public var encrypted = true
+        public var password: PasswordSource
+        /// scrypt's N for the first key (tests lower it to keep fast).
+        public var kdfN = KeyFile.defaultN
+
+        public init(location: String, format: Int = 2, encrypted: Bool = true, password: PasswordSource = .resolve(file: nil)) {
+            self.location = location
+            self.format = format
+            self.encrypted = encrypted
+            self.password = password
+        }
+    }
+
+    public struct Result: Sendable, Codable {
+        public var location: String
+        public var format: Int
+        public var encrypted: Bool
+        public var id: String?
+        public var keyID: String?
+    }
+
+    /// - Throws: 73 when something is already there, 64 for a bad format or an empty password.
+    public static func run(_ options: Options) throws -> Result {
+        switch options.format {
+        case 1:
+            // Format 1 is never encrypted: each snapshot is a plain .tar.zst any tool can read.
+            let repository = try SnapshotRepository.create(options.location)
+            return Result(location: repository.path, format: 1, encrypted: false, id: nil, keyID: nil)
+        case 2:
+            let absolute = FileSystem.absolute(options.location)
+            let kind = try checkTarget(absolute)
+            let password = options.encrypted ? try options.password.read(purpose: "new password for \(absolute)", confirm: true) : nil
+            let parent = FileSystem.parent(of: absolute)
+            PendingFile.removeStale(in: parent, prefix: FileSystem.name(of: absolute))
+            let staging = try PendingFile(finalPath: absolute, directory: true, label: "repo.init")
+            let made = try PagedRepository.initialize(LocalBackend(root: staging.tempPath), password: password,
+                                                      options: .init(encrypted: options.encrypted, kdfN: options.kdfN))
+            try staging.commit(replacing: kind == .directory)
+            return Result(location: absolute, format: 2, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
+        default:
+            throw StoreOpsError(.usage, "--format \(options.format): storectl makes repositories of format 1 or 2")
+        }
+    }
+
+    /// A new repository may go at a missing path (in an existing folder) or in an empty folder.
+    static func checkTarget(_ absolute: String) throws -> FileSystem.Kind {
+        let kind = FileSystem.kind(of: absolute)
+        switch kind {
+        case .missing:
+            let parent = FileSystem.parent(of: absolute)
+            guard FileSystem.kind(of: parent) == .directory else {
+                throw StoreOpsError(.cannotCreate, "cannot create the repository \(absolute): \(parent) does not exist")
+            }
+        case .directory:
+            let contents = ((try? FileManager.default.contentsOfDirectory(atPath: absolute)) ?? []).filter { !$0.hasPrefix(".") }
+            if contents.contains(SnapshotRepository.markerName) || contents.contains(RepositoryConfig.key) {
+                throw StoreOpsError(.cannotCreate, "\(absolute) is already a storectl repository", hint: "use it as it is, or choose another --repo")
+            }
+            guard contents.isEmpty else {
+                throw StoreOpsError(.cannotCreate, "\(absolute) is not empty: a repository goes in a new or empty folder",
+                                    hint: "choose an empty or new folder for --repo")
+            }
+        default:
+            throw StoreOpsError(.cannotCreate, "\(absolute) exists and is not a folder")
+        }
+        return kind
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+
+/// `storectl key list|add|remove|passwd`: the passwords that open an encrypted format-2
+/// repository. Each key file wraps the same master key under one password, so adding or removing
+/// one re-encrypts nothing. Changes take the repository exclusively; a new key file is written
+/// (durably) before an old one is removed, so a crash leaves one key or the other, never none.
+public enum RepositoryKeys {
+    public struct Entry: Sendable, Codable {
+        public var id: String
+        public var created: Date
+        public var host: String
+        public var user: String
+        /// The key this run opened the repository with.
+        public var current: Bool
+    }
+
+    public struct Options: Sendable {
+        public var location: String
+        public var password: PasswordSource
+        /// Where the new password comes from (`key add`, `key passwd`).
+        public var newPassword: PasswordSource
+        public var wait = false
+        /// scrypt's N for a new key (tests lower it).
+        public var kdfN = KeyFile.defaultN
+
+        public init(location: String, password: PasswordSource, newPassword: PasswordSource = .prompt, wait: Bool = false) {
+            self.location = location
+            self.password = password
+            self.newPassword = newPassword
+            self.wait = wait
+        }
+    }
+
+    /// Opens the encrypted format-2 repository (64 for format 1 or a plain repository: no keys).
+    static func open(_ options: Options) throws -> PagedRepository {
+        guard case .paged(let repository) = try OpenedRepository.open(options.location, password: options.password) else {
+            throw StoreOpsError(.usage, "\(FileSystem.absolute(options.location)) is a format-1 repository: it has no keys (format 1 is not encrypted)")
+        }
+        guard repository.config.isEncrypted else {
+            throw StoreOpsError(.usage, "\(repository.location) is not encrypted (made with --insecure-no-encryption): it has no keys")
+        }
+        return repository
+    }
+
+    public static func list(_ options: Options) throws -> [Entry] {
+        let repository = try open(options)
+        return try PagedRepository.keyFiles(repository.backend).keys
+            .map { Entry(id: $0.id, created: $0.created, host: $0.host, user: $0.user, current: $0.id == repository.keyID) }
+            .sorted { ($0.created, $0.id) < ($1.created, $1.id) }
+    }
+
+    /// Adds a key for a new password; returns its id.
+    public static func add(_ options: Options) throws -> String {
+        let repository = try open(options)
+        let lock = try RepositoryLock.acquire(repository.backend, exclusive: true, operation: "key add", wait: options.wait)
+        defer { lock.release() }
+        return try write(repository, options: options, point: "key.add")
+    }
+
+    /// Replaces the key this run opened with one for a new password.
+    public static func passwd(_ options: Options) throws -> (added: String, removed: String) {
+        let repository = try open(options)
+        guard let old = repository.keyID else { throw StoreOpsError(.failure, "no key opened \(repository.location)") }
+        let lock = try RepositoryLock.acquire(repository.backend, exclusive: true, operation: "key passwd", wait: options.wait)
+        defer { lock.release() }
+        let added = try write(repository, options: options, point: "key.passwd.add")
+        try repository.backend.remove("keys/\(old)", point: "key.passwd.remove")
+        return (added, old)
+    }
+
+    /// Removes a key (never the one used to open the repository, so one that works always stays).
+    public static func remove(_ options: Options, id: String) throws {
+        let repository = try open(options)
+        guard id.count == 16, id.allSatisfy(\.isHexDigit) else {
+            throw StoreOpsError(.usage, "\"\(id)\" is not a key id", hint: "`storectl key list --repo \(repository.location)` shows them")
+        }
+        guard id != repository.keyID else {
+            throw StoreOpsError(.usage, "key \(id) is the one this password opens; removing it could lock you out",
+                                hint: "open the repository with another key's password to remove this one, or use `storectl key passwd`")
+        }
+        let lock = try RepositoryLock.acquire(repository.backend, exclusive: true, operation: "key remove", wait: options.wait)
+        defer { lock.release() }
+        guard try repository.backend.size("keys/\(id)") != nil else {
+            throw StoreOpsError(.noInput, "the repository \(repository.location) has no key \(id)", hint: "`storectl key list` shows them")
+        }
+        try repository.backend.remove("keys/\(id)", point: "key.remove")
+    }
+
+    private static func write(_ repository: PagedRepository, options: Options, point: String) throws -> String {
+        guard let master = repository.sealer.master else { throw StoreOpsError(.failure, "the repository is not open") }
+        let password = try options.newPassword.read(purpose: "new password for \(repository.location)", confirm: true)
+        let file = try KeyFile.make(master, password: password, n: options.kdfN)
+        try repository.backend.write("keys/\(file.id)", try JSON.encode(file), point: point)
+        return file.id
+    }
+}

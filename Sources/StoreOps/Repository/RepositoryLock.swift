@@ -1,0 +1,124 @@
+import Foundation
+
+/// Who uses a format-2 repository: one object `locks/<random id>` per holder, shared (snapshot
+/// create, restore, verify write-backs) or exclusive (prune, key changes). Lock objects work the
+/// same on a folder and in a bucket, where flock does not exist.
+///
+/// A lock survives its holder's death until it is found stale: a lock of this host whose process
+/// is gone, or any lock not refreshed for 30 minutes (holders rewrite theirs every 5 minutes).
+/// Stale locks are removed by whoever finds them.
+public final class RepositoryLock: @unchecked Sendable {
+    public struct Record: Sendable, Codable, Equatable {
+        public var format = "storectl-lock"
+        public var host: String
+        public var pid: Int32
+        public var user: String
+        public var exclusive: Bool
+        public var operation: String
+        public var created: Date
+        public var refreshed: Date
+    }
+
+    /// A lock that conflicts with the one wanted.
+    public struct Conflict: Sendable {
+        public var key: String
+        public var record: Record
+    }
+
+    static let staleAfter: TimeInterval = 30 * 60
+    static let refreshEvery: TimeInterval = 5 * 60
+
+    let backend: any RepositoryBackend
+    public let key: String
+    private(set) var record: Record
+    private var timer: DispatchSourceTimer?
+    private let queue = DispatchQueue(label: "storectl.repository-lock")
+    private var released = false
+
+    private init(backend: any RepositoryBackend, key: String, record: Record) {
+        self.backend = backend
+        self.key = key
+        self.record = record
+    }
+
+    deinit { release() }
+
+    /// Takes the lock. Without `wait`, a conflicting lock is exit 75 naming its holder; with it,
+    /// storectl retries (a signal stops it).
+    public static func acquire(_ backend: any RepositoryBackend, exclusive: Bool, operation: String, wait: Bool) throws -> RepositoryLock {
+        while true {
+            let id = (0..<8).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            let now = Timestamp.now()
+            let record = Record(host: ProcessInfo.processInfo.hostName, pid: getpid(),
+                                user: ProcessInfo.processInfo.environment["USER"] ?? String(getuid()),
+                                exclusive: exclusive, operation: operation, created: now, refreshed: now)
+            let lock = RepositoryLock(backend: backend, key: "locks/\(id)", record: record)
+            try backend.write(lock.key, try JSON.encode(record), point: "lock.write")
+            let conflicts = try lock.conflicts()
+            guard let first = conflicts.first else {
+                lock.startRefreshing()
+                return lock
+            }
+            lock.release()
+            guard wait else {
+                let holder = first.record
+                throw StoreOpsError(.busy, "the repository \(backend.location) is locked \(holder.exclusive ? "exclusively" : "(shared)") by \(holder.operation) (pid \(holder.pid) on \(holder.host), since \(Timestamp.iso(holder.created)))",
+                                    hint: "try again later, or pass --wait; a lock whose holder died is removed once found stale (its process gone on this host, or not refreshed for 30 minutes)")
+            }
+            try ProcessSignals.checkpoint("waiting for the lock of \(backend.location)")
+            usleep(useconds_t.random(in: 200_000...1_000_000))
+        }
+    }
+
+    /// Other live locks that conflict with this one; stale ones are removed on the way.
+    func conflicts() throws -> [Conflict] {
+        var found: [Conflict] = []
+        for (key, size) in try backend.list("locks/") where key != self.key {
+            guard size < 1 << 16, let data = try backend.read(key),
+                  let other = try? JSON.decoder().decode(Record.self, from: data) else {
+                continue   // being written, or not a lock: neither blocks anyone
+            }
+            if Self.isStale(other) {
+                try? backend.remove(key, point: "lock.remove-stale")
+                continue
+            }
+            if record.exclusive || other.exclusive { found.append(Conflict(key: key, record: other)) }
+        }
+        return found
+    }
+
+    static func isStale(_ record: Record, now: Date = Date()) -> Bool {
+        if record.host == ProcessInfo.processInfo.hostName, !FileSystem.processIsAlive(record.pid) { return true }
+        return now.timeIntervalSince(record.refreshed) > staleAfter
+    }
+
+    private func startRefreshing() {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + Self.refreshEvery, repeating: Self.refreshEvery)
+        timer.setEventHandler { [weak self] in
+            guard let self, !self.released else { return }
+            self.record.refreshed = Timestamp.now()
+            if let data = try? JSON.encode(self.record) { try? self.backend.write(self.key, data, point: "lock.refresh") }
+        }
+        timer.resume()
+        self.timer = timer
+    }
+
+    /// Removes the lock object (again: a no-op).
+    public func release() {
+        queue.sync {
+            guard !released else { return }
+            released = true
+            timer?.cancel()
+            try? backend.remove(key, point: "lock.remove")
+        }
+    }
+
+    /// Every lock of the repository, stale or not (`repo locks`).
+    public static func list(_ backend: any RepositoryBackend) throws -> [(key: String, record: Record?, stale: Bool)] {
+        try backend.list("locks/").map { key, _ in
+            let record = (try? backend.read(key)).flatMap { $0 }.flatMap { try? JSON.decoder().decode(Record.self, from: $0) }
+            return (key, record, record.map { isStale($0) } ?? false)
+        }
+    }
+}

@@ -1,0 +1,53 @@
+import CZstd
+import Foundation
+
+/// One-shot zstd compression of a pack's frames, with contexts kept for reuse (one per thread).
+/// Frames carry zstd's content checksum.
+final class ZstdFrames {
+    private let compressor: OpaquePointer
+    private let decompressor: OpaquePointer
+    let level: Int32
+
+    init(level: Int) throws {
+        guard let c = ZSTD_createCCtx(), let d = ZSTD_createDCtx() else { throw StoreOpsError(.failure, "zstd: out of memory") }
+        compressor = c
+        decompressor = d
+        self.level = Int32(level)
+        ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, self.level)
+        ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1)
+    }
+
+    deinit {
+        ZSTD_freeCCtx(compressor)
+        ZSTD_freeDCtx(decompressor)
+    }
+
+    func compress(_ input: UnsafeRawBufferPointer) throws -> Data {
+        let bound = ZSTD_compressBound(input.count)
+        var out = Data(count: bound)
+        let written = out.withUnsafeMutableBytes { buffer in
+            ZSTD_compress2(compressor, buffer.baseAddress, bound, input.baseAddress, input.count)
+        }
+        guard ZSTD_isError(written) == 0 else {
+            throw StoreOpsError(.failure, "zstd: \(String(cString: ZSTD_getErrorName(written)))")
+        }
+        out.count = written
+        return out
+    }
+
+    /// Decompresses a frame that must hold exactly `rawLength` bytes; anything else is damage
+    /// (exit 65 naming `what`).
+    func decompress(_ input: Data, rawLength: Int, what: String) throws -> Data {
+        var out = Data(count: rawLength)
+        let produced = out.withUnsafeMutableBytes { buffer in
+            input.withUnsafeBytes { source in
+                ZSTD_decompressDCtx(decompressor, buffer.baseAddress, rawLength, source.baseAddress, source.count)
+            }
+        }
+        guard ZSTD_isError(produced) == 0, produced == rawLength else {
+            let why = ZSTD_isError(produced) != 0 ? String(cString: ZSTD_getErrorName(produced)) : "\(produced) bytes instead of \(rawLength)"
+            throw StoreOpsError(.badData, "\(what) does not decompress (\(why)); it is damaged", hint: Sealer.damagedHint)
+        }
+        return out
+    }
+}

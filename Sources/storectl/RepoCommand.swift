@@ -1,0 +1,102 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct RepoCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "repo",
+        abstract: "Make and look after snapshot repositories: init, check, stats, repair.",
+        discussion: """
+            Format 2 (the default) stores each database page once, content-addressed, zstd-compressed and encrypted
+            (AES-256-GCM, keyed content ids) in packs; format 1 keeps one compressed tar archive per snapshot.
+            storectl never makes a repository implicitly: `snapshot create` into a missing one exits 66.
+            """,
+        subcommands: [RepoInitCommand.self, RepoCheckCommand.self, RepoStatsCommand.self, RepoRepairCommand.self])
+}
+
+struct RepoInitCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(commandName: "init", abstract: "Make a new, empty snapshot repository.")
+
+    @Option(help: "The folder to make it in (new, or empty).") var repo: String
+    @Option(help: "2 (default: page-level, encrypted) or 1 (one tar archive per snapshot, never encrypted).") var format = 2
+    @Flag(help: "Format 2 without encryption: anyone who can read the folder can read the snapshots.") var insecureNoEncryption = false
+    @OptionGroup var password: PasswordOption
+    @Flag(help: "Print the result as JSON.") var json = false
+
+    func run() throws {
+        if format == 1, insecureNoEncryption {
+            throw StoreOpsError(.usage, "--insecure-no-encryption is for format 2; format 1 is never encrypted")
+        }
+        let result = try RepositoryInit.run(.init(location: repo, format: format, encrypted: format == 2 && !insecureNoEncryption,
+                                                  password: password.source))
+        if json { print(JSON.string(result)); return }
+        let what = result.format == 1 ? "format 1 (archives)" : result.encrypted ? "format 2, encrypted (AES-256-GCM), key \(result.keyID ?? "?")"
+            : "format 2, NOT encrypted"
+        print("created repository \(result.location): \(what)")
+    }
+}
+
+struct RepoCheckCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "check", abstract: "Check that every snapshot of the repository is whole (exit 2 when not).",
+        discussion: "Reads indexes, pack headers, records and page maps; --read-data also reads and authenticates every byte of every pack.")
+
+    @Option(help: "The snapshot repository.") var repo: String
+    @Flag(help: "Read, authenticate and check every blob of every pack.") var readData = false
+    @OptionGroup var password: PasswordOption
+    @Flag(help: "Print the report as JSON.") var json = false
+
+    func run() throws {
+        let progress = TerminalProgress.stepHandler(quiet: json)
+        let report = try RepositoryCheck.run(.init(location: repo, password: password.source, readData: readData), progress: progress?.1)
+        progress?.0.finish()
+        if json { print(JSON.string(report)) } else {
+            for problem in report.problems { print("PROBLEM \(problem)") }
+            for note in report.notes { print("note    \(note)") }
+            let scope = report.format == 1 ? "" : ", \(Format.plural(report.packs, "pack", "packs")), \(Format.plural(report.indexes, "index", "indexes")), \(Format.count(report.blobs)) blobs"
+            print("\(report.ok ? "ok" : "DAMAGED"): \(Format.plural(report.snapshots, "snapshot", "snapshots"))\(scope)\(report.readData ? ", every byte read" : "")")
+        }
+        try Finished.check(RepositoryCheck.ending(of: report))
+    }
+}
+
+struct RepoStatsCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(commandName: "stats", abstract: "What the repository holds, and what storing pages once saves.")
+
+    @Option(help: "The snapshot repository.") var repo: String
+    @OptionGroup var password: PasswordOption
+    @Flag(help: "Print the figures as JSON.") var json = false
+
+    func run() throws {
+        let report = try RepositoryStats.run(location: repo, password: password.source)
+        if json { print(JSON.string(report)); return }
+        var lines = [
+            "repository  \(report.location) (format \(report.format)\(report.format == 2 ? report.encrypted ? ", encrypted" : ", NOT encrypted" : ""))",
+            "snapshots   \(report.snapshots), \(Format.bytes(report.logicalBytes)) as whole copies",
+            "stored      \(Format.bytes(report.storedBytes))" + (report.storedBytes > 0 ? String(format: " (%.1fx smaller)", Double(report.logicalBytes) / Double(report.storedBytes)) : ""),
+        ]
+        if report.format == 2 {
+            lines.append("packs       \(report.packs), \(Format.plural(report.indexes, "index", "indexes"))")
+            let kinds = report.blobsByType.sorted { $0.key < $1.key }.map { "\(Format.count($0.value)) \($0.key)s" }.joined(separator: ", ")
+            lines.append("blobs       \(Format.count(report.blobs)) (\(Format.bytes(report.blobBytes)) uncompressed): \(kinds)")
+        }
+        print(lines.joined(separator: "\n"))
+    }
+}
+
+struct RepoRepairCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "repair", abstract: "Rebuild a format-2 repository's index from its packs (after a damaged or lost index).")
+
+    @Option(help: "The snapshot repository.") var repo: String
+    @Flag(help: "Wait for other users of the repository instead of exiting 75.") var wait = false
+    @OptionGroup var password: PasswordOption
+    @Flag(help: "Print the report as JSON.") var json = false
+
+    func run() throws {
+        let report = try RepositoryRepair.run(location: repo, password: password.source, wait: wait)
+        if json { print(JSON.string(report)); return }
+        for damaged in report.damagedPacks { print("damaged \(damaged)") }
+        print("indexed \(Format.plural(report.packsIndexed, "pack", "packs")) in \(report.newIndex ?? "no index"), removed \(Format.plural(report.removedIndexes, "old index", "old indexes"))")
+    }
+}
