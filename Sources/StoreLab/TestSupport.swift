@@ -13,6 +13,23 @@ public final class TempFolder: @unchecked Sendable {
 
     public func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
 
+    /// A new snapshot repository in the folder (`storectl repo init`): format 1, or format 2
+    /// encrypted with the password in `password` (a file written beside it; scrypt's cost lowered
+    /// to keep tests fast) or plain.
+    public func repository(_ name: String = "repo", format: Int = 1, encrypted: Bool = true) throws -> String {
+        var options = RepositoryInit.Options(location: file(name), format: format, encrypted: encrypted,
+                                             password: .file(try passwordFile()))
+        options.kdfN = 1 << 10
+        return try RepositoryInit.run(options).location
+    }
+
+    /// A password file in the folder (`password`), made on first use.
+    public func passwordFile(_ text: String = "correct horse battery staple") throws -> String {
+        let path = file("password")
+        if !FileManager.default.fileExists(atPath: path) { try Data((text + "\n").utf8).write(to: URL(fileURLWithPath: path)) }
+        return path
+    }
+
     /// Names in the folder, hidden ones included.
     public func contents() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
@@ -121,4 +138,10 @@ public enum Binaries {
 
     public static var storectl: String { (directory as NSString).appendingPathComponent("storectl") }
     public static var lab: String { (directory as NSString).appendingPathComponent("storectl-lab") }
+}
+
+/// How many snapshots the repository lists (0 when there is none): "no snapshot was taken".
+public func snapshotCount(_ repository: String) -> Int {
+    let password = ((repository as NSString).deletingLastPathComponent as NSString).appendingPathComponent("password")
+    return (try? SnapshotSummary.list(repository: repository, password: .file(password)))?.count ?? 0
 }

@@ -24,6 +24,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Argument(help: "The store.") var store: String
     @Option(help: "The folder of NNNN_name.sql migrations.") var migrations: String
     @Option(help: "The snapshot repository for the pre-migrate snapshot.") var repo: String
+    @OptionGroup var password: PasswordOption
     @Option(help: "Migrate up to this version.") var to: Int?
     @Flag(help: "On a failure, restore the pre-migrate snapshot (exit 3).") var rollbackOnFailure = false
     @Flag(help: "Print the plan and change nothing.") var dryRun = false
@@ -36,6 +37,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         var options = Migrate.Options(store: store, migrations: migrations, repository: repo, to: to, rollbackOnFailure: rollbackOnFailure,
                                       dryRun: dryRun, killSwitch: killSwitch, resume: resume)
         options.force = force
+        options.password = password.source
         let progress = TerminalProgress.handler(quiet: json)
         let report = try Migrate.run(options, progress: progress?.1)
         progress?.0.finish()
@@ -130,13 +132,16 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
 
     @Argument(help: "The store.") var store: String
     @Option(help: "The snapshot repository.") var repo: String
+    @OptionGroup var password: PasswordOption
     @Option(help: "The snapshot to restore (id or unique prefix).") var to: String?
     @Flag(help: "Go ahead although another process has the store open.") var force = false
     @Flag(help: "Wait for locks instead of exiting 75.") var wait = false
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
-        let result = try Rollback.run(.init(store: store, repository: repo, to: to, force: force, wait: wait))
+        var options = Rollback.Options(store: store, repository: repo, to: to, force: force, wait: wait)
+        options.password = password.source
+        let result = try Rollback.run(options)
         if json { print(JSON.string(result)); return }
         print("rolled back \(FileSystem.absolute(store)) to snapshot \(result.restored) (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"

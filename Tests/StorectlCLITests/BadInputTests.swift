@@ -19,7 +19,7 @@ struct BadInputTests {
     func damagedCatalogEntry() throws {
         let folder = try TempFolder()
         let store = try store(folder)
-        let repo = folder.file("snaps")
+        let repo = try folder.repository("snaps")
         let bad = try SnapshotCreate.run(store: store, options: .init(repository: repo))
         let good = try SnapshotCreate.run(store: store, options: .init(repository: repo))
         try Data(#"{"format":"storectl-manifest","formatVersion":99}"#.utf8).write(to: URL(fileURLWithPath: repo + "/catalog/\(bad.id).json"))
@@ -73,9 +73,10 @@ struct BadInputTests {
             time_format = "coredata"
             retention = "30d"
             """.utf8).write(to: URL(fileURLWithPath: policy))
+        let snaps = try folder.repository("snaps", format: 2)
         for arguments in [["purge", "--policy", policy], ["purge", "--policy", policy, "--dry-run"], ["backup", store, "-o", folder.file("b.sqlite")],
-                          ["snapshot", "create", store, "--repo", folder.file("snaps")]] {
-            let result = try ChildProcess.run(Binaries.storectl, arguments)
+                          ["snapshot", "create", store, "--repo", snaps]] {
+            let result = try ChildProcess.run(Binaries.storectl, arguments, environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
             #expect(result.status == 65, "\(arguments): \(result.status) \(result.stderr)")
             #expect(result.stderr.contains("hint:"), "\(arguments): \(result.stderr)")
             #expect(!result.stderr.contains("SQLite error 11"), "\(arguments): \(result.stderr)")
@@ -123,7 +124,7 @@ struct BadInputTests {
             #expect(result.stderr.contains("--timeout -5: expected seconds"), "\(arguments): \(result.stderr)")
         }
         #expect(!FileManager.default.fileExists(atPath: folder.file("b.sqlite")))
-        _ = try SnapshotCreate.run(store: store, options: .init(repository: folder.file("snaps")))
+        _ = try SnapshotCreate.run(store: store, options: .init(repository: try folder.repository("snaps")))
         let keep = try storectl("snapshot", "prune", "--repo", folder.file("snaps"), "--keep-last", "-1")
         #expect(keep.status == 0, "\(keep.stderr)")
         #expect(keep.stdout.contains("kept 1, removed 0"), "\(keep.stdout)")
@@ -163,7 +164,7 @@ struct BadInputTests {
     func restoreInPlaceInputs() throws {
         let folder = try TempFolder()
         let store = try store(folder)
-        let repo = folder.file("snaps")
+        let repo = try folder.repository("snaps")
         let snapshot = try SnapshotCreate.run(store: store, options: .init(repository: repo))
         let missing = try storectl("snapshot", "restore", "--repo", repo, snapshot.id, "--in-place", folder.file("Other.sqlite"))
         #expect(missing.status == 66, "\(missing.stderr)")
@@ -199,7 +200,7 @@ struct BadInputTests {
             .appendingPathComponent("Fixtures/coredata/photos-10.15.7").path
         let photos = folder.file("Photos.sqlite")
         for suffix in ["", "-wal", "-shm"] { try FileManager.default.copyItem(atPath: fixtures + "/Photos.sqlite" + suffix, toPath: photos + suffix) }
-        let repo = folder.file("snaps")
+        let repo = try folder.repository("snaps")
         let created = try storectl("snapshot", "create", photos, "--repo", repo, "--json")
         #expect(created.status == 0, "\(created.stderr)")
         let id = try #require(try JSONSerialization.jsonObject(with: Data(created.stdout.utf8)) as? [String: Any])["id"] as? String

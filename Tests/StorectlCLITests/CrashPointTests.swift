@@ -15,8 +15,12 @@ final class CrashFixture: @unchecked Sendable {
     let temp: String
     var snapshot = ""
     var extra: [String: String] = [:]
+    /// The repository's format (2: encrypted, the password in `password`).
+    let format: Int
+    let password: PasswordSource
 
-    init(items: Int = 300) throws {
+    init(items: Int = 300, format: Int = 1, makeRepository: Bool = true) throws {
+        self.format = format
         folder = try TempFolder("storectl-crash")
         store = folder.file("Tasks.sqlite")
         var options = SampleStore.Options()
@@ -27,7 +31,8 @@ final class CrashFixture: @unchecked Sendable {
         options.now = Date(timeIntervalSince1970: 1_780_000_000)
         options.uuid = "0C0FFEE0-0000-4000-8000-000000000000"
         _ = try SampleStore.create(at: store, options: options)
-        repo = folder.file("snaps")
+        password = .file(try folder.passwordFile())
+        repo = makeRepository ? try folder.repository("snaps", format: format) : folder.file("snaps")
         out = folder.file("out")
         temp = folder.file("tmp")
         for path in [out, temp] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false) }
@@ -46,7 +51,8 @@ final class CrashFixture: @unchecked Sendable {
     }
 
     func run(_ arguments: [String], _ environment: [String: String] = [:]) throws -> ChildProcess.Result {
-        try ChildProcess.run(Binaries.storectl, arguments, environment: environment.merging(["TMPDIR": temp]) { $1 })
+        try ChildProcess.run(Binaries.storectl, arguments,
+                             environment: environment.merging(["TMPDIR": temp, "STORECTL_PASSWORD_FILE": folder.file("password")]) { $1 })
     }
 
     func digest(_ path: String? = nil, journalMode: Bool = true) throws -> String {
@@ -68,14 +74,21 @@ final class CrashFixture: @unchecked Sendable {
         guard FileSystem.kind(of: repo) == .directory else { return }
         let verify = try run(["snapshot", "verify", "--repo", repo, "--all"])
         #expect(verify.status == 0, "\(point) \(phase): a listed snapshot does not verify: \(verify.stdout) \(verify.stderr)")
-        let listed = try SnapshotSummary.list(repository: repo)
+        let listed = try SnapshotSummary.list(repository: repo, password: password)
+        #expect(listed.allSatisfy { $0.damaged == nil })
+        if FileSystem.kind(of: (repo as NSString).appendingPathComponent("config")) == .file {
+            // Format 2: every listed snapshot's blobs are indexed, every index names packs that exist.
+            let check = try run(["repo", "check", "--repo", repo, "--json"])
+            #expect(check.status == 0, "\(point) \(phase): repo check: \(check.stdout) \(check.stderr)")
+            if phase == "after the next run" { #expect(leftovers([repo]).isEmpty, "\(point): \(leftovers([repo]))") }
+            return
+        }
         let archives = (try FileManager.default.contentsOfDirectory(atPath: (repo as NSString).appendingPathComponent("snapshots")))
             .filter { !$0.hasPrefix(".") }
         if phase == "after the next run" {
             #expect(archives.count == listed.count, "\(point): unlisted archives: \(archives)")
             #expect(leftovers([repo]).isEmpty, "\(point): \(leftovers([repo]))")
         }
-        #expect(listed.allSatisfy { $0.damaged == nil })
     }
 }
 
@@ -170,14 +183,93 @@ enum Scenarios {
         fixture.extra["migrations"] = folder
     }
 
-    static func storeWithSnapshot() throws -> CrashFixture {
-        let fixture = try CrashFixture()
-        fixture.snapshot = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo)).id
+    static func storeWithSnapshot(format: Int = 1) throws -> CrashFixture {
+        let fixture = try CrashFixture(format: format)
+        fixture.snapshot = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password)).id
         fixture.extra["snapshotContent"] = try fixture.digest(journalMode: false)
         return fixture
     }
 
-    static let all: [CrashScenario] = [
+    static let all: [CrashScenario] = formatOne + paged
+
+    /// Format 2 (encrypted pages): create, restore both ways, and prune with its garbage collection.
+    static let paged: [CrashScenario] = [
+        CrashScenario(
+            name: "snapshot create (format 2)",
+            setup: {
+                let fixture = try storeWithSnapshot(format: 2)
+                try fixture.walCommits(100)
+                return fixture
+            },
+            command: { ["snapshot", "create", $0.store, "--repo", $0.repo, "--tag", "nightly"] },
+            observe: { try $0.digest() },
+            next: { fixture, index in try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index) },
+            finally: { fixture, point in
+                // The dead writer's packs that no index lists went with the next create.
+                let check = try fixture.run(["repo", "check", "--repo", fixture.repo, "--json"])
+                let report = try JSON.decoder().decode(RepositoryCheck.Report.self, from: Data(check.stdout.utf8))
+                #expect(report.notes.allSatisfy { !$0.contains("in no index") }, "\(point): \(report.notes)")
+            }),
+        CrashScenario(
+            name: "snapshot restore --to (format 2)",
+            setup: { try storeWithSnapshot(format: 2) },
+            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--to", $0.out + "/restored.sqlite"] },
+            observe: { try $0.digest() },
+            afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point) },
+            next: { fixture, index in
+                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/again.sqlite"], index)
+            },
+            finally: { fixture, point in
+                try expectComplete(fixture.out + "/again.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
+            }),
+        CrashScenario(
+            name: "snapshot restore --in-place (format 2)",
+            setup: {
+                let fixture = try storeWithSnapshot(format: 2)
+                try fixture.walCommits(150)
+                try fixture.addExternalFile()
+                return fixture
+            },
+            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
+            observe: { try $0.digest() },
+            next: { fixture, index in
+                try ok(fixture, ["recover", fixture.store], index)
+                try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
+            },
+            finally: { fixture, point in
+                let mode = try readJournalMode(fixture.store)
+                #expect(mode == "wal", "\(point): the store is no longer in WAL mode")
+            }),
+        CrashScenario(
+            name: "snapshot prune with garbage collection (format 2)",
+            setup: {
+                let fixture = try storeWithSnapshot(format: 2)
+                // Every row rewritten twice: most pages of the first two snapshots become garbage.
+                for round in 0..<2 {
+                    let queue = try DatabaseQueue(path: fixture.store)
+                    try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ?", arguments: ["-\(round)"]) }
+                    try queue.close()
+                    _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password))
+                }
+                fixture.extra["pages"] = String(try RepositoryStats.run(location: fixture.repo, password: fixture.password).blobsByType["page"] ?? 0)
+                return fixture
+            },
+            command: { ["snapshot", "prune", "--repo", $0.repo, "--keep-last", "1"] },
+            observe: { "\(try SnapshotSummary.list(repository: $0.repo, password: $0.password).count) listed" },
+            next: { fixture, index in try ok(fixture, ["snapshot", "prune", "--repo", fixture.repo, "--keep-last", "1"], index) },
+            finally: { fixture, point in
+                #expect(try SnapshotSummary.list(repository: fixture.repo, password: fixture.password).count == 1, "\(point)")
+                // What the removed snapshots alone used is gone, and the one kept restores.
+                let check = try fixture.run(["repo", "check", "--repo", fixture.repo, "--read-data", "--json"])
+                #expect(check.status == 0, "\(point): \(check.stdout)")
+                let report = try JSON.decoder().decode(RepositoryCheck.Report.self, from: Data(check.stdout.utf8))
+                #expect(report.notes.isEmpty, "\(point): \(report.notes)")
+                let stats = try RepositoryStats.run(location: fixture.repo, password: fixture.password)
+                #expect(stats.blobsByType["page"] ?? 0 < Int(fixture.extra["pages"] ?? "") ?? 0, "\(point): no page was collected: \(stats.blobsByType)")
+            }),
+    ]
+
+    static let formatOne: [CrashScenario] = [
         CrashScenario(
             name: "backup",
             setup: {
@@ -195,15 +287,16 @@ enum Scenarios {
                 try expectComplete(fixture.out + "/backup2.sqlite", content: fixture.extra["content"], external: 2, point)
             }),
         CrashScenario(
-            name: "snapshot create (new repository)",
-            setup: {
-                let fixture = try CrashFixture()
-                try fixture.walCommits(100)
-                return fixture
-            },
-            command: { ["snapshot", "create", $0.store, "--repo", $0.repo] },
-            observe: { try $0.digest() },
-            next: { fixture, index in try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index) }),
+            name: "repo init",
+            setup: { try CrashFixture(makeRepository: false) },
+            command: { ["repo", "init", "--repo", $0.repo] },
+            observe: { FileSystem.kind(of: $0.repo) == .missing ? "no repository" : "a repository" },
+            next: { fixture, index in
+                // Killed before its config was in place, nothing is at the name and init starts
+                // again; killed after, the repository is whole and a second init is refused (73).
+                try ok(fixture, ["repo", "init", "--repo", fixture.repo], status: FileSystem.kind(of: fixture.repo) == .missing ? 0 : 73, index)
+                try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
+            }),
         CrashScenario(
             name: "snapshot create",
             setup: {
@@ -347,7 +440,7 @@ enum Scenarios {
             name: "snapshot prune",
             setup: {
                 let fixture = try storeWithSnapshot()
-                for _ in 0..<2 { _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo)) }
+                for _ in 0..<2 { _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password)) }
                 return fixture
             },
             command: { ["snapshot", "prune", "--repo", $0.repo, "--keep-last", "1"] },

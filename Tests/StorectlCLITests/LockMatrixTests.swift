@@ -19,7 +19,7 @@ struct LockMatrixTests {
             var options = SampleStore.Options()
             options.items = 3_000
             store = try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
-            repo = folder.file("snaps")
+            repo = try folder.repository("snaps")
             snapshot = try SnapshotCreate.run(store: store, options: .init(repository: repo)).id
             try FileManager.default.createDirectory(atPath: folder.file("migrations"), withIntermediateDirectories: false)
             try Data("UPDATE ZTAG SET ZNAME = upper(ZNAME);".utf8).write(to: URL(fileURLWithPath: folder.file("migrations/0001_upper.sql")))

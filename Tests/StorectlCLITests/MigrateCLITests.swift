@@ -15,7 +15,8 @@ struct MigrationCLIFixture {
         folder = try TempFolder()
         store = try makeStore(folder, items: items)
         migrations = folder.file("migrations")
-        repo = folder.file("snaps")
+        // Format 2, plain: the pre-migrate snapshot and the rollback go through pages.
+        repo = try folder.repository("snaps", format: 2, encrypted: false)
         try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
         let files = [
             "0001_add_priority.sql": "ALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;\nUPDATE ZITEM SET ZPRIORITYLABEL = 'p' || ZPRIORITY;",

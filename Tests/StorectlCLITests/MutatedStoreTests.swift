@@ -121,10 +121,12 @@ struct MutatedStoreTests {
         try Data("UPDATE ZTAG SET ZNAME = upper(ZNAME);\nDELETE FROM ZATTACHMENT WHERE Z_PK < 0;".utf8)
             .write(to: URL(fileURLWithPath: migrations + "/0001_upper.sql"))
 
+        // Format 2 (plain, so no password): every page of the mutated store goes through the page stream.
+        let snaps = try folder.repository("snaps", format: 2, encrypted: false)
         let commands: [[String]] = [
             ["preflight", store, "--full", "--json"],
             ["backup", store, "--output", folder.file("copy.sqlite"), "--json"],
-            ["snapshot", "create", store, "--repo", folder.file("snaps"), "--json"],
+            ["snapshot", "create", store, "--repo", snaps, "--json"],
             ["policy", "check", folder.file("policy.toml"), "--json"],
             ["purge", "--policy", folder.file("policy.toml"), "--dry-run", "--json"],
             ["migrate", store, "--migrations", migrations, "--repo", folder.file("snaps2"), "--dry-run", "--json"],

@@ -5,6 +5,7 @@ import Testing
 
 func scheduledPolicy(_ folder: TempFolder, store: String, snapshot: String = "*/15 * * * *") throws -> String {
     let path = folder.file("tasks.toml")
+    if FileSystem.kind(of: folder.file("snaps")) == .missing { _ = try folder.repository("snaps") }
     try Data("""
         [store]
         path = "\(store)"

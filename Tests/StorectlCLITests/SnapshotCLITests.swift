@@ -5,44 +5,52 @@ import Testing
 
 @Suite("storectl snapshot, end to end")
 struct SnapshotCLITests {
-    @Test("create, list, show, verify, restore, prune: output and exit statuses")
-    func tour() throws {
+    @Test("repo init, then create, list, show, verify, restore, prune: output and exit statuses, both formats", arguments: [1, 2])
+    func tour(format: Int) throws {
         let folder = try TempFolder()
         let store = try makeStore(folder)
         let repo = folder.file("repo")
-        let created = try storectl("snapshot", "create", store, "--repo", repo, "--tag", "nightly")
+        // Encrypted format 2: the password from STORECTL_PASSWORD_FILE for every command.
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        func cli(_ arguments: String...) throws -> ChildProcess.Result { try ChildProcess.run(Binaries.storectl, arguments, environment: environment) }
+        let missing = try cli("snapshot", "create", store, "--repo", repo)
+        #expect(missing.status == 66 && missing.stderr.contains("storectl repo init --repo \(repo)"), "no implicit repository")
+        let made = try cli("repo", "init", "--repo", repo, "--format", String(format))
+        #expect(made.status == 0 && made.stdout.hasPrefix("created repository \(repo): format \(format)"), "\(made.stdout)\(made.stderr)")
+        #expect(try cli("repo", "init", "--repo", repo).status == 73, "never over an existing repository")
+        let created = try cli("snapshot", "create", store, "--repo", repo, "--tag", "nightly")
         #expect(created.status == 0, "\(created.stderr)")
         #expect(created.stdout.hasPrefix("snapshot 2") && created.stdout.contains("quick_check ok") && created.stdout.contains("tags nightly"))
         #expect(created.stderr.isEmpty)
 
-        let list = try storectl("snapshot", "list", "--repo", repo)
+        let list = try cli("snapshot", "list", "--repo", repo)
         #expect(list.status == 0)
         #expect(list.stdout.hasPrefix("ID  "))
         #expect(list.stdout.contains("Tasks.sqlite") && list.stdout.contains("nightly") && list.stdout.contains("never"))
-        let rows = try JSON.decoder().decode([SnapshotSummary].self, from: Data(try storectl("snapshot", "list", "--repo", repo, "--json").stdout.utf8))
+        let rows = try JSON.decoder().decode([SnapshotSummary].self, from: Data(try cli("snapshot", "list", "--repo", repo, "--json").stdout.utf8))
         let id = try #require(rows.first?.id)
 
-        let show = try storectl("snapshot", "show", "--repo", repo, String(id.prefix(20)))
+        let show = try cli("snapshot", "show", "--repo", repo, String(id.prefix(20)))
         #expect(show.status == 0 && show.stdout.contains("snapshot   \(id)") && show.stdout.contains("Category"))
 
-        let verify = try storectl("snapshot", "verify", "--repo", repo, "--all")
+        let verify = try cli("snapshot", "verify", "--repo", repo, "--all")
         #expect(verify.status == 0 && verify.stdout.hasPrefix("ok      \(id)"))
-        #expect(try storectl("snapshot", "verify", "--repo", repo).status == 64, "ids or --all")
+        #expect(try cli("snapshot", "verify", "--repo", repo).status == 64, "ids or --all")
 
-        let restored = try storectl("snapshot", "restore", "--repo", repo, id, "--to", folder.file("copy.sqlite"))
+        let restored = try cli("snapshot", "restore", "--repo", repo, id, "--to", folder.file("copy.sqlite"))
         #expect(restored.status == 0 && restored.stdout.hasPrefix("restored \(id) to \(folder.file("copy.sqlite"))"))
-        #expect(try storectl("snapshot", "restore", "--repo", repo, id, "--to", "a", "--in-place", "b").status == 64)
-        let inPlace = try storectl("snapshot", "restore", "--repo", repo, id, "--in-place", store, "--json")
+        #expect(try cli("snapshot", "restore", "--repo", repo, id, "--to", "a", "--in-place", "b").status == 64)
+        let inPlace = try cli("snapshot", "restore", "--repo", repo, id, "--in-place", store, "--json")
         #expect(inPlace.status == 0)
         let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(inPlace.stdout.utf8))
         #expect(result.safetySnapshot != nil)
 
-        let dry = try storectl("snapshot", "prune", "--repo", repo, "--keep-tag", "nightly", "--dry-run")
+        let dry = try cli("snapshot", "prune", "--repo", repo, "--keep-tag", "nightly", "--dry-run")
         #expect(dry.status == 0 && dry.stdout.contains("keep   \(id)  tagged nightly") && dry.stdout.contains("would keep"))
-        let empty = try storectl("snapshot", "prune", "--repo", repo)
+        let empty = try cli("snapshot", "prune", "--repo", repo)
         #expect(empty.status == 64 && empty.stderr.contains("empty policy"))
-        #expect(try storectl("snapshot", "prune", "--repo", repo, "--keep-within", "30").status == 64)
-        let pruned = try storectl("snapshot", "prune", "--repo", repo, "--keep-tag", "nightly")
+        #expect(try cli("snapshot", "prune", "--repo", repo, "--keep-within", "30").status == 64)
+        let pruned = try cli("snapshot", "prune", "--repo", repo, "--keep-tag", "nightly")
         #expect(pruned.status == 0 && pruned.stdout.contains("kept 1, removed 1"))
     }
 
@@ -50,7 +58,7 @@ struct SnapshotCLITests {
     func errors() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder)
-        let repo = folder.file("repo")
+        let repo = try folder.repository()
         #expect(try storectl("snapshot", "create", store, "--repo", repo).status == 0)
         let archive = try #require(try FileManager.default.contentsOfDirectory(atPath: repo + "/snapshots").first)
         let path = repo + "/snapshots/" + archive
@@ -69,7 +77,7 @@ struct SnapshotCLITests {
     func lockContention() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder)
-        let repo = folder.file("repo")
+        let repo = try folder.repository()
         #expect(try storectl("snapshot", "create", store, "--repo", repo).status == 0)
         let ready = folder.file("locked")
         let holder = try ChildProcess.Running("/bin/sh", ["-c", "exec 9>>'\(repo)/.lock' && flock -n 9 && touch '\(ready)' && exec sleep 2"])
@@ -90,7 +98,7 @@ struct SnapshotCLITests {
     func killedMidCreate(_ delay: Double) throws {
         let folder = try TempFolder()
         let store = try makeStore(folder, items: 150_000)
-        let repo = folder.file("repo")
+        let repo = try folder.repository()
         #expect(try storectl("snapshot", "create", store, "--repo", repo).status == 0)
         let victim = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--compression", "xz"])
         usleep(useconds_t(delay * 1_000_000))

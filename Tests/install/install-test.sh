@@ -78,7 +78,9 @@ if [ "${STORECTL_DEB_INSTALL_TEST:-}" = 1 ] && [ "$(id -u)" -eq 0 ]; then
     [ ! -e /usr/lib/swift ] && ! command -v swift > /dev/null
     storectl --version
     mkdir /tmp/backups && storectl backup /tmp/Tasks.sqlite --output /tmp/backups
-    storectl snapshot create /tmp/Tasks.sqlite --repo /tmp/snaps && storectl snapshot verify --repo /tmp/snaps --all
+    echo 'a password for the test' > /tmp/password && export STORECTL_PASSWORD_FILE=/tmp/password
+    storectl repo init --repo /tmp/snaps && storectl snapshot create /tmp/Tasks.sqlite --repo /tmp/snaps
+    storectl snapshot verify --repo /tmp/snaps --all && storectl repo check --repo /tmp/snaps --read-data
     DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq storectl > /dev/null
     [ ! -e /usr/bin/storectl ] && [ ! -e /usr/share/man/man1/storectl.1 ]" || fail "the package in a clean Debian root"
   umount "$chroot_dir/proc"

@@ -91,9 +91,10 @@ public enum JobRun {
             var options = SnapshotCreate.Options(repository: section.repository, tags: section.tags.isEmpty ? ["scheduled"] : section.tags,
                                                  compression: section.compression, level: section.level)
             options.storeLockHeld = true
+            options.password = section.password
             let created = try SnapshotCreate.run(store: store.path, options: options)
             record.snapshotId = created.id
-            record.snapshotBytes = created.record.snapshot?.archive?.bytes
+            record.snapshotBytes = created.record.snapshot?.archive?.bytes ?? created.addedBytes
         }
         func purge(skipSnapshot: Bool) throws -> Ending {
             var options = Purge.Options(policy: policy.file)
@@ -115,10 +116,10 @@ public enum JobRun {
             return try purge(skipSnapshot: false)
         case .maintain:
             try snapshot()
-            guard let retention = policy.snapshot?.retention, let repository = policy.snapshot?.repository else {
+            guard let section = policy.snapshot, let retention = section.retention else {
                 throw StoreOpsError(.badData, "\(policy.file) has no [snapshot.retention]: maintain prunes the repository by it")
             }
-            let pruned = try SnapshotPrune.run(.init(repository: repository, policy: retention))
+            let pruned = try SnapshotPrune.run(.init(repository: section.repository, policy: retention, password: section.password))
             record.prunedSnapshots = pruned.removed
             return try purge(skipSnapshot: true)
         }

@@ -24,6 +24,8 @@ public enum Migrate {
         /// Migrate although another process has the store open (its writes after the snapshot
         /// are lost if the migration rolls back).
         public var force = false
+        /// Where an encrypted repository's password comes from.
+        public var password: PasswordSource = .resolve(file: nil)
 
         public init(store: String, migrations: String?, repository: String, stages: [Migration] = [], to: Int? = nil,
                     rollbackOnFailure: Bool = false, dryRun: Bool = false, killSwitch: String? = nil, resume: Bool = false) {
@@ -211,8 +213,11 @@ public enum Migrate {
         func snapshot() throws -> String {
             var snapshotOptions = SnapshotCreate.Options(repository: report.repository, tags: ["pre-migrate", "version-\(report.plan.current)"])
             snapshotOptions.storeLockHeld = true
+            snapshotOptions.password = options.password
             let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions)
-            let verified = try SnapshotVerify.run(.init(repository: report.repository, ids: [created.id]))
+            var verify = SnapshotVerify.Options(repository: report.repository, ids: [created.id])
+            verify.password = options.password
+            let verified = try SnapshotVerify.run(verify)
             guard verified.first?.ok == true else {
                 throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(verified.first?.problem ?? "?")); nothing was changed")
             }
@@ -270,7 +275,7 @@ public enum Migrate {
         func rollBack() -> StoreOpsError? {
             try? queue?.close()
             guard let snapshot = report.snapshot else { return nil }   // stopped before anything changed
-            let info = Migrate.rollBack(store: store, repository: report.repository, snapshot: snapshot)
+            let info = Migrate.rollBack(store: store, repository: report.repository, snapshot: snapshot, password: options.password)
             report.rollback = info
             guard info.error == nil, info.verified else { return StoreOpsError(.rollbackFailed, info.error ?? "the rollback could not be checked") }
             try? MigrationJournal.remove(store)
@@ -367,13 +372,14 @@ public enum Migrate {
 
     /// Restores the snapshot in place (the store's lock is held by the migration) and checks the
     /// store's SHA-256 against the snapshot's: the pre-migration content, byte for byte.
-    static func rollBack(store: StoreFile, repository: String, snapshot: String) -> RollbackInfo {
+    static func rollBack(store: StoreFile, repository: String, snapshot: String, password: PasswordSource) -> RollbackInfo {
         let started = Date()
         var info = RollbackInfo(snapshotId: snapshot, seconds: 0, verified: false)
         let identity = FileSystem.identity(of: store.path)
         do {
             var options = SnapshotRestore.Options(repository: repository, id: snapshot, target: .inPlace(store.path), force: true, wait: true)
             options.jobLockHeld = true
+            options.password = password
             // The failed state is evidence only: renamed aside (instant) rather than snapshotted.
             options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
             options.clearsMigrationJournal = true

@@ -12,6 +12,8 @@ public enum Rollback {
         /// Go ahead although another process has the store open.
         public var force = false
         public var wait = false
+        /// Where an encrypted repository's password comes from.
+        public var password: PasswordSource = .resolve(file: nil)
 
         public init(store: String, repository: String, to: String? = nil, force: Bool = false, wait: Bool = false) {
             self.store = store
@@ -47,6 +49,7 @@ public enum Rollback {
             var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
                                                   force: options.force, wait: options.wait)
             restore.jobLockHeld = true
+            restore.password = options.password
             restore.clearsMigrationJournal = journal != nil
             return try SnapshotRestore.run(restore)
         }
@@ -64,14 +67,15 @@ public enum Rollback {
 
     /// The snapshot to go back to: `--to`, else the interrupted migration's, else the newest pre-migrate one of this store.
     static func target(_ options: Options, store: StoreFile, journal: MigrationJournal?) throws -> String {
-        let repository = try SnapshotRepository.open(options.repository)
-        if let to = options.to { return try repository.record(to).snapshot?.id ?? to }
+        let repository = try OpenedRepository.open(options.repository, password: options.password)
+        if let to = options.to { return try repository.entry(to).id }
         if let journal { return journal.snapshotId }
-        guard let newest = try repository.records().first(where: { $0.source.path == store.path && ($0.snapshot?.tags.contains("pre-migrate") ?? false) }),
-              let id = newest.snapshot?.id else {
-            throw StoreOpsError(.noInput, "no pre-migrate snapshot of \(store.path) in \(repository.path)",
-                                hint: "name one with --to (storectl snapshot list --repo \(repository.path))")
+        guard let newest = try repository.catalog().entries.first(where: { $0.manifest.source.path == store.path && ($0.manifest.snapshot?.tags.contains("pre-migrate") ?? false) })
+        else {
+            throw StoreOpsError(.noInput, "no pre-migrate snapshot of \(store.path) in \(repository.location)",
+                                hint: "name one with --to (storectl snapshot list --repo \(repository.location))")
         }
+        let id = newest.id
         return id
     }
 }

@@ -27,6 +27,12 @@ public struct Policy: Sendable {
         public var tags: [String]
         /// The keep rules `storectl run maintain` prunes the repository by.
         public var retention: RetentionPolicy?
+        /// Where an encrypted repository's password comes from: `password_file` (relative to the
+        /// policy file) or `password_command`; nil: the environment (STORECTL_PASSWORD_FILE, …).
+        public var passwordSource: PasswordSource?
+
+        /// The password source scheduled and manual runs of this policy use.
+        public var password: PasswordSource { passwordSource ?? .resolve(file: nil) }
     }
 
     public struct ScheduleSection: Sendable {

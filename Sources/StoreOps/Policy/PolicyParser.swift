@@ -183,10 +183,18 @@ extension Policy {
             if policy.isEmpty { keep.problem("keep_last", "an empty retention would remove every snapshot; set at least one keep_* rule") }
             retention = policy
         }
-        section.finish(known: ["repository", "before_purge", "compression", "level", "tags", "retention"])
+        var password: PasswordSource?
+        let passwordFile = section.string("password_file"), passwordCommand = section.string("password_command")
+        switch (passwordFile, passwordCommand) {
+        case (let file?, nil): password = .file(resolve(file, in: folder))
+        case (nil, let command?): password = .command(command)
+        case (_?, _?): section.problem("password_command", "give password_file or password_command, not both")
+        case (nil, nil): break
+        }
+        section.finish(known: ["repository", "before_purge", "compression", "level", "tags", "retention", "password_file", "password_command"])
         guard let repository else { return nil }
         return SnapshotSection(repository: resolve(repository, in: folder), beforePurge: before, compression: compression,
-                               level: level, tags: tags, retention: retention)
+                               level: level, tags: tags, retention: retention, passwordSource: password)
     }
 }
 

@@ -182,8 +182,11 @@ public enum Purge {
             var snapshotOptions = SnapshotCreate.Options(repository: section.repository, tags: section.tags.isEmpty ? ["pre-purge"] : section.tags,
                                                          compression: section.compression, level: section.level)
             snapshotOptions.storeLockHeld = true
+            snapshotOptions.password = section.password
             let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions)
-            let verified = try SnapshotVerify.run(.init(repository: section.repository, ids: [created.id]))
+            var verify = SnapshotVerify.Options(repository: section.repository, ids: [created.id])
+            verify.password = section.password
+            let verified = try SnapshotVerify.run(verify)
             guard verified.first?.ok == true else {
                 throw StoreOpsError(.badData, "the pre-purge snapshot \(created.id) failed verification (\(verified.first?.problem ?? "?")); nothing was deleted")
             }

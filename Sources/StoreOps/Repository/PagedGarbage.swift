@@ -134,6 +134,26 @@ public enum PagedGarbage {
         return report
     }
 
+    /// Removes the packs no index lists, left by writers that died before indexing them, when no
+    /// live lock but `ownLock` exists. Safe beside new writers: the packs are listed first and the
+    /// locks last, and a writer takes its lock before it writes any pack, so a pack listed here
+    /// whose writer is alive shows up as that writer's lock.
+    static func removeUnindexed(_ repository: PagedRepository, ownLock: String) throws -> [String] {
+        let packs = try repository.backend.list("data/").map(\.key)
+        guard !packs.isEmpty else { return [] }
+        var indexed = Set<String>()
+        let damaged = try RepositoryIndex.scan(repository) { _, pack, _ in indexed.insert(PackBuilder.key(pack)) }
+        guard damaged.isEmpty else { return [] }
+        let others = try RepositoryLock.list(repository.backend).filter { $0.key != ownLock && !$0.stale }
+        guard others.isEmpty else { return [] }
+        var removed: [String] = []
+        for key in packs where !indexed.contains(key) {
+            try repository.backend.remove(key, point: "cleanup.pack.remove-unindexed")
+            removed.append(repository.backend.describe(key))
+        }
+        return removed
+    }
+
     /// Every blob a snapshot refers to: its map blobs, file chunks and the pages its map lists.
     static func liveBlobs(_ records: [PagedSnapshotRecord], packs: [ContentID: PackContents], repository: PagedRepository) throws -> Set<ContentID> {
         var live = Set<ContentID>()

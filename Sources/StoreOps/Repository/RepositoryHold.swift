@@ -17,8 +17,12 @@ final class RepositoryHold: @unchecked Sendable {
             hold.jobLock = try archives.lockForWriting(job: operation, wait: wait)
             hold.removedStray = archives.removeStray()
         case .paged(let paged):
-            hold.objectLock = try RepositoryLock.acquire(paged.backend, exclusive: exclusive, operation: operation, wait: wait)
+            let lock = try RepositoryLock.acquire(paged.backend, exclusive: exclusive, operation: operation, wait: wait)
+            hold.objectLock = lock
             hold.removedStray = paged.backend.removeStale()
+            // A dead writer's lock was found: the packs it wrote but never indexed go now, when no
+            // one else is using the repository (else the next prune takes them).
+            if lock.removedStale > 0 { hold.removedStray += (try? PagedGarbage.removeUnindexed(paged, ownLock: lock.key)) ?? [] }
         }
         return hold
     }

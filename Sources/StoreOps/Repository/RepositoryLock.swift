@@ -34,6 +34,8 @@ public final class RepositoryLock: @unchecked Sendable {
     private var timer: DispatchSourceTimer?
     private let queue = DispatchQueue(label: "storectl.repository-lock")
     private var released = false
+    /// Locks of dead holders this one removed on its way in: their unfinished work may be left.
+    private(set) var removedStale = 0
 
     private init(backend: any RepositoryBackend, key: String, record: Record) {
         self.backend = backend
@@ -80,6 +82,7 @@ public final class RepositoryLock: @unchecked Sendable {
             }
             if Self.isStale(other) {
                 try? backend.remove(key, point: "lock.remove-stale")
+                removedStale += 1
                 continue
             }
             if record.exclusive || other.exclusive { found.append(Conflict(key: key, record: other)) }

@@ -15,7 +15,7 @@ struct MigrationFixture {
         folder = try TempFolder()
         store = try sampleStore(in: folder, items: items)
         migrations = folder.file("migrations")
-        repo = folder.file("snaps")
+        repo = try folder.repository("snaps")
         try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
     }
 
@@ -141,7 +141,7 @@ struct MigrateTests {
             CREATE TABLE ZFILLER AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000)
                 SELECT x AS Z_PK, randomblob(100) AS ZDATA FROM c;
             """.utf8).write(to: URL(fileURLWithPath: migrations + "/0001_filler.sql"))
-        let report = try Migrate.run(.init(store: onMount, migrations: migrations, repository: folder.file("snaps"), rollbackOnFailure: true))
+        let report = try Migrate.run(.init(store: onMount, migrations: migrations, repository: try folder.repository("snaps"), rollbackOnFailure: true))
         #expect(report.failure?.contains("full") == true || report.failure?.contains("space") == true, "\(report.failure ?? "")")
         #expect([ExitStatus.rolledBack, .rollbackFailed].contains(report.status))
         #expect(report.failureHint?.contains("free space on the volume of \(mount.path)") == true, "\(report.failureHint ?? "")")
@@ -201,7 +201,7 @@ struct MigrateTests {
         let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
         #expect(error?.message.contains("VACUUM cannot run inside a transaction") == true)
         #expect(try fixture.version() == 0)
-        #expect(!FileManager.default.fileExists(atPath: fixture.repo), "nothing happened, not even a snapshot")
+        #expect(snapshotCount(fixture.repo) == 0, "nothing happened, not even a snapshot")
         try fixture.write("0001_vacuum.sql", "-- storectl: no-transaction\nUPDATE ZTAG SET ZNAME = upper(ZNAME);\nVACUUM;")
         let report = try Migrate.run(fixture.options())
         #expect(report.result == "migrated", "\(report.failure ?? "")")
@@ -231,7 +231,7 @@ struct MigrateTests {
         #expect(warnings.contains { $0.hasPrefix("DROP COLUMN in ZITEM") })
         #expect(warnings.contains { $0.hasPrefix("rebuilds table lists") })
         #expect(try Hashing.sha256(ofFile: fixture.store) == before)
-        #expect(!FileManager.default.fileExists(atPath: fixture.repo))
+        #expect(snapshotCount(fixture.repo) == 0)
     }
 
     @Test("the kill switch thrown mid-run: stop at the next safe point, roll back, exit 3")
@@ -265,7 +265,7 @@ struct MigrateTests {
         #expect(report.status == .rolledBack)
         #expect(report.snapshot == nil && report.applied.isEmpty)
         #expect(try Hashing.sha256(ofFile: fixture.store) == before)
-        #expect(!FileManager.default.fileExists(atPath: fixture.repo))
+        #expect(snapshotCount(fixture.repo) == 0)
     }
 
     @Test("another job holding the store: 75, nothing done")
@@ -275,7 +275,7 @@ struct MigrateTests {
         let lock = try JobLock.acquire(path: StoreFile(unchecked: fixture.store).jobLockPath, job: "purge")
         defer { lock.release() }
         #expect((#expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) })?.status == .busy)
-        #expect(!FileManager.default.fileExists(atPath: fixture.repo))
+        #expect(snapshotCount(fixture.repo) == 0)
     }
 
     @Test("the app has the store open: 75 and nothing done, unless --force; preflight --for migrate warns")
@@ -291,7 +291,7 @@ struct MigrateTests {
         #expect(error?.status == .busy)
         #expect(error?.message.contains("pid \(holder.pid)") == true)
         #expect(try Hashing.sha256(ofFile: fixture.store) == before)
-        #expect(!FileManager.default.fileExists(atPath: fixture.repo))
+        #expect(snapshotCount(fixture.repo) == 0)
         let check = try Preflight.run(store: fixture.store, options: .init(operation: .migrate)).checks.first { $0.id == "lock.writer" }
         #expect(check?.status == .warn && check?.advice?.contains("75") == true)
 
@@ -350,7 +350,7 @@ struct MigrateTests {
         #expect(error?.message.contains(mentions) == true, "\(error?.message ?? "")")
         #expect(try Hashing.sha256(ofFile: fixture.store) == before)
         #expect(try fixture.version() == 0)
-        #expect(!FileManager.default.fileExists(atPath: fixture.repo), "no snapshot repository was made")
+        #expect(snapshotCount(fixture.repo) == 0, "no snapshot was taken")
     }
 
     @Test("--to stops at a version; going down is refused (64)")

@@ -225,9 +225,10 @@ struct PurgeControlTests {
     func snapshotFirst() throws {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder)
+        let repo = try folder.repository("snaps", format: 2)
         let report = try Purge.run(.init(policy: try itemsPolicy(store, folder: folder,
-                                                                 extra: "[snapshot]\nrepository = \"\(folder.file("snaps"))\"\nbefore_purge = true")))
-        let listed = try SnapshotSummary.list(repository: folder.file("snaps"))
+                                                                 extra: "[snapshot]\nrepository = \"\(repo)\"\nbefore_purge = true\npassword_file = \"\(try folder.passwordFile())\"")))
+        let listed = try SnapshotSummary.list(repository: repo, password: .file(try folder.passwordFile()))
         #expect(listed.map(\.id) == [report.snapshot] && listed.first?.tags == ["pre-purge"])
         // The snapshot was verified before anything was deleted, and the deletes were checked after.
         #expect(listed.first?.lastVerified?.ok == true)

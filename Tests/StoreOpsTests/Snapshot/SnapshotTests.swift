@@ -11,11 +11,12 @@ struct SnapshotFixture {
     let repo: String
     let created: SnapshotCreate.Result
 
-    init(items: Int = 2_000, externalFiles: Int = 2, compression: Compression = .zstd, tags: [String] = []) throws {
+    init(items: Int = 2_000, externalFiles: Int = 2, compression: Compression = .zstd, tags: [String] = [], format: Int = 1) throws {
         folder = try TempFolder()
         store = try sampleStore(in: folder, items: items, externalFiles: externalFiles)
-        repo = folder.file("repo")
-        created = try SnapshotCreate.run(store: store, options: .init(repository: repo, tags: tags, compression: compression))
+        repo = try folder.repository("repo", format: format)
+        created = try SnapshotCreate.run(store: store, options: .init(repository: repo, tags: tags, compression: compression,
+                                                                      password: .file(try folder.passwordFile())))
     }
 
     var repository: SnapshotRepository { try! SnapshotRepository.open(repo) }
@@ -116,7 +117,7 @@ struct SnapshotTests {
         defer { writer.signal(SIGTERM); _ = writer.wait() }
         #expect(ChildProcess.waitFor(file: ready))
         let before = try rowCount(store)
-        let created = try SnapshotCreate.run(store: store, options: .init(repository: folder.file("repo")))
+        let created = try SnapshotCreate.run(store: store, options: .init(repository: try folder.repository()))
         let after = try rowCount(store)
         let target = folder.file("restored.sqlite")
         _ = try SnapshotRestore.run(.init(repository: folder.file("repo"), id: created.id, target: .file(target)))
@@ -178,16 +179,16 @@ struct SnapshotTests {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder, items: 10_000)
         let mount = try #require(TempMount(kilobytes: 2048))
-        let repo = mount.file("repo")
+        let repo = try RepositoryInit.run(.init(location: mount.file("repo"), format: 1)).location
         let refused = #expect(throws: StoreOpsError.self) { try SnapshotCreate.run(store: store, options: .init(repository: repo)) }
         #expect(refused?.status == .ioError)
         var options = SnapshotCreate.Options(repository: repo)
         options.checkFreeSpace = false
         let full = #expect(throws: StoreOpsError.self) { try SnapshotCreate.run(store: store, options: options) }
         #expect(full?.status == .ioError, "\(full?.description ?? "")")
-        // The repository this first snapshot would have made is not left behind as an empty skeleton.
-        #expect(FileSystem.kind(of: repo) == .missing)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: mount.path).isEmpty)
+        // The repository is as it was: no snapshot, no partial file.
+        #expect(try SnapshotSummary.list(repository: repo).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: (repo as NSString).appendingPathComponent("snapshots")).isEmpty)
         // Into an existing repository: nothing listed, no partial file.
         var small = SnapshotCreate.Options(repository: repo)
         small.checkFreeSpace = false
