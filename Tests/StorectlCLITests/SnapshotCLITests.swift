@@ -54,6 +54,47 @@ struct SnapshotCLITests {
         #expect(pruned.status == 0 && pruned.stdout.contains("kept 1, removed 1"))
     }
 
+    @Test("format 2 on the command line: a wrong password 77, a plain repository says so on every command, repo check 2 on damage, stats, export, keys")
+    func pagedCommands() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let password = try folder.passwordFile()
+        func cli(_ arguments: String..., password file: String? = nil) throws -> ChildProcess.Result {
+            try ChildProcess.run(Binaries.storectl, arguments, environment: ["STORECTL_PASSWORD_FILE": file ?? password])
+        }
+        let repo = folder.file("repo")
+        #expect(try cli("repo", "init", "--repo", repo).status == 0)
+        #expect(try cli("snapshot", "create", store, "--repo", repo).status == 0)
+        try Data("wrong\n".utf8).write(to: URL(fileURLWithPath: folder.file("wrong")))
+        let wrong = try cli("snapshot", "list", "--repo", repo, "--json", password: folder.file("wrong"))
+        #expect(wrong.status == 77 && wrong.stderr.contains("wrong password") && wrong.stdout.contains("\"status\" : 77"))
+        let noTerminal = try ChildProcess.run("/usr/bin/setsid", ["-w", Binaries.storectl, "snapshot", "list", "--repo", repo], environment: ["STORECTL_PASSWORD_FILE": ""])
+        #expect(noTerminal.status == 64 && noTerminal.stderr.contains("no terminal"), "\(noTerminal.stderr)")
+        let stats = try cli("repo", "stats", "--repo", repo)
+        #expect(stats.status == 0 && stats.stdout.contains("format 2, encrypted") && stats.stdout.contains("pages"))
+        let rows = try JSON.decoder().decode([SnapshotSummary].self, from: Data(try cli("snapshot", "list", "--repo", repo, "--json").stdout.utf8))
+        let export = try cli("snapshot", "export", "--repo", repo, try #require(rows.first?.id), "--output", folder.file("s.tar.zst"))
+        #expect(export.status == 0 && export.stdout.hasPrefix("exported snapshot"), "\(export.stderr)")
+        try Data("second\n".utf8).write(to: URL(fileURLWithPath: folder.file("second")))
+        #expect(try cli("key", "add", "--repo", repo, "--new-password-file", folder.file("second")).status == 0)
+        #expect(try cli("key", "list", "--repo", repo).stdout.split(separator: "\n").count == 2)
+        #expect(try cli("snapshot", "list", "--repo", repo, password: folder.file("second")).status == 0)
+
+        let plain = folder.file("plain")
+        #expect(try cli("repo", "init", "--repo", plain, "--insecure-no-encryption").status == 0)
+        for arguments in [["snapshot", "create", store, "--repo", plain], ["snapshot", "list", "--repo", plain], ["repo", "check", "--repo", plain]] {
+            let result = try ChildProcess.run(Binaries.storectl, arguments)
+            #expect(result.status == 0 && result.stderr.contains("warning: the repository \(plain) is NOT encrypted"), "\(arguments): \(result.stderr)")
+        }
+        let pack = try #require(FileManager.default.subpaths(atPath: plain + "/data")?.first { $0.count > 10 })
+        var data = try Data(contentsOf: URL(fileURLWithPath: plain + "/data/" + pack))
+        data[data.count / 2] ^= 0xFF
+        try data.write(to: URL(fileURLWithPath: plain + "/data/" + pack))
+        let damaged = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", plain, "--read-data"])
+        #expect(damaged.status == 2 && damaged.stdout.contains("PROBLEM") && damaged.stdout.contains(pack.suffix(64)), "\(damaged.stdout)")
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", plain, "--all"]).status == 65)
+    }
+
     @Test("a damaged snapshot: verify exits 65 naming it; an unknown id 66; not a repository 65")
     func errors() throws {
         let folder = try TempFolder()

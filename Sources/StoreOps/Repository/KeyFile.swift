@@ -65,10 +65,15 @@ public struct KeyFile: Sendable, Codable, Equatable {
                                 hint: "the key file is damaged; use another key of the repository")
         }
         do {
-            return try KDF.Scrypt.deriveKey(from: password, salt: salt, outputByteCount: 32, rounds: kdf.n, blockSize: kdf.r,
-                                            parallelism: kdf.p, maxMemory: 256 << 20)
+            return SymmetricKey(data: try scrypt(password, salt: salt, n: kdf.n, r: kdf.r, p: kdf.p, bytes: 32))
         } catch {
             throw StoreOpsError(.failure, "deriving the key of \(file): \(error)")
         }
+    }
+
+    /// scrypt (RFC 7914) as key files use it: N is scrypt's cost ("rounds" in swift-crypto).
+    public static func scrypt(_ password: Data, salt: Data, n: Int, r: Int, p: Int, bytes: Int) throws -> Data {
+        try KDF.Scrypt.deriveKey(from: password, salt: salt, outputByteCount: bytes, rounds: n, blockSize: r,
+                                 parallelism: p, maxMemory: 256 << 20).withUnsafeBytes { Data($0) }
     }
 }

@@ -1,0 +1,350 @@
+import Crypto
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// A store and a format-2 repository (encrypted unless told), with the password in a file.
+struct PagedFixture {
+    let folder: TempFolder
+    let store: String
+    let repo: String
+    let password: PasswordSource
+
+    init(items: Int = 3_000, encrypted: Bool = true, externalFiles: Int = 2) throws {
+        folder = try TempFolder()
+        store = try sampleStore(in: folder, items: items, externalFiles: externalFiles)
+        repo = try folder.repository("repo", format: 2, encrypted: encrypted)
+        password = .file(try folder.passwordFile())
+    }
+
+    @discardableResult
+    func create(tags: [String] = [], store: String? = nil) throws -> SnapshotCreate.Result {
+        try SnapshotCreate.run(store: store ?? self.store, options: .init(repository: repo, tags: tags, password: password))
+    }
+
+    func restore(_ id: String, to name: String) throws -> String {
+        var options = SnapshotRestore.Options(repository: repo, id: id, target: .file(folder.file(name)))
+        options.password = password
+        _ = try SnapshotRestore.run(options)
+        return folder.file(name)
+    }
+
+    func verify(_ ids: [String] = []) throws -> [SnapshotVerify.Outcome] {
+        var options = SnapshotVerify.Options(repository: repo, ids: ids, all: ids.isEmpty)
+        options.password = password
+        return try SnapshotVerify.run(options)
+    }
+
+    func check(readData: Bool = true) throws -> RepositoryCheck.Report {
+        try RepositoryCheck.run(.init(location: repo, password: password, readData: readData))
+    }
+
+    func list() throws -> [SnapshotSummary] { try SnapshotSummary.list(repository: repo, password: password) }
+
+    /// Every object file of the repository and its SHA-256: "nothing was written".
+    func contents() throws -> [String: String] {
+        var out: [String: String] = [:]
+        for relative in FileManager.default.subpaths(atPath: repo) ?? [] where FileSystem.kind(of: repo + "/" + relative) == .file {
+            out[relative] = try Hashing.sha256(ofFile: repo + "/" + relative)
+        }
+        return out
+    }
+
+    func objects(_ folder: String) -> [String] {
+        (FileManager.default.subpaths(atPath: repo + "/" + folder) ?? []).filter { FileSystem.kind(of: repo + "/" + folder + "/" + $0) == .file }
+            .map { repo + "/" + folder + "/" + $0 }.sorted()
+    }
+
+    /// Changes `percent` of the items (scattered rows), as an app would.
+    func touch(percent: Int) throws {
+        let queue = try DatabaseQueue(path: store)
+        try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK % ? = 0", arguments: [100 / percent]) }
+        try queue.close()
+    }
+}
+
+func flip(_ path: String, at fraction: Double) throws {
+    var data = try Data(contentsOf: URL(fileURLWithPath: path))
+    data[Int(Double(data.count) * fraction)] ^= 0x5A
+    try data.write(to: URL(fileURLWithPath: path))
+}
+
+@Suite("repository format 2: pages, encryption, garbage")
+struct PagedRepositoryTests {
+    @Test("create, restore and verify round-trip, encrypted and plain; the database and external data come back exactly", arguments: [true, false])
+    func roundTrip(encrypted: Bool) throws {
+        let fixture = try PagedFixture(encrypted: encrypted)
+        let created = try fixture.create(tags: ["first"])
+        #expect(created.format == 2 && created.parent == nil && (created.addedBytes ?? 0) > 0)
+        let restored = try fixture.restore(created.id, to: "restored.sqlite")
+        #expect(try logicalDigest(restored) == (try logicalDigest(fixture.store)))
+        #expect(try readStore(restored) { try String.fetchOne($0, sql: "PRAGMA quick_check") } == "ok")
+        let external = StoreFile(unchecked: restored).externalDataPath
+        for name in try FileManager.default.contentsOfDirectory(atPath: StoreFile(unchecked: fixture.store).externalDataPath) {
+            #expect(try Hashing.sha256(ofFile: external + "/" + name) == (try Hashing.sha256(ofFile: StoreFile(unchecked: fixture.store).externalDataPath + "/" + name)))
+        }
+        #expect(try fixture.verify().allSatisfy(\.ok))
+        #expect(try fixture.check().ok)
+        // Every object is private; an encrypted repository holds none of the store's text.
+        for file in fixture.objects("data") + fixture.objects("snapshots") + fixture.objects("index") { #expect(permissions(file) == 0o600) }
+        let marker = Data("Z_METADATA".utf8)
+        let leaks = try fixture.objects("data").filter { try Data(contentsOf: URL(fileURLWithPath: $0)).range(of: marker) != nil }
+        #expect(leaks.isEmpty == encrypted || !encrypted, "encrypted packs show plaintext: \(leaks)")
+    }
+
+    @Test("incremental: an unchanged store adds no pack; 1% of rows changed adds a small fraction of the first snapshot")
+    func incremental() throws {
+        let fixture = try PagedFixture(items: 20_000)
+        let first = try fixture.create()
+        let packs = fixture.objects("data").count
+        let unchanged = try fixture.create()
+        #expect(unchanged.addedBytes == 0 && unchanged.parent == first.id)
+        #expect(fixture.objects("data").count == packs, "no new pack for an unchanged store")
+        try fixture.touch(percent: 1)
+        let changed = try fixture.create()
+        let added = try #require(changed.addedBytes), whole = try #require(first.addedBytes)
+        #expect(added > 0 && added * 5 < whole, "\(added) of \(whole)")
+        // The latest restores to the store as it is now; the first to the store as it was.
+        #expect(try logicalDigest(try fixture.restore(changed.id, to: "now.sqlite")) == (try logicalDigest(fixture.store)))
+        let old = try fixture.restore(first.id, to: "then.sqlite")
+        #expect(try readStore(old) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZTITLE LIKE '%.'") } == 0)
+        let rows = try fixture.list()
+        #expect(rows.map(\.format) == [2, 2, 2] && rows[0].bytes == added && rows[0].logicalBytes > 0)
+        #expect(try RepositoryStats.run(location: fixture.repo, password: fixture.password).storedBytes < 2 * whole)
+    }
+
+    @Test("a wrong password is 77 and writes nothing; a damaged key file is 65 naming it; no password source and no terminal is 64")
+    func passwords() throws {
+        let fixture = try PagedFixture()
+        try fixture.create()
+        let before = try fixture.contents()
+        let wrong = fixture.folder.file("wrong")
+        try Data("not it\n".utf8).write(to: URL(fileURLWithPath: wrong))
+        let refused = #expect(throws: StoreOpsError.self) {
+            try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: .file(wrong)))
+        }
+        #expect(refused?.status == .wrongPassword && refused?.message.contains("wrong password") == true)
+        #expect(try fixture.contents() == before, "nothing written")
+        #expect((#expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo, password: .file(wrong)) })?.status == .wrongPassword)
+        // A command's password, a missing file.
+        #expect((#expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo, password: .file(fixture.folder.file("none"))) })?.status == .noInput)
+        #expect(try SnapshotSummary.list(repository: fixture.repo, password: .command("echo 'correct horse battery staple'")).count == 1)
+        // The only key file damaged: 65, naming it.
+        let key = try #require(fixture.objects("keys").first)
+        try flip(key, at: 0.5)
+        let damaged = #expect(throws: StoreOpsError.self) { try fixture.list() }
+        #expect(damaged?.status == .badData && damaged?.message.contains("keys/") == true, "\(damaged?.message ?? "")")
+    }
+
+    @Test("keys: add a second password, open with either, passwd replaces, remove revokes; the current key cannot be removed")
+    func keys() throws {
+        let fixture = try PagedFixture()
+        try fixture.create()
+        let second = fixture.folder.file("second")
+        try Data("second password\n".utf8).write(to: URL(fileURLWithPath: second))
+        var options = RepositoryKeys.Options(location: fixture.repo, password: fixture.password, newPassword: .file(second))
+        options.kdfN = 1 << 10
+        let added = try RepositoryKeys.add(options)
+        #expect(try RepositoryKeys.list(options).map(\.id).contains(added))
+        #expect(try SnapshotSummary.list(repository: fixture.repo, password: .file(second)).count == 1)
+        let current = try #require(try RepositoryKeys.list(options).first { $0.current }?.id)
+        #expect((#expect(throws: StoreOpsError.self) { try RepositoryKeys.remove(options, id: current) })?.status == .usage)
+        try RepositoryKeys.remove(options, id: added)
+        #expect((#expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo, password: .file(second)) })?.status == .wrongPassword)
+        let (_, removed) = try RepositoryKeys.passwd(options)
+        #expect(removed == current)
+        #expect(try SnapshotSummary.list(repository: fixture.repo, password: .file(second)).count == 1, "the new password opens it")
+        #expect((#expect(throws: StoreOpsError.self) { try fixture.list() })?.status == .wrongPassword, "the old one no longer does")
+    }
+
+    @Test("damage is found and named: a flipped pack byte, a truncated pack, a missing pack, a damaged index, a damaged record",
+          arguments: ["flip-pack", "truncate-pack", "remove-pack", "flip-index", "flip-record"])
+    func damage(kind: String) throws {
+        let fixture = try PagedFixture(items: 5_000)
+        let created = try fixture.create()
+        let pack = try #require(fixture.objects("data").first), index = try #require(fixture.objects("index").first)
+        switch kind {
+        case "flip-pack": try flip(pack, at: 0.3)
+        case "truncate-pack": #expect(truncate(pack, 1000) == 0)
+        case "remove-pack": try FileManager.default.removeItem(atPath: pack)
+        case "flip-index": try flip(index, at: 0.5)
+        default: try flip(fixture.repo + "/snapshots/" + created.id, at: 0.5)
+        }
+        let report = try fixture.check()
+        #expect(!report.ok, "\(kind): repo check found nothing")
+        let named = kind.hasSuffix("index") ? "index/" : kind.hasSuffix("record") ? created.id : "data/"
+        #expect(report.problems.contains { $0.contains(named) }, "\(kind): \(report.problems)")
+        #expect(RepositoryCheck.ending(of: report).status == .checksFailed)
+        // verify names the snapshot; restore refuses (65) and writes no file.
+        let outcomes = try fixture.verify()
+        #expect(outcomes.count == 1 && !outcomes[0].ok, "\(kind)")
+        let refused = #expect(throws: StoreOpsError.self) { try fixture.restore(created.id, to: "r.sqlite") }
+        #expect([.badData, .noInput].contains(refused?.status), "\(kind): \(refused?.description ?? "")")
+        #expect(FileSystem.kind(of: fixture.folder.file("r.sqlite")) == .missing)
+        if kind == "flip-index" {
+            // repair rebuilds the index from the packs' own headers: whole again.
+            let repaired = try RepositoryRepair.run(location: fixture.repo, password: fixture.password)
+            #expect(repaired.packsIndexed == fixture.objects("data").count && repaired.damagedPacks.isEmpty)
+            #expect(try fixture.check().ok && (try fixture.verify().allSatisfy(\.ok)))
+        }
+        if kind == "flip-record" {
+            // Garbage collection will not guess what a damaged record refers to.
+            var prune = SnapshotPrune.Options(repository: fixture.repo, policy: .init(last: 1))
+            prune.password = fixture.password
+            let pruned = try SnapshotPrune.run(prune)
+            #expect(pruned.garbage?.skipped?.contains("damaged") == true && pruned.damaged.count == 1)
+        }
+    }
+
+    @Test("a repository written by a newer storectl, or a config that was changed, is refused with 65 and what to do")
+    func newerOrChanged() throws {
+        let fixture = try PagedFixture()
+        let config = fixture.repo + "/config"
+        let original = try Data(contentsOf: URL(fileURLWithPath: config))
+        var json = try #require(try JSONSerialization.jsonObject(with: original) as? [String: Any])
+        json["version"] = 3
+        try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: config))
+        let newer = #expect(throws: StoreOpsError.self) { try fixture.list() }
+        #expect(newer?.status == .badData && newer?.hint?.contains("newer storectl") == true)
+        json["version"] = 2
+        json["id"] = String(repeating: "ab", count: 16)
+        try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: config))
+        let changed = #expect(throws: StoreOpsError.self) { try fixture.list() }
+        #expect(changed?.status == .badData && changed?.message.contains("key check") == true, "\(changed?.message ?? "")")
+    }
+
+    @Test("prune: removed snapshots' data is collected (dead packs deleted, mostly dead ones repacked); --dry-run says how much and removes nothing")
+    func prune() throws {
+        let fixture = try PagedFixture(items: 20_000)
+        try fixture.create()
+        for _ in 0..<2 {
+            try fixture.touch(percent: 100)
+            try fixture.create()
+        }
+        let before = try fixture.contents()
+        let stored = try RepositoryStats.run(location: fixture.repo, password: fixture.password).storedBytes
+        var options = SnapshotPrune.Options(repository: fixture.repo, policy: .init(last: 1), dryRun: true)
+        options.password = fixture.password
+        let dry = try SnapshotPrune.run(options)
+        let estimate = try #require(dry.garbage?.freedBytes)
+        #expect(estimate > stored / 3, "\(estimate) of \(stored)")
+        #expect(try fixture.contents() == before, "a dry run changes nothing")
+        options.dryRun = false
+        let done = try SnapshotPrune.run(options)
+        #expect(done.removed.count == 2)
+        let freed = try #require(done.garbage?.freedBytes)
+        let after = try RepositoryStats.run(location: fixture.repo, password: fixture.password).storedBytes
+        #expect(after < stored && stored - after >= freed / 2, "stored \(stored) → \(after), reported \(freed)")
+        #expect(try fixture.check().ok && (try fixture.verify().allSatisfy(\.ok)))
+        #expect(try logicalDigest(try fixture.restore(try fixture.list()[0].id, to: "kept.sqlite")) == (try logicalDigest(fixture.store)))
+    }
+
+    @Test("locks: creates of two stores share the repository at once; prune needs it alone (75), and a dead holder's lock is stale")
+    func locks() throws {
+        let fixture = try PagedFixture(items: 30_000)
+        let other = try sampleStore(in: fixture.folder, name: "Other.sqlite", items: 30_000)
+        let environment = ["STORECTL_PASSWORD_FILE": try fixture.folder.passwordFile()]
+        let a = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", fixture.store, "--repo", fixture.repo], environment: environment)
+        let b = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", other, "--repo", fixture.repo], environment: environment)
+        let (ra, rb) = (a.wait(), b.wait())
+        #expect(ra.status == 0 && rb.status == 0, "\(ra.stderr) \(rb.stderr)")
+        #expect(try fixture.list().count == 2 && (try fixture.check().ok))
+        // A live shared holder: prune refuses at once, naming it.
+        let backend = LocalBackend(root: fixture.repo)
+        let held = try RepositoryLock.acquire(backend, exclusive: false, operation: "snapshot create", wait: false)
+        var prune = SnapshotPrune.Options(repository: fixture.repo, policy: .init(last: 1))
+        prune.password = fixture.password
+        let busy = #expect(throws: StoreOpsError.self) { try SnapshotPrune.run(prune) }
+        #expect(busy?.status == .busy && busy?.message.contains("snapshot create") == true)
+        held.release()
+        // Two prunes at once: the second is refused while the first holds the repository.
+        let first = try RepositoryLock.acquire(backend, exclusive: true, operation: "snapshot prune", wait: false)
+        #expect((#expect(throws: StoreOpsError.self) { try SnapshotPrune.run(prune) })?.status == .busy)
+        #expect((#expect(throws: StoreOpsError.self) { try fixture.create() })?.status == .busy)
+        first.release()
+        // A lock left by a process that died is stale: removed by the next user.
+        let dead = try ChildProcess.run("/bin/sh", ["-c", "echo $$"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let record = #"{"format":"storectl-lock","host":"\#(ProcessInfo.processInfo.hostName)","pid":\#(dead),"user":"x","exclusive":true,"operation":"snapshot prune","created":"2026-01-01T00:00:00Z","refreshed":"2026-01-01T00:00:00Z"}"#
+        try Data(record.utf8).write(to: URL(fileURLWithPath: fixture.repo + "/locks/00000000deadbeef"))
+        #expect(try SnapshotPrune.run(prune).removed.count == 1)
+        #expect(fixture.objects("locks").isEmpty)
+    }
+
+    @Test("a full disk during create and during prune: 74, nothing listed or lost, the repository checks clean", .enabled(if: TempMount.isAvailable))
+    func fullDisk() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 20_000)
+        let mount = try #require(TempMount(kilobytes: 1536))
+        var init_ = RepositoryInit.Options(location: mount.file("repo"), format: 2, password: .file(try folder.passwordFile()))
+        init_.kdfN = 1 << 10
+        let repo = try RepositoryInit.run(init_).location
+        let password = PasswordSource.file(try folder.passwordFile())
+        let small = try sampleStore(in: folder, name: "Small.sqlite", items: 10)
+        _ = try SnapshotCreate.run(store: small, options: .init(repository: repo, password: password))
+        var options = SnapshotCreate.Options(repository: repo, password: password)
+        options.checkFreeSpace = false
+        let full = #expect(throws: StoreOpsError.self) { try SnapshotCreate.run(store: store, options: options) }
+        #expect(full?.status == .ioError, "\(full?.description ?? "")")
+        #expect(try SnapshotSummary.list(repository: repo, password: password).count == 1)
+        let check = try RepositoryCheck.run(.init(location: repo, password: password, readData: true))
+        #expect(check.ok && check.notes.isEmpty, "\(check.problems) \(check.notes)")
+        // Prune with the disk full: refused (74) before anything is removed; with room again, it runs.
+        _ = try SnapshotCreate.run(store: small, options: .init(repository: repo, password: password))   // unchanged: no new data
+        let filler = mount.file("filler")
+        _ = try? ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(filler)'"])
+        let prune = SnapshotPrune.Options(repository: repo, policy: .init(last: 1), password: password)
+        #expect((#expect(throws: StoreOpsError.self) { try SnapshotPrune.run(prune) })?.status == .ioError)
+        #expect(try SnapshotSummary.list(repository: repo, password: password).count == 2)
+        // Even a check takes a (shared) lock object, so it too needs a few bytes free.
+        try FileManager.default.removeItem(atPath: filler)
+        #expect(try RepositoryCheck.run(.init(location: repo, password: password, readData: true)).ok)
+        #expect(try SnapshotPrune.run(prune).removed.count == 1)
+        #expect(try RepositoryCheck.run(.init(location: repo, password: password, readData: true)).ok)
+    }
+
+    @Test("export writes format 1's layout from a format-2 snapshot: bsdtar lists it, its database matches")
+    func export() throws {
+        let fixture = try PagedFixture()
+        let created = try fixture.create()
+        let output = fixture.folder.file("snapshot.tar.zst")
+        let result = try SnapshotExport.run(.init(repository: fixture.repo, id: created.id, output: output, password: fixture.password))
+        #expect(permissions(output) == 0o600 && result.bytes == FileSystem.size(of: output))
+        let listing = try ChildProcess.run("/usr/bin/bsdtar", ["-tf", output])
+        #expect(listing.status == 0 && listing.stdout.contains("manifest.json") && listing.stdout.contains("store/Tasks.sqlite"), "\(listing.stderr)")
+        let unpacked = fixture.folder.file("unpacked")
+        try FileManager.default.createDirectory(atPath: unpacked, withIntermediateDirectories: false)
+        #expect(try ChildProcess.run("/usr/bin/bsdtar", ["-xf", output, "-C", unpacked]).status == 0)
+        #expect(try Hashing.sha256(ofFile: unpacked + "/store/Tasks.sqlite") == result.databaseSHA256)
+        #expect(try logicalDigest(unpacked + "/store/Tasks.sqlite") == (try logicalDigest(fixture.store)))
+        #expect((#expect(throws: StoreOpsError.self) { try SnapshotExport.run(.init(repository: fixture.repo, id: created.id, output: output, password: fixture.password)) })?.status == .cannotCreate)
+    }
+
+    @Test("an independent decoder written from docs/repository-format.md restores the same bytes (scrypt, AES-GCM, HMAC, zstd, layouts)",
+          .enabled(if: PagedRepositoryTests.decoderAvailable), arguments: [true, false])
+    func independentDecoder(encrypted: Bool) throws {
+        let fixture = try PagedFixture(items: 5_000, encrypted: encrypted)
+        try fixture.create()
+        try fixture.touch(percent: 2)
+        let created = try fixture.create()
+        let export = try SnapshotExport.run(.init(repository: fixture.repo, id: created.id, output: fixture.folder.file("s.tar.zst"), password: fixture.password))
+        let decoder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("tools/decode-repository.py").path
+        let decoded = try ChildProcess.run("/usr/bin/python3", [decoder, fixture.repo, created.id, fixture.folder.file("decoded.sqlite"), try fixture.folder.passwordFile()])
+        #expect(decoded.status == 0, "\(decoded.stderr)")
+        #expect(decoded.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == export.databaseSHA256)
+    }
+
+    static let decoderAvailable: Bool = {
+        guard let result = try? ChildProcess.run("/usr/bin/python3", ["-c", "import cryptography"]), result.status == 0 else { return false }
+        return FileManager.default.isExecutableFile(atPath: "/usr/bin/zstd")
+    }()
+
+    @Test("scrypt as key files use it matches RFC 7914's test vector")
+    func scryptVector() throws {
+        let key = try KeyFile.scrypt(Data("password".utf8), salt: Data("NaCl".utf8), n: 1024, r: 8, p: 16, bytes: 64)
+        #expect(key.map { String(format: "%02x", $0) }.joined()
+                == "fdbabe1c9d3472007856e7190d01e9fe7c6ad7cbc8237830e77376634b3731622eaf30d92e22a3886ff109279d9830dac727afb94a83ee6d8360cbdfa2cc0640")
+    }
+}
