@@ -5,6 +5,9 @@
 
 SWIFT    ?= swift
 PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev libzstd-dev
+# What the tests use besides: bsdtar reads exported archives; an independent decoder of repository
+# format 2 (Python's cryptography and the zstd command) checks storectl's bytes.
+TEST_PACKAGES := libarchive-tools python3 python3-cryptography zstd
 BIN      := .build/debug
 DEMO     := demo
 
@@ -24,7 +27,7 @@ INSTALLED := bin/storectl share/man/man1/storectl.1 share/bash-completion/comple
 .PHONY: deps build test demo bench clean release stage install uninstall deb install-test
 
 deps:
-	@missing=""; for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(PACKAGES) $(if $(filter test,$(MAKECMDGOALS)),$(TEST_PACKAGES)); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
