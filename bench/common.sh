@@ -5,6 +5,10 @@ OUT=bench/out
 BIN=${BIN:-.build/release}   # BIN=/other/build/release compares another build
 STORE=$OUT/bench.sqlite
 mkdir -p "$OUT"
+# Encrypted repositories' password (format 2), for storectl, restic and borg alike.
+PASSWORD_FILE=$OUT/password
+[ -f "$PASSWORD_FILE" ] || { echo "bench password $(date +%s)" > "$PASSWORD_FILE"; chmod 600 "$PASSWORD_FILE"; }
+export STORECTL_PASSWORD_FILE=$PWD/$PASSWORD_FILE
 
 need() {   # need COMMAND PACKAGE: install a Debian package when a command is missing
   command -v "$1" >/dev/null && return

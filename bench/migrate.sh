@@ -7,7 +7,7 @@
 #             (target: within 1.2x). `storectl rollback` (in place, safety snapshot first) for information.
 # Each store is a fresh copy of the bench store; REPEAT runs (default 3), medians.
 #
-#   bash bench/migrate.sh              # ITEMS=4000000 REPEAT=3
+#   bash bench/migrate.sh              # ITEMS=4000000 REPEAT=3 FORMAT=2 (the repository's format)
 #   ITEMS=400000 REPEAT=1 bash bench/migrate.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,7 @@ printf '\nstore: %s, %s; %s runs each, medians\n' "$STORE" "$(du -h "$STORE" | c
 fresh() {
   rm -rf "$WORK"; mkdir -p "$WORK/migrations"
   cp "$STORE" "$WORK/store.sqlite"
+  "$BIN/storectl" repo init --repo "$WORK/repo" --format "${FORMAT:-2}" >/dev/null
   cat > "$WORK/migrations/0001_add_archived.sql" <<'SQL'
 -- Items can be archived; the app lists the non-archived ones by this index.
 ALTER TABLE ZITEM ADD COLUMN ZARCHIVED INTEGER NOT NULL DEFAULT 0;

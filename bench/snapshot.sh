@@ -20,7 +20,8 @@ printf '\nstore: %s, %s; %s runs each, medians\n' "$STORE" "$(du -h "$STORE" | c
 
 C=(); CR=(); B=(); T=(); R=(); RR=(); A=()
 for i in $(seq "$REPEAT"); do
-  rm -rf "$REPO" "$OUT"/anchor*; mkdir -p "$OUT/anchor"; settle
+  rm -rf "$REPO" "$OUT"/anchor*; mkdir -p "$OUT/anchor"
+  "$BIN/storectl" repo init --repo "$REPO" --format 1 >/dev/null; settle
   timed storectl "$BIN/storectl" snapshot create "$STORE" --repo "$REPO" --level "$LEVEL"; C+=("$SECS"); CR+=("$RSS_MB")
   settle
   timed backup sqlite3 "$STORE" ".backup '$OUT/anchor/bench.sqlite'"; B+=("$SECS")

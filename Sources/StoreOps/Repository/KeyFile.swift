@@ -40,7 +40,7 @@ public struct KeyFile: Sendable, Codable, Equatable {
         let box = try AES.GCM.seal(master.bytes, using: wrapping, authenticating: Data("key:\(id)".utf8))
         guard let combined = box.combined else { throw StoreOpsError(.failure, "AES-GCM produced no combined box") }
         return KeyFile(id: id, created: Timestamp.now(), host: ProcessInfo.processInfo.hostName,
-                       user: ProcessInfo.processInfo.environment["USER"] ?? String(getuid()), kdf: kdf, sealed: combined.base64EncodedString())
+                       user: UserName.current, kdf: kdf, sealed: combined.base64EncodedString())
     }
 
     /// The master key, or nil when `password` is not this key's.

@@ -144,7 +144,20 @@ enum PagedExtraction {
     private static func writeFiles(_ files: [PagedSnapshotRecord.FileChunks], repository: PagedRepository, into folder: String?,
                                    context: String) throws {
         guard !files.isEmpty else { return }
-        let blobs = try BlobLocator.read(Array(Set(files.flatMap(\.chunks))).map { ($0, .fileChunk) }, from: repository, context: context)
+        // Located once; read one chunk (one frame, at most 1 MiB) at a time: memory stays bounded
+        // however large the external data is.
+        let wanted = Set(files.flatMap(\.chunks))
+        let (found, damaged) = try BlobLocator.locate(wanted, in: repository)
+        if let missing = wanted.first(where: { found[$0] == nil }) {
+            throw BlobLocator.missingBlob(missing, type: .fileChunk, context: context, repository: repository, damaged: damaged)
+        }
+        let zstd = try ZstdFrames(level: 3)
+        func chunk(_ id: ContentID) throws -> Data? {
+            guard let location = found[id] else { return nil }
+            let plain = try BlobLocator.readFrame(location.frame, pack: location.pack, repository: repository, zstd: zstd)
+            return try BlobLocator.extract(location.blob, from: plain, sealer: repository.sealer,
+                                           what: "pack \(repository.backend.describe(PackBuilder.key(location.pack)))")
+        }
         for file in files {
             try ProcessSignals.checkpoint("restoring \(context)")
             let name = FileSystem.name(of: file.path)
@@ -158,8 +171,8 @@ enum PagedExtraction {
             defer { if fd >= 0 { close(fd) } }
             var hasher = SHA256()
             var total: UInt64 = 0
-            for chunk in file.chunks {
-                guard let data = blobs[chunk] else { throw StoreOpsError(.badData, "\(context): a chunk of \(file.path) was not read") }
+            for id in file.chunks {
+                guard let data = try chunk(id) else { throw StoreOpsError(.badData, "\(context): a chunk of \(file.path) was not read") }
                 hasher.update(data: data)
                 total += UInt64(data.count)
                 guard total <= file.bytes else { throw StoreOpsError(.badData, "\(context): \(file.path) holds more than the \(file.bytes) bytes its record says") }

@@ -52,7 +52,7 @@ public final class RepositoryLock: @unchecked Sendable {
             let id = (0..<8).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
             let now = Timestamp.now()
             let record = Record(host: ProcessInfo.processInfo.hostName, pid: getpid(),
-                                user: ProcessInfo.processInfo.environment["USER"] ?? String(getuid()),
+                                user: UserName.current,
                                 exclusive: exclusive, operation: operation, created: now, refreshed: now)
             let lock = RepositoryLock(backend: backend, key: "locks/\(id)", record: record)
             try backend.write(lock.key, try JSON.encode(record), point: "lock.write")

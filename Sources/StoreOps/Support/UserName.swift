@@ -1,0 +1,10 @@
+import Foundation
+
+/// Who runs storectl, for lock and key records: the account name of the real user id (cron and
+/// `env -i` runs have no USER), else the number.
+enum UserName {
+    static var current: String {
+        if let entry = getpwuid(getuid()), let name = entry.pointee.pw_name { return String(cString: name) }
+        return ProcessInfo.processInfo.environment["USER"] ?? String(getuid())
+    }
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Repository benchmark (not a test): page-level format 2 against restic, borg and format 1, in one
+# run, on a copy of the ~1 GiB store of bench/common.sh (idle and checkpointed, so every tool may
+# read the file as it is):
+#   1. first snapshot:      time, bytes added, peak memory (format 2 encrypted and plain, format 1,
+#                           restic, borg with its default chunker, borg with fixed 4 KiB chunks)
+#   2. 5,000 scattered row updates (UPDATE … WHERE Z_PK % k = 0), checkpointed: the pages that
+#      changed, their zstd-compressed size (the floor for anyone), and what each tool then adds
+#   3. an unchanged store: what each tool adds
+#   4. a chain of 10 snapshots (8 more rounds of updates): restore of the 10th, storectl vs restic vs borg
+# Every repository is encrypted except "format 2 plain" and format 1.
+#
+#   bash bench/repository.sh            # ITEMS=4000000
+#   ITEMS=400000 bash bench/repository.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source bench/common.sh
+need sqlite3 sqlite3; need /usr/bin/time time; need bc bc; need restic restic; need borg borgbackup; need zstd zstd; need python3 python3
+build_release || exit 1
+ensure_store
+W=$PWD/$OUT/repository; rm -rf "$W"; mkdir -p "$W"
+DB=$W/Tasks.sqlite
+cp "$STORE" "$DB"; cat "$DB" > /dev/null
+export RESTIC_PASSWORD_FILE=$PWD/$PASSWORD_FILE BORG_PASSPHRASE=$(cat "$PASSWORD_FILE") BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK=yes
+export RESTIC_CACHE_DIR=$W/restic-cache BORG_BASE_DIR=$W/borg-base
+ROWS=$(sqlite3 "$DB" "SELECT count(*) FROM ZITEM")
+STEP=$((ROWS / 5000))
+printf '\nstore: %s (%s, %s items); 5,000 updates = every %s-th row\n' "$DB" "$(du -h "$DB" | cut -f1)" "$ROWS" "$STEP"
+
+size() { du -sb "$1" | cut -f1; }
+mib() { echo "scale=1; $1 / 1048576" | bc -l; }
+
+"$BIN/storectl" repo init --repo "$W/s2" >/dev/null
+"$BIN/storectl" repo init --repo "$W/s2plain" --insecure-no-encryption >/dev/null 2>&1
+"$BIN/storectl" repo init --repo "$W/s1" --format 1 >/dev/null
+restic init -q --repo "$W/restic" >/dev/null
+borg init -e repokey "$W/borg" >/dev/null 2>&1
+borg init -e repokey "$W/borg4k" >/dev/null 2>&1
+
+TOOLS="s2 s2plain s1 restic borg borg4k"
+declare -A NAME=([s2]="storectl format 2 (encrypted)" [s2plain]="storectl format 2 (plain)" [s1]="storectl format 1 (tar.zst)"
+                 [restic]="restic backup" [borg]="borg create (default chunker)" [borg4k]="borg create (fixed 4 KiB chunks)")
+snap() {   # snap TOOL: one snapshot of $DB; sets SECS, RSS_MB, ADDED
+  local before; before=$(size "$W/$1"); settle
+  case $1 in
+    s2|s2plain|s1) timed s "$BIN/storectl" snapshot create "$DB" --repo "$W/$1" ;;
+    restic) timed s restic -q --repo "$W/restic" backup "$DB" ;;
+    borg) timed s borg create "$W/borg::s$(date +%s%N)" "$DB" ;;
+    borg4k) timed s borg create --chunker-params fixed,4096 "$W/borg4k::s$(date +%s%N)" "$DB" ;;
+  esac
+  ADDED=$(( $(size "$W/$1") - before ))
+}
+report() { printf '%-38s %8.2f s %10s MiB %8s MiB peak\n' "${NAME[$1]}" "$SECS" "$(mib "$ADDED")" "$RSS_MB"; }
+
+printf '\n== 1. first snapshot                         time      added      memory\n'
+for t in $TOOLS; do snap "$t"; report "$t"; done
+
+update() {   # update ROUND: 5,000 scattered rows, checkpointed into the file
+  sqlite3 "$DB" "UPDATE ZITEM SET ZTITLE = ZTITLE || '$1' WHERE Z_PK % $STEP = 0; PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+}
+cp "$DB" "$W/before.sqlite"
+update a
+python3 - "$W/before.sqlite" "$DB" "$W/changed.bin" <<'PY'
+import sys
+a, b, out = open(sys.argv[1], 'rb'), open(sys.argv[2], 'rb'), open(sys.argv[3], 'wb')
+page = 4096; changed = runs = 0; last = -2; n = 0
+while True:
+    x, y = a.read(page), b.read(page)
+    if not y: break
+    if x != y:
+        changed += 1; out.write(y)
+        if n != last + 1: runs += 1
+        last = n
+    n += 1
+print(f"changed pages: {changed} of {n} ({changed * page / 1048576:.1f} MiB) in {runs} runs (a run: adjacent changed pages)")
+PY
+printf 'the floor: the changed pages zstd -3 compressed: %s MiB\n' "$(mib "$(zstd -3 -c -q "$W/changed.bin" | wc -c)")"
+rm -f "$W/before.sqlite" "$W/changed.bin"
+printf '\n== 2. after 5,000 scattered updates           time      added      memory\n'
+for t in $TOOLS; do snap "$t"; report "$t"; done
+
+printf '\n== 3. unchanged store                         time      added      memory\n'
+for t in $TOOLS; do snap "$t"; report "$t"; done
+
+printf '\n== 4. a chain of 10 snapshots, restore of the 10th\n'
+for round in b c d e f g h; do
+  update "$round"
+  for t in s2 restic borg; do snap "$t"; done
+done
+printf 'after 10 snapshots (8 rounds of 5,000 updates): storectl format 2 %s MiB, restic %s MiB, borg %s MiB, borg 4 KiB %s MiB (7 snapshots), format 1 %s MiB (3)\n' \
+  "$(mib "$(size "$W/s2")")" "$(mib "$(size "$W/restic")")" "$(mib "$(size "$W/borg")")" "$(mib "$(size "$W/borg4k")")" "$(mib "$(size "$W/s1")")"
+EXPECT=$(sha256sum "$DB" | cut -d' ' -f1)
+ID=$("$BIN/storectl" snapshot list --repo "$W/s2" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")
+rm -rf "$W/out"; mkdir -p "$W/out"/{s2,restic,borg}; settle
+timed r "$BIN/storectl" snapshot restore --repo "$W/s2" "$ID" --to "$W/out/s2/Tasks.sqlite"
+printf '%-38s %8.2f s %25s MiB peak  (quick_check included)\n' "storectl snapshot restore --to" "$SECS" "$RSS_MB"; S2R=$SECS
+settle
+timed r restic -q --repo "$W/restic" restore latest --target "$W/out/restic"
+printf '%-38s %8.2f s %25s MiB peak\n' "restic restore latest" "$SECS" "$RSS_MB"; RR=$SECS
+settle
+LAST=$(borg list --last 1 --short "$W/borg")
+pushd "$W/out/borg" >/dev/null; timed r borg extract "$W/borg::$LAST"; popd >/dev/null
+printf '%-38s %8.2f s %25s MiB peak\n' "borg extract" "$SECS" "$RSS_MB"; BR=$SECS
+printf 'ratio storectl / restic %.2f, storectl / borg %.2f\n' "$(echo "$S2R / $RR" | bc -l)" "$(echo "$S2R / $BR" | bc -l)"
+GOT=$(find "$W/out/restic" -name Tasks.sqlite -exec sha256sum {} \; | cut -d' ' -f1)
+[ "$GOT" = "$EXPECT" ] || echo "  (restic restored other bytes?)"
+Q="SELECT count(*), sum(length(ZTITLE)) FROM ZITEM"
+printf 'storectl restored the same rows: %s\n' "$([ "$(sqlite3 "$W/out/s2/Tasks.sqlite" "$Q")" = "$(sqlite3 "$DB" "$Q")" ] && echo yes || echo NO)"
+rm -rf "$W/out"
