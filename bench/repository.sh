@@ -99,7 +99,7 @@ timed r restic -q --repo "$W/restic" restore latest --target "$W/out/restic"
 printf '%-38s %8.2f s %25s MiB peak\n' "restic restore latest" "$SECS" "$RSS_MB"; RR=$SECS
 settle
 LAST=$(borg list --last 1 --short "$W/borg")
-pushd "$W/out/borg" >/dev/null; timed r borg extract "$W/borg::$LAST"; popd >/dev/null
+timed r sh -c "cd '$W/out/borg' && exec borg extract '$W/borg::$LAST'"
 printf '%-38s %8.2f s %25s MiB peak\n' "borg extract" "$SECS" "$RSS_MB"; BR=$SECS
 printf 'ratio storectl / restic %.2f, storectl / borg %.2f\n' "$(echo "$S2R / $RR" | bc -l)" "$(echo "$S2R / $BR" | bc -l)"
 GOT=$(find "$W/out/restic" -name Tasks.sqlite -exec sha256sum {} \; | cut -d' ' -f1)
