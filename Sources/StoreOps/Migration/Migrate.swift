@@ -215,11 +215,8 @@ public enum Migrate {
             snapshotOptions.storeLockHeld = true
             snapshotOptions.password = options.password
             let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions)
-            var verify = SnapshotVerify.Options(repository: report.repository, ids: [created.id])
-            verify.password = options.password
-            let verified = try SnapshotVerify.run(verify)
-            guard verified.first?.ok == true else {
-                throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(verified.first?.problem ?? "?")); nothing was changed")
+            if let problem = try SnapshotVerify.justMade(created, repository: report.repository, password: options.password) {
+                throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(problem)); nothing was changed")
             }
             report.snapshot = created.id
             FaultInjection.reach("after-snapshot")

@@ -184,11 +184,8 @@ public enum Purge {
             snapshotOptions.storeLockHeld = true
             snapshotOptions.password = section.password
             let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions)
-            var verify = SnapshotVerify.Options(repository: section.repository, ids: [created.id])
-            verify.password = section.password
-            let verified = try SnapshotVerify.run(verify)
-            guard verified.first?.ok == true else {
-                throw StoreOpsError(.badData, "the pre-purge snapshot \(created.id) failed verification (\(verified.first?.problem ?? "?")); nothing was deleted")
+            if let problem = try SnapshotVerify.justMade(created, repository: section.repository, password: section.password) {
+                throw StoreOpsError(.badData, "the pre-purge snapshot \(created.id) failed verification (\(problem)); nothing was deleted")
             }
             return created.id
         }

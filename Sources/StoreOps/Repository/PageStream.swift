@@ -2,20 +2,26 @@ import Foundation
 
 /// Takes the pages SQLite's backup API writes into the sink (`PageSink`), on the backup's
 /// thread, and turns them into blobs on worker threads: each page's content id (HMAC-SHA-256),
-/// then, for pages whose content the repository does not hold yet, zstd frames of up to 128 KiB
-/// that `PackWriter` seals into packs.
+/// then, for pages whose content the repository does not hold yet, zstd frames of about
+/// `frameBytes` of *new* pages only (gathered across batches, so a snapshot whose changes are
+/// scattered still compresses its new pages together) that `PackWriter` seals into packs.
 ///
 /// The map starts as the parent snapshot's ids (when there is one): a page whose id equals the
 /// parent's at the same number is unchanged and costs nothing; a page whose content is anywhere
 /// else in the parent or already in this run (`PageTable`) is not stored again.
 ///
-/// Memory: 32 bytes a page for the map, 16 for the table, and at most `maxInFlight` batches.
+/// Memory: 32 bytes a page for the map, 16 for the table, at most `maxInFlight` batches of
+/// `batchBytes`, and the new pages being gathered into the next frame.
 final class PageStream: @unchecked Sendable {
     let sealer: Sealer
     let writer: PackWriter
     let level: Int
     let hasParent: Bool
-    static let frameBytes = 128 << 10
+    /// Pages handed to a worker at a time (hashing).
+    static let batchBytes = 128 << 10
+    /// New pages compressed together: measured on the bench store, zstd level 3 in independent
+    /// chunks of 128 KiB gives 3.07x, 512 KiB 3.18x, 2 MiB 3.23x (the whole file 3.25x).
+    static let frameBytes = 512 << 10
     static let maxInFlight = 4
 
     private let lock = NSLock()
@@ -31,6 +37,9 @@ final class PageStream: @unchecked Sendable {
     // The backup thread's batch.
     private var batch = Data()
     private var batchPages: [UInt32] = []
+    // New pages gathered across batches for the next frame (under `lock`).
+    private var gathered: [(id: ContentID, bytes: Data)] = []
+    private var gatheredBytes = 0
     private let queue = DispatchQueue(label: "storectl.page-stream", attributes: .concurrent)
     private let group = DispatchGroup()
     private let slots = DispatchSemaphore(value: PageStream.maxInFlight)
@@ -67,11 +76,11 @@ final class PageStream: @unchecked Sendable {
         if error != nil { return false }
         if pageSize == 0 {
             pageSize = bytes.count
-            batch.reserveCapacity(max(Self.frameBytes, pageSize))
+            batch.reserveCapacity(max(Self.batchBytes, pageSize))
         }
         batch.append(contentsOf: bytes)
         batchPages.append(page)
-        if batch.count >= Self.frameBytes { dispatch() }
+        if batch.count >= Self.batchBytes { dispatch() }
         return true
     }
 
@@ -79,7 +88,7 @@ final class PageStream: @unchecked Sendable {
         guard !batchPages.isEmpty else { return }
         let (data, pages) = (batch, batchPages)
         batch = Data()
-        batch.reserveCapacity(max(Self.frameBytes, pageSize))
+        batch.reserveCapacity(max(Self.batchBytes, pageSize))
         batchPages = []
         slots.wait()
         group.enter()
@@ -97,6 +106,11 @@ final class PageStream: @unchecked Sendable {
         dispatch()
         group.wait()
         if let failure = error { throw failure }
+        let rest = lock.withLock { () -> [(id: ContentID, bytes: Data)] in
+            defer { gathered = []; gatheredBytes = 0 }
+            return gathered
+        }
+        try compress(rest)
     }
 
     // MARK: - Workers
@@ -107,6 +121,7 @@ final class PageStream: @unchecked Sendable {
             (0..<pages.count).map { i in sealer.contentID(UnsafeRawBufferPointer(rebasing: raw[(i * size)..<((i + 1) * size)])) }
         }
         var store: [Int] = []
+        var full: [(id: ContentID, bytes: Data)] = []
         lock.withLock {
             for (i, page) in pages.enumerated() {
                 let p = Int(page)
@@ -124,15 +139,25 @@ final class PageStream: @unchecked Sendable {
                 }
             }
             storedPages += store.count
+            for i in store {
+                gathered.append((pageIDs[i], data.subdata(in: (data.startIndex + i * size)..<(data.startIndex + (i + 1) * size))))
+                gatheredBytes += size
+            }
+            if gatheredBytes >= Self.frameBytes {
+                full = gathered
+                gathered = []
+                gatheredBytes = 0
+            }
         }
-        guard !store.isEmpty else { return }
+        try compress(full)
+    }
+
+    /// Compresses and seals new pages as one frame and hands it to the pack writer.
+    private func compress(_ pages: [(id: ContentID, bytes: Data)]) throws {
+        guard !pages.isEmpty else { return }
         let zstd = try takeCompressor()
         defer { lock.withLock { compressors.append(zstd) } }
-        let frame = try data.withUnsafeBytes { raw in
-            try SealedFrame.make(store.map { i in (BlobType.page, pageIDs[i], UnsafeRawBufferPointer(rebasing: raw[(i * size)..<((i + 1) * size)])) },
-                                 zstd: zstd, sealer: sealer)
-        }
-        try writer.add(frame)
+        try writer.add(try SealedFrame.make(blobs: pages.map { (BlobType.page, $0.id, $0.bytes) }, zstd: zstd, sealer: sealer))
     }
 
     private func takeCompressor() throws -> ZstdFrames {

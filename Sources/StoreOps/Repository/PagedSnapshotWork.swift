@@ -281,6 +281,7 @@ extension PagedSnapshotWork: SnapshotWork {
     func result() throws -> SnapshotCreate.Result {
         guard let record else { throw StoreOpsError(.failure, "the snapshot did not finish") }
         return SnapshotCreate.Result(id: id, archive: repository.backend.describe(PagedSnapshotRecord.key(id)), record: record.manifest,
-                                     format: 2, addedBytes: record.added.storedBytes, parent: record.parent, removedStray: [])
+                                     format: 2, addedBytes: record.added.storedBytes, parent: record.parent,
+                                     packsWritten: writer.packsWritten.map { PackBuilder.key($0.id) }, removedStray: [])
     }
 }

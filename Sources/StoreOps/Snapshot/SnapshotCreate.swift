@@ -43,6 +43,8 @@ public enum SnapshotCreate {
         /// Format 2: bytes added to the repository (new packs and index), and the parent.
         public var addedBytes: UInt64?
         public var parent: String?
+        /// Format 2: the packs this snapshot wrote (what a safety snapshot's check reads back).
+        public var packsWritten: [String]?
         /// Temp files and unlisted archives of interrupted runs that were removed first.
         public var removedStray: [String]
         /// How long each stage took (lock, preflight, copy, verify, commit).

@@ -341,6 +341,21 @@ struct PagedRepositoryTests {
         return FileManager.default.isExecutableFile(atPath: "/usr/bin/zstd")
     }()
 
+    @Test("a safety snapshot's check reads back the packs it wrote: a damaged one is found; one it shares with the parent is not reread")
+    func safetySnapshotCheck() throws {
+        let fixture = try PagedFixture(items: 5_000)
+        let first = try fixture.create()
+        #expect(try SnapshotVerify.justMade(first, repository: fixture.repo, password: fixture.password) == nil)
+        try fixture.touch(percent: 5)
+        let second = try fixture.create()
+        let written = try #require(second.packsWritten)
+        #expect(written.count == 1, "\(written)")
+        #expect(try SnapshotVerify.justMade(second, repository: fixture.repo, password: fixture.password) == nil)
+        try flip(fixture.repo + "/" + written[0], at: 0.2)
+        let problem = try SnapshotVerify.justMade(second, repository: fixture.repo, password: fixture.password)
+        #expect(problem?.contains(written[0]) == true, "\(problem ?? "nothing found")")
+    }
+
     @Test("scrypt as key files use it matches RFC 7914's test vector")
     func scryptVector() throws {
         let key = try KeyFile.scrypt(Data("password".utf8), salt: Data("NaCl".utf8), n: 1024, r: 8, p: 16, bytes: 64)
