@@ -50,10 +50,12 @@ snap() {   # snap TOOL: one snapshot of $DB; sets SECS, RSS_MB, ADDED
   esac
   ADDED=$(( $(size "$W/$1") - before ))
 }
+declare -A T1 A1 M1 T2 A2 T3 A3
 report() { printf '%-38s %8.2f s %10s MiB %8s MiB peak\n' "${NAME[$1]}" "$SECS" "$(mib "$ADDED")" "$RSS_MB"; }
+PAGES=$(sqlite3 "$DB" "PRAGMA page_count")
 
 printf '\n== 1. first snapshot                         time      added      memory\n'
-for t in $TOOLS; do snap "$t"; report "$t"; done
+for t in $TOOLS; do snap "$t"; report "$t"; T1[$t]=$SECS; A1[$t]=$ADDED; M1[$t]=$RSS_MB; done
 
 update() {   # update ROUND: 5,000 scattered rows, checkpointed into the file
   sqlite3 "$DB" "UPDATE ZITEM SET ZTITLE = ZTITLE || '$1' WHERE Z_PK % $STEP = 0; PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
@@ -74,24 +76,31 @@ while True:
     n += 1
 print(f"changed pages: {changed} of {n} ({changed * page / 1048576:.1f} MiB) in {runs} runs (a run: adjacent changed pages)")
 PY
-printf 'the floor: the changed pages zstd -3 compressed: %s MiB\n' "$(mib "$(zstd -3 -c -q "$W/changed.bin" | wc -c)")"
+FLOOR=$(zstd -3 -c -q "$W/changed.bin" | wc -c)
+printf 'the floor: the changed pages zstd -3 compressed: %s MiB\n' "$(mib "$FLOOR")"
+settle; timed b sqlite3 "$DB" ".backup '$W/backup.sqlite'"; BACKUP=$SECS; rm -f "$W/backup.sqlite"
+printf 'sqlite3 .backup (what borg needs first for a consistent file of a live store): %.2f s\n' "$BACKUP"
 rm -f "$W/before.sqlite" "$W/changed.bin"
 printf '\n== 2. after 5,000 scattered updates           time      added      memory\n'
-for t in $TOOLS; do snap "$t"; report "$t"; done
+for t in $TOOLS; do snap "$t"; report "$t"; T2[$t]=$SECS; A2[$t]=$ADDED; done
 
 printf '\n== 3. unchanged store                         time      added      memory\n'
-for t in $TOOLS; do snap "$t"; report "$t"; done
+for t in $TOOLS; do snap "$t"; report "$t"; T3[$t]=$SECS; A3[$t]=$ADDED; done
 
 printf '\n== 4. a chain of 10 snapshots, restore of the 10th\n'
 for round in b c d e f g h; do
   update "$round"
-  for t in s2 restic borg; do snap "$t"; done
+  for t in s2 s1 restic borg; do snap "$t"; done
 done
-printf 'after 10 snapshots (8 rounds of 5,000 updates): storectl format 2 %s MiB, restic %s MiB, borg %s MiB, borg 4 KiB %s MiB (7 snapshots), format 1 %s MiB (3)\n' \
+printf 'after 10 snapshots (8 rounds of 5,000 updates): storectl format 2 %s MiB, restic %s MiB, borg %s MiB, borg 4 KiB %s MiB (3 snapshots), format 1 %s MiB\n' \
   "$(mib "$(size "$W/s2")")" "$(mib "$(size "$W/restic")")" "$(mib "$(size "$W/borg")")" "$(mib "$(size "$W/borg4k")")" "$(mib "$(size "$W/s1")")"
 EXPECT=$(sha256sum "$DB" | cut -d' ' -f1)
 ID=$("$BIN/storectl" snapshot list --repo "$W/s2" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")
-rm -rf "$W/out"; mkdir -p "$W/out"/{s2,restic,borg}; settle
+rm -rf "$W/out"; mkdir -p "$W/out"/{s1,s2,restic,borg}; settle
+ID1=$("$BIN/storectl" snapshot list --repo "$W/s1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")
+timed r "$BIN/storectl" snapshot restore --repo "$W/s1" "$ID1" --to "$W/out/s1/Tasks.sqlite"
+printf '%-38s %8.2f s %25s MiB peak  (quick_check included)\n' "format 1: snapshot restore --to" "$SECS" "$RSS_MB"; S1R=$SECS
+settle
 timed r "$BIN/storectl" snapshot restore --repo "$W/s2" "$ID" --to "$W/out/s2/Tasks.sqlite"
 printf '%-38s %8.2f s %25s MiB peak  (quick_check included)\n' "storectl snapshot restore --to" "$SECS" "$RSS_MB"; S2R=$SECS
 settle
@@ -102,6 +111,18 @@ LAST=$(borg list --last 1 --short "$W/borg")
 timed r sh -c "cd '$W/out/borg' && exec borg extract '$W/borg::$LAST'"
 printf '%-38s %8.2f s %25s MiB peak\n' "borg extract" "$SECS" "$RSS_MB"; BR=$SECS
 printf 'ratio storectl / restic %.2f, storectl / borg %.2f\n' "$(echo "$S2R / $RR" | bc -l)" "$(echo "$S2R / $BR" | bc -l)"
+
+r() { echo "$1 / $2" | bc -l; }
+printf '\n== the targets of the format-2 issue (ratio, target)\n'
+printf '%-62s %6.2f  <= 1.00\n' "first snapshot: time, format 2 / format 1" "$(r "${T1[s2]}" "${T1[s1]}")"
+printf '%-62s %6.2f  <= 1.05\n' "first snapshot: stored bytes, format 2 / format 1" "$(r "${A1[s2]}" "${A1[s1]}")"
+printf '%-62s %6.2f  <= 1.20\n' "5,000 updates: added / the changed pages compressed" "$(r "${A2[s2]}" "$FLOOR")"
+printf '%-62s %6.2f  <= 0.50\n' "5,000 updates: time / (.backup + borg fixed 4 KiB)" "$(r "${T2[s2]}" "($BACKUP + ${T2[borg4k]})")"
+printf '%-62s %6s  <  1 MiB\n' "unchanged store: added" "$(mib "${A3[s2]}") MiB"
+printf '%-62s %6.2f  <= 0.50\n' "unchanged store: time / first snapshot's" "$(r "${T3[s2]}" "${T1[s2]}")"
+printf '%-62s %6.2f  <= 1.00\n' "restore of the 10th: format 2 / format 1 restore" "$(r "$S2R" "$S1R")"
+printf '%-62s %6s  <= %s MiB (64 MiB + 48 B x %s pages)\n' "peak memory, first snapshot" "${M1[s2]}" "$(echo "64 + 48 * $PAGES / 1048576" | bc)" "$PAGES"
+printf '%-62s %6.2f  <= 1.10\n' "encryption on / off (first snapshot)" "$(r "${T1[s2]}" "${T1[s2plain]}")"
 GOT=$(find "$W/out/restic" -name Tasks.sqlite -exec sha256sum {} \; | cut -d' ' -f1)
 [ "$GOT" = "$EXPECT" ] || echo "  (restic restored other bytes?)"
 Q="SELECT count(*), sum(length(ZTITLE)) FROM ZITEM"

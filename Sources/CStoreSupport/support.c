@@ -1,4 +1,5 @@
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <errno.h>
@@ -81,5 +82,13 @@ int storectl_sync_file_range(int fd, long long offset, long long length, int wai
 #else
     errno = ENOSYS;
     return -1;
+#endif
+}
+
+void storectl_limit_malloc_arenas(int arenas) {
+#if defined(__GLIBC__)
+    mallopt(M_ARENA_MAX, arenas);
+#else
+    (void)arenas;
 #endif
 }

@@ -15,4 +15,7 @@ int storectl_sync_file_range(int fd, long long offset, long long length, int wai
 /// previous handler (Swift's backtracer) and raise the signal again.
 void storectl_install_crash_report(void);
 
+/// Caps glibc's malloc arenas (mallopt M_ARENA_MAX); a no-op elsewhere.
+void storectl_limit_malloc_arenas(int arenas);
+
 #endif

@@ -11,13 +11,17 @@ final class PackWriter: @unchecked Sendable {
     private let lock = NSLock()
     private var builder = PackBuilder()
     private var pending = IndexFile()
-    private(set) var packsWritten: [(id: ContentID, contents: PackContents, bytes: UInt64)] = []
+    /// The packs written (what an abandoned snapshot removes).
+    private(set) var packsWritten: [(id: ContentID, bytes: UInt64)] = []
+    /// The first 8 bytes of every blob taken (8 bytes a blob, not the blob's whole entry).
+    private var taken: [UInt64] = []
     private(set) var indexesWritten: [String] = []
     private(set) var storedBytes: UInt64 = 0
     private(set) var blobs = 0
     private(set) var rawBytes: UInt64 = 0
 
-    init(repository: PagedRepository, indexEvery: Int = 64) {
+    /// An index every 16 packs (~64 MiB): what waits to be indexed stays small in memory.
+    init(repository: PagedRepository, indexEvery: Int = 16) {
         self.repository = repository
         self.indexEvery = indexEvery
     }
@@ -25,17 +29,16 @@ final class PackWriter: @unchecked Sendable {
     func add(_ frame: SealedFrame) throws {
         try lock.withLock {
             builder.add(frame)
+            for blob in frame.blobs { taken.append(blob.id.prefix64) }
             blobs += frame.blobs.count
             rawBytes += UInt64(frame.rawLength)
             if builder.isFull { try flushPack() }
         }
     }
 
-    /// Every blob this writer took: in packs written, and in the pack being filled.
-    func blobsTaken() -> [ContentID] {
-        lock.withLock {
-            packsWritten.flatMap { $0.contents.frames.flatMap { $0.blobs.map(\.id) } } + builder.contents.frames.flatMap { $0.blobs.map(\.id) }
-        }
+    /// The 8-byte prefixes of every blob this writer took (written, or in the pack being filled), sorted.
+    func blobsTaken() -> [UInt64] {
+        lock.withLock { taken.sorted() }
     }
 
     /// Writes what is left: the last pack and an index of every pack not yet indexed.
@@ -49,7 +52,7 @@ final class PackWriter: @unchecked Sendable {
     private func flushPack() throws {
         let (id, data, contents) = try builder.finish(sealer: repository.sealer)
         try repository.backend.write(PackBuilder.key(id), data, point: "pack.write")
-        packsWritten.append((id, contents, UInt64(data.count)))
+        packsWritten.append((id, UInt64(data.count)))
         storedBytes += UInt64(data.count)
         pending.packs.append((id, contents))
         if pending.packs.count >= indexEvery { try flushIndex() }

@@ -218,16 +218,16 @@ final class PagedSnapshotWork {
     /// an index lists.
     func check() throws {
         guard let verification, verification.ok else { throw StoreOpsError(.failure, "the snapshot was not checked") }
-        let written = Set(writer.blobsTaken().map(\.prefix64))
-        func present(_ id: ContentID) -> Bool {
-            if written.contains(id.prefix64) { return true }
-            var low = 0, high = indexed.count
+        let written = writer.blobsTaken()
+        func contains(_ sorted: [UInt64], _ value: UInt64) -> Bool {
+            var low = 0, high = sorted.count
             while low < high {
                 let mid = (low + high) / 2
-                if indexed[mid] < id.prefix64 { low = mid + 1 } else { high = mid }
+                if sorted[mid] < value { low = mid + 1 } else { high = mid }
             }
-            return low < indexed.count && indexed[low] == id.prefix64
+            return low < sorted.count && sorted[low] == value
         }
+        func present(_ id: ContentID) -> Bool { contains(written, id.prefix64) || contains(indexed, id.prefix64) }
         for (p, pageID) in finalIDs.enumerated() where !present(pageID) {
             throw BlobLocator.missingBlob(pageID, type: .page, context: "page \(p + 1) of the new snapshot of \(store.path)",
                                           repository: repository, damaged: indexDamage)
