@@ -5,6 +5,9 @@ import Foundation
 /// packs written so far goes out every `indexEvery` packs and at `finish`. So a pack is listed
 /// by an index within minutes of being written, and nothing refers to a pack before both are
 /// durable.
+///
+/// Packs and indexes are written (and fsynced) on one background queue, in order, while the
+/// workers go on hashing and compressing; at most one finished pack waits for it (4 MiB).
 final class PackWriter: @unchecked Sendable {
     let repository: PagedRepository
     let indexEvery: Int
@@ -19,6 +22,10 @@ final class PackWriter: @unchecked Sendable {
     private(set) var storedBytes: UInt64 = 0
     private(set) var blobs = 0
     private(set) var rawBytes: UInt64 = 0
+    private let io = DispatchQueue(label: "storectl.pack-writer")
+    private let ioSlots = DispatchSemaphore(value: 1)
+    private let ioFailure = NSLock()
+    private var ioError: (any Error)?
 
     /// An index every 16 packs (~64 MiB): what waits to be indexed stays small in memory.
     init(repository: PagedRepository, indexEvery: Int = 16) {
@@ -27,6 +34,7 @@ final class PackWriter: @unchecked Sendable {
     }
 
     func add(_ frame: SealedFrame) throws {
+        if let error = ioFailure.withLock({ ioError }) { throw error }
         try lock.withLock {
             builder.add(frame)
             for blob in frame.blobs { taken.append(blob.id.prefix64) }
@@ -47,22 +55,40 @@ final class PackWriter: @unchecked Sendable {
             if !builder.isEmpty { try flushPack() }
             if !pending.isEmpty { try flushIndex() }
         }
+        io.sync {}   // every pack and index written, in order
+        if let error = ioFailure.withLock({ ioError }) { throw error }
     }
 
     private func flushPack() throws {
         let (id, data, contents) = try builder.finish(sealer: repository.sealer)
-        try repository.backend.write(PackBuilder.key(id), data, point: "pack.write")
         packsWritten.append((id, UInt64(data.count)))
         storedBytes += UInt64(data.count)
         pending.packs.append((id, contents))
+        submit(PackBuilder.key(id), data, point: "pack.write")
         if pending.packs.count >= indexEvery { try flushIndex() }
     }
 
     private func flushIndex() throws {
         let (key, data) = try pending.encode(sealer: repository.sealer)
-        try repository.backend.write(key, data, point: "index.write")
         indexesWritten.append(key)
         storedBytes += UInt64(data.count)
         pending = IndexFile()
+        submit(key, data, point: "index.write")
+    }
+
+    /// Waits until nothing is being written (before an abandoned snapshot removes what it wrote).
+    func settle() { io.sync {} }
+
+    /// Writes the object on the background queue, after everything submitted before it; nothing
+    /// more is written once a write failed.
+    private func submit(_ key: String, _ data: Data, point: String) {
+        ioSlots.wait()
+        io.async {
+            defer { self.ioSlots.signal() }
+            guard self.ioFailure.withLock({ self.ioError == nil }) else { return }
+            do { try self.repository.backend.write(key, data, point: point) } catch {
+                self.ioFailure.withLock { if self.ioError == nil { self.ioError = error } }
+            }
+        }
     }
 }

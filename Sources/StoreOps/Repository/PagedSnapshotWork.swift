@@ -268,6 +268,7 @@ final class PagedSnapshotWork {
     /// them; the run holds the repository's lock, so no other run uses them either).
     func abandon() {
         guard !committed else { return }
+        writer.settle()
         for key in writer.indexesWritten { try? repository.backend.remove(key, point: "snapshot.abandon.index") }
         for pack in writer.packsWritten { try? repository.backend.remove(PackBuilder.key(pack.id), point: "snapshot.abandon.pack") }
     }

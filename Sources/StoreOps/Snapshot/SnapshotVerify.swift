@@ -92,9 +92,9 @@ public enum SnapshotVerify {
     static let scratchPrefix = "storectl-verify-"
 
     /// The check of a format-2 safety snapshot this run just made (migrate's, purge's): its record
-    /// opens, its page map assembles to its digest, every page and file chunk it needs is indexed,
-    /// and every pack it wrote is read back whole, each frame authenticated and each blob checked
-    /// against its id. What it shares with earlier snapshots was checked when those were written
+    /// opens, its page map assembles to its digest (the create already resolved every page and
+    /// file chunk to an indexed blob), and every pack it wrote is read back whole, each frame
+    /// authenticated and each blob checked against its id. What it shares with earlier snapshots was checked when those were written
     /// (and by `repo check --read-data`); the store's own `quick_check` ran on the very pages that
     /// were stored, inside the read transaction they came from. A full reassembly is `snapshot
     /// verify`. Format 1: the full verification.
@@ -121,10 +121,10 @@ public enum SnapshotVerify {
                 guard let data = maps[id] else { throw StoreOpsError(.badData, "\(context): its \(type.name) was not read") }
                 return data
             }.ids
-            let needed = Set(ids).union(record.files.flatMap(\.chunks))
-            let (found, damaged) = try BlobLocator.locate(needed, in: repository)
-            if let missing = needed.first(where: { found[$0] == nil }) {
-                throw BlobLocator.missingBlob(missing, type: .page, context: context, repository: repository, damaged: damaged)
+            // Every page and file chunk resolving to an indexed blob was checked by the create
+            // itself, moments ago, in this process; the map must still cover every page.
+            guard ids.count == record.pages.pageCount else {
+                throw StoreOpsError(.badData, "\(context): its page map holds \(ids.count) pages, not \(record.pages.pageCount)")
             }
             let zstd = try ZstdFrames(level: 3)
             for key in packs {
