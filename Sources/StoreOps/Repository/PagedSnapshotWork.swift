@@ -107,6 +107,15 @@ final class PagedSnapshotWork {
     /// inside the same read transaction.
     func copy(timeout: TimeInterval, progress: StepHandler?) throws {
         let options = ConsistentCopy.Options(timeout: timeout, writeBehind: false)
+        // Without a parent nearly every page is new and the check cannot be skipped: run it on a
+        // second connection while the pages stream, when that provably reads the same pages.
+        // A connection held open from before the header is read to after the second connection
+        // began keeps the -shm (and so the header) in place throughout.
+        let guardian = parent == nil ? try? StoreConnection.open(store.path, access: .readOnly, busyTimeout: 1, label: "storectl.shm-guard") : nil
+        defer { try? guardian?.close() }
+        _ = try? guardian?.inDatabase { try Int.fetchOne($0, sql: "SELECT count(*) FROM sqlite_master") }
+        let header = guardian == nil ? nil : ParallelSourceCheck.walHeader(store)
+        let parallel = ParallelSourceCheck()
         copied = try ConsistentCopy.holdingSnapshot(of: store, options: options, onSnapshot: { info in
             self.pageSize = info.pageSize
             if self.parent?.pages.pageSize != info.pageSize {   // VACUUMed to another page size: start afresh
@@ -118,6 +127,8 @@ final class PagedSnapshotWork {
             let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [],
                                     expectedPages: info.pageCount)
             self.stream = stream
+            if let header, stats.holdingSnapshot { _ = parallel.start(store, before: header) }
+            defer { _ = parallel.result() }   // a failed copy still waits for the check's connection to close
             let sink = try PageSink(stream: stream, pageSize: info.pageSize)
             defer { sink.close() }
             do {
@@ -133,13 +144,13 @@ final class PagedSnapshotWork {
             _ = page1.withUnsafeBytes { stream.receive(page: 1, bytes: $0) }
             try stream.drain()
             finalIDs = try stream.finalIDs(pageCount: sink.pageCount(pageSize: info.pageSize))
-            try checkSource(src)
+            try checkSource(src, parallel: parallel.result())
         }
     }
 
     /// `quick_check` and the entity counts, on the source inside the read transaction the pages
     /// came from; inherited from the parent when no page changed.
-    private func checkSource(_ src: Database) throws {
+    private func checkSource(_ src: Database, parallel: Result<(Manifest.Verification, Manifest.CoreDataFacts?), any Error>? = nil) throws {
         let changed = stream?.changed.count ?? finalIDs.count
         if let parent, changed == 0, finalIDs.count == parent.pages.pageCount, parent.manifest.verify.ok {
             verification = Manifest.Verification(level: .quick, ok: true, messages: ["ok"])
@@ -147,14 +158,24 @@ final class PagedSnapshotWork {
             return
         }
         let result: Manifest.Verification
-        do { result = try Verifier.verify(src, level: .quick) } catch {
-            throw StoreOpsError.sqlite(error, doing: "checking \(store.path) while it was streamed")
+        var parallelFacts: Manifest.CoreDataFacts??
+        if case .success(let (verification, facts)) = parallel {
+            result = verification
+            parallelFacts = .some(facts)
+        } else {
+            do { result = try Verifier.verify(src, level: .quick) } catch {
+                throw StoreOpsError.sqlite(error, doing: "checking \(store.path) while it was streamed")
+            }
         }
         guard result.ok else {
             throw StoreOpsError(.badData, "\(store.path) fails quick_check: \(result.messages.prefix(3).joined(separator: "; ")); no snapshot was recorded",
                                 hint: "the store itself is damaged: run `storectl preflight --full \(store.path)`")
         }
         verification = result
+        if let facts = parallelFacts {
+            coreData = facts
+            return
+        }
         do {
             if let model = try CoreDataStore.read(src), let counts = try CoreDataCensus.countsByEntity(src) {
                 coreData = Manifest.CoreDataFacts(metadata: model.metadata, entityCounts: counts)

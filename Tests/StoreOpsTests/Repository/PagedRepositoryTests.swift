@@ -356,6 +356,25 @@ struct PagedRepositoryTests {
         #expect(problem?.contains(written[0]) == true, "\(problem ?? "nothing found")")
     }
 
+    @Test("a first snapshot under a writer committing every 2 ms is one point in time, its counts and check from that same point")
+    func underWriter() throws {
+        let fixture = try PagedFixture(items: 30_000)
+        let ready = fixture.folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", fixture.store, "--interval-ms", "2", "--ready-file", ready])
+        defer { writer.signal(SIGTERM); _ = writer.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        let before = try rowCount(fixture.store)
+        let created = try fixture.create()
+        let after = try rowCount(fixture.store)
+        let restored = try fixture.restore(created.id, to: "restored.sqlite")
+        let copied = try rowCount(restored)
+        #expect(before <= copied && copied <= after && before < after, "\(before) <= \(copied) <= \(after)")
+        // The entity counts in the manifest are the restored store's, whichever connection counted them.
+        let counts = try #require(created.record.coreData?.entityCounts)
+        #expect((counts["Task"] ?? 0) + (counts["Note"] ?? 0) == copied)
+        #expect(created.record.verify.ok)
+    }
+
     @Test("scrypt as key files use it matches RFC 7914's test vector")
     func scryptVector() throws {
         let key = try KeyFile.scrypt(Data("password".utf8), salt: Data("NaCl".utf8), n: 1024, r: 8, p: 16, bytes: 64)
