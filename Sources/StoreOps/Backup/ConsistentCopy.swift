@@ -257,10 +257,13 @@ public enum ConsistentCopy {
 
     /// The Core Data facts of a copy (model hashes, rows per entity), or nil for a plain store.
     public static func coreDataFacts(of path: String, store: StoreFile) throws -> Manifest.CoreDataFacts? {
-        try onCopy(path, store: store, doing: "counting the entities of") { db in
-            guard let coreData = try CoreDataStore.read(db), let counts = try CoreDataCensus.countsByEntity(db) else { return nil }
-            return Manifest.CoreDataFacts(metadata: coreData.metadata, entityCounts: counts)
-        }
+        try onCopy(path, store: store, doing: "counting the entities of") { try coreDataFacts($0) }
+    }
+
+    /// The Core Data model facts and entity counts of an open database (nil: not a Core Data store).
+    static func coreDataFacts(_ db: Database) throws -> Manifest.CoreDataFacts? {
+        guard let coreData = try CoreDataStore.read(db), let counts = try CoreDataCensus.countsByEntity(db) else { return nil }
+        return Manifest.CoreDataFacts(metadata: coreData.metadata, entityCounts: counts)
     }
 
     /// Runs `body` on a read-only connection to the copy, mapping SQLite errors.

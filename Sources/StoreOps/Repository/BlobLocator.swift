@@ -48,15 +48,23 @@ enum BlobLocator {
 
     /// Reads the given blobs (all must be locatable), checking each; 65 naming what is missing.
     static func read(_ ids: [(ContentID, BlobType)], from repository: PagedRepository, context: String) throws -> [ContentID: Data] {
-        let wanted = Set(ids.map(\.0))
-        let (found, damaged) = try locate(wanted, in: repository)
+        let (found, damaged) = try locate(Set(ids.map(\.0)), in: repository)
+        return try read(ids, at: found, in: repository, context: context, damaged: damaged)
+    }
+
+    /// Reads the given blobs from locations already known (each frame once), checking each.
+    static func read(_ ids: [(ContentID, BlobType)], at found: [ContentID: BlobLocation], in repository: PagedRepository, context: String,
+                     damaged: [RepositoryIndex.Damaged] = []) throws -> [ContentID: Data] {
         if let missing = ids.first(where: { found[$0.0] == nil }) {
             throw missingBlob(missing.0, type: missing.1, context: context, repository: repository, damaged: damaged)
         }
         let zstd = try ZstdFrames(level: 3)
         var out: [ContentID: Data] = [:]
         var byFrame: [String: [BlobLocation]] = [:]
-        for location in found.values { byFrame["\(location.pack.hex)@\(location.frame.offset)", default: []].append(location) }
+        for (id, _) in ids where out[id] == nil {
+            guard let location = found[id] else { continue }
+            byFrame["\(location.pack.hex)@\(location.frame.offset)", default: []].append(location)
+        }
         for locations in byFrame.values {
             guard let first = locations.first else { continue }
             let plain = try readFrame(first.frame, pack: first.pack, repository: repository, zstd: zstd)
@@ -66,6 +74,20 @@ enum BlobLocator {
             }
         }
         return out
+    }
+
+    /// A snapshot's page ids: its map blobs read (from `locations` when the caller has them, else
+    /// through the indexes) and assembled, checked against the map's digest.
+    static func pageMap(of record: PagedSnapshotRecord, in repository: PagedRepository, locations: [ContentID: BlobLocation]? = nil,
+                        damaged: [RepositoryIndex.Damaged] = []) throws -> PageMap.Loaded {
+        let context = "snapshot \(record.id)"
+        let wanted = record.pages.typedBlobs
+        let blobs = try locations.map { try read(wanted, at: $0, in: repository, context: context, damaged: damaged) }
+            ?? read(wanted, from: repository, context: context)
+        return try PageMap.assemble(record.pages, what: context) { id, type in
+            guard let data = blobs[id] else { throw StoreOpsError(.badData, "\(context): its \(type.name) \(id.hex.prefix(12))… was not read") }
+            return data
+        }
     }
 
     static func missingBlob(_ id: ContentID, type: BlobType, context: String, repository: PagedRepository,

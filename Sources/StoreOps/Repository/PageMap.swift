@@ -25,6 +25,9 @@ public struct PageMapRef: Sendable, Codable, Equatable {
 
     /// Every map blob this map refers to.
     public var blobs: [ContentID] { base + (delta.map { [$0] } ?? []) }
+
+    /// The same, with their types.
+    var typedBlobs: [(ContentID, BlobType)] { base.map { ($0, .mapChunk) } + (delta.map { [($0, .mapDelta)] } ?? []) }
 }
 
 enum PageMap {

@@ -18,12 +18,7 @@ enum PagedExtraction {
         let context = "snapshot \(record.id)"
         let check = SnapshotExtraction.Damage(id: record.id, repository: repository.location)
         do {
-            let mapBlobs = try BlobLocator.read(record.pages.blobs.map { ($0, record.pages.base.contains($0) ? BlobType.mapChunk : .mapDelta) },
-                                                from: repository, context: context)
-            let ids = try PageMap.assemble(record.pages, what: context) { id, type in
-                guard let data = mapBlobs[id] else { throw StoreOpsError(.badData, "\(context): its \(type.name) \(id.hex.prefix(12))… was not read") }
-                return data
-            }.ids
+            let ids = try BlobLocator.pageMap(of: record, in: repository).ids
             try writePages(ids, pageSize: record.pages.pageSize, repository: repository, to: targets.database, context: context, progress: progress)
             try writeFiles(record.files, repository: repository, into: targets.externalFolder, context: context)
         } catch let error as StoreOpsError where error.status == .badData && !error.message.hasPrefix(context) {

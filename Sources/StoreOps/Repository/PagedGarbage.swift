@@ -164,17 +164,9 @@ public enum PagedGarbage {
                 locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob)
             } }
         }
-        let zstd = try ZstdFrames(level: 3)
         for record in records {
             for (id, _) in record.otherBlobs { live.insert(id) }
-            let ids = try PageMap.assemble(record.pages, what: "snapshot \(record.id)") { id, type in
-                guard let location = locations[id] else {
-                    throw BlobLocator.missingBlob(id, type: type, context: "snapshot \(record.id)", repository: repository, damaged: [])
-                }
-                let plain = try BlobLocator.readFrame(location.frame, pack: location.pack, repository: repository, zstd: zstd)
-                return try BlobLocator.extract(location.blob, from: plain, sealer: repository.sealer, what: "snapshot \(record.id)")
-            }.ids
-            live.formUnion(ids)
+            live.formUnion(try BlobLocator.pageMap(of: record, in: repository, locations: locations).ids)
         }
         return live
     }

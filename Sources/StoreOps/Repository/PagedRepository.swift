@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A format-2 repository: content-addressed pages in encrypted packs (see
 /// `docs/repository-format.md` for every object's byte layout).
@@ -49,9 +50,18 @@ public final class PagedRepository: Sendable {
             return repository
         }
         let secret = try password.read(purpose: "password for \(backend.location)")
-        let (master, keyID) = try unlock(backend, config: config, password: secret)
+        // scrypt (32 MiB, ~0.3 s) once per repository, password and key files in a run: a key
+        // file changed or removed since is opened afresh.
+        var keyBytes = Data(secret)
+        for (key, size) in try backend.list("keys/") where size < 1 << 20 { keyBytes.append(try backend.read(key) ?? Data()) }
+        let cacheKey = "\(backend.location)\u{0}\(config.id)\u{0}\(Hashing.sha256(keyBytes))"
+        let (master, keyID) = try unlocked.withLock { $0[cacheKey] } ?? unlock(backend, config: config, password: secret)
+        unlocked.withLock { $0[cacheKey] = (master, keyID) }
         return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master), keyID: keyID)
     }
+
+    /// Master keys this run has unlocked, by repository and the digest of password and key files.
+    private static let unlocked = Mutex<[String: (MasterKey, String)]>([:])
 
     /// Every key file of the repository, read and parsed (damaged ones reported, not fatal).
     static func keyFiles(_ backend: any RepositoryBackend) throws -> (keys: [KeyFile], damaged: [(key: String, problem: String)]) {

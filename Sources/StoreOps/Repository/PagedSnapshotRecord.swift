@@ -45,7 +45,7 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
 
     /// Every blob the snapshot needs, besides its pages (map blobs and file chunks).
     var otherBlobs: [(ContentID, BlobType)] {
-        pages.base.map { ($0, .mapChunk) } + (pages.delta.map { [($0, .mapDelta)] } ?? []) + files.flatMap { $0.chunks.map { ($0, .fileChunk) } }
+        pages.typedBlobs + files.flatMap { $0.chunks.map { ($0, .fileChunk) } }
     }
 
     func seal(_ sealer: Sealer) throws -> Data {

@@ -69,36 +69,13 @@ final class PagedSnapshotWork {
         indexed.sort()
         guard let parent else { return }
         do {
-            let blobs = try readBlobs(parent.pages.blobs.map { ($0, .mapChunk) }, locations: locations, context: "snapshot \(parent.id)")
-            parentMap = try PageMap.assemble(parent.pages, what: "snapshot \(parent.id)") { id, type in
-                guard let data = blobs[id] else {
-                    throw BlobLocator.missingBlob(id, type: type, context: "snapshot \(parent.id)", repository: repository, damaged: indexDamage)
-                }
-                return data
-            }
+            parentMap = try BlobLocator.pageMap(of: parent, in: repository, locations: locations, damaged: indexDamage)
         } catch let error as StoreOpsError where error.status == .badData {
             // A damaged parent is not fatal: this snapshot is made from scratch instead.
             SnapshotCreate.logger.warning("the parent snapshot's map cannot be read; storing every page again", metadata: ["problem": "\(error.message)"])
             self.parent = nil
             parentMap = nil
         }
-    }
-
-    private func readBlobs(_ ids: [(ContentID, BlobType)], locations: [ContentID: BlobLocation], context: String) throws -> [ContentID: Data] {
-        let zstd = try ZstdFrames(level: 3)
-        var out: [ContentID: Data] = [:]
-        var frames: [String: Data] = [:]
-        for (id, type) in ids where out[id] == nil {
-            guard let location = locations[id] else {
-                throw BlobLocator.missingBlob(id, type: type, context: context, repository: repository, damaged: indexDamage)
-            }
-            let frameKey = "\(location.pack.hex)@\(location.frame.offset)"
-            let plain = try frames[frameKey] ?? BlobLocator.readFrame(location.frame, pack: location.pack, repository: repository, zstd: zstd)
-            frames[frameKey] = plain
-            out[id] = try BlobLocator.extract(location.blob, from: plain, sealer: repository.sealer,
-                                              what: "pack \(repository.backend.describe(PackBuilder.key(location.pack)))")
-        }
-        return out
     }
 
     // MARK: - Copy
@@ -177,9 +154,7 @@ final class PagedSnapshotWork {
             return
         }
         do {
-            if let model = try CoreDataStore.read(src), let counts = try CoreDataCensus.countsByEntity(src) {
-                coreData = Manifest.CoreDataFacts(metadata: model.metadata, entityCounts: counts)
-            }
+            coreData = try ConsistentCopy.coreDataFacts(src)
         } catch let error as StoreOpsError { throw error } catch {
             throw StoreOpsError.sqlite(error, doing: "counting the entities of \(store.path)")
         }

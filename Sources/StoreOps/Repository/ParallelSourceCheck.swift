@@ -55,10 +55,7 @@ final class ParallelSourceCheck: @unchecked Sendable {
                 guard self.go else { return }
                 do {
                     let verification = try Verifier.verify(db, level: .quick)
-                    var facts: Manifest.CoreDataFacts?
-                    if verification.ok, let model = try CoreDataStore.read(db), let counts = try CoreDataCensus.countsByEntity(db) {
-                        facts = Manifest.CoreDataFacts(metadata: model.metadata, entityCounts: counts)
-                    }
+                    let facts = verification.ok ? try ConsistentCopy.coreDataFacts(db) : nil
                     self.outcome = .success((verification, facts))
                 } catch {
                     self.outcome = .failure(error)

@@ -1,9 +1,10 @@
 import Foundation
+import Synchronization
 
 /// Where a repository's password comes from: never a command-line argument (it would show in `ps`
 /// and in shell history). In order: `--password-file FILE`, `STORECTL_PASSWORD_FILE`,
 /// `STORECTL_PASSWORD_COMMAND` (its first line of output), a prompt on the terminal.
-public enum PasswordSource: Sendable, Equatable {
+public enum PasswordSource: Sendable, Hashable {
     case file(String)
     case command(String)
     case prompt
@@ -22,6 +23,17 @@ public enum PasswordSource: Sendable, Equatable {
     /// - Throws: 66 for a missing or unreadable file, 1 for a failing command, 64 when there is no
     ///   terminal to ask on, and for an empty password.
     public func read(purpose: String, confirm: Bool = false) throws -> Data {
+        // A run that opens the repository more than once (migrate: its snapshot, the check, a
+        // rollback) asks, or runs the command, once. New passwords are never remembered.
+        if !confirm, let known = Self.remembered.withLock({ $0[self] }) { return known }
+        let password = try readOnce(purpose: purpose, confirm: confirm)
+        if !confirm { Self.remembered.withLock { $0[self] = password } }
+        return password
+    }
+
+    private static let remembered = Mutex<[PasswordSource: Data]>([:])
+
+    private func readOnce(purpose: String, confirm: Bool) throws -> Data {
         let text: String
         switch self {
         case .file(let path):

@@ -125,13 +125,7 @@ public enum RepositoryCheck {
         let zstd = try ZstdFrames(level: 3)
         for record in records {
             do {
-                let ids = try PageMap.assemble(record.pages, what: "snapshot \(record.id)") { id, type in
-                    guard let location = locations[id] else {
-                        throw BlobLocator.missingBlob(id, type: type, context: "snapshot \(record.id)", repository: repository, damaged: damagedIndexes)
-                    }
-                    let plain = try BlobLocator.readFrame(location.frame, pack: location.pack, repository: repository, zstd: zstd)
-                    return try BlobLocator.extract(location.blob, from: plain, sealer: repository.sealer, what: "snapshot \(record.id)")
-                }.ids
+                let ids = try BlobLocator.pageMap(of: record, in: repository, locations: locations, damaged: damagedIndexes).ids
                 var missing = 0
                 var first: ContentID?
                 for id in Set(ids) where locations[id] == nil {
@@ -155,7 +149,7 @@ public enum RepositoryCheck {
             let total = indexed.values.reduce(UInt64(0)) { $0 + $1.frames.reduce(0) { $0 + UInt64($1.sealedLength) } }
             var done: UInt64 = 0
             for (pack, contents) in indexed.sorted(by: { $0.key < $1.key }) where stored.contains(PackBuilder.key(pack)) {
-                done += 1
+                progress?(ProgressUpdate(phase: "reading every pack", done: done, total: total, unit: .bytes, bytes: done, startedAt: started))
                 try ProcessSignals.checkpoint("checking \(repository.location)")
                 for frame in contents.frames {
                     done += UInt64(frame.sealedLength)

@@ -115,12 +115,7 @@ public enum SnapshotVerify {
         do {
             let record = try repository.record(created.id)
             let context = "snapshot \(record.id)"
-            let maps = try BlobLocator.read(record.pages.blobs.map { ($0, record.pages.base.contains($0) ? BlobType.mapChunk : .mapDelta) },
-                                            from: repository, context: context)
-            let ids = try PageMap.assemble(record.pages, what: context) { id, type in
-                guard let data = maps[id] else { throw StoreOpsError(.badData, "\(context): its \(type.name) was not read") }
-                return data
-            }.ids
+            let ids = try BlobLocator.pageMap(of: record, in: repository).ids
             // Every page and file chunk resolving to an indexed blob was checked by the create
             // itself, moments ago, in this process; the map must still cover every page.
             guard ids.count == record.pages.pageCount else {
