@@ -160,6 +160,56 @@ struct BadInputTests {
         #expect(!FileManager.default.fileExists(atPath: folder.file("b.sqlite")))
     }
 
+    @Test("repositories, keys and export: each bad input is refused with its status, and nothing is made or changed")
+    func repositoryCommands() throws {
+        let folder = try TempFolder()
+        let store = try store(folder)
+        let password = try folder.passwordFile()
+        try Data("\n".utf8).write(to: URL(fileURLWithPath: folder.file("empty")))
+        try FileManager.default.createDirectory(atPath: folder.file("full"), withIntermediateDirectories: false)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: folder.file("full/other")))
+        let environment = ["STORECTL_PASSWORD_FILE": password]
+        func run(_ arguments: [String], _ extra: [String: String] = [:]) throws -> ChildProcess.Result {
+            try ChildProcess.run(Binaries.storectl, arguments, environment: environment.merging(extra) { $1 })
+        }
+        for (arguments, status, message, extra) in [
+            (["repo", "init", "--repo", folder.file("r"), "--format", "3"], 64, "format 1 or 2", [:]),
+            (["repo", "init", "--repo", folder.file("r"), "--format", "1", "--insecure-no-encryption"], 64, "format 1 is never encrypted", [:]),
+            (["repo", "init", "--repo", folder.file("full")], 73, "is not empty", [:]),
+            (["repo", "init", "--repo", folder.file("nowhere/r")], 73, "does not exist", [:]),
+            (["repo", "init", "--repo", folder.file("r")], 64, "password is empty", ["STORECTL_PASSWORD_FILE": folder.file("empty")]),
+            (["repo", "check", "--repo", folder.file("r")], 66, "repo init", [:]),
+        ] as [([String], Int32, String, [String: String])] {
+            let result = try run(arguments, extra)
+            #expect(result.status == status && result.stderr.contains(message), "\(arguments): \(result.status) \(result.stderr)")
+        }
+        #expect(FileSystem.kind(of: folder.file("r")) == .missing, "no repository was made")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.file("full")) == ["other"])
+
+        let repo = folder.file("r"), plain = folder.file("plain"), one = folder.file("one")
+        #expect(try run(["repo", "init", "--repo", repo]).status == 0)
+        #expect(try run(["repo", "init", "--repo", plain, "--insecure-no-encryption"]).status == 0)
+        #expect(try run(["repo", "init", "--repo", one, "--format", "1"]).status == 0)
+        #expect(try run(["snapshot", "create", store, "--repo", repo]).status == 0)
+        let id = try #require(try JSON.decoder().decode([SnapshotSummary].self, from: Data(try run(["snapshot", "list", "--repo", repo, "--json"]).stdout.utf8)).first?.id)
+        let before = try FileManager.default.subpathsOfDirectory(atPath: repo).sorted()
+        for (arguments, status, message) in [
+            (["key", "remove", "--repo", repo, "../../etc"], 64, "is not a key id"),
+            (["key", "remove", "--repo", repo, "0123456789abcdef"], 66, "has no key"),
+            (["key", "list", "--repo", plain], 64, "not encrypted"),
+            (["key", "list", "--repo", one], 64, "format-1 repository"),
+            (["repo", "repair", "--repo", one], 64, "format-1 repository"),
+            (["snapshot", "export", "--repo", repo, id, "--output", folder.file("s.zip")], 64, "*.tar.zst"),
+            (["snapshot", "export", "--repo", repo, "20000101T000000Z", "--output", folder.file("s.tar.zst")], 66, "no snapshot"),
+            (["snapshot", "create", store, "--repo", repo, "--compression", "xz"], 64, "compresses with zstd"),
+        ] as [([String], Int32, String)] {
+            let result = try run(arguments)
+            #expect(result.status == status && result.stderr.contains(message), "\(arguments): \(result.status) \(result.stderr)")
+        }
+        #expect(FileSystem.kind(of: folder.file("s.zip")) == .missing && FileSystem.kind(of: folder.file("s.tar.zst")) == .missing)
+        #expect(try FileManager.default.subpathsOfDirectory(atPath: repo).sorted() == before, "the repository is as it was")
+    }
+
     @Test("restore --in-place: no store at the path (66 unless --create); a hostile archive is refused before any safety snapshot")
     func restoreInPlaceInputs() throws {
         let folder = try TempFolder()
