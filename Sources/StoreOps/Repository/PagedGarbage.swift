@@ -48,7 +48,18 @@ public enum PagedGarbage {
             report.skipped = "an index is damaged (\(indexDamage.map { "\($0.key): \($0.problem)" }.joined(separator: "; "))): run `storectl repo repair` first; no data was removed"
             return report
         }
-        let live = try liveBlobs(records, packs: packs, repository: repository)
+        // A snapshot needing what no index lists (an index lost or damaged on disk) means the
+        // unindexed packs may hold it: nothing is removed until `repo repair` re-indexes them.
+        let live: Set<ContentID>
+        do { live = try liveBlobs(records, packs: packs, repository: repository) } catch let error as StoreOpsError where error.status == .badData {
+            report.skipped = "\(error.message): run `storectl repo repair` first; no data was removed"
+            return report
+        }
+        let indexedBlobs = Set(packs.values.flatMap { $0.frames.flatMap { $0.blobs.map(\.id) } })
+        if let missing = live.first(where: { !indexedBlobs.contains($0) }) {
+            report.skipped = "a snapshot needs blob \(missing.hex.prefix(16))…, which no index lists: run `storectl repo repair` first; no data was removed"
+            return report
+        }
         let stored = Dictionary(uniqueKeysWithValues: try repository.backend.list("data/").map { ($0.key, $0.size) })
 
         var keep: [(ContentID, PackContents)] = []
@@ -141,13 +152,29 @@ public enum PagedGarbage {
     static func removeUnindexed(_ repository: PagedRepository, ownLock: String) throws -> [String] {
         let packs = try repository.backend.list("data/").map(\.key)
         guard !packs.isEmpty else { return [] }
+        let (records, damagedRecords) = try repository.catalog()
+        guard damagedRecords.isEmpty else { return [] }
         var indexed = Set<String>()
-        let damaged = try RepositoryIndex.scan(repository) { _, pack, _ in indexed.insert(PackBuilder.key(pack)) }
+        var all: [ContentID: PackContents] = [:]
+        let damaged = try RepositoryIndex.scan(repository) { _, pack, contents in
+            indexed.insert(PackBuilder.key(pack))
+            all[pack] = all[pack] ?? contents
+        }
         guard damaged.isEmpty else { return [] }
         let others = try RepositoryLock.list(repository.backend).filter { $0.key != ownLock && !$0.stale }
         guard others.isEmpty else { return [] }
+        let unindexed = packs.filter { !indexed.contains($0) }
+        guard !unindexed.isEmpty else { return [] }
+        // An unindexed pack may still hold what a snapshot needs (its index lost): only a pack
+        // holding nothing a snapshot uses that is not also indexed elsewhere goes; if a map
+        // cannot be read, none does.
+        let live = try liveBlobs(records, packs: all, repository: repository)
+        let indexedBlobs = Set(all.values.flatMap { $0.frames.flatMap { $0.blobs.map(\.id) } })
         var removed: [String] = []
-        for key in packs where !indexed.contains(key) {
+        for key in unindexed {
+            guard let id = ContentID(hex: FileSystem.name(of: key)),
+                  let header = try? PackBuilder.readHeader(repository.backend, id: id, sealer: repository.sealer),
+                  !header.frames.contains(where: { $0.blobs.contains { live.contains($0.id) && !indexedBlobs.contains($0.id) } }) else { continue }
             try repository.backend.remove(key, point: "cleanup.pack.remove-unindexed")
             removed.append(repository.backend.describe(key))
         }

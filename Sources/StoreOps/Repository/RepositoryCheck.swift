@@ -116,7 +116,7 @@ public enum RepositoryCheck {
         }
         let unindexed = stored.subtracting(indexed.keys.map(PackBuilder.key))
         if !unindexed.isEmpty {
-            report.notes.append("\(Format.plural(unindexed.count, "pack is", "packs are")) in no index (left by a writer that stopped before indexing them): `storectl snapshot prune` removes them")
+            report.notes.append("\(Format.plural(unindexed.count, "pack is", "packs are")) in no index (left by a writer that stopped before indexing them, or their index was lost): if a snapshot needs them, `storectl repo repair` indexes them; otherwise `storectl snapshot prune` removes them")
         }
         // Snapshots: every record opens; every blob it needs is indexed.
         let (records, damagedRecords) = try repository.catalog()

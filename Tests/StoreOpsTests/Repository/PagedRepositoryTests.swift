@@ -375,6 +375,32 @@ struct PagedRepositoryTests {
         #expect(created.record.verify.ok)
     }
 
+    @Test("a lost index: prune and the cleanup after a dead writer remove no pack a snapshot needs; repair indexes it again")
+    func lostIndex() throws {
+        let fixture = try PagedFixture(items: 5_000)
+        let first = try fixture.create()
+        try fixture.touch(percent: 10)
+        try fixture.create()
+        for index in fixture.objects("index") { try FileManager.default.removeItem(atPath: index) }
+        var prune = SnapshotPrune.Options(repository: fixture.repo, policy: .init(last: 5))
+        prune.password = fixture.password
+        let pruned = try SnapshotPrune.run(prune)
+        #expect(pruned.garbage?.skipped?.contains("repo repair") == true, "\(pruned.garbage?.skipped ?? "collected")")
+        // A dead writer's stale lock makes the next user clean up unindexed packs: none a snapshot needs.
+        let dead = try ChildProcess.run("/bin/sh", ["-c", "echo $$"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let record = #"{"format":"storectl-lock","host":"\#(ProcessInfo.processInfo.hostName)","pid":\#(dead),"user":"x","exclusive":false,"operation":"snapshot create","created":"2026-01-01T00:00:00Z","refreshed":"2026-01-01T00:00:00Z"}"#
+        try Data(record.utf8).write(to: URL(fileURLWithPath: fixture.repo + "/locks/00000000deadbeef"))
+        let packs = fixture.objects("data")
+        _ = try RepositoryStats.run(location: fixture.repo, password: fixture.password)
+        var verify = SnapshotVerify.Options(repository: fixture.repo, ids: [first.id])
+        verify.password = fixture.password
+        _ = try SnapshotVerify.run(verify)   // takes the repository (shared): the stale lock goes
+        #expect(Set(packs).isSubset(of: Set(fixture.objects("data"))), "a needed pack was removed")
+        let repaired = try RepositoryRepair.run(location: fixture.repo, password: fixture.password)
+        #expect(repaired.packsIndexed == packs.count)
+        #expect(try fixture.check().ok && (try fixture.verify().allSatisfy(\.ok)))
+    }
+
     @Test("scrypt as key files use it matches RFC 7914's test vector")
     func scryptVector() throws {
         let key = try KeyFile.scrypt(Data("password".utf8), salt: Data("NaCl".utf8), n: 1024, r: 8, p: 16, bytes: 64)
