@@ -152,7 +152,7 @@ public enum Migrate {
             self.store = store
             self.migrations = migrations
             self.options = options
-            report = Report(store: store.path, repository: FileSystem.absolute(options.repository), dryRun: options.dryRun,
+            report = Report(store: store.path, repository: OpenedRepository.normalize(options.repository), dryRun: options.dryRun,
                             plan: MigrationPlan.make([], history: []), result: "planned")
         }
 
@@ -200,7 +200,9 @@ public enum Migrate {
                                         + "against a schema it does not know (--force migrates anyway)")
             }
             try makePlan(checkingJournal: true)
-            let folder = FileSystem.kind(of: report.repository) == .directory ? report.repository : FileSystem.parent(of: report.repository)
+            // A repository in a bucket: the space checks are the store's own volume's.
+            let folder = S3Backend.isS3(report.repository) ? store.folder
+                : FileSystem.kind(of: report.repository) == .directory ? report.repository : FileSystem.parent(of: report.repository)
             let preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder))
             guard preflight.passed else {
                 let failed = preflight.checks.filter { $0.status == .fail }.map { "\($0.id): \($0.summary)" }

@@ -13,6 +13,11 @@ public enum OpenedRepository: Sendable {
         }
     }
 
+    /// A folder as an absolute path; an `s3://` URL as it is.
+    public static func normalize(_ location: String) -> String {
+        S3Backend.isS3(location) ? location : FileSystem.absolute(location)
+    }
+
     public var format: Int {
         switch self {
         case .archives: return 1
@@ -26,6 +31,18 @@ public enum OpenedRepository: Sendable {
     /// - Throws: 66 when there is no repository (with the `repo init` command to make one), 65
     ///   when the folder is something else or damaged, 77 for a wrong password.
     public static func open(_ location: String, password: PasswordSource) throws -> OpenedRepository {
+        if S3Backend.isS3(location) {
+            let backend = try S3Backend(url: location)
+            guard try backend.read(RepositoryConfig.key) != nil else {
+                if try backend.list("").isEmpty {
+                    throw StoreOpsError(.noInput, "there is no snapshot repository at \(backend.location)",
+                                        hint: "make one first: `storectl repo init --repo \(backend.location)` (storectl does not make repositories implicitly)")
+                }
+                throw StoreOpsError(.badData, "\(backend.location) holds objects but no config: it is not a storectl repository",
+                                    hint: "check --repo (a repository needs a prefix of its own)")
+            }
+            return .paged(try PagedRepository.open(backend, password: password))
+        }
         let absolute = FileSystem.absolute(location)
         switch FileSystem.kind(of: absolute) {
         case .missing:

@@ -25,9 +25,13 @@ public protocol RepositoryBackend: Sendable {
     func prepare() throws
     /// Removes what dead writers left (local: temp files), returning what was removed.
     func removeStale() -> [String]
+    /// How many objects to move at once (local: 1, in order; S3: `STORECTL_S3_PARALLEL`).
+    var parallelTransfers: Int { get }
 }
 
 extension RepositoryBackend {
+    public var parallelTransfers: Int { 1 }
+
     /// The object's human name: `<location>/<key>`.
     func describe(_ key: String) -> String { "\(location)/\(key)" }
 }

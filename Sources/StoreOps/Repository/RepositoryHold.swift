@@ -23,6 +23,11 @@ final class RepositoryHold: @unchecked Sendable {
             // A dead writer's lock was found: the packs it wrote but never indexed go now, when no
             // one else is using the repository (else the next prune takes them).
             if lock.removedStale > 0 { hold.removedStray += (try? PagedGarbage.removeUnindexed(paged, ownLock: lock.key)) ?? [] }
+            // Multipart uploads a dead run started never finish: abort them when no one else
+            // holds the repository (a live writer's upload must be left alone).
+            if let remote = paged.backend as? S3Backend, exclusive || ((try? remote.list("locks/").count) ?? 2) == 1 {
+                hold.removedStray += (try? remote.abortUploads()) ?? []
+            }
         }
         return hold
     }

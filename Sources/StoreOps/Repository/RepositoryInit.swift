@@ -34,6 +34,11 @@ public enum RepositoryInit {
             // Format 1 is never encrypted: each snapshot is a plain .tar.zst any tool can read.
             let repository = try SnapshotRepository.create(options.location)
             return Result(location: repository.path, format: 1, encrypted: false, id: nil, keyID: nil)
+        case 2 where S3Backend.isS3(options.location):
+            return try initializeRemote(options)
+        case 1 where S3Backend.isS3(options.location):
+            throw StoreOpsError(.usage, "--format 1 keeps one archive per snapshot in a folder; a repository in a bucket is format 2",
+                                hint: "drop --format 1, or give --repo a folder")
         case 2:
             let absolute = FileSystem.absolute(options.location)
             let kind = try checkTarget(absolute)
@@ -48,6 +53,25 @@ public enum RepositoryInit {
         default:
             throw StoreOpsError(.usage, "--format \(options.format): storectl makes repositories of format 1 or 2")
         }
+    }
+
+    /// In a bucket: the prefix must hold nothing but what an interrupted `repo init` left (key
+    /// files, no config). The config goes last: until it exists, there is no repository.
+    static func initializeRemote(_ options: Options) throws -> Result {
+        let backend = try S3Backend(url: options.location)
+        try backend.prepare()
+        let there = try backend.list("")
+        if there.contains(where: { $0.key == RepositoryConfig.key }) {
+            throw StoreOpsError(.cannotCreate, "\(backend.location) is already a storectl repository", hint: "use it as it is, or choose another prefix")
+        }
+        if let other = there.first(where: { !$0.key.hasPrefix("keys/") }) {
+            throw StoreOpsError(.cannotCreate, "\(backend.location) is not empty (it holds \(other.key)): a repository needs a prefix of its own",
+                                hint: "choose another prefix, s3://\(backend.bucket)/NEW-PREFIX")
+        }
+        let password = options.encrypted ? try options.password.read(purpose: "new password for \(backend.location)", confirm: true) : nil
+        for leftover in there { try backend.remove(leftover.key, point: "repo.init.leftover") }
+        let made = try PagedRepository.initialize(backend, password: password, options: .init(encrypted: options.encrypted, kdfN: options.kdfN))
+        return Result(location: backend.location, format: 2, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
     }
 
     /// A new repository may go at a missing path (in an existing folder) or in an empty folder.

@@ -1,0 +1,220 @@
+import Foundation
+
+/// A format-2 repository in an S3-compatible bucket, under a prefix: `s3://BUCKET/PREFIX`.
+///
+/// - Objects that never change (config, keys, packs, indexes, snapshot records) are written with
+///   `If-None-Match: *`: a second writer can never replace one. A 412 (it is there already) is
+///   success when the object there has our size: the same content-addressed bytes a retried
+///   request had already stored. Locks and verification notes are overwritten.
+/// - Every PUT carries `Content-MD5` and a signed `x-amz-content-sha256`, so the server rejects a
+///   body damaged on the way. Objects over `settings.multipartThreshold` go up in parts.
+/// - An S3 PUT is atomic: the object exists whole or not at all, as the local rename gives.
+public final class S3Backend: RepositoryBackend {
+    public let bucket: String
+    /// Without leading or trailing slashes; "" for the bucket's root.
+    public let prefix: String
+    let client: S3Client
+    public var location: String { "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)" }
+    public var parallelTransfers: Int { client.settings.parallel }
+
+    public init(bucket: String, prefix: String, settings: S3Settings) {
+        self.bucket = bucket
+        self.prefix = prefix
+        self.client = S3Client(settings: settings, bucket: bucket, location: "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)")
+    }
+
+    /// Opens `s3://BUCKET[/PREFIX]` with the settings from the environment and AWS files.
+    public convenience init(url: String) throws {
+        let (bucket, prefix) = try Self.parse(url)
+        self.init(bucket: bucket, prefix: prefix, settings: try S3Settings.resolve(bucket: bucket))
+    }
+
+    public static func isS3(_ location: String) -> Bool { location.lowercased().hasPrefix("s3://") }
+
+    /// - Throws: 64 for a malformed URL or bucket name.
+    public static func parse(_ url: String) throws -> (bucket: String, prefix: String) {
+        let rest = url.dropFirst(5)
+        let parts = rest.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        let bucket = String(parts.first ?? "")
+        func alphanumeric(_ c: Character?) -> Bool { c.map { $0.isASCII && ($0.isLowercase || $0.isNumber) } ?? false }
+        guard (3...63).contains(bucket.count), bucket.allSatisfy({ alphanumeric($0) || $0 == "-" || $0 == "." }),
+              alphanumeric(bucket.first), alphanumeric(bucket.last) else {
+            throw StoreOpsError(.usage, "--repo \(url): \"\(bucket)\" is not an S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens)",
+                                hint: "write it as s3://BUCKET/PREFIX")
+        }
+        let prefix = parts.count > 1 ? String(parts[1]).split(separator: "/").joined(separator: "/") : ""
+        if prefix.split(separator: "/").contains(where: { $0 == ".." || $0 == "." }) || prefix.utf8.count > 512 {
+            throw StoreOpsError(.usage, "--repo \(url): the prefix \"\(prefix)\" may not hold . or .. segments or exceed 512 bytes")
+        }
+        return (bucket, prefix)
+    }
+
+    func objectKey(_ key: String) -> String { prefix.isEmpty ? key : "\(prefix)/\(key)" }
+
+    /// Objects written again on purpose: the lock refresh, the last verification of a snapshot.
+    static func isMutable(_ key: String) -> Bool { key.hasPrefix("locks/") || key.hasPrefix("verified/") }
+
+    public func read(_ key: String) throws -> Data? {
+        let response = try client.send("GET", method: "GET", key: objectKey(key), what: describe(key))
+        switch response.status {
+        case 200: return response.body
+        case 404: return nil
+        default: throw unexpected(response, "reading", key)
+        }
+    }
+
+    public func read(_ key: String, offset: UInt64, length: Int) throws -> Data {
+        guard length > 0 else { return Data() }
+        let response = try client.send("GET", method: "GET", key: objectKey(key), headers: ["range": "bytes=\(offset)-\(offset + UInt64(length) - 1)"],
+                                       what: describe(key))
+        switch response.status {
+        case 206, 200:
+            let body = response.status == 200 ? response.body.dropFirst(Int(offset)).prefix(length) : response.body
+            guard body.count == length else {
+                throw StoreOpsError(.badData, "\(describe(key)) is damaged: \(length) bytes at \(offset) were asked for and \(body.count) came back; it is shorter than its index says",
+                                    hint: Sealer.damagedHint)
+            }
+            return Data(body)
+        case 404: throw StoreOpsError(.badData, "\(describe(key)) is missing", hint: Sealer.damagedHint)
+        case 416:
+            throw StoreOpsError(.badData, "\(describe(key)) is damaged: it ends before byte \(offset + UInt64(length)) that its index names", hint: Sealer.damagedHint)
+        default: throw unexpected(response, "reading", key)
+        }
+    }
+
+    public func size(_ key: String) throws -> UInt64? {
+        let response = try client.send("HEAD", method: "HEAD", key: objectKey(key), what: describe(key))
+        switch response.status {
+        case 200: return response.headers["content-length"].flatMap { UInt64($0) }
+        case 404: return nil
+        default: throw unexpected(response, "reading the size of", key)
+        }
+    }
+
+    public func write(_ key: String, _ data: Data, point: String) throws {
+        let conditional = !Self.isMutable(key)
+        if data.count > client.settings.multipartThreshold {
+            try writeInParts(key, data, point: point, conditional: conditional)
+        } else {
+            var headers = ["content-md5": S3Client.contentMD5(data), "content-type": "application/octet-stream"]
+            if conditional { headers["if-none-match"] = "*" }
+            let response = try client.send("PUT", method: "PUT", key: objectKey(key), headers: headers, body: data, what: describe(key))
+            try accept(response, key: key, size: data.count)
+        }
+        FaultInjection.reach("\(point).put")
+    }
+
+    /// 200: written. 412: it exists; fine when it is ours (a retry of a request that had
+    /// succeeded: same size, and content-addressed keys mean same bytes).
+    private func accept(_ response: S3Client.Response, key: String, size: Int) throws {
+        switch response.status {
+        case 200, 201, 204: return
+        case 412, 409:
+            guard let there = try self.size(key), there == UInt64(size) else {
+                throw StoreOpsError(.badData, "\(describe(key)) already exists with other content; storectl never replaces an object of a repository",
+                                    hint: "two repositories may share this prefix by mistake: check --repo")
+            }
+        case 400 where response.code == "BadDigest" || response.code == "XAmzContentSHA256Mismatch":
+            throw StoreOpsError(.ioError, "\(describe(key)) was damaged on the way and the server refused it (\(response.summary))",
+                                hint: "run the command again; if it recurs, check the network path to \(client.settings.endpoint)")
+        default:
+            throw unexpected(response, "writing", key)
+        }
+    }
+
+    private func writeInParts(_ key: String, _ data: Data, point: String, conditional: Bool) throws {
+        if conditional, let there = try size(key) {
+            guard there == UInt64(data.count) else {
+                throw StoreOpsError(.badData, "\(describe(key)) already exists with other content; storectl never replaces an object of a repository")
+            }
+            return
+        }
+        let object = objectKey(key)
+        let started = try client.send("CreateMultipartUpload", method: "POST", key: object, query: [("uploads", "")], what: describe(key))
+        guard started.status == 200, let uploadID = S3XML.value("UploadId", in: Substring(String(decoding: started.body, as: UTF8.self))) else {
+            throw unexpected(started, "starting the upload of", key)
+        }
+        FaultInjection.reach("\(point).upload-started")
+        do {
+            var etags: [String] = []
+            var offset = 0
+            var part = 1
+            while offset < data.count {
+                let end = min(data.count, offset + client.settings.partSize)
+                let body = data.subdata(in: offset..<end)
+                let response = try client.send("UploadPart", method: "PUT", key: object, query: [("partNumber", "\(part)"), ("uploadId", uploadID)],
+                                               headers: ["content-md5": S3Client.contentMD5(body)], body: body, what: "\(describe(key)) part \(part)")
+                guard response.status == 200, let etag = response.headers["etag"] else { throw unexpected(response, "writing a part of", key) }
+                etags.append(etag)
+                FaultInjection.reach("\(point).part")
+                offset = end
+                part += 1
+            }
+            let list = etags.enumerated().map { "<Part><PartNumber>\($0.offset + 1)</PartNumber><ETag>\($0.element)</ETag></Part>" }.joined()
+            let body = Data("<CompleteMultipartUpload>\(list)</CompleteMultipartUpload>".utf8)
+            let done = try client.send("CompleteMultipartUpload", method: "POST", key: object, query: [("uploadId", uploadID)],
+                                       headers: ["content-md5": S3Client.contentMD5(body)], body: body, what: describe(key))
+            // S3 may answer 200 with an error in the body.
+            guard done.status == 200, done.code == nil || S3XML.value("ETag", in: Substring(String(decoding: done.body, as: UTF8.self))) != nil else {
+                throw unexpected(done, "finishing the upload of", key)
+            }
+        } catch {
+            _ = try? client.send("AbortMultipartUpload", method: "DELETE", key: object, query: [("uploadId", uploadID)], what: describe(key))
+            throw error
+        }
+    }
+
+    public func remove(_ key: String, point: String) throws {
+        let response = try client.send("DELETE", method: "DELETE", key: objectKey(key), what: describe(key))
+        guard [200, 204, 404].contains(response.status) else { throw unexpected(response, "removing", key) }
+        FaultInjection.reach(point)
+    }
+
+    public func list(_ prefix: String) throws -> [(key: String, size: UInt64)] {
+        var out: [(key: String, size: UInt64)] = []
+        var token: String?
+        let root = self.prefix.isEmpty ? "" : self.prefix + "/"
+        repeat {
+            var query = [("list-type", "2"), ("prefix", root + prefix)]
+            if let token { query.append(("continuation-token", token)) }
+            let response = try client.send("LIST", method: "GET", key: nil, query: query, what: "\(location)/\(prefix)")
+            guard response.status == 200 else { throw unexpected(response, "listing", prefix) }
+            let text = Substring(String(decoding: response.body, as: UTF8.self))
+            for entry in S3XML.blocks("Contents", in: text) {
+                guard let key = S3XML.value("Key", in: entry), key.hasPrefix(root) else { continue }
+                let relative = String(key.dropFirst(root.count))
+                guard !relative.isEmpty, !relative.hasSuffix("/") else { continue }
+                out.append((relative, S3XML.value("Size", in: entry).flatMap { UInt64($0) } ?? 0))
+            }
+            token = S3XML.value("IsTruncated", in: text) == "true" ? S3XML.value("NextContinuationToken", in: text) : nil
+        } while token != nil
+        return out.sorted { $0.key < $1.key }
+    }
+
+    /// Checks the bucket answers (66 when it does not exist, 77 when access is denied).
+    public func prepare() throws { _ = try list("config") }
+
+    /// Nothing: an S3 object is never half-written. (Multipart uploads a dead run left are
+    /// aborted by `abortUploads`, when no one else holds the repository.)
+    public func removeStale() -> [String] { [] }
+
+    /// Aborts every multipart upload in progress under the prefix: call only when no other
+    /// writer can be using the repository. Returns what was aborted.
+    public func abortUploads() throws -> [String] {
+        let root = prefix.isEmpty ? "" : prefix + "/"
+        let response = try client.send("ListMultipartUploads", method: "GET", key: nil, query: [("uploads", ""), ("prefix", root)], what: "\(location) uploads")
+        guard response.status == 200 else { return [] }
+        var aborted: [String] = []
+        for upload in S3XML.blocks("Upload", in: Substring(String(decoding: response.body, as: UTF8.self))) {
+            guard let key = S3XML.value("Key", in: upload), let id = S3XML.value("UploadId", in: upload) else { continue }
+            let done = try client.send("AbortMultipartUpload", method: "DELETE", key: key, query: [("uploadId", id)], what: "s3://\(bucket)/\(key)")
+            if [200, 204, 404].contains(done.status) { aborted.append("s3://\(bucket)/\(key) (unfinished upload)") }
+        }
+        return aborted
+    }
+
+    private func unexpected(_ response: S3Client.Response, _ doing: String, _ key: String) -> StoreOpsError {
+        StoreOpsError(.ioError, "\(doing) \(describe(key)) failed: \(response.summary)",
+                      hint: "check the endpoint \(client.settings.endpoint) and the bucket's permissions")
+    }
+}

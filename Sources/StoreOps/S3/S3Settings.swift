@@ -1,0 +1,137 @@
+import Foundation
+
+/// Where an `s3://` repository lives and how to reach it, read the way AWS's own tools read it:
+/// environment first (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+/// `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL_S3`/`AWS_ENDPOINT_URL`), then the profile
+/// (`AWS_PROFILE`, else `default`) in `~/.aws/credentials` and `~/.aws/config` (or
+/// `AWS_SHARED_CREDENTIALS_FILE`/`AWS_CONFIG_FILE`).
+///
+/// storectl's own knobs: `STORECTL_S3_ADDRESSING=path|virtual` (default: path-style for IP and
+/// localhost endpoints and for buckets with dots, else virtual-hosted; `addressing_style` in the
+/// profile's `s3` section is read too), `STORECTL_S3_PARALLEL` (transfers at once, default 4),
+/// `STORECTL_S3_RETRIES` (default 6), `STORECTL_S3_TIMEOUT` (seconds without progress before a
+/// request is given up and retried, default 30).
+///
+/// The secret key and session token are never printed: `description` shows the key id only.
+public struct S3Settings: Sendable, CustomStringConvertible {
+    public var credentials: SigV4.Credentials
+    /// Where the credentials came from (for messages): "AWS_ACCESS_KEY_ID", "profile default".
+    public var credentialSource: String
+    public var region: String
+    /// scheme://host[:port], no trailing slash.
+    public var endpoint: String
+    public var pathStyle: Bool
+    public var parallel: Int
+    public var retries: Int
+    public var timeout: TimeInterval
+    /// Objects larger than this go up in parts (S3's multipart upload).
+    public var multipartThreshold: Int
+    public var partSize: Int
+    /// First retry's mean delay; each retry doubles it (full jitter), up to `maxBackoff`.
+    public var backoff: TimeInterval = 0.2
+    public var maxBackoff: TimeInterval = 10
+
+    public var description: String {
+        "endpoint \(endpoint), region \(region), \(pathStyle ? "path-style" : "virtual-hosted"), key \(credentials.accessKey) (\(credentialSource))"
+    }
+
+    /// - Throws: 64 when no credentials are found or a setting is malformed.
+    public static func resolve(bucket: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> S3Settings {
+        let env = environment.filter { !$0.value.isEmpty }
+        let home = env["HOME"] ?? NSHomeDirectory()
+        let profile = env["AWS_PROFILE"] ?? env["AWS_DEFAULT_PROFILE"] ?? "default"
+        let credentialsFile = env["AWS_SHARED_CREDENTIALS_FILE"] ?? "\(home)/.aws/credentials"
+        let configFile = env["AWS_CONFIG_FILE"] ?? "\(home)/.aws/config"
+        let credentialsINI = try AWSProfileFile.read(credentialsFile)
+        let configINI = try AWSProfileFile.read(configFile)
+        // ~/.aws/credentials names sections by the profile; ~/.aws/config by "profile NAME" (but "default").
+        let fromCredentials = credentialsINI[profile] ?? [:]
+        let fromConfig = configINI[profile == "default" ? "default" : "profile \(profile)"] ?? configINI[profile] ?? [:]
+        func setting(_ name: String) -> String? { fromCredentials[name] ?? fromConfig[name] }
+
+        let credentials: SigV4.Credentials
+        let source: String
+        if let id = env["AWS_ACCESS_KEY_ID"], let secret = env["AWS_SECRET_ACCESS_KEY"] {
+            credentials = .init(accessKey: id, secretKey: secret, sessionToken: env["AWS_SESSION_TOKEN"])
+            source = "AWS_ACCESS_KEY_ID"
+        } else if let id = setting("aws_access_key_id"), let secret = setting("aws_secret_access_key") {
+            credentials = .init(accessKey: id, secretKey: secret, sessionToken: setting("aws_session_token"))
+            source = "profile \(profile) in \(fromCredentials["aws_access_key_id"] != nil ? credentialsFile : configFile)"
+        } else {
+            throw StoreOpsError(.usage, "no S3 credentials for s3://\(bucket): neither AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY nor the profile \(profile) in \(credentialsFile) names them",
+                                hint: "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or set AWS_PROFILE to a profile of \(credentialsFile)")
+        }
+        let region = env["AWS_REGION"] ?? env["AWS_DEFAULT_REGION"] ?? setting("region") ?? "us-east-1"
+        var endpoint = env["AWS_ENDPOINT_URL_S3"] ?? env["AWS_ENDPOINT_URL"] ?? fromConfig["s3.endpoint_url"] ?? setting("endpoint_url")
+            ?? "https://s3.\(region).amazonaws.com"
+        while endpoint.hasSuffix("/") { endpoint.removeLast() }
+        guard let url = URL(string: endpoint), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = url.host, !host.isEmpty, url.path.isEmpty || url.path == "/" else {
+            throw StoreOpsError(.usage, "the S3 endpoint \(endpoint) is not an http:// or https:// URL of a host (with an optional port, no path)",
+                                hint: "check AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or endpoint_url in \(configFile)")
+        }
+        let addressing = (env["STORECTL_S3_ADDRESSING"] ?? fromConfig["s3.addressing_style"] ?? "auto").lowercased()
+        let pathStyle: Bool
+        switch addressing {
+        case "path": pathStyle = true
+        case "virtual": pathStyle = false
+        case "auto":
+            pathStyle = host == "localhost" || host.allSatisfy { $0.isNumber || $0 == "." } || host.contains(":") || bucket.contains(".")
+        default:
+            throw StoreOpsError(.usage, "STORECTL_S3_ADDRESSING=\(addressing): use path, virtual or auto")
+        }
+        func number(_ name: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
+            guard let text = env[name] else { return fallback }
+            guard let value = Int(text), range.contains(value) else {
+                throw StoreOpsError(.usage, "\(name)=\(text): expected a whole number from \(range.lowerBound) to \(range.upperBound)")
+            }
+            return value
+        }
+        return S3Settings(credentials: credentials, credentialSource: source, region: region, endpoint: endpoint, pathStyle: pathStyle,
+                          parallel: try number("STORECTL_S3_PARALLEL", 4, 1...64),
+                          retries: try number("STORECTL_S3_RETRIES", 6, 0...100),
+                          timeout: TimeInterval(try number("STORECTL_S3_TIMEOUT", 30, 1...3600)),
+                          multipartThreshold: try number("STORECTL_S3_MULTIPART_MB", 32, 5...5120) << 20,
+                          partSize: 16 << 20)
+    }
+}
+
+/// The INI-like files of the AWS tools: `[section]`, `name = value`, and nested
+/// settings (`s3 =` followed by indented `name = value` lines, returned as `s3.name`).
+enum AWSProfileFile {
+    static func read(_ path: String) throws -> [String: [String: String]] {
+        guard FileSystem.kind(of: path) != .missing else { return [:] }
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
+            throw StoreOpsError(.noInput, "\(path) cannot be read as UTF-8 text", hint: "check its permissions and contents")
+        }
+        return parse(text)
+    }
+
+    static func parse(_ text: String) -> [String: [String: String]] {
+        var sections: [String: [String: String]] = [:]
+        var current: String?
+        var nested: String?
+        for raw in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline) {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
+            if line.hasPrefix("["), line.hasSuffix("]") {
+                current = line.dropFirst().dropLast().trimmingCharacters(in: .whitespaces)
+                nested = nil
+                continue
+            }
+            guard let section = current, let equals = line.firstIndex(of: "=") else { continue }
+            let name = line[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
+            let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            let indented = raw.first == " " || raw.first == "\t"
+            if indented, let parent = nested {
+                sections[section, default: [:]]["\(parent).\(name)"] = value
+            } else if value.isEmpty {
+                nested = name
+            } else {
+                nested = nil
+                sections[section, default: [:]][name] = value
+            }
+        }
+        return sections
+    }
+}
