@@ -213,6 +213,15 @@ public final class S3Backend: RepositoryBackend {
         return aborted
     }
 
+    /// Makes a bucket: for tests and benchmarks (storectl's commands never create buckets).
+    public static func createBucket(_ name: String, settings: S3Settings) throws {
+        let client = S3Client(settings: settings, bucket: name, location: "s3://\(name)")
+        let response = try client.send("CreateBucket", method: "PUT", key: nil, what: "s3://\(name)")
+        guard [200, 409].contains(response.status) else {
+            throw StoreOpsError(.ioError, "creating the bucket \(name) failed: \(response.summary)")
+        }
+    }
+
     private func unexpected(_ response: S3Client.Response, _ doing: String, _ key: String) -> StoreOpsError {
         StoreOpsError(.ioError, "\(doing) \(describe(key)) failed: \(response.summary)",
                       hint: "check the endpoint \(client.settings.endpoint) and the bucket's permissions")

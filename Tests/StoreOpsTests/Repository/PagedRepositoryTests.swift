@@ -5,18 +5,40 @@ import StoreLab
 import StoreOps
 import Testing
 
-/// A store and a format-2 repository (encrypted unless told), with the password in a file.
+/// A store and a format-2 repository (encrypted unless told), with the password in a file; the
+/// repository in a local folder or in a bucket (`place`), reached through the same commands.
 struct PagedFixture {
     let folder: TempFolder
     let store: String
     let repo: String
+    let place: Place
     let password: PasswordSource
+    /// Raw access to the objects, for tests that damage them.
+    let backend: any RepositoryBackend
 
-    init(items: Int = 3_000, encrypted: Bool = true, externalFiles: Int = 2) throws {
+    init(items: Int = 3_000, encrypted: Bool = true, externalFiles: Int = 2, place: Place = .local) throws {
         folder = try TempFolder()
         store = try sampleStore(in: folder, items: items, externalFiles: externalFiles)
-        repo = try folder.repository("repo", format: 2, encrypted: encrypted)
+        self.place = place
+        switch place {
+        case .local:
+            repo = try folder.repository("repo", format: 2, encrypted: encrypted)
+            backend = LocalBackend(root: repo)
+        case .s3:
+            var options = RepositoryInit.Options(location: try SharedS3.newLocation(), format: 2, encrypted: encrypted,
+                                                 password: .file(try folder.passwordFile()))
+            options.kdfN = 1 << 10
+            repo = try RepositoryInit.run(options).location
+            backend = try S3Backend(url: repo)
+        }
         password = .file(try folder.passwordFile())
+    }
+
+    /// What a storectl child process needs: the password file, and the server for a bucket.
+    func environment() throws -> [String: String] {
+        var environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        if place == .s3 { environment.merge(try SharedS3.environment()) { $1 } }
+        return environment
     }
 
     @discardableResult
@@ -43,19 +65,40 @@ struct PagedFixture {
 
     func list() throws -> [SnapshotSummary] { try SnapshotSummary.list(repository: repo, password: password) }
 
-    /// Every object file of the repository and its SHA-256: "nothing was written".
+    /// Every object of the repository and its SHA-256 (locks aside): "nothing was written".
     func contents() throws -> [String: String] {
         var out: [String: String] = [:]
-        for relative in FileManager.default.subpaths(atPath: repo) ?? [] where FileSystem.kind(of: repo + "/" + relative) == .file {
-            out[relative] = try Hashing.sha256(ofFile: repo + "/" + relative)
+        for (key, _) in try backend.list("") where !key.hasPrefix("locks/") {
+            out[key] = Hashing.sha256(try #require(try backend.read(key)))
         }
         return out
     }
 
-    func objects(_ folder: String) -> [String] {
-        (FileManager.default.subpaths(atPath: repo + "/" + folder) ?? []).filter { FileSystem.kind(of: repo + "/" + folder + "/" + $0) == .file }
-            .map { repo + "/" + folder + "/" + $0 }.sorted()
+    /// The keys of the objects under `folder` ("data", "index", "keys", "snapshots", "locks").
+    func objects(_ folder: String) throws -> [String] { try backend.list(folder + "/").map(\.key).sorted() }
+
+    /// A local object's file (for permission checks).
+    func path(_ key: String) -> String { repo + "/" + key }
+
+    /// Replaces an object's bytes, as damage on disk or in the bucket would.
+    func replace(_ key: String, with data: Data) throws {
+        switch place {
+        case .local: try data.write(to: URL(fileURLWithPath: path(key)))
+        case .s3:
+            try backend.remove(key, point: "test.remove")
+            try backend.write(key, data, point: "test.write")
+        }
     }
+
+    func flip(_ key: String, at fraction: Double) throws {
+        var data = try #require(try backend.read(key))
+        data[Int(Double(data.count) * fraction)] ^= 0x5A
+        try replace(key, with: data)
+    }
+
+    func truncate(_ key: String, to length: Int) throws { try replace(key, with: try #require(try backend.read(key)).prefix(length)) }
+
+    func remove(_ key: String) throws { try backend.remove(key, point: "test.remove") }
 
     /// Changes `percent` of the items (scattered rows), as an app would.
     func touch(percent: Int) throws {
@@ -73,9 +116,10 @@ func flip(_ path: String, at fraction: Double) throws {
 
 @Suite("repository format 2: pages, encryption, garbage")
 struct PagedRepositoryTests {
-    @Test("create, restore and verify round-trip, encrypted and plain; the database and external data come back exactly", arguments: [true, false])
-    func roundTrip(encrypted: Bool) throws {
-        let fixture = try PagedFixture(encrypted: encrypted)
+    @Test("create, restore and verify round-trip, encrypted and plain, in a folder and a bucket; the database and external data come back exactly",
+          arguments: [true, false], Place.all)
+    func roundTrip(encrypted: Bool, place: Place) throws {
+        let fixture = try PagedFixture(encrypted: encrypted, place: place)
         let created = try fixture.create(tags: ["first"])
         #expect(created.format == 2 && created.parent == nil && (created.addedBytes ?? 0) > 0)
         let restored = try fixture.restore(created.id, to: "restored.sqlite")
@@ -88,20 +132,22 @@ struct PagedRepositoryTests {
         #expect(try fixture.verify().allSatisfy(\.ok))
         #expect(try fixture.check().ok)
         // Every object is private; an encrypted repository holds none of the store's text.
-        for file in fixture.objects("data") + fixture.objects("snapshots") + fixture.objects("index") { #expect(permissions(file) == 0o600) }
+        if place == .local {
+            for key in try fixture.objects("data") + fixture.objects("snapshots") + fixture.objects("index") { #expect(permissions(fixture.path(key)) == 0o600) }
+        }
         let marker = Data("Z_METADATA".utf8)
-        let leaks = try fixture.objects("data").filter { try Data(contentsOf: URL(fileURLWithPath: $0)).range(of: marker) != nil }
+        let leaks = try fixture.objects("data").filter { try fixture.backend.read($0)?.range(of: marker) != nil }
         #expect(leaks.isEmpty == encrypted || !encrypted, "encrypted packs show plaintext: \(leaks)")
     }
 
-    @Test("incremental: an unchanged store adds no pack; 1% of rows changed adds a small fraction of the first snapshot")
-    func incremental() throws {
-        let fixture = try PagedFixture(items: 20_000)
+    @Test("incremental: an unchanged store adds no pack; 1% of rows changed adds a small fraction of the first snapshot", arguments: Place.all)
+    func incremental(place: Place) throws {
+        let fixture = try PagedFixture(items: 20_000, place: place)
         let first = try fixture.create()
-        let packs = fixture.objects("data").count
+        let packs = try fixture.objects("data").count
         let unchanged = try fixture.create()
         #expect(unchanged.addedBytes == 0 && unchanged.parent == first.id)
-        #expect(fixture.objects("data").count == packs, "no new pack for an unchanged store")
+        #expect(try fixture.objects("data").count == packs, "no new pack for an unchanged store")
         try fixture.touch(percent: 1)
         let changed = try fixture.create()
         let added = try #require(changed.addedBytes), whole = try #require(first.addedBytes)
@@ -115,9 +161,9 @@ struct PagedRepositoryTests {
         #expect(try RepositoryStats.run(location: fixture.repo, password: fixture.password).storedBytes < 2 * whole)
     }
 
-    @Test("a wrong password is 77 and writes nothing; a damaged key file is 65 naming it; no password source and no terminal is 64")
-    func passwords() throws {
-        let fixture = try PagedFixture()
+    @Test("a wrong password is 77 and writes nothing; a damaged key file is 65 naming it; no password source and no terminal is 64", arguments: Place.all)
+    func passwords(place: Place) throws {
+        let fixture = try PagedFixture(place: place)
         try fixture.create()
         let before = try fixture.contents()
         let wrong = fixture.folder.file("wrong")
@@ -132,15 +178,15 @@ struct PagedRepositoryTests {
         #expect((#expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo, password: .file(fixture.folder.file("none"))) })?.status == .noInput)
         #expect(try SnapshotSummary.list(repository: fixture.repo, password: .command("echo 'correct horse battery staple'")).count == 1)
         // The only key file damaged: 65, naming it.
-        let key = try #require(fixture.objects("keys").first)
-        try flip(key, at: 0.5)
+        let key = try #require(try fixture.objects("keys").first)
+        try fixture.flip(key, at: 0.5)
         let damaged = #expect(throws: StoreOpsError.self) { try fixture.list() }
         #expect(damaged?.status == .badData && damaged?.message.contains("keys/") == true, "\(damaged?.message ?? "")")
     }
 
-    @Test("keys: add a second password, open with either, passwd replaces, remove revokes; the current key cannot be removed")
-    func keys() throws {
-        let fixture = try PagedFixture()
+    @Test("keys: add a second password, open with either, passwd replaces, remove revokes; the current key cannot be removed", arguments: Place.all)
+    func keys(place: Place) throws {
+        let fixture = try PagedFixture(place: place)
         try fixture.create()
         let second = fixture.folder.file("second")
         try Data("second password\n".utf8).write(to: URL(fileURLWithPath: second))
@@ -160,17 +206,17 @@ struct PagedRepositoryTests {
     }
 
     @Test("damage is found and named: a flipped pack byte, a truncated pack, a missing pack, a damaged index, a damaged record",
-          arguments: ["flip-pack", "truncate-pack", "remove-pack", "flip-index", "flip-record"])
-    func damage(kind: String) throws {
-        let fixture = try PagedFixture(items: 5_000)
+          arguments: ["flip-pack", "truncate-pack", "remove-pack", "flip-index", "flip-record"], Place.all)
+    func damage(kind: String, place: Place) throws {
+        let fixture = try PagedFixture(items: 5_000, place: place)
         let created = try fixture.create()
-        let pack = try #require(fixture.objects("data").first), index = try #require(fixture.objects("index").first)
+        let pack = try #require(try fixture.objects("data").first), index = try #require(try fixture.objects("index").first)
         switch kind {
-        case "flip-pack": try flip(pack, at: 0.3)
-        case "truncate-pack": #expect(truncate(pack, 1000) == 0)
-        case "remove-pack": try FileManager.default.removeItem(atPath: pack)
-        case "flip-index": try flip(index, at: 0.5)
-        default: try flip(fixture.repo + "/snapshots/" + created.id, at: 0.5)
+        case "flip-pack": try fixture.flip(pack, at: 0.3)
+        case "truncate-pack": try fixture.truncate(pack, to: 1000)
+        case "remove-pack": try fixture.remove(pack)
+        case "flip-index": try fixture.flip(index, at: 0.5)
+        default: try fixture.flip("snapshots/" + created.id, at: 0.5)
         }
         let report = try fixture.check()
         #expect(!report.ok, "\(kind): repo check found nothing")
@@ -186,7 +232,7 @@ struct PagedRepositoryTests {
         if kind == "flip-index" {
             // repair rebuilds the index from the packs' own headers: whole again.
             let repaired = try RepositoryRepair.run(location: fixture.repo, password: fixture.password)
-            #expect(repaired.packsIndexed == fixture.objects("data").count && repaired.damagedPacks.isEmpty)
+            #expect(repaired.packsIndexed == (try fixture.objects("data").count) && repaired.damagedPacks.isEmpty)
             #expect(try fixture.check().ok && (try fixture.verify().allSatisfy(\.ok)))
         }
         if kind == "flip-record" {
@@ -201,7 +247,7 @@ struct PagedRepositoryTests {
     @Test("a repository written by a newer storectl, or a config that was changed, is refused with 65 and what to do")
     func newerOrChanged() throws {
         let fixture = try PagedFixture()
-        let config = fixture.repo + "/config"
+        let config = fixture.path("config")
         let original = try Data(contentsOf: URL(fileURLWithPath: config))
         var json = try #require(try JSONSerialization.jsonObject(with: original) as? [String: Any])
         json["version"] = 3
@@ -215,9 +261,10 @@ struct PagedRepositoryTests {
         #expect(changed?.status == .badData && changed?.message.contains("key check") == true, "\(changed?.message ?? "")")
     }
 
-    @Test("prune: removed snapshots' data is collected (dead packs deleted, mostly dead ones repacked); --dry-run says how much and removes nothing")
-    func prune() throws {
-        let fixture = try PagedFixture(items: 20_000)
+    @Test("prune: removed snapshots' data is collected (dead packs deleted, mostly dead ones repacked); --dry-run says how much and removes nothing",
+          arguments: Place.all)
+    func prune(place: Place) throws {
+        let fixture = try PagedFixture(items: 20_000, place: place)
         try fixture.create()
         for _ in 0..<2 {
             try fixture.touch(percent: 100)
@@ -241,18 +288,19 @@ struct PagedRepositoryTests {
         #expect(try logicalDigest(try fixture.restore(try fixture.list()[0].id, to: "kept.sqlite")) == (try logicalDigest(fixture.store)))
     }
 
-    @Test("locks: creates of two stores share the repository at once; prune needs it alone (75), and a dead holder's lock is stale")
-    func locks() throws {
-        let fixture = try PagedFixture(items: 30_000)
+    @Test("locks: creates of two stores share the repository at once; prune needs it alone (75), and a dead holder's lock is stale",
+          arguments: Place.all)
+    func locks(place: Place) throws {
+        let fixture = try PagedFixture(items: 30_000, place: place)
         let other = try sampleStore(in: fixture.folder, name: "Other.sqlite", items: 30_000)
-        let environment = ["STORECTL_PASSWORD_FILE": try fixture.folder.passwordFile()]
+        let environment = try fixture.environment()
         let a = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", fixture.store, "--repo", fixture.repo], environment: environment)
         let b = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", other, "--repo", fixture.repo], environment: environment)
         let (ra, rb) = (a.wait(), b.wait())
         #expect(ra.status == 0 && rb.status == 0, "\(ra.stderr) \(rb.stderr)")
         #expect(try fixture.list().count == 2 && (try fixture.check().ok))
         // A live shared holder: prune refuses at once, naming it.
-        let backend = LocalBackend(root: fixture.repo)
+        let backend = fixture.backend
         let held = try RepositoryLock.acquire(backend, exclusive: false, operation: "snapshot create", wait: false)
         var prune = SnapshotPrune.Options(repository: fixture.repo, policy: .init(last: 1))
         prune.password = fixture.password
@@ -267,9 +315,9 @@ struct PagedRepositoryTests {
         // A lock left by a process that died is stale: removed by the next user.
         let dead = try ChildProcess.run("/bin/sh", ["-c", "echo $$"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let record = #"{"format":"storectl-lock","host":"\#(ProcessInfo.processInfo.hostName)","pid":\#(dead),"user":"x","exclusive":true,"operation":"snapshot prune","created":"2026-01-01T00:00:00Z","refreshed":"2026-01-01T00:00:00Z"}"#
-        try Data(record.utf8).write(to: URL(fileURLWithPath: fixture.repo + "/locks/00000000deadbeef"))
+        try fixture.backend.write("locks/00000000deadbeef", Data(record.utf8), point: "test.lock")
         #expect(try SnapshotPrune.run(prune).removed.count == 1)
-        #expect(fixture.objects("locks").isEmpty)
+        #expect(try fixture.objects("locks").isEmpty)
     }
 
     @Test("a full disk during create and during prune: 74, nothing listed or lost, the repository checks clean", .enabled(if: TempMount.isAvailable))
@@ -304,9 +352,9 @@ struct PagedRepositoryTests {
         #expect(try RepositoryCheck.run(.init(location: repo, password: password, readData: true)).ok)
     }
 
-    @Test("export writes format 1's layout from a format-2 snapshot: bsdtar lists it, its database matches")
-    func export() throws {
-        let fixture = try PagedFixture()
+    @Test("export writes format 1's layout from a format-2 snapshot: bsdtar lists it, its database matches", arguments: Place.all)
+    func export(place: Place) throws {
+        let fixture = try PagedFixture(place: place)
         let created = try fixture.create()
         let output = fixture.folder.file("snapshot.tar.zst")
         let result = try SnapshotExport.run(.init(repository: fixture.repo, id: created.id, output: output, password: fixture.password))
@@ -341,9 +389,10 @@ struct PagedRepositoryTests {
         return FileManager.default.isExecutableFile(atPath: "/usr/bin/zstd")
     }()
 
-    @Test("a safety snapshot's check reads back the packs it wrote: a damaged one is found; one it shares with the parent is not reread")
-    func safetySnapshotCheck() throws {
-        let fixture = try PagedFixture(items: 5_000)
+    @Test("a safety snapshot's check reads back the packs it wrote: a damaged one is found; one it shares with the parent is not reread",
+          arguments: Place.all)
+    func safetySnapshotCheck(place: Place) throws {
+        let fixture = try PagedFixture(items: 5_000, place: place)
         let first = try fixture.create()
         #expect(try SnapshotVerify.justMade(first, repository: fixture.repo, password: fixture.password) == nil)
         try fixture.touch(percent: 5)
@@ -351,7 +400,7 @@ struct PagedRepositoryTests {
         let written = try #require(second.packsWritten)
         #expect(written.count == 1, "\(written)")
         #expect(try SnapshotVerify.justMade(second, repository: fixture.repo, password: fixture.password) == nil)
-        try flip(fixture.repo + "/" + written[0], at: 0.2)
+        try fixture.flip(written[0], at: 0.2)
         let problem = try SnapshotVerify.justMade(second, repository: fixture.repo, password: fixture.password)
         #expect(problem?.contains(written[0]) == true, "\(problem ?? "nothing found")")
     }
@@ -375,13 +424,13 @@ struct PagedRepositoryTests {
         #expect(created.record.verify.ok)
     }
 
-    @Test("a lost index: prune and the cleanup after a dead writer remove no pack a snapshot needs; repair indexes it again")
-    func lostIndex() throws {
-        let fixture = try PagedFixture(items: 5_000)
+    @Test("a lost index: prune and the cleanup after a dead writer remove no pack a snapshot needs; repair indexes it again", arguments: Place.all)
+    func lostIndex(place: Place) throws {
+        let fixture = try PagedFixture(items: 5_000, place: place)
         let first = try fixture.create()
         try fixture.touch(percent: 10)
         try fixture.create()
-        for index in fixture.objects("index") { try FileManager.default.removeItem(atPath: index) }
+        for index in try fixture.objects("index") { try fixture.remove(index) }
         var prune = SnapshotPrune.Options(repository: fixture.repo, policy: .init(last: 5))
         prune.password = fixture.password
         let pruned = try SnapshotPrune.run(prune)
@@ -389,13 +438,13 @@ struct PagedRepositoryTests {
         // A dead writer's stale lock makes the next user clean up unindexed packs: none a snapshot needs.
         let dead = try ChildProcess.run("/bin/sh", ["-c", "echo $$"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let record = #"{"format":"storectl-lock","host":"\#(ProcessInfo.processInfo.hostName)","pid":\#(dead),"user":"x","exclusive":false,"operation":"snapshot create","created":"2026-01-01T00:00:00Z","refreshed":"2026-01-01T00:00:00Z"}"#
-        try Data(record.utf8).write(to: URL(fileURLWithPath: fixture.repo + "/locks/00000000deadbeef"))
-        let packs = fixture.objects("data")
+        try fixture.backend.write("locks/00000000deadbeef", Data(record.utf8), point: "test.lock")
+        let packs = try fixture.objects("data")
         _ = try RepositoryStats.run(location: fixture.repo, password: fixture.password)
         var verify = SnapshotVerify.Options(repository: fixture.repo, ids: [first.id])
         verify.password = fixture.password
         _ = try SnapshotVerify.run(verify)   // takes the repository (shared): the stale lock goes
-        #expect(Set(packs).isSubset(of: Set(fixture.objects("data"))), "a needed pack was removed")
+        #expect(Set(packs).isSubset(of: Set(try fixture.objects("data"))), "a needed pack was removed")
         let repaired = try RepositoryRepair.run(location: fixture.repo, password: fixture.password)
         #expect(repaired.packsIndexed == packs.count)
         #expect(try fixture.check().ok && (try fixture.verify().allSatisfy(\.ok)))
