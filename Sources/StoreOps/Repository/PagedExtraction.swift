@@ -100,7 +100,8 @@ enum PagedExtraction {
         let next = Mutex(0)
         let written = Mutex(0)
         let failure = Mutex<(any Error)?>(nil)
-        DispatchQueue.concurrentPerform(iterations: 2) { _ in
+        // Two lanes on a folder (one per core); a bucket's transfers in parallel, to its bound.
+        onLanes(max(2, repository.backend.parallelTransfers)) { _ in
             do {
                 let zstd = try ZstdFrames(level: 3)
                 while failure.withLock({ $0 == nil }) {

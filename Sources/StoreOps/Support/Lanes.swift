@@ -18,3 +18,28 @@ public func inParallel<A: Sendable, B: Sendable>(_ a: @Sendable () throws -> A, 
     let (a, b) = results.withLock { ($0.a!, $0.b!) }
     return (try a.get(), try b.get())
 }
+
+/// Runs `body(lane)` on `count` threads at once (the caller's among them) and returns when all
+/// are done. Unlike `concurrentPerform`, whose width is the number of cores, every lane gets a
+/// thread: lanes that mostly wait on the network (S3 transfers) overlap their waits.
+public func onLanes(_ count: Int, _ body: (Int) -> Void) {
+    final class Box: @unchecked Sendable { var work: ((Int) -> Void)? }
+    withoutActuallyEscaping(body) { body in
+        // The threads hold the box, not the closure: it is gone before the closure must be.
+        let box = Box()
+        box.work = body
+        let group = DispatchGroup()
+        for lane in 1..<max(1, count) {
+            group.enter()
+            let thread = Thread {
+                box.work?(lane)
+                group.leave()
+            }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        body(0)
+        group.wait()
+        box.work = nil
+    }
+}
