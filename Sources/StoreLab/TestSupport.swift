@@ -100,6 +100,9 @@ public enum ChildProcess {
 
         public var pid: Int32 { process.processIdentifier }
 
+        /// What the child has printed on stdout so far.
+        public var stdoutSoFar: String { (try? String(contentsOfFile: out.file("stdout"), encoding: .utf8)) ?? "" }
+
         public func signal(_ number: Int32) { kill(process.processIdentifier, number) }
 
         public func wait() -> Result {

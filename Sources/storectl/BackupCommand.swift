@@ -42,7 +42,7 @@ struct BackupCommand: ParsableCommand, JSONOutput {
         options.wait = wait
         let result = try Backup.run(source: source, options: options, progress: progress?.1)
         progress?.0.finish()
-        print(json ? JSON.string(result) : Self.summary(result))
+        print(json ? jsonReport(result) : Self.summary(result))
     }
 
     static func summary(_ result: Backup.Result) -> String {

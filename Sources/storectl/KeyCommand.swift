@@ -33,7 +33,7 @@ struct KeyListCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let keys = try RepositoryKeys.list(.init(location: repo, password: password.source))
-        if json { print(JSON.string(keys)); return }
+        if json { print(jsonReport(keys)); return }
         for key in keys {
             print("\(key.current ? "*" : " ") \(key.id)  \(Timestamp.iso(key.created).prefix(19).replacingOccurrences(of: "T", with: " "))  \(key.user)@\(key.host)")
         }
@@ -50,7 +50,7 @@ struct KeyAddCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let id = try RepositoryKeys.add(.init(location: repo, password: password.source, newPassword: newPassword.source, wait: wait))
-        print(json ? JSON.string(["added": id]) : "added key \(id)")
+        print(json ? jsonReport(["added": id]) : "added key \(id)")
     }
 }
 
@@ -64,7 +64,7 @@ struct KeyRemoveCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         try RepositoryKeys.remove(.init(location: repo, password: password.source, wait: wait), id: id)
-        print(json ? JSON.string(["removed": id]) : "removed key \(id)")
+        print(json ? jsonReport(["removed": id]) : "removed key \(id)")
     }
 }
 
@@ -78,6 +78,6 @@ struct KeyPasswdCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let (added, removed) = try RepositoryKeys.passwd(.init(location: repo, password: password.source, newPassword: newPassword.source, wait: wait))
-        print(json ? JSON.string(["added": added, "removed": removed]) : "added key \(added), removed key \(removed)")
+        print(json ? jsonReport(["added": added, "removed": removed]) : "added key \(added), removed key \(removed)")
     }
 }

@@ -41,7 +41,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         let progress = TerminalProgress.handler(quiet: json)
         let report = try Migrate.run(options, progress: progress?.1)
         progress?.0.finish()
-        print(json ? JSON.string(report) : Self.render(report))
+        print(json ? jsonReport(report) : Self.render(report))
         try Finished.check(report.ending)
     }
 
@@ -110,7 +110,7 @@ struct MigrateStatusCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let result = try MigrationStatus.run(store: store, migrations: migrations)
-        if json { print(JSON.string(result)); return }
+        if json { print(jsonReport(result)); return }
         let plan = result.plan
         print("\(FileSystem.absolute(store)): version \(plan.current)")
         for entry in plan.applied {
@@ -142,7 +142,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         var options = Rollback.Options(store: store, repository: repo, to: to, force: force, wait: wait)
         options.password = password.source
         let result = try Rollback.run(options)
-        if json { print(JSON.string(result)); return }
+        if json { print(jsonReport(result)); return }
         print("rolled back \(FileSystem.absolute(store)) to snapshot \(result.restored) (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"
               + (result.clearedInterruptedMigration ? "; the interrupted migration is cleared" : ""))

@@ -26,7 +26,7 @@ struct PolicyCheckCommand: ParsableCommand, JSONOutput {
             if !result.ok { break }
         }
         if json {
-            print(JSON.string(results))
+            print(jsonReport(results))
         } else {
             for result in results {
                 if result.ok {
@@ -52,7 +52,7 @@ struct PolicyExplainCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let explanations = try PolicyCheck.explain(file)
-        if json { print(JSON.string(explanations)); return }
+        if json { print(jsonReport(explanations)); return }
         for rule in explanations {
             print("rule \(rule.name): \(rule.target) -> \(rule.table)")
             print("  each batch:  \(rule.sql)")

@@ -31,7 +31,7 @@ struct PreflightCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let report = try Preflight.run(store: store, options: .init(operation: operation, destination: dest, full: full, timeout: timeout))
-        print(json ? JSON.string(report) : Self.render(report))
+        print(json ? jsonReport(report) : Self.render(report))
         try Finished.check(report.ending)
     }
 

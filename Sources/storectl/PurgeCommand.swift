@@ -23,7 +23,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
         let progress = TerminalProgress.handler(quiet: json)
         let report = try Purge.run(.init(policy: policy, dryRun: dryRun, killSwitch: killSwitch), progress: progress?.1)
         progress?.0.finish()
-        print(json ? JSON.string(report) : Self.render(report))
+        print(json ? jsonReport(report) : Self.render(report))
         if !json, report.ending.outcome == .stopped, let reason = report.ending.stop {
             FileHandle.standardError.write(Data("storectl: purge stopped: \(reason); finished batches are committed, the rest is untouched\n".utf8))
         } else if !json, report.ending.outcome == .failed, let error = report.ending.error {

@@ -20,7 +20,7 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let result = try Recovery.run(path: path)
-        if json { print(JSON.string(result)); return }
+        if json { print(jsonReport(result)); return }
         if let swap = result.swap {
             let what = swap.direction == "forward" ? "finished the interrupted \(swap.operation)" : "undid the interrupted \(swap.operation) (a staged file was gone)"
             var line = "\(what) of \(swap.target)"

@@ -29,7 +29,7 @@ struct RepoInitCommand: ParsableCommand, JSONOutput {
         }
         let result = try RepositoryInit.run(.init(location: repo, format: format, encrypted: format == 2 && !insecureNoEncryption,
                                                   password: password.source))
-        if json { print(JSON.string(result)); return }
+        if json { print(jsonReport(result)); return }
         let what = result.format == 1 ? "format 1 (archives)" : result.encrypted ? "format 2, encrypted (AES-256-GCM), key \(result.keyID ?? "?")"
             : "format 2, NOT encrypted"
         print("created repository \(result.location): \(what)")
@@ -50,7 +50,7 @@ struct RepoCheckCommand: ParsableCommand, JSONOutput {
         let progress = TerminalProgress.stepHandler(quiet: json)
         let report = try RepositoryCheck.run(.init(location: repo, password: password.source, readData: readData), progress: progress?.1)
         progress?.0.finish()
-        if json { print(JSON.string(report)) } else {
+        if json { print(jsonReport(report)) } else {
             for problem in report.problems { print("PROBLEM \(problem)") }
             for note in report.notes { print("note    \(note)") }
             let scope = report.format == 1 ? "" : ", \(Format.plural(report.packs, "pack", "packs")), \(Format.plural(report.indexes, "index", "indexes")), \(Format.count(report.blobs)) blobs"
@@ -69,7 +69,7 @@ struct RepoStatsCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let report = try RepositoryStats.run(location: repo, password: password.source)
-        if json { print(JSON.string(report)); return }
+        if json { print(jsonReport(report)); return }
         var lines = [
             "repository  \(report.location) (format \(report.format)\(report.format == 2 ? report.encrypted ? ", encrypted" : ", NOT encrypted" : ""))",
             "snapshots   \(report.snapshots), \(Format.bytes(report.logicalBytes)) as whole copies",
@@ -95,7 +95,7 @@ struct RepoRepairCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let report = try RepositoryRepair.run(location: repo, password: password.source, wait: wait)
-        if json { print(JSON.string(report)); return }
+        if json { print(jsonReport(report)); return }
         for damaged in report.damagedPacks { print("damaged \(damaged)") }
         print("indexed \(Format.plural(report.packsIndexed, "pack", "packs")) in \(report.newIndex ?? "no index"), removed \(Format.plural(report.removedIndexes, "old index", "old indexes"))")
     }

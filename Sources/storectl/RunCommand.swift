@@ -28,7 +28,7 @@ struct RunCommand: ParsableCommand {
             }
         }
         let record = JobRun.run(.init(job: job, policy: policy, jitter: wait))
-        if json { print(JSON.string(record, pretty: false)) }
+        if json { print(jsonReport(record, pretty: false)) }
         if record.exitCode != 0 {
             FileHandle.standardError.write(Data("storectl: \(job.rawValue) (\(record.store ?? policy)): \(record.error ?? record.outcome)\n".utf8))
             throw Finished(status: ExitStatus(rawValue: record.exitCode))

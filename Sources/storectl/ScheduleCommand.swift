@@ -21,7 +21,7 @@ struct ScheduleCommand: ParsableCommand {
 
         func run() throws {
             let entries = try ScheduleEntry.list(policies: policies, count: count)
-            if json { print(JSON.string(entries)); return }
+            if json { print(jsonReport(entries)); return }
             guard !entries.isEmpty else { print("no scheduled jobs in \(policies.joined(separator: ", "))"); return }
             let local = DateFormatter()
             local.dateFormat = "EEE yyyy-MM-dd HH:mm zzz"

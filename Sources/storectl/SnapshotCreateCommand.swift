@@ -24,7 +24,7 @@ struct SnapshotCreateCommand: ParsableCommand, JSONOutput {
                                                                           level: level, timeout: timeout, wait: wait, password: password.source),
                                             progress: progress?.1)
         progress?.0.finish()
-        if json { print(JSON.string(result)); return }
+        if json { print(jsonReport(result)); return }
         let record = result.record
         let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)
         if result.format == 2 {

@@ -14,6 +14,6 @@ struct SnapshotExportCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let result = try SnapshotExport.run(.init(repository: repo, id: id, output: output, password: password.source))
-        print(json ? JSON.string(result) : "exported snapshot \(result.id) to \(result.output) (\(Format.bytes(result.bytes)), database sha256 \(result.databaseSHA256))")
+        print(json ? jsonReport(result) : "exported snapshot \(result.id) to \(result.output) (\(Format.bytes(result.bytes)), database sha256 \(result.databaseSHA256))")
     }
 }

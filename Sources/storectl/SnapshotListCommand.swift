@@ -10,7 +10,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let rows = try SnapshotSummary.list(repository: repo, password: password.source)
-        print(json ? JSON.string(rows) : Self.render(rows))
+        print(json ? jsonReport(rows) : Self.render(rows))
     }
 
     static func render(_ rows: [SnapshotSummary]) -> String {

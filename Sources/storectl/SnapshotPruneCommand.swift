@@ -41,7 +41,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         let result = try SnapshotPrune.run(.init(repository: repo, policy: policy, dryRun: dryRun, wait: wait, password: password.source),
                                            progress: progress?.1)
         progress?.0.finish()
-        if json { print(JSON.string(result)); return }
+        if json { print(jsonReport(result)); return }
         for decision in result.decisions where dryRun || !decision.keep {
             let verb = decision.keep ? "keep  " : (dryRun ? "remove" : "removed")
             print("\(verb) \(decision.id)  \(decision.reasons.joined(separator: ", "))")

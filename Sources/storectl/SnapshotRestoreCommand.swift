@@ -34,7 +34,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         options.password = password.source
         options.create = create
         let result = try SnapshotRestore.run(options)
-        if json { print(JSON.string(result)); return }
+        if json { print(jsonReport(result)); return }
         var line = "restored \(result.id) to \(result.restoredTo)"
         if result.externalFiles > 0 { line += " with \(Format.plural(result.externalFiles, "external file", "external files"))" }
         if let safety = result.safetySnapshot { line += "; the previous store is snapshot \(safety) (tag pre-restore)" }

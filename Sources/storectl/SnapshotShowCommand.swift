@@ -13,7 +13,7 @@ struct SnapshotShowCommand: ParsableCommand, JSONOutput {
     func run() throws {
         let repository = try OpenedRepository.open(repo, password: password.source)
         let record = try repository.entry(id).manifest
-        if json { print(JSON.string(record)); return }
+        if json { print(jsonReport(record)); return }
         let facts = record.snapshot
         var lines = [
             "snapshot   \(facts?.id ?? "?")",

@@ -25,7 +25,7 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
         options.password = password.source
         let outcomes = try SnapshotVerify.run(options)
         if json {
-            print(JSON.string(outcomes))
+            print(jsonReport(outcomes))
         } else {
             for outcome in outcomes {
                 let problem = (outcome.problem ?? "").replacingOccurrences(of: "snapshot \(outcome.id): ", with: "")

@@ -71,7 +71,7 @@ struct Storectl: ParsableCommand {
             Storectl.exit(withError: error)
         }
         if json {
-            print(JSON.string(ErrorReport(status: failure.status.rawValue, message: failure.message, hint: failure.hint)))
+            print(jsonReport(ErrorReport(status: failure.status.rawValue, message: failure.message, hint: failure.hint)))
         }
         FileHandle.standardError.write(Data("storectl: \(failure)\n".utf8))
         Foundation.exit(failure.status.rawValue)
@@ -88,8 +88,17 @@ struct ErrorReport: Encodable {
     var status: Int32
     var message: String
     var hint: String?
+    var s3 = S3Traffic.sinceStart()
 }
 
 
 extension VerifyLevel: ExpressibleByArgument {}
 extension Preflight.Operation: ExpressibleByArgument {}
+
+/// A command's result as JSON, with what the run asked of S3 (`s3`: requests by kind, retries,
+/// bytes sent and received) when it reached a bucket.
+func jsonReport(_ value: some Encodable, pretty: Bool = true) -> String {
+    guard let traffic = S3Traffic.sinceStart(), case .object(var fields) = JSONValue.encoding(value) else { return JSON.string(value, pretty: pretty) }
+    fields["s3"] = JSONValue.encoding(traffic)
+    return JSON.string(JSONValue.object(fields), pretty: pretty)
+}

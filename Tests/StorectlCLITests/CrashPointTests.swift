@@ -18,9 +18,14 @@ final class CrashFixture: @unchecked Sendable {
     /// The repository's format (2: encrypted, the password in `password`).
     let format: Int
     let password: PasswordSource
+    /// The repository in a folder, or in a bucket of the shared SeaweedFS server (format 2).
+    let place: Place
+    /// Environment of every storectl run besides the password and TMPDIR (the server, S3 knobs).
+    var environment: [String: String] = [:]
 
-    init(items: Int = 300, format: Int = 1, makeRepository: Bool = true) throws {
+    init(items: Int = 300, format: Int = 1, makeRepository: Bool = true, place: Place = .local) throws {
         self.format = format
+        self.place = place
         folder = try TempFolder("storectl-crash")
         store = folder.file("Tasks.sqlite")
         var options = SampleStore.Options()
@@ -32,7 +37,15 @@ final class CrashFixture: @unchecked Sendable {
         options.uuid = "0C0FFEE0-0000-4000-8000-000000000000"
         _ = try SampleStore.create(at: store, options: options)
         password = .file(try folder.passwordFile())
-        repo = makeRepository ? try folder.repository("snaps", format: format) : folder.file("snaps")
+        switch place {
+        case .local:
+            repo = makeRepository ? try folder.repository("snaps", format: format) : folder.file("snaps")
+        case .s3:
+            var options = RepositoryInit.Options(location: try SharedS3.newLocation("crash"), format: 2, password: .file(try folder.passwordFile()))
+            options.kdfN = 1 << 10
+            repo = try RepositoryInit.run(options).location
+            environment = try SharedS3.environment()
+        }
         out = folder.file("out")
         temp = folder.file("tmp")
         for path in [out, temp] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false) }
@@ -52,7 +65,8 @@ final class CrashFixture: @unchecked Sendable {
 
     func run(_ arguments: [String], _ environment: [String: String] = [:]) throws -> ChildProcess.Result {
         try ChildProcess.run(Binaries.storectl, arguments,
-                             environment: environment.merging(["TMPDIR": temp, "STORECTL_PASSWORD_FILE": folder.file("password")]) { $1 })
+                             environment: self.environment.merging(environment) { $1 }
+                                .merging(["TMPDIR": temp, "STORECTL_PASSWORD_FILE": folder.file("password")]) { $1 })
     }
 
     func digest(_ path: String? = nil, journalMode: Bool = true) throws -> String {
@@ -71,12 +85,12 @@ final class CrashFixture: @unchecked Sendable {
 
     /// Every listed snapshot verifies, no archive is unlisted, and nothing temporary is left.
     func expectRepositoryClean(_ point: String, _ phase: String) throws {
-        guard FileSystem.kind(of: repo) == .directory else { return }
+        guard place == .s3 || FileSystem.kind(of: repo) == .directory else { return }
         let verify = try run(["snapshot", "verify", "--repo", repo, "--all"])
         #expect(verify.status == 0, "\(point) \(phase): a listed snapshot does not verify: \(verify.stdout) \(verify.stderr)")
         let listed = try SnapshotSummary.list(repository: repo, password: password)
         #expect(listed.allSatisfy { $0.damaged == nil })
-        if FileSystem.kind(of: (repo as NSString).appendingPathComponent("config")) == .file {
+        if place == .s3 || FileSystem.kind(of: (repo as NSString).appendingPathComponent("config")) == .file {
             // Format 2: every listed snapshot's blobs are indexed, every index names packs that exist.
             let check = try run(["repo", "check", "--repo", repo, "--json"])
             #expect(check.status == 0, "\(point) \(phase): repo check: \(check.stdout) \(check.stderr)")
@@ -183,14 +197,71 @@ enum Scenarios {
         fixture.extra["migrations"] = folder
     }
 
-    static func storeWithSnapshot(format: Int = 1) throws -> CrashFixture {
-        let fixture = try CrashFixture(format: format)
+    static func storeWithSnapshot(format: Int = 1, place: Place = .local) throws -> CrashFixture {
+        let fixture = try CrashFixture(format: format, place: place)
         fixture.snapshot = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password)).id
         fixture.extra["snapshotContent"] = try fixture.digest(journalMode: false)
         return fixture
     }
 
-    static let all: [CrashScenario] = formatOne + paged
+    static let all: [CrashScenario] = formatOne + paged + (Place.all.contains(.s3) ? remote : [])
+
+    /// Format 2 in a bucket: create, restore, and prune with garbage collection.
+    static let remote: [CrashScenario] = [
+        CrashScenario(
+            name: "snapshot create (S3)",
+            setup: {
+                let fixture = try storeWithSnapshot(format: 2, place: .s3)
+                try fixture.walCommits(100)
+                return fixture
+            },
+            command: { ["snapshot", "create", $0.store, "--repo", $0.repo, "--tag", "nightly"] },
+            observe: { try $0.digest() },
+            next: { fixture, index in try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index) },
+            finally: { fixture, point in
+                // The next run, alone in the repository, removed the packs the dead run never
+                // indexed, and left no unfinished upload.
+                let backend = try S3Backend(url: fixture.repo)
+                let pending = try backend.pendingUploads()
+                #expect(pending.isEmpty, "\(point): \(pending)")
+                let check = try fixture.run(["repo", "check", "--repo", fixture.repo, "--json"])
+                let report = try JSON.decoder().decode(RepositoryCheck.Report.self, from: Data(check.stdout.utf8))
+                #expect(report.notes.allSatisfy { !$0.contains("in no index") }, "\(point): \(report.notes)")
+            }),
+        CrashScenario(
+            name: "snapshot restore --to (S3)",
+            setup: { try storeWithSnapshot(format: 2, place: .s3) },
+            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--to", $0.out + "/restored.sqlite"] },
+            observe: { try $0.digest() },
+            afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point) },
+            next: { fixture, index in
+                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/again.sqlite"], index)
+            },
+            finally: { fixture, point in
+                try expectComplete(fixture.out + "/again.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
+            }),
+        CrashScenario(
+            name: "snapshot prune with garbage collection (S3)",
+            setup: {
+                let fixture = try storeWithSnapshot(format: 2, place: .s3)
+                for round in 0..<2 {
+                    let queue = try DatabaseQueue(path: fixture.store)
+                    try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ?", arguments: ["-\(round)"]) }
+                    try queue.close()
+                    _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password))
+                }
+                return fixture
+            },
+            command: { ["snapshot", "prune", "--repo", $0.repo, "--keep-last", "1"] },
+            observe: { "\(try SnapshotSummary.list(repository: $0.repo, password: $0.password).count) listed" },
+            next: { fixture, index in try ok(fixture, ["snapshot", "prune", "--repo", fixture.repo, "--keep-last", "1"], index) },
+            finally: { fixture, point in
+                let check = try fixture.run(["repo", "check", "--repo", fixture.repo, "--read-data", "--json"])
+                #expect(check.status == 0, "\(point): \(check.stdout)")
+                let report = try JSON.decoder().decode(RepositoryCheck.Report.self, from: Data(check.stdout.utf8))
+                #expect(report.notes.isEmpty, "\(point): \(report.notes)")
+            }),
+    ]
 
     /// Format 2 (encrypted pages): create, restore both ways, and prune with its garbage collection.
     static let paged: [CrashScenario] = [

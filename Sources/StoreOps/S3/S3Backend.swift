@@ -130,10 +130,7 @@ public final class S3Backend: RepositoryBackend {
             return
         }
         let object = objectKey(key)
-        let started = try client.send("CreateMultipartUpload", method: "POST", key: object, query: [("uploads", "")], what: describe(key))
-        guard started.status == 200, let uploadID = S3XML.value("UploadId", in: Substring(String(decoding: started.body, as: UTF8.self))) else {
-            throw unexpected(started, "starting the upload of", key)
-        }
+        let uploadID = try beginUpload(key)
         FaultInjection.reach("\(point).upload-started")
         do {
             var etags: [String] = []
@@ -162,6 +159,16 @@ public final class S3Backend: RepositoryBackend {
             _ = try? client.send("AbortMultipartUpload", method: "DELETE", key: object, query: [("uploadId", uploadID)], what: describe(key))
             throw error
         }
+    }
+
+    /// Starts a multipart upload of `key` and returns its id (`write` finishes it; tests leave
+    /// one unfinished, as a killed run would).
+    public func beginUpload(_ key: String) throws -> String {
+        let started = try client.send("CreateMultipartUpload", method: "POST", key: objectKey(key), query: [("uploads", "")], what: describe(key))
+        guard started.status == 200, let uploadID = S3XML.value("UploadId", in: Substring(String(decoding: started.body, as: UTF8.self))) else {
+            throw unexpected(started, "starting the upload of", key)
+        }
+        return uploadID
     }
 
     public func remove(_ key: String, point: String) throws {
@@ -198,15 +205,22 @@ public final class S3Backend: RepositoryBackend {
     /// aborted by `abortUploads`, when no one else holds the repository.)
     public func removeStale() -> [String] { [] }
 
+    /// The multipart uploads in progress under the prefix: (object key, upload id).
+    public func pendingUploads() throws -> [(key: String, id: String)] {
+        let root = prefix.isEmpty ? "" : prefix + "/"
+        let response = try client.send("ListMultipartUploads", method: "GET", key: nil, query: [("uploads", ""), ("prefix", root)], what: "\(location) uploads")
+        guard response.status == 200 else { throw unexpected(response, "listing the unfinished uploads of", "") }
+        return S3XML.blocks("Upload", in: Substring(String(decoding: response.body, as: UTF8.self))).compactMap { upload in
+            guard let key = S3XML.value("Key", in: upload), let id = S3XML.value("UploadId", in: upload) else { return nil }
+            return (key, id)
+        }
+    }
+
     /// Aborts every multipart upload in progress under the prefix: call only when no other
     /// writer can be using the repository. Returns what was aborted.
     public func abortUploads() throws -> [String] {
-        let root = prefix.isEmpty ? "" : prefix + "/"
-        let response = try client.send("ListMultipartUploads", method: "GET", key: nil, query: [("uploads", ""), ("prefix", root)], what: "\(location) uploads")
-        guard response.status == 200 else { return [] }
         var aborted: [String] = []
-        for upload in S3XML.blocks("Upload", in: Substring(String(decoding: response.body, as: UTF8.self))) {
-            guard let key = S3XML.value("Key", in: upload), let id = S3XML.value("UploadId", in: upload) else { continue }
+        for (key, id) in try pendingUploads() {
             let done = try client.send("AbortMultipartUpload", method: "DELETE", key: key, query: [("uploadId", id)], what: "s3://\(bucket)/\(key)")
             if [200, 204, 404].contains(done.status) { aborted.append("s3://\(bucket)/\(key) (unfinished upload)") }
         }

@@ -116,7 +116,7 @@ final class S3Client: Sendable {
         switch (response.status, response.code) {
         case (403, _):
             throw StoreOpsError(.wrongPassword, "access denied to the bucket \(bucket) (\(kind) \(what)): \(response.summary)",
-                                hint: "check the credentials (\(settings.credentialSource): AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and that they may read and write s3://\(bucket)")
+                                hint: "check the credentials (from \(settings.credentialSource); or AWS_PROFILE) and that they may read and write s3://\(bucket)")
         case (404, "NoSuchBucket"):
             throw StoreOpsError(.noInput, "the bucket \(bucket) does not exist at \(settings.endpoint)",
                                 hint: "create the bucket first (storectl never creates buckets), or check the name and AWS_ENDPOINT_URL_S3")

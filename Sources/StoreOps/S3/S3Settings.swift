@@ -10,7 +10,10 @@ import Foundation
 /// localhost endpoints and for buckets with dots, else virtual-hosted; `addressing_style` in the
 /// profile's `s3` section is read too), `STORECTL_S3_PARALLEL` (transfers at once, default 4),
 /// `STORECTL_S3_RETRIES` (default 6), `STORECTL_S3_TIMEOUT` (seconds without progress before a
-/// request is given up and retried, default 30).
+/// request is given up and retried, default 30), `STORECTL_S3_PART_MB` (multipart part size,
+/// default 16; objects over twice that go up in parts), `STORECTL_S3_BACKOFF_MS` (the first
+/// retry's delay ceiling, default 200; doubled each retry, up to 10 s). `STORECTL_TEST_S3_PART_BYTES` lowers the
+/// part size below S3's 5 MiB minimum, for tests on servers that allow it.
 ///
 /// The secret key and session token are never printed: `description` shows the key id only.
 public struct S3Settings: Sendable, CustomStringConvertible {
@@ -87,12 +90,23 @@ public struct S3Settings: Sendable, CustomStringConvertible {
             }
             return value
         }
-        return S3Settings(credentials: credentials, credentialSource: source, region: region, endpoint: endpoint, pathStyle: pathStyle,
+        var settings = S3Settings(credentials: credentials, credentialSource: source, region: region, endpoint: endpoint, pathStyle: pathStyle,
                           parallel: try number("STORECTL_S3_PARALLEL", 4, 1...64),
                           retries: try number("STORECTL_S3_RETRIES", 6, 0...100),
                           timeout: TimeInterval(try number("STORECTL_S3_TIMEOUT", 30, 1...3600)),
-                          multipartThreshold: try number("STORECTL_S3_MULTIPART_MB", 32, 5...5120) << 20,
-                          partSize: 16 << 20)
+                          multipartThreshold: 0, partSize: 0)
+        .withParts(try number("STORECTL_S3_PART_MB", 16, 5...5120) << 20, testBytes: env["STORECTL_TEST_S3_PART_BYTES"].flatMap { Int($0) })
+        settings.backoff = Double(try number("STORECTL_S3_BACKOFF_MS", 200, 1...60_000)) / 1000
+        return settings
+    }
+}
+
+extension S3Settings {
+    func withParts(_ bytes: Int, testBytes: Int?) -> S3Settings {
+        var copy = self
+        copy.partSize = max(1024, testBytes ?? bytes)
+        copy.multipartThreshold = 2 * copy.partSize
+        return copy
     }
 }
 

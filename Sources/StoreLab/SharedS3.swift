@@ -1,0 +1,42 @@
+import Foundation
+import StoreOps
+
+/// Where a test's repository lives: a local folder, or a prefix of a bucket on the shared
+/// SeaweedFS server. The repository tests run on both.
+public enum Place: String, Sendable, CaseIterable, CustomStringConvertible {
+    case local, s3
+    public var description: String { rawValue }
+
+    /// Both when SeaweedFS is installed (`make test` installs it and sets STORECTL_REQUIRE_S3=1,
+    /// so a missing server fails there instead of skipping).
+    public static let all: [Place] = SharedS3.wanted ? [.local, .s3] : [.local]
+}
+
+/// One SeaweedFS server for the whole test run, one bucket, a new prefix per repository (as a
+/// fleet shares a bucket). Its credentials and endpoint go into this process's environment, so
+/// the library finds them as it would in production.
+public enum SharedS3 {
+    public static let bucket = "storectl-tests"
+    public static var wanted: Bool { SeaweedServer.isAvailable || ProcessInfo.processInfo.environment["STORECTL_REQUIRE_S3"] == "1" }
+
+    static let started: Result<SeaweedServer, any Error> = Result {
+        let server = try SeaweedServer()
+        for (name, value) in server.environment() { setenv(name, value, 1) }
+        setenv("STORECTL_S3_RETRIES", "3", 1)
+        try server.createBucket(bucket)
+        return server
+    }
+
+    public static func server() throws -> SeaweedServer { try started.get() }
+
+    /// `s3://storectl-tests/<new prefix>`.
+    public static func newLocation(_ label: String = "repo") throws -> String {
+        _ = try server()
+        return "s3://\(bucket)/\(label)-\(UUID().uuidString.prefix(12).lowercased())"
+    }
+
+    /// What a storectl child process needs to reach the server.
+    public static func environment() throws -> [String: String] {
+        try server().environment().merging(["STORECTL_S3_RETRIES": "3"]) { $1 }
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// What only a bucket has: multipart uploads, conditional writes, the server going away, a
+/// network that drops and refuses requests. Everything else about S3 repositories is the format-2
+/// suite, which runs on both backends.
+@Suite("S3: a real SeaweedFS server, faults between it and storectl", .enabled(if: Place.all.contains(.s3)), .serialized)
+struct S3ServerTests {
+    func repository(_ folder: TempFolder, _ label: String = "repo") throws -> String {
+        var options = RepositoryInit.Options(location: try SharedS3.newLocation(label), format: 2, password: .file(try folder.passwordFile()))
+        options.kdfN = 1 << 10
+        return try RepositoryInit.run(options).location
+    }
+
+    func run(_ arguments: [String], _ folder: TempFolder, _ environment: [String: String] = [:]) throws -> ChildProcess.Result {
+        try ChildProcess.run(Binaries.storectl, arguments, environment: try SharedS3.environment()
+            .merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "TMPDIR": folder.path]) { $1 }.merging(environment) { $1 })
+    }
+
+    @Test("large objects go up in parts and read back whole; an immutable object is never replaced; a dead run's unfinished upload is aborted by the next run alone")
+    func multipartAndConditional() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let (bucket, prefix) = try S3Backend.parse(repo)
+        var settings = try S3Settings.resolve(bucket: bucket)
+        settings.partSize = 5 << 20
+        settings.multipartThreshold = 10 << 20
+        let backend = S3Backend(bucket: bucket, prefix: prefix, settings: settings)
+        let before = S3Traffic.sinceStart()?.requests["UploadPart"] ?? 0
+        var big = Data(count: 11 << 20)
+        big.withUnsafeMutableBytes { raw in for i in stride(from: 0, to: raw.count, by: 4096) { raw[i] = UInt8(truncatingIfNeeded: i / 4096 &* 31) } }
+        try backend.write("data/00/test-large", big, point: "test.large")
+        #expect((S3Traffic.sinceStart()?.requests["UploadPart"] ?? 0) - before == 3, "11 MiB in 5 MiB parts")
+        #expect(try backend.read("data/00/test-large") == big)
+        #expect(try backend.read("data/00/test-large", offset: 6 << 20, length: 4096) == big[(6 << 20)..<((6 << 20) + 4096)])
+        try backend.write("data/00/test-large", big, point: "test.large")   // the same bytes again: fine (a retry)
+
+        // An object that exists with other content is refused (65), never overwritten.
+        try backend.write("index/test-small", Data("one".utf8), point: "test.small")
+        try backend.write("index/test-small", Data("one".utf8), point: "test.small")
+        let clash = #expect(throws: StoreOpsError.self) { try backend.write("index/test-small", Data("three".utf8), point: "test.small") }
+        #expect(clash?.status == .badData && clash?.message.contains("already exists") == true)
+        #expect(try backend.read("index/test-small") == Data("one".utf8))
+        try backend.remove("index/test-small", point: "test.remove")
+        try backend.remove("data/00/test-large", point: "test.remove")
+
+        // A run killed mid-upload leaves an unfinished multipart upload; the next run that holds
+        // the repository alone aborts it.
+        let store = try sampleStore(in: folder, items: 200)
+        _ = try SnapshotCreate.run(store: store, options: .init(repository: repo, password: .file(try folder.passwordFile())))
+        _ = try backend.beginUpload("data/ab/unfinished")
+        #expect(try backend.pendingUploads().count == 1)
+        let created = try run(["snapshot", "create", store, "--repo", repo], folder)
+        #expect(created.status == 0, "\(created.stderr)")
+        #expect(try backend.pendingUploads().isEmpty)
+    }
+
+    @Test("the server unreachable: 74 naming the repository, after the retries; the store untouched, nothing left behind")
+    func unreachable() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let store = try sampleStore(in: folder, items: 500)
+        let digest = try Hashing.sha256(ofFile: store)
+        let closed = try SeaweedServer.freePorts(1)[0]
+        let started = Date()
+        let result = try run(["snapshot", "create", store, "--repo", repo], folder,
+                             ["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(closed)", "STORECTL_S3_RETRIES": "3", "STORECTL_S3_BACKOFF_MS": "50"])
+        #expect(result.status == 74, "\(result.stderr)")
+        #expect(result.stderr.contains("repository unreachable: \(repo)") && result.stderr.contains("connection refused"), "\(result.stderr)")
+        #expect(Date().timeIntervalSince(started) < 20)
+        #expect(try Hashing.sha256(ofFile: store) == digest)
+        #expect(leftovers(folder.path).isEmpty, "\(leftovers(folder.path))")
+        // Bad credentials: 77, naming the bucket and what to check; a missing bucket: 66.
+        let denied = try run(["snapshot", "list", "--repo", repo], folder, ["AWS_SECRET_ACCESS_KEY": "not-the-secret"])
+        #expect(denied.status == 77 && denied.stderr.contains("access denied to the bucket \(SharedS3.bucket)"), "\(denied.stderr)")
+        #expect(!denied.stderr.contains("not-the-secret") && !denied.stderr.contains(SeaweedServer.secretKey), "a secret was printed")
+        let missing = try run(["snapshot", "list", "--repo", "s3://no-such-bucket-here/x"], folder)
+        #expect(missing.status == 66 && missing.stderr.contains("does not exist"), "\(missing.stderr)")
+    }
+
+    @Test("a proxy that answers 503 SlowDown, cuts connections mid-request and loses answers to requests the server did: create and restore succeed through retries; the repository checks clean")
+    func faultyNetwork() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let store = try sampleStore(in: folder, items: 20_000)
+        let server = try SharedS3.server()
+        let proxyScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("tools/s3-fault-proxy.py").path
+        let proxy = try ChildProcess.Running("/usr/bin/env", ["python3", proxyScript, "\(server.port)", "--slowdown", "0.1", "--cut", "0.1", "--lost", "0.1", "--seed", "7"])
+        defer { proxy.signal(SIGKILL); _ = proxy.wait() }
+        var port = ""
+        let deadline = Date().addingTimeInterval(10)
+        while port.isEmpty, Date() < deadline {
+            port = proxy.stdoutSoFar.trimmingCharacters(in: .whitespacesAndNewlines)
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        try #require(!port.isEmpty, "the proxy did not start")
+        let faulty = ["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)", "STORECTL_S3_RETRIES": "12", "STORECTL_S3_BACKOFF_MS": "20", "STORECTL_S3_PARALLEL": "4"]
+        let created = try run(["snapshot", "create", store, "--repo", repo, "--json"], folder, faulty)
+        #expect(created.status == 0, "\(created.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(created.stdout.utf8)) as? [String: Any])
+        let traffic = try #require(report["s3"] as? [String: Any])
+        #expect((traffic["retries"] as? Int ?? 0) > 0, "no fault was met: \(traffic)")
+        let id = try #require(report["id"] as? String)
+        let restored = try run(["snapshot", "restore", id, "--repo", repo, "--to", folder.file("restored.sqlite")], folder, faulty)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(try logicalDigest(folder.file("restored.sqlite")) == (try logicalDigest(store)))
+        let check = try run(["repo", "check", "--repo", repo, "--read-data"], folder)
+        #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
+    }
+
+    @Test("the server killed and restarted mid-snapshot: the run completes through its retries or exits 74 with nothing listed; the next run and the check are clean")
+    func serverRestart() throws {
+        let folder = try TempFolder()
+        let server = try SeaweedServer()
+        try server.createBucket("restart")
+        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "TMPDIR": folder.path,
+                                                        "STORECTL_S3_RETRIES": "10", "STORECTL_S3_BACKOFF_MS": "300", "STORECTL_S3_TIMEOUT": "5"]) { $1 }
+        let repo = "s3://restart/repo"
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        let store = try sampleStore(in: folder, items: 30_000)
+        let create = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", store, "--repo", repo], environment: environment)
+        Thread.sleep(forTimeInterval: 0.6)
+        server.kill()
+        Thread.sleep(forTimeInterval: 1)
+        try server.restart()
+        let result = create.wait()
+        let list = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo, "--json"], environment: environment)
+        let listed = try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [Any] ?? []
+        if result.status == 0 {
+            #expect(listed.count == 1)
+        } else {
+            #expect(result.status == 74 && listed.isEmpty, "\(result.status): \(result.stderr)")
+        }
+        let again = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo], environment: environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo, "--read-data"], environment: environment)
+        #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
+        server.stop()
+    }
+}
+
+private func sampleStore(in folder: TempFolder, items: Int) throws -> String {
+    var options = SampleStore.Options()
+    options.items = items
+    options.externalFiles = 2
+    return try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
+}
+
+private func logicalDigest(_ path: String) throws -> String { try StoreState.digest(path, journalMode: false) }
+
+/// storectl's temporaries under `path`.
+private func leftovers(_ path: String) -> [String] {
+    (FileManager.default.subpaths(atPath: path) ?? []).filter { $0.contains(".tmp-storectl-") || $0.contains(".storectl-swap") }
+}

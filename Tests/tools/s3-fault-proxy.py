@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""A loopback HTTP proxy in front of an S3 server that misbehaves on purpose, per request:
+
+  --slowdown P   answer 503 SlowDown without forwarding
+  --cut P        read the request, then close the connection without an answer (reset mid-request)
+  --lost P       forward the request (the server does it), then close without an answer:
+                 the client cannot know it succeeded, and must retry safely
+Each with probability P (0..1), from a seeded random generator. Prints its port on stdout.
+
+Usage: s3-fault-proxy.py UPSTREAM_PORT [--slowdown P] [--cut P] [--lost P] [--seed N]
+"""
+import argparse, http.client, random, socket, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+args = argparse.ArgumentParser()
+args.add_argument("upstream", type=int)
+args.add_argument("--slowdown", type=float, default=0.0)
+args.add_argument("--cut", type=float, default=0.0)
+args.add_argument("--lost", type=float, default=0.0)
+args.add_argument("--seed", type=int, default=1)
+options = args.parse_args()
+rng = random.Random(options.seed)
+lock = threading.Lock()
+counts = {"forwarded": 0, "slowdown": 0, "cut": 0, "lost": 0}
+
+def pick():
+    with lock:
+        r = rng.random()
+        if r < options.slowdown: return "slowdown"
+        r -= options.slowdown
+        if r < options.cut: return "cut"
+        r -= options.cut
+        if r < options.lost: return "lost"
+        return "forwarded"
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+
+    def handle_any(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        fate = pick()
+        with lock: counts[fate] += 1
+        if fate == "cut":
+            self.rfile.read(length // 2)
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        body = self.rfile.read(length) if length else b""
+        if fate == "slowdown":
+            payload = b"<?xml version=\"1.0\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            self.send_response(503)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        upstream = http.client.HTTPConnection("127.0.0.1", options.upstream, timeout=60)
+        upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+        for name, value in self.headers.items():
+            if name.lower() not in ("connection", "keep-alive", "proxy-connection", "transfer-encoding", "expect"):
+                upstream.putheader(name, value)
+        upstream.endheaders(body if body else None)
+        response = upstream.getresponse()
+        data = response.read()
+        upstream.close()
+        if fate == "lost":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.send_response_only(response.status, response.reason)
+        for name, value in response.getheaders():
+            if name.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length"):
+                self.send_header(name, value)
+        # HEAD answers carry the object's length, with no body.
+        length = response.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data))
+        self.send_header("Content-Length", length)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+print(server.server_address[1], flush=True)
+try:
+    server.serve_forever()
+finally:
+    print(counts, file=sys.stderr, flush=True)
