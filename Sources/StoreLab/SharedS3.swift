@@ -23,9 +23,13 @@ public enum SharedS3 {
         let server = try SeaweedServer()
         for (name, value) in server.environment() { setenv(name, value, 1) }
         setenv("STORECTL_S3_RETRIES", "3", 1)
+        setenv("STORECTL_CACHE_DIR", cacheFolder, 1)
         try server.createBucket(bucket)
         return server
     }
+
+    /// The index cache of every test run's storectl (not the home folder's).
+    public static let cacheFolder = (NSTemporaryDirectory() as NSString).appendingPathComponent("storectl-test-cache-\(getpid())")
 
     public static func server() throws -> SeaweedServer { try started.get() }
 
@@ -37,6 +41,6 @@ public enum SharedS3 {
 
     /// What a storectl child process needs to reach the server.
     public static func environment() throws -> [String: String] {
-        try server().environment().merging(["STORECTL_S3_RETRIES": "3"]) { $1 }
+        try server().environment().merging(["STORECTL_S3_RETRIES": "3", "STORECTL_CACHE_DIR": cacheFolder]) { $1 }
     }
 }

@@ -9,7 +9,7 @@ struct StorectlLab: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storectl-lab",
         abstract: "Sample stores and write load for storectl's demo, tests and benchmarks.",
-        subcommands: [MakeStore.self, Writer.self, Hold.self, JobLockHold.self, Latency.self, WALCommits.self])
+        subcommands: [MakeStore.self, Writer.self, Hold.self, JobLockHold.self, Latency.self, WALCommits.self, S3Bucket.self])
 
     static func main() {
         ProcessSignals.install()
@@ -104,6 +104,16 @@ struct Latency: ParsableCommand {
 
     func run() throws {
         print(JSON.string(try WriteLoad.Stats.fromLog(log, from: from, to: to), pretty: false))
+    }
+}
+
+struct S3Bucket: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "s3-bucket", abstract: "Create a bucket (AWS_* settings, as storectl reads them): storectl itself never does.")
+
+    @Argument var name: String
+
+    func run() throws {
+        try S3Backend.createBucket(name, settings: try S3Settings.resolve(bucket: name))
     }
 }
 

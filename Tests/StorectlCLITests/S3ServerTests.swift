@@ -58,6 +58,35 @@ struct S3ServerTests {
         #expect(try backend.pendingUploads().isEmpty)
     }
 
+    @Test("indexes are read from the local cache once seen: a second snapshot GETs no index; a damaged copy is dropped and fetched again")
+    func indexCache() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let store = try sampleStore(in: folder, items: 2_000)
+        let cache = folder.file("cache")
+        func create() throws -> [String: Any] {
+            let result = try run(["snapshot", "create", store, "--repo", repo, "--json"], folder, ["STORECTL_CACHE_DIR": cache])
+            #expect(result.status == 0, "\(result.stderr)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+            return try #require(report["s3"] as? [String: Any])
+        }
+        _ = try create()
+        let second = try create()
+        #expect((second["cachedReads"] as? Int ?? 0) >= 1, "\(second)")
+        let copies = (FileManager.default.subpaths(atPath: cache) ?? []).filter { $0.contains("index_") }
+        #expect(copies.count == 1, "\(copies)")
+        // A damaged copy: dropped, the index fetched from the bucket, the snapshot made.
+        let copy = cache + "/" + copies[0]
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: copy))
+        bytes[bytes.count / 2] ^= 0xFF
+        try bytes.write(to: URL(fileURLWithPath: copy))
+        let third = try create()
+        #expect((third["cachedReads"] as? Int ?? 0) == 0, "a damaged copy was used: \(third)")
+        let fourth = try create()
+        #expect((fourth["cachedReads"] as? Int ?? 0) == 1, "the index fetched again is cached again: \(fourth)")
+        #expect(try run(["repo", "check", "--repo", repo], folder).status == 0)
+    }
+
     @Test("the server unreachable: 74 naming the repository, after the retries; the store untouched, nothing left behind")
     func unreachable() throws {
         let folder = try TempFolder()

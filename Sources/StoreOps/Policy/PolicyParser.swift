@@ -193,7 +193,7 @@ extension Policy {
         }
         section.finish(known: ["repository", "before_purge", "compression", "level", "tags", "retention", "password_file", "password_command"])
         guard let repository else { return nil }
-        return SnapshotSection(repository: resolve(repository, in: folder), beforePurge: before, compression: compression,
+        return SnapshotSection(repository: S3Backend.isS3(repository) ? repository : resolve(repository, in: folder), beforePurge: before, compression: compression,
                                level: level, tags: tags, retention: retention, passwordSource: password)
     }
 }

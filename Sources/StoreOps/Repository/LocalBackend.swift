@@ -64,6 +64,11 @@ public struct LocalBackend: RepositoryBackend {
         if FileSystem.kind(of: folder) == .missing {
             try FileSystem.makeDirectory(folder, existingOK: true, point: "\(point).folder")
             try FileSystem.sync(FileSystem.parent(of: folder), directory: true, point: "\(point).folder-sync")
+        } else {
+            // The same points either way: whether `data/<xx>` exists depends on a pack's (random)
+            // id, and a crash test kills a second run at the points a first one listed.
+            FaultInjection.reach("\(point).folder")
+            FaultInjection.reach("\(point).folder-sync")
         }
         let file = try PendingFile(finalPath: final, label: point)
         try file.write(data)

@@ -14,6 +14,7 @@ public final class S3Backend: RepositoryBackend {
     /// Without leading or trailing slashes; "" for the bucket's root.
     public let prefix: String
     let client: S3Client
+    let cache: S3IndexCache?
     public var location: String { "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)" }
     public var parallelTransfers: Int { client.settings.parallel }
 
@@ -21,6 +22,7 @@ public final class S3Backend: RepositoryBackend {
         self.bucket = bucket
         self.prefix = prefix
         self.client = S3Client(settings: settings, bucket: bucket, location: "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)")
+        self.cache = S3IndexCache(endpoint: settings.endpoint, location: "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)")
     }
 
     /// Opens `s3://BUCKET[/PREFIX]` with the settings from the environment and AWS files.
@@ -55,9 +57,16 @@ public final class S3Backend: RepositoryBackend {
     static func isMutable(_ key: String) -> Bool { key.hasPrefix("locks/") || key.hasPrefix("verified/") }
 
     public func read(_ key: String) throws -> Data? {
+        let cached = S3IndexCache.handles(key) ? cache : nil
+        if let copy = cached?.read(key) {
+            S3Traffic.cacheHit()
+            return copy
+        }
         let response = try client.send("GET", method: "GET", key: objectKey(key), what: describe(key))
         switch response.status {
-        case 200: return response.body
+        case 200:
+            cached?.store(key, response.body)
+            return response.body
         case 404: return nil
         default: throw unexpected(response, "reading", key)
         }
@@ -101,6 +110,7 @@ public final class S3Backend: RepositoryBackend {
             let response = try client.send("PUT", method: "PUT", key: objectKey(key), headers: headers, body: data, what: describe(key))
             try accept(response, key: key, size: data.count)
         }
+        if S3IndexCache.handles(key) { cache?.store(key, data) }
         FaultInjection.reach("\(point).put")
     }
 
@@ -174,6 +184,7 @@ public final class S3Backend: RepositoryBackend {
     public func remove(_ key: String, point: String) throws {
         let response = try client.send("DELETE", method: "DELETE", key: objectKey(key), what: describe(key))
         guard [200, 204, 404].contains(response.status) else { throw unexpected(response, "removing", key) }
+        if S3IndexCache.handles(key) { cache?.remove(key) }
         FaultInjection.reach(point)
     }
 
@@ -195,6 +206,7 @@ public final class S3Backend: RepositoryBackend {
             }
             token = S3XML.value("IsTruncated", in: text) == "true" ? S3XML.value("NextContinuationToken", in: text) : nil
         } while token != nil
+        if prefix == "index/" { cache?.keep(only: out.map(\.key)) }
         return out.sorted { $0.key < $1.key }
     }
 

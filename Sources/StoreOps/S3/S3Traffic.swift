@@ -9,6 +9,8 @@ public struct S3Traffic: Codable, Sendable, Equatable {
     public var retries = 0
     public var bytesSent: UInt64 = 0
     public var bytesReceived: UInt64 = 0
+    /// Index objects read from the local cache instead of the bucket.
+    public var cachedReads = 0
 
     public var totalRequests: Int { requests.values.reduce(0, +) }
 
@@ -17,8 +19,10 @@ public struct S3Traffic: Codable, Sendable, Equatable {
     /// This process's traffic so far, or nil when it never reached S3.
     public static func sinceStart() -> S3Traffic? {
         let value = current.withLock { $0 }
-        return value.requests.isEmpty ? nil : value
+        return value.requests.isEmpty && value.cachedReads == 0 ? nil : value
     }
+
+    static func cacheHit() { current.withLock { $0.cachedReads += 1 } }
 
     static func record(_ kind: String, sent: Int, received: Int, retry: Bool) {
         current.withLock {
@@ -33,6 +37,6 @@ public struct S3Traffic: Codable, Sendable, Equatable {
     public var summary: String {
         let kinds = requests.sorted { $0.value == $1.value ? $0.key < $1.key : $0.value > $1.value }.map { "\($0.key) \($0.value)" }
         return "\(Format.plural(totalRequests, "request", "requests")) (\(kinds.joined(separator: ", "))), \(Format.bytes(bytesSent)) sent, "
-            + "\(Format.bytes(bytesReceived)) received\(retries > 0 ? ", \(Format.plural(retries, "retry", "retries"))" : "")"
+            + "\(Format.bytes(bytesReceived)) received\(retries > 0 ? ", \(Format.plural(retries, "retry", "retries"))" : "")\(cachedReads > 0 ? ", \(cachedReads) indexes from the local cache" : "")"
     }
 }

@@ -45,9 +45,9 @@ public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConv
         (.badData, "bad data: corrupt store, malformed policy or archive"),
         (.noInput, "input missing or unreadable"),
         (.cannotCreate, "cannot create output"),
-        (.ioError, "I/O error (disk full included)"),
+        (.ioError, "I/O error: disk full, or a repository in object storage unreachable"),
         (.busy, "busy or locked: try later"),
-        (.wrongPassword, "wrong password: no key of the repository opens with it"),
+        (.wrongPassword, "wrong password, or access denied by the object store"),
         (ExitStatus(rawValue: 130), "interrupted (128 + signal: 130 Ctrl-C, 143 SIGTERM); temp files removed"),
     ]
 

@@ -98,6 +98,15 @@ struct PolicyTests {
     }
 
     /// Each malformed policy: exit 65, the line and key, what is expected.
+    @Test("a policy's repository may be an s3:// URL: kept as written, not made a path beside the policy")
+    func s3Repository() throws {
+        let folder = try TempFolder()
+        let path = folder.file("fleet.toml")
+        try "[store]\npath = \"Tasks.sqlite\"\n[snapshot]\nrepository = \"s3://fleet/hosts/db-7\"\npassword_file = \"pw\"\n"
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(try Policy.load(path).snapshot?.repository == "s3://fleet/hosts/db-7")
+    }
+
     @Test("malformed policies are refused with the line, the key and what is expected", arguments: [
         ("[store]\npath = \"x.sqlite\"\ncolour = \"blue\"", "3: store.colour: unknown key; expected one of: path, busy_timeout"),
         ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_at = \"D\"\ntime_format = \"unix\"\nretention = \"30\"",
