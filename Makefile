@@ -4,7 +4,7 @@
 # runtime and Foundation linked in statically: it needs only the system libraries (see `make deb`'s Depends).
 
 SWIFT    ?= swift
-PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev libzstd-dev
+PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev libzstd-dev libcurl4-openssl-dev
 # What the tests use besides: bsdtar reads exported archives; an independent decoder of repository
 # format 2 (Python's cryptography and the zstd command) checks storectl's bytes.
 TEST_PACKAGES := libarchive-tools python3 python3-cryptography python3-pip zstd

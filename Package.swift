@@ -54,7 +54,10 @@ let package = Package(
                 "CZstd",
                 "CStoreSupport",
                 "CSQLiteSink",
-            ]),
+            ],
+            // S3 repositories speak HTTP through FoundationNetworking's URLSession, which is libcurl
+            // underneath: a static release build must name it (the package then depends on libcurl4).
+            linkerSettings: [.linkedLibrary("curl", .when(platforms: [.linux]))]),
         // Sample stores and write load for the demo, the tests and the benchmarks.
         // libarchive directly: the fixtures write hostile archives (links, devices, size bombs)
         // that the library must never be able to write.

@@ -47,7 +47,7 @@ left=$(find "$root" -type f)
 make --no-print-directory deb
 deb=$(ls -t storectl_*_*.deb | awk "NR == 1")
 info=$(dpkg-deb --info "$deb")
-for pkg in libsqlite3-0 libarchive13 libzstd1 zlib1g libc6; do
+for pkg in libsqlite3-0 libarchive13 libzstd1 zlib1g libc6 libcurl4; do
   echo "$info" | grep -E '^ Depends:' | grep -q "$pkg" || fail "$deb does not depend on $pkg"
 done
 if echo "$info" | grep -E '^ Depends:' | grep -q -- '-dev'; then fail "$deb depends on a -dev package"; fi
