@@ -110,7 +110,7 @@ struct S3ServerTests {
         #expect(missing.status == 66 && missing.stderr.contains("does not exist"), "\(missing.stderr)")
     }
 
-    @Test("a proxy that answers 503 SlowDown, cuts connections mid-request and loses answers to requests the server did: create and restore succeed through retries; the repository checks clean")
+    @Test("a proxy that answers 503 SlowDown, cuts connections mid-request, damages bodies and loses answers to requests the server did: create and restore succeed through retries; the repository checks clean")
     func faultyNetwork() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
@@ -118,7 +118,7 @@ struct S3ServerTests {
         let server = try SharedS3.server()
         let proxyScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("tools/s3-fault-proxy.py").path
-        let proxy = try ChildProcess.Running("/usr/bin/env", ["python3", proxyScript, "\(server.port)", "--slowdown", "0.1", "--cut", "0.1", "--lost", "0.1", "--seed", "7"])
+        let proxy = try ChildProcess.Running("/usr/bin/env", ["python3", proxyScript, "\(server.port)", "--slowdown", "0.08", "--cut", "0.08", "--lost", "0.08", "--corrupt", "0.08", "--seed", "7"])
         defer { proxy.signal(SIGKILL); _ = proxy.wait() }
         var port = ""
         let deadline = Date().addingTimeInterval(10)

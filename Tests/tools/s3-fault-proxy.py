@@ -5,6 +5,7 @@
   --cut P        read the request, then close the connection without an answer (reset mid-request)
   --lost P       forward the request (the server does it), then close without an answer:
                  the client cannot know it succeeded, and must retry safely
+  --corrupt P    flip one byte of a PUT's body on the way (the server must refuse it)
 Each with probability P (0..1), from a seeded random generator. Prints its port on stdout.
 
 Usage: s3-fault-proxy.py UPSTREAM_PORT [--slowdown P] [--cut P] [--lost P] [--seed N]
@@ -17,11 +18,12 @@ args.add_argument("upstream", type=int)
 args.add_argument("--slowdown", type=float, default=0.0)
 args.add_argument("--cut", type=float, default=0.0)
 args.add_argument("--lost", type=float, default=0.0)
+args.add_argument("--corrupt", type=float, default=0.0)
 args.add_argument("--seed", type=int, default=1)
 options = args.parse_args()
 rng = random.Random(options.seed)
 lock = threading.Lock()
-counts = {"forwarded": 0, "slowdown": 0, "cut": 0, "lost": 0}
+counts = {"forwarded": 0, "slowdown": 0, "cut": 0, "lost": 0, "corrupt": 0}
 
 def pick():
     with lock:
@@ -31,6 +33,8 @@ def pick():
         if r < options.cut: return "cut"
         r -= options.cut
         if r < options.lost: return "lost"
+        r -= options.lost
+        if r < options.corrupt: return "corrupt"
         return "forwarded"
 
 class Handler(BaseHTTPRequestHandler):
@@ -47,6 +51,10 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         body = self.rfile.read(length) if length else b""
+        if fate == "corrupt" and body and self.command == "PUT":
+            damaged = bytearray(body)
+            damaged[len(damaged) // 2] ^= 0x5A
+            body = bytes(damaged)
         if fate == "slowdown":
             payload = b"<?xml version=\"1.0\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
             self.send_response(503)

@@ -97,6 +97,9 @@ enum PagedExtraction {
             throw StoreOpsError.posix(errno, doing: "sizing \(path)", side: .output)
         }
         let startedAt = Date()
+        // Neighbouring frames of a pack are read together (at most 4 MiB at once per lane).
+        let framesToRead = frames.map { (pack: $0.pack, frame: $0.frame) }
+        let spans = BlobLocator.spans(framesToRead)
         let next = Mutex(0)
         let written = Mutex(0)
         let failure = Mutex<(any Error)?>(nil)
@@ -106,54 +109,55 @@ enum PagedExtraction {
                 let zstd = try ZstdFrames(level: 3)
                 while failure.withLock({ $0 == nil }) {
                     let i = next.withLock { value -> Int in defer { value += 1 }; return value }
-                    guard i < frames.count else { return }
+                    guard i < spans.count else { return }
                     try ProcessSignals.checkpoint("restoring \(context)")
-                    let job = frames[i]
-                    let plain = try BlobLocator.readFrame(job.frame, pack: job.pack, repository: repository, zstd: zstd)
-                    var pages = 0
-                    // Pages that follow each other both in the frame and in the file go out in one
-                    // write (a first snapshot's frames hold runs of pages in file order).
-                    var run: (start: Int, page: UInt32, count: Int)?
-                    func flush() throws {
-                        guard let current = run else { return }
-                        try plain.withUnsafeBytes { raw in
-                            let slice = UnsafeRawBufferPointer(rebasing: raw[current.start..<(current.start + current.count * pageSize)])
-                            try FileSystem.writeAll(fd, slice, at: off_t(current.page) * off_t(pageSize), path: path)
-                        }
-                        run = nil
-                    }
-                    for (b, group) in job.wanted {
-                        let blob = job.frame.blobs[b]
-                        let start = Int(blob.offset)
-                        guard Int(blob.length) == pageSize, start + pageSize <= plain.count else {
-                            throw StoreOpsError(.badData, "\(context): a page blob lies outside its frame in pack \(repository.backend.describe(PackBuilder.key(job.pack)))",
-                                                hint: Sealer.damagedHint)
-                        }
-                        let matches = plain.withUnsafeBytes { raw in
-                            repository.sealer.contentID(UnsafeRawBufferPointer(rebasing: raw[start..<(start + pageSize)])) == blob.id
-                        }
-                        guard matches else {
-                            throw StoreOpsError(.badData, "pack \(repository.backend.describe(PackBuilder.key(job.pack))): blob \(blob.id.hex.prefix(12))… does not match its content id",
-                                                hint: Sealer.damagedHint)
-                        }
-                        var g = group
-                        while g < pagesByID.count, ids[Int(pagesByID[g])] == blob.id {
-                            let page = pagesByID[g]
-                            if let current = run, current.page + UInt32(current.count) == page, current.start + current.count * pageSize == start {
-                                run?.count += 1
-                            } else {
-                                try flush()
-                                run = (start, page, 1)
+                    try BlobLocator.read(spans[i], frames: framesToRead, repository: repository, zstd: zstd) { member, plain in
+                        let job = frames[member]
+                        var pages = 0
+                        // Pages that follow each other both in the frame and in the file go out in one
+                        // write (a first snapshot's frames hold runs of pages in file order).
+                        var run: (start: Int, page: UInt32, count: Int)?
+                        func flush() throws {
+                            guard let current = run else { return }
+                            try plain.withUnsafeBytes { raw in
+                                let slice = UnsafeRawBufferPointer(rebasing: raw[current.start..<(current.start + current.count * pageSize)])
+                                try FileSystem.writeAll(fd, slice, at: off_t(current.page) * off_t(pageSize), path: path)
                             }
-                            g += 1
-                            pages += 1
+                            run = nil
                         }
-                    }
-                    try flush()
-                    written.withLock { value in
-                        value += pages
-                        report?(ProgressUpdate(phase: "restore", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
-                                               bytes: UInt64(value) * UInt64(pageSize), startedAt: startedAt))
+                        for (b, group) in job.wanted {
+                            let blob = job.frame.blobs[b]
+                            let start = Int(blob.offset)
+                            guard Int(blob.length) == pageSize, start + pageSize <= plain.count else {
+                                throw StoreOpsError(.badData, "\(context): a page blob lies outside its frame in pack \(repository.backend.describe(PackBuilder.key(job.pack)))",
+                                                    hint: Sealer.damagedHint)
+                            }
+                            let matches = plain.withUnsafeBytes { raw in
+                                repository.sealer.contentID(UnsafeRawBufferPointer(rebasing: raw[start..<(start + pageSize)])) == blob.id
+                            }
+                            guard matches else {
+                                throw StoreOpsError(.badData, "pack \(repository.backend.describe(PackBuilder.key(job.pack))): blob \(blob.id.hex.prefix(12))… does not match its content id",
+                                                    hint: Sealer.damagedHint)
+                            }
+                            var g = group
+                            while g < pagesByID.count, ids[Int(pagesByID[g])] == blob.id {
+                                let page = pagesByID[g]
+                                if let current = run, current.page + UInt32(current.count) == page, current.start + current.count * pageSize == start {
+                                    run?.count += 1
+                                } else {
+                                    try flush()
+                                    run = (start, page, 1)
+                                }
+                                g += 1
+                                pages += 1
+                            }
+                        }
+                        try flush()
+                        written.withLock { value in
+                            value += pages
+                            report?(ProgressUpdate(phase: "restore", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
+                                                   bytes: UInt64(value) * UInt64(pageSize), startedAt: startedAt))
+                        }
                     }
                 }
             } catch {

@@ -6,8 +6,10 @@ import Foundation
 ///   `If-None-Match: *`: a second writer can never replace one. A 412 (it is there already) is
 ///   success when the object there has our size: the same content-addressed bytes a retried
 ///   request had already stored. Locks and verification notes are overwritten.
-/// - Every PUT carries `Content-MD5` and a signed `x-amz-content-sha256`, so the server rejects a
-///   body damaged on the way. Objects over `settings.multipartThreshold` go up in parts.
+/// - Every PUT carries its body's SHA-256 twice: signed (`x-amz-content-sha256`) and as
+///   `x-amz-checksum-sha256`, which the server checks, so a body damaged on the way is refused
+///   (and sent again). Parts carry `Content-MD5`. Objects over `settings.multipartThreshold` go up
+///   in parts.
 /// - An S3 PUT is atomic: the object exists whole or not at all, as the local rename gives.
 public final class S3Backend: RepositoryBackend {
     public let bucket: String
@@ -105,9 +107,9 @@ public final class S3Backend: RepositoryBackend {
         if data.count > client.settings.multipartThreshold {
             try writeInParts(key, data, point: point, conditional: conditional)
         } else {
-            var headers = ["content-md5": S3Client.contentMD5(data), "content-type": "application/octet-stream"]
+            var headers = ["content-type": "application/octet-stream"]
             if conditional { headers["if-none-match"] = "*" }
-            let response = try client.send("PUT", method: "PUT", key: objectKey(key), headers: headers, body: data, what: describe(key))
+            let response = try client.send("PUT", method: "PUT", key: objectKey(key), headers: headers, body: data, checksum: true, what: describe(key))
             try accept(response, key: key, size: data.count)
         }
         if S3IndexCache.handles(key) { cache?.store(key, data) }
@@ -125,8 +127,8 @@ public final class S3Backend: RepositoryBackend {
                                     hint: "two repositories may share this prefix by mistake: check --repo")
             }
         case 400 where response.code == "BadDigest" || response.code == "XAmzContentSHA256Mismatch":
-            throw StoreOpsError(.ioError, "\(describe(key)) was damaged on the way and the server refused it (\(response.summary))",
-                                hint: "run the command again; if it recurs, check the network path to \(client.settings.endpoint)")
+            throw StoreOpsError(.ioError, "\(describe(key)) was damaged on the way every time it was sent, and the server refused it (\(response.summary))",
+                                hint: "check the network path to \(client.settings.endpoint), then run the command again")
         default:
             throw unexpected(response, "writing", key)
         }

@@ -62,9 +62,15 @@ final class S3Client: Sendable {
     /// Sends one request, retrying what may succeed later. Returns every response that is not
     /// retried (the caller reads 200, 204, 206, 404, 412…); throws 74 when the server stays
     /// unreachable, 77 for 403, 66 when the bucket does not exist.
+    /// `checksum`: send the body's SHA-256 as `x-amz-checksum-sha256` too, which the server
+    /// checks against what it received (the signed `x-amz-content-sha256` is not checked by every
+    /// server: SeaweedFS 4.48 accepts a wrong one).
     func send(_ kind: String, method: String, key: String?, query: [(String, String)] = [], headers extra: [String: String] = [:],
-              body: Data = Data(), what: String) throws -> Response {
-        let payloadHash = body.isEmpty ? SigV4.emptyPayload : Hashing.sha256(body)
+              body: Data = Data(), checksum: Bool = false, what: String) throws -> Response {
+        let digest = Hashing.sha256Digest(body)
+        let payloadHash = body.isEmpty ? SigV4.emptyPayload : digest.map { String(format: "%02x", $0) }.joined()
+        var extra = extra
+        if checksum { extra["x-amz-checksum-sha256"] = digest.base64EncodedString() }
         let queryText = query.map { "\(SigV4.encode($0.0, slash: true))=\(SigV4.encode($0.1, slash: true))" }.joined(separator: "&")
         let urlText = "\(scheme)://\(host)\(SigV4.encode(path(key), slash: false))\(queryText.isEmpty ? "" : "?" + queryText)"
         guard let url = URL(string: urlText) else {
@@ -89,8 +95,9 @@ final class S3Client: Sendable {
             let outcome = perform(request)
             S3Traffic.record(kind, sent: body.count, received: outcome.response?.body.count ?? 0, retry: attempt > 0)
             if let response = outcome.response {
+                // BadDigest: the body was damaged on the way; it is sent again from memory.
                 let retryable = response.status >= 500 || response.status == 429 || response.status == 408
-                    || (response.status == 400 && ["RequestTimeout", "SlowDown"].contains(response.code ?? ""))
+                    || (response.status == 400 && ["RequestTimeout", "SlowDown", "BadDigest", "XAmzContentSHA256Mismatch"].contains(response.code ?? ""))
                 if !retryable { return try judge(response, kind: kind, what: what) }
                 lastProblem = response.summary
             } else {
