@@ -45,10 +45,22 @@ GIB=$(echo "scale=3; $(stat -c %s "$DB") / 1073741824" | bc -l)
 "$BIN/storectl" repo init --repo "$W/local" >/dev/null
 "$BIN/storectl" repo init --repo s3://bench/storectl >/dev/null
 
-echo; echo "== 1. first snapshot ($GIB GiB store)"
-settle; timed local "$BIN/storectl" snapshot create "$DB" --repo "$W/local"; L1=$SECS; LRSS=$RSS_MB
-settle; t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" snapshot create "$DB" --repo s3://bench/storectl --json >"$OUT/json" 2>"$OUT/err"
-S1=$(echo "$(now) - $t0" | bc -l); SRSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
+echo; echo "== 1. first snapshot ($GIB GiB store), three runs each, alternating; medians"
+LT=(); ST=()
+for run in 1 2 3; do
+  if [ "$run" -gt 1 ]; then   # fresh repositories: each run is a first snapshot
+    rm -rf "$W/local"; "$BIN/storectl" repo init --repo "$W/local" >/dev/null
+    "$BIN/storectl" repo init --repo "s3://bench/storectl-$run" >/dev/null
+    S3REPO=s3://bench/storectl-$run
+  else
+    S3REPO=s3://bench/storectl
+  fi
+  settle; timed local "$BIN/storectl" snapshot create "$DB" --repo "$W/local"; LT+=("$SECS"); LRSS=$RSS_MB
+  settle; t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" snapshot create "$DB" --repo "$S3REPO" --json >"$OUT/json" 2>"$OUT/err"
+  ST+=("$(echo "$(now) - $t0" | bc -l)"); SRSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
+  printf '  run %s: local %.2f s, S3 %.2f s\n' "$run" "${LT[-1]}" "${ST[-1]}"
+done
+L1=$(median "${LT[@]}"); S1=$(median "${ST[@]}")
 REQ1=$(field "['s3']['requests']"); UP1=$(field "['s3']['bytesSent']"); N1=$(python3 -c "import json; print(sum(json.load(open('$OUT/json'))['s3']['requests'].values()))")
 printf '  local folder  %6.2f s  peak %s MiB\n' "$L1" "$LRSS"
 printf '  S3            %6.2f s  peak %s MiB  %s MiB up, %s requests (%.0f per GiB): %s\n' "$S1" "$SRSS" "$(mib "$UP1")" "$N1" "$(echo "$N1 / $GIB" | bc -l)" "$REQ1"
