@@ -131,7 +131,9 @@ public final class SeaweedServer: @unchecked Sendable {
         try S3Backend.createBucket(name, settings: settings)
     }
 
-    static func answers(_ port: Int) -> Bool {
+    /// A TCP socket and `call` (connect or bind) on 127.0.0.1:`port`; false when either fails.
+    static func onLoopback(_ port: Int, _ call: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32,
+                           then body: (Int32) -> Bool = { _ in true }) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
@@ -139,18 +141,23 @@ public final class SeaweedServer: @unchecked Sendable {
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { return false }
-        // The gateway listens before it is ready: ask it something.
-        let request = Array("GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".utf8)
-        _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        var buffer = [UInt8](repeating: 0, count: 16)
-        var timeout = timeval(tv_sec: 2, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let n = recv(fd, &buffer, buffer.count, 0)
-        return n >= 12 && String(decoding: buffer.prefix(5), as: UTF8.self) == "HTTP/"
+        return result == 0 && body(fd)
+    }
+
+    static func answers(_ port: Int) -> Bool {
+        onLoopback(port, { connect($0, $1, $2) }) { fd in
+            // The gateway listens before it is ready: ask it something.
+            let request = Array("GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+            _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var buffer = [UInt8](repeating: 0, count: 16)
+            var timeout = timeval(tv_sec: 2, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let n = recv(fd, &buffer, buffer.count, 0)
+            return n >= 12 && String(decoding: buffer.prefix(5), as: UTF8.self) == "HTTP/"
+        }
     }
 
     /// `count` ports from 20000–45000 that are free, and whose + 10000 (weed's gRPC) are free too.
@@ -167,16 +174,5 @@ public final class SeaweedServer: @unchecked Sendable {
         return found
     }
 
-    static func isFree(_ port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
-    }
+    static func isFree(_ port: Int) -> Bool { onLoopback(port, { bind($0, $1, $2) }) }
 }

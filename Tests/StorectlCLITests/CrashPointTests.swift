@@ -206,69 +206,19 @@ enum Scenarios {
 
     static let all: [CrashScenario] = formatOne + paged + (Place.all.contains(.s3) ? remote : [])
 
-    /// Format 2 in a bucket: create, restore, and prune with garbage collection.
-    static let remote: [CrashScenario] = [
-        CrashScenario(
-            name: "snapshot create (S3)",
-            setup: {
-                let fixture = try storeWithSnapshot(format: 2, place: .s3)
-                try fixture.walCommits(100)
-                return fixture
-            },
-            command: { ["snapshot", "create", $0.store, "--repo", $0.repo, "--tag", "nightly"] },
-            observe: { try $0.digest() },
-            next: { fixture, index in try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index) },
-            finally: { fixture, point in
-                // The next run, alone in the repository, removed the packs the dead run never
-                // indexed, and left no unfinished upload.
-                let backend = try S3Backend(url: fixture.repo)
-                let pending = try backend.pendingUploads()
-                #expect(pending.isEmpty, "\(point): \(pending)")
-                let check = try fixture.run(["repo", "check", "--repo", fixture.repo, "--json"])
-                let report = try JSON.decoder().decode(RepositoryCheck.Report.self, from: Data(check.stdout.utf8))
-                #expect(report.notes.allSatisfy { !$0.contains("in no index") }, "\(point): \(report.notes)")
-            }),
-        CrashScenario(
-            name: "snapshot restore --to (S3)",
-            setup: { try storeWithSnapshot(format: 2, place: .s3) },
-            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--to", $0.out + "/restored.sqlite"] },
-            observe: { try $0.digest() },
-            afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point) },
-            next: { fixture, index in
-                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/again.sqlite"], index)
-            },
-            finally: { fixture, point in
-                try expectComplete(fixture.out + "/again.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
-            }),
-        CrashScenario(
-            name: "snapshot prune with garbage collection (S3)",
-            setup: {
-                let fixture = try storeWithSnapshot(format: 2, place: .s3)
-                for round in 0..<2 {
-                    let queue = try DatabaseQueue(path: fixture.store)
-                    try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ?", arguments: ["-\(round)"]) }
-                    try queue.close()
-                    _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password))
-                }
-                return fixture
-            },
-            command: { ["snapshot", "prune", "--repo", $0.repo, "--keep-last", "1"] },
-            observe: { "\(try SnapshotSummary.list(repository: $0.repo, password: $0.password).count) listed" },
-            next: { fixture, index in try ok(fixture, ["snapshot", "prune", "--repo", fixture.repo, "--keep-last", "1"], index) },
-            finally: { fixture, point in
-                let check = try fixture.run(["repo", "check", "--repo", fixture.repo, "--read-data", "--json"])
-                #expect(check.status == 0, "\(point): \(check.stdout)")
-                let report = try JSON.decoder().decode(RepositoryCheck.Report.self, from: Data(check.stdout.utf8))
-                #expect(report.notes.isEmpty, "\(point): \(report.notes)")
-            }),
-    ]
-
     /// Format 2 (encrypted pages): create, restore both ways, and prune with its garbage collection.
-    static let paged: [CrashScenario] = [
+    static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local)]
+
+    /// The same in a bucket (restore in place is the local code past the download).
+    static let remote: [CrashScenario] = [pagedCreate(.s3), pagedRestore(.s3), pagedPrune(.s3)]
+
+    static func label(_ place: Place) -> String { place == .s3 ? "S3" : "format 2" }
+
+    static func pagedCreate(_ place: Place) -> CrashScenario {
         CrashScenario(
-            name: "snapshot create (format 2)",
+            name: "snapshot create (\(label(place)))",
             setup: {
-                let fixture = try storeWithSnapshot(format: 2)
+                let fixture = try storeWithSnapshot(format: 2, place: place)
                 try fixture.walCommits(100)
                 return fixture
             },
@@ -276,14 +226,22 @@ enum Scenarios {
             observe: { try $0.digest() },
             next: { fixture, index in try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index) },
             finally: { fixture, point in
-                // The dead writer's packs that no index lists went with the next create.
+                // The dead writer's packs that no index lists went with the next create (and, in a
+                // bucket, no unfinished upload is left).
+                if place == .s3 {
+                    let pending = try S3Backend(url: fixture.repo).pendingUploads()
+                    #expect(pending.isEmpty, "\(point): \(pending)")
+                }
                 let check = try fixture.run(["repo", "check", "--repo", fixture.repo, "--json"])
                 let report = try JSON.decoder().decode(RepositoryCheck.Report.self, from: Data(check.stdout.utf8))
                 #expect(report.notes.allSatisfy { !$0.contains("in no index") }, "\(point): \(report.notes)")
-            }),
+            })
+    }
+
+    static func pagedRestore(_ place: Place) -> CrashScenario {
         CrashScenario(
-            name: "snapshot restore --to (format 2)",
-            setup: { try storeWithSnapshot(format: 2) },
+            name: "snapshot restore --to (\(label(place)))",
+            setup: { try storeWithSnapshot(format: 2, place: place) },
             command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--to", $0.out + "/restored.sqlite"] },
             observe: { try $0.digest() },
             afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point) },
@@ -292,29 +250,33 @@ enum Scenarios {
             },
             finally: { fixture, point in
                 try expectComplete(fixture.out + "/again.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
-            }),
+            })
+    }
+
+    static let restoreInPlace = CrashScenario(
+        name: "snapshot restore --in-place (format 2)",
+        setup: {
+            let fixture = try storeWithSnapshot(format: 2)
+            try fixture.walCommits(150)
+            try fixture.addExternalFile()
+            return fixture
+        },
+        command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
+        observe: { try $0.digest() },
+        next: { fixture, index in
+            try ok(fixture, ["recover", fixture.store], index)
+            try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
+        },
+        finally: { fixture, point in
+            let mode = try readJournalMode(fixture.store)
+            #expect(mode == "wal", "\(point): the store is no longer in WAL mode")
+        })
+
+    static func pagedPrune(_ place: Place) -> CrashScenario {
         CrashScenario(
-            name: "snapshot restore --in-place (format 2)",
+            name: "snapshot prune with garbage collection (\(label(place)))",
             setup: {
-                let fixture = try storeWithSnapshot(format: 2)
-                try fixture.walCommits(150)
-                try fixture.addExternalFile()
-                return fixture
-            },
-            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
-            observe: { try $0.digest() },
-            next: { fixture, index in
-                try ok(fixture, ["recover", fixture.store], index)
-                try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
-            },
-            finally: { fixture, point in
-                let mode = try readJournalMode(fixture.store)
-                #expect(mode == "wal", "\(point): the store is no longer in WAL mode")
-            }),
-        CrashScenario(
-            name: "snapshot prune with garbage collection (format 2)",
-            setup: {
-                let fixture = try storeWithSnapshot(format: 2)
+                let fixture = try storeWithSnapshot(format: 2, place: place)
                 // Every row rewritten twice: most pages of the first two snapshots become garbage.
                 for round in 0..<2 {
                     let queue = try DatabaseQueue(path: fixture.store)
@@ -337,8 +299,8 @@ enum Scenarios {
                 #expect(report.notes.isEmpty, "\(point): \(report.notes)")
                 let stats = try RepositoryStats.run(location: fixture.repo, password: fixture.password)
                 #expect(stats.blobsByType["page"] ?? 0 < Int(fixture.extra["pages"] ?? "") ?? 0, "\(point): no page was collected: \(stats.blobsByType)")
-            }),
-    ]
+            })
+    }
 
     static let formatOne: [CrashScenario] = [
         CrashScenario(

@@ -25,7 +25,7 @@ final class RepositoryHold: @unchecked Sendable {
             if lock.removedStale > 0 { hold.removedStray += (try? PagedGarbage.removeUnindexed(paged, ownLock: lock.key)) ?? [] }
             // Multipart uploads a dead run started never finish: abort them when no one else
             // holds the repository (a live writer's upload must be left alone).
-            if let remote = paged.backend as? S3Backend, exclusive || ((try? remote.list("locks/").count) ?? 2) == 1 {
+            if let remote = paged.backend as? S3Backend, lock.othersLive == 0 {
                 hold.removedStray += (try? remote.abortUploads()) ?? []
             }
         }

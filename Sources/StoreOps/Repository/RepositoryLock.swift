@@ -36,6 +36,8 @@ public final class RepositoryLock: @unchecked Sendable {
     private var released = false
     /// Locks of dead holders this one removed on its way in: their unfinished work may be left.
     private(set) var removedStale = 0
+    /// Live locks of others (shared or exclusive) seen when this one was taken.
+    private(set) var othersLive = 0
 
     private init(backend: any RepositoryBackend, key: String, record: Record) {
         self.backend = backend
@@ -75,6 +77,7 @@ public final class RepositoryLock: @unchecked Sendable {
     /// Other live locks that conflict with this one; stale ones are removed on the way.
     func conflicts() throws -> [Conflict] {
         var found: [Conflict] = []
+        othersLive = 0
         for (key, size) in try backend.list("locks/") where key != self.key {
             guard size < 1 << 16, let data = try backend.read(key),
                   let other = try? JSON.decoder().decode(Record.self, from: data) else {
@@ -85,6 +88,7 @@ public final class RepositoryLock: @unchecked Sendable {
                 removedStale += 1
                 continue
             }
+            othersLive += 1
             if record.exclusive || other.exclusive { found.append(Conflict(key: key, record: other)) }
         }
         return found

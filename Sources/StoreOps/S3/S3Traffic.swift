@@ -32,11 +32,4 @@ public struct S3Traffic: Codable, Sendable, Equatable {
             if retry { $0.retries += 1 }
         }
     }
-
-    /// "412 requests (PUT 380, GET 20, LIST 12), 1.2 GiB sent, 3 MiB received, 2 retries".
-    public var summary: String {
-        let kinds = requests.sorted { $0.value == $1.value ? $0.key < $1.key : $0.value > $1.value }.map { "\($0.key) \($0.value)" }
-        return "\(Format.plural(totalRequests, "request", "requests")) (\(kinds.joined(separator: ", "))), \(Format.bytes(bytesSent)) sent, "
-            + "\(Format.bytes(bytesReceived)) received\(retries > 0 ? ", \(Format.plural(retries, "retry", "retries"))" : "")\(cachedReads > 0 ? ", \(cachedReads) indexes from the local cache" : "")"
-    }
 }

@@ -45,26 +45,26 @@ public struct SigV4: Sendable {
     /// request's path before encoding (`/bucket/key`).
     public func authorization(method: String, path: String, query: [(String, String)], headers: [String: String],
                               payloadHash: String) -> String {
-        let (signed, signature) = sign(method: method, path: path, query: query, headers: headers, payloadHash: payloadHash)
-        let scope = credentialScope(date: headers["x-amz-date"] ?? "")
+        let (signed, scope, signature) = sign(method: method, path: path, query: query, headers: headers, payloadHash: payloadHash)
         return "AWS4-HMAC-SHA256 Credential=\(credentials.accessKey)/\(scope),SignedHeaders=\(signed),Signature=\(signature)"
     }
 
     func credentialScope(date: String) -> String { "\(date.prefix(8))/\(region)/\(service)/aws4_request" }
 
-    /// (signed header names, signature hex).
+    /// (signed header names, credential scope, signature hex).
     func sign(method: String, path: String, query: [(String, String)], headers: [String: String],
-              payloadHash: String) -> (String, String) {
+              payloadHash: String) -> (String, String, String) {
         let canonical = canonicalRequest(method: method, path: path, query: query, headers: headers, payloadHash: payloadHash)
         let amzDate = headers.first { $0.key.lowercased() == "x-amz-date" }?.value ?? ""
-        let toSign = ["AWS4-HMAC-SHA256", amzDate, credentialScope(date: amzDate),
+        let scope = credentialScope(date: amzDate)
+        let toSign = ["AWS4-HMAC-SHA256", amzDate, scope,
                       Hashing.sha256(Data(canonical.request.utf8))].joined(separator: "\n")
         var key = SymmetricKey(data: Data("AWS4\(credentials.secretKey)".utf8))
         for part in [String(amzDate.prefix(8)), region, service, "aws4_request"] {
             key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Data(part.utf8), using: key)))
         }
         let signature = HMAC<SHA256>.authenticationCode(for: Data(toSign.utf8), using: key)
-        return (canonical.signedHeaders, signature.map { String(format: "%02x", $0) }.joined())
+        return (canonical.signedHeaders, scope, signature.map { String(format: "%02x", $0) }.joined())
     }
 
     func canonicalRequest(method: String, path: String, query: [(String, String)], headers: [String: String],
