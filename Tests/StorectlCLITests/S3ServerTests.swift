@@ -87,6 +87,34 @@ struct S3ServerTests {
         #expect(try run(["repo", "check", "--repo", repo], folder).status == 0)
     }
 
+    @Test("bad input for a bucket repository: each a clear message and its status, nothing written")
+    func badInput() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let backend = try S3Backend(url: repo)
+        let before = try backend.list("").map(\.key)
+        let cases: [([String], [String: String], Int32, String)] = [
+            (["repo", "init", "--repo", repo], [:], 73, "already a storectl repository"),
+            (["repo", "init", "--repo", repo + "/../x"], [:], 64, "may not hold . or .. segments"),
+            (["repo", "init", "--format", "1", "--repo", "s3://\(SharedS3.bucket)/format-one"], [:], 64, "a repository in a bucket is format 2"),
+            (["snapshot", "list", "--repo", repo], ["STORECTL_S3_ADDRESSING": "sideways"], 64, "STORECTL_S3_ADDRESSING=sideways"),
+            (["snapshot", "list", "--repo", repo], ["STORECTL_S3_PARALLEL": "0"], 64, "STORECTL_S3_PARALLEL=0"),
+            (["snapshot", "list", "--repo", repo], ["AWS_ENDPOINT_URL_S3": "ftp://host/path"], 64, "not an http:// or https:// URL"),
+            (["snapshot", "list", "--repo", "s3://Bad_Bucket/x"], [:], 64, "is not an S3 bucket name"),
+        ]
+        for (arguments, environment, status, message) in cases {
+            let result = try run(arguments, folder, environment)
+            #expect(result.status == status && result.stderr.contains(message), "\(arguments) \(environment): \(result.status) \(result.stderr)")
+        }
+        // A prefix holding something else is not made a repository.
+        let other = "s3://\(SharedS3.bucket)/not-empty-\(UUID().uuidString.prefix(8).lowercased())"
+        try S3Backend(url: other).write("photos/1.jpg", Data("jpeg".utf8), point: "test.write")
+        let refused = try run(["repo", "init", "--repo", other], folder)
+        #expect(refused.status == 73 && refused.stderr.contains("is not empty (it holds photos/1.jpg)"), "\(refused.stderr)")
+        #expect(try S3Backend(url: other).list("").map(\.key) == ["photos/1.jpg"])
+        #expect(try backend.list("").map(\.key) == before, "nothing written to the repository")
+    }
+
     @Test("the server unreachable: 74 naming the repository, after the retries; the store untouched, nothing left behind")
     func unreachable() throws {
         let folder = try TempFolder()

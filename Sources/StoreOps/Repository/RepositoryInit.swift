@@ -30,15 +30,15 @@ public enum RepositoryInit {
     /// - Throws: 73 when something is already there, 64 for a bad format or an empty password.
     public static func run(_ options: Options) throws -> Result {
         switch options.format {
-        case 1:
-            // Format 1 is never encrypted: each snapshot is a plain .tar.zst any tool can read.
-            let repository = try SnapshotRepository.create(options.location)
-            return Result(location: repository.path, format: 1, encrypted: false, id: nil, keyID: nil)
         case 2 where S3Backend.isS3(options.location):
             return try initializeRemote(options)
         case 1 where S3Backend.isS3(options.location):
             throw StoreOpsError(.usage, "--format 1 keeps one archive per snapshot in a folder; a repository in a bucket is format 2",
                                 hint: "drop --format 1, or give --repo a folder")
+        case 1:
+            // Format 1 is never encrypted: each snapshot is a plain .tar.zst any tool can read.
+            let repository = try SnapshotRepository.create(options.location)
+            return Result(location: repository.path, format: 1, encrypted: false, id: nil, keyID: nil)
         case 2:
             let absolute = FileSystem.absolute(options.location)
             let kind = try checkTarget(absolute)
