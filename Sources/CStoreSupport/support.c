@@ -85,10 +85,12 @@ int storectl_sync_file_range(int fd, long long offset, long long length, int wai
 #endif
 }
 
-void storectl_limit_malloc_arenas(int arenas) {
+void storectl_tune_malloc(int arenas, int mmap_threshold) {
 #if defined(__GLIBC__)
     mallopt(M_ARENA_MAX, arenas);
+    mallopt(M_MMAP_THRESHOLD, mmap_threshold);
 #else
     (void)arenas;
+    (void)mmap_threshold;
 #endif
 }

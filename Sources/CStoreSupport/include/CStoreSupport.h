@@ -15,7 +15,8 @@ int storectl_sync_file_range(int fd, long long offset, long long length, int wai
 /// previous handler (Swift's backtracer) and raise the signal again.
 void storectl_install_crash_report(void);
 
-/// Caps glibc's malloc arenas (mallopt M_ARENA_MAX); a no-op elsewhere.
-void storectl_limit_malloc_arenas(int arenas);
+/// Caps glibc's malloc arenas (mallopt M_ARENA_MAX) and fixes the size from which blocks are
+/// mmapped (M_MMAP_THRESHOLD: freed big blocks go back to the system at once); a no-op elsewhere.
+void storectl_tune_malloc(int arenas, int mmap_threshold);
 
 #endif

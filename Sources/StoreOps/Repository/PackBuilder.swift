@@ -22,6 +22,15 @@ struct SealedFrame: Sendable {
         return SealedFrame(sealed: sealed, rawLength: UInt32(raw.count), blobs: entries)
     }
 
+    /// The same, for pages of one size laid end to end in `pages` (no copy before compression).
+    static func make(pages: Data, ids: [ContentID], zstd: ZstdFrames, sealer: Sealer) throws -> SealedFrame {
+        let size = ids.isEmpty ? 0 : pages.count / ids.count
+        let entries = ids.enumerated().map { BlobEntry(type: .page, id: $1, offset: UInt32($0 * size), length: UInt32(size)) }
+        let compressed = try pages.withUnsafeBytes { try zstd.compress($0) }
+        let sealed = try sealer.seal(compressed, as: FrameEntry.identity(ids))
+        return SealedFrame(sealed: sealed, rawLength: UInt32(pages.count), blobs: entries)
+    }
+
     /// The same, for blobs held as `Data`.
     static func make(blobs: [(BlobType, ContentID, Data)], zstd: ZstdFrames, sealer: Sealer) throws -> SealedFrame {
         var raw = Data()
@@ -51,14 +60,18 @@ struct PackBuilder {
 
     private(set) var body = Data()
     private(set) var contents = PackContents()
+    /// The pack's id is hashed as frames arrive, so finishing a pack costs only its header.
+    private var hasher = SHA256()
 
     var isEmpty: Bool { contents.frames.isEmpty }
     var isFull: Bool { body.count >= Self.targetBytes }
 
     mutating func add(_ frame: SealedFrame) {
+        if body.isEmpty { body.reserveCapacity(Self.targetBytes + Self.targetBytes / 4) }
         contents.frames.append(FrameEntry(offset: UInt64(body.count), sealedLength: UInt32(frame.sealed.count),
                                           rawLength: frame.rawLength, blobs: frame.blobs))
         body.append(frame.sealed)
+        hasher.update(data: frame.sealed)
     }
 
     /// The finished pack: its id, bytes and contents; the builder is empty again.
@@ -66,17 +79,20 @@ struct PackBuilder {
         var header = BinaryWriter()
         header.magic(Self.headerMagic)
         contents.encode(into: &header)
-        let sealedHeader = try sealer.seal(header.data, as: Self.headerIdentity)
-        var pack = body
-        pack.append(sealedHeader)
+        var tail = try sealer.seal(header.data, as: Self.headerIdentity)
         var trailer = BinaryWriter()
-        trailer.u32(UInt32(sealedHeader.count))
+        trailer.u32(UInt32(tail.count))
         trailer.magic(Self.trailerMagic)
-        pack.append(trailer.data)
-        let id = SHA256.hash(data: pack).withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
+        tail.append(trailer.data)
+        hasher.update(data: tail)
+        let id = hasher.finalize().withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
+        // Taken out of the builder first, so appending the tail does not copy the pack.
+        var pack = Data()
+        swap(&pack, &body)
+        pack.append(tail)
         let finished = (id, pack, contents)
-        body = Data()
         contents = PackContents()
+        hasher = SHA256()
         return finished
     }
 

@@ -7,9 +7,9 @@ import Foundation
 /// durable.
 ///
 /// Packs and indexes are written (and fsynced) in the background while the workers go on hashing
-/// and compressing: one at a time into a folder, `parallelTransfers` at once into a bucket (4 by
-/// default), so at most that many finished packs (4 MiB each) wait. An index is written only
-/// after every pack before it is durable (a barrier), and nothing else meanwhile.
+/// and compressing, `parallelTransfers` at once (4 by default, into a folder or a bucket), so at
+/// most that many finished packs (4 MiB each) wait. An index is written only after every pack
+/// before it is durable (a barrier), and nothing else meanwhile.
 final class PackWriter: @unchecked Sendable {
     let repository: PagedRepository
     let indexEvery: Int
@@ -83,13 +83,24 @@ final class PackWriter: @unchecked Sendable {
     func settle() { io.sync(flags: .barrier) {} }
 
     /// Writes the object in the background; a `barrier` write (an index) waits for everything
-    /// submitted before it. Nothing more is written once a write failed.
+    /// submitted before it. Nothing more is written once a write failed. The bytes are let go
+    /// once the backend has staged them (a folder: in a temp file), before the slow, durable half
+    /// (fsyncs, or the upload), so waiting writes cost no memory.
     private func submit(_ key: String, _ data: Data, point: String, barrier: Bool) {
+        final class Bytes: @unchecked Sendable {
+            var data: Data?
+            init(_ data: Data) { self.data = data }
+            func take() -> Data { defer { data = nil }; return data ?? Data() }
+        }
+        let bytes = Bytes(data)
         ioSlots.wait()
         io.async(flags: barrier ? .barrier : []) {
             defer { self.ioSlots.signal() }
             guard self.ioFailure.withLock({ self.ioError == nil }) else { return }
-            do { try self.repository.backend.write(key, data, point: point) } catch {
+            do {
+                let staged = try self.repository.backend.stage(key, bytes.take(), point: point)
+                try staged.commit()
+            } catch {
                 self.ioFailure.withLock { if self.ioError == nil { self.ioError = error } }
             }
         }

@@ -136,8 +136,11 @@ extension PageMap {
     /// pages that changed (an entry whose page is back to the base's content dropped); past
     /// `rebaseAfter` entries, or without a parent, the map gets a new base (chunks equal to the
     /// parent's are shared).
+    ///
+    /// The map's blobs go to `emit` one at a time as they are made (a new base of a 1 GiB store
+    /// is 8 MiB of ids: never held whole).
     static func next(ids: [ContentID], pageSize: Int, changed: Bitset, parent: (ref: PageMapRef, loaded: Loaded)?,
-                     contentID: (Data) -> ContentID) -> (ref: PageMapRef, blobs: [(type: BlobType, id: ContentID, data: Data)]) {
+                     contentID: (Data) -> ContentID, emit: (BlobType, ContentID, Data) throws -> Void) rethrows -> PageMapRef {
         let pageCount = ids.count
         let digest = ids.withUnsafeBufferPointer { PageMap.digest($0) }
         if let parent, parent.ref.pageSize == pageSize, parent.ref.chunkPages == chunkPages, parent.ref.baseCount > 0 {
@@ -155,26 +158,25 @@ extension PageMap {
             }
             if entries.count <= rebaseAfter(pageCount) {
                 let sorted = entries.sorted { $0.key < $1.key }.map { (page: $0.key, id: $0.value) }
-                var blobs: [(type: BlobType, id: ContentID, data: Data)] = []
                 var deltaID: ContentID?
                 if !sorted.isEmpty {
                     let data = encodeDelta(sorted)
                     let id = contentID(data)
                     deltaID = id
-                    blobs.append((.mapDelta, id, data))
+                    try emit(.mapDelta, id, data)
                 }
-                let ref = PageMapRef(pageSize: pageSize, pageCount: pageCount, chunkPages: chunkPages, baseCount: parent.ref.baseCount,
-                                     base: parent.ref.base, delta: deltaID, deltaCount: sorted.count, digest: digest)
-                return (ref, blobs)
+                return PageMapRef(pageSize: pageSize, pageCount: pageCount, chunkPages: chunkPages, baseCount: parent.ref.baseCount,
+                                  base: parent.ref.base, delta: deltaID, deltaCount: sorted.count, digest: digest)
             }
         }
-        var blobs: [(type: BlobType, id: ContentID, data: Data)] = []
+        var base: [ContentID] = []
         for start in stride(from: 0, to: pageCount, by: chunkPages) {
             let data = encodeChunk(ids[start..<min(pageCount, start + chunkPages)])
-            blobs.append((.mapChunk, contentID(data), data))
+            let id = contentID(data)
+            base.append(id)
+            try emit(.mapChunk, id, data)
         }
-        let ref = PageMapRef(pageSize: pageSize, pageCount: pageCount, chunkPages: chunkPages, baseCount: pageCount,
-                             base: blobs.map(\.id), delta: nil, deltaCount: 0, digest: digest)
-        return (ref, blobs)
+        return PageMapRef(pageSize: pageSize, pageCount: pageCount, chunkPages: chunkPages, baseCount: pageCount,
+                          base: base, delta: nil, deltaCount: 0, digest: digest)
     }
 }

@@ -37,9 +37,10 @@ final class PageStream: @unchecked Sendable {
     // The backup thread's batch.
     private var batch = Data()
     private var batchPages: [UInt32] = []
-    // New pages gathered across batches for the next frame (under `lock`).
-    private var gathered: [(id: ContentID, bytes: Data)] = []
-    private var gatheredBytes = 0
+    // New pages gathered across batches for the next frame (under `lock`): their bytes end to
+    // end, copied once from the batch, and their ids.
+    private var gathered = Data()
+    private var gatheredIDs: [ContentID] = []
     private let queue = DispatchQueue(label: "storectl.page-stream", attributes: .concurrent)
     private let group = DispatchGroup()
     private let slots = DispatchSemaphore(value: PageStream.maxInFlight)
@@ -106,11 +107,8 @@ final class PageStream: @unchecked Sendable {
         dispatch()
         group.wait()
         if let failure = error { throw failure }
-        let rest = lock.withLock { () -> [(id: ContentID, bytes: Data)] in
-            defer { gathered = []; gatheredBytes = 0 }
-            return gathered
-        }
-        try compress(rest)
+        let rest = lock.withLock { takeGathered() }
+        try compress(rest.bytes, ids: rest.ids)
     }
 
     // MARK: - Workers
@@ -121,7 +119,7 @@ final class PageStream: @unchecked Sendable {
             (0..<pages.count).map { i in sealer.contentID(UnsafeRawBufferPointer(rebasing: raw[(i * size)..<((i + 1) * size)])) }
         }
         var store: [Int] = []
-        var full: [(id: ContentID, bytes: Data)] = []
+        var full: (bytes: Data, ids: [ContentID])?
         lock.withLock {
             for (i, page) in pages.enumerated() {
                 let p = Int(page)
@@ -139,25 +137,30 @@ final class PageStream: @unchecked Sendable {
                 }
             }
             storedPages += store.count
-            for i in store {
-                gathered.append((pageIDs[i], data.subdata(in: (data.startIndex + i * size)..<(data.startIndex + (i + 1) * size))))
-                gatheredBytes += size
+            if !store.isEmpty, gathered.isEmpty { gathered.reserveCapacity(Self.frameBytes + Self.batchBytes) }
+            data.withUnsafeBytes { raw in
+                for i in store {
+                    gathered.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[(i * size)..<((i + 1) * size)]))
+                    gatheredIDs.append(pageIDs[i])
+                }
             }
-            if gatheredBytes >= Self.frameBytes {
-                full = gathered
-                gathered = []
-                gatheredBytes = 0
-            }
+            if gathered.count >= Self.frameBytes { full = takeGathered() }
         }
-        try compress(full)
+        if let full { try compress(full.bytes, ids: full.ids) }
     }
 
-    /// Compresses and seals new pages as one frame and hands it to the pack writer.
-    private func compress(_ pages: [(id: ContentID, bytes: Data)]) throws {
-        guard !pages.isEmpty else { return }
+    private func takeGathered() -> (bytes: Data, ids: [ContentID]) {
+        defer { gathered = Data(); gatheredIDs = [] }
+        return (gathered, gatheredIDs)
+    }
+
+    /// Compresses and seals new pages (`bytes`: the pages end to end) as one frame and hands it
+    /// to the pack writer.
+    private func compress(_ bytes: Data, ids: [ContentID]) throws {
+        guard !ids.isEmpty else { return }
         let zstd = try takeCompressor()
         defer { lock.withLock { compressors.append(zstd) } }
-        try writer.add(try SealedFrame.make(blobs: pages.map { (BlobType.page, $0.id, $0.bytes) }, zstd: zstd, sealer: sealer))
+        try writer.add(try SealedFrame.make(pages: bytes, ids: ids, zstd: zstd, sealer: sealer))
     }
 
     private func takeCompressor() throws -> ZstdFrames {
@@ -167,13 +170,19 @@ final class PageStream: @unchecked Sendable {
 
     // MARK: - After the copy
 
-    /// The final ids of pages 1…`pageCount`, after checking that every one of them arrived.
+    /// The final ids of pages 1…`pageCount`, after checking that every one of them arrived
+    /// (once: the stream gives up its map).
     func finalIDs(pageCount: Int) throws -> [ContentID] {
         try lock.withLock {
             for p in 1...max(1, pageCount) where pageCount > 0 && !receivedPages[p] {
                 throw StoreOpsError(.failure, "the streamed copy never received page \(p) of \(pageCount); nothing was recorded")
             }
-            var final = Array(ids.prefix(pageCount))
+            // Moved out, not copied (32 bytes a page); the table is no longer needed either.
+            var final: [ContentID] = []
+            swap(&final, &ids)
+            table = PageTable(pages: 0)
+            compressors = []
+            if final.count > pageCount { final.removeLast(final.count - pageCount) }
             if final.count < pageCount { final += [ContentID](repeating: .zero, count: pageCount - final.count) }
             return final
         }

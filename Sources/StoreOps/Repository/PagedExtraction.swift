@@ -104,7 +104,7 @@ enum PagedExtraction {
         let written = Mutex(0)
         let failure = Mutex<(any Error)?>(nil)
         // Two lanes on a folder (one per core); a bucket's transfers in parallel, to its bound.
-        onLanes(max(2, repository.backend.parallelTransfers)) { _ in
+        onLanes(repository.backend.parallelReads) { _ in
             do {
                 let zstd = try ZstdFrames(level: 3)
                 while failure.withLock({ $0 == nil }) {

@@ -236,14 +236,13 @@ final class PagedSnapshotWork {
     /// Map blobs, the last pack and index, then the sealed record: the snapshot counts.
     func commit() throws {
         guard let copied, let verification else { throw StoreOpsError(.failure, "nothing was copied") }
-        let (map, mapBlobs) = PageMap.next(ids: finalIDs, pageSize: pageSize, changed: stream?.changed ?? Bitset(count: 0),
-                                           parent: parent.flatMap { p in parentMap.map { (p.pages, $0) } },
-                                           contentID: { self.repository.sealer.contentID($0) })
         let existing = Set(parent?.pages.blobs ?? [])
         let zstd = try ZstdFrames(level: level)
-        for blob in mapBlobs where !existing.contains(blob.id) {
-            let frame = try blob.data.withUnsafeBytes { try SealedFrame.make([(blob.type, blob.id, $0)], zstd: zstd, sealer: repository.sealer) }
-            try writer.add(frame)
+        let map = try PageMap.next(ids: finalIDs, pageSize: pageSize, changed: stream?.changed ?? Bitset(count: 0),
+                                   parent: parent.flatMap { p in parentMap.map { (p.pages, $0) } },
+                                   contentID: { self.repository.sealer.contentID($0) }) { type, id, data in
+            guard !existing.contains(id) else { return }
+            try writer.add(try data.withUnsafeBytes { try SealedFrame.make([(type, id, $0)], zstd: zstd, sealer: repository.sealer) })
         }
         try writer.finish()
         let externalRecords = files.map { Manifest.FileRecord(path: $0.path, bytes: $0.bytes, sha256: $0.sha256) }

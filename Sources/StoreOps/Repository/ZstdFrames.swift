@@ -23,16 +23,16 @@ final class ZstdFrames {
     }
 
     func compress(_ input: UnsafeRawBufferPointer) throws -> Data {
+        // Into uninitialised memory (a `Data(count:)` would zero the whole bound first), handed
+        // to the `Data` without a copy.
         let bound = ZSTD_compressBound(input.count)
-        var out = Data(count: bound)
-        let written = out.withUnsafeMutableBytes { buffer in
-            ZSTD_compress2(compressor, buffer.baseAddress, bound, input.baseAddress, input.count)
-        }
+        guard let buffer = malloc(max(1, bound)) else { throw StoreOpsError(.failure, "zstd: out of memory") }
+        let written = ZSTD_compress2(compressor, buffer, bound, input.baseAddress, input.count)
         guard ZSTD_isError(written) == 0 else {
+            free(buffer)
             throw StoreOpsError(.failure, "zstd: \(String(cString: ZSTD_getErrorName(written)))")
         }
-        out.count = written
-        return out
+        return Data(bytesNoCopy: realloc(buffer, max(1, written)) ?? buffer, count: written, deallocator: .free)
     }
 
     /// Decompresses a frame that must hold exactly `rawLength` bytes; anything else is damage

@@ -19,6 +19,7 @@ public final class S3Backend: RepositoryBackend {
     let cache: S3IndexCache?
     public var location: String { "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)" }
     public var parallelTransfers: Int { client.settings.parallel }
+    public var parallelReads: Int { max(2, client.settings.parallel) }
 
     public init(bucket: String, prefix: String, settings: S3Settings) {
         self.bucket = bucket
