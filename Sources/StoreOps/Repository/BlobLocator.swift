@@ -72,7 +72,7 @@ enum BlobLocator {
         for member in span.members {
             let frame = frames[member].frame
             let start = data.startIndex + Int(frame.offset - span.offset)
-            let sealed = data.subdata(in: start..<(start + Int(frame.sealedLength)))
+            let sealed = data[start..<(start + Int(frame.sealedLength))]
             try body(member, try openFrame(sealed, frame: frame, pack: span.pack, repository: repository, zstd: zstd))
         }
     }

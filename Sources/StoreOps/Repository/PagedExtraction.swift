@@ -1,3 +1,4 @@
+import CStoreSupport
 import Crypto
 import Foundation
 import Synchronization
@@ -102,6 +103,7 @@ enum PagedExtraction {
         let spans = BlobLocator.spans(framesToRead)
         let next = Mutex(0)
         let written = Mutex(0)
+        let writeBehindPages = max(1, (32 << 20) / pageSize)
         let failure = Mutex<(any Error)?>(nil)
         // Two lanes on a folder (one per core); a bucket's transfers in parallel, to its bound.
         onLanes(repository.backend.parallelReads) { _ in
@@ -153,11 +155,16 @@ enum PagedExtraction {
                             }
                         }
                         try flush()
-                        written.withLock { value in
+                        let flushNow = written.withLock { value -> Bool in
+                            let before = value
                             value += pages
                             report?(ProgressUpdate(phase: "restore", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
                                                    bytes: UInt64(value) * UInt64(pageSize), startedAt: startedAt))
+                            return before / writeBehindPages != value / writeBehindPages
                         }
+                        // Write-behind: start the disk on what is written so far (pages land in any
+                        // order), so the final fsync does not flush the whole database at once.
+                        if flushNow { _ = storectl_sync_file_range(fd, 0, 0, 0) }
                     }
                 }
             } catch {

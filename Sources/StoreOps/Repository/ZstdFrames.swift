@@ -38,12 +38,12 @@ final class ZstdFrames {
     /// Decompresses a frame that must hold exactly `rawLength` bytes; anything else is damage
     /// (exit 65 naming `what`).
     func decompress(_ input: Data, rawLength: Int, what: String) throws -> Data {
-        var out = Data(count: rawLength)
-        let produced = out.withUnsafeMutableBytes { buffer in
-            input.withUnsafeBytes { source in
-                ZSTD_decompressDCtx(decompressor, buffer.baseAddress, rawLength, source.baseAddress, source.count)
-            }
+        // Into uninitialised memory, as `compress` does: zstd writes every byte it reports.
+        guard let buffer = malloc(max(1, rawLength)) else { throw StoreOpsError(.failure, "zstd: out of memory") }
+        let produced = input.withUnsafeBytes { source in
+            ZSTD_decompressDCtx(decompressor, buffer, rawLength, source.baseAddress, source.count)
         }
+        let out = Data(bytesNoCopy: buffer, count: ZSTD_isError(produced) == 0 ? min(produced, rawLength) : 0, deallocator: .free)
         guard ZSTD_isError(produced) == 0, produced == rawLength else {
             let why = ZSTD_isError(produced) != 0 ? String(cString: ZSTD_getErrorName(produced)) : "\(produced) bytes instead of \(rawLength)"
             throw StoreOpsError(.badData, "\(what) does not decompress (\(why)); it is damaged", hint: Sealer.damagedHint)
