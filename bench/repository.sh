@@ -121,7 +121,7 @@ printf '%-62s %6.2f  <= 0.50\n' "5,000 updates: time / (.backup + borg fixed 4 K
 printf '%-62s %6s  <  1 MiB\n' "unchanged store: added" "$(mib "${A3[s2]}") MiB"
 printf '%-62s %6.2f  <= 0.50\n' "unchanged store: time / first snapshot's" "$(r "${T3[s2]}" "${T1[s2]}")"
 printf '%-62s %6.2f  <= 1.00\n' "restore of the 10th: format 2 / format 1 restore" "$(r "$S2R" "$S1R")"
-printf '%-62s %6s  <= %s MiB (64 MiB + 48 B x %s pages)\n' "peak memory, first snapshot" "${M1[s2]}" "$(echo "64 + 48 * $PAGES / 1048576" | bc)" "$PAGES"
+printf '%-62s %6s  <= %s MiB (64 MiB + 48 B x %s pages)\n' "peak memory, first snapshot" "${M1[s2]}" "$(echo "scale=1; 64 + 48 * $PAGES / 1048576" | bc)" "$PAGES"
 printf '%-62s %6.2f  <= 1.10\n' "encryption on / off (first snapshot)" "$(r "${T1[s2]}" "${T1[s2plain]}")"
 GOT=$(find "$W/out/restic" -name Tasks.sqlite -exec sha256sum {} \; | cut -d' ' -f1)
 [ "$GOT" = "$EXPECT" ] || echo "  (restic restored other bytes?)"

@@ -28,7 +28,7 @@ final class PageSink {
         // No journal (nothing to roll back: a failed copy is simply not recorded), a small cache
         // (pages leave for the stream as the cache fills), no fsync (there is no file).
         for pragma in ["PRAGMA page_size = \(pageSize)", "PRAGMA journal_mode = OFF", "PRAGMA synchronous = OFF",
-                       "PRAGMA cache_size = -2048", "PRAGMA locking_mode = EXCLUSIVE"] {
+                       "PRAGMA cache_size = -512", "PRAGMA locking_mode = EXCLUSIVE"] {
             guard sqlite3_exec(handle, pragma, nil, nil, nil) == SQLITE_OK else {
                 throw StoreOpsError(.failure, "setting up the page sink (\(pragma)): \(String(cString: sqlite3_errmsg(handle)))")
             }
