@@ -49,7 +49,15 @@ final class PackWriter: @unchecked Sendable {
 
     /// The 8-byte prefixes of every blob this writer took (written, or in the pack being filled), sorted.
     func blobsTaken() -> [UInt64] {
-        lock.withLock { taken.sorted() }
+        lock.withLock {
+            taken.sort()   // in place: at 8 bytes a blob, a sorted copy would be a second map's worth
+            return taken
+        }
+    }
+
+    /// Reserves room for `blobs` entries of `blobsTaken` (untouched room costs no memory).
+    func expect(blobs: Int) {
+        lock.withLock { taken.reserveCapacity(taken.count + blobs) }
     }
 
     /// Writes what is left: the last pack and an index of every pack not yet indexed.

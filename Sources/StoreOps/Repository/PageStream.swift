@@ -10,8 +10,9 @@ import Foundation
 /// parent's at the same number is unchanged and costs nothing; a page whose content is anywhere
 /// else in the parent or already in this run (`PageTable`) is not stored again.
 ///
-/// Memory: 32 bytes a page for the map, 16 for the table, at most `maxInFlight` batches of
-/// `batchBytes`, and the new pages being gathered into the next frame.
+/// Memory: 32 bytes a page for the map, 8–16 for the table, 8 for each new page the writer took,
+/// at most `maxInFlight` batches of `batchBytes`, and the new pages being gathered into the next
+/// frame.
 final class PageStream: @unchecked Sendable {
     let sealer: Sealer
     let writer: PackWriter
@@ -57,6 +58,7 @@ final class PageStream: @unchecked Sendable {
         let pages = max(parent.count, expectedPages) + 16
         if ids.count < pages { ids += [ContentID](repeating: .zero, count: pages - ids.count) }
         table = PageTable(pages: pages)
+        writer.expect(blobs: pages)
         ids.withUnsafeBufferPointer { buffer in
             for (i, id) in parent.enumerated() where table.find(id, in: buffer) == nil {
                 table.insert(id, page: UInt32(i + 1), ids: buffer)

@@ -119,8 +119,16 @@ final class PagedSnapshotWork {
             }
             guard let page1 = sink.page1() else { throw StoreOpsError(.failure, "the streamed copy of \(store.path) has no page 1") }
             _ = page1.withUnsafeBytes { stream.receive(page: 1, bytes: $0) }
+            let pageCount = sink.pageCount(pageSize: info.pageSize)
+            // The lock-byte page (the page holding byte 2^30) of a store over 1 GiB: SQLite never
+            // writes it, so the backup never copies it (https://sqlite.org/fileformat2.html#lockbyte).
+            // The map records it as zeros, which is what a copy made by the backup API holds.
+            let lockBytePage = LockState.pendingByte / info.pageSize + 1
+            if pageCount >= lockBytePage {
+                _ = [UInt8](repeating: 0, count: info.pageSize).withUnsafeBytes { stream.receive(page: UInt32(lockBytePage), bytes: $0) }
+            }
             try stream.drain()
-            finalIDs = try stream.finalIDs(pageCount: sink.pageCount(pageSize: info.pageSize))
+            finalIDs = try stream.finalIDs(pageCount: pageCount)
             try checkSource(src, parallel: parallel.result())
         }
     }

@@ -424,6 +424,34 @@ struct PagedRepositoryTests {
         #expect(created.record.verify.ok)
     }
 
+    @Test("a store over 1 GiB: its lock-byte page, which SQLite never writes and the backup never copies, is recorded as zeros; the snapshot restores and verifies")
+    func lockBytePage() throws {
+        // 64 KiB pages keep it to ~19,000 pages; two 600 MB blobs of zeros put the file past 2^30
+        // bytes, where the lock-byte page is page 2^30 / 65536 + 1 = 16385.
+        let fixture = try PagedFixture(items: 200, externalFiles: 0)
+        let big = fixture.folder.file("Big.sqlite")
+        let queue = try DatabaseQueue(path: big)
+        try queue.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA page_size = 65536; PRAGMA journal_mode = DELETE; PRAGMA synchronous = OFF")
+            try db.execute(sql: "CREATE TABLE blobs(id INTEGER PRIMARY KEY, body BLOB)")
+            for id in 1...2 { try db.execute(sql: "INSERT INTO blobs(id, body) VALUES (?, zeroblob(600000000))", arguments: [id]) }
+            try db.execute(sql: "INSERT INTO blobs(id, body) VALUES (3, 'after the lock-byte page')")
+        }
+        try queue.close()
+        let pages = Int(try #require(FileSystem.size(of: big))) / 65536
+        #expect(pages > 16385, "\(pages) pages")
+        let created = try fixture.create(store: big)
+        let restored = try fixture.restore(created.id, to: "restored.sqlite")
+        #expect(try readStore(restored) { try String.fetchOne($0, sql: "SELECT body FROM blobs WHERE id = 3") } == "after the lock-byte page")
+        #expect(try readStore(restored) { try String.fetchOne($0, sql: "PRAGMA quick_check") } == "ok")
+        #expect(FileSystem.size(of: restored) == FileSystem.size(of: big))
+        let handle = try #require(FileHandle(forReadingAtPath: restored))
+        try handle.seek(toOffset: 1 << 30)
+        #expect(try handle.read(upToCount: 65536) == Data(count: 65536), "the lock-byte page holds zeros")
+        try handle.close()
+        #expect(try fixture.verify([created.id]).allSatisfy(\.ok))
+    }
+
     @Test("a lost index: prune and the cleanup after a dead writer remove no pack a snapshot needs; repair indexes it again", arguments: Place.all)
     func lostIndex(place: Place) throws {
         let fixture = try PagedFixture(items: 5_000, place: place)
