@@ -204,6 +204,15 @@ enum Scenarios {
         return fixture
     }
 
+    /// What a restore in place replaces: a store with a snapshot, then commits still in its
+    /// `-wal` and an external-data file the snapshot does not have.
+    static func storeChangedSinceSnapshot(format: Int = 1) throws -> CrashFixture {
+        let fixture = try storeWithSnapshot(format: format)
+        try fixture.walCommits(150)
+        try fixture.addExternalFile()
+        return fixture
+    }
+
     static let all: [CrashScenario] = formatOne + paged + (Place.all.contains(.s3) ? remote : [])
 
     /// Format 2 (encrypted pages): create, restore both ways, and prune with its garbage collection.
@@ -255,12 +264,7 @@ enum Scenarios {
 
     static let restoreInPlace = CrashScenario(
         name: "snapshot restore --in-place (format 2)",
-        setup: {
-            let fixture = try storeWithSnapshot(format: 2)
-            try fixture.walCommits(150)
-            try fixture.addExternalFile()
-            return fixture
-        },
+        setup: { try storeChangedSinceSnapshot(format: 2) },
         command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
         observe: { try $0.digest() },
         next: { fixture, index in
@@ -359,12 +363,7 @@ enum Scenarios {
             }),
         CrashScenario(
             name: "snapshot restore --in-place",
-            setup: {
-                let fixture = try storeWithSnapshot()
-                try fixture.walCommits(150)
-                try fixture.addExternalFile()
-                return fixture
-            },
+            setup: { try storeChangedSinceSnapshot() },
             command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
             observe: { try $0.digest() },
             next: { fixture, index in

@@ -77,6 +77,21 @@ enum BlobLocator {
         }
     }
 
+    /// Reads every frame of `pack` (neighbours in one read) and checks every blob in it against
+    /// its id; `frameDone` follows each frame. Throws at the first problem (65).
+    static func checkPack(_ pack: ContentID, frames: [FrameEntry], repository: PagedRepository, zstd: ZstdFrames,
+                          frameDone: (FrameEntry) -> Void = { _ in }) throws {
+        let what = "pack \(repository.backend.describe(PackBuilder.key(pack)))"
+        let located = frames.map { (pack: pack, frame: $0) }
+        for span in spans(located) {
+            try read(span, frames: located, repository: repository, zstd: zstd) { member, plain in
+                let frame = located[member].frame
+                for blob in frame.blobs { _ = try extract(blob, from: plain, sealer: repository.sealer, what: what) }
+                frameDone(frame)
+            }
+        }
+    }
+
     /// The blob's bytes inside its frame's plaintext, checked against its id.
     static func extract(_ blob: BlobEntry, from plain: Data, sealer: Sealer, what: String) throws -> Data {
         let start = plain.startIndex + Int(blob.offset)

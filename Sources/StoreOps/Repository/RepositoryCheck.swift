@@ -153,17 +153,8 @@ public enum RepositoryCheck {
                 try ProcessSignals.checkpoint("checking \(repository.location)")
                 // Neighbouring frames in one read (one request per 4 MiB in a bucket); the first
                 // problem of a pack ends its reading.
-                let frames = contents.frames.map { (pack: pack, frame: $0) }
                 do {
-                    for span in BlobLocator.spans(frames) {
-                        try BlobLocator.read(span, frames: frames, repository: repository, zstd: zstd) { member, plain in
-                            done += UInt64(frames[member].frame.sealedLength)
-                            for blob in frames[member].frame.blobs {
-                                _ = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
-                                                            what: "pack \(repository.backend.describe(PackBuilder.key(pack)))")
-                            }
-                        }
-                    }
+                    try BlobLocator.checkPack(pack, frames: contents.frames, repository: repository, zstd: zstd) { done += UInt64($0.sealedLength) }
                 } catch let error as StoreOpsError where error.status == .badData {
                     report.problems.append(error.message)
                 }

@@ -17,15 +17,17 @@ public final class S3Backend: RepositoryBackend {
     public let prefix: String
     let client: S3Client
     let cache: S3IndexCache?
-    public var location: String { "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)" }
+    public let location: String
     public var parallelTransfers: Int { client.settings.parallel }
     public var parallelReads: Int { max(2, client.settings.parallel) }
 
     public init(bucket: String, prefix: String, settings: S3Settings) {
         self.bucket = bucket
         self.prefix = prefix
-        self.client = S3Client(settings: settings, bucket: bucket, location: "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)")
-        self.cache = S3IndexCache(endpoint: settings.endpoint, location: "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)")
+        let location = "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)"
+        self.location = location
+        self.client = S3Client(settings: settings, bucket: bucket, location: location)
+        self.cache = S3IndexCache(endpoint: settings.endpoint, location: location)
     }
 
     /// Opens `s3://BUCKET[/PREFIX]` with the settings from the environment and AWS files.

@@ -124,12 +124,8 @@ public enum SnapshotVerify {
             let zstd = try ZstdFrames(level: 3)
             for key in packs {
                 guard let pack = ContentID(hex: FileSystem.name(of: key)) else { continue }
-                let frames = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer).frames.map { (pack: pack, frame: $0) }
-                for span in BlobLocator.spans(frames) {
-                    try BlobLocator.read(span, frames: frames, repository: repository, zstd: zstd) { member, plain in
-                        for blob in frames[member].frame.blobs { _ = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer, what: "pack \(key)") }
-                    }
-                }
+                let frames = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer).frames
+                try BlobLocator.checkPack(pack, frames: frames, repository: repository, zstd: zstd)
             }
             return nil
         } catch let error as StoreOpsError where error.status == .badData {
