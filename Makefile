@@ -7,7 +7,8 @@ SWIFT    ?= swift
 PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev libzstd-dev libcurl4-openssl-dev
 # What the tests use besides: bsdtar reads exported archives; an independent decoder of repository
 # format 2 (Python's cryptography and the zstd command) checks storectl's bytes.
-TEST_PACKAGES := libarchive-tools python3 python3-cryptography python3-pip zstd
+# gdb prints the stacks of a hung test run (see TEST_WATCHDOG).
+TEST_PACKAGES := libarchive-tools python3 python3-cryptography python3-pip zstd gdb
 BIN      := .build/debug
 DEMO     := demo
 
@@ -49,9 +50,12 @@ $(WEED):
 
 seaweedfs: $(WEED)
 
+# A run still going after TEST_WATCHDOG seconds prints every thread's stack and fails (the suite
+# takes 6 to 9 minutes on 2 cores); a child process running over 600 s is killed the same way.
+TEST_WATCHDOG ?= 1500
 test: deps $(WEED)
 	$(SWIFT) build --build-tests
-	STORECTL_REQUIRE_S3=1 STORECTL_WEED=$(CURDIR)/$(WEED) $(SWIFT) test
+	STORECTL_REQUIRE_S3=1 STORECTL_WEED=$(CURDIR)/$(WEED) STORECTL_TEST_WATCHDOG=$(TEST_WATCHDOG) $(SWIFT) test
 
 # A Core Data-shaped WAL store (200,000 items, a fifth soft-deleted, external data), an app writing
 # to it every 2 ms, and storectl preflight + backup running against it while it writes.

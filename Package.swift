@@ -65,6 +65,7 @@ let package = Package(
             name: "StoreLab",
             dependencies: [
                 "StoreOps",
+                "CStoreSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 "CLibArchive",
             ]),

@@ -94,3 +94,71 @@ void storectl_tune_malloc(int arenas, int mmap_threshold) {
     (void)mmap_threshold;
 #endif
 }
+
+#include <spawn.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+int storectl_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                   const char *out_path, const char *err_path, int *pid_out) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int rc = posix_spawn_file_actions_init(&actions);
+    if (rc != 0) return rc;
+    rc = posix_spawnattr_init(&attributes);
+    if (rc != 0) { posix_spawn_file_actions_destroy(&actions); return rc; }
+    if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 1, out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 2, err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 29))
+    if (rc == 0 && cwd != NULL) rc = posix_spawn_file_actions_addchdir_np(&actions, cwd);
+#else
+    if (rc == 0 && cwd != NULL) rc = ENOSYS;
+#endif
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    int reset[] = { SIGHUP, SIGINT, SIGQUIT, SIGPIPE, SIGALRM, SIGTERM, SIGCHLD, SIGUSR1, SIGUSR2 };
+    for (unsigned i = 0; i < sizeof reset / sizeof reset[0]; i++) sigaddset(&defaults, reset[i]);
+    if (rc == 0) rc = posix_spawnattr_setsigmask(&attributes, &none);
+    if (rc == 0) rc = posix_spawnattr_setsigdefault(&attributes, &defaults);
+    if (rc == 0) rc = posix_spawnattr_setpgroup(&attributes, 0);
+    if (rc == 0) rc = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+    pid_t pid = 0;
+    if (rc == 0) rc = posix_spawn(&pid, path, &actions, &attributes, argv, envp);
+    if (rc == 0) *pid_out = pid;
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    return rc;
+}
+
+static int reap_now(int pid, int *status) {
+    int r;
+    do { r = waitpid(pid, status, WNOHANG); } while (r < 0 && errno == EINTR);
+    return r == pid ? 1 : (r < 0 ? -1 : 0);
+}
+
+int storectl_wait_child(int pid, int timeout_ms, int *status) {
+    int r = reap_now(pid, status);
+    if (r != 0 || timeout_ms == 0) return r;
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+        struct pollfd watch = { .fd = fd, .events = POLLIN, .revents = 0 };
+        int n;
+        do { n = poll(&watch, 1, timeout_ms); } while (n < 0 && errno == EINTR);
+        close(fd);
+        return reap_now(pid, status);
+    }
+#endif
+    for (long waited = 0; timeout_ms < 0 || waited < timeout_ms; waited += 2) {
+        usleep(2000);
+        r = reap_now(pid, status);
+        if (r != 0) return r;
+    }
+    return 0;
+}

@@ -15,7 +15,7 @@ public final class SeaweedServer: @unchecked Sendable {
 
     public let port: Int
     public let folder: TempFolder
-    private var process: Process?
+    private var watcher: ChildProcess.Running?
     private let ports: [Int]
 
     /// `weed`: `STORECTL_WEED`, else `.build-tools/seaweedfs/bin/weed` (what `make test`
@@ -73,13 +73,7 @@ public final class SeaweedServer: @unchecked Sendable {
         let script = "\(quoted) >>'\(folder.file("weed.log"))' 2>&1 & w=$!; echo $w >'\(folder.file("weed.pid"))'; "
             + "while kill -0 \(getpid()) 2>/dev/null && kill -0 $w 2>/dev/null; do sleep 1; done; kill -9 $w 2>/dev/null"
         try? FileManager.default.removeItem(atPath: folder.file("weed.pid"))
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", script]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        self.process = process
+        watcher = try ChildProcess.Running("/bin/sh", ["-c", script])
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
             if Self.answers(port) { return }
@@ -102,8 +96,8 @@ public final class SeaweedServer: @unchecked Sendable {
             let deadline = Date().addingTimeInterval(5)
             while Foundation.kill(pid, 0) == 0, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
         }
-        process?.waitUntilExit()
-        process = nil
+        _ = watcher?.wait()
+        watcher = nil
     }
 
     public func restart() throws {

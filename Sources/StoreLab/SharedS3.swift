@@ -13,17 +13,21 @@ public enum Place: String, Sendable, CaseIterable, CustomStringConvertible {
 }
 
 /// One SeaweedFS server for the whole test run, one bucket, a new prefix per repository (as a
-/// fleet shares a bucket). Its credentials and endpoint go into this process's environment, so
-/// the library finds them as it would in production.
+/// fleet shares a bucket). Its credentials and endpoint go into `S3Settings.overrides`, which the
+/// library reads over the environment, as it reads the environment in production.
 public enum SharedS3 {
     public static let bucket = "storectl-tests"
     public static var wanted: Bool { SeaweedServer.isAvailable || ProcessInfo.processInfo.environment["STORECTL_REQUIRE_S3"] == "1" }
 
     static let started: Result<SeaweedServer, any Error> = Result {
         let server = try SeaweedServer()
-        for (name, value) in server.environment() { setenv(name, value, 1) }
-        setenv("STORECTL_S3_RETRIES", "3", 1)
-        setenv("STORECTL_CACHE_DIR", cacheFolder, 1)
+        // Not setenv: other threads read the environment meanwhile (spawning children), and
+        // glibc's setenv may move it under them.
+        S3Settings.overrides.withLock {
+            $0.merge(server.environment()) { $1 }
+            $0["STORECTL_S3_RETRIES"] = "3"
+            $0["STORECTL_CACHE_DIR"] = cacheFolder
+        }
         try server.createBucket(bucket)
         return server
     }

@@ -1,11 +1,14 @@
+import CStoreSupport
 import Foundation
 import StoreOps
+import Synchronization
 
 /// A temporary folder, removed when the value goes away.
 public final class TempFolder: @unchecked Sendable {
     public let path: String
 
     public init(_ label: String = "storectl-test") throws {
+        TestWatchdog.arm()
         let base = (NSTemporaryDirectory() as NSString).appendingPathComponent("\(label)-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         path = FileSystem.absolute(base)
@@ -77,41 +80,103 @@ public enum ChildProcess {
     }
 
     /// A child process running in the background.
+    ///
+    /// Started with posix_spawn and waited for with waitpid, not with Foundation's `Process`:
+    /// on Linux, `Process` learns that a child exited when a socket it handed the child reaches
+    /// end-of-file, so a child that another thread spawned at the same moment can inherit that
+    /// socket and keep it open, and `waitUntilExit` then waits for the wrong process (for ever,
+    /// when that one is the SeaweedFS server shared by the whole run). Here a child inherits no
+    /// descriptor beyond 0, 1 and 2, and waiting asks the kernel about the child itself.
     public final class Running: @unchecked Sendable {
-        public let process = Process()
+        public let pid: Int32
+        public let executable: String
+        public let arguments: [String]
         private let out: TempFolder
+        private let reaped = Mutex<Int32?>(nil)
 
         public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
                     currentDirectory: String? = nil) throws {
-            out = try TempFolder("storectl-child")
-            _ = FileManager.default.createFile(atPath: out.file("stdout"), contents: nil)
-            _ = FileManager.default.createFile(atPath: out.file("stderr"), contents: nil)
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
-            if let environment {
-                process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+            self.executable = executable
+            self.arguments = arguments
+            let out = try TempFolder("storectl-child")
+            self.out = out
+            var variables = ProcessInfo.processInfo.environment
+            if let environment { variables.merge(environment) { $1 } }
+            let argv = [executable] + arguments
+            let envp = variables.map { "\($0.key)=\($0.value)" }
+            var pid: Int32 = 0
+            let rc = withCStrings(argv) { argv in
+                withCStrings(envp) { envp in
+                    storectl_spawn(executable, argv, envp, currentDirectory, out.file("stdout"), out.file("stderr"), &pid)
+                }
             }
-            if let currentDirectory { process.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
-            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out.file("stdout")))
-            process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: out.file("stderr")))
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
+            guard rc == 0 else {
+                throw StoreOpsError(.noInput, "cannot start \(executable): \(String(cString: strerror(rc)))")
+            }
+            self.pid = pid
         }
-
-        public var pid: Int32 { process.processIdentifier }
 
         /// What the child has printed on stdout so far.
         public var stdoutSoFar: String { (try? String(contentsOfFile: out.file("stdout"), encoding: .utf8)) ?? "" }
 
-        public func signal(_ number: Int32) { kill(process.processIdentifier, number) }
-
-        public func wait() -> Result {
-            process.waitUntilExit()
-            let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
-            return Result(status: status,
-                          stdout: (try? String(contentsOfFile: out.file("stdout"), encoding: .utf8)) ?? "",
-                          stderr: (try? String(contentsOfFile: out.file("stderr"), encoding: .utf8)) ?? "")
+        public func signal(_ number: Int32) {
+            if isRunning { kill(pid, number) }
         }
+
+        /// False once the child has exited.
+        public var isRunning: Bool { status(waitingMilliseconds: 0) == nil }
+
+        /// The child's status (its exit code, or 128 + the signal that ended it) once it has
+        /// exited, waiting up to `waitingMilliseconds` (-1: no limit); nil while it runs.
+        private func status(waitingMilliseconds: Int32) -> Int32? {
+            if let known = reaped.withLock({ $0 }) { return known }
+            var raw: Int32 = 0
+            switch storectl_wait_child(pid, waitingMilliseconds, &raw) {
+            case 1:
+                let code = (raw & 0x7f) == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
+                return reaped.withLock { value in
+                    if value == nil { value = code }
+                    return value
+                }
+            case 0:
+                return nil
+            default:
+                // Reaped meanwhile by another thread waiting on this child: its answer.
+                return reaped.withLock { $0 } ?? 255
+            }
+        }
+
+        /// Waits for the child to exit. A child still running after `ChildProcess.deadline` seconds
+        /// is a hang, not a slow run: its threads' stacks are printed (so a CI log says where it
+        /// hung), it is killed, and the result says so in `stderr` (status 137).
+        public func wait() -> Result {
+            var hung = false
+            var code = status(waitingMilliseconds: Int32(ChildProcess.deadline * 1000))
+            if code == nil {
+                hung = true
+                TestWatchdog.report("a child ran longer than \(Int(ChildProcess.deadline)) s: \(executable) \(arguments.joined(separator: " "))",
+                                    pids: [pid])
+                kill(pid, SIGKILL)
+                code = status(waitingMilliseconds: -1)
+            }
+            return Result(status: code ?? 255,
+                          stdout: (try? String(contentsOfFile: out.file("stdout"), encoding: .utf8)) ?? "",
+                          stderr: ((try? String(contentsOfFile: out.file("stderr"), encoding: .utf8)) ?? "")
+                            + (hung ? "\n[test harness: killed after \(Int(ChildProcess.deadline)) s]" : ""))
+        }
+    }
+
+    /// Runs `body` with `strings` as a NULL-terminated array of C strings.
+    static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+        let pointers = strings.map { strdup($0) } + [nil]
+        defer { for pointer in pointers { free(pointer) } }
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
+    }
+
+    /// How long a child may run before the tests call it hung: `STORECTL_TEST_CHILD_DEADLINE`
+    /// seconds, 600 by default (the longest child of the suite takes about 15 s).
+    public static var deadline: TimeInterval {
+        ProcessInfo.processInfo.environment["STORECTL_TEST_CHILD_DEADLINE"].flatMap(TimeInterval.init) ?? 600
     }
 
     /// Waits until `path` exists (a child's "ready" file), up to `timeout` seconds.
@@ -147,4 +212,77 @@ public enum Binaries {
 public func snapshotCount(_ repository: String) -> Int {
     let password = ((repository as NSString).deletingLastPathComponent as NSString).appendingPathComponent("password")
     return (try? SnapshotSummary.list(repository: repository, password: .file(password)))?.count ?? 0
+}
+
+/// Turns a hung test run into a failed one that says where it hung. Armed by the first
+/// `TempFolder` when `STORECTL_TEST_WATCHDOG` names a number of seconds (`make test` sets it):
+/// when the run is still going after that long, every thread of this process and of its children
+/// is printed (with gdb when it is installed, else the kernel's wait channels) and the process
+/// exits with status 1. A CI job then ends with a failure and a stack, not a silent time-out.
+public enum TestWatchdog {
+    private static let armed: Void = {
+        guard let text = ProcessInfo.processInfo.environment["STORECTL_TEST_WATCHDOG"], let seconds = Double(text), seconds > 0 else { return }
+        let thread = Thread {
+            Thread.sleep(forTimeInterval: seconds)
+            // This process's threads, and those of its storectl children (not SeaweedFS's).
+            let children = descendants(of: getpid()).filter {
+                ((try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8)) ?? "").hasPrefix("storectl")
+            }
+            report("the test run is still going after \(Int(seconds)) s (STORECTL_TEST_WATCHDOG)", pids: [getpid()] + children)
+            exit(1)
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }()
+
+    public static func arm() { _ = armed }
+
+    /// Prints `why`, the process tree, and every thread's stack of each of `pids`, on stderr.
+    public static func report(_ why: String, pids: [Int32]) {
+        var text = "\n=== storectl tests: \(why)\n"
+        if let tree = try? ChildProcess.run("/bin/ps", ["-e", "-o", "pid,ppid,stat,etime,wchan:20,args", "--forest"]) { text += tree.stdout }
+        FileHandle.standardError.write(Data(text.utf8))
+        let gdb = ["/usr/bin/gdb", "/usr/local/bin/gdb"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        for pid in pids {
+            var stacks = "=== threads of \(pid)\n"
+            if let gdb, let result = try? runBriefly(gdb, ["-p", "\(pid)", "-batch", "-nx", "-ex", "set pagination off", "-ex", "thread apply all bt 30"]) {
+                stacks += result
+            } else {
+                let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+                for task in tasks.sorted() {
+                    let wchan = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/wchan", encoding: .utf8)) ?? "?"
+                    let name = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8)) ?? "?"
+                    stacks += "  \(task) \(name.trimmingCharacters(in: .whitespacesAndNewlines)) waits in \(wchan)\n"
+                }
+            }
+            FileHandle.standardError.write(Data(stacks.utf8))
+        }
+    }
+
+    /// gdb attached from this process (it would stop us if we waited on it without a limit).
+    private static func runBriefly(_ executable: String, _ arguments: [String]) throws -> String {
+        let running = try ChildProcess.Running(executable, arguments)
+        let deadline = Date().addingTimeInterval(120)
+        while running.isRunning, Date() < deadline { usleep(20_000) }
+        running.signal(SIGKILL)
+        _ = running.wait()
+        return running.stdoutSoFar
+    }
+
+    static func descendants(of root: Int32) -> [Int32] {
+        var parents: [Int32: [Int32]] = [:]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = Int32(entry),
+                  let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 1, let parent = Int32(fields[1]) { parents[parent, default: []].append(pid) }
+        }
+        var found: [Int32] = []
+        var queue = [root]
+        while let next = queue.popLast() {
+            for child in parents[next] ?? [] { found.append(child); queue.append(child) }
+        }
+        return found
+    }
 }

@@ -19,4 +19,18 @@ void storectl_install_crash_report(void);
 /// mmapped (M_MMAP_THRESHOLD: freed big blocks go back to the system at once); a no-op elsewhere.
 void storectl_tune_malloc(int arenas, int mmap_threshold);
 
+/// Starts `path` with `argv` and `envp` (NULL-terminated) in its own process group, in `cwd`
+/// when not NULL, stdin from /dev/null, stdout and stderr into the files `out_path` and
+/// `err_path` (created or truncated; /dev/null when NULL). The child inherits no other file
+/// descriptor (closefrom(3) in the child, so none opened meanwhile by another thread either),
+/// no blocked signal, and default handlers for the usual termination signals. Returns 0 and the
+/// pid in `pid_out`, or an errno value.
+int storectl_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                   const char *out_path, const char *err_path, int *pid_out);
+
+/// Waits up to `timeout_ms` (-1: no limit) for the child `pid` to exit and reaps it. Returns 1
+/// with its wait status in `status`, 0 when it is still running, -1 with errno (ECHILD: not a
+/// child of ours, or already reaped). Uses pidfd_open(2) when the kernel has it.
+int storectl_wait_child(int pid, int timeout_ms, int *status);
+
 #endif

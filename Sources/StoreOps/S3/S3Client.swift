@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -135,13 +136,12 @@ final class S3Client: Sendable {
         }
     }
 
-    private final class Box: @unchecked Sendable {
-        var response: Response?
-        var error: String?
-    }
+    /// How long one request may take in all before it is given up as timed out, even if the HTTP
+    /// layer never answers (its own timeouts are per idle period and per resource).
+    var hardLimit: TimeInterval { max(600, settings.timeout * 20) + 60 }
 
     private func perform(_ request: URLRequest) -> (response: Response?, error: String?) {
-        let box = Box()
+        let outcome = Mutex<(response: Response?, error: String?)>((nil, nil))
         let done = DispatchSemaphore(value: 0)
         let task = session.dataTask(with: request) { data, response, error in
             if let http = response as? HTTPURLResponse, error == nil {
@@ -149,15 +149,24 @@ final class S3Client: Sendable {
                 for (name, value) in http.allHeaderFields {
                     if let name = name as? String, let value = value as? String { headers[name.lowercased()] = value }
                 }
-                box.response = Response(status: http.statusCode, headers: headers, body: data ?? Data())
+                let answer = Response(status: http.statusCode, headers: headers, body: data ?? Data())
+                outcome.withLock { $0.response = answer }
             } else {
-                box.error = error.map { Self.describe($0) } ?? "no HTTP response"
+                let problem = error.map { Self.describe($0) } ?? "no HTTP response"
+                outcome.withLock { $0.error = problem }
             }
             done.signal()
         }
         task.resume()
-        done.wait()
-        return (box.response, box.error)
+        // A request whose completion never comes must not hang the run: give it up (a retry
+        // follows, or exit 74), whatever the HTTP layer does later.
+        if done.wait(timeout: .now() + hardLimit) == .timedOut {
+            task.cancel()
+            if done.wait(timeout: .now() + 5) == .timedOut {
+                return (nil, "no answer within \(Int(hardLimit)) s")
+            }
+        }
+        return outcome.withLock { ($0.response, $0.error) }
     }
 
     static func describe(_ error: any Error) -> String {

@@ -15,7 +15,7 @@ import Foundation
 struct S3IndexCache: Sendable {
     let folder: String
 
-    init?(endpoint: String, location: String, environment: [String: String] = ProcessInfo.processInfo.environment) {
+    init?(endpoint: String, location: String, environment: [String: String] = S3Settings.environment) {
         let base: String
         if let explicit = environment["STORECTL_CACHE_DIR"], !explicit.isEmpty {
             guard explicit != "off" else { return nil }

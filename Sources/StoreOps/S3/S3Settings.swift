@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Where an `s3://` repository lives and how to reach it, read the way AWS's own tools read it:
 /// environment first (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
@@ -38,8 +39,20 @@ public struct S3Settings: Sendable, CustomStringConvertible {
         "endpoint \(endpoint), region \(region), \(pathStyle ? "path-style" : "virtual-hosted"), key \(credentials.accessKey) (\(credentialSource))"
     }
 
+    /// Settings a program embedding the library supplies instead of the process environment
+    /// (credentials, endpoint, `STORECTL_S3_*`, `STORECTL_CACHE_DIR`): read over it wherever
+    /// the S3 settings are resolved. Changing the environment itself (`setenv`) while other
+    /// threads run is a data race in glibc (a reader can crash on a reallocated `environ`); this
+    /// is not. The tests give their shared server's credentials this way.
+    public static let overrides = Mutex<[String: String]>([:])
+
+    /// The process environment with `overrides` over it.
+    public static var environment: [String: String] {
+        ProcessInfo.processInfo.environment.merging(overrides.withLock { $0 }) { $1 }
+    }
+
     /// - Throws: 64 when no credentials are found or a setting is malformed.
-    public static func resolve(bucket: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> S3Settings {
+    public static func resolve(bucket: String, environment: [String: String] = S3Settings.environment) throws -> S3Settings {
         let env = environment.filter { !$0.value.isEmpty }
         let home = env["HOME"] ?? NSHomeDirectory()
         let profile = env["AWS_PROFILE"] ?? env["AWS_DEFAULT_PROFILE"] ?? "default"
