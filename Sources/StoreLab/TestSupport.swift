@@ -229,7 +229,7 @@ public enum TestWatchdog {
                 ((try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8)) ?? "").hasPrefix("storectl")
             }
             report("the test run is still going after \(Int(seconds)) s (STORECTL_TEST_WATCHDOG)", pids: [getpid()] + children)
-            exit(1)
+            _exit(1)   // not exit: atexit handlers could wait on locks the hung threads hold
         }
         thread.stackSize = 1 << 20
         thread.start()
