@@ -8,8 +8,8 @@ import Synchronization
 /// written where the map puts it; the external-data files chunk by chunk, each checked against
 /// its size and SHA-256; and last the database's integrity check, alongside its SHA-256.
 ///
-/// Memory: the map (32 bytes a page), the pages sorted by id (4), where each id was found (4
-/// and 2), and the frames that hold them.
+/// Memory: the map (32 bytes a page), the pages by id (12), which ids were found (1), the frames
+/// to read, and the frames being read.
 enum PagedExtraction {
     /// - Returns: the SHA-256 of the reassembled database.
     /// - Throws: 65 naming the snapshot and the object when anything is missing or damaged.
@@ -33,12 +33,12 @@ enum PagedExtraction {
         return sha
     }
 
-    /// One frame to read, and which of its blobs go where (`groups`: positions in `order` where
-    /// a run of pages with that blob's id starts).
+    /// One frame to read, and which of its blobs go where (`wanted`: a blob, and the first page
+    /// holding its id; `PagesByID` chains the others).
     private struct FrameJob {
         var pack: ContentID
         var frame: FrameEntry
-        var wanted: [(blob: Int, group: Int)] = []
+        var wanted: [(blob: Int, first: Int)] = []
     }
 
     private static func writePages(_ ids: [ContentID], pageSize: Int, repository: PagedRepository, to path: String,
@@ -46,49 +46,31 @@ enum PagedExtraction {
         guard pageSize >= 512, pageSize <= 65536, pageSize & (pageSize - 1) == 0 else {
             throw StoreOpsError(.badData, "\(context): page size \(pageSize) is not one SQLite uses")
         }
-        // Pages sorted by id: a blob's pages are one run, found by binary search.
-        var order = (0..<UInt32(ids.count)).map { $0 }
-        ids.withUnsafeBufferPointer { idBuffer in
-            order.sort { a, b in
-                let x = idBuffer[Int(a)], y = idBuffer[Int(b)]
-                return x == y ? a < b : x < y
-            }
-        }
-        func lowerBound(_ id: ContentID) -> Int? {
-            var low = 0, high = order.count
-            while low < high {
-                let mid = (low + high) / 2
-                if ids[Int(order[mid])] < id { low = mid + 1 } else { high = mid }
-            }
-            return low < order.count && ids[Int(order[low])] == id ? low : nil
-        }
-        var located = [Bool](repeating: false, count: order.count)
+        // The pages by id: a hash table from each distinct id to the first page holding it, and
+        // from each page to the next page with the same id (ascending), so a blob found in an
+        // index is matched to its pages in one probe.
+        let pagesByID = PagesByID(ids)
+        var located = [Bool](repeating: false, count: ids.count)
         var jobs: [FrameJob] = []
         let damaged = try RepositoryIndex.scan(repository) { _, pack, contents in
             for frame in contents.frames {
                 var job: FrameJob?
                 for (b, blob) in frame.blobs.enumerated() where blob.type == .page {
-                    guard let group = lowerBound(blob.id), !located[group] else { continue }
+                    guard let first = pagesByID.first(blob.id, in: ids), !located[first] else { continue }
                     guard Int(blob.length) == pageSize else { continue }
-                    located[group] = true
+                    located[first] = true
                     if job == nil { job = FrameJob(pack: pack, frame: frame) }
-                    job?.wanted.append((b, group))
+                    job?.wanted.append((b, first))
                 }
                 if let job { jobs.append(job) }
             }
         }
-        var start = 0
-        while start < order.count {
-            let id = ids[Int(order[start])]
-            guard located[start] else {
-                throw BlobLocator.missingBlob(id, type: .page, context: "\(context), page \(order[start] + 1)", repository: repository, damaged: damaged)
-            }
-            start += 1
-            while start < order.count, ids[Int(order[start])] == id { start += 1 }
+        for page in 0..<ids.count where !located[page] && pagesByID.first(ids[page], in: ids) == page {
+            throw BlobLocator.missingBlob(ids[page], type: .page, context: "\(context), page \(page + 1)", repository: repository, damaged: damaged)
         }
         located = []
         jobs.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
-        let (frames, pagesByID) = (jobs, order)
+        let frames = jobs
         nonisolated(unsafe) let report = progress   // called under `written`'s lock, one lane at a time
 
         let fd = open(path, O_WRONLY | O_CLOEXEC)
@@ -127,7 +109,7 @@ enum PagedExtraction {
                             }
                             run = nil
                         }
-                        for (b, group) in job.wanted {
+                        for (b, first) in job.wanted {
                             let blob = job.frame.blobs[b]
                             let start = Int(blob.offset)
                             guard Int(blob.length) == pageSize, start + pageSize <= plain.count else {
@@ -141,16 +123,16 @@ enum PagedExtraction {
                                 throw StoreOpsError(.badData, "pack \(repository.backend.describe(PackBuilder.key(job.pack))): blob \(blob.id.hex.prefix(12))… does not match its content id",
                                                     hint: Sealer.damagedHint)
                             }
-                            var g = group
-                            while g < pagesByID.count, ids[Int(pagesByID[g])] == blob.id {
-                                let page = pagesByID[g]
+                            var next: Int? = first
+                            while let index = next {
+                                let page = UInt32(index)
                                 if let current = run, current.page + UInt32(current.count) == page, current.start + current.count * pageSize == start {
                                     run?.count += 1
                                 } else {
                                     try flush()
                                     run = (start, page, 1)
                                 }
-                                g += 1
+                                next = pagesByID.next(after: index)
                                 pages += 1
                             }
                         }
@@ -216,5 +198,54 @@ enum PagedExtraction {
                 throw StoreOpsError(.badData, "\(context): \(file.path) reassembles to \(total) bytes with SHA-256 \(sha.prefix(12))…, its record says \(file.bytes) bytes, \(file.sha256.prefix(12))…")
             }
         }
+    }
+}
+
+/// The pages of a map grouped by content id, for a restore: an open-addressing table (keyed by
+/// an id's first 8 bytes, which are uniformly distributed: ids are HMACs) from each distinct id
+/// to the first page holding it, and for each page the next page with the same id, in ascending
+/// order. 8 bytes a page in the table (at most half full) and 4 in the chain.
+struct PagesByID {
+    private var slots: [UInt32]   // first page + 1; 0: empty
+    private var chain: [UInt32]   // next page with the same id + 1; 0: none
+    private let mask: Int
+
+    init(_ ids: [ContentID]) {
+        var size = 16
+        while size < ids.count * 2 { size <<= 1 }
+        let mask = size - 1
+        self.mask = mask
+        var slots = [UInt32](repeating: 0, count: size)
+        var chain = [UInt32](repeating: 0, count: ids.count)
+        ids.withUnsafeBufferPointer { ids in
+            // From the last page down, each page becomes the head of its id's chain: the chain
+            // ends up in ascending order.
+            for page in stride(from: ids.count - 1, through: 0, by: -1) {
+                let id = ids[page]
+                var slot = Int(truncatingIfNeeded: id.prefix64) & mask
+                while slots[slot] != 0, ids[Int(slots[slot] - 1)] != id { slot = (slot + 1) & mask }
+                chain[page] = slots[slot]
+                slots[slot] = UInt32(page + 1)
+            }
+        }
+        self.slots = slots
+        self.chain = chain
+    }
+
+    /// The first page whose id is `id`, or nil.
+    func first(_ id: ContentID, in ids: [ContentID]) -> Int? {
+        var slot = Int(truncatingIfNeeded: id.prefix64) & mask
+        while slots[slot] != 0 {
+            let page = Int(slots[slot] - 1)
+            if ids[page] == id { return page }
+            slot = (slot + 1) & mask
+        }
+        return nil
+    }
+
+    /// The next page after `page` with the same id, or nil.
+    func next(after page: Int) -> Int? {
+        let next = chain[page]
+        return next == 0 ? nil : Int(next - 1)
     }
 }
