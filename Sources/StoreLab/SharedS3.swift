@@ -23,11 +23,7 @@ public enum SharedS3 {
         let server = try SeaweedServer()
         // Not setenv: other threads read the environment meanwhile (spawning children), and
         // glibc's setenv may move it under them.
-        S3Settings.overrides.withLock {
-            $0.merge(server.environment()) { $1 }
-            $0["STORECTL_S3_RETRIES"] = "3"
-            $0["STORECTL_CACHE_DIR"] = cacheFolder
-        }
+        S3Settings.overrides.withLock { $0.merge(settings(server)) { $1 } }
         try server.createBucket(bucket)
         return server
     }
@@ -44,7 +40,10 @@ public enum SharedS3 {
     }
 
     /// What a storectl child process needs to reach the server.
-    public static func environment() throws -> [String: String] {
-        try server().environment().merging(["STORECTL_S3_RETRIES": "3", "STORECTL_CACHE_DIR": cacheFolder]) { $1 }
+    public static func environment() throws -> [String: String] { settings(try server()) }
+
+    /// The server's credentials and endpoint, fewer retries, and the run's index cache.
+    private static func settings(_ server: SeaweedServer) -> [String: String] {
+        server.environment().merging(["STORECTL_S3_RETRIES": "3", "STORECTL_CACHE_DIR": cacheFolder]) { $1 }
     }
 }

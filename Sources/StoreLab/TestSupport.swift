@@ -146,23 +146,25 @@ public enum ChildProcess {
             }
         }
 
-        /// Waits for the child to exit. A child still running after `ChildProcess.deadline` seconds
-        /// is a hang, not a slow run: its threads' stacks are printed (so a CI log says where it
-        /// hung), it is killed, and the result says so in `stderr` (status 137).
-        public func wait() -> Result {
+        /// Waits for the child to exit. A child still running after `deadline` seconds is a hang,
+        /// not a slow run: its threads' stacks are printed when `reportingHang` (so a CI log says
+        /// where it hung), it is killed, and the result says so in `stderr` (status 137).
+        public func wait(deadline: TimeInterval = ChildProcess.deadline, reportingHang: Bool = true) -> Result {
             var hung = false
-            var code = status(waitingMilliseconds: Int32(ChildProcess.deadline * 1000))
+            var code = status(waitingMilliseconds: Int32(deadline * 1000))
             if code == nil {
                 hung = true
-                TestWatchdog.report("a child ran longer than \(Int(ChildProcess.deadline)) s: \(executable) \(arguments.joined(separator: " "))",
-                                    pids: [pid])
+                if reportingHang {
+                    TestWatchdog.report("a child ran longer than \(Int(deadline)) s: \(executable) \(arguments.joined(separator: " "))",
+                                        pids: [pid])
+                }
                 kill(pid, SIGKILL)
                 code = status(waitingMilliseconds: -1)
             }
             return Result(status: code ?? 255,
                           stdout: (try? String(contentsOfFile: out.file("stdout"), encoding: .utf8)) ?? "",
                           stderr: ((try? String(contentsOfFile: out.file("stderr"), encoding: .utf8)) ?? "")
-                            + (hung ? "\n[test harness: killed after \(Int(ChildProcess.deadline)) s]" : ""))
+                            + (hung ? "\n[test harness: killed after \(Int(deadline)) s]" : ""))
         }
     }
 
@@ -261,12 +263,7 @@ public enum TestWatchdog {
 
     /// gdb attached from this process (it would stop us if we waited on it without a limit).
     private static func runBriefly(_ executable: String, _ arguments: [String]) throws -> String {
-        let running = try ChildProcess.Running(executable, arguments)
-        let deadline = Date().addingTimeInterval(120)
-        while running.isRunning, Date() < deadline { usleep(20_000) }
-        running.signal(SIGKILL)
-        _ = running.wait()
-        return running.stdoutSoFar
+        try ChildProcess.Running(executable, arguments).wait(deadline: 120, reportingHang: false).stdout
     }
 
     static func descendants(of root: Int32) -> [Int32] {

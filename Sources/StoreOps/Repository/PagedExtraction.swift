@@ -56,7 +56,7 @@ enum PagedExtraction {
             for frame in contents.frames {
                 var job: FrameJob?
                 for (b, blob) in frame.blobs.enumerated() where blob.type == .page {
-                    guard let first = pagesByID.first(blob.id, in: ids), !located[first] else { continue }
+                    guard let first = pagesByID.first(blob.id), !located[first] else { continue }
                     guard Int(blob.length) == pageSize else { continue }
                     located[first] = true
                     if job == nil { job = FrameJob(pack: pack, frame: frame) }
@@ -65,7 +65,7 @@ enum PagedExtraction {
                 if let job { jobs.append(job) }
             }
         }
-        for page in 0..<ids.count where !located[page] && pagesByID.first(ids[page], in: ids) == page {
+        for page in 0..<ids.count where !located[page] && pagesByID.first(ids[page]) == page {
             throw BlobLocator.missingBlob(ids[page], type: .page, context: "\(context), page \(page + 1)", repository: repository, damaged: damaged)
         }
         located = []
@@ -206,11 +206,13 @@ enum PagedExtraction {
 /// to the first page holding it, and for each page the next page with the same id, in ascending
 /// order. 8 bytes a page in the table (at most half full) and 4 in the chain.
 struct PagesByID {
+    private let ids: [ContentID]  // the map (shared, not copied)
     private var slots: [UInt32]   // first page + 1; 0: empty
     private var chain: [UInt32]   // next page with the same id + 1; 0: none
     private let mask: Int
 
     init(_ ids: [ContentID]) {
+        self.ids = ids
         var size = 16
         while size < ids.count * 2 { size <<= 1 }
         let mask = size - 1
@@ -233,7 +235,7 @@ struct PagesByID {
     }
 
     /// The first page whose id is `id`, or nil.
-    func first(_ id: ContentID, in ids: [ContentID]) -> Int? {
+    func first(_ id: ContentID) -> Int? {
         var slot = Int(truncatingIfNeeded: id.prefix64) & mask
         while slots[slot] != 0 {
             let page = Int(slots[slot] - 1)
