@@ -27,6 +27,8 @@ config = json.loads(read("config"))
 if config["format"] != "storectl-repository" or config["version"] != 2:
     fail("not a format-2 repository")
 encrypted = config["encryption"] == "aes-256-gcm"
+# Layout 2 ("…-128"): 16-byte ids, indexes in runs, frames sealed as "frame"; layout 1: 32-byte ids.
+id_bytes = 16 if config["contentIDs"].endswith("-128") else 32
 encryption_key = identity_key = None
 
 if encrypted:
@@ -59,8 +61,8 @@ def open_sealed(sealed, identity):
 
 def content_id(data):
     if encrypted:
-        return hmac.new(identity_key, data, hashlib.sha256).digest()
-    return hashlib.sha256(data).digest()
+        return hmac.new(identity_key, data, hashlib.sha256).digest()[:id_bytes]
+    return hashlib.sha256(data).digest()[:id_bytes]
 
 
 if encrypted:
@@ -93,10 +95,20 @@ class Reader:
 def pack_contents(reader):
     frames = []
     for _ in range(reader.u32()):
-        offset, sealed_length, raw_length, blob_count = reader.u64(), reader.u32(), reader.u32(), reader.u32()
+        offset, sealed_length, raw_length, count = reader.u64(), reader.u32(), reader.u32(), reader.u32()
         blobs = []
-        for _ in range(blob_count):
-            blobs.append((reader.u8(), reader.take(32), reader.u32(), reader.u32()))
+        if id_bytes == 32:
+            for _ in range(count):
+                blobs.append((reader.u8(), reader.take(32), reader.u32(), reader.u32()))
+        else:
+            at = 0
+            for _ in range(count):  # runs: type, length, n ids
+                blob_type, length, n = reader.u8(), reader.u32(), reader.u32()
+                for _ in range(n):
+                    blobs.append((blob_type, reader.take(16), at, length))
+                    at += length
+            if at != raw_length:
+                fail("a frame's runs do not fill it")
         frames.append((offset, sealed_length, raw_length, blobs))
     return frames
 
@@ -108,7 +120,7 @@ for name in os.listdir(os.path.join(repo, "index")):
     if hashlib.sha256(sealed).hexdigest() != name:
         fail(f"index {name} does not match its name")
     reader = Reader(open_sealed(sealed, "index"))
-    if reader.take(4) != b"SIX2":
+    if reader.take(4) != (b"SIX2" if id_bytes == 32 else b"SIX3"):
         fail(f"index {name}: bad magic")
     for _ in range(reader.u32()):
         pack = reader.take(32).hex()
@@ -128,7 +140,10 @@ def blob(blob_id):
         with open(os.path.join(repo, "data", pack[:2], pack), "rb") as f:
             f.seek(offset)
             sealed = f.read(sealed_length)
-        identity = "frame:" + hashlib.sha256(b"".join(b[1] for b in blobs)).hexdigest()
+        if id_bytes == 32:
+            identity = "frame:" + hashlib.sha256(b"".join(b[1] for b in blobs)).hexdigest()
+        else:
+            identity = "frame"
         compressed = open_sealed(sealed, identity)
         raw = subprocess.run(["zstd", "-d", "-c", "-q"], input=compressed, capture_output=True, check=True).stdout
         if len(raw) != raw_length:
@@ -148,13 +163,13 @@ pages = record["pages"]
 ids = []
 for k, chunk_id in enumerate(pages["base"]):
     chunk = blob(bytes.fromhex(chunk_id))
-    ids += [chunk[i:i + 32] for i in range(0, len(chunk), 32)]
+    ids += [chunk[i:i + id_bytes] for i in range(0, len(chunk), id_bytes)]
 if len(ids) != pages["baseCount"]:
     fail("the base holds the wrong number of ids")
 if pages.get("delta"):
     reader = Reader(blob(bytes.fromhex(pages["delta"])))
     for _ in range(reader.u32()):
-        page, blob_id = reader.u32(), reader.take(32)
+        page, blob_id = reader.u32(), reader.take(id_bytes)
         while len(ids) < page:
             ids.append(None)
         ids[page - 1] = blob_id

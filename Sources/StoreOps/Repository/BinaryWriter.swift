@@ -9,7 +9,10 @@ struct BinaryWriter {
     mutating func u8(_ value: UInt8) { data.append(value) }
     mutating func u32(_ value: UInt32) { withUnsafeBytes(of: value.littleEndian) { data.append(contentsOf: $0) } }
     mutating func u64(_ value: UInt64) { withUnsafeBytes(of: value.littleEndian) { data.append(contentsOf: $0) } }
-    mutating func id(_ value: ContentID) { withUnsafeBytes(of: value.words) { data.append(contentsOf: $0) } }
+    /// The id's first `bytes` bytes (16 in layout 2, 32 in layout 1).
+    mutating func id(_ value: ContentID, bytes: Int) {
+        withUnsafeBytes(of: value.words) { data.append(contentsOf: $0.prefix(bytes)) }
+    }
     mutating func bytes(_ value: Data) { data.append(value) }
     mutating func magic(_ text: StaticString) {
         text.withUTF8Buffer { data.append(contentsOf: $0) }
@@ -59,9 +62,12 @@ struct BinaryReader {
         return UInt64(littleEndian: value)
     }
 
-    mutating func id() throws -> ContentID {
-        let range = try take(32)
-        return data[range].withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
+    /// An id of `bytes` bytes (16 or 32; a 16-byte id is held with its last 16 bytes zero).
+    mutating func id(bytes: Int) throws -> ContentID {
+        let range = try take(bytes)
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &words) { $0.copyBytes(from: data[range]) }
+        return ContentID(words: words)
     }
 
     mutating func bytes(_ count: Int) throws -> Data { data[try take(count)] }

@@ -33,7 +33,7 @@ enum BlobLocator {
     /// A frame's plaintext from its sealed bytes (authenticated and decompressed).
     static func openFrame(_ sealed: Data, frame: FrameEntry, pack: ContentID, repository: PagedRepository, zstd: ZstdFrames) throws -> Data {
         let what = "frame at byte \(frame.offset) of pack \(repository.backend.describe(PackBuilder.key(pack)))"
-        let compressed = try repository.sealer.open(sealed, as: frame.identity, what: what)
+        let compressed = try repository.sealer.open(sealed, as: repository.sealer.frameIdentity(frame.blobs.map(\.id)), what: what)
         return try zstd.decompress(compressed, rawLength: Int(frame.rawLength), what: what)
     }
 
@@ -150,7 +150,7 @@ enum BlobLocator {
         let wanted = record.pages.typedBlobs
         let blobs = try locations.map { try read(wanted, at: $0, in: repository, context: context, damaged: damaged) }
             ?? read(wanted, from: repository, context: context)
-        return try PageMap.assemble(record.pages, what: context) { id, type in
+        return try PageMap.assemble(record.pages, idBytes: repository.sealer.idBytes, what: context) { id, type in
             guard let data = blobs[id] else { throw StoreOpsError(.badData, "\(context): its \(type.name) \(id.hex.prefix(12))… was not read") }
             return data
         }

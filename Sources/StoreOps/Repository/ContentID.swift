@@ -2,6 +2,10 @@ import Foundation
 
 /// A content id: the HMAC-SHA-256 (encrypted repositories) or SHA-256 (plain ones) of a blob,
 /// 32 bytes held inline (no allocation: a snapshot's page map holds one per page).
+///
+/// Repositories of layout 2 use the first 16 bytes of that digest (`Sealer.idBytes`); such an
+/// id is held with its last 16 bytes zero and is written as 32 hex digits. Pack and index names
+/// (SHA-256 of a whole object) are always whole.
 public struct ContentID: Hashable, Sendable, Comparable, CustomStringConvertible, Codable {
     // The 32 bytes in order, as four words loaded from memory (so `withUnsafeBytes(of:)` gives
     // the bytes back in order on any machine).
@@ -27,11 +31,12 @@ public struct ContentID: Hashable, Sendable, Comparable, CustomStringConvertible
         self = id
     }
 
+    /// 64 hex digits, or 32 (a 16-byte id: the rest zero).
     public init?(hex: String) {
         let utf8 = Array(hex.utf8)
-        guard utf8.count == 64 else { return nil }
+        guard utf8.count == 64 || utf8.count == 32 else { return nil }
         var bytes = [UInt8](repeating: 0, count: 32)
-        for i in 0..<32 {
+        for i in 0..<(utf8.count / 2) {
             guard let high = Self.nibble(utf8[2 * i]), let low = Self.nibble(utf8[2 * i + 1]) else { return nil }
             bytes[i] = high << 4 | low
         }
@@ -51,11 +56,19 @@ public struct ContentID: Hashable, Sendable, Comparable, CustomStringConvertible
     public var bytes: [UInt8] { withUnsafeBytes(of: words) { Array($0) } }
     public var data: Data { withUnsafeBytes(of: words) { Data($0) } }
 
+    /// True when the last 16 bytes are zero: a layout-2 id of 16 bytes.
+    var isShort: Bool { words.2 == 0 && words.3 == 0 }
+
+    /// The id cut to its first `bytes` bytes (16 or 32), the rest zero.
+    func truncated(to bytes: Int) -> ContentID { bytes >= 32 ? self : ContentID(words: (words.0, words.1, 0, 0)) }
+
+    /// 64 hex digits; 32 for a 16-byte id.
     public var hex: String {
         let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8](repeating: 0, count: 64)
+        let count = isShort ? 16 : 32
+        var out = [UInt8](repeating: 0, count: 2 * count)
         withUnsafeBytes(of: words) { raw in
-            for (i, byte) in raw.enumerated() {
+            for (i, byte) in raw.prefix(count).enumerated() {
                 out[2 * i] = digits[Int(byte >> 4)]
                 out[2 * i + 1] = digits[Int(byte & 0x0f)]
             }

@@ -4,13 +4,14 @@ import Foundation
 /// `index/<id>`: what a set of packs holds, so readers need not open every pack. Sealed as
 /// `index`; its name is the SHA-256 (hex) of its sealed bytes. Plaintext:
 ///
-///     "SIX2" | u32 packCount | per pack: 32-byte pack id | PackContents
+///     "SIX2" (layout 1) or "SIX3" (layout 2) | u32 packCount | per pack: 32-byte pack id | PackContents
 ///
 /// Writers add an index for their packs after the packs are durable and before any snapshot
 /// refers to them; prune writes a new index of what survives before removing old indexes, and
 /// removes packs only after that.
 struct IndexFile: Sendable {
     static let magic: StaticString = "SIX2"
+    static let compactMagic: StaticString = "SIX3"
     static let identity = "index"
 
     var packs: [(id: ContentID, contents: PackContents)] = []
@@ -19,11 +20,11 @@ struct IndexFile: Sendable {
 
     func encode(sealer: Sealer) throws -> (key: String, data: Data) {
         var writer = BinaryWriter()
-        writer.magic(Self.magic)
+        writer.magic(sealer.isCompact ? Self.compactMagic : Self.magic)
         writer.u32(UInt32(packs.count))
         for pack in packs {
-            writer.id(pack.id)
-            pack.contents.encode(into: &writer)
+            writer.id(pack.id, bytes: 32)
+            pack.contents.encode(into: &writer, compact: sealer.isCompact)
         }
         let sealed = try sealer.seal(writer.data, as: Self.identity)
         let id = SHA256.hash(data: sealed).withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
@@ -39,13 +40,13 @@ struct IndexFile: Sendable {
         }
         let plain = try sealer.open(sealed, as: identity, what: what)
         var reader = BinaryReader(plain, what: what)
-        try reader.expectMagic(magic)
+        try reader.expectMagic(sealer.isCompact ? compactMagic : magic)
         let count = try reader.count(itemBytes: 36)
         var file = IndexFile()
         file.packs.reserveCapacity(count)
         for _ in 0..<count {
-            let id = try reader.id()
-            file.packs.append((id, try PackContents.decode(from: &reader, packSize: nil)))
+            let id = try reader.id(bytes: 32)
+            file.packs.append((id, try PackContents.decode(from: &reader, packSize: nil, compact: sealer.isCompact)))
         }
         guard reader.isAtEnd else { throw StoreOpsError(.badData, "\(what) is damaged: \(reader.remaining) bytes follow its last pack", hint: Sealer.damagedHint) }
         return file

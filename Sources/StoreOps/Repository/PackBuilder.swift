@@ -18,7 +18,7 @@ struct SealedFrame: Sendable {
             raw.append(contentsOf: blob.bytes)
         }
         let compressed = try raw.withUnsafeBytes { try zstd.compress($0) }
-        let sealed = try sealer.seal(compressed, as: FrameEntry.identity(entries.map(\.id)))
+        let sealed = try sealer.seal(compressed, as: sealer.frameIdentity(entries.map(\.id)))
         return SealedFrame(sealed: sealed, rawLength: UInt32(raw.count), blobs: entries)
     }
 
@@ -27,7 +27,7 @@ struct SealedFrame: Sendable {
         let size = ids.isEmpty ? 0 : pages.count / ids.count
         let entries = ids.enumerated().map { BlobEntry(type: .page, id: $1, offset: UInt32($0 * size), length: UInt32(size)) }
         let compressed = try pages.withUnsafeBytes { try zstd.compress($0) }
-        let sealed = try sealer.seal(compressed, as: FrameEntry.identity(ids))
+        let sealed = try sealer.seal(compressed, as: sealer.frameIdentity(ids))
         return SealedFrame(sealed: sealed, rawLength: UInt32(pages.count), blobs: entries)
     }
 
@@ -40,7 +40,7 @@ struct SealedFrame: Sendable {
             raw.append(bytes)
         }
         let compressed = try raw.withUnsafeBytes { try zstd.compress($0) }
-        let sealed = try sealer.seal(compressed, as: FrameEntry.identity(entries.map(\.id)))
+        let sealed = try sealer.seal(compressed, as: sealer.frameIdentity(entries.map(\.id)))
         return SealedFrame(sealed: sealed, rawLength: UInt32(raw.count), blobs: entries)
     }
 }
@@ -49,13 +49,16 @@ struct SealedFrame: Sendable {
 ///
 ///     frame 0 | frame 1 | … | sealed header | u32 sealed header length | "SPK2"
 ///
-/// The header (sealed as `pack-header`) is "SPH2" and the pack's `PackContents`. A pack is named
-/// by the SHA-256 of all its bytes: `data/<first two hex digits>/<64 hex digits>`.
+/// The header (sealed as `pack-header`) is "SPH2" and the pack's `PackContents` (layout 1), or
+/// "SPH3" and its contents without ids (layout 2: the index lists them; `repo repair` recomputes
+/// them from the blobs). A pack is named by the SHA-256 of all its bytes:
+/// `data/<first two hex digits>/<64 hex digits>`.
 struct PackBuilder {
     static let targetBytes = 4 << 20
     static let maxFrameRaw: UInt32 = 16 << 20
     static let trailerMagic: StaticString = "SPK2"
     static let headerMagic: StaticString = "SPH2"
+    static let compactHeaderMagic: StaticString = "SPH3"
     static let headerIdentity = "pack-header"
 
     private(set) var body = Data()
@@ -77,8 +80,8 @@ struct PackBuilder {
     /// The finished pack: its id, bytes and contents; the builder is empty again.
     mutating func finish(sealer: Sealer) throws -> (id: ContentID, data: Data, contents: PackContents) {
         var header = BinaryWriter()
-        header.magic(Self.headerMagic)
-        contents.encode(into: &header)
+        header.magic(sealer.isCompact ? Self.compactHeaderMagic : Self.headerMagic)
+        contents.encode(into: &header, compact: sealer.isCompact, ids: false)
         var tail = try sealer.seal(header.data, as: Self.headerIdentity)
         var trailer = BinaryWriter()
         trailer.u32(UInt32(tail.count))
@@ -101,7 +104,8 @@ struct PackBuilder {
         return "data/\(hex.prefix(2))/\(hex)"
     }
 
-    /// Reads a pack's own header (`repo check` compares it with the index).
+    /// Reads a pack's own header (`repo check` compares it with the index). In layout 2 every
+    /// id is zero (see `readContents`).
     static func readHeader(_ backend: any RepositoryBackend, id: ContentID, sealer: Sealer) throws -> PackContents {
         let key = Self.key(id)
         guard let size = try backend.size(key) else {
@@ -117,7 +121,26 @@ struct PackBuilder {
         let sealed = try backend.read(key, offset: size - 8 - headerLength, length: Int(headerLength))
         let plain = try sealer.open(sealed, as: headerIdentity, what: "the header of pack \(backend.describe(key))")
         var reader = BinaryReader(plain, what: "the header of pack \(backend.describe(key))")
-        try reader.expectMagic(headerMagic)
-        return try PackContents.decode(from: &reader, packSize: size - 8 - headerLength)
+        try reader.expectMagic(sealer.isCompact ? compactHeaderMagic : headerMagic)
+        return try PackContents.decode(from: &reader, packSize: size - 8 - headerLength, compact: sealer.isCompact, ids: false)
+    }
+
+    /// A pack's contents with every blob's id, from the pack alone: its header, and in layout 2
+    /// every frame opened, authenticated and decompressed, and its blobs hashed (what `repo
+    /// repair` and prune's clean-up of unindexed packs need; reads the whole pack).
+    static func readContents(_ repository: PagedRepository, id: ContentID, zstd: ZstdFrames) throws -> PackContents {
+        var contents = try readHeader(repository.backend, id: id, sealer: repository.sealer)
+        guard repository.sealer.isCompact else { return contents }
+        let located = contents.frames.map { (pack: id, frame: $0) }
+        for span in BlobLocator.spans(located) {
+            try BlobLocator.read(span, frames: located, repository: repository, zstd: zstd) { member, plain in
+                for b in contents.frames[member].blobs.indices {
+                    let blob = contents.frames[member].blobs[b]
+                    let start = plain.startIndex + Int(blob.offset)
+                    contents.frames[member].blobs[b].id = plain[start..<(start + Int(blob.length))].withUnsafeBytes { repository.sealer.contentID($0) }
+                }
+            }
+        }
+        return contents
     }
 }

@@ -8,10 +8,12 @@ import Foundation
 /// scattered changes stores only a delta. When the delta grows past `PageMap.rebaseAfter(_:)`
 /// entries, the next snapshot writes a new base (its unchanged chunks are shared with the old).
 ///
-/// Blob layouts (little-endian):
+/// Blob layouts (little-endian; an id is 16 bytes in layout 2, 32 in layout 1):
 ///
-///     mapChunk: n × 32-byte id                  (n = chunkPages, less in the last chunk)
-///     mapDelta: u32 count | count × (u32 page | 32-byte id), pages strictly ascending
+///     mapChunk: n × id                          (n = chunkPages, less in the last chunk)
+///     mapDelta: u32 count | count × (u32 page | id), pages strictly ascending
+///
+/// The digest is the SHA-256 of the ids of pages 1…pageCount, each in its `idBytes` bytes.
 public struct PageMapRef: Sendable, Codable, Equatable {
     public var pageSize: Int
     public var pageCount: Int
@@ -36,33 +38,33 @@ enum PageMap {
     /// More delta entries than this and the next snapshot writes a new base.
     static func rebaseAfter(_ pageCount: Int) -> Int { max(4096, pageCount / 16) }
 
-    static func encodeChunk(_ ids: ArraySlice<ContentID>) -> Data {
-        var writer = BinaryWriter(capacity: ids.count * 32)
-        for id in ids { writer.id(id) }
+    static func encodeChunk(_ ids: ArraySlice<ContentID>, idBytes: Int) -> Data {
+        var writer = BinaryWriter(capacity: ids.count * idBytes)
+        for id in ids { writer.id(id, bytes: idBytes) }
         return writer.data
     }
 
-    static func decodeChunk(_ data: Data, expected: Int, what: String) throws -> [ContentID] {
-        guard data.count == expected * 32 else {
+    static func decodeChunk(_ data: Data, expected: Int, idBytes: Int, what: String) throws -> [ContentID] {
+        guard data.count == expected * idBytes else {
             throw StoreOpsError(.badData, "\(what) holds \(data.count) bytes, not the \(expected) ids its snapshot says", hint: Sealer.damagedHint)
         }
         var reader = BinaryReader(data, what: what)
-        return try (0..<expected).map { _ in try reader.id() }
+        return try (0..<expected).map { _ in try reader.id(bytes: idBytes) }
     }
 
-    static func encodeDelta(_ entries: [(page: UInt32, id: ContentID)]) -> Data {
-        var writer = BinaryWriter(capacity: 4 + entries.count * 36)
+    static func encodeDelta(_ entries: [(page: UInt32, id: ContentID)], idBytes: Int) -> Data {
+        var writer = BinaryWriter(capacity: 4 + entries.count * (4 + idBytes))
         writer.u32(UInt32(entries.count))
         for entry in entries {
             writer.u32(entry.page)
-            writer.id(entry.id)
+            writer.id(entry.id, bytes: idBytes)
         }
         return writer.data
     }
 
-    static func decodeDelta(_ data: Data, pageCount: Int, what: String) throws -> [(page: UInt32, id: ContentID)] {
+    static func decodeDelta(_ data: Data, pageCount: Int, idBytes: Int, what: String) throws -> [(page: UInt32, id: ContentID)] {
         var reader = BinaryReader(data, what: what)
-        let count = try reader.count(itemBytes: 36)
+        let count = try reader.count(itemBytes: 4 + idBytes)
         var entries: [(page: UInt32, id: ContentID)] = []
         entries.reserveCapacity(count)
         var last: UInt32 = 0
@@ -72,17 +74,34 @@ enum PageMap {
                 throw StoreOpsError(.badData, "\(what) is damaged: page \(page) is out of order or out of range", hint: Sealer.damagedHint)
             }
             last = page
-            entries.append((page, try reader.id()))
+            entries.append((page, try reader.id(bytes: idBytes)))
         }
         guard reader.isAtEnd else { throw StoreOpsError(.badData, "\(what) is damaged: bytes follow its last entry", hint: Sealer.damagedHint) }
         return entries
     }
 
-    /// SHA-256 (hex) of ids in order.
-    static func digest(_ ids: UnsafeBufferPointer<ContentID>) -> String {
+    /// SHA-256 (hex) of ids in order, each in its first `idBytes` bytes.
+    static func digest(_ ids: UnsafeBufferPointer<ContentID>, idBytes: Int) -> String {
         var hasher = SHA256()
-        hasher.update(bufferPointer: UnsafeRawBufferPointer(ids))
-        return (hasher.finalize().withUnsafeBytes { ContentID(bytes: $0) } ?? .zero).hex
+        if idBytes >= 32 {
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(ids))
+        } else {
+            // Through a small buffer: one update per 64 KiB, not per id.
+            var buffer = [UInt8](repeating: 0, count: 4096 * idBytes)
+            var start = 0
+            while start < ids.count {
+                let n = min(4096, ids.count - start)
+                buffer.withUnsafeMutableBytes { out in
+                    for i in 0..<n {
+                        withUnsafeBytes(of: ids[start + i].words) { out.baseAddress!.advanced(by: i * idBytes).copyMemory(from: $0.baseAddress!, byteCount: idBytes) }
+                    }
+                    hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: out.prefix(n * idBytes)))
+                }
+                start += n
+            }
+        }
+        let digest = hasher.finalize().withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
+        return digest.hex
     }
 
     /// A map's pages, and what its delta changed: the delta's entries and, for those within
@@ -95,7 +114,7 @@ enum PageMap {
 
     /// Assembles the ids of every page from the map's blobs (fetched by `blob`), checking counts
     /// and the digest.
-    static func assemble(_ map: PageMapRef, what: String, blob: (ContentID, BlobType) throws -> Data) throws -> Loaded {
+    static func assemble(_ map: PageMapRef, idBytes: Int, what: String, blob: (ContentID, BlobType) throws -> Data) throws -> Loaded {
         guard map.pageCount >= 0, map.pageCount <= 1 << 31, map.baseCount >= 0, map.baseCount <= 1 << 31, map.chunkPages > 0,
               map.base.count == (map.baseCount + map.chunkPages - 1) / map.chunkPages else {
             throw StoreOpsError(.badData, "\(what): its page map is inconsistent (\(map.base.count) chunks for \(map.baseCount) pages)", hint: Sealer.damagedHint)
@@ -104,13 +123,13 @@ enum PageMap {
         for (k, chunkID) in map.base.enumerated() {
             let start = k * map.chunkPages
             let n = min(map.chunkPages, map.baseCount - start)
-            let chunk = try decodeChunk(try blob(chunkID, .mapChunk), expected: n, what: "map chunk \(chunkID.hex.prefix(12))… of \(what)")
+            let chunk = try decodeChunk(try blob(chunkID, .mapChunk), expected: n, idBytes: idBytes, what: "map chunk \(chunkID.hex.prefix(12))… of \(what)")
             for (i, id) in chunk.enumerated() { ids[start + i] = id }
         }
         var entries: [(page: UInt32, id: ContentID)] = []
         var baseOfDelta: [UInt32: ContentID] = [:]
         if let delta = map.delta {
-            entries = try decodeDelta(try blob(delta, .mapDelta), pageCount: map.pageCount, what: "map delta \(delta.hex.prefix(12))… of \(what)")
+            entries = try decodeDelta(try blob(delta, .mapDelta), pageCount: map.pageCount, idBytes: idBytes, what: "map delta \(delta.hex.prefix(12))… of \(what)")
             guard entries.count == map.deltaCount else {
                 throw StoreOpsError(.badData, "\(what): its map delta has \(entries.count) entries, the snapshot says \(map.deltaCount)", hint: Sealer.damagedHint)
             }
@@ -120,7 +139,7 @@ enum PageMap {
             }
         }
         ids.removeLast(ids.count - map.pageCount)
-        let found = ids.withUnsafeBufferPointer { digest($0) }
+        let found = ids.withUnsafeBufferPointer { digest($0, idBytes: idBytes) }
         guard found == map.digest else {
             throw StoreOpsError(.badData, "\(what): its page map assembles to digest \(found.prefix(12))…, not the \(map.digest.prefix(12))… it was made with",
                                 hint: Sealer.damagedHint)
@@ -139,10 +158,10 @@ extension PageMap {
     ///
     /// The map's blobs go to `emit` one at a time as they are made (a new base of a 1 GiB store
     /// is 8 MiB of ids: never held whole).
-    static func next(ids: [ContentID], pageSize: Int, changed: Bitset, parent: (ref: PageMapRef, loaded: Loaded)?,
+    static func next(ids: [ContentID], pageSize: Int, changed: Bitset, parent: (ref: PageMapRef, loaded: Loaded)?, idBytes: Int,
                      contentID: (Data) -> ContentID, emit: (BlobType, ContentID, Data) throws -> Void) rethrows -> PageMapRef {
         let pageCount = ids.count
-        let digest = ids.withUnsafeBufferPointer { PageMap.digest($0) }
+        let digest = ids.withUnsafeBufferPointer { PageMap.digest($0, idBytes: idBytes) }
         if let parent, parent.ref.pageSize == pageSize, parent.ref.chunkPages == chunkPages, parent.ref.baseCount > 0 {
             var entries: [UInt32: ContentID] = [:]
             for entry in parent.loaded.delta where Int(entry.page) <= pageCount { entries[entry.page] = entry.id }
@@ -160,7 +179,7 @@ extension PageMap {
                 let sorted = entries.sorted { $0.key < $1.key }.map { (page: $0.key, id: $0.value) }
                 var deltaID: ContentID?
                 if !sorted.isEmpty {
-                    let data = encodeDelta(sorted)
+                    let data = encodeDelta(sorted, idBytes: idBytes)
                     let id = contentID(data)
                     deltaID = id
                     try emit(.mapDelta, id, data)
@@ -171,7 +190,7 @@ extension PageMap {
         }
         var base: [ContentID] = []
         for start in stride(from: 0, to: pageCount, by: chunkPages) {
-            let data = encodeChunk(ids[start..<min(pageCount, start + chunkPages)])
+            let data = encodeChunk(ids[start..<min(pageCount, start + chunkPages)], idBytes: idBytes)
             let id = contentID(data)
             base.append(id)
             try emit(.mapChunk, id, data)

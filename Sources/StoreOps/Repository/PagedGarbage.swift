@@ -171,9 +171,10 @@ public enum PagedGarbage {
         let live = try liveBlobs(records, packs: all, repository: repository)
         let indexedBlobs = Set(all.values.flatMap { $0.frames.flatMap { $0.blobs.map(\.id) } })
         var removed: [String] = []
+        let zstd = try ZstdFrames(level: 3)
         for key in unindexed {
             guard let id = ContentID(hex: FileSystem.name(of: key)),
-                  let header = try? PackBuilder.readHeader(repository.backend, id: id, sealer: repository.sealer),
+                  let header = try? PackBuilder.readContents(repository, id: id, zstd: zstd),
                   !header.frames.contains(where: { $0.blobs.contains { live.contains($0.id) && !indexedBlobs.contains($0.id) } }) else { continue }
             try repository.backend.remove(key, point: "cleanup.pack.remove-unindexed")
             removed.append(repository.backend.describe(key))

@@ -45,7 +45,7 @@ public final class PagedRepository: Sendable {
                                 hint: "check --repo, or make one with `storectl repo init --repo \(backend.location)`")
         }
         guard config.isEncrypted else {
-            let repository = PagedRepository(backend: backend, config: config, sealer: Sealer(master: nil), keyID: nil)
+            let repository = PagedRepository(backend: backend, config: config, sealer: Sealer(master: nil, idBytes: config.idBytes), keyID: nil)
             repository.plainWarning.map(Notices.say)
             return repository
         }
@@ -57,7 +57,7 @@ public final class PagedRepository: Sendable {
         let cacheKey = "\(backend.location)\u{0}\(config.id)\u{0}\(Hashing.sha256(keyBytes))"
         let (master, keyID) = try unlocked.withLock { $0[cacheKey] } ?? unlock(backend, config: config, password: secret)
         unlocked.withLock { $0[cacheKey] = (master, keyID) }
-        return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master), keyID: keyID)
+        return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master, idBytes: config.idBytes), keyID: keyID)
     }
 
     /// Master keys this run has unlocked, by repository and the digest of password and key files.
@@ -115,9 +115,13 @@ public final class PagedRepository: Sendable {
         public var encrypted = true
         /// scrypt's N (tests lower it).
         public var kdfN = KeyFile.defaultN
-        public init(encrypted: Bool = true, kdfN: Int = KeyFile.defaultN) {
+        /// 16: layout 2 (the default). 32: layout 1, as storectl 0.1 made them (tests of
+        /// compatibility make such repositories).
+        public var idBytes = 16
+        public init(encrypted: Bool = true, kdfN: Int = KeyFile.defaultN, idBytes: Int = 16) {
             self.encrypted = encrypted
             self.kdfN = kdfN
+            self.idBytes = idBytes == 32 ? 32 : 16
         }
     }
 
@@ -125,7 +129,8 @@ public final class PagedRepository: Sendable {
     static func initialize(_ backend: any RepositoryBackend, password: Data?, options: InitOptions) throws -> PagedRepository {
         let id = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         var config = RepositoryConfig(id: id, encryption: options.encrypted ? "aes-256-gcm" : "none",
-                                      contentIDs: options.encrypted ? "hmac-sha256" : "sha256", createdAt: Timestamp.now())
+                                      contentIDs: RepositoryConfig.contentIDs(encrypted: options.encrypted, idBytes: options.idBytes),
+                                      createdAt: Timestamp.now())
         try backend.prepare()
         var master: MasterKey?
         var keyID: String?
@@ -138,6 +143,6 @@ public final class PagedRepository: Sendable {
             (master, keyID) = (key, file.id)
         }
         try backend.write(RepositoryConfig.key, try JSON.encode(config), point: "repo.init.config")
-        return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master), keyID: keyID)
+        return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master, idBytes: config.idBytes), keyID: keyID)
     }
 }

@@ -247,7 +247,7 @@ final class PagedSnapshotWork {
         let existing = Set(parent?.pages.blobs ?? [])
         let zstd = try ZstdFrames(level: level)
         let map = try PageMap.next(ids: finalIDs, pageSize: pageSize, changed: stream?.changed ?? Bitset(count: 0),
-                                   parent: parent.flatMap { p in parentMap.map { (p.pages, $0) } },
+                                   parent: parent.flatMap { p in parentMap.map { (p.pages, $0) } }, idBytes: repository.sealer.idBytes,
                                    contentID: { self.repository.sealer.contentID($0) }) { type, id, data in
             guard !existing.contains(id) else { return }
             try writer.add(try data.withUnsafeBytes { try SealedFrame.make([(type, id, $0)], zstd: zstd, sealer: repository.sealer) })

@@ -5,7 +5,8 @@ import Foundation
 ///
 /// ```json
 /// { "format": "storectl-repository", "version": 2, "id": "<32 hex>",
-///   "encryption": "aes-256-gcm" | "none", "contentIDs": "hmac-sha256" | "sha256",
+///   "encryption": "aes-256-gcm" | "none",
+///   "contentIDs": "hmac-sha256-128" | "sha256-128" (layout 2) | "hmac-sha256" | "sha256" (layout 1),
 ///   "compression": "zstd", "createdAt": "…",
 ///   "keyCheck": "<base64: sealed \"storectl-repository:<id>\" as config:<id>>" }
 /// ```
@@ -21,6 +22,14 @@ public struct RepositoryConfig: Sendable, Codable, Equatable {
     public var keyCheck: String?
 
     public var isEncrypted: Bool { encryption != "none" }
+    /// 16 (`…-128`: layout 2, what `repo init` makes) or 32 (layout 1, repositories made before
+    /// 0.2; still read and written in their own layout).
+    public var idBytes: Int { contentIDs.hasSuffix("-128") ? 16 : 32 }
+
+    /// The `contentIDs` of a new repository.
+    static func contentIDs(encrypted: Bool, idBytes: Int) -> String {
+        (encrypted ? "hmac-sha256" : "sha256") + (idBytes == 16 ? "-128" : "")
+    }
 
     static let key = "config"
 
@@ -44,7 +53,7 @@ public struct RepositoryConfig: Sendable, Codable, Equatable {
         do { config = try JSON.decoder().decode(RepositoryConfig.self, from: data) } catch {
             throw StoreOpsError(.badData, "\(backend.describe(key)) is damaged (\(SnapshotRepository.describe(error)))")
         }
-        guard ["aes-256-gcm", "none"].contains(config.encryption), config.contentIDs == (config.isEncrypted ? "hmac-sha256" : "sha256"),
+        guard ["aes-256-gcm", "none"].contains(config.encryption), [16, 32].contains(where: { config.contentIDs == contentIDs(encrypted: config.isEncrypted, idBytes: $0) }),
               config.compression == "zstd", config.id.count == 32, config.id.allSatisfy(\.isHexDigit) else {
             throw StoreOpsError(.badData, "\(backend.describe(key)) names a cipher, content id or compression this storectl does not know",
                                 hint: "use a newer storectl, or check that the file was not changed")

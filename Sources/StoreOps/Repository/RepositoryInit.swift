@@ -10,6 +10,9 @@ public enum RepositoryInit {
         public var password: PasswordSource
         /// scrypt's N for the first key (tests lower it to keep fast).
         public var kdfN = KeyFile.defaultN
+        /// Format 2's content ids: 16 bytes (layout 2, the default) or 32 (layout 1, what
+        /// storectl 0.1 made; tests of compatibility make such repositories).
+        public var idBytes = 16
 
         public init(location: String, format: Int = 2, encrypted: Bool = true, password: PasswordSource = .resolve(file: nil)) {
             self.location = location
@@ -47,7 +50,7 @@ public enum RepositoryInit {
             PendingFile.removeStale(in: parent, prefix: FileSystem.name(of: absolute))
             let staging = try PendingFile(finalPath: absolute, directory: true, label: "repo.init")
             let made = try PagedRepository.initialize(LocalBackend(root: staging.tempPath), password: password,
-                                                      options: .init(encrypted: options.encrypted, kdfN: options.kdfN))
+                                                      options: .init(encrypted: options.encrypted, kdfN: options.kdfN, idBytes: options.idBytes))
             try staging.commit(replacing: kind == .directory)
             return Result(location: absolute, format: 2, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
         default:
@@ -70,7 +73,7 @@ public enum RepositoryInit {
         }
         let password = options.encrypted ? try options.password.read(purpose: "new password for \(backend.location)", confirm: true) : nil
         for leftover in there { try backend.remove(leftover.key, point: "repo.init.leftover") }
-        let made = try PagedRepository.initialize(backend, password: password, options: .init(encrypted: options.encrypted, kdfN: options.kdfN))
+        let made = try PagedRepository.initialize(backend, password: password, options: .init(encrypted: options.encrypted, kdfN: options.kdfN, idBytes: options.idBytes))
         return Result(location: backend.location, format: 2, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
     }
 

@@ -1,8 +1,9 @@
 import Foundation
 
-/// `storectl repo repair`: rebuilds the index from the packs' own headers when an index file is
-/// damaged or lost. Every pack whose header opens is listed in one new index; then the old index
-/// files are removed. Packs whose header is damaged are reported and kept as a readable old index
+/// `storectl repo repair`: rebuilds the index from the packs themselves when an index file is
+/// damaged or lost. Every pack whose header opens (layout 2: and whose every frame opens, since
+/// its blobs' ids are recomputed from their bytes) is listed in one new index; then the old index
+/// files are removed. Packs that are damaged are reported and kept as a readable old index
 /// describes them (or left out, when none does: `repo check` then names the snapshots that need them). Takes the repository exclusively.
 public enum RepositoryRepair {
     public struct Report: Sendable, Codable {
@@ -25,6 +26,7 @@ public enum RepositoryRepair {
         var known: [ContentID: PackContents] = [:]
         try RepositoryIndex.scan(repository) { _, pack, contents in known[pack] = contents }
         var index = IndexFile()
+        let zstd = try ZstdFrames(level: 3)
         for (key, _) in try repository.backend.list("data/") {
             try ProcessSignals.checkpoint("repairing \(repository.location)")
             guard let id = ContentID(hex: FileSystem.name(of: key)), PackBuilder.key(id) == key else {
@@ -32,7 +34,7 @@ public enum RepositoryRepair {
                 continue
             }
             do {
-                index.packs.append((id, try PackBuilder.readHeader(repository.backend, id: id, sealer: repository.sealer)))
+                index.packs.append((id, try PackBuilder.readContents(repository, id: id, zstd: zstd)))
             } catch let error as StoreOpsError where error.status == .badData {
                 report.damagedPacks.append(error.message)
                 if let contents = known[id] { index.packs.append((id, contents)) }   // an index still describes it

@@ -12,28 +12,47 @@ import Foundation
 /// Plain (`repo init --insecure-no-encryption`): `plaintext | SHA-256(identity | 0x00 | plaintext)`,
 /// so damage is still found (not tampering: anyone can recompute the check), and content ids are
 /// SHA-256.
+///
+/// Layout 2 (`idBytes` 16, every repository made since 0.2): content ids are the first 16 bytes
+/// of that digest, and frames are sealed as `frame` (their pack header lists no ids).
 // @unchecked: HMAC<SHA256> is a value (copied before each use) that swift-crypto does not mark Sendable.
 public struct Sealer: @unchecked Sendable {
     public let master: MasterKey?
     public var isEncrypted: Bool { master != nil }
     private let keyedHash: HMAC<SHA256>?
+    /// 16 (layout 2) or 32 (layout 1): the bytes of a content id, and so the repository's layout.
+    public let idBytes: Int
+    /// Layout 2: 16-byte ids, pack headers without ids, indexes in runs (`docs/repository-format.md`).
+    public var isCompact: Bool { idBytes == 16 }
 
     /// Bytes a sealed object has beyond its plaintext.
     public var overhead: Int { isEncrypted ? Self.encryptedOverhead : 32 }
     public static let encryptedOverhead = 12 + 16
 
-    public init(master: MasterKey?) {
+    public init(master: MasterKey?, idBytes: Int = 16) {
         self.master = master
+        self.idBytes = idBytes == 32 ? 32 : 16
         keyedHash = master.map { HMAC<SHA256>(key: $0.identity) }
     }
 
     /// The content id of `bytes`.
     public func contentID(_ bytes: UnsafeRawBufferPointer) -> ContentID {
+        let id: ContentID
         if var hmac = keyedHash {
             hmac.update(data: bytes)
-            return hmac.finalize().withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
+            id = hmac.finalize().withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
+        } else {
+            id = SHA256.hash(data: bytes).withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
         }
-        return SHA256.hash(data: bytes).withUnsafeBytes { ContentID(bytes: $0) } ?? .zero
+        return id.truncated(to: idBytes)
+    }
+
+    /// The identity a frame holding `ids` is sealed as: layout 1, `frame:` and the SHA-256 (hex)
+    /// of its blobs' ids in order (a frame moved elsewhere, or listed with other blobs, fails to
+    /// open); layout 2, `frame` (its header lists no ids, so `repo repair` can open it; every
+    /// blob read is still checked against the id it is read for).
+    func frameIdentity(_ ids: @autoclosure () -> [ContentID]) -> String {
+        isCompact ? "frame" : FrameEntry.identity(ids())
     }
 
     public func contentID(_ data: Data) -> ContentID { data.withUnsafeBytes { contentID($0) } }

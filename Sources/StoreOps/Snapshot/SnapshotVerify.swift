@@ -122,9 +122,26 @@ public enum SnapshotVerify {
                 throw StoreOpsError(.badData, "\(context): its page map holds \(ids.count) pages, not \(record.pages.pageCount)")
             }
             let zstd = try ZstdFrames(level: 3)
+            // Layout 2: a pack's header lists no ids, so the blobs are checked against the ids the
+            // index lists for them (and the header must agree with the index on the rest).
+            var indexed: [ContentID: PackContents] = [:]
+            if repository.sealer.isCompact {
+                let wanted = Set(packs.compactMap { ContentID(hex: FileSystem.name(of: $0)) })
+                try RepositoryIndex.scan(repository) { _, pack, contents in if wanted.contains(pack) { indexed[pack] = contents } }
+            }
             for key in packs {
                 guard let pack = ContentID(hex: FileSystem.name(of: key)) else { continue }
-                let frames = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer).frames
+                let header = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer)
+                var frames = header.frames
+                if repository.sealer.isCompact {
+                    guard let contents = indexed[pack] else {
+                        throw StoreOpsError(.badData, "\(context): pack \(repository.backend.describe(key)), which it wrote, is in no index")
+                    }
+                    guard contents.withoutIDs == header else {
+                        throw StoreOpsError(.badData, "\(context): pack \(repository.backend.describe(key)): its header and the index disagree")
+                    }
+                    frames = contents.frames
+                }
                 try BlobLocator.checkPack(pack, frames: frames, repository: repository, zstd: zstd)
             }
             return nil
