@@ -27,7 +27,7 @@ struct Storectl: ParsableCommand {
         // threads, and glibc's per-thread arenas held ~20 MiB more at peak on a 1 GiB store.
         // Blocks of 1 MiB and more (packs, maps) are mmapped and given back when freed: glibc's
         // sliding threshold otherwise keeps them in the arenas, 9 MiB more at peak (measured on
-        // the bench store; frames, 512 KiB, stay in the arenas, where reuse is cheap).
+        // the bench store). Frames of new pages (1 MiB) are mmapped too: about 250 a GiB.
         storectl_tune_malloc(2, 1 << 20)
         ProcessSignals.install()
         Notices.install { FileHandle.standardError.write(Data("storectl: warning: \($0)\n".utf8)) }
