@@ -65,7 +65,8 @@ enum BlobLocator {
         return out
     }
 
-    /// Reads a span and hands each member frame's plaintext to `body`.
+    /// Reads a span and hands each member frame's plaintext to `body`, in memory `zstd` reuses:
+    /// the `Data` is valid only during the call (copy out what must outlive it).
     static func read(_ span: Span, frames: [(pack: ContentID, frame: FrameEntry)], repository: PagedRepository, zstd: ZstdFrames,
                      _ body: (Int, Data) throws -> Void) throws {
         let data = try repository.backend.read(PackBuilder.key(span.pack), offset: span.offset, length: span.length)
@@ -73,7 +74,9 @@ enum BlobLocator {
             let frame = frames[member].frame
             let start = data.startIndex + Int(frame.offset - span.offset)
             let sealed = data[start..<(start + Int(frame.sealedLength))]
-            try body(member, try openFrame(sealed, frame: frame, pack: span.pack, repository: repository, zstd: zstd))
+            let what = "frame at byte \(frame.offset) of pack \(repository.backend.describe(PackBuilder.key(span.pack)))"
+            let compressed = try repository.sealer.open(sealed, as: repository.sealer.frameIdentity(frame.blobs.map(\.id)), what: what)
+            try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), what: what) { try body(member, $0) }
         }
     }
 
@@ -102,7 +105,7 @@ enum BlobLocator {
         guard bytes.withUnsafeBytes({ sealer.contentID($0) }) == blob.id else {
             throw StoreOpsError(.badData, "\(what): blob \(blob.id.hex.prefix(12))… does not match its content id", hint: Sealer.damagedHint)
         }
-        return Data(bytes)
+        return bytes.withUnsafeBytes { Data($0) }   // a copy: `plain` may be reused memory
     }
 
     /// Reads the given blobs (all must be locatable), checking each; 65 naming what is missing.

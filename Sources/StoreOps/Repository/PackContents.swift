@@ -136,7 +136,7 @@ public struct PackContents: Sendable, Equatable {
                         throw StoreOpsError(.badData, "\(reader.what) is damaged: a run of \(n) blobs of frame \(f) overruns the frame or is of unknown type \(rawType)",
                                             hint: Sealer.damagedHint)
                     }
-                    blobs.reserveCapacity(blobs.count + n)
+                    blobs.reserveCapacity(blobs.count + min(n, 4096))
                     for _ in 0..<n {
                         let id = ids ? try reader.id(bytes: 16) : .zero
                         blobs.append(BlobEntry(type: type, id: id, offset: UInt32(at), length: length))
