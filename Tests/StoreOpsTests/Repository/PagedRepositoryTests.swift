@@ -518,6 +518,66 @@ struct PagedRepositoryTests {
         #expect(try logicalDigest(try compact.restore(made.id, to: "compact.sqlite")) == (try logicalDigest(fixture.store)))
     }
 
+    @Test("a frame that opens but holds other pages than its index says (a writer's bug, or a forgery with the key): restore is 65 naming the page and the pack, and leaves nothing",
+          .enabled(if: PagedRepositoryTests.decoderAvailable))
+    func forgedFrame() throws {
+        let fixture = try PagedFixture(items: 5_000)
+        let created = try fixture.create()
+        let repository = try PagedRepository.open(fixture.backend, password: fixture.password)
+        // The first page frame an index lists (layout 2, as docs/repository-format.md gives it).
+        var frame: (pack: String, offset: Int, sealed: Int)?
+        for key in try fixture.objects("index") where frame == nil {
+            let plain = try repository.sealer.open(try #require(try fixture.backend.read(key)), as: "index", what: key)
+            var at = plain.startIndex + 4
+            func u32() -> Int { defer { at += 4 }; return plain[at..<(at + 4)].enumerated().reduce(0) { $0 | Int($1.element) << (8 * $1.offset) } }
+            func u64() -> Int { let low = u32(); return low | u32() << 32 }
+            for _ in 0..<u32() where frame == nil {
+                let pack = plain[at..<(at + 32)].map { String(format: "%02x", $0) }.joined()
+                at += 32
+                for _ in 0..<u32() {
+                    let (offset, sealed, _) = (u64(), u32(), u32())
+                    var pages = false
+                    for _ in 0..<u32() {
+                        pages = pages || plain[at] == 1
+                        at += 5
+                        at += 16 * u32()
+                    }
+                    if pages && frame == nil { frame = (pack, offset, sealed) }
+                }
+            }
+        }
+        let (pack, offset, sealedLength) = try #require(frame)
+        let key = "data/\(pack.prefix(2))/\(pack)"
+        var packBytes = try #require(try fixture.backend.read(key))
+        let compressed = try repository.sealer.open(packBytes[offset..<(offset + sealedLength)], as: "frame", what: key)
+        // Its densest page (of the first 64) zeroed, compressed again and padded to the same length
+        // with a zstd skippable frame: it opens, decompresses to the same length, and lies.
+        let zstdIn = fixture.folder.file("frame.zst"), rawPath = fixture.folder.file("frame.raw")
+        try compressed.write(to: URL(fileURLWithPath: zstdIn))
+        #expect(try ChildProcess.run("/usr/bin/zstd", ["-d", "-q", "-f", zstdIn, "-o", rawPath]).status == 0)
+        var raw = try Data(contentsOf: URL(fileURLWithPath: rawPath))
+        let dense = (0..<min(64, raw.count / 4096)).max { a, b in
+            raw[(a * 4096)..<((a + 1) * 4096)].filter { $0 != 0 }.count < raw[(b * 4096)..<((b + 1) * 4096)].filter { $0 != 0 }.count
+        } ?? 0
+        raw.replaceSubrange((dense * 4096)..<((dense + 1) * 4096), with: Data(count: 4096))
+        try raw.write(to: URL(fileURLWithPath: rawPath))
+        #expect(try ChildProcess.run("/usr/bin/zstd", ["-3", "-q", "-f", rawPath, "-o", zstdIn]).status == 0)
+        var forged = try Data(contentsOf: URL(fileURLWithPath: zstdIn))
+        let room = compressed.count - forged.count - 8
+        try #require(room >= 0, "the forged frame came out larger: \(forged.count) against \(compressed.count), raw \(raw.count)")
+        for word in [UInt32(0x184D_2A50), UInt32(room)] { withUnsafeBytes(of: word.littleEndian) { forged.append(contentsOf: $0) } }
+        forged.append(Data(count: room))
+        let sealed = try repository.sealer.seal(forged, as: "frame")
+        try #require(sealed.count == sealedLength)
+        packBytes.replaceSubrange(offset..<(offset + sealedLength), with: sealed)
+        try fixture.replace(key, with: packBytes)
+        let failed = #expect(throws: StoreOpsError.self) { try fixture.restore(created.id, to: "restored.sqlite") }
+        #expect(failed?.status == .badData, "\(failed?.message ?? "")")
+        #expect(failed?.message.contains("does not match its content id") == true && failed?.message.contains(pack) == true, "\(failed?.message ?? "")")
+        #expect(!fixture.folder.contents().contains { $0.hasPrefix("restored") || $0.contains("storectl") && $0.contains("restored") }, "\(fixture.folder.contents())")
+        #expect(try fixture.check().ok == false, "repo check --read-data finds it too")
+    }
+
     @Test("scrypt as key files use it matches RFC 7914's test vector")
     func scryptVector() throws {
         let key = try KeyFile.scrypt(Data("password".utf8), salt: Data("NaCl".utf8), n: 1024, r: 8, p: 16, bytes: 64)
