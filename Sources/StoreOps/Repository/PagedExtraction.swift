@@ -4,9 +4,10 @@ import Foundation
 import Synchronization
 
 /// Reassembles a format-2 snapshot: its map, then every frame holding one of its pages read
-/// once (on two cores), opened, decompressed, each page checked against its content id and
-/// written where the map puts it; the external-data files chunk by chunk, each checked against
-/// its size and SHA-256; and last the database's integrity check, alongside its SHA-256.
+/// once (on two cores), opened (authenticated) and decompressed, each page written where the map
+/// puts it; the external-data files chunk by chunk, each checked against its size and SHA-256;
+/// and last the database's integrity check on one core while the other reads the file back
+/// once, for its SHA-256 and to check every page against the id the map gives it.
 ///
 /// Memory: the map (32 bytes a page), the pages by id (12), which ids were found (1), the frames
 /// to read, and the frames being read.
