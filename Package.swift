@@ -38,6 +38,12 @@ let package = Package(
             name: "CSQLiteSink",
             dependencies: [.product(name: "GRDBSQLite", package: "GRDB.swift")]),
 
+        // HTTP for S3 repositories: libcurl's easy interface, one blocking request per call
+        // (the package then depends on libcurl4).
+        .target(
+            name: "CHTTP",
+            linkerSettings: [.linkedLibrary("curl")]),
+
         // The library that does the work.
         .target(
             name: "StoreOps",
@@ -54,10 +60,8 @@ let package = Package(
                 "CZstd",
                 "CStoreSupport",
                 "CSQLiteSink",
-            ],
-            // S3 repositories speak HTTP through FoundationNetworking's URLSession, which is libcurl
-            // underneath: a static release build must name it (the package then depends on libcurl4).
-            linkerSettings: [.linkedLibrary("curl", .when(platforms: [.linux]))]),
+                "CHTTP",
+            ]),
         // Sample stores and write load for the demo, the tests and the benchmarks.
         // libarchive directly: the fixtures write hostile archives (links, devices, size bombs)
         // that the library must never be able to write.

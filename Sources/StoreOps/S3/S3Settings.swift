@@ -5,7 +5,7 @@ import Synchronization
 /// environment first (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
 /// `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL_S3`/`AWS_ENDPOINT_URL`), then the profile
 /// (`AWS_PROFILE`, else `default`) in `~/.aws/credentials` and `~/.aws/config` (or
-/// `AWS_SHARED_CREDENTIALS_FILE`/`AWS_CONFIG_FILE`).
+/// `AWS_SHARED_CREDENTIALS_FILE`/`AWS_CONFIG_FILE`); `AWS_CA_BUNDLE` (or `ca_bundle`) for https.
 ///
 /// storectl's own knobs: `STORECTL_S3_ADDRESSING=path|virtual` (default: path-style for IP and
 /// localhost endpoints and for buckets with dots, else virtual-hosted; `addressing_style` in the
@@ -34,6 +34,9 @@ public struct S3Settings: Sendable, CustomStringConvertible {
     /// First retry's mean delay; each retry doubles it (full jitter), up to `maxBackoff`.
     public var backoff: TimeInterval = 0.2
     public var maxBackoff: TimeInterval = 10
+    /// CA certificates for an https endpoint (`AWS_CA_BUNDLE`, or `ca_bundle` in the profile);
+    /// nil: the system's.
+    public var caBundle: String?
 
     public var description: String {
         "endpoint \(endpoint), region \(region), \(pathStyle ? "path-style" : "virtual-hosted"), key \(credentials.accessKey) (\(credentialSource))"
@@ -110,6 +113,13 @@ public struct S3Settings: Sendable, CustomStringConvertible {
                           multipartThreshold: 0, partSize: 0)
         .withParts(try number("STORECTL_S3_PART_MB", 16, 5...5120) << 20, testBytes: env["STORECTL_TEST_S3_PART_BYTES"].flatMap { Int($0) })
         settings.backoff = Double(try number("STORECTL_S3_BACKOFF_MS", 200, 1...60_000)) / 1000
+        if scheme == "https", let bundle = env["AWS_CA_BUNDLE"] ?? setting("ca_bundle") {
+            guard FileSystem.kind(of: bundle) == .file else {
+                throw StoreOpsError(.noInput, "the CA bundle \(bundle) (\(env["AWS_CA_BUNDLE"] != nil ? "AWS_CA_BUNDLE" : "ca_bundle in \(configFile)")) is not a file",
+                                    hint: "point it at a PEM file of CA certificates, or unset it to use the system's")
+            }
+            settings.caBundle = bundle
+        }
         return settings
     }
 }

@@ -1,0 +1,163 @@
+#include "CHTTP.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static int global_ok = 0;
+
+static void global_init(void) { global_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK; }
+
+void *storectl_http_new(void) {
+    pthread_once(&global_once, global_init);
+    if (!global_ok) return NULL;
+    return curl_easy_init();
+}
+
+void storectl_http_free(void *handle) {
+    if (handle) curl_easy_cleanup((CURL *)handle);
+}
+
+void storectl_http_response_free(storectl_http_response *out) {
+    free(out->headers);
+    free(out->body);
+    out->headers = NULL;
+    out->body = NULL;
+    out->headers_length = out->body_length = out->body_capacity = 0;
+}
+
+/// Grows `*buffer` (of `*capacity`) to hold `needed` bytes; 0 when memory runs out.
+static int reserve(unsigned char **buffer, size_t *capacity, size_t needed) {
+    if (needed <= *capacity) return 1;
+    size_t grown = *capacity < 16384 ? 16384 : *capacity;
+    while (grown < needed) grown = grown > ((size_t)-1) / 2 ? needed : grown * 2;
+    unsigned char *moved = realloc(*buffer, grown);
+    if (!moved) return 0;
+    *buffer = moved;
+    *capacity = grown;
+    return 1;
+}
+
+static size_t on_body(char *data, size_t size, size_t count, void *user) {
+    storectl_http_response *out = user;
+    size_t length = size * count;
+    if (!reserve(&out->body, &out->body_capacity, out->body_length + length)) return 0;   // aborts: CURLE_WRITE_ERROR
+    memcpy(out->body + out->body_length, data, length);
+    out->body_length += length;
+    return length;
+}
+
+static size_t on_header(char *data, size_t size, size_t count, void *user) {
+    storectl_http_response *out = user;
+    size_t length = size * count;
+    // A new status line (after a 100 Continue, say): only the final response's headers count.
+    if (length >= 5 && memcmp(data, "HTTP/", 5) == 0) {
+        out->headers_length = 0;
+        out->body_length = 0;
+    } else if (length > 15 && strncasecmp(data, "content-length:", 15) == 0) {
+        // Room for the whole body at once: no copying as it grows. Bounded, so that a lying
+        // header cannot make us reserve gigabytes up front.
+        unsigned long long announced = strtoull(data + 15, NULL, 10);
+        if (announced > 0 && announced <= (256ull << 20))
+            if (!reserve(&out->body, &out->body_capacity, (size_t)announced)) return 0;
+    }
+    char *moved = realloc(out->headers, out->headers_length + length + 1);   // headers are few
+    if (!moved) return 0;
+    out->headers = moved;
+    memcpy(out->headers + out->headers_length, data, length);
+    out->headers_length += length;
+    out->headers[out->headers_length] = 0;
+    return length;
+}
+
+static int classify(CURLcode code) {
+    switch (code) {
+    case CURLE_OK: return STORECTL_HTTP_OK;
+    case CURLE_OPERATION_TIMEDOUT: return STORECTL_HTTP_TIMED_OUT;
+    case CURLE_COULDNT_CONNECT: return STORECTL_HTTP_REFUSED;
+    case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY: return STORECTL_HTTP_HOST_NOT_FOUND;
+    case CURLE_GOT_NOTHING: case CURLE_SEND_ERROR: case CURLE_RECV_ERROR: case CURLE_PARTIAL_FILE:
+        return STORECTL_HTTP_CONNECTION_LOST;
+    case CURLE_SSL_CONNECT_ERROR: case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+        return STORECTL_HTTP_TLS;
+    default: return STORECTL_HTTP_OTHER;
+    }
+}
+
+int storectl_http_perform(void *handle, const char *method, const char *url,
+                          const char *const *headers, size_t count,
+                          const void *body, size_t body_length,
+                          long idle_seconds, long total_ms, const char *ca_file,
+                          storectl_http_response *out) {
+    memset(out, 0, sizeof *out);
+    CURL *curl = handle;
+    if (!curl) {
+        out->error_code = STORECTL_HTTP_OTHER;
+        snprintf(out->error, sizeof out->error, "libcurl could not be initialised");
+        return out->error_code;
+    }
+    curl_easy_reset(curl);   // every option back to its default; the connections stay open
+
+    struct curl_slist *list = NULL;
+    for (size_t i = 0; i < count; i++) {
+        struct curl_slist *longer = curl_slist_append(list, headers[i]);
+        if (!longer) { curl_slist_free_all(list); out->error_code = STORECTL_HTTP_OTHER; snprintf(out->error, sizeof out->error, "out of memory"); return out->error_code; }
+        list = longer;
+    }
+    // No "Expect: 100-continue" round trip before a body; no form content type of curl's own.
+    list = curl_slist_append(list, "Expect:");
+    list = curl_slist_append(list, "Accept:");
+    int has_type = 0;
+    for (size_t i = 0; i < count; i++) if (strncasecmp(headers[i], "content-type:", 13) == 0) has_type = 1;
+    if (!has_type) list = curl_slist_append(list, "Content-Type:");
+
+    char error[CURL_ERROR_SIZE];
+    error[0] = 0;
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);             // threads: no SIGALRM for timeouts
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
+    curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);       // a redirect is reported, not followed
+    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, idle_seconds);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, idle_seconds);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, total_ms);
+    curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 256L * 1024);    // fewer, larger reads of big bodies
+    curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+    if (ca_file) curl_easy_setopt(curl, CURLOPT_CAINFO, ca_file);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, out);
+
+    if (strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+    } else if (strcmp(method, "GET") == 0) {
+        curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    } else if (body_length == 0 && strcmp(method, "DELETE") == 0) {
+        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    } else {
+        // The body goes out from the caller's memory as it is (no copy), with its length.
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_length);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body_length > 0 ? body : "");
+        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    }
+
+    CURLcode code = curl_easy_perform(curl);
+    curl_slist_free_all(list);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &out->status);
+    if (code != CURLE_OK) {
+        out->error_code = classify(code);
+        snprintf(out->error, sizeof out->error, "%s", error[0] ? error : curl_easy_strerror(code));
+        out->status = 0;
+    }
+    return out->error_code;
+}
