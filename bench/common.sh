@@ -40,14 +40,15 @@ ensure_store() {
 
 now() { date +%s.%N; }
 
-# timed NAME COMMAND...: runs under GNU time; sets SECS, RSS_MB, STATUS.
+# timed NAME COMMAND...: runs under GNU time; sets SECS, RSS_MB, CPU_S (user + system), STATUS.
 timed() {
   shift
   local t0; t0=$(now)
-  /usr/bin/time -f "%M" -o "$OUT/rss" "$@" >/dev/null 2>"$OUT/err"
+  /usr/bin/time -f "%M %U %S" -o "$OUT/rss" "$@" >/dev/null 2>"$OUT/err"
   STATUS=$?
   SECS=$(echo "$(now) - $t0" | bc -l)
   RSS_MB=$(awk '{ v = $1 } END { printf "%.1f", v / 1024 }' "$OUT/rss")
+  CPU_S=$(awk '{ v = $2 + $3 } END { printf "%.1f", v }' "$OUT/rss")
   [ "$STATUS" -eq 0 ] || echo "  (exit $STATUS: $(head -c 300 "$OUT/err"))" >&2
 }
 

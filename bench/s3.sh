@@ -2,7 +2,8 @@
 # S3 benchmark (not a test): format 2 in a bucket on SeaweedFS (loopback) against the same
 # repository in a local folder, with restic (to the same server) and Litestream as anchors, in one
 # run, on a copy of the ~1 GiB store of bench/common.sh:
-#   1. first snapshot to S3 vs to a folder: time, requests (per GiB), bytes up, peak memory
+#   1. first snapshot to S3 vs to a folder (5 runs each, RUNS=N): time, requests (per GiB), bytes up,
+#      peak memory; the CPU of storectl and of the server, which shares the cores
 #   2. 5,000 scattered row updates: bytes uploaded vs the compressed changed pages, requests vs new packs
 #   3. restore from S3 vs from the folder; Litestream's restore of the same store from the same server
 #   4. restic to the same server: bytes and time, first and incremental
@@ -45,9 +46,12 @@ GIB=$(echo "scale=3; $(stat -c %s "$DB") / 1073741824" | bc -l)
 "$BIN/storectl" repo init --repo "$W/local" >/dev/null
 "$BIN/storectl" repo init --repo s3://bench/storectl >/dev/null
 
-echo; echo "== 1. first snapshot ($GIB GiB store), three runs each, alternating; medians"
-LT=(); ST=()
-for run in 1 2 3; do
+RUNS=${RUNS:-5}
+echo; echo "== 1. first snapshot ($GIB GiB store), $RUNS runs each, alternating; medians"
+LT=(); ST=(); LC=(); SC=(); WC=()
+TICKS=$(getconf CLK_TCK); CORES=$(nproc)
+weed_cpu() { awk '{ print $14 + $15 }' "/proc/$WEED/stat"; }   # the server's CPU ticks (every thread)
+for run in $(seq "$RUNS"); do
   if [ "$run" -gt 1 ]; then   # fresh repositories: each run is a first snapshot
     rm -rf "$W/local"; "$BIN/storectl" repo init --repo "$W/local" >/dev/null
     "$BIN/storectl" repo init --repo "s3://bench/storectl-$run" >/dev/null
@@ -55,16 +59,24 @@ for run in 1 2 3; do
   else
     S3REPO=s3://bench/storectl
   fi
-  settle; timed local "$BIN/storectl" snapshot create "$DB" --repo "$W/local"; LT+=("$SECS"); LRSS=$RSS_MB
-  settle; t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" snapshot create "$DB" --repo "$S3REPO" --json >"$OUT/json" 2>"$OUT/err"
+  settle; timed local "$BIN/storectl" snapshot create "$DB" --repo "$W/local"; LT+=("$SECS"); LRSS=$RSS_MB; LC+=("$CPU_S")
+  settle; w0=$(weed_cpu); t0=$(now)
+  /usr/bin/time -f "%M %U %S" -o "$OUT/rss" "$BIN/storectl" snapshot create "$DB" --repo "$S3REPO" --json >"$OUT/json" 2>"$OUT/err"
   ST+=("$(echo "$(now) - $t0" | bc -l)"); SRSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
-  printf '  run %s: local %.2f s, S3 %.2f s\n' "$run" "${LT[-1]}" "${ST[-1]}"
+  SC+=("$(awk '{ printf "%.1f", $2 + $3 }' "$OUT/rss")"); WC+=("$(echo "scale=1; ($(weed_cpu) - $w0) / $TICKS" | bc -l)")
+  printf '  run %s: local %.2f s (CPU %s s); S3 %.2f s (CPU: storectl %s s, SeaweedFS %s s)\n' "$run" "${LT[-1]}" "${LC[-1]}" "${ST[-1]}" "${SC[-1]}" "${WC[-1]}"
 done
 L1=$(median "${LT[@]}"); S1=$(median "${ST[@]}")
 REQ1=$(field "['s3']['requests']"); UP1=$(field "['s3']['bytesSent']"); N1=$(python3 -c "import json; print(sum(json.load(open('$OUT/json'))['s3']['requests'].values()))")
 printf '  local folder  %6.2f s  peak %s MiB\n' "$L1" "$LRSS"
 printf '  S3            %6.2f s  peak %s MiB  %s MiB up, %s requests (%.0f per GiB): %s\n' "$S1" "$SRSS" "$(mib "$UP1")" "$N1" "$(echo "$N1 / $GIB" | bc -l)" "$REQ1"
 printf '  S3 / local    %s (target <= 1.3)\n' "$(ratio "$S1" "$L1")"
+# The server shares this machine's cores: whatever the client does, a snapshot to it cannot take
+# less than (storectl's CPU + the server's CPU) / cores.
+LCM=$(median "${LC[@]}"); SCM=$(median "${SC[@]}"); WCM=$(median "${WC[@]}")
+FLOOR=$(echo "($SCM + $WCM) / $CORES" | bc -l)
+printf '  CPU (medians) storectl %s s to S3 vs %s s to the folder (%s x); SeaweedFS %s s on the same %s cores\n' "$SCM" "$LCM" "$(ratio "$SCM" "$LCM")" "$WCM" "$CORES"
+printf '  floor         (storectl + SeaweedFS CPU) / %s cores = %.2f s = %s x local\n' "$CORES" "$FLOOR" "$(ratio "$FLOOR" "$L1")"
 printf '  peak memory   S3 %s MiB vs local %s MiB + 32 MiB x %s transfers = %s MiB allowed\n' "$SRSS" "$LRSS" "${STORECTL_S3_PARALLEL:-4}" \
   "$(echo "$LRSS + 32 * ${STORECTL_S3_PARALLEL:-4}" | bc -l)"
 

@@ -169,6 +169,51 @@ struct S3ServerTests {
         #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
     }
 
+    @Test("https: an endpoint whose certificate AWS_CA_BUNDLE names carries a whole round trip; untrusted, it is 74 at once naming TLS and AWS_CA_BUNDLE; a bundle that is not a file is 66")
+    func tls() throws {
+        guard let probe = try? ChildProcess.run("/usr/bin/python3", ["-c", "import cryptography"]), probe.status == 0 else {
+            try #require(ProcessInfo.processInfo.environment["STORECTL_REQUIRE_S3"] == nil, "python3-cryptography is missing (make test installs it)")
+            return
+        }
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let store = try sampleStore(in: folder, items: 2_000)
+        let server = try SharedS3.server()
+        let proxyScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("tools/s3-fault-proxy.py").path
+        let ca = folder.file("proxy-ca.pem")
+        let proxy = try ChildProcess.Running("/usr/bin/python3", [proxyScript, "\(server.port)", "--tls", ca])
+        defer { proxy.signal(SIGKILL); _ = proxy.wait() }
+        var port = ""
+        let deadline = Date().addingTimeInterval(10)
+        while port.isEmpty, Date() < deadline {
+            port = proxy.stdoutSoFar.trimmingCharacters(in: .whitespacesAndNewlines)
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        try #require(!port.isEmpty, "the proxy did not start")
+        let https = ["AWS_ENDPOINT_URL_S3": "https://127.0.0.1:\(port)", "STORECTL_S3_RETRIES": "3", "STORECTL_S3_BACKOFF_MS": "20"]
+
+        let trusted = https.merging(["AWS_CA_BUNDLE": ca]) { $1 }
+        let created = try run(["snapshot", "create", store, "--repo", repo, "--json"], folder, trusted)
+        #expect(created.status == 0, "\(created.stderr)")
+        let id = try #require((try? JSONSerialization.jsonObject(with: Data(created.stdout.utf8)) as? [String: Any])?["id"] as? String)
+        let restored = try run(["snapshot", "restore", id, "--repo", repo, "--to", folder.file("restored.sqlite")], folder, trusted)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(try logicalDigest(folder.file("restored.sqlite")) == (try logicalDigest(store)))
+
+        // The system's CAs do not know the proxy's certificate: refused before any request is
+        // answered, and not retried.
+        let system = FileSystem.kind(of: "/etc/ssl/certs/ca-certificates.crt") == .file ? "/etc/ssl/certs/ca-certificates.crt" : ""
+        let started = Date()
+        let untrusted = try run(["snapshot", "list", "--repo", repo], folder, https.merging(["AWS_CA_BUNDLE": system]) { $1 })
+        #expect(untrusted.status == 74, "\(untrusted.stdout) \(untrusted.stderr)")
+        #expect(untrusted.stderr.contains("repository unreachable") && untrusted.stderr.contains("TLS") && untrusted.stderr.contains("AWS_CA_BUNDLE"), "\(untrusted.stderr)")
+        #expect(Date().timeIntervalSince(started) < 20)
+
+        let missing = try run(["snapshot", "list", "--repo", repo], folder, https.merging(["AWS_CA_BUNDLE": folder.file("no-such.pem")]) { $1 })
+        #expect(missing.status == 66 && missing.stderr.contains("no-such.pem") && missing.stderr.contains("AWS_CA_BUNDLE"), "\(missing.stderr)")
+    }
+
     @Test("the server killed and restarted mid-snapshot: the run completes through its retries or exits 74 with nothing listed; the next run and the check are clean")
     func serverRestart() throws {
         let folder = try TempFolder()

@@ -7,8 +7,10 @@
                  the client cannot know it succeeded, and must retry safely
   --corrupt P    flip one byte of a PUT's body on the way (the server must refuse it)
 Each with probability P (0..1), from a seeded random generator. Prints its port on stdout.
+  --tls CA_FILE  serve https with a new self-signed certificate for 127.0.0.1 (Python's
+                 cryptography), written as PEM to CA_FILE for the client to trust
 
-Usage: s3-fault-proxy.py UPSTREAM_PORT [--slowdown P] [--cut P] [--lost P] [--seed N]
+Usage: s3-fault-proxy.py UPSTREAM_PORT [--slowdown P] [--cut P] [--lost P] [--seed N] [--tls CA_FILE]
 """
 import argparse, http.client, random, socket, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +22,7 @@ args.add_argument("--cut", type=float, default=0.0)
 args.add_argument("--lost", type=float, default=0.0)
 args.add_argument("--corrupt", type=float, default=0.0)
 args.add_argument("--seed", type=int, default=1)
+args.add_argument("--tls", default=None)
 options = args.parse_args()
 rng = random.Random(options.seed)
 lock = threading.Lock()
@@ -89,7 +92,47 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+def tls_context(ca_file):
+    import datetime, ipaddress, os, ssl, tempfile
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "storectl test proxy")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .sign(key, hashes.SHA256()))
+    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    with open(ca_file, "wb") as f: f.write(pem)
+    folder = tempfile.mkdtemp()
+    cert_path, key_path = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    with open(cert_path, "wb") as f: f.write(pem)
+    with open(key_path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_path, key_path)
+    return context
+
+class TLSServer(ThreadingHTTPServer):
+    # The handshake runs in the request's thread, so a client that gives up on it (an untrusted
+    # certificate) does not stall the accept loop.
+    def finish_request(self, request, client_address):
+        try:
+            request = self.context.wrap_socket(request, server_side=True)
+        except OSError:
+            return
+        super().finish_request(request, client_address)
+
+if options.tls:
+    server = TLSServer(("127.0.0.1", 0), Handler)
+    server.context = tls_context(options.tls)
+else:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 server.daemon_threads = True
 print(server.server_address[1], flush=True)
 try:

@@ -89,6 +89,14 @@ struct SigV4Tests {
         let local = try S3Settings.resolve(bucket: "b-1", environment: files.merging(["AWS_ENDPOINT_URL_S3": "http://localhost:9000"]) { $1 })
         #expect(local.pathStyle, "path-style is automatic for localhost and IP endpoints")
 
+        // AWS_CA_BUNDLE counts for https endpoints only; one that is not a file is 66.
+        #expect(try S3Settings.resolve(bucket: "b-1", environment: files.merging(["AWS_CA_BUNDLE": credentials]) { $1 }).caBundle == credentials)
+        #expect(try S3Settings.resolve(bucket: "b-1", environment: files.merging(["AWS_CA_BUNDLE": credentials, "AWS_PROFILE": "work"]) { $1 }).caBundle == nil)
+        let noBundle = #expect(throws: StoreOpsError.self) {
+            try S3Settings.resolve(bucket: "b-1", environment: files.merging(["AWS_CA_BUNDLE": folder.file("missing.pem")]) { $1 })
+        }
+        #expect(noBundle?.status == .noInput && noBundle?.message.contains("AWS_CA_BUNDLE") == true)
+
         let none = #expect(throws: StoreOpsError.self) { try S3Settings.resolve(bucket: "b-1", environment: ["HOME": folder.path]) }
         #expect(none?.status == .usage && none?.message.contains("AWS_ACCESS_KEY_ID") == true)
         let badEndpoint = #expect(throws: StoreOpsError.self) {
