@@ -5,7 +5,7 @@
 #   1. first snapshot to S3 vs to a folder (5 runs each, RUNS=N): time, requests (per GiB), bytes up,
 #      peak memory; the CPU of storectl and of the server, which shares the cores
 #   2. 5,000 scattered row updates: bytes uploaded vs the compressed changed pages, requests vs new packs
-#   3. restore from S3 vs from the folder; Litestream's restore of the same store from the same server
+#   3. restore from S3 vs from the folder (3 runs each, RESTORES=N); Litestream's restore of the same store from the same server
 #   4. restic to the same server: bytes and time, first and incremental
 #
 #   bash bench/s3.sh            # ITEMS=4000000
@@ -93,8 +93,16 @@ printf '  local %.2f s; S3 %.2f s: added %s MiB, %s MiB uploaded (%s x added), %
 echo; echo "== 3. restore"
 ID=$("$BIN/storectl" snapshot list --repo s3://bench/storectl --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")
 LID=$("$BIN/storectl" snapshot list --repo "$W/local" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])")
-settle; timed local "$BIN/storectl" snapshot restore "$LID" --repo "$W/local" --to "$W/r-local.sqlite"; RL=$SECS
-settle; timed s3 "$BIN/storectl" snapshot restore "$ID" --repo s3://bench/storectl --to "$W/r-s3.sqlite"; RS=$SECS; RRSS=$RSS_MB
+RLT=(); RST=()
+for run in $(seq "${RESTORES:-3}"); do   # alternating; medians
+  rm -f "$W"/r-local.sqlite* "$W"/r-s3.sqlite*
+  settle; timed local "$BIN/storectl" snapshot restore "$LID" --repo "$W/local" --to "$W/r-local.sqlite"; RLT+=("$SECS"); LCPU=$CPU_S
+  settle; w0=$(weed_cpu)
+  timed s3 "$BIN/storectl" snapshot restore "$ID" --repo s3://bench/storectl --to "$W/r-s3.sqlite"; RST+=("$SECS"); RRSS=$RSS_MB
+  printf '  run %s: local %.2f s (CPU %s s); S3 %.2f s (CPU: storectl %s s, SeaweedFS %s s)\n' "$run" "${RLT[-1]}" "$LCPU" "${RST[-1]}" "$CPU_S" \
+    "$(echo "scale=1; ($(weed_cpu) - $w0) / $TICKS" | bc -l)"
+done
+RL=$(median "${RLT[@]}"); RS=$(median "${RST[@]}")
 printf '  local %.2f s; S3 %.2f s (peak %s MiB): %s x local (target <= 1.5)\n' "$RL" "$RS" "$RRSS" "$(ratio "$RS" "$RL")"
 if [ -n "$LITESTREAM" ]; then
   cat > "$W/litestream.yml" <<YML
