@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,27 +43,41 @@ static int reserve(unsigned char **buffer, size_t *capacity, size_t needed) {
     return 1;
 }
 
+/// What the callbacks see of one exchange.
+struct exchange {
+    storectl_http_response *out;
+    int head;               ///< a HEAD: its Content-Length is the object's, and no body follows
+    size_t max_body;
+    int too_large;
+};
+
 static size_t on_body(char *data, size_t size, size_t count, void *user) {
-    storectl_http_response *out = user;
+    struct exchange *exchange = user;
+    storectl_http_response *out = exchange->out;
     size_t length = size * count;
-    if (!reserve(&out->body, &out->body_capacity, out->body_length + length)) return 0;   // aborts: CURLE_WRITE_ERROR
+    if (out->body_length + length > exchange->max_body) {   // aborts the transfer (CURLE_WRITE_ERROR)
+        exchange->too_large = 1;
+        return 0;
+    }
+    if (!reserve(&out->body, &out->body_capacity, out->body_length + length)) return 0;
     memcpy(out->body + out->body_length, data, length);
     out->body_length += length;
     return length;
 }
 
 static size_t on_header(char *data, size_t size, size_t count, void *user) {
-    storectl_http_response *out = user;
+    struct exchange *exchange = user;
+    storectl_http_response *out = exchange->out;
     size_t length = size * count;
     // A new status line (after a 100 Continue, say): only the final response's headers count.
     if (length >= 5 && memcmp(data, "HTTP/", 5) == 0) {
         out->headers_length = 0;
         out->body_length = 0;
-    } else if (length > 15 && strncasecmp(data, "content-length:", 15) == 0) {
+    } else if (!exchange->head && length > 15 && strncasecmp(data, "content-length:", 15) == 0) {
         // Room for the whole body at once: no copying as it grows. Bounded, so that a lying
         // header cannot make us reserve gigabytes up front.
         unsigned long long announced = strtoull(data + 15, NULL, 10);
-        if (announced > 0 && announced <= (256ull << 20))
+        if (announced > 0 && announced <= (256ull << 20) && announced <= exchange->max_body)
             if (!reserve(&out->body, &out->body_capacity, (size_t)announced)) return 0;
     }
     char *moved = realloc(out->headers, out->headers_length + length + 1);   // headers are few
@@ -82,8 +97,9 @@ static int classify(CURLcode code) {
     case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY: return STORECTL_HTTP_HOST_NOT_FOUND;
     case CURLE_GOT_NOTHING: case CURLE_SEND_ERROR: case CURLE_RECV_ERROR: case CURLE_PARTIAL_FILE:
         return STORECTL_HTTP_CONNECTION_LOST;
-    case CURLE_SSL_CONNECT_ERROR: case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_CERTPROBLEM:
+    // The certificate is not trusted (or the CA file is unusable): no retry will change that. A
+    // handshake that fails otherwise (CURLE_SSL_CONNECT_ERROR) may be a dropped connection.
+    case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_CERTPROBLEM:
         return STORECTL_HTTP_TLS;
     default: return STORECTL_HTTP_OTHER;
     }
@@ -92,9 +108,10 @@ static int classify(CURLcode code) {
 int storectl_http_perform(void *handle, const char *method, const char *url,
                           const char *const *headers, size_t count,
                           const void *body, size_t body_length,
-                          long idle_seconds, long total_ms, const char *ca_file,
+                          long idle_seconds, long total_ms, const char *ca_file, size_t max_body,
                           storectl_http_response *out) {
     memset(out, 0, sizeof *out);
+    struct exchange exchange = { out, strcmp(method, "HEAD") == 0, max_body, 0 };
     CURL *curl = handle;
     if (!curl) {
         out->error_code = STORECTL_HTTP_OTHER;
@@ -134,9 +151,9 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
     curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
     if (ca_file) curl_easy_setopt(curl, CURLOPT_CAINFO, ca_file);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &exchange);
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(curl, CURLOPT_HEADERDATA, out);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &exchange);
 
     if (strcmp(method, "HEAD") == 0) {
         curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
@@ -151,10 +168,28 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
         curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
     }
 
+    // A peer that closes the connection must not kill the process with SIGPIPE (libcurl sends
+    // with MSG_NOSIGNAL, but a TLS library may not): blocked in this thread for the transfer, and
+    // one raised meanwhile is taken before the mask is restored.
+    sigset_t pipe_only, previous;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
     CURLcode code = curl_easy_perform(curl);
+    sigset_t pending;
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        struct timespec now = { 0, 0 };
+        sigtimedwait(&pipe_only, NULL, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+
     curl_slist_free_all(list);
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &out->status);
-    if (code != CURLE_OK) {
+    if (exchange.too_large) {
+        out->error_code = STORECTL_HTTP_TOO_LARGE;
+        snprintf(out->error, sizeof out->error, "the answer is over %zu bytes", max_body);
+        out->status = 0;
+    } else if (code != CURLE_OK) {
         out->error_code = classify(code);
         snprintf(out->error, sizeof out->error, "%s", error[0] ? error : curl_easy_strerror(code));
         out->status = 0;

@@ -101,6 +101,9 @@ struct S3ServerTests {
             (["snapshot", "list", "--repo", repo], ["STORECTL_S3_PARALLEL": "0"], 64, "STORECTL_S3_PARALLEL=0"),
             (["snapshot", "list", "--repo", repo], ["AWS_ENDPOINT_URL_S3": "ftp://host/path"], 64, "not an http:// or https:// URL"),
             (["snapshot", "list", "--repo", "s3://Bad_Bucket/x"], [:], 64, "is not an S3 bucket name"),
+            // An answer larger than any object storectl writes (1 GiB; lowered here) is refused
+            // as it arrives, not gathered into memory.
+            (["snapshot", "list", "--repo", repo], ["STORECTL_TEST_S3_MAX_ANSWER": "64"], 65, "larger than any object storectl writes"),
         ]
         for (arguments, environment, status, message) in cases {
             let result = try run(arguments, folder, environment)

@@ -26,8 +26,9 @@ enum {
     STORECTL_HTTP_REFUSED = 2,
     STORECTL_HTTP_CONNECTION_LOST = 3,
     STORECTL_HTTP_HOST_NOT_FOUND = 4,
-    STORECTL_HTTP_TLS = 5,
+    STORECTL_HTTP_TLS = 5,         ///< the server's certificate is not trusted
     STORECTL_HTTP_OTHER = 6,
+    STORECTL_HTTP_TOO_LARGE = 7,   ///< the body grew past `max_body`: the transfer was stopped
 };
 
 /// A new handle, or NULL when libcurl cannot make one.
@@ -37,11 +38,12 @@ void storectl_http_free(void *handle);
 /// Sends `method` to `url` with the `count` header lines ("Name: value"), and `body` when
 /// `body_length` > 0 (HEAD asks for no body). `idle_seconds`: give up when no byte moves for this
 /// long (and when connecting takes longer); `total_ms`: give up after this long in all.
-/// `ca_file`: a CA bundle for https (NULL: the system's). Fills `out`; returns its error_code.
+/// `ca_file`: a CA bundle for https (NULL: the system's). `max_body`: the largest answer taken
+/// (a larger one stops the transfer, STORECTL_HTTP_TOO_LARGE). Fills `out`; returns its error_code.
 int storectl_http_perform(void *handle, const char *method, const char *url,
                           const char *const *headers, size_t count,
                           const void *body, size_t body_length,
-                          long idle_seconds, long total_ms, const char *ca_file,
+                          long idle_seconds, long total_ms, const char *ca_file, size_t max_body,
                           storectl_http_response *out);
 
 /// Frees what `out` still holds (headers, and the body unless taken: set it to NULL to take it).

@@ -83,14 +83,22 @@ final class S3Client: Sendable {
             lines.append("Authorization: " + signer.authorization(method: method, path: path(key), query: query, headers: headers, payloadHash: payloadHash))
             let outcome = perform(method: method, url: url, headers: lines, body: body)
             S3Traffic.record(kind, sent: body.count, received: outcome.response?.body.count ?? 0, retry: attempt > 0)
-            if let response = outcome.response {
+            switch outcome {
+            case .answered(let response):
                 // BadDigest: the body was damaged on the way; it is sent again from memory.
                 let retryable = response.status >= 500 || response.status == 429 || response.status == 408
                     || (response.status == 400 && ["RequestTimeout", "SlowDown", "BadDigest", "XAmzContentSHA256Mismatch"].contains(response.code ?? ""))
                 if !retryable { return try judge(response, kind: kind, what: what) }
                 lastProblem = response.summary
-            } else {
-                lastProblem = outcome.error ?? "no response"
+            case .failed(let problem):
+                lastProblem = problem
+            case .untrusted(let problem):
+                // A certificate that is not trusted stays untrusted: no retry.
+                throw StoreOpsError(.ioError, "repository unreachable: \(location): \(kind) \(what): \(problem) (endpoint \(settings.endpoint))",
+                                    hint: "if the endpoint's certificate is signed by a CA of your own, set AWS_CA_BUNDLE (or ca_bundle in the profile) to a PEM file of it; nothing was changed in the store")
+            case .tooLarge:
+                throw StoreOpsError(.badData, "\(location): the answer to \(kind) \(what) is over \(Format.bytes(settings.maxAnswer)), larger than any object storectl writes",
+                                    hint: "check --repo: the prefix may hold objects that are not a storectl repository")
             }
             attempt += 1
             guard attempt <= settings.retries else {
@@ -132,7 +140,19 @@ final class S3Client: Sendable {
     /// profile); nil: the system's.
     private var caFile: String? { settings.endpoint.lowercased().hasPrefix("https:") ? settings.caBundle : nil }
 
-    private func perform(method: String, url: String, headers: [String], body: Data) -> (response: Response?, error: String?) {
+    enum Outcome {
+        case answered(Response)
+        /// No answer; retried.
+        case failed(String)
+        /// The endpoint's certificate is not trusted; not retried.
+        case untrusted(String)
+        /// The answer grew past `settings.maxAnswer`; not retried.
+        case tooLarge
+
+        var response: Response? { if case .answered(let response) = self { response } else { nil } }
+    }
+
+    private func perform(method: String, url: String, headers: [String], body: Data) -> Outcome {
         let handle = handles.take()
         defer { handles.give(handle) }
         var out = storectl_http_response()
@@ -140,11 +160,16 @@ final class S3Client: Sendable {
         let code: Int32 = withCStrings(headers) { lines in
             body.withUnsafeBytes { bytes in
                 storectl_http_perform(handle, method, url, lines, lines.count, bytes.baseAddress, bytes.count,
-                                      Int(settings.timeout.rounded(.up)), Int(hardLimit * 1000), caFile, &out)
+                                      Int(settings.timeout.rounded(.up)), Int(hardLimit * 1000), caFile, settings.maxAnswer, &out)
             }
         }
         guard code == Int32(STORECTL_HTTP_OK), out.status > 0 else {
-            return (nil, Self.describe(code: code, detail: withUnsafeBytes(of: out.error) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }))
+            let detail = withUnsafeBytes(of: out.error) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            switch Int(code) {
+            case Int(STORECTL_HTTP_TLS): return .untrusted(Self.describe(code: code, detail: detail))
+            case Int(STORECTL_HTTP_TOO_LARGE): return .tooLarge
+            default: return .failed(Self.describe(code: code, detail: detail))
+            }
         }
         var fields: [String: String] = [:]
         if let text = out.headers {
@@ -159,7 +184,7 @@ final class S3Client: Sendable {
             data = Data(bytesNoCopy: bytes, count: out.body_length, deallocator: .free)
             out.body = nil
         }
-        return (Response(status: out.status, headers: fields, body: data), nil)
+        return .answered(Response(status: out.status, headers: fields, body: data))
     }
 
     static func describe(code: Int32, detail: String) -> String {
@@ -168,7 +193,7 @@ final class S3Client: Sendable {
         case Int(STORECTL_HTTP_REFUSED): return "connection refused"
         case Int(STORECTL_HTTP_CONNECTION_LOST): return "connection lost mid-request (\(detail))"
         case Int(STORECTL_HTTP_HOST_NOT_FOUND): return "host not found (\(detail))"
-        case Int(STORECTL_HTTP_TLS): return "TLS failed: \(detail)"
+        case Int(STORECTL_HTTP_TLS): return "TLS: the server's certificate is not trusted: \(detail)"
         default: return detail.isEmpty ? "no HTTP response" : detail
         }
     }

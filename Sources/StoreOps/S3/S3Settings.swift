@@ -37,6 +37,10 @@ public struct S3Settings: Sendable, CustomStringConvertible {
     /// CA certificates for an https endpoint (`AWS_CA_BUNDLE`, or `ca_bundle` in the profile);
     /// nil: the system's.
     public var caBundle: String?
+    /// The largest answer taken from the server (1 GiB; `STORECTL_TEST_S3_MAX_ANSWER` lowers it
+    /// for tests): no object storectl writes comes near it, and a server that sends more cannot
+    /// make storectl exhaust its memory.
+    public var maxAnswer = 1 << 30
 
     public var description: String {
         "endpoint \(endpoint), region \(region), \(pathStyle ? "path-style" : "virtual-hosted"), key \(credentials.accessKey) (\(credentialSource))"
@@ -113,6 +117,7 @@ public struct S3Settings: Sendable, CustomStringConvertible {
                           multipartThreshold: 0, partSize: 0)
         .withParts(try number("STORECTL_S3_PART_MB", 16, 5...5120) << 20, testBytes: env["STORECTL_TEST_S3_PART_BYTES"].flatMap { Int($0) })
         settings.backoff = Double(try number("STORECTL_S3_BACKOFF_MS", 200, 1...60_000)) / 1000
+        if let limit = env["STORECTL_TEST_S3_MAX_ANSWER"].flatMap({ Int($0) }), limit > 0 { settings.maxAnswer = limit }
         if scheme == "https", let bundle = env["AWS_CA_BUNDLE"] ?? setting("ca_bundle") {
             guard FileSystem.kind(of: bundle) == .file else {
                 throw StoreOpsError(.noInput, "the CA bundle \(bundle) (\(env["AWS_CA_BUNDLE"] != nil ? "AWS_CA_BUNDLE" : "ca_bundle in \(configFile)")) is not a file",
