@@ -20,6 +20,27 @@ struct S3ServerTests {
             .merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "TMPDIR": folder.path]) { $1 }.merging(environment) { $1 })
     }
 
+    /// Starts `Tests/tools/s3-fault-proxy.py` in front of the shared server with `options`;
+    /// returns it (the caller stops it) and the port it listens on.
+    func startProxy(_ options: [String]) throws -> (proxy: ChildProcess.Running, port: String) {
+        let server = try SharedS3.server()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("tools/s3-fault-proxy.py").path
+        let proxy = try ChildProcess.Running("/usr/bin/python3", [script, "\(server.port)"] + options)
+        var port = ""
+        let deadline = Date().addingTimeInterval(10)
+        while port.isEmpty, Date() < deadline {
+            port = proxy.stdoutSoFar.trimmingCharacters(in: .whitespacesAndNewlines)
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        guard !port.isEmpty else {
+            proxy.signal(SIGKILL)
+            _ = proxy.wait()
+            throw StoreOpsError(.failure, "the proxy did not start")
+        }
+        return (proxy, port)
+    }
+
     @Test("large objects go up in parts and read back whole; an immutable object is never replaced; a dead run's unfinished upload is aborted by the next run alone")
     func multipartAndConditional() throws {
         let folder = try TempFolder()
@@ -146,18 +167,8 @@ struct S3ServerTests {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let store = try sampleStore(in: folder, items: 20_000)
-        let server = try SharedS3.server()
-        let proxyScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("tools/s3-fault-proxy.py").path
-        let proxy = try ChildProcess.Running("/usr/bin/env", ["python3", proxyScript, "\(server.port)", "--slowdown", "0.08", "--cut", "0.08", "--lost", "0.08", "--corrupt", "0.08", "--seed", "7"])
+        let (proxy, port) = try startProxy(["--slowdown", "0.08", "--cut", "0.08", "--lost", "0.08", "--corrupt", "0.08", "--seed", "7"])
         defer { proxy.signal(SIGKILL); _ = proxy.wait() }
-        var port = ""
-        let deadline = Date().addingTimeInterval(10)
-        while port.isEmpty, Date() < deadline {
-            port = proxy.stdoutSoFar.trimmingCharacters(in: .whitespacesAndNewlines)
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        try #require(!port.isEmpty, "the proxy did not start")
         let faulty = ["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)", "STORECTL_S3_RETRIES": "12", "STORECTL_S3_BACKOFF_MS": "20", "STORECTL_S3_PARALLEL": "4"]
         let created = try run(["snapshot", "create", store, "--repo", repo, "--json"], folder, faulty)
         #expect(created.status == 0, "\(created.stderr)")
@@ -181,19 +192,9 @@ struct S3ServerTests {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let store = try sampleStore(in: folder, items: 2_000)
-        let server = try SharedS3.server()
-        let proxyScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("tools/s3-fault-proxy.py").path
         let ca = folder.file("proxy-ca.pem")
-        let proxy = try ChildProcess.Running("/usr/bin/python3", [proxyScript, "\(server.port)", "--tls", ca])
+        let (proxy, port) = try startProxy(["--tls", ca])
         defer { proxy.signal(SIGKILL); _ = proxy.wait() }
-        var port = ""
-        let deadline = Date().addingTimeInterval(10)
-        while port.isEmpty, Date() < deadline {
-            port = proxy.stdoutSoFar.trimmingCharacters(in: .whitespacesAndNewlines)
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        try #require(!port.isEmpty, "the proxy did not start")
         let https = ["AWS_ENDPOINT_URL_S3": "https://127.0.0.1:\(port)", "STORECTL_S3_RETRIES": "3", "STORECTL_S3_BACKOFF_MS": "20"]
 
         let trusted = https.merging(["AWS_CA_BUNDLE": ca]) { $1 }
