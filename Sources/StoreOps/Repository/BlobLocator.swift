@@ -32,9 +32,14 @@ enum BlobLocator {
 
     /// A frame's plaintext from its sealed bytes (authenticated and decompressed).
     static func openFrame(_ sealed: Data, frame: FrameEntry, pack: ContentID, repository: PagedRepository, zstd: ZstdFrames) throws -> Data {
-        let what = "frame at byte \(frame.offset) of pack \(repository.backend.describe(PackBuilder.key(pack)))"
-        let compressed = try repository.sealer.open(sealed, as: repository.sealer.frameIdentity(frame.blobs.map(\.id)), what: what)
+        let (compressed, what) = try unseal(sealed, frame: frame, pack: pack, repository: repository)
         return try zstd.decompress(compressed, rawLength: Int(frame.rawLength), what: what)
+    }
+
+    /// A frame's compressed bytes, authenticated, and how messages name it.
+    private static func unseal(_ sealed: Data, frame: FrameEntry, pack: ContentID, repository: PagedRepository) throws -> (Data, String) {
+        let what = "frame at byte \(frame.offset) of pack \(repository.backend.describe(PackBuilder.key(pack)))"
+        return (try repository.sealer.open(sealed, as: repository.sealer.frameIdentity(frame.blobs.map(\.id)), what: what), what)
     }
 
     /// Frames of one pack read together: one ranged read from `offset`, `length` bytes long,
@@ -74,8 +79,7 @@ enum BlobLocator {
             let frame = frames[member].frame
             let start = data.startIndex + Int(frame.offset - span.offset)
             let sealed = data[start..<(start + Int(frame.sealedLength))]
-            let what = "frame at byte \(frame.offset) of pack \(repository.backend.describe(PackBuilder.key(span.pack)))"
-            let compressed = try repository.sealer.open(sealed, as: repository.sealer.frameIdentity(frame.blobs.map(\.id)), what: what)
+            let (compressed, what) = try unseal(sealed, frame: frame, pack: span.pack, repository: repository)
             try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), what: what) { try body(member, $0) }
         }
     }

@@ -170,34 +170,26 @@ enum PagedExtraction {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path) back", side: .output) }
         defer { close(fd) }
-        let window = max(1, (4 << 20) / pageSize) * pageSize
-        guard let buffer = malloc(window) else { throw StoreOpsError(.failure, "out of memory reading \(path) back") }
-        defer { free(buffer) }
-        var hasher = SHA256()
         var page = 0
-        while page < ids.count {
-            let count = min(window / pageSize, ids.count - page)
-            var done = 0
-            while done < count * pageSize {
-                let n = pread(fd, buffer + done, count * pageSize - done, off_t(page) * off_t(pageSize) + off_t(done))
-                if n < 0, errno == EINTR { continue }
-                guard n > 0 else {
-                    throw n < 0 ? StoreOpsError.posix(errno, doing: "reading \(path) back", side: .output)
-                                : StoreOpsError(.ioError, "\(path) ends before its page \(page + 1 + done / pageSize): it was cut short while being restored")
+        let (_, sha) = try Hashing.streamHashing(fd: fd, path: path, side: .output) { chunk in
+            // Whole 1 MiB chunks but the last: whole pages, unless the file ends mid-page.
+            guard chunk.count % pageSize == 0, page + chunk.count / pageSize <= ids.count else {
+                throw StoreOpsError(.ioError, "\(path) is not the \(ids.count) pages of \(pageSize) bytes it was restored as")
+            }
+            for k in 0..<(chunk.count / pageSize) {
+                let id = ids[page]
+                guard repository.sealer.contentID(UnsafeRawBufferPointer(rebasing: chunk[(k * pageSize)..<((k + 1) * pageSize)])) == id else {
+                    let pack = (try? BlobLocator.locate([id], in: repository).found[id]).map { " (pack \(repository.backend.describe(PackBuilder.key($0.pack))))" } ?? ""
+                    throw StoreOpsError(.badData, "\(context): page \(page + 1) does not match its content id \(id.hex.prefix(12))…\(pack): a frame holds other pages than its index says",
+                                        hint: Sealer.damagedHint)
                 }
-                done += n
+                page += 1
             }
-            let bytes = UnsafeRawBufferPointer(start: buffer, count: count * pageSize)
-            hasher.update(bufferPointer: bytes)
-            for k in 0..<count where repository.sealer.contentID(UnsafeRawBufferPointer(rebasing: bytes[(k * pageSize)..<((k + 1) * pageSize)])) != ids[page + k] {
-                let id = ids[page + k]
-                let pack = (try? BlobLocator.locate([id], in: repository).found[id]).map { " (pack \(repository.backend.describe(PackBuilder.key($0.pack))))" } ?? ""
-                throw StoreOpsError(.badData, "\(context): page \(page + k + 1) does not match its content id \(id.hex.prefix(12))…\(pack): a frame holds other pages than its index says",
-                                    hint: Sealer.damagedHint)
-            }
-            page += count
         }
-        return Hashing.hex(hasher.finalize())
+        guard page == ids.count else {
+            throw StoreOpsError(.ioError, "\(path) ends before its page \(page + 1): it was cut short while being restored")
+        }
+        return sha
     }
 
     private static func writeFiles(_ files: [PagedSnapshotRecord.FileChunks], repository: PagedRepository, into folder: String?,

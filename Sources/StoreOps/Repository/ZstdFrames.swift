@@ -43,22 +43,14 @@ final class ZstdFrames {
     /// Decompresses a frame into memory this object reuses and hands it to `body` as a `Data`
     /// that is valid only during the call (whatever outlives it must be copied out).
     func withDecompressed<R>(_ input: Data, rawLength: Int, what: String, _ body: (Data) throws -> R) throws -> R {
-        if scratchBytes < rawLength || scratch == nil {
+        let needed = max(1, rawLength)
+        if scratchBytes < needed {
             free(scratch)
-            scratch = nil
-            scratchBytes = 0
-            guard let buffer = malloc(max(1, rawLength)) else { throw StoreOpsError(.failure, "zstd: out of memory") }
-            scratch = buffer
-            scratchBytes = max(1, rawLength)
+            scratch = malloc(needed)
+            scratchBytes = scratch == nil ? 0 : needed
         }
         guard let buffer = scratch else { throw StoreOpsError(.failure, "zstd: out of memory") }
-        let produced = input.withUnsafeBytes { source in
-            ZSTD_decompressDCtx(decompressor, buffer, rawLength, source.baseAddress, source.count)
-        }
-        guard ZSTD_isError(produced) == 0, produced == rawLength else {
-            let why = ZSTD_isError(produced) != 0 ? String(cString: ZSTD_getErrorName(produced)) : "\(produced) bytes instead of \(rawLength)"
-            throw StoreOpsError(.badData, "\(what) does not decompress (\(why)); it is damaged", hint: Sealer.damagedHint)
-        }
+        try decompress(input, into: buffer, rawLength: rawLength, what: what)
         return try body(Data(bytesNoCopy: buffer, count: rawLength, deallocator: .none))
     }
 
@@ -67,14 +59,24 @@ final class ZstdFrames {
     func decompress(_ input: Data, rawLength: Int, what: String) throws -> Data {
         // Into uninitialised memory, as `compress` does: zstd writes every byte it reports.
         guard let buffer = malloc(max(1, rawLength)) else { throw StoreOpsError(.failure, "zstd: out of memory") }
+        do {
+            try decompress(input, into: buffer, rawLength: rawLength, what: what)
+        } catch {
+            free(buffer)
+            throw error
+        }
+        return Data(bytesNoCopy: buffer, count: rawLength, deallocator: .free)
+    }
+
+    /// Decompresses `input` into `buffer` (room for `rawLength` bytes); 65 naming `what` unless
+    /// it holds exactly `rawLength` bytes.
+    private func decompress(_ input: Data, into buffer: UnsafeMutableRawPointer, rawLength: Int, what: String) throws {
         let produced = input.withUnsafeBytes { source in
             ZSTD_decompressDCtx(decompressor, buffer, rawLength, source.baseAddress, source.count)
         }
-        let out = Data(bytesNoCopy: buffer, count: ZSTD_isError(produced) == 0 ? min(produced, rawLength) : 0, deallocator: .free)
         guard ZSTD_isError(produced) == 0, produced == rawLength else {
             let why = ZSTD_isError(produced) != 0 ? String(cString: ZSTD_getErrorName(produced)) : "\(produced) bytes instead of \(rawLength)"
             throw StoreOpsError(.badData, "\(what) does not decompress (\(why)); it is damaged", hint: Sealer.damagedHint)
         }
-        return out
     }
 }

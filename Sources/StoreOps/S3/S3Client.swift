@@ -136,10 +136,6 @@ final class S3Client: Sendable {
     /// is also given up when no byte moves for `settings.timeout`).
     var hardLimit: TimeInterval { max(600, settings.timeout * 20) + 60 }
 
-    /// A CA bundle for https, as the AWS tools read it (`AWS_CA_BUNDLE`, or `ca_bundle` in the
-    /// profile); nil: the system's.
-    private var caFile: String? { settings.endpoint.lowercased().hasPrefix("https:") ? settings.caBundle : nil }
-
     enum Outcome {
         case answered(Response)
         /// No answer; retried.
@@ -160,7 +156,7 @@ final class S3Client: Sendable {
         let code: Int32 = withCStrings(headers) { lines in
             body.withUnsafeBytes { bytes in
                 storectl_http_perform(handle, method, url, lines, lines.count, bytes.baseAddress, bytes.count,
-                                      Int(settings.timeout.rounded(.up)), Int(hardLimit * 1000), caFile, settings.maxAnswer, &out)
+                                      Int(settings.timeout.rounded(.up)), Int(hardLimit * 1000), settings.caBundle, settings.maxAnswer, &out)
             }
         }
         guard code == Int32(STORECTL_HTTP_OK), out.status > 0 else {

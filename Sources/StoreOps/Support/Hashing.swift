@@ -31,24 +31,32 @@ public enum Hashing {
     }
 
     /// Reads `fd` to its end in 1 MiB chunks, hashing each and handing it to `body` (which may
-    /// write it somewhere); returns the bytes read and their SHA-256.
-    static func streamHashing(fd: Int32, path: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> (UInt64, String) {
+    /// write it somewhere); returns the bytes read and their SHA-256. Every chunk but the last is
+    /// a whole 1 MiB (short reads are filled up), so a chunk holds whole pages of any page size.
+    static func streamHashing(fd: Int32, path: String, side: StoreOpsError.Side = .input,
+                              _ body: (UnsafeRawBufferPointer) throws -> Void) throws -> (UInt64, String) {
         var hasher = SHA256()
         var total: UInt64 = 0
         let size = 1 << 20
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
         defer { buffer.deallocate() }
-        while true {
-            let n = read(fd, buffer.baseAddress, size)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw StoreOpsError.posix(errno, doing: "reading \(path)", side: .input)
+        var ended = false
+        while !ended {
+            var filled = 0
+            while filled < size {
+                let n = read(fd, buffer.baseAddress! + filled, size - filled)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw StoreOpsError.posix(errno, doing: "reading \(path)", side: side)
+                }
+                if n == 0 { ended = true; break }
+                filled += n
             }
-            if n == 0 { break }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
+            guard filled > 0 else { break }
+            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<filled])
             hasher.update(bufferPointer: chunk)
             try body(chunk)
-            total += UInt64(n)
+            total += UInt64(filled)
         }
         return (total, hex(hasher.finalize()))
     }
