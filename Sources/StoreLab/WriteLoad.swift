@@ -17,6 +17,12 @@ public enum WriteLoad {
         /// Written at the end: one line per commit, "<unix time it began> <latency seconds>", so a
         /// benchmark can take the statistics of exactly the window it cares about.
         public var latencyLog: String?
+        /// Appended to as each commit returns: one line per commit, "<key> <unix time>" (the
+        /// row's `Z_PK` on a sample store, its id in `lab_load` otherwise), so a test knows
+        /// exactly which rows were committed before any instant.
+        public var commitLog: String?
+        /// `PRAGMA wal_autocheckpoint` of the writer's connection (SQLite's default: 1000 pages).
+        public var autocheckpoint: Int?
         public init() {}
     }
 
@@ -68,6 +74,15 @@ public enum WriteLoad {
         config.busyMode = .timeout(options.busyTimeout)
         config.label = "storectl-lab.writer"
         let queue = try DatabaseQueue(path: path, configuration: config)
+        if let pages = options.autocheckpoint {
+            try queue.inDatabase { try $0.execute(sql: "PRAGMA wal_autocheckpoint = \(pages)") }
+        }
+        var commitLog: Int32 = -1
+        if let file = options.commitLog {
+            commitLog = open(file, O_WRONLY | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard commitLog >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(file)", side: .output) }
+        }
+        defer { if commitLog >= 0 { close(commitLog) } }
         let sample = try queue.inDatabase { db in
             let isSample = try db.tableExists("ZITEM") && db.tableExists("Z_PRIMARYKEY")
             if !isSample {
@@ -89,9 +104,10 @@ public enum WriteLoad {
             if let duration = options.duration, Date().timeIntervalSince(start) >= duration { break }
             let began = Date()
             do {
-                try queue.inDatabase { db in
+                let key = try queue.inDatabase { db -> Int64 in
                     try db.execute(sql: "BEGIN IMMEDIATE")
                     do {
+                        let key: Int64
                         if sample {
                             let pk = (try Int.fetchOne(db, sql: "SELECT Z_MAX FROM Z_PRIMARYKEY WHERE Z_ENT = 2") ?? 0) + 1
                             let now = Date().timeIntervalSince1970 - CoreDataStore.referenceDateOffset
@@ -100,15 +116,22 @@ public enum WriteLoad {
                                 VALUES (?, 3, 1, 0, 1, 1, ?, ?, ?)
                                 """, arguments: [pk, now, "written by the load \(pk)", String(repeating: "x", count: 150)])
                             try db.execute(sql: "UPDATE Z_PRIMARYKEY SET Z_MAX = ? WHERE Z_ENT = 2", arguments: [pk])
+                            key = Int64(pk)
                         } else {
                             try db.execute(sql: "INSERT INTO lab_load (at, payload) VALUES (?, ?)",
                                            arguments: [Date().timeIntervalSince1970, payload])
+                            key = db.lastInsertedRowID
                         }
                         try db.execute(sql: "COMMIT")
+                        return key
                     } catch {
                         try? db.execute(sql: "ROLLBACK")
                         throw error
                     }
+                }
+                if commitLog >= 0 {
+                    let line = Array(String(format: "%lld %.6f\n", key, Date().timeIntervalSince1970).utf8)
+                    _ = line.withUnsafeBytes { write(commitLog, $0.baseAddress, $0.count) }
                 }
                 latencies.append(Date().timeIntervalSince(began))
                 beganAt.append(began.timeIntervalSince1970)

@@ -70,6 +70,8 @@ struct Writer: ParsableCommand {
     @Option(help: "Seconds to run (default: until SIGINT/SIGTERM).") var duration: Double?
     @Option(help: "File touched after the first commit.") var readyFile: String?
     @Option(help: "Write one line per commit (\"<unix time> <latency s>\") to this file at the end.") var latencyLog: String?
+    @Option(help: "Append one line per commit as it returns (\"<key> <unix time>\") to this file.") var commitLog: String?
+    @Option(help: "PRAGMA wal_autocheckpoint for the writer (SQLite's default: 1000 pages).") var autocheckpoint: Int?
 
     func run() throws {
         var options = WriteLoad.Options()
@@ -77,6 +79,8 @@ struct Writer: ParsableCommand {
         options.duration = duration
         options.readyFile = readyFile
         options.latencyLog = latencyLog
+        options.commitLog = commitLog
+        options.autocheckpoint = autocheckpoint
         print(JSON.string(try WriteLoad.run(store: path, options: options)))
     }
 }

@@ -19,14 +19,22 @@ final class ParallelSourceCheck: @unchecked Sendable {
     private var outcome: Result<(Manifest.Verification, Manifest.CoreDataFacts?), any Error>?
     private(set) var running = false
 
-    /// The WAL index header now, or nil (no `-shm`, too short, unreadable).
+    /// The WAL index header now, or nil (no `-shm`, too short, unreadable, or caught mid-update).
+    ///
+    /// Read through `FileProbe`'s descriptor, which is never closed. Opening and closing a
+    /// descriptor of the `-shm` here would drop every POSIX lock this process holds on it
+    /// (close(2): "all of the locks held by the process on the file are released"), and the WAL
+    /// read locks of the streaming connection and the check's connection are such locks: the
+    /// app's next checkpoint could then copy newer pages over the ones the snapshot was reading,
+    /// or restart the WAL under it. That is how a first snapshot of a live store once failed
+    /// quick_check on its own connection ("database disk image is malformed").
+    ///
+    /// SQLite writes the header twice, the second copy first (wal.c, walIndexWriteHdr), and a
+    /// reader trusts it only when both copies agree; so do we: a torn read is "changed".
     static func walHeader(_ store: StoreFile) -> Data? {
-        let fd = open(store.path + "-shm", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: 48)
-        guard pread(fd, &bytes, 48, 0) == 48 else { return nil }
-        return Data(bytes)
+        guard let bytes = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0), bytes.count == 96,
+              bytes[0..<48] == bytes[48..<96] else { return nil }
+        return Data(bytes[0..<48])
     }
 
     /// Starts the check if the second connection's snapshot provably equals the one taken after
@@ -63,7 +71,7 @@ final class ParallelSourceCheck: @unchecked Sendable {
             }
         }
         begun.wait()
-        go = Self.walHeader(store) == before
+        go = Self.walHeader(store).map { $0 == before } ?? false
         SnapshotCreate.logger.debug("quick_check beside the stream", metadata: ["runs": "\(go)"])
         decided.signal()
         running = go

@@ -33,9 +33,16 @@ public final class FileProbe: Sendable {
 
     /// The first 100 bytes of a file (fewer if it is shorter).
     public func header(of path: String) throws -> [UInt8] {
+        try read(path, count: 100, at: 0)
+    }
+
+    /// Up to `count` bytes of a file from `offset` (fewer at its end), through the descriptor this
+    /// probe keeps: the only way storectl reads a store's `-shm` or `-wal` while a connection of
+    /// its own has the store open.
+    public func read(_ path: String, count: Int, at offset: Int) throws -> [UInt8] {
         let fd = try descriptor(for: path)
-        var buffer = [UInt8](repeating: 0, count: 100)
-        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 100, 0) }
+        var buffer = [UInt8](repeating: 0, count: count)
+        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(offset)) }
         guard n >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path)", side: .input) }
         return Array(buffer.prefix(n))
     }
