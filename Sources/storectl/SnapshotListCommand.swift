@@ -6,10 +6,12 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
 
     @Option(help: "The snapshot repository.") var repo: String
     @OptionGroup var password: PasswordOption
+    @Option(help: "Only the snapshots of this store (its path).") var store: String?
+    @Option(help: "Only the snapshots taken on this host.") var host: String?
     @Flag(help: "Print the list as JSON.") var json = false
 
     func run() throws {
-        let rows = try SnapshotSummary.list(repository: repo, password: password.source)
+        let rows = try SnapshotSummary.list(repository: repo, password: password.source, filter: try SnapshotFilter.parse(store: store, host: host))
         print(json ? jsonReport(rows) : Self.render(rows))
     }
 
@@ -18,9 +20,12 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
         // Format 1: SIZE is the archive and RATIO its compression; format 2: ADDED is what the snapshot
         // added to the repository (its new pages), out of the whole store it holds.
         let paged = rows.contains { $0.format == 2 }
-        let header = ["ID", "TIME (UTC)", "STORE", paged ? "ADDED" : "SIZE", paged ? "OF" : "RATIO", "TAGS", "LAST VERIFIED"]
+        // The store's full path (two stores of one name in different folders are different stores),
+        // and the host when more than one host's snapshots are listed.
+        let hosts = Set(rows.map(\.host).filter { !$0.isEmpty }).count > 1
+        let header = ["ID", "TIME (UTC)"] + (hosts ? ["HOST"] : []) + ["STORE", paged ? "ADDED" : "SIZE", paged ? "OF" : "RATIO", "TAGS", "LAST VERIFIED"]
         let lines = rows.map { row in
-            [row.id, Timestamp.iso(row.time).prefix(19).replacingOccurrences(of: "T", with: " "), FileSystem.name(of: row.store),
+            [row.id, Timestamp.iso(row.time).prefix(19).replacingOccurrences(of: "T", with: " ")] + (hosts ? [row.host] : []) + [row.store,
              Format.bytes(row.bytes), row.format == 2 ? Format.bytes(row.logicalBytes) : String(format: "%.1fx", row.ratio), row.tags.joined(separator: ","),
              row.damaged != nil ? "DAMAGED catalog entry"
                 : row.lastVerified.map { "\(Timestamp.iso($0.at).prefix(16).replacingOccurrences(of: "T", with: " ")) \($0.ok ? "ok" : "FAILED")" } ?? "never"]

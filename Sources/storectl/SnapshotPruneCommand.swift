@@ -7,10 +7,12 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         commandName: "prune",
         abstract: "Remove the snapshots a retention policy does not keep (restic forget semantics).",
         discussion: """
-            Rules are OR-ed; each of hourly/daily/weekly/monthly/yearly keeps the newest snapshot of each of the N most
-            recent periods that have snapshots (UTC periods); --keep-within counts back from the newest snapshot, not
-            from now. -1 means no limit. The newest snapshot whose last verification passed is never removed.
-            An empty policy is refused.
+            The rules apply to each store on its own (its host and path; --group-by chooses otherwise): in a repository
+            shared by several stores, --keep-last 1 keeps the newest snapshot of each. Rules are OR-ed; each of
+            hourly/daily/weekly/monthly/yearly keeps the newest snapshot of each of the N most recent periods that have
+            snapshots (UTC periods); --keep-within counts back from the newest snapshot of the store, not from now.
+            -1 means no limit. The newest snapshot of a store whose last verification passed is never removed.
+            An empty policy, an empty tag and a blank --store or --host are refused (64).
             """)
 
     @Option(help: "The snapshot repository.") var repo: String
@@ -23,6 +25,10 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "The same per year.") var keepYearly: Int?
     @Option(help: "Keep every snapshot within this duration of the newest, e.g. 2d, 12h, 1y.") var keepWithin: String?
     @Option(help: "Keep every snapshot with this tag (repeatable).") var keepTag: [String] = []
+    @Option(help: ArgumentHelp("Apply the rules to each group of snapshots with the same host, path and/or tags (comma-separated), or '' to the whole repository at once.",
+                               valueName: "fields")) var groupBy = "host,path"
+    @Option(help: "Only the snapshots of this store (its path, as `snapshot list` shows it).") var store: String?
+    @Option(help: "Only the snapshots taken on this host.") var host: String?
     @Flag(help: "List what would be kept and removed, with reasons; remove nothing.") var dryRun = false
     @Flag(help: "Wait for another writer instead of exiting 75.") var wait = false
     @Flag(help: "Print the decisions as JSON.") var json = false
@@ -37,12 +43,21 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         }
         let policy = RetentionPolicy(last: keepLast, hourly: keepHourly, daily: keepDaily, weekly: keepWeekly,
                                      monthly: keepMonthly, yearly: keepYearly, within: within, tags: keepTag)
+        let options = SnapshotPrune.Options(repository: repo, policy: policy, dryRun: dryRun, wait: wait, password: password.source,
+                                            groupBy: try SnapshotGrouping.parse(groupBy), filter: try SnapshotFilter.parse(store: store, host: host))
         let progress = TerminalProgress.stepHandler(quiet: json)
-        let result = try SnapshotPrune.run(.init(repository: repo, policy: policy, dryRun: dryRun, wait: wait, password: password.source),
-                                           progress: progress?.1)
+        let result = try SnapshotPrune.run(options, progress: progress?.1)
         progress?.0.finish()
+        for tag in result.unmatchedTags {
+            FileHandle.standardError.write(Data("storectl: warning: no snapshot carries the tag \(tag.debugDescription) (--keep-tag keeps none by it)\n".utf8))
+        }
         if json { print(jsonReport(result)); return }
+        var group: String?
         for decision in result.decisions where dryRun || !decision.keep {
+            if decision.group != group {
+                group = decision.group
+                print("store \(decision.group ?? "?")")
+            }
             let verb = decision.keep ? "keep  " : (dryRun ? "remove" : "removed")
             print("\(verb) \(decision.id)  \(decision.reasons.joined(separator: ", "))")
         }

@@ -119,7 +119,9 @@ public enum JobRun {
             guard let section = policy.snapshot, let retention = section.retention else {
                 throw StoreOpsError(.badData, "\(policy.file) has no [snapshot.retention]: maintain prunes the repository by it")
             }
-            let pruned = try SnapshotPrune.run(.init(repository: section.repository, policy: retention, password: section.password))
+            // Only this store's snapshots, as this host took them: the repository may hold others'.
+            let pruned = try SnapshotPrune.run(.init(repository: section.repository, policy: retention, password: section.password,
+                                                     filter: .init(host: ProcessInfo.processInfo.hostName, path: store.path)))
             record.prunedSnapshots = pruned.removed
             return try purge(skipSnapshot: true)
         }

@@ -181,6 +181,9 @@ extension Policy {
             policy.tags = keep.strings("keep_tags") ?? []
             keep.finish(known: ["keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly", "keep_within", "keep_tags"])
             if policy.isEmpty { keep.problem("keep_last", "an empty retention would remove every snapshot; set at least one keep_* rule") }
+            if policy.tags.contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
+                keep.problem("keep_tags", "an empty tag keeps nothing, so every snapshot it was meant to keep would be removed")
+            }
             retention = policy
         }
         var password: PasswordSource?

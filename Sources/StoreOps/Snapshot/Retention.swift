@@ -1,7 +1,28 @@
 import Foundation
 
 public enum Retention {
-    /// Decides keep or remove for every snapshot; returns the decisions newest first.
+    /// Decides keep or remove for every snapshot, applying the policy to each group on its own
+    /// (by default each store: its host and path); returns the decisions by group (in the order
+    /// of each group's newest snapshot, newest first), newest first within a group.
+    public static func apply(_ policy: RetentionPolicy, to snapshots: [RetentionCandidate], groupBy grouping: SnapshotGrouping) -> [RetentionDecision] {
+        var groups: [String: [RetentionCandidate]] = [:]
+        for snapshot in snapshots {
+            groups[grouping.label(host: snapshot.host, path: snapshot.path, tags: snapshot.tags), default: []].append(snapshot)
+        }
+        let decided = groups.map { label, members in
+            apply(policy, to: members).map { decision -> RetentionDecision in
+                var decision = decision
+                decision.group = label
+                return decision
+            }
+        }
+        return decided.sorted { a, b in
+            guard let x = a.first, let y = b.first else { return a.count > b.count }
+            return (x.time, x.group ?? "") > (y.time, y.group ?? "")
+        }.flatMap { $0 }
+    }
+
+    /// Decides keep or remove for every snapshot of one group; returns the decisions newest first.
     public static func apply(_ policy: RetentionPolicy, to snapshots: [RetentionCandidate]) -> [RetentionDecision] {
         let sorted = snapshots.sorted { ($0.time, $0.id) > ($1.time, $1.id) }
         guard let newest = sorted.first else { return [] }

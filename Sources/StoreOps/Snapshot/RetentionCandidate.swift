@@ -6,11 +6,16 @@ public struct RetentionCandidate: Sendable, Equatable {
     public var tags: [String]
     /// Its last verification passed.
     public var verified: Bool
+    /// The host that took it and the store's path there: which store it is (`SnapshotGrouping`).
+    public var host: String
+    public var path: String
 
-    public init(id: String, time: Date, tags: [String] = [], verified: Bool = false) {
+    public init(id: String, time: Date, tags: [String] = [], verified: Bool = false, host: String = "", path: String = "") {
         self.id = id
         self.time = time
         self.tags = tags
         self.verified = verified
+        self.host = host
+        self.path = path
     }
 }

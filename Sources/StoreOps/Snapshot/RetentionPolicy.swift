@@ -40,12 +40,23 @@ public struct RetentionPolicy: Sendable, Codable, Equatable {
         [last, hourly, daily, weekly, monthly, yearly].allSatisfy { $0 == nil || $0 == 0 } && within == nil && tags.isEmpty
     }
 
-    /// Checks counts (-1 or more). - Throws: exit 64 naming the option.
+    /// Checks counts (-1 or more), `within` (more than nothing) and tags (none blank): a value that
+    /// would keep nothing by accident, such as a cron line's `--keep-tag "$TAG"` with TAG unset,
+    /// is refused rather than allowed to remove every other snapshot.
+    /// - Throws: exit 64 naming the option.
     public func validate() throws {
         for (name, value) in [("last", last), ("hourly", hourly), ("daily", daily), ("weekly", weekly), ("monthly", monthly), ("yearly", yearly)] {
             if let value, value < -1 {
                 throw StoreOpsError(.usage, "--keep-\(name) \(value): expected a count, or -1 for no limit")
             }
+        }
+        if let within, within.seconds <= 0 {
+            throw StoreOpsError(.usage, "--keep-within \(within.text): keeps nothing but the newest snapshot",
+                                hint: "give a duration such as 7d or 12h")
+        }
+        if let blank = tags.first(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
+            throw StoreOpsError(.usage, "--keep-tag \(blank.debugDescription): an empty tag keeps nothing, so every snapshot it was meant to keep would be removed",
+                                hint: "check what sets it (a cron line's --keep-tag \"$TAG\" with TAG unset passes an empty tag)")
         }
     }
 }

@@ -10,9 +10,15 @@ public enum SnapshotPrune {
         public var wait = false
         /// Where an encrypted repository's password comes from.
         public var password: PasswordSource = .resolve(file: nil)
+        /// The rules are applied to each group on its own: by default each store (host and path).
+        public var groupBy: SnapshotGrouping = .store
+        /// Only these snapshots are considered; the others are neither listed nor removed.
+        public var filter: SnapshotFilter = .all
 
         public init(repository: String, policy: RetentionPolicy, dryRun: Bool = false, wait: Bool = false,
-                    password: PasswordSource = .resolve(file: nil)) {
+                    password: PasswordSource = .resolve(file: nil), groupBy: SnapshotGrouping = .store, filter: SnapshotFilter = .all) {
+            self.groupBy = groupBy
+            self.filter = filter
             self.repository = repository
             self.policy = policy
             self.dryRun = dryRun
@@ -23,8 +29,13 @@ public enum SnapshotPrune {
 
     public struct Result: Sendable, Codable {
         public var dryRun: Bool
+        /// By group (a store, by default), newest first within each.
         public var decisions: [RetentionDecision]
         public var removed: [String]
+        /// How the snapshots were grouped (`host,path` by default).
+        public var groupBy: String = SnapshotGrouping.store.description
+        /// Tags of `--keep-tag` that no considered snapshot carries (a typo keeps nothing).
+        public var unmatchedTags: [String] = []
         /// Catalog entries that cannot be read: kept (never removed as if expired), reported.
         public var damaged: [SnapshotRepository.DamagedEntry] = []
         /// Format 2: what garbage collection did (or, with --dry-run, would do: `freedBytes`).
@@ -47,13 +58,16 @@ public enum SnapshotPrune {
         defer { hold?.release() }
         let (entries, damaged) = try opened.catalog()
         let candidates = entries.compactMap { entry -> RetentionCandidate? in
-            guard let facts = entry.manifest.snapshot else { return nil }
-            return RetentionCandidate(id: facts.id, time: entry.manifest.startedAt, tags: facts.tags,
-                                      verified: opened.lastVerification(facts.id)?.ok == true)
+            let manifest = entry.manifest
+            guard let facts = manifest.snapshot, options.filter.matches(host: manifest.host, path: manifest.source.path) else { return nil }
+            return RetentionCandidate(id: facts.id, time: manifest.startedAt, tags: facts.tags,
+                                      verified: opened.lastVerification(facts.id)?.ok == true, host: manifest.host, path: manifest.source.path)
         }
-        let decisions = Retention.apply(options.policy, to: candidates)
+        let decisions = Retention.apply(options.policy, to: candidates, groupBy: options.groupBy)
         var removed: [String] = []
         var result = Result(dryRun: options.dryRun, decisions: decisions, removed: [], damaged: damaged)
+        result.groupBy = options.groupBy.description
+        result.unmatchedTags = options.policy.tags.filter { tag in !candidates.contains { $0.tags.contains(tag) } }
         let expired = Set(decisions.filter { !$0.keep }.map(\.id))
         switch opened {
         case .archives(let repository):

@@ -47,6 +47,11 @@ public final class FileProbe: Sendable {
         return Array(buffer.prefix(n))
     }
 
+    /// SHA-256 of a whole store file, through the kept descriptor (see the type's comment).
+    public func sha256(of path: String) throws -> String {
+        try Hashing.sha256(fd: try descriptor(for: path), path: path)
+    }
+
     /// The process holding a lock that conflicts with `type` on bytes `start..<start+length`, if any.
     func conflictingHolder(path: String, type: Int32, start: Int, length: Int) throws -> Int32? {
         let fd = try descriptor(for: path)

@@ -267,7 +267,10 @@ public enum StoreSwap {
         }
         var verified: Bool?
         if checkingHash, let expected = journal.expectedSHA256 {
-            verified = (try? Hashing.sha256(ofFile: journal.target)) == expected
+            // The kept descriptor: a caller may have a connection to the store open (a purge's
+            // snapshot stage recovers under its own connection), and closing a descriptor of it
+            // would drop that connection's locks.
+            verified = (try? FileProbe.shared.sha256(of: journal.target)) == expected
         }
         var kept: [String] = []
         // What others wrote in the way is kept beside the store whatever becomes of the old files,

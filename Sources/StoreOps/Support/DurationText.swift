@@ -11,6 +11,11 @@ public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertibl
 
     static let units: [(String, TimeInterval)] = [("y", 365 * 86_400), ("w", 7 * 86_400), ("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1), ("ms", 0.001)]
 
+    /// The longest duration accepted anywhere: 100 years. Every duration is bounded here, where it
+    /// is parsed, so whatever a policy check accepts, every computation with it (a date that
+    /// far back, a sleep, a count of seconds as an integer) stays in range.
+    public static let maximumSeconds: TimeInterval = 100 * 365 * 86_400
+
     /// Parses `text`, or explains what is wrong with it.
     ///
     /// - Parameter allowZero: accept "0s" (a pause of nothing); durations of retention are never zero.
@@ -44,6 +49,7 @@ public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertibl
             lastUnitIndex = index
         }
         guard total > 0 || allowZero else { return .failure(.init(text: text, problem: "is zero")) }
+        guard total <= maximumSeconds else { return .failure(.init(text: text, problem: "is longer than 100 years")) }
         return .success(DurationText(seconds: total, text: trimmed))
     }
 

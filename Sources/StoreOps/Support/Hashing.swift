@@ -7,10 +7,18 @@ public enum Hashing {
     /// The file is mapped 4 MiB at a time and each window unmapped after hashing: hashing from
     /// the mapping skips the copy read(2) makes into a buffer (about a fifth faster on a file in
     /// the page cache), and the window bounds what the mapping adds to the resident set.
+    ///
+    /// Never on a store a connection of this process may have open: closing the descriptor would
+    /// drop that connection's locks (use `FileProbe.sha256(of:)`).
     public static func sha256(ofFile path: String) throws -> String {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path) to hash it", side: .input) }
         defer { close(fd) }
+        return try sha256(fd: fd, path: path)
+    }
+
+    /// SHA-256 of the file open as `fd`, from its start, without moving its offset.
+    static func sha256(fd: Int32, path: String) throws -> String {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path) to hash it", side: .input) }
         let size = Int(info.st_size)

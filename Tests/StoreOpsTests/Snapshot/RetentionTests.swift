@@ -97,4 +97,45 @@ struct RetentionTests {
         #expect(throws: StoreOpsError.self) { try RetentionPolicy(daily: -2).validate() }
         #expect(Retention.apply(.init(last: 1), to: []).isEmpty)
     }
+
+    @Test("each store on its own: --keep-last 1 keeps the newest of each store (host and path); the whole repository at once keeps one in all")
+    func perStore() {
+        func of(_ id: String, _ time: String, host: String, path: String, verified: Bool = false) -> RetentionCandidate {
+            RetentionCandidate(id: id, time: Timestamp.parseISO(time)!, verified: verified, host: host, path: path)
+        }
+        let list = [of("a1", "2026-11-20T03:00:00Z", host: "web1", path: "/srv/A.sqlite"),
+                    of("a2", "2026-11-21T03:00:00Z", host: "web1", path: "/srv/A.sqlite"),
+                    of("b1", "2026-11-19T03:00:00Z", host: "web1", path: "/srv/B.sqlite"),
+                    of("c1", "2026-11-18T03:00:00Z", host: "web2", path: "/srv/A.sqlite", verified: true),
+                    of("c2", "2026-11-22T03:00:00Z", host: "web2", path: "/srv/A.sqlite")]
+        let decisions = Retention.apply(.init(last: 1), to: list, groupBy: .store)
+        #expect(decisions.filter(\.keep).map(\.id) == ["c2", "c1", "a2", "b1"], "the newest of each store, and web2's newest verified")
+        #expect(decisions.map(\.group) == ["web2:/srv/A.sqlite", "web2:/srv/A.sqlite", "web1:/srv/A.sqlite", "web1:/srv/A.sqlite", "web1:/srv/B.sqlite"])
+        #expect(Retention.apply(.init(last: 1), to: list, groupBy: .repository).filter(\.keep).map(\.id) == ["c2", "c1"])
+        let byPath = Retention.apply(.init(last: 1), to: list, groupBy: try! SnapshotGrouping.parse("path"))
+        #expect(byPath.filter(\.keep).map(\.id) == ["c2", "c1", "b1"], "one /srv/A.sqlite across both hosts")
+        // within counts back from the newest snapshot of each store, not of the repository.
+        let within = Retention.apply(.init(within: self.within("1d")), to: list, groupBy: .store)
+        #expect(within.filter(\.keep).map(\.id) == ["c2", "c1", "a2", "a1", "b1"])
+    }
+
+    @Test("--group-by parses host, path, tags and '' (the whole repository); anything else is 64")
+    func groupByParsing() throws {
+        #expect(try SnapshotGrouping.parse("host,path") == .store)
+        #expect(try SnapshotGrouping.parse("") == .repository)
+        #expect(try SnapshotGrouping.parse("path,tags") == SnapshotGrouping(host: false, path: true, tags: true))
+        for bad in ["hosts,pth", "host,,path", "name"] {
+            #expect(throws: StoreOpsError.self) { try SnapshotGrouping.parse(bad) }
+        }
+    }
+
+    @Test("values that keep nothing by accident are 64: an empty or blank tag, a blank --store or --host")
+    func accidents() throws {
+        for tags in [[""], ["  "], ["nightly", ""]] {
+            #expect(throws: StoreOpsError.self) { try RetentionPolicy(last: 3, tags: tags).validate() }
+        }
+        #expect(throws: StoreOpsError.self) { try SnapshotFilter.parse(store: "", host: nil) }
+        #expect(throws: StoreOpsError.self) { try SnapshotFilter.parse(store: nil, host: " ") }
+        #expect(RetentionPolicy(last: 0).isEmpty)
+    }
 }

@@ -1,0 +1,94 @@
+import Foundation
+
+/// Which snapshots belong to one store, for retention and for listing.
+///
+/// Retention is applied to each group on its own: in a repository shared by several stores (or
+/// several hosts), `--keep-last 1` keeps the newest snapshot *of each store*. A store is the host
+/// that took the snapshot and the store's path there, as restic groups by host and paths by
+/// default. `--group-by` chooses other fields; `--group-by ''` applies the rules to the whole
+/// repository at once (the behaviour before 0.1.1, which removed other stores' snapshots).
+public struct SnapshotGrouping: Sendable, Codable, Equatable, CustomStringConvertible {
+    public var host: Bool
+    public var path: Bool
+    public var tags: Bool
+
+    public init(host: Bool, path: Bool, tags: Bool = false) {
+        self.host = host
+        self.path = path
+        self.tags = tags
+    }
+
+    /// host and path: one group per store.
+    public static let store = SnapshotGrouping(host: true, path: true)
+    /// One group: the rules see every snapshot of the repository together.
+    public static let repository = SnapshotGrouping(host: false, path: false)
+
+    /// Parses `host,path`, `path`, `host`, `host,path,tags`, ... or `''` (the whole repository).
+    /// - Throws: 64 naming the unknown field.
+    public static func parse(_ text: String) throws -> SnapshotGrouping {
+        var grouping = SnapshotGrouping.repository
+        for field in text.split(separator: ",", omittingEmptySubsequences: false).map({ $0.trimmingCharacters(in: .whitespaces) }) {
+            switch field {
+            case "host": grouping.host = true
+            case "path", "paths", "store": grouping.path = true
+            case "tag", "tags": grouping.tags = true
+            case "" where text.trimmingCharacters(in: .whitespaces).isEmpty: continue
+            default:
+                throw StoreOpsError(.usage, "--group-by \(text.debugDescription): unknown field \(field.debugDescription)",
+                                    hint: "use a comma-separated list of host, path and tags (default host,path: each store on its own), or '' for the whole repository")
+            }
+        }
+        return grouping
+    }
+
+    public var description: String {
+        let fields = [host ? "host" : nil, path ? "path" : nil, tags ? "tags" : nil].compactMap { $0 }
+        return fields.isEmpty ? "''" : fields.joined(separator: ",")
+    }
+
+    /// The group a snapshot belongs to, as people read it: `host:/path/Store.sqlite`, a path, a
+    /// host, `tags a,b`, or `the whole repository`.
+    public func label(host snapshotHost: String, path snapshotPath: String, tags snapshotTags: [String]) -> String {
+        var parts: [String] = []
+        switch (host, path) {
+        case (true, true): parts.append("\(snapshotHost):\(snapshotPath)")
+        case (true, false): parts.append(snapshotHost)
+        case (false, true): parts.append(snapshotPath)
+        case (false, false): break
+        }
+        if tags { parts.append(snapshotTags.isEmpty ? "no tags" : "tags " + snapshotTags.sorted().joined(separator: ",")) }
+        return parts.isEmpty ? "the whole repository" : parts.joined(separator: " ")
+    }
+}
+
+/// Which snapshots a command looks at: those of one host and/or one store path.
+public struct SnapshotFilter: Sendable, Codable, Equatable {
+    public var host: String?
+    /// The store's path as recorded (absolute).
+    public var path: String?
+
+    public init(host: String? = nil, path: String? = nil) {
+        self.host = host
+        self.path = path
+    }
+
+    public static let all = SnapshotFilter()
+
+    /// `--store PATH` and `--host NAME` as typed: the path made absolute the way `snapshot create`
+    /// records it; blank values are 64 (an unset variable in a cron line must not mean "all").
+    public static func parse(store: String?, host: String?) throws -> SnapshotFilter {
+        if let store, store.trimmingCharacters(in: .whitespaces).isEmpty {
+            throw StoreOpsError(.usage, "--store is empty", hint: "name the store's path as `snapshot list` shows it, or leave --store out")
+        }
+        if let host, host.trimmingCharacters(in: .whitespaces).isEmpty {
+            throw StoreOpsError(.usage, "--host is empty", hint: "name a host as `snapshot list` shows it, or leave --host out")
+        }
+        return SnapshotFilter(host: host, path: store.map { StoreFile(unchecked: $0).path })
+    }
+
+    public func matches(host snapshotHost: String, path snapshotPath: String) -> Bool {
+        (host == nil || host == snapshotHost) && (path == nil || path == snapshotPath)
+    }
+
+    public var isAll: Bool { host == nil && path == nil }
+}
