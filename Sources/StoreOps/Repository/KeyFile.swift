@@ -30,6 +30,13 @@ public struct KeyFile: Sendable, Codable, Equatable {
 
     /// scrypt's cost: N = 2^15, r = 8, p = 1 (about 32 MiB and a tenth of a second), as restic uses.
     public static let defaultN = 1 << 15
+    /// The most a key file may ask for: what `repo init` and `key add` write (N 2^15, r 8, p 1:
+    /// 32 MiB). Anyone who can write the repository's `keys/` could otherwise make every command,
+    /// every scheduled job, allocate gigabytes and spin for half a minute before "wrong password"
+    /// (N 2^22 took 4.2 GB and 17-25 s). Larger values are refused as a damaged key file.
+    public static let maximumN = defaultN, maximumR = 8, maximumP = 1
+    /// The fewest: below N 2^10 a key file protects nothing (tests use 2^10).
+    public static let minimumN = 1 << 10
 
     /// Seals `master` under `password`.
     public static func make(_ master: MasterKey, password: Data, n: Int = defaultN) throws -> KeyFile {
@@ -59,10 +66,11 @@ public struct KeyFile: Sendable, Codable, Equatable {
     /// scrypt with the file's parameters, refusing values a damaged or hostile file could use to
     /// exhaust memory or time.
     static func derive(_ password: Data, kdf: Derivation, file: String = "new") throws -> SymmetricKey {
-        guard kdf.name == "scrypt", kdf.n >= 1 << 10, kdf.n <= 1 << 22, kdf.n & (kdf.n - 1) == 0, (1...32).contains(kdf.r),
-              (1...16).contains(kdf.p), let salt = Data(base64Encoded: kdf.salt), salt.count >= 16 else {
-            throw StoreOpsError(.badData, "key \(file): its key derivation parameters are not valid (scrypt N \(kdf.n), r \(kdf.r), p \(kdf.p))",
-                                hint: "the key file is damaged; use another key of the repository")
+        // Checked before anything is derived or allocated; N·r·128 bytes is at most 32 MiB.
+        guard kdf.name == "scrypt", (minimumN...maximumN).contains(kdf.n), kdf.n & (kdf.n - 1) == 0, (1...maximumR).contains(kdf.r),
+              (1...maximumP).contains(kdf.p), let salt = Data(base64Encoded: kdf.salt), salt.count >= 16 else {
+            throw StoreOpsError(.badData, "key file keys/\(file): its key derivation parameters are not ones storectl writes (\(kdf.name) N \(kdf.n), r \(kdf.r), p \(kdf.p); storectl writes scrypt N 2^15, r 8, p 1 and reads N from 2^10 to 2^15, r up to 8, p 1, and a salt of 16 bytes or more); nothing was derived",
+                                hint: "the key file is damaged or was written by someone else; use another key of the repository (`storectl key list`), and check who can write the repository's keys/")
         }
         do {
             return SymmetricKey(data: try scrypt(password, salt: salt, n: kdf.n, r: kdf.r, p: kdf.p, bytes: 32))
@@ -74,6 +82,6 @@ public struct KeyFile: Sendable, Codable, Equatable {
     /// scrypt (RFC 7914) as key files use it: N is scrypt's cost ("rounds" in swift-crypto).
     public static func scrypt(_ password: Data, salt: Data, n: Int, r: Int, p: Int, bytes: Int) throws -> Data {
         try KDF.Scrypt.deriveKey(from: password, salt: salt, outputByteCount: bytes, rounds: n, blockSize: r,
-                                 parallelism: p, maxMemory: 256 << 20).withUnsafeBytes { Data($0) }
+                                 parallelism: p, maxMemory: 64 << 20).withUnsafeBytes { Data($0) }
     }
 }

@@ -87,12 +87,14 @@ public final class PagedRepository: Sendable {
     static func unlock(_ backend: any RepositoryBackend, config: RepositoryConfig, password: Data) throws -> (MasterKey, String) {
         let (keys, damaged) = try keyFiles(backend)
         var problems: [String] = damaged.map { "\(backend.describe($0.key)) \($0.problem)" }
+        var tried = 0   // key files whose parameters were valid, so the password was really tried
         for file in keys {
             let master: MasterKey?
             do { master = try file.open(password: password) } catch let error as StoreOpsError {
                 problems.append(error.message)
                 continue
             }
+            tried += 1
             guard let master else { continue }
             guard let check = config.keyCheck.flatMap({ Data(base64Encoded: $0) }),
                   (try? Sealer(master: master).open(check, as: config.checkIdentity, what: "config")) == config.checkPlaintext else {
@@ -101,11 +103,11 @@ public final class PagedRepository: Sendable {
             }
             return (master, file.id)
         }
-        if keys.isEmpty {
+        if tried == 0 {
             throw StoreOpsError(.badData, "the encrypted repository \(backend.location) has no readable key file\(problems.isEmpty ? "" : ": " + problems.joined(separator: "; "))",
                                 hint: "restore keys/ from a copy of the repository")
         }
-        throw StoreOpsError(.wrongPassword, "wrong password: none of the \(Format.plural(keys.count, "key", "keys")) of \(backend.location) opens with it\(problems.isEmpty ? "" : " (\(problems.joined(separator: "; ")))")",
+        throw StoreOpsError(.wrongPassword, "wrong password: none of the \(Format.plural(tried, "key", "keys")) of \(backend.location) opens with it\(problems.isEmpty ? "" : " (\(problems.joined(separator: "; ")))")",
                             hint: "check --password-file, STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND")
     }
 

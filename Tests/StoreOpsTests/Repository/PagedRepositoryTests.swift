@@ -186,6 +186,38 @@ struct PagedRepositoryTests {
         #expect(damaged?.status == .badData && damaged?.message.contains("keys/") == true, "\(damaged?.message ?? "")")
     }
 
+    @Test("a key file's scrypt parameters beyond what storectl writes (N 2^20, 2^22, 2^40; r or p 2^20) or not valid (N 1000, -1) are 65 naming it, at once, with nothing derived; another good key still opens")
+    func hostileKeyParameters() throws {
+        let fixture = try PagedFixture(items: 300, externalFiles: 0)
+        let key = try #require(try fixture.objects("keys").first)
+        let original = try #require(try fixture.backend.read(key))
+        let cases: [(String, Int)] = [("n", 1 << 20), ("n", 1 << 22), ("n", 1 << 40), ("n", 1000), ("n", -1), ("r", 1 << 20), ("p", 1 << 20), ("r", 9), ("p", 2)]
+        for (field, value) in cases {
+            var json = try #require(try JSONSerialization.jsonObject(with: original) as? [String: Any])
+            var kdf = try #require(json["kdf"] as? [String: Any])
+            kdf[field] = value
+            json["kdf"] = kdf
+            try fixture.replace(key, with: try JSONSerialization.data(withJSONObject: json))
+            let started = Date()
+            let error = #expect(throws: StoreOpsError.self) { try fixture.list() }
+            #expect(error?.status == .badData && error?.message.contains(key) == true && error?.message.contains("not ones storectl writes") == true,
+                    "\(field) = \(value): \(error?.message ?? "")")
+            #expect(Date().timeIntervalSince(started) < 1, "\(field) = \(value): refused before deriving")
+        }
+        // With a second, good key file beside the hostile one, the password still opens the repository.
+        var options = RepositoryKeys.Options(location: fixture.repo, password: fixture.password)
+        try fixture.replace(key, with: original)
+        let second = fixture.folder.file("second")
+        try Data("second password\n".utf8).write(to: URL(fileURLWithPath: second))
+        options.newPassword = .file(second)
+        options.kdfN = 1 << 10
+        _ = try RepositoryKeys.add(options)
+        var json = try #require(try JSONSerialization.jsonObject(with: original) as? [String: Any])
+        json["kdf"] = ["name": "scrypt", "n": 1 << 22, "r": 8, "p": 1, "salt": (json["kdf"] as? [String: Any])?["salt"] ?? ""]
+        try fixture.replace(key, with: try JSONSerialization.data(withJSONObject: json))
+        #expect(try SnapshotSummary.list(repository: fixture.repo, password: .file(second)).isEmpty)
+    }
+
     @Test("keys: add a second password, open with either, passwd replaces, remove revokes; the current key cannot be removed", arguments: Place.all)
     func keys(place: Place) throws {
         let fixture = try PagedFixture(place: place)
