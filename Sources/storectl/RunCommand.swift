@@ -7,7 +7,7 @@ struct RunCommand: ParsableCommand {
         commandName: "run",
         abstract: "Run a scheduled job (what cron and systemd call): snapshot, purge or maintain.",
         discussion: """
-            maintain = snapshot, then prune the snapshot repository by the policy's [snapshot.retention], then purge.
+            maintain = snapshot, then prune this store's snapshots (this host, this path) by the policy's [snapshot.retention], then purge.
             Takes the store's job lock without waiting: if another job holds it, exits 75 at once
             ("skipped: another job holds the lock since ..., pid ..."). Quiet on success; one line on stderr on failure.
             Appends one JSON line per run to the policy's [schedule] log, and writes Prometheus metrics into its
@@ -22,7 +22,7 @@ struct RunCommand: ParsableCommand {
     func run() throws {
         var wait: TimeInterval = 0
         if let jitter {
-            switch DurationText.parse(jitter, allowZero: true) {
+            switch DurationText.parse(jitter, allowZero: true, maximum: DurationText.maximumJitter) {
             case .success(let value): wait = value.seconds
             case .failure(let error): throw ValidationError("--jitter: \(error)")
             }

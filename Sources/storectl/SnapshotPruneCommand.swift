@@ -25,7 +25,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "The same per year.") var keepYearly: Int?
     @Option(help: "Keep every snapshot within this duration of the newest, e.g. 2d, 12h, 1y.") var keepWithin: String?
     @Option(help: "Keep every snapshot with this tag (repeatable).") var keepTag: [String] = []
-    @Option(help: ArgumentHelp("Apply the rules to each group of snapshots with the same host, path and/or tags (comma-separated), or '' to the whole repository at once.",
+    @Option(help: ArgumentHelp("Apply the rules to each group of snapshots with the same host, path and/or tags (comma-separated), or none to the whole repository at once.",
                                valueName: "fields")) var groupBy = "host,path"
     @Option(help: "Only the snapshots of this store (its path, as `snapshot list` shows it).") var store: String?
     @Option(help: "Only the snapshots taken on this host.") var host: String?

@@ -37,6 +37,33 @@ struct PurgeCLITests {
         #expect(try storectl("policy", "check", folder.file("none.toml")).status == 66)
     }
 
+    @Test("durations are bounded where they are parsed: a retention over 100 years fails policy check (65); 100 years computes in every time format for explain and a dry run; --jitter over a day is 64")
+    func durationBounds() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 300)
+        let rule = { (retention: String, format: String) in
+            "entity = \"Item\"\ndeleted_flag = \"ZISDELETED\"\ndeleted_at = \"ZDELETEDAT\"\ntime_format = \"\(format)\"\nretention = \"\(retention)\""
+        }
+        for huge in ["1000000000y", "101y", "99999999999999999999d"] {
+            let path = try policy(folder, store: store, rule: rule(huge, "coredata"))
+            let check = try storectl("policy", "check", path)
+            #expect(check.status == 65 && check.stdout.contains("longer than 100 years"), "\(huge): \(check.stdout)\(check.stderr)")
+            #expect(try storectl("purge", "--policy", path, "--dry-run").status == 65)
+            #expect(try storectl("policy", "explain", path).status == 65)
+        }
+        for format in ["coredata", "unix", "unix_ms", "iso8601"] {
+            let path = try policy(folder, store: store, rule: rule("100y", format))
+            for arguments in [["policy", "check", path], ["policy", "explain", path], ["purge", "--policy", path, "--dry-run"]] {
+                let result = try ChildProcess.run(Binaries.storectl, arguments)
+                #expect(result.status == 0, "\(format) \(arguments[1]): \(result.status) \(result.stderr)")
+            }
+        }
+        for jitter in ["2d", "1000000d", "-5m"] {
+            let run = try storectl("run", "purge", "--policy", try policy(folder, store: store), "--jitter", jitter)
+            #expect(run.status == 64, "--jitter \(jitter): \(run.status) \(run.stderr)")
+        }
+    }
+
     @Test("policy explain shows the SQL, the cutoff in UTC and local time, and the counts")
     func explain() throws {
         let folder = try TempFolder()

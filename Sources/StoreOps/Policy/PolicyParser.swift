@@ -125,7 +125,7 @@ extension Policy {
     /// `[schedule]`: cron expressions checked, the sections the jobs need present.
     static func parseSchedule(_ section: TableReader, snapshot: SnapshotSection?, folder: String, sink: ProblemSink) -> ScheduleSection {
         var value = ScheduleSection(purge: section.string("purge"), snapshot: section.string("snapshot"),
-                                    maintain: section.string("maintain"), jitter: section.duration("jitter"),
+                                    maintain: section.string("maintain"), jitter: section.duration("jitter", maximum: DurationText.maximumJitter),
                                     log: section.string("log").map { resolve($0, in: folder) },
                                     metrics: section.string("metrics").map { resolve($0, in: folder) })
         if let bytes = section.size("log_max_size") { value.logMaxBytes = bytes }

@@ -100,13 +100,13 @@ final class TableReader {
         return number * factor
     }
 
-    func duration(_ key: String, allowZero: Bool = false) -> DurationText? {
+    func duration(_ key: String, allowZero: Bool = false, maximum: TimeInterval = DurationText.maximumSeconds) -> DurationText? {
         guard let value = value(key, required: false, expected: "a duration") else { return nil }
         guard let text = value.string else {
             wrongType(key, value, expected: "a duration string such as \"30d\" (a bare number has no unit)")
             return nil
         }
-        switch DurationText.parse(text, allowZero: allowZero) {
+        switch DurationText.parse(text, allowZero: allowZero, maximum: maximum) {
         case .success(let duration): return duration
         case .failure(let error): problem(key, error.description); return nil
         }

@@ -5,8 +5,8 @@ import Foundation
 /// Retention is applied to each group on its own: in a repository shared by several stores (or
 /// several hosts), `--keep-last 1` keeps the newest snapshot *of each store*. A store is the host
 /// that took the snapshot and the store's path there, as restic groups by host and paths by
-/// default. `--group-by` chooses other fields; `--group-by ''` applies the rules to the whole
-/// repository at once (the behaviour before 0.1.1, which removed other stores' snapshots).
+/// default. `--group-by` chooses other fields; `--group-by none` applies the rules to the whole
+/// repository at once (what prune did before, which removed other stores' snapshots).
 public struct SnapshotGrouping: Sendable, Codable, Equatable, CustomStringConvertible {
     public var host: Bool
     public var path: Bool
@@ -23,19 +23,25 @@ public struct SnapshotGrouping: Sendable, Codable, Equatable, CustomStringConver
     /// One group: the rules see every snapshot of the repository together.
     public static let repository = SnapshotGrouping(host: false, path: false)
 
-    /// Parses `host,path`, `path`, `host`, `host,path,tags`, ... or `''` (the whole repository).
+    /// Parses `host,path`, `path`, `host`, `host,path,tags`, ... or `none` (the whole repository).
+    /// A blank value is refused: `--group-by "$G"` with G unset must not prune across stores.
     /// - Throws: 64 naming the unknown field.
     public static func parse(_ text: String) throws -> SnapshotGrouping {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if trimmed.isEmpty {
+            throw StoreOpsError(.usage, "--group-by is empty",
+                                hint: "leave it out (each store on its own), or say --group-by none to apply the rules to the whole repository at once")
+        }
+        if trimmed == "none" { return .repository }
         var grouping = SnapshotGrouping.repository
-        for field in text.split(separator: ",", omittingEmptySubsequences: false).map({ $0.trimmingCharacters(in: .whitespaces) }) {
+        for field in trimmed.split(separator: ",", omittingEmptySubsequences: false).map({ $0.trimmingCharacters(in: .whitespaces) }) {
             switch field {
             case "host": grouping.host = true
             case "path", "paths", "store": grouping.path = true
             case "tag", "tags": grouping.tags = true
-            case "" where text.trimmingCharacters(in: .whitespaces).isEmpty: continue
             default:
                 throw StoreOpsError(.usage, "--group-by \(text.debugDescription): unknown field \(field.debugDescription)",
-                                    hint: "use a comma-separated list of host, path and tags (default host,path: each store on its own), or '' for the whole repository")
+                                    hint: "use a comma-separated list of host, path and tags (default host,path: each store on its own), or none for the whole repository")
             }
         }
         return grouping
@@ -43,7 +49,7 @@ public struct SnapshotGrouping: Sendable, Codable, Equatable, CustomStringConver
 
     public var description: String {
         let fields = [host ? "host" : nil, path ? "path" : nil, tags ? "tags" : nil].compactMap { $0 }
-        return fields.isEmpty ? "''" : fields.joined(separator: ",")
+        return fields.isEmpty ? "none" : fields.joined(separator: ",")
     }
 
     /// The group a snapshot belongs to, as people read it: `host:/path/Store.sqlite`, a path, a

@@ -15,11 +15,14 @@ public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertibl
     /// is parsed, so whatever a policy check accepts, every computation with it (a date that
     /// far back, a sleep, a count of seconds as an integer) stays in range.
     public static let maximumSeconds: TimeInterval = 100 * 365 * 86_400
+    /// A job's random start delay spreads jobs out; one over a day would skip runs.
+    public static let maximumJitter: TimeInterval = 86_400
 
     /// Parses `text`, or explains what is wrong with it.
     ///
     /// - Parameter allowZero: accept "0s" (a pause of nothing); durations of retention are never zero.
-    public static func parse(_ text: String, allowZero: Bool = false) -> Result<DurationText, DurationError> {
+    /// - Parameter maximum: the longest this duration may be (default 100 years; a jitter: a day).
+    public static func parse(_ text: String, allowZero: Bool = false, maximum: TimeInterval = maximumSeconds) -> Result<DurationText, DurationError> {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else { return .failure(.init(text: text, problem: "is empty")) }
         var total: TimeInterval = 0
@@ -49,7 +52,9 @@ public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertibl
             lastUnitIndex = index
         }
         guard total > 0 || allowZero else { return .failure(.init(text: text, problem: "is zero")) }
-        guard total <= maximumSeconds else { return .failure(.init(text: text, problem: "is longer than 100 years")) }
+        guard total <= min(maximum, maximumSeconds) else {
+            return .failure(.init(text: text, problem: "is longer than \(maximum >= maximumSeconds ? "100 years" : Format.duration(maximum))"))
+        }
         return .success(DurationText(seconds: total, text: trimmed))
     }
 

@@ -119,12 +119,12 @@ struct RetentionTests {
         #expect(within.filter(\.keep).map(\.id) == ["c2", "c1", "a2", "a1", "b1"])
     }
 
-    @Test("--group-by parses host, path, tags and '' (the whole repository); anything else is 64")
+    @Test("--group-by parses host, path, tags and none (the whole repository); a blank value (an unset variable) and anything else is 64")
     func groupByParsing() throws {
         #expect(try SnapshotGrouping.parse("host,path") == .store)
-        #expect(try SnapshotGrouping.parse("") == .repository)
+        #expect(try SnapshotGrouping.parse("none") == .repository)
         #expect(try SnapshotGrouping.parse("path,tags") == SnapshotGrouping(host: false, path: true, tags: true))
-        for bad in ["hosts,pth", "host,,path", "name"] {
+        for bad in ["hosts,pth", "host,,path", "name", "", "  "] {
             #expect(throws: StoreOpsError.self) { try SnapshotGrouping.parse(bad) }
         }
     }
