@@ -95,8 +95,11 @@ struct RepoRepairCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let report = try RepositoryRepair.run(location: repo, password: password.source, wait: wait)
-        if json { print(jsonReport(report)); return }
-        for damaged in report.damagedPacks { print("damaged \(damaged)") }
-        print("indexed \(Format.plural(report.packsIndexed, "pack", "packs")) in \(report.newIndex ?? "no index"), removed \(Format.plural(report.removedIndexes, "old index", "old indexes"))")
+        if json { print(jsonReport(report)) } else {
+            for damaged in report.damagedPacks { print("damaged \(damaged)") }
+            for snapshot in report.unrestorable { print("UNRESTORABLE \(snapshot)") }
+            print("indexed \(Format.plural(report.packsIndexed, "pack", "packs")) in \(report.newIndex ?? "no index"), removed \(Format.plural(report.removedIndexes, "old index", "old indexes"))")
+        }
+        try Finished.check(RepositoryRepair.ending(of: report))
     }
 }

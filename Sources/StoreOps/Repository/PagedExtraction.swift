@@ -56,7 +56,7 @@ enum PagedExtraction {
 
     private static func writePages(_ ids: [ContentID], pageSize: Int, repository: PagedRepository, to path: String,
                                    context: String, progress: StepHandler?) throws {
-        guard pageSize >= 512, pageSize <= 65536, pageSize & (pageSize - 1) == 0 else {
+        guard PagedSnapshotRecord.isPageSize(pageSize) else {
             throw StoreOpsError(.badData, "\(context): page size \(pageSize) is not one SQLite uses")
         }
         // The pages by id: a hash table from each distinct id to the first page holding it, and
@@ -212,7 +212,7 @@ enum PagedExtraction {
         for file in files {
             try ProcessSignals.checkpoint("restoring \(context)")
             let name = FileSystem.name(of: file.path)
-            guard !name.isEmpty, name != ".", name != "..", !name.contains("/") else {
+            guard PagedSnapshotRecord.isExternalFileName(name) else {
                 throw StoreOpsError(.badData, "\(context): refusing the external-data file name \(file.path.debugDescription)")
             }
             var fd: Int32 = -1

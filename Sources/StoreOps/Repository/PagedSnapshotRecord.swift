@@ -70,6 +70,29 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
         guard record.id == id, record.manifest.snapshot?.format == 2 else {
             throw StoreOpsError(.badData, "\(what) describes snapshot \(record.id), not \(id)", hint: Sealer.damagedHint)
         }
+        try record.checkRestorable(what: what)
         return record
     }
+
+    /// What restore refuses in a record before it reads any blob, checked where every record is
+    /// opened: so `repo check` reports (and prune, verify, restore and a child snapshot all see) the
+    /// same damage, never "ok" for a snapshot restore then refuses.
+    func checkRestorable(what: String) throws {
+        guard Self.isPageSize(pages.pageSize) else {
+            throw StoreOpsError(.badData, "\(what): page size \(pages.pageSize) is not one SQLite uses (a power of two from 512 to 65536)",
+                                hint: Sealer.damagedHint)
+        }
+        for file in files {
+            let name = FileSystem.name(of: file.path)
+            guard Self.isExternalFileName(name) else {
+                throw StoreOpsError(.badData, "\(what): refusing the external-data file name \(file.path.debugDescription)", hint: Sealer.damagedHint)
+            }
+        }
+    }
+
+    /// A page size SQLite uses.
+    static func isPageSize(_ size: Int) -> Bool { size >= 512 && size <= 65536 && size & (size - 1) == 0 }
+
+    /// A name restore may create in the external-data folder.
+    static func isExternalFileName(_ name: String) -> Bool { !name.isEmpty && name != "." && name != ".." && !name.contains("/") }
 }

@@ -86,13 +86,16 @@ public enum RepositoryCheck {
         // Indexes.
         var indexed: [ContentID: PackContents] = [:]
         var locations: [ContentID: BlobLocation] = [:]
+        // Pages as restore takes them: an index entry of type page whose length is the page size.
+        var pageLengths: [ContentID: UInt32] = [:]
         let damagedIndexes = try RepositoryIndex.scan(repository) { key, pack, contents in
             if let known = indexed[pack], known != contents {
                 report.problems.append("pack \(pack.hex.prefix(16))… is described differently by two indexes (one is \(key))")
             }
             indexed[pack] = contents
-            for frame in contents.frames { for blob in frame.blobs where locations[blob.id] == nil {
-                locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob)
+            for frame in contents.frames { for blob in frame.blobs {
+                if locations[blob.id] == nil { locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob) }
+                if blob.type == .page { pageLengths[blob.id] = blob.length }
             } }
         }
         report.indexes = try repository.backend.list("index/").count
@@ -129,7 +132,7 @@ public enum RepositoryCheck {
                 let ids = try BlobLocator.pageMap(of: record, in: repository, locations: locations, damaged: damagedIndexes).ids
                 var missing = 0
                 var first: ContentID?
-                for id in Set(ids) where locations[id] == nil {
+                for id in Set(ids) where pageLengths[id].map({ Int($0) != record.pages.pageSize }) ?? true {
                     missing += 1
                     first = first ?? id
                 }
@@ -138,7 +141,7 @@ public enum RepositoryCheck {
                     first = first ?? id
                 }
                 if let first {
-                    report.problems.append("snapshot \(record.id): \(Format.plural(missing, "blob is", "blobs are")) in no index (first \(first.hex.prefix(16))…)")
+                    report.problems.append("snapshot \(record.id): \(Format.plural(missing, "blob is", "blobs are")) in no index as restore needs \(missing == 1 ? "it" : "them") (first \(first.hex.prefix(16))…)")
                 }
             } catch let error as StoreOpsError where error.status == .badData {
                 report.problems.append(error.message)

@@ -4,7 +4,10 @@ import Foundation
 /// damaged or lost. Every pack whose header opens (layout 2: and whose every frame opens, since
 /// its blobs' ids are recomputed from their bytes) is listed in one new index; then the old index
 /// files are removed. Packs that are damaged are reported and kept as a readable old index
-/// describes them (or left out, when none does: `repo check` then names the snapshots that need them). Takes the repository exclusively.
+/// describes them (or left out, when none does). Afterwards every snapshot is checked against the
+/// new index: one that needs a blob no readable pack holds is named in `unrestorable`, and the
+/// command exits 2 (a repair that leaves snapshots unrestorable has not repaired them). Takes the
+/// repository exclusively.
 public enum RepositoryRepair {
     public struct Report: Sendable, Codable {
         public var location: String
@@ -12,6 +15,17 @@ public enum RepositoryRepair {
         public var damagedPacks: [String] = []
         public var removedIndexes = 0
         public var newIndex: String?
+        /// Snapshots that still cannot be restored, and why (a blob they need is only in a damaged pack).
+        public var unrestorable: [String] = []
+    }
+
+    /// 2 when a snapshot is left unrestorable; damaged packs no snapshot needs are not a failure
+    /// (prune removes them).
+    public static func ending(of report: Report) -> Ending {
+        guard !report.unrestorable.isEmpty else { return .ok }
+        return Ending(.checksFailed, error: StoreOpsError(.checksFailed,
+            "\(Format.plural(report.unrestorable.count, "snapshot", "snapshots")) of \(report.location) cannot be restored after the repair: a blob they need is in no readable pack",
+            hint: "restore another snapshot (`storectl snapshot list`); if a copy of the repository holds the damaged packs, copy them back and run repair again"))
     }
 
     public static func run(location: String, password: PasswordSource, wait: Bool = false) throws -> Report {
@@ -26,6 +40,7 @@ public enum RepositoryRepair {
         var known: [ContentID: PackContents] = [:]
         try RepositoryIndex.scan(repository) { _, pack, contents in known[pack] = contents }
         var index = IndexFile()
+        var damaged = Set<ContentID>()
         let zstd = try ZstdFrames(level: 3)
         for (key, _) in try repository.backend.list("data/") {
             try ProcessSignals.checkpoint("repairing \(repository.location)")
@@ -37,6 +52,7 @@ public enum RepositoryRepair {
                 index.packs.append((id, try PackBuilder.readContents(repository, id: id, zstd: zstd)))
             } catch let error as StoreOpsError where error.status == .badData {
                 report.damagedPacks.append(error.message)
+                damaged.insert(id)
                 if let contents = known[id] { index.packs.append((id, contents)) }   // an index still describes it
             }
         }
@@ -51,6 +67,35 @@ public enum RepositoryRepair {
             try repository.backend.remove(key, point: "repair.index.remove")
             report.removedIndexes += 1
         }
+        report.unrestorable = try unrestorable(repository, index: index, damagedPacks: damaged)
         return report
+    }
+
+    /// The snapshots some of whose blobs are in no pack the new index lists as readable (a damaged
+    /// pack kept from an old index is not readable), or whose record or map cannot be read.
+    static func unrestorable(_ repository: PagedRepository, index: IndexFile, damagedPacks: Set<ContentID>) throws -> [String] {
+        var locations: [ContentID: BlobLocation] = [:]
+        var pageLengths: [ContentID: UInt32] = [:]
+        for (pack, contents) in index.packs where !damagedPacks.contains(pack) {
+            for frame in contents.frames { for blob in frame.blobs {
+                if locations[blob.id] == nil { locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob) }
+                if blob.type == .page { pageLengths[blob.id] = blob.length }
+            } }
+        }
+        let (records, damagedRecords) = try repository.catalog()
+        var problems = damagedRecords.map { "snapshot \($0.id): \($0.problem)" }
+        for record in records {
+            do {
+                let ids = try BlobLocator.pageMap(of: record, in: repository, locations: locations, damaged: []).ids
+                let missing = Set(ids).filter { pageLengths[$0].map { Int($0) != record.pages.pageSize } ?? true }.count
+                    + record.otherBlobs.filter { locations[$0.0] == nil }.count
+                if missing > 0 {
+                    problems.append("snapshot \(record.id): \(Format.plural(missing, "blob it needs is", "blobs it needs are")) in no readable pack")
+                }
+            } catch let error as StoreOpsError where error.status == .badData {
+                problems.append("snapshot \(record.id): \(error.message)")
+            }
+        }
+        return problems.sorted()
     }
 }

@@ -278,6 +278,51 @@ struct PagedRepositoryTests {
         }
     }
 
+    @Test("a record restore refuses (page size 0, 1000, 2^31; an external file named '..') is damage to repo check --read-data too (2, naming it), and to verify and prune's collector")
+    func recordRestoreRefuses() throws {
+        let fixture = try PagedFixture(items: 1_000, externalFiles: 1)
+        let created = try fixture.create()
+        let key = "snapshots/" + created.id
+        let original = try #require(try fixture.backend.read(key))
+        let repository = try PagedRepository.open(fixture.backend, password: fixture.password)
+        let good = try repository.record(created.id)
+        var changes: [(String, (inout PagedSnapshotRecord) -> Void)] = [0, 1000, 1 << 31].map { size in ("page size \(size)", { $0.pages.pageSize = size }) }
+        changes.append(("file ..", { $0.files[0].path = "store/.Tasks_SUPPORT/_EXTERNAL_DATA/.." }))
+        for (what, change) in changes {
+            var record = good
+            change(&record)
+            try fixture.replace(key, with: try repository.sealer.seal(try JSON.encode(record), as: "snapshot:" + created.id))
+            let report = try fixture.check(readData: true)
+            #expect(!report.ok && report.problems.contains { $0.contains(created.id) }, "\(what): \(report.problems)")
+            #expect(RepositoryCheck.ending(of: report).status == .checksFailed)
+            #expect((#expect(throws: StoreOpsError.self) { try fixture.restore(created.id, to: "r.sqlite") })?.status == .badData, "\(what)")
+            #expect(try fixture.verify().allSatisfy { !$0.ok }, "\(what)")
+        }
+        try fixture.replace(key, with: original)
+        #expect(try fixture.check(readData: true).ok)
+    }
+
+    @Test("repo repair that cannot make a snapshot whole again (its pack is damaged and no index is left) names it and exits 2; one that can exits 0")
+    func repairLeavesUnrestorable() throws {
+        let fixture = try PagedFixture(items: 3_000, externalFiles: 0)
+        let created = try fixture.create()
+        for index in try fixture.objects("index") { try fixture.remove(index) }
+        let pack = try #require(try fixture.objects("data").first)
+        try fixture.flip(pack, at: 0.3)
+        let report = try RepositoryRepair.run(location: fixture.repo, password: fixture.password)
+        #expect(!report.damagedPacks.isEmpty)
+        #expect(report.unrestorable.contains { $0.contains(created.id) }, "\(report.unrestorable)")
+        #expect(RepositoryRepair.ending(of: report).status == .checksFailed)
+        let cli = try ChildProcess.run(Binaries.storectl, ["repo", "repair", "--repo", fixture.repo], environment: try fixture.environment())
+        #expect(cli.status == 2 && cli.stdout.contains("UNRESTORABLE snapshot \(created.id)"), "\(cli.status) \(cli.stdout)\(cli.stderr)")
+        // An index lost but every pack whole: repaired, 0.
+        let other = try PagedFixture(items: 1_000, externalFiles: 0)
+        try other.create()
+        for index in try other.objects("index") { try other.remove(index) }
+        let whole = try RepositoryRepair.run(location: other.repo, password: other.password)
+        #expect(whole.unrestorable.isEmpty && RepositoryRepair.ending(of: whole).status == .ok)
+    }
+
     @Test("a repository written by a newer storectl, or a config that was changed, is refused with 65 and what to do")
     func newerOrChanged() throws {
         let fixture = try PagedFixture()
