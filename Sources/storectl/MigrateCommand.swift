@@ -11,7 +11,8 @@ struct MigrateCommand: ParsableCommand {
                                    [--dry-run] [--kill-switch FILE] [--resume] [--force] [--json]
             storectl migrate status STORE --migrations DIR [--json]
             Exit 0 migrated (or up to date), 1 a migration failed (the store is at the last migration that fully applied
-            and verified; the rollback command is printed), 3 failed or stopped and rolled back, 4 the rollback failed,
+            and verified; the rollback command is printed; when the first one failed, nothing was committed and nothing is
+            rolled back: 1, or 74 for a full disk), 3 failed or stopped and rolled back, 4 the rollback failed,
             75 locked, or another process has the store open (close the app, or --force).
             """,
         subcommands: [MigrateApplyCommand.self, MigrateStatusCommand.self],
@@ -90,6 +91,9 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
                     lines.append("    storectl snapshot restore --repo \(report.repository) \(rollback.snapshotId) --in-place \(report.store) --force")
                 }
             }
+        }
+        if report.nothingCommitted == true {
+            lines.append("  nothing was committed: the store is as it was before this run (no rollback was needed); the run's journal is removed")
         }
         if let command = report.rollbackCommand {
             lines.append("  the store is at the last migration that fully applied and verified; to go back to before this run:")

@@ -57,15 +57,33 @@ struct MigrateCLITests {
         #expect(try storectl("rollback", fixture.store).status == 64, "--repo is required")
     }
 
-    @Test("a failure with --rollback-on-failure exits 3; without it exits 1 and prints the rollback command")
+    @Test("a failure after a migration committed: with --rollback-on-failure exits 3; without it exits 1 and prints the rollback command; when nothing committed, 1 with nothing to roll back and no journal left")
     func failures() throws {
         let fixture = try MigrationCLIFixture()
+        #expect(try fixture.migrate().status == 0, "migrations 1-3")
+        // The run's first migration fails: nothing committed, so nothing is rolled back, with or without the option.
         try Data("INSERT INTO nowhere VALUES (1);".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_bad.sql"))
+        let before = try storeDigest(fixture.store)
+        for options in [[], ["--rollback-on-failure"]] {
+            let first = try fixture.migrate(options)
+            #expect(first.status == 1, "\(options): \(first.stdout)")
+            #expect(first.stdout.contains("FAILED: 0004_bad: ") && first.stdout.contains("nothing was committed") && !first.stdout.contains("storectl rollback"),
+                    "\(first.stdout)")
+            #expect(try storeDigest(fixture.store) == before)
+            let status = try storectl("migrate", "status", fixture.store, "--migrations", fixture.migrations)
+            #expect(!status.stdout.contains("INTERRUPTED"), "\(status.stdout)")
+        }
+        // A good migration first, then the bad one.
+        try FileManager.default.moveItem(atPath: fixture.migrations + "/0004_bad.sql", toPath: fixture.migrations + "/0005_bad.sql")
+        try Data("UPDATE ZCATEGORY SET ZNAME = ZNAME;".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_touch.sql"))
         let stopped = try fixture.migrate()
         #expect(stopped.status == 1)
-        #expect(stopped.stdout.contains("FAILED: 0004_bad: ") && stopped.stdout.contains("storectl rollback \(fixture.store) --repo "))
+        #expect(stopped.stdout.contains("FAILED: 0005_bad: ") && stopped.stdout.contains("storectl rollback \(fixture.store) --repo "))
+        // 0004 is applied now; 0006 commits, then 0007 fails.
+        try Data("UPDATE ZCATEGORY SET ZCOLOR = ZCOLOR;".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0006_touch.sql"))
+        try FileManager.default.moveItem(atPath: fixture.migrations + "/0005_bad.sql", toPath: fixture.migrations + "/0007_bad.sql")
         let rolled = try fixture.migrate(["--rollback-on-failure"])
-        #expect(rolled.status == 3)
+        #expect(rolled.status == 3, "\(rolled.stdout)")
         #expect(rolled.stdout.contains("the store is the pre-migration snapshot (checked before the swap)"))
     }
 

@@ -81,6 +81,8 @@ public enum Migrate {
         public var rollback: RollbackInfo?
         /// Without --rollback-on-failure: the command that restores the pre-migration state.
         public var rollbackCommand: String?
+        /// A failure before any migration committed: the store is as it was, nothing was rolled back.
+        public var nothingCommitted: Bool?
         /// How it ended; its status is the exit status (1 failed, 3 rolled back or stopped, 4 rollback failed).
         public var ending: Ending = .ok
 
@@ -136,6 +138,7 @@ public enum Migrate {
         road.commitName = nil
         road.rollback = { _, _ in session.rollBack() }
         road.rollbackOnFailure = options.rollbackOnFailure
+        road.rollbackNeeded = { !session.nothingCommitted() }
         road.failureStatus = .failure
         return try session.report(after: pipeline.walk(road))
     }
@@ -229,6 +232,29 @@ public enum Migrate {
             return created.id
         }
 
+        /// A migration committed, or one without a transaction started: the store may differ from
+        /// the safety snapshot.
+        private var changed = false
+        /// The error of the migration that failed, before the pipeline makes every failure 1.
+        private var applyError: StoreOpsError?
+        private var provedUnchanged: Bool?
+
+        /// Provably nothing was committed: no migration committed, none without a transaction began,
+        /// no transaction is left open, and the history's version is still the one before (each
+        /// migration writes its history row inside its own transaction). Decided once, while the
+        /// connection is still open (a closed one proves nothing).
+        func nothingCommitted() -> Bool {
+            if let provedUnchanged { return provedUnchanged }
+            var proved = !changed
+            if proved, let queue {
+                proved = (try? queue.inDatabase { db in
+                    try !db.isInsideTransaction && MigrationHistory.version(db) == report.plan.current
+                }) ?? false
+            }
+            provedUnchanged = proved
+            return proved
+        }
+
         /// Each pending migration in its own transaction; the kill switch and signals between them.
         func apply(_ pipeline: Pipeline) throws {
             let queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
@@ -237,12 +263,19 @@ public enum Migrate {
             for migration in migrations where report.plan.pending.contains(where: { $0.version == migration.version }) {
                 try pipeline.checkpoint()
                 let started = Date()
+                if migration.noTransaction { changed = true }
                 do {
                     try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline) }
                 } catch let error as StoreOpsError where error.status == .ioError {
-                    throw StoreOpsError(.ioError, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
-                                        + "SQLite's journal go there), then migrate again")
+                    let full = StoreOpsError(.ioError, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
+                                             + "SQLite's journal go there), then migrate again")
+                    applyError = full
+                    throw full
+                } catch let error as StoreOpsError {
+                    applyError = error
+                    throw error
                 }
+                changed = true
                 report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
                 pipeline.note("applied \(String(format: "%04d", migration.version))_\(migration.name)")
                 FaultInjection.reach("after-commit-\(migration.version)")
@@ -283,6 +316,7 @@ public enum Migrate {
 
         /// The report of a walk; what failed before anything changed is thrown, as bad input is.
         func report(after walked: Walked<Session>) throws -> Report {
+            let unchanged = walked.ending.outcome == .failed && nothingCommitted()
             try? queue?.close()
             report.stages = walked.stages
             report.ending = walked.ending
@@ -310,7 +344,14 @@ public enum Migrate {
                 // Each migration is its own transaction: the failing one left nothing behind.
                 try? MigrationJournal.remove(store)
                 report.result = "failed"
-                report.rollbackCommand = "storectl rollback \(store.path) --repo \(report.repository) --to \(report.snapshot ?? "")"
+                if unchanged {
+                    // Nothing committed: the store is as it was; there is nothing to roll back, and a
+                    // full disk keeps its own status (74).
+                    report.nothingCommitted = true
+                    if let applyError, applyError.status == .ioError { report.ending = Ending(.failed, error: applyError) }
+                } else {
+                    report.rollbackCommand = "storectl rollback \(store.path) --repo \(report.repository) --to \(report.snapshot ?? "")"
+                }
             }
             return report
         }

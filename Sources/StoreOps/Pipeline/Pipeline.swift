@@ -148,7 +148,7 @@ public final class Pipeline {
                 ending = Ending(.failed, error: StoreOpsError(status, own.message, hint: own.hint), rollsBack: rollsBack)
             }
             walked.ending = ending
-            if let rollback = road.rollback, stop != nil || road.rollbackOnFailure {
+            if let rollback = road.rollback, stop != nil || (road.rollbackOnFailure && road.rollbackNeeded?() != false) {
                 // A SIGINT/SIGTERM asked for this rollback: it must not interrupt it too.
                 if case .signal? = stop { ProcessSignals.acknowledge() }
                 let result = stageNoThrow("rollback") { rollback(self, ending) }

@@ -18,6 +18,9 @@ public struct Road<Value> {
     public var rollback: ((Pipeline, Ending) -> StoreOpsError?)?
     /// Roll back on a failure too (a stop always rolls back when there is a rollback stage).
     public var rollbackOnFailure = false
+    /// On a failure: whether anything is left to roll back (nil: assume so). Migrate says no when
+    /// provably nothing committed, so a failed first migration is a failure, not a rollback.
+    public var rollbackNeeded: (() -> Bool)?
     /// The status of every failure in act or verify (migrate: 1, "the store is at its last good migration").
     public var failureStatus: ExitStatus?
 

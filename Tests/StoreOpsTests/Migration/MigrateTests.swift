@@ -127,8 +127,9 @@ struct MigrateTests {
         #expect(MigrationJournal.read(StoreFile(unchecked: fixture.store)) != nil, "the interrupted state stays visible")
     }
 
-    @Test("the store's disk fills up during a migration (an 8 MiB tmpfs): nothing is lost", .enabled(if: TempMount.isAvailable))
-    func diskFullDuringApply() throws {
+    @Test("the store's disk fills up during the first migration (an 8 MiB tmpfs): nothing was committed, so nothing is rolled back: 74, journal gone, status not interrupted; when a later one fills it, the earlier one is rolled back",
+          .enabled(if: TempMount.isAvailable), arguments: [false, true])
+    func diskFullDuringApply(afterAGoodOne: Bool) throws {
         let mount = try #require(TempMount(kilobytes: 8 * 1024))
         let folder = try TempFolder()
         let store = try sampleStore(in: folder, items: 1_000, journalMode: "wal")
@@ -137,17 +138,29 @@ struct MigrateTests {
         let original = try logicalDigest(onMount)
         let migrations = folder.file("migrations")
         try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        let filler = afterAGoodOne ? "0002_filler.sql" : "0001_filler.sql"
+        if afterAGoodOne {
+            try Data("CREATE TABLE ZSMALL (Z_PK INTEGER PRIMARY KEY);\n".utf8).write(to: URL(fileURLWithPath: migrations + "/0001_small.sql"))
+        }
         try Data("""
             CREATE TABLE ZFILLER AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000)
                 SELECT x AS Z_PK, randomblob(100) AS ZDATA FROM c;
-            """.utf8).write(to: URL(fileURLWithPath: migrations + "/0001_filler.sql"))
+            """.utf8).write(to: URL(fileURLWithPath: migrations + "/" + filler))
         let report = try Migrate.run(.init(store: onMount, migrations: migrations, repository: try folder.repository("snaps"), rollbackOnFailure: true))
         #expect(report.failure?.contains("full") == true || report.failure?.contains("space") == true, "\(report.failure ?? "")")
-        #expect([ExitStatus.rolledBack, .rollbackFailed].contains(report.status))
         #expect(report.failureHint?.contains("free space on the volume of \(mount.path)") == true, "\(report.failureHint ?? "")")
-        if report.status == .rollbackFailed { #expect(report.rollback?.storeUntouched == true, "\(report.rollback?.error ?? "")") }
+        if afterAGoodOne {
+            // Migration 1 committed: there is something to roll back (on the full disk it may fail, leaving the store untouched).
+            #expect([ExitStatus.rolledBack, .rollbackFailed].contains(report.status))
+            if report.status == .rollbackFailed { #expect(report.rollback?.storeUntouched == true, "\(report.rollback?.error ?? "")") }
+        } else {
+            #expect(report.status == .ioError && report.result == "failed" && report.rollback == nil && report.nothingCommitted == true,
+                    "\(report.status) \(report.result) \(report.rollback?.error ?? "")")
+            #expect(report.rollbackCommand == nil)
+            #expect(MigrationJournal.read(StoreFile(unchecked: onMount)) == nil, "nothing was interrupted: the journal is gone")
+            #expect(try logicalDigest(onMount) == original, "the failed migration's transaction left nothing")
+        }
         #expect(try readStore(onMount) { try String.fetchAll($0, sql: "PRAGMA quick_check") } == ["ok"])
-        #expect(try logicalDigest(onMount) == original, "the failed migration's transaction left nothing")
     }
 
     @Test("without --rollback-on-failure: the failing migration leaves nothing; the store stays at the last good one; the rollback command is given")
