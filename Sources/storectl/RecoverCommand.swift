@@ -10,7 +10,9 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
             A restore in place (and a migration's rollback, and a backup's final renames) replaces several files as
             one journaled transaction (<path>.storectl-swap.json). If storectl was killed in the middle, this finishes
             it, or undoes it when a staged file has gone, so the path is exactly in one state again; then removes
-            temporary files of dead storectl processes beside it. Every storectl command that touches the store does
+            temporary files of dead storectl processes beside it. A backup or restore killed before it recorded its swap
+            leaves only temporary files named for its target: recover removes them when their process is gone (75 while
+            it runs), and is 66 only when there is no file, no record and no such leftover. Every storectl command that touches the store does
             the same first; run this after a crash before starting the app. An interrupted migration is reported, not
             decided: `storectl rollback` or `storectl migrate --resume`.
             """)

@@ -26,6 +26,26 @@ struct StoreSwapTests {
         #expect(fixture.leftovers([fixture.folder.path]).isEmpty, "\(fixture.leftovers([fixture.folder.path]))")
     }
 
+    @Test("recover on a backup target that a killed backup never made: its dead run's temporary files go (0); then 66; a live run's are kept (75)")
+    func recoverNeverMadeTarget() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        let target = fixture.out + "/b.sqlite"
+        let killed = try fixture.run(["backup", fixture.store, "--output", target], ["STORECTL_FAULT_POINT": "backup.database.sync"])
+        #expect(killed.status == 137)
+        let left = PendingFile.temporaries(of: target)
+        #expect(!left.isEmpty, "the killed backup left its copy")
+        let recovered = try fixture.run(["recover", target])
+        #expect(recovered.status == 0 && recovered.stdout.contains("removed"), "\(recovered.status) \(recovered.stdout)\(recovered.stderr)")
+        #expect(PendingFile.temporaries(of: target).isEmpty && fixture.leftovers([fixture.out]).isEmpty, "\(fixture.leftovers([fixture.out]))")
+        #expect(FileSystem.kind(of: target + ".storectl-lock") == .missing, "no lock file beside a file that does not exist")
+        #expect(try fixture.run(["recover", target]).status == 66, "nothing left: no such file")
+        // A temporary file of a process that is running (this test): kept, 75.
+        let live = fixture.out + "/.b.sqlite.tmp-storectl-\(getpid())-live"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: live))
+        let busy = try fixture.run(["recover", target])
+        #expect(busy.status == 75 && FileSystem.kind(of: live) == .file, "\(busy.status) \(busy.stderr)")
+    }
+
     @Test("the app wrote to the store after the crash and before recovery: the restore finishes, what the app wrote is kept beside it")
     func appWroteInBetween() throws {
         let fixture = try Scenarios.storeWithSnapshot()

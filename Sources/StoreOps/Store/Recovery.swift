@@ -31,14 +31,31 @@ public enum Recovery {
     }
 
     /// - Throws: 75 while another storectl job holds the store (a swap in progress), 65 when a swap
-    ///   record is unreadable (nothing is guessed), 66 when neither the path nor a record of it exists.
+    ///   record is unreadable (nothing is guessed), 66 when neither the path, nor a record of it,
+    ///   nor a temporary file made for it exists.
     public static func run(path: String) throws -> Result {
         let store = StoreFile(unchecked: path)
         guard FileSystem.kind(of: store.folder) == .directory else {
             throw StoreOpsError(.noInput, "the folder \(store.folder) does not exist", hint: "check the path")
         }
-        guard FileSystem.kind(of: store.path) != .missing || StoreSwap.pending(target: store.path) else {
-            throw StoreOpsError(.noInput, "\(store.path): no such file, and no interrupted operation recorded for it", hint: "check the path")
+        if FileSystem.kind(of: store.path) == .missing, !StoreSwap.pending(target: store.path) {
+            // A backup or restore --to killed before its swap record: only its temporary files are
+            // left, named for the file it was making (the database, its manifest, its external data).
+            let manifest = (store.folder as NSString).appendingPathComponent("\((store.name as NSString).deletingPathExtension).manifest.json")
+            let made = [store.path, store.supportPath, manifest].flatMap(PendingFile.temporaries(of:))
+            guard !made.isEmpty else {
+                throw StoreOpsError(.noInput, "\(store.path): no such file, and no interrupted operation recorded for it", hint: "check the path")
+            }
+            // No job lock: none is taken for a file that does not exist (it would leave a lock file
+            // beside nothing). Only the files of processes that no longer run are removed.
+            let removed = PendingFile.removeStale(in: store.folder)
+            let alive = made.filter { FileSystem.kind(of: $0) != .missing }
+            if let running = alive.first, !made.contains(where: removed.contains) {
+                throw StoreOpsError(.busy, "a storectl run (pid \(PendingFile.temporaryOwner(FileSystem.name(of: running)).map(String.init) ?? "?")) is still making \(store.path): \(running)",
+                                    hint: "wait for it to finish")
+            }
+            PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
+            return Result(path: store.path, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil)
         }
         let lock = try JobLock.acquire(path: store.jobLockPath, job: "recover")
         defer { lock.release() }

@@ -23,14 +23,7 @@ public final class PendingFile {
         self.label = label
         let folder = FileSystem.parent(of: finalPath)
         let random = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        // A long final name is shortened in the temp name (which adds ~30 bytes), so the temp file
-        // can be made whenever the final name is a valid name.
-        var short = ""
-        for character in FileSystem.name(of: finalPath) {
-            guard short.utf8.count + character.utf8.count <= 200 else { break }
-            short.append(character)
-        }
-        tempPath = (folder as NSString).appendingPathComponent(".\(short)\(Self.marker)\(getpid())-\(random)")
+        tempPath = (folder as NSString).appendingPathComponent(Self.temporaryPrefix(for: finalPath) + "\(getpid())-\(random)")
         if directory {
             try FileSystem.makeDirectory(tempPath, point: "\(label).create")
         } else {
@@ -79,6 +72,27 @@ public final class PendingFile {
     }
 
     deinit { discard() }
+
+    /// The start of every temporary name made for `finalPath`: `.<final name>.tmp-storectl-`. A long
+    /// final name is shortened (the temp name adds ~30 bytes), so the temp file can be made
+    /// whenever the final name is a valid name.
+    static func temporaryPrefix(for finalPath: String) -> String {
+        var short = ""
+        for character in FileSystem.name(of: finalPath) {
+            guard short.utf8.count + character.utf8.count <= 200 else { break }
+            short.append(character)
+        }
+        return ".\(short)\(marker)"
+    }
+
+    /// The temporary files and folders in `finalPath`'s folder made for it, by any process
+    /// (SQLite's sidecars of a temporary database included).
+    public static func temporaries(of finalPath: String) -> [String] {
+        let folder = FileSystem.parent(of: finalPath)
+        let prefix = temporaryPrefix(for: finalPath)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        return names.filter { $0.hasPrefix(prefix) }.map { (folder as NSString).appendingPathComponent($0) }
+    }
 
     /// Whether `name` is a storectl temporary name (`.<final>.tmp-storectl-<pid>-<random>`), and its pid.
     static func temporaryOwner(_ name: String) -> Int32? {
