@@ -26,7 +26,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Option(help: "The folder of NNNN_name.sql migrations.") var migrations: String
     @Option(help: "The snapshot repository for the pre-migrate snapshot.") var repo: String
     @OptionGroup var password: PasswordOption
-    @Option(help: "Migrate up to this version.") var to: Int?
+    @Option(parsing: .unconditional, help: "Migrate up to this version.") var to: Int?
     @Flag(help: "On a failure, restore the pre-migrate snapshot (exit 3).") var rollbackOnFailure = false
     @Flag(help: "Print the plan and change nothing.") var dryRun = false
     @Option(help: "A kill-switch file: when it exists, stop at the next safe point and roll back.") var killSwitch: String?

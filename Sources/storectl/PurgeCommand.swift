@@ -94,7 +94,9 @@ struct KillswitchCommand: ParsableCommand {
     struct Status: ParsableCommand {
         @Argument(help: "The store.") var store: String
         func run() throws {
-            let store = StoreFile(unchecked: store)
+            // A store that does not exist has no switch to report on: 66, not "not engaged" (release
+            // stays unchecked, so a leftover switch of a deleted store can still be removed).
+            let store = try StoreFile(existing: store)
             if let engaged = KillSwitch(store: store).engaged {
                 print("engaged: \(engaged): \((try? String(contentsOfFile: engaged, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "")")
             } else {

@@ -27,6 +27,12 @@ struct RepoInitCommand: ParsableCommand, JSONOutput {
         if format == 1, insecureNoEncryption {
             throw StoreOpsError(.usage, "--insecure-no-encryption is for format 2; format 1 is never encrypted")
         }
+        if format == 1, let file = password.passwordFile {
+            // A password asked for a repository that cannot use one: refuse rather than make an
+            // unencrypted repository the operator believes is encrypted.
+            throw StoreOpsError(.usage, "--password-file \(file): format 1 cannot encrypt; a format-1 repository would be made without encryption",
+                                hint: "leave out --format 1 (format 2 is encrypted), or leave out --password-file for an unencrypted format-1 repository")
+        }
         let result = try RepositoryInit.run(.init(location: repo, format: format, encrypted: format == 2 && !insecureNoEncryption,
                                                   password: password.source))
         if json { print(jsonReport(result)); return }

@@ -16,7 +16,7 @@ struct RunCommand: ParsableCommand {
 
     @Argument(help: "snapshot, purge or maintain.") var job: ScheduledJob
     @Option(help: "The policy file.") var policy: String
-    @Option(help: "Wait a random time up to this before starting (e.g. 5m), to spread jobs out.") var jitter: String?
+    @Option(parsing: .unconditional, help: "Wait a random time up to this before starting (e.g. 5m), to spread jobs out.") var jitter: String?
     @Flag(help: "Print the run's record as JSON on stdout (also on success).") var json = false
 
     func run() throws {

@@ -12,7 +12,7 @@ struct SnapshotCreateCommand: ParsableCommand, JSONOutput {
     @OptionGroup var password: PasswordOption
     @Option(name: .customLong("tag"), help: "A tag (repeatable).") var tags: [String] = []
     @Option(help: "zstd (default, both cores), gzip, xz or none.") var compression: Compression = .zstd
-    @Option(help: "Compression level (zstd 1-19, default 3; gzip 1-9; xz 0-9).") var level: Int?
+    @Option(parsing: .unconditional, help: "Compression level (zstd 1-19, default 3; gzip 1-9; xz 0-9).") var level: Int?
     @Option(parsing: .unconditional, help: "Seconds to keep retrying while the store is locked.") var timeout: Double = 60
     @Flag(help: "Wait for another writer of the repository instead of exiting 75.") var wait = false
     @Flag(help: "Print the result as JSON.") var json = false

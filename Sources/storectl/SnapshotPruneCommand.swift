@@ -23,7 +23,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "The same per ISO week.") var keepWeekly: Int?
     @Option(parsing: .unconditional, help: "The same per month.") var keepMonthly: Int?
     @Option(parsing: .unconditional, help: "The same per year.") var keepYearly: Int?
-    @Option(help: "Keep every snapshot within this duration of the newest, e.g. 2d, 12h, 1y.") var keepWithin: String?
+    @Option(parsing: .unconditional, help: "Keep every snapshot within this duration of the newest, e.g. 2d, 12h, 1y.") var keepWithin: String?
     @Option(help: "Keep every snapshot with this tag (repeatable).") var keepTag: [String] = []
     @Option(help: ArgumentHelp("Apply the rules to each group of snapshots with the same host, path and/or tags (comma-separated), or none to the whole repository at once.",
                                valueName: "fields")) var groupBy = "host,path"

@@ -276,3 +276,85 @@ struct BadInputTests {
         #expect(!purge.stdout.contains("1 batches"))
     }
 }
+
+/// Item by item, the wrong answers a new user met: each is now its own status and says what is wrong.
+@Suite("smaller wrong answers, put right")
+struct SmallerAnswerTests {
+    @Test("negative and out-of-range values say so (64); a password for format 1, a migrations file, a missing store for rollback or the kill switch, a file that is not a store, a too-long restore name")
+    func messages() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 300)
+        let password = try folder.passwordFile()
+        let environment = ["STORECTL_PASSWORD_FILE": password]
+        let repo = folder.file("repo")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo], environment: environment).status == 0)
+        let id = try #require(try JSON.decoder().decode([SnapshotSummary].self, from: Data(try ChildProcess.run(Binaries.storectl,
+                                                          ["snapshot", "list", "--repo", repo, "--json"], environment: environment).stdout.utf8)).first?.id)
+        try FileManager.default.createDirectory(atPath: folder.file("migrations"), withIntermediateDirectories: false)
+        try Data("SELECT 1;".utf8).write(to: URL(fileURLWithPath: folder.file("migrations/0001_a.sql")))
+        try Data("not a store\n".utf8).write(to: URL(fileURLWithPath: folder.file("notes.txt")))
+        let long = folder.file(String(repeating: "n", count: 230) + ".sqlite")
+        for (arguments, status, message) in [
+            (["snapshot", "create", store, "--repo", repo, "--level", "-7"], 64, "out of range"),
+            (["migrate", "apply", store, "--migrations", folder.file("migrations"), "--repo", repo, "--to", "-1"], 64, "out of range"),
+            (["snapshot", "prune", "--repo", repo, "--keep-within", "-1d"], 64, "is negative"),
+            (["run", "purge", "--policy", folder.file("none.toml"), "--jitter", "-5m"], 64, "is negative"),
+            (["repo", "init", "--repo", folder.file("r1"), "--format", "1", "--password-file", password], 64, "format 1 cannot encrypt"),
+            (["migrate", "status", store, "--migrations", folder.file("migrations/0001_a.sql")], 66, "is a file, not a folder"),
+            (["rollback", folder.file("missing.sqlite"), "--repo", repo], 66, "no such store"),
+            (["killswitch", "status", folder.file("missing.sqlite")], 66, "no such file"),
+            (["killswitch", "engage", folder.file("notes.txt")], 65, "not a SQLite database"),
+            (["snapshot", "restore", "--repo", repo, id, "--to", long], 73, "the output name"),
+        ] as [([String], Int32, String)] {
+            let result = try ChildProcess.run(Binaries.storectl, arguments, environment: environment)
+            #expect(result.status == status && result.stderr.contains(message), "\(arguments.prefix(3)): \(result.status) \(result.stderr)")
+        }
+        #expect(FileSystem.kind(of: folder.file("missing.sqlite.storectl-lock")) == .missing, "rollback left no lock file beside a missing store")
+        #expect(FileSystem.kind(of: folder.file("notes.txt.storectl-killswitch")) == .missing)
+        #expect(FileSystem.kind(of: folder.file("r1")) == .missing)
+    }
+
+    @Test("two folder backups in one second: the second takes the next free name (-2), neither is refused or moved aside")
+    func backupsInOneSecond() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 300)
+        let out = folder.file("out")
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
+        var lines: [String] = []
+        for _ in 0..<3 {
+            let result = try ChildProcess.run(Binaries.storectl, ["backup", store, "--output", out])
+            #expect(result.status == 0, "\(result.stderr)")
+            lines.append(result.stdout)
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: out).filter { $0.hasSuffix(".sqlite") }.sorted()
+        #expect(names.count == 3, "\(names)")
+        #expect(names.contains { $0.hasSuffix("Z-2.sqlite") } || Set(names.map { $0.prefix(22) }).count > 1, "\(names)")
+    }
+
+    @Test("a read-only mount: preflight works on the store; migrate says read-only (73); export into it says read-only (73), not 'not enough space'",
+          .enabled(if: TempMount.isAvailable))
+    func readOnlyMount() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 300)
+        // A store checkpointed into its file (no -wal), as it sits on a read-only volume.
+        _ = try ChildProcess.run("/usr/bin/env", ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()", store])
+        let mount = try #require(TempMount(kilobytes: 16 * 1024))
+        let onMount = mount.file("Tasks.sqlite")
+        try FileManager.default.copyItem(atPath: store, toPath: onMount)
+        #expect(try ChildProcess.run("/bin/mount", ["-o", "remount,ro", mount.path]).status == 0)
+        let preflight = try ChildProcess.run(Binaries.storectl, ["preflight", onMount])
+        #expect(!preflight.stderr.contains("cannot open") && [0, 2].contains(preflight.status), "\(preflight.status) \(preflight.stdout)\(preflight.stderr)")
+        try FileManager.default.createDirectory(atPath: folder.file("migrations"), withIntermediateDirectories: false)
+        try Data("SELECT 1;".utf8).write(to: URL(fileURLWithPath: folder.file("migrations/0001_a.sql")))
+        let migrate = try ChildProcess.run(Binaries.storectl, ["migrate", "apply", onMount, "--migrations", folder.file("migrations"), "--repo", folder.file("snaps")])
+        #expect(migrate.status == 73 && migrate.stderr.contains("read-only file system"), "\(migrate.status) \(migrate.stderr)")
+        let repo = folder.file("repo")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo]).status == 0)
+        let id = try #require(try JSON.decoder().decode([SnapshotSummary].self, from: Data(try ChildProcess.run(Binaries.storectl,
+                                                          ["snapshot", "list", "--repo", repo, "--json"]).stdout.utf8)).first?.id)
+        let export = try ChildProcess.run(Binaries.storectl, ["snapshot", "export", "--repo", repo, id, "--output", mount.file("s.tar.zst")])
+        #expect(export.status == 73 && export.stderr.contains("read-only file system"), "\(export.status) \(export.stderr)")
+    }
+}

@@ -162,6 +162,34 @@ struct S3ServerTests {
         #expect(missing.status == 66 && missing.stderr.contains("does not exist"), "\(missing.stderr)")
     }
 
+    @Test("an endpoint that accepts connections and never answers: 74 once the deadline passes (not after every retry's full timeout), the message's times are wall times")
+    func silentEndpoint() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let port = try SeaweedServer.freePorts(1)[0]
+        let ready = folder.file("listening")
+        let listener = try ChildProcess.Running("/usr/bin/env", ["python3", "-c", """
+            import socket, sys, time
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
+            open(sys.argv[2], "w").close()
+            held = []
+            while True:
+                c, _ = s.accept(); held.append(c)
+            """, String(port), ready])
+        defer { listener.signal(SIGKILL); _ = listener.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        let started = Date()
+        let result = try run(["snapshot", "list", "--repo", repo], folder,
+                             ["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)", "STORECTL_S3_TIMEOUT": "2", "STORECTL_S3_DEADLINE": "5"])
+        let wall = Date().timeIntervalSince(started)
+        #expect(result.status == 74, "\(result.stderr)")
+        #expect(result.stderr.contains("no answer from the endpoint for") && result.stderr.contains("STORECTL_S3_DEADLINE"), "\(result.stderr)")
+        #expect(wall < 12, "gave up after \(wall) s with a 5 s deadline (6 retries of 2 s would take over 14 s)")
+        // The seconds the message names are no more than the wall time.
+        let said = result.stderr.matches(of: /in (\d+\.\d) s/).compactMap { Double($0.1) }
+        #expect(!said.isEmpty && said.allSatisfy { $0 <= wall + 0.1 }, "\(said) vs \(wall): \(result.stderr)")
+    }
+
     @Test("a proxy that answers 503 SlowDown, cuts connections mid-request, damages bodies and loses answers to requests the server did: create and restore succeed through retries; the repository checks clean")
     func faultyNetwork() throws {
         let folder = try TempFolder()

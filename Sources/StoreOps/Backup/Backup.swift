@@ -170,10 +170,6 @@ public enum Backup {
         }
     }
 
-    /// The longest output name: its manifest (`.manifest.json`) and swap record (`.storectl-swap.json`)
-    /// must fit in 255 bytes too.
-    static let maxOutputNameBytes = 200
-
     struct Output {
         var path: String
         var folder: String
@@ -184,14 +180,20 @@ public enum Backup {
         let absolute = FileSystem.absolute(requested)
         var path = absolute
         if FileSystem.kind(of: absolute) == .directory {
-            path = (absolute as NSString).appendingPathComponent("\(store.stem)-\(Timestamp.compact(date)).sqlite")
+            // Named to the second; a second backup in the same second takes the next free suffix
+            // (-2, -3, …): free means no database, manifest, external data or swap record by that name.
+            let stamp = "\(store.stem)-\(Timestamp.compact(date))"
+            for attempt in 1...1000 {
+                let name = attempt == 1 ? stamp : "\(stamp)-\(attempt)"
+                path = (absolute as NSString).appendingPathComponent("\(name).sqlite")
+                let manifest = (absolute as NSString).appendingPathComponent("\(name).manifest.json")
+                let taken = [path, manifest, StoreFile.supportPath(forDatabase: path), StoreSwap.journalPath(for: path)]
+                    .contains { StoreSwap.lstatIdentity($0) != nil }
+                if !taken { break }
+            }
         }
         let folder = FileSystem.parent(of: path)
-        let nameBytes = FileSystem.name(of: path).utf8.count
-        guard nameBytes <= maxOutputNameBytes else {
-            throw StoreOpsError(.cannotCreate, "the output name \(FileSystem.name(of: path).prefix(40))… is \(nameBytes) bytes long; storectl needs at most \(maxOutputNameBytes)",
-                                hint: "the manifest and the journal beside it get longer names, and a file name may have at most 255 bytes: choose a shorter --output")
-        }
+        try Validate.outputName(path)
         switch FileSystem.kind(of: folder) {
         case .directory: break
         case .missing:

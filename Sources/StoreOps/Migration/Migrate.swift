@@ -108,9 +108,16 @@ public enum Migrate {
         try Validate.timeout(options.timeout)
         let store = try StoreFile(existing: options.store)
         let migrations = try load(options)
+        if let to = options.to, to < 1 {
+            throw StoreOpsError(.usage, "--to \(to) is out of range: migration versions are 1 or more", hint: "name the version of an existing migration file")
+        }
         if let to = options.to, !migrations.contains(where: { $0.version == to }) {
             throw StoreOpsError(.usage, "--to \(to): there is no migration \(to) (versions: \(migrations.map { String($0.version) }.joined(separator: ", ")))",
                                 hint: "name the version of an existing migration file")
+        }
+        if !options.dryRun, (try? FileSystem.space(at: store.folder))?.readOnly == true {
+            throw StoreOpsError(.cannotCreate, "\(store.path) is on a read-only file system: migrate rewrites the store",
+                                hint: "remount it read-write, or migrate a copy (`storectl migrate --dry-run` shows the plan)")
         }
         let session = Session(store: store, migrations: migrations, options: options)
         if let journal = MigrationJournal.read(store), !options.resume || options.dryRun {

@@ -67,8 +67,15 @@ public struct Migration: Sendable {
     ///   with one version, or a verify file without its migration.
     public static func load(folder: String) throws -> [Migration] {
         let absolute = FileSystem.absolute(folder)
-        guard FileSystem.kind(of: absolute) == .directory else {
-            throw StoreOpsError(.noInput, "the migrations folder \(absolute) does not exist")
+        switch FileSystem.kind(of: absolute) {
+        case .directory: break
+        case .missing:
+            throw StoreOpsError(.noInput, "the migrations folder \(absolute) does not exist", hint: "check --migrations")
+        case .file:
+            throw StoreOpsError(.noInput, "--migrations \(absolute) is a file, not a folder",
+                                hint: "pass the folder that holds the NNNN_name.sql files (\(FileSystem.parent(of: absolute))?)")
+        case .other:
+            throw StoreOpsError(.noInput, "--migrations \(absolute) is not a folder", hint: "pass the folder that holds the NNNN_name.sql files")
         }
         let names = try FileManager.default.contentsOfDirectory(atPath: absolute).filter { $0.hasSuffix(".sql") }.sorted()
         var migrations: [Migration] = []

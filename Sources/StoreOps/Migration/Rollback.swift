@@ -41,6 +41,18 @@ public enum Rollback {
     ///   succeeded but its content does not match the snapshot.
     public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let store = StoreFile(unchecked: options.store)
+        // The store first: a typo must not be answered about snapshots (nor leave a lock file beside
+        // nothing). A damaged store is a fine rollback target, so only its presence is checked; a
+        // swap never leaves the database's name missing, so an interrupted one is not lost here.
+        switch FileSystem.kind(of: store.path) {
+        case .file: break
+        case .missing where !StoreSwap.pending(target: store.path):
+            throw StoreOpsError(.noInput, "\(store.path): no such store; nothing was rolled back",
+                                hint: "check the path; to put a snapshot where no store is: storectl snapshot restore --repo \(options.repository) ID --in-place \(store.path) --create")
+        case .missing: break
+        default:
+            throw StoreOpsError(.noInput, "\(store.path) is not a store file; nothing was rolled back", hint: "pass the store's database file")
+        }
         let pipeline = Pipeline(operation: "rollback", store: store, progress: progress)
         var id = ""
         var journal: MigrationJournal?

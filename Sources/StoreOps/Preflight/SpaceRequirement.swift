@@ -40,6 +40,10 @@ public enum SpaceRequirement {
                                at folder: String, purpose: String) throws {
         let needed = need(operation, info: info, extraBytes: extraBytes).destination
         let space = try FileSystem.space(at: folder)
+        guard !space.readOnly || needed == 0 else {
+            throw StoreOpsError(.cannotCreate, "\(folder) is on a read-only file system: nothing can be written there for \(purpose)",
+                                hint: "choose a destination on a writable volume, or remount it read-write")
+        }
         guard space.availableBytes >= needed else {
             throw StoreOpsError(.ioError,
                 "not enough space for \(purpose): \(Format.bytes(space.availableBytes)) free in \(folder), \(Format.bytes(needed)) needed",

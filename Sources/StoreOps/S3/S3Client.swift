@@ -20,6 +20,10 @@ final class S3Client: Sendable {
     /// `s3://bucket/prefix`, for messages.
     let location: String
     private let handles: HandlePool
+    /// Since when the endpoint has answered no request of this client (nil: it answered the last
+    /// one). Shared by every request, parallel ones included, so that together they give up
+    /// within `settings.deadline` of the last answer, not each after its own retries.
+    private let unansweredSince = Mutex<Date?>(nil)
 
     struct Response: Sendable {
         var status: Int
@@ -74,6 +78,11 @@ final class S3Client: Sendable {
         var lastProblem = ""
         let started = Date()
         while true {
+            let attemptStarted = Date()
+            // No byte for `timeout` ends an attempt; within the deadline's rest, so the last attempt
+            // does not run past it.
+            let silent = unansweredSince.withLock { $0 }.map { attemptStarted.timeIntervalSince($0) } ?? 0
+            let idle = settings.deadline > 0 ? max(1, min(settings.timeout, settings.deadline - silent)) : settings.timeout
             var headers = extra
             headers["host"] = host
             headers["x-amz-date"] = SigV4.amzDate(Date())
@@ -81,7 +90,10 @@ final class S3Client: Sendable {
             if let token = settings.credentials.sessionToken { headers["x-amz-security-token"] = token }
             var lines = headers.filter { $0.key != "host" }.map { "\($0.key): \($0.value)" }
             lines.append("Authorization: " + signer.authorization(method: method, path: path(key), query: query, headers: headers, payloadHash: payloadHash))
-            let outcome = perform(method: method, url: url, headers: lines, body: body)
+            let outcome = perform(method: method, url: url, headers: lines, body: body, idle: idle)
+            if case .answered = outcome { unansweredSince.withLock { $0 = nil } } else {
+                unansweredSince.withLock { if $0 == nil { $0 = attemptStarted } }
+            }
             S3Traffic.record(kind, sent: body.count, received: outcome.response?.body.count ?? 0, retry: attempt > 0)
             switch outcome {
             case .answered(let response):
@@ -101,12 +113,17 @@ final class S3Client: Sendable {
                                     hint: "check --repo: the prefix may hold objects that are not a storectl repository")
             }
             attempt += 1
-            guard attempt <= settings.retries else {
-                throw StoreOpsError(.ioError, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) over \(String(format: "%.1f", Date().timeIntervalSince(started))) s; last: \(lastProblem) (endpoint \(settings.endpoint))",
-                                    hint: "check that the endpoint is up and reachable from this host; nothing was changed in the store, and the next run cleans up what this one left")
-            }
             let ceiling = min(settings.maxBackoff, settings.backoff * pow(2, Double(attempt - 1)))
             let delay = Double.random(in: 0...ceiling)
+            let silentFor = unansweredSince.withLock { $0 }.map { Date().timeIntervalSince($0) } ?? 0
+            let pastDeadline = settings.deadline > 0 && silentFor + delay >= settings.deadline
+            guard attempt <= settings.retries, !pastDeadline else {
+                // Both figures are wall time: this request's attempts, and how long the endpoint has
+                // answered nothing at all (any request of this run).
+                let why = pastDeadline ? "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s (deadline \(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)" : ""
+                throw StoreOpsError(.ioError, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
+                                    hint: "check that the endpoint is up and reachable from this host; nothing was changed in the store, and the next run cleans up what this one left")
+            }
             let deadline = Date().addingTimeInterval(delay)
             while Date() < deadline {
                 try ProcessSignals.checkpoint("retrying \(kind) \(what)")
@@ -148,7 +165,7 @@ final class S3Client: Sendable {
         var response: Response? { if case .answered(let response) = self { response } else { nil } }
     }
 
-    private func perform(method: String, url: String, headers: [String], body: Data) -> Outcome {
+    private func perform(method: String, url: String, headers: [String], body: Data, idle: TimeInterval) -> Outcome {
         let handle = handles.take()
         defer { handles.give(handle) }
         var out = storectl_http_response()
@@ -156,7 +173,7 @@ final class S3Client: Sendable {
         let code: Int32 = withCStrings(headers) { lines in
             body.withUnsafeBytes { bytes in
                 storectl_http_perform(handle, method, url, lines, lines.count, bytes.baseAddress, bytes.count,
-                                      Int(settings.timeout.rounded(.up)), Int(hardLimit * 1000), settings.caBundle, settings.maxAnswer, &out)
+                                      Int(idle.rounded(.up)), Int(hardLimit * 1000), settings.caBundle, settings.maxAnswer, &out)
             }
         }
         guard code == Int32(STORECTL_HTTP_OK), out.status > 0 else {

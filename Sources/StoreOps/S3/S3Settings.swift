@@ -13,7 +13,9 @@ import Synchronization
 /// `STORECTL_S3_RETRIES` (default 6), `STORECTL_S3_TIMEOUT` (seconds without progress before a
 /// request is given up and retried, default 30), `STORECTL_S3_PART_MB` (multipart part size,
 /// default 16; objects over twice that go up in parts), `STORECTL_S3_BACKOFF_MS` (the first
-/// retry's delay ceiling, default 200; doubled each retry, up to 10 s). `STORECTL_TEST_S3_PART_BYTES` lowers the
+/// retry's delay ceiling, default 200; doubled each retry, up to 10 s), `STORECTL_S3_DEADLINE` (seconds
+/// the endpoint may answer nothing at all, across requests and retries, before the run gives up;
+/// default 60, 0 for no deadline). `STORECTL_TEST_S3_PART_BYTES` lowers the
 /// part size below S3's 5 MiB minimum, for tests on servers that allow it.
 ///
 /// The secret key and session token are never printed: `description` shows the key id only.
@@ -28,6 +30,9 @@ public struct S3Settings: Sendable, CustomStringConvertible {
     public var parallel: Int
     public var retries: Int
     public var timeout: TimeInterval
+    /// How long the endpoint may answer nothing at all before the run gives up (74), across every
+    /// request and retry (`STORECTL_S3_DEADLINE`, default 60 s; 0: only `retries` limits it).
+    public var deadline: TimeInterval = 60
     /// Objects larger than this go up in parts (S3's multipart upload).
     public var multipartThreshold: Int
     public var partSize: Int
@@ -117,6 +122,7 @@ public struct S3Settings: Sendable, CustomStringConvertible {
                           multipartThreshold: 0, partSize: 0)
         .withParts(try number("STORECTL_S3_PART_MB", 16, 5...5120) << 20, testBytes: env["STORECTL_TEST_S3_PART_BYTES"].flatMap { Int($0) })
         settings.backoff = Double(try number("STORECTL_S3_BACKOFF_MS", 200, 1...60_000)) / 1000
+        settings.deadline = TimeInterval(try number("STORECTL_S3_DEADLINE", 60, 0...86_400))
         if let limit = env["STORECTL_TEST_S3_MAX_ANSWER"].flatMap({ Int($0) }), limit > 0 { settings.maxAnswer = limit }
         if scheme == "https", let bundle = env["AWS_CA_BUNDLE"] ?? setting("ca_bundle") {
             guard FileSystem.kind(of: bundle) == .file else {

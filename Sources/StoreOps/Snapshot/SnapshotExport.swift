@@ -41,6 +41,8 @@ public enum SnapshotExport {
         }
         let folder = FileSystem.parent(of: output)
         guard FileSystem.kind(of: folder) == .directory else { throw StoreOpsError(.cannotCreate, "the folder \(folder) does not exist") }
+        try Validate.outputName(output)
+        try Validate.writableFolder(folder)
         let opened = try OpenedRepository.open(options.repository, password: options.password)
         let hold = try RepositoryHold.take(opened, operation: "snapshot export", exclusive: false, wait: false)
         defer { hold.release() }

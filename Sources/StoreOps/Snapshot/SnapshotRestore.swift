@@ -83,6 +83,8 @@ public enum SnapshotRestore {
         try Validate.timeout(options.timeout)
         switch options.target {
         case .file(let path):
+            // Before the repository is opened (no password asked, no lock taken for a name that cannot be made).
+            try Validate.outputName(FileSystem.absolute(path), option: "--to")
             let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password),
                                                operation: "snapshot restore", exclusive: false, wait: options.wait)
             defer { hold.release() }

@@ -19,17 +19,14 @@ public struct KillSwitch: Sendable {
     /// Creates the store's switch file, recording who threw it and when.
     @discardableResult
     ///
-    /// - Throws: 66 when there is no store file at that path (a typo would otherwise leave a
-    ///   switch that stops nothing), 73 when the file cannot be written.
+    /// - Throws: 66 when there is no store file at that path, 65 when the file is not a SQLite store
+    ///   (a typo would otherwise leave a switch that stops nothing), 73 when the file cannot be written.
     public static func engage(_ store: StoreFile, reason: String = "") throws -> String {
-        switch FileSystem.kind(of: store.path) {
-        case .file: break
-        case .missing:
-            throw StoreOpsError(.noInput, "\(store.path): no such store; the kill switch was not engaged",
-                                hint: "name the store's database file, the path storectl jobs run on")
-        default:
-            throw StoreOpsError(.noInput, "\(store.path) is not a store file; the kill switch was not engaged",
-                                hint: "name the store's database file, e.g. \(store.path)/Store.sqlite")
+        // A SQLite store, checked like every command checks it: a typo that hits another file
+        // (a policy, a log) would otherwise engage a switch that stops nothing.
+        do { _ = try StoreFile(existing: store.path) } catch let error as StoreOpsError {
+            throw StoreOpsError(error.status, error.message + "; the kill switch was not engaged",
+                                hint: error.hint ?? "name the store's database file, the path storectl jobs run on")
         }
         let path = defaultPath(for: store)
         let text = "engaged \(Timestamp.iso(Date())) by pid \(getpid())\(reason.isEmpty ? "" : ": \(reason)")\n"

@@ -26,8 +26,23 @@ public enum StoreConnection {
         config.prepareDatabase { db in
             StoreConnection.installInterruptCheck(db)
         }
+        // A store on a read-only mount: SQLite cannot create a WAL store's -wal/-shm there. With no
+        // -wal (or an empty one) every commit is in the database file and nothing can write
+        // through this mount, so it is opened immutable (https://sqlite.org/uri.html#uriimmutable:
+        // "SQLite assumes that the database file cannot be changed, even by a different process").
+        // With a -wal holding frames, a plain read-only open is the only correct one.
+        let readOnlyVolume = (try? FileSystem.space(at: FileSystem.parent(of: FileSystem.absolute(path))))?.readOnly == true
+        var opened = path
+        if access == .readOnly, readOnlyVolume, (FileSystem.size(of: path + "-wal") ?? 0) == 0,
+           let encoded = FileSystem.absolute(path).addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) {
+            opened = "file:\(encoded)?immutable=1"
+        }
         do {
-            return try DatabaseQueue(path: path, configuration: config)
+            return try DatabaseQueue(path: opened, configuration: config)
+        } catch let error as DatabaseError where readOnlyVolume && [.SQLITE_CANTOPEN, .SQLITE_READONLY].contains(error.resultCode) {
+            throw StoreOpsError(access == .readOnly ? .noInput : .cannotCreate,
+                                "\(path) is on a read-only file system\(access == .readOnly ? ", and SQLite cannot create the -shm its -wal needs there" : ": it cannot be changed")",
+                                hint: access == .readOnly ? "copy the store with its -wal to a writable folder, or remount read-write" : "remount it read-write, or work on a copy")
         } catch {
             throw StoreOpsError.sqlite(error, doing: "opening \(path)", side: side)
         }

@@ -362,7 +362,9 @@ public enum StoreSwap {
         let path = journalPath(for: target)
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
-            if errno == ENOENT { return nil }
+            // No record can exist under a name too long to exist: the target's own name is judged
+            // by the command that makes it (73 naming the output).
+            if errno == ENOENT || errno == ENAMETOOLONG { return nil }
             throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .input)
         }
         defer { close(fd) }

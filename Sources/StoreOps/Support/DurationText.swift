@@ -25,6 +25,7 @@ public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertibl
     public static func parse(_ text: String, allowZero: Bool = false, maximum: TimeInterval = maximumSeconds) -> Result<DurationText, DurationError> {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else { return .failure(.init(text: text, problem: "is empty")) }
+        if trimmed.hasPrefix("-") { return .failure(.init(text: text, problem: "is negative: a duration is out of range below zero")) }
         var total: TimeInterval = 0
         var lastUnitIndex = -1
         var rest = Substring(trimmed)

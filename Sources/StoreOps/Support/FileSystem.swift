@@ -35,6 +35,8 @@ public enum FileSystem {
         public var availableBytes: UInt64
         public var availableInodes: UInt64
         public var totalBytes: UInt64
+        /// Mounted read-only (its free space reads as what it is, often 0; nothing can be written).
+        public var readOnly = false
     }
 
     public static func space(at path: String) throws -> Space {
@@ -45,7 +47,7 @@ public enum FileSystem {
         let unit = UInt64(info.f_frsize)
         return Space(availableBytes: UInt64(info.f_bavail) * unit,
                      availableInodes: UInt64(info.f_favail),
-                     totalBytes: UInt64(info.f_blocks) * unit)
+                     totalBytes: UInt64(info.f_blocks) * unit, readOnly: info.f_flag & UInt(ST_RDONLY) != 0)
     }
 
     public enum Kind: Sendable { case missing, file, directory, other }

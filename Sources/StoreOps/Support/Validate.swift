@@ -10,6 +10,32 @@ public enum Validate {
         }
     }
 
+    /// The longest name of a file storectl makes: its manifest (`.manifest.json`) and swap record
+    /// (`.storectl-swap.json`) beside it must fit in 255 bytes too.
+    public static let maxOutputNameBytes = 200
+
+    /// An output's file name is short enough (73 naming the output otherwise).
+    public static func outputName(_ path: String, option: String = "--output") throws {
+        let name = FileSystem.name(of: path)
+        let bytes = name.utf8.count
+        guard bytes <= maxOutputNameBytes else {
+            throw StoreOpsError(.cannotCreate, "\(option): the output name \(name.prefix(40))… is \(bytes) bytes long; storectl needs at most \(maxOutputNameBytes)",
+                                hint: "the manifest and the journal beside it get longer names, and a file name may have at most 255 bytes: choose a shorter name")
+        }
+    }
+
+    /// A folder storectl is about to write into can be written: 73 naming it, and saying so when
+    /// it is on a read-only file system (whose free space reads 0, which a space check would
+    /// otherwise report as a full disk).
+    public static func writableFolder(_ folder: String, option: String = "--output") throws {
+        guard access(folder, W_OK | X_OK) != 0 else { return }
+        let error = errno
+        if error == EROFS {
+            throw StoreOpsError(.cannotCreate, "\(folder) is on a read-only file system", hint: "choose an \(option) on a writable volume")
+        }
+        throw StoreOpsError.posix(error, doing: "writing into \(folder)", side: .output)
+    }
+
     /// The byte offset of the first byte that is not valid UTF-8, or nil when all of it is.
     public static func firstInvalidUTF8(_ bytes: some Collection<UInt8>) -> Int? {
         var offset = 0

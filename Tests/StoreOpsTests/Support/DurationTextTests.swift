@@ -11,7 +11,7 @@ struct DurationTextTests {
 
     @Test(arguments: [("30", "has no unit"), ("", "is empty"), ("5x", "unknown unit 'x'"), ("h", "without a number"),
                       ("2h1d", "smaller unit first"), ("0d", "is zero"), ("1d2", "ends with a number"), ("3days", "unknown unit 'days'"),
-                      ("-5s", "unexpected character '-'")] as [(String, String)])
+                      ("-5s", "is negative"), ("1d-5s", "unexpected character '-'"), ("101y", "longer than 100 years")] as [(String, String)])
     func refuses(_ text: String, _ problem: String) {
         guard case .failure(let error) = DurationText.parse(text) else { Issue.record("\(text) parsed"); return }
         #expect(error.description.contains(problem), "\(error)")
