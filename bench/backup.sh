@@ -57,7 +57,7 @@ printf '\n== idle store\n%-16s %9s %11s %9s\n' "copy" "seconds" "vs .backup" "pe
 for tool in $TOOLS; do
   reset; copy "$tool"
   IDLE[$tool]=$SECS; IDLE_RSS[$tool]=$RSS_MB
-  [ "$STATUS" -eq 0 ] || echo "  ($tool exited $STATUS: $(head -c 200 "$OUT/err"))"
+  [ "$STATUS" -eq 0 ] || { echo "  ($tool exited $STATUS: $(head -c 200 "$OUT/err"))"; strict_fail "$tool"; }
 done
 for tool in $TOOLS; do
   printf '%-16s %9.2f %11.2f %9s\n' "$tool" "${IDLE[$tool]}" "$(echo "${IDLE[$tool]} / ${IDLE[sqlite3]}" | bc -l)" "${IDLE_RSS[$tool]}"

@@ -49,7 +49,15 @@ timed() {
   SECS=$(echo "$(now) - $t0" | bc -l)
   RSS_MB=$(awk '{ v = $1 } END { printf "%.1f", v / 1024 }' "$OUT/rss")
   CPU_S=$(awk '{ v = $2 + $3 } END { printf "%.1f", v }' "$OUT/rss")
-  [ "$STATUS" -eq 0 ] || echo "  (exit $STATUS: $(head -c 300 "$OUT/err"))" >&2
+  [ "$STATUS" -eq 0 ] || { echo "  (exit $STATUS: $(head -c 300 "$OUT/err"))" >&2; strict_fail "$@"; }
+}
+
+# BENCH_STRICT=1 (bench/smoke.sh, CI): a command that fails ends the script with 1, so a smoke run
+# cannot pass while storectl fails; measurements print a failure and go on otherwise.
+strict_fail() {
+  [ "${BENCH_STRICT:-0}" = 1 ] || return 0
+  echo "bench: failed (BENCH_STRICT): $*" >&2
+  exit 1
 }
 
 # median V1 V2 ...: the middle value (the lower middle for an even count).

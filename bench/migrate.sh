@@ -2,7 +2,7 @@
 # Migration benchmark (not a test), on the ~1 GiB store of bench/common.sh, side by side in one run.
 # The migration adds a column and an index to ZITEM (4M rows by default).
 #   migrate:  storectl migrate, the time of each stage (lock, preflight, snapshot, apply, verify)
-#   rollback: the same migration with a failing .verify.sql and --rollback-on-failure; its rollback
+#   rollback: the same migration, then one with a failing .verify.sql, with --rollback-on-failure; its rollback
 #             time against the anchor, a plain `storectl snapshot restore --to` of the same snapshot
 #             (target: within 1.2x). `storectl rollback` (in place, safety snapshot first) for information.
 # Each store is a fresh copy of the bench store; REPEAT runs (default 3), medians.
@@ -34,7 +34,10 @@ ALTER TABLE ZITEM ADD COLUMN ZARCHIVED INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX ZITEM_ZARCHIVED_INDEX ON ZITEM (ZARCHIVED, ZCREATEDAT);
 SQL
   if [ "$1" = failing ]; then
-    echo "SELECT count(*) = -1 FROM ZITEM;" > "$WORK/migrations/0001_add_archived.verify.sql"
+    # The migration commits, then a second one fails its verify query: there is something to roll
+    # back (a failure before any commit rolls nothing back and exits 1).
+    echo "UPDATE ZITEM SET ZARCHIVED = 0 WHERE Z_PK = 1;" > "$WORK/migrations/0002_check.sql"
+    echo "SELECT count(*) = -1 FROM ZITEM;" > "$WORK/migrations/0002_check.verify.sql"
   fi
   cat "$WORK/store.sqlite" > /dev/null
   settle
@@ -51,7 +54,7 @@ for i in $(seq "$REPEAT"); do
       --repo "$WORK/repo" --json > "$OUT/migrate-ok.json" 2>"$OUT/err" || { echo "  (migrate failed: $(head -c 300 "$OUT/err"))" >&2; exit 1; }
   TOTAL+=("$(echo "$(now) - $t0" | bc -l)")
   for s in $STAGES; do S[$s]+="$(stage "$OUT/migrate-ok.json" "$s") "; done
-  # 2. The same migration fails its verify query: rolled back.
+  # 2. The same migration, then one that fails its verify query: rolled back.
   fresh failing
   t0=$(now)
   "$BIN/storectl" migrate "$WORK/store.sqlite" --migrations "$WORK/migrations" --repo "$WORK/repo" \

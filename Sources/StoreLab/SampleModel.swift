@@ -67,6 +67,7 @@ public enum SampleModel {
 
     /// `Z_METADATA.Z_PLIST`: a binary property list like Core Data writes.
     public static func metadataPlist(uuid: String) throws -> Data {
+        linkArrayBridging()
         let plist: [String: Any] = [
             "NSStoreType": "SQLite",
             "NSPersistenceFrameworkVersion": 1447,
@@ -94,6 +95,7 @@ public enum SampleModel {
     ///   sub-entity (owner = the sub-entity), as compiled models do for some stores.
     public static func modelCache(entities: [Entity], relationships: [CoreDataModel.Relationship],
                                   inheritedCopies: Bool = false) throws -> Data {
+        linkArrayBridging()
         let archived = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, ArchivedEntity(name: $0.name)) })
         for entity in entities where entity.superEnt != 0 {
             guard let parent = entities.first(where: { $0.ent == entity.superEnt }) else { continue }
@@ -195,4 +197,17 @@ final class ArchivedRelationship: NSObject, NSCoding {
         coder.encode(0, forKey: "NSMinCount")
         coder.encode(true, forKey: "NSIsOptional")
     }
+}
+
+/// A binary built with `--static-swift-stdlib` links Foundation from `libFoundation.a`, and the
+/// archive member that holds Array's bridging conformance to NSArray (`Array.swift.o`) is
+/// referenced by no other member, so the linker left it out: PropertyListSerialization and
+/// NSKeyedArchiver then met Swift arrays they could not bridge ("property lists cannot contain
+/// objects of type 'Not A Type'", every bench script's store generation). Naming the conformance
+/// here links it. (storectl itself only reads property lists, which bridges through types that
+/// are linked; the install test reads the model of a store with the static binary.)
+@_optimize(none) func linkArrayBridging() {
+    let keep: any _ObjectiveCBridgeable.Type = [Any].self
+    _ = keep
+    _ = [Any]()._bridgeToObjectiveC()
 }

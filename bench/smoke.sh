@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every benchmark script at a tiny size, so none can rot unnoticed: run by CI after the install
+# test, with the static binary users install. Figures are printed, not judged; a command that
+# fails fails the run (BENCH_STRICT=1). About 3 minutes on 2 cores, most of it fixed sleeps.
+#
+#   bash bench/smoke.sh            # all of them
+#   bash bench/smoke.sh purge s3   # some of them
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export ITEMS=${ITEMS:-20000} BENCH_STRICT=1
+declare -A KNOBS=(
+  [backup]="LIMIT=30"
+  [snapshot]="REPEAT=1"
+  [purge]=""
+  [migrate]="REPEAT=1"
+  [memory]="BIG_ITEMS=0"
+  [repository]=""
+  [restore-pairs]="PAIRS=1"
+  [s3]="RUNS=1 RESTORES=1 LITESTREAM_SETTLE=5"
+)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3)
+[ $# -gt 0 ] && ORDER=("$@")
+failed=()
+for name in "${ORDER[@]}"; do
+  [ -f "bench/$name.sh" ] || { echo "bench/smoke.sh: no bench/$name.sh" >&2; exit 64; }
+  echo "== bench/$name.sh (ITEMS=$ITEMS ${KNOBS[$name]:-})"
+  started=$(date +%s)
+  # shellcheck disable=SC2086
+  if env ${KNOBS[$name]:-} bash "bench/$name.sh" > "bench/out/smoke-$name.log" 2>&1; then
+    echo "   ok in $(( $(date +%s) - started )) s"
+  else
+    echo "   FAILED (exit $?) in $(( $(date +%s) - started )) s; the last lines of bench/out/smoke-$name.log:"
+    tail -n 15 "bench/out/smoke-$name.log" | sed 's/^/   | /'
+    failed+=("$name")
+  fi
+done
+[ ${#failed[@]} -eq 0 ] || { echo "bench smoke run: ${failed[*]} failed"; exit 1; }
+echo "bench smoke run: all ${#ORDER[@]} ran"
