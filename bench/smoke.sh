@@ -8,6 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export ITEMS=${ITEMS:-20000} BENCH_STRICT=1
+mkdir -p bench/out   # a fresh clone has none (common.sh makes it too, but the logs go there first)
 declare -A KNOBS=(
   [backup]="LIMIT=30"
   [snapshot]="REPEAT=1"
