@@ -9,4 +9,8 @@ struct PasswordOption: ParsableArguments {
     var passwordFile: String?
 
     var source: PasswordSource { .resolve(file: passwordFile) }
+
+    /// Only what the command line says: for commands whose policy may name a source of its own
+    /// (the command line wins over the policy, the policy over the environment).
+    var override: PasswordSource? { passwordFile.map { .file($0) } }
 }

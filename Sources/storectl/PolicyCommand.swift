@@ -12,16 +12,25 @@ struct PolicyCommand: ParsableCommand {
 struct PolicyCheckCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "check",
-        abstract: "Validate policy files (and their names against the store when it is reachable).",
-        discussion: "Exits 65 at the first file with errors, listing every error of that file (file, line, key, what is expected).")
+        abstract: "Validate policy files, and that the runs they describe could start now.",
+        discussion: """
+            Exits 65 at the first file with errors, listing every error of that file (file, line, key, what is expected).
+            Then, for each file, everything its runs need, as they would run: the jobs [schedule] names as cron or
+            systemd runs them (no terminal, no environment: the password must come from the policy), else its purge
+            by hand. The store and its folder, the repository (reachable, initialised, opened with that password),
+            [snapshot.retention] for maintain, the job log and metrics folders. Exits 2 listing every problem.
+            --file-only checks the files alone (names against the store when it is reachable).
+            """)
 
     @Argument(help: "Policy files, or folders of *.toml files.") var paths: [String]
+    @Flag(help: "Check the files alone: syntax, keys, values, and names against the store when it is reachable.") var fileOnly = false
+    @OptionGroup var password: PasswordOption
     @Flag(help: "Print the results as JSON.") var json = false
 
     func run() throws {
         var results: [PolicyCheck.FileResult] = []
         for file in try PolicyCheck.files(paths) {
-            let result = try PolicyCheck.check(file)
+            let result = try PolicyCheck.check(file, readiness: !fileOnly, password: password.override)
             results.append(result)
             if !result.ok { break }
         }
@@ -30,8 +39,14 @@ struct PolicyCheckCommand: ParsableCommand, JSONOutput {
         } else {
             for result in results {
                 if result.ok {
-                    print("ok    \(result.file)  (\(result.rules) rule\(result.rules == 1 ? "" : "s"), "
-                          + (result.checkedAgainstStore ? "names checked against the store)" : "store not reachable: names not checked)"))
+                    let names = result.checkedAgainstStore ? "names checked against the store" : "store not reachable: names not checked"
+                    if let readiness = result.readiness, !readiness.ok {
+                        print("FAIL  \(result.file)  (\(result.rules) rule\(result.rules == 1 ? "" : "s"), \(names))")
+                        print(ReadinessText.lines(readiness).joined(separator: "\n"))
+                    } else {
+                        let ready = result.readiness.map { r in r.jobs.isEmpty ? "" : "; ready to run \(r.jobs.map(\.rawValue).joined(separator: ", ")): \(r.ready.joined(separator: ", "))" } ?? ""
+                        print("ok    \(result.file)  (\(result.rules) rule\(result.rules == 1 ? "" : "s"), \(names)\(ready))")
+                    }
                 } else {
                     print("FAIL  \(result.file)")
                     for problem in result.problems { print("  \(problem)") }
@@ -68,5 +83,36 @@ struct PolicyExplainCommand: ParsableCommand, JSONOutput {
             for relationship in rule.relationships { print("  follows      \(relationship)") }
             for note in rule.notes { print("  note:        \(note)") }
         }
+    }
+}
+
+/// How `policy check` and `schedule …` print what a run would fail on.
+enum ReadinessText {
+    static func lines(_ report: JobReadiness.Report) -> [String] {
+        var lines: [String] = []
+        for problem in report.problems {
+            lines.append("  \(problem.check.padding(toLength: 12, withPad: " ", startingAt: 0)) \(problem.message)")
+            if let hint = problem.hint { lines.append("  \(String(repeating: " ", count: 12)) -> \(hint)") }
+        }
+        return lines
+    }
+
+    /// Checks the policies' scheduled jobs as cron or systemd will run them; prints every problem
+    /// on stderr and throws 2 when there is one. `skip`: say so and go on.
+    static func requireReady(_ policies: [Policy], skip: Bool) throws {
+        guard !skip else {
+            FileHandle.standardError.write(Data("storectl: warning: --skip-checks: the jobs were not checked; `storectl policy check` says what a run needs\n".utf8))
+            return
+        }
+        let reports = policies.map { JobReadiness.check($0, context: .scheduled) }
+        let failing = reports.filter { !$0.ok }
+        guard !failing.isEmpty else { return }
+        var text = ""
+        for report in failing {
+            text += "storectl: \(report.policy): \(report.jobs.map(\.rawValue).joined(separator: ", ")) would fail when run by cron or systemd:\n"
+            text += lines(report).joined(separator: "\n") + "\n"
+        }
+        FileHandle.standardError.write(Data(text.utf8))
+        throw Finished(status: .checksFailed)
     }
 }

@@ -17,11 +17,14 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
     @Option(help: "The policy file.") var policy: String
     @Flag(help: "Count what each rule would delete (cascades included); change nothing.") var dryRun = false
     @Option(help: "A kill-switch file: when it exists the purge stops after the current batch.") var killSwitch: String?
+    @OptionGroup var password: PasswordOption
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
         let progress = TerminalProgress.handler(quiet: json)
-        let report = try Purge.run(.init(policy: policy, dryRun: dryRun, killSwitch: killSwitch), progress: progress?.1)
+        var options = Purge.Options(policy: policy, dryRun: dryRun, killSwitch: killSwitch)
+        options.password = password.override
+        let report = try Purge.run(options, progress: progress?.1)
         progress?.0.finish()
         print(json ? jsonReport(report) : Self.render(report))
         if !json, report.ending.outcome == .stopped, let reason = report.ending.stop {
@@ -35,6 +38,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
     static func render(_ report: Purge.Report) -> String {
         var lines = ["purge \(report.store)\(report.dryRun ? " (dry run: nothing changed)" : "")"]
         if let snapshot = report.snapshot { lines.append("  snapshot first: \(snapshot) (verified)") }
+        if let check = report.snapshotCheck { lines.append("  \(check)") }
         for breaker in report.tripped { lines.append("  REFUSED by the circuit breaker: \(breaker); nothing was deleted") }
         for rule in report.rules {
             let cutoff = rule.cutoff.map { ", deleted before \(Timestamp.iso($0))" } ?? ""

@@ -17,6 +17,7 @@ struct RunCommand: ParsableCommand {
     @Argument(help: "snapshot, purge or maintain.") var job: ScheduledJob
     @Option(help: "The policy file.") var policy: String
     @Option(parsing: .unconditional, help: "Wait a random time up to this before starting (e.g. 5m), to spread jobs out.") var jitter: String?
+    @OptionGroup var password: PasswordOption
     @Flag(help: "Print the run's record as JSON on stdout (also on success).") var json = false
 
     func run() throws {
@@ -27,7 +28,7 @@ struct RunCommand: ParsableCommand {
             case .failure(let error): throw ValidationError("--jitter: \(error)")
             }
         }
-        let record = JobRun.run(.init(job: job, policy: policy, jitter: wait))
+        let record = JobRun.run(.init(job: job, policy: policy, jitter: wait, password: password.override))
         if json { print(jsonReport(record, pretty: false)) }
         if record.exitCode != 0 {
             FileHandle.standardError.write(Data("storectl: \(job.rawValue) (\(record.store ?? policy)): \(record.error ?? record.outcome)\n".utf8))

@@ -36,11 +36,14 @@ struct ScheduleCommand: ParsableCommand {
     }
 
     struct CrontabLines: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "crontab", abstract: "Print the crontab block for the policies' jobs.")
+        static let configuration = CommandConfiguration(commandName: "crontab", abstract: "Print the crontab block for the policies' jobs (after checking that each could run).")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
+        @Flag(help: "Print the lines even when a job would fail (see `storectl policy check`).") var skipChecks = false
 
         func run() throws {
-            let jobs = Crontab.jobs(try policies.map(Policy.load))
+            let loaded = try policies.map(Policy.load)
+            try ReadinessText.requireReady(loaded, skip: skipChecks)
+            let jobs = Crontab.jobs(loaded)
             print(Crontab.block(jobs, executable: ScheduleCommand.executable).joined(separator: "\n"))
         }
     }
@@ -50,10 +53,17 @@ struct ScheduleCommand: ParsableCommand {
             abstract: "Merge the policies' jobs into a user's crontab (crontab -), replacing only storectl's block.")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
         @Option(help: "Whose crontab (default: yours; another user's needs root).") var user: String?
+        @Flag(help: "Install even when a job would fail now (e.g. the store is deployed later). Not recommended.") var skipChecks = false
 
         func run() throws {
-            let jobs = Crontab.jobs(try policies.map(Policy.load))
+            let loaded = try policies.map(Policy.load)
+            let jobs = Crontab.jobs(loaded)
             guard !jobs.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain)") }
+            if user != nil, !skipChecks {
+                // The checks run as this user; the jobs will run as the other one.
+                FileHandle.standardError.write(Data("storectl: note: checked as \(ProcessInfo.processInfo.userName); the jobs run as \(user ?? "")\n".utf8))
+            }
+            try ReadinessText.requireReady(loaded, skip: skipChecks)
             let existing = try Crontab.read(user: user)
             let merged = try Crontab.merge(existing, block: Crontab.block(jobs, executable: ScheduleCommand.executable))
             try Crontab.write(merged, user: user)
@@ -83,9 +93,12 @@ struct ScheduleCommand: ParsableCommand {
             discussion: "Then: systemctl daemon-reload && systemctl enable --now storectl-<policy>-<job>.timer")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
         @Option(help: "The folder to write the units into.") var output: String
+        @Flag(help: "Write the units even when a job would fail now (see `storectl policy check`).") var skipChecks = false
 
         func run() throws {
-            let jobs = Crontab.jobs(try policies.map(Policy.load))
+            let loaded = try policies.map(Policy.load)
+            try ReadinessText.requireReady(loaded, skip: skipChecks)
+            let jobs = Crontab.jobs(loaded)
             let units = try SystemdUnits.units(jobs, executable: ScheduleCommand.executable)
             try SystemdUnits.write(units, to: FileSystem.absolute(output))
             for unit in units { print((FileSystem.absolute(output) as NSString).appendingPathComponent(unit.name)) }

@@ -8,10 +8,13 @@ public enum JobRun {
         public var policy: String
         /// Sleep a random time up to this before starting (cron has no jitter of its own).
         public var jitter: TimeInterval = 0
-        public init(job: ScheduledJob, policy: String, jitter: TimeInterval = 0) {
+        /// The repository's password (`--password-file`), over the policy's and the environment's.
+        public var password: PasswordSource?
+        public init(job: ScheduledJob, policy: String, jitter: TimeInterval = 0, password: PasswordSource? = nil) {
             self.job = job
             self.policy = policy
             self.jitter = jitter
+            self.password = password
         }
     }
 
@@ -44,7 +47,8 @@ public enum JobRun {
         var policy: Policy?
         var ending = Ending.ok
         do {
-            let loaded = try Policy.load(options.policy)
+            var loaded = try Policy.load(options.policy)
+            if let password = options.password { loaded.snapshot?.passwordSource = password }
             policy = loaded
             record.store = loaded.store.path
             if let schedule = loaded.schedule, let log = schedule.log {
@@ -73,13 +77,30 @@ public enum JobRun {
         record.end = Timestamp.now()
         record.durationSeconds = record.end.timeIntervalSince(record.start)
         if let schedule = policy?.schedule {
+            // The metrics first: one that cannot be written turns the run into a failure (an alert
+            // on the last success must not go quiet), and the log line says so.
+            if let folder = schedule.metrics {
+                do { try Metrics.write(record, folder: folder) } catch {
+                    let failure = StoreOpsError.wrapping(error) ?? StoreOpsError(.cannotCreate, "\(error)")
+                    fail(&record, "the metrics cannot be written into \(folder): \(failure.message)", status: failure.status == .ioError ? .ioError : .cannotCreate)
+                }
+            }
             if let log = schedule.log {
                 LogRotation.rotateIfNeeded(log, maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
-                appendLog(record, to: log)
+                if let problem = appendLog(record, to: log) { fail(&record, problem, status: .cannotCreate) }
             }
-            if let folder = schedule.metrics { try? Metrics.write(record, folder: folder) }
         }
         return record
+    }
+
+    /// A run whose job succeeded but whose report could not be written: failed, with the reason
+    /// added to whatever error it had.
+    static func fail(_ record: inout Record, _ problem: String, status: ExitStatus) {
+        if record.exitCode == 0 {
+            record.exitCode = status.rawValue
+            record.outcome = Outcome.failed.rawValue
+        }
+        record.error = [record.error, problem].compactMap { $0 }.joined(separator: "; ")
     }
 
     /// The job's steps, with the store's lock held; returns the purge's ending when it has one.
@@ -129,16 +150,20 @@ public enum JobRun {
 
     /// Appends one JSON line; a single write(2) on an O_APPEND descriptor, so concurrent runs'
     /// lines never interleave.
-    static func appendLog(_ record: Record, to path: String) {
-        guard var data = try? JSON.encode(record, pretty: false) else { return }
+    /// Returns what went wrong, or nil.
+    static func appendLog(_ record: Record, to path: String) -> String? {
+        guard var data = try? JSON.encode(record, pretty: false) else { return "the job log line cannot be encoded" }
         data.append(0x0A)
         let fd: Int32
         do { fd = try FileSystem.openCreating(path, mode: 0o640, flags: O_WRONLY | O_APPEND, point: "joblog.create") } catch {
-            FileHandle.standardError.write(Data("storectl: cannot append to the job log \(path): \((error as? StoreOpsError)?.message ?? "\(error)")\n".utf8))
-            return
+            return "cannot append to the job log \(path): \((StoreOpsError.wrapping(error) ?? StoreOpsError(.cannotCreate, "\(error)")).message)"
         }
         defer { close(fd) }
-        _ = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == data.count else {
+            return "cannot append to the job log \(path): \(written < 0 ? String(cString: strerror(errno)) : "short write")"
+        }
+        return nil
     }
 }
 

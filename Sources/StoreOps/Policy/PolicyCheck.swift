@@ -12,6 +12,9 @@ public enum PolicyCheck {
         /// Whether table and column names were checked against the store (it was reachable).
         public var checkedAgainstStore: Bool
         public var rules: Int
+        /// Whether the runs it describes could start now (the store, the repository and its
+        /// password, the log and metrics folders); nil when only the file was checked.
+        public var readiness: JobReadiness.Report?
     }
 
     /// Policy files under `paths` (files, or folders whose `*.toml` are taken), sorted.
@@ -34,8 +37,26 @@ public enum PolicyCheck {
     /// Validates one file, and its names against its store when the store can be opened.
     /// Bad data (65) when a file has problems.
     public static func ending(of results: [FileResult]) -> Ending {
-        guard let bad = results.first(where: { !$0.ok }) else { return .ok }
-        return Ending(.failed, error: StoreOpsError(.badData, "\(bad.file): \(Format.plural(bad.problems.count, "problem", "problems"))"))
+        if let bad = results.first(where: { !$0.ok }) {
+            return Ending(.failed, error: StoreOpsError(.badData, "\(bad.file): \(Format.plural(bad.problems.count, "problem", "problems"))"))
+        }
+        return JobReadiness.ending(of: results.compactMap(\.readiness))
+    }
+
+    /// Validates one file, then (`readiness`) whether its runs could start now: the jobs its
+    /// `[schedule]` names as cron or systemd would run them, else its purge as a person would.
+    public static func check(_ file: String, readiness: Bool, password: PasswordSource? = nil) throws -> FileResult {
+        var result = try check(file)
+        guard readiness, result.ok else { return result }
+        let policy = try Policy.load(file)
+        let scheduled = JobReadiness.scheduledJobs(policy)
+        if !scheduled.isEmpty {
+            result.readiness = JobReadiness.check(policy, jobs: scheduled, context: .scheduled)
+        } else {
+            let jobs: [ScheduledJob] = policy.rules.isEmpty ? (policy.snapshot == nil ? [] : [.snapshot]) : [.purge]
+            result.readiness = JobReadiness.check(policy, jobs: jobs, context: .manual(password))
+        }
+        return result
     }
 
     public static func check(_ file: String) throws -> FileResult {

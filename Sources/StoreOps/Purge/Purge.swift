@@ -17,6 +17,8 @@ public enum Purge {
         public var jobLockHeld = false
         /// Skip the policy's snapshot-before-purge (`storectl run maintain` has just taken one).
         public var skipSnapshot = false
+        /// The repository's password (`--password-file`), over the policy's and the environment's.
+        public var password: PasswordSource?
 
         public init(policy: String, dryRun: Bool = false, killSwitch: String? = nil) {
             self.policy = policy
@@ -53,6 +55,8 @@ public enum Purge {
         public var dryRun: Bool
         /// The snapshot taken first (and verified), if the policy asks for one.
         public var snapshot: String?
+        /// In a dry run: the repository the run would snapshot into first, opened.
+        public var snapshotCheck: String?
         public var rules: [RuleReport] = []
         /// Circuit breakers that refused the run (nothing was deleted).
         public var tripped: [String] = []
@@ -82,7 +86,8 @@ public enum Purge {
     ///   (75 locked, a breaker, deny rules, the kill switch, a signal, a failure) is the report's
     ///   `ending`.
     public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Report {
-        let policy = try Policy.load(options.policy)
+        var policy = try Policy.load(options.policy)
+        if let password = options.password { policy.snapshot?.passwordSource = password }
         let store = try StoreFile(existing: policy.store.path)
         guard !policy.rules.isEmpty else {
             throw StoreOpsError(.badData, "\(policy.file) has no [[purge]] rules", hint: "add a [[purge]] table, see Policies/README.md")
@@ -95,13 +100,23 @@ public enum Purge {
             return session
         }
         road.preflight = { _ in try session.plan() }
-        if !options.dryRun, !options.skipSnapshot, let section = policy.snapshot, section.beforePurge {
-            road.snapshot = { _ in try session.snapshot(section) }
+        if !options.skipSnapshot, let section = policy.snapshot, section.beforePurge {
+            if options.dryRun {
+                // The dry run takes no snapshot, but it opens the repository with the password the
+                // run would use: a run that would fail there fails its dry run too.
+                road.snapshot = { _ in
+                    let opened = try OpenedRepository.open(section.repository, password: section.password, missing: .initHint)
+                    session.report.snapshotCheck = "would snapshot into \(opened.location) first (\(opened.isEncrypted ? "opened with the password" : "opened"))"
+                    return ""
+                }
+            } else {
+                road.snapshot = { _ in try session.snapshot(section) }
+            }
         }
         if !options.dryRun { road.verify = { _, session in try session.verifyAfter() } }
         let walked = pipeline.walk(road)
         var report = session.report
-        report.snapshot = walked.snapshot
+        report.snapshot = walked.snapshot.flatMap { $0.isEmpty ? nil : $0 }
         report.stages = walked.stages
         report.ending = walked.ending
         if walked.ending.outcome == .ok {

@@ -8,6 +8,9 @@ public enum PasswordSource: Sendable, Hashable {
     case file(String)
     case command(String)
     case prompt
+    /// No password can be had, and why (a scheduled run's policy names none: cron has no terminal
+    /// and none of the operator's environment). Reading it fails with 64 and that reason.
+    case unavailable(String)
 
     /// The source the options and the environment name.
     public static func resolve(file: String?, environment: [String: String] = ProcessInfo.processInfo.environment) -> PasswordSource {
@@ -45,6 +48,9 @@ public enum PasswordSource: Sendable, Hashable {
             text = try Self.run(command)
         case .prompt:
             text = try Self.prompt("\(purpose): ", confirm: confirm)
+        case .unavailable(let why):
+            throw StoreOpsError(.usage, "no password: \(why)",
+                                hint: "name password_file or password_command under [snapshot] in the policy")
         }
         let line = String(text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
             .trimmingCharacters(in: CharacterSet(charactersIn: "\r"))

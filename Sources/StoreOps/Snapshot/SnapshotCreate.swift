@@ -81,7 +81,7 @@ public enum SnapshotCreate {
             return work
         }
         road.preflight = { _ in
-            let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password),
+            let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password, missing: .initHint),
                                                operation: "snapshot create", exclusive: false, wait: options.wait)
             held = hold
             work = try makeWork(store: store, in: hold, tags: options.tags, compression: options.compression, level: level)

@@ -281,7 +281,7 @@ public enum SnapshotRestore {
 
         /// One journaled swap of the database, its sidecars and the external data.
         func swap() throws {
-            guard let staged, let record else { throw StoreOpsError(.failure, "nothing was staged") }
+            guard let staged, record != nil else { throw StoreOpsError(.failure, "nothing was staged") }
             var replacing: [(path: String, role: String)] = [(store.walPath, "wal"), (store.shmPath, "shm"), (store.journalPath, "journal")]
             if exists { replacing.append((store.path, "database")) }
             replacing.append((store.supportPath, "support"))

@@ -1,0 +1,175 @@
+import Foundation
+
+/// Everything a run of a policy's jobs will need, checked before a job is installed (`schedule
+/// install`, `crontab`, `systemd`) or by `policy check`: the store, its folder (the job lock file
+/// lives there), the repository (reachable, initialised, opened with the password the run will
+/// have), the retention rules `maintain` prunes by, and the job log and metrics folders. Each
+/// problem is named with what to do, so a job never fails for the first time at 3 a.m.
+public enum JobReadiness {
+    /// One thing a run would fail on.
+    public struct Problem: Sendable, Codable, Equatable {
+        /// `store`, `store.folder`, `repository`, `password`, `retention`, `rules`, `log`, `metrics`.
+        public var check: String
+        public var message: String
+        public var hint: String?
+        /// The exit status the run would end with.
+        public var status: Int32
+
+        public init(check: String, message: String, hint: String? = nil, status: ExitStatus) {
+            self.check = check
+            self.message = message
+            self.hint = hint
+            self.status = status.rawValue
+        }
+    }
+
+    /// Whose run is being prepared for: a scheduled one has no terminal and none of the operator's
+    /// environment, so its password must come from the policy (or the command line a unit names).
+    public enum Context: Sendable {
+        case scheduled
+        /// A run by hand: this password source (`--password-file`), else the policy's, else the
+        /// environment's, else a prompt.
+        case manual(PasswordSource?)
+    }
+
+    public struct Report: Sendable, Codable {
+        public var policy: String
+        public var jobs: [ScheduledJob]
+        /// What was checked and found ready, for the summary line.
+        public var ready: [String] = []
+        public var problems: [Problem] = []
+        public var ok: Bool { problems.isEmpty }
+    }
+
+    /// The password a run of `policy` in `context` reads.
+    public static func password(for policy: Policy, context: Context) -> PasswordSource {
+        switch context {
+        case .manual(let override):
+            return override ?? policy.snapshot?.password ?? .resolve(file: nil)
+        case .scheduled:
+            return policy.snapshot?.passwordSource ?? .unavailable(
+                "\(policy.file) names no password_file or password_command under [snapshot], and a scheduled run has no terminal "
+                + "and none of this shell's environment (STORECTL_PASSWORD_FILE) to find one")
+        }
+    }
+
+    /// Whether each job of `jobs` could run now. `jobs` empty: the jobs the policy schedules.
+    public static func check(_ policy: Policy, jobs requested: [ScheduledJob] = [], context: Context) -> Report {
+        let jobs = requested.isEmpty ? scheduledJobs(policy) : requested
+        var report = Report(policy: policy.file, jobs: jobs)
+        func problem(_ check: String, _ message: String, hint: String? = nil, _ status: ExitStatus) {
+            report.problems.append(Problem(check: check, message: message, hint: hint, status: status))
+        }
+
+        // The store, and its folder: every job takes the job lock, a file beside the store.
+        let store = policy.store.path
+        switch FileSystem.kind(of: store) {
+        case .missing:
+            problem("store", "the store \(store) does not exist", hint: "check [store] path in \(policy.file)", .noInput)
+        case .file:
+            let writes = jobs.contains(.purge) || jobs.contains(.maintain)
+            if access(store, R_OK | (writes ? W_OK : 0)) != 0 {
+                problem("store", "the store \(store) cannot be \(writes ? "read and written" : "read") by this user (\(UserName.current))",
+                        hint: "run the job as the store's owner", .cannotCreate)
+            } else {
+                report.ready.append("store")
+            }
+        default:
+            problem("store", "\(store) is not a file", hint: "check [store] path in \(policy.file)", .badData)
+        }
+        let folder = FileSystem.parent(of: store)
+        if FileSystem.kind(of: folder) == .directory {
+            if access(folder, W_OK | X_OK) != 0 {
+                problem("store.folder", "the store's folder \(folder) is not writable by \(UserName.current): the job lock file "
+                        + "\(FileSystem.name(of: store)).storectl-lock cannot be made there", hint: "run the job as the store's owner", .cannotCreate)
+            }
+        }
+
+        // Purge rules: purge and maintain purge.
+        if jobs.contains(where: { $0 != .snapshot }), policy.rules.isEmpty {
+            problem("rules", "\(policy.file) has no [[purge]] rules, and \(jobs.filter { $0 != .snapshot }.map(\.rawValue).joined(separator: " and ")) purges",
+                    hint: "add a [[purge]] table, or schedule snapshot instead", .badData)
+        }
+
+        // The repository, when a job opens it.
+        let opensRepository = jobs.contains(.snapshot) || jobs.contains(.maintain)
+            || (jobs.contains(.purge) && policy.snapshot?.beforePurge == true)
+        if opensRepository {
+            if let section = policy.snapshot {
+                repository(section, policy: policy, context: context, into: &report)
+                if jobs.contains(.maintain), section.retention == nil {
+                    problem("retention", "\(policy.file) has no [snapshot.retention]: maintain prunes the repository by it",
+                            hint: "add [snapshot.retention] (keep_last, keep_daily, ...), or schedule snapshot instead", .badData)
+                }
+            } else {
+                problem("repository", "\(policy.file) has no [snapshot] section naming the repository, and "
+                        + jobs.filter { $0 != .purge }.map(\.rawValue).joined(separator: " and ") + " snapshots",
+                        hint: "add [snapshot] repository = \"...\"", .badData)
+            }
+        }
+
+        // Where the run reports: its log (and cron's .out beside it) and its metrics.
+        if let schedule = policy.schedule {
+            if let log = schedule.log {
+                if let why = unwritable(file: log) { problem("log", "the job log \(log) \(why)", hint: "create the folder or fix its owner; [schedule] log in \(policy.file)", .cannotCreate) } else { report.ready.append("log") }
+            }
+            if let metrics = schedule.metrics {
+                if let why = unwritable(folder: metrics) { problem("metrics", "the metrics folder \(metrics) \(why)", hint: "create it (node_exporter's textfile collector reads it), or fix [schedule] metrics in \(policy.file)", .cannotCreate) } else { report.ready.append("metrics") }
+            }
+        }
+        return report
+    }
+
+    /// The jobs `[schedule]` names.
+    public static func scheduledJobs(_ policy: Policy) -> [ScheduledJob] {
+        guard let schedule = policy.schedule else { return [] }
+        return ScheduledJob.allCases.filter {
+            switch $0 {
+            case .snapshot: return schedule.snapshot != nil
+            case .purge: return schedule.purge != nil
+            case .maintain: return schedule.maintain != nil
+            }
+        }
+    }
+
+    static func repository(_ section: Policy.SnapshotSection, policy: Policy, context: Context, into report: inout Report) {
+        let source = password(for: policy, context: context)
+        do {
+            let opened = try OpenedRepository.open(section.repository, password: source, missing: .initHint)
+            report.ready.append(opened.isEncrypted ? "repository (password ok)" : "repository")
+        } catch let error as StoreOpsError {
+            // 64 (no password to be had), 66 (a password file missing) and 77 (wrong) are the password's problems.
+            let isPassword = error.status == .wrongPassword || error.status == .usage
+                || (error.status == .noInput && error.message.hasPrefix("the password file"))
+            report.problems.append(Problem(check: isPassword ? "password" : "repository", message: error.message,
+                                           hint: error.hint, status: error.status))
+        } catch {
+            report.problems.append(Problem(check: "repository", message: "\(section.repository): \(error)", status: .failure))
+        }
+    }
+
+    /// Why a file cannot be appended to (its folder missing or read-only, or the file itself), or nil.
+    static func unwritable(file: String) -> String? {
+        switch FileSystem.kind(of: file) {
+        case .file: return access(file, W_OK) == 0 ? nil : "is not writable by \(UserName.current)"
+        case .missing: return unwritable(folder: FileSystem.parent(of: file)).map { "cannot be created: its folder \(FileSystem.parent(of: file)) \($0)" }
+        default: return "is not a file"
+        }
+    }
+
+    static func unwritable(folder: String) -> String? {
+        switch FileSystem.kind(of: folder) {
+        case .directory: return access(folder, W_OK | X_OK) == 0 ? nil : "is not writable by \(UserName.current)"
+        case .missing: return "does not exist"
+        default: return "is not a folder"
+        }
+    }
+
+    /// The problems as a status: 0 when ready, else 2 (checks found problems), as preflight.
+    public static func ending(of reports: [Report]) -> Ending {
+        let problems = reports.flatMap(\.problems)
+        guard !problems.isEmpty else { return .ok }
+        return Ending(.refused, error: StoreOpsError(.checksFailed, "\(Format.plural(problems.count, "problem", "problems")) a run would fail on",
+                                                     hint: "fix them and check again"))
+    }
+}

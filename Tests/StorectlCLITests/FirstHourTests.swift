@@ -1,0 +1,153 @@
+import Foundation
+import StoreLab
+import StoreOps
+import Testing
+
+/// An operator's first hour: scheduled jobs refused before they are installed when they would
+/// fail, every command that opens a repository takes the same password options, metrics that
+/// cannot be written fail the run, a mistyped --repo on a read command is not told to make one.
+@Suite("an operator's first hour")
+struct FirstHourTests {
+    /// A store, an encrypted format-2 repository, and a scheduled policy with `extra` lines in
+    /// [snapshot] (e.g. its password_file) and [schedule] (log, metrics).
+    struct World {
+        let folder: TempFolder
+        let store: String
+        let repository: String
+        let password: String
+        let policy: String
+
+        init(snapshotLines: String = "", scheduleLines: String = "log = \"jobs.jsonl\"") throws {
+            folder = try TempFolder()
+            store = try makeStore(folder)
+            repository = try folder.repository("snaps", format: 2)
+            password = try folder.passwordFile()
+            policy = folder.file("tasks.toml")
+            try write(snapshotLines: snapshotLines, scheduleLines: scheduleLines)
+        }
+
+        func write(snapshotLines: String, scheduleLines: String) throws {
+            try Data("""
+                [store]
+                path = "Tasks.sqlite"
+                [[purge]]
+                entity = "Item"
+                deleted_flag = "ZISDELETED"
+                deleted_at = "ZDELETEDAT"
+                time_format = "coredata"
+                retention = "30d"
+                [snapshot]
+                repository = "snaps"
+                before_purge = true
+                \(snapshotLines)
+                [snapshot.retention]
+                keep_last = 3
+                [schedule]
+                snapshot = "15 * * * *"
+                purge = "30 3 * * *"
+                \(scheduleLines)
+                """.utf8).write(to: URL(fileURLWithPath: policy))
+        }
+
+        func wrongPassword() throws -> String {
+            let path = folder.file("wrong")
+            try Data("not the password\n".utf8).write(to: URL(fileURLWithPath: path))
+            return path
+        }
+    }
+
+    @Test("an encrypted repository and a policy that names no password: policy check and schedule refuse, naming the password; purge and run take --password-file")
+    func passwordBeforeInstall() throws {
+        let world = try World()
+        let check = try storectl("policy", "check", world.policy)
+        #expect(check.status == 2, "\(check.stdout)\(check.stderr)")
+        #expect(check.stdout.contains("FAIL  \(world.policy)") && check.stdout.contains("  password     no password: \(world.policy) names no password_file"), "\(check.stdout)")
+        #expect(try storectl("policy", "check", "--file-only", world.policy).status == 0, "the file alone is fine")
+        for arguments in [["schedule", "crontab"], ["schedule", "install"], ["schedule", "systemd", "--output", world.folder.path]] {
+            let refused = try ChildProcess.run(Binaries.storectl, arguments + ["--policy", world.policy])
+            #expect(refused.status == 2, "\(arguments): \(refused.stderr)")
+            #expect(refused.stdout.isEmpty && refused.stderr.contains("would fail when run by cron or systemd")
+                    && refused.stderr.contains("  password "), "\(arguments): \(refused.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: world.folder.file("storectl-tasks-snapshot.service")), "no unit written")
+        let skipped = try storectl("schedule", "crontab", "--policy", world.policy, "--skip-checks")
+        #expect(skipped.status == 0 && skipped.stderr.contains("--skip-checks") && skipped.stdout.contains("# BEGIN storectl"))
+
+        // By hand: the same password options as every repository command; a wrong one is 77 in the dry run already.
+        let wrongDry = try storectl("purge", "--policy", world.policy, "--dry-run", "--password-file", try world.wrongPassword())
+        #expect(wrongDry.status == 77, "\(wrongDry.stderr)")
+        let dry = try storectl("purge", "--policy", world.policy, "--dry-run", "--password-file", world.password)
+        #expect(dry.status == 0 && dry.stdout.contains("would snapshot into \(world.repository) first (opened with the password)"), "\(dry.stdout)\(dry.stderr)")
+        let purge = try storectl("purge", "--policy", world.policy, "--password-file", world.password)
+        #expect(purge.status == 0 && purge.stdout.contains("snapshot first: "), "\(purge.stderr)")
+        let run = try storectl("run", "snapshot", "--policy", world.policy, "--password-file", world.password)
+        #expect(run.status == 0 && run.stderr.isEmpty, "\(run.stderr)")
+        let wrongRun = try storectl("run", "snapshot", "--policy", world.policy, "--password-file", try world.wrongPassword())
+        #expect(wrongRun.status == 77, "\(wrongRun.stderr)")
+
+        // The policy names its password: everything is ready, and says so.
+        try world.write(snapshotLines: "password_file = \"password\"", scheduleLines: "log = \"jobs.jsonl\"")
+        let ready = try storectl("policy", "check", world.policy)
+        #expect(ready.status == 0, "\(ready.stdout)")
+        #expect(ready.stdout.contains("ready to run snapshot, purge: store, repository (password ok), log"), "\(ready.stdout)")
+        #expect(try storectl("schedule", "crontab", "--policy", world.policy).status == 0)
+        let json = try storectl("policy", "check", world.policy, "--json")
+        let results = try JSON.decoder().decode([PolicyCheck.FileResult].self, from: Data(json.stdout.utf8))
+        #expect(results.first?.readiness?.ok == true && results.first?.readiness?.jobs == [.snapshot, .purge])
+    }
+
+    @Test("policy check names every problem a run would fail on: store, repository, retention, log and metrics folders")
+    func everyProblemNamed() throws {
+        let world = try World(snapshotLines: "password_file = \"password\"",
+                              scheduleLines: "log = \"no-such-folder/jobs.jsonl\"\nmetrics = \"metrics\"\nmaintain = \"0 4 * * 0\"")
+        try FileManager.default.removeItem(atPath: world.repository)
+        try FileManager.default.removeItem(atPath: world.store)
+        let check = try storectl("policy", "check", world.policy)
+        #expect(check.status == 2)
+        for line in ["  store        the store \(world.store) does not exist",
+                     "  repository   there is no snapshot repository at \(world.repository)",
+                     "-> make one first: `storectl repo init --repo \(world.repository)`",
+                     "  log          the job log \(world.folder.file("no-such-folder/jobs.jsonl")) cannot be created: its folder \(world.folder.file("no-such-folder")) does not exist",
+                     "  metrics      the metrics folder \(world.folder.file("metrics")) does not exist"] {
+            #expect(check.stdout.contains(line), "\(line)\n---\n\(check.stdout)")
+        }
+        let json = try storectl("policy", "check", world.policy, "--json")
+        let readiness = try #require(try JSON.decoder().decode([PolicyCheck.FileResult].self, from: Data(json.stdout.utf8)).first?.readiness)
+        #expect(readiness.problems.map(\.check) == ["store", "repository", "log", "metrics"], "\(readiness.problems)")
+        #expect(readiness.problems.map(\.status) == [66, 66, 73, 73])
+    }
+
+    @Test("a metrics folder that cannot be written: the run fails (73), says why on stderr and in the job log; the log line is still written")
+    func metricsFailLoudly() throws {
+        let world = try World(snapshotLines: "password_file = \"password\"", scheduleLines: "log = \"jobs.jsonl\"\nmetrics = \"metrics\"")
+        let run = try storectl("run", "snapshot", "--policy", world.policy)
+        #expect(run.status == 73, "\(run.stderr)")
+        #expect(run.stderr.hasPrefix("storectl: snapshot (\(world.store)): the metrics cannot be written into \(world.folder.file("metrics"))"), "\(run.stderr)")
+        let line = try #require(try String(contentsOfFile: world.folder.file("jobs.jsonl"), encoding: .utf8).split(separator: "\n").last)
+        let record = try JSON.decoder().decode(JobRun.Record.self, from: Data(line.utf8))
+        #expect(record.outcome == "failed" && record.exitCode == 73 && record.snapshotId != nil && record.error?.contains("metrics") == true)
+        // With the folder there: 0, and a .prom file with the last success.
+        try FileManager.default.createDirectory(atPath: world.folder.file("metrics"), withIntermediateDirectories: false)
+        #expect(try storectl("run", "snapshot", "--policy", world.policy).status == 0)
+        let proms = try FileManager.default.contentsOfDirectory(atPath: world.folder.file("metrics"))
+        #expect(proms.count == 1 && proms[0].hasSuffix("-snapshot.prom"))
+        // A job log that cannot be appended to fails the run too.
+        try world.write(snapshotLines: "password_file = \"password\"", scheduleLines: "log = \"gone/jobs.jsonl\"")
+        let noLog = try storectl("run", "snapshot", "--policy", world.policy)
+        #expect(noLog.status == 73 && noLog.stderr.contains("cannot append to the job log"), "\(noLog.stderr)")
+    }
+
+    @Test("a mistyped --repo: read commands name the repositories next to it; only snapshot create suggests repo init")
+    func mistypedRepository() throws {
+        let world = try World()
+        let typo = world.folder.file("snapz")
+        for arguments in [["snapshot", "list", "--repo", typo], ["snapshot", "verify", "--repo", typo, "--all"], ["repo", "stats", "--repo", typo]] {
+            let result = try ChildProcess.run(Binaries.storectl, arguments)
+            #expect(result.status == 66, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains("hint: check --repo; repositories next to it: \(world.repository)") && !result.stderr.contains("repo init"),
+                    "\(arguments): \(result.stderr)")
+        }
+        let create = try storectl("snapshot", "create", world.store, "--repo", typo)
+        #expect(create.status == 66 && create.stderr.contains("make one first: `storectl repo init --repo \(typo)`"), "\(create.stderr)")
+    }
+}
