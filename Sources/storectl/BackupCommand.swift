@@ -36,7 +36,7 @@ struct BackupCommand: ParsableCommand, JSONOutput {
     var json = false
 
     func run() throws {
-        let progress = TerminalProgress.handler(quiet: json)
+        let progress = TerminalProgress.handler("backup", quiet: json)
         defer { progress?.0.finish() }
         var options = Backup.Options(output: output, verify: verify, timeout: timeout, overwrite: force)
         options.wait = wait

@@ -39,7 +39,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
                                       dryRun: dryRun, killSwitch: killSwitch, resume: resume)
         options.force = force
         options.password = password.source
-        let progress = TerminalProgress.handler(quiet: json)
+        let progress = TerminalProgress.handler("migrate", quiet: json)
         let report = try Migrate.run(options, progress: progress?.1)
         progress?.0.finish()
         print(json ? jsonReport(report) : Self.render(report))
@@ -145,7 +145,9 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
     func run() throws {
         var options = Rollback.Options(store: store, repository: repo, to: to, force: force, wait: wait)
         options.password = password.source
-        let result = try Rollback.run(options)
+        let progress = TerminalProgress.handler("rollback", quiet: json)
+        let result = try Rollback.run(options, progress: progress?.1)
+        progress?.0.finish()
         if json { print(jsonReport(result)); return }
         print("rolled back \(FileSystem.absolute(store)) to snapshot \(result.restored) (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"

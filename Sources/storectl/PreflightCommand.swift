@@ -30,7 +30,10 @@ struct PreflightCommand: ParsableCommand, JSONOutput {
     var json = false
 
     func run() throws {
-        let report = try Preflight.run(store: store, options: .init(operation: operation, destination: dest, full: full, timeout: timeout))
+        let progress = TerminalProgress.handler("preflight", quiet: json)
+        let report = try Preflight.run(store: store, options: .init(operation: operation, destination: dest, full: full, timeout: timeout),
+                                       progress: progress?.1)
+        progress?.0.finish()
         print(json ? jsonReport(report) : Self.render(report))
         try Finished.check(report.ending)
     }

@@ -21,7 +21,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
-        let progress = TerminalProgress.handler(quiet: json)
+        let progress = TerminalProgress.handler("purge", quiet: json)
         var options = Purge.Options(policy: policy, dryRun: dryRun, killSwitch: killSwitch)
         options.password = password.override
         let report = try Purge.run(options, progress: progress?.1)

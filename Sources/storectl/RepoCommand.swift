@@ -53,7 +53,7 @@ struct RepoCheckCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
-        let progress = TerminalProgress.stepHandler(quiet: json)
+        let progress = TerminalProgress.stepHandler("repo check", quiet: json)
         let report = try RepositoryCheck.run(.init(location: repo, password: password.source, readData: readData), progress: progress?.1)
         progress?.0.finish()
         if json { print(jsonReport(report)) } else {

@@ -18,7 +18,7 @@ struct SnapshotCreateCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
-        let progress = TerminalProgress.handler(quiet: json)
+        let progress = TerminalProgress.handler("snapshot create", quiet: json)
         defer { progress?.0.finish() }
         let result = try SnapshotCreate.run(store: store, options: .init(repository: repo, tags: tags, compression: compression,
                                                                           level: level, timeout: timeout, wait: wait, password: password.source),

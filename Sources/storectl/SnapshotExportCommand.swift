@@ -13,7 +13,9 @@ struct SnapshotExportCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
-        let result = try SnapshotExport.run(.init(repository: repo, id: id, output: output, password: password.source))
+        let progress = TerminalProgress.handler("snapshot export", quiet: json)
+        let result = try SnapshotExport.run(.init(repository: repo, id: id, output: output, password: password.source), progress: progress?.1)
+        progress?.0.finish()
         print(json ? jsonReport(result) : "exported snapshot \(result.id) to \(result.output) (\(Format.bytes(result.bytes)), database sha256 \(result.databaseSHA256))")
     }
 }

@@ -45,7 +45,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
                                      monthly: keepMonthly, yearly: keepYearly, within: within, tags: keepTag)
         let options = SnapshotPrune.Options(repository: repo, policy: policy, dryRun: dryRun, wait: wait, password: password.source,
                                             groupBy: try SnapshotGrouping.parse(groupBy), filter: try SnapshotFilter.parse(store: store, host: host))
-        let progress = TerminalProgress.stepHandler(quiet: json)
+        let progress = TerminalProgress.stepHandler("snapshot prune", quiet: json)
         let result = try SnapshotPrune.run(options, progress: progress?.1)
         progress?.0.finish()
         for tag in result.unmatchedTags {

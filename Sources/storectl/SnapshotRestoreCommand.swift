@@ -33,7 +33,9 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         var options = SnapshotRestore.Options(repository: repo, id: id, target: target, force: force, wait: wait)
         options.password = password.source
         options.create = create
-        let result = try SnapshotRestore.run(options)
+        let progress = TerminalProgress.handler("snapshot restore", quiet: json)
+        let result = try SnapshotRestore.run(options, progress: progress?.1)
+        progress?.0.finish()
         if json { print(jsonReport(result)); return }
         var line = "restored \(result.id) to \(result.restoredTo)"
         if result.externalFiles > 0 { line += " with \(Format.plural(result.externalFiles, "external file", "external files"))" }

@@ -23,7 +23,9 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
     func run() throws {
         var options = SnapshotVerify.Options(repository: repo, ids: ids, all: all, full: full, scratch: scratch)
         options.password = password.source
-        let outcomes = try SnapshotVerify.run(options)
+        let progress = TerminalProgress.handler("snapshot verify", quiet: json)
+        let outcomes = try SnapshotVerify.run(options, progress: progress?.1)
+        progress?.0.finish()
         if json {
             print(jsonReport(outcomes))
         } else {

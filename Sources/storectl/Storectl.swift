@@ -30,7 +30,10 @@ struct Storectl: ParsableCommand {
         // the bench store). Frames of new pages (1 MiB) are mmapped too: about 250 a GiB.
         storectl_tune_malloc(2, 1 << 20)
         ProcessSignals.install()
-        Notices.install { FileHandle.standardError.write(Data("storectl: warning: \($0)\n".utf8)) }
+        Notices.install {
+            TerminalProgress.clearForText()
+            FileHandle.standardError.write(Data("storectl: warning: \($0)\n".utf8))
+        }
         if CommandLine.arguments.contains("--json") {
             // Even a crash (a bug) leaves a JSON error on stdout for the machine reading it.
             storectl_install_crash_report()
@@ -67,6 +70,7 @@ struct Storectl: ParsableCommand {
 
     /// The one place errors become exit statuses and messages.
     static func exit(with error: any Error, json: Bool) -> Never {
+        TerminalProgress.clearForText()
         // A report was printed; the library's ending decided the status.
         if let finished = error as? Finished { Foundation.exit(finished.status.rawValue) }
         guard let failure = StoreOpsError.wrapping(error) else {

@@ -139,7 +139,7 @@ public enum Migrate {
             return session
         }
         road.preflight = { _ in try session.preflight() }
-        road.snapshot = { _ in try session.snapshot() }
+        road.snapshot = { pipeline in try session.snapshot(progress: pipeline.stepsOnly) }
         road.verify = { _, session in try session.verify() }
         road.commit = { _, session in try session.finish() }
         road.commitName = nil
@@ -222,11 +222,11 @@ public enum Migrate {
         }
 
         /// A verified snapshot, or nothing changes; then the crash journal names it.
-        func snapshot() throws -> String {
+        func snapshot(progress: ProgressHandler? = nil) throws -> String {
             var snapshotOptions = SnapshotCreate.Options(repository: report.repository, tags: ["pre-migrate", "version-\(report.plan.current)"])
             snapshotOptions.storeLockHeld = true
             snapshotOptions.password = options.password
-            let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions)
+            let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions, progress: progress)
             if let problem = try SnapshotVerify.justMade(created, repository: report.repository, password: options.password) {
                 throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(problem)); nothing was changed")
             }
@@ -377,11 +377,15 @@ public enum Migrate {
             if !migration.noTransaction { try db.execute(sql: "BEGIN IMMEDIATE") }
             let before = try entityCounts(db)
             try migration.willMigrate?(db)
-            for statement in migration.statements {
+            pipeline.note("apply \(label)")
+            for (index, statement) in migration.statements.enumerated() {
                 if migration.noTransaction { try pipeline.checkpoint() }
+                pipeline.step(ProgressUpdate(phase: "apply \(label)", done: UInt64(index), total: UInt64(migration.statements.count),
+                                             unit: .statements, bytes: 0, startedAt: started))
                 try db.execute(sql: statement)
             }
             try migration.didMigrate?(db)
+            pipeline.note("\(label): foreign_key_check, checks, counts")
             let violations = try StoreConnection.foreignKeyViolations(db)
             guard violations.count == 0 else {
                 throw StoreOpsError(.badData, "\(label) leaves \(violations.count) row(s) whose foreign keys point nowhere: \(violations.samples.prefix(3).joined(separator: ", "))")

@@ -83,6 +83,12 @@ public final class Pipeline {
     }
 
     public func note(_ text: String) { progress?(.note(text)) }
+
+    /// This run's progress handler passing on only the steps of an operation run inside a stage
+    /// (a safety snapshot's copy), not its own stages.
+    public var stepsOnly: ProgressHandler? {
+        progress.map { handler in { event in if case .step = event { handler(event) } } }
+    }
     public func step(_ update: ProgressUpdate) { progress?(.step(update)) }
 
     /// Takes the store's job lock (`JobLock.Busy` when held elsewhere and not waiting), then

@@ -33,7 +33,7 @@ public enum Preflight {
     ///
     /// - Throws: exit 66/65 when the store is missing or not a SQLite database, 75 when it stays
     ///   locked past the timeout, 73 when the destination does not exist.
-    public static func run(store path: String, options: Options = Options()) throws -> PreflightReport {
+    public static func run(store path: String, options: Options = Options(), progress: ProgressHandler? = nil) throws -> PreflightReport {
         let startedAt = Timestamp.now()
         try Validate.timeout(options.timeout)
         let store = try StoreFile(existing: path)
@@ -68,7 +68,8 @@ public enum Preflight {
             }
             checks.append(contentsOf: stateChecks(info, store: store, locks: locks))
             checks.append(contentsOf: try spaceChecks(info, store: store, operation: options.operation, destination: destination))
-            checks.append(contentsOf: integrityChecks(db, full: options.full))
+            checks.append(contentsOf: integrityChecks(db, full: options.full, progress: progress))
+            progress?(.stage("Core Data checks"))
             let coreData = coreDataChecks(db)
             checks.append(contentsOf: coreData.checks)
             entities = coreData.entities
@@ -180,9 +181,10 @@ public enum Preflight {
 
     // MARK: - Integrity
 
-    static func integrityChecks(_ db: Database, full: Bool) -> [Check] {
+    static func integrityChecks(_ db: Database, full: Bool, progress: ProgressHandler? = nil) -> [Check] {
         var checks: [Check] = []
         func run(_ id: String, _ pragma: String) {
+            progress?(.stage(pragma))
             do {
                 let messages = try StoreConnection.integrityMessages(db, pragma: pragma)
                 let figures: [String: JSONValue] = ["problems": .int(messages == ["ok"] ? 0 : messages.count),
@@ -199,6 +201,7 @@ public enum Preflight {
         run("integrity.quick_check", "quick_check")
         guard full else { return checks }
         run("integrity.integrity_check", "integrity_check")
+        progress?(.stage("foreign_key_check"))
         do {
             let violations = try StoreConnection.foreignKeyViolations(db)
             let figures: [String: JSONValue] = ["violations": .int(violations.count), "samples": .array(violations.samples.map { .string($0) })]

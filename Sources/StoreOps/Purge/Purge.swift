@@ -110,7 +110,7 @@ public enum Purge {
                     return ""
                 }
             } else {
-                road.snapshot = { _ in try session.snapshot(section) }
+                road.snapshot = { pipeline in try session.snapshot(section, progress: pipeline.stepsOnly) }
             }
         }
         if !options.dryRun { road.verify = { _, session in try session.verifyAfter() } }
@@ -193,12 +193,12 @@ public enum Purge {
         }
 
         /// The policy's snapshot, verified: if either fails, nothing is deleted.
-        func snapshot(_ section: Policy.SnapshotSection) throws -> String {
+        func snapshot(_ section: Policy.SnapshotSection, progress: ProgressHandler? = nil) throws -> String {
             var snapshotOptions = SnapshotCreate.Options(repository: section.repository, tags: section.tags.isEmpty ? ["pre-purge"] : section.tags,
                                                          compression: section.compression, level: section.level)
             snapshotOptions.storeLockHeld = true
             snapshotOptions.password = section.password
-            let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions)
+            let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions, progress: progress)
             if let problem = try SnapshotVerify.justMade(created, repository: section.repository, password: section.password) {
                 throw StoreOpsError(.badData, "the pre-purge snapshot \(created.id) failed verification (\(problem)); nothing was deleted")
             }

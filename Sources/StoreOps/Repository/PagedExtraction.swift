@@ -16,7 +16,7 @@ enum PagedExtraction {
     /// - Throws: 65 naming the snapshot and the object when anything is missing or damaged.
     @discardableResult
     static func run(_ record: PagedSnapshotRecord, repository: PagedRepository, into targets: SnapshotExtraction.Targets,
-                    level: VerifyLevel, progress: StepHandler? = nil) throws -> String {
+                    level: VerifyLevel, progress: ProgressHandler? = nil) throws -> String {
         let context = "snapshot \(record.id)"
         let check = SnapshotExtraction.Damage(id: record.id, repository: repository.location)
         let started = Date()
@@ -27,8 +27,11 @@ enum PagedExtraction {
         do {
             ids = try BlobLocator.pageMap(of: record, in: repository).ids
             stage("page map read")
-            try writePages(ids, pageSize: record.pages.pageSize, repository: repository, to: targets.database, context: context, progress: progress)
+            progress?(.stage("pages"))
+            try writePages(ids, pageSize: record.pages.pageSize, repository: repository, to: targets.database, context: context,
+                           progress: progress.map { handler in { handler(.step($0)) } })
             stage("pages written")
+            if !record.files.isEmpty { progress?(.stage("external data")) }
             try writeFiles(record.files, repository: repository, into: targets.externalFolder, context: context)
         } catch let error as StoreOpsError where error.status == .badData && !error.message.hasPrefix(context) {
             throw check.damaged(error.message)
@@ -37,6 +40,7 @@ enum PagedExtraction {
         // and every page checked against the id the map gives it. (Checking each page as it was
         // written kept both cores busy then and left this one idle during the integrity check.)
         let pageSize = record.pages.pageSize
+        progress?(.stage(level == .full ? "integrity_check and page hashes" : "quick_check and page hashes"))
         let (result, sha) = try inParallel({ try SnapshotVerify.checkDatabase(targets.database, level: level) },
                                            { try checkPages(targets.database, ids: ids, pageSize: pageSize, repository: repository, context: context) })
         stage("checked and hashed")
@@ -147,7 +151,7 @@ enum PagedExtraction {
                         let flushNow = written.withLock { value -> Bool in
                             let before = value
                             value += pages
-                            report?(ProgressUpdate(phase: "restore", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
+                            report?(ProgressUpdate(phase: "pages", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
                                                    bytes: UInt64(value) * UInt64(pageSize), startedAt: startedAt))
                             return before / writeBehindPages != value / writeBehindPages
                         }

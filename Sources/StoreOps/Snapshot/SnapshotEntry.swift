@@ -19,9 +19,10 @@ public enum SnapshotEntry: Sendable {
     ///
     /// - Returns: the SHA-256 of the database written.
     /// - Throws: 65 naming the snapshot and what is damaged.
-    func extract(into targets: SnapshotExtraction.Targets, level: VerifyLevel, progress: StepHandler? = nil) throws -> String {
+    func extract(into targets: SnapshotExtraction.Targets, level: VerifyLevel, progress: ProgressHandler? = nil) throws -> String {
         switch self {
         case .archive(let manifest, let repository):
+            progress?(.stage("unpack"))
             try SnapshotExtraction.run(manifest, repository: repository, into: targets, level: level)
             return manifest.database.sha256 ?? ""
         case .paged(let record, let repository):

@@ -31,7 +31,7 @@ public enum SnapshotExport {
 
     /// - Throws: 66 unknown snapshot, 65 damaged, 73 output exists or cannot be made, 74 no room,
     ///   64 an output name not ending in `.tar.zst`.
-    public static func run(_ options: Options) throws -> Result {
+    public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let output = FileSystem.absolute(options.output)
         guard output.hasSuffix(".tar.zst") else {
             throw StoreOpsError(.usage, "--output \(output): the archive is zstd-compressed tar; name it *.tar.zst")
@@ -60,7 +60,8 @@ public enum SnapshotExport {
         var files: PendingFile?
         defer { files?.discard() }
         if manifest.externalData != nil { files = try PendingFile(finalPath: output + ".external", directory: true, label: "export.external") }
-        let sha = try entry.extract(into: .init(database: database.tempPath, externalFolder: files?.tempPath), level: .quick)
+        let sha = try entry.extract(into: .init(database: database.tempPath, externalFolder: files?.tempPath), level: .quick, progress: progress)
+        progress?(.stage("archive (zstd)"))
 
         let archive = try PendingFile(finalPath: output, label: "export.archive")
         var committed = false
@@ -71,7 +72,10 @@ public enum SnapshotExport {
         let writer = try ArchiveWriter(fd: fd, path: archive.tempPath, compression: .zstd, level: 3,
                                        threads: ProcessInfo.processInfo.activeProcessorCount)
         let databaseName = "store/\(FileSystem.name(of: manifest.source.path))"
-        let (_, written) = try writer.addFile(database.tempPath, as: databaseName)
+        let archiving = Date(), total = manifest.database.bytes
+        let (_, written) = try writer.addFile(database.tempPath, as: databaseName, progress: progress.map { handler in { done in
+            handler(.step(ProgressUpdate(phase: "archive (zstd)", done: done, total: total, unit: .bytes, bytes: done, startedAt: archiving)))
+        } })
         guard written == sha else { throw StoreOpsError(.ioError, "the reassembled database changed while it was archived") }
         if let files, let records = manifest.externalData?.files {
             for record in records {

@@ -88,9 +88,11 @@ public enum SnapshotRestore {
             let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password),
                                                operation: "snapshot restore", exclusive: false, wait: options.wait)
             defer { hold.release() }
-            return try restoreToNewFile(try hold.repository.entry(options.id), path: FileSystem.absolute(path))
+            return try restoreToNewFile(try hold.repository.entry(options.id), path: FileSystem.absolute(path), progress: progress)
         case .inPlace(let path):
-            return try InPlace(store: StoreFile(unchecked: path), options: options).walk(progress: progress)
+            let inPlace = InPlace(store: StoreFile(unchecked: path), options: options)
+            inPlace.progress = progress
+            return try inPlace.walk(progress: progress)
         }
     }
 
@@ -106,7 +108,7 @@ public enum SnapshotRestore {
 
     /// Unpacks and checks the snapshot beside `finalPath`, then puts the database in `journalMode`
     /// ("wal" or "delete") and fsyncs everything.
-    static func stage(_ entry: SnapshotEntry, at finalPath: String, journalMode: String) throws -> Staged {
+    static func stage(_ entry: SnapshotEntry, at finalPath: String, journalMode: String, progress: ProgressHandler? = nil) throws -> Staged {
         let record = entry.manifest
         let folder = FileSystem.parent(of: finalPath)
         switch FileSystem.kind(of: folder) {
@@ -137,9 +139,10 @@ public enum SnapshotRestore {
             support = pending
         }
         let started = Date()
-        let sha256 = try entry.extract(into: .init(database: database.tempPath, externalFolder: externalFolder), level: .quick)
+        let sha256 = try entry.extract(into: .init(database: database.tempPath, externalFolder: externalFolder), level: .quick, progress: progress)
         logger.debug("unpacked and checked", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
         if journalMode == "wal" { try switchToWAL(database.tempPath) }
+        progress?(.stage("sync"))
         try database.sync()
         try support?.sync()
         return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0,
@@ -163,7 +166,7 @@ public enum SnapshotRestore {
         for suffix in ["-wal", "-shm"] { FileSystem.remove(path + suffix, point: "restore.database.wal-cleanup") }
     }
 
-    static func restoreToNewFile(_ entry: SnapshotEntry, path: String) throws -> Result {
+    static func restoreToNewFile(_ entry: SnapshotEntry, path: String, progress: ProgressHandler? = nil) throws -> Result {
         let record = entry.manifest
         let recovered = try StoreSwap.recover(target: path)
         guard FileSystem.kind(of: path) == .missing else {
@@ -177,7 +180,7 @@ public enum SnapshotRestore {
         }
         // `--to` writes the snapshot's database byte for byte (journal_mode=delete): its SHA-256
         // is the manifest's, so the file can be checked without storectl.
-        let staged = try stage(entry, at: path, journalMode: "delete")
+        let staged = try stage(entry, at: path, journalMode: "delete", progress: progress)
         let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
         _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
                                         expectedSHA256: staged.sha256))
@@ -200,6 +203,7 @@ public enum SnapshotRestore {
         var safety: String?
         var outcome: StoreSwap.Outcome?
         var recovered: StoreSwap.Outcome?
+        var progress: ProgressHandler?
 
         init(store: StoreFile, options: Options) {
             self.store = store
@@ -244,7 +248,7 @@ public enum SnapshotRestore {
             }
             let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")
-            let staged = try stage(entry, at: store.path, journalMode: journalMode)
+            let staged = try stage(entry, at: store.path, journalMode: journalMode, progress: progress)
             if exists {
                 // The app's user must be able to open its restored store: same owner and mode as before.
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
@@ -263,7 +267,7 @@ public enum SnapshotRestore {
                 do {
                     let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"],
                                                             compression: .zstd, level: nil, timeout: options.timeout,
-                                                            checkFreeSpace: true, progress: nil)
+                                                            checkFreeSpace: true, progress: progress.map { handler in { handler(.step($0)) } })
                     safety = created.id
                 } catch let error as StoreOpsError where error.status == .badData {
                     guard options.force else {

@@ -36,7 +36,7 @@ public enum SnapshotVerify {
     ///
     /// - Throws: 66 for an unknown id, 64 when neither ids nor `all` are given, 74 when the
     ///   scratch folder has no room.
-    public static func run(_ options: Options) throws -> [Outcome] {
+    public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> [Outcome] {
         guard options.all || !options.ids.isEmpty else {
             throw StoreOpsError(.usage, "name the snapshots to verify, or pass --all")
         }
@@ -66,7 +66,10 @@ public enum SnapshotVerify {
             do {
                 let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
                 defer { database.discard() }
-                _ = try entry.extract(into: .init(database: database.tempPath, externalFolder: nil), level: level)
+                let count = records.count > 1 ? " (\(outcomes.count + 1) of \(records.count))" : ""
+                _ = try entry.extract(into: .init(database: database.tempPath, externalFolder: nil), level: level,
+                                      progress: progress.map { handler in { event in
+                                          if case .stage(let name) = event { handler(.stage("\(id)\(count) \(name)")) } else { handler(event) } } })
             } catch let error as StoreOpsError where error.status == .badData {
                 problem = error.message
             }

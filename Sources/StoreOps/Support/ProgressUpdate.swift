@@ -2,7 +2,7 @@ import Foundation
 
 /// One progress report of a long step: how far, out of how much, since when.
 public struct ProgressUpdate: Sendable {
-    public enum Unit: String, Sendable { case pages, bytes, rows, files }
+    public enum Unit: String, Sendable { case pages, bytes, rows, files, statements }
     public var phase: String
     public var done: UInt64
     public var total: UInt64?
