@@ -75,7 +75,7 @@ public enum JobRun {
         record.exitCode = ending.status.rawValue
         record.error = ending.error?.message ?? ending.stop.map { "stopped: \($0)" }
         record.end = Timestamp.now()
-        record.durationSeconds = record.end.timeIntervalSince(record.start)
+        record.durationSeconds = (record.end.timeIntervalSince(record.start) * 1000).rounded() / 1000
         if let schedule = policy?.schedule {
             // The metrics first: one that cannot be written turns the run into a failure (an alert
             // on the last success must not go quiet), and the log line says so.

@@ -6,6 +6,7 @@ public struct StageTiming: Sendable, Codable, Equatable {
     public var seconds: Double
     public init(name: String, seconds: Double) {
         self.name = name
-        self.seconds = seconds
+        // To the millisecond: the job log and --json show 0.638, not 0.637520432472229.
+        self.seconds = (seconds * 1000).rounded() / 1000
     }
 }

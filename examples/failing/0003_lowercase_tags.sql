@@ -1,0 +1,1 @@
+UPDATE ZTAG SET ZNAME = lower(ZNAME);
