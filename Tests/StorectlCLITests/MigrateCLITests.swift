@@ -85,6 +85,14 @@ struct MigrateCLITests {
         let rolled = try fixture.migrate(["--rollback-on-failure"])
         #expect(rolled.status == 3, "\(rolled.stdout)")
         #expect(rolled.stdout.contains("the store is the pre-migration snapshot (checked before the swap)"))
+        // Rollback after a rolled-back run is not a no-op: it undoes the last run that succeeded
+        // (0004, version 4 -> 3), then the one before (0001-0003 -> 0), then says there is nothing left.
+        let afterFailed = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(afterFailed.status == 0 && afterFailed.stdout.contains("(version 3)"), "\(afterFailed.stdout)\(afterFailed.stderr)")
+        let again = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(again.status == 0 && again.stdout.contains("(version 0)"), "\(again.stdout)\(again.stderr)")
+        let nothing = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(nothing.status == 66 && nothing.stderr.contains("nothing to roll back: no migration has been applied to \(fixture.store) (version 0)"), "\(nothing.stderr)")
     }
 
     static let points = ["after-lock", "after-snapshot", "after-journal", "after-commit-1", "before-commit-2",

@@ -6,8 +6,8 @@ public enum Rollback {
     public struct Options: Sendable {
         public var store: String
         public var repository: String
-        /// A snapshot id; default: the interrupted migration's snapshot, else the newest pre-migrate
-        /// snapshot of this store.
+        /// A snapshot id; default: the interrupted migration's snapshot, else the snapshot taken
+        /// before the run that applied the store's newest migration (its history row names it).
         public var to: String?
         /// Go ahead although another process has the store open.
         public var force = false
@@ -63,7 +63,7 @@ public enum Rollback {
             restore.jobLockHeld = true
             restore.password = options.password
             restore.clearsMigrationJournal = journal != nil
-            return try SnapshotRestore.run(restore)
+            return try SnapshotRestore.run(restore, progress: progress)
         }
         road.preflight = { _ in
             journal = MigrationJournal.read(store)
@@ -77,18 +77,26 @@ public enum Rollback {
                       version: version, verified: result.verified, stages: walked.stages)
     }
 
-    /// The snapshot to go back to: `--to`, else the interrupted migration's, else the newest pre-migrate one of this store.
+    /// The snapshot to go back to: `--to`, else the interrupted migration's, else the one taken
+    /// before the run that applied the store's newest migration. Not simply the newest
+    /// `pre-migrate` snapshot: after a run that failed and was rolled back, that one is the failed
+    /// run's own (the store as it is now), and restoring it would change nothing.
     static func target(_ options: Options, store: StoreFile, journal: MigrationJournal?) throws -> String {
         let repository = try OpenedRepository.open(options.repository, password: options.password)
         if let to = options.to { return try repository.entry(to).id }
         if let journal { return journal.snapshotId }
-        guard let newest = try repository.catalog().entries.first(where: { $0.manifest.source.path == store.path && ($0.manifest.snapshot?.tags.contains("pre-migrate") ?? false) })
-        else {
-            throw StoreOpsError(.noInput, "no pre-migrate snapshot of \(store.path) in \(repository.location)",
+        let history = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.read($0) }
+        guard let newest = history.max(by: { $0.version < $1.version }) else {
+            throw StoreOpsError(.noInput, "nothing to roll back: no migration has been applied to \(store.path) (version 0)",
+                                hint: "to restore a snapshot anyway: storectl rollback \(store.path) --repo \(repository.location) --to ID")
+        }
+        guard let id = newest.snapshotId, !id.isEmpty else {
+            throw StoreOpsError(.noInput, "the history of \(store.path) names no snapshot taken before \(String(format: "%04d", newest.version))_\(newest.name)",
                                 hint: "name one with --to (storectl snapshot list --repo \(repository.location))")
         }
-        let id = newest.id
-        return id
+        do { return try repository.entry(id).id } catch let error as StoreOpsError where error.status == .noInput {
+            throw StoreOpsError(.noInput, "the snapshot \(id), taken before \(String(format: "%04d", newest.version))_\(newest.name) was applied, is not in \(repository.location) (pruned, or another repository)",
+                                hint: "name another with --to (storectl snapshot list --repo \(repository.location))")
+        }
     }
 }
-
