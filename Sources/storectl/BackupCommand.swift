@@ -6,13 +6,13 @@ struct BackupCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "backup",
         abstract: "An online, consistent, verified copy of a live store.",
-        discussion: """
+        discussion: reflow("""
             Copies the store as of one moment while other processes keep writing. In WAL mode one read
             transaction is held for the whole copy, so writers are never blocked and the copy never
             restarts. The copy is a single self-contained file (journal_mode=DELETE), mode 0600, written
             under a temporary name, verified, fsynced and renamed; a manifest (<name>.manifest.json) is
             written beside it. Core Data external data (.<store>_SUPPORT/_EXTERNAL_DATA) is copied along.
-            """)
+            """))
 
     @Argument(help: "The store to copy.")
     var source: String

@@ -6,10 +6,10 @@ struct KeyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "key",
         abstract: "The passwords of an encrypted repository: list, add, remove, passwd.",
-        discussion: """
+        discussion: reflow("""
             Each key wraps the repository's one master key under one password (scrypt), so adding or removing a key
             re-encrypts nothing. The new password comes from --new-password-file, STORECTL_NEW_PASSWORD_FILE, or a prompt.
-            """,
+            """),
         subcommands: [KeyListCommand.self, KeyAddCommand.self, KeyRemoveCommand.self, KeyPasswdCommand.self])
 }
 

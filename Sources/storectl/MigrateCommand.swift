@@ -6,15 +6,15 @@ struct MigrateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "migrate",
         abstract: "Staged migrations: lock, preflight, snapshot, apply, verify, and roll back on failure.",
-        discussion: """
-            storectl migrate STORE --migrations DIR --repo SNAPSHOT_DIR [--to VERSION] [--rollback-on-failure]
-                                   [--dry-run] [--kill-switch FILE] [--resume] [--force] [--json]
-            storectl migrate status STORE --migrations DIR [--json]
+        discussion: reflow("""
+            `storectl migrate STORE ...` is `storectl migrate apply STORE ...` (apply is the default subcommand);
+            `storectl migrate status STORE --migrations DIR` shows what is applied and what is pending.
+
             Exit 0 migrated (or up to date), 1 a migration failed (the store is at the last migration that fully applied
             and verified; the rollback command is printed; when the first one failed, nothing was committed and nothing is
             rolled back: 1, or 74 for a full disk), 3 failed or stopped and rolled back, 4 the rollback failed,
             75 locked, or another process has the store open (close the app, or --force).
-            """,
+            """),
         subcommands: [MigrateApplyCommand.self, MigrateStatusCommand.self],
         defaultSubcommand: MigrateApplyCommand.self)
 }

@@ -13,14 +13,14 @@ struct PolicyCheckCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "check",
         abstract: "Validate policy files, and that the runs they describe could start now.",
-        discussion: """
+        discussion: reflow("""
             Exits 65 at the first file with errors, listing every error of that file (file, line, key, what is expected).
             Then, for each file, everything its runs need, as they would run: the jobs [schedule] names as cron or
             systemd runs them (no terminal, no environment: the password must come from the policy), else its purge
             by hand. The store and its folder, the repository (reachable, initialised, opened with that password),
             [snapshot.retention] for maintain, the job log and metrics folders. Exits 2 listing every problem.
             --file-only checks the files alone (names against the store when it is reachable).
-            """)
+            """))
 
     @Argument(help: "Policy files, or folders of *.toml files.") var paths: [String]
     @Flag(help: "Check the files alone: syntax, keys, values, and names against the store when it is reachable.") var fileOnly = false

@@ -6,10 +6,10 @@ struct PreflightCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "preflight",
         abstract: "Check a store before anything risky: space, integrity, state, locks, Core Data consistency.",
-        discussion: """
+        discussion: reflow("""
             Read-only. Prints one line per check (ok / warn / fail / skip with its figure), then the
             Core Data entity counts. Exits 0 when every check passes (warnings pass), 2 when one fails.
-            """)
+            """))
 
     @Argument(help: "The store to check.")
     var store: String

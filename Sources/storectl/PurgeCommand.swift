@@ -6,13 +6,13 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "purge",
         abstract: "Delete expired soft-deleted rows as a policy says, in small batches that never stall the app.",
-        discussion: """
+        discussion: reflow("""
             Takes the store's job lock (exit 75 if held). Optionally snapshots first (the purge does not start if that
             fails). Each batch is its own short BEGIN IMMEDIATE transaction; between batches the kill switch
             (`storectl killswitch engage STORE`, or --kill-switch FILE), SIGTERM and the row and time limits are checked.
             Core Data delete rules (cascade, nullify, deny) are honoured from the model cache.
             Exit 0 done, 2 a circuit breaker or a deny rule stopped rows, 1 stopped by the kill switch.
-            """)
+            """))
 
     @Option(help: "The policy file.") var policy: String
     @Flag(help: "Count what each rule would delete (cascades included); change nothing.") var dryRun = false

@@ -6,7 +6,7 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "recover",
         abstract: "Finish what an interrupted storectl run left at a store, backup or restored copy.",
-        discussion: """
+        discussion: reflow("""
             A restore in place (and a migration's rollback, and a backup's final renames) replaces several files as
             one journaled transaction (<path>.storectl-swap.json). If storectl was killed in the middle, this finishes
             it, or undoes it when a staged file has gone, so the path is exactly in one state again; then removes
@@ -15,7 +15,7 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
             it runs), and is 66 only when there is no file, no record and no such leftover. Every storectl command that touches the store does
             the same first; run this after a crash before starting the app. An interrupted migration is reported, not
             decided: `storectl rollback` or `storectl migrate --resume`.
-            """)
+            """))
 
     @Argument(help: "The store (or backup, or restored file) to recover.") var path: String
     @Flag(help: "Print the result as JSON.") var json = false

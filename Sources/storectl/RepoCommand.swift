@@ -6,11 +6,11 @@ struct RepoCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "repo",
         abstract: "Make and look after snapshot repositories: init, check, stats, repair.",
-        discussion: """
+        discussion: reflow("""
             Format 2 (the default) stores each database page once, content-addressed, zstd-compressed and encrypted
             (AES-256-GCM, keyed content ids) in packs; format 1 keeps one compressed tar archive per snapshot.
             storectl never makes a repository implicitly: `snapshot create` into a missing one exits 66.
-            """,
+            """),
         subcommands: [RepoInitCommand.self, RepoCheckCommand.self, RepoStatsCommand.self, RepoRepairCommand.self])
 }
 

@@ -6,13 +6,13 @@ struct RunCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",
         abstract: "Run a scheduled job (what cron and systemd call): snapshot, purge or maintain.",
-        discussion: """
+        discussion: reflow("""
             maintain = snapshot, then prune this store's snapshots (this host, this path) by the policy's [snapshot.retention], then purge.
             Takes the store's job lock without waiting: if another job holds it, exits 75 at once
             ("skipped: another job holds the lock since ..., pid ..."). Quiet on success; one line on stderr on failure.
             Appends one JSON line per run to the policy's [schedule] log, and writes Prometheus metrics into its
             [schedule] metrics folder (node_exporter textfile collector).
-            """)
+            """))
 
     @Argument(help: "snapshot, purge or maintain.") var job: ScheduledJob
     @Option(help: "The policy file.") var policy: String

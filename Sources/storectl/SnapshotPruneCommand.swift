@@ -6,14 +6,14 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "prune",
         abstract: "Remove the snapshots a retention policy does not keep (restic forget semantics).",
-        discussion: """
+        discussion: reflow("""
             The rules apply to each store on its own (its host and path; --group-by chooses otherwise): in a repository
-            shared by several stores, --keep-last 1 keeps the newest snapshot of each. Rules are OR-ed; each of
-            hourly/daily/weekly/monthly/yearly keeps the newest snapshot of each of the N most recent periods that have
+            shared by several stores, --keep-last 1 keeps the newest snapshot of each. Rules are OR-ed; each of the hourly,
+            daily, weekly, monthly and yearly rules keeps the newest snapshot of each of the N most recent periods that have
             snapshots (UTC periods); --keep-within counts back from the newest snapshot of the store, not from now.
-            -1 means no limit. The newest snapshot of a store whose last verification passed is never removed.
+            A count of -1 means no limit. The newest snapshot of a store whose last verification passed is never removed.
             An empty policy, an empty tag and a blank --store or --host are refused (64).
-            """)
+            """))
 
     @Option(help: "The snapshot repository.") var repo: String
     @OptionGroup var password: PasswordOption

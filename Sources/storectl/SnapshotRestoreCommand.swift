@@ -5,14 +5,14 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "restore",
         abstract: "Restore a snapshot to a new file (--to) or in place of a store (--in-place).",
-        discussion: """
+        discussion: reflow("""
             The snapshot is verified while it is unpacked beside the target and its database checked before anything
             else happens. In place: refused while another process has the store open (unless --force) and when no store
             exists there (unless --create); then a safety snapshot of the current store (tag pre-restore), then one
             journaled swap of the database, its -wal/-shm/-journal and the external-data folder, which a crash never
             leaves half done (the next storectl command, or `storectl recover STORE`, finishes it). The store keeps its
             journal mode (a WAL store comes back in WAL mode). --to writes the snapshot's database byte for byte.
-            """)
+            """))
 
     @Option(help: "The snapshot repository.") var repo: String
     @OptionGroup var password: PasswordOption

@@ -9,14 +9,14 @@ struct Storectl: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storectl",
         abstract: "Keep SQLite and Core Data stores safe in production: backups, preflight checks, snapshots, migrations, purges.",
-        discussion: """
+        discussion: reflow("""
             Every operation either completes and is verified, or leaves the store exactly as it was.
 
             EXIT STATUS
             \(ExitStatus.documented.map { "  \(String($0.0.rawValue).padding(toLength: 4, withPad: " ", startingAt: 0)) \($0.1)" }.joined(separator: "\n"))
 
             Set STORECTL_LOG_LEVEL=debug for a trace on stderr.
-            """,
+            """),
         version: StoreOpsVersion.report,
         subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self, RepoCommand.self, KeyCommand.self, PolicyCommand.self, PurgeCommand.self,
                       KillswitchCommand.self, RunCommand.self, ScheduleCommand.self, MigrateCommand.self, RollbackCommand.self,
@@ -50,7 +50,7 @@ struct Storectl: ParsableCommand {
             command = try parseAsRoot()
             try command!.run()
         } catch {
-            exit(with: error, json: (command as? JSONOutput)?.json ?? false)
+            exit(with: error, json: (command as? JSONOutput)?.json ?? CommandLine.arguments.contains("--json"), command: command)
         }
     }
 
@@ -69,12 +69,12 @@ struct Storectl: ParsableCommand {
     }
 
     /// The one place errors become exit statuses and messages.
-    static func exit(with error: any Error, json: Bool) -> Never {
+    static func exit(with error: any Error, json: Bool, command: (any ParsableCommand)? = nil) -> Never {
         TerminalProgress.clearForText()
         // A report was printed; the library's ending decided the status.
         if let finished = error as? Finished { Foundation.exit(finished.status.rawValue) }
-        guard let failure = StoreOpsError.wrapping(error) else {
-            // Argument errors (64), --help (0) and explicit ExitCode results.
+        guard let failure = StoreOpsError.wrapping(error) ?? argumentError(error, command: command) else {
+            // --help, --version (0) and explicit ExitCode results.
             Storectl.exit(withError: error)
         }
         if json {
@@ -82,6 +82,29 @@ struct Storectl: ParsableCommand {
         }
         FileHandle.standardError.write(Data("storectl: \(failure)\n".utf8))
         Foundation.exit(failure.status.rawValue)
+    }
+}
+
+extension Storectl {
+    /// A command-line error from ArgumentParser in storectl's own style (`storectl: what`, then the
+    /// usage and a hint naming the command's --help), exit 64; nil for --help, --version and
+    /// ExitCode results, which ArgumentParser prints itself.
+    static func argumentError(_ error: any Error, command: (any ParsableCommand)?) -> StoreOpsError? {
+        guard exitCode(for: error) == .validationFailure else { return nil }
+        var message = Storectl.message(for: error).trimmingCharacters(in: .whitespacesAndNewlines)
+        if message.hasPrefix("Error: ") { message.removeFirst("Error: ".count) }
+        if let first = message.first, first.isUppercase, message.dropFirst().first?.isLowercase == true {
+            message = first.lowercased() + message.dropFirst()
+        }
+        // The usage of the command that was parsed (a ValidationError from its run), else the one
+        // ArgumentParser names in its own message (a parse error).
+        let usage = command.map { usageString(for: type(of: $0)) }
+            ?? fullMessage(for: error).components(separatedBy: "\n").first { $0.hasPrefix("Usage: ") }.map { String($0.dropFirst("Usage: ".count)) }
+        let name = usage.map { text in
+            text.split(separator: " ").prefix { word in !word.hasPrefix("<") && !word.hasPrefix("[") && !word.hasPrefix("-") }.joined(separator: " ")
+        } ?? "storectl"
+        if let usage { message += "\n  usage: \(usage)" }
+        return StoreOpsError(.usage, message, hint: "see `\(name) --help`")
     }
 }
 

@@ -147,3 +147,24 @@ final class TerminalProgress: @unchecked Sendable {
         drawn = false
     }
 }
+
+/// A help text written across source lines, as one paragraph per blank-line-separated block:
+/// ArgumentParser wraps it to the terminal's width (80 columns in a pipe), so it is not broken
+/// twice. Lines that start with a space (tables, lists) are kept as they are.
+func reflow(_ text: String) -> String {
+    var paragraphs: [String] = []
+    var current = ""
+    for line in text.components(separatedBy: "\n") {
+        if line.trimmingCharacters(in: .whitespaces).isEmpty {
+            if !current.isEmpty { paragraphs.append(current); current = "" }
+            paragraphs.append("")
+        } else if line.hasPrefix(" ") || line.hasPrefix("- ") || line.hasPrefix("* ") || line == line.uppercased() && line.count > 3 {
+            if !current.isEmpty { paragraphs.append(current); current = "" }
+            paragraphs.append(line)
+        } else {
+            current += current.isEmpty ? line : " " + line
+        }
+    }
+    if !current.isEmpty { paragraphs.append(current) }
+    return paragraphs.joined(separator: "\n")
+}

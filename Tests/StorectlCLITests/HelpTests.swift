@@ -1,0 +1,66 @@
+import Foundation
+import StoreLab
+import StoreOps
+import Testing
+
+/// `--help` reads well in a pipe (80 columns) and argument errors look like storectl's own.
+@Suite("help and argument errors")
+struct HelpTests {
+    /// Every command path, from the SUBCOMMANDS sections of the help screens.
+    static func commandPaths() throws -> [[String]] {
+        var paths: [[String]] = [[]], queue: [[String]] = [[]]
+        while let path = queue.popLast() {
+            let help = try ChildProcess.run(Binaries.storectl, path + ["--help"])
+            guard let section = help.stdout.components(separatedBy: "SUBCOMMANDS:\n").dropFirst().first else { continue }
+            for line in section.components(separatedBy: "\n") {
+                // "  name    abstract": a subcommand starts two spaces in; wrapped abstracts are deeper.
+                guard line.hasPrefix("  "), !line.hasPrefix("   "), let name = line.split(separator: " ").first, name != "See" else { continue }
+                let child = path + [String(name)]
+                paths.append(child)
+                queue.append(child)
+            }
+        }
+        return paths
+    }
+
+    @Test("every --help: no line over 80 columns but the usage line, and no paragraph broken twice")
+    func helpFitsAndFlows() throws {
+        let paths = try Self.commandPaths()
+        #expect(paths.count >= 30, "\(paths)")
+        for path in paths {
+            let help = try ChildProcess.run(Binaries.storectl, path + ["--help"])
+            #expect(help.status == 0)
+            let lines = help.stdout.components(separatedBy: "\n")
+            for line in lines where !line.hasPrefix("USAGE:") && line.count > 80 {
+                Issue.record("storectl \(path.joined(separator: " ")) --help: a line of \(line.count) columns: \(line)")
+            }
+            let prose = lines.prefix { !$0.hasPrefix("USAGE:") }
+            for (line, next) in zip(prose, prose.dropFirst()) where !line.isEmpty && !line.hasPrefix(" ") && line.count < 50
+                && next.first?.isLowercase == true {
+                Issue.record("storectl \(path.joined(separator: " ")) --help: ragged: \"\(line)\" then \"\(next)\"")
+            }
+        }
+    }
+
+    @Test("an argument error reads like storectl's own: what, the usage, a hint; exit 64; JSON with --json")
+    func argumentErrors() throws {
+        let missing = try storectl("purge")
+        #expect(missing.status == 64)
+        #expect(missing.stderr == """
+            storectl: missing expected argument '--policy <policy>'
+              usage: storectl purge --policy <policy> [--dry-run] [--kill-switch <kill-switch>] [--password-file <file>] [--json]
+              hint: see `storectl purge --help`
+
+            """, "\(missing.stderr)")
+        let validation = try storectl("snapshot", "restore", "--repo", "r", "x")
+        #expect(validation.status == 64 && validation.stderr.hasPrefix("storectl: pass exactly one of --to PATH or --in-place STORE\n  usage: storectl snapshot restore ")
+                && validation.stderr.contains("hint: see `storectl snapshot restore --help`"), "\(validation.stderr)")
+        let json = try storectl("purge", "--json")
+        #expect(json.status == 64 && json.stdout.contains("\"status\" : 64") && json.stdout.contains("missing expected argument"), "\(json.stdout)")
+        for arguments in [["bogus"], ["backup"], ["run", "snapshot", "--policy", "p", "--jitter", "soon"]] {
+            let result = try ChildProcess.run(Binaries.storectl, arguments)
+            #expect(result.status == 64 && result.stderr.hasPrefix("storectl: ") && !result.stderr.contains("Error:"), "\(arguments): \(result.stderr)")
+        }
+        #expect(try storectl("--help").status == 0 && (try storectl("--version")).stdout.hasPrefix("storectl "))
+    }
+}
