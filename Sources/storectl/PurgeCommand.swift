@@ -15,7 +15,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
             """))
 
     @Option(help: "The policy file.") var policy: String
-    @Flag(help: "Count what each rule would delete (cascades included); change nothing.") var dryRun = false
+    @Flag(help: "Say what the purge would do (every rule, cascades included), by running it on a scratch copy in TMPDIR; change nothing.") var dryRun = false
     @Option(help: "A kill-switch file: when it exists the purge stops after the current batch.") var killSwitch: String?
     @OptionGroup var password: PasswordOption
     @Flag(help: "Print the report as JSON.") var json = false
@@ -39,6 +39,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
         var lines = ["purge \(report.store)\(report.dryRun ? " (dry run: nothing changed)" : "")"]
         if let snapshot = report.snapshot { lines.append("  snapshot first: \(snapshot) (verified)") }
         if let check = report.snapshotCheck { lines.append("  \(check)") }
+        if let note = report.dryRunNote { lines.append("  note: \(note)") }
         for breaker in report.tripped { lines.append("  REFUSED by the circuit breaker: \(breaker); nothing was deleted") }
         for rule in report.rules {
             let cutoff = rule.cutoff.map { ", deleted before \(Timestamp.iso($0))" } ?? ""

@@ -17,7 +17,7 @@ struct PurgeCLITests {
         let store = try makeStore(folder)
         let good = try policy(folder, store: store)
         let ok = try storectl("policy", "check", good)
-        #expect(ok.status == 0 && ok.stdout.hasPrefix("ok    \(good)  (1 rule, names checked against the store)"))
+        #expect(ok.status == 0 && ok.stdout.hasPrefix("ok    \(good)  (1 rule, names checked against the store"))
         let dir = folder.file("policies")
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
         try Data("[store]\npath = \"\(store)\"\n[[purge]]\ntable = \"ZTASK; DROP TABLE ZCATEGORY\"\ndeleted_flag = \"X\"\nwhen = 3\n".utf8)
@@ -100,6 +100,42 @@ struct PurgeCLITests {
         #expect(report.rules[0].deleted == report.rules[0].candidates && report.rules[0].deleted > 0)
         #expect(real.stderr.isEmpty)
         #expect(try storectl("purge", "--policy", folder.file("missing.toml")).status == 66)
+    }
+
+    @Test("the dry run says what the run will do: each rule's counts equal the run's (a later rule sees what earlier ones delete); the store unchanged, nothing left in TMPDIR; no room for a copy: per-rule counts and a note")
+    func dryRunPredictsTheRun() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 20_000)
+        let policy = folder.file("tasks.toml")
+        let example = try String(contentsOfFile: (ReadmeTranscriptTests.packageRoot as NSString).appendingPathComponent("examples/policies/tasks.toml"), encoding: .utf8)
+        try Data(example.replacingOccurrences(of: "password_file = \"pw\"", with: "").utf8).write(to: URL(fileURLWithPath: policy))
+        let scratch = try TempFolder()
+        let before = try Hashing.sha256(ofFile: store)
+        let dry = try ChildProcess.run(Binaries.storectl, ["purge", "--policy", policy, "--dry-run", "--json"], environment: ["TMPDIR": scratch.path])
+        #expect(dry.status == 0 || dry.status == 2, "\(dry.stderr)")
+        let predicted = try JSON.decoder().decode(Purge.Report.self, from: Data(dry.stdout.utf8))
+        #expect(predicted.dryRun && predicted.dryRunNote == nil && predicted.store == store)
+        #expect(try Hashing.sha256(ofFile: store) == before, "the dry run changed the store")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.path).isEmpty, "left in TMPDIR")
+        let real = try storectl("purge", "--policy", policy, "--json")
+        let done = try JSON.decoder().decode(Purge.Report.self, from: Data(real.stdout.utf8))
+        #expect(real.status == dry.status)
+        #expect(done.rules.count == 3 && predicted.rules.count == 3)
+        for (would, did) in zip(predicted.rules, done.rules) {
+            #expect(would.deleted == did.deleted && would.cascaded == did.cascaded && would.nullified == did.nullified
+                    && would.joinRows == did.joinRows && would.denied == did.denied, "\(would.name): predicted \(would), did \(did)")
+        }
+        #expect(done.rules[1].nullified.values.reduce(0, +) > 0, "the example must exercise a later rule over an earlier one's deletes")
+
+        // No room in TMPDIR for the copy: counted per rule, and it says so.
+        if let small = TempMount(kilobytes: 256) {
+            let otherFolder = try TempFolder()
+            let other = try makeStore(otherFolder, items: 20_000)
+            try Data(example.replacingOccurrences(of: "password_file = \"pw\"", with: "").replacingOccurrences(of: "path = \"Tasks.sqlite\"", with: "path = \"\(other)\"").utf8)
+                .write(to: URL(fileURLWithPath: policy))
+            let fallback = try ChildProcess.run(Binaries.storectl, ["purge", "--policy", policy, "--dry-run"], environment: ["TMPDIR": small.path])
+            #expect(fallback.stdout.contains("note: no room for a scratch copy in \(small.path)"), "\(fallback.stdout)\(fallback.stderr)")
+        }
     }
 
     @Test("purge: another job holding the lock gives 75 at once")
