@@ -7,8 +7,9 @@ SWIFT    ?= swift
 PACKAGES := libsqlite3-dev zlib1g-dev libarchive-dev libzstd-dev libcurl4-openssl-dev
 # What the tests use besides: bsdtar reads exported archives; an independent decoder of repository
 # format 2 (Python's cryptography and the zstd command) checks storectl's bytes.
-# gdb prints the stacks of a hung test run (see TEST_WATCHDOG).
-TEST_PACKAGES := libarchive-tools python3 python3-cryptography python3-pip zstd gdb
+# gdb prints the stacks of a hung test run (see TEST_WATCHDOG). sqlite3: the README's examples use it,
+# and the transcript test runs them.
+TEST_PACKAGES := libarchive-tools python3 python3-cryptography python3-pip zstd gdb sqlite3
 BIN      := .build/debug
 DEMO     := demo
 
@@ -77,6 +78,13 @@ demo: build
 	  echo; echo "== the manifest (first lines)"; head -n 30 $(DEMO)/backups/*.manifest.json; \
 	  echo; echo "== the copy checks clean on its own"; \
 	  $(BIN)/storectl preflight $(DEMO)/backups/Tasks-*.sqlite --dest $(DEMO) | tail -n 12; \
+	  echo; echo "== a snapshot repository for Policies/tasks-coredata.toml (its password file: $(DEMO)/repository-password)"; \
+	  umask 077 && head -c 24 /dev/urandom | base64 > $(DEMO)/repository-password && mkdir -p $(DEMO)/metrics && \
+	  $(BIN)/storectl repo init --repo $(DEMO)/snapshots --password-file $(DEMO)/repository-password; \
+	  echo; echo "== storectl policy check Policies/tasks-coredata.toml (what its scheduled jobs need)"; \
+	  $(BIN)/storectl policy check Policies/tasks-coredata.toml || status=1; \
+	  echo; echo "== storectl purge --policy Policies/tasks-coredata.toml --dry-run"; \
+	  $(BIN)/storectl purge --policy Policies/tasks-coredata.toml --dry-run; \
 	  exit $$status
 
 bench:

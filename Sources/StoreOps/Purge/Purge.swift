@@ -380,7 +380,8 @@ public enum Purge {
             // the benchmark, commits waited up to 2 s. After each batch storectl rests at least half as
             // long as it held the lock (and at least `pause`), so the lock is free a third of the time
             // or more and a waiting commit gets in within a few of its tries.
-            let rest = options.dryRun ? target.rule.pause : max(target.rule.pause, lockHeld * Self.yieldFactor)
+            // A dry run's scratch copy has no app to make room for.
+            let rest = options.inScratchCopy ? 0 : options.dryRun ? target.rule.pause : max(target.rule.pause, lockHeld * Self.yieldFactor)
             if rest > 0 { usleep(useconds_t(rest * 1_000_000)) }
         }
     }
