@@ -149,6 +149,10 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         let result = try Rollback.run(options, progress: progress?.1)
         progress?.0.finish()
         if json { print(jsonReport(result)); return }
+        if result.nothingToRollBack {
+            print("nothing to roll back: no migration has been applied to \(FileSystem.absolute(store)) (version 0); to restore a snapshot anyway: --to ID")
+            return
+        }
         print("rolled back \(FileSystem.absolute(store)) to snapshot \(result.restored) (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"
               + (result.clearedInterruptedMigration ? "; the interrupted migration is cleared" : ""))

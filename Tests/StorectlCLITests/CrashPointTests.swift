@@ -473,6 +473,44 @@ enum Scenarios {
             observe: { try $0.digest() },
             next: { fixture, index in try ok(fixture, ["purge", "--policy", fixture.extra["policy"]!], index) }),
         CrashScenario(
+            name: "purge --dry-run (the purge on a scratch copy in TMPDIR)",
+            setup: {
+                let fixture = try CrashFixture()
+                try pushDeletionsAwayFromTheCutoff(fixture.store)
+                let policy = fixture.folder.file("policy.toml")
+                try Data("""
+                    [store]
+                    path = "Tasks.sqlite"
+
+                    [[purge]]
+                    name = "items"
+                    entity = "Item"
+                    deleted_flag = "ZISDELETED"
+                    deleted_at = "ZDELETEDAT"
+                    time_format = "coredata"
+                    retention = "30d"
+                    batch_size = 15
+
+                    [[purge]]
+                    name = "categories"
+                    entity = "Category"
+                    deleted_flag = "ZISDELETED"
+                    deleted_at = "ZDELETEDAT"
+                    time_format = "coredata"
+                    retention = "7d"
+
+                    [snapshot]
+                    repository = "snaps"
+                    before_purge = true
+                    """.utf8).write(to: URL(fileURLWithPath: policy))
+                fixture.extra["policy"] = policy
+                return fixture
+            },
+            command: { ["purge", "--policy", $0.extra["policy"]!, "--dry-run"] },
+            observe: { try $0.digest() },
+            // The store never changes; the next dry run removes a killed one's copy from TMPDIR.
+            next: { fixture, index in try ok(fixture, ["purge", "--policy", fixture.extra["policy"]!, "--dry-run"], index) }),
+        CrashScenario(
             name: "snapshot prune",
             setup: {
                 let fixture = try storeWithSnapshot()

@@ -137,6 +137,23 @@ struct FirstHourTests {
         #expect(noLog.status == 73 && noLog.stderr.contains("cannot append to the job log"), "\(noLog.stderr)")
     }
 
+    @Test("an S3 repository reached only through this shell's AWS_* variables: schedule refuses, since cron will not have them", .enabled(if: SharedS3.wanted))
+    func s3SettingsFromTheShell() throws {
+        let world = try World(snapshotLines: "password_file = \"password\"")
+        let location = try SharedS3.newLocation("first-hour")
+        let environment = try SharedS3.environment()
+        let made = try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", location, "--password-file", world.password], environment: environment)
+        #expect(made.status == 0, "\(made.stderr)")
+        let policy = try String(contentsOfFile: world.policy, encoding: .utf8).replacingOccurrences(of: "repository = \"snaps\"", with: "repository = \"\(location)\"")
+        try Data(policy.utf8).write(to: URL(fileURLWithPath: world.policy))
+        let refused = try ChildProcess.run(Binaries.storectl, ["schedule", "crontab", "--policy", world.policy], environment: environment)
+        #expect(refused.status == 2, "\(refused.stderr)")
+        #expect(refused.stderr.contains("  s3 ") && refused.stderr.contains("AWS_ACCESS_KEY_ID") && refused.stderr.contains("from this shell's environment"), "\(refused.stderr)")
+        // By hand (no [schedule] context), the same settings are fine: the run has them.
+        let byHand = try ChildProcess.run(Binaries.storectl, ["run", "snapshot", "--policy", world.policy], environment: environment)
+        #expect(byHand.status == 0, "\(byHand.stderr)")
+    }
+
     @Test("a mistyped --repo: read commands name the repositories next to it; only snapshot create suggests repo init")
     func mistypedRepository() throws {
         let world = try World()

@@ -120,6 +120,10 @@ public enum JobReadiness {
         return report
     }
 
+    /// The S3 settings read from the environment: a scheduled run starts without them.
+    static let schedulerLosesVariables: Set<String> = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3",
+                                                       "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CA_BUNDLE"]
+
     /// The jobs `[schedule]` names.
     public static func scheduledJobs(_ policy: Policy) -> [ScheduledJob] {
         guard let schedule = policy.schedule else { return [] }
@@ -137,6 +141,17 @@ public enum JobReadiness {
         do {
             let opened = try OpenedRepository.open(section.repository, password: source, missing: .initHint)
             report.ready.append(opened.isEncrypted ? "repository (password ok)" : "repository")
+            if case .scheduled = context, S3Backend.isS3(section.repository) {
+                // The bucket answered with this shell's settings; cron and systemd will not have them.
+                let exported = S3Settings.environment.filter { !$0.value.isEmpty && schedulerLosesVariables.contains($0.key) }.keys.sorted()
+                if !exported.isEmpty {
+                    report.problems.append(Problem(
+                        check: "s3", message: "\(section.repository) was reached with \(exported.joined(separator: ", ")) from this shell's environment, "
+                            + "which a scheduled run does not have",
+                        hint: "put the credentials and the endpoint in ~/.aws/credentials and ~/.aws/config of the user the job runs as "
+                            + "(a profile's `s3 =` endpoint_url), then check again", status: .wrongPassword))
+                }
+            }
         } catch let error as StoreOpsError {
             // 64 (no password to be had), 66 (a password file missing) and 77 (wrong) are the password's problems.
             let isPassword = error.status == .wrongPassword || error.status == .usage

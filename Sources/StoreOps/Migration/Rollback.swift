@@ -34,6 +34,10 @@ public enum Rollback {
         /// The restored store's SHA-256 equals the snapshot's.
         public var verified: Bool
         public var stages: [StageTiming]
+        /// No migration was applied to the store (version 0) and none was interrupted: nothing was
+        /// done (exit 0, as `migrate` says "up to date"; a rollback killed after its swap is
+        /// finished by the next run's recovery and then finds this).
+        public var nothingToRollBack = false
     }
 
     /// - Throws: 66 when there is no pre-migrate snapshot of the store, 75 when the store is in
@@ -56,7 +60,8 @@ public enum Rollback {
         let pipeline = Pipeline(operation: "rollback", store: store, progress: progress)
         var id = ""
         var journal: MigrationJournal?
-        var road = Road<SnapshotRestore.Result>(lock: .exclusive, wait: options.wait, actName: "restore") { _ in
+        var road = Road<SnapshotRestore.Result?>(lock: .exclusive, wait: options.wait, actName: "restore") { _ in
+            guard !id.isEmpty else { return nil }
             // The restore in place: its safety snapshot, its checks and its journaled swap.
             var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
                                                   force: options.force, wait: options.wait)
@@ -67,29 +72,26 @@ public enum Rollback {
         }
         road.preflight = { _ in
             journal = MigrationJournal.read(store)
-            id = try target(options, store: store, journal: journal)
+            id = try target(options, store: store, journal: journal) ?? ""
         }
         road.commit = { _, _ in if journal != nil { try MigrationJournal.remove(store) } }
         let walked = pipeline.walk(road)
         let result = try walked.get()
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
-        return Result(restored: id, safetySnapshot: result.safetySnapshot, clearedInterruptedMigration: journal != nil,
-                      version: version, verified: result.verified, stages: walked.stages)
+        return Result(restored: id, safetySnapshot: result?.safetySnapshot, clearedInterruptedMigration: journal != nil,
+                      version: version, verified: result?.verified ?? true, stages: walked.stages, nothingToRollBack: result == nil)
     }
 
     /// The snapshot to go back to: `--to`, else the interrupted migration's, else the one taken
     /// before the run that applied the store's newest migration. Not simply the newest
     /// `pre-migrate` snapshot: after a run that failed and was rolled back, that one is the failed
     /// run's own (the store as it is now), and restoring it would change nothing.
-    static func target(_ options: Options, store: StoreFile, journal: MigrationJournal?) throws -> String {
+    static func target(_ options: Options, store: StoreFile, journal: MigrationJournal?) throws -> String? {
         let repository = try OpenedRepository.open(options.repository, password: options.password)
         if let to = options.to { return try repository.entry(to).id }
         if let journal { return journal.snapshotId }
         let history = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.read($0) }
-        guard let newest = history.max(by: { $0.version < $1.version }) else {
-            throw StoreOpsError(.noInput, "nothing to roll back: no migration has been applied to \(store.path) (version 0)",
-                                hint: "to restore a snapshot anyway: storectl rollback \(store.path) --repo \(repository.location) --to ID")
-        }
+        guard let newest = history.max(by: { $0.version < $1.version }) else { return nil }
         guard let id = newest.snapshotId, !id.isEmpty else {
             throw StoreOpsError(.noInput, "the history of \(store.path) names no snapshot taken before \(String(format: "%04d", newest.version))_\(newest.name)",
                                 hint: "name one with --to (storectl snapshot list --repo \(repository.location))")

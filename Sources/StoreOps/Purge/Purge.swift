@@ -122,7 +122,7 @@ public enum Purge {
         let copy = try PendingFile(finalPath: (folder as NSString).appendingPathComponent("storectl-purge-dry-run-\(getpid()).sqlite"), label: "purge.dry-run.copy")
         defer {
             copy.discard()
-            for suffix in ["-wal", "-shm", "-journal"] { unlink(copy.tempPath + suffix) }
+            for suffix in ["-wal", "-shm", "-journal"] { FileSystem.remove(copy.tempPath + suffix, point: "purge.dry-run.copy.sidecar.remove") }
         }
         progress?(.stage("copy"))
         do {
