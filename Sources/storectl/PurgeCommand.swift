@@ -27,9 +27,10 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
         let report = try Purge.run(options, progress: progress?.1)
         progress?.0.finish()
         print(json ? jsonReport(report) : Self.render(report))
-        if !json, report.ending.outcome == .stopped, let reason = report.ending.stop {
+        // On stderr also with --json (the report is on stdout): a failure always says so.
+        if report.ending.outcome == .stopped, let reason = report.ending.stop {
             FileHandle.standardError.write(Data("storectl: purge stopped: \(reason); finished batches are committed, the rest is untouched\n".utf8))
-        } else if !json, report.ending.outcome == .failed, let error = report.ending.error {
+        } else if report.ending.outcome == .failed, let error = report.ending.error {
             FileHandle.standardError.write(Data("storectl: \(error.message)\(error.hint.map { "\n  hint: \($0)" } ?? "")\n".utf8))
         }
         try Finished.check(report.ending)

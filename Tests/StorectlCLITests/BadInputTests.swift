@@ -178,7 +178,7 @@ struct BadInputTests {
             (["repo", "init", "--repo", folder.file("full")], 73, "is not empty", [:]),
             (["repo", "init", "--repo", folder.file("nowhere/r")], 73, "does not exist", [:]),
             (["repo", "init", "--repo", folder.file("r")], 64, "password is empty", ["STORECTL_PASSWORD_FILE": folder.file("empty")]),
-            (["repo", "check", "--repo", folder.file("r")], 66, "repo init", [:]),
+            (["repo", "check", "--repo", folder.file("r")], 66, "check --repo", [:]),
         ] as [([String], Int32, String, [String: String])] {
             let result = try run(arguments, extra)
             #expect(result.status == status && result.stderr.contains(message), "\(arguments): \(result.status) \(result.stderr)")

@@ -63,4 +63,57 @@ struct HelpTests {
         }
         #expect(try storectl("--help").status == 0 && (try storectl("--version")).stdout.hasPrefix("storectl "))
     }
+
+    /// The synopsis blocks of the README: the first plain ``` block after each heading that names a
+    /// `storectl` command, one logical line per command (continuations are indented).
+    static func synopses() throws -> [(line: String, path: [String])] {
+        let readme = try String(contentsOfFile: (ReadmeTranscriptTests.packageRoot as NSString).appendingPathComponent("README.md"), encoding: .utf8)
+        let lines = readme.components(separatedBy: "\n")
+        var result: [String] = []
+        var index = 0
+        while index < lines.count {
+            defer { index += 1 }
+            guard lines[index].hasPrefix("## "), lines[index].contains("`storectl") else { continue }
+            var fence = index + 1
+            while fence < lines.count, !lines[fence].hasPrefix("```"), !lines[fence].hasPrefix("## ") { fence += 1 }
+            guard fence < lines.count, lines[fence] == "```" else { continue }
+            var body = fence + 1
+            while body < lines.count, lines[body] != "```" {
+                if lines[body].hasPrefix("storectl ") { result.append(lines[body]) }
+                else if lines[body].hasPrefix(" "), !result.isEmpty { result[result.count - 1] += " " + lines[body].trimmingCharacters(in: .whitespaces) }
+                body += 1
+            }
+        }
+        let known = Set(try commandPaths())
+        return result.map { line in
+            var path: [String] = []
+            for word in line.split(separator: " ").dropFirst() {
+                let name = word.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+                guard known.contains(path + [name]) else { break }
+                path.append(name)
+            }
+            return (line, path)
+        }
+    }
+
+    static let optionPattern = try! NSRegularExpression(pattern: #"--[a-z][a-z0-9-]*"#)
+
+    static func options(_ text: String) -> Set<String> {
+        Set(optionPattern.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap { Range($0.range, in: text).map { String(text[$0]) } })
+    }
+
+    @Test("the README's synopses name exactly the options each command's --help lists")
+    func synopsesMatchHelp() throws {
+        let synopses = try Self.synopses()
+        #expect(synopses.count >= 25, "\(synopses.map(\.line))")
+        for (line, path) in synopses {
+            guard !path.isEmpty else { Issue.record("README synopsis names no command: \(line)"); continue }
+            let help = try ChildProcess.run(Binaries.storectl, path + ["--help"]).stdout
+            let optionLines = help.components(separatedBy: "OPTIONS:").dropFirst().joined().components(separatedBy: "\n").filter { $0.hasPrefix("  -") }
+            let offered = Self.options(optionLines.joined(separator: "\n")).subtracting(["--help", "--version"])
+            let shown = Self.options(line)
+            for missing in offered.subtracting(shown).sorted() { Issue.record("README synopsis of storectl \(path.joined(separator: " ")) lacks \(missing): \(line)") }
+            for stale in shown.subtracting(offered).sorted() { Issue.record("README synopsis of storectl \(path.joined(separator: " ")) shows \(stale), which --help does not list: \(line)") }
+        }
+    }
 }

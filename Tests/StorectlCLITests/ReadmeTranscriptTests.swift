@@ -226,7 +226,9 @@ struct ReadmeTranscriptTests {
         }
         #expect(all.count >= 15, "found only \(all.count) console blocks")
         var base = ["PATH": "\(Self.binaries):/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TZ": "UTC", "LC_ALL": "C.UTF-8", "COLUMNS": "80",
-                    "STORECTL_TRANSCRIPT_EXAMPLES": (Self.packageRoot as NSString).appendingPathComponent("examples")]
+                    "STORECTL_TRANSCRIPT_EXAMPLES": (Self.packageRoot as NSString).appendingPathComponent("examples"),
+                    // Never the machine's crontab: a block that installs jobs names its stand-in.
+                    "STORECTL_CRONTAB": "/nonexistent/storectl-transcript/crontab"]
         for name in ["STORECTL_PASSWORD_FILE", "STORECTL_PASSWORD_COMMAND", "STORECTL_PROGRESS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL_S3",
                      "AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_REGION", "STORECTL_FAULT_POINT"] {
             base[name] = ""

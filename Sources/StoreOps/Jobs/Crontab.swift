@@ -108,7 +108,10 @@ public enum Crontab {
     }
 
     static func runCrontab(_ arguments: [String], input: String?) throws -> (status: Int32, stdout: String, stderr: String) {
-        guard let crontab = ["/usr/bin/crontab", "/bin/crontab"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+        // STORECTL_CRONTAB: another crontab command (the README's examples run against a stand-in,
+        // never the machine's real crontab).
+        let override = ProcessInfo.processInfo.environment["STORECTL_CRONTAB"].flatMap { $0.isEmpty ? nil : FileSystem.absolute($0) }
+        guard let crontab = (override.map { [$0] } ?? ["/usr/bin/crontab", "/bin/crontab"]).first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             throw StoreOpsError(.noInput, "the crontab command is not installed", hint: "install cron (apt-get install cron), or use `storectl schedule systemd`")
         }
         let process = Process()
