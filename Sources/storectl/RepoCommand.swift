@@ -100,7 +100,9 @@ struct RepoRepairCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
-        let report = try RepositoryRepair.run(location: repo, password: password.source, wait: wait)
+        let progress = TerminalProgress.handler("repo repair", quiet: json)
+        let report = try RepositoryRepair.run(location: repo, password: password.source, wait: wait, progress: progress?.1)
+        progress?.0.finish()
         if json { print(jsonReport(report)) } else {
             for damaged in report.damagedPacks { print("damaged \(damaged)") }
             for snapshot in report.unrestorable { print("UNRESTORABLE \(snapshot)") }

@@ -71,6 +71,8 @@ struct ProgressTests {
               "migrate  0001_mark: foreign_key_check", "migrate  verify"]),
             (["snapshot", "restore", "--repo", "snaps", id, "--in-place", world.store], ["snapshot restore  lock", "snapshot restore  preflight", "snapshot restore  pages",
                                                                                       "snapshot restore  snapshot", "snapshot restore  snapshot  copy", "snapshot restore  swap"]),
+            (["repo", "repair", "--repo", "snaps"], ["repo repair  read the indexes", "repo repair  read every pack", "repo repair  read every pack  100.0%",
+                                                     "repo repair  check every snapshot against the new index"]),
         ]
         for (arguments, expected) in cases {
             let result = try world.run(arguments, progress: "always")

@@ -28,7 +28,7 @@ public enum RepositoryRepair {
             hint: "restore another snapshot (`storectl snapshot list`); if a copy of the repository holds the damaged packs, copy them back and run repair again"))
     }
 
-    public static func run(location: String, password: PasswordSource, wait: Bool = false) throws -> Report {
+    public static func run(location: String, password: PasswordSource, wait: Bool = false, progress: ProgressHandler? = nil) throws -> Report {
         guard case .paged(let repository) = try OpenedRepository.open(location, password: password) else {
             throw StoreOpsError(.usage, "\(FileSystem.absolute(location)) is a format-1 repository: it has no index to repair",
                                 hint: "`storectl snapshot verify --all` checks its archives")
@@ -38,12 +38,22 @@ public enum RepositoryRepair {
         var report = Report(location: repository.location)
         // What the readable indexes say, for packs whose own header is damaged.
         var known: [ContentID: PackContents] = [:]
+        progress?(.stage("read the indexes"))
         try RepositoryIndex.scan(repository) { _, pack, contents in known[pack] = contents }
         var index = IndexFile()
         var damaged = Set<ContentID>()
         let zstd = try ZstdFrames(level: 3)
-        for (key, _) in try repository.backend.list("data/") {
+        let packs = try repository.backend.list("data/")
+        progress?(.stage("read every pack"))
+        let started = Date()
+        var read: UInt64 = 0, bytes: UInt64 = 0
+        for (key, size) in packs {
             try ProcessSignals.checkpoint("repairing \(repository.location)")
+            defer {
+                read += 1
+                bytes += size
+                progress?(.step(ProgressUpdate(phase: "read every pack", done: read, total: UInt64(packs.count), unit: .files, bytes: bytes, startedAt: started)))
+            }
             guard let id = ContentID(hex: FileSystem.name(of: key)), PackBuilder.key(id) == key else {
                 report.damagedPacks.append("\(repository.backend.describe(key)): not a pack name")
                 continue
@@ -67,6 +77,7 @@ public enum RepositoryRepair {
             try repository.backend.remove(key, point: "repair.index.remove")
             report.removedIndexes += 1
         }
+        progress?(.stage("check every snapshot against the new index"))
         report.unrestorable = try unrestorable(repository, index: index, damagedPacks: damaged)
         return report
     }
