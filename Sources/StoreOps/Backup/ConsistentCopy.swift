@@ -206,12 +206,7 @@ public enum ConsistentCopy {
                                          bytes: UInt64(copied) * UInt64(pageSize), startedAt: startedAt))
                 if rc == SQLITE_DONE {
                     finished = true
-                    let finishCode = sqlite3_backup_finish(backup)
-                    guard finishCode == SQLITE_OK else {
-                        throw StoreOpsError.fromResultCode(finishCode, message: String(cString: sqlite3_errmsg(dst)),
-                                                           doing: "finishing the copy of \(store.path)", side: .output)
-                    }
-                    return
+                    return try finish(backup, into: dst, store: store)
                 }
             case SQLITE_BUSY, SQLITE_LOCKED:
                 stats.busyRetries += 1
@@ -223,14 +218,27 @@ public enum ConsistentCopy {
                 usleep(backoff)
                 backoff = min(backoff * 2, 50_000)
             default:
-                // "SQLITE_IOERR_XXX, SQLITE_NOMEM, or SQLITE_READONLY ... errors are considered fatal."
-                let message = String(cString: sqlite3_errmsg(dst))
                 finished = true
-                sqlite3_backup_finish(backup)
-                let side: StoreOpsError.Side = (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? .input : .output
-                throw StoreOpsError.fromResultCode(rc, message: message, doing: "copying pages of \(store.path)", side: side)
+                throw abandon(backup, code: rc, into: dst, store: store)
             }
         }
+    }
+
+    private static func finish(_ backup: OpaquePointer, into dst: OpaquePointer?, store: StoreFile) throws {
+        let finishCode = sqlite3_backup_finish(backup)
+        guard finishCode == SQLITE_OK else {
+            throw StoreOpsError.fromResultCode(finishCode, message: String(cString: sqlite3_errmsg(dst)),
+                                               doing: "finishing the copy of \(store.path)", side: .output)
+        }
+    }
+
+    /// "SQLITE_IOERR_XXX, SQLITE_NOMEM, or SQLITE_READONLY ... errors are considered fatal": the
+    /// copy is finished (released) and the error names the side at fault.
+    private static func abandon(_ backup: OpaquePointer, code rc: Int32, into dst: OpaquePointer?, store: StoreFile) -> StoreOpsError {
+        let message = String(cString: sqlite3_errmsg(dst))
+        sqlite3_backup_finish(backup)
+        let side: StoreOpsError.Side = (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? .input : .output
+        return StoreOpsError.fromResultCode(rc, message: message, doing: "copying pages of \(store.path)", side: side)
     }
 
     /// Checks a finished copy on one core while `alongside` (hashing it, packing it) runs on

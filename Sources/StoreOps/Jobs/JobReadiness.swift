@@ -61,29 +61,7 @@ public enum JobReadiness {
             report.problems.append(Problem(check: check, message: message, hint: hint, status: status))
         }
 
-        // The store, and its folder: every job takes the job lock, a file beside the store.
-        let store = policy.store.path
-        switch FileSystem.kind(of: store) {
-        case .missing:
-            problem("store", "the store \(store) does not exist", hint: "check [store] path in \(policy.file)", .noInput)
-        case .file:
-            let writes = jobs.contains(.purge) || jobs.contains(.maintain)
-            if access(store, R_OK | (writes ? W_OK : 0)) != 0 {
-                problem("store", "the store \(store) cannot be \(writes ? "read and written" : "read") by this user (\(UserName.current))",
-                        hint: "run the job as the store's owner", .cannotCreate)
-            } else {
-                report.ready.append("store")
-            }
-        default:
-            problem("store", "\(store) is not a file", hint: "check [store] path in \(policy.file)", .badData)
-        }
-        let folder = FileSystem.parent(of: store)
-        if FileSystem.kind(of: folder) == .directory {
-            if access(folder, W_OK | X_OK) != 0 {
-                problem("store.folder", "the store's folder \(folder) is not writable by \(UserName.current): the job lock file "
-                        + "\(FileSystem.name(of: store)).storectl-lock cannot be made there", hint: "run the job as the store's owner", .cannotCreate)
-            }
-        }
+        checkStore(policy, jobs: jobs, into: &report)
 
         // Purge rules: purge and maintain purge.
         if jobs.contains(where: { $0 != .snapshot }), policy.rules.isEmpty {
@@ -118,6 +96,35 @@ public enum JobReadiness {
             }
         }
         return report
+    }
+
+    /// The store, and its folder: every job takes the job lock, a file beside the store.
+    private static func checkStore(_ policy: Policy, jobs: [ScheduledJob], into report: inout Report) {
+        func problem(_ check: String, _ message: String, hint: String? = nil, _ status: ExitStatus) {
+            report.problems.append(Problem(check: check, message: message, hint: hint, status: status))
+        }
+        let store = policy.store.path
+        switch FileSystem.kind(of: store) {
+        case .missing:
+            problem("store", "the store \(store) does not exist", hint: "check [store] path in \(policy.file)", .noInput)
+        case .file:
+            let writes = jobs.contains(.purge) || jobs.contains(.maintain)
+            if access(store, R_OK | (writes ? W_OK : 0)) != 0 {
+                problem("store", "the store \(store) cannot be \(writes ? "read and written" : "read") by this user (\(UserName.current))",
+                        hint: "run the job as the store's owner", .cannotCreate)
+            } else {
+                report.ready.append("store")
+            }
+        default:
+            problem("store", "\(store) is not a file", hint: "check [store] path in \(policy.file)", .badData)
+        }
+        let folder = FileSystem.parent(of: store)
+        if FileSystem.kind(of: folder) == .directory {
+            if access(folder, W_OK | X_OK) != 0 {
+                problem("store.folder", "the store's folder \(folder) is not writable by \(UserName.current): the job lock file "
+                        + "\(FileSystem.name(of: store)).storectl-lock cannot be made there", hint: "run the job as the store's owner", .cannotCreate)
+            }
+        }
     }
 
     /// The S3 settings read from the environment: a scheduled run starts without them.

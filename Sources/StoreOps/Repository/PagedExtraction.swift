@@ -67,27 +67,7 @@ enum PagedExtraction {
         // from each page to the next page with the same id (ascending), so a blob found in an
         // index is matched to its pages in one probe.
         let pagesByID = PagesByID(ids)
-        var located = [Bool](repeating: false, count: ids.count)
-        var jobs: [FrameJob] = []
-        let damaged = try RepositoryIndex.scan(repository) { _, pack, contents in
-            for frame in contents.frames {
-                var job: FrameJob?
-                for (b, blob) in frame.blobs.enumerated() where blob.type == .page {
-                    guard let first = pagesByID.first(blob.id), !located[first] else { continue }
-                    guard Int(blob.length) == pageSize else { continue }
-                    located[first] = true
-                    if job == nil { job = FrameJob(pack: pack, frame: frame) }
-                    job?.wanted.append((b, first))
-                }
-                if let job { jobs.append(job) }
-            }
-        }
-        for page in 0..<ids.count where !located[page] && pagesByID.first(ids[page]) == page {
-            throw BlobLocator.missingBlob(ids[page], type: .page, context: "\(context), page \(page + 1)", repository: repository, damaged: damaged)
-        }
-        located = []
-        jobs.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
-        let frames = jobs
+        let frames = try framesToRead(ids, pagesByID: pagesByID, pageSize: pageSize, repository: repository, context: context)
         nonisolated(unsafe) let report = progress   // called under `written`'s lock, one lane at a time
 
         let fd = open(path, O_WRONLY | O_CLOEXEC)
@@ -113,41 +93,8 @@ enum PagedExtraction {
                     guard i < spans.count else { return }
                     try ProcessSignals.checkpoint("restoring \(context)")
                     try BlobLocator.read(spans[i], frames: framesToRead, repository: repository, zstd: zstd) { member, plain in
-                        let job = frames[member]
-                        var pages = 0
-                        // Pages that follow each other both in the frame and in the file go out in one
-                        // write (a first snapshot's frames hold runs of pages in file order).
-                        var run: (start: Int, page: UInt32, count: Int)?
-                        func flush() throws {
-                            guard let current = run else { return }
-                            try plain.withUnsafeBytes { raw in
-                                let slice = UnsafeRawBufferPointer(rebasing: raw[current.start..<(current.start + current.count * pageSize)])
-                                try FileSystem.writeAll(fd, slice, at: off_t(current.page) * off_t(pageSize), path: path)
-                            }
-                            run = nil
-                        }
-                        for (b, first) in job.wanted {
-                            let blob = job.frame.blobs[b]
-                            let start = Int(blob.offset)
-                            guard Int(blob.length) == pageSize, start + pageSize <= plain.count else {
-                                throw StoreOpsError(.badData, "\(context): a page blob lies outside its frame in pack \(repository.backend.describe(PackBuilder.key(job.pack)))",
-                                                    hint: Sealer.damagedHint)
-                            }
-                            // Checked against its id once the whole file is written (`checkPages`).
-                            var next: Int? = first
-                            while let index = next {
-                                let page = UInt32(index)
-                                if let current = run, current.page + UInt32(current.count) == page, current.start + current.count * pageSize == start {
-                                    run?.count += 1
-                                } else {
-                                    try flush()
-                                    run = (start, page, 1)
-                                }
-                                next = pagesByID.next(after: index)
-                                pages += 1
-                            }
-                        }
-                        try flush()
+                        let pages = try place(plain, of: frames[member], pagesByID: pagesByID, pageSize: pageSize, fd: fd, path: path,
+                                              repository: repository, context: context)
                         let flushNow = written.withLock { value -> Bool in
                             let before = value
                             value += pages
@@ -165,6 +112,72 @@ enum PagedExtraction {
             }
         }
         if let error = failure.withLock({ $0 }) { throw error }
+    }
+
+    /// The frames holding the snapshot's pages, each once, in pack and offset order; 65 naming
+    /// the first page no index holds.
+    private static func framesToRead(_ ids: [ContentID], pagesByID: PagesByID, pageSize: Int, repository: PagedRepository,
+                                     context: String) throws -> [FrameJob] {
+        var located = [Bool](repeating: false, count: ids.count)
+        var jobs: [FrameJob] = []
+        let damaged = try RepositoryIndex.scan(repository) { _, pack, contents in
+            for frame in contents.frames {
+                var job: FrameJob?
+                for (b, blob) in frame.blobs.enumerated() where blob.type == .page {
+                    guard let first = pagesByID.first(blob.id), !located[first] else { continue }
+                    guard Int(blob.length) == pageSize else { continue }
+                    located[first] = true
+                    if job == nil { job = FrameJob(pack: pack, frame: frame) }
+                    job?.wanted.append((b, first))
+                }
+                if let job { jobs.append(job) }
+            }
+        }
+        for page in 0..<ids.count where !located[page] && pagesByID.first(ids[page]) == page {
+            throw BlobLocator.missingBlob(ids[page], type: .page, context: "\(context), page \(page + 1)", repository: repository, damaged: damaged)
+        }
+        jobs.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
+        return jobs
+    }
+
+    /// Writes the pages an opened frame holds to every place the map puts them; pages that
+    /// follow each other both in the frame and in the file go out in one write (a first
+    /// snapshot's frames hold runs of pages in file order). Returns how many pages were written.
+    private static func place(_ plain: Data, of job: FrameJob, pagesByID: PagesByID, pageSize: Int, fd: Int32, path: String,
+                              repository: PagedRepository, context: String) throws -> Int {
+        var pages = 0
+        var run: (start: Int, page: UInt32, count: Int)?
+        func flush() throws {
+            guard let current = run else { return }
+            try plain.withUnsafeBytes { raw in
+                let slice = UnsafeRawBufferPointer(rebasing: raw[current.start..<(current.start + current.count * pageSize)])
+                try FileSystem.writeAll(fd, slice, at: off_t(current.page) * off_t(pageSize), path: path)
+            }
+            run = nil
+        }
+        for (b, first) in job.wanted {
+            let blob = job.frame.blobs[b]
+            let start = Int(blob.offset)
+            guard Int(blob.length) == pageSize, start + pageSize <= plain.count else {
+                throw StoreOpsError(.badData, "\(context): a page blob lies outside its frame in pack \(repository.backend.describe(PackBuilder.key(job.pack)))",
+                                    hint: Sealer.damagedHint)
+            }
+            // Checked against its id once the whole file is written (`checkPages`).
+            var next: Int? = first
+            while let index = next {
+                let page = UInt32(index)
+                if let current = run, current.page + UInt32(current.count) == page, current.start + current.count * pageSize == start {
+                    run?.count += 1
+                } else {
+                    try flush()
+                    run = (start, page, 1)
+                }
+                next = pagesByID.next(after: index)
+                pages += 1
+            }
+        }
+        try flush()
+        return pages
     }
 
     /// Reads the reassembled database once, in order: its SHA-256, and every page against the id

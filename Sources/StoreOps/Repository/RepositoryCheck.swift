@@ -77,34 +77,58 @@ public enum RepositoryCheck {
 
     static func check(_ repository: PagedRepository, readData: Bool, progress: StepHandler?) throws -> Report {
         var report = Report(location: repository.location, format: 2, encrypted: repository.config.isEncrypted, readData: readData)
+        try checkKeysAndLocks(repository, into: &report)
+        let indexes = try scanIndexes(repository, into: &report)
+        let stored = try checkPacks(repository, indexes: indexes, into: &report)
+        try checkSnapshots(repository, indexes: indexes, into: &report)
+        if readData { try readEveryPack(repository, indexes: indexes, stored: stored, progress: progress, into: &report) }
+        return report
+    }
+
+    /// What the indexes say: each pack's contents, where each blob is, and which blobs are pages
+    /// as restore takes them (an index entry of type page whose length is the page size).
+    struct IndexedBlobs {
+        var packs: [ContentID: PackContents] = [:]
+        var locations: [ContentID: BlobLocation] = [:]
+        var pageLengths: [ContentID: UInt32] = [:]
+        var damaged: [RepositoryIndex.Damaged] = []
+    }
+
+    private static func checkKeysAndLocks(_ repository: PagedRepository, into report: inout Report) throws {
         if repository.config.isEncrypted {
             report.problems += try PagedRepository.keyFiles(repository.backend).damaged.map { "key file \(repository.backend.describe($0.key)) \($0.problem)" }
         }
         for lock in try RepositoryLock.list(repository.backend) where lock.stale {
             report.notes.append("stale lock \(repository.backend.describe(lock.key)) (\(lock.record.map { "\($0.operation) by pid \($0.pid) on \($0.host)" } ?? "unreadable")): the next writer removes it")
         }
-        // Indexes.
-        var indexed: [ContentID: PackContents] = [:]
-        var locations: [ContentID: BlobLocation] = [:]
-        // Pages as restore takes them: an index entry of type page whose length is the page size.
-        var pageLengths: [ContentID: UInt32] = [:]
-        let damagedIndexes = try RepositoryIndex.scan(repository) { key, pack, contents in
-            if let known = indexed[pack], known != contents {
-                report.problems.append("pack \(pack.hex.prefix(16))… is described differently by two indexes (one is \(key))")
+    }
+
+    private static func scanIndexes(_ repository: PagedRepository, into report: inout Report) throws -> IndexedBlobs {
+        var found = IndexedBlobs()
+        var conflicts: [String] = []
+        found.damaged = try RepositoryIndex.scan(repository) { key, pack, contents in
+            if let known = found.packs[pack], known != contents {
+                conflicts.append("pack \(pack.hex.prefix(16))… is described differently by two indexes (one is \(key))")
             }
-            indexed[pack] = contents
+            found.packs[pack] = contents
             for frame in contents.frames { for blob in frame.blobs {
-                if locations[blob.id] == nil { locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob) }
-                if blob.type == .page { pageLengths[blob.id] = blob.length }
+                if found.locations[blob.id] == nil { found.locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob) }
+                if blob.type == .page { found.pageLengths[blob.id] = blob.length }
             } }
         }
+        report.problems += conflicts
         report.indexes = try repository.backend.list("index/").count
-        report.problems += damagedIndexes.map { "index \(repository.backend.describe($0.key)): \($0.problem) (`storectl repo repair` rebuilds the index from the packs)" }
-        report.blobs = locations.count
-        // Packs: each indexed one exists and its own header agrees; unindexed ones are noted.
+        report.problems += found.damaged.map { "index \(repository.backend.describe($0.key)): \($0.problem) (`storectl repo repair` rebuilds the index from the packs)" }
+        report.blobs = found.locations.count
+        return found
+    }
+
+    /// Each indexed pack exists and its own header agrees; unindexed ones are noted. Returns the
+    /// packs stored.
+    private static func checkPacks(_ repository: PagedRepository, indexes: IndexedBlobs, into report: inout Report) throws -> Set<String> {
         let stored = Set(try repository.backend.list("data/").map(\.key))
         report.packs = stored.count
-        for (pack, contents) in indexed.sorted(by: { $0.key < $1.key }) {
+        for (pack, contents) in indexes.packs.sorted(by: { $0.key < $1.key }) {
             let key = PackBuilder.key(pack)
             guard stored.contains(key) else {
                 report.problems.append("pack \(repository.backend.describe(key)) is listed by an index but missing")
@@ -118,25 +142,28 @@ public enum RepositoryCheck {
                 report.problems.append(error.message)
             }
         }
-        let unindexed = stored.subtracting(indexed.keys.map(PackBuilder.key))
+        let unindexed = stored.subtracting(indexes.packs.keys.map(PackBuilder.key))
         if !unindexed.isEmpty {
             report.notes.append("\(Format.plural(unindexed.count, "pack is", "packs are")) in no index (left by a writer that stopped before indexing them, or their index was lost): if a snapshot needs them, `storectl repo repair` indexes them; otherwise `storectl snapshot prune` removes them")
         }
-        // Snapshots: every record opens; every blob it needs is indexed.
+        return stored
+    }
+
+    /// Every record opens; every blob it needs is indexed (pages as pages of its page size).
+    private static func checkSnapshots(_ repository: PagedRepository, indexes: IndexedBlobs, into report: inout Report) throws {
         let (records, damagedRecords) = try repository.catalog()
         report.snapshots = records.count + damagedRecords.count
         report.problems += damagedRecords.map { "snapshot \($0.id): \($0.problem)" }
-        let zstd = try ZstdFrames(level: 3)
         for record in records {
             do {
-                let ids = try BlobLocator.pageMap(of: record, in: repository, locations: locations, damaged: damagedIndexes).ids
+                let ids = try BlobLocator.pageMap(of: record, in: repository, locations: indexes.locations, damaged: indexes.damaged).ids
                 var missing = 0
                 var first: ContentID?
-                for id in Set(ids) where pageLengths[id].map({ Int($0) != record.pages.pageSize }) ?? true {
+                for id in Set(ids) where indexes.pageLengths[id].map({ Int($0) != record.pages.pageSize }) ?? true {
                     missing += 1
                     first = first ?? id
                 }
-                for (id, _) in record.otherBlobs where locations[id] == nil {
+                for (id, _) in record.otherBlobs where indexes.locations[id] == nil {
                     missing += 1
                     first = first ?? id
                 }
@@ -147,23 +174,26 @@ public enum RepositoryCheck {
                 report.problems.append(error.message)
             }
         }
-        // Every byte, when asked.
-        if readData {
-            let started = Date()
-            let total = indexed.values.reduce(UInt64(0)) { $0 + $1.frames.reduce(0) { $0 + UInt64($1.sealedLength) } }
-            var done: UInt64 = 0
-            for (pack, contents) in indexed.sorted(by: { $0.key < $1.key }) where stored.contains(PackBuilder.key(pack)) {
-                progress?(ProgressUpdate(phase: "reading every pack", done: done, total: total, unit: .bytes, bytes: done, startedAt: started))
-                try ProcessSignals.checkpoint("checking \(repository.location)")
-                // Neighbouring frames in one read (one request per 4 MiB in a bucket); the first
-                // problem of a pack ends its reading.
-                do {
-                    try BlobLocator.checkPack(pack, frames: contents.frames, repository: repository, zstd: zstd) { done += UInt64($0.sealedLength) }
-                } catch let error as StoreOpsError where error.status == .badData {
-                    report.problems.append(error.message)
-                }
+    }
+
+    /// `--read-data`: every frame of every stored, indexed pack read, authenticated,
+    /// decompressed and checked against its content ids.
+    private static func readEveryPack(_ repository: PagedRepository, indexes: IndexedBlobs, stored: Set<String>, progress: StepHandler?,
+                                      into report: inout Report) throws {
+        let zstd = try ZstdFrames(level: 3)
+        let started = Date()
+        let total = indexes.packs.values.reduce(UInt64(0)) { $0 + $1.frames.reduce(0) { $0 + UInt64($1.sealedLength) } }
+        var done: UInt64 = 0
+        for (pack, contents) in indexes.packs.sorted(by: { $0.key < $1.key }) where stored.contains(PackBuilder.key(pack)) {
+            progress?(ProgressUpdate(phase: "reading every pack", done: done, total: total, unit: .bytes, bytes: done, startedAt: started))
+            try ProcessSignals.checkpoint("checking \(repository.location)")
+            // Neighbouring frames in one read (one request per 4 MiB in a bucket); the first
+            // problem of a pack ends its reading.
+            do {
+                try BlobLocator.checkPack(pack, frames: contents.frames, repository: repository, zstd: zstd) { done += UInt64($0.sealedLength) }
+            } catch let error as StoreOpsError where error.status == .badData {
+                report.problems.append(error.message)
             }
         }
-        return report
     }
 }

@@ -83,13 +83,7 @@ final class S3Client: Sendable {
             // does not run past it.
             let silent = unansweredSince.withLock { $0 }.map { attemptStarted.timeIntervalSince($0) } ?? 0
             let idle = settings.deadline > 0 ? max(1, min(settings.timeout, settings.deadline - silent)) : settings.timeout
-            var headers = extra
-            headers["host"] = host
-            headers["x-amz-date"] = SigV4.amzDate(Date())
-            headers["x-amz-content-sha256"] = payloadHash
-            if let token = settings.credentials.sessionToken { headers["x-amz-security-token"] = token }
-            var lines = headers.filter { $0.key != "host" }.map { "\($0.key): \($0.value)" }
-            lines.append("Authorization: " + signer.authorization(method: method, path: path(key), query: query, headers: headers, payloadHash: payloadHash))
+            let lines = signedHeaders(extra, signer: signer, method: method, key: key, query: query, payloadHash: payloadHash)
             let outcome = perform(method: method, url: url, headers: lines, body: body, idle: idle)
             if case .answered = outcome { unansweredSince.withLock { $0 = nil } } else {
                 unansweredSince.withLock { if $0 == nil { $0 = attemptStarted } }
@@ -113,22 +107,41 @@ final class S3Client: Sendable {
                                     hint: "check --repo: the prefix may hold objects that are not a storectl repository")
             }
             attempt += 1
-            let ceiling = min(settings.maxBackoff, settings.backoff * pow(2, Double(attempt - 1)))
-            let delay = Double.random(in: 0...ceiling)
-            let silentFor = unansweredSince.withLock { $0 }.map { Date().timeIntervalSince($0) } ?? 0
-            let pastDeadline = settings.deadline > 0 && silentFor + delay >= settings.deadline
-            guard attempt <= settings.retries, !pastDeadline else {
-                // Both figures are wall time: this request's attempts, and how long the endpoint has
-                // answered nothing at all (any request of this run).
-                let why = pastDeadline ? "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s (deadline \(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)" : ""
-                throw StoreOpsError(.ioError, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
-                                    hint: "check that the endpoint is up and reachable from this host; nothing was changed in the store, and the next run cleans up what this one left")
-            }
-            let deadline = Date().addingTimeInterval(delay)
-            while Date() < deadline {
-                try ProcessSignals.checkpoint("retrying \(kind) \(what)")
-                Thread.sleep(forTimeInterval: min(0.05, max(0, deadline.timeIntervalSinceNow)))
-            }
+            try waitBeforeRetry(attempt: attempt, started: started, lastProblem: lastProblem, kind: kind, what: what)
+        }
+    }
+
+    /// The request's header lines, signed (SigV4), at this attempt's time.
+    private func signedHeaders(_ extra: [String: String], signer: SigV4, method: String, key: String?, query: [(String, String)],
+                               payloadHash: String) -> [String] {
+        var headers = extra
+        headers["host"] = host
+        headers["x-amz-date"] = SigV4.amzDate(Date())
+        headers["x-amz-content-sha256"] = payloadHash
+        if let token = settings.credentials.sessionToken { headers["x-amz-security-token"] = token }
+        var lines = headers.filter { $0.key != "host" }.map { "\($0.key): \($0.value)" }
+        lines.append("Authorization: " + signer.authorization(method: method, path: path(key), query: query, headers: headers, payloadHash: payloadHash))
+        return lines
+    }
+
+    /// Sleeps a jittered exponential backoff before attempt `attempt + 1`, or throws 74 when the
+    /// retries or the deadline are spent.
+    private func waitBeforeRetry(attempt: Int, started: Date, lastProblem: String, kind: String, what: String) throws {
+        let ceiling = min(settings.maxBackoff, settings.backoff * pow(2, Double(attempt - 1)))
+        let delay = Double.random(in: 0...ceiling)
+        let silentFor = unansweredSince.withLock { $0 }.map { Date().timeIntervalSince($0) } ?? 0
+        let pastDeadline = settings.deadline > 0 && silentFor + delay >= settings.deadline
+        guard attempt <= settings.retries, !pastDeadline else {
+            // Both figures are wall time: this request's attempts, and how long the endpoint has
+            // answered nothing at all (any request of this run).
+            let why = pastDeadline ? "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s (deadline \(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)" : ""
+            throw StoreOpsError(.ioError, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
+                                hint: "check that the endpoint is up and reachable from this host; nothing was changed in the store, and the next run cleans up what this one left")
+        }
+        let deadline = Date().addingTimeInterval(delay)
+        while Date() < deadline {
+            try ProcessSignals.checkpoint("retrying \(kind) \(what)")
+            Thread.sleep(forTimeInterval: min(0.05, max(0, deadline.timeIntervalSinceNow)))
         }
     }
 

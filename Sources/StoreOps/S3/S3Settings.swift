@@ -65,49 +65,11 @@ public struct S3Settings: Sendable, CustomStringConvertible {
 
     /// - Throws: 64 when no credentials are found or a setting is malformed.
     public static func resolve(bucket: String, environment: [String: String] = S3Settings.environment) throws -> S3Settings {
-        let env = environment.filter { !$0.value.isEmpty }
-        let home = env["HOME"] ?? NSHomeDirectory()
-        let profile = env["AWS_PROFILE"] ?? env["AWS_DEFAULT_PROFILE"] ?? "default"
-        let credentialsFile = env["AWS_SHARED_CREDENTIALS_FILE"] ?? "\(home)/.aws/credentials"
-        let configFile = env["AWS_CONFIG_FILE"] ?? "\(home)/.aws/config"
-        let credentialsINI = try AWSProfileFile.read(credentialsFile)
-        let configINI = try AWSProfileFile.read(configFile)
-        // ~/.aws/credentials names sections by the profile; ~/.aws/config by "profile NAME" (but "default").
-        let fromCredentials = credentialsINI[profile] ?? [:]
-        let fromConfig = configINI[profile == "default" ? "default" : "profile \(profile)"] ?? configINI[profile] ?? [:]
-        func setting(_ name: String) -> String? { fromCredentials[name] ?? fromConfig[name] }
-
-        let credentials: SigV4.Credentials
-        let source: String
-        if let id = env["AWS_ACCESS_KEY_ID"], let secret = env["AWS_SECRET_ACCESS_KEY"] {
-            credentials = .init(accessKey: id, secretKey: secret, sessionToken: env["AWS_SESSION_TOKEN"])
-            source = "AWS_ACCESS_KEY_ID"
-        } else if let id = setting("aws_access_key_id"), let secret = setting("aws_secret_access_key") {
-            credentials = .init(accessKey: id, secretKey: secret, sessionToken: setting("aws_session_token"))
-            source = "profile \(profile) in \(fromCredentials["aws_access_key_id"] != nil ? credentialsFile : configFile)"
-        } else {
-            throw StoreOpsError(.usage, "no S3 credentials for s3://\(bucket): neither AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY nor the profile \(profile) in \(credentialsFile) names them",
-                                hint: "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or set AWS_PROFILE to a profile of \(credentialsFile)")
-        }
-        let region = env["AWS_REGION"] ?? env["AWS_DEFAULT_REGION"] ?? setting("region") ?? "us-east-1"
-        var endpoint = env["AWS_ENDPOINT_URL_S3"] ?? env["AWS_ENDPOINT_URL"] ?? fromConfig["s3.endpoint_url"] ?? setting("endpoint_url")
-            ?? "https://s3.\(region).amazonaws.com"
-        while endpoint.hasSuffix("/") { endpoint.removeLast() }
-        guard let url = URL(string: endpoint), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              let host = url.host, !host.isEmpty, url.path.isEmpty || url.path == "/" else {
-            throw StoreOpsError(.usage, "the S3 endpoint \(endpoint) is not an http:// or https:// URL of a host (with an optional port, no path)",
-                                hint: "check AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or endpoint_url in \(configFile)")
-        }
-        let addressing = (env["STORECTL_S3_ADDRESSING"] ?? fromConfig["s3.addressing_style"] ?? "auto").lowercased()
-        let pathStyle: Bool
-        switch addressing {
-        case "path": pathStyle = true
-        case "virtual": pathStyle = false
-        case "auto":
-            pathStyle = host == "localhost" || host.allSatisfy { $0.isNumber || $0 == "." } || host.contains(":") || bucket.contains(".")
-        default:
-            throw StoreOpsError(.usage, "STORECTL_S3_ADDRESSING=\(addressing): use path, virtual or auto")
-        }
+        let aws = try AWSProfile(environment: environment)
+        let env = aws.env
+        let (credentials, source) = try aws.credentials(for: bucket)
+        let region = env["AWS_REGION"] ?? env["AWS_DEFAULT_REGION"] ?? aws.setting("region") ?? "us-east-1"
+        let (endpoint, scheme, pathStyle) = try aws.endpoint(region: region, bucket: bucket)
         func number(_ name: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
             guard let text = env[name] else { return fallback }
             guard let value = Int(text), range.contains(value) else {
@@ -124,14 +86,76 @@ public struct S3Settings: Sendable, CustomStringConvertible {
         settings.backoff = Double(try number("STORECTL_S3_BACKOFF_MS", 200, 1...60_000)) / 1000
         settings.deadline = TimeInterval(try number("STORECTL_S3_DEADLINE", 60, 0...86_400))
         if let limit = env["STORECTL_TEST_S3_MAX_ANSWER"].flatMap({ Int($0) }), limit > 0 { settings.maxAnswer = limit }
-        if scheme == "https", let bundle = env["AWS_CA_BUNDLE"] ?? setting("ca_bundle") {
+        if scheme == "https", let bundle = env["AWS_CA_BUNDLE"] ?? aws.setting("ca_bundle") {
             guard FileSystem.kind(of: bundle) == .file else {
-                throw StoreOpsError(.noInput, "the CA bundle \(bundle) (\(env["AWS_CA_BUNDLE"] != nil ? "AWS_CA_BUNDLE" : "ca_bundle in \(configFile)")) is not a file",
+                throw StoreOpsError(.noInput, "the CA bundle \(bundle) (\(env["AWS_CA_BUNDLE"] != nil ? "AWS_CA_BUNDLE" : "ca_bundle in \(aws.configFile)")) is not a file",
                                     hint: "point it at a PEM file of CA certificates, or unset it to use the system's")
             }
             settings.caBundle = bundle
         }
         return settings
+    }
+}
+
+/// The environment (empty values dropped) and the AWS profile it names, read from
+/// ~/.aws/credentials (sections named by the profile) and ~/.aws/config ("profile NAME", but
+/// "default").
+private struct AWSProfile {
+    let env: [String: String]
+    let profile: String
+    let credentialsFile: String
+    let configFile: String
+    let fromCredentials: [String: String]
+    let fromConfig: [String: String]
+
+    init(environment: [String: String]) throws {
+        env = environment.filter { !$0.value.isEmpty }
+        let home = env["HOME"] ?? NSHomeDirectory()
+        profile = env["AWS_PROFILE"] ?? env["AWS_DEFAULT_PROFILE"] ?? "default"
+        credentialsFile = env["AWS_SHARED_CREDENTIALS_FILE"] ?? "\(home)/.aws/credentials"
+        configFile = env["AWS_CONFIG_FILE"] ?? "\(home)/.aws/config"
+        let credentialsINI = try AWSProfileFile.read(credentialsFile)
+        let configINI = try AWSProfileFile.read(configFile)
+        fromCredentials = credentialsINI[profile] ?? [:]
+        fromConfig = configINI[profile == "default" ? "default" : "profile \(profile)"] ?? configINI[profile] ?? [:]
+    }
+
+    func setting(_ name: String) -> String? { fromCredentials[name] ?? fromConfig[name] }
+
+    /// The keys (the environment's first, then the profile's) and where they came from; 64 when
+    /// neither names them.
+    func credentials(for bucket: String) throws -> (SigV4.Credentials, String) {
+        if let id = env["AWS_ACCESS_KEY_ID"], let secret = env["AWS_SECRET_ACCESS_KEY"] {
+            return (.init(accessKey: id, secretKey: secret, sessionToken: env["AWS_SESSION_TOKEN"]), "AWS_ACCESS_KEY_ID")
+        }
+        if let id = setting("aws_access_key_id"), let secret = setting("aws_secret_access_key") {
+            return (.init(accessKey: id, secretKey: secret, sessionToken: setting("aws_session_token")),
+                    "profile \(profile) in \(fromCredentials["aws_access_key_id"] != nil ? credentialsFile : configFile)")
+        }
+        throw StoreOpsError(.usage, "no S3 credentials for s3://\(bucket): neither AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY nor the profile \(profile) in \(credentialsFile) names them",
+                            hint: "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or set AWS_PROFILE to a profile of \(credentialsFile)")
+    }
+
+    /// The endpoint (no trailing slash), its scheme, and whether buckets go in the path.
+    func endpoint(region: String, bucket: String) throws -> (String, String, Bool) {
+        var endpoint = env["AWS_ENDPOINT_URL_S3"] ?? env["AWS_ENDPOINT_URL"] ?? fromConfig["s3.endpoint_url"] ?? setting("endpoint_url")
+            ?? "https://s3.\(region).amazonaws.com"
+        while endpoint.hasSuffix("/") { endpoint.removeLast() }
+        guard let url = URL(string: endpoint), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = url.host, !host.isEmpty, url.path.isEmpty || url.path == "/" else {
+            throw StoreOpsError(.usage, "the S3 endpoint \(endpoint) is not an http:// or https:// URL of a host (with an optional port, no path)",
+                                hint: "check AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or endpoint_url in \(configFile)")
+        }
+        let addressing = (env["STORECTL_S3_ADDRESSING"] ?? fromConfig["s3.addressing_style"] ?? "auto").lowercased()
+        switch addressing {
+        case "path": return (endpoint, scheme, true)
+        case "virtual": return (endpoint, scheme, false)
+        case "auto":
+            let pathStyle = host == "localhost" || host.allSatisfy { $0.isNumber || $0 == "." } || host.contains(":") || bucket.contains(".")
+            return (endpoint, scheme, pathStyle)
+        default:
+            throw StoreOpsError(.usage, "STORECTL_S3_ADDRESSING=\(addressing): use path, virtual or auto")
+        }
     }
 }
 

@@ -33,16 +33,7 @@ public enum SnapshotExport {
     ///   64 an output name not ending in `.tar.zst`.
     public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Result {
         let output = FileSystem.absolute(options.output)
-        guard output.hasSuffix(".tar.zst") else {
-            throw StoreOpsError(.usage, "--output \(output): the archive is zstd-compressed tar; name it *.tar.zst")
-        }
-        guard FileSystem.kind(of: output) == .missing else {
-            throw StoreOpsError(.cannotCreate, "\(output) already exists", hint: "choose another --output, or remove it first")
-        }
-        let folder = FileSystem.parent(of: output)
-        guard FileSystem.kind(of: folder) == .directory else { throw StoreOpsError(.cannotCreate, "the folder \(folder) does not exist") }
-        try Validate.outputName(output)
-        try Validate.writableFolder(folder)
+        let folder = try checkOutput(output)
         let opened = try OpenedRepository.open(options.repository, password: options.password)
         let hold = try RepositoryHold.take(opened, operation: "snapshot export", exclusive: false, wait: false)
         defer { hold.release() }
@@ -94,5 +85,20 @@ public enum SnapshotExport {
         try archive.commit()
         committed = true
         return Result(id: entry.id, output: output, bytes: bytes, sha256: archiveSHA, databaseSHA256: sha)
+    }
+    /// The archive's name is checked before the repository is opened: 64 for a name that is not
+    /// `*.tar.zst`, 73 when it exists or its folder is missing or read-only. Returns the folder.
+    static func checkOutput(_ output: String) throws -> String {
+        guard output.hasSuffix(".tar.zst") else {
+            throw StoreOpsError(.usage, "--output \(output): the archive is zstd-compressed tar; name it *.tar.zst")
+        }
+        guard FileSystem.kind(of: output) == .missing else {
+            throw StoreOpsError(.cannotCreate, "\(output) already exists", hint: "choose another --output, or remove it first")
+        }
+        let folder = FileSystem.parent(of: output)
+        guard FileSystem.kind(of: folder) == .directory else { throw StoreOpsError(.cannotCreate, "the folder \(folder) does not exist") }
+        try Validate.outputName(output)
+        try Validate.writableFolder(folder)
+        return folder
     }
 }
