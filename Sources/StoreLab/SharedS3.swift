@@ -39,6 +39,28 @@ public enum SharedS3 {
         return "s3://\(bucket)/\(label)-\(UUID().uuidString.prefix(12).lowercased())"
     }
 
+    /// Starts `Tests/tools/s3-fault-proxy.py` in front of the shared server with `options`
+    /// (`--slowdown P --cut P --lost P --corrupt P --seed N --tls CA`); returns it (the caller
+    /// stops it: SIGKILL, then wait) and the port it listens on.
+    public static func startFaultProxy(_ options: [String]) throws -> (proxy: ChildProcess.Running, port: String) {
+        let server = try server()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Tests/tools/s3-fault-proxy.py").path
+        let proxy = try ChildProcess.Running("/usr/bin/python3", [script, "\(server.port)"] + options)
+        var port = ""
+        let deadline = Date().addingTimeInterval(10)
+        while port.isEmpty, Date() < deadline {
+            port = proxy.stdoutSoFar.trimmingCharacters(in: .whitespacesAndNewlines)
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        guard !port.isEmpty else {
+            proxy.signal(SIGKILL)
+            _ = proxy.wait()
+            throw StoreOpsError(.failure, "the fault proxy did not start (\(script))")
+        }
+        return (proxy, port)
+    }
+
     /// What a storectl child process needs to reach the server.
     public static func environment() throws -> [String: String] { settings(try server()) }
 

@@ -20,26 +20,7 @@ struct S3ServerTests {
             .merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "TMPDIR": folder.path]) { $1 }.merging(environment) { $1 })
     }
 
-    /// Starts `Tests/tools/s3-fault-proxy.py` in front of the shared server with `options`;
-    /// returns it (the caller stops it) and the port it listens on.
-    func startProxy(_ options: [String]) throws -> (proxy: ChildProcess.Running, port: String) {
-        let server = try SharedS3.server()
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("tools/s3-fault-proxy.py").path
-        let proxy = try ChildProcess.Running("/usr/bin/python3", [script, "\(server.port)"] + options)
-        var port = ""
-        let deadline = Date().addingTimeInterval(10)
-        while port.isEmpty, Date() < deadline {
-            port = proxy.stdoutSoFar.trimmingCharacters(in: .whitespacesAndNewlines)
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        guard !port.isEmpty else {
-            proxy.signal(SIGKILL)
-            _ = proxy.wait()
-            throw StoreOpsError(.failure, "the proxy did not start")
-        }
-        return (proxy, port)
-    }
+    func startProxy(_ options: [String]) throws -> (proxy: ChildProcess.Running, port: String) { try SharedS3.startFaultProxy(options) }
 
     @Test("large objects go up in parts and read back whole; an immutable object is never replaced; a dead run's unfinished upload is aborted by the next run alone")
     func multipartAndConditional() throws {

@@ -26,6 +26,7 @@ public struct LocalBackend: RepositoryBackend {
     }
 
     public func read(_ key: String, offset: UInt64, length: Int) throws -> Data {
+        guard length > 0 else { return Data() }
         let file = path(key)
         let fd = open(file, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
@@ -56,7 +57,9 @@ public struct LocalBackend: RepositoryBackend {
         return data
     }
 
-    public func size(_ key: String) throws -> UInt64? { FileSystem.size(of: path(key)) }
+    public func size(_ key: String) throws -> UInt64? {
+        FileSystem.kind(of: path(key)) == .file ? FileSystem.size(of: path(key)) : nil
+    }
 
     /// Four objects at once: a pack's write costs little CPU but two fsyncs (the file, its
     /// folder), and overlapping them is what keeps a first snapshot from waiting on the disk.
@@ -82,7 +85,30 @@ public struct LocalBackend: RepositoryBackend {
         }
         let file = try PendingFile(finalPath: final, label: point)
         try file.write(data)
-        return StagedWrite { try file.commit(replacing: true) }
+        if RepositoryKeyRules.isReplaceable(key) { return StagedWrite { try file.commit(replacing: true) } }
+        return StagedWrite { try commitOnce(file, key: key, point: point) }
+    }
+
+    /// An immutable key: renamed into place only when absent (atomically: renameat2's
+    /// RENAME_NOREPLACE, or link(2)). When it exists, the same bytes are success (the temp file
+    /// goes, the same fault points are reached) and other bytes are 65, the object unchanged.
+    private func commitOnce(_ file: PendingFile, key: String, point: String) throws {
+        do {
+            try file.commit(replacing: false)
+        } catch let error as StoreOpsError where error.status == .cannotCreate && FileSystem.kind(of: path(key)) == .file {
+            let same = try read(key) == read(file.tempPath, absolute: true)
+            file.discard()
+            guard same else { throw RepositoryKeyRules.conflict(describe(key)) }
+            FaultInjection.reach("\(point).rename")
+            FaultInjection.reach("\(point).sync-folder")
+        }
+    }
+
+    private func read(_ file: String, absolute: Bool) throws -> Data? {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw StoreOpsError(.ioError, "cannot read \(file) back")
+        }
+        return data
     }
 
     public func remove(_ key: String, point: String) throws {
@@ -121,6 +147,10 @@ public struct LocalBackend: RepositoryBackend {
         }
         try FileSystem.sync(root, directory: true, point: "repo.init.folder-sync")
     }
+
+    /// Temp files whose writer is dead, whoever else holds the repository (`alone` is not needed:
+    /// a temp file names its process).
+    public func removeAbandoned(alone: Bool) throws -> [String] { removeStale() }
 
     public func removeStale() -> [String] {
         var removed = PendingFile.removeStale(in: root)

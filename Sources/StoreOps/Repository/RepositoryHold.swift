@@ -19,15 +19,13 @@ final class RepositoryHold: @unchecked Sendable {
         case .paged(let paged):
             let lock = try RepositoryLock.acquire(paged.backend, exclusive: exclusive, operation: operation, wait: wait)
             hold.objectLock = lock
-            hold.removedStray = paged.backend.removeStale()
+            // What dead writers left: temp files (local), and multipart uploads that never finish
+            // (S3: only when no one else holds the repository, since a live writer's upload
+            // looks the same).
+            hold.removedStray = (try? paged.backend.removeAbandoned(alone: lock.othersLive == 0)) ?? []
             // A dead writer's lock was found: the packs it wrote but never indexed go now, when no
             // one else is using the repository (else the next prune takes them).
             if lock.removedStale > 0 { hold.removedStray += (try? PagedGarbage.removeUnindexed(paged, ownLock: lock.key)) ?? [] }
-            // Multipart uploads a dead run started never finish: abort them when no one else
-            // holds the repository (a live writer's upload must be left alone).
-            if let remote = paged.backend as? S3Backend, lock.othersLive == 0 {
-                hold.removedStray += (try? remote.abortUploads()) ?? []
-            }
         }
         return hold
     }

@@ -58,8 +58,6 @@ public final class S3Backend: RepositoryBackend {
 
     func objectKey(_ key: String) -> String { prefix.isEmpty ? key : "\(prefix)/\(key)" }
 
-    /// Objects written again on purpose: the lock refresh, the last verification of a snapshot.
-    static func isMutable(_ key: String) -> Bool { key.hasPrefix("locks/") || key.hasPrefix("verified/") }
 
     public func read(_ key: String) throws -> Data? {
         let cached = S3IndexCache.handles(key) ? cache : nil
@@ -106,29 +104,25 @@ public final class S3Backend: RepositoryBackend {
     }
 
     public func write(_ key: String, _ data: Data, point: String) throws {
-        let conditional = !Self.isMutable(key)
+        let conditional = !RepositoryKeyRules.isReplaceable(key)
         if data.count > client.settings.multipartThreshold {
             try writeInParts(key, data, point: point, conditional: conditional)
         } else {
             var headers = ["content-type": "application/octet-stream"]
             if conditional { headers["if-none-match"] = "*" }
             let response = try client.send("PUT", method: "PUT", key: objectKey(key), headers: headers, body: data, checksum: true, what: describe(key))
-            try accept(response, key: key, size: data.count)
+            try accept(response, key: key, data: data)
         }
         if S3IndexCache.handles(key) { cache?.store(key, data) }
         FaultInjection.reach("\(point).put")
     }
 
-    /// 200: written. 412: it exists; fine when it is ours (a retry of a request that had
-    /// succeeded: same size, and content-addressed keys mean same bytes).
-    private func accept(_ response: S3Client.Response, key: String, size: Int) throws {
+    /// 200: written. 412: it exists; fine when it holds these bytes (a retry of a request that
+    /// had succeeded, or a content-addressed object written twice), 65 when it holds others.
+    private func accept(_ response: S3Client.Response, key: String, data: Data) throws {
         switch response.status {
         case 200, 201, 204: return
-        case 412, 409:
-            guard let there = try self.size(key), there == UInt64(size) else {
-                throw StoreOpsError(.badData, "\(describe(key)) already exists with other content; storectl never replaces an object of a repository",
-                                    hint: "two repositories may share this prefix by mistake: check --repo")
-            }
+        case 412, 409: try requireSame(key, data)
         case 400 where response.code == "BadDigest" || response.code == "XAmzContentSHA256Mismatch":
             throw StoreOpsError(.ioError, "\(describe(key)) was damaged on the way every time it was sent, and the server refused it (\(response.summary))",
                                 hint: "check the network path to \(client.settings.endpoint), then run the command again")
@@ -137,12 +131,16 @@ public final class S3Backend: RepositoryBackend {
         }
     }
 
+    /// An immutable key that exists: its bytes (read past the index cache) must be `data`'s.
+    private func requireSame(_ key: String, _ data: Data) throws {
+        guard let there = try size(key), there == UInt64(data.count) else { throw RepositoryKeyRules.conflict(describe(key)) }
+        let response = try client.send("GET", method: "GET", key: objectKey(key), what: describe(key))
+        guard response.status == 200, response.body == data else { throw RepositoryKeyRules.conflict(describe(key)) }
+    }
+
     private func writeInParts(_ key: String, _ data: Data, point: String, conditional: Bool) throws {
-        if conditional, let there = try size(key) {
-            guard there == UInt64(data.count) else {
-                throw StoreOpsError(.badData, "\(describe(key)) already exists with other content; storectl never replaces an object of a repository")
-            }
-            return
+        if conditional, try size(key) != nil {
+            return try requireSame(key, data)
         }
         let object = objectKey(key)
         let uploadID = try beginUpload(key)
@@ -199,6 +197,7 @@ public final class S3Backend: RepositoryBackend {
         let root = self.prefix.isEmpty ? "" : self.prefix + "/"
         repeat {
             var query = [("list-type", "2"), ("prefix", root + prefix)]
+            if let pageSize = client.settings.listPageSize { query.append(("max-keys", "\(pageSize)")) }
             if let token { query.append(("continuation-token", token)) }
             let response = try client.send("LIST", method: "GET", key: nil, query: query, what: "\(location)/\(prefix)")
             guard response.status == 200 else { throw unexpected(response, "listing", prefix) }
@@ -209,7 +208,14 @@ public final class S3Backend: RepositoryBackend {
                 guard !relative.isEmpty, !relative.hasSuffix("/") else { continue }
                 out.append((relative, S3XML.value("Size", in: entry).flatMap { UInt64($0) } ?? 0))
             }
-            token = S3XML.value("IsTruncated", in: text) == "true" ? S3XML.value("NextContinuationToken", in: text) : nil
+            token = nil
+            if S3XML.value("IsTruncated", in: text) == "true" {
+                guard let next = S3XML.value("NextContinuationToken", in: text), !next.isEmpty else {
+                    throw StoreOpsError(.ioError, "listing \(location)/\(prefix): the server says the listing goes on but gives no continuation token",
+                                        hint: "the endpoint \(client.settings.endpoint) does not speak ListObjectsV2 as S3 does")
+                }
+                token = next
+            }
         } while token != nil
         if prefix == "index/" { cache?.keep(only: out.map(\.key)) }
         return out.sorted { $0.key < $1.key }
@@ -218,18 +224,31 @@ public final class S3Backend: RepositoryBackend {
     /// Checks the bucket answers (66 when it does not exist, 77 when access is denied).
     public func prepare() throws { _ = try list("config") }
 
-    /// Nothing: an S3 object is never half-written. (Multipart uploads a dead run left are
-    /// aborted by `abortUploads`, when no one else holds the repository.)
-    public func removeStale() -> [String] { [] }
+    /// Unfinished multipart uploads, only when no one else holds the repository (a live
+    /// writer's upload must be left alone).
+    public func removeAbandoned(alone: Bool) throws -> [String] { alone ? try abortUploads() : [] }
 
-    /// The multipart uploads in progress under the prefix: (object key, upload id).
+    /// The multipart uploads in progress under the prefix: (object key, upload id), every page
+    /// (from the markers the server gives, or the last upload listed when it gives none).
     public func pendingUploads() throws -> [(key: String, id: String)] {
         let root = prefix.isEmpty ? "" : prefix + "/"
-        let response = try client.send("ListMultipartUploads", method: "GET", key: nil, query: [("uploads", ""), ("prefix", root)], what: "\(location) uploads")
-        guard response.status == 200 else { throw unexpected(response, "listing the unfinished uploads of", "") }
-        return S3XML.blocks("Upload", in: Substring(String(decoding: response.body, as: UTF8.self))).compactMap { upload in
-            guard let key = S3XML.value("Key", in: upload), let id = S3XML.value("UploadId", in: upload) else { return nil }
-            return (key, id)
+        var out: [(key: String, id: String)] = []
+        var marker: (key: String, id: String)?
+        while true {
+            var query = [("uploads", ""), ("prefix", root)]
+            if let marker { query += [("key-marker", marker.key), ("upload-id-marker", marker.id)] }
+            let response = try client.send("ListMultipartUploads", method: "GET", key: nil, query: query, what: "\(location) uploads")
+            guard response.status == 200 else { throw unexpected(response, "listing the unfinished uploads of", "") }
+            let text = Substring(String(decoding: response.body, as: UTF8.self))
+            let page: [(key: String, id: String)] = S3XML.blocks("Upload", in: text).compactMap { upload in
+                guard let key = S3XML.value("Key", in: upload), let id = S3XML.value("UploadId", in: upload) else { return nil }
+                return (key, id)
+            }
+            out += page.filter { upload in !out.contains { $0 == upload } }
+            guard S3XML.value("IsTruncated", in: text) == "true", let last = page.last else { return out }
+            let next = (key: S3XML.value("NextKeyMarker", in: text) ?? last.key, id: S3XML.value("NextUploadIdMarker", in: text) ?? last.id)
+            guard marker.map({ $0 != next }) ?? true else { return out }
+            marker = next
         }
     }
 

@@ -46,6 +46,9 @@ public struct S3Settings: Sendable, CustomStringConvertible {
     /// for tests): no object storectl writes comes near it, and a server that sends more cannot
     /// make storectl exhaust its memory.
     public var maxAnswer = 1 << 30
+    /// Keys per page of a listing (`max-keys`); nil: the server's default (1,000 on S3). Tests
+    /// lower it (`STORECTL_TEST_S3_LIST_KEYS`) so that a small repository's listing has pages.
+    public var listPageSize: Int?
 
     public var description: String {
         "endpoint \(endpoint), region \(region), \(pathStyle ? "path-style" : "virtual-hosted"), key \(credentials.accessKey) (\(credentialSource))"
@@ -86,6 +89,7 @@ public struct S3Settings: Sendable, CustomStringConvertible {
         settings.backoff = Double(try number("STORECTL_S3_BACKOFF_MS", 200, 1...60_000)) / 1000
         settings.deadline = TimeInterval(try number("STORECTL_S3_DEADLINE", 60, 0...86_400))
         if let limit = env["STORECTL_TEST_S3_MAX_ANSWER"].flatMap({ Int($0) }), limit > 0 { settings.maxAnswer = limit }
+        if let keys = env["STORECTL_TEST_S3_LIST_KEYS"].flatMap({ Int($0) }), keys > 0 { settings.listPageSize = keys }
         if scheme == "https", let bundle = env["AWS_CA_BUNDLE"] ?? aws.setting("ca_bundle") {
             guard FileSystem.kind(of: bundle) == .file else {
                 throw StoreOpsError(.noInput, "the CA bundle \(bundle) (\(env["AWS_CA_BUNDLE"] != nil ? "AWS_CA_BUNDLE" : "ca_bundle in \(aws.configFile)")) is not a file",
