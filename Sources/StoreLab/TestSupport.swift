@@ -19,7 +19,7 @@ public final class TempFolder: @unchecked Sendable {
     /// A new snapshot repository in the folder (`storectl repo init`): format 1, or format 2
     /// encrypted with the password in `password` (a file written beside it; scrypt's cost lowered
     /// to keep tests fast) or plain.
-    /// `idBytes` 32: a format-2 repository of layout 1, as storectl 0.1 made them.
+    /// `idBytes` 32: a format-2 repository of layout 1, as earlier builds made them.
     public func repository(_ name: String = "repo", format: Int = 1, encrypted: Bool = true, idBytes: Int = 16) throws -> String {
         var options = RepositoryInit.Options(location: file(name), format: format, encrypted: encrypted,
                                              password: .file(try passwordFile()))

@@ -10,8 +10,19 @@
 //   Manifest/   the description of every copy storectl makes
 //   Backup/     the consistent-copy engine, external data, and `storectl backup`
 //   Preflight/  checks before anything risky, as values
-//   Snapshot/   the repository, archives (reader, writer, zstd, entry rules), create, verify,
-//               restore, retention and prune
+//   Snapshot/   format 1's archives (reader, writer, zstd, entry rules: the export file), and
+//               create, verify, restore, export, retention and prune over both formats
+//   Repository/ format 2: config, init, the lock and the hold, snapshot records and the catalog;
+//     Keys/       master key, key files (scrypt), sealing, content ids' keys, passwords
+//     Pack/       content ids, blobs, frames (zstd), packs and their writer, reading blobs back
+//     Index/      index files
+//     PageMap/    a snapshot's page map (base + changes), page tables, bitsets
+//     Stream/     the page stream a snapshot is made from (backup API into a sink), its checks
+//     Restore/    reassembling a snapshot's database from its map and packs
+//     Garbage/    prune's second half: a pure plan (keep, repack, remove) and its execution
+//     Check/      repo check, repair, stats
+//   Backend/    where a repository's objects live: the contract (RepositoryBackend), Local/ (a
+//               folder), S3/ (SigV4, the libcurl client, settings, the index cache, traffic)
 //   Migration/  migration files and Swift stages, the history, the plan and its lint, the journal,
 //               migrate, rollback, status
 //   Policy/     the policy file format, its strict parser, check and explain

@@ -117,7 +117,7 @@ public final class PagedRepository: Sendable {
         public var encrypted = true
         /// scrypt's N (tests lower it).
         public var kdfN = KeyFile.defaultN
-        /// 16: layout 2 (the default). 32: layout 1, as storectl 0.1 made them (tests of
+        /// 16: layout 2 (the default). 32: layout 1, as earlier builds made them (tests of
         /// compatibility make such repositories).
         public var idBytes = 16
         public init(encrypted: Bool = true, kdfN: Int = KeyFile.defaultN, idBytes: Int = 16) {

@@ -11,7 +11,7 @@ public enum RepositoryInit {
         /// scrypt's N for the first key (tests lower it to keep fast).
         public var kdfN = KeyFile.defaultN
         /// Format 2's content ids: 16 bytes (layout 2, the default) or 32 (layout 1, what
-        /// storectl 0.1 made; tests of compatibility make such repositories).
+        /// earlier builds made; tests of compatibility make such repositories).
         public var idBytes = 16
 
         public init(location: String, format: Int = 2, encrypted: Bool = true, password: PasswordSource = .resolve(file: nil)) {

@@ -13,7 +13,7 @@ import Foundation
 /// so damage is still found (not tampering: anyone can recompute the check), and content ids are
 /// SHA-256.
 ///
-/// Layout 2 (`idBytes` 16, every repository made since 0.2): content ids are the first 16 bytes
+/// Layout 2 (`idBytes` 16, what `repo init` makes now): content ids are the first 16 bytes
 /// of that digest, and frames are sealed as `frame` (their pack header lists no ids).
 // @unchecked: HMAC<SHA256> is a value (copied before each use) that swift-crypto does not mark Sendable.
 public struct Sealer: @unchecked Sendable {
