@@ -3,7 +3,8 @@ import Foundation
 /// Prune's second half in a format-2 repository: after snapshot records are removed, the blobs
 /// no remaining snapshot refers to are collected. The caller holds the repository exclusively.
 ///
-/// Order, so that a crash at any step leaves every listed snapshot restorable:
+/// What to do is decided by `GarbagePlan.make` (no I/O); `execute` does it in this order, so that
+/// a crash at any step leaves every listed snapshot restorable:
 /// 1. packs that are mostly garbage have their live blobs copied into new packs, indexed (the
 ///    old packs stay, so blobs are briefly in two places);
 /// 2. one new index of every pack that stays is written;
@@ -30,104 +31,71 @@ public enum PagedGarbage {
     /// - Parameter excluding: snapshots to count as gone (a dry run's expired ones).
     public static func collect(_ repository: PagedRepository, dryRun: Bool, excluding: Set<String> = [],
                                progress: StepHandler? = nil) throws -> Report {
-        var report = Report()
+        switch try survey(repository, excluding: excluding) {
+        case .skipped(let why):
+            var report = Report()
+            report.skipped = why
+            return report
+        case .planned(let plan):
+            var report = plan.report(dryRun: dryRun)
+            if !dryRun { try execute(plan, in: repository, report: &report) }
+            return report
+        }
+    }
+
+    /// What `survey` found: a plan, or why no data may be removed.
+    enum Survey {
+        case planned(GarbagePlan)
+        case skipped(String)
+    }
+
+    /// Reads what the plan is made from (records, indexes, the live blobs, `data/`), refusing when
+    /// any of it is damaged or a snapshot needs what no index lists.
+    static func survey(_ repository: PagedRepository, excluding: Set<String>) throws -> Survey {
         var (records, damaged) = try repository.catalog()
         records.removeAll { excluding.contains($0.id) }
         guard damaged.isEmpty else {
-            report.skipped = "\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) damaged (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown, so no data was removed"
-            return report
+            return .skipped("\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) damaged (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown, so no data was removed")
         }
         // Everything the index says, pack by pack (a pack listed twice is one pack).
-        var packs: [ContentID: PackContents] = [:]
-        var indexKeys: [String] = []
-        let indexDamage = try RepositoryIndex.scan(repository) { key, pack, contents in
-            if indexKeys.last != key { indexKeys.append(key) }
-            if packs[pack] == nil { packs[pack] = contents }
-        }
+        let (index, indexDamage) = try readIndex(repository)
         guard indexDamage.isEmpty else {
-            report.skipped = "an index is damaged (\(indexDamage.map { "\($0.key): \($0.problem)" }.joined(separator: "; "))): run `storectl repo repair` first; no data was removed"
-            return report
+            return .skipped("an index is damaged (\(indexDamage.map { "\($0.key): \($0.problem)" }.joined(separator: "; "))): run `storectl repo repair` first; no data was removed")
         }
         // A snapshot needing what no index lists (an index lost or damaged on disk) means the
         // unindexed packs may hold it: nothing is removed until `repo repair` re-indexes them.
         let live: Set<ContentID>
-        do { live = try liveBlobs(records, packs: packs, repository: repository) } catch let error as StoreOpsError where error.status == .badData {
-            report.skipped = "\(error.message): run `storectl repo repair` first; no data was removed"
-            return report
+        do { live = try liveBlobs(records, packs: index.packs, repository: repository) } catch let error as StoreOpsError where error.status == .badData {
+            return .skipped("\(error.message): run `storectl repo repair` first; no data was removed")
         }
-        let indexedBlobs = Set(packs.values.flatMap { $0.frames.flatMap { $0.blobs.map(\.id) } })
-        if let missing = live.first(where: { !indexedBlobs.contains($0) }) {
-            report.skipped = "a snapshot needs blob \(missing.hex.prefix(16))…, which no index lists: run `storectl repo repair` first; no data was removed"
-            return report
+        if let missing = index.firstUnlisted(live) {
+            return .skipped("a snapshot needs blob \(missing.hex.prefix(16))…, which no index lists: run `storectl repo repair` first; no data was removed")
         }
         let stored = Dictionary(uniqueKeysWithValues: try repository.backend.list("data/").map { ($0.key, $0.size) })
+        return .planned(GarbagePlan.make(index: index, live: live, stored: stored))
+    }
 
-        var keep: [(ContentID, PackContents)] = []
-        var repack: [(ContentID, PackContents)] = []
-        var remove: [ContentID] = []
-        for (id, contents) in packs.sorted(by: { $0.key < $1.key }) {
-            let size = stored[PackBuilder.key(id)] ?? 0
-            let liveRaw = contents.frames.reduce(UInt64(0)) { sum, frame in sum + frame.blobs.filter { live.contains($0.id) }.reduce(0) { $0 + UInt64($1.length) } }
-            if liveRaw == 0 {
-                remove.append(id)
-                report.freedBytes += size
-            } else if Double(liveRaw) < repackBelow * Double(max(1, contents.rawBytes)) {
-                repack.append((id, contents))
-            } else {
-                keep.append((id, contents))
-                report.keptBytes += size
-            }
+    /// Every readable index's packs (the first entry of a pack listed twice) and the index files
+    /// listing them, in listing order; and the indexes that could not be read.
+    static func readIndex(_ repository: PagedRepository) throws -> (GarbagePlan.Index, [RepositoryIndex.Damaged]) {
+        var index = GarbagePlan.Index()
+        let damaged = try RepositoryIndex.scan(repository) { key, pack, contents in
+            if index.files.last != key { index.files.append(key) }
+            if index.packs[pack] == nil { index.packs[pack] = contents }
         }
-        let indexedKeys = Set(packs.keys.map(PackBuilder.key))
-        let unindexedIDs = stored.keys.filter { !indexedKeys.contains($0) }.sorted()
-        report.unindexedPacks = unindexedIDs.count
-        report.freedBytes += unindexedIDs.reduce(0) { $0 + (stored[$1] ?? 0) }
-        report.deletedPacks = remove.count
-        report.repackedPacks = repack.count
-        report.livePacks = keep.count
-        if dryRun {
-            // Repacking frees what the packs hold beyond their live blobs (estimated on raw sizes).
-            for (id, contents) in repack {
-                let size = stored[PackBuilder.key(id)] ?? 0
-                let liveRaw = contents.frames.reduce(UInt64(0)) { $0 + $1.blobs.filter { live.contains($0.id) }.reduce(0) { $0 + UInt64($1.length) } }
-                report.freedBytes += UInt64(Double(size) * (1 - Double(liveRaw) / Double(max(1, contents.rawBytes))))
-            }
-            return report
-        }
+        return (index, damaged)
+    }
 
+    /// Carries `plan` out, steps 1 to 4 in order (see the type's comment); adds to `report` what
+    /// only writing tells (the new packs' and index's bytes, the indexes removed).
+    static func execute(_ plan: GarbagePlan, in repository: PagedRepository, report: inout Report) throws {
         // 1. Live blobs of mostly-dead packs into new packs.
-        let writer = PackWriter(repository: repository, indexEvery: .max)
-        let zstd = try ZstdFrames(level: 3)
-        var copied = Set<ContentID>()
-        for (id, contents) in repack {
-            try ProcessSignals.checkpoint("repacking \(repository.location)")
-            var pending: [(BlobType, ContentID, Data)] = []
-            var pendingBytes = 0
-            func flush() throws {
-                guard !pending.isEmpty else { return }
-                try writer.add(try SealedFrame.make(blobs: pending, zstd: zstd, sealer: repository.sealer))
-                pending = []
-                pendingBytes = 0
-            }
-            for frame in contents.frames where frame.blobs.contains(where: { live.contains($0.id) && !copied.contains($0.id) }) {
-                let plain = try BlobLocator.readFrame(frame, pack: id, repository: repository, zstd: zstd)
-                for blob in frame.blobs where live.contains(blob.id) && copied.insert(blob.id).inserted {
-                    let bytes = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
-                                                        what: "pack \(repository.backend.describe(PackBuilder.key(id)))")
-                    pending.append((blob.type, blob.id, bytes))
-                    pendingBytes += bytes.count
-                    if pendingBytes >= PageStream.frameBytes { try flush() }
-                }
-            }
-            try flush()
-            report.freedBytes += stored[PackBuilder.key(id)] ?? 0
-        }
-        try writer.finish()
-        report.keptBytes += writer.storedBytes
+        let repacked = try repack(plan.repacked, in: repository)
+        report.keptBytes += repacked.storedBytes
         // 2. One index of every pack that stays.
         var index = IndexFile()
-        index.packs = keep
-        var newIndexes = writer.indexesWritten
+        index.packs = plan.kept.map { (id: $0.id, contents: $0.contents) }
+        var newIndexes = repacked.indexes
         if !index.isEmpty {
             let (key, data) = try index.encode(sealer: repository.sealer)
             try repository.backend.write(key, data, point: "prune.index.write")
@@ -135,14 +103,50 @@ public enum PagedGarbage {
             report.keptBytes += UInt64(data.count)
         }
         // 3. The old indexes.
-        for key in indexKeys where !newIndexes.contains(key) {
+        for key in plan.oldIndexes where !newIndexes.contains(key) {
             try repository.backend.remove(key, point: "prune.index.remove")
             report.removedIndexes += 1
         }
         // 4. Packs nothing lists any more.
-        for id in remove + repack.map(\.0) { try repository.backend.remove(PackBuilder.key(id), point: "prune.pack.remove") }
-        for key in unindexedIDs { try repository.backend.remove(key, point: "prune.pack.remove-unindexed") }
-        return report
+        for id in plan.packsToRemove { try repository.backend.remove(PackBuilder.key(id), point: "prune.pack.remove") }
+        for stray in plan.unindexed { try repository.backend.remove(stray.key, point: "prune.pack.remove-unindexed") }
+    }
+
+    /// Step 1: each pack's carried blobs, read frame by frame and written into new packs, which
+    /// one index lists (written last, by `finish`). Returns the indexes written and the bytes of
+    /// the new packs and index.
+    static func repack(_ packs: [GarbagePlan.Pack], in repository: PagedRepository) throws -> (indexes: [String], storedBytes: UInt64) {
+        let writer = PackWriter(repository: repository, indexEvery: .max)
+        let zstd = try ZstdFrames(level: 3)
+        for pack in packs {
+            try ProcessSignals.checkpoint("repacking \(repository.location)")
+            try copy(pack, into: writer, repository: repository, zstd: zstd)
+        }
+        try writer.finish()
+        return (writer.indexesWritten, writer.storedBytes)
+    }
+
+    /// One repacked pack's carried blobs into `writer`, in frames of about `PageStream.frameBytes`.
+    private static func copy(_ pack: GarbagePlan.Pack, into writer: PackWriter, repository: PagedRepository, zstd: ZstdFrames) throws {
+        var pending: [(BlobType, ContentID, Data)] = []
+        var pendingBytes = 0
+        func flush() throws {
+            guard !pending.isEmpty else { return }
+            try writer.add(try SealedFrame.make(blobs: pending, zstd: zstd, sealer: repository.sealer))
+            pending = []
+            pendingBytes = 0
+        }
+        for carry in pack.carry {
+            let plain = try BlobLocator.readFrame(carry.frame, pack: pack.id, repository: repository, zstd: zstd)
+            for blob in carry.blobs {
+                let bytes = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
+                                                    what: "pack \(repository.backend.describe(PackBuilder.key(pack.id)))")
+                pending.append((blob.type, blob.id, bytes))
+                pendingBytes += bytes.count
+                if pendingBytes >= PageStream.frameBytes { try flush() }
+            }
+        }
+        try flush()
     }
 
     /// Removes the packs no index lists, left by writers that died before indexing them, when no

@@ -1,0 +1,135 @@
+import Foundation
+
+/// What a garbage collection of a format-2 repository does, decided with no I/O from what the
+/// indexes list, which blobs the remaining snapshots use and what `data/` holds.
+/// `PagedGarbage.collect` reads those, asks `make`, and carries the plan out in its crash-safe
+/// order (`PagedGarbage.execute`).
+///
+/// Every pack an index lists is kept (most of it is alive), repacked (less than `repackBelow` of
+/// its raw bytes is alive: its live blobs are carried into new packs, then it goes) or removed
+/// (nothing in it is alive); every pack in `data/` that no index lists is removed.
+struct GarbagePlan: Sendable, Equatable {
+    /// What the readable indexes list: every pack once (the first entry read wins), and the
+    /// index files that list at least one pack, in listing order.
+    struct Index: Sendable, Equatable {
+        var packs: [ContentID: PackContents] = [:]
+        var files: [String] = []
+
+        /// A live blob no index lists, if any: then an unindexed pack may hold it, and nothing
+        /// may be removed until `repo repair` indexes it again.
+        func firstUnlisted(_ live: Set<ContentID>) -> ContentID? {
+            let indexed = Set(packs.values.flatMap { $0.frames.flatMap { $0.blobs.map(\.id) } })
+            return live.first { !indexed.contains($0) }
+        }
+    }
+
+    /// Blobs to copy out of one frame of a repacked pack (the frame is read once).
+    struct Carry: Sendable, Equatable {
+        var frame: FrameEntry
+        /// In frame order; over the whole plan each live blob is carried once.
+        var blobs: [BlobEntry]
+    }
+
+    enum Action: Sendable, Equatable {
+        case keep
+        /// The frames to read and the blobs to copy from each (only frames with something to carry).
+        case repack(carry: [Carry])
+        case remove
+    }
+
+    struct Pack: Sendable, Equatable {
+        var id: ContentID
+        var contents: PackContents
+        /// Its size in `data/` (0 when the listing lacks it).
+        var storedBytes: UInt64
+        /// Raw bytes of its live blobs.
+        var liveBytes: UInt64
+        var action: Action
+
+        var carry: [Carry] {
+            if case .repack(let carry) = action { return carry }
+            return []
+        }
+
+        /// What repacking frees, estimated on raw sizes (a dry run's guess).
+        var estimatedFreedBytes: UInt64 {
+            UInt64(Double(storedBytes) * (1 - Double(liveBytes) / Double(max(1, contents.rawBytes))))
+        }
+    }
+
+    /// A pack in `data/` that no index lists: left by a writer that died before indexing it.
+    struct Stray: Sendable, Equatable {
+        var key: String
+        var storedBytes: UInt64
+    }
+
+    /// Every indexed pack, by id.
+    var packs: [Pack] = []
+    /// By key.
+    var unindexed: [Stray] = []
+    /// The index files read, in listing order: removed once the new index is written (unless
+    /// one of them is the new index).
+    var oldIndexes: [String] = []
+
+    var kept: [Pack] { packs.filter { $0.action == .keep } }
+    var repacked: [Pack] { packs.filter { if case .repack = $0.action { return true } else { return false } } }
+    var removed: [Pack] { packs.filter { $0.action == .remove } }
+
+    /// The indexed packs to remove once no index lists them: dead ones, then repacked ones
+    /// (each group by id).
+    var packsToRemove: [ContentID] { removed.map(\.id) + repacked.map(\.id) }
+
+    /// The plan. - Precondition: every blob of `live` is indexed (`Index.firstUnlisted` is nil):
+    /// `collect` refuses before asking otherwise, since an unindexed pack may hold it.
+    /// - Parameter stored: every object under `data/` and its size.
+    static func make(index: Index, live: Set<ContentID>, stored: [String: UInt64],
+                     repackBelow: Double = PagedGarbage.repackBelow) -> GarbagePlan {
+        var plan = GarbagePlan(oldIndexes: index.files)
+        var carried = Set<ContentID>()
+        for (id, contents) in index.packs.sorted(by: { $0.key < $1.key }) {
+            let liveBytes = contents.frames.reduce(UInt64(0)) { sum, frame in
+                sum + frame.blobs.filter { live.contains($0.id) }.reduce(0) { $0 + UInt64($1.length) }
+            }
+            let action: Action
+            if liveBytes == 0 {
+                action = .remove
+            } else if Double(liveBytes) < repackBelow * Double(max(1, contents.rawBytes)) {
+                action = .repack(carry: carry(contents, live: live, carried: &carried))
+            } else {
+                action = .keep
+            }
+            plan.packs.append(Pack(id: id, contents: contents, storedBytes: stored[PackBuilder.key(id)] ?? 0,
+                                   liveBytes: liveBytes, action: action))
+        }
+        let indexedKeys = Set(index.packs.keys.map(PackBuilder.key))
+        plan.unindexed = stored.keys.filter { !indexedKeys.contains($0) }.sorted().map { Stray(key: $0, storedBytes: stored[$0] ?? 0) }
+        return plan
+    }
+
+    /// The live blobs of `contents` not carried yet (by a pack before it, or earlier in it),
+    /// frame by frame; frames with none are left out (not read).
+    private static func carry(_ contents: PackContents, live: Set<ContentID>, carried: inout Set<ContentID>) -> [Carry] {
+        var out: [Carry] = []
+        for frame in contents.frames {
+            let blobs = frame.blobs.filter { live.contains($0.id) && carried.insert($0.id).inserted }
+            if !blobs.isEmpty { out.append(Carry(frame: frame, blobs: blobs)) }
+        }
+        return out
+    }
+
+    /// The report as far as it is known before any I/O. A real run frees every repacked pack
+    /// whole (`execute` adds what its new packs and index take to `keptBytes`); a dry run
+    /// estimates what repacking frees on raw sizes.
+    func report(dryRun: Bool) -> PagedGarbage.Report {
+        var report = PagedGarbage.Report()
+        let (kept, repacked, removed) = (self.kept, self.repacked, self.removed)
+        report.livePacks = kept.count
+        report.deletedPacks = removed.count
+        report.repackedPacks = repacked.count
+        report.unindexedPacks = unindexed.count
+        report.keptBytes = kept.reduce(0) { $0 + $1.storedBytes }
+        report.freedBytes = removed.reduce(0) { $0 + $1.storedBytes } + unindexed.reduce(0) { $0 + $1.storedBytes }
+        for pack in repacked { report.freedBytes += dryRun ? pack.estimatedFreedBytes : pack.storedBytes }
+        return report
+    }
+}
