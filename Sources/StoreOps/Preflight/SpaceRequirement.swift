@@ -38,20 +38,32 @@ public enum SpaceRequirement {
     /// Throws exit 74 when `folder`'s volume has less than the operation needs there.
     public static func require(_ operation: Preflight.Operation, info: StoreInfo, extraBytes: UInt64 = 0,
                                at folder: String, purpose: String) throws {
-        let needed = need(operation, info: info, extraBytes: extraBytes).destination
+        try require(need(operation, info: info, extraBytes: extraBytes).destination, at: folder, purpose: purpose)
+    }
+
+    /// The one free-space check every operation makes before it writes: 73 on a read-only file
+    /// system, 74 with less than `bytes` free (or no inodes) on `folder`'s volume, naming both
+    /// figures and what to do.
+    public static func require(_ bytes: UInt64, at folder: String, purpose: String,
+                               hint: String = "free space there, or choose a destination on another volume") throws {
         let space = try FileSystem.space(at: folder)
-        guard !space.readOnly || needed == 0 else {
+        guard !space.readOnly || bytes == 0 else {
             throw StoreOpsError(.cannotCreate, "\(folder) is on a read-only file system: nothing can be written there for \(purpose)",
                                 hint: "choose a destination on a writable volume, or remount it read-write")
         }
-        guard space.availableBytes >= needed else {
+        guard space.availableBytes >= bytes else {
             throw StoreOpsError(.ioError,
-                "not enough space for \(purpose): \(Format.bytes(space.availableBytes)) free in \(folder), \(Format.bytes(needed)) needed",
-                hint: "free space there, or choose a destination on another volume")
+                "not enough space for \(purpose): \(Format.bytes(space.availableBytes)) free in \(folder), \(Format.bytes(bytes)) needed",
+                hint: hint)
         }
         guard space.availableInodes >= 16 else {
             throw StoreOpsError(.ioError, "no free inodes in \(folder) for \(purpose) (\(space.availableInodes) left)")
         }
+    }
+
+    /// Whether `bytes` fit on `folder`'s volume (for work that has another way when they do not).
+    public static func fits(_ bytes: UInt64, at folder: String) -> Bool {
+        (try? require(bytes, at: folder, purpose: "")) != nil
     }
 
     /// The folder SQLite puts its temporary files in (SQLITE_TMPDIR, TMPDIR, /var/tmp, /usr/tmp, /tmp).

@@ -117,7 +117,7 @@ public enum Purge {
         let folder = FileSystem.absolute(NSTemporaryDirectory())
         let bytes = (FileSystem.size(of: store.path) ?? 0) + (FileSystem.size(of: store.walPath) ?? 0)
         let needed = bytes + SpaceRequirement.margin(bytes)
-        guard let space = try? FileSystem.space(at: folder), space.availableBytes >= needed else { return nil }
+        guard SpaceRequirement.fits(needed, at: folder) else { return nil }
         PendingFile.removeStale(in: folder, prefix: "storectl-purge-dry-run-")
         let copy = try PendingFile(finalPath: (folder as NSString).appendingPathComponent("storectl-purge-dry-run-\(getpid()).sqlite"), label: "purge.dry-run.copy")
         defer {

@@ -41,10 +41,7 @@ public enum SnapshotExport {
         var manifest = entry.manifest
         let external = manifest.externalData?.totalBytes ?? 0
         let needed = 2 * (manifest.database.bytes + external) + SpaceRequirement.margin(manifest.database.bytes)
-        let space = try FileSystem.space(at: folder)
-        guard space.availableBytes >= needed else {
-            throw StoreOpsError(.ioError, "not enough space in \(folder) to export: \(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed")
-        }
+        try SpaceRequirement.require(needed, at: folder, purpose: "the export of snapshot \(entry.id)")
         PendingFile.removeStale(in: folder, prefix: FileSystem.name(of: output))
         let database = try PendingFile(finalPath: output + ".sqlite", label: "export.database")
         defer { database.discard() }

@@ -121,11 +121,7 @@ public enum SnapshotRestore {
         }
         let external = record.externalData?.totalBytes ?? 0
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
-        let space = try FileSystem.space(at: folder)
-        guard space.availableBytes >= needed else {
-            throw StoreOpsError(.ioError, "not enough space in \(folder) to restore: \(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed",
-                                hint: "free space on that volume first")
-        }
+        try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
         StoreSwap.recoverAll(in: folder)
         PendingFile.removeStale(in: folder)
         let database = try PendingFile(finalPath: finalPath, label: "restore.database")

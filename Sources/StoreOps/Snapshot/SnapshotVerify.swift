@@ -57,11 +57,7 @@ public enum SnapshotVerify {
             guard let id = record.snapshot?.id else { continue }
             let started = Date()
             let needed = record.database.bytes + SpaceRequirement.margin(record.database.bytes)
-            let space = try FileSystem.space(at: scratch)
-            guard space.availableBytes >= needed else {
-                throw StoreOpsError(.ioError, "not enough space in \(scratch) to unpack snapshot \(id): \(Format.bytes(space.availableBytes)) free, \(Format.bytes(needed)) needed",
-                                    hint: "pass --scratch with a folder on a larger volume")
-            }
+            try SpaceRequirement.require(needed, at: scratch, purpose: "unpacking snapshot \(id)", hint: "pass --scratch with a folder on a larger volume")
             var problem: String?
             do {
                 let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
