@@ -5,13 +5,13 @@ import StoreOps
 struct RepoCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "repo",
-        abstract: "Make and look after snapshot repositories: init, check, stats, repair.",
+        abstract: "Make and look after snapshot repositories: init, check, stats, repair, convert.",
         discussion: reflow("""
             Format 2 (the default) stores each database page once, content-addressed, zstd-compressed and encrypted
             (AES-256-GCM, keyed content ids) in packs; format 1 keeps one compressed tar archive per snapshot.
             storectl never makes a repository implicitly: `snapshot create` into a missing one exits 66.
             """),
-        subcommands: [RepoInitCommand.self, RepoCheckCommand.self, RepoStatsCommand.self, RepoRepairCommand.self])
+        subcommands: [RepoInitCommand.self, RepoCheckCommand.self, RepoStatsCommand.self, RepoRepairCommand.self, RepoConvertCommand.self])
 }
 
 struct RepoInitCommand: ParsableCommand, JSONOutput {
@@ -109,5 +109,45 @@ struct RepoRepairCommand: ParsableCommand, JSONOutput {
             print("indexed \(Format.plural(report.packsIndexed, "pack", "packs")) in \(report.newIndex ?? "no index"), removed \(Format.plural(report.removedIndexes, "old index", "old indexes"))")
         }
         try Finished.check(RepositoryRepair.ending(of: report))
+    }
+}
+
+struct RepoConvertCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "convert",
+        abstract: "Bring every snapshot of an older repository (format 1, or format 2 of layout 1) into a new one.",
+        discussion: reflow("""
+            The new repository is one `repo init` made. Snapshots keep their ids, times, hosts, source paths and tags; each \
+            is unpacked with every check a restore makes, stored, then reassembled from the new repository and compared byte \
+            for byte before it counts. The old repository's snapshots are only read. Run it again after an interruption: what \
+            was brought over is verified and not written twice. Exit 2 names the snapshots the old repository could not give \
+            back whole (the others are converted).
+            """))
+
+    @Argument(help: "The repository to convert (a folder, or s3://BUCKET/PREFIX).") var old: String
+    @Option(help: "The new repository (made by `storectl repo init`).") var repo: String
+    @OptionGroup var password: PasswordOption
+    @Option(help: ArgumentHelp("A file whose first line is the old repository's password (format 2 only; default: the new one's).", valueName: "file"))
+    var oldPasswordFile: String?
+    @Option(help: "Where each snapshot is unpacked on its way (default: TMPDIR).") var scratch: String?
+    @Flag(help: "Print the report as JSON.") var json = false
+
+    func run() throws {
+        let progress = TerminalProgress.handler("repo convert", quiet: json)
+        var options = RepositoryConvert.Options(source: old, sourcePassword: oldPasswordFile.map { .file($0) } ?? password.source,
+                                                target: repo, password: password.source)
+        options.scratch = scratch
+        let report = try RepositoryConvert.run(options, progress: progress?.1)
+        progress?.0.finish()
+        if json { print(jsonReport(report)) } else {
+            for result in report.converted {
+                print("converted \(result.id)  \(Timestamp.iso(result.startedAt))  \(result.host):\(result.source)  added \(Format.bytes(result.addedBytes))\(result.tags.isEmpty ? "" : "  tags \(result.tags.joined(separator: ","))")")
+            }
+            for id in report.alreadyThere { print("present   \(id)  (brought over by an earlier run; verified again)") }
+            for failure in report.failed { print("FAILED    \(failure.id): \(failure.problem)") }
+            let total = report.converted.count + report.alreadyThere.count
+            print("\(report.ok ? "ok" : "INCOMPLETE"): \(Format.plural(total, "snapshot", "snapshots")) of \(report.source) (\(report.sourceKind)) in \(report.target), each verified\(report.failed.isEmpty ? "" : "; \(report.failed.count) not converted")")
+        }
+        try Finished.check(RepositoryConvert.ending(of: report))
     }
 }

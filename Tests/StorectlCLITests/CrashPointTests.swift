@@ -216,7 +216,65 @@ enum Scenarios {
     static let all: [CrashScenario] = formatOne + paged + (Place.all.contains(.s3) ? remote : [])
 
     /// Format 2 (encrypted pages): create, restore both ways, and prune with its garbage collection.
-    static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local)]
+    static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert]
+
+    /// The snapshots a repository lists, by their tags (ids differ from fixture to fixture).
+    static func listed(_ fixture: CrashFixture, _ repo: String) throws -> String {
+        try SnapshotSummary.list(repository: repo, password: fixture.password).map { "\($0.tags)" }.sorted().joined(separator: "; ")
+    }
+
+    /// Ids, times, hosts, stores and tags: what import and convert keep.
+    static func identities(_ fixture: CrashFixture, _ repo: String) throws -> [String] {
+        try SnapshotSummary.list(repository: repo, password: fixture.password).map { "\($0.id) \(Timestamp.iso($0.time)) \($0.host) \($0.store) \($0.tags)" }.sorted()
+    }
+
+    /// After the next run the new repository holds every snapshot, each verifies, and it checks clean.
+    static func expectBroughtOver(_ fixture: CrashFixture, into repo: String, _ point: String) throws {
+        let verify = try fixture.run(["snapshot", "verify", "--repo", repo, "--all"])
+        #expect(verify.status == 0, "\(point): \(verify.stdout) \(verify.stderr)")
+        let check = try fixture.run(["repo", "check", "--repo", repo, "--read-data"])
+        #expect(check.status == 0, "\(point): \(check.stdout) \(check.stderr)")
+        #expect(fixture.leftovers([repo]).isEmpty, "\(point): \(fixture.leftovers([repo]))")
+    }
+
+    static let importArchive = CrashScenario(
+        name: "snapshot import",
+        setup: {
+            let fixture = try storeWithSnapshot(format: 2)
+            let archive = fixture.folder.file("one.tar.zst")
+            _ = try SnapshotExport.run(.init(repository: fixture.repo, id: fixture.snapshot, output: archive, password: fixture.password))
+            fixture.extra["archive"] = archive
+            fixture.extra["other"] = try fixture.folder.repository("other", format: 2)
+            return fixture
+        },
+        command: { ["snapshot", "import", $0.extra["archive"] ?? "", "--repo", $0.extra["other"] ?? ""] },
+        observe: { try listed($0, $0.extra["other"] ?? "") },
+        next: { fixture, index in try ok(fixture, ["snapshot", "import", fixture.extra["archive"] ?? "", "--repo", fixture.extra["other"] ?? ""], index) },
+        finally: { fixture, point in
+            try expectBroughtOver(fixture, into: fixture.extra["other"] ?? "", point)
+            #expect(try identities(fixture, fixture.extra["other"] ?? "") == (try identities(fixture, fixture.repo)), "\(point)")
+        })
+
+    /// A format-1 repository of two snapshots (the second after scattered updates) into a new one.
+    static let convert = CrashScenario(
+        name: "repo convert (format 1 into format 2)",
+        setup: {
+            let fixture = try CrashFixture(format: 1)
+            _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, tags: ["first"], password: fixture.password))
+            let queue = try DatabaseQueue(path: fixture.store)
+            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '!' WHERE Z_PK % 7 = 0") }
+            try queue.close()
+            _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, tags: ["second"], password: fixture.password))
+            fixture.extra["new"] = try fixture.folder.repository("new", format: 2)
+            return fixture
+        },
+        command: { ["repo", "convert", $0.repo, "--repo", $0.extra["new"] ?? ""] },
+        observe: { try listed($0, $0.extra["new"] ?? "") },
+        next: { fixture, index in try ok(fixture, ["repo", "convert", fixture.repo, "--repo", fixture.extra["new"] ?? ""], index) },
+        finally: { fixture, point in
+            try expectBroughtOver(fixture, into: fixture.extra["new"] ?? "", point)
+            #expect(try identities(fixture, fixture.extra["new"] ?? "") == (try identities(fixture, fixture.repo)), "\(point): ids, times and tags are the old repository's")
+        })
 
     /// The same in a bucket (restore in place is the local code past the download).
     static let remote: [CrashScenario] = [pagedCreate(.s3), pagedRestore(.s3), pagedPrune(.s3)]

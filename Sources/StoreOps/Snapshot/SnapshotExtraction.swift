@@ -58,10 +58,67 @@ enum SnapshotExtraction {
     struct Damage {
         let id: String
         let repository: String
+        var hint: String?
+        init(id: String, repository: String, hint: String? = nil) {
+            self.id = id
+            self.repository = repository
+            self.hint = hint
+        }
         func damaged(_ what: String) -> StoreOpsError {
             StoreOpsError(.badData, "snapshot \(id): \(what); the archive is damaged",
-                          hint: "restore an older snapshot: `storectl snapshot list --repo \(repository)`")
+                          hint: hint ?? "restore an older snapshot: `storectl snapshot list --repo \(repository)`")
         }
+    }
+
+    /// A standalone archive (`snapshot export`'s file, or one of a format-1 repository): its
+    /// manifest is read first (it is the last entry), checked to describe a snapshot, then the
+    /// archive is read again and checked exactly as a repository's archive is, against it.
+    /// Returns the manifest.
+    ///
+    /// - Throws: 65 naming the file and what is wrong; 66 when it does not exist.
+    static func runFile(_ path: String, into targets: Targets, level: VerifyLevel) throws -> Manifest {
+        guard FileSystem.kind(of: path) == .file else {
+            throw StoreOpsError(.noInput, "\(path) does not exist or is not a file", hint: "name a snapshot archive written by `storectl snapshot export`")
+        }
+        let fileDamage = Damage(id: FileSystem.name(of: path), repository: path, hint: "export the snapshot again from its repository")
+        func damaged(_ what: String) -> StoreOpsError {
+            StoreOpsError(.badData, "\(path): \(what)", hint: "import only archives written by `storectl snapshot export`; export it again if it was damaged on the way")
+        }
+        var manifestData: Data?
+        do {
+            let first = try ArchiveReader(path: path)
+            while let entry = try first.next() {
+                try ProcessSignals.checkpoint("reading \(path)")
+                guard entry.name == "manifest.json" else { try first.readData { _ in }; continue }
+                var data = Data()
+                try first.readData { chunk in
+                    data.append(contentsOf: chunk)
+                    if data.count > 16 << 20 { throw damaged("its manifest.json is larger than 16 MiB") }
+                }
+                manifestData = data
+            }
+        } catch let error as StoreOpsError where error.status == .badData || error.status == .failure {
+            throw damaged("not a readable snapshot archive (\(error.message))")
+        }
+        guard let manifestData else { throw damaged("it has no manifest.json: it is not a snapshot archive") }
+        guard let manifest = try? JSON.decoder().decode(Manifest.self, from: manifestData) else { throw damaged("its manifest.json is not a valid manifest") }
+        guard manifest.kind == "snapshot", let facts = manifest.snapshot, SnapshotID.isPlausible(facts.id) else {
+            throw damaged("its manifest describes a \(manifest.kind), not a snapshot with a valid id")
+        }
+        guard manifest.database.sha256 != nil, manifest.database.path.hasPrefix("store/"), manifest.database.path.count > 6 else {
+            throw damaged("its manifest gives the database no checksum or no place under store/")
+        }
+        let check = Damage(id: facts.id, repository: path, hint: fileDamage.hint)
+        let reader: ArchiveReader
+        do { reader = try ArchiveReader(path: path) } catch let error as StoreOpsError { throw check.damaged(error.message) }
+        let inner: Data
+        do { inner = try unpack(reader, record: manifest, into: targets, check: check) } catch let error as StoreOpsError
+            where error.status == .badData && !error.message.hasPrefix("snapshot \(facts.id)") {
+            throw check.damaged(error.message)
+        }
+        guard inner == manifestData else { throw check.damaged("its manifest.json changed between two reads") }
+        try checkDatabase(targets.database, of: manifest, level: level, check: check)
+        return manifest
     }
 
     /// Every entry, checked before its data is read and then against the manifest as it is

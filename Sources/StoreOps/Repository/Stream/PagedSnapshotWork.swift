@@ -21,8 +21,11 @@ final class PagedSnapshotWork {
     let repository: PagedRepository
     let tags: [String]
     let level: Int
-    let startedAt = Timestamp.now()
+    let startedAt: Date
     let id: String
+    /// A snapshot brought in from elsewhere (`snapshot import`, `repo convert`): its id, times,
+    /// host and source are kept, and its pages are read from a verified file.
+    let origin: Manifest?
     let writer: PackWriter
     var parent: PagedSnapshotRecord?
     private var parentMap: PageMap.Loaded?
@@ -39,12 +42,14 @@ final class PagedSnapshotWork {
     private(set) var record: PagedSnapshotRecord?
     private var committed = false
 
-    init(store: StoreFile, repository: PagedRepository, tags: [String], level: Int?) {
+    init(store: StoreFile, repository: PagedRepository, tags: [String], level: Int?, origin: Manifest? = nil) {
         self.store = store
         self.repository = repository
         self.tags = tags
         self.level = level ?? 3
-        id = SnapshotID.make(at: startedAt)
+        self.origin = origin
+        startedAt = origin?.startedAt ?? Timestamp.now()
+        id = origin?.snapshot?.id ?? SnapshotID.make(at: startedAt)
         writer = PackWriter(repository: repository)
     }
 
@@ -53,8 +58,9 @@ final class PagedSnapshotWork {
     /// The parent (the newest snapshot of this store from this host), its map, and what the
     /// indexes hold.
     func prepare(records: [PagedSnapshotRecord]) throws {
-        let host = ProcessInfo.processInfo.hostName
-        parent = records.first { $0.manifest.host == host && $0.manifest.source.path == store.path }
+        let host = origin?.host ?? ProcessInfo.processInfo.hostName
+        let path = origin?.source.path ?? store.path
+        parent = records.first { $0.manifest.host == host && $0.manifest.source.path == path && $0.id != id }
         var wanted = Set<ContentID>()
         if let parent { wanted.formUnion(parent.pages.blobs) }
         var locations: [ContentID: BlobLocation] = [:]
@@ -131,6 +137,65 @@ final class PagedSnapshotWork {
             finalIDs = try stream.finalIDs(pageCount: pageCount)
             try checkSource(src, parallel: parallel.result())
         }
+    }
+
+    /// A brought-in snapshot: the pages of a verified file that nothing else writes (the
+    /// extracted database of an archive or an old repository), read in order and streamed as
+    /// they are, so the snapshot restores to the same bytes; then its external data and checks.
+    func copyFile(progress: StepHandler?) throws {
+        let fd = open(store.path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(store.path)", side: .input) }
+        defer { close(fd) }
+        let bytes = FileSystem.size(of: store.path) ?? 0
+        var header = [UInt8](repeating: 0, count: 100)
+        guard pread(fd, &header, 100, 0) == 100 else { throw StoreOpsError(.badData, "\(store.path) is too short to be a SQLite database") }
+        let raw = Int(header[16]) << 8 | Int(header[17])
+        pageSize = raw == 1 ? 65536 : raw
+        guard PagedSnapshotRecord.isPageSize(pageSize), bytes % UInt64(pageSize) == 0, bytes > 0 else {
+            throw StoreOpsError(.badData, "\(store.path) is not a whole SQLite database (page size \(raw), \(bytes) bytes)")
+        }
+        let pageCount = Int(bytes / UInt64(pageSize))
+        if parent?.pages.pageSize != pageSize {
+            parent = nil
+            parentMap = nil
+        }
+        try packExternalData()
+        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [], expectedPages: pageCount)
+        self.stream = stream
+        let started = Date()
+        let chunkPages = max(1, (1 << 20) / pageSize)
+        var buffer = [UInt8](repeating: 0, count: chunkPages * pageSize)
+        var page = 0
+        while page < pageCount {
+            try ProcessSignals.checkpoint("reading \(store.path)")
+            let count = min(chunkPages, pageCount - page)
+            let length = count * pageSize
+            try buffer.withUnsafeMutableBytes { raw in
+                var done = 0
+                while done < length {
+                    let n = pread(fd, raw.baseAddress! + done, length - done, off_t(page * pageSize + done))
+                    if n < 0, errno == EINTR { continue }
+                    guard n > 0 else { throw StoreOpsError.posix(n < 0 ? errno : EIO, doing: "reading \(store.path)", side: .input) }
+                    done += n
+                }
+                for i in 0..<count {
+                    let slice = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(raw)[(i * pageSize)..<((i + 1) * pageSize)])
+                    guard stream.receive(page: UInt32(page + i + 1), bytes: slice) else { break }
+                }
+            }
+            if let failure = stream.error { throw failure }
+            page += count
+            progress?(ProgressUpdate(phase: "pages", done: UInt64(page), total: UInt64(pageCount), unit: .pages,
+                                     bytes: UInt64(page) * UInt64(pageSize), startedAt: started))
+        }
+        try stream.drain()
+        finalIDs = try stream.finalIDs(pageCount: pageCount)
+        let connection = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: 1, label: "storectl.import")
+        defer { try? connection.close() }
+        try connection.inDatabase { db in try checkSource(db) }
+        copied = ConsistentCopy.Copied(source: origin?.source ?? .init(path: store.path, journalMode: "delete", pageSize: pageSize, pageCount: pageCount,
+                                                                      fileBytes: bytes, walBytes: 0),
+                                       startedAt: startedAt, steps: 0, restarts: 0, busyRetries: 0)
     }
 
     /// `quick_check` and the entity counts, on the source inside the read transaction the pages
@@ -254,12 +319,20 @@ final class PagedSnapshotWork {
         }
         try writer.finish()
         let externalRecords = files.map { Manifest.FileRecord(path: $0.path, bytes: $0.bytes, sha256: $0.sha256) }
-        let manifest = Manifest.of(kind: "snapshot", copied: copied, database: "store/\(store.name)",
+        var manifest = Manifest.of(kind: "snapshot", copied: copied, database: "store/\(store.name)",
                                    bytes: UInt64(finalIDs.count) * UInt64(pageSize), sha256: nil,
                                    inspection: .init(pageSize: pageSize, pageCount: finalIDs.count, verification: verification),
                                    external: files.isEmpty ? nil : (externalRoot, externalRecords), coreData: coreData, startedAt: startedAt,
                                    snapshot: .init(id: id, tags: tags, compression: .zstd, level: level, archive: nil, format: 2,
                                                    parent: parent?.id, addedBytes: writer.storedBytes))
+        if let origin {
+            // Brought in: when and where it was taken, and by what, stay as they were.
+            manifest.host = origin.host
+            manifest.tool = origin.tool
+            manifest.finishedAt = origin.finishedAt
+            manifest.durationSeconds = origin.durationSeconds
+            manifest.coreData = origin.coreData ?? manifest.coreData
+        }
         let record = PagedSnapshotRecord(manifest: manifest, pages: map, files: files, parent: parent?.id,
                                          added: .init(blobs: writer.blobs, rawBytes: writer.rawBytes, storedBytes: writer.storedBytes))
         try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: "snapshot.record")

@@ -1,0 +1,183 @@
+import Foundation
+
+/// `storectl snapshot import FILE --repo R`: brings one snapshot archive (the `.tar.zst`
+/// `snapshot export` writes, format 1's layout) into a format-2 repository, keeping its id,
+/// time, host, source path and tags, so a snapshot can move between repositories, hosts and
+/// sites as one file and come back as the same snapshot.
+///
+/// Nothing counts until it is verified: the archive is read twice (its manifest, which is its
+/// last entry, then every entry checked against it: names, sizes, SHA-256 of every file and of
+/// the database, quick_check), unpacked into a scratch folder, streamed into packs page by page
+/// as it is (so the snapshot restores to the same bytes), committed (packs, index, then the
+/// sealed record), and then reassembled from the repository and compared with the archive's
+/// database SHA-256. The scratch folder goes in every case.
+public enum SnapshotImport {
+    public struct Options: Sendable {
+        public var file: String
+        public var repository: String
+        public var password: PasswordSource = .resolve(file: nil)
+        /// Where the archive is unpacked (default: TMPDIR).
+        public var scratch: String?
+        public var wait = false
+
+        public init(file: String, repository: String, password: PasswordSource = .resolve(file: nil)) {
+            self.file = file
+            self.repository = repository
+            self.password = password
+        }
+    }
+
+    public struct Result: Sendable, Codable {
+        public var id: String
+        public var repository: String
+        /// The repository already held this snapshot (the same one: its id, time and source); it
+        /// was verified again and nothing was written.
+        public var alreadyThere: Bool
+        public var addedBytes: UInt64
+        public var databaseSHA256: String
+        public var startedAt: Date
+        public var host: String
+        public var source: String
+        public var tags: [String]
+    }
+
+    /// - Throws: 66 no such file or repository, 65 a damaged archive or an id the repository holds
+    ///   for another snapshot (or a format-1 repository), 74 no room to unpack, 77 wrong password.
+    public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Result {
+        let file = FileSystem.absolute(options.file)
+        guard FileSystem.kind(of: file) == .file else {
+            throw StoreOpsError(.noInput, "\(file) does not exist or is not a file", hint: "name a snapshot archive written by `storectl snapshot export`")
+        }
+        let repository = try openTarget(options.repository, password: options.password, command: "snapshot import")
+        let hold = try RepositoryHold.take(.paged(repository), operation: "snapshot import", exclusive: false, wait: options.wait)
+        defer { hold.release() }
+        let scratch = try Scratch(in: options.scratch, label: "import", needing: FileSystem.size(of: file).map { 4 * $0 } ?? 0)
+        defer { scratch.discard() }
+        progress?(.stage("read and check the archive"))
+        let manifest = try SnapshotExtraction.runFile(file, into: try scratch.targets(for: nil), level: .quick)
+        let staged = try scratch.stage(databaseNamed: FileSystem.name(of: manifest.database.path))
+        return try bringIn(database: staged, origin: manifest, into: repository, scratch: scratch, progress: progress)
+    }
+
+    /// A format-2 repository of today's layout to bring snapshots into: 65 for a format-1
+    /// repository (naming `repo convert`), 66 when there is none.
+    static func openTarget(_ location: String, password: PasswordSource, command: String) throws -> PagedRepository {
+        switch try OpenedRepository.open(location, password: password) {
+        case .paged(let repository) where repository.sealer.isCompact:
+            return repository
+        case .paged(let repository):
+            throw StoreOpsError(.badData, "\(repository.location) is a format-2 repository of layout 1, which \(command) does not write into",
+                                hint: "make a new repository (`storectl repo init`) and bring this one's snapshots over with `storectl repo convert \(repository.location) --repo NEW`")
+        case .archives(let archives):
+            throw StoreOpsError(.badData, "\(archives.path) is a format-1 repository, which \(command) does not write into",
+                                hint: "make a format-2 repository (`storectl repo init`) and bring this one's snapshots over with `storectl repo convert \(archives.path) --repo NEW`")
+        }
+    }
+
+    /// Streams a verified database file (and the external data staged beside it) into
+    /// `repository` as the snapshot `origin` describes, then reassembles it from the repository
+    /// and compares it with the file. A snapshot the repository already holds under the same id
+    /// is verified the same way and not written again (a convert run killed after its commit);
+    /// under the same id but from another time or store it is 65.
+    static func bringIn(database: String, origin: Manifest, into repository: PagedRepository, scratch: Scratch,
+                        progress: ProgressHandler?) throws -> Result {
+        guard let facts = origin.snapshot, SnapshotID.isPlausible(facts.id) else {
+            throw StoreOpsError(.badData, "the snapshot to bring in has no valid id")
+        }
+        try SnapshotCreate.validate(tags: facts.tags)
+        let expected = try Hashing.sha256(ofFile: database)
+        let records = try repository.catalog().records
+        var record: PagedSnapshotRecord
+        var added: UInt64 = 0
+        var alreadyThere = false
+        if let existing = records.first(where: { $0.id == facts.id }) {
+            guard existing.manifest.startedAt == origin.startedAt, existing.manifest.source.path == origin.source.path,
+                  existing.manifest.host == origin.host else {
+                throw StoreOpsError(.badData, "\(repository.location) already holds a snapshot \(facts.id) of \(existing.manifest.source.path) taken \(Timestamp.iso(existing.manifest.startedAt)), not this one of \(origin.source.path) taken \(Timestamp.iso(origin.startedAt))",
+                                    hint: "ids are unique in a repository: import it into another repository")
+            }
+            record = existing
+            alreadyThere = true
+        } else {
+            progress?(.stage("pages"))
+            let work = PagedSnapshotWork(store: try StoreFile(existing: database), repository: repository, tags: facts.tags, level: facts.level, origin: origin)
+            do {
+                try work.prepare(records: records)
+                try work.copyFile(progress: progress.map { handler in { handler(.step($0)) } })
+                progress?(.stage("commit"))
+                try work.check()
+                try work.commit()
+            } catch {
+                work.abandon()
+                throw error
+            }
+            guard let committed = work.record else { throw StoreOpsError(.failure, "the snapshot \(facts.id) did not commit") }
+            record = committed
+            added = committed.added.storedBytes
+        }
+        progress?(.stage("verify"))
+        let check = try scratch.targets(for: "verify")
+        let sha = try PagedExtraction.run(record, repository: repository, into: check, level: .quick)
+        guard sha == expected else {
+            throw StoreOpsError(.badData, "snapshot \(facts.id) in \(repository.location) reassembles to other bytes than it was made from (sha256 \(sha.prefix(12))…, expected \(expected.prefix(12))…)",
+                                hint: "run `storectl repo check --read-data --repo \(repository.location)`")
+        }
+        return Result(id: facts.id, repository: repository.location, alreadyThere: alreadyThere,
+                      addedBytes: added, databaseSHA256: sha, startedAt: origin.startedAt, host: origin.host, source: origin.source.path,
+                      tags: facts.tags)
+    }
+
+    /// A temporary folder for one snapshot at a time: where an archive or an old repository's
+    /// snapshot is unpacked (the database under its own name, its external data where a store's
+    /// is), and where the brought-in snapshot is reassembled to be compared. Removed at the end
+    /// (a killed run's by the next run: a temp name of a dead process).
+    final class Scratch {
+        let folder: PendingFile
+        private var count = 0
+
+        init(in parent: String?, label: String, needing bytes: UInt64) throws {
+            let base = FileSystem.absolute(parent ?? NSTemporaryDirectory())
+            guard FileSystem.kind(of: base) == .directory else { throw StoreOpsError(.cannotCreate, "the scratch folder \(base) does not exist") }
+            try SpaceRequirement.require(bytes + SpaceRequirement.margin(bytes), at: base, purpose: "the \(label)'s scratch copy",
+                                         hint: "pass --scratch with a folder on a larger volume")
+            PendingFile.removeStale(in: base, prefix: "storectl-\(label)")
+            folder = try PendingFile(finalPath: (base as NSString).appendingPathComponent("storectl-\(label)"), directory: true, label: "\(label).scratch")
+        }
+
+        /// A new empty database file and external-data folder in a subfolder of their own.
+        func targets(for name: String?) throws -> SnapshotExtraction.Targets {
+            count += 1
+            let sub = (folder.tempPath as NSString).appendingPathComponent("\(count)-\(name ?? "unpacked")")
+            try FileSystem.makeDirectory(sub, existingOK: false, point: "scratch.folder")
+            let database = (sub as NSString).appendingPathComponent("database")
+            let external = (sub as NSString).appendingPathComponent("external")
+            try FileSystem.makeDirectory(external, existingOK: false, point: "scratch.folder")
+            close(try FileSystem.create(database, point: "scratch.file"))
+            latest = (database, external)
+            return .init(database: database, externalFolder: external)
+        }
+
+        private var latest: (database: String, external: String)?
+
+        /// The last unpacked snapshot laid out as its store was: `<name>` and, when it had
+        /// external data, `.<stem>_SUPPORT/_EXTERNAL_DATA/` beside it (so its records keep their
+        /// paths). Returns the database's path.
+        func stage(databaseNamed name: String) throws -> String {
+            guard let latest, PagedSnapshotRecord.isExternalFileName(name) else {
+                throw StoreOpsError(.badData, "the snapshot's database is named \(name), which is not a plain file name")
+            }
+            let folder = FileSystem.parent(of: latest.database)
+            let database = (folder as NSString).appendingPathComponent(name)
+            try FileSystem.rename(latest.database, database, point: "scratch.stage")
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: latest.external)) ?? []
+            if !files.isEmpty {
+                let support = StoreFile.supportPath(forDatabase: database)
+                try FileSystem.makeDirectory(support, existingOK: false, point: "scratch.folder")
+                try FileSystem.rename(latest.external, (support as NSString).appendingPathComponent(StoreFile.externalDataFolderName), point: "scratch.stage")
+            }
+            return database
+        }
+
+        func discard() { folder.discard() }
+    }
+}

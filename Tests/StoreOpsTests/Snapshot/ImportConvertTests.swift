@@ -1,0 +1,190 @@
+import Foundation
+import GRDB
+import StoreLab
+@testable import StoreOps
+import Testing
+
+/// `snapshot import` (an exported archive into a repository) and `repo convert` (a format-1 or a
+/// layout-1 repository into today's format 2): ids, times, hosts, sources and tags kept; every
+/// snapshot restores to the bytes the old one did; a second run writes nothing; damage is refused
+/// or reported, never brought over.
+@Suite("snapshot import and repo convert")
+struct ImportConvertTests {
+    let folder: TempFolder
+    let store: String
+    let password: PasswordSource
+
+    init() throws {
+        folder = try TempFolder()
+        store = try sampleStore(in: folder, items: 1_500, externalFiles: 2)
+        password = .file(try folder.passwordFile())
+    }
+
+    func restore(_ repo: String, _ id: String, _ name: String) throws -> (database: String, external: [String: Data]) {
+        var options = SnapshotRestore.Options(repository: repo, id: id, target: .file(folder.file(name)))
+        options.password = password
+        _ = try SnapshotRestore.run(options)
+        let support = StoreFile(unchecked: folder.file(name)).externalDataPath
+        var external: [String: Data] = [:]
+        for file in (try? FileManager.default.contentsOfDirectory(atPath: support)) ?? [] {
+            external[file] = FileManager.default.contents(atPath: (support as NSString).appendingPathComponent(file))
+        }
+        return (try Hashing.sha256(ofFile: folder.file(name)), external)
+    }
+
+    func change(_ sql: String) throws {
+        let queue = try DatabaseQueue(path: store)
+        try queue.write { try $0.execute(sql: sql) }
+        try queue.close()
+    }
+
+    func summaries(_ repo: String) throws -> [String] {
+        try SnapshotSummary.list(repository: repo, password: password).map { "\($0.id) \(Timestamp.iso($0.time)) \($0.host) \($0.store) \($0.tags)" }.sorted()
+    }
+
+    /// Every object and its SHA-256, locks aside.
+    func contents(_ repo: String) throws -> [String: String] {
+        let backend = LocalBackend(root: repo)
+        var out: [String: String] = [:]
+        for (key, _) in try backend.list("") where !key.hasPrefix("locks/") { out[key] = Hashing.sha256(try #require(try backend.read(key))) }
+        return out
+    }
+
+    @Test("an exported snapshot imported into another repository keeps its id, time, host, source and tags and restores to the same bytes; a second import writes nothing")
+    func importRoundTrip() throws {
+        let a = try folder.repository("a", format: 2)
+        let b = try folder.repository("b", format: 2)
+        let first = try SnapshotCreate.run(store: store, options: .init(repository: a, tags: ["nightly"], password: password))
+        try change("UPDATE ZITEM SET ZTITLE = ZTITLE || '!' WHERE Z_PK % 9 = 0")
+        let second = try SnapshotCreate.run(store: store, options: .init(repository: a, tags: ["weekly", "x"], password: password))
+        for id in [first.id, second.id] {
+            let archive = folder.file("\(id).tar.zst")
+            _ = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
+            var options = SnapshotImport.Options(file: archive, repository: b, password: password)
+            options.scratch = folder.path
+            let result = try SnapshotImport.run(options)
+            #expect(result.id == id && !result.alreadyThere && result.addedBytes > 0)
+            #expect(try restore(b, id, "b-\(id).sqlite") == (try restore(a, id, "a-\(id).sqlite")))
+        }
+        #expect(try summaries(b) == (try summaries(a)))
+        // The second imported snapshot was stored against the first: only what changed was added.
+        let records = try PagedRepository.open(LocalBackend(root: b), password: password).catalog().records
+        let secondRecord = try #require(records.first { $0.id == second.id })
+        #expect(secondRecord.parent == first.id, "deduplicated against the snapshot imported before it")
+        // Again: verified, nothing written, no scratch left.
+        let before = try contents(b)
+        var again = SnapshotImport.Options(file: folder.file("\(first.id).tar.zst"), repository: b, password: password)
+        again.scratch = folder.path
+        let result = try SnapshotImport.run(again)
+        #expect(result.alreadyThere && result.addedBytes == 0)
+        #expect(try contents(b).filter { !$0.key.hasPrefix("verified/") } == before.filter { !$0.key.hasPrefix("verified/") })
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.contains(".tmp-storectl-") })
+    }
+
+    @Test("damaged or foreign archives are refused with 65 (66 when missing), nothing is listed and no scratch is left; a format-1 repository is told to convert")
+    func importRefusals() throws {
+        let a = try folder.repository("a", format: 2)
+        let b = try folder.repository("b", format: 2)
+        let id = try SnapshotCreate.run(store: store, options: .init(repository: a, password: password)).id
+        let archive = folder.file("good.tar.zst")
+        _ = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
+        let good = try Data(contentsOf: URL(fileURLWithPath: archive))
+        var cases: [(String, Data?, StoreOps.ExitStatus, String)] = [
+            ("missing.tar.zst", nil, .noInput, "does not exist"),
+            ("truncated.tar.zst", good.prefix(good.count / 2), .badData, "good"),
+            ("text.tar.zst", Data("not an archive at all".utf8), .badData, "not a readable snapshot archive"),
+        ]
+        var flipped = good
+        flipped[good.count / 3] ^= 0x55
+        cases.append(("flipped.tar.zst", flipped, .badData, "good"))
+        for (name, bytes, status, mentions) in cases {
+            let path = folder.file(name)
+            if let bytes { try bytes.write(to: URL(fileURLWithPath: path)) }
+            var options = SnapshotImport.Options(file: path, repository: b, password: password)
+            options.scratch = folder.path
+            do {
+                _ = try SnapshotImport.run(options)
+                Issue.record("\(name): imported")
+            } catch let error as StoreOpsError {
+                #expect(error.status == status, "\(name): \(error.message)")
+                if mentions != "good" { #expect(error.message.contains(mentions), "\(name): \(error.message)") }
+            }
+            #expect(try summaries(b).isEmpty, "\(name)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.contains(".tmp-storectl-") })
+        // A format-1 repository: 65, naming repo convert.
+        let old = try folder.repository("old", format: 1)
+        do {
+            _ = try SnapshotImport.run(.init(file: archive, repository: old, password: password))
+            Issue.record("imported into format 1")
+        } catch let error as StoreOpsError {
+            #expect(error.status == .badData && (error.hint ?? "").contains("repo convert"), "\(error.message) \(error.hint ?? "")")
+        }
+    }
+
+    @Test("a format-1 repository converted: every snapshot, oldest first, with its id, time and tags, restores to the bytes the archive held; a second run writes nothing; a damaged archive is reported (2) and the others converted")
+    func convertFormatOne() throws {
+        let old = try folder.repository("old", format: 1)
+        var ids: [String] = []
+        for round in 0..<3 {
+            ids.append(try SnapshotCreate.run(store: store, options: .init(repository: old, tags: ["r\(round)"], password: password)).id)
+            try change("UPDATE ZITEM SET ZTITLE = ZTITLE || '\(round)' WHERE Z_PK % 300 = \(round)")
+        }
+        let new = try folder.repository("new", format: 2)
+        var options = RepositoryConvert.Options(source: old, sourcePassword: password, target: new, password: password)
+        options.scratch = folder.path
+        let report = try RepositoryConvert.run(options)
+        #expect(report.ok && report.converted.map(\.id) == ids && report.sourceKind == "format 1")
+        #expect(try summaries(new) == (try summaries(old)))
+        for id in ids { #expect(try restore(new, id, "new-\(id).sqlite") == (try restore(old, id, "old-\(id).sqlite")), "\(id)") }
+        #expect(report.converted[1].addedBytes < report.converted[0].addedBytes / 2, "later snapshots add only what changed: \(report.converted.map(\.addedBytes))")
+
+        let before = try contents(new)
+        let again = try RepositoryConvert.run(options)
+        #expect(again.ok && again.converted.isEmpty && again.alreadyThere == ids)
+        #expect(try contents(new).filter { !$0.key.hasPrefix("verified/") } == before.filter { !$0.key.hasPrefix("verified/") })
+
+        // A damaged archive in the old repository: reported, not brought over; the rest converted.
+        let damaged = try folder.repository("damaged", format: 1)
+        var damagedIDs: [String] = []
+        for tag in ["a", "b"] { damagedIDs.append(try SnapshotCreate.run(store: store, options: .init(repository: damaged, tags: [tag], password: password)).id) }
+        let archive = (damaged as NSString).appendingPathComponent("snapshots/\(damagedIDs[0]).tar.zst")
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: archive))
+        bytes[bytes.count / 2] ^= 0xff
+        try bytes.write(to: URL(fileURLWithPath: archive))
+        let target = try folder.repository("target", format: 2)
+        var damagedOptions = RepositoryConvert.Options(source: damaged, sourcePassword: password, target: target, password: password)
+        damagedOptions.scratch = folder.path
+        let partial = try RepositoryConvert.run(damagedOptions)
+        #expect(partial.failed.map(\.id) == [damagedIDs[0]] && partial.converted.map(\.id) == [damagedIDs[1]])
+        #expect(RepositoryConvert.ending(of: partial).status == .checksFailed)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.contains(".tmp-storectl-") })
+    }
+
+    @Test("a layout-1 repository converted into layout 2: the same snapshots, restoring to the same bytes; into itself or into an old repository is refused")
+    func convertLayoutOne() throws {
+        let old = try folder.repository("old", format: 2, idBytes: 32)
+        var ids: [String] = []
+        for round in 0..<2 {
+            ids.append(try SnapshotCreate.run(store: store, options: .init(repository: old, tags: ["l\(round)"], password: password)).id)
+            try change("UPDATE ZITEM SET ZTITLE = ZTITLE || '\(round)' WHERE Z_PK % 13 = 0")
+        }
+        let new = try folder.repository("new", format: 2)
+        var options = RepositoryConvert.Options(source: old, sourcePassword: password, target: new, password: password)
+        options.scratch = folder.path
+        let report = try RepositoryConvert.run(options)
+        #expect(report.ok && report.converted.map(\.id) == ids && report.sourceKind == "format 2, layout 1")
+        #expect(try summaries(new) == (try summaries(old)))
+        for id in ids { #expect(try restore(new, id, "new-\(id).sqlite") == (try restore(old, id, "old-\(id).sqlite")), "\(id)") }
+        #expect(try PagedRepository.open(LocalBackend(root: new), password: password).sealer.isCompact)
+
+        for (target, status) in [(new, StoreOps.ExitStatus.usage), (old, .badData)] {
+            do {
+                _ = try RepositoryConvert.run(.init(source: target == new ? new : new, sourcePassword: password, target: target, password: password))
+                Issue.record("converted into \(target)")
+            } catch let error as StoreOpsError {
+                #expect(error.status == status, "\(error.message)")
+            }
+        }
+    }
+}
