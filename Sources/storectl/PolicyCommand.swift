@@ -113,6 +113,6 @@ enum ReadinessText {
             text += lines(report).joined(separator: "\n") + "\n"
         }
         FileHandle.standardError.write(Data(text.utf8))
-        throw Finished(status: .checksFailed)
+        try Finished.check(JobReadiness.ending(of: reports))
     }
 }

@@ -61,13 +61,16 @@ public enum JobRun {
             }
             let store = try StoreFile(existing: loaded.store.path)
             let pipeline = Pipeline(operation: "run \(options.job.rawValue)", store: store)
-            var stepsEnding = Ending.ok
-            let road = Road<Void>(lock: .exclusive, actName: options.job.rawValue) { _ in
-                stepsEnding = try perform(options.job, policy: loaded, store: store, record: &record)
+            var steps = record
+            var road = Road<Ending>(lock: .exclusive, actName: options.job.rawValue) { _ in
+                try perform(options.job, policy: loaded, store: store, record: &steps)
             }
+            // The steps' own ending (a purge stopped or refused) is the run's, inside the walk.
+            road.settle = { _, stepsEnding in stepsEnding.outcome == .ok ? nil : stepsEnding }
             let walked = pipeline.walk(road)
+            record = steps
             record.stages = walked.stages
-            ending = walked.ending.outcome == .ok ? stepsEnding : walked.ending
+            ending = walked.ending
         } catch {
             ending = Ending.from(error)
         }
@@ -124,10 +127,7 @@ public enum JobRun {
             let report = try Purge.run(options)
             record.rowsPurged = report.rules.reduce(0) { $0 + $1.deleted }
             if let id = report.snapshot { record.snapshotId = id }
-            if !report.tripped.isEmpty {
-                return Ending(.refused, error: StoreOpsError(.checksFailed, "circuit breaker: " + report.tripped.joined(separator: "; ")))
-            }
-            return report.ending
+            return report.ending   // a circuit breaker's refusal included: the purge's walk ended it
         }
         switch job {
         case .snapshot:

@@ -146,7 +146,11 @@ public enum Migrate {
         road.rollback = { _, _ in session.rollBack() }
         road.rollbackOnFailure = options.rollbackOnFailure
         road.rollbackNeeded = { !session.nothingCommitted() }
-        road.failureStatus = .failure
+        // A failure leaves the store at its last good migration (1); a full disk before anything
+        // committed keeps its own status (74): the store is exactly as it was.
+        road.failureKind = { error in
+            [.noSpace, .ioError].contains(error.kind) && session.nothingCommitted() ? error.kind : .failure
+        }
         return try session.report(after: pipeline.walk(road))
     }
 
@@ -242,8 +246,6 @@ public enum Migrate {
         /// A migration committed, or one without a transaction started: the store may differ from
         /// the safety snapshot.
         private var changed = false
-        /// The error of the migration that failed, before the pipeline makes every failure 1.
-        private var applyError: StoreOpsError?
         private var provedUnchanged: Bool?
 
         /// Provably nothing was committed: no migration committed, none without a transaction began,
@@ -274,13 +276,9 @@ public enum Migrate {
                 do {
                     try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline) }
                 } catch let error as StoreOpsError where error.status == .ioError {
-                    let full = StoreOpsError(.ioError, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
+                    let full = StoreOpsError(error.kind, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
                                              + "SQLite's journal go there), then migrate again")
-                    applyError = full
                     throw full
-                } catch let error as StoreOpsError {
-                    applyError = error
-                    throw error
                 }
                 changed = true
                 report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
@@ -355,7 +353,6 @@ public enum Migrate {
                     // Nothing committed: the store is as it was; there is nothing to roll back, and a
                     // full disk keeps its own status (74).
                     report.nothingCommitted = true
-                    if let applyError, applyError.status == .ioError { report.ending = Ending(.failed, error: applyError) }
                 } else {
                     report.rollbackCommand = "storectl rollback \(store.path) --repo \(report.repository) --to \(report.snapshot ?? "")"
                 }
@@ -416,7 +413,7 @@ public enum Migrate {
         } catch {
             if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
             if error is Pipeline.Stop { throw error }
-            if let own = error as? StoreOpsError { throw StoreOpsError(own.status, own.message.hasPrefix(label) ? own.message : "\(label): \(own.message)", hint: own.hint) }
+            if let own = error as? StoreOpsError { throw StoreOpsError(own.kind, own.message.hasPrefix(label) ? own.message : "\(label): \(own.message)", hint: own.hint) }
             throw StoreOpsError.sqlite(error, doing: label, side: .output)
         }
     }

@@ -19,23 +19,8 @@ public struct Ending: Sendable, Codable, Equatable {
 
     public static let ok = Ending(.ok)
 
-    /// The exit status: the one place an outcome becomes one.
-    public var status: ExitStatus {
-        switch outcome {
-        case .ok: return .ok
-        case .checksFailed, .refused: return .checksFailed
-        case .skipped: return .busy
-        case .rolledBack: return .rolledBack
-        case .rollbackFailed: return .rollbackFailed
-        case .failed: return error.map { ExitStatus(rawValue: $0.status) } ?? .failure
-        case .stopped:
-            if rollsBack { return .rolledBack }
-            switch stop {
-            case .signal(let number)?: return .signal(number)
-            default: return .failure   // the kill switch (or a limit): what was done is committed, the rest untouched
-            }
-        }
-    }
+    /// The exit status (`ExitMap.status(of:)`).
+    public var status: ExitStatus { ExitMap.status(of: self) }
 
     /// The ending of an error thrown before or outside the stages (bad input, a lock, a failure).
     public static func from(_ error: any Error, rollsBack: Bool = false) -> Ending {
@@ -51,7 +36,7 @@ public struct Ending: Sendable, Codable, Equatable {
     /// The error to throw for an ending that is not ok (library callers that want errors).
     public var thrown: StoreOpsError? {
         guard outcome != .ok else { return nil }
-        if let error { return StoreOpsError(status, error.message, hint: error.hint) }
-        return StoreOpsError(status, stop.map { "stopped: \($0)" } ?? outcome.rawValue)
+        if let error { return StoreOpsError(status: status, error.message, hint: error.hint) }
+        return StoreOpsError(status: status, stop.map { "stopped: \($0)" } ?? outcome.rawValue)
     }
 }

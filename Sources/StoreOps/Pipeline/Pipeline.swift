@@ -144,14 +144,14 @@ public final class Pipeline {
             if let commit = road.commit {
                 if let name = road.commitName { try stage(name, checkingStop: false) { try commit(self, value) } } else { try commit(self, value) }
             }
-            walked.ending = .ok
+            walked.ending = road.settle?(self, value) ?? .ok
         } catch {
             // A statement interrupted by a signal (the progress handler) is a stop like one at a safe point.
             let stop = (error as? Stop)?.reason ?? ProcessSignals.received.map { StopReason.signal($0) }
             let cause = error is Stop ? nil : StoreOpsError.wrapping(error)
             var ending = stop.map { Ending(.stopped, stop: $0, error: cause, rollsBack: rollsBack) } ?? Self.ending(error, rollsBack: rollsBack)
-            if let status = road.failureStatus, stop == nil, let own = ending.error {
-                ending = Ending(.failed, error: StoreOpsError(status, own.message, hint: own.hint), rollsBack: rollsBack)
+            if let failureKind = road.failureKind, stop == nil, let own = StoreOpsError.wrapping(error) {
+                ending = Ending(.failed, error: StoreOpsError(failureKind(own), own.message, hint: own.hint), rollsBack: rollsBack)
             }
             walked.ending = ending
             if let rollback = road.rollback, stop != nil || (road.rollbackOnFailure && road.rollbackNeeded?() != false) {
@@ -161,7 +161,7 @@ public final class Pipeline {
                 // The ending keeps the failure that asked for the rollback; a failed rollback says why in
                 // the operation's own report (it is returned here for operations that have none).
                 walked.ending = Ending(result == nil ? .rolledBack : .rollbackFailed, stop: stop,
-                                       error: ending.error.map { StoreOpsError(ExitStatus(rawValue: $0.status), $0.message, hint: $0.hint) } ?? result,
+                                       error: ending.error.map { StoreOpsError(status: ExitStatus(rawValue: $0.status), $0.message, hint: $0.hint) } ?? result,
                                        rollsBack: true)
             }
         }

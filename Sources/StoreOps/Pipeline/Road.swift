@@ -12,6 +12,10 @@ public struct Road<Value> {
     public var verify: ((Pipeline, Value) throws -> Void)?
     /// Makes a verified result count (renames it into place, lists it): no stop is honoured any more.
     public var commit: ((Pipeline, Value) throws -> Void)?
+    /// How a road that completed ends, decided inside the walk from what the act returned (a purge
+    /// stopped at a safe point, deny rules that kept rows, a job's step that was refused); nil: ok.
+    /// Nothing rewrites an ending after the walk.
+    public var settle: ((Pipeline, Value) -> Ending?)?
     /// The commit's stage name; nil: it is part of the verify stage's time, not a stage of its own.
     public var commitName: String? = "commit"
     /// Puts the store back; returns nil when it did, or why it could not.
@@ -21,8 +25,9 @@ public struct Road<Value> {
     /// On a failure: whether anything is left to roll back (nil: assume so). Migrate says no when
     /// provably nothing committed, so a failed first migration is a failure, not a rollback.
     public var rollbackNeeded: (() -> Bool)?
-    /// The status of every failure in act or verify (migrate: 1, "the store is at its last good migration").
-    public var failureStatus: ExitStatus?
+    /// What a failure in act, verify or commit becomes, decided inside the walk (migrate: 1, "the
+    /// store is at its last good migration", but a full disk before anything committed stays 74).
+    public var failureKind: ((StoreOpsError) -> StoreOpsError.Kind)?
 
     public init(lock: Pipeline.LockMode, wait: Bool = false, actName: String, act: @escaping (Pipeline) throws -> Value) {
         self.lock = lock

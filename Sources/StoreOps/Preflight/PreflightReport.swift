@@ -17,9 +17,8 @@ public struct PreflightReport: Sendable, Codable {
 
     public init(store: String, operation: Preflight.Operation, destination: String, checks: [Check],
                 entities: [CoreDataCensus.EntityCount]?, startedAt: Date, durationSeconds: Double) {
-        let passed = !checks.contains { $0.status == .fail }
-        ok = passed
-        status = passed ? ExitStatus.ok.rawValue : ExitStatus.checksFailed.rawValue
+        ok = !checks.contains { $0.status == .fail }
+        status = 0
         self.store = store
         self.operation = operation
         self.destination = destination
@@ -27,6 +26,7 @@ public struct PreflightReport: Sendable, Codable {
         self.entities = entities
         self.startedAt = startedAt
         self.durationSeconds = durationSeconds
+        status = ending.status.rawValue   // the JSON's status: the ending's, through the one exit map
     }
 
     /// True when no check failed (warnings pass).

@@ -52,12 +52,12 @@ public enum SpaceRequirement {
                                 hint: "choose a destination on a writable volume, or remount it read-write")
         }
         guard space.availableBytes >= bytes else {
-            throw StoreOpsError(.ioError,
+            throw StoreOpsError(.noSpace,
                 "not enough space for \(purpose): \(Format.bytes(space.availableBytes)) free in \(folder), \(Format.bytes(bytes)) needed",
                 hint: hint)
         }
         guard space.availableInodes >= 16 else {
-            throw StoreOpsError(.ioError, "no free inodes in \(folder) for \(purpose) (\(space.availableInodes) left)")
+            throw StoreOpsError(.noSpace, "no free inodes in \(folder) for \(purpose) (\(space.availableInodes) left)")
         }
     }
 

@@ -179,18 +179,19 @@ public enum Purge {
             }
         }
         if !options.dryRun { road.verify = { _, session in try session.verifyAfter() } }
+        // A stop at a safe point ends the batches without throwing (what was deleted is verified
+        // first); deny rules are known once the batches ran.
+        road.settle = { _, session in
+            if let stopped = session.report.stopped { return Ending(.stopped, stop: stopped) }
+            let denied = session.report.rules.reduce(0) { $0 + $1.denied }
+            return denied > 0 ? Ending(.refused, error: StoreOpsError(.checksFailed, "deny rules kept \(denied) rows")) : nil
+        }
         let walked = pipeline.walk(road)
         var report = session.report
         report.snapshot = walked.snapshot.flatMap { $0.isEmpty ? nil : $0 }
         report.stages = walked.stages
         report.ending = walked.ending
-        if walked.ending.outcome == .ok {
-            if let stopped = report.stopped {
-                report.ending = Ending(.stopped, stop: stopped)
-            } else if report.rules.contains(where: { $0.denied > 0 }) {
-                report.ending = Ending(.refused, error: StoreOpsError(.checksFailed, "deny rules kept \(report.rules.reduce(0) { $0 + $1.denied }) rows"))
-            }
-        } else if [.failed, .skipped].contains(walked.ending.outcome), walked.value == nil, walked.snapshot == nil,
+        if [.failed, .skipped].contains(walked.ending.outcome), walked.value == nil, walked.snapshot == nil,
                   report.rules.allSatisfy({ $0.batches == 0 }) {
             // Nothing happened (the lock was held, the plan cannot run against the store): thrown, like bad input.
             throw walked.ending.thrown ?? StoreOpsError(.failure, "purge failed")

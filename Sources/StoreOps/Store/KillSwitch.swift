@@ -25,7 +25,7 @@ public struct KillSwitch: Sendable {
         // A SQLite store, checked like every command checks it: a typo that hits another file
         // (a policy, a log) would otherwise engage a switch that stops nothing.
         do { _ = try StoreFile(existing: store.path) } catch let error as StoreOpsError {
-            throw StoreOpsError(error.status, error.message + "; the kill switch was not engaged",
+            throw StoreOpsError(error.kind, error.message + "; the kill switch was not engaged",
                                 hint: error.hint ?? "name the store's database file, the path storectl jobs run on")
         }
         let path = defaultPath(for: store)

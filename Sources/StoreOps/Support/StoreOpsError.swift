@@ -2,18 +2,58 @@ import Foundation
 import GRDB
 import GRDBSQLite
 
-/// The error every StoreOps API throws: what went wrong and where, what to do, and the exit status.
+/// The error every StoreOps API throws: what went wrong (`kind`, one catalogue for every area)
+/// and where, and what to do. Its exit status is not stored: `ExitMap.status(of:)` derives it from
+/// the kind, the one place a kind of failure becomes a number.
 ///
 /// Messages name the file, key or snapshot involved; `hint` says what the operator can do next.
 public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
-    public var status: ExitStatus
+    /// What went wrong. The cases are named as the statuses they map to, so a reader sees the
+    /// status at the throw site; a few say more than the status does (`noSpace`, `unreachable`).
+    public enum Kind: Hashable, Sendable {
+        /// Something not listed below.
+        case failure
+        /// The operation's own checks found problems (damage listed, a breaker, a refusal).
+        case checksFailed
+        case rolledBack
+        case rollbackFailed
+        /// The command line or an option is wrong.
+        case usage
+        /// A corrupt store, repository object, archive or policy; an id held by something else.
+        case badData
+        /// An input (store, repository, snapshot, file) is missing or unreadable.
+        case noInput
+        /// An output cannot be made (exists, read-only, no folder, no permission).
+        case cannotCreate
+        /// An I/O error.
+        case ioError
+        /// A full disk or quota (ENOSPC, EDQUOT, SQLITE_FULL, a free-space check).
+        case noSpace
+        /// Object storage that does not answer, after its retries and deadline.
+        case unreachable
+        /// Busy or locked by someone else: try again later.
+        case busy
+        /// No key opens with the password; access denied by object storage.
+        case wrongPassword
+        /// Interrupted by signal N.
+        case signal(Int32)
+    }
+
+    public var kind: Kind
     public var message: String
     public var hint: String?
+    /// The exit status this error ends a run with.
+    public var status: ExitStatus { ExitMap.status(of: kind) }
 
-    public init(_ status: ExitStatus, _ message: String, hint: String? = nil) {
-        self.status = status
+    public init(_ kind: Kind, _ message: String, hint: String? = nil) {
+        self.kind = kind
         self.message = message
         self.hint = hint
+    }
+
+    /// An error rebuilt from a recorded status (an `ErrorRecord`, an ending).
+    public init(status: ExitStatus, _ message: String, hint: String? = nil) {
+        self.init(ExitMap.kind(of: status), message, hint: hint)
     }
 
     public var description: String {
@@ -68,7 +108,7 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
                                  hint: "run `storectl preflight --full` on it, and restore from a backup if it is corrupt")
         case SQLITE_FULL:
             // sqlite3_errmsg() can say "not an error" here once the statement was reset: not repeated.
-            return StoreOpsError(.ioError, "\(doing): no space left on the device",
+            return StoreOpsError(.noSpace, "\(doing): no space left on the device",
                                  hint: "free space on the destination volume, or choose another destination")
         case SQLITE_IOERR:
             return StoreOpsError(.ioError, "\(doing): I/O error (\(message))")
@@ -93,7 +133,7 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
         let text = String(cString: strerror(err))
         switch err {
         case ENOSPC, EDQUOT:
-            return StoreOpsError(.ioError, "\(doing): no space left on the device (\(text))",
+            return StoreOpsError(.noSpace, "\(doing): no space left on the device (\(text))",
                                  hint: "free space on the destination volume, or choose another destination")
         case ENOENT, ENOTDIR:
             return side == .input

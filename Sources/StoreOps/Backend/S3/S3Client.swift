@@ -100,7 +100,7 @@ final class S3Client: Sendable {
                 lastProblem = problem
             case .untrusted(let problem):
                 // A certificate that is not trusted stays untrusted: no retry.
-                throw StoreOpsError(.ioError, "repository unreachable: \(location): \(kind) \(what): \(problem) (endpoint \(settings.endpoint))",
+                throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what): \(problem) (endpoint \(settings.endpoint))",
                                     hint: "if the endpoint's certificate is signed by a CA of your own, set AWS_CA_BUNDLE (or ca_bundle in the profile) to a PEM file of it; nothing was changed in the store")
             case .tooLarge:
                 throw StoreOpsError(.badData, "\(location): the answer to \(kind) \(what) is over \(Format.bytes(settings.maxAnswer)), larger than any object storectl writes",
@@ -135,7 +135,7 @@ final class S3Client: Sendable {
             // Both figures are wall time: this request's attempts, and how long the endpoint has
             // answered nothing at all (any request of this run).
             let why = pastDeadline ? "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s (deadline \(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)" : ""
-            throw StoreOpsError(.ioError, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
+            throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
                                 hint: "check that the endpoint is up and reachable from this host; nothing was changed in the store, and the next run cleans up what this one left")
         }
         let deadline = Date().addingTimeInterval(delay)
