@@ -6,8 +6,8 @@ struct SnapshotImportCommand: ParsableCommand, JSONOutput {
         commandName: "import",
         abstract: "Bring a snapshot archive (from `snapshot export`) into a repository, keeping its id, time and tags.",
         discussion: reflow("""
-            The archive is checked entry by entry (names, sizes, the SHA-256 of every file and of the database, \\
-            quick_check), stored page by page as it is, then reassembled from the repository and compared byte for byte \\
+            The archive is checked entry by entry (names, sizes, the SHA-256 of every file and of the database, \
+            quick_check), stored page by page as it is, then reassembled from the repository and compared byte for byte \
             before it counts. Importing a snapshot the repository already holds verifies it and writes nothing.
             """))
 

@@ -69,7 +69,12 @@ public enum RepositoryConvert {
         for (n, snapshot) in snapshots.enumerated() {
             try ProcessSignals.checkpoint("converting \(source.location)")
             progress?(.stage("\(snapshot.id) (\(n + 1) of \(snapshots.count))"))
-            let scratch = try SnapshotImport.Scratch(in: options.scratch, label: "convert", needing: 3 * snapshot.bytes)
+            let (needed, overflow) = snapshot.bytes.multipliedReportingOverflow(by: 3)
+            guard !overflow, snapshot.bytes < 1 << 50 else {
+                report.failed.append(Failure(id: snapshot.id, problem: "its record gives an impossible size (\(snapshot.bytes) bytes)"))
+                continue
+            }
+            let scratch = try SnapshotImport.Scratch(in: options.scratch, label: "convert", needing: needed)
             defer { scratch.discard() }
             let database: String
             do {
@@ -111,7 +116,8 @@ public enum RepositoryConvert {
             for record in records {
                 guard let id = record.snapshot?.id else { continue }
                 let external = record.externalData?.totalBytes ?? 0
-                out.append(OldSnapshot(id: id, manifest: record, bytes: record.database.bytes + external) { targets in
+                let (bytes, overflow) = record.database.bytes.addingReportingOverflow(external)
+                out.append(OldSnapshot(id: id, manifest: record, bytes: overflow ? .max : bytes) { targets in
                     try SnapshotExtraction.run(record, repository: archives, into: targets, level: .quick)
                 })
             }
@@ -119,8 +125,9 @@ public enum RepositoryConvert {
             let (records, damaged) = try paged.catalog()
             report.failed += damaged.map { Failure(id: $0.id, problem: $0.problem) }
             for record in records {
-                let external = record.files.reduce(UInt64(0)) { $0 + $1.bytes }
-                out.append(OldSnapshot(id: record.id, manifest: record.manifest, bytes: record.manifest.database.bytes + external) { targets in
+                let external = record.files.reduce(UInt64(0)) { $0 &+ min($1.bytes, 1 << 50) }
+                let (bytes, overflow) = record.manifest.database.bytes.addingReportingOverflow(external)
+                out.append(OldSnapshot(id: record.id, manifest: record.manifest, bytes: overflow ? .max : bytes) { targets in
                     try PagedExtraction.run(record, repository: paged, into: targets, level: .quick)
                 })
             }

@@ -76,7 +76,8 @@ enum SnapshotExtraction {
     /// Returns the manifest.
     ///
     /// - Throws: 65 naming the file and what is wrong; 66 when it does not exist.
-    static func runFile(_ path: String, into targets: Targets, level: VerifyLevel) throws -> Manifest {
+    static func runFile(_ path: String, into targets: Targets, level: VerifyLevel,
+                        beforeUnpack: ((Manifest) throws -> Void)? = nil) throws -> Manifest {
         guard FileSystem.kind(of: path) == .file else {
             throw StoreOpsError(.noInput, "\(path) does not exist or is not a file", hint: "name a snapshot archive written by `storectl snapshot export`")
         }
@@ -108,6 +109,7 @@ enum SnapshotExtraction {
         guard manifest.database.sha256 != nil, manifest.database.path.hasPrefix("store/"), manifest.database.path.count > 6 else {
             throw damaged("its manifest gives the database no checksum or no place under store/")
         }
+        try beforeUnpack?(manifest)
         let check = Damage(id: facts.id, repository: path, hint: fileDamage.hint)
         let reader: ArchiveReader
         do { reader = try ArchiveReader(path: path) } catch let error as StoreOpsError { throw check.damaged(error.message) }

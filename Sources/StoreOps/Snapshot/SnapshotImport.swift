@@ -51,10 +51,17 @@ public enum SnapshotImport {
         let repository = try openTarget(options.repository, password: options.password, command: "snapshot import")
         let hold = try RepositoryHold.take(.paged(repository), operation: "snapshot import", exclusive: false, wait: options.wait)
         defer { hold.release() }
-        let scratch = try Scratch(in: options.scratch, label: "import", needing: FileSystem.size(of: file).map { 4 * $0 } ?? 0)
+        let scratch = try Scratch(in: options.scratch, label: "import", needing: 0)
         defer { scratch.discard() }
         progress?(.stage("read and check the archive"))
-        let manifest = try SnapshotExtraction.runFile(file, into: try scratch.targets(for: nil), level: .quick)
+        // Room for the database and its external data twice (unpacked, then reassembled from the
+        // repository to be compared), checked once the manifest says how big they are.
+        let manifest = try SnapshotExtraction.runFile(file, into: try scratch.targets(for: nil), level: .quick) { manifest in
+            let external = min(manifest.externalData?.totalBytes ?? 0, 1 << 50)
+            let bytes = min(manifest.database.bytes, 1 << 50) + external
+            try SpaceRequirement.require(2 * bytes + SpaceRequirement.margin(bytes), at: scratch.base, purpose: "unpacking \(FileSystem.name(of: file))",
+                                         hint: "pass --scratch with a folder on a larger volume")
+        }
         let staged = try scratch.stage(databaseNamed: FileSystem.name(of: manifest.database.path))
         return try bringIn(database: staged, origin: manifest, into: repository, scratch: scratch, progress: progress)
     }
@@ -84,7 +91,11 @@ public enum SnapshotImport {
         guard let facts = origin.snapshot, SnapshotID.isPlausible(facts.id) else {
             throw StoreOpsError(.badData, "the snapshot to bring in has no valid id")
         }
-        try SnapshotCreate.validate(tags: facts.tags)
+        do { try SnapshotCreate.validate(tags: facts.tags) } catch let error as StoreOpsError {
+            throw StoreOpsError(.badData, "snapshot \(facts.id) carries a tag storectl would not write: \(error.message)")
+        }
+        // A compression level from outside data: used only when it is one zstd takes.
+        let level = facts.level.flatMap { (1...19).contains($0) ? $0 : nil }
         let expected = try Hashing.sha256(ofFile: database)
         let records = try repository.catalog().records
         var record: PagedSnapshotRecord
@@ -100,13 +111,18 @@ public enum SnapshotImport {
             alreadyThere = true
         } else {
             progress?(.stage("pages"))
-            let work = PagedSnapshotWork(store: try StoreFile(existing: database), repository: repository, tags: facts.tags, level: facts.level, origin: origin)
+            let work = PagedSnapshotWork(store: try StoreFile(existing: database), repository: repository, tags: facts.tags, level: level, origin: origin)
             do {
                 try work.prepare(records: records)
                 try work.copyFile(progress: progress.map { handler in { handler(.step($0)) } })
                 progress?(.stage("commit"))
                 try work.check()
-                try work.commit()
+                // The record is written only once the snapshot it describes reassembles, from the
+                // packs and index just made durable, to the bytes it was made from.
+                try work.commit { record in
+                    progress?(.stage("verify"))
+                    try verify(record, in: repository, expected: expected, scratch: scratch)
+                }
             } catch {
                 work.abandon()
                 throw error
@@ -115,16 +131,23 @@ public enum SnapshotImport {
             record = committed
             added = committed.added.storedBytes
         }
-        progress?(.stage("verify"))
-        let check = try scratch.targets(for: "verify")
-        let sha = try PagedExtraction.run(record, repository: repository, into: check, level: .quick)
-        guard sha == expected else {
-            throw StoreOpsError(.badData, "snapshot \(facts.id) in \(repository.location) reassembles to other bytes than it was made from (sha256 \(sha.prefix(12))…, expected \(expected.prefix(12))…)",
-                                hint: "run `storectl repo check --read-data --repo \(repository.location)`")
+        if alreadyThere {
+            progress?(.stage("verify"))
+            try verify(record, in: repository, expected: expected, scratch: scratch)
         }
+        let sha = expected
         return Result(id: facts.id, repository: repository.location, alreadyThere: alreadyThere,
                       addedBytes: added, databaseSHA256: sha, startedAt: origin.startedAt, host: origin.host, source: origin.source.path,
                       tags: facts.tags)
+    }
+
+    /// Reassembles `record` from `repository` and compares it with the bytes it was made from.
+    static func verify(_ record: PagedSnapshotRecord, in repository: PagedRepository, expected: String, scratch: Scratch) throws {
+        let sha = try PagedExtraction.run(record, repository: repository, into: try scratch.targets(for: "verify"), level: .quick)
+        guard sha == expected else {
+            throw StoreOpsError(.badData, "snapshot \(record.id) in \(repository.location) reassembles to other bytes than it was made from (sha256 \(sha.prefix(12))…, expected \(expected.prefix(12))…)",
+                                hint: "run `storectl repo check --read-data --repo \(repository.location)`")
+        }
     }
 
     /// A temporary folder for one snapshot at a time: where an archive or an old repository's
@@ -133,10 +156,12 @@ public enum SnapshotImport {
     /// (a killed run's by the next run: a temp name of a dead process).
     final class Scratch {
         let folder: PendingFile
+        /// The folder the scratch folder was made in.
+        let base: String
         private var count = 0
 
         init(in parent: String?, label: String, needing bytes: UInt64) throws {
-            let base = FileSystem.absolute(parent ?? NSTemporaryDirectory())
+            base = FileSystem.absolute(parent ?? NSTemporaryDirectory())
             guard FileSystem.kind(of: base) == .directory else { throw StoreOpsError(.cannotCreate, "the scratch folder \(base) does not exist") }
             try SpaceRequirement.require(bytes + SpaceRequirement.margin(bytes), at: base, purpose: "the \(label)'s scratch copy",
                                          hint: "pass --scratch with a folder on a larger volume")

@@ -122,6 +122,54 @@ struct ImportConvertTests {
         }
     }
 
+    /// Rewrites one field of the snapshot facts in an exported archive's manifest.json (an
+    /// archive carries no MAC: anyone can craft one).
+    func craft(_ archive: String, _ output: String, field: String, json: String) throws {
+        let script = """
+        import io, json, subprocess, sys, tarfile
+        src, dst, field, value = sys.argv[1:5]
+        raw = subprocess.run(['zstd', '-d', '-c', '-q', src], capture_output=True, check=True).stdout
+        tin = tarfile.open(fileobj=io.BytesIO(raw))
+        out = io.BytesIO()
+        tout = tarfile.open(fileobj=out, mode='w', format=tarfile.PAX_FORMAT)
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read() if m.isfile() else None
+            if m.name == 'manifest.json':
+                j = json.loads(data); j['snapshot'][field] = json.loads(value); data = json.dumps(j).encode(); m.size = len(data)
+            tout.addfile(m, io.BytesIO(data) if data is not None else None)
+        tout.close()
+        open(dst, 'wb').write(subprocess.run(['zstd', '-c', '-q'], input=out.getvalue(), capture_output=True, check=True).stdout)
+        """
+        let result = try ChildProcess.run("/usr/bin/python3", ["-c", script, archive, output, field, json])
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+
+    @Test("a crafted manifest never crashes the import: a level zstd does not take is stored at the default, a tag storectl would not write is 65")
+    func craftedManifest() throws {
+        let a = try folder.repository("a", format: 2)
+        let b = try folder.repository("b", format: 2)
+        let id = try SnapshotCreate.run(store: store, options: .init(repository: a, password: password)).id
+        let archive = folder.file("good.tar.zst")
+        _ = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
+        try craft(archive, folder.file("level.tar.zst"), field: "level", json: "99999999999999")
+        var options = SnapshotImport.Options(file: folder.file("level.tar.zst"), repository: b, password: password)
+        options.scratch = folder.path
+        let result = try SnapshotImport.run(options)
+        #expect(result.id == id && !result.alreadyThere)
+        #expect(try restore(b, id, "b.sqlite") == (try restore(a, id, "a.sqlite")))
+        try craft(archive, folder.file("tag.tar.zst"), field: "tags", json: "[\"no spaces allowed\"]")
+        options.file = folder.file("tag.tar.zst")
+        let c = try folder.repository("c", format: 2)
+        options.repository = c
+        do {
+            _ = try SnapshotImport.run(options)
+            Issue.record("a tag storectl would not write was imported")
+        } catch let error as StoreOpsError {
+            #expect(error.status == .badData, "\(error.message)")
+        }
+        #expect(try summaries(c).isEmpty)
+    }
+
     @Test("a format-1 repository converted: every snapshot, oldest first, with its id, time and tags, restores to the bytes the archive held; a second run writes nothing; a damaged archive is reported (2) and the others converted")
     func convertFormatOne() throws {
         let old = try folder.repository("old", format: 1)

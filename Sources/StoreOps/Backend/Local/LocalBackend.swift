@@ -99,8 +99,10 @@ public struct LocalBackend: RepositoryBackend {
             let same = try read(key) == read(file.tempPath, absolute: true)
             file.discard()
             guard same else { throw RepositoryKeyRules.conflict(describe(key)) }
+            // The object may be a killed writer's whose rename was never made durable: the
+            // folder's fsync makes it so before anything that refers to it is written.
             FaultInjection.reach("\(point).rename")
-            FaultInjection.reach("\(point).sync-folder")
+            try FileSystem.sync(FileSystem.parent(of: path(key)), directory: true, point: "\(point).sync-folder")
         }
     }
 

@@ -92,7 +92,9 @@ final class S3Client: Sendable {
             switch outcome {
             case .answered(let response):
                 // BadDigest: the body was damaged on the way; it is sent again from memory.
+                // 409 ConditionalRequestConflict: another conditional write of the key is in flight.
                 let retryable = response.status >= 500 || response.status == 429 || response.status == 408
+                    || (response.status == 409 && response.code == "ConditionalRequestConflict")
                     || (response.status == 400 && ["RequestTimeout", "SlowDown", "BadDigest", "XAmzContentSHA256Mismatch"].contains(response.code ?? ""))
                 if !retryable { return try judge(response, kind: kind, what: what) }
                 lastProblem = response.summary

@@ -307,7 +307,11 @@ final class PagedSnapshotWork {
     }
 
     /// Map blobs, the last pack and index, then the sealed record: the snapshot counts.
-    func commit() throws {
+    /// `beforeRecord` runs once everything but the record is durable (import and convert verify
+    /// the snapshot there): a throw leaves it unrecorded.
+    func commit() throws { try commit(beforeRecord: nil) }
+
+    func commit(beforeRecord: ((PagedSnapshotRecord) throws -> Void)?) throws {
         guard let copied, let verification else { throw StoreOpsError(.failure, "nothing was copied") }
         let existing = Set(parent?.pages.blobs ?? [])
         let zstd = try ZstdFrames(level: level)
@@ -335,6 +339,7 @@ final class PagedSnapshotWork {
         }
         let record = PagedSnapshotRecord(manifest: manifest, pages: map, files: files, parent: parent?.id,
                                          added: .init(blobs: writer.blobs, rawBytes: writer.rawBytes, storedBytes: writer.storedBytes))
+        try beforeRecord?(record)
         try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: "snapshot.record")
         committed = true
         self.record = record
