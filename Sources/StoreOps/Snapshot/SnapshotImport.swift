@@ -103,7 +103,8 @@ public enum SnapshotImport {
         var alreadyThere = false
         if let existing = records.first(where: { $0.id == facts.id }) {
             guard existing.manifest.startedAt == origin.startedAt, existing.manifest.source.path == origin.source.path,
-                  existing.manifest.host == origin.host else {
+                  existing.manifest.host == origin.host, existing.manifest.snapshot?.tags ?? [] == facts.tags,
+                  existing.manifest.database.bytes == origin.database.bytes else {
                 throw StoreOpsError(.badData, "\(repository.location) already holds a snapshot \(facts.id) of \(existing.manifest.source.path) taken \(Timestamp.iso(existing.manifest.startedAt)), not this one of \(origin.source.path) taken \(Timestamp.iso(origin.startedAt))",
                                     hint: "ids are unique in a repository: import it into another repository")
             }
