@@ -10,7 +10,10 @@ final class RepositoryHold: @unchecked Sendable {
 
     private init(repository: OpenedRepository) { self.repository = repository }
 
-    static func take(_ repository: OpenedRepository, operation: String, exclusive: Bool, wait: Bool) throws -> RepositoryHold {
+    /// The one way a run takes a repository's lock. `keepingUnindexed`: leave the packs a dead
+    /// writer left unindexed (repair indexes them instead).
+    static func take(_ repository: OpenedRepository, operation: String, exclusive: Bool, wait: Bool,
+                     keepingUnindexed: Bool = false) throws -> RepositoryHold {
         let hold = RepositoryHold(repository: repository)
         switch repository {
         case .archives(let archives):
@@ -25,7 +28,7 @@ final class RepositoryHold: @unchecked Sendable {
             hold.removedStray = (try? paged.backend.removeAbandoned(alone: lock.othersLive == 0)) ?? []
             // A dead writer's lock was found: the packs it wrote but never indexed go now, when no
             // one else is using the repository (else the next prune takes them).
-            if lock.removedStale > 0 { hold.removedStray += (try? PagedGarbage.removeUnindexed(paged, ownLock: lock.key)) ?? [] }
+            if lock.removedStale > 0, !keepingUnindexed { hold.removedStray += (try? PagedGarbage.removeUnindexed(paged, ownLock: lock.key)) ?? [] }
         }
         return hold
     }

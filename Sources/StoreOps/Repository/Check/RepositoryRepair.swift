@@ -33,8 +33,9 @@ public enum RepositoryRepair {
             throw StoreOpsError(.usage, "\(FileSystem.absolute(location)) is a format-1 repository: it has no index to repair",
                                 hint: "`storectl snapshot verify --all` checks its archives")
         }
-        let lock = try RepositoryLock.acquire(repository.backend, exclusive: true, operation: "repo repair", wait: wait)
-        defer { lock.release() }
+        // Alone; the packs a dead writer left unindexed stay: they are what repair indexes.
+        let hold = try RepositoryHold.take(.paged(repository), operation: "repo repair", exclusive: true, wait: wait, keepingUnindexed: true)
+        defer { hold.release() }
         var report = Report(location: repository.location)
         // What the readable indexes say, for packs whose own header is damaged.
         var known: [ContentID: PackContents] = [:]

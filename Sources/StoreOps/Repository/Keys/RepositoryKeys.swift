@@ -52,8 +52,8 @@ public enum RepositoryKeys {
     /// Adds a key for a new password; returns its id.
     public static func add(_ options: Options) throws -> String {
         let repository = try open(options)
-        let lock = try RepositoryLock.acquire(repository.backend, exclusive: true, operation: "key add", wait: options.wait)
-        defer { lock.release() }
+        let hold = try RepositoryHold.take(.paged(repository), operation: "key add", exclusive: true, wait: options.wait)
+        defer { hold.release() }
         return try write(repository, options: options, point: "key.add")
     }
 
@@ -61,8 +61,8 @@ public enum RepositoryKeys {
     public static func passwd(_ options: Options) throws -> (added: String, removed: String) {
         let repository = try open(options)
         guard let old = repository.keyID else { throw StoreOpsError(.failure, "no key opened \(repository.location)") }
-        let lock = try RepositoryLock.acquire(repository.backend, exclusive: true, operation: "key passwd", wait: options.wait)
-        defer { lock.release() }
+        let hold = try RepositoryHold.take(.paged(repository), operation: "key passwd", exclusive: true, wait: options.wait)
+        defer { hold.release() }
         let added = try write(repository, options: options, point: "key.passwd.add")
         try repository.backend.remove("keys/\(old)", point: "key.passwd.remove")
         return (added, old)
@@ -78,8 +78,8 @@ public enum RepositoryKeys {
             throw StoreOpsError(.usage, "key \(id) is the one this password opens; removing it could lock you out",
                                 hint: "open the repository with another key's password to remove this one, or use `storectl key passwd`")
         }
-        let lock = try RepositoryLock.acquire(repository.backend, exclusive: true, operation: "key remove", wait: options.wait)
-        defer { lock.release() }
+        let hold = try RepositoryHold.take(.paged(repository), operation: "key remove", exclusive: true, wait: options.wait)
+        defer { hold.release() }
         guard try repository.backend.size("keys/\(id)") != nil else {
             throw StoreOpsError(.noInput, "the repository \(repository.location) has no key \(id)", hint: "`storectl key list` shows them")
         }
