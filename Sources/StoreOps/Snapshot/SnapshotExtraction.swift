@@ -75,12 +75,9 @@ enum SnapshotExtraction {
     /// archive is read again and checked exactly as a repository's archive is, against it.
     /// Returns the manifest.
     ///
-    /// - Throws: 65 naming the file and what is wrong; 66 when it does not exist.
+    /// - Throws: 65 naming the file and what is wrong (the caller checked that it exists).
     static func runFile(_ path: String, into targets: Targets, level: VerifyLevel,
                         beforeUnpack: ((Manifest) throws -> Void)? = nil) throws -> Manifest {
-        guard FileSystem.kind(of: path) == .file else {
-            throw StoreOpsError(.noInput, "\(path) does not exist or is not a file", hint: "name a snapshot archive written by `storectl snapshot export`")
-        }
         let fileDamage = Damage(id: FileSystem.name(of: path), repository: path, hint: "export the snapshot again from its repository")
         func damaged(_ what: String) -> StoreOpsError {
             StoreOpsError(.badData, "\(path): \(what)", hint: "import only archives written by `storectl snapshot export`; export it again if it was damaged on the way")

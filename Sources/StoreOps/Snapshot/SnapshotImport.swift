@@ -136,9 +136,8 @@ public enum SnapshotImport {
             progress?(.stage("verify"))
             try verify(record, in: repository, expected: expected, scratch: scratch)
         }
-        let sha = expected
         return Result(id: facts.id, repository: repository.location, alreadyThere: alreadyThere,
-                      addedBytes: added, databaseSHA256: sha, startedAt: origin.startedAt, host: origin.host, source: origin.source.path,
+                      addedBytes: added, databaseSHA256: expected, startedAt: origin.startedAt, host: origin.host, source: origin.source.path,
                       tags: facts.tags)
     }
 

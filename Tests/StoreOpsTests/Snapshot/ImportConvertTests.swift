@@ -50,6 +50,23 @@ struct ImportConvertTests {
         return out
     }
 
+    /// `count` snapshots of the store, each tagged `\(tag)N`, with scattered changes between them.
+    func chain(in repo: String, count: Int, tag: String, every modulo: Int) throws -> [String] {
+        var ids: [String] = []
+        for round in 0..<count {
+            ids.append(try SnapshotCreate.run(store: store, options: .init(repository: repo, tags: ["\(tag)\(round)"], password: password)).id)
+            try change("UPDATE ZITEM SET ZTITLE = ZTITLE || '\(round)' WHERE Z_PK % \(modulo) = \(round % modulo)")
+        }
+        return ids
+    }
+
+    /// Converts `old` into `new`, unpacking in the test's folder.
+    func convert(_ old: String, into new: String) throws -> RepositoryConvert.Report {
+        var options = RepositoryConvert.Options(source: old, sourcePassword: password, target: new, password: password)
+        options.scratch = folder.path
+        return try RepositoryConvert.run(options)
+    }
+
     @Test("an exported snapshot imported into another repository keeps its id, time, host, source and tags and restores to the same bytes; a second import writes nothing")
     func importRoundTrip() throws {
         let a = try folder.repository("a", format: 2)
@@ -173,22 +190,16 @@ struct ImportConvertTests {
     @Test("a format-1 repository converted: every snapshot, oldest first, with its id, time and tags, restores to the bytes the archive held; a second run writes nothing; a damaged archive is reported (2) and the others converted")
     func convertFormatOne() throws {
         let old = try folder.repository("old", format: 1)
-        var ids: [String] = []
-        for round in 0..<3 {
-            ids.append(try SnapshotCreate.run(store: store, options: .init(repository: old, tags: ["r\(round)"], password: password)).id)
-            try change("UPDATE ZITEM SET ZTITLE = ZTITLE || '\(round)' WHERE Z_PK % 300 = \(round)")
-        }
+        let ids = try chain(in: old, count: 3, tag: "r", every: 300)
         let new = try folder.repository("new", format: 2)
-        var options = RepositoryConvert.Options(source: old, sourcePassword: password, target: new, password: password)
-        options.scratch = folder.path
-        let report = try RepositoryConvert.run(options)
+        let report = try convert(old, into: new)
         #expect(report.ok && report.converted.map(\.id) == ids && report.sourceKind == "format 1")
         #expect(try summaries(new) == (try summaries(old)))
         for id in ids { #expect(try restore(new, id, "new-\(id).sqlite") == (try restore(old, id, "old-\(id).sqlite")), "\(id)") }
         #expect(report.converted[1].addedBytes < report.converted[0].addedBytes / 2, "later snapshots add only what changed: \(report.converted.map(\.addedBytes))")
 
         let before = try contents(new)
-        let again = try RepositoryConvert.run(options)
+        let again = try convert(old, into: new)
         #expect(again.ok && again.converted.isEmpty && again.alreadyThere == ids)
         #expect(try contents(new).filter { !$0.key.hasPrefix("verified/") } == before.filter { !$0.key.hasPrefix("verified/") })
 
@@ -201,9 +212,7 @@ struct ImportConvertTests {
         bytes[bytes.count / 2] ^= 0xff
         try bytes.write(to: URL(fileURLWithPath: archive))
         let target = try folder.repository("target", format: 2)
-        var damagedOptions = RepositoryConvert.Options(source: damaged, sourcePassword: password, target: target, password: password)
-        damagedOptions.scratch = folder.path
-        let partial = try RepositoryConvert.run(damagedOptions)
+        let partial = try convert(damaged, into: target)
         #expect(partial.failed.map(\.id) == [damagedIDs[0]] && partial.converted.map(\.id) == [damagedIDs[1]])
         #expect(RepositoryConvert.ending(of: partial).status == .checksFailed)
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.contains(".tmp-storectl-") })
@@ -212,15 +221,9 @@ struct ImportConvertTests {
     @Test("a layout-1 repository converted into layout 2: the same snapshots, restoring to the same bytes; into itself or into an old repository is refused")
     func convertLayoutOne() throws {
         let old = try folder.repository("old", format: 2, idBytes: 32)
-        var ids: [String] = []
-        for round in 0..<2 {
-            ids.append(try SnapshotCreate.run(store: store, options: .init(repository: old, tags: ["l\(round)"], password: password)).id)
-            try change("UPDATE ZITEM SET ZTITLE = ZTITLE || '\(round)' WHERE Z_PK % 13 = 0")
-        }
+        let ids = try chain(in: old, count: 2, tag: "l", every: 13)
         let new = try folder.repository("new", format: 2)
-        var options = RepositoryConvert.Options(source: old, sourcePassword: password, target: new, password: password)
-        options.scratch = folder.path
-        let report = try RepositoryConvert.run(options)
+        let report = try convert(old, into: new)
         #expect(report.ok && report.converted.map(\.id) == ids && report.sourceKind == "format 2, layout 1")
         #expect(try summaries(new) == (try summaries(old)))
         for id in ids { #expect(try restore(new, id, "new-\(id).sqlite") == (try restore(old, id, "old-\(id).sqlite")), "\(id)") }
@@ -228,7 +231,7 @@ struct ImportConvertTests {
 
         for (target, status) in [(new, StoreOps.ExitStatus.usage), (old, .badData)] {
             do {
-                _ = try RepositoryConvert.run(.init(source: target == new ? new : new, sourcePassword: password, target: target, password: password))
+                _ = try RepositoryConvert.run(.init(source: new, sourcePassword: password, target: target, password: password))
                 Issue.record("converted into \(target)")
             } catch let error as StoreOpsError {
                 #expect(error.status == status, "\(error.message)")

@@ -9,8 +9,10 @@ public struct LocalBackend: RepositoryBackend {
 
     func path(_ key: String) -> String { (root as NSString).appendingPathComponent(key) }
 
-    public func read(_ key: String) throws -> Data? {
-        let file = path(key)
+    public func read(_ key: String) throws -> Data? { try readFile(path(key)) }
+
+    /// A whole file, or nil when it does not exist.
+    private func readFile(_ file: String) throws -> Data? {
         let fd = open(file, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return nil }
@@ -96,7 +98,7 @@ public struct LocalBackend: RepositoryBackend {
         do {
             try file.commit(replacing: false)
         } catch let error as StoreOpsError where error.status == .cannotCreate && FileSystem.kind(of: path(key)) == .file {
-            let same = try read(key) == read(file.tempPath, absolute: true)
+            let same = try readFile(path(key)) == readFile(file.tempPath)
             file.discard()
             guard same else { throw RepositoryKeyRules.conflict(describe(key)) }
             // The object may be a killed writer's whose rename was never made durable: the
@@ -104,13 +106,6 @@ public struct LocalBackend: RepositoryBackend {
             FaultInjection.reach("\(point).rename")
             try FileSystem.sync(FileSystem.parent(of: path(key)), directory: true, point: "\(point).sync-folder")
         }
-    }
-
-    private func read(_ file: String, absolute: Bool) throws -> Data? {
-        guard let data = FileManager.default.contents(atPath: file) else {
-            throw StoreOpsError(.ioError, "cannot read \(file) back")
-        }
-        return data
     }
 
     public func remove(_ key: String, point: String) throws {

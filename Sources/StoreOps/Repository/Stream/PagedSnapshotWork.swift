@@ -149,10 +149,9 @@ final class PagedSnapshotWork {
         let bytes = FileSystem.size(of: store.path) ?? 0
         var header = [UInt8](repeating: 0, count: 100)
         guard pread(fd, &header, 100, 0) == 100 else { throw StoreOpsError(.badData, "\(store.path) is too short to be a SQLite database") }
-        let raw = Int(header[16]) << 8 | Int(header[17])
-        pageSize = raw == 1 ? 65536 : raw
+        pageSize = StoreFile.pageSize(fromHeader: header)
         guard PagedSnapshotRecord.isPageSize(pageSize), bytes % UInt64(pageSize) == 0, bytes > 0 else {
-            throw StoreOpsError(.badData, "\(store.path) is not a whole SQLite database (page size \(raw), \(bytes) bytes)")
+            throw StoreOpsError(.badData, "\(store.path) is not a whole SQLite database (page size \(pageSize), \(bytes) bytes)")
         }
         let pageCount = Int(bytes / UInt64(pageSize))
         if parent?.pages.pageSize != pageSize {
