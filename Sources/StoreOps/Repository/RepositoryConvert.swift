@@ -54,6 +54,9 @@ public enum RepositoryConvert {
     /// - Throws: 64 when OLD and NEW are one repository, 65 for a NEW that is not today's format 2,
     ///   66 for a missing one, 77 for a wrong password, 74/75 as the repositories' I/O does.
     public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Report {
+        guard !options.source.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw StoreOpsError(.usage, "no repository to convert named", hint: "storectl repo convert OLD --repo NEW")
+        }
         let source = try OpenedRepository.open(options.source, password: options.sourcePassword)
         let target = try SnapshotImport.openTarget(options.target, password: options.password, command: "repo convert")
         guard source.location != target.location else {

@@ -44,6 +44,9 @@ public enum SnapshotImport {
     /// - Throws: 66 no such file or repository, 65 a damaged archive or an id the repository holds
     ///   for another snapshot (or a format-1 repository), 74 no room to unpack, 77 wrong password.
     public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Result {
+        guard !options.file.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw StoreOpsError(.usage, "no archive named: give the .tar.zst `storectl snapshot export` wrote")
+        }
         let file = FileSystem.absolute(options.file)
         guard FileSystem.kind(of: file) == .file else {
             throw StoreOpsError(.noInput, "\(file) does not exist or is not a file", hint: "name a snapshot archive written by `storectl snapshot export`")

@@ -161,6 +161,32 @@ struct ImportConvertTests {
         #expect(result.status == 0, "\(result.stderr)")
     }
 
+    @Test("bad arguments: an empty archive or old repository name is 64, a missing one 66, a scratch folder that does not exist 73; nothing is written")
+    func badArguments() throws {
+        let a = try folder.repository("a", format: 2)
+        let id = try SnapshotCreate.run(store: store, options: .init(repository: a, password: password)).id
+        let archive = folder.file("good.tar.zst")
+        _ = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
+        let b = try folder.repository("b", format: 2)
+        func expect(_ status: StoreOps.ExitStatus, _ body: () throws -> Void) {
+            do { try body(); Issue.record("expected \(status.rawValue), and it succeeded") } catch let error as StoreOpsError {
+                #expect(error.status == status, "\(error.message)")
+            } catch { Issue.record("\(error)") }
+        }
+        expect(.usage) { _ = try SnapshotImport.run(.init(file: "", repository: b, password: password)) }
+        expect(.noInput) { _ = try SnapshotImport.run(.init(file: folder.file("nothing.tar.zst"), repository: b, password: password)) }
+        expect(.noInput) { _ = try SnapshotImport.run(.init(file: archive, repository: folder.file("no-repo"), password: password)) }
+        var scratchless = SnapshotImport.Options(file: archive, repository: b, password: password)
+        scratchless.scratch = folder.file("no-such-folder")
+        expect(.cannotCreate) { _ = try SnapshotImport.run(scratchless) }
+        expect(.noInput) { _ = try convert(folder.file("no-old-repo"), into: b) }
+        expect(.usage) { _ = try convert(" ", into: b) }
+        var options = RepositoryConvert.Options(source: a, sourcePassword: password, target: b, password: password)
+        options.scratch = folder.file("no-such-folder")
+        expect(.cannotCreate) { _ = try RepositoryConvert.run(options) }
+        #expect(try summaries(b).isEmpty)
+    }
+
     @Test("a crafted manifest never crashes the import: a level zstd does not take is stored at the default, a tag storectl would not write is 65")
     func craftedManifest() throws {
         let a = try folder.repository("a", format: 2)
