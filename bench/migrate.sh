@@ -7,7 +7,7 @@
 #             (target: within 1.2x). `storectl rollback` (in place, safety snapshot first) for information.
 # Each store is a fresh copy of the bench store; REPEAT runs (default 3), medians.
 #
-#   bash bench/migrate.sh              # ITEMS=4000000 REPEAT=3 FORMAT=2 (the repository's format)
+#   bash bench/migrate.sh              # ITEMS=4000000 REPEAT=3
 #   PRIOR=1 bash bench/migrate.sh      # the store has a snapshot already (scheduled snapshots)
 #   ITEMS=400000 REPEAT=1 bash bench/migrate.sh
 set -uo pipefail
@@ -24,9 +24,9 @@ printf '\nstore: %s, %s; %s runs each, medians\n' "$STORE" "$(du -h "$STORE" | c
 fresh() {
   rm -rf "$WORK"; mkdir -p "$WORK/migrations"
   cp "$STORE" "$WORK/store.sqlite"
-  "$BIN/storectl" repo init --repo "$WORK/repo" --format "${FORMAT:-2}" >/dev/null
+  "$BIN/storectl" repo init --repo "$WORK/repo" >/dev/null
   # PRIOR=1: the store already has a snapshot in the repository, as scheduled snapshots give it
-  # (format 2's safety snapshot then stores only what changed since).
+  # (the safety snapshot then stores only what changed since).
   if [ "${PRIOR:-0}" = 1 ]; then "$BIN/storectl" snapshot create "$WORK/store.sqlite" --repo "$WORK/repo" >/dev/null; fi
   cat > "$WORK/migrations/0001_add_archived.sql" <<'SQL'
 -- Items can be archived; the app lists the non-archived ones by this index.

@@ -16,16 +16,24 @@ public final class TempFolder: @unchecked Sendable {
 
     public func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
 
-    /// A new snapshot repository in the folder (`storectl repo init`): format 1, or format 2
-    /// encrypted with the password in `password` (a file written beside it; scrypt's cost lowered
-    /// to keep tests fast) or plain.
-    /// `idBytes` 32: a format-2 repository of layout 1, as earlier builds made them.
-    public func repository(_ name: String = "repo", format: Int = 1, encrypted: Bool = true, idBytes: Int = 16) throws -> String {
-        var options = RepositoryInit.Options(location: file(name), format: format, encrypted: encrypted,
-                                             password: .file(try passwordFile()))
+    /// A new snapshot repository in the folder (`storectl repo init`): plain, or encrypted with the
+    /// password in `password` (a file written beside it; scrypt's cost lowered to keep tests fast).
+    public func repository(_ name: String = "repo", encrypted: Bool = false) throws -> String {
+        var options = RepositoryInit.Options(location: file(name), encrypted: encrypted, password: .file(try passwordFile()))
         options.kdfN = 1 << 10
-        options.idBytes = idBytes
         return try RepositoryInit.run(options).location
+    }
+
+    /// A copy of a repository an earlier build wrote (`Tests/Fixtures/old-repositories/<name>`:
+    /// `format-1` or `layout-1`), with the empty folders git does not keep.
+    public func oldRepository(_ name: String, as label: String? = nil) throws -> String {
+        let target = file(label ?? name)
+        let result = try ChildProcess.run("/bin/cp", ["-R", (OldRepositories.folder as NSString).appendingPathComponent(name), target])
+        guard result.status == 0 else { throw StoreOpsError(.failure, "copying the fixture \(name): \(result.stderr)") }
+        for folder in name == "format-1" ? ["verified", "snapshots", "catalog"] : ["verified", "locks", "keys", "data", "index", "snapshots"] {
+            try FileManager.default.createDirectory(atPath: (target as NSString).appendingPathComponent(folder), withIntermediateDirectories: true)
+        }
+        return target
     }
 
     /// A password file in the folder (`password`), made on first use.
@@ -41,6 +49,28 @@ public final class TempFolder: @unchecked Sendable {
     }
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// The repositories earlier builds wrote (`Tests/Fixtures/old-repositories`): what each snapshot
+/// restored to then.
+public enum OldRepositories {
+    public static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Tests/Fixtures/old-repositories").path
+
+    public struct Snapshot: Decodable, Sendable {
+        public var repository: String
+        public var id: String
+        public var tags: [String]
+        /// SHA-256 of the database, and of each external-data file by name.
+        public var database: String
+        public var external: [String: String]
+    }
+
+    /// The snapshots of `format-1` or `layout-1`, oldest first.
+    public static func expected(_ repository: String) throws -> [Snapshot] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: (folder as NSString).appendingPathComponent("expected.json")))
+        return try JSONDecoder().decode([Snapshot].self, from: data).filter { $0.repository == repository }
+    }
 }
 
 /// A real tmpfs of a given size (a small disk to fill), or nil when this process may not mount.

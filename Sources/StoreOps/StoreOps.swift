@@ -10,9 +10,9 @@
 //   Manifest/   the description of every copy storectl makes
 //   Backup/     the consistent-copy engine, external data, and `storectl backup`
 //   Preflight/  checks before anything risky, as values
-//   Snapshot/   format 1's archives (reader, writer, zstd, entry rules: the export file), and
-//               create, verify, restore, export, retention and prune over both formats
-//   Repository/ format 2: config, init, the lock and the hold, snapshot records and the catalog;
+//   Snapshot/   the portable archive of one snapshot (reader, writer, zstd, entry rules: what
+//               export writes and import reads), and create, verify, restore, import, retention, prune
+//   Repository/ where a repository is, config, init, the lock and the hold, records, the catalog;
 //     Keys/       master key, key files (scrypt), sealing, content ids' keys, passwords
 //     Pack/       content ids, blobs, frames (zstd), packs and their writer, reading blobs back
 //     Index/      index files
@@ -21,6 +21,7 @@
 //     Restore/    reassembling a snapshot's database from its map and packs
 //     Garbage/    prune's second half: a pure plan (keep, repack, remove) and its execution
 //     Check/      repo check, repair, stats
+//     Convert/    repo convert, and the only reader of format-1 repositories (earlier builds')
 //   Backend/    where a repository's objects live: the contract (RepositoryBackend), Local/ (a
 //               folder), S3/ (SigV4, the libcurl client, settings, the index cache, traffic)
 //   Migration/  migration files and Swift stages, the history, the plan and its lint, the journal,

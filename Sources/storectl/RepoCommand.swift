@@ -7,9 +7,10 @@ struct RepoCommand: ParsableCommand {
         commandName: "repo",
         abstract: "Make and look after snapshot repositories: init, check, stats, repair, convert.",
         discussion: reflow("""
-            Format 2 (the default) stores each database page once, content-addressed, zstd-compressed and encrypted
-            (AES-256-GCM, keyed content ids) in packs; format 1 keeps one compressed tar archive per snapshot.
-            storectl never makes a repository implicitly: `snapshot create` into a missing one exits 66.
+            A repository stores each database page once, content-addressed, zstd-compressed and encrypted
+            (AES-256-GCM, keyed content ids) in packs. storectl never makes a repository implicitly: `snapshot create`
+            into a missing one exits 66. A repository made by an earlier storectl (format 1, or format 2 of layout 1)
+            is brought into a new one with `repo convert`.
             """),
         subcommands: [RepoInitCommand.self, RepoCheckCommand.self, RepoStatsCommand.self, RepoRepairCommand.self, RepoConvertCommand.self])
 }
@@ -18,26 +19,19 @@ struct RepoInitCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(commandName: "init", abstract: "Make a new, empty snapshot repository.")
 
     @Option(help: "The folder to make it in (new, or empty).") var repo: String
-    @Option(help: "2 (default: page-level, encrypted) or 1 (one tar archive per snapshot, never encrypted).") var format = 2
-    @Flag(help: "Format 2 without encryption: anyone who can read the folder can read the snapshots.") var insecureNoEncryption = false
+    @Option(help: ArgumentHelp("Always 2 (accepted for scripts written when there was a format 1).", visibility: .hidden)) var format = 2
+    @Flag(help: "Without encryption: anyone who can read the folder can read the snapshots.") var insecureNoEncryption = false
     @OptionGroup var password: PasswordOption
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
-        if format == 1, insecureNoEncryption {
-            throw StoreOpsError(.usage, "--insecure-no-encryption is for format 2; format 1 is never encrypted")
+        guard format == 2 else {
+            throw StoreOpsError(.usage, "--format \(format): storectl makes repositories of format 2 only",
+                                hint: "leave out --format; `storectl snapshot export` writes one snapshot as a plain .tar.zst any tool can read")
         }
-        if format == 1, let file = password.passwordFile {
-            // A password asked for a repository that cannot use one: refuse rather than make an
-            // unencrypted repository the operator believes is encrypted.
-            throw StoreOpsError(.usage, "--password-file \(file): format 1 cannot encrypt; a format-1 repository would be made without encryption",
-                                hint: "leave out --format 1 (format 2 is encrypted), or leave out --password-file for an unencrypted format-1 repository")
-        }
-        let result = try RepositoryInit.run(.init(location: repo, format: format, encrypted: format == 2 && !insecureNoEncryption,
-                                                  password: password.source))
+        let result = try RepositoryInit.run(.init(location: repo, encrypted: !insecureNoEncryption, password: password.source))
         if json { print(jsonReport(result)); return }
-        let what = result.format == 1 ? "format 1 (archives)" : result.encrypted ? "format 2, encrypted (AES-256-GCM), key \(result.keyID ?? "?")"
-            : "format 2, NOT encrypted"
+        let what = result.encrypted ? "format 2, encrypted (AES-256-GCM), key \(result.keyID ?? "?")" : "format 2, NOT encrypted"
         print("created repository \(result.location): \(what)")
     }
 }
@@ -59,7 +53,7 @@ struct RepoCheckCommand: ParsableCommand, JSONOutput {
         if json { print(jsonReport(report)) } else {
             for problem in report.problems { print("PROBLEM \(problem)") }
             for note in report.notes { print("note    \(note)") }
-            let scope = report.format == 1 ? "" : ", \(Format.plural(report.packs, "pack", "packs")), \(Format.plural(report.indexes, "index", "indexes")), \(Format.count(report.blobs)) blobs"
+            let scope = ", \(Format.plural(report.packs, "pack", "packs")), \(Format.plural(report.indexes, "index", "indexes")), \(Format.count(report.blobs)) blobs"
             print("\(report.ok ? "ok" : "DAMAGED"): \(Format.plural(report.snapshots, "snapshot", "snapshots"))\(scope)\(report.readData ? ", every byte read" : "")")
         }
         try Finished.check(RepositoryCheck.ending(of: report))
@@ -77,22 +71,20 @@ struct RepoStatsCommand: ParsableCommand, JSONOutput {
         let report = try RepositoryStats.run(location: repo, password: password.source)
         if json { print(jsonReport(report)); return }
         var lines = [
-            "repository  \(report.location) (format \(report.format)\(report.format == 2 ? report.encrypted ? ", encrypted" : ", NOT encrypted" : ""))",
+            "repository  \(report.location) (format \(report.format), \(report.encrypted ? "encrypted" : "NOT encrypted"))",
             "snapshots   \(report.snapshots), \(Format.bytes(report.logicalBytes)) as whole copies",
             "stored      \(Format.bytes(report.storedBytes))" + (report.storedBytes > 0 ? String(format: " (%.1fx smaller)", Double(report.logicalBytes) / Double(report.storedBytes)) : ""),
         ]
-        if report.format == 2 {
-            lines.append("packs       \(report.packs), \(Format.plural(report.indexes, "index", "indexes"))")
-            let kinds = report.blobsByType.sorted { $0.key < $1.key }.map { "\(Format.count($0.value)) \($0.key)s" }.joined(separator: ", ")
-            lines.append("blobs       \(Format.count(report.blobs)) (\(Format.bytes(report.blobBytes)) uncompressed): \(kinds)")
-        }
+        lines.append("packs       \(report.packs), \(Format.plural(report.indexes, "index", "indexes"))")
+        let kinds = report.blobsByType.sorted { $0.key < $1.key }.map { "\(Format.count($0.value)) \($0.key)s" }.joined(separator: ", ")
+        lines.append("blobs       \(Format.count(report.blobs)) (\(Format.bytes(report.blobBytes)) uncompressed): \(kinds)")
         print(lines.joined(separator: "\n"))
     }
 }
 
 struct RepoRepairCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
-        commandName: "repair", abstract: "Rebuild a format-2 repository's index from its packs (after a damaged or lost index).")
+        commandName: "repair", abstract: "Rebuild a repository's index from its packs (after a damaged or lost index).")
 
     @Option(help: "The snapshot repository.") var repo: String
     @Flag(help: "Wait for other users of the repository instead of exiting 75.") var wait = false

@@ -14,4 +14,3 @@ struct SnapshotCommand: ParsableCommand {
                       SnapshotVerifyCommand.self, SnapshotRestoreCommand.self, SnapshotExportCommand.self, SnapshotImportCommand.self, SnapshotPruneCommand.self])
 }
 
-extension Compression: ExpressibleByArgument {}

@@ -17,16 +17,14 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
 
     static func render(_ rows: [SnapshotSummary]) -> String {
         guard !rows.isEmpty else { return "no snapshots" }
-        // Format 1: SIZE is the archive and RATIO its compression; format 2: ADDED is what the snapshot
-        // added to the repository (its new pages), out of the whole store it holds.
-        let paged = rows.contains { $0.format == 2 }
+        // ADDED is what the snapshot added to the repository (its new pages), OF the whole store it holds.
         // The store's full path (two stores of one name in different folders are different stores),
         // and the host when more than one host's snapshots are listed.
         let hosts = Set(rows.map(\.host).filter { !$0.isEmpty }).count > 1
-        let header = ["ID", "TIME (UTC)"] + (hosts ? ["HOST"] : []) + ["STORE", paged ? "ADDED" : "SIZE", paged ? "OF" : "RATIO", "TAGS", "LAST VERIFIED"]
+        let header = ["ID", "TIME (UTC)"] + (hosts ? ["HOST"] : []) + ["STORE", "ADDED", "OF", "TAGS", "LAST VERIFIED"]
         let lines = rows.map { row in
             [row.id, Timestamp.iso(row.time).prefix(19).replacingOccurrences(of: "T", with: " ")] + (hosts ? [row.host] : []) + [row.store,
-             Format.bytes(row.bytes), row.format == 2 ? Format.bytes(row.logicalBytes) : String(format: "%.1fx", row.ratio), row.tags.joined(separator: ","),
+             Format.bytes(row.bytes), Format.bytes(row.logicalBytes), row.tags.joined(separator: ","),
              row.damaged != nil ? "DAMAGED catalog entry"
                 : row.lastVerified.map { "\(Timestamp.iso($0.at).prefix(16).replacingOccurrences(of: "T", with: " ")) \($0.ok ? "ok" : "FAILED")" } ?? "never"]
         }

@@ -11,18 +11,16 @@ struct SnapshotShowCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the manifest as JSON.") var json = false
 
     func run() throws {
-        let repository = try OpenedRepository.open(repo, password: password.source)
-        let record = try repository.entry(id).manifest
+        let repository = try PagedRepository.open(at: repo, password: password.source)
+        let record = try repository.record(id).manifest
         if json { print(jsonReport(record)); return }
         let facts = record.snapshot
         var lines = [
             "snapshot   \(facts?.id ?? "?")",
             "taken      \(Timestamp.iso(record.startedAt)) on \(record.host), \(Format.duration(record.durationSeconds))",
             "store      \(record.source.path) (\(record.source.journalMode), \(Format.count(record.source.pageCount)) pages of \(record.source.pageSize) B)",
-            "database   \(record.database.path)  \(Format.bytes(record.database.bytes))  sha256 \(record.database.sha256 ?? "none (format 2: every page is checked against its content id)")",
-            facts?.format == 2
-                ? "pages      format 2: added \(Format.bytes(facts?.addedBytes ?? 0)) to the repository, \(facts?.parent.map { "against \($0)" } ?? "the first of this store")"
-                : "archive    \(facts?.archive?.path ?? "?")  \(Format.bytes(facts?.archive?.bytes ?? 0))  sha256 \(facts?.archive?.sha256 ?? "?")",
+            "database   \(record.database.path)  \(Format.bytes(record.database.bytes))  sha256 \(record.database.sha256 ?? "none (every page is checked against its content id)")",
+            "pages      added \(Format.bytes(facts?.addedBytes ?? 0)) to the repository, \(facts?.parent.map { "against \($0)" } ?? "the first of this store")",
             "compressed \(facts?.compression.rawValue ?? "?")\(facts?.level.map { " level \($0)" } ?? "")",
             "tags       \(facts?.tags.joined(separator: ", ") ?? "")",
             "verified   " + (repository.lastVerification(facts?.id ?? "").map { "\(Timestamp.iso($0.at)) \($0.ok ? "ok" : "FAILED: \($0.problem ?? "")")" } ?? "never"),

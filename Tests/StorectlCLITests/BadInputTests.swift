@@ -15,25 +15,25 @@ struct BadInputTests {
         return try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
     }
 
-    @Test("a damaged catalog entry: listed as DAMAGED, verify --all exits 65 naming it, prune keeps it, a good id still restores")
+    @Test("a damaged snapshot record: listed as DAMAGED, verify --all exits 65 naming it, prune keeps it, a good id still restores")
     func damagedCatalogEntry() throws {
         let folder = try TempFolder()
         let store = try store(folder)
         let repo = try folder.repository("snaps")
         let bad = try SnapshotCreate.run(store: store, options: .init(repository: repo))
         let good = try SnapshotCreate.run(store: store, options: .init(repository: repo))
-        try Data(#"{"format":"storectl-manifest","formatVersion":99}"#.utf8).write(to: URL(fileURLWithPath: repo + "/catalog/\(bad.id).json"))
+        try Data(#"{"format":"storectl-manifest","formatVersion":99}"#.utf8).write(to: URL(fileURLWithPath: repo + "/snapshots/\(bad.id)"))
         let list = try storectl("snapshot", "list", "--repo", repo)
         #expect(list.status == 0, "\(list.stderr)")
         #expect(list.stdout.contains(bad.id) && list.stdout.contains("DAMAGED catalog entry"), "\(list.stdout)")
         let verify = try storectl("snapshot", "verify", "--repo", repo, "--all")
         #expect(verify.status == 65)
         #expect(verify.stdout.contains("ok      \(good.id)") && verify.stdout.contains("DAMAGED \(bad.id)"), "\(verify.stdout)")
-        #expect(verify.stdout.contains("format version 99"), "\(verify.stdout)")
+        #expect(verify.stdout.contains("snapshots/\(bad.id)"), "\(verify.stdout)")
         #expect(try storectl("snapshot", "restore", "--repo", repo, good.id, "--to", folder.file("r.sqlite")).status == 0)
         let prune = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1")
         #expect(prune.status == 0, "\(prune.stderr)")
-        #expect(FileManager.default.fileExists(atPath: repo + "/catalog/\(bad.id).json"), "never removed as if expired")
+        #expect(FileManager.default.fileExists(atPath: repo + "/snapshots/\(bad.id)"), "never removed as if expired")
         #expect(prune.stdout.contains("damaged"), "\(prune.stdout)")
     }
 
@@ -73,7 +73,7 @@ struct BadInputTests {
             time_format = "coredata"
             retention = "30d"
             """.utf8).write(to: URL(fileURLWithPath: policy))
-        let snaps = try folder.repository("snaps", format: 2)
+        let snaps = try folder.repository("snaps", encrypted: true)
         for arguments in [["purge", "--policy", policy], ["purge", "--policy", policy, "--dry-run"], ["backup", store, "-o", folder.file("b.sqlite")],
                           ["snapshot", "create", store, "--repo", snaps]] {
             let result = try ChildProcess.run(Binaries.storectl, arguments, environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
@@ -173,8 +173,8 @@ struct BadInputTests {
             try ChildProcess.run(Binaries.storectl, arguments, environment: environment.merging(extra) { $1 })
         }
         for (arguments, status, message, extra) in [
-            (["repo", "init", "--repo", folder.file("r"), "--format", "3"], 64, "format 1 or 2", [:]),
-            (["repo", "init", "--repo", folder.file("r"), "--format", "1", "--insecure-no-encryption"], 64, "format 1 is never encrypted", [:]),
+            (["repo", "init", "--repo", folder.file("r"), "--format", "3"], 64, "format 2 only", [:]),
+            (["repo", "init", "--repo", folder.file("r"), "--format", "1"], 64, "snapshot export", [:]),
             (["repo", "init", "--repo", folder.file("full")], 73, "is not empty", [:]),
             (["repo", "init", "--repo", folder.file("nowhere/r")], 73, "does not exist", [:]),
             (["repo", "init", "--repo", folder.file("r")], 64, "password is empty", ["STORECTL_PASSWORD_FILE": folder.file("empty")]),
@@ -186,10 +186,9 @@ struct BadInputTests {
         #expect(FileSystem.kind(of: folder.file("r")) == .missing, "no repository was made")
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.file("full")) == ["other"])
 
-        let repo = folder.file("r"), plain = folder.file("plain"), one = folder.file("one")
+        let repo = folder.file("r"), plain = folder.file("plain"), one = try folder.oldRepository("format-1", as: "one")
         #expect(try run(["repo", "init", "--repo", repo]).status == 0)
         #expect(try run(["repo", "init", "--repo", plain, "--insecure-no-encryption"]).status == 0)
-        #expect(try run(["repo", "init", "--repo", one, "--format", "1"]).status == 0)
         #expect(try run(["snapshot", "create", store, "--repo", repo]).status == 0)
         let id = try #require(try JSON.decoder().decode([SnapshotSummary].self, from: Data(try run(["snapshot", "list", "--repo", repo, "--json"]).stdout.utf8)).first?.id)
         let before = try FileManager.default.subpathsOfDirectory(atPath: repo).sorted()
@@ -197,11 +196,11 @@ struct BadInputTests {
             (["key", "remove", "--repo", repo, "../../etc"], 64, "is not a key id"),
             (["key", "remove", "--repo", repo, "0123456789abcdef"], 66, "has no key"),
             (["key", "list", "--repo", plain], 64, "not encrypted"),
-            (["key", "list", "--repo", one], 64, "format-1 repository"),
-            (["repo", "repair", "--repo", one], 64, "format-1 repository"),
+            (["key", "list", "--repo", one], 65, "storectl repo convert \(one) --repo NEW"),
+            (["repo", "repair", "--repo", one], 65, "is a format-1 repository (made by an earlier storectl)"),
             (["snapshot", "export", "--repo", repo, id, "--output", folder.file("s.zip")], 64, "*.tar.zst"),
             (["snapshot", "export", "--repo", repo, "20000101T000000Z", "--output", folder.file("s.tar.zst")], 66, "no snapshot"),
-            (["snapshot", "create", store, "--repo", repo, "--compression", "xz"], 64, "compresses with zstd"),
+            (["snapshot", "create", store, "--repo", repo, "--compression", "xz"], 64, "unknown option '--compression'"),
         ] as [([String], Int32, String)] {
             let result = try run(arguments)
             #expect(result.status == status && result.stderr.contains(message), "\(arguments): \(result.status) \(result.stderr)")
@@ -210,7 +209,7 @@ struct BadInputTests {
         #expect(try FileManager.default.subpathsOfDirectory(atPath: repo).sorted() == before, "the repository is as it was")
     }
 
-    @Test("restore --in-place: no store at the path (66 unless --create); a hostile archive is refused before any safety snapshot")
+    @Test("restore --in-place: no store at the path (66 unless --create); a damaged pack is refused before any safety snapshot")
     func restoreInPlaceInputs() throws {
         let folder = try TempFolder()
         let store = try store(folder)
@@ -222,23 +221,17 @@ struct BadInputTests {
         #expect(!FileManager.default.fileExists(atPath: folder.file("Other.sqlite")))
         #expect(try storectl("snapshot", "restore", "--repo", repo, snapshot.id, "--in-place", folder.file("Other.sqlite"), "--create").status == 0)
 
-        // The archive gains an entry the manifest does not list; the catalog is made to agree on size and hash.
-        let archive = repo + "/" + (try #require(snapshot.record.snapshot?.archive?.path))
-        var entries = try ArchiveFixture.read(archive).map { ArchiveFixture.Entry($0.name, .file($0.data)) }
-        entries.insert(.init("store/../../escape.sh", .file(Data("#!/bin/sh".utf8))), at: 0)
-        let rebuilt = folder.file("rebuilt.tar.gz")
-        try ArchiveFixture.write(entries, to: rebuilt)
-        let data = try Data(contentsOf: URL(fileURLWithPath: rebuilt))
-        try data.write(to: URL(fileURLWithPath: archive))
-        let catalog = repo + "/catalog/\(snapshot.id).json"
-        var record = try JSON.decoder().decode(Manifest.self, from: try Data(contentsOf: URL(fileURLWithPath: catalog)))
-        record.snapshot?.archive?.bytes = UInt64(data.count)
-        record.snapshot?.archive?.sha256 = Hashing.sha256(data)
-        try JSON.encode(record).write(to: URL(fileURLWithPath: catalog))
+        // A byte of a pack the snapshot needs is flipped.
+        for pack in FileManager.default.subpaths(atPath: repo + "/data") ?? [] where pack.count > 10 {
+            let path = repo + "/data/" + pack
+            var data = try Data(contentsOf: URL(fileURLWithPath: path))
+            data[data.count / 3] ^= 0x20
+            try data.write(to: URL(fileURLWithPath: path))
+        }
         let before = try StoreState.digest(store)
         let listed = try SnapshotSummary.list(repository: repo).count
-        let hostile = try storectl("snapshot", "restore", "--repo", repo, snapshot.id, "--in-place", store)
-        #expect(hostile.status == 65, "\(hostile.stderr)")
+        let damaged = try storectl("snapshot", "restore", "--repo", repo, snapshot.id, "--in-place", store)
+        #expect(damaged.status == 65, "\(damaged.stderr)")
         #expect(try SnapshotSummary.list(repository: repo).count == listed, "no safety snapshot was taken for a restore that cannot happen")
         #expect(try StoreState.digest(store) == before)
     }
@@ -280,7 +273,7 @@ struct BadInputTests {
 /// Item by item, the wrong answers a new user met: each is now its own status and says what is wrong.
 @Suite("smaller wrong answers, put right")
 struct SmallerAnswerTests {
-    @Test("negative and out-of-range values say so (64); a password for format 1, a migrations file, a missing store for rollback or the kill switch, a file that is not a store, a too-long restore name")
+    @Test("negative and out-of-range values say so (64); a migrations file, a missing store for rollback or the kill switch, a file that is not a store, a too-long restore name")
     func messages() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder, items: 300)
@@ -300,7 +293,6 @@ struct SmallerAnswerTests {
             (["migrate", "apply", store, "--migrations", folder.file("migrations"), "--repo", repo, "--to", "-1"], 64, "out of range"),
             (["snapshot", "prune", "--repo", repo, "--keep-within", "-1d"], 64, "is negative"),
             (["run", "purge", "--policy", folder.file("none.toml"), "--jitter", "-5m"], 64, "is negative"),
-            (["repo", "init", "--repo", folder.file("r1"), "--format", "1", "--password-file", password], 64, "format 1 cannot encrypt"),
             (["migrate", "status", store, "--migrations", folder.file("migrations/0001_a.sql")], 66, "is a file, not a folder"),
             (["rollback", folder.file("missing.sqlite"), "--repo", repo], 66, "no such store"),
             (["killswitch", "status", folder.file("missing.sqlite")], 66, "no such file"),

@@ -15,16 +15,14 @@ final class CrashFixture: @unchecked Sendable {
     let temp: String
     var snapshot = ""
     var extra: [String: String] = [:]
-    /// The repository's format (2: encrypted, the password in `password`).
-    let format: Int
+    /// The repository's password (it is encrypted).
     let password: PasswordSource
     /// The repository in a folder, or in a bucket of the shared SeaweedFS server (format 2).
     let place: Place
     /// Environment of every storectl run besides the password and TMPDIR (the server, S3 knobs).
     var environment: [String: String] = [:]
 
-    init(items: Int = 300, format: Int = 1, makeRepository: Bool = true, place: Place = .local) throws {
-        self.format = format
+    init(items: Int = 300, makeRepository: Bool = true, place: Place = .local) throws {
         self.place = place
         folder = try TempFolder("storectl-crash")
         store = folder.file("Tasks.sqlite")
@@ -39,9 +37,9 @@ final class CrashFixture: @unchecked Sendable {
         password = .file(try folder.passwordFile())
         switch place {
         case .local:
-            repo = makeRepository ? try folder.repository("snaps", format: format) : folder.file("snaps")
+            repo = makeRepository ? try folder.repository("snaps", encrypted: true) : folder.file("snaps")
         case .s3:
-            var options = RepositoryInit.Options(location: try SharedS3.newLocation("crash"), format: 2, password: .file(try folder.passwordFile()))
+            var options = RepositoryInit.Options(location: try SharedS3.newLocation("crash"), password: .file(try folder.passwordFile()))
             options.kdfN = 1 << 10
             repo = try RepositoryInit.run(options).location
             environment = try SharedS3.environment()
@@ -83,26 +81,27 @@ final class CrashFixture: @unchecked Sendable {
         return found
     }
 
-    /// Every listed snapshot verifies, no archive is unlisted, and nothing temporary is left.
+    /// Every listed snapshot verifies, every blob is indexed, and nothing temporary is left. (A
+    /// format-1 repository is a convert's source: only read, checked by that scenario.)
     func expectRepositoryClean(_ point: String, _ phase: String) throws {
-        guard place == .s3 || FileSystem.kind(of: repo) == .directory else { return }
+        guard place == .s3 || FileSystem.kind(of: (repo as NSString).appendingPathComponent("config")) == .file else { return }
         let verify = try run(["snapshot", "verify", "--repo", repo, "--all"])
         #expect(verify.status == 0, "\(point) \(phase): a listed snapshot does not verify: \(verify.stdout) \(verify.stderr)")
         let listed = try SnapshotSummary.list(repository: repo, password: password)
         #expect(listed.allSatisfy { $0.damaged == nil })
-        if place == .s3 || FileSystem.kind(of: (repo as NSString).appendingPathComponent("config")) == .file {
-            // Format 2: every listed snapshot's blobs are indexed, every index names packs that exist.
-            let check = try run(["repo", "check", "--repo", repo, "--json"])
-            #expect(check.status == 0, "\(point) \(phase): repo check: \(check.stdout) \(check.stderr)")
-            if phase == "after the next run" { #expect(leftovers([repo]).isEmpty, "\(point): \(leftovers([repo]))") }
-            return
+        let check = try run(["repo", "check", "--repo", repo, "--json"])
+        #expect(check.status == 0, "\(point) \(phase): repo check: \(check.stdout) \(check.stderr)")
+        if phase == "after the next run" { #expect(leftovers([repo]).isEmpty, "\(point): \(leftovers([repo]))") }
+    }
+
+    /// SHA-256 of every file under `path` but the flock file.
+    func files(_ path: String) -> [String: String] {
+        var out: [String: String] = [:]
+        for name in FileManager.default.subpaths(atPath: path) ?? [] where name != ".lock" {
+            let full = (path as NSString).appendingPathComponent(name)
+            if FileSystem.kind(of: full) == .file { out[name] = (try? Hashing.sha256(ofFile: full)) ?? "?" }
         }
-        let archives = (try FileManager.default.contentsOfDirectory(atPath: (repo as NSString).appendingPathComponent("snapshots")))
-            .filter { !$0.hasPrefix(".") }
-        if phase == "after the next run" {
-            #expect(archives.count == listed.count, "\(point): unlisted archives: \(archives)")
-            #expect(leftovers([repo]).isEmpty, "\(point): \(leftovers([repo]))")
-        }
+        return out
     }
 }
 
@@ -197,8 +196,8 @@ enum Scenarios {
         fixture.extra["migrations"] = folder
     }
 
-    static func storeWithSnapshot(format: Int = 1, place: Place = .local) throws -> CrashFixture {
-        let fixture = try CrashFixture(format: format, place: place)
+    static func storeWithSnapshot(place: Place = .local) throws -> CrashFixture {
+        let fixture = try CrashFixture(place: place)
         fixture.snapshot = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password)).id
         fixture.extra["snapshotContent"] = try fixture.digest(journalMode: false)
         return fixture
@@ -206,16 +205,17 @@ enum Scenarios {
 
     /// What a restore in place replaces: a store with a snapshot, then commits still in its
     /// `-wal` and an external-data file the snapshot does not have.
-    static func storeChangedSinceSnapshot(format: Int = 1) throws -> CrashFixture {
-        let fixture = try storeWithSnapshot(format: format)
+    static func storeChangedSinceSnapshot() throws -> CrashFixture {
+        let fixture = try storeWithSnapshot()
         try fixture.walCommits(150)
         try fixture.addExternalFile()
         return fixture
     }
 
-    static let all: [CrashScenario] = formatOne + paged + (Place.all.contains(.s3) ? remote : [])
+    static let all: [CrashScenario] = store + paged + (Place.all.contains(.s3) ? remote : [])
 
-    /// Format 2 (encrypted pages): create, restore both ways, and prune with its garbage collection.
+    /// The repository's own operations: create, restore both ways, prune with its garbage
+    /// collection, import, convert.
     static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert]
 
     /// The snapshots a repository lists, by their tags (ids differ from fixture to fixture).
@@ -240,11 +240,11 @@ enum Scenarios {
     static let importArchive = CrashScenario(
         name: "snapshot import",
         setup: {
-            let fixture = try storeWithSnapshot(format: 2)
+            let fixture = try storeWithSnapshot()
             let archive = fixture.folder.file("one.tar.zst")
             _ = try SnapshotExport.run(.init(repository: fixture.repo, id: fixture.snapshot, output: archive, password: fixture.password))
             fixture.extra["archive"] = archive
-            fixture.extra["other"] = try fixture.folder.repository("other", format: 2)
+            fixture.extra["other"] = try fixture.folder.repository("other", encrypted: true)
             return fixture
         },
         command: { ["snapshot", "import", $0.extra["archive"] ?? "", "--repo", $0.extra["other"] ?? ""] },
@@ -255,17 +255,14 @@ enum Scenarios {
             #expect(try identities(fixture, fixture.extra["other"] ?? "") == (try identities(fixture, fixture.repo)), "\(point)")
         })
 
-    /// A format-1 repository of two snapshots (the second after scattered updates) into a new one.
+    /// The format-1 repository an earlier build wrote (three snapshots) into a new one.
     static let convert = CrashScenario(
         name: "repo convert (format 1 into format 2)",
         setup: {
-            let fixture = try CrashFixture(format: 1)
-            _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, tags: ["first"], password: fixture.password))
-            let queue = try DatabaseQueue(path: fixture.store)
-            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '!' WHERE Z_PK % 7 = 0") }
-            try queue.close()
-            _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, tags: ["second"], password: fixture.password))
-            fixture.extra["new"] = try fixture.folder.repository("new", format: 2)
+            let fixture = try CrashFixture(makeRepository: false)
+            _ = try fixture.folder.oldRepository("format-1", as: "snaps")
+            fixture.extra["new"] = try fixture.folder.repository("new", encrypted: true)
+            fixture.extra["old"] = "\(fixture.files(fixture.repo).sorted { $0.key < $1.key })"
             return fixture
         },
         command: { ["repo", "convert", $0.repo, "--repo", $0.extra["new"] ?? ""] },
@@ -273,19 +270,21 @@ enum Scenarios {
         next: { fixture, index in try ok(fixture, ["repo", "convert", fixture.repo, "--repo", fixture.extra["new"] ?? ""], index) },
         finally: { fixture, point in
             try expectBroughtOver(fixture, into: fixture.extra["new"] ?? "", point)
-            #expect(try identities(fixture, fixture.extra["new"] ?? "") == (try identities(fixture, fixture.repo)), "\(point): ids, times and tags are the old repository's")
+            let brought = try SnapshotSummary.list(repository: fixture.extra["new"] ?? "", password: fixture.password).map { "\($0.id) \($0.tags)" }.sorted()
+            #expect(brought == (try OldRepositories.expected("format-1").map { "\($0.id) \($0.tags)" }.sorted()), "\(point): ids and tags are the old repository's")
+            #expect("\(fixture.files(fixture.repo).sorted { $0.key < $1.key })" == fixture.extra["old"], "\(point): the old repository is only read")
         })
 
     /// The same in a bucket (restore in place is the local code past the download).
     static let remote: [CrashScenario] = [pagedCreate(.s3), pagedRestore(.s3), pagedPrune(.s3)]
 
-    static func label(_ place: Place) -> String { place == .s3 ? "S3" : "format 2" }
+    static func label(_ place: Place) -> String { place == .s3 ? "S3" : "folder" }
 
     static func pagedCreate(_ place: Place) -> CrashScenario {
         CrashScenario(
             name: "snapshot create (\(label(place)))",
             setup: {
-                let fixture = try storeWithSnapshot(format: 2, place: place)
+                let fixture = try storeWithSnapshot(place: place)
                 try fixture.walCommits(100)
                 return fixture
             },
@@ -308,26 +307,40 @@ enum Scenarios {
     static func pagedRestore(_ place: Place) -> CrashScenario {
         CrashScenario(
             name: "snapshot restore --to (\(label(place)))",
-            setup: { try storeWithSnapshot(format: 2, place: place) },
+            setup: { try storeWithSnapshot(place: place) },
             command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--to", $0.out + "/restored.sqlite"] },
             observe: { try $0.digest() },
             afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point) },
             next: { fixture, index in
+                // A target that was never made: 66 when nothing was left for it, else its dead run's temporary files go (0).
+                let target = fixture.out + "/restored.sqlite"
+                let leftovers = PendingFile.temporaries(of: target) + PendingFile.temporaries(of: StoreFile.supportPath(forDatabase: target))
+                if index % 2 == 0 { try ok(fixture, ["recover", target], status: FileSystem.kind(of: target) == .missing
+                                            && !StoreSwap.pending(target: target) && leftovers.isEmpty ? 66 : 0, index) }
+                if index % 2 == 0 { #expect(PendingFile.temporaries(of: target).isEmpty, "recover removed the dead run's temporary files: \(index)") }
                 try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/again.sqlite"], index)
             },
             finally: { fixture, point in
+                try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
                 try expectComplete(fixture.out + "/again.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
             })
     }
 
     static let restoreInPlace = CrashScenario(
-        name: "snapshot restore --in-place (format 2)",
-        setup: { try storeChangedSinceSnapshot(format: 2) },
+        name: "snapshot restore --in-place",
+        setup: { try storeChangedSinceSnapshot() },
         command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
         observe: { try $0.digest() },
         next: { fixture, index in
-            try ok(fixture, ["recover", fixture.store], index)
-            try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
+            // The store: the explicit way, or simply the next command that touches it. The
+            // repository: its next writer (here a later restore, or a snapshot) cleans it.
+            if index % 2 == 0 {
+                try ok(fixture, ["recover", fixture.store], index)
+                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/later.sqlite"], index)
+            } else {
+                try ok(fixture, ["backup", fixture.store, "--output", fixture.out + "/after.sqlite"], index)
+                try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
+            }
         },
         finally: { fixture, point in
             let mode = try readJournalMode(fixture.store)
@@ -338,7 +351,7 @@ enum Scenarios {
         CrashScenario(
             name: "snapshot prune with garbage collection (\(label(place)))",
             setup: {
-                let fixture = try storeWithSnapshot(format: 2, place: place)
+                let fixture = try storeWithSnapshot(place: place)
                 // Every row rewritten twice: most pages of the first two snapshots become garbage.
                 for round in 0..<2 {
                     let queue = try DatabaseQueue(path: fixture.store)
@@ -364,7 +377,8 @@ enum Scenarios {
             })
     }
 
-    static let formatOne: [CrashScenario] = [
+    /// Operations on the store (their snapshots go into an encrypted repository).
+    static let store: [CrashScenario] = [
         CrashScenario(
             name: "backup",
             setup: {
@@ -391,57 +405,6 @@ enum Scenarios {
                 // again; killed after, the repository is whole and a second init is refused (73).
                 try ok(fixture, ["repo", "init", "--repo", fixture.repo], status: FileSystem.kind(of: fixture.repo) == .missing ? 0 : 73, index)
                 try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
-            }),
-        CrashScenario(
-            name: "snapshot create",
-            setup: {
-                let fixture = try storeWithSnapshot()
-                try fixture.walCommits(100)
-                return fixture
-            },
-            command: { ["snapshot", "create", $0.store, "--repo", $0.repo, "--tag", "nightly"] },
-            observe: { try $0.digest() },
-            next: { fixture, index in try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index) }),
-        CrashScenario(
-            name: "snapshot restore --to",
-            setup: { try storeWithSnapshot() },
-            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--to", $0.out + "/restored.sqlite"] },
-            observe: { try $0.digest() },
-            afterKill: { fixture, point in
-                try expectComplete(fixture.out + "/restored.sqlite", content: nil, external: 2, point)
-            },
-            next: { fixture, index in
-                // A target that was never made: 66 when nothing was left for it, else its dead run's temporary files go (0).
-                let target = fixture.out + "/restored.sqlite"
-                let leftovers = PendingFile.temporaries(of: target) + PendingFile.temporaries(of: StoreFile.supportPath(forDatabase: target))
-                if index % 2 == 0 { try ok(fixture, ["recover", target], status: FileSystem.kind(of: target) == .missing
-                                            && !StoreSwap.pending(target: target) && leftovers.isEmpty ? 66 : 0, index) }
-                if index % 2 == 0 { #expect(PendingFile.temporaries(of: target).isEmpty, "recover removed the dead run's temporary files: \(index)") }
-                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/again.sqlite"], index)
-            },
-            finally: { fixture, point in
-                try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
-                try expectComplete(fixture.out + "/again.sqlite", content: fixture.extra["snapshotContent"], external: 2, point)
-            }),
-        CrashScenario(
-            name: "snapshot restore --in-place",
-            setup: { try storeChangedSinceSnapshot() },
-            command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
-            observe: { try $0.digest() },
-            next: { fixture, index in
-                // The store: the explicit way, or simply the next command that touches it. The
-                // repository: its next writer (here a later restore, or a snapshot) cleans it.
-                if index % 2 == 0 {
-                    try ok(fixture, ["recover", fixture.store], index)
-                    try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/later.sqlite"], index)
-                } else {
-                    try ok(fixture, ["backup", fixture.store, "--output", fixture.out + "/after.sqlite"], index)
-                    try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
-                }
-            },
-            finally: { fixture, point in
-                let mode = try readJournalMode(fixture.store)
-                #expect(mode == "wal", "\(point): the store is no longer in WAL mode")
             }),
         CrashScenario(
             name: "migrate",
@@ -490,7 +453,9 @@ enum Scenarios {
             setup: {
                 let fixture = try CrashFixture()
                 try writeMigrations(fixture, failing: false)
-                let report = try Migrate.run(.init(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo))
+                var options = Migrate.Options(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo)
+                options.password = fixture.password
+                let report = try Migrate.run(options)
                 #expect(report.status == .ok)
                 return fixture
             },
@@ -568,21 +533,6 @@ enum Scenarios {
             observe: { try $0.digest() },
             // The store never changes; the next dry run removes a killed one's copy from TMPDIR.
             next: { fixture, index in try ok(fixture, ["purge", "--policy", fixture.extra["policy"]!, "--dry-run"], index) }),
-        CrashScenario(
-            name: "snapshot prune",
-            setup: {
-                let fixture = try storeWithSnapshot()
-                for _ in 0..<2 { _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password)) }
-                return fixture
-            },
-            command: { ["snapshot", "prune", "--repo", $0.repo, "--keep-last", "1"] },
-            observe: { "\(try SnapshotSummary.list(repository: $0.repo).count) listed" },
-            next: { fixture, index in try ok(fixture, ["snapshot", "prune", "--repo", fixture.repo, "--keep-last", "1"], index) },
-            finally: { fixture, point in
-                #expect(try SnapshotSummary.list(repository: fixture.repo).count == 1, "\(point)")
-                let verified = (try FileManager.default.contentsOfDirectory(atPath: fixture.repo + "/verified")).filter { !$0.hasPrefix(".") }
-                #expect(verified.count <= 1, "\(point): verification records of removed snapshots: \(verified)")
-            }),
     ]
 
     /// Soft deletions are moved far from the 30-day cutoff (to 2025, or to 2100), and the same for

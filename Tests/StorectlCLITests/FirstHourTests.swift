@@ -20,7 +20,7 @@ struct FirstHourTests {
         init(snapshotLines: String = "", scheduleLines: String = "log = \"jobs.jsonl\"") throws {
             folder = try TempFolder()
             store = try makeStore(folder)
-            repository = try folder.repository("snaps", format: 2)
+            repository = try folder.repository("snaps", encrypted: true)
             password = try folder.passwordFile()
             policy = folder.file("tasks.toml")
             try write(snapshotLines: snapshotLines, scheduleLines: scheduleLines)

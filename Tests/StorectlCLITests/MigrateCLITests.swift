@@ -16,7 +16,7 @@ struct MigrationCLIFixture {
         store = try makeStore(folder, items: items)
         migrations = folder.file("migrations")
         // Format 2, plain: the pre-migrate snapshot and the rollback go through pages.
-        repo = try folder.repository("snaps", format: 2, encrypted: false)
+        repo = try folder.repository("snaps")
         try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
         let files = [
             "0001_add_priority.sql": "ALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;\nUPDATE ZITEM SET ZPRIORITYLABEL = 'p' || ZPRIORITY;",

@@ -122,7 +122,7 @@ struct MutatedStoreTests {
             .write(to: URL(fileURLWithPath: migrations + "/0001_upper.sql"))
 
         // Format 2 (plain, so no password): every page of the mutated store goes through the page stream.
-        let snaps = try folder.repository("snaps", format: 2, encrypted: false)
+        let snaps = try folder.repository("snaps")
         let commands: [[String]] = [
             ["preflight", store, "--full", "--json"],
             ["backup", store, "--output", folder.file("copy.sqlite"), "--json"],

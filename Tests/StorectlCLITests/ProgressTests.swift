@@ -38,7 +38,7 @@ struct ProgressTests {
         init() throws {
             folder = try TempFolder()
             store = try makeStore(folder, items: 5_000)
-            repository = try folder.repository("snaps", format: 2)
+            repository = try folder.repository("snaps", encrypted: true)
             password = try folder.passwordFile()
             try FileManager.default.createDirectory(atPath: folder.file("migrations"), withIntermediateDirectories: false)
             try Data("UPDATE ZITEM SET ZTITLE = ZTITLE || '!' WHERE Z_PK % 3 = 0;\nUPDATE ZITEM SET ZTITLE = ZTITLE || '?' WHERE Z_PK % 5 = 0;\n".utf8)

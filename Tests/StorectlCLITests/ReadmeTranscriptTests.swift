@@ -227,6 +227,8 @@ struct ReadmeTranscriptTests {
         #expect(all.count >= 15, "found only \(all.count) console blocks")
         var base = ["PATH": "\(Self.binaries):/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TZ": "UTC", "LC_ALL": "C.UTF-8", "COLUMNS": "80",
                     "STORECTL_TRANSCRIPT_EXAMPLES": (Self.packageRoot as NSString).appendingPathComponent("examples"),
+                    // Repositories earlier builds wrote, for the `repo convert` example.
+                    "STORECTL_TRANSCRIPT_FIXTURES": (Self.packageRoot as NSString).appendingPathComponent("Tests/Fixtures/old-repositories"),
                     // Never the machine's crontab: a block that installs jobs names its stand-in.
                     "STORECTL_CRONTAB": "/nonexistent/storectl-transcript/crontab"]
         for name in ["STORECTL_PASSWORD_FILE", "STORECTL_PASSWORD_COMMAND", "STORECTL_PROGRESS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL_S3",

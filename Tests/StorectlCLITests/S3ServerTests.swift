@@ -10,7 +10,7 @@ import Testing
 @Suite("S3: a real SeaweedFS server, faults between it and storectl", .enabled(if: Place.all.contains(.s3)), .serialized)
 struct S3ServerTests {
     func repository(_ folder: TempFolder, _ label: String = "repo") throws -> String {
-        var options = RepositoryInit.Options(location: try SharedS3.newLocation(label), format: 2, password: .file(try folder.passwordFile()))
+        var options = RepositoryInit.Options(location: try SharedS3.newLocation(label), password: .file(try folder.passwordFile()))
         options.kdfN = 1 << 10
         return try RepositoryInit.run(options).location
     }
@@ -98,7 +98,7 @@ struct S3ServerTests {
         let cases: [([String], [String: String], Int32, String)] = [
             (["repo", "init", "--repo", repo], [:], 73, "already a storectl repository"),
             (["repo", "init", "--repo", repo + "/../x"], [:], 64, "may not hold . or .. segments"),
-            (["repo", "init", "--format", "1", "--repo", "s3://\(SharedS3.bucket)/format-one"], [:], 64, "a repository in a bucket is format 2"),
+            (["repo", "init", "--format", "1", "--repo", "s3://\(SharedS3.bucket)/format-one"], [:], 64, "format 2 only"),
             (["snapshot", "list", "--repo", repo], ["STORECTL_S3_ADDRESSING": "sideways"], 64, "STORECTL_S3_ADDRESSING=sideways"),
             (["snapshot", "list", "--repo", repo], ["STORECTL_S3_PARALLEL": "0"], 64, "STORECTL_S3_PARALLEL=0"),
             (["snapshot", "list", "--repo", repo], ["AWS_ENDPOINT_URL_S3": "ftp://host/path"], 64, "not an http:// or https:// URL"),

@@ -5,7 +5,7 @@ import Testing
 
 func scheduledPolicy(_ folder: TempFolder, store: String, snapshot: String = "*/15 * * * *") throws -> String {
     let path = folder.file("tasks.toml")
-    if FileSystem.kind(of: folder.file("snaps")) == .missing { _ = try folder.repository("snaps") }
+    if FileSystem.kind(of: folder.file("snaps")) == .missing { _ = try folder.repository("snaps", encrypted: true) }
     try Data("""
         [store]
         path = "\(store)"
@@ -17,6 +17,7 @@ func scheduledPolicy(_ folder: TempFolder, store: String, snapshot: String = "*/
         retention = "30d"
         [snapshot]
         repository = "snaps"
+        password_file = "password"
         [snapshot.retention]
         keep_last = 3
         [schedule]

@@ -146,8 +146,8 @@ public enum JobReadiness {
     static func repository(_ section: Policy.SnapshotSection, policy: Policy, context: Context, into report: inout Report) {
         let source = password(for: policy, context: context)
         do {
-            let opened = try OpenedRepository.open(section.repository, password: source, missing: .initHint)
-            report.ready.append(opened.isEncrypted ? "repository (password ok)" : "repository")
+            let opened = try PagedRepository.open(at: section.repository, password: source, missing: .initHint)
+            report.ready.append(opened.config.isEncrypted ? "repository (password ok)" : "repository")
             if case .scheduled = context, S3Backend.isS3(section.repository) {
                 // The bucket answered with this shell's settings; cron and systemd will not have them.
                 let exported = S3Settings.environment.filter { !$0.value.isEmpty && schedulerLosesVariables.contains($0.key) }.keys.sorted()

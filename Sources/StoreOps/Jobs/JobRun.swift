@@ -113,7 +113,7 @@ public enum JobRun {
                 throw StoreOpsError(.badData, "\(policy.file) has no [snapshot] section naming the repository")
             }
             var options = SnapshotCreate.Options(repository: section.repository, tags: section.tags.isEmpty ? ["scheduled"] : section.tags,
-                                                 compression: section.compression, level: section.level)
+                                                 level: section.level)
             options.storeLockHeld = true
             options.password = section.password
             let created = try SnapshotCreate.run(store: store.path, options: options)

@@ -138,8 +138,10 @@ public enum Migrate {
             try session.apply(pipeline)
             return session
         }
+        // The store alone, then the repository shared (for the safety snapshot, in the lock stage).
+        road.repository = .init(options.repository, password: options.password, exclusive: false, missing: .initHint)
         road.preflight = { _ in try session.preflight() }
-        road.snapshot = { pipeline in try session.snapshot(progress: pipeline.stepsOnly) }
+        road.snapshot = { pipeline, _ in try session.snapshot(pipeline) }
         road.verify = { _, session in try session.verify() }
         road.commit = { _, session in try session.finish() }
         road.commitName = nil
@@ -166,7 +168,7 @@ public enum Migrate {
             self.store = store
             self.migrations = migrations
             self.options = options
-            report = Report(store: store.path, repository: OpenedRepository.normalize(options.repository), dryRun: options.dryRun,
+            report = Report(store: store.path, repository: RepositoryLocation.normalize(options.repository), dryRun: options.dryRun,
                             plan: MigrationPlan.make([], history: []), result: "planned")
         }
 
@@ -226,12 +228,10 @@ public enum Migrate {
         }
 
         /// A verified snapshot, or nothing changes; then the crash journal names it.
-        func snapshot(progress: ProgressHandler? = nil) throws -> String {
-            var snapshotOptions = SnapshotCreate.Options(repository: report.repository, tags: ["pre-migrate", "version-\(report.plan.current)"])
-            snapshotOptions.storeLockHeld = true
-            snapshotOptions.password = options.password
-            let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions, progress: progress)
-            if let problem = try SnapshotVerify.justMade(created, repository: report.repository, password: options.password) {
+        func snapshot(_ pipeline: Pipeline) throws -> String {
+            let created = try SnapshotCreate.inside(pipeline, tags: ["pre-migrate", "version-\(report.plan.current)"], level: nil,
+                                                    progress: { pipeline.step($0) })
+            if let problem = try SnapshotVerify.justMade(created, in: try pipeline.repository) {
                 throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(problem)); nothing was changed")
             }
             report.snapshot = created.id

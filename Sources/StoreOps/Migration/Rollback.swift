@@ -57,38 +57,59 @@ public enum Rollback {
         default:
             throw StoreOpsError(.noInput, "\(store.path) is not a store file; nothing was rolled back", hint: "pass the store's database file")
         }
+        // One road, whose act is the restore's swap: the store alone, then the repository shared;
+        // the preflight picks the snapshot and stages it checked; the safety snapshot; the swap;
+        // the interrupted migration's journal removed.
         let pipeline = Pipeline(operation: "rollback", store: store, progress: progress)
-        var id = ""
-        var journal: MigrationJournal?
-        var road = Road<SnapshotRestore.Result?>(lock: .exclusive, wait: options.wait, actName: "restore") { _ in
-            guard !id.isEmpty else { return nil }
-            // The restore in place: its safety snapshot, its checks and its journaled swap.
-            var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
-                                                  force: options.force, wait: options.wait)
-            restore.jobLockHeld = true
-            restore.password = options.password
-            restore.clearsMigrationJournal = journal != nil
-            return try SnapshotRestore.run(restore, progress: progress)
-        }
-        road.preflight = { _ in
-            journal = MigrationJournal.read(store)
-            id = try target(options, store: store, journal: journal) ?? ""
-        }
-        road.commit = { _, _ in if journal != nil { try MigrationJournal.remove(store) } }
+        var road = PlannedRoad<Plan, (Plan, SnapshotRestore.Result?)>(
+            lock: .exclusive, wait: options.wait, actName: "swap",
+            preflight: { pipeline in try prepare(options, store: store, in: pipeline, progress: progress) },
+            act: { _, plan in
+                guard let restore = plan.restore else { return (plan, nil) }
+                try restore.swap()
+                return (plan, try restore.result())
+            })
+        road.repository = .init(options.repository, password: options.password, exclusive: false)
+        road.snapshot = { _, plan in try plan.restore?.keepCurrent() ?? "" }
+        road.commit = { _, done in if done.0.journal != nil { try MigrationJournal.remove(store) } }
         let walked = pipeline.walk(road)
-        let result = try walked.get()
+        let (plan, result) = try walked.get()
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
-        return Result(restored: id, safetySnapshot: result?.safetySnapshot, clearedInterruptedMigration: journal != nil,
+        return Result(restored: plan.id, safetySnapshot: result?.safetySnapshot, clearedInterruptedMigration: plan.journal != nil,
                       version: version, verified: result?.verified ?? true, stages: walked.stages, nothingToRollBack: result == nil)
+    }
+
+    /// What the preflight hands the act: the snapshot to go back to, staged and checked beside the
+    /// store (nil: nothing to roll back), and the interrupted migration's journal.
+    struct Plan {
+        var id: String
+        var journal: MigrationJournal?
+        var restore: SnapshotRestore.InPlace?
+    }
+
+    static func prepare(_ options: Options, store: StoreFile, in pipeline: Pipeline, progress: ProgressHandler?) throws -> Plan {
+        let journal = MigrationJournal.read(store)
+        guard let id = try target(options, store: store, journal: journal, in: try pipeline.repository) else {
+            return Plan(id: "", journal: journal, restore: nil)
+        }
+        var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
+                                              force: options.force, wait: options.wait)
+        restore.jobLockHeld = true
+        restore.password = options.password
+        restore.clearsMigrationJournal = journal != nil
+        let inPlace = SnapshotRestore.InPlace(store: store, options: restore)
+        inPlace.progress = progress
+        inPlace.hold = pipeline.hold
+        try inPlace.check()
+        return Plan(id: id, journal: journal, restore: inPlace)
     }
 
     /// The snapshot to go back to: `--to`, else the interrupted migration's, else the one taken
     /// before the run that applied the store's newest migration. Not simply the newest
     /// `pre-migrate` snapshot: after a run that failed and was rolled back, that one is the failed
     /// run's own (the store as it is now), and restoring it would change nothing.
-    static func target(_ options: Options, store: StoreFile, journal: MigrationJournal?) throws -> String? {
-        let repository = try OpenedRepository.open(options.repository, password: options.password)
-        if let to = options.to { return try repository.entry(to).id }
+    static func target(_ options: Options, store: StoreFile, journal: MigrationJournal?, in repository: PagedRepository) throws -> String? {
+        if let to = options.to { return try repository.record(to).id }
         if let journal { return journal.snapshotId }
         let history = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.read($0) }
         guard let newest = history.max(by: { $0.version < $1.version }) else { return nil }
@@ -96,7 +117,7 @@ public enum Rollback {
             throw StoreOpsError(.noInput, "the history of \(store.path) names no snapshot taken before \(String(format: "%04d", newest.version))_\(newest.name)",
                                 hint: "name one with --to (storectl snapshot list --repo \(repository.location))")
         }
-        do { return try repository.entry(id).id } catch let error as StoreOpsError where error.status == .noInput {
+        do { return try repository.record(id).id } catch let error as StoreOpsError where error.status == .noInput {
             throw StoreOpsError(.noInput, "the snapshot \(id), taken before \(String(format: "%04d", newest.version))_\(newest.name) was applied, is not in \(repository.location) (pruned, or another repository)",
                                 hint: "name another with --to (storectl snapshot list --repo \(repository.location))")
         }

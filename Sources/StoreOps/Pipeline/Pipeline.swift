@@ -1,8 +1,9 @@
 import Foundation
 
-/// The road every operation that copies or changes a store walks, written once:
+/// The road every operation that copies or changes a store, or writes to a repository, walks,
+/// written once:
 ///
-///     lock -> preflight -> snapshot -> act -> verify        (on a failure or a stop: roll back)
+///     lock -> preflight -> snapshot -> act -> verify -> commit   (on a failure or a stop: roll back)
 ///
 /// An operation declares which stages it has (a `Road`); how they are chained, timed, reported,
 /// stopped and ended is here. Between stages, and at the act stage's own safe points
@@ -14,6 +15,9 @@ import Foundation
 ///   other), exclusive for those that change it (restore in place, migrate, rollback, purge, the
 ///   scheduled jobs). A lock held elsewhere ends the run as `skipped` (75), or is waited for. Then
 ///   an interrupted swap of the store is finished and dead runs' temporary files are removed.
+///   Then, when the road names one, the repository's lock (`RepositoryHold`: shared or
+///   exclusive), always after the store's, so no two roads can wait for each other.
+/// - The preflight returns the plan the act carries out (a typed hand-off, not a captured optional).
 /// - A stop before the act stage changes nothing. A stop or a failure during act or verify rolls
 ///   back when the road has a rollback stage (always for a stop; for a failure when asked).
 public final class Pipeline {
@@ -34,12 +38,33 @@ public final class Pipeline {
         case none
     }
 
+    /// A repository a road reads or writes: opened and locked in the lock stage, after the store.
+    public struct RepositoryNeed: Sendable {
+        public var location: String
+        public var password: PasswordSource
+        /// Alone (prune, repair, key changes), or beside other users (create, restore, export, import).
+        public var exclusive: Bool
+        public var missing: RepositoryLocation.Missing = .lookAround
+        /// Leave the packs a dead writer left unindexed (repair indexes them).
+        public var keepingUnindexed = false
+
+        public init(_ location: String, password: PasswordSource, exclusive: Bool, missing: RepositoryLocation.Missing = .lookAround) {
+            self.location = location
+            self.password = password
+            self.exclusive = exclusive
+            self.missing = missing
+        }
+    }
+
     public let operation: String
-    public let store: StoreFile
+    /// The store the road copies or changes; nil for a road over a repository alone.
+    public let store: StoreFile?
     public private(set) var stages: [StageTiming] = []
     let killSwitch: KillSwitch?
     let progress: ProgressHandler?
     private var jobLock: JobLock?
+    /// The repository and its lock, once the lock stage took them.
+    private(set) var hold: RepositoryHold?
 
     public init(operation: String, store: StoreFile, killSwitch: KillSwitch? = nil, progress: ProgressHandler? = nil) {
         self.operation = operation
@@ -48,7 +73,27 @@ public final class Pipeline {
         self.progress = progress
     }
 
-    deinit { jobLock?.release() }
+    /// A road over a repository alone (prune, repair, key changes, export, import, convert, a
+    /// restore to a new file).
+    public init(operation: String, progress: ProgressHandler? = nil) {
+        self.operation = operation
+        self.store = nil
+        self.killSwitch = nil
+        self.progress = progress
+    }
+
+    deinit {
+        jobLock?.release()
+        hold?.release()
+    }
+
+    /// The repository the lock stage opened and locked (a road that names one).
+    var repository: PagedRepository {
+        get throws {
+            guard let hold else { throw StoreOpsError(.failure, "\(operation): the road names no repository") }
+            return hold.repository
+        }
+    }
 
     // MARK: - Stages
 
@@ -92,53 +137,76 @@ public final class Pipeline {
     public func step(_ update: ProgressUpdate) { progress?(.step(update)) }
 
     /// Takes the store's job lock (`JobLock.Busy` when held elsewhere and not waiting), then
-    /// finishes an interrupted swap of the store and removes dead runs' temporary files.
-    public func lock(_ mode: LockMode, wait: Bool = false) throws {
+    /// finishes an interrupted swap of the store and removes dead runs' temporary files; then the
+    /// repository's lock, when one is named.
+    public func lock(_ mode: LockMode, wait: Bool = false, repository: RepositoryNeed? = nil) throws {
         try stage("lock") {
-            switch mode {
-            case .none:
-                break
-            case .held:
-                try Recovery.prepare(store, lockHeld: true)
-            case .exclusive:
-                jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait)
-                FaultInjection.reach("after-lock")
-                try Recovery.prepare(store, lockHeld: true)
-            case .shared:
-                // A swap must be finished alone: a reader takes the lock exclusively for that moment,
-                // before its shared lock (flock cannot turn one into the other without a gap).
-                try Recovery.prepare(store, lockHeld: false)
-                jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, shared: true)
-                if StoreSwap.pending(target: store.path) {   // a swap started and died in that gap
-                    throw StoreOpsError(.busy, "\(store.path) is being restored", hint: "try again in a moment")
-                }
+            try lockStore(mode, wait: wait)
+            if let need = repository {
+                let opened = try PagedRepository.open(at: need.location, password: need.password, missing: need.missing)
+                hold = try RepositoryHold.take(opened, operation: operation, exclusive: need.exclusive, wait: wait,
+                                               keepingUnindexed: need.keepingUnindexed)
             }
         }
     }
 
-    /// Releases the job lock (also done when the pipeline goes away).
+    private func lockStore(_ mode: LockMode, wait: Bool) throws {
+        guard let store else { return }
+        switch mode {
+        case .none:
+            break
+        case .held:
+            try Recovery.prepare(store, lockHeld: true)
+        case .exclusive:
+            jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait)
+            FaultInjection.reach("after-lock")
+            try Recovery.prepare(store, lockHeld: true)
+        case .shared:
+            // A swap must be finished alone: a reader takes the lock exclusively for that moment,
+            // before its shared lock (flock cannot turn one into the other without a gap).
+            try Recovery.prepare(store, lockHeld: false)
+            jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, shared: true)
+            if StoreSwap.pending(target: store.path) {   // a swap started and died in that gap
+                throw StoreOpsError(.busy, "\(store.path) is being restored", hint: "try again in a moment")
+            }
+        }
+    }
+
+    /// Releases the job lock and the repository's (also done when the pipeline goes away).
     public func unlock() {
         jobLock?.release()
         jobLock = nil
+        hold?.release()
+        hold = nil
     }
 
     // MARK: - The road
 
     /// Walks `road`; never throws: every way it can end is in the result's `ending`.
-    public func walk<Value>(_ road: Road<Value>) -> Walked<Value> {
+    public func walk<Plan, Value>(_ road: PlannedRoad<Plan, Value>) -> Walked<Value> {
         var walked = Walked<Value>(ending: .ok)
         let rollsBack = road.rollback != nil
+        var planned: Plan?
+        defer { if walked.ending.outcome != .ok, let planned { road.abandon?(planned) } }
+        let plan: Plan
         do {
-            try lock(road.lock, wait: road.wait)
-            if let preflight = road.preflight { try stage("preflight") { try preflight(self) } }
-            if let snapshot = road.snapshot { walked.snapshot = try stage("snapshot") { try snapshot(self) } }
+            try lock(road.lock, wait: road.wait, repository: road.repository)
+            if let preflight = road.preflight {
+                plan = try stage("preflight") { try preflight(self) }
+            } else if let nothing = () as? Plan {
+                plan = nothing
+            } else {
+                throw StoreOpsError(.failure, "\(operation): a road that needs a plan has no preflight")
+            }
+            planned = plan
+            if let snapshot = road.snapshot { walked.snapshot = try stage("snapshot") { try snapshot(self, plan) } }
         } catch {
             walked.ending = Self.ending(error, rollsBack: rollsBack)
             walked.stages = stages
             return walked
         }
         do {
-            let value = try stage(road.actName) { try road.act(self) }
+            let value = try stage(road.actName) { try road.act(self, plan) }
             walked.value = value
             if let verify = road.verify { try stage("verify") { try verify(self, value) } }
             if let commit = road.commit {

@@ -1,14 +1,21 @@
 import Foundation
 
-/// The stages an operation declares. Only `act` is required.
-public struct Road<Value> {
+/// The stages an operation declares, and what each hands the next: the preflight returns the
+/// `Plan` the act consumes (a snapshot's work, a purge's batches), the act returns the `Value`
+/// verify, commit and settle look at. Only `act` is required; `Road<Value>` is a road whose
+/// preflight, if any, hands nothing on.
+public struct PlannedRoad<Plan, Value> {
     public var lock: Pipeline.LockMode
     public var wait = false
-    public var preflight: ((Pipeline) throws -> Void)?
-    /// Makes the safety snapshot and returns its id; if it cannot be made, nothing changes.
-    public var snapshot: ((Pipeline) throws -> String)?
+    /// The repository this road reads or writes, locked in the lock stage after the store (always
+    /// that order, so two roads can never wait for each other).
+    public var repository: Pipeline.RepositoryNeed?
+    public var preflight: ((Pipeline) throws -> Plan)?
+    /// Makes the safety snapshot (of what the plan will replace) and returns its id; if it cannot
+    /// be made, nothing changes.
+    public var snapshot: ((Pipeline, Plan) throws -> String)?
     public var actName: String
-    public var act: (Pipeline) throws -> Value
+    public var act: (Pipeline, Plan) throws -> Value
     public var verify: ((Pipeline, Value) throws -> Void)?
     /// Makes a verified result count (renames it into place, lists it): no stop is honoured any more.
     public var commit: ((Pipeline, Value) throws -> Void)?
@@ -28,11 +35,28 @@ public struct Road<Value> {
     /// What a failure in act, verify or commit becomes, decided inside the walk (migrate: 1, "the
     /// store is at its last good migration", but a full disk before anything committed stays 74).
     public var failureKind: ((StoreOpsError) -> StoreOpsError.Kind)?
+    /// Removes what an unfinished plan wrote (a snapshot's packs), when the walk did not end ok.
+    public var abandon: ((Plan) -> Void)?
 
+    /// A road whose preflight makes the plan its act carries out.
+    public init(lock: Pipeline.LockMode, wait: Bool = false, actName: String,
+                preflight: @escaping (Pipeline) throws -> Plan, act: @escaping (Pipeline, Plan) throws -> Value) {
+        self.lock = lock
+        self.wait = wait
+        self.actName = actName
+        self.preflight = preflight
+        self.act = act
+    }
+}
+
+/// A road whose stages hand on only what the act returns.
+public typealias Road<Value> = PlannedRoad<Void, Value>
+
+extension PlannedRoad where Plan == Void {
     public init(lock: Pipeline.LockMode, wait: Bool = false, actName: String, act: @escaping (Pipeline) throws -> Value) {
         self.lock = lock
         self.wait = wait
         self.actName = actName
-        self.act = act
+        self.act = { pipeline, _ in try act(pipeline) }
     }
 }

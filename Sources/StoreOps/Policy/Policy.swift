@@ -22,7 +22,7 @@ public struct Policy: Sendable {
         public var repository: String
         /// Take a snapshot before purging; the purge does not start if it fails.
         public var beforePurge: Bool
-        public var compression: Compression
+        /// zstd's level for the snapshots (nil: 3).
         public var level: Int?
         public var tags: [String]
         /// The keep rules `storectl run maintain` prunes the repository by.

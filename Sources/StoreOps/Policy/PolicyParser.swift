@@ -152,23 +152,15 @@ extension Policy {
     static func parseSnapshot(_ section: TableReader, folder: String, sink: ProblemSink) -> SnapshotSection? {
         let repository = section.string("repository", required: true)
         let before = section.bool("before_purge") ?? false
-        var compression = Compression.zstd
-        if let text = section.string("compression") {
-            if let value = Compression(rawValue: text) { compression = value } else {
-                section.problem("compression", "\"\(text)\" is not a compression; expected \"zstd\", \"gzip\", \"xz\" or \"none\"")
-            }
+        // A repository always compresses with zstd; the key is still read so that a policy written
+        // for format 1 says what changed instead of failing as an unknown key.
+        if let text = section.string("compression"), text != "zstd" {
+            section.problem("compression", "\"\(text)\": a repository compresses with zstd (format 1's gzip, xz and none are gone); remove the key")
         }
         var level = section.int("level", in: Int.min...Int.max)
-        if let given = level {
-            if let range = compression.levels, !range.contains(given) {
-                section.problem("level", "\(given) is out of range for \(compression.rawValue); expected \(range.lowerBound)...\(range.upperBound)")
-                level = nil
-            } else if compression.levels == nil {
-                section.problem("level", "does not apply to compression \"none\"")
-                level = nil
-            }
-        } else {
-            level = compression.defaultLevel
+        if let given = level, let range = Compression.zstd.levels, !range.contains(given) {
+            section.problem("level", "\(given) is out of range for zstd; expected \(range.lowerBound)...\(range.upperBound)")
+            level = nil
         }
         let tags = section.strings("tags") ?? []
         do { try SnapshotCreate.validate(tags: tags) } catch let error as StoreOpsError { section.problem("tags", error.message) } catch {}
@@ -196,7 +188,7 @@ extension Policy {
         }
         section.finish(known: ["repository", "before_purge", "compression", "level", "tags", "retention", "password_file", "password_command"])
         guard let repository else { return nil }
-        return SnapshotSection(repository: S3Backend.isS3(repository) ? repository : resolve(repository, in: folder), beforePurge: before, compression: compression,
+        return SnapshotSection(repository: S3Backend.isS3(repository) ? repository : resolve(repository, in: folder), beforePurge: before,
                                level: level, tags: tags, retention: retention, passwordSource: password)
     }
 }

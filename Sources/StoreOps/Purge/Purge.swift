@@ -150,8 +150,8 @@ public enum Purge {
         report.verified = []
         // What the real run would do first: open the repository it snapshots into.
         if !options.skipSnapshot, let section = policy.snapshot, section.beforePurge {
-            let opened = try OpenedRepository.open(section.repository, password: section.password, missing: .initHint)
-            report.snapshotCheck = "would snapshot into \(opened.location) first (\(opened.isEncrypted ? "opened with the password" : "opened"))"
+            let opened = try PagedRepository.open(at: section.repository, password: section.password, missing: .initHint)
+            report.snapshotCheck = "would snapshot into \(opened.location) first (\(opened.config.isEncrypted ? "opened with the password" : "opened"))"
         }
         return report
     }
@@ -169,13 +169,15 @@ public enum Purge {
             if options.dryRun {
                 // The dry run takes no snapshot, but it opens the repository with the password the
                 // run would use: a run that would fail there fails its dry run too.
-                road.snapshot = { _ in
-                    let opened = try OpenedRepository.open(section.repository, password: section.password, missing: .initHint)
-                    session.report.snapshotCheck = "would snapshot into \(opened.location) first (\(opened.isEncrypted ? "opened with the password" : "opened"))"
+                road.snapshot = { _, _ in
+                    let opened = try PagedRepository.open(at: section.repository, password: section.password, missing: .initHint)
+                    session.report.snapshotCheck = "would snapshot into \(opened.location) first (\(opened.config.isEncrypted ? "opened with the password" : "opened"))"
                     return ""
                 }
             } else {
-                road.snapshot = { pipeline in try session.snapshot(section, progress: pipeline.stepsOnly) }
+                // The store alone, then the repository shared, in the lock stage.
+                road.repository = .init(section.repository, password: section.password, exclusive: false, missing: .initHint)
+                road.snapshot = { pipeline, _ in try session.snapshot(section, in: pipeline) }
             }
         }
         if !options.dryRun { road.verify = { _, session in try session.verifyAfter() } }
@@ -259,13 +261,10 @@ public enum Purge {
         }
 
         /// The policy's snapshot, verified: if either fails, nothing is deleted.
-        func snapshot(_ section: Policy.SnapshotSection, progress: ProgressHandler? = nil) throws -> String {
-            var snapshotOptions = SnapshotCreate.Options(repository: section.repository, tags: section.tags.isEmpty ? ["pre-purge"] : section.tags,
-                                                         compression: section.compression, level: section.level)
-            snapshotOptions.storeLockHeld = true
-            snapshotOptions.password = section.password
-            let created = try SnapshotCreate.run(store: store.path, options: snapshotOptions, progress: progress)
-            if let problem = try SnapshotVerify.justMade(created, repository: section.repository, password: section.password) {
+        func snapshot(_ section: Policy.SnapshotSection, in pipeline: Pipeline) throws -> String {
+            let created = try SnapshotCreate.inside(pipeline, tags: section.tags.isEmpty ? ["pre-purge"] : section.tags, level: section.level,
+                                                    progress: { pipeline.step($0) })
+            if let problem = try SnapshotVerify.justMade(created, in: try pipeline.repository) {
                 throw StoreOpsError(.badData, "the pre-purge snapshot \(created.id) failed verification (\(problem)); nothing was deleted")
             }
             return created.id

@@ -2,9 +2,9 @@ import Foundation
 
 extension PagedRepository {
     /// Every snapshot record that opens (newest first) and every one that does not.
-    public func catalog() throws -> (records: [PagedSnapshotRecord], damaged: [SnapshotRepository.DamagedEntry]) {
+    public func catalog() throws -> (records: [PagedSnapshotRecord], damaged: [DamagedEntry]) {
         var records: [PagedSnapshotRecord] = []
-        var damaged: [SnapshotRepository.DamagedEntry] = []
+        var damaged: [DamagedEntry] = []
         for (key, size) in try backend.list("snapshots/") {
             let id = String(key.dropFirst("snapshots/".count))
             guard SnapshotID.isPlausible(id) else { continue }
@@ -39,11 +39,11 @@ extension PagedRepository {
 
     func verifiedKey(_ id: String) -> String { "verified/\(id).json" }
 
-    public func lastVerification(_ id: String) -> SnapshotRepository.VerificationRecord? {
-        ((try? backend.read(verifiedKey(id))) ?? nil).flatMap { try? JSON.decoder().decode(SnapshotRepository.VerificationRecord.self, from: $0) }
+    public func lastVerification(_ id: String) -> VerificationRecord? {
+        ((try? backend.read(verifiedKey(id))) ?? nil).flatMap { try? JSON.decoder().decode(VerificationRecord.self, from: $0) }
     }
 
-    func recordVerification(_ id: String, _ record: SnapshotRepository.VerificationRecord) throws {
+    func recordVerification(_ id: String, _ record: VerificationRecord) throws {
         try backend.write(verifiedKey(id), try JSON.encode(record), point: "verify.record")
     }
 }

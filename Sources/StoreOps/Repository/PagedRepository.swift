@@ -35,14 +35,20 @@ public final class PagedRepository: Sendable {
 
     // MARK: - Opening
 
-    /// Opens the repository, asking `password` only if it is encrypted.
+    /// Opens the repository, asking `password` only if it is encrypted. A repository of layout 1
+    /// (256-bit content ids, as the first format-2 builds made them) is opened only to be
+    /// converted (`oldLayout`); anything else is told to convert it first.
     ///
-    /// - Throws: 66 when there is no repository, 65 when it is damaged or newer, 77 when no key
-    ///   opens with the password.
-    public static func open(_ backend: any RepositoryBackend, password: PasswordSource) throws -> PagedRepository {
+    /// - Throws: 66 when there is no repository, 65 when it is damaged, newer, or of layout 1,
+    ///   77 when no key opens with the password.
+    public static func open(_ backend: any RepositoryBackend, password: PasswordSource, oldLayout: Bool = false) throws -> PagedRepository {
         guard let config = try RepositoryConfig.read(from: backend) else {
             throw StoreOpsError(.noInput, "there is no storectl repository at \(backend.location)",
                                 hint: "check --repo, or make one with `storectl repo init --repo \(backend.location)`")
+        }
+        guard config.idBytes == 16 || oldLayout else {
+            throw StoreOpsError(.badData, "\(backend.location) is a format-2 repository of layout 1 (made by an earlier storectl), which this storectl only converts",
+                                hint: RepositoryLocation.convertHint(backend.location))
         }
         guard config.isEncrypted else {
             let repository = PagedRepository(backend: backend, config: config, sealer: Sealer(master: nil, idBytes: config.idBytes), keyID: nil)
@@ -77,7 +83,7 @@ public final class PagedRepository: Sendable {
                 }
                 keys.append(file)
             } catch {
-                damaged.append((key, "is damaged (\(SnapshotRepository.describe(error)))"))
+                damaged.append((key, "is damaged (\(JSON.describe(error)))"))
             }
         }
         return (keys, damaged)
@@ -117,13 +123,9 @@ public final class PagedRepository: Sendable {
         public var encrypted = true
         /// scrypt's N (tests lower it).
         public var kdfN = KeyFile.defaultN
-        /// 16: layout 2 (the default). 32: layout 1, as earlier builds made them (tests of
-        /// compatibility make such repositories).
-        public var idBytes = 16
-        public init(encrypted: Bool = true, kdfN: Int = KeyFile.defaultN, idBytes: Int = 16) {
+        public init(encrypted: Bool = true, kdfN: Int = KeyFile.defaultN) {
             self.encrypted = encrypted
             self.kdfN = kdfN
-            self.idBytes = idBytes == 32 ? 32 : 16
         }
     }
 
@@ -131,7 +133,7 @@ public final class PagedRepository: Sendable {
     static func initialize(_ backend: any RepositoryBackend, password: Data?, options: InitOptions) throws -> PagedRepository {
         let id = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         var config = RepositoryConfig(id: id, encryption: options.encrypted ? "aes-256-gcm" : "none",
-                                      contentIDs: RepositoryConfig.contentIDs(encrypted: options.encrypted, idBytes: options.idBytes),
+                                      contentIDs: RepositoryConfig.contentIDs(encrypted: options.encrypted, idBytes: 16),
                                       createdAt: Timestamp.now())
         try backend.prepare()
         var master: MasterKey?

@@ -65,7 +65,7 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
         }
         let record: PagedSnapshotRecord
         do { record = try JSON.decoder().decode(PagedSnapshotRecord.self, from: plain) } catch {
-            throw StoreOpsError(.badData, "\(what) is damaged (\(SnapshotRepository.describe(error)))", hint: Sealer.damagedHint)
+            throw StoreOpsError(.badData, "\(what) is damaged (\(JSON.describe(error)))", hint: Sealer.damagedHint)
         }
         guard record.id == id, record.manifest.snapshot?.format == 2 else {
             throw StoreOpsError(.badData, "\(what) describes snapshot \(record.id), not \(id)", hint: Sealer.damagedHint)

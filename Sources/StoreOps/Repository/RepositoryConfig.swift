@@ -51,7 +51,7 @@ public struct RepositoryConfig: Sendable, Codable, Equatable {
         }
         let config: RepositoryConfig
         do { config = try JSON.decoder().decode(RepositoryConfig.self, from: data) } catch {
-            throw StoreOpsError(.badData, "\(backend.describe(key)) is damaged (\(SnapshotRepository.describe(error)))")
+            throw StoreOpsError(.badData, "\(backend.describe(key)) is damaged (\(JSON.describe(error)))")
         }
         guard ["aes-256-gcm", "none"].contains(config.encryption), [16, 32].contains(where: { config.contentIDs == contentIDs(encrypted: config.isEncrypted, idBytes: $0) }),
               config.compression == "zstd", config.id.count == 32, config.id.allSatisfy(\.isHexDigit) else {

@@ -1,22 +1,17 @@
 import Foundation
 
-/// `storectl repo init`: makes a new repository, format 2 (encrypted unless
-/// `--insecure-no-encryption`) by default, or format 1.
+/// `storectl repo init`: makes a new repository (format 2, encrypted unless
+/// `--insecure-no-encryption`) in a new or empty folder, or under an empty bucket prefix.
 public enum RepositoryInit {
     public struct Options: Sendable {
         public var location: String
-        public var format = 2
         public var encrypted = true
         public var password: PasswordSource
         /// scrypt's N for the first key (tests lower it to keep fast).
         public var kdfN = KeyFile.defaultN
-        /// Format 2's content ids: 16 bytes (layout 2, the default) or 32 (layout 1, what
-        /// earlier builds made; tests of compatibility make such repositories).
-        public var idBytes = 16
 
-        public init(location: String, format: Int = 2, encrypted: Bool = true, password: PasswordSource = .resolve(file: nil)) {
+        public init(location: String, encrypted: Bool = true, password: PasswordSource = .resolve(file: nil)) {
             self.location = location
-            self.format = format
             self.encrypted = encrypted
             self.password = password
         }
@@ -24,38 +19,26 @@ public enum RepositoryInit {
 
     public struct Result: Sendable, Codable {
         public var location: String
-        public var format: Int
+        /// Always 2 (kept in `--json` for scripts that read it).
+        public var format = PagedRepository.formatVersion
         public var encrypted: Bool
         public var id: String?
         public var keyID: String?
     }
 
-    /// - Throws: 73 when something is already there, 64 for a bad format or an empty password.
+    /// - Throws: 73 when something is already there, 64 for an empty password.
     public static func run(_ options: Options) throws -> Result {
-        switch options.format {
-        case 2 where S3Backend.isS3(options.location):
-            return try initializeRemote(options)
-        case 1 where S3Backend.isS3(options.location):
-            throw StoreOpsError(.usage, "--format 1 keeps one archive per snapshot in a folder; a repository in a bucket is format 2",
-                                hint: "drop --format 1, or give --repo a folder")
-        case 1:
-            // Format 1 is never encrypted: each snapshot is a plain .tar.zst any tool can read.
-            let repository = try SnapshotRepository.create(options.location)
-            return Result(location: repository.path, format: 1, encrypted: false, id: nil, keyID: nil)
-        case 2:
-            let absolute = FileSystem.absolute(options.location)
-            let kind = try checkTarget(absolute)
-            let password = options.encrypted ? try options.password.read(purpose: "new password for \(absolute)", confirm: true) : nil
-            let parent = FileSystem.parent(of: absolute)
-            PendingFile.removeStale(in: parent, prefix: FileSystem.name(of: absolute))
-            let staging = try PendingFile(finalPath: absolute, directory: true, label: "repo.init")
-            let made = try PagedRepository.initialize(LocalBackend(root: staging.tempPath), password: password,
-                                                      options: .init(encrypted: options.encrypted, kdfN: options.kdfN, idBytes: options.idBytes))
-            try staging.commit(replacing: kind == .directory)
-            return Result(location: absolute, format: 2, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
-        default:
-            throw StoreOpsError(.usage, "--format \(options.format): storectl makes repositories of format 1 or 2")
-        }
+        if S3Backend.isS3(options.location) { return try initializeRemote(options) }
+        let absolute = FileSystem.absolute(options.location)
+        let kind = try checkTarget(absolute)
+        let password = options.encrypted ? try options.password.read(purpose: "new password for \(absolute)", confirm: true) : nil
+        let parent = FileSystem.parent(of: absolute)
+        PendingFile.removeStale(in: parent, prefix: FileSystem.name(of: absolute))
+        let staging = try PendingFile(finalPath: absolute, directory: true, label: "repo.init")
+        let made = try PagedRepository.initialize(LocalBackend(root: staging.tempPath), password: password,
+                                                  options: .init(encrypted: options.encrypted, kdfN: options.kdfN))
+        try staging.commit(replacing: kind == .directory)
+        return Result(location: absolute, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
     }
 
     /// In a bucket: the prefix must hold nothing but what an interrupted `repo init` left (key
@@ -73,8 +56,8 @@ public enum RepositoryInit {
         }
         let password = options.encrypted ? try options.password.read(purpose: "new password for \(backend.location)", confirm: true) : nil
         for leftover in there { try backend.remove(leftover.key, point: "repo.init.leftover") }
-        let made = try PagedRepository.initialize(backend, password: password, options: .init(encrypted: options.encrypted, kdfN: options.kdfN, idBytes: options.idBytes))
-        return Result(location: backend.location, format: 2, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
+        let made = try PagedRepository.initialize(backend, password: password, options: .init(encrypted: options.encrypted, kdfN: options.kdfN))
+        return Result(location: backend.location, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
     }
 
     /// A new repository may go at a missing path (in an existing folder) or in an empty folder.
@@ -88,7 +71,7 @@ public enum RepositoryInit {
             }
         case .directory:
             let contents = ((try? FileManager.default.contentsOfDirectory(atPath: absolute)) ?? []).filter { !$0.hasPrefix(".") }
-            if contents.contains(SnapshotRepository.markerName) || contents.contains(RepositoryConfig.key) {
+            if contents.contains(FormatOneRepository.markerName) || contents.contains(RepositoryConfig.key) {
                 throw StoreOpsError(.cannotCreate, "\(absolute) is already a storectl repository", hint: "use it as it is, or choose another --repo")
             }
             guard contents.isEmpty else {

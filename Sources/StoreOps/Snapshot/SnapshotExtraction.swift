@@ -19,7 +19,7 @@ enum SnapshotExtraction {
     /// which runs on one core while the other hashes the unpacked database file.
     ///
     /// - Throws: exit 65 naming the snapshot and what is wrong when anything does not match.
-    static func run(_ record: Manifest, repository: SnapshotRepository, into targets: Targets, level: VerifyLevel) throws {
+    static func run(_ record: Manifest, repository: FormatOneRepository, into targets: Targets, level: VerifyLevel) throws {
         guard let facts = record.snapshot, let archiveRecord = facts.archive else {
             throw StoreOpsError(.badData, "the catalog entry has no archive record")
         }

@@ -39,6 +39,8 @@ public enum SnapshotImport {
         public var host: String
         public var source: String
         public var tags: [String]
+        /// How long each stage of `snapshot import` took (lock, preflight, import); nil in a convert's report.
+        public var stages: [StageTiming]?
     }
 
     /// - Throws: 66 no such file or repository, 65 a damaged archive or an id the repository holds
@@ -51,11 +53,23 @@ public enum SnapshotImport {
         guard FileSystem.kind(of: file) == .file else {
             throw StoreOpsError(.noInput, "\(file) does not exist or is not a file", hint: "name a snapshot archive written by `storectl snapshot export`")
         }
-        let repository = try openTarget(options.repository, password: options.password, command: "snapshot import")
-        let hold = try RepositoryHold.take(.paged(repository), operation: "snapshot import", exclusive: false, wait: options.wait)
-        defer { hold.release() }
-        let scratch = try Scratch(in: options.scratch, label: "import", needing: 0)
-        defer { scratch.discard() }
+        let pipeline = Pipeline(operation: "snapshot import", progress: progress)
+        var road = PlannedRoad<Scratch, Result>(lock: .none, wait: options.wait, actName: "import",
+                                                preflight: { _ in try Scratch(in: options.scratch, label: "import", needing: 0) },
+                                                act: { pipeline, scratch in
+                                                    defer { scratch.discard() }
+                                                    return try bring(file, into: try pipeline.repository, scratch: scratch, progress: progress)
+                                                })
+        road.repository = .init(options.repository, password: options.password, exclusive: false)
+        road.abandon = { scratch in scratch.discard() }
+        let walked = pipeline.walk(road)
+        var result = try walked.get()
+        result.stages = walked.stages
+        return result
+    }
+
+    /// Reads and checks the archive into the scratch folder, then brings it in.
+    static func bring(_ file: String, into repository: PagedRepository, scratch: Scratch, progress: ProgressHandler?) throws -> Result {
         progress?(.stage("read and check the archive"))
         // Room for the database and its external data twice (unpacked, then reassembled from the
         // repository to be compared), checked once the manifest says how big they are.
@@ -67,21 +81,6 @@ public enum SnapshotImport {
         }
         let staged = try scratch.stage(databaseNamed: FileSystem.name(of: manifest.database.path))
         return try bringIn(database: staged, origin: manifest, into: repository, scratch: scratch, progress: progress)
-    }
-
-    /// A format-2 repository of today's layout to bring snapshots into: 65 for a format-1
-    /// repository (naming `repo convert`), 66 when there is none.
-    static func openTarget(_ location: String, password: PasswordSource, command: String) throws -> PagedRepository {
-        switch try OpenedRepository.open(location, password: password) {
-        case .paged(let repository) where repository.sealer.isCompact:
-            return repository
-        case .paged(let repository):
-            throw StoreOpsError(.badData, "\(repository.location) is a format-2 repository of layout 1, which \(command) does not write into",
-                                hint: "make a new repository (`storectl repo init`) and bring this one's snapshots over with `storectl repo convert \(repository.location) --repo NEW`")
-        case .archives(let archives):
-            throw StoreOpsError(.badData, "\(archives.path) is a format-1 repository, which \(command) does not write into",
-                                hint: "make a format-2 repository (`storectl repo init`) and bring this one's snapshots over with `storectl repo convert \(archives.path) --repo NEW`")
-        }
     }
 
     /// Streams a verified database file (and the external data staged beside it) into

@@ -1,7 +1,7 @@
 import Foundation
 
-/// `storectl snapshot prune`: removes the snapshots a retention policy does not keep, and in a
-/// format-2 repository then collects the data no remaining snapshot refers to (`PagedGarbage`).
+/// `storectl snapshot prune`: removes the snapshots a retention policy does not keep, then
+/// collects the data no remaining snapshot refers to (`PagedGarbage`).
 public enum SnapshotPrune {
     public struct Options: Sendable {
         public var repository: String
@@ -37,60 +37,65 @@ public enum SnapshotPrune {
         /// Tags of `--keep-tag` that no considered snapshot carries (a typo keeps nothing).
         public var unmatchedTags: [String] = []
         /// Catalog entries that cannot be read: kept (never removed as if expired), reported.
-        public var damaged: [SnapshotRepository.DamagedEntry] = []
-        /// Format 2: what garbage collection did (or, with --dry-run, would do: `freedBytes`).
+        public var damaged: [DamagedEntry] = []
+        /// What garbage collection did (or, with --dry-run, would do: `freedBytes`).
         public var garbage: PagedGarbage.Report?
+        /// How long each stage took (lock, preflight: the decisions, prune: records and garbage).
+        public var stages: [StageTiming] = []
     }
 
     /// - Throws: 64 for an empty policy (it would remove everything), 75 when another writer
-    ///   holds the repository (format 2: any other user, since prune needs it alone).
+    ///   uses the repository (prune needs it alone).
     public static func run(_ options: Options, progress: StepHandler? = nil) throws -> Result {
         try options.policy.validate()
         guard !options.policy.isEmpty else {
             throw StoreOpsError(.usage, "refusing to prune with an empty policy: it would remove every snapshot",
                                 hint: "pass at least one --keep-* option")
         }
-        let opened = try OpenedRepository.open(options.repository, password: options.password)
-        // A dry run of format 1 reads without a lock (as before); format 2 needs the repository
-        // still for a dry run too, or its byte count could name packs a writer is filling.
-        let hold = options.dryRun && opened.format == 1 ? nil
-            : try RepositoryHold.take(opened, operation: "snapshot prune", exclusive: true, wait: options.wait)
-        defer { hold?.release() }
-        let (entries, damaged) = try opened.catalog()
-        let candidates = entries.compactMap { entry -> RetentionCandidate? in
-            let manifest = entry.manifest
+        // A dry run holds the repository alone too, or its byte count could name packs a writer
+        // is filling. The preflight decides; the act removes the records, then collects.
+        let pipeline = Pipeline(operation: "snapshot prune")
+        var road = PlannedRoad<Result, Result>(lock: .none, wait: options.wait, actName: "prune",
+                                               preflight: { pipeline in try decide(options, in: try pipeline.repository) },
+                                               act: { pipeline, decided in try carryOut(decided, options, in: try pipeline.repository, progress: progress) })
+        road.repository = .init(options.repository, password: options.password, exclusive: true)
+        let walked = pipeline.walk(road)
+        var result = try walked.get()
+        result.stages = walked.stages
+        return result
+    }
+
+    /// What the rules keep and remove (the act's plan).
+    static func decide(_ options: Options, in repository: PagedRepository) throws -> Result {
+        let (records, damaged) = try repository.catalog()
+        let candidates = records.compactMap { record -> RetentionCandidate? in
+            let manifest = record.manifest
             guard let facts = manifest.snapshot, options.filter.matches(host: manifest.host, path: manifest.source.path) else { return nil }
             return RetentionCandidate(id: facts.id, time: manifest.startedAt, tags: facts.tags,
-                                      verified: opened.lastVerification(facts.id)?.ok == true, host: manifest.host, path: manifest.source.path)
+                                      verified: repository.lastVerification(facts.id)?.ok == true, host: manifest.host, path: manifest.source.path)
         }
         let decisions = Retention.apply(options.policy, to: candidates, groupBy: options.groupBy)
-        var removed: [String] = []
         var result = Result(dryRun: options.dryRun, decisions: decisions, removed: [], damaged: damaged)
         result.groupBy = options.groupBy.description
         result.unmatchedTags = options.policy.tags.filter { tag in !candidates.contains { $0.tags.contains(tag) } }
-        let expired = Set(decisions.filter { !$0.keep }.map(\.id))
-        switch opened {
-        case .archives(let repository):
-            if !options.dryRun {
-                for case .archive(let record, _) in entries where expired.contains(record.snapshot?.id ?? "") {
-                    try repository.remove(record)
-                    removed.append(record.snapshot?.id ?? "")
-                }
+        return result
+    }
+
+    /// Removes the expired records (unless a dry run), then collects what no kept snapshot uses.
+    static func carryOut(_ decided: Result, _ options: Options, in repository: PagedRepository, progress: StepHandler?) throws -> Result {
+        var result = decided
+        let expired = Set(decided.decisions.filter { !$0.keep }.map(\.id))
+        if !options.dryRun {
+            for id in expired.sorted() {
+                try ProcessSignals.checkpoint("pruning \(repository.location)")
+                try repository.backend.remove(PagedSnapshotRecord.key(id), point: "prune.record.remove")
+                try? repository.backend.remove(repository.verifiedKey(id), point: "prune.verified.remove")
+                result.removed.append(id)
             }
-        case .paged(let repository):
-            if !options.dryRun {
-                for id in expired.sorted() {
-                    try ProcessSignals.checkpoint("pruning \(repository.location)")
-                    try repository.backend.remove(PagedSnapshotRecord.key(id), point: "prune.record.remove")
-                    try? repository.backend.remove(repository.verifiedKey(id), point: "prune.verified.remove")
-                    removed.append(id)
-                }
-            }
-            // A dry run counts what would be freed once the expired records are gone.
-            result.garbage = try PagedGarbage.collect(repository, dryRun: options.dryRun, excluding: options.dryRun ? expired : [],
-                                                      progress: progress)
         }
-        result.removed = removed
+        // A dry run counts what would be freed once the expired records are gone.
+        result.garbage = try PagedGarbage.collect(repository, dryRun: options.dryRun, excluding: options.dryRun ? expired : [],
+                                                  progress: progress)
         return result
     }
 }

@@ -85,10 +85,16 @@ public enum SnapshotRestore {
         case .file(let path):
             // Before the repository is opened (no password asked, no lock taken for a name that cannot be made).
             try Validate.outputName(FileSystem.absolute(path), option: "--to")
-            let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password),
-                                               operation: "snapshot restore", exclusive: false, wait: options.wait)
-            defer { hold.release() }
-            return try restoreToNewFile(try hold.repository.entry(options.id), path: FileSystem.absolute(path), progress: progress)
+            let pipeline = Pipeline(operation: "snapshot restore", progress: progress)
+            var road = PlannedRoad<PagedSnapshotRecord, Result>(
+                lock: .none, wait: options.wait, actName: "restore",
+                preflight: { pipeline in try pipeline.repository.record(options.id) },
+                act: { pipeline, snapshot in try restoreToNewFile(snapshot, from: try pipeline.repository, path: FileSystem.absolute(path), progress: progress) })
+            road.repository = .init(options.repository, password: options.password, exclusive: false)
+            let walked = pipeline.walk(road)
+            var result = try walked.get()
+            result.stages = walked.stages
+            return result
         case .inPlace(let path):
             let inPlace = InPlace(store: StoreFile(unchecked: path), options: options)
             inPlace.progress = progress
@@ -108,8 +114,9 @@ public enum SnapshotRestore {
 
     /// Unpacks and checks the snapshot beside `finalPath`, then puts the database in `journalMode`
     /// ("wal" or "delete") and fsyncs everything.
-    static func stage(_ entry: SnapshotEntry, at finalPath: String, journalMode: String, progress: ProgressHandler? = nil) throws -> Staged {
-        let record = entry.manifest
+    static func stage(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, at finalPath: String, journalMode: String,
+                      progress: ProgressHandler? = nil) throws -> Staged {
+        let record = snapshot.manifest
         let folder = FileSystem.parent(of: finalPath)
         switch FileSystem.kind(of: folder) {
         case .directory: break
@@ -135,7 +142,8 @@ public enum SnapshotRestore {
             support = pending
         }
         let started = Date()
-        let sha256 = try entry.extract(into: .init(database: database.tempPath, externalFolder: externalFolder), level: .quick, progress: progress)
+        let sha256 = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: externalFolder),
+                                             level: .quick, progress: progress)
         logger.debug("unpacked and checked", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
         if journalMode == "wal" { try switchToWAL(database.tempPath) }
         progress?(.stage("sync"))
@@ -162,8 +170,9 @@ public enum SnapshotRestore {
         for suffix in ["-wal", "-shm"] { FileSystem.remove(path + suffix, point: "restore.database.wal-cleanup") }
     }
 
-    static func restoreToNewFile(_ entry: SnapshotEntry, path: String, progress: ProgressHandler? = nil) throws -> Result {
-        let record = entry.manifest
+    static func restoreToNewFile(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, path: String,
+                                 progress: ProgressHandler? = nil) throws -> Result {
+        let record = snapshot.manifest
         let recovered = try StoreSwap.recover(target: path)
         guard FileSystem.kind(of: path) == .missing else {
             throw StoreOpsError(.cannotCreate, "\(path) already exists",
@@ -176,7 +185,7 @@ public enum SnapshotRestore {
         }
         // `--to` writes the snapshot's database byte for byte (journal_mode=delete): its SHA-256
         // is the manifest's, so the file can be checked without storectl.
-        let staged = try stage(entry, at: path, journalMode: "delete", progress: progress)
+        let staged = try stage(snapshot, from: repository, at: path, journalMode: "delete", progress: progress)
         let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
         _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
                                         expectedSHA256: staged.sha256))
@@ -213,8 +222,13 @@ public enum SnapshotRestore {
                 try self.swap()
                 return self
             }
-            road.preflight = { _ in try self.check() }
-            road.snapshot = { _ in try self.keepCurrent() }
+            // The store alone, then the repository shared (the lock stage's fixed order).
+            road.repository = .init(options.repository, password: options.password, exclusive: false)
+            road.preflight = { pipeline in
+                self.hold = pipeline.hold
+                try self.check()
+            }
+            road.snapshot = { _, _ in try self.keepCurrent() }
             let walked = pipeline.walk(road)
             var result = try walked.get().result()
             result.stages = walked.stages
@@ -224,11 +238,9 @@ public enum SnapshotRestore {
         /// The store may be replaced, and the snapshot is unpacked and checked beside it.
         func check() throws {
             recovered = nil
-            let hold = try RepositoryHold.take(try OpenedRepository.open(options.repository, password: options.password),
-                                               operation: "snapshot restore", exclusive: false, wait: options.wait)
-            self.hold = hold
-            let entry = try hold.repository.entry(options.id)
-            let record = entry.manifest
+            guard let hold else { throw StoreOpsError(.failure, "the repository was not opened") }
+            let snapshot = try hold.repository.record(options.id)
+            let record = snapshot.manifest
             self.record = record
             exists = FileSystem.kind(of: store.path) == .file
             if !exists, FileSystem.kind(of: store.path) != .missing {
@@ -244,7 +256,7 @@ public enum SnapshotRestore {
             }
             let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")
-            let staged = try stage(entry, at: store.path, journalMode: journalMode, progress: progress)
+            let staged = try stage(snapshot, from: hold.repository, at: store.path, journalMode: journalMode, progress: progress)
             if exists {
                 // The app's user must be able to open its restored store: same owner and mode as before.
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
@@ -262,7 +274,7 @@ public enum SnapshotRestore {
                 guard let hold else { break }
                 do {
                     let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"],
-                                                            compression: .zstd, level: nil, timeout: options.timeout,
+                                                            level: nil, timeout: options.timeout,
                                                             checkFreeSpace: true, progress: progress.map { handler in { handler(.step($0)) } })
                     safety = created.id
                 } catch let error as StoreOpsError where error.status == .badData {

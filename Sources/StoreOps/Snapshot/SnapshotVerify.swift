@@ -40,21 +40,19 @@ public enum SnapshotVerify {
         guard options.all || !options.ids.isEmpty else {
             throw StoreOpsError(.usage, "name the snapshots to verify, or pass --all")
         }
-        let repository = try OpenedRepository.open(options.repository, password: options.password)
-        // Format 2: a shared lock, so a prune cannot remove packs while they are read.
-        let hold: RepositoryHold? = repository.format == 2
-            ? try RepositoryHold.take(repository, operation: "snapshot verify", exclusive: false, wait: false) : nil
-        defer { hold?.release() }
+        let repository = try PagedRepository.open(at: options.repository, password: options.password)
+        // A shared lock, so a prune cannot remove packs while they are read.
+        let hold = try RepositoryHold.take(repository, operation: "snapshot verify", exclusive: false, wait: false)
+        defer { hold.release() }
         let catalog = try repository.catalog()
-        let records = options.all ? catalog.entries : try options.ids.map { try repository.entry($0) }
+        let records = options.all ? catalog.records : try options.ids.map { try repository.record($0) }
         let scratch = FileSystem.absolute(options.scratch ?? NSTemporaryDirectory())
         // Scratch copies of runs that were killed (a killed migrate's verify) go first.
         PendingFile.removeStale(in: scratch, prefix: scratchPrefix)
         let level: VerifyLevel = options.full ? .full : .quick
         var outcomes: [Outcome] = []
-        for entry in records {
-            let record = entry.manifest
-            guard let id = record.snapshot?.id else { continue }
+        for snapshot in records {
+            let record = snapshot.manifest, id = snapshot.id
             let started = Date()
             let needed = record.database.bytes + SpaceRequirement.margin(record.database.bytes)
             try SpaceRequirement.require(needed, at: scratch, purpose: "unpacking snapshot \(id)", hint: "pass --scratch with a folder on a larger volume")
@@ -63,8 +61,8 @@ public enum SnapshotVerify {
                 let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
                 defer { database.discard() }
                 let count = records.count > 1 ? " (\(outcomes.count + 1) of \(records.count))" : ""
-                _ = try entry.extract(into: .init(database: database.tempPath, externalFolder: nil), level: level,
-                                      progress: progress.map { handler in { event in
+                _ = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: nil), level: level,
+                                            progress: progress.map { handler in { event in
                                           if case .stage(let name) = event { handler(.stage("\(id)\(count) \(name)")) } else { handler(event) } } })
             } catch let error as StoreOpsError where error.status == .badData {
                 problem = error.message
@@ -96,21 +94,19 @@ public enum SnapshotVerify {
     /// authenticated and each blob checked against its id. What it shares with earlier snapshots was checked when those were written
     /// (and by `repo check --read-data`); the store's own `quick_check` ran on the very pages that
     /// were stored, inside the read transaction they came from. A full reassembly is `snapshot
-    /// verify`. Format 1: the full verification.
+    /// verify`.
     ///
     /// - Returns: nil when it holds, else what is wrong.
     public static func justMade(_ created: SnapshotCreate.Result, repository location: String, password: PasswordSource) throws -> String? {
-        guard created.format == 2, let packs = created.packsWritten else {
-            var options = Options(repository: location, ids: [created.id])
-            options.password = password
-            let outcome = try run(options).first
-            return outcome?.ok == true ? nil : (outcome?.problem ?? "not verified")
-        }
-        guard case .paged(let repository) = try OpenedRepository.open(location, password: password) else {
-            return "the repository is not format 2 any more"
-        }
-        let hold = try RepositoryHold.take(.paged(repository), operation: "snapshot verify", exclusive: false, wait: false)
+        let repository = try PagedRepository.open(at: location, password: password)
+        let hold = try RepositoryHold.take(repository, operation: "snapshot verify", exclusive: false, wait: false)
         defer { hold.release() }
+        return try justMade(created, in: repository)
+    }
+
+    /// The same, in a repository this run already holds (the road's).
+    static func justMade(_ created: SnapshotCreate.Result, in repository: PagedRepository) throws -> String? {
+        let packs = created.packsWritten ?? []
         do {
             let record = try repository.record(created.id)
             let context = "snapshot \(record.id)"
@@ -121,26 +117,21 @@ public enum SnapshotVerify {
                 throw StoreOpsError(.badData, "\(context): its page map holds \(ids.count) pages, not \(record.pages.pageCount)")
             }
             let zstd = try ZstdFrames(level: 3)
-            // Layout 2: a pack's header lists no ids, so the blobs are checked against the ids the
-            // index lists for them (and the header must agree with the index on the rest).
+            // A pack's header lists no ids, so the blobs are checked against the ids the index
+            // lists for them (and the header must agree with the index on the rest).
             var indexed: [ContentID: PackContents] = [:]
-            if repository.sealer.isCompact {
-                let wanted = Set(packs.compactMap { ContentID(hex: FileSystem.name(of: $0)) })
-                try RepositoryIndex.scan(repository) { _, pack, contents in if wanted.contains(pack) { indexed[pack] = contents } }
-            }
+            let wanted = Set(packs.compactMap { ContentID(hex: FileSystem.name(of: $0)) })
+            try RepositoryIndex.scan(repository) { _, pack, contents in if wanted.contains(pack) { indexed[pack] = contents } }
             for key in packs {
                 guard let pack = ContentID(hex: FileSystem.name(of: key)) else { continue }
                 let header = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer)
-                var frames = header.frames
-                if repository.sealer.isCompact {
-                    guard let contents = indexed[pack] else {
-                        throw StoreOpsError(.badData, "\(context): pack \(repository.backend.describe(key)), which it wrote, is in no index")
-                    }
-                    guard contents.withoutIDs == header else {
-                        throw StoreOpsError(.badData, "\(context): pack \(repository.backend.describe(key)): its header and the index disagree")
-                    }
-                    frames = contents.frames
+                guard let contents = indexed[pack] else {
+                    throw StoreOpsError(.badData, "\(context): pack \(repository.backend.describe(key)), which it wrote, is in no index")
                 }
+                guard contents.withoutIDs == header else {
+                    throw StoreOpsError(.badData, "\(context): pack \(repository.backend.describe(key)): its header and the index disagree")
+                }
+                let frames = contents.frames
                 try BlobLocator.checkPack(pack, frames: frames, repository: repository, zstd: zstd)
             }
             return nil

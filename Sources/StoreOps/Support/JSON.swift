@@ -32,4 +32,20 @@ public enum JSON {
     public static func string(_ value: some Encodable, pretty: Bool = true) -> String {
         (try? encode(value, pretty: pretty)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
     }
+
+    /// A decoding error in a sentence (the key path and what was wrong), not Foundation's dump.
+    public static func describe(_ error: any Error) -> String {
+        guard let decoding = error as? DecodingError else { return "\(error)" }
+        func path(_ context: DecodingError.Context) -> String {
+            let keys = context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+            return keys.isEmpty ? "" : " at \(keys)"
+        }
+        switch decoding {
+        case .dataCorrupted(let context): return "not valid JSON\(path(context))"
+        case .keyNotFound(let key, let context): return "no \(key.stringValue)\(path(context))"
+        case .typeMismatch(_, let context): return "\(context.debugDescription.lowercased())\(path(context))"
+        case .valueNotFound(_, let context): return "a missing value\(path(context))"
+        @unknown default: return "\(error)"
+        }
+    }
 }

@@ -14,7 +14,7 @@ struct ScheduledFixture {
         folder = try TempFolder()
         store = try sampleStore(in: folder, items: items)
         // Scheduled jobs on an encrypted format-2 repository, the password named by the policy.
-        _ = try folder.repository("snaps", format: 2)
+        _ = try folder.repository("snaps", encrypted: true)
         try FileManager.default.createDirectory(atPath: folder.file("metrics"), withIntermediateDirectories: false)
         policy = try writePolicy("""
             [store]

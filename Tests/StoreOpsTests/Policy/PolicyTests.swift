@@ -71,7 +71,7 @@ struct PolicyTests {
             [snapshot]
             repository = "snaps"
             before_purge = true
-            compression = "gzip"
+            compression = "zstd"
             level = 9
             tags = ["nightly"]
             [snapshot.retention]
@@ -92,7 +92,7 @@ struct PolicyTests {
         #expect(rule.maxRuntime?.seconds == 90 && rule.pause == 0.02 && rule.maxFraction == 0.3)
         #expect(rule.line == 4)
         let snapshot = try #require(policy.snapshot)
-        #expect(snapshot.repository == folder.file("snaps") && snapshot.beforePurge && snapshot.compression == .gzip && snapshot.level == 9)
+        #expect(snapshot.repository == folder.file("snaps") && snapshot.beforePurge && snapshot.level == 9)
         #expect(snapshot.retention == RetentionPolicy(last: 2, within: try DurationText.parse("3d").get(), tags: ["pre-migrate"]))
         #expect(policy.schedule?.purge == "30 3 * * *" && policy.schedule?.log == folder.file("jobs.jsonl"))
     }
@@ -127,6 +127,7 @@ struct PolicyTests {
         ("[store]\npath = \"x.sqlite\"\n[snapshot]\nbefore_purge = true", "snapshot.repository: missing"),
         ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\n[snapshot.retention]\nkeep_dayly = 3", "6: snapshot.retention.keep_dayly: unknown key"),
         ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\nlevel = 42", "5: snapshot.level: 42 is out of range for zstd; expected 1...19"),
+        ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\ncompression = \"gzip\"", "5: snapshot.compression: \"gzip\": a repository compresses with zstd"),
         ("[store]\npath = = \"x\"", "(syntax)"),
     ] as [(String, String)])
     func malformed(_ text: String, _ expected: String) throws {

@@ -202,12 +202,13 @@ struct PurgeControlTests {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder)
         let before = try Hashing.sha256(ofFile: store)
-        let policy = try itemsPolicy(store, folder: folder, extra: "[snapshot]\nrepository = \"\(folder.file("snaps"))\"\nbefore_purge = true",
+        let repo = try folder.repository("snaps")
+        let policy = try itemsPolicy(store, folder: folder, extra: "[snapshot]\nrepository = \"\(repo)\"\nbefore_purge = true",
                                      ruleExtra: "max_fraction = 0.01")
         let report = try Purge.run(.init(policy: policy))
         #expect(report.status == .checksFailed)
         #expect(report.tripped.first?.contains("above max_fraction 1.0%") == true)
-        #expect(report.snapshot == nil && !FileManager.default.fileExists(atPath: folder.file("snaps")))
+        #expect(try report.snapshot == nil && SnapshotSummary.list(repository: repo).isEmpty)
         #expect(try Hashing.sha256(ofFile: store) == before)
     }
 
@@ -225,7 +226,7 @@ struct PurgeControlTests {
     func snapshotFirst() throws {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder)
-        let repo = try folder.repository("snaps", format: 2)
+        let repo = try folder.repository("snaps", encrypted: true)
         let report = try Purge.run(.init(policy: try itemsPolicy(store, folder: folder,
                                                                  extra: "[snapshot]\nrepository = \"\(repo)\"\nbefore_purge = true\npassword_file = \"\(try folder.passwordFile())\"")))
         let listed = try SnapshotSummary.list(repository: repo, password: .file(try folder.passwordFile()))

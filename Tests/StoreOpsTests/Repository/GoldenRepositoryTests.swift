@@ -95,7 +95,7 @@ struct GoldenRepositoryTests {
         try Data((Self.password + "\n").utf8).write(to: URL(fileURLWithPath: passwordFile))
         try? FileManager.default.removeItem(atPath: Self.fixture)
         try FileManager.default.createDirectory(atPath: Self.fixture, withIntermediateDirectories: true)
-        var initOptions = RepositoryInit.Options(location: Self.fixture + "/repo", format: 2, password: .file(passwordFile))
+        var initOptions = RepositoryInit.Options(location: Self.fixture + "/repo", password: .file(passwordFile))
         initOptions.kdfN = 1 << 10
         _ = try RepositoryInit.run(initOptions)
         let created = try SnapshotCreate.run(store: store, options: .init(repository: Self.fixture + "/repo", password: .file(passwordFile)))

@@ -16,20 +16,18 @@ struct PagedFixture {
     /// Raw access to the objects, for tests that damage them.
     let backend: any RepositoryBackend
 
-    /// `idBytes` 32: layout 1 (a repository as storectl 0.1 made them).
-    init(items: Int = 3_000, encrypted: Bool = true, externalFiles: Int = 2, place: Place = .local, idBytes: Int = 16) throws {
+    init(items: Int = 3_000, encrypted: Bool = true, externalFiles: Int = 2, place: Place = .local) throws {
         folder = try TempFolder()
         store = try sampleStore(in: folder, items: items, externalFiles: externalFiles)
         self.place = place
         switch place {
         case .local:
-            repo = try folder.repository("repo", format: 2, encrypted: encrypted, idBytes: idBytes)
+            repo = try folder.repository("repo", encrypted: encrypted)
             backend = LocalBackend(root: repo)
         case .s3:
-            var options = RepositoryInit.Options(location: try SharedS3.newLocation(), format: 2, encrypted: encrypted,
+            var options = RepositoryInit.Options(location: try SharedS3.newLocation(), encrypted: encrypted,
                                                  password: .file(try folder.passwordFile()))
             options.kdfN = 1 << 10
-            options.idBytes = idBytes
             repo = try RepositoryInit.run(options).location
             backend = try S3Backend(url: repo)
         }
@@ -407,7 +405,7 @@ struct PagedRepositoryTests {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder, items: 20_000)
         let mount = try #require(TempMount(kilobytes: 1536))
-        var init_ = RepositoryInit.Options(location: mount.file("repo"), format: 2, password: .file(try folder.passwordFile()))
+        var init_ = RepositoryInit.Options(location: mount.file("repo"), password: .file(try folder.passwordFile()))
         init_.kdfN = 1 << 10
         let repo = try RepositoryInit.run(init_).location
         let password = PasswordSource.file(try folder.passwordFile())
@@ -434,7 +432,7 @@ struct PagedRepositoryTests {
         #expect(try RepositoryCheck.run(.init(location: repo, password: password, readData: true)).ok)
     }
 
-    @Test("export writes format 1's layout from a format-2 snapshot: bsdtar lists it, its database matches", arguments: Place.all)
+    @Test("export writes one portable .tar.zst of a snapshot: bsdtar lists it, its database matches", arguments: Place.all)
     func export(place: Place) throws {
         let fixture = try PagedFixture(place: place)
         let created = try fixture.create()
@@ -451,20 +449,33 @@ struct PagedRepositoryTests {
         #expect((#expect(throws: StoreOpsError.self) { try SnapshotExport.run(.init(repository: fixture.repo, id: created.id, output: output, password: fixture.password)) })?.status == .cannotCreate)
     }
 
-    @Test("an independent decoder written from docs/repository-format.md restores the same bytes (scrypt, AES-GCM, HMAC, zstd; layouts 1 and 2)",
-          .enabled(if: PagedRepositoryTests.decoderAvailable), arguments: [true, false], [16, 32])
-    func independentDecoder(encrypted: Bool, idBytes: Int) throws {
-        let fixture = try PagedFixture(items: 5_000, encrypted: encrypted, idBytes: idBytes)
+    @Test("an independent decoder written from docs/repository-format.md restores the same bytes (scrypt, AES-GCM, HMAC, zstd)",
+          .enabled(if: PagedRepositoryTests.decoderAvailable), arguments: [true, false])
+    func independentDecoder(encrypted: Bool) throws {
+        let fixture = try PagedFixture(items: 5_000, encrypted: encrypted)
         try fixture.create()
         try fixture.touch(percent: 2)
         let created = try fixture.create()
         let export = try SnapshotExport.run(.init(repository: fixture.repo, id: created.id, output: fixture.folder.file("s.tar.zst"), password: fixture.password))
-        let decoder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("tools/decode-repository.py").path
-        let decoded = try ChildProcess.run("/usr/bin/python3", [decoder, fixture.repo, created.id, fixture.folder.file("decoded.sqlite"), try fixture.folder.passwordFile()])
+        let decoded = try ChildProcess.run("/usr/bin/python3", [Self.decoder, fixture.repo, created.id, fixture.folder.file("decoded.sqlite"), try fixture.folder.passwordFile()])
         #expect(decoded.status == 0, "\(decoded.stderr)")
         #expect(decoded.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == export.databaseSHA256)
     }
+
+    @Test("the independent decoder reads a layout-1 repository an earlier build wrote (what repo convert reads) to the bytes that build restored",
+          .enabled(if: PagedRepositoryTests.decoderAvailable))
+    func independentDecoderLayoutOne() throws {
+        let folder = try TempFolder()
+        let repo = try folder.oldRepository("layout-1")
+        for snapshot in try OldRepositories.expected("layout-1") {
+            let decoded = try ChildProcess.run("/usr/bin/python3", [Self.decoder, repo, snapshot.id, folder.file("\(snapshot.id).sqlite"), try folder.passwordFile()])
+            #expect(decoded.status == 0, "\(decoded.stderr)")
+            #expect(decoded.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == snapshot.database)
+        }
+    }
+
+    static let decoder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("tools/decode-repository.py").path
 
     static let decoderAvailable: Bool = {
         guard let result = try? ChildProcess.run("/usr/bin/python3", ["-c", "import cryptography"]), result.status == 0 else { return false }
@@ -558,44 +569,6 @@ struct PagedRepositoryTests {
         let repaired = try RepositoryRepair.run(location: fixture.repo, password: fixture.password)
         #expect(repaired.packsIndexed == packs.count)
         #expect(try fixture.check().ok && (try fixture.verify().allSatisfy(\.ok)))
-    }
-
-    @Test("a layout-1 repository (32-byte ids, as storectl 0.1 made them) is read and written in its own layout: incremental create, restore, verify, check, prune, repair; layout 2 stores less",
-          arguments: [true, false])
-    func layoutOne(encrypted: Bool) throws {
-        let fixture = try PagedFixture(items: 5_000, encrypted: encrypted, idBytes: 32)
-        let first = try fixture.create()
-        try fixture.touch(percent: 10)
-        let second = try fixture.create()
-        let repository = try PagedRepository.open(fixture.backend, password: fixture.password)
-        #expect(repository.config.contentIDs == (encrypted ? "hmac-sha256" : "sha256") && repository.sealer.idBytes == 32)
-        for key in try fixture.objects("index") {
-            let plain = try repository.sealer.open(try #require(try fixture.backend.read(key)), as: "index", what: key)
-            #expect(plain.prefix(4) == Data("SIX2".utf8), "\(key) is not a layout-1 index")
-        }
-        #expect(try logicalDigest(try fixture.restore(second.id, to: "now.sqlite")) == (try logicalDigest(fixture.store)))
-        let old = try fixture.restore(first.id, to: "then.sqlite")
-        #expect(try readStore(old) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZTITLE LIKE '%.'") } == 0)
-        #expect(try fixture.verify().allSatisfy(\.ok) && (try fixture.check().ok))
-        var prune = SnapshotPrune.Options(repository: fixture.repo, policy: .init(last: 1))
-        prune.password = fixture.password
-        #expect(try SnapshotPrune.run(prune).removed == [first.id])
-        for index in try fixture.objects("index") { try fixture.remove(index) }
-        let repaired = try RepositoryRepair.run(location: fixture.repo, password: fixture.password)
-        #expect(repaired.packsIndexed == (try fixture.objects("data")).count)
-        #expect(try fixture.check().ok && (try fixture.verify().allSatisfy(\.ok)))
-        // The same store in layout 2 (what repo init makes): 16-byte ids, a "SIX3" index, fewer bytes.
-        let compact = try PagedFixture(items: 5_000, encrypted: encrypted)
-        let made = try compact.create(store: fixture.store)
-        let opened = try PagedRepository.open(compact.backend, password: compact.password)
-        #expect(opened.config.contentIDs.hasSuffix("-128") && opened.sealer.idBytes == 16)
-        for key in try compact.objects("index") {
-            #expect(try opened.sealer.open(try #require(try compact.backend.read(key)), as: "index", what: key).prefix(4) == Data("SIX3".utf8))
-        }
-        let one = try RepositoryStats.run(location: fixture.repo, password: fixture.password).storedBytes
-        let two = try RepositoryStats.run(location: compact.repo, password: compact.password).storedBytes
-        #expect(two < one, "layout 2 \(two) bytes, layout 1 \(one)")
-        #expect(try logicalDigest(try compact.restore(made.id, to: "compact.sqlite")) == (try logicalDigest(fixture.store)))
     }
 
     @Test("a frame that opens but holds other pages than its index says (a writer's bug, or a forgery with the key): restore is 65 naming the page and the pack, and leaves nothing",

@@ -69,18 +69,20 @@ struct ImportConvertTests {
 
     @Test("an exported snapshot imported into another repository keeps its id, time, host, source and tags and restores to the same bytes; a second import writes nothing")
     func importRoundTrip() throws {
-        let a = try folder.repository("a", format: 2)
-        let b = try folder.repository("b", format: 2)
+        let a = try folder.repository("a", encrypted: true)
+        let b = try folder.repository("b", encrypted: true)
         let first = try SnapshotCreate.run(store: store, options: .init(repository: a, tags: ["nightly"], password: password))
         try change("UPDATE ZITEM SET ZTITLE = ZTITLE || '!' WHERE Z_PK % 9 = 0")
         let second = try SnapshotCreate.run(store: store, options: .init(repository: a, tags: ["weekly", "x"], password: password))
         for id in [first.id, second.id] {
             let archive = folder.file("\(id).tar.zst")
-            _ = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
+            let exported = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
+            #expect(exported.stages.map(\.name) == ["lock", "preflight", "export", "commit"], "each a road over the repository")
             var options = SnapshotImport.Options(file: archive, repository: b, password: password)
             options.scratch = folder.path
             let result = try SnapshotImport.run(options)
             #expect(result.id == id && !result.alreadyThere && result.addedBytes > 0)
+            #expect(result.stages?.map(\.name) == ["lock", "preflight", "import"])
             #expect(try restore(b, id, "b-\(id).sqlite") == (try restore(a, id, "a-\(id).sqlite")))
         }
         #expect(try summaries(b) == (try summaries(a)))
@@ -100,8 +102,8 @@ struct ImportConvertTests {
 
     @Test("damaged or foreign archives are refused with 65 (66 when missing), nothing is listed and no scratch is left; a format-1 repository is told to convert")
     func importRefusals() throws {
-        let a = try folder.repository("a", format: 2)
-        let b = try folder.repository("b", format: 2)
+        let a = try folder.repository("a", encrypted: true)
+        let b = try folder.repository("b", encrypted: true)
         let id = try SnapshotCreate.run(store: store, options: .init(repository: a, password: password)).id
         let archive = folder.file("good.tar.zst")
         _ = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
@@ -129,14 +131,6 @@ struct ImportConvertTests {
             #expect(try summaries(b).isEmpty, "\(name)")
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.contains(".tmp-storectl-") })
-        // A format-1 repository: 65, naming repo convert.
-        let old = try folder.repository("old", format: 1)
-        do {
-            _ = try SnapshotImport.run(.init(file: archive, repository: old, password: password))
-            Issue.record("imported into format 1")
-        } catch let error as StoreOpsError {
-            #expect(error.status == .badData && (error.hint ?? "").contains("repo convert"), "\(error.message) \(error.hint ?? "")")
-        }
     }
 
     /// Rewrites one field of the snapshot facts in an exported archive's manifest.json (an
@@ -163,11 +157,11 @@ struct ImportConvertTests {
 
     @Test("bad arguments: an empty archive or old repository name is 64, a missing one 66, a scratch folder that does not exist 73; nothing is written")
     func badArguments() throws {
-        let a = try folder.repository("a", format: 2)
+        let a = try folder.repository("a", encrypted: true)
         let id = try SnapshotCreate.run(store: store, options: .init(repository: a, password: password)).id
         let archive = folder.file("good.tar.zst")
         _ = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
-        let b = try folder.repository("b", format: 2)
+        let b = try folder.repository("b", encrypted: true)
         func expect(_ status: StoreOps.ExitStatus, _ body: () throws -> Void) {
             do { try body(); Issue.record("expected \(status.rawValue), and it succeeded") } catch let error as StoreOpsError {
                 #expect(error.status == status, "\(error.message)")
@@ -189,8 +183,8 @@ struct ImportConvertTests {
 
     @Test("a crafted manifest never crashes the import: a level zstd does not take is stored at the default, a tag storectl would not write is 65")
     func craftedManifest() throws {
-        let a = try folder.repository("a", format: 2)
-        let b = try folder.repository("b", format: 2)
+        let a = try folder.repository("a", encrypted: true)
+        let b = try folder.repository("b", encrypted: true)
         let id = try SnapshotCreate.run(store: store, options: .init(repository: a, password: password)).id
         let archive = folder.file("good.tar.zst")
         _ = try SnapshotExport.run(.init(repository: a, id: id, output: archive, password: password))
@@ -202,7 +196,7 @@ struct ImportConvertTests {
         #expect(try restore(b, id, "b.sqlite") == (try restore(a, id, "a.sqlite")))
         try craft(archive, folder.file("tag.tar.zst"), field: "tags", json: "[\"no spaces allowed\"]")
         options.file = folder.file("tag.tar.zst")
-        let c = try folder.repository("c", format: 2)
+        let c = try folder.repository("c", encrypted: true)
         options.repository = c
         do {
             _ = try SnapshotImport.run(options)
@@ -213,15 +207,36 @@ struct ImportConvertTests {
         #expect(try summaries(c).isEmpty)
     }
 
-    @Test("a format-1 repository converted: every snapshot, oldest first, with its id, time and tags, restores to the bytes the archive held; a second run writes nothing; a damaged archive is reported (2) and the others converted")
+    /// What the old repository says of each snapshot: id, time, host, source and tags.
+    func oldIdentities(_ old: String) throws -> [String] {
+        let manifests: [Manifest]
+        if FormatOneRepository.isOne(old) {
+            manifests = try FormatOneRepository.open(old).catalog().records
+        } else {
+            manifests = try PagedRepository.open(LocalBackend(root: old), password: password, oldLayout: true).catalog().records.map(\.manifest)
+        }
+        return manifests.map { "\($0.snapshot?.id ?? "") \(Timestamp.iso($0.startedAt)) \($0.host) \($0.source.path) \($0.snapshot?.tags ?? [])" }.sorted()
+    }
+
+    /// Every snapshot of `new` restores to the bytes the build that wrote the old repository restored.
+    func expectSameBytes(_ new: String, as expected: [OldRepositories.Snapshot]) throws {
+        for snapshot in expected {
+            let restored = try restore(new, snapshot.id, "new-\(snapshot.id).sqlite")
+            #expect(restored.database == snapshot.database, "\(snapshot.id)")
+            #expect(restored.external.mapValues { Hashing.sha256($0 ?? Data()) } == snapshot.external, "\(snapshot.id)")
+        }
+    }
+
+    @Test("a format-1 repository an earlier build wrote, converted: every snapshot, oldest first, with its id, time and tags, restores to the bytes that build restored; a second run writes nothing; a damaged archive is reported (2) and the others converted")
     func convertFormatOne() throws {
-        let old = try folder.repository("old", format: 1)
-        let ids = try chain(in: old, count: 3, tag: "r", every: 300)
-        let new = try folder.repository("new", format: 2)
+        let old = try folder.oldRepository("format-1", as: "old")
+        let expected = try OldRepositories.expected("format-1")
+        let ids = expected.map(\.id)
+        let new = try folder.repository("new", encrypted: true)
         let report = try convert(old, into: new)
         #expect(report.ok && report.converted.map(\.id) == ids && report.sourceKind == "format 1")
-        #expect(try summaries(new) == (try summaries(old)))
-        for id in ids { #expect(try restore(new, id, "new-\(id).sqlite") == (try restore(old, id, "old-\(id).sqlite")), "\(id)") }
+        #expect(try summaries(new) == (try oldIdentities(old)))
+        try expectSameBytes(new, as: expected)
         #expect(report.converted[1].addedBytes < report.converted[0].addedBytes / 2, "later snapshots add only what changed: \(report.converted.map(\.addedBytes))")
 
         let before = try contents(new)
@@ -230,29 +245,27 @@ struct ImportConvertTests {
         #expect(try contents(new).filter { !$0.key.hasPrefix("verified/") } == before.filter { !$0.key.hasPrefix("verified/") })
 
         // A damaged archive in the old repository: reported, not brought over; the rest converted.
-        let damaged = try folder.repository("damaged", format: 1)
-        var damagedIDs: [String] = []
-        for tag in ["a", "b"] { damagedIDs.append(try SnapshotCreate.run(store: store, options: .init(repository: damaged, tags: [tag], password: password)).id) }
-        let archive = (damaged as NSString).appendingPathComponent("snapshots/\(damagedIDs[0]).tar.zst")
+        let damaged = try folder.oldRepository("format-1", as: "damaged")
+        let archive = (damaged as NSString).appendingPathComponent("snapshots/\(ids[0]).tar.zst")
         var bytes = try Data(contentsOf: URL(fileURLWithPath: archive))
         bytes[bytes.count / 2] ^= 0xff
         try bytes.write(to: URL(fileURLWithPath: archive))
-        let target = try folder.repository("target", format: 2)
+        let target = try folder.repository("target", encrypted: true)
         let partial = try convert(damaged, into: target)
-        #expect(partial.failed.map(\.id) == [damagedIDs[0]] && partial.converted.map(\.id) == [damagedIDs[1]])
+        #expect(partial.failed.map(\.id) == [ids[0]] && partial.converted.map(\.id) == Array(ids.dropFirst()))
         #expect(RepositoryConvert.ending(of: partial).status == .checksFailed)
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.contains(".tmp-storectl-") })
     }
 
-    @Test("a layout-1 repository converted into layout 2: the same snapshots, restoring to the same bytes; into itself or into an old repository is refused")
+    @Test("a layout-1 repository an earlier build wrote, converted into layout 2: the same snapshots, restoring to the bytes that build restored; into itself or into an old repository is refused")
     func convertLayoutOne() throws {
-        let old = try folder.repository("old", format: 2, idBytes: 32)
-        let ids = try chain(in: old, count: 2, tag: "l", every: 13)
-        let new = try folder.repository("new", format: 2)
+        let old = try folder.oldRepository("layout-1", as: "old")
+        let expected = try OldRepositories.expected("layout-1")
+        let new = try folder.repository("new", encrypted: true)
         let report = try convert(old, into: new)
-        #expect(report.ok && report.converted.map(\.id) == ids && report.sourceKind == "format 2, layout 1")
-        #expect(try summaries(new) == (try summaries(old)))
-        for id in ids { #expect(try restore(new, id, "new-\(id).sqlite") == (try restore(old, id, "old-\(id).sqlite")), "\(id)") }
+        #expect(report.ok && report.converted.map(\.id) == expected.map(\.id) && report.sourceKind == "format 2, layout 1")
+        #expect(try summaries(new) == (try oldIdentities(old)))
+        try expectSameBytes(new, as: expected)
         #expect(try PagedRepository.open(LocalBackend(root: new), password: password).sealer.isCompact)
 
         for (target, status) in [(new, StoreOps.ExitStatus.usage), (old, .badData)] {
@@ -263,5 +276,47 @@ struct ImportConvertTests {
                 #expect(error.status == status, "\(error.message)")
             }
         }
+    }
+
+    @Test("every command but convert refuses a format-1 or a layout-1 repository with 65 naming repo convert, before asking a password, and changes nothing in it",
+          arguments: ["format-1", "layout-1"])
+    func oldRepositoriesRefused(_ name: String) throws {
+        let old = try folder.oldRepository(name, as: "old")
+        func files() -> [String: String] {
+            var out: [String: String] = [:]
+            for path in FileManager.default.subpaths(atPath: old) ?? [] {
+                let full = (old as NSString).appendingPathComponent(path)
+                if FileSystem.kind(of: full) == .file { out[path] = (try? Hashing.sha256(ofFile: full)) ?? "?" }
+            }
+            return out
+        }
+        let before = files()
+        let id = try OldRepositories.expected(name)[0].id
+        // A password source that fails if it is asked: the refusal comes first.
+        let asked = PasswordSource.command("exit 9")
+        let archive = folder.file("x.tar.zst")
+        try Data("not read".utf8).write(to: URL(fileURLWithPath: archive))
+        let attempts: [(String, () throws -> Void)] = [
+            ("list", { _ = try SnapshotSummary.list(repository: old, password: asked) }),
+            ("create", { _ = try SnapshotCreate.run(store: store, options: .init(repository: old, password: asked)) }),
+            ("restore", { _ = try SnapshotRestore.run(.init(repository: old, id: id, target: .file(folder.file("r.sqlite")))) }),
+            ("verify", { _ = try SnapshotVerify.run(.init(repository: old, all: true)) }),
+            ("prune", { _ = try SnapshotPrune.run(.init(repository: old, policy: .init(last: 1), password: asked)) }),
+            ("export", { _ = try SnapshotExport.run(.init(repository: old, id: id, output: folder.file("e.tar.zst"), password: asked)) }),
+            ("import", { _ = try SnapshotImport.run(.init(file: archive, repository: old, password: asked)) }),
+            ("check", { _ = try RepositoryCheck.run(.init(location: old, password: asked)) }),
+            ("stats", { _ = try RepositoryStats.run(location: old, password: asked) }),
+            ("repair", { _ = try RepositoryRepair.run(location: old, password: asked) }),
+        ]
+        for (what, attempt) in attempts {
+            do {
+                try attempt()
+                Issue.record("\(what) accepted \(name)")
+            } catch let error as StoreOpsError {
+                #expect(error.status == .badData && (error.hint ?? "").contains("storectl repo convert \(old) --repo NEW"),
+                        "\(what): \(error.status.rawValue) \(error.message) \(error.hint ?? "")")
+            }
+        }
+        #expect(files() == before)
     }
 }

@@ -7,28 +7,16 @@ import Testing
 @Suite("a repository shared by two stores")
 struct SharedRepositoryTests {
     enum Kind: String, CaseIterable, CustomStringConvertible {
-        case archives, pagedLocal, pagedS3
+        case pagedLocal, pagedS3
         var description: String { rawValue }
-        static var all: [Kind] { Place.all.contains(.s3) ? allCases : [.archives, .pagedLocal] }
+        static var all: [Kind] { Place.all.contains(.s3) ? allCases : [.pagedLocal] }
     }
 
     @Test("prune --keep-last 1 keeps each store's newest snapshot and removes only the older one of the store that has two; a filter and the whole-repository grouping do what they say",
           arguments: Kind.all)
     func perStorePrune(kind: Kind) throws {
-        let folder: TempFolder
-        let repo: String
-        let a: String
-        switch kind {
-        case .archives:
-            folder = try TempFolder()
-            a = try sampleStore(in: folder, name: "A.sqlite", items: 500)
-            repo = try folder.repository("repo", format: 1)
-        case .pagedLocal, .pagedS3:
-            let fixture = try PagedFixture(items: 500, externalFiles: 0, place: kind == .pagedS3 ? .s3 : .local)
-            folder = fixture.folder
-            a = fixture.store
-            repo = fixture.repo
-        }
+        let fixture = try PagedFixture(items: 500, externalFiles: 0, place: kind == .pagedS3 ? .s3 : .local)
+        let folder = fixture.folder, a = fixture.store, repo = fixture.repo
         let b = try sampleStore(in: folder, name: "B.sqlite", items: 300)
         let password = PasswordSource.file(try folder.passwordFile())
         func create(_ store: String) throws -> String {
@@ -51,6 +39,7 @@ struct SharedRepositoryTests {
         #expect(filtered.decisions.map(\.id) == [onlyB] && filtered.removed.isEmpty)
         let pruned = try prune(.init(last: 1))
         #expect(pruned.removed == [oldA])
+        #expect(pruned.stages.map(\.name) == ["lock", "preflight", "prune"], "the decisions are the preflight's plan, carried out by the act")
         let left = try SnapshotSummary.list(repository: repo, password: password)
         #expect(Set(left.map(\.id)) == [newA, onlyB], "the other store's only snapshot is kept")
         #expect(try SnapshotSummary.list(repository: repo, password: password, filter: .init(path: b)).map(\.id) == [onlyB])
@@ -58,17 +47,17 @@ struct SharedRepositoryTests {
         // The old behaviour, asked for by name: one group, the newest of all.
         let whole = try prune(.init(last: 1), groupBy: .repository)
         #expect(whole.removed == [onlyB])
-        // Both stores' remaining snapshots restore (format 2: prune collected only what was unreferenced).
+        // Both stores' remaining snapshots restore (prune collected only what was unreferenced).
         var restore = SnapshotRestore.Options(repository: repo, id: newA, target: .file(folder.file("restored.sqlite")))
         restore.password = password
         _ = try SnapshotRestore.run(restore)
     }
 
-    @Test("an empty --keep-tag is refused with 64 before anything is read or removed", arguments: [1, 2])
-    func emptyTag(format: Int) throws {
+    @Test("an empty --keep-tag is refused with 64 before anything is read or removed")
+    func emptyTag() throws {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder, items: 300)
-        let repo = try folder.repository("repo", format: format)
+        let repo = try folder.repository("repo", encrypted: true)
         let password = PasswordSource.file(try folder.passwordFile())
         _ = try SnapshotCreate.run(store: store, options: .init(repository: repo, password: password))
         for tags in [[""], ["nightly", " "]] {

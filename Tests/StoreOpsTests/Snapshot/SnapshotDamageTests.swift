@@ -3,93 +3,91 @@ import StoreLab
 import StoreOps
 import Testing
 
-/// Damaged and hostile archives: verify reports exit 65 and what is wrong; restore refuses before
-/// writing anything at the target; nothing valid is damaged.
-@Suite("snapshots: damaged and hostile archives")
+/// A snapshot exported to a `.tar.zst` (the one archive storectl reads from outside), to be
+/// damaged and imported.
+struct ExportedArchive {
+    let fixture: SnapshotFixture
+    let archive: String
+    /// An empty repository to import into.
+    let target: String
+
+    init(items: Int = 2_000) throws {
+        fixture = try SnapshotFixture(items: items)
+        archive = fixture.folder.file("exported.tar.zst")
+        _ = try SnapshotExport.run(.init(repository: fixture.repo, id: fixture.created.id, output: archive))
+        target = try fixture.folder.repository("target")
+    }
+
+    /// The archive's entries, for rebuilding it with changes.
+    func entries() throws -> [ArchiveFixture.Entry] {
+        try ArchiveFixture.read(archive).map { ArchiveFixture.Entry($0.name, .file($0.data)) }
+    }
+
+    func rebuild(_ entries: [ArchiveFixture.Entry]) throws {
+        let path = fixture.folder.file("rebuilt.tar.gz")
+        try ArchiveFixture.write(entries, to: path)
+        try Data(contentsOf: URL(fileURLWithPath: path)).write(to: URL(fileURLWithPath: archive))
+    }
+}
+
+/// Damaged and hostile archives: `snapshot import` refuses them with 65 saying what is wrong,
+/// before anything is listed, and writes nothing outside its scratch folder (which it removes).
+@Suite("snapshot import: damaged and hostile archives")
 struct SnapshotDamageTests {
-    /// Verifies and restores the fixture's snapshot, expecting both to find `problem`.
-    func expectDamaged(_ fixture: SnapshotFixture, _ problem: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
-        let outcomes = try SnapshotVerify.run(.init(repository: fixture.repo, ids: [fixture.created.id]))
-        #expect(outcomes.first?.ok == false, sourceLocation: sourceLocation)
-        #expect(outcomes.first?.problem?.contains(problem) == true, "\(outcomes.first?.problem ?? "no problem found")", sourceLocation: sourceLocation)
-        let record = fixture.repository.lastVerification(fixture.created.id)
-        #expect(record?.ok == false && record?.problem == outcomes.first?.problem, sourceLocation: sourceLocation)
-
-        let target = fixture.folder.file("target/Tasks.sqlite")
-        try? FileManager.default.createDirectory(atPath: fixture.folder.file("target"), withIntermediateDirectories: false)
-        let error = #expect(throws: StoreOpsError.self, sourceLocation: sourceLocation) {
-            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .file(target)))
+    /// Imports the archive, expecting 65 that mentions `problem` (nil: any), nothing listed and no
+    /// scratch left.
+    func expectDamaged(_ exported: ExportedArchive, _ problem: String?, scratch: String? = nil,
+                       sourceLocation: SourceLocation = #_sourceLocation) throws {
+        var options = SnapshotImport.Options(file: exported.archive, repository: exported.target, password: .resolve(file: nil))
+        options.scratch = scratch ?? exported.fixture.folder.path
+        let error = #expect(throws: StoreOpsError.self, sourceLocation: sourceLocation) { try SnapshotImport.run(options) }
+        #expect(error?.status == .badData, "\(error?.description ?? "")", sourceLocation: sourceLocation)
+        if let problem {
+            #expect(error?.message.contains(problem) == true, "\(error?.message ?? "")", sourceLocation: sourceLocation)
         }
-        #expect(error?.status == .badData, sourceLocation: sourceLocation)
-        #expect(error?.message.contains(problem) == true, "\(error?.message ?? "")", sourceLocation: sourceLocation)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.folder.file("target")).isEmpty,
-                "nothing written at the target", sourceLocation: sourceLocation)
-        // The store it came from is untouched and still listed snapshots are intact.
-        #expect(try rowCount(fixture.store) == 2_000, sourceLocation: sourceLocation)
+        #expect(try SnapshotSummary.list(repository: exported.target).isEmpty, sourceLocation: sourceLocation)
+        let left = try FileManager.default.contentsOfDirectory(atPath: options.scratch ?? "").filter { $0.contains(".tmp-storectl-") }
+        #expect(left.isEmpty, "\(left)", sourceLocation: sourceLocation)
     }
 
-    @Test func truncatedArchive() throws {
-        let fixture = try SnapshotFixture()
-        let data = try Data(contentsOf: URL(fileURLWithPath: fixture.archive))
-        try data.prefix(data.count / 2).write(to: URL(fileURLWithPath: fixture.archive))
-        try expectDamaged(fixture, "truncated or replaced")
-    }
-
-    @Test("a truncated archive whose catalog entry was made to agree: the decompressor finds the end missing")
-    func truncatedArchiveConsistentCatalog() throws {
-        let fixture = try SnapshotFixture()
-        let data = try Data(contentsOf: URL(fileURLWithPath: fixture.archive))
-        try fixture.replaceArchive(with: data.prefix(data.count * 2 / 3))
-        try expectDamaged(fixture, "the archive is damaged")
+    @Test("a truncated archive: the decompressor finds the end missing")
+    func truncatedArchive() throws {
+        let exported = try ExportedArchive()
+        let data = try Data(contentsOf: URL(fileURLWithPath: exported.archive))
+        try data.prefix(data.count * 2 / 3).write(to: URL(fileURLWithPath: exported.archive))
+        try expectDamaged(exported, nil)
     }
 
     @Test("a flipped byte anywhere: in the first block (found while opening), the middle, the end",
           arguments: [0.0, 0.1, 0.33, 0.5, 0.9, 1.0])
     func flippedByte(_ position: Double) throws {
-        let fixture = try SnapshotFixture()
-        var data = try Data(contentsOf: URL(fileURLWithPath: fixture.archive))
+        let exported = try ExportedArchive()
+        var data = try Data(contentsOf: URL(fileURLWithPath: exported.archive))
         data[min(data.count - 1, Int(Double(data.count) * position))] ^= 0x40
-        try data.write(to: URL(fileURLWithPath: fixture.archive))
-        try expectDamaged(fixture, "the archive is damaged")
-    }
-
-    @Test func missingArchive() throws {
-        let fixture = try SnapshotFixture()
-        unlink(fixture.archive)
-        try expectDamaged(fixture, "is missing")
-    }
-
-    @Test("a manifest inside that does not match the catalog")
-    func manifestMismatch() throws {
-        let fixture = try SnapshotFixture()
-        var entries = try fixture.entries()
-        var inner = try JSON.decoder().decode(Manifest.self, from: { if case .file(let d) = entries.last!.kind { return d }; return Data() }())
-        inner.snapshot?.tags = ["forged"]
-        entries[entries.count - 1] = .init("manifest.json", .file(try JSON.encode(inner)))
-        try fixture.rebuild(entries)
-        try expectDamaged(fixture, "does not match the catalog entry")
+        try data.write(to: URL(fileURLWithPath: exported.archive))
+        try expectDamaged(exported, nil)
     }
 
     @Test("a file whose content differs from its manifest checksum")
     func fileChecksumMismatch() throws {
-        let fixture = try SnapshotFixture()
-        var entries = try fixture.entries()
+        let exported = try ExportedArchive()
+        var entries = try exported.entries()
         let index = try #require(entries.firstIndex { $0.name == "store/Tasks.sqlite" })
         guard case .file(var data) = entries[index].kind else { return }
         data[data.count - 100] ^= 0x01
         entries[index] = .init("store/Tasks.sqlite", .file(data))
-        try fixture.rebuild(entries)
-        try expectDamaged(fixture, "checksum mismatch in store/Tasks.sqlite")
+        try exported.rebuild(entries)
+        try expectDamaged(exported, "checksum mismatch in store/Tasks.sqlite")
     }
 
     @Test("a file listed in the manifest is missing from the archive")
     func missingFile() throws {
-        let fixture = try SnapshotFixture()
-        var entries = try fixture.entries()
+        let exported = try ExportedArchive()
+        var entries = try exported.entries()
         let external = try #require(entries.firstIndex { $0.name.contains("_EXTERNAL_DATA") })
         entries.remove(at: external)
-        try fixture.rebuild(entries)
-        try expectDamaged(fixture, "the archive lacks")
+        try exported.rebuild(entries)
+        try expectDamaged(exported, "the archive lacks")
     }
 
     @Test("hostile entries are refused before anything is written", arguments: [
@@ -102,59 +100,28 @@ struct SnapshotDamageTests {
         ("store/extra.sh", .file(Data("#!/bin/sh".utf8)), "the manifest does not list"),
     ] as [(String, ArchiveFixture.Kind, String)])
     func hostileEntry(_ name: String, _ kind: ArchiveFixture.Kind, _ problem: String) throws {
-        let fixture = try SnapshotFixture()
-        try fixture.rebuild([.init(name, kind)] + (try fixture.entries()))
-        try expectDamaged(fixture, problem)
+        let exported = try ExportedArchive()
+        try exported.rebuild([.init(name, kind)] + (try exported.entries()))
+        try expectDamaged(exported, problem)
         #expect(!FileManager.default.fileExists(atPath: "/tmp/storectl-owned"))
-        #expect(!FileManager.default.fileExists(atPath: fixture.folder.file("escape.txt")))
-    }
-
-    @Test("a corrupt catalog entry is listed as damaged and refused by id (65, naming the file); the rest of the repository works",
-          arguments: ["{ not json", #"{"format":"storectl-manifest","formatVersion":99}"#])
-    func corruptCatalog(_ content: String) throws {
-        let fixture = try SnapshotFixture()
-        let good = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo))
-        try Data(content.utf8).write(to: URL(fileURLWithPath: fixture.catalogEntry))
-        let listed = try SnapshotSummary.list(repository: fixture.repo)
-        #expect(listed.map(\.id) == [good.id, fixture.created.id])
-        #expect(listed.first { $0.id == fixture.created.id }?.damaged != nil)
-        let error = #expect(throws: StoreOpsError.self) {
-            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .file(fixture.folder.file("x.sqlite"))))
-        }
-        #expect(error?.status == .badData)
-        #expect(error?.message.contains(fixture.catalogEntry) == true, "\(error?.message ?? "")")
-        // A good id still restores; verify --all reports the damaged entry; prune never removes it.
-        _ = try SnapshotRestore.run(.init(repository: fixture.repo, id: good.id, target: .file(fixture.folder.file("good.sqlite"))))
-        let outcomes = try SnapshotVerify.run(.init(repository: fixture.repo, all: true))
-        #expect(outcomes.map(\.ok) == [true, false])
-        #expect(outcomes.last?.problem?.contains("catalog entry") == true)
-        let pruned = try SnapshotPrune.run(.init(repository: fixture.repo, policy: .init(last: 1)))
-        #expect(pruned.removed.isEmpty)
-        #expect(pruned.damaged.map(\.id) == [fixture.created.id])
-        #expect(FileManager.default.fileExists(atPath: fixture.catalogEntry))
+        #expect(!FileManager.default.fileExists(atPath: exported.fixture.folder.file("escape.txt")))
     }
 
     @Test("a size bomb (256 MiB of zeros where the manifest says the database's size) is refused on the entry's header, nothing unpacked")
     func sizeBomb() throws {
-        let fixture = try SnapshotFixture(items: 300)
-        let database = try #require(fixture.created.record.database.path as String?)
-        let entries = try fixture.entries().map { $0.name == database ? ArchiveFixture.Entry($0.name, .zeros(256 << 20)) : $0 }
-        try fixture.rebuild(entries)
+        let exported = try ExportedArchive(items: 300)
+        let database = exported.fixture.created.record.database.path
+        let entries = try exported.entries().map { $0.name == database ? ArchiveFixture.Entry($0.name, .zeros(256 << 20)) : $0 }
+        try exported.rebuild(entries)
         let mount = TempMount(kilobytes: 8 << 10)
-        let target = (mount?.path ?? fixture.folder.path) + "/restored.sqlite"
         let started = Date()
-        let error = #expect(throws: StoreOpsError.self) {
-            try SnapshotRestore.run(.init(repository: fixture.repo, id: fixture.created.id, target: .file(target)))
-        }
-        #expect(error?.status == .badData, "\(error?.description ?? "")")
-        #expect(error?.message.contains("268,435,456 bytes in the archive, the manifest says") == true, "\(error?.message ?? "")")
+        try expectDamaged(exported, "268,435,456 bytes in the archive, the manifest says", scratch: mount?.path)
         #expect(Date().timeIntervalSince(started) < 5)
-        #expect(!FileManager.default.fileExists(atPath: target))
-        if let mount { #expect(try FileManager.default.contentsOfDirectory(atPath: mount.path).isEmpty) }
-        let verified = try SnapshotVerify.run(.init(repository: fixture.repo, ids: [fixture.created.id], scratch: mount?.path))
-        #expect(verified.first?.ok == false && verified.first?.problem?.contains("the manifest says") == true)
     }
+}
 
+@Suite("snapshots: restore in place")
+struct SnapshotRestoreInPlaceTests {
     @Test("restore refuses an existing target (73) and an unwritable folder (73)", .enabled(if: TempMount.isAvailable || getuid() != 0))
     func unwritableTargets() throws {
         let fixture = try SnapshotFixture()
@@ -167,10 +134,7 @@ struct SnapshotDamageTests {
             })?.status == .cannotCreate)
         }
     }
-}
 
-@Suite("snapshots: restore in place")
-struct SnapshotRestoreInPlaceTests {
     /// The app goes on writing and dies (SIGKILL) with committed frames still in its -wal.
     func appDiesMidWrite(_ fixture: SnapshotFixture) throws {
         let ready = fixture.folder.file("ready")
@@ -197,7 +161,7 @@ struct SnapshotRestoreInPlaceTests {
         #expect(try logicalDigest(fixture.store) == expected, "the old -wal was not replayed onto the restored file")
         // The safety snapshot holds the state before the restore, -wal content included.
         let safety = try #require(result.safetySnapshot)
-        #expect(try fixture.repository.record(safety).snapshot?.tags == ["pre-restore"])
+        #expect(try fixture.repository.record(safety).manifest.snapshot?.tags == ["pre-restore"])
         let before = fixture.folder.file("before.sqlite")
         _ = try SnapshotRestore.run(.init(repository: fixture.repo, id: safety, target: .file(before)))
         #expect(try logicalDigest(before) == changed)

@@ -41,38 +41,10 @@ public enum RepositoryCheck {
     }
 
     public static func run(_ options: Options, progress: StepHandler? = nil) throws -> Report {
-        let opened = try OpenedRepository.open(options.location, password: options.password)
-        switch opened {
-        case .archives(let repository):
-            return try checkArchives(repository, options: options)
-        case .paged(let repository):
-            let hold = try RepositoryHold.take(opened, operation: "repo check", exclusive: false, wait: false)
-            defer { hold.release() }
-            return try check(repository, readData: options.readData, progress: progress)
-        }
-    }
-
-    static func checkArchives(_ repository: SnapshotRepository, options: Options) throws -> Report {
-        var report = Report(location: repository.path, format: 1, encrypted: false, readData: options.readData)
-        let (records, damaged) = repository.catalog()
-        report.snapshots = records.count
-        report.problems += damaged.map { "snapshot \($0.id): its catalog entry \($0.file) \($0.problem)" }
-        for record in records {
-            guard let facts = record.snapshot, let archive = facts.archive else { continue }
-            let path = (repository.path as NSString).appendingPathComponent(archive.path)
-            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? nil
-            if size != archive.bytes {
-                report.problems.append("snapshot \(facts.id): its archive \(path) is \(size.map { "\($0) bytes, not \(archive.bytes)" } ?? "missing")")
-            }
-        }
-        if options.readData {
-            var verify = SnapshotVerify.Options(repository: repository.path, all: true)
-            verify.password = options.password
-            for outcome in try SnapshotVerify.run(verify) where !outcome.ok {
-                report.problems.append("snapshot \(outcome.id): \(outcome.problem ?? "damaged")")
-            }
-        }
-        return report
+        let repository = try PagedRepository.open(at: options.location, password: options.password)
+        let hold = try RepositoryHold.take(repository, operation: "repo check", exclusive: false, wait: false)
+        defer { hold.release() }
+        return try check(repository, readData: options.readData, progress: progress)
     }
 
     static func check(_ repository: PagedRepository, readData: Bool, progress: StepHandler?) throws -> Report {
@@ -137,7 +109,7 @@ public enum RepositoryCheck {
             do {
                 let header = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer)
                 // Layout 2's header lists no ids: the index's are checked against the blobs by --read-data.
-                if header != (repository.sealer.isCompact ? contents.withoutIDs : contents) { report.problems.append("pack \(repository.backend.describe(key)): its header and the index disagree") }
+                if header != contents.withoutIDs { report.problems.append("pack \(repository.backend.describe(key)): its header and the index disagree") }
             } catch let error as StoreOpsError where error.status == .badData {
                 report.problems.append(error.message)
             }

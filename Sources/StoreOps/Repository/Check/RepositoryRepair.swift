@@ -29,13 +29,15 @@ public enum RepositoryRepair {
     }
 
     public static func run(location: String, password: PasswordSource, wait: Bool = false, progress: ProgressHandler? = nil) throws -> Report {
-        guard case .paged(let repository) = try OpenedRepository.open(location, password: password) else {
-            throw StoreOpsError(.usage, "\(FileSystem.absolute(location)) is a format-1 repository: it has no index to repair",
-                                hint: "`storectl snapshot verify --all` checks its archives")
-        }
+        let pipeline = Pipeline(operation: "repo repair", progress: progress)
+        var road = Road<Report>(lock: .none, wait: wait, actName: "repair") { pipeline in try repair(try pipeline.repository, progress: progress) }
         // Alone; the packs a dead writer left unindexed stay: they are what repair indexes.
-        let hold = try RepositoryHold.take(.paged(repository), operation: "repo repair", exclusive: true, wait: wait, keepingUnindexed: true)
-        defer { hold.release() }
+        road.repository = .init(location, password: password, exclusive: true)
+        road.repository?.keepingUnindexed = true
+        return try pipeline.walk(road).get()
+    }
+
+    static func repair(_ repository: PagedRepository, progress: ProgressHandler?) throws -> Report {
         var report = Report(location: repository.location)
         // What the readable indexes say, for packs whose own header is damaged.
         var known: [ContentID: PackContents] = [:]

@@ -14,39 +14,33 @@ public enum RepositoryStats {
         public var storedBytes: UInt64 = 0
         public var packs = 0
         public var indexes = 0
-        /// Format 2: distinct blobs and their uncompressed bytes.
+        /// Distinct blobs and their uncompressed bytes.
         public var blobs = 0
         public var blobBytes: UInt64 = 0
         public var blobsByType: [String: Int] = [:]
     }
 
     public static func run(location: String, password: PasswordSource) throws -> Report {
-        let opened = try OpenedRepository.open(location, password: password)
-        let (entries, damaged) = try opened.catalog()
-        var report = Report(location: opened.location, format: opened.format, encrypted: false)
-        report.snapshots = entries.count + damaged.count
-        report.logicalBytes = entries.reduce(0) { $0 + $1.manifest.database.bytes + ($1.manifest.externalData?.totalBytes ?? 0) }
-        switch opened {
-        case .archives:
-            report.storedBytes = entries.reduce(0) { $0 + ($1.manifest.snapshot?.archive?.bytes ?? 0) }
-        case .paged(let repository):
-            report.encrypted = repository.config.isEncrypted
-            let backend = repository.backend
-            let packs = try backend.list("data/")
-            let indexes = try backend.list("index/")
-            let records = try backend.list("snapshots/")
-            report.packs = packs.count
-            report.indexes = indexes.count
-            report.storedBytes = (packs + indexes + records).reduce(0) { $0 + $1.size }
-            var seen = Set<ContentID>()
-            try RepositoryIndex.scan(repository) { _, _, contents in
-                for frame in contents.frames { for blob in frame.blobs where seen.insert(blob.id).inserted {
-                    report.blobBytes += UInt64(blob.length)
-                    report.blobsByType[blob.type.name, default: 0] += 1
-                } }
-            }
-            report.blobs = seen.count
+        let repository = try PagedRepository.open(at: location, password: password)
+        let (records, damaged) = try repository.catalog()
+        var report = Report(location: repository.location, format: PagedRepository.formatVersion, encrypted: repository.config.isEncrypted)
+        report.snapshots = records.count + damaged.count
+        report.logicalBytes = records.reduce(0) { $0 + $1.manifest.database.bytes + ($1.manifest.externalData?.totalBytes ?? 0) }
+        let backend = repository.backend
+        let packs = try backend.list("data/")
+        let indexes = try backend.list("index/")
+        let snapshots = try backend.list("snapshots/")
+        report.packs = packs.count
+        report.indexes = indexes.count
+        report.storedBytes = (packs + indexes + snapshots).reduce(0) { $0 + $1.size }
+        var seen = Set<ContentID>()
+        try RepositoryIndex.scan(repository) { _, _, contents in
+            for frame in contents.frames { for blob in frame.blobs where seen.insert(blob.id).inserted {
+                report.blobBytes += UInt64(blob.length)
+                report.blobsByType[blob.type.name, default: 0] += 1
+            } }
         }
+        report.blobs = seen.count
         return report
     }
 }

@@ -20,11 +20,11 @@ struct IndexFile: Sendable {
 
     func encode(sealer: Sealer) throws -> (key: String, data: Data) {
         var writer = BinaryWriter()
-        writer.magic(sealer.isCompact ? Self.compactMagic : Self.magic)
+        writer.magic(Self.compactMagic)
         writer.u32(UInt32(packs.count))
         for pack in packs {
             writer.id(pack.id, bytes: 32)
-            pack.contents.encode(into: &writer, compact: sealer.isCompact)
+            pack.contents.encode(into: &writer)
         }
         let sealed = try sealer.seal(writer.data, as: Self.identity)
         let id = SHA256.hash(data: sealed).withUnsafeBytes { ContentID(bytes: $0) } ?? .zero

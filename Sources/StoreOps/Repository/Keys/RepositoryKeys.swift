@@ -31,15 +31,26 @@ public enum RepositoryKeys {
         }
     }
 
-    /// Opens the encrypted format-2 repository (64 for format 1 or a plain repository: no keys).
+    /// Opens the encrypted repository (64 for a plain repository: it has no keys).
     static func open(_ options: Options) throws -> PagedRepository {
-        guard case .paged(let repository) = try OpenedRepository.open(options.location, password: options.password) else {
-            throw StoreOpsError(.usage, "\(FileSystem.absolute(options.location)) is a format-1 repository: it has no keys (format 1 is not encrypted)")
-        }
+        try encrypted(try PagedRepository.open(at: options.location, password: options.password))
+    }
+
+    static func encrypted(_ repository: PagedRepository) throws -> PagedRepository {
         guard repository.config.isEncrypted else {
             throw StoreOpsError(.usage, "\(repository.location) is not encrypted (made with --insecure-no-encryption): it has no keys")
         }
         return repository
+    }
+
+    /// A key change as a road: the repository alone (lock), checked to have keys (preflight), the change.
+    static func change<T>(_ options: Options, _ operation: String, _ body: @escaping (PagedRepository) throws -> T) throws -> T {
+        let pipeline = Pipeline(operation: operation)
+        var road = PlannedRoad<PagedRepository, T>(lock: .none, wait: options.wait, actName: "change",
+                                                   preflight: { pipeline in try encrypted(try pipeline.repository) },
+                                                   act: { _, repository in try body(repository) })
+        road.repository = .init(options.location, password: options.password, exclusive: true)
+        return try pipeline.walk(road).get()
     }
 
     public static func list(_ options: Options) throws -> [Entry] {
@@ -51,39 +62,34 @@ public enum RepositoryKeys {
 
     /// Adds a key for a new password; returns its id.
     public static func add(_ options: Options) throws -> String {
-        let repository = try open(options)
-        let hold = try RepositoryHold.take(.paged(repository), operation: "key add", exclusive: true, wait: options.wait)
-        defer { hold.release() }
-        return try write(repository, options: options, point: "key.add")
+        try change(options, "key add") { repository in try write(repository, options: options, point: "key.add") }
     }
 
     /// Replaces the key this run opened with one for a new password.
     public static func passwd(_ options: Options) throws -> (added: String, removed: String) {
-        let repository = try open(options)
-        guard let old = repository.keyID else { throw StoreOpsError(.failure, "no key opened \(repository.location)") }
-        let hold = try RepositoryHold.take(.paged(repository), operation: "key passwd", exclusive: true, wait: options.wait)
-        defer { hold.release() }
-        let added = try write(repository, options: options, point: "key.passwd.add")
-        try repository.backend.remove("keys/\(old)", point: "key.passwd.remove")
-        return (added, old)
+        try change(options, "key passwd") { repository in
+            guard let old = repository.keyID else { throw StoreOpsError(.failure, "no key opened \(repository.location)") }
+            let added = try write(repository, options: options, point: "key.passwd.add")
+            try repository.backend.remove("keys/\(old)", point: "key.passwd.remove")
+            return (added, old)
+        }
     }
 
     /// Removes a key (never the one used to open the repository, so one that works always stays).
     public static func remove(_ options: Options, id: String) throws {
-        let repository = try open(options)
-        guard id.count == 16, id.allSatisfy(\.isHexDigit) else {
-            throw StoreOpsError(.usage, "\"\(id)\" is not a key id", hint: "`storectl key list --repo \(repository.location)` shows them")
+        try change(options, "key remove") { repository in
+            guard id.count == 16, id.allSatisfy(\.isHexDigit) else {
+                throw StoreOpsError(.usage, "\"\(id)\" is not a key id", hint: "`storectl key list --repo \(repository.location)` shows them")
+            }
+            guard id != repository.keyID else {
+                throw StoreOpsError(.usage, "key \(id) is the one this password opens; removing it could lock you out",
+                                    hint: "open the repository with another key's password to remove this one, or use `storectl key passwd`")
+            }
+            guard try repository.backend.size("keys/\(id)") != nil else {
+                throw StoreOpsError(.noInput, "the repository \(repository.location) has no key \(id)", hint: "`storectl key list` shows them")
+            }
+            try repository.backend.remove("keys/\(id)", point: "key.remove")
         }
-        guard id != repository.keyID else {
-            throw StoreOpsError(.usage, "key \(id) is the one this password opens; removing it could lock you out",
-                                hint: "open the repository with another key's password to remove this one, or use `storectl key passwd`")
-        }
-        let hold = try RepositoryHold.take(.paged(repository), operation: "key remove", exclusive: true, wait: options.wait)
-        defer { hold.release() }
-        guard try repository.backend.size("keys/\(id)") != nil else {
-            throw StoreOpsError(.noInput, "the repository \(repository.location) has no key \(id)", hint: "`storectl key list` shows them")
-        }
-        try repository.backend.remove("keys/\(id)", point: "key.remove")
     }
 
     private static func write(_ repository: PagedRepository, options: Options, point: String) throws -> String {

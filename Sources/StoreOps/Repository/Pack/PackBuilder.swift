@@ -80,8 +80,8 @@ struct PackBuilder {
     /// The finished pack: its id, bytes and contents; the builder is empty again.
     mutating func finish(sealer: Sealer) throws -> (id: ContentID, data: Data, contents: PackContents) {
         var header = BinaryWriter()
-        header.magic(sealer.isCompact ? Self.compactHeaderMagic : Self.headerMagic)
-        contents.encode(into: &header, compact: sealer.isCompact, ids: false)
+        header.magic(Self.compactHeaderMagic)
+        contents.encode(into: &header, ids: false)
         var tail = try sealer.seal(header.data, as: Self.headerIdentity)
         var trailer = BinaryWriter()
         trailer.u32(UInt32(tail.count))

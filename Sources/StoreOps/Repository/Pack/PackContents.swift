@@ -55,8 +55,8 @@ public struct PackContents: Sendable, Equatable {
         return copy
     }
 
-    func encode(into writer: inout BinaryWriter, compact: Bool, ids: Bool = true) {
-        guard compact else { return encodeV1(into: &writer) }
+    /// Layout 2 (storectl writes no other; layout 1 is only decoded, for `repo convert`).
+    func encode(into writer: inout BinaryWriter, ids: Bool = true) {
         writer.u32(UInt32(frames.count))
         for frame in frames {
             writer.u64(frame.offset)
@@ -84,22 +84,6 @@ public struct PackContents: Sendable, Equatable {
         }
         if start < blobs.count { out.append(start..<blobs.count) }
         return out
-    }
-
-    private func encodeV1(into writer: inout BinaryWriter) {
-        writer.u32(UInt32(frames.count))
-        for frame in frames {
-            writer.u64(frame.offset)
-            writer.u32(frame.sealedLength)
-            writer.u32(frame.rawLength)
-            writer.u32(UInt32(frame.blobs.count))
-            for blob in frame.blobs {
-                writer.u8(blob.type.rawValue)
-                writer.id(blob.id, bytes: 32)
-                writer.u32(blob.offset)
-                writer.u32(blob.length)
-            }
-        }
     }
 
     private static func frameOutOfPlace(_ reader: BinaryReader, _ f: Int, _ offset: UInt64, _ sealedLength: UInt32) -> StoreOpsError {

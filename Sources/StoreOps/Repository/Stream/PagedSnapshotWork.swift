@@ -354,7 +354,7 @@ final class PagedSnapshotWork {
     }
 }
 
-extension PagedSnapshotWork: SnapshotWork {
+extension PagedSnapshotWork {
     func copy(timeout: TimeInterval, checkFreeSpace: Bool, progress: StepHandler?) throws {
         try copy(timeout: timeout, progress: progress)
     }
@@ -362,7 +362,7 @@ extension PagedSnapshotWork: SnapshotWork {
     func result() throws -> SnapshotCreate.Result {
         guard let record else { throw StoreOpsError(.failure, "the snapshot did not finish") }
         return SnapshotCreate.Result(id: id, archive: repository.backend.describe(PagedSnapshotRecord.key(id)), record: record.manifest,
-                                     format: 2, addedBytes: record.added.storedBytes, parent: record.parent,
+                                     addedBytes: record.added.storedBytes, parent: record.parent,
                                      packsWritten: writer.packsWritten.map { PackBuilder.key($0.id) }, removedStray: [])
     }
 }

@@ -57,17 +57,37 @@ public enum RepositoryConvert {
         guard !options.source.trimmingCharacters(in: .whitespaces).isEmpty else {
             throw StoreOpsError(.usage, "no repository to convert named", hint: "storectl repo convert OLD --repo NEW")
         }
-        let source = try OpenedRepository.open(options.source, password: options.sourcePassword)
-        let target = try SnapshotImport.openTarget(options.target, password: options.password, command: "repo convert")
-        guard source.location != target.location else {
-            throw StoreOpsError(.usage, "\(target.location) is both the repository to convert and the one to convert into",
-                                hint: "make a new repository with `storectl repo init --repo NEW` and convert into it")
+        let pipeline = Pipeline(operation: "repo convert", progress: progress)
+        var road = PlannedRoad<HeldSource, Report>(
+            lock: .none, actName: "convert",
+            preflight: { pipeline in try HeldSource(options.source, password: options.sourcePassword, target: try pipeline.repository) },
+            act: { pipeline, source in
+                defer { source.release() }
+                return try convert(source.repository, into: try pipeline.repository, scratch: options.scratch, progress: progress)
+            })
+        road.repository = .init(options.target, password: options.password, exclusive: false)
+        road.abandon = { source in source.release() }
+        return try pipeline.walk(road).get()
+    }
+
+    /// The old repository, opened and locked for the run (the preflight's plan).
+    final class HeldSource {
+        let repository: OldRepository
+        let release: () -> Void
+
+        init(_ location: String, password: PasswordSource, target: PagedRepository) throws {
+            repository = try OldRepository.open(location, password: password)
+            guard repository.location != target.location else {
+                throw StoreOpsError(.usage, "\(target.location) is both the repository to convert and the one to convert into",
+                                    hint: "make a new repository with `storectl repo init --repo NEW` and convert into it")
+            }
+            release = try repository.hold()
         }
-        let sourceHold = try RepositoryHold.take(source, operation: "repo convert (reading)", exclusive: false, wait: false)
-        defer { sourceHold.release() }
-        let targetHold = try RepositoryHold.take(.paged(target), operation: "repo convert", exclusive: false, wait: false)
-        defer { targetHold.release() }
-        var report = Report(source: source.location, sourceKind: kind(of: source), target: target.location)
+    }
+
+    /// Every snapshot of `source`, oldest first, into `target`.
+    static func convert(_ source: OldRepository, into target: PagedRepository, scratch base: String?, progress: ProgressHandler?) throws -> Report {
+        var report = Report(source: source.location, sourceKind: source.kind, target: target.location)
         let snapshots = try oldestFirst(source, into: &report)
         for (n, snapshot) in snapshots.enumerated() {
             try ProcessSignals.checkpoint("converting \(source.location)")
@@ -77,7 +97,7 @@ public enum RepositoryConvert {
                 report.failed.append(Failure(id: snapshot.id, problem: "its record gives an impossible size (\(snapshot.bytes) bytes)"))
                 continue
             }
-            let scratch = try SnapshotImport.Scratch(in: options.scratch, label: "convert", needing: needed)
+            let scratch = try SnapshotImport.Scratch(in: base, label: "convert", needing: needed)
             defer { scratch.discard() }
             let database: String
             do {
@@ -102,18 +122,11 @@ public enum RepositoryConvert {
         var extract: (SnapshotExtraction.Targets) throws -> Void
     }
 
-    static func kind(of repository: OpenedRepository) -> String {
-        switch repository {
-        case .archives: return "format 1"
-        case .paged(let paged): return paged.sealer.isCompact ? "format 2" : "format 2, layout 1"
-        }
-    }
-
     /// Every snapshot of the old repository, oldest first; damaged catalog entries are reported.
-    static func oldestFirst(_ repository: OpenedRepository, into report: inout Report) throws -> [OldSnapshot] {
+    static func oldestFirst(_ repository: OldRepository, into report: inout Report) throws -> [OldSnapshot] {
         var out: [OldSnapshot] = []
         switch repository {
-        case .archives(let archives):
+        case .formatOne(let archives):
             let (records, damaged) = archives.catalog()
             report.failed += damaged.map { Failure(id: $0.id, problem: "its catalog entry \($0.file) \($0.problem)") }
             for record in records {
@@ -136,5 +149,50 @@ public enum RepositoryConvert {
             }
         }
         return out.sorted { ($0.manifest.startedAt, $0.id) < ($1.manifest.startedAt, $1.id) }
+    }
+}
+
+/// The repository `repo convert` reads: format 1, or format 2 of either layout (layout 2 is
+/// simply copied).
+enum OldRepository {
+    case formatOne(FormatOneRepository)
+    case paged(PagedRepository)
+
+    /// - Throws: 66 when there is nothing at `location`, 65 when it is not a repository.
+    static func open(_ location: String, password: PasswordSource) throws -> OldRepository {
+        if !S3Backend.isS3(location) {
+            let absolute = FileSystem.absolute(location)
+            if FileSystem.kind(of: absolute) == .directory, FormatOneRepository.isOne(absolute) {
+                return .formatOne(try FormatOneRepository.open(absolute))
+            }
+        }
+        return .paged(try PagedRepository.open(try RepositoryLocation.backend(location, missing: .lookAround), password: password, oldLayout: true))
+    }
+
+    var location: String {
+        switch self {
+        case .formatOne(let archives): return archives.path
+        case .paged(let paged): return paged.location
+        }
+    }
+
+    var kind: String {
+        switch self {
+        case .formatOne: return "format 1"
+        case .paged(let paged): return paged.config.idBytes == 16 ? "format 2" : "format 2, layout 1"
+        }
+    }
+
+    /// Takes its lock for the run (format 1: its writers' flock; format 2: a shared lock) and
+    /// returns what releases it. Nothing is removed from it: convert only reads.
+    func hold() throws -> () -> Void {
+        switch self {
+        case .formatOne(let archives):
+            let lock = try archives.lock(job: "repo convert (reading)")
+            return { lock.release() }
+        case .paged(let paged):
+            let hold = try RepositoryHold.take(paged, operation: "repo convert (reading)", exclusive: false, wait: false, readOnly: true)
+            return { hold.release() }
+        }
     }
 }

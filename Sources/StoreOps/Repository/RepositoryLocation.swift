@@ -1,27 +1,10 @@
 import Foundation
 
-/// A snapshot repository of either format, opened: format 1 (one archive per snapshot, readable
-/// with bsdtar) or format 2 (content-addressed pages, encrypted by default).
-public enum OpenedRepository: Sendable {
-    case archives(SnapshotRepository)
-    case paged(PagedRepository)
-
-    public var location: String {
-        switch self {
-        case .archives(let repository): return repository.path
-        case .paged(let repository): return repository.location
-        }
-    }
-
+/// Where a repository is (a folder, or an `s3://` URL) and how to open what is there.
+public enum RepositoryLocation {
     /// A folder as an absolute path; an `s3://` URL as it is.
     public static func normalize(_ location: String) -> String {
         S3Backend.isS3(location) ? location : FileSystem.absolute(location)
-    }
-
-    /// Whether a password was needed to open it (an encrypted format-2 repository).
-    public var isEncrypted: Bool {
-        if case .paged(let repository) = self { return repository.config.isEncrypted }
-        return false
     }
 
     /// What to suggest when there is no repository at the location: commands that make snapshots
@@ -32,19 +15,14 @@ public enum OpenedRepository: Sendable {
         case lookAround
     }
 
-    public var format: Int {
-        switch self {
-        case .archives: return 1
-        case .paged: return 2
-        }
+    /// How to bring an older repository's snapshots into today's format.
+    static func convertHint(_ location: String) -> String {
+        "make a new repository (`storectl repo init --repo NEW`) and bring its snapshots over with `storectl repo convert \(location) --repo NEW`"
     }
 
-    /// Opens the repository at `location` (a folder), asking for the password only when it is an
-    /// encrypted format-2 repository.
-    ///
-    /// - Throws: 66 when there is no repository (with the `repo init` command to make one), 65
-    ///   when the folder is something else or damaged, 77 for a wrong password.
-    public static func open(_ location: String, password: PasswordSource, missing: Missing = .lookAround) throws -> OpenedRepository {
+    /// The backend at `location`, checked to hold a repository of today's format (66 none, 65
+    /// something else, or a format-1 repository, with the command that converts it).
+    static func backend(_ location: String, missing: Missing) throws -> any RepositoryBackend {
         if S3Backend.isS3(location) {
             let backend = try S3Backend(url: location)
             guard try backend.read(RepositoryConfig.key) != nil else {
@@ -57,7 +35,7 @@ public enum OpenedRepository: Sendable {
                 throw StoreOpsError(.badData, "\(backend.location) holds objects but no config: it is not a storectl repository",
                                     hint: "check --repo (a repository needs a prefix of its own)")
             }
-            return .paged(try PagedRepository.open(backend, password: password))
+            return backend
         }
         let absolute = FileSystem.absolute(location)
         switch FileSystem.kind(of: absolute) {
@@ -67,8 +45,9 @@ public enum OpenedRepository: Sendable {
         default:
             throw StoreOpsError(.badData, "\(absolute) is not a folder, so not a snapshot repository")
         }
-        if FileSystem.kind(of: (absolute as NSString).appendingPathComponent(SnapshotRepository.markerName)) != .missing {
-            return .archives(try SnapshotRepository.open(absolute))
+        if FormatOneRepository.isOne(absolute) {
+            throw StoreOpsError(.badData, "\(absolute) is a format-1 repository (made by an earlier storectl), which this storectl only converts",
+                                hint: convertHint(absolute))
         }
         let backend = LocalBackend(root: absolute)
         if FileSystem.kind(of: backend.path(RepositoryConfig.key)) == .missing {
@@ -76,10 +55,9 @@ public enum OpenedRepository: Sendable {
             if contents.isEmpty {
                 throw StoreOpsError(.noInput, "\(absolute) is an empty folder, not a snapshot repository yet", hint: missingHint(absolute, missing))
             }
-            throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (no config or \(SnapshotRepository.markerName))",
-                                hint: "check --repo")
+            throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (it has no config)", hint: "check --repo")
         }
-        return .paged(try PagedRepository.open(backend, password: password))
+        return backend
     }
 
     static func missingHint(_ absolute: String, _ missing: Missing) -> String {
@@ -100,7 +78,7 @@ public enum OpenedRepository: Sendable {
             let path = (parent as NSString).appendingPathComponent(entry)
             guard FileSystem.kind(of: path) == .directory else { return false }
             return FileSystem.kind(of: (path as NSString).appendingPathComponent(RepositoryConfig.key)) == .file
-                || FileSystem.kind(of: (path as NSString).appendingPathComponent(SnapshotRepository.markerName)) != .missing
+                || FormatOneRepository.isOne(path)
         }
         return repositories.sorted { (editDistance($0, name), $0) < (editDistance($1, name), $1) }
             .prefix(5).map { (parent as NSString).appendingPathComponent($0) }
@@ -118,5 +96,18 @@ public enum OpenedRepository: Sendable {
             previous = current
         }
         return previous[b.count]
+    }
+}
+
+extension PagedRepository {
+    /// Opens the repository at `location` (a folder or an `s3://` URL), asking for the password
+    /// only when it is encrypted.
+    ///
+    /// - Throws: 66 when there is no repository (with the `repo init` command to make one), 65
+    ///   when the folder is something else, damaged, or an older format (naming `repo convert`),
+    ///   77 for a wrong password.
+    public static func open(at location: String, password: PasswordSource,
+                            missing: RepositoryLocation.Missing = .lookAround) throws -> PagedRepository {
+        try open(try RepositoryLocation.backend(location, missing: missing), password: password)
     }
 }
