@@ -59,18 +59,19 @@ public enum JobRun {
                 while Date() < until, ProcessSignals.received == nil { usleep(100_000) }
                 try ProcessSignals.checkpoint("waiting out the jitter")
             }
+            // A sequence of roads under one lock: the job takes the store's lock (exclusive), then
+            // walks each step's own road in turn (each with that lock held, each taking the
+            // repository's lock it needs in its own lock stage: shared to snapshot, alone to prune).
             let store = try StoreFile(existing: loaded.store.path)
             let pipeline = Pipeline(operation: "run \(options.job.rawValue)", store: store)
-            var steps = record
-            var road = Road<Ending>(lock: .exclusive, actName: options.job.rawValue) { _ in
-                try perform(options.job, policy: loaded, store: store, record: &steps)
+            defer { pipeline.unlock() }
+            do {
+                try pipeline.lock(.exclusive)
+                ending = try perform(options.job, policy: loaded, store: store, record: &record, between: { try pipeline.checkpoint() })
+            } catch {
+                ending = Pipeline.ending(error, rollsBack: false)
             }
-            // The steps' own ending (a purge stopped or refused) is the run's, inside the walk.
-            road.settle = { _, stepsEnding in stepsEnding.outcome == .ok ? nil : stepsEnding }
-            let walked = pipeline.walk(road)
-            record = steps
-            record.stages = walked.stages
-            ending = walked.ending
+            record.stages = pipeline.stages + (record.stages ?? [])
         } catch {
             ending = Ending.from(error)
         }
@@ -106,8 +107,14 @@ public enum JobRun {
         record.error = [record.error, problem].compactMap { $0 }.joined(separator: "; ")
     }
 
-    /// The job's steps, with the store's lock held; returns the purge's ending when it has one.
-    static func perform(_ job: ScheduledJob, policy: Policy, store: StoreFile, record: inout Record) throws -> Ending {
+    /// The job's steps, with the store's lock held, each a road of its own walked in turn (its
+    /// stages are the record's, named after the step); returns the purge's ending when it has one.
+    /// `between` is a safe point between two steps (a signal stops the job there).
+    static func perform(_ job: ScheduledJob, policy: Policy, store: StoreFile, record: inout Record,
+                        between: () throws -> Void) throws -> Ending {
+        func add(_ step: String, _ stages: [StageTiming]) {
+            record.stages = (record.stages ?? []) + stages.map { StageTiming(name: "\(step) \($0.name)", seconds: $0.seconds) }
+        }
         func snapshot() throws {
             guard let section = policy.snapshot else {
                 throw StoreOpsError(.badData, "\(policy.file) has no [snapshot] section naming the repository")
@@ -117,6 +124,7 @@ public enum JobRun {
             options.storeLockHeld = true
             options.password = section.password
             let created = try SnapshotCreate.run(store: store.path, options: options)
+            add("snapshot", created.stages)
             record.snapshotId = created.id
             record.snapshotBytes = created.record.snapshot?.archive?.bytes ?? created.addedBytes
         }
@@ -124,7 +132,9 @@ public enum JobRun {
             var options = Purge.Options(policy: policy.file)
             options.jobLockHeld = true
             options.skipSnapshot = skipSnapshot
+            try between()
             let report = try Purge.run(options)
+            add("purge", report.stages)
             record.rowsPurged = report.rules.reduce(0) { $0 + $1.deleted }
             if let id = report.snapshot { record.snapshotId = id }
             return report.ending   // a circuit breaker's refusal included: the purge's walk ended it
@@ -141,8 +151,10 @@ public enum JobRun {
                 throw StoreOpsError(.badData, "\(policy.file) has no [snapshot.retention]: maintain prunes the repository by it")
             }
             // Only this store's snapshots, as this host took them: the repository may hold others'.
+            try between()
             let pruned = try SnapshotPrune.run(.init(repository: section.repository, policy: retention, password: section.password,
                                                      filter: .init(host: ProcessInfo.processInfo.hostName, path: store.path)))
+            add("prune", pruned.stages)
             record.prunedSnapshots = pruned.removed
             return try purge(skipSnapshot: true)
         }

@@ -150,6 +150,11 @@ struct JobRunTests {
         #expect(after.count == 2 && after.first == record.snapshotId, "the new snapshot and the newest old one are kept")
         #expect(record.prunedSnapshots == [before.last!])
         #expect((record.rowsPurged ?? 0) > 0)
+        // A sequence of roads under the job's lock, each step's stages named after it, in order.
+        let steps = (record.stages ?? []).map(\.name)
+        #expect(steps.first == "lock" && steps.contains("snapshot copy") && steps.contains("prune prune") && steps.contains("purge purge"), "\(steps)")
+        #expect((steps.firstIndex(of: "snapshot copy") ?? 99) < (steps.firstIndex(of: "prune prune") ?? 0)
+                && (steps.firstIndex(of: "prune prune") ?? 99) < (steps.firstIndex(of: "purge purge") ?? 0), "\(steps)")
         // The snapshot came first: it still has the rows the purge then deleted.
         let restored = fixture.folder.file("restored.sqlite")
         var restore = SnapshotRestore.Options(repository: repo, id: record.snapshotId!, target: .file(restored))
@@ -158,7 +163,7 @@ struct JobRunTests {
         #expect(try readStore(restored) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZISDELETED = 1") } == soft)
         #expect(try readStore(fixture.store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZISDELETED = 1") } == soft - record.rowsPurged!)
         let log = try fixture.logLines()
-        // Format 2: the bytes the snapshot added (none here: the store did not change since the last one).
+        // The bytes the snapshot added (none here: the store did not change since the last one).
         #expect(log.count == 1 && log[0].job == .maintain && log[0].snapshotBytes == 0)
     }
 
