@@ -120,7 +120,7 @@ struct RealCronTests {
         }
         let ran = try #require(record, "cron did not run the job within 150 s")
         #expect(ran.job == .snapshot && ran.outcome == "ok", "\(ran.error ?? "")")
-        let snapshots = try SnapshotSummary.list(repository: folder.file("snaps"))
+        let snapshots = try SnapshotSummary.list(repository: folder.file("snaps"), password: .file(try folder.passwordFile()))
         #expect(snapshots.map(\.id).contains(ran.snapshotId ?? "none"))
 
         #expect(try storectl("schedule", "uninstall").status == 0)

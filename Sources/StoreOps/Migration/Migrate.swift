@@ -145,7 +145,7 @@ public enum Migrate {
         road.verify = { _, session in try session.verify() }
         road.commit = { _, session in try session.finish() }
         road.commitName = nil
-        road.rollback = { _, _ in session.rollBack() }
+        road.rollback = { pipeline, _ in session.rollBack(in: pipeline.hold) }
         road.rollbackOnFailure = options.rollbackOnFailure
         road.rollbackNeeded = { !session.nothingCommitted() }
         // A failure leaves the store at its last good migration (1); a full disk before anything
@@ -309,10 +309,10 @@ public enum Migrate {
             try MigrationJournal.remove(store)
         }
 
-        func rollBack() -> StoreOpsError? {
+        func rollBack(in hold: RepositoryHold?) -> StoreOpsError? {
             try? queue?.close()
             guard let snapshot = report.snapshot else { return nil }   // stopped before anything changed
-            let info = Migrate.rollBack(store: store, repository: report.repository, snapshot: snapshot, password: options.password)
+            let info = Migrate.rollBack(store: store, hold: hold, snapshot: snapshot)
             report.rollback = info
             guard info.error == nil, info.verified else { return StoreOpsError(.rollbackFailed, info.error ?? "the rollback could not be checked") }
             try? MigrationJournal.remove(store)
@@ -418,20 +418,21 @@ public enum Migrate {
         }
     }
 
-    /// Restores the snapshot in place (the store's lock is held by the migration) and checks the
-    /// store's SHA-256 against the snapshot's: the pre-migration content, byte for byte.
-    static func rollBack(store: StoreFile, repository: String, snapshot: String, password: PasswordSource) -> RollbackInfo {
+    /// Restores the snapshot in place, as a stage of migrate's road (which holds the store's lock
+    /// and the repository), and checks the store's SHA-256 against the snapshot's: the
+    /// pre-migration content, byte for byte.
+    static func rollBack(store: StoreFile, hold: RepositoryHold?, snapshot: String) -> RollbackInfo {
         let started = Date()
         var info = RollbackInfo(snapshotId: snapshot, seconds: 0, verified: false)
         let identity = FileSystem.identity(of: store.path)
         do {
-            var options = SnapshotRestore.Options(repository: repository, id: snapshot, target: .inPlace(store.path), force: true, wait: true)
+            guard let hold else { throw StoreOpsError(.failure, "the repository is not held: nothing to restore from") }
+            var options = SnapshotRestore.Options(repository: hold.repository.location, id: snapshot, target: .inPlace(store.path), force: true, wait: true)
             options.jobLockHeld = true
-            options.password = password
             // The failed state is evidence only: renamed aside (instant) rather than snapshotted.
             options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
             options.clearsMigrationJournal = true
-            let result = try SnapshotRestore.run(options)
+            let result = try SnapshotRestore.inPlace(options, in: hold)
             info.failedStateKeptAt = result.movedAside.first
             info.verified = result.verified
         } catch {

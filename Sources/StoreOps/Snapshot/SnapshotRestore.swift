@@ -102,6 +102,20 @@ public enum SnapshotRestore {
         }
     }
 
+    /// A restore in place as a stage of another road (migrate's rollback), not a road of its own:
+    /// that road holds the store's lock and the repository (`hold`); the snapshot is staged and
+    /// checked, the current store kept as `options.keepCurrent` says, and the swap made.
+    static func inPlace(_ options: Options, in hold: RepositoryHold, progress: ProgressHandler? = nil) throws -> Result {
+        guard case .inPlace(let path) = options.target else { throw StoreOpsError(.failure, "a restore in place needs its store") }
+        let restore = InPlace(store: StoreFile(unchecked: path), options: options)
+        restore.progress = progress
+        restore.hold = hold
+        try restore.check()
+        _ = try restore.keepCurrent()
+        try restore.swap()
+        return try restore.result()
+    }
+
     /// Unpacked and checked, not yet in place.
     struct Staged {
         var database: PendingFile

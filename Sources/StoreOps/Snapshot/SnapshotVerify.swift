@@ -40,12 +40,23 @@ public enum SnapshotVerify {
         guard options.all || !options.ids.isEmpty else {
             throw StoreOpsError(.usage, "name the snapshots to verify, or pass --all")
         }
-        let repository = try PagedRepository.open(at: options.repository, password: options.password)
-        // A shared lock, so a prune cannot remove packs while they are read.
-        let hold = try RepositoryHold.take(repository, operation: "snapshot verify", exclusive: false, wait: false)
-        defer { hold.release() }
-        let catalog = try repository.catalog()
-        let records = options.all ? catalog.records : try options.ids.map { try repository.record($0) }
+        // A road over the repository (shared, so a prune cannot remove packs while they are read;
+        // verify writes only the "last verified" records): the preflight picks the snapshots.
+        let pipeline = Pipeline(operation: "snapshot verify", progress: progress)
+        var road = PlannedRoad<(records: [PagedSnapshotRecord], damaged: [DamagedEntry]), [Outcome]>(
+            lock: .none, actName: "verify",
+            preflight: { pipeline in
+                let repository = try pipeline.repository
+                let catalog = try repository.catalog()
+                return (options.all ? catalog.records : try options.ids.map { try repository.record($0) }, options.all ? catalog.damaged : [])
+            },
+            act: { pipeline, chosen in try verify(chosen.records, damaged: chosen.damaged, in: try pipeline.repository, options: options, progress: progress) })
+        road.repository = .init(options.repository, password: options.password, exclusive: false)
+        return try pipeline.walk(road).get()
+    }
+
+    static func verify(_ records: [PagedSnapshotRecord], damaged: [DamagedEntry], in repository: PagedRepository, options: Options,
+                       progress: ProgressHandler?) throws -> [Outcome] {
         let scratch = FileSystem.absolute(options.scratch ?? NSTemporaryDirectory())
         // Scratch copies of runs that were killed (a killed migrate's verify) go first.
         PendingFile.removeStale(in: scratch, prefix: scratchPrefix)
@@ -72,7 +83,7 @@ public enum SnapshotVerify {
         }
         if options.all {
             // Damaged catalog entries are part of "all": reported, never skipped silently.
-            for entry in catalog.damaged {
+            for entry in damaged {
                 outcomes.append(Outcome(id: entry.id, ok: false, problem: "its catalog entry \(entry.file) \(entry.problem)", seconds: 0))
             }
         }
