@@ -9,7 +9,7 @@ struct StorectlLab: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storectl-lab",
         abstract: "Sample stores and write load for storectl's demo, tests and benchmarks.",
-        subcommands: [MakeStore.self, Writer.self, Hold.self, JobLockHold.self, Latency.self, WALCommits.self, S3Bucket.self])
+        subcommands: [MakeStore.self, Writer.self, Churn.self, Hold.self, JobLockHold.self, Latency.self, WALCommits.self, S3Bucket.self])
 
     static func main() {
         ProcessSignals.install()
@@ -82,6 +82,31 @@ struct Writer: ParsableCommand {
         options.commitLog = commitLog
         options.autocheckpoint = autocheckpoint
         print(JSON.string(try WriteLoad.run(store: path, options: options)))
+    }
+}
+
+struct Churn: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Insert, update and delete rows at random intervals, logging each commit's content hash (\"<seq> <began> <returned> <sha256>\").")
+
+    @Argument var path: String
+    @Option var log: String
+    @Option var duration = 5.0
+    @Option var maxIntervalMs = 5.0
+    @Option var seed: UInt64 = 1
+    @Option(help: "Run wal_checkpoint(PASSIVE|RESTART|TRUNCATE) after one commit in N, at random.") var checkpointEvery: Int?
+    @Option(help: "VACUUM after one commit in N, at random.") var vacuumEvery: Int?
+    @Option var autocheckpoint: Int?
+
+    func run() throws {
+        var options = ChurnLoad.Options(log: log)
+        options.duration = duration
+        options.maxIntervalMs = maxIntervalMs
+        options.seed = seed
+        options.checkpointEvery = checkpointEvery
+        options.vacuumEvery = vacuumEvery
+        options.autocheckpoint = autocheckpoint
+        print(JSON.string(try ChurnLoad.run(store: path, options: options)))
     }
 }
 

@@ -16,7 +16,10 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
 
     @Option(help: "The snapshot repository.") var repo: String
     @OptionGroup var password: PasswordOption
-    @Argument(help: "The snapshot id (or a unique prefix).") var id: String
+    @Argument(help: "The snapshot id (or a unique prefix); not with --at.") var id: String?
+    @Option(help: "Restore the point in time recorded by `storectl replicate` at or before this time (RFC 3339, or before now: -5m).") var at: String?
+    @Option(help: "With --at: the store whose points (when the repository has points of several).") var store: String?
+    @Option(help: "With --at and --store: the host that followed it (default: this one).") var host: String?
     @Option(help: "Restore to this new file.") var to: String?
     @Option(help: "Restore in place of this store.") var inPlace: String?
     @Flag(help: "In place: go ahead although the store is open; move a damaged store aside instead of snapshotting it.") var force = false
@@ -26,18 +29,23 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
 
     func validate() throws {
         if (to == nil) == (inPlace == nil) { throw ValidationError("pass exactly one of --to PATH or --in-place STORE") }
+        if (id == nil) == (at == nil) { throw ValidationError("pass a snapshot id or --at TIME (not both)") }
     }
 
     func run() throws {
         let target: SnapshotRestore.Target = to.map { .file($0) } ?? .inPlace(inPlace!)
-        var options = SnapshotRestore.Options(repository: repo, id: id, target: target, force: force, wait: wait)
+        var options = SnapshotRestore.Options(repository: repo, id: id ?? "", target: target, force: force, wait: wait)
         options.password = password.source
+        options.at = try at.map { try PointRestore.parseTime($0) }
+        options.pointStore = store
+        options.pointHost = host
         options.create = create
         let progress = TerminalProgress.handler("snapshot restore", quiet: json)
         let result = try SnapshotRestore.run(options, progress: progress?.1)
         progress?.0.finish()
         if json { print(jsonReport(result)); return }
         var line = "restored \(result.id) to \(result.restoredTo)"
+        if let point = result.point, let time = result.pointTime { line = "restored point \(point) (\(Timestamp.iso(time))) to \(result.restoredTo)" }
         if result.externalFiles > 0 { line += " with \(Format.plural(result.externalFiles, "external file", "external files"))" }
         if let safety = result.safetySnapshot { line += "; the previous store is snapshot \(safety) (tag pre-restore)" }
         if !result.movedAside.isEmpty { line += "; the previous files were kept at \(result.movedAside.joined(separator: ", "))" }

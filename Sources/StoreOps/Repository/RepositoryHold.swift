@@ -12,11 +12,12 @@ final class RepositoryHold: @unchecked Sendable {
     /// writer left unindexed (repair indexes them instead). `readOnly`: remove nothing (a
     /// repository convert only reads).
     static func take(_ repository: PagedRepository, operation: String, exclusive: Bool, wait: Bool,
-                     keepingUnindexed: Bool = false, readOnly: Bool = false) throws -> RepositoryHold {
+                     keepingUnindexed: Bool = false, readOnly: Bool = false, sweep: Bool = true) throws -> RepositoryHold {
         let hold = RepositoryHold(repository: repository)
         let lock = try RepositoryLock.acquire(repository.backend, exclusive: exclusive, operation: operation, wait: wait)
         hold.lock = lock
-        guard !readOnly else { return hold }
+        // `sweep: false`: a follower's writes every second, which leave the sweeping to the runs between.
+        guard !readOnly, sweep else { return hold }
         // What dead writers left: temp files (local), and multipart uploads that never finish
         // (S3: only when no one else holds the repository, since a live writer's upload looks the
         // same).

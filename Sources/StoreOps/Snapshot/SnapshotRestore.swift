@@ -31,6 +31,12 @@ public enum SnapshotRestore {
         public var clearsMigrationJournal = false
         /// Where an encrypted repository's password comes from.
         public var password: PasswordSource = .resolve(file: nil)
+        /// A point in time instead of a snapshot id (`--at`): the newest point recorded by then.
+        public var at: Date?
+        /// With `at`: the store whose points (its path as `replicate` followed it; needed when the
+        /// repository has points of more than one store).
+        public var pointStore: String?
+        public var pointHost: String?
 
         public enum KeepCurrent: Sendable, Equatable {
             /// A safety snapshot (tag pre-restore) in the repository.
@@ -69,6 +75,9 @@ public enum SnapshotRestore {
         /// An interrupted swap of this path that was finished first.
         public var recovered: StoreSwap.Outcome?
         public var record: Manifest
+        /// `--at`: the point restored (`<chain>@<n>`) and the time it was the store's state.
+        public var point: String?
+        public var pointTime: Date?
         /// In place: how long each stage took (lock, preflight, snapshot, swap).
         public var stages: [StageTiming] = []
     }
@@ -86,10 +95,16 @@ public enum SnapshotRestore {
             // Before the repository is opened (no password asked, no lock taken for a name that cannot be made).
             try Validate.outputName(FileSystem.absolute(path), option: "--to")
             let pipeline = Pipeline(operation: "snapshot restore", progress: progress)
-            var road = PlannedRoad<PagedSnapshotRecord, Result>(
+            var road = PlannedRoad<PointRestore.Target, Result>(
                 lock: .none, wait: options.wait, actName: "restore",
-                preflight: { pipeline in try pipeline.repository.record(options.id) },
-                act: { pipeline, snapshot in try restoreToNewFile(snapshot, from: try pipeline.repository, path: FileSystem.absolute(path), progress: progress) })
+                preflight: { pipeline in try PointRestore.target(options, in: try pipeline.repository) },
+                act: { pipeline, target in
+                    var result = try restoreToNewFile(target.record, from: try pipeline.repository, path: FileSystem.absolute(path),
+                                                      overlay: target.overlay, progress: progress)
+                    result.point = target.point
+                    result.pointTime = target.time
+                    return result
+                })
             road.repository = .init(options.repository, password: options.password, exclusive: false)
             let walked = pipeline.walk(road)
             var result = try walked.get()
@@ -129,8 +144,9 @@ public enum SnapshotRestore {
     /// Unpacks and checks the snapshot beside `finalPath`, then puts the database in `journalMode`
     /// ("wal" or "delete") and fsyncs everything.
     static func stage(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, at finalPath: String, journalMode: String,
-                      progress: ProgressHandler? = nil) throws -> Staged {
-        let record = snapshot.manifest
+                      overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> Staged {
+        var record = snapshot.manifest
+        if let overlay { record.database.bytes = UInt64(overlay.ids.count) * UInt64(overlay.pageSize) }
         let folder = FileSystem.parent(of: finalPath)
         switch FileSystem.kind(of: folder) {
         case .directory: break
@@ -157,7 +173,7 @@ public enum SnapshotRestore {
         }
         let started = Date()
         let sha256 = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: externalFolder),
-                                             level: .quick, progress: progress)
+                                             level: .quick, overlay: overlay, progress: progress)
         logger.debug("unpacked and checked", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
         if journalMode == "wal" { try switchToWAL(database.tempPath) }
         progress?(.stage("sync"))
@@ -185,7 +201,7 @@ public enum SnapshotRestore {
     }
 
     static func restoreToNewFile(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, path: String,
-                                 progress: ProgressHandler? = nil) throws -> Result {
+                                 overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> Result {
         let record = snapshot.manifest
         let recovered = try StoreSwap.recover(target: path)
         guard FileSystem.kind(of: path) == .missing else {
@@ -199,7 +215,7 @@ public enum SnapshotRestore {
         }
         // `--to` writes the snapshot's database byte for byte (journal_mode=delete): its SHA-256
         // is the manifest's, so the file can be checked without storectl.
-        let staged = try stage(snapshot, from: repository, at: path, journalMode: "delete", progress: progress)
+        let staged = try stage(snapshot, from: repository, at: path, journalMode: "delete", overlay: overlay, progress: progress)
         let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
         _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
                                         expectedSHA256: staged.sha256))
@@ -215,6 +231,7 @@ public enum SnapshotRestore {
         let store: StoreFile
         let options: Options
         var hold: RepositoryHold?
+        var target: PointRestore.Target?
         var record: Manifest?
         var staged: Staged?
         var exists = false
@@ -253,7 +270,9 @@ public enum SnapshotRestore {
         func check() throws {
             recovered = nil
             guard let hold else { throw StoreOpsError(.failure, "the repository was not opened") }
-            let snapshot = try hold.repository.record(options.id)
+            let target = try PointRestore.target(options, in: hold.repository)
+            self.target = target
+            let snapshot = target.record
             let record = snapshot.manifest
             self.record = record
             exists = FileSystem.kind(of: store.path) == .file
@@ -270,7 +289,7 @@ public enum SnapshotRestore {
             }
             let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")
-            let staged = try stage(snapshot, from: hold.repository, at: store.path, journalMode: journalMode, progress: progress)
+            let staged = try stage(snapshot, from: hold.repository, at: store.path, journalMode: journalMode, overlay: target.overlay, progress: progress)
             if exists {
                 // The app's user must be able to open its restored store: same owner and mode as before.
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
@@ -326,7 +345,8 @@ public enum SnapshotRestore {
             let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
             return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
                           removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
-                          externalFiles: staged.externalFiles, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record)
+                          externalFiles: staged.externalFiles, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record,
+                          point: target?.point, pointTime: target?.time)
         }
     }
 }

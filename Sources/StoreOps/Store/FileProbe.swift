@@ -47,6 +47,22 @@ public final class FileProbe: Sendable {
         return Array(buffer.prefix(n))
     }
 
+    /// Fills `buffer` from `offset` (zeros past the file's end); returns the bytes read.
+    @discardableResult
+    func read(_ path: String, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+        let fd = try descriptor(for: path)
+        var done = 0
+        while done < buffer.count {
+            let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+            if n < 0, errno == EINTR { continue }
+            guard n >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path)", side: .input) }
+            if n == 0 { break }
+            done += n
+        }
+        if done < buffer.count { (buffer.baseAddress! + done).initializeMemory(as: UInt8.self, repeating: 0, count: buffer.count - done) }
+        return done
+    }
+
     /// SHA-256 of a whole store file, through the kept descriptor (see the type's comment).
     public func sha256(of path: String) throws -> String {
         try Hashing.sha256(fd: try descriptor(for: path), path: path)

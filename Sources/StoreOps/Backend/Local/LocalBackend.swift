@@ -77,8 +77,18 @@ public struct LocalBackend: RepositoryBackend {
         let final = path(key)
         let folder = FileSystem.parent(of: final)
         if FileSystem.kind(of: folder) == .missing {
-            try FileSystem.makeDirectory(folder, existingOK: true, point: "\(point).folder")
-            try FileSystem.sync(FileSystem.parent(of: folder), directory: true, point: "\(point).folder-sync")
+            // Every missing folder from the outermost down (`points/<store>/<chain>/` has two
+            // levels), each made durable in its parent before the next.
+            var missing: [String] = []
+            var at = folder
+            while FileSystem.kind(of: at) == .missing, at.count > root.count {
+                missing.append(at)
+                at = FileSystem.parent(of: at)
+            }
+            for created in missing.reversed() {
+                try FileSystem.makeDirectory(created, existingOK: true, point: "\(point).folder")
+                try FileSystem.sync(FileSystem.parent(of: created), directory: true, point: "\(point).folder-sync")
+            }
         } else {
             // The same points either way: whether `data/<xx>` exists depends on a pack's (random)
             // id, and a crash test kills a second run at the points a first one listed.

@@ -16,14 +16,14 @@ enum PagedExtraction {
     /// - Throws: 65 naming the snapshot and the object when anything is missing or damaged.
     @discardableResult
     static func run(_ record: PagedSnapshotRecord, repository: PagedRepository, into targets: SnapshotExtraction.Targets,
-                    level: VerifyLevel, progress: ProgressHandler? = nil) throws -> String {
+                    level: VerifyLevel, overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> String {
         let context = "snapshot \(record.id)"
         let check = SnapshotExtraction.Damage(id: record.id, repository: repository.location)
         let started = Date()
         func stage(_ what: String) {
             SnapshotRestore.logger.debug("\(what)", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
         }
-        let ids: [ContentID]
+        var ids: [ContentID]
         do {
             ids = try BlobLocator.pageMap(of: record, in: repository).ids
             stage("page map read")
@@ -31,6 +31,12 @@ enum PagedExtraction {
             try writePages(ids, pageSize: record.pages.pageSize, repository: repository, to: targets.database, context: context,
                            progress: progress.map { handler in { handler(.step($0)) } })
             stage("pages written")
+            if let overlay {
+                progress?(.stage("points"))
+                try overlay.apply(to: targets.database)
+                ids = overlay.ids
+                stage("points applied")
+            }
             if !record.files.isEmpty { progress?(.stage("external data")) }
             try writeFiles(record.files, repository: repository, into: targets.externalFolder, context: context)
         } catch let error as StoreOpsError where error.status == .badData && !error.message.hasPrefix(context) {
@@ -41,8 +47,9 @@ enum PagedExtraction {
         // written kept both cores busy then and left this one idle during the integrity check.)
         let pageSize = record.pages.pageSize
         progress?(.stage(level == .full ? "integrity_check and page hashes" : "quick_check and page hashes"))
+        let finalIDs = ids
         let (result, sha) = try inParallel({ try SnapshotVerify.checkDatabase(targets.database, level: level) },
-                                           { try checkPages(targets.database, ids: ids, pageSize: pageSize, repository: repository, context: context) })
+                                           { try checkPages(targets.database, ids: finalIDs, pageSize: pageSize, repository: repository, context: context) })
         stage("checked and hashed")
         guard result.ok else {
             throw StoreOpsError(.badData, "\(context): the database it reassembles to fails \(level == .full ? "integrity_check" : "quick_check"): \(result.messages.prefix(3).joined(separator: "; "))")

@@ -197,6 +197,49 @@ final class PagedSnapshotWork {
                                        startedAt: startedAt, steps: 0, restarts: 0, busyRetries: 0)
     }
 
+    /// A base of `storectl replicate`: pages the follower reads from the store's file and -wal
+    /// (`read(first page, count, into)`), in order, inside its pinned read transaction. The
+    /// transaction lasts only as long as the read: no `quick_check` here (a point is checked when
+    /// it is restored), so the manifest says `verify.level: none`.
+    func copyPages(pageSize: Int, pageCount: Int, source: Manifest.Source,
+                   read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void, progress: StepHandler?) throws {
+        guard PagedSnapshotRecord.isPageSize(pageSize), pageCount > 0 else {
+            throw StoreOpsError(.badData, "\(store.path) has page size \(pageSize) and \(pageCount) pages: not a database to follow")
+        }
+        self.pageSize = pageSize
+        if parent?.pages.pageSize != pageSize {
+            parent = nil
+            parentMap = nil
+        }
+        try packExternalData()
+        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [], expectedPages: pageCount)
+        self.stream = stream
+        let started = Date()
+        let chunkPages = max(1, (1 << 20) / pageSize)
+        var buffer = [UInt8](repeating: 0, count: chunkPages * pageSize)
+        var page = 0
+        while page < pageCount {
+            try ProcessSignals.checkpoint("reading \(store.path)")
+            let count = min(chunkPages, pageCount - page)
+            try buffer.withUnsafeMutableBytes { raw in
+                let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<(count * pageSize)])
+                try read(page + 1, count, slice)
+                for i in 0..<count {
+                    guard stream.receive(page: UInt32(page + i + 1), bytes: UnsafeRawBufferPointer(rebasing: slice[(i * pageSize)..<((i + 1) * pageSize)])) else { break }
+                }
+            }
+            if let failure = stream.error { throw failure }
+            page += count
+            progress?(ProgressUpdate(phase: "pages", done: UInt64(page), total: UInt64(pageCount), unit: .pages,
+                                     bytes: UInt64(page) * UInt64(pageSize), startedAt: started))
+        }
+        try stream.drain()
+        finalIDs = try stream.finalIDs(pageCount: pageCount)
+        verification = Manifest.Verification(level: .none, ok: true, messages: ["pages as the app committed them (checked when restored)"])
+        coreData = nil
+        copied = ConsistentCopy.Copied(source: source, startedAt: startedAt, steps: 0, restarts: 0, busyRetries: 0)
+    }
+
     /// `quick_check` and the entity counts, on the source inside the read transaction the pages
     /// came from; inherited from the parent when no page changed.
     private func checkSource(_ src: Database, parallel: Result<(Manifest.Verification, Manifest.CoreDataFacts?), any Error>? = nil) throws {

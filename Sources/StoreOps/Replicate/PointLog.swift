@@ -1,0 +1,219 @@
+import Crypto
+import Foundation
+
+/// Points in time, as `storectl replicate` records them in a format-2 repository.
+///
+///     points/<store>/<chain>/<level>-<from>-<to>-<first ms>-<last ms>
+///
+/// A **chain** starts at a base: a snapshot record (tag `replicate`) of the store at one point,
+/// whose id names the chain. Its **segments** hold the commits that followed, in order: commit
+/// `n` of the chain is its point `n` (the base is point 0). A segment is one sealed object:
+///
+///     u32 json bytes | json (`PointSegment`) | the pages its commits wrote, end to end
+///
+/// compressed with zstd, then sealed as `points:<store>/<chain>/<level>-<from>-<to>`, so it
+/// opens only under its own key. Level 0 segments are written every sync interval; a level 1
+/// segment merges consecutive level-0 ones (those it covers are then removed; a reader that finds
+/// both uses the merged one). `from`…`to` are the points it holds, the times are the first and
+/// last point's (milliseconds since 1970, UTC). The chain's first segment (`0-0-0-…`) holds no
+/// commit: it says why the chain began (storectl started, or the gap it follows).
+///
+/// A chain is continuous by construction: the follower starts a new one (with a new base) as
+/// soon as it cannot prove that no commit was missed. Between chains is a gap.
+struct PointSegment: Codable, Equatable {
+    var format = "storectl-points"
+    var version = 1
+    var host: String
+    var path: String
+    var chain: String
+    var level: Int
+    /// The first and last point held (the opening segment: 0 and 0).
+    var from: Int
+    var to: Int
+    var pageSize: Int
+    /// Where the follower stood after the last commit (what a restarted follower resumes from).
+    var cursor: WalCursor
+    var databaseIdentity: [UInt64]?
+    var walIdentity: [UInt64]?
+    var commits: [Commit]
+    /// The opening segment: why the chain began.
+    var opening: Opening?
+    /// The follower stopped cleanly after this segment: what follows is not followed.
+    var closed: Bool?
+
+    struct Commit: Codable, Equatable {
+        /// When the follower saw this commit as the store's committed state or before (ms).
+        var time: Int64
+        var frame: UInt32
+        var pageCount: UInt32
+        var pages: [UInt32]
+        /// The content id of each page (hex), as restore checks it.
+        var ids: [String]
+    }
+
+    struct Opening: Codable, Equatable {
+        /// "start" (first chain of the store), "resume", "gap", "compaction".
+        var kind: String
+        var reason: String
+        /// The chain this one follows, and its last point's time (ms), when there is one.
+        var after: String?
+        var afterTime: Int64?
+    }
+
+    static func storeKey(host: String, path: String) -> String {
+        let digest = SHA256.hash(data: Data("\(host)\u{0}\(path)".utf8))
+        return digest.prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+
+    var storeKey: String { Self.storeKey(host: host, path: path) }
+    /// The opening segment's time: the base's (ms).
+    var baseTime: Int64?
+
+    var name: SegmentName {
+        SegmentName(store: storeKey, chain: chain, level: level, from: from, to: to, firstTime: commits.first?.time ?? baseTime ?? 0,
+                    lastTime: commits.last?.time ?? baseTime ?? 0)
+    }
+
+    /// Seals the segment with its pages (`pages`: each commit's pages' bytes, in order).
+    func seal(pages: [[UInt8]], sealer: Sealer, zstd: ZstdFrames, name: SegmentName? = nil) throws -> Data {
+        let json = try JSON.encode(self)
+        var plain = BinaryWriter(capacity: 4 + json.count + pages.reduce(0) { $0 + $1.count })
+        plain.u32(UInt32(json.count))
+        plain.bytes(json)
+        for page in pages { plain.bytes(Data(page)) }
+        let raw = plain.data
+        var framed = BinaryWriter(capacity: 8)
+        framed.u32(UInt32(raw.count))
+        var out = framed.data
+        out.append(try raw.withUnsafeBytes { try zstd.compress($0) })
+        return try sealer.seal(out, as: (name ?? self.name).identity)
+    }
+
+    /// Opens a segment read from `name`'s key: the segment and its pages (each commit's, in order).
+    static func open(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> (PointSegment, [[UInt8]]) {
+        let what = "point segment \(location)/\(name.key)"
+        let framed = try sealer.open(sealed, as: name.identity, what: what)
+        var reader = BinaryReader(framed, what: what)
+        let rawLength = Int(try reader.u32())
+        guard rawLength <= 1 << 30 else { throw StoreOpsError(.badData, "\(what) claims \(rawLength) bytes", hint: Sealer.damagedHint) }
+        let raw = try zstd.decompress(Data(framed.dropFirst(4)), rawLength: rawLength, what: what)
+        var body = BinaryReader(raw, what: what)
+        let jsonLength = Int(try body.u32())
+        let json = try body.bytes(jsonLength)
+        let segment: PointSegment
+        do { segment = try JSON.decoder().decode(PointSegment.self, from: json) } catch {
+            throw StoreOpsError(.badData, "\(what) is damaged (\(JSON.describe(error)))", hint: Sealer.damagedHint)
+        }
+        guard segment.format == "storectl-points", segment.version <= 1 else {
+            throw StoreOpsError(.badData, "\(what) is not a point segment this storectl reads (version \(segment.version))", hint: "use a newer storectl")
+        }
+        guard segment.chain == name.chain, segment.storeKey == name.store, PagedSnapshotRecord.isPageSize(segment.pageSize) else {
+            throw StoreOpsError(.badData, "\(what) describes \(segment.name.key), not itself", hint: Sealer.damagedHint)
+        }
+        var pages: [[UInt8]] = []
+        for commit in segment.commits {
+            guard commit.pages.count == commit.ids.count, commit.pageCount > 0 else {
+                throw StoreOpsError(.badData, "\(what): commit at frame \(commit.frame) is inconsistent", hint: Sealer.damagedHint)
+            }
+            for _ in commit.pages { pages.append(Array(try body.bytes(segment.pageSize))) }
+        }
+        guard body.isAtEnd else { throw StoreOpsError(.badData, "\(what): bytes follow its last page", hint: Sealer.damagedHint) }
+        return (segment, pages)
+    }
+}
+
+/// A segment's key, parsed.
+struct SegmentName: Equatable, Hashable {
+    var store: String
+    var chain: String
+    var level: Int
+    var from: Int
+    var to: Int
+    var firstTime: Int64
+    var lastTime: Int64
+
+    var key: String {
+        "points/\(store)/\(chain)/\(level)-\(String(format: "%010d", from))-\(String(format: "%010d", to))-\(firstTime)-\(lastTime)"
+    }
+
+    var identity: String { "points:\(store)/\(chain)/\(level)-\(from)-\(to)" }
+
+    static func parse(_ key: String) -> SegmentName? {
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "points", parts[1].count == 16, parts[1].allSatisfy(\.isHexDigit),
+              SnapshotID.isPlausible(String(parts[2])) else { return nil }
+        let fields = parts[3].split(separator: "-")
+        guard fields.count == 5, let level = Int(fields[0]), let from = Int(fields[1]), let to = Int(fields[2]),
+              let first = Int64(fields[3]), let last = Int64(fields[4]), level >= 0, level <= 9, from >= 0, to >= from, last >= first else { return nil }
+        return SegmentName(store: String(parts[1]), chain: String(parts[2]), level: level, from: from, to: to, firstTime: first, lastTime: last)
+    }
+}
+
+/// Every chain of points in a repository, from segment keys alone (no object is read).
+struct PointTimeline {
+    struct Chain {
+        var store: String
+        var id: String
+        /// The segments to read, in order (merged ones instead of what they cover), the opening first.
+        var segments: [SegmentName]
+        var baseTime: Int64
+        var lastTime: Int64
+        var points: Int { (segments.last?.to ?? 0) + 1 }
+        /// Segments a merge made redundant (left by a merge interrupted before it removed them).
+        var redundant: [SegmentName]
+        /// Level 8: the follower stopped cleanly at `firstTime`; level 9: it was not following
+        /// from `firstTime` to `lastTime` (it resumed the chain then).
+        var markers: [SegmentName] = []
+
+        /// The spans of this chain in which no commit is claimed: from a clean stop to the next
+        /// resume (or on), and each resume's span.
+        var unfollowed: [(from: Int64, to: Int64?)] {
+            var spans: [(from: Int64, to: Int64?)] = []
+            for marker in markers {
+                if marker.level == PointTimeline.resumedLevel {
+                    if let open = spans.last, open.to == nil { spans[spans.count - 1].to = marker.lastTime } else {
+                        spans.append((marker.firstTime, marker.lastTime))
+                    }
+                } else {
+                    spans.append((marker.firstTime, nil))
+                }
+            }
+            return spans
+        }
+    }
+
+    static let stoppedLevel = 8
+    static let resumedLevel = 9
+
+    var chains: [Chain]
+
+    static func load(_ repository: PagedRepository, store: String? = nil) throws -> PointTimeline {
+        var byChain: [String: [SegmentName]] = [:]
+        for (key, _) in try repository.backend.list(store.map { "points/\($0)/" } ?? "points/") {
+            guard let name = SegmentName.parse(key) else { continue }
+            byChain["\(name.store)/\(name.chain)", default: []].append(name)
+        }
+        var chains: [Chain] = []
+        for (_, names) in byChain {
+            guard let opening = names.first(where: { $0.level == 0 && $0.from == 0 && $0.to == 0 }) else { continue }   // not begun
+            var chosen: [SegmentName] = [opening]
+            var redundant: [SegmentName] = []
+            var next = 1
+            // The longest segment starting at each point, so a merge covers what it merged.
+            let byStart = Dictionary(grouping: names.filter { $0.from > 0 && $0.level < Self.stoppedLevel }, by: \.from)
+            while let candidates = byStart[next], let best = candidates.max(by: { ($0.to, $0.level) < ($1.to, $1.level) }) {
+                chosen.append(best)
+                next = best.to + 1
+            }
+            let markers = names.filter { $0.level >= Self.stoppedLevel }.sorted { $0.lastTime < $1.lastTime }
+            let used = Set(chosen + markers)
+            for name in names where !used.contains(name) { redundant.append(name) }
+            chains.append(Chain(store: opening.store, id: opening.chain, segments: chosen, baseTime: opening.firstTime,
+                                lastTime: chosen.last?.lastTime ?? opening.firstTime, redundant: redundant, markers: markers))
+        }
+        chains.sort { ($0.store, $0.baseTime, $0.id) < ($1.store, $1.baseTime, $1.id) }
+        return PointTimeline(chains: chains)
+    }
+
+    func chains(of store: String) -> [Chain] { chains.filter { $0.store == store } }
+}

@@ -1,0 +1,145 @@
+import Foundation
+
+/// The pages a point changed on top of its chain's base: the point's page ids (what restore
+/// checks the file against) and the last version of each page its commits wrote.
+struct PointOverlay {
+    var ids: [ContentID]
+    var pages: [UInt32: [UInt8]]
+    var pageSize: Int
+
+    /// Writes the pages over the base's, then sizes the file to the point's page count.
+    func apply(to path: String) throws {
+        let fd = open(path, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output) }
+        defer { close(fd) }
+        guard ftruncate(fd, off_t(ids.count) * off_t(pageSize)) == 0 else { throw StoreOpsError.posix(errno, doing: "sizing \(path)", side: .output) }
+        for (page, bytes) in pages.sorted(by: { $0.key < $1.key }) where Int(page) <= ids.count {
+            let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, bytes.count, off_t(Int(page) - 1) * off_t(pageSize)) }
+            guard written == bytes.count else { throw StoreOpsError.posix(written < 0 ? errno : ENOSPC, doing: "writing \(path)", side: .output) }
+        }
+    }
+}
+
+/// `snapshot restore --at TIME`: which point that is, and what to lay over its chain's base.
+public enum PointRestore {
+    struct Target {
+        var record: PagedSnapshotRecord
+        var overlay: PointOverlay?
+        var point: String?
+        var time: Date?
+    }
+
+    /// The snapshot `options.id` names, or with `options.at`, the newest point at or before it.
+    static func target(_ options: SnapshotRestore.Options, in repository: PagedRepository) throws -> Target {
+        guard let at = options.at else { return Target(record: try repository.record(options.id)) }
+        return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost)
+    }
+
+    /// The store a point restore is about: named, or the only one with points.
+    static func storeKey(_ repository: PagedRepository, timeline: PointTimeline, store: String?, host: String?) throws -> String {
+        if let store {
+            let key = PointSegment.storeKey(host: host ?? ProcessInfo.processInfo.hostName, path: FileSystem.absolute(store))
+            guard timeline.chains.contains(where: { $0.store == key }) else {
+                throw StoreOpsError(.noInput, "\(repository.location) holds no points of \(FileSystem.absolute(store))\(host.map { " from host \($0)" } ?? "")",
+                                    hint: "`storectl snapshot list --repo \(repository.location)` shows each store's points")
+            }
+            return key
+        }
+        let keys = Set(timeline.chains.map(\.store))
+        guard let only = keys.first else {
+            throw StoreOpsError(.noInput, "\(repository.location) holds no points in time",
+                                hint: "`storectl replicate STORE --repo \(repository.location)` records them")
+        }
+        guard keys.count == 1 else {
+            throw StoreOpsError(.usage, "\(repository.location) holds points of \(keys.count) stores: name one with --store",
+                                hint: "`storectl snapshot list --repo \(repository.location)` shows them")
+        }
+        return only
+    }
+
+    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?) throws -> Target {
+        let timeline = try PointTimeline.load(repository)
+        let key = try storeKey(repository, timeline: timeline, store: store, host: host)
+        let chains = timeline.chains(of: key)
+        let t = Replicate.ms(at)
+        let when = Timestamp.iso(at)
+        guard let chain = chains.last(where: { $0.baseTime <= t }) else {
+            let first = chains.first.map { " (the first is at \(Timestamp.iso(date($0.baseTime))))" } ?? ""
+            throw StoreOpsError(.noInput, "no point of this store at or before \(when)\(first)",
+                                hint: "`storectl snapshot list --repo \(repository.location)` shows the points")
+        }
+        if let later = chains.first(where: { $0.baseTime > t }), t > chain.lastTime {
+            let reason = (try? opening(of: later, in: repository))?.reason ?? "unknown"
+            throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(chain.lastTime))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
+                                hint: "restore --at \(Timestamp.iso(date(chain.lastTime))) or --at \(Timestamp.iso(date(later.baseTime)))")
+        }
+        for span in chain.unfollowed where span.from < t && (span.to.map { t < $0 } ?? true) {
+            let until = span.to.map { " to \(Timestamp.iso(date($0)))" } ?? " on"
+            throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(span.from)))\(until)): no commit in it is claimed",
+                                hint: "restore --at \(Timestamp.iso(date(span.from)))\(span.to.map { " or --at \(Timestamp.iso(date($0)))" } ?? "")")
+        }
+        let base = try repository.record(chain.id)
+        var ids = try BlobLocator.pageMap(of: base, in: repository).ids
+        var pages: [UInt32: [UInt8]] = [:]
+        var point = 0
+        var time = chain.baseTime
+        let zstd = try ZstdFrames(level: 3)
+        reading: for name in chain.segments.dropFirst() where name.firstTime <= t {
+            guard let sealed = try repository.backend.read(name.key) else {
+                throw StoreOpsError(.badData, "point segment \(repository.backend.describe(name.key)) is listed but cannot be read", hint: Sealer.damagedHint)
+            }
+            let (segment, bytes) = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+            guard segment.pageSize == base.pages.pageSize else {
+                throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
+            }
+            var next = 0
+            for (k, commit) in segment.commits.enumerated() {
+                if commit.time > t { break reading }
+                let pageCount = Int(commit.pageCount)
+                if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
+                if ids.count < pageCount { ids += [ContentID](repeating: .zero, count: pageCount - ids.count) }
+                for (i, page) in commit.pages.enumerated() {
+                    guard let id = ContentID(hex: commit.ids[i]) else {
+                        throw StoreOpsError(.badData, "point segment \(name.key): page \(page) has no valid content id", hint: Sealer.damagedHint)
+                    }
+                    let content = bytes[next + i]
+                    if Int(page) <= pageCount, page >= 1 {
+                        ids[Int(page) - 1] = id
+                        pages[page] = content
+                    }
+                }
+                next += commit.pages.count
+                point = segment.from + k
+                time = commit.time
+            }
+        }
+        pages = pages.filter { Int($0.key) <= ids.count }
+        return Target(record: base, overlay: point == 0 ? nil : PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize),
+                      point: "\(chain.id)@\(point)", time: date(time))
+    }
+
+    static func date(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }
+
+    static func opening(of chain: PointTimeline.Chain, in repository: PagedRepository) throws -> PointSegment.Opening? {
+        guard let name = chain.segments.first, let sealed = try repository.backend.read(name.key) else { return nil }
+        return try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: try ZstdFrames(level: 3), location: repository.location).0.opening
+    }
+}
+
+extension PointRestore {
+    /// A time as `--at` takes it: RFC 3339 (`2026-11-24T19:30:00Z`, `…+01:00`, with or without
+    /// fractions of a second) or a duration before now (`-5m`, `-1h30m`, `-250ms`).
+    public static func parseTime(_ text: String, now: Date = Date()) throws -> Date {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if trimmed.hasPrefix("-") {
+            switch DurationText.parse(String(trimmed.dropFirst()), allowZero: true) {
+            case .success(let duration): return now.addingTimeInterval(-duration.seconds)
+            case .failure(let error): throw StoreOpsError(.usage, "--at \(text): \(error.problem)", hint: "write a time like 2026-11-24T19:30:00Z or a duration before now like -5m")
+            }
+        }
+        guard let date = Timestamp.parseISO(trimmed) else {
+            throw StoreOpsError(.usage, "--at \(text) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
+        }
+        return date
+    }
+}

@@ -1,0 +1,418 @@
+import Foundation
+import Logging
+
+/// `storectl replicate`: follows stores' -wal files into a format-2 repository, so every commit
+/// it sees is a point to restore (`snapshot restore --at`). See `WalFollower` for what it reads
+/// and what it can prove, `PointSegment` for what it writes.
+///
+/// One loop: wake on a change in a store's folder (inotify) or every `pollInterval`; read what
+/// each store committed; every `syncInterval`, write each store's new commits as one segment
+/// (a point is durable once its segment is). A store whose continuity cannot be proven gets a new
+/// base (an incremental snapshot: it costs what changed) and the gap is recorded; every
+/// `baseInterval` a new base bounds what a restore reads. SIGINT/SIGTERM: read and write what is
+/// left, mark each chain stopped, exit.
+public enum Replicate {
+    static let logger = Logger(label: "storectl.replicate")
+
+    public struct Options: Sendable {
+        public var stores: [String]
+        public var repository: String
+        public var password: PasswordSource = .resolve(file: nil)
+        public var syncInterval: TimeInterval = 1
+        public var pollInterval: TimeInterval = 0.25
+        public var baseInterval: TimeInterval = 3600
+        public var level: Int?
+        /// Stop after this long (`--for`); nil: until a signal.
+        public var duration: TimeInterval?
+
+        public init(stores: [String], repository: String) {
+            self.stores = stores
+            self.repository = repository
+        }
+    }
+
+    public struct Gap: Codable, Sendable, Equatable {
+        public var at: Date
+        public var reason: String
+    }
+
+    public struct StoreSummary: Codable, Sendable {
+        public var store: String
+        public var chain: String?
+        /// Points made durable by this run.
+        public var points = 0
+        public var segments = 0
+        public var bases: [String] = []
+        public var gaps: [Gap] = []
+        public var uploadedBytes: UInt64 = 0
+        public var requests = 0
+        public var lastDurable: Date?
+        /// Seconds from seeing a commit to its segment being durable: the largest, and the 99th percentile.
+        public var maxLagSeconds: Double = 0
+        public var p99LagSeconds: Double = 0
+        public var resumed = false
+    }
+
+    public struct Summary: Codable, Sendable {
+        public var repository: String
+        public var stores: [StoreSummary]
+        public var stoppedBy: String
+    }
+
+    /// Follows until a signal (or `duration`).
+    ///
+    /// - Throws: 66 no store or repository, 65 a store that is not in WAL mode or a damaged
+    ///   repository, 77 wrong password. Failures while following are retried (and counted) rather
+    ///   than thrown: the loop keeps the stores it can.
+    public static func run(_ options: Options, events: (@Sendable (String) -> Void)? = nil) throws -> Summary {
+        guard options.syncInterval >= 0.05, options.syncInterval <= 3600 else {
+            throw StoreOpsError(.usage, "--sync-interval must be between 0.05 s and 1 h")
+        }
+        guard !options.stores.isEmpty else { throw StoreOpsError(.usage, "name at least one store to follow") }
+        var replicas: [Replica] = []
+        for path in options.stores {
+            let store = try StoreFile(existing: path)
+            guard StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) else {
+                throw StoreOpsError(.badData, "\(store.path) is not in WAL mode: storectl replicate follows a store's -wal",
+                                    hint: "switch it with `PRAGMA journal_mode=WAL` (the app's next open keeps it), or take scheduled snapshots instead")
+            }
+            guard !replicas.contains(where: { $0.store.path == store.path }) else { continue }
+            replicas.append(Replica(store: store))
+        }
+        let repository = try PagedRepository.open(at: options.repository, password: options.password, missing: .initHint)
+        let loop = try Loop(options: options, repository: repository, replicas: replicas, events: events)
+        return try loop.run()
+    }
+
+    // MARK: - One store
+
+    final class Replica {
+        let store: StoreFile
+        let host = ProcessInfo.processInfo.hostName
+        let key: String
+        let follower: WalFollower
+        var chain: String?
+        var baseTime = Date()
+        /// The next point number of the chain.
+        var next = 1
+        var pending: [(commit: PointSegment.Commit, pages: [[UInt8]])] = []
+        var pendingBytes = 0
+        var pendingCursor: WalCursor?
+        var seenAt: [Date] = []
+        var lags: [Double] = []
+        var lastDurableTime: Int64?
+        var needsBase: (kind: String, reason: String)? = ("start", "storectl began following the store")
+        var summary: StoreSummary
+        var retryAfter = Date.distantPast
+
+        init(store: StoreFile) {
+            self.store = store
+            key = PointSegment.storeKey(host: host, path: store.path)
+            follower = WalFollower(store: store)
+            summary = StoreSummary(store: store.path)
+        }
+
+        func segment(level: Int, from: Int, to: Int, cursor: WalCursor, commits: [PointSegment.Commit]) -> PointSegment {
+            let ids = follower.identities
+            return PointSegment(host: host, path: store.path, chain: chain ?? "", level: level, from: from, to: to, pageSize: cursor.pageSize,
+                                cursor: cursor, databaseIdentity: ids.database.map { [$0.dev, $0.ino] },
+                                walIdentity: ids.wal.map { [$0.dev, $0.ino] }, commits: commits, opening: nil, closed: nil, baseTime: nil)
+        }
+    }
+
+    static func ms(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+
+    // MARK: - The loop
+
+    final class Loop {
+        let options: Options
+        let repository: PagedRepository
+        let replicas: [Replica]
+        let events: (@Sendable (String) -> Void)?
+        let zstd: ZstdFrames
+        /// Commits held in memory for a repository that cannot be written to, before a gap is recorded instead.
+        let spoolLimit = 256 << 20
+
+        init(options: Options, repository: PagedRepository, replicas: [Replica], events: (@Sendable (String) -> Void)?) throws {
+            self.options = options
+            self.repository = repository
+            self.replicas = replicas
+            self.events = events
+            zstd = try ZstdFrames(level: 3)
+        }
+
+        func say(_ text: String) {
+            Replicate.logger.info("\(text)")
+            events?(text)
+        }
+
+        func run() throws -> Summary {
+            for replica in replicas { resume(replica) }
+            let watcher = FolderWatcher(folders: Array(Set(replicas.map { FileSystem.parent(of: $0.store.path) })))
+            let started = Date()
+            var nextSync = Date().addingTimeInterval(options.syncInterval)
+            var stoppedBy = "duration"
+            while true {
+                if let signal = ProcessSignals.received {
+                    stoppedBy = signal == SIGTERM ? "SIGTERM" : "SIGINT"
+                    break
+                }
+                if let duration = options.duration, Date().timeIntervalSince(started) >= duration { break }
+                for replica in replicas { step(replica) }
+                if Date() >= nextSync {
+                    for replica in replicas { flush(replica) }
+                    nextSync = Date().addingTimeInterval(options.syncInterval)
+                }
+                let wait = min(options.pollInterval, max(0.001, nextSync.timeIntervalSinceNow))
+                watcher.wait(seconds: wait)
+            }
+            // Drain: what was committed up to now, written; each chain marked stopped.
+            ProcessSignals.acknowledge()
+            for replica in replicas {
+                if replica.needsBase == nil { capture(replica) }
+                flush(replica)
+                if replica.pending.isEmpty, let chain = replica.chain, let cursor = replica.follower.cursor {
+                    let now = Replicate.ms(Date())
+                    var marker = replica.segment(level: PointTimeline.stoppedLevel, from: replica.next - 1, to: replica.next - 1, cursor: cursor, commits: [])
+                    marker.closed = true
+                    marker.baseTime = now
+                    _ = chain
+                    try? write(marker, pages: [], replica: replica, point: "replicate.stopped")
+                }
+                replica.follower.close()
+            }
+            if stoppedBy != "duration" { say("stopped by \(stoppedBy); every commit seen was written") }
+            return Summary(repository: repository.location, stores: replicas.map { finalSummary($0) }, stoppedBy: stoppedBy)
+        }
+
+        func finalSummary(_ replica: Replica) -> StoreSummary {
+            var summary = replica.summary
+            summary.chain = replica.chain
+            let sorted = replica.lags.sorted()
+            summary.maxLagSeconds = sorted.last ?? 0
+            summary.p99LagSeconds = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
+            return summary
+        }
+
+        /// Takes up the store's newest chain where its last durable segment left off, if the
+        /// -wal still continues it; otherwise the first step makes a base.
+        func resume(_ replica: Replica) {
+            do {
+                let timeline = try PointTimeline.load(repository, store: replica.key)
+                guard let chain = timeline.chains(of: replica.key).max(by: { $0.baseTime < $1.baseTime }),
+                      let last = chain.segments.last,
+                      let sealed = try repository.backend.read(last.key) else { return }
+                let (segment, _) = try PointSegment.open(sealed, name: last, sealer: repository.sealer, zstd: zstd, location: repository.location)
+                guard segment.path == replica.store.path else { return }
+                func identity(_ pair: [UInt64]?) -> (dev: UInt64, ino: UInt64)? { pair.flatMap { $0.count == 2 ? ($0[0], $0[1]) : nil } }
+                replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity))
+                replica.chain = chain.id
+                replica.baseTime = Date(timeIntervalSince1970: Double(chain.baseTime) / 1000)
+                replica.next = last.to + 1
+                replica.lastDurableTime = chain.lastTime
+                replica.pendingCursor = segment.cursor
+                switch try replica.follower.capture() {
+                case .gap(let why):
+                    replica.needsBase = ("gap", why)
+                case .commits(let commits, let at):
+                    replica.needsBase = nil
+                    replica.summary.resumed = true
+                    // Not following from the last durable point until now: no commit is claimed in between.
+                    var marker = replica.segment(level: PointTimeline.resumedLevel, from: last.to, to: last.to, cursor: segment.cursor, commits: [])
+                    marker.baseTime = nil
+                    let name = SegmentName(store: replica.key, chain: chain.id, level: PointTimeline.resumedLevel, from: last.to, to: last.to,
+                                           firstTime: max(chain.lastTime, chain.markers.last(where: { $0.level == PointTimeline.stoppedLevel })?.firstTime ?? 0),
+                                           lastTime: Replicate.ms(at))
+                    try writeMarker(marker, name: name, replica: replica)
+                    say("\(replica.store.path): resumed chain \(chain.id) at point \(last.to) (\(commits.count) commits since)")
+                    add(commits, at: at, to: replica)
+                }
+            } catch {
+                replica.needsBase = ("gap", "the store's last chain could not be resumed (\(describe(error)))")
+            }
+        }
+
+        func describe(_ error: any Error) -> String {
+            (error as? StoreOpsError)?.message ?? "\(error)"
+        }
+
+        func step(_ replica: Replica) {
+            guard Date() >= replica.retryAfter else { return }
+            if replica.needsBase == nil, Date().timeIntervalSince(replica.baseTime) >= options.baseInterval {
+                flush(replica)
+                if replica.pending.isEmpty { replica.needsBase = ("compaction", "a new base every \(Format.duration(options.baseInterval))") }
+            }
+            if let need = replica.needsBase {
+                makeBase(replica, kind: need.kind, reason: need.reason)
+                return
+            }
+            capture(replica)
+        }
+
+        func capture(_ replica: Replica) {
+            do {
+                switch try replica.follower.capture() {
+                case .commits(let commits, let at):
+                    add(commits, at: at, to: replica)
+                case .gap(let why):
+                    say("\(replica.store.path): \(why); a new base follows")
+                    flush(replica)
+                    replica.needsBase = ("gap", why)
+                    makeBase(replica, kind: "gap", reason: why)
+                }
+            } catch {
+                Replicate.logger.warning("reading the store failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+                replica.retryAfter = Date().addingTimeInterval(options.pollInterval)
+            }
+        }
+
+        func add(_ commits: [WalCommit], at: Date, to replica: Replica) {
+            guard !commits.isEmpty else { return }
+            let time = Replicate.ms(at)
+            for commit in commits {
+                var pages: [UInt32] = []
+                var ids: [String] = []
+                var bytes: [[UInt8]] = []
+                for (page, content) in commit.pages {
+                    var content = content
+                    if page == 1 { content.withUnsafeMutableBytes { WalFollower.normalizePage1($0) } }
+                    pages.append(page)
+                    ids.append(repository.sealer.contentID(content).hex)
+                    replica.pendingBytes += content.count
+                    bytes.append(content)
+                }
+                replica.pending.append((PointSegment.Commit(time: time, frame: commit.frame, pageCount: commit.pageCount, pages: pages, ids: ids), bytes))
+                replica.seenAt.append(at)
+            }
+            replica.pendingCursor = replica.follower.cursor
+            if replica.pendingBytes > spoolLimit {
+                say("\(replica.store.path): \(Format.bytes(UInt64(replica.pendingBytes))) of commits could not be written; they are dropped and a gap recorded")
+                replica.pending = []
+                replica.seenAt = []
+                replica.pendingBytes = 0
+                replica.needsBase = ("gap", "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)")
+            }
+        }
+
+        /// The store's new commits as one segment: durable points.
+        func flush(_ replica: Replica) {
+            guard !replica.pending.isEmpty, replica.chain != nil, let cursor = replica.pendingCursor else { return }
+            let from = replica.next, to = replica.next + replica.pending.count - 1
+            let segment = replica.segment(level: 0, from: from, to: to, cursor: cursor, commits: replica.pending.map(\.commit))
+            do {
+                try write(segment, pages: replica.pending.flatMap(\.pages), replica: replica, point: "replicate.segment")
+            } catch {
+                Replicate.logger.warning("writing points failed; kept for the next interval", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+                return
+            }
+            let now = Date()
+            for seen in replica.seenAt { replica.lags.append(now.timeIntervalSince(seen)) }
+            if replica.lags.count > 100_000 { replica.lags.removeFirst(replica.lags.count - 100_000) }
+            replica.summary.points += replica.pending.count
+            replica.summary.segments += 1
+            replica.summary.lastDurable = Date(timeIntervalSince1970: Double(replica.pending.last!.commit.time) / 1000)
+            replica.lastDurableTime = replica.pending.last?.commit.time
+            replica.next = to + 1
+            replica.pending = []
+            replica.seenAt = []
+            replica.pendingBytes = 0
+        }
+
+        func write(_ segment: PointSegment, pages: [[UInt8]], replica: Replica, point: String) throws {
+            try writeMarker(segment, name: segment.name, replica: replica, pages: pages, point: point)
+        }
+
+        func writeMarker(_ segment: PointSegment, name: SegmentName, replica: Replica, pages: [[UInt8]] = [], point: String = "replicate.marker") throws {
+            let sealed = try segment.seal(pages: pages, sealer: repository.sealer, zstd: zstd, name: name)
+            let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+            defer { hold.release() }
+            try repository.backend.write(name.key, sealed, point: point)
+            replica.summary.uploadedBytes += UInt64(sealed.count)
+            replica.summary.requests += 1
+        }
+
+        /// A new chain: a base read from the store (an incremental snapshot) and its opening segment.
+        func makeBase(_ replica: Replica, kind: String, reason: String) {
+            do {
+                let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
+                defer { hold.release() }
+                let work = PagedSnapshotWork(store: replica.store, repository: repository, tags: ["replicate"], level: options.level)
+                try work.prepare(records: try repository.catalog().records)
+                let time: Date
+                do {
+                    time = try replica.follower.image { pageSize, pageCount, _, read in
+                        let source = Manifest.Source(path: replica.store.path, journalMode: "wal", pageSize: pageSize, pageCount: pageCount,
+                                                     fileBytes: FileSystem.size(of: replica.store.path) ?? 0,
+                                                     walBytes: FileSystem.size(of: replica.store.walPath) ?? 0)
+                        try work.copyPages(pageSize: pageSize, pageCount: pageCount, source: source, read: read, progress: nil)
+                    }
+                    try work.check()
+                    try work.commit()
+                } catch {
+                    work.abandon()
+                    throw error
+                }
+                guard let record = work.record, let cursor = replica.follower.cursor else { throw StoreOpsError(.failure, "the base was not recorded") }
+                let previous = replica.chain
+                let afterTime = replica.lastDurableTime
+                replica.chain = record.id
+                replica.baseTime = time
+                replica.next = 1
+                replica.pending = []
+                replica.seenAt = []
+                replica.pendingBytes = 0
+                replica.pendingCursor = cursor
+                var opening = replica.segment(level: 0, from: 0, to: 0, cursor: cursor, commits: [])
+                opening.opening = .init(kind: kind, reason: reason, after: previous, afterTime: afterTime)
+                opening.baseTime = Replicate.ms(time)
+                let sealed = try opening.seal(pages: [], sealer: repository.sealer, zstd: zstd, name: opening.name)
+                do { try repository.backend.write(opening.name.key, sealed, point: "replicate.opening") } catch {
+                    // A base no chain opens is only a snapshot; take it back rather than leave one per retry.
+                    try? repository.backend.remove(PagedSnapshotRecord.key(record.id), point: "replicate.opening.undo")
+                    replica.chain = previous
+                    throw error
+                }
+                replica.summary.uploadedBytes += record.added.storedBytes + UInt64(sealed.count)
+                replica.summary.requests += 2
+                replica.summary.bases.append(record.id)
+                if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
+                replica.lastDurableTime = Replicate.ms(time)
+                replica.needsBase = nil
+                say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
+            } catch {
+                Replicate.logger.warning("making a base failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+                replica.retryAfter = Date().addingTimeInterval(max(1, options.syncInterval))
+            }
+        }
+    }
+}
+
+/// Wakes the loop when something changes in the stores' folders (inotify: the -wal is written at
+/// every commit), or after a timeout.
+final class FolderWatcher {
+    private var fd: Int32 = -1
+
+    init(folders: [String]) {
+        fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        guard fd >= 0 else { return }
+        let mask = UInt32(IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_CLOSE_WRITE)
+        for folder in folders where inotify_add_watch(fd, folder, mask) < 0 {
+            Glibc.close(fd)
+            fd = -1
+            return
+        }
+    }
+
+    deinit { if fd >= 0 { Glibc.close(fd) } }
+
+    func wait(seconds: TimeInterval) {
+        guard fd >= 0 else {
+            usleep(UInt32(max(0, seconds) * 1_000_000))
+            return
+        }
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        _ = poll(&entry, 1, Int32(max(1, (seconds * 1000).rounded(.up))))
+        var buffer = [UInt8](repeating: 0, count: 8192)
+        while read(fd, &buffer, buffer.count) > 0 {}
+    }
+}

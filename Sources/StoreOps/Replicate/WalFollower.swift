@@ -1,0 +1,267 @@
+import Foundation
+import GRDB
+
+/// Follows one store's `-wal`: what the app committed since the cursor, read as frames, with
+/// nothing written to the store and a read transaction held only while new frames are read.
+///
+/// **Which state a read sees.** The wal-index header (the `-shm`'s first 48 bytes: last frame,
+/// its checksum, salts, the database's size) is read before a read transaction begins and again
+/// after: if they agree, no commit happened in between, so the transaction's snapshot is exactly
+/// the frames up to that last frame (`pinned`). While it is held the app's checkpoints cannot copy
+/// later frames into the database file nor restart the -wal under it.
+///
+/// **Continuity.** Within a generation (the -wal's salts), the frames after the cursor chain to
+/// it by checksum, up to the pinned last frame, whose checksum must be the wal-index's. When the
+/// app's checkpoint restarts the -wal between two reads, the previous generation's frames after
+/// the cursor are either all read already or still in the file past the new generation's frames;
+/// the follower reads them and counts the generation as complete only if
+/// - the -wal is the same file (not removed and made again),
+/// - exactly one restart happened (salt-1 is the previous one plus one, as SQLite makes it),
+/// - the cursor's frame is still in place with its checksum (the -wal was not truncated), and
+/// - the chain then ends at a frame of an older generation, a frame that does not continue it,
+///   or the file's end (with the cursor's frame intact, nothing was cut).
+/// Anything else (a `wal_checkpoint(TRUNCATE)` or the app closing the store before the last
+/// frames were read, the file replaced, VACUUM to another page size, a journal mode change) is a
+/// gap: the caller takes a new base and records it.
+final class WalFollower {
+    let store: StoreFile
+    private(set) var cursor: WalCursor?
+    private let wal: WalFileReader
+    private var connection: DatabaseQueue?
+    private var databaseIdentity: (dev: UInt64, ino: UInt64)?
+    private var walIdentity: (dev: UInt64, ino: UInt64)?
+    /// Transactions begun until the header read before and after agreed (the last read).
+    private(set) var pinAttempts = 0
+
+    init(store: StoreFile) {
+        self.store = store
+        wal = WalFileReader(path: store.walPath)
+    }
+
+    deinit { close() }
+
+    func close() {
+        try? connection?.close()
+        connection = nil
+        wal.close()
+    }
+
+    /// Resumes from a cursor recorded earlier (the last durable segment).
+    func resume(at cursor: WalCursor, databaseIdentity: (dev: UInt64, ino: UInt64)?, walIdentity: (dev: UInt64, ino: UInt64)?) {
+        self.cursor = cursor
+        self.databaseIdentity = databaseIdentity
+        self.walIdentity = walIdentity
+    }
+
+    var identities: (database: (dev: UInt64, ino: UInt64)?, wal: (dev: UInt64, ino: UInt64)?) { (databaseIdentity, walIdentity) }
+
+    enum Capture {
+        /// The commits since the cursor (none: nothing new); `at`: when the last of them was the
+        /// store's committed state.
+        case commits([WalCommit], at: Date)
+        /// Continuity cannot be proven, for this reason; the commits read before it was found.
+        case gap(String)
+    }
+
+    enum NotFollowable: Error { case reason(String) }
+
+    // MARK: - The pinned read
+
+    private func indexHeader() -> WalFormat.IndexHeader? {
+        (try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)).flatMap(WalFormat.IndexHeader.parse)
+    }
+
+    private func openConnection() throws -> DatabaseQueue {
+        if let connection { return connection }
+        let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: 1, label: "storectl.replicate")
+        connection = queue
+        return queue
+    }
+
+    /// Runs `body` inside a read transaction whose snapshot is the wal-index header it is given,
+    /// taken at the time it is given. 75 when the app commits so fast that 200 tries disagree.
+    func pinned<T>(_ body: (WalFormat.IndexHeader, Date) throws -> T) throws -> T {
+        let header = try FileProbe.shared.header(of: store.path)
+        guard StoreFile.isWALHeader(header) else {
+            throw NotFollowable.reason("\(store.path) is not in WAL mode (journal_mode=\(header.count >= 20 ? "delete or truncate" : "unknown"))")
+        }
+        let queue = try openConnection()
+        return try queue.inDatabase { db in
+            for attempt in 0..<200 {
+                pinAttempts = attempt + 1
+                let before = indexHeader()
+                do {
+                    try db.beginTransaction(.deferred)
+                    _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master")
+                } catch {
+                    if db.isInsideTransaction { try? db.rollback() }
+                    if let error = error as? DatabaseError, [.SQLITE_BUSY, .SQLITE_LOCKED].contains(error.resultCode) {
+                        usleep(1000)
+                        continue
+                    }
+                    throw StoreOpsError.sqlite(error, doing: "reading \(store.path)")
+                }
+                let time = Date()
+                let after = indexHeader()
+                if let before, let after, before == after {
+                    defer { try? db.commit() }
+                    return try body(after, time)
+                }
+                try? db.commit()
+                usleep(UInt32(min(attempt, 20)) * 50)
+            }
+            throw StoreOpsError(.busy, "\(store.path) changed during each of 200 attempts to read it at one point in time",
+                                hint: "the app is committing without pause; storectl tries again at the next interval")
+        }
+    }
+
+    // MARK: - Base
+
+    /// The store's state at one point: the database file's pages with the -wal's frames up to the
+    /// pinned last frame laid over them, handed to `copy` in order under the read transaction
+    /// (pages read with `read(first page, count, into)`). Sets the cursor there.
+    func image(_ copy: (_ pageSize: Int, _ pageCount: Int, _ time: Date,
+                        _ read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws -> Void) throws -> Date {
+        let identity = FileSystem.identity(of: store.path)
+        return try pinned { index, time in
+            var cursor = WalCursor(announced: index)
+            var latest: [UInt32: UInt32] = [:]
+            let walOpen = try wal.open()
+            if index.lastFrame > 0 {
+                guard walOpen, let header = try wal.header(), header.salt1 == index.salt1, header.salt2 == index.salt2,
+                      header.pageSize == index.pageSize else {
+                    throw StoreOpsError(.busy, "the -wal of \(store.path) does not match its wal-index yet", hint: "storectl tries again")
+                }
+                let walk = try wal.walk(from: WalCursor(header: header), limit: index.lastFrame, keepPages: false)
+                guard walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum else {
+                    throw StoreOpsError(.badData, "the -wal of \(store.path) does not hold the frames its wal-index names (frame \(walk.cursor.frame) of \(index.lastFrame))",
+                                        hint: "run `storectl preflight \(store.path)`")
+                }
+                cursor = walk.cursor
+                latest = walk.latest.filter { $0.value <= index.lastFrame }
+            } else if walOpen, let header = try wal.header(), header.salt1 == index.salt1, header.salt2 == index.salt2 {
+                cursor = WalCursor(header: header)
+            }
+            // A wal-index over a -wal with no frame yet may not know the page size or count: the
+            // database file's header does (its in-header size, valid when its version-valid-for
+            // number equals its change counter; https://sqlite.org/fileformat2.html#in_header_database_size).
+            var pageSize = index.pageSize
+            var pageCount = Int(index.pages)
+            if index.lastFrame == 0, pageSize == 0 || pageCount == 0 {
+                let db = try FileProbe.shared.header(of: store.path)
+                pageSize = StoreFile.pageSize(fromHeader: db)
+                let inHeader = db.count >= 100 && db[24..<28] == db[92..<96] ? Int(WalFormat.be32(db, 28)) : 0
+                pageCount = inHeader > 0 ? inHeader : Int((FileSystem.size(of: store.path) ?? 0) / UInt64(max(1, pageSize)))
+                cursor.pageSize = pageSize
+            }
+            let header = cursor.header
+            try copy(pageSize, pageCount, time) { first, count, buffer in
+                try FileProbe.shared.read(store.path, into: buffer, at: (first - 1) * pageSize)
+                for i in 0..<count {
+                    guard let frame = latest[UInt32(first + i)] else { continue }
+                    try wal.readPage(frame: frame, header: header,
+                                     into: UnsafeMutableRawBufferPointer(rebasing: buffer[(i * pageSize)..<((i + 1) * pageSize)]))
+                }
+                if first == 1, buffer.count >= 100 { Self.normalizePage1(buffer) }
+            }
+            self.cursor = cursor
+            databaseIdentity = identity
+            walIdentity = wal.identity
+            return time
+        }
+    }
+
+    /// Page 1 as a self-contained database has it: file format read/write versions 1 (rollback
+    /// journal), as `PageSink.page1()` stores every snapshot's, so a point restores to a file that
+    /// needs no -wal and its pages keep one content id however they were captured.
+    static func normalizePage1(_ page: UnsafeMutableRawBufferPointer) {
+        if page[18] == 2 { page[18] = 1 }
+        if page[19] == 2 { page[19] = 1 }
+    }
+
+    // MARK: - Following
+
+    /// What was committed since the cursor.
+    func capture() throws -> Capture {
+        guard cursor != nil else { return .gap("no base") }
+        guard let identity = FileSystem.identity(of: store.path) else { return .gap("\(store.path) is gone") }
+        if let databaseIdentity, databaseIdentity != identity { return .gap("the store's file was replaced") }
+        do {
+            return try pinned { index, time in try read(index, time) }
+        } catch NotFollowable.reason(let why) {
+            return .gap(why)
+        }
+    }
+
+    private func read(_ index: WalFormat.IndexHeader, _ time: Date) throws -> Capture {
+        guard var cursor else { return .gap("no base") }
+        guard index.pageSize == cursor.pageSize || index.pageSize == 0 || cursor.pageSize == 0 else {
+            return .gap("the page size changed from \(cursor.pageSize) to \(index.pageSize) bytes")
+        }
+        var late: [WalCommit] = []
+        if !cursor.sameGeneration(salt1: index.salt1, salt2: index.salt2) {
+            switch try crossGeneration(from: cursor, to: index) {
+            case .gap(let why): return .gap(why)
+            case .proven(let tail, let next):
+                late = tail
+                cursor = next
+                self.cursor = next
+            }
+        }
+        guard index.lastFrame > cursor.frame else {
+            guard index.lastFrame == cursor.frame else {
+                return .gap("the -wal's generation went back from frame \(cursor.frame) to \(index.lastFrame)")
+            }
+            return .commits(late, at: time)
+        }
+        guard try wal.open(), let walIdentity, let now = wal.identity, walIdentity == now || cursor.frame == 0 else {
+            return .gap("the -wal was removed and made again")
+        }
+        if !cursor.headerRead {
+            guard let header = try wal.header(), header.salt1 == cursor.salt1, header.salt2 == cursor.salt2 else {
+                return .gap("the -wal's header does not match its wal-index")
+            }
+            cursor = WalCursor(header: header)
+        }
+        let walk = try wal.walk(from: cursor, limit: index.lastFrame)
+        guard walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum else {
+            return .gap("the -wal's frames after frame \(cursor.frame) do not chain to the wal-index's last frame \(index.lastFrame)")
+        }
+        self.cursor = walk.cursor
+        self.walIdentity = wal.identity
+        return .commits(late + walk.commits, at: time)
+    }
+
+    private enum Crossing {
+        case proven(tail: [WalCommit], next: WalCursor)
+        case gap(String)
+    }
+
+    /// The -wal was restarted since the cursor: the old generation's last frames, if it can be
+    /// shown that they are all there (see the type's comment), and the cursor at the new one's start.
+    private func crossGeneration(from cursor: WalCursor, to index: WalFormat.IndexHeader) throws -> Crossing {
+        guard index.salt1 == cursor.salt1 &+ 1 else {
+            return .gap("the -wal was restarted more than once (or made anew) between two reads")
+        }
+        guard try wal.open(), let walIdentity, let now = wal.identity, walIdentity == now else {
+            return .gap("the -wal was removed and made again (the app closed the store, or it was replaced)")
+        }
+        guard cursor.headerRead, try wal.frameIntact(cursor) else {
+            return .gap("the -wal was restarted and truncated before its last frames were read (wal_checkpoint(TRUNCATE), or journal_size_limit)")
+        }
+        let tail = try wal.walk(from: cursor, limit: nil)
+        switch tail.endFound {
+        case .otherSalts(let s1, let s2) where s1 == index.salt1 && s2 == index.salt2:
+            return .gap("the -wal was restarted and its new frames overwrote the last frames before they were read")
+        case .partial:
+            return .gap("the -wal ends in a partial frame after a restart")
+        case .limit:
+            return .gap("the -wal could not be read to its end")
+        case .otherSalts, .brokenChain, .endOfFile:
+            break
+        }
+        // The tail's frames and the frame that ended it were read before the new generation
+        // reached them, or they would carry its salts: the old generation is complete.
+        return .proven(tail: tail.commits, next: WalCursor(announced: index))
+    }
+}
