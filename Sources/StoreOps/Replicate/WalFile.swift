@@ -123,6 +123,10 @@ struct WalCursor: Codable, Equatable, Sendable {
     var checksum: WalFormat.Checksum
     var pageSize: Int
     var bigEndianChecksum: Bool
+    /// The wal-index's commit counter (`iChange`) at this frame: SQLite adds one at every commit
+    /// and nothing else changes it (a restart keeps it), so a later header's counter says how many
+    /// commits were made since, whatever happened to the -wal in between.
+    var change: UInt32?
     /// False while the generation's -wal header has not been read (a generation the wal-index
     /// announces before its first frame is written): `checksum` is then not yet the chain's start.
     var headerRead: Bool

@@ -164,6 +164,7 @@ final class WalFollower {
                 }
                 if first == 1, buffer.count >= 100 { Self.normalizePage1(buffer) }
             }
+            cursor.change = index.change
             self.cursor = cursor
             databaseIdentity = identity
             walIdentity = wal.identity
@@ -194,74 +195,82 @@ final class WalFollower {
     }
 
     private func read(_ index: WalFormat.IndexHeader, _ time: Date) throws -> Capture {
-        guard var cursor else { return .gap("no base") }
+        guard let cursor else { return .gap("no base") }
         guard index.pageSize == cursor.pageSize || index.pageSize == 0 || cursor.pageSize == 0 else {
             return .gap("the page size changed from \(cursor.pageSize) to \(index.pageSize) bytes")
         }
-        var late: [WalCommit] = []
+        guard let changeThen = cursor.change else { return .gap("the follower's position has no commit count") }
+        let made = Int(index.change &- changeThen)
         if !cursor.sameGeneration(salt1: index.salt1, salt2: index.salt2) {
-            switch try crossGeneration(from: cursor, to: index) {
-            case .gap(let why): return .gap(why)
-            case .proven(let tail, let next):
-                late = tail
-                cursor = next
-                self.cursor = next
-            }
+            return try crossGeneration(from: cursor, to: index, made: made, time: time)
+        }
+        guard index.lastFrame >= cursor.frame else {
+            return .gap("the -wal's generation went back from frame \(cursor.frame) to \(index.lastFrame)")
         }
         guard index.lastFrame > cursor.frame else {
-            guard index.lastFrame == cursor.frame else {
-                return .gap("the -wal's generation went back from frame \(cursor.frame) to \(index.lastFrame)")
-            }
-            return .commits(late, at: time)
+            return made == 0 ? .commits([], at: time) : .gap("\(made) commits are counted but no frame was added")
         }
         guard try wal.open(), let walIdentity, let now = wal.identity, walIdentity == now || cursor.frame == 0 else {
             return .gap("the -wal was removed and made again")
         }
-        if !cursor.headerRead {
-            guard let header = try wal.header(), header.salt1 == cursor.salt1, header.salt2 == cursor.salt2 else {
+        var from = cursor
+        if !from.headerRead {
+            guard let header = try wal.header(), header.salt1 == from.salt1, header.salt2 == from.salt2 else {
                 return .gap("the -wal's header does not match its wal-index")
             }
-            cursor = WalCursor(header: header)
+            from = WalCursor(header: header)
         }
-        let walk = try wal.walk(from: cursor, limit: index.lastFrame)
+        var walk = try wal.walk(from: from, limit: index.lastFrame)
         guard walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum else {
             return .gap("the -wal's frames after frame \(cursor.frame) do not chain to the wal-index's last frame \(index.lastFrame)")
         }
+        guard walk.commits.count == made else {
+            return .gap("the wal-index counts \(made) commits since the last read, the -wal holds \(walk.commits.count)")
+        }
+        walk.cursor.change = index.change
         self.cursor = walk.cursor
         self.walIdentity = wal.identity
-        return .commits(late + walk.commits, at: time)
+        return .commits(walk.commits, at: time)
     }
 
-    private enum Crossing {
-        case proven(tail: [WalCommit], next: WalCursor)
-        case gap(String)
-    }
-
-    /// The -wal was restarted since the cursor: the old generation's last frames, if it can be
-    /// shown that they are all there (see the type's comment), and the cursor at the new one's start.
-    private func crossGeneration(from cursor: WalCursor, to index: WalFormat.IndexHeader) throws -> Crossing {
-        guard index.salt1 == cursor.salt1 &+ 1 else {
-            return .gap("the -wal was restarted more than once (or made anew) between two reads")
+    /// The -wal was restarted since the cursor. The wal-index's commit counter says how many
+    /// commits were made since (`made`); the new generation's frames hold some of them, the old
+    /// generation's frames after the cursor (when the file still holds them: a restart rewrites
+    /// from the start, only a truncation removes them) the rest. If together they account for
+    /// every one, nothing was missed; otherwise it is a gap.
+    private func crossGeneration(from cursor: WalCursor, to index: WalFormat.IndexHeader, made: Int, time: Date) throws -> Capture {
+        var next = WalCursor(announced: index)
+        next.change = index.change
+        var fresh: [WalCommit] = []
+        let walOpen = try wal.open()
+        if index.lastFrame > 0 {
+            guard walOpen, let header = try wal.header(), header.salt1 == index.salt1, header.salt2 == index.salt2 else {
+                return .gap("the -wal's header does not match its wal-index after a restart")
+            }
+            var walk = try wal.walk(from: WalCursor(header: header), limit: index.lastFrame)
+            guard walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum else {
+                return .gap("the restarted -wal's frames do not chain to the wal-index's last frame \(index.lastFrame)")
+            }
+            walk.cursor.change = index.change
+            fresh = walk.commits
+            next = walk.cursor
         }
-        guard try wal.open(), let walIdentity, let now = wal.identity, walIdentity == now else {
-            return .gap("the -wal was removed and made again (the app closed the store, or it was replaced)")
+        var tail: [WalCommit] = []
+        let missing = made - fresh.count
+        if missing > 0 {
+            // The old generation's last frames, if they are still there (same file, the cursor's
+            // frame intact, a chain of exactly the missing commits after it).
+            if walOpen, let walIdentity, let now = wal.identity, walIdentity == now, cursor.headerRead, try wal.frameIntact(cursor) {
+                tail = try wal.walk(from: cursor, limit: nil).commits
+            }
+            guard tail.count == missing else {
+                return .gap("the -wal was restarted and \(missing) commits were checkpointed away before they were read")
+            }
+        } else if missing < 0 {
+            return .gap("the wal-index counts \(made) commits since the last read, the restarted -wal holds \(fresh.count)")
         }
-        guard cursor.headerRead, try wal.frameIntact(cursor) else {
-            return .gap("the -wal was restarted and truncated before its last frames were read (wal_checkpoint(TRUNCATE), or journal_size_limit)")
-        }
-        let tail = try wal.walk(from: cursor, limit: nil)
-        switch tail.endFound {
-        case .otherSalts(let s1, let s2) where s1 == index.salt1 && s2 == index.salt2:
-            return .gap("the -wal was restarted and its new frames overwrote the last frames before they were read")
-        case .partial:
-            return .gap("the -wal ends in a partial frame after a restart")
-        case .limit:
-            return .gap("the -wal could not be read to its end")
-        case .otherSalts, .brokenChain, .endOfFile:
-            break
-        }
-        // The tail's frames and the frame that ended it were read before the new generation
-        // reached them, or they would carry its salts: the old generation is complete.
-        return .proven(tail: tail.commits, next: WalCursor(announced: index))
+        self.cursor = next
+        self.walIdentity = wal.identity
+        return .commits(tail + fresh, at: time)
     }
 }
