@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import StoreOps
 
 struct SnapshotListCommand: ParsableCommand, JSONOutput {
@@ -9,10 +10,43 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
     @Option(help: "Only the snapshots of this store (its path).") var store: String?
     @Option(help: "Only the snapshots taken on this host.") var host: String?
     @Flag(help: "Print the list as JSON.") var json = false
+    @Flag(help: "List the points in time `storectl replicate` recorded (covered spans, gaps), not the snapshots.") var points = false
 
     func run() throws {
-        let rows = try SnapshotSummary.list(repository: repo, password: password.source, filter: try SnapshotFilter.parse(store: store, host: host))
-        print(json ? jsonReport(rows) : Self.render(rows))
+        let filter = try SnapshotFilter.parse(store: store, host: host)
+        if points {
+            let stores = try StorePoints.list(repository: repo, password: password.source, filter: filter)
+            print(json ? jsonReport(stores) : Self.render(stores))
+            return
+        }
+        guard !json else {
+            print(jsonReport(try SnapshotSummary.list(repository: repo, password: password.source, filter: filter)))
+            return
+        }
+        let (rows, stores) = try SnapshotSummary.listWithPoints(repository: repo, password: password.source, filter: filter)
+        var text = Self.render(rows)
+        if !stores.isEmpty { text += "\n\n" + Self.render(stores) }
+        print(text)
+    }
+
+    static func render(_ stores: [StorePoints]) -> String {
+        guard !stores.isEmpty else { return "no points in time (storectl replicate records them)" }
+        func time(_ date: Date) -> String { Timestamp.iso(date).replacingOccurrences(of: "T", with: " ") }
+        var lines: [String] = []
+        for entry in stores {
+            lines.append("points in time of \(entry.store) (\(entry.host)): \(Format.plural(entry.points, "point", "points"))")
+            for span in entry.spans {
+                let to = span.to.map { time($0) } ?? "…"
+                let what: String
+                switch span.kind {
+                case "covered": what = "every commit" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
+                case "gap": what = span.reason ?? ""
+                default: what = "storectl replicate was stopped"
+                }
+                lines.append("  \(span.kind.padding(toLength: 12, withPad: " ", startingAt: 0))  \(time(span.from))  to  \(to.padding(toLength: 24, withPad: " ", startingAt: 0))  \(what)")
+            }
+        }
+        return lines.joined(separator: "\n")
     }
 
     static func render(_ rows: [SnapshotSummary]) -> String {

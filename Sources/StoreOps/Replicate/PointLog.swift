@@ -217,3 +217,67 @@ struct PointTimeline {
 
     func chains(of store: String) -> [Chain] { chains.filter { $0.store == store } }
 }
+
+/// What `snapshot list` says of a store's points: the spans covered (every commit in them a
+/// point) and what lies between (a gap, or a span storectl was not following).
+public struct StorePoints: Sendable, Codable {
+    public var store: String
+    public var host: String
+    public var spans: [Span]
+    public var points: Int { spans.filter { $0.kind == "covered" }.reduce(0) { $0 + ($1.points ?? 0) } }
+
+    public struct Span: Sendable, Codable {
+        /// "covered", "gap" (continuity could not be proven), "not followed" (storectl was
+        /// stopped; open-ended when `to` is nil).
+        public var kind: String
+        public var from: Date
+        public var to: Date?
+        public var points: Int?
+        public var chain: String?
+        public var reason: String?
+    }
+
+    /// Every store's points in the repository.
+    public static func list(repository path: String, password: PasswordSource = .resolve(file: nil),
+                            filter: SnapshotFilter = .all) throws -> [StorePoints] {
+        let repository = try PagedRepository.open(at: path, password: password)
+        return try list(repository, filter: filter)
+    }
+
+    static func list(_ repository: PagedRepository, filter: SnapshotFilter = .all) throws -> [StorePoints] {
+        let timeline = try PointTimeline.load(repository)
+        let zstd = try ZstdFrames(level: 3)
+        var out: [StorePoints] = []
+        for key in Set(timeline.chains.map(\.store)).sorted() {
+            var entry: StorePoints?
+            for chain in timeline.chains(of: key) {
+                guard let name = chain.segments.first, let sealed = try repository.backend.read(name.key) else { continue }
+                let opening = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location).0
+                guard filter.matches(host: opening.host, path: opening.path) else { break }
+                if entry == nil { entry = StorePoints(store: opening.path, host: opening.host, spans: []) }
+                if let last = entry?.spans.last(where: { $0.kind == "covered" }), let reason = opening.opening?.reason,
+                   opening.opening?.kind == "gap" || opening.opening?.kind == "start" {
+                    entry?.spans.append(Span(kind: "gap", from: last.to ?? last.from, to: PointRestore.date(chain.baseTime), reason: reason))
+                }
+                // The chain's covered spans, cut where it was not followed.
+                var from = chain.baseTime
+                var points = 0
+                let unfollowed = chain.unfollowed
+                for segment in chain.segments.dropFirst() { points += segment.to - segment.from + 1 }
+                for span in unfollowed where span.from >= from {
+                    entry?.spans.append(Span(kind: "covered", from: PointRestore.date(from), to: PointRestore.date(span.from), chain: chain.id))
+                    entry?.spans.append(Span(kind: "not followed", from: PointRestore.date(span.from), to: span.to.map(PointRestore.date)))
+                    guard let to = span.to else { from = .max; break }
+                    from = to
+                }
+                if from != .max {
+                    entry?.spans.append(Span(kind: "covered", from: PointRestore.date(from), to: PointRestore.date(max(from, chain.lastTime)), chain: chain.id))
+                }
+                // Points per chain: on its first covered span (a count per span would need every segment read).
+                if let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) { entry?.spans[index].points = points + 1 }
+            }
+            if let entry { out.append(entry) }
+        }
+        return out
+    }
+}

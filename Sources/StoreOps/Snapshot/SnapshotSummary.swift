@@ -25,7 +25,17 @@ public struct SnapshotSummary: Sendable, Codable {
     /// filter leaves them out, as their store cannot be known).
     public static func list(repository path: String, password: PasswordSource = .resolve(file: nil),
                             filter: SnapshotFilter = .all) throws -> [SnapshotSummary] {
+        try list(try PagedRepository.open(at: path, password: password), filter: filter)
+    }
+
+    /// The snapshots and the points in time, from one opening of the repository.
+    public static func listWithPoints(repository path: String, password: PasswordSource = .resolve(file: nil),
+                                      filter: SnapshotFilter = .all) throws -> ([SnapshotSummary], [StorePoints]) {
         let repository = try PagedRepository.open(at: path, password: password)
+        return (try list(repository, filter: filter), try StorePoints.list(repository, filter: filter))
+    }
+
+    static func list(_ repository: PagedRepository, filter: SnapshotFilter) throws -> [SnapshotSummary] {
         let (records, damaged) = try repository.catalog()
         var rows: [SnapshotSummary] = records.compactMap { snapshot in
             let record = snapshot.manifest
