@@ -29,6 +29,8 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
                                valueName: "fields")) var groupBy = "host,path"
     @Option(help: "Only the snapshots of this store (its path, as `snapshot list` shows it).") var store: String?
     @Option(help: "Only the snapshots taken on this host.") var host: String?
+    @Option(help: "Points in time (storectl replicate): keep every commit for this long (default 1d).") var keepPoints: String?
+    @Option(help: "Points in time: then keep only each chain's base (one point per base interval) for this long (default 30d).") var keepPointBases: String?
     @Flag(help: "List what would be kept and removed, with reasons; remove nothing.") var dryRun = false
     @Flag(help: "Wait for another writer instead of exiting 75.") var wait = false
     @Flag(help: "Print the decisions as JSON.") var json = false
@@ -43,8 +45,17 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         }
         let policy = RetentionPolicy(last: keepLast, hourly: keepHourly, daily: keepDaily, weekly: keepWeekly,
                                      monthly: keepMonthly, yearly: keepYearly, within: within, tags: keepTag)
-        let options = SnapshotPrune.Options(repository: repo, policy: policy, dryRun: dryRun, wait: wait, password: password.source,
+        var options = SnapshotPrune.Options(repository: repo, policy: policy, dryRun: dryRun, wait: wait, password: password.source,
                                             groupBy: try SnapshotGrouping.parse(groupBy), filter: try SnapshotFilter.parse(store: store, host: host))
+        func seconds(_ text: String, _ option: String) throws -> TimeInterval {
+            switch DurationText.parse(text) {
+            case .success(let value): return value.seconds
+            case .failure(let error): throw StoreOpsError(.usage, "\(option): \(error)")
+            }
+        }
+        let everyCommit = try keepPoints.map { try seconds($0, "--keep-points") } ?? PointRetention().everyCommit
+        let bases = try keepPointBases.map { try seconds($0, "--keep-point-bases") } ?? PointRetention().bases
+        options.points = PointRetention(everyCommit: everyCommit, bases: bases, explicit: keepPoints != nil || keepPointBases != nil)
         let progress = TerminalProgress.stepHandler("snapshot prune", quiet: json)
         let result = try SnapshotPrune.run(options, progress: progress?.1)
         progress?.0.finish()
@@ -60,6 +71,10 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             }
             let verb = decision.keep ? "keep  " : (dryRun ? "remove" : "removed")
             print("\(verb) \(decision.id)  \(decision.reasons.joined(separator: ", "))")
+        }
+        for decision in result.points where dryRun || decision.action != "keep" {
+            let verb = decision.action == "keep" ? "keep  " : (dryRun ? decision.action : decision.action + (decision.action == "thin" ? "ned" : "d"))
+            print("\(verb) points \(Timestamp.iso(decision.from)) to \(Timestamp.iso(decision.to)) of \(decision.store) (chain \(decision.chain))  \(decision.reason)")
         }
         for entry in result.damaged {
             print("keep   \(entry.id)  its catalog entry is damaged, so it is never pruned: \(entry.problem)")

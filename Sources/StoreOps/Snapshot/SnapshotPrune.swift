@@ -14,6 +14,8 @@ public enum SnapshotPrune {
         public var groupBy: SnapshotGrouping = .store
         /// Only these snapshots are considered; the others are neither listed nor removed.
         public var filter: SnapshotFilter = .all
+        /// How long points in time stay: every commit, then only each chain's base.
+        public var points = PointRetention()
 
         public init(repository: String, policy: RetentionPolicy, dryRun: Bool = false, wait: Bool = false,
                     password: PasswordSource = .resolve(file: nil), groupBy: SnapshotGrouping = .store, filter: SnapshotFilter = .all) {
@@ -42,13 +44,15 @@ public enum SnapshotPrune {
         public var garbage: PagedGarbage.Report?
         /// How long each stage took (lock, preflight: the decisions, prune: records and garbage).
         public var stages: [StageTiming] = []
+        /// What became of each chain of points in time (`storectl replicate`).
+        public var points: [PointRetention.Decision] = []
     }
 
     /// - Throws: 64 for an empty policy (it would remove everything), 75 when another writer
     ///   uses the repository (prune needs it alone).
     public static func run(_ options: Options, progress: StepHandler? = nil) throws -> Result {
         try options.policy.validate()
-        guard !options.policy.isEmpty else {
+        guard !options.policy.isEmpty || options.points.explicit else {
             throw StoreOpsError(.usage, "refusing to prune with an empty policy: it would remove every snapshot",
                                 hint: "pass at least one --keep-* option")
         }
@@ -68,14 +72,20 @@ public enum SnapshotPrune {
     /// What the rules keep and remove (the act's plan).
     static func decide(_ options: Options, in repository: PagedRepository) throws -> Result {
         let (records, damaged) = try repository.catalog()
+        // The bases of chains of points follow the points' retention, not the snapshots'.
+        let points = try options.points.decide(repository, records: records, filter: options.filter)
+        let bases = Set(points.map(\.chain))
         let candidates = records.compactMap { record -> RetentionCandidate? in
             let manifest = record.manifest
-            guard let facts = manifest.snapshot, options.filter.matches(host: manifest.host, path: manifest.source.path) else { return nil }
+            guard let facts = manifest.snapshot, !bases.contains(facts.id),
+                  options.filter.matches(host: manifest.host, path: manifest.source.path) else { return nil }
             return RetentionCandidate(id: facts.id, time: manifest.startedAt, tags: facts.tags,
                                       verified: repository.lastVerification(facts.id)?.ok == true, host: manifest.host, path: manifest.source.path)
         }
-        let decisions = Retention.apply(options.policy, to: candidates, groupBy: options.groupBy)
+        let decisions = options.policy.isEmpty ? candidates.map { RetentionDecision(id: $0.id, time: $0.time, keep: true, reasons: ["no snapshot rule given"], group: nil) }
+            : Retention.apply(options.policy, to: candidates, groupBy: options.groupBy)
         var result = Result(dryRun: options.dryRun, decisions: decisions, removed: [], damaged: damaged)
+        result.points = points
         result.groupBy = options.groupBy.description
         result.unmatchedTags = options.policy.tags.filter { tag in !candidates.contains { $0.tags.contains(tag) } }
         return result
@@ -84,8 +94,17 @@ public enum SnapshotPrune {
     /// Removes the expired records (unless a dry run), then collects what no kept snapshot uses.
     static func carryOut(_ decided: Result, _ options: Options, in repository: PagedRepository, progress: StepHandler?) throws -> Result {
         var result = decided
-        let expired = Set(decided.decisions.filter { !$0.keep }.map(\.id))
+        var expired = Set(decided.decisions.filter { !$0.keep }.map(\.id))
+        expired.formUnion(decided.points.filter { $0.action == "remove" }.map(\.chain))
         if !options.dryRun {
+            // Points first, each chain from its last segment back to its opening: a prune cut
+            // short leaves a shorter chain, never a chain with a hole.
+            for decision in decided.points where decision.action != "keep" {
+                for key in decision.segments.reversed() {
+                    try ProcessSignals.checkpoint("pruning \(repository.location)")
+                    try repository.backend.remove(key, point: "prune.points.remove")
+                }
+            }
             for id in expired.sorted() {
                 try ProcessSignals.checkpoint("pruning \(repository.location)")
                 try repository.backend.remove(PagedSnapshotRecord.key(id), point: "prune.record.remove")

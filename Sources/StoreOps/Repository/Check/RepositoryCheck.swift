@@ -26,6 +26,9 @@ public enum RepositoryCheck {
         public var packs = 0
         public var indexes = 0
         public var blobs = 0
+        /// Points in time (`storectl replicate`): segments and the chains they form.
+        public var pointSegments = 0
+        public var pointChains = 0
         public var readData = false
         /// Damage: a listed snapshot may not restore. Exit 2.
         public var problems: [String] = []
@@ -53,8 +56,54 @@ public enum RepositoryCheck {
         let indexes = try scanIndexes(repository, into: &report)
         let stored = try checkPacks(repository, indexes: indexes, into: &report)
         try checkSnapshots(repository, indexes: indexes, into: &report)
+        try checkPoints(repository, readData: readData, into: &report)
         if readData { try readEveryPack(repository, indexes: indexes, stored: stored, progress: progress, into: &report) }
         return report
+    }
+
+    /// Every chain of points has its base; with `readData`, every segment opens (authenticated)
+    /// and every page in it matches its content id.
+    private static func checkPoints(_ repository: PagedRepository, readData: Bool, into report: inout Report) throws {
+        let timeline = try PointTimeline.load(repository)
+        let snapshots = Set(try repository.backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) })
+        let zstd = try ZstdFrames(level: 3)
+        for chain in timeline.chains {
+            report.pointChains += 1
+            report.pointSegments += chain.segments.count + chain.markers.count
+            if !snapshots.contains(chain.id) {
+                report.problems.append("the points of chain \(chain.id) have no base (snapshot \(chain.id) is missing): none of them restores")
+            }
+            if !chain.redundant.isEmpty {
+                report.notes.append("chain \(chain.id): \(Format.plural(chain.redundant.count, "segment", "segments")) a merge or prune left (unused)")
+            }
+            guard readData else { continue }
+            for name in chain.segments {
+                do {
+                    guard let sealed = try repository.backend.read(name.key) else {
+                        report.problems.append("point segment \(repository.backend.describe(name.key)) is listed but cannot be read")
+                        continue
+                    }
+                    let (segment, pages) = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+                    let ids = segment.commits.flatMap(\.ids)
+                    for (i, page) in pages.enumerated() where repository.sealer.contentID(page).hex != ids[i] {
+                        report.problems.append("point segment \(repository.backend.describe(name.key)): page \(i + 1) does not match its content id")
+                        break
+                    }
+                } catch let error as StoreOpsError where error.status == .badData {
+                    report.problems.append(error.message)
+                }
+            }
+        }
+        // Segments of a chain with no opening restore nothing (a prune or a replicate cut short).
+        let listed = Set(timeline.chains.map { "\($0.store)/\($0.id)" })
+        var orphans = Set<String>()
+        for (key, _) in try repository.backend.list("points/") {
+            guard let name = SegmentName.parse(key), !listed.contains("\(name.store)/\(name.chain)") else { continue }
+            orphans.insert(name.chain)
+        }
+        for chain in orphans.sorted() {
+            report.notes.append("chain \(chain) has segments but no opening segment (left by a prune or replicate cut short); they restore nothing")
+        }
     }
 
     /// What the indexes say: each pack's contents, where each blob is, and which blobs are pages
