@@ -17,7 +17,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     @Option(help: "The snapshot repository.") var repo: String
     @OptionGroup var password: PasswordOption
     @Argument(help: "The snapshot id (or a unique prefix); not with --at.") var id: String?
-    @Option(help: "Restore the point in time recorded by `storectl replicate` at or before this time (RFC 3339, or before now: -5m).") var at: String?
+    @Option(parsing: .unconditional, help: "Restore the point in time recorded by `storectl replicate` at or before this time (RFC 3339, or before now: -5m).") var at: String?
     @Option(help: "With --at: the store whose points (when the repository has points of several).") var store: String?
     @Option(help: "With --at and --store: the host that followed it (default: this one).") var host: String?
     @Option(help: "Restore to this new file.") var to: String?

@@ -123,16 +123,16 @@ struct PointSegment: Codable, Equatable {
 }
 
 /// A segment's key, parsed.
-struct SegmentName: Equatable, Hashable {
-    var store: String
-    var chain: String
-    var level: Int
-    var from: Int
-    var to: Int
-    var firstTime: Int64
-    var lastTime: Int64
+public struct SegmentName: Equatable, Hashable, Sendable {
+    public var store: String
+    public var chain: String
+    public var level: Int
+    public var from: Int
+    public var to: Int
+    public var firstTime: Int64
+    public var lastTime: Int64
 
-    var key: String {
+    public var key: String {
         "points/\(store)/\(chain)/\(level)-\(String(format: "%010d", from))-\(String(format: "%010d", to))-\(firstTime)-\(lastTime)"
     }
 
@@ -150,20 +150,20 @@ struct SegmentName: Equatable, Hashable {
 }
 
 /// Every chain of points in a repository, from segment keys alone (no object is read).
-struct PointTimeline {
-    struct Chain {
-        var store: String
-        var id: String
+public struct PointTimeline: Sendable {
+    public struct Chain: Sendable {
+        public var store: String
+        public var id: String
         /// The segments to read, in order (merged ones instead of what they cover), the opening first.
-        var segments: [SegmentName]
-        var baseTime: Int64
-        var lastTime: Int64
-        var points: Int { (segments.last?.to ?? 0) + 1 }
+        public var segments: [SegmentName]
+        public var baseTime: Int64
+        public var lastTime: Int64
+        public var points: Int { (segments.last?.to ?? 0) + 1 }
         /// Segments a merge made redundant (left by a merge interrupted before it removed them).
-        var redundant: [SegmentName]
+        public var redundant: [SegmentName]
         /// Level 8: the follower stopped cleanly at `firstTime`; level 9: it was not following
         /// from `firstTime` to `lastTime` (it resumed the chain then).
-        var markers: [SegmentName] = []
+        public var markers: [SegmentName] = []
 
         /// The spans of this chain in which no commit is claimed: from a clean stop to the next
         /// resume (or on), and each resume's span.
@@ -185,9 +185,9 @@ struct PointTimeline {
     static let stoppedLevel = 8
     static let resumedLevel = 9
 
-    var chains: [Chain]
+    public var chains: [Chain]
 
-    static func load(_ repository: PagedRepository, store: String? = nil) throws -> PointTimeline {
+    public static func load(_ repository: PagedRepository, store: String? = nil) throws -> PointTimeline {
         var byChain: [String: [SegmentName]] = [:]
         for (key, _) in try repository.backend.list(store.map { "points/\($0)/" } ?? "points/") {
             guard let name = SegmentName.parse(key) else { continue }

@@ -68,8 +68,9 @@ public enum PointRestore {
             throw StoreOpsError(.noInput, "no point of this store at or before \(when)\(first)",
                                 hint: "`storectl snapshot list --repo \(repository.location)` shows the points")
         }
-        if let later = chains.first(where: { $0.baseTime > t }), t > chain.lastTime {
-            let reason = (try? opening(of: later, in: repository))?.reason ?? "unknown"
+        if let later = chains.first(where: { $0.baseTime > t }), t > chain.lastTime,
+           let opening = try? opening(of: later, in: repository) ?? nil, opening.kind == "gap" || opening.kind == "start" {
+            let reason = opening.reason
             throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(chain.lastTime))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
                                 hint: "restore --at \(Timestamp.iso(date(chain.lastTime))) or --at \(Timestamp.iso(date(later.baseTime)))")
         }

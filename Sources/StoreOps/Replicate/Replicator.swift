@@ -212,7 +212,7 @@ public enum Replicate {
                 replica.lastDurableTime = chain.lastTime
                 replica.pendingCursor = segment.cursor
                 switch try replica.follower.capture() {
-                case .gap(let why):
+                case .gap(let why), .wholeRead(let why, _):
                     replica.needsBase = ("gap", why)
                 case .commits(let commits, let at):
                     replica.needsBase = nil
@@ -259,6 +259,10 @@ public enum Replicate {
                     flush(replica)
                     replica.needsBase = ("gap", why)
                     makeBase(replica, kind: "gap", reason: why)
+                case .wholeRead(let why, let change):
+                    flush(replica)
+                    replica.needsBase = ("continued", why)
+                    makeBase(replica, kind: "continued", reason: why, expectingChange: change)
                 }
             } catch {
                 Replicate.logger.warning("reading the store failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
@@ -332,7 +336,9 @@ public enum Replicate {
         }
 
         /// A new chain: a base read from the store (an incremental snapshot) and its opening segment.
-        func makeBase(_ replica: Replica, kind: String, reason: String) {
+        func makeBase(_ replica: Replica, kind: String, reason: String, expectingChange: UInt32? = nil) {
+            var kind = kind
+            var reason = reason
             do {
                 let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
                 defer { hold.release() }
@@ -340,11 +346,17 @@ public enum Replicate {
                 try work.prepare(records: try repository.catalog().records)
                 let time: Date
                 do {
-                    time = try replica.follower.image { pageSize, pageCount, _, read in
+                    let image = try replica.follower.image { pageSize, pageCount, _, read in
                         let source = Manifest.Source(path: replica.store.path, journalMode: "wal", pageSize: pageSize, pageCount: pageCount,
                                                      fileBytes: FileSystem.size(of: replica.store.path) ?? 0,
                                                      walBytes: FileSystem.size(of: replica.store.walPath) ?? 0)
                         try work.copyPages(pageSize: pageSize, pageCount: pageCount, source: source, read: read, progress: nil)
+                    }
+                    time = image.time
+                    // A continuation is one only if the base holds that one commit and no later one.
+                    if let expectingChange, image.change != expectingChange {
+                        kind = "gap"
+                        reason = "the -wal was truncated before its last commit was read, and more were committed before the database file was read"
                     }
                     try work.check()
                     try work.commit()

@@ -61,6 +61,10 @@ final class WalFollower {
         case commits([WalCommit], at: Date)
         /// Continuity cannot be proven, for this reason; the commits read before it was found.
         case gap(String)
+        /// One commit was checkpointed away before it was read and nothing was committed after
+        /// it: the database file holds exactly its state. The next point is a base read whole
+        /// (`image(expectingChange:)` checks that no commit came in between), no gap.
+        case wholeRead(String, change: UInt32)
     }
 
     enum NotFollowable: Error { case reason(String) }
@@ -121,7 +125,7 @@ final class WalFollower {
     /// pinned last frame laid over them, handed to `copy` in order under the read transaction
     /// (pages read with `read(first page, count, into)`). Sets the cursor there.
     func image(_ copy: (_ pageSize: Int, _ pageCount: Int, _ time: Date,
-                        _ read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws -> Void) throws -> Date {
+                        _ read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws -> Void) throws -> (time: Date, change: UInt32) {
         let identity = FileSystem.identity(of: store.path)
         return try pinned { index, time in
             var cursor = WalCursor(announced: index)
@@ -168,7 +172,7 @@ final class WalFollower {
             self.cursor = cursor
             databaseIdentity = identity
             walIdentity = wal.identity
-            return time
+            return (time, index.change)
         }
     }
 
@@ -262,6 +266,10 @@ final class WalFollower {
             // frame intact, a chain of exactly the missing commits after it).
             if walOpen, let walIdentity, let now = wal.identity, walIdentity == now, cursor.headerRead, try wal.frameIntact(cursor) {
                 tail = try wal.walk(from: cursor, limit: nil).commits
+            }
+            if tail.count != missing, missing == 1, fresh.isEmpty {
+                return .wholeRead("the -wal was truncated before its last commit was read; that commit's state is read from the database file",
+                                  change: index.change)
             }
             guard tail.count == missing else {
                 return .gap("the -wal was restarted and \(missing) commits were checkpointed away before they were read")

@@ -1,0 +1,255 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// `storectl replicate` against a real second process committing at random intervals, which logs
+/// the content hash of every commit: a restored point names its commit and must hash to it.
+@Suite("replicate: points in time under a live writer")
+struct ReplicateTests {
+    struct World {
+        let folder: TempFolder
+        let store: String
+        let repo: String
+        let log: String
+        let environment: [String: String]
+    }
+
+    func world(encrypted: Bool = false) throws -> World {
+        let folder = try TempFolder("storectl-replicate")
+        let store = try makeStore(folder, items: 2_000)
+        let repo = try folder.repository("repo", encrypted: encrypted)
+        return World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"),
+                     environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
+    }
+
+    func replicate(_ world: World, _ extra: [String] = []) throws -> ChildProcess.Running {
+        try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json"] + extra,
+                                 environment: world.environment)
+    }
+
+    func churn(_ world: World, seconds: Double, _ extra: [String] = []) throws -> ChildProcess.Running {
+        try ChildProcess.Running(Binaries.lab, ["churn", world.store, "--log", world.log, "--duration", "\(seconds)"] + extra)
+    }
+
+    /// Waits until the store's first chain has its opening segment (replicate's base is in).
+    func waitForBase(_ world: World, timeout: TimeInterval = 30) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let points = try? StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))), !points.isEmpty { return true }
+            usleep(50_000)
+        }
+        return false
+    }
+
+    struct Checked {
+        var restored = 0
+        var refused: [String] = []
+        var wrong: [String] = []
+    }
+
+    /// Restores the point at each time and checks it against the writer's log: the commit it
+    /// names hashes as logged, that commit had begun by the point's time, and the next one had
+    /// not returned before it (the point was the store's state then).
+    func check(_ world: World, times: [Date]) throws -> Checked {
+        let logged = try ChurnLoad.readLog(world.log)
+        var checked = Checked()
+        for (i, time) in times.enumerated() {
+            let target = world.folder.file("point-\(i).sqlite")
+            var options = SnapshotRestore.Options(repository: world.repo, id: "", target: .file(target))
+            options.password = .file(world.folder.file("password"))
+            options.at = time
+            let result: SnapshotRestore.Result
+            do { result = try SnapshotRestore.run(options) } catch let error as StoreOpsError where error.status == .noInput {
+                checked.refused.append("\(Timestamp.iso(time)): \(error.message)")
+                continue
+            }
+            let (seq, hash) = try read(target) { db in
+                (try Int.fetchOne(db, sql: "SELECT seq FROM churn_meta") ?? -1, try ChurnLoad.contentHash(db))
+            }
+            try? FileManager.default.removeItem(atPath: target)
+            let pointTime = (result.pointTime ?? .distantFuture).timeIntervalSince1970
+            guard let commit = logged[seq] else {
+                if seq == 0, logged[1].map({ $0.returned >= pointTime - 0.002 }) ?? true { checked.restored += 1 } else {
+                    checked.wrong.append("\(Timestamp.iso(time)): commit \(seq) is not in the log")
+                }
+                continue
+            }
+            let nextReturned = logged[seq + 1]?.returned ?? .infinity
+            if commit.hash != hash {
+                checked.wrong.append("\(Timestamp.iso(time)): point \(result.point ?? "?") is commit \(seq) but its content differs")
+            } else if commit.began > pointTime + 0.002 || nextReturned < pointTime - 0.002 || pointTime > time.timeIntervalSince1970 + 0.001 {
+                checked.wrong.append("\(Timestamp.iso(time)): point \(result.point ?? "?") at \(pointTime) claims commit \(seq) (began \(commit.began), next returned \(nextReturned))")
+            } else {
+                checked.restored += 1
+            }
+        }
+        return checked
+    }
+
+    func read<T>(_ path: String, _ body: (Database) throws -> T) throws -> T {
+        let queue = try DatabaseQueue(path: path, configuration: { var c = Configuration(); c.readonly = true; return c }())
+        defer { try? queue.close() }
+        return try queue.inDatabase(body)
+    }
+
+    func randomTimes(_ world: World, count: Int, seed: UInt64) throws -> [Date] {
+        let logged = try ChurnLoad.readLog(world.log).values
+        let first = logged.map(\.began).min() ?? 0, last = logged.map(\.returned).max() ?? 0
+        var generator = SeededGenerator(seed: seed)
+        return (0..<count).map { _ in Date(timeIntervalSince1970: Double.random(in: first...last, using: &generator)) }
+    }
+
+    func summary(_ run: ChildProcess.Result) throws -> Replicate.StoreSummary {
+        let decoded = try JSON.decoder().decode(Replicate.Summary.self, from: Data(run.stdout.utf8))
+        return try #require(decoded.stores.first)
+    }
+
+    @Test("60 random points of a store written at random intervals, with the app running wal_checkpoint(PASSIVE, RESTART, TRUNCATE) and VACUUM at random: each restores to exactly the content the writer logged for the commit it names, and no gap")
+    func randomPoints() throws {
+        let world = try world()
+        let follower = try replicate(world)
+        #expect(waitForBase(world))
+        let writer = try churn(world, seconds: 5, ["--checkpoint-every", "40", "--vacuum-every", "300", "--autocheckpoint", "100", "--seed", "11"])
+        let wrote = writer.wait()
+        #expect(wrote.status == 0, "\(wrote.stderr)")
+        usleep(1_500_000)   // one sync interval and a half: the last commits are durable
+        follower.signal(SIGTERM)
+        let followed = follower.wait()
+        #expect(followed.status == 0, "\(followed.stderr)")
+        let stats = try summary(followed)
+        #expect(stats.gaps.isEmpty, "\(stats.gaps)")
+        let commits = try ChurnLoad.readLog(world.log).count
+        #expect(stats.points >= commits, "every commit is a point")
+        let checked = try check(world, times: try randomTimes(world, count: 60, seed: 3))
+        #expect(checked.wrong.isEmpty, "\(checked.wrong)")
+        #expect(checked.restored + checked.refused.count == 60)
+        #expect(checked.restored >= 55, "\(checked.refused)")
+    }
+
+    @Test("kill -9 of replicate three times while the app writes: each restart takes up the chain or records a gap; every listed point restores exactly, no point is listed twice or missing within a chain")
+    func killNineResumes() throws {
+        let world = try world()
+        var follower = try replicate(world)
+        #expect(waitForBase(world))
+        let writer = try churn(world, seconds: 6, ["--checkpoint-every", "80", "--seed", "5"])
+        for pause in [1.2, 0.7, 1.5] {
+            usleep(UInt32(pause * 1_000_000))
+            follower.signal(SIGKILL)
+            _ = follower.wait()
+            usleep(200_000)
+            follower = try replicate(world)
+        }
+        _ = writer.wait()
+        usleep(1_500_000)
+        follower.signal(SIGTERM)
+        let last = follower.wait()
+        #expect(last.status == 0, "\(last.stderr)")
+        // Contiguity: the timeline's segments cover points 1…n of each chain exactly once.
+        let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
+        for chain in try PointTimeline.load(repository).chains {
+            var next = 1
+            for segment in chain.segments.dropFirst() {
+                #expect(segment.from == next, "chain \(chain.id): a segment starts at \(segment.from), expected \(next)")
+                next = segment.to + 1
+            }
+        }
+        let checked = try check(world, times: try randomTimes(world, count: 40, seed: 9))
+        #expect(checked.wrong.isEmpty, "\(checked.wrong)")
+        #expect(checked.restored >= 20, "\(checked.refused)")
+    }
+
+    @Test("SIGTERM: replicate writes what it has read and exits 0 within seconds; the writer's last commit before the signal is a point")
+    func sigtermDrains() throws {
+        let world = try world()
+        let follower = try replicate(world, ["--sync-interval", "5s"])
+        #expect(waitForBase(world))
+        let writer = try churn(world, seconds: 1.5)
+        _ = writer.wait()
+        let lastSeq = try ChurnLoad.readLog(world.log).keys.max() ?? 0
+        let signalled = Date()
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        #expect(Date().timeIntervalSince(signalled) < 5)
+        var options = SnapshotRestore.Options(repository: world.repo, id: "", target: .file(world.folder.file("last.sqlite")))
+        options.password = .file(world.folder.file("password"))
+        options.at = signalled
+        _ = try SnapshotRestore.run(options)
+        let seq = try read(world.folder.file("last.sqlite")) { try Int.fetchOne($0, sql: "SELECT seq FROM churn_meta") }
+        #expect(seq == lastSeq)
+    }
+
+    @Test("while replicate is stopped the app commits and truncates its -wal: the next run records a gap with its reason and a new base; a time inside the gap is refused (66), the points either side restore")
+    func gapIsListedNotClaimed() throws {
+        let world = try world()
+        var follower = try replicate(world)
+        #expect(waitForBase(world))
+        _ = try churn(world, seconds: 0.5).wait()
+        usleep(1_200_000)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        let gapStart = Date()
+        // Commits storectl never sees: checkpointed into the database and the -wal truncated.
+        let queue = try DatabaseQueue(path: world.store)
+        try queue.inDatabase { db in
+            try db.execute(sql: "INSERT INTO churn (v, n) VALUES ('unseen', 1)")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        try queue.close()
+        usleep(300_000)
+        follower = try replicate(world)
+        let insideGap = Date()
+        usleep(1_500_000)
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.gaps.count == 1, "\(stats.gaps)")
+        #expect(stats.gaps.first?.reason.contains("checkpointed away") == true, "\(stats.gaps)")
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--points"], environment: world.environment)
+        #expect(listed.stdout.contains("gap"), "\(listed.stdout)")
+        let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(gapStart.addingTimeInterval(0.1)),
+                                                               "--to", world.folder.file("gap.sqlite")], environment: world.environment)
+        #expect(refused.status == 66 && refused.stderr.contains("gap"), "\(refused.stderr)")
+        let after = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(insideGap.addingTimeInterval(1.2)),
+                                                             "--to", world.folder.file("after.sqlite")], environment: world.environment)
+        #expect(after.status == 0, "\(after.stderr)")
+        #expect(try read(world.folder.file("after.sqlite")) { try Int.fetchOne($0, sql: "SELECT count(*) FROM churn WHERE v = 'unseen'") } == 1)
+    }
+
+    @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66")
+    func refusals() throws {
+        let folder = try TempFolder("storectl-replicate")
+        var options = SampleStore.Options()
+        options.items = 10
+        options.journalMode = "delete"
+        _ = try SampleStore.create(at: folder.file("delete.sqlite"), options: options)
+        let repo = try folder.repository("repo")
+        let notWAL = try ChildProcess.run(Binaries.storectl, ["replicate", folder.file("delete.sqlite"), "--repo", repo])
+        #expect(notWAL.status == 65 && notWAL.stderr.contains("journal_mode=WAL"), "\(notWAL.stderr)")
+        let missing = try ChildProcess.run(Binaries.storectl, ["replicate", folder.file("none.sqlite"), "--repo", repo])
+        #expect(missing.status == 66, "\(missing.stderr)")
+        let store = try makeStore(folder, items: 10)
+        let noRepo = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", folder.file("nothing")])
+        #expect(noRepo.status == 66, "\(noRepo.stderr)")
+        let badTime = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "yesterday", "--to", folder.file("x.sqlite")])
+        #expect(badTime.status == 64, "\(badTime.stderr)")
+        let noPoints = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "-1m", "--to", folder.file("x.sqlite")])
+        #expect(noPoints.status == 66 && noPoints.stderr.contains("no points"), "\(noPoints.stderr)")
+    }
+}
+
+/// A deterministic generator for a test's random choices.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
