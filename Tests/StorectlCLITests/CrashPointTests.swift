@@ -15,6 +15,8 @@ final class CrashFixture: @unchecked Sendable {
     let temp: String
     var snapshot = ""
     var extra: [String: String] = [:]
+    /// A connection the fixture keeps open (an app that stays up while storectl comes and goes).
+    var app: DatabaseQueue?
     /// The repository's password (it is encrypted).
     let password: PasswordSource
     /// The repository in a folder, or in a bucket of the shared SeaweedFS server (format 2).
@@ -216,7 +218,72 @@ enum Scenarios {
 
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
-    static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert]
+    static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert,
+                                         replicateBase, replicateResume]
+
+    /// The newest point the repository holds, restored and digested ("none" without points).
+    static func newestPoint(_ fixture: CrashFixture) throws -> String {
+        let stores = try StorePoints.list(repository: fixture.repo, password: fixture.password)
+        guard let span = stores.first?.spans.last(where: { $0.kind == "covered" }), let to = span.to else { return "none" }
+        let target = fixture.out + "/point-\(UUID().uuidString.prefix(8)).sqlite"
+        let restored = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, "--at", Timestamp.iso(to), "--to", target])
+        #expect(restored.status == 0, "\(restored.stderr)")
+        defer {
+            try? FileManager.default.removeItem(atPath: target)
+            try? FileManager.default.removeItem(atPath: StoreFile.supportPath(forDatabase: target))
+        }
+        return try fixture.digest(target, journalMode: false)
+    }
+
+    /// A first `replicate` of a store: its base, the chain's opening, the stop marker.
+    static let replicateBase = CrashScenario(
+        name: "replicate (base)",
+        setup: {
+            let fixture = try CrashFixture()
+            try fixture.walCommits(40)
+            return fixture
+        },
+        command: { ["replicate", $0.store, "--repo", $0.repo, "--for", "300ms", "--quiet"] },
+        observe: { try newestPoint($0) },
+        next: { fixture, index in try ok(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "300ms", "--quiet"], index) },
+        finally: { fixture, point in
+            let newest = try newestPoint(fixture), store = try fixture.digest(journalMode: false)
+            #expect(newest == store, "\(point): the newest point is the store")
+        })
+
+    /// `replicate` taking up a chain after commits it has not seen: the resume marker, the
+    /// segment with the commits, the stop marker. Killed anywhere, the next run takes the chain
+    /// up again from its last durable segment: no point missing, none twice.
+    static let replicateResume = CrashScenario(
+        name: "replicate (resume, commits)",
+        setup: {
+            let fixture = try CrashFixture()
+            // The app stays up (its connection keeps the wal-index) and commits while storectl is stopped.
+            let app = try DatabaseQueue(path: fixture.store)
+            fixture.app = app
+            try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK = 1") }
+            try ok(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "200ms", "--quiet"], 0)
+            for k in 0..<40 {
+                try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ? WHERE Z_PK = ?", arguments: ["+", k + 1]) }
+            }
+            return fixture
+        },
+        command: { ["replicate", $0.store, "--repo", $0.repo, "--for", "300ms", "--quiet"] },
+        observe: { try newestPoint($0) },
+        next: { fixture, index in try ok(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "300ms", "--quiet"], index) },
+        finally: { fixture, point in
+            let newest = try newestPoint(fixture), store = try fixture.digest(journalMode: false)
+            #expect(newest == store, "\(point): the newest point is the store")
+            let repository = try PagedRepository.open(at: fixture.repo, password: fixture.password)
+            let chains = try PointTimeline.load(repository).chains
+            #expect(chains.count == 1, "\(point): the chain was taken up, not begun again: \(chains.map(\.id))")
+            var next = 1
+            for segment in chains.first?.segments.dropFirst() ?? [] {
+                #expect(segment.from == next, "\(point): a segment starts at \(segment.from), expected \(next)")
+                next = segment.to + 1
+            }
+            #expect(next - 1 == 40, "\(point): \(next - 1) points, the 40 commits expected")
+        })
 
     /// The snapshots a repository lists, by their tags (ids differ from fixture to fixture).
     static func listed(_ fixture: CrashFixture, _ repo: String) throws -> String {

@@ -32,6 +32,12 @@ final class WalFollower {
     private var walIdentity: (dev: UInt64, ino: UInt64)?
     /// Transactions begun until the header read before and after agreed (the last read).
     private(set) var pinAttempts = 0
+    /// Whether the cursor's commit counter was read through the connection this follower still
+    /// holds. While a connection is open, SQLite never rebuilds the wal-index (only the first
+    /// connection to open a store recovers it, which resets the counter) nor deletes the -wal on
+    /// the app's close (the closing connection is not the last); so only then do two counters
+    /// compare. A cursor taken up from a segment is not, until a read of the same generation.
+    private var changeTrusted = false
 
     init(store: StoreFile) {
         self.store = store
@@ -43,6 +49,7 @@ final class WalFollower {
     func close() {
         try? connection?.close()
         connection = nil
+        changeTrusted = false
         wal.close()
     }
 
@@ -51,6 +58,7 @@ final class WalFollower {
         self.cursor = cursor
         self.databaseIdentity = databaseIdentity
         self.walIdentity = walIdentity
+        changeTrusted = false
     }
 
     var identities: (database: (dev: UInt64, ino: UInt64)?, wal: (dev: UInt64, ino: UInt64)?) { (databaseIdentity, walIdentity) }
@@ -170,6 +178,7 @@ final class WalFollower {
             }
             cursor.change = index.change
             self.cursor = cursor
+            changeTrusted = true
             databaseIdentity = identity
             walIdentity = wal.identity
             return (time, index.change)
@@ -206,13 +215,17 @@ final class WalFollower {
         guard let changeThen = cursor.change else { return .gap("the follower's position has no commit count") }
         let made = Int(index.change &- changeThen)
         if !cursor.sameGeneration(salt1: index.salt1, salt2: index.salt2) {
+            guard changeTrusted else { return .gap("the -wal was restarted while storectl was not following the store") }
             return try crossGeneration(from: cursor, to: index, made: made, time: time)
         }
         guard index.lastFrame >= cursor.frame else {
             return .gap("the -wal's generation went back from frame \(cursor.frame) to \(index.lastFrame)")
         }
         guard index.lastFrame > cursor.frame else {
-            return made == 0 ? .commits([], at: time) : .gap("\(made) commits are counted but no frame was added")
+            guard made == 0 || !changeTrusted else { return .gap("\(made) commits are counted but no frame was added") }
+            self.cursor?.change = index.change
+            changeTrusted = true
+            return .commits([], at: time)
         }
         guard try wal.open(), let walIdentity, let now = wal.identity, walIdentity == now || cursor.frame == 0 else {
             return .gap("the -wal was removed and made again")
@@ -228,10 +241,13 @@ final class WalFollower {
         guard walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum else {
             return .gap("the -wal's frames after frame \(cursor.frame) do not chain to the wal-index's last frame \(index.lastFrame)")
         }
-        guard walk.commits.count == made else {
+        // Within a generation the chain itself proves continuity; the counter is a second check
+        // when it can be compared.
+        guard walk.commits.count == made || !changeTrusted else {
             return .gap("the wal-index counts \(made) commits since the last read, the -wal holds \(walk.commits.count)")
         }
         walk.cursor.change = index.change
+        changeTrusted = true
         self.cursor = walk.cursor
         self.walIdentity = wal.identity
         return .commits(walk.commits, at: time)
@@ -279,6 +295,7 @@ final class WalFollower {
         }
         self.cursor = next
         self.walIdentity = wal.identity
+        changeTrusted = true
         return .commits(tail + fresh, at: time)
     }
 }

@@ -166,6 +166,15 @@ public struct LocalBackend: RepositoryBackend {
         for name in ((try? FileManager.default.contentsOfDirectory(atPath: data)) ?? []) {
             removed += PendingFile.removeStale(in: (data as NSString).appendingPathComponent(name))
         }
+        // points/<store>/<chain>/
+        let points = path("points")
+        for store in ((try? FileManager.default.contentsOfDirectory(atPath: points)) ?? []) {
+            let storeFolder = (points as NSString).appendingPathComponent(store)
+            removed += PendingFile.removeStale(in: storeFolder)
+            for chain in ((try? FileManager.default.contentsOfDirectory(atPath: storeFolder)) ?? []) {
+                removed += PendingFile.removeStale(in: (storeFolder as NSString).appendingPathComponent(chain))
+            }
+        }
         return removed
     }
 }
