@@ -2,9 +2,17 @@ import ArgumentParser
 import Foundation
 import StoreOps
 
-struct ReplicateCommand: ParsableCommand, JSONOutput {
+struct ReplicateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "replicate",
+        abstract: "Follow stores' -wal into a repository: every commit seen becomes a point to restore (snapshot restore --at).",
+        subcommands: [ReplicateFollowCommand.self, ReplicateStatusCommand.self],
+        defaultSubcommand: ReplicateFollowCommand.self)
+}
+
+struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "follow",
         abstract: "Follow stores' -wal into a repository: every commit seen becomes a point to restore (snapshot restore --at).",
         discussion: reflow("""
             Runs until SIGTERM or SIGINT (or for --for), then writes what it has read and marks each store's points
@@ -25,6 +33,8 @@ struct ReplicateCommand: ParsableCommand, JSONOutput {
     @Option(help: "Stop after this long (e.g. 10m) instead of waiting for a signal.") var `for`: String?
     @Flag(help: "Print the summary as JSON when it stops.") var json = false
     @Flag(help: "Say nothing while following (the summary is still printed at the end).") var quiet = false
+    @Option(help: "Rewrite this JSON file every sync interval with each store's figures (for `replicate status`).") var statusFile: String?
+    @Option(help: "Write Prometheus metrics into this folder (node_exporter's textfile collector) every sync interval.") var metrics: String?
 
     func run() throws {
         var options = Replicate.Options(stores: stores, repository: repo)
@@ -32,6 +42,8 @@ struct ReplicateCommand: ParsableCommand, JSONOutput {
         options.syncInterval = try duration(syncInterval, "--sync-interval", allowZero: false)
         options.baseInterval = try duration(baseInterval, "--base-interval", allowZero: false)
         options.duration = try `for`.map { try duration($0, "--for", allowZero: false) }
+        options.statusFile = statusFile
+        options.metricsFolder = metrics
         let say: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("storectl replicate: \(line)\n".utf8)) }
         let summary = try Replicate.run(options, events: quiet || json ? nil : say)
         if json { print(jsonReport(summary)); return }
@@ -48,6 +60,36 @@ struct ReplicateCommand: ParsableCommand, JSONOutput {
         switch DurationText.parse(text, allowZero: allowZero) {
         case .success(let value): return value.seconds
         case .failure(let error): throw ValidationError("\(option) \(text): \(error.problem)")
+        }
+    }
+}
+
+struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Each store's points in the repository and, with --status-file, how a running replicate is doing.")
+
+    @Option(help: "The repository.") var repo: String
+    @OptionGroup var password: PasswordOption
+    @Option(help: "The status file a running `storectl replicate --status-file` rewrites.") var statusFile: String?
+    @Flag(help: "Print the report as JSON.") var json = false
+
+    func run() throws {
+        let report = try ReplicateStatus.run(repository: repo, password: password.source, statusFile: statusFile)
+        if json { print(jsonReport(report)); return }
+        if let state = report.state {
+            let when = report.updatedAt.map { Timestamp.iso($0) } ?? "?"
+            print("replicate \(state) (pid \(report.pid.map(String.init) ?? "?"), status written \(when))\(report.stale ? ": STALE, the process is probably gone" : "")")
+        }
+        if report.stores.isEmpty { print("no points in time in \(report.repository)") }
+        for store in report.stores {
+            var line = "\(store.store) (\(store.host)): \(Format.plural(store.points, "point", "points")), newest \(store.newestPoint.map { Timestamp.iso($0) } ?? "none")"
+            line += ", \(Format.plural(store.gaps, "gap", "gaps")), \(Format.plural(store.chains, "chain", "chains"))"
+            if let live = store.live {
+                line += String(format: "; this run: %d points, lag p99 %.2f s, max %.2f s, ", live.points, live.p99LagSeconds, live.maxLagSeconds)
+                line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"
+            }
+            print(line)
         }
     }
 }

@@ -24,6 +24,11 @@ public enum Replicate {
         public var level: Int?
         /// Stop after this long (`--for`); nil: until a signal.
         public var duration: TimeInterval?
+        /// Rewritten (atomically) every sync interval and at the end: each store's figures, for
+        /// `storectl replicate status --status FILE`.
+        public var statusFile: String?
+        /// A folder of node_exporter's textfile collector: one `.prom` file per store, every sync.
+        public var metricsFolder: String?
 
         public init(stores: [String], repository: String) {
             self.stores = stores
@@ -57,6 +62,10 @@ public enum Replicate {
         public var repository: String
         public var stores: [StoreSummary]
         public var stoppedBy: String
+        /// While following: "following"; at the end: "stopped".
+        public var state = "stopped"
+        public var pid = getpid()
+        public var updatedAt = Date()
     }
 
     /// Follows until a signal (or `duration`).
@@ -132,6 +141,7 @@ public enum Replicate {
         let zstd: ZstdFrames
         /// Commits held in memory for a repository that cannot be written to, before a gap is recorded instead.
         let spoolLimit = 256 << 20
+        static let captureSpacing: TimeInterval = 0.005
 
         init(options: Options, repository: PagedRepository, replicas: [Replica], events: (@Sendable (String) -> Void)?) throws {
             self.options = options
@@ -158,11 +168,17 @@ public enum Replicate {
                     break
                 }
                 if let duration = options.duration, Date().timeIntervalSince(started) >= duration { break }
+                let began = Date()
                 for replica in replicas { step(replica) }
                 if Date() >= nextSync {
                     for replica in replicas { flush(replica) }
+                    report(state: "following", stoppedBy: "")
                     nextSync = Date().addingTimeInterval(options.syncInterval)
                 }
+                // At most one read every `captureSpacing`: an app committing every millisecond is
+                // read in batches, not at every commit.
+                let spent = Date().timeIntervalSince(began)
+                if spent < Self.captureSpacing { usleep(UInt32((Self.captureSpacing - spent) * 1_000_000)) }
                 let wait = min(options.pollInterval, max(0.001, nextSync.timeIntervalSinceNow))
                 watcher.wait(seconds: wait)
             }
@@ -182,7 +198,32 @@ public enum Replicate {
                 replica.follower.close()
             }
             if stoppedBy != "duration" { say("stopped by \(stoppedBy); every commit seen was written") }
-            return Summary(repository: repository.location, stores: replicas.map { finalSummary($0) }, stoppedBy: stoppedBy)
+            return report(state: "stopped", stoppedBy: stoppedBy)
+        }
+
+        /// The summary, written to the status file and the metrics folder when asked (a failure to
+        /// write them is logged, not fatal: following matters more than reporting).
+        @discardableResult
+        func report(state: String, stoppedBy: String) -> Summary {
+            var summary = Summary(repository: repository.location, stores: replicas.map { finalSummary($0) }, stoppedBy: stoppedBy)
+            summary.state = state
+            if let file = options.statusFile {
+                do {
+                    let pending = try PendingFile(finalPath: FileSystem.absolute(file), label: "replicate.status")
+                    try pending.write(try JSON.encode(summary))
+                    try pending.commit(replacing: true)
+                } catch {
+                    Replicate.logger.warning("the status file cannot be written", metadata: ["file": "\(file)", "error": "\(describe(error))"])
+                }
+            }
+            if let folder = options.metricsFolder {
+                for store in summary.stores {
+                    do { try ReplicateMetrics.write(store, up: state == "following", folder: folder) } catch {
+                        Replicate.logger.warning("the metrics cannot be written", metadata: ["folder": "\(folder)", "error": "\(describe(error))"])
+                    }
+                }
+            }
+            return summary
         }
 
         func finalSummary(_ replica: Replica) -> StoreSummary {

@@ -104,7 +104,7 @@ final class WalFollower {
                 let before = indexHeader()
                 do {
                     try db.beginTransaction(.deferred)
-                    _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master")
+                    _ = try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM sqlite_master"))
                 } catch {
                     if db.isInsideTransaction { try? db.rollback() }
                     if let error = error as? DatabaseError, [.SQLITE_BUSY, .SQLITE_LOCKED].contains(error.resultCode) {
@@ -195,13 +195,23 @@ final class WalFollower {
 
     // MARK: - Following
 
+    /// The wal-index header at the last capture: unchanged, nothing was committed (one read of
+    /// 96 bytes, no transaction).
+    private var lastIndex: [UInt8]?
+
     /// What was committed since the cursor.
     func capture() throws -> Capture {
         guard cursor != nil else { return .gap("no base") }
+        let now = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)
+        if let now, let lastIndex, now == lastIndex, changeTrusted { return .commits([], at: Date()) }
         guard let identity = FileSystem.identity(of: store.path) else { return .gap("\(store.path) is gone") }
         if let databaseIdentity, databaseIdentity != identity { return .gap("the store's file was replaced") }
         do {
-            return try pinned { index, time in try read(index, time) }
+            return try pinned { index, time in
+                let capture = try read(index, time)
+                if case .commits = capture { lastIndex = index.raw + index.raw } else { lastIndex = nil }
+                return capture
+            }
         } catch NotFollowable.reason(let why) {
             return .gap(why)
         }

@@ -1,0 +1,84 @@
+import Foundation
+
+/// `storectl replicate`'s Prometheus metrics for node_exporter's textfile collector: one file per
+/// store (`storectl-<store name>-<short hash of its path>-replicate.prom`), replaced atomically
+/// every sync interval.
+public enum ReplicateMetrics {
+    public static func file(folder: String, store: String) -> String {
+        let name = ((FileSystem.name(of: store) as NSString).deletingPathExtension).map { $0.isLetter || $0.isNumber ? $0 : "_" }
+        return (folder as NSString).appendingPathComponent("storectl-\(String(name))-\(Hashing.sha256(Data(store.utf8)).prefix(8))-replicate.prom")
+    }
+
+    static func write(_ store: Replicate.StoreSummary, up: Bool, folder: String) throws {
+        let labels = "{store=\"\(Metrics.escape(store.store))\"}"
+        let metrics: [(String, String, String, Double)] = [
+            ("storectl_replicate_up", "gauge", "1 while storectl replicate follows the store, 0 once it stopped.", up ? 1 : 0),
+            ("storectl_replicate_last_durable_timestamp_seconds", "gauge", "When the newest durable point was the store's state (Unix time).",
+             store.lastDurable?.timeIntervalSince1970 ?? 0),
+            ("storectl_replicate_lag_p99_seconds", "gauge", "99th percentile of the time from seeing a commit to its point being durable.", store.p99LagSeconds),
+            ("storectl_replicate_lag_max_seconds", "gauge", "The longest time from seeing a commit to its point being durable.", store.maxLagSeconds),
+            ("storectl_replicate_points_total", "counter", "Points made durable by this run.", Double(store.points)),
+            ("storectl_replicate_segments_total", "counter", "Segments written by this run.", Double(store.segments)),
+            ("storectl_replicate_bases_total", "counter", "Bases (incremental snapshots) taken by this run.", Double(store.bases.count)),
+            ("storectl_replicate_gaps_total", "counter", "Gaps recorded by this run (continuity could not be proven).", Double(store.gaps.count)),
+            ("storectl_replicate_uploaded_bytes_total", "counter", "Bytes written to the repository by this run.", Double(store.uploadedBytes)),
+            ("storectl_replicate_requests_total", "counter", "Objects written to the repository by this run.", Double(store.requests)),
+        ]
+        var text = ""
+        for (name, type, help, value) in metrics {
+            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name)\(labels) \(Metrics.format(value))\n"
+        }
+        let pending = try PendingFile(finalPath: file(folder: folder, store: store.store), label: "replicate.metrics")
+        try pending.write(Data(text.utf8))
+        chmod(pending.tempPath, 0o644)
+        try pending.commit(replacing: true)
+    }
+}
+
+/// `storectl replicate status`: each store's points as the repository holds them and, from the
+/// status file a running `replicate` rewrites, how it is doing.
+public enum ReplicateStatus {
+    public struct Store: Sendable, Codable {
+        public var store: String
+        public var host: String
+        public var points: Int
+        public var newestPoint: Date?
+        public var gaps: Int
+        public var chains: Int
+        /// From the status file, when given and about this store.
+        public var live: Replicate.StoreSummary?
+    }
+
+    public struct Report: Sendable, Codable {
+        public var repository: String
+        public var stores: [Store]
+        /// From the status file: following or stopped, its pid, and when it was last written.
+        public var state: String?
+        public var pid: Int32?
+        public var updatedAt: Date?
+        /// The status file was last written longer ago than a few sync intervals: the process is
+        /// probably gone (killed) without saying so.
+        public var stale: Bool = false
+    }
+
+    public static func run(repository: String, password: PasswordSource, statusFile: String?, now: Date = Date()) throws -> Report {
+        let stores = try StorePoints.list(repository: repository, password: password)
+        var live: Replicate.Summary?
+        if let statusFile {
+            guard let data = FileManager.default.contents(atPath: statusFile) else {
+                throw StoreOpsError(.noInput, "no status file at \(statusFile)", hint: "pass the --status-file storectl replicate writes")
+            }
+            do { live = try JSON.decoder().decode(Replicate.Summary.self, from: data) } catch {
+                throw StoreOpsError(.badData, "\(statusFile) is not a storectl replicate status file (\(JSON.describe(error)))")
+            }
+        }
+        var report = Report(repository: repository, stores: stores.map { entry in
+            let covered = entry.spans.filter { $0.kind == "covered" }
+            return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: covered.last?.to,
+                         gaps: entry.spans.filter { $0.kind == "gap" }.count, chains: Set(covered.compactMap(\.chain)).count,
+                         live: live?.stores.first { $0.store == entry.store })
+        }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
+        if let live, live.state == "following", now.timeIntervalSince(live.updatedAt) > 60 { report.stale = true }
+        return report
+    }
+}
