@@ -18,8 +18,9 @@ declare -A KNOBS=(
   [repository]=""
   [restore-pairs]="PAIRS=1"
   [s3]="RUNS=1 RESTORES=1 LITESTREAM_SETTLE=5"
+  [replicate]="DURATION=5"
 )
-ORDER=(backup snapshot purge migrate memory repository restore-pairs s3)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate)
 [ $# -gt 0 ] && ORDER=("$@")
 failed=()
 for name in "${ORDER[@]}"; do

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// `storectl replicate`: follows stores' -wal files into a format-2 repository, so every commit
 /// it sees is a point to restore (`snapshot restore --at`). See `WalFollower` for what it reads
@@ -95,7 +96,7 @@ public enum Replicate {
 
     // MARK: - One store
 
-    final class Replica {
+    final class Replica: @unchecked Sendable {
         let store: StoreFile
         let host = ProcessInfo.processInfo.hostName
         let key: String
@@ -110,7 +111,12 @@ public enum Replicate {
         var seenAt: [Date] = []
         var lags: [Double] = []
         var lastDurableTime: Int64?
-        var needsBase: (kind: String, reason: String)? = ("start", "storectl began following the store")
+        var needsBase: (kind: String, reason: String, change: UInt32?)? = ("start", "storectl began following the store", nil)
+        /// The batch the uploader is writing.
+        var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]])], seen: [Date], from: Int, to: Int, bytes: Int)?
+        var uploading = false
+        var uploadFailures = 0
+        var uploadRetryAfter = Date.distantPast
         var summary: StoreSummary
         var retryAfter = Date.distantPast
 
@@ -133,7 +139,7 @@ public enum Replicate {
 
     // MARK: - The loop
 
-    final class Loop {
+    final class Loop: @unchecked Sendable {
         let options: Options
         let repository: PagedRepository
         let replicas: [Replica]
@@ -141,7 +147,9 @@ public enum Replicate {
         let zstd: ZstdFrames
         /// Commits held in memory for a repository that cannot be written to, before a gap is recorded instead.
         let spoolLimit = 256 << 20
-        static let captureSpacing: TimeInterval = 0.005
+        static let captureSpacing: TimeInterval = 0
+        let uploads = DispatchQueue(label: "storectl.replicate.upload")
+        let completed = Mutex<[(Replica, Result<Int, any Error>)]>([])
 
         init(options: Options, repository: PagedRepository, replicas: [Replica], events: (@Sendable (String) -> Void)?) throws {
             self.options = options
@@ -169,6 +177,7 @@ public enum Replicate {
                 }
                 if let duration = options.duration, Date().timeIntervalSince(started) >= duration { break }
                 let began = Date()
+                settleUploads()
                 for replica in replicas { step(replica) }
                 if Date() >= nextSync {
                     for replica in replicas { flush(replica) }
@@ -186,7 +195,10 @@ public enum Replicate {
             ProcessSignals.acknowledge()
             for replica in replicas {
                 if replica.needsBase == nil { capture(replica) }
+                finishUploads()
+                replica.uploadRetryAfter = .distantPast
                 flush(replica)
+                finishUploads()
                 if replica.pending.isEmpty, let chain = replica.chain, let cursor = replica.follower.cursor {
                     let now = Replicate.ms(Date())
                     var marker = replica.segment(level: PointTimeline.stoppedLevel, from: replica.next - 1, to: replica.next - 1, cursor: cursor, commits: [])
@@ -254,7 +266,7 @@ public enum Replicate {
                 replica.pendingCursor = segment.cursor
                 switch try replica.follower.capture() {
                 case .gap(let why), .wholeRead(let why, _):
-                    replica.needsBase = ("gap", why)
+                    replica.needsBase = ("gap", why, nil)
                 case .commits(let commits, let at):
                     replica.needsBase = nil
                     replica.summary.resumed = true
@@ -269,7 +281,7 @@ public enum Replicate {
                     add(commits, at: at, to: replica)
                 }
             } catch {
-                replica.needsBase = ("gap", "the store's last chain could not be resumed (\(describe(error)))")
+                replica.needsBase = ("gap", "the store's last chain could not be resumed (\(describe(error)))", nil)
             }
         }
 
@@ -281,10 +293,19 @@ public enum Replicate {
             guard Date() >= replica.retryAfter else { return }
             if replica.needsBase == nil, Date().timeIntervalSince(replica.baseTime) >= options.baseInterval {
                 flush(replica)
-                if replica.pending.isEmpty { replica.needsBase = ("compaction", "a new base every \(Format.duration(options.baseInterval))") }
+                if replica.pending.isEmpty, !replica.uploading { replica.needsBase = ("compaction", "a new base every \(Format.duration(options.baseInterval))", nil) }
             }
             if let need = replica.needsBase {
-                makeBase(replica, kind: need.kind, reason: need.reason)
+                // The old chain's last commits go first (now: a base read later than needed would
+                // hold commits no point holds); the new chain begins after them.
+                for _ in 0..<3 where replica.uploading || !replica.pending.isEmpty {
+                    finishUploads()
+                    replica.uploadRetryAfter = .distantPast
+                    flush(replica)
+                    finishUploads()
+                }
+                guard !replica.uploading, replica.pending.isEmpty else { return }
+                makeBase(replica, kind: need.kind, reason: need.reason, expectingChange: need.change)
                 return
             }
             capture(replica)
@@ -297,13 +318,11 @@ public enum Replicate {
                     add(commits, at: at, to: replica)
                 case .gap(let why):
                     say("\(replica.store.path): \(why); a new base follows")
-                    flush(replica)
-                    replica.needsBase = ("gap", why)
-                    makeBase(replica, kind: "gap", reason: why)
+                    replica.needsBase = ("gap", why, nil)
+                    step(replica)
                 case .wholeRead(let why, let change):
-                    flush(replica)
-                    replica.needsBase = ("continued", why)
-                    makeBase(replica, kind: "continued", reason: why, expectingChange: change)
+                    replica.needsBase = ("continued", why, change)
+                    step(replica)
                 }
             } catch {
                 Replicate.logger.warning("reading the store failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
@@ -330,37 +349,86 @@ public enum Replicate {
                 replica.seenAt.append(at)
             }
             replica.pendingCursor = replica.follower.cursor
-            if replica.pendingBytes > spoolLimit {
+            if replica.pendingBytes + (replica.inFlight?.bytes ?? 0) > spoolLimit {
                 say("\(replica.store.path): \(Format.bytes(UInt64(replica.pendingBytes))) of commits could not be written; they are dropped and a gap recorded")
                 replica.pending = []
                 replica.seenAt = []
                 replica.pendingBytes = 0
-                replica.needsBase = ("gap", "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)")
+                replica.needsBase = ("gap", "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)", nil)
             }
         }
 
-        /// The store's new commits as one segment: durable points.
+        /// Hands the store's new commits to the uploader as one segment (a point is durable once
+        /// it is written). One upload per store at a time, on its own thread: reading goes on
+        /// while the repository is slow or away; what waits is bounded by `spoolLimit`.
         func flush(_ replica: Replica) {
-            guard !replica.pending.isEmpty, replica.chain != nil, let cursor = replica.pendingCursor else { return }
-            let from = replica.next, to = replica.next + replica.pending.count - 1
-            let segment = replica.segment(level: 0, from: from, to: to, cursor: cursor, commits: replica.pending.map(\.commit))
-            do {
-                try write(segment, pages: replica.pending.flatMap(\.pages), replica: replica, point: "replicate.segment")
-            } catch {
-                Replicate.logger.warning("writing points failed; kept for the next interval", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+            settleUploads()
+            guard !replica.uploading, !replica.pending.isEmpty, replica.chain != nil, let cursor = replica.pendingCursor,
+                  Date() >= replica.uploadRetryAfter else { return }
+            let batch = replica.pending, seen = replica.seenAt
+            let from = replica.next, to = replica.next + batch.count - 1
+            let segment = replica.segment(level: 0, from: from, to: to, cursor: cursor, commits: batch.map(\.commit))
+            let sealed: Data
+            do { sealed = try segment.seal(pages: batch.flatMap(\.pages), sealer: repository.sealer, zstd: zstd) } catch {
+                Replicate.logger.warning("sealing points failed", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
                 return
             }
-            let now = Date()
-            for seen in replica.seenAt { replica.lags.append(now.timeIntervalSince(seen)) }
-            if replica.lags.count > 100_000 { replica.lags.removeFirst(replica.lags.count - 100_000) }
-            replica.summary.points += replica.pending.count
-            replica.summary.segments += 1
-            replica.summary.lastDurable = Date(timeIntervalSince1970: Double(replica.pending.last!.commit.time) / 1000)
-            replica.lastDurableTime = replica.pending.last?.commit.time
-            replica.next = to + 1
             replica.pending = []
             replica.seenAt = []
+            replica.inFlight = (batch, seen, from, to, replica.pendingBytes)
             replica.pendingBytes = 0
+            replica.uploading = true
+            let name = segment.name
+            uploads.async { [self] in
+                let outcome: Result<Int, any Error> = Result {
+                    let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                    defer { hold.release() }
+                    try repository.backend.write(name.key, sealed, point: "replicate.segment")
+                    return sealed.count
+                }
+                completed.withLock { $0.append((replica, outcome)) }
+            }
+        }
+
+        /// Takes in what the uploader finished: durable points, or a batch to send again.
+        func settleUploads() {
+            let done = completed.withLock { list -> [(Replica, Result<Int, any Error>)] in defer { list = [] }; return list }
+            for (replica, outcome) in done {
+                replica.uploading = false
+                guard let flight = replica.inFlight else { continue }
+                replica.inFlight = nil
+                switch outcome {
+                case .success(let bytes):
+                    let now = Date()
+                    for seen in flight.seen { replica.lags.append(now.timeIntervalSince(seen)) }
+                    if replica.lags.count > 100_000 { replica.lags.removeFirst(replica.lags.count - 100_000) }
+                    replica.summary.points += flight.batch.count
+                    replica.summary.segments += 1
+                    replica.summary.uploadedBytes += UInt64(bytes)
+                    replica.summary.requests += 1
+                    if let last = flight.batch.last?.commit.time {
+                        replica.summary.lastDurable = Date(timeIntervalSince1970: Double(last) / 1000)
+                        replica.lastDurableTime = last
+                    }
+                    replica.next = flight.to + 1
+                    replica.uploadFailures = 0
+                case .failure(let error):
+                    // Back in front of what came since, numbered again at the next try.
+                    replica.pending = flight.batch + replica.pending
+                    replica.seenAt = flight.seen + replica.seenAt
+                    replica.pendingBytes += flight.bytes
+                    replica.uploadFailures += 1
+                    replica.uploadRetryAfter = Date().addingTimeInterval(min(30, 0.5 * Double(1 << min(6, replica.uploadFailures))))
+                    Replicate.logger.warning("writing points failed; they wait for the next try", metadata: [
+                        "store": "\(replica.store.path)", "waiting": "\(replica.pending.count)", "error": "\(describe(error))"])
+                }
+            }
+        }
+
+        /// Waits for the uploads under way (the drain at the end).
+        func finishUploads() {
+            uploads.sync {}
+            settleUploads()
         }
 
         func write(_ segment: PointSegment, pages: [[UInt8]], replica: Replica, point: String) throws {
