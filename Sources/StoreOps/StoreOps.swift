@@ -22,6 +22,9 @@
 //     Garbage/    prune's second half: a pure plan (keep, repack, remove) and its execution
 //     Check/      repo check, repair, stats
 //     Convert/    repo convert, and the only reader of format-1 repositories (earlier builds')
+//   Replicate/  `storectl replicate`: the -wal's format, the follower and its continuity proofs,
+//               point segments and chains, the loop and its uploader, restore at a time, points
+//               retention, status and metrics
 //   Backend/    where a repository's objects live: the contract (RepositoryBackend), Local/ (a
 //               folder), S3/ (SigV4, the libcurl client, settings, the index cache, traffic)
 //   Migration/  migration files and Swift stages, the history, the plan and its lint, the journal,

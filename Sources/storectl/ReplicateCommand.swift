@@ -25,25 +25,37 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
             takes up each store's points where they stopped if the -wal still continues them.
             """))
 
-    @Argument(help: "The stores to follow (in WAL mode).") var stores: [String]
-    @Option(help: "The repository (format 2; a folder or s3://bucket/prefix).") var repo: String
+    @Argument(help: "The stores to follow (in WAL mode).") var stores: [String] = []
+    @Option(help: "The repository (format 2; a folder or s3://bucket/prefix).") var repo: String?
+    @Option(help: "Follow the store of this policy file into its [snapshot] repository with its [replicate] settings (repeatable; instead of STORE and --repo).") var policy: [String] = []
     @OptionGroup var password: PasswordOption
-    @Option(help: "How often new commits are written to the repository (e.g. 1s, 500ms).") var syncInterval = "1s"
-    @Option(help: "How often a new base is taken, bounding what a restore reads (e.g. 1h).") var baseInterval = "1h"
+    @Option(help: "How often new commits are written to the repository (e.g. 1s, 500ms; default 1s).") var syncInterval: String?
+    @Option(help: "How often a new base is taken, bounding what a restore reads (e.g. 1h, the default).") var baseInterval: String?
     @Option(help: "Stop after this long (e.g. 10m) instead of waiting for a signal.") var `for`: String?
     @Flag(help: "Print the summary as JSON when it stops.") var json = false
     @Flag(help: "Say nothing while following (the summary is still printed at the end).") var quiet = false
     @Option(help: "Rewrite this JSON file every sync interval with each store's figures (for `replicate status`).") var statusFile: String?
     @Option(help: "Write Prometheus metrics into this folder (node_exporter's textfile collector) every sync interval.") var metrics: String?
 
+    func validate() throws {
+        if policy.isEmpty, stores.isEmpty || repo == nil { throw ValidationError("name the stores and --repo, or --policy FILE") }
+        if !policy.isEmpty, !stores.isEmpty || repo != nil { throw ValidationError("give --policy or stores with --repo, not both") }
+    }
+
     func run() throws {
-        var options = Replicate.Options(stores: stores, repository: repo)
-        options.password = password.source
-        options.syncInterval = try duration(syncInterval, "--sync-interval", allowZero: false)
-        options.baseInterval = try duration(baseInterval, "--base-interval", allowZero: false)
+        var options: Replicate.Options
+        if policy.isEmpty {
+            options = Replicate.Options(stores: stores, repository: repo ?? "")
+            options.password = password.source
+        } else {
+            options = try Replicate.Options.from(policies: policy)
+            if let given = password.override { options.password = given }
+        }
+        if let syncInterval { options.syncInterval = try duration(syncInterval, "--sync-interval", allowZero: false) }
+        if let baseInterval { options.baseInterval = try duration(baseInterval, "--base-interval", allowZero: false) }
         options.duration = try `for`.map { try duration($0, "--for", allowZero: false) }
-        options.statusFile = statusFile
-        options.metricsFolder = metrics
+        if let statusFile { options.statusFile = statusFile }
+        if let metrics { options.metricsFolder = metrics }
         let say: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("storectl replicate: \(line)\n".utf8)) }
         let summary = try Replicate.run(options, events: quiet || json ? nil : say)
         if json { print(jsonReport(summary)); return }

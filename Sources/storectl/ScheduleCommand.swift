@@ -68,6 +68,9 @@ struct ScheduleCommand: ParsableCommand {
             let merged = try Crontab.merge(existing, block: Crontab.block(jobs, executable: ScheduleCommand.executable))
             try Crontab.write(merged, user: user)
             print("installed \(jobs.count) job\(jobs.count == 1 ? "" : "s") in the crontab of \(user ?? "the current user")")
+            for policy in loaded where policy.replicate != nil {
+                FileHandle.standardError.write(Data("storectl: note: [replicate] of \(policy.file) is a service, not a cron job: `storectl schedule systemd --policy \(policy.file) --output /etc/systemd/system`\n".utf8))
+            }
         }
     }
 
@@ -100,6 +103,8 @@ struct ScheduleCommand: ParsableCommand {
             try ReadinessText.requireReady(loaded, skip: skipChecks)
             let jobs = Crontab.jobs(loaded)
             let units = try SystemdUnits.units(jobs, executable: ScheduleCommand.executable)
+                + SystemdUnits.replicateUnits(loaded, executable: ScheduleCommand.executable)
+            guard !units.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain) and have no [replicate]") }
             try SystemdUnits.write(units, to: FileSystem.absolute(output))
             for unit in units { print((FileSystem.absolute(output) as NSString).appendingPathComponent(unit.name)) }
         }

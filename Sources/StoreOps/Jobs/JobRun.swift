@@ -152,8 +152,12 @@ public enum JobRun {
             }
             // Only this store's snapshots, as this host took them: the repository may hold others'.
             try between()
-            let pruned = try SnapshotPrune.run(.init(repository: section.repository, policy: retention, password: section.password,
-                                                     filter: .init(host: ProcessInfo.processInfo.hostName, path: store.path)))
+            var options = SnapshotPrune.Options(repository: section.repository, policy: retention, password: section.password,
+                                                filter: .init(host: ProcessInfo.processInfo.hostName, path: store.path))
+            if let replicate = policy.replicate {
+                options.points = PointRetention(everyCommit: replicate.keepPoints.seconds, bases: replicate.keepPointBases.seconds, explicit: true)
+            }
+            let pruned = try SnapshotPrune.run(options)
             add("prune", pruned.stages)
             record.prunedSnapshots = pruned.removed
             return try purge(skipSnapshot: true)

@@ -7,6 +7,34 @@ public enum SystemdUnits {
         public var contents: String
     }
 
+    /// A long-running service per policy with a `[replicate]` section:
+    /// `storectl-<policy file stem>-replicate.service`, restarted when it stops, stopped by SIGTERM
+    /// (replicate writes what it has read and exits 0 within seconds).
+    public static func replicateUnits(_ policies: [Policy], executable: String) -> [Unit] {
+        policies.filter { $0.replicate != nil }.map { policy in
+            let stem = ((FileSystem.name(of: policy.file) as NSString).deletingPathExtension)
+                .map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" ? $0 : "-" }
+            return Unit(name: "storectl-\(String(stem))-replicate.service", contents: """
+                [Unit]
+                Description=storectl replicate of \(policy.store.path) (\(policy.file))
+                After=local-fs.target network-online.target
+                Wants=network-online.target
+
+                [Service]
+                Type=simple
+                ExecStart=\(quote(executable)) replicate --policy \(quote(policy.file)) --quiet
+                Restart=always
+                RestartSec=5
+                KillSignal=SIGTERM
+                TimeoutStopSec=60
+
+                [Install]
+                WantedBy=multi-user.target
+
+                """)
+        }
+    }
+
     /// The units of `jobs`, named `storectl-<policy file stem>-<job>.{service,timer}`.
     ///
     /// - Throws: exit 64 when two policies would give units the same name.

@@ -10,6 +10,19 @@ public struct Policy: Sendable {
     public var rules: [PurgeRule]
     public var snapshot: SnapshotSection?
     public var schedule: ScheduleSection?
+    /// `[replicate]`: how `storectl replicate --policy` follows the store (into `[snapshot]`'s repository).
+    public var replicate: ReplicateSection?
+
+    public struct ReplicateSection: Sendable {
+        public var syncInterval: DurationText
+        public var baseInterval: DurationText
+        /// Points retention (`storectl run maintain` prunes by it): every commit, then only bases.
+        public var keepPoints: DurationText
+        public var keepPointBases: DurationText
+        public var statusFile: String?
+        /// Defaults to `[schedule] metrics`.
+        public var metrics: String?
+    }
 
     public struct StoreSection: Sendable {
         /// Absolute; a relative path in the file is taken relative to the file's folder.

@@ -63,12 +63,28 @@ extension Policy {
             snapshot = parseSnapshot(section, folder: folder, sink: sink)
         }
         let schedule = reader.table("schedule").map { parseSchedule($0, snapshot: snapshot, folder: folder, sink: sink) }
-        reader.finish(known: ["store", "purge", "snapshot", "schedule"])
+        let replicate = reader.table("replicate").map { parseReplicate($0, snapshot: snapshot, schedule: schedule, folder: folder) }
+        reader.finish(known: ["store", "purge", "snapshot", "schedule", "replicate"])
 
         guard sink.problems.isEmpty, let storeSection else {
             return .failure(PolicyProblems(file: file, problems: sink.problems))
         }
-        return .success(Policy(file: file, store: storeSection, rules: rules, snapshot: snapshot, schedule: schedule))
+        return .success(Policy(file: file, store: storeSection, rules: rules, snapshot: snapshot, schedule: schedule, replicate: replicate))
+    }
+
+    /// `[replicate]`: intervals and points retention; the repository and password are `[snapshot]`'s.
+    static func parseReplicate(_ section: TableReader, snapshot: SnapshotSection?, schedule: ScheduleSection?, folder: String) -> ReplicateSection {
+        let sync = section.duration("sync_interval") ?? DurationText(seconds: 1, text: "1s")
+        if sync.seconds < 0.05 || sync.seconds > 3600 { section.problem("sync_interval", "must be between 50ms and 1h") }
+        let base = section.duration("base_interval") ?? DurationText(seconds: 3600, text: "1h")
+        let keep = section.duration("keep_points") ?? DurationText(seconds: 86_400, text: "1d")
+        let bases = section.duration("keep_point_bases") ?? DurationText(seconds: 30 * 86_400, text: "30d")
+        if bases.seconds < keep.seconds { section.problem("keep_point_bases", "is shorter than keep_points: bases are kept after every commit is thinned, not before") }
+        if snapshot == nil { section.problem("sync_interval", "[replicate] needs a [snapshot] section naming the repository the points go to") }
+        let status = section.string("status_file").map { resolve($0, in: folder) }
+        let metrics = section.string("metrics").map { resolve($0, in: folder) } ?? schedule?.metrics
+        section.finish(known: ["sync_interval", "base_interval", "keep_points", "keep_point_bases", "status_file", "metrics"])
+        return ReplicateSection(syncInterval: sync, baseInterval: base, keepPoints: keep, keepPointBases: bases, statusFile: status, metrics: metrics)
     }
 
     static func resolve(_ path: String, in folder: String) -> String {

@@ -537,3 +537,37 @@ final class FolderWatcher {
         while read(fd, &buffer, buffer.count) > 0 {}
     }
 }
+
+extension Replicate.Options {
+    /// The options of `storectl replicate --policy FILE...`: each policy's store, into the
+    /// repository of its `[snapshot]` section (one repository for all), with its `[replicate]`
+    /// settings (those of the first policy that has the section).
+    ///
+    /// - Throws: 65 for a policy that does not parse, 64 when a policy has no `[snapshot]` or the
+    ///   policies name different repositories.
+    public static func from(policies files: [String]) throws -> Replicate.Options {
+        let policies = try files.map { try Policy.load($0) }
+        guard let first = policies.first else { throw StoreOpsError(.usage, "name at least one policy file") }
+        var repository: String?
+        for policy in policies {
+            guard let snapshot = policy.snapshot else {
+                throw StoreOpsError(.usage, "\(policy.file) has no [snapshot] section: replicate needs its repository (and password)",
+                                    hint: "add [snapshot] repository = \"…\" (and [replicate] for its settings)")
+            }
+            if let repository, repository != snapshot.repository {
+                throw StoreOpsError(.usage, "the policies name two repositories (\(repository) and \(snapshot.repository)); one replicate follows stores into one repository",
+                                    hint: "run one storectl replicate per repository")
+            }
+            repository = snapshot.repository
+        }
+        var options = Replicate.Options(stores: policies.map(\.store.path), repository: repository ?? "")
+        options.password = first.snapshot?.password ?? .resolve(file: nil)
+        if let section = policies.compactMap(\.replicate).first {
+            options.syncInterval = section.syncInterval.seconds
+            options.baseInterval = section.baseInterval.seconds
+            options.statusFile = section.statusFile
+            options.metricsFolder = section.metrics
+        }
+        return options
+    }
+}

@@ -129,6 +129,10 @@ struct PolicyTests {
         ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\nlevel = 42", "5: snapshot.level: 42 is out of range for zstd; expected 1...19"),
         ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\ncompression = \"gzip\"", "5: snapshot.compression: \"gzip\": a repository compresses with zstd"),
         ("[store]\npath = = \"x\"", "(syntax)"),
+        ("[store]\npath = \"x.sqlite\"\n[replicate]\nsync_interval = \"1s\"", "needs a [snapshot] section naming the repository the points go to"),
+        ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\n[replicate]\nkeep_points = \"2d\"\nkeep_point_bases = \"1d\"", "replicate.keep_point_bases: is shorter than keep_points"),
+        ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\n[replicate]\nsync_interval = \"10ms\"", "replicate.sync_interval: must be between 50ms and 1h"),
+        ("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\n[replicate]\nsync = \"1s\"", "replicate.sync"),
     ] as [(String, String)])
     func malformed(_ text: String, _ expected: String) throws {
         let folder = try TempFolder()
@@ -137,6 +141,38 @@ struct PolicyTests {
         #expect(error?.status == .badData)
         #expect(error?.message.contains("\(path):") == true)
         #expect(error?.message.contains(expected) == true, "\(error?.message ?? "")")
+    }
+
+    @Test("[replicate]: defaults, its settings in replicate's options (repository and password from [snapshot]), a service unit for systemd, and points retention for maintain")
+    func replicateSection() throws {
+        let folder = try TempFolder()
+        let path = try writePolicy("""
+            [store]
+            path = "Tasks.sqlite"
+            [snapshot]
+            repository = "snaps"
+            password_file = "pw"
+            [replicate]
+            sync_interval = "500ms"
+            status_file = "status.json"
+            [schedule]
+            metrics = "metrics"
+            """, in: folder)
+        let policy = try Policy.load(path)
+        let section = try #require(policy.replicate)
+        #expect(section.syncInterval.seconds == 0.5 && section.baseInterval.seconds == 3600)
+        #expect(section.keepPoints.seconds == 86_400 && section.keepPointBases.seconds == 30 * 86_400)
+        #expect(section.metrics == folder.file("metrics") && section.statusFile == folder.file("status.json"))
+        let options = try Replicate.Options.from(policies: [path])
+        #expect(options.stores == [folder.file("Tasks.sqlite")] && options.repository == folder.file("snaps"))
+        #expect(options.password == .file(folder.file("pw")) && options.syncInterval == 0.5 && options.statusFile == folder.file("status.json"))
+        let units = SystemdUnits.replicateUnits([policy], executable: "/usr/bin/storectl")
+        #expect(units.map(\.name) == ["storectl-policy-replicate.service"])
+        #expect(units.first?.contents.contains("ExecStart=/usr/bin/storectl replicate --policy \(path) --quiet") == true, "\(units.first?.contents ?? "")")
+        #expect(units.first?.contents.contains("Restart=always") == true)
+        let other = try writePolicy("[store]\npath = \"b.sqlite\"\n[snapshot]\nrepository = \"elsewhere\"", in: folder, name: "other.toml")
+        let error = #expect(throws: StoreOpsError.self) { try Replicate.Options.from(policies: [path, other]) }
+        #expect(error?.status == .usage && error?.message.contains("two repositories") == true)
     }
 
     @Test("all problems of a file are listed at once")
