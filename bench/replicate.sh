@@ -269,6 +269,13 @@ for tool in storectl litestream; do
     printf '%-46s %8s\n' "$name" "failed ($STATUS)"
   fi
 done
-printf 'ratio storectl / litestream %s\n' "$(ratio "${RESTORE[storectl]}" "${RESTORE[litestream]}")"
+# The same run's anchor for a point: a plain restore of the chain's base (a format-2 snapshot).
+P=$W/storectl; rm -f "$P"/base.sqlite*; settle
+BASE=$(ls "$P/repo/snapshots" | head -1)
+timed r "$BIN/storectl" snapshot restore --repo "$P/repo" "$BASE" --to "$P/base.sqlite"
+PLAIN=$SECS
+printf '%-46s %8.2f %10s\n' "storectl snapshot restore (the base, plain)" "$PLAIN" "$RSS_MB"
+rm -f "$P"/base.sqlite*
+printf 'ratio storectl / litestream %s; storectl at a point / plain restore %s\n' "$(ratio "${RESTORE[storectl]}" "${RESTORE[litestream]}")" "$(ratio "${RESTORE[storectl]}" "$PLAIN")"
 printf '(commits: the writer'"'"'s commits in the restored store; before asked: how long before the asked time the last of them returned)\n'
 for tool in none storectl litestream; do rm -f "$W/$tool"/Tasks.sqlite "$W/$tool"/Tasks.sqlite-* "$W/$tool"/restored.sqlite*; done

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The pages a point changed on top of its chain's base: the point's page ids (what restore
 /// checks the file against) and the last version of each page its commits wrote.
@@ -85,11 +86,38 @@ public enum PointRestore {
         var point = 0
         var time = chain.baseTime
         let zstd = try ZstdFrames(level: 3)
-        reading: for name in chain.segments.dropFirst() where name.firstTime <= t {
-            guard let sealed = try repository.backend.read(name.key) else {
-                throw StoreOpsError(.badData, "point segment \(repository.backend.describe(name.key)) is listed but cannot be read", hint: Sealer.damagedHint)
+        // Segments are read a window at a time, the window's objects at once (a bucket answers
+        // many requests in parallel; an hour of one-second segments is 3,600 objects), then
+        // applied in order: memory stays a window's worth.
+        let wanted = Array(chain.segments.dropFirst().filter { $0.firstTime <= t })
+        let window = max(4, repository.backend.parallelReads * 4)
+        var fetched: [Int: Data] = [:]
+        func sealed(_ index: Int) throws -> Data {
+            if fetched[index] == nil {
+                let batch = Array(index..<min(wanted.count, index + window))
+                let found = Mutex<[Int: Result<Data?, any Error>]>([:])
+                let next = Mutex(0)
+                onLanes(min(batch.count, max(1, repository.backend.parallelReads * 2))) { _ in
+                    while true {
+                        let k = next.withLock { value -> Int in defer { value += 1 }; return value }
+                        guard k < batch.count else { return }
+                        let result = Result { try repository.backend.read(wanted[batch[k]].key) }
+                        found.withLock { $0[batch[k]] = result }
+                    }
+                }
+                fetched = [:]
+                for (k, result) in found.withLock({ $0 }) {
+                    guard let data = try result.get() else {
+                        throw StoreOpsError(.badData, "point segment \(repository.backend.describe(wanted[k].key)) is listed but cannot be read", hint: Sealer.damagedHint)
+                    }
+                    fetched[k] = data
+                }
             }
-            let (segment, bytes) = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+            guard let data = fetched.removeValue(forKey: index) else { throw StoreOpsError(.failure, "point segment \(wanted[index].key) was not read") }
+            return data
+        }
+        reading: for (index, name) in wanted.enumerated() {
+            let (segment, bytes) = try PointSegment.open(try sealed(index), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
             guard segment.pageSize == base.pages.pageSize else {
                 throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
             }
