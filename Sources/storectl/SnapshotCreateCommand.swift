@@ -29,6 +29,6 @@ struct SnapshotCreateCommand: ParsableCommand, JSONOutput {
         let tags = record.snapshot?.tags ?? []
         print("snapshot \(result.id): added \(Format.bytes(result.addedBytes ?? 0)) to \(result.archive.components(separatedBy: "/snapshots/").first ?? result.archive) "
               + "for a \(Format.bytes(raw)) store\(result.parent.map { " (against \($0))" } ?? " (first of this store)"), "
-              + "quick_check ok, \(Format.duration(record.durationSeconds))\(tags.isEmpty ? "" : ", tags \(tags.joined(separator: ","))")")
+              + (result.unchanged ? "unchanged since it (no page read), " : "quick_check ok, ") + "\(Format.duration(record.durationSeconds))\(tags.isEmpty ? "" : ", tags \(tags.joined(separator: ","))")")
     }
 }

@@ -1,10 +1,43 @@
 import Foundation
+import GRDB
 import StoreLab
 import StoreOps
 import Testing
 
 @Suite("storectl snapshot, end to end")
 struct SnapshotCLITests {
+    @Test("a store nothing was committed to since its last snapshot: the next snapshot reads no page (same map, same check), restores to the same content; a commit or a changed external file takes the full path again")
+    func unchangedStore() throws {
+        let folder = try TempFolder()
+        var options = SampleStore.Options()
+        options.items = 2_000
+        options.externalFiles = 2
+        let store = try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
+        let repo = try folder.repository("repo")
+        // An app keeps the store open (its -shm stays, as under a running app).
+        let app = try DatabaseQueueHolder(store)
+        func create() throws -> SnapshotCreate.Result {
+            let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--json"])
+            #expect(run.status == 0, "\(run.stderr)")
+            return try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(run.stdout.utf8))
+        }
+        let read = try create()
+        #expect(!read.unchanged, "the first snapshot of the store reads it")
+        let reused = try create()
+        #expect(reused.unchanged && reused.addedBytes == 0 && reused.parent == read.id)
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, reused.id, "--to", folder.file("copy.sqlite")])
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(try StoreState.digest(folder.file("copy.sqlite"), journalMode: false) == (try StoreState.digest(store, journalMode: false)))
+        try app.write("UPDATE ZITEM SET ZTITLE = 'changed' WHERE Z_PK = 3")
+        #expect(try !create().unchanged, "a commit since")
+        #expect(try create().unchanged)
+        let external = StoreFile(unchecked: store).externalDataPath
+        let file = try #require(FileManager.default.subpaths(atPath: external)?.sorted().first)
+        try Data("other bytes".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(file)))
+        #expect(try !create().unchanged, "an external-data file changed")
+        #expect(try create().unchanged)
+    }
+
     @Test("repo init, then create, list, show, verify, restore, prune: output and exit statuses")
     func tour() throws {
         let folder = try TempFolder()
@@ -156,4 +189,14 @@ struct SnapshotCLITests {
         let check = try RepositoryCheck.run(.init(location: repo, password: .resolve(file: nil)))
         #expect(check.ok && check.notes.isEmpty, "the dead writer's packs went with the next create: \(check.notes)")
     }
+}
+
+/// A connection held open by the test, as an app holds its store.
+final class DatabaseQueueHolder {
+    let queue: DatabaseQueue
+    init(_ path: String) throws {
+        queue = try DatabaseQueue(path: path)
+        try queue.inDatabase { _ = try Int.fetchOne($0, sql: "SELECT count(*) FROM sqlite_master") }
+    }
+    func write(_ sql: String) throws { try queue.inDatabase { try $0.execute(sql: sql) } }
 }

@@ -21,6 +21,9 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
     /// The snapshot whose map and blobs this one was made against (nil: made from scratch).
     public var parent: String?
     public var added: Added
+    /// The store's state as its read began and ended (absent when a commit came in between, and
+    /// in records made before it existed): the next snapshot of an unchanged store reuses this one.
+    var source: SourceFingerprint?
 
     public struct FileChunks: Sendable, Codable, Equatable {
         public var path: String

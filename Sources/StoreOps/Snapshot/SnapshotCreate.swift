@@ -47,6 +47,9 @@ public enum SnapshotCreate {
         public var removedStray: [String]
         /// How long each stage took (lock, preflight, copy, verify, commit).
         public var stages: [StageTiming] = []
+        /// Nothing was committed to the store since the parent: its pages and check were reused,
+        /// no page was read.
+        public var unchanged = false
     }
 
     static let logger = Logger(label: "storectl.snapshot")

@@ -41,6 +41,10 @@ final class PagedSnapshotWork {
     private var newFileChunks = Set<ContentID>()
     private(set) var record: PagedSnapshotRecord?
     private var committed = false
+    /// Nothing was committed to the store since the parent (`SourceFingerprint`): its map, files
+    /// and check are this snapshot's, and no page is read.
+    private(set) var reusesParent = false
+    private var fingerprint: SourceFingerprint?
 
     init(store: StoreFile, repository: PagedRepository, tags: [String], level: Int?, origin: Manifest? = nil) {
         self.store = store
@@ -61,6 +65,12 @@ final class PagedSnapshotWork {
         let host = origin?.host ?? ProcessInfo.processInfo.hostName
         let path = origin?.source.path ?? store.path
         parent = records.first { $0.manifest.host == host && $0.manifest.source.path == path && $0.id != id }
+        if origin == nil, let parent, let print = parent.source, parent.manifest.verify.ok, parent.manifest.verify.level != .none,
+           SourceFingerprint.take(store) == print {
+            reusesParent = true
+            fingerprint = print
+            return
+        }
         var wanted = Set<ContentID>()
         if let parent { wanted.formUnion(parent.pages.blobs) }
         var locations: [ContentID: BlobLocation] = [:]
@@ -89,6 +99,20 @@ final class PagedSnapshotWork {
     /// Streams the store's pages into packs while its snapshot is held, then checks the source
     /// inside the same read transaction.
     func copy(timeout: TimeInterval, progress: StepHandler?) throws {
+        if reusesParent, let parent {
+            // Unchanged since the parent (checked in `prepare`, under the same locks): its pages.
+            pageSize = parent.pages.pageSize
+            verification = parent.manifest.verify
+            coreData = parent.manifest.coreData
+            files = parent.files
+            copied = ConsistentCopy.Copied(source: parent.manifest.source, startedAt: startedAt, steps: 0, restarts: 0, busyRetries: 0)
+            return
+        }
+        let before = SourceFingerprint.take(store)
+        defer {
+            // The read saw exactly the state both ends agree on (WAL: the same commit counter).
+            if let before, SourceFingerprint.take(store) == before { fingerprint = before }
+        }
         let options = ConsistentCopy.Options(timeout: timeout, writeBehind: false)
         // Without a parent nearly every page is new and the check cannot be skipped: run it on a
         // second connection while the pages stream, when that provably reads the same pages.
@@ -329,6 +353,7 @@ final class PagedSnapshotWork {
     /// an index lists.
     func check() throws {
         guard let verification, verification.ok else { throw StoreOpsError(.failure, "the snapshot was not checked") }
+        if reusesParent { return }   // the parent's blobs, listed, under the shared lock no prune can take
         let written = writer.blobsTaken()
         func contains(_ sorted: [UInt64], _ value: UInt64) -> Bool {
             var low = 0, high = sorted.count
@@ -357,7 +382,8 @@ final class PagedSnapshotWork {
         guard let copied, let verification else { throw StoreOpsError(.failure, "nothing was copied") }
         let existing = Set(parent?.pages.blobs ?? [])
         let zstd = try ZstdFrames(level: level)
-        let map = try PageMap.next(ids: finalIDs, pageSize: pageSize, changed: stream?.changed ?? Bitset(count: 0),
+        if reusesParent, parent == nil { throw StoreOpsError(.failure, "the parent snapshot went away") }
+        let map = try reusesParent ? parent!.pages : PageMap.next(ids: finalIDs, pageSize: pageSize, changed: stream?.changed ?? Bitset(count: 0),
                                    parent: parent.flatMap { p in parentMap.map { (p.pages, $0) } }, idBytes: repository.sealer.idBytes,
                                    contentID: { self.repository.sealer.contentID($0) }) { type, id, data in
             guard !existing.contains(id) else { return }
@@ -365,9 +391,10 @@ final class PagedSnapshotWork {
         }
         try writer.finish()
         let externalRecords = files.map { Manifest.FileRecord(path: $0.path, bytes: $0.bytes, sha256: $0.sha256) }
+        let pageCount = reusesParent ? map.pageCount : finalIDs.count
         var manifest = Manifest.of(kind: "snapshot", copied: copied, database: "store/\(store.name)",
-                                   bytes: UInt64(finalIDs.count) * UInt64(pageSize), sha256: nil,
-                                   inspection: .init(pageSize: pageSize, pageCount: finalIDs.count, verification: verification),
+                                   bytes: UInt64(pageCount) * UInt64(pageSize), sha256: nil,
+                                   inspection: .init(pageSize: pageSize, pageCount: pageCount, verification: verification),
                                    external: files.isEmpty ? nil : (externalRoot, externalRecords), coreData: coreData, startedAt: startedAt,
                                    snapshot: .init(id: id, tags: tags, compression: .zstd, level: level, archive: nil, format: 2,
                                                    parent: parent?.id, addedBytes: writer.storedBytes))
@@ -379,8 +406,9 @@ final class PagedSnapshotWork {
             manifest.durationSeconds = origin.durationSeconds
             manifest.coreData = origin.coreData ?? manifest.coreData
         }
-        let record = PagedSnapshotRecord(manifest: manifest, pages: map, files: files, parent: parent?.id,
+        var record = PagedSnapshotRecord(manifest: manifest, pages: map, files: files, parent: parent?.id,
                                          added: .init(blobs: writer.blobs, rawBytes: writer.rawBytes, storedBytes: writer.storedBytes))
+        record.source = fingerprint
         try beforeRecord?(record)
         try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: "snapshot.record")
         committed = true
@@ -406,6 +434,6 @@ extension PagedSnapshotWork {
         guard let record else { throw StoreOpsError(.failure, "the snapshot did not finish") }
         return SnapshotCreate.Result(id: id, archive: repository.backend.describe(PagedSnapshotRecord.key(id)), record: record.manifest,
                                      addedBytes: record.added.storedBytes, parent: record.parent,
-                                     packsWritten: writer.packsWritten.map { PackBuilder.key($0.id) }, removedStray: [])
+                                     packsWritten: writer.packsWritten.map { PackBuilder.key($0.id) }, removedStray: [], unchanged: reusesParent)
     }
 }

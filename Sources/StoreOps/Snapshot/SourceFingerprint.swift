@@ -1,0 +1,48 @@
+import Foundation
+
+/// What says, without reading a store, that nothing was committed to it since a snapshot: its
+/// database file (device and inode), and in WAL mode the wal-index header's salts, commit counter
+/// (`iChange`: +1 per commit), last frame and page count; in rollback mode the header's change
+/// counter (+1 per commit), the file's size and modification time. Plus the external-data files'
+/// names, sizes and modification times. A snapshot records the fingerprint its read began and
+/// ended with when the two agree; the next snapshot of the store whose fingerprint is the same
+/// reuses its map and check without reading a page.
+struct SourceFingerprint: Codable, Equatable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+    /// WAL mode: salt-1, salt-2, commit counter, last frame, pages (hex of the wal-index header's fields).
+    var walIndex: String?
+    /// Rollback mode: the header's change counter, the file's size and modification time (ns).
+    var changeCounter: UInt32?
+    var fileBytes: UInt64?
+    var modifiedNanoseconds: Int64?
+    /// SHA-256 of every external-data file's relative path, size and modification time (nil: no folder).
+    var external: String?
+
+    /// The store's fingerprint now, or nil when one cannot be read (no -shm yet, a torn header).
+    static func take(_ store: StoreFile) -> SourceFingerprint? {
+        var info = stat()
+        guard stat(store.path, &info) == 0, let header = try? FileProbe.shared.header(of: store.path), header.count >= 100 else { return nil }
+        var print = SourceFingerprint(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        if StoreFile.isWALHeader(header) {
+            guard let bytes = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0), let index = WalFormat.IndexHeader.parse(bytes) else { return nil }
+            print.walIndex = String(format: "%08x%08x%08x%08x%08x", index.salt1, index.salt2, index.change, index.lastFrame, index.pages)
+        } else {
+            guard FileSystem.kind(of: store.walPath) == .missing, FileSystem.kind(of: store.journalPath) == .missing else { return nil }
+            print.changeCounter = WalFormat.be32(header, 24)
+            print.fileBytes = UInt64(info.st_size)
+            print.modifiedNanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        }
+        let folder = store.externalDataPath
+        if FileSystem.kind(of: folder) == .directory {
+            var lines: [String] = []
+            for relative in (FileManager.default.subpaths(atPath: folder) ?? []).sorted() {
+                var file = stat()
+                guard stat((folder as NSString).appendingPathComponent(relative), &file) == 0 else { return nil }
+                lines.append("\(relative)\u{0}\(file.st_size)\u{0}\(file.st_mtim.tv_sec).\(file.st_mtim.tv_nsec)\u{0}\(file.st_mode)")
+            }
+            print.external = Hashing.sha256(Data(lines.joined(separator: "\n").utf8))
+        }
+        return print
+    }
+}
