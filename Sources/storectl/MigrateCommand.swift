@@ -138,13 +138,19 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
     @Option(help: "The snapshot repository.") var repo: String
     @OptionGroup var password: PasswordOption
     @Option(help: "The snapshot to restore (id or unique prefix).") var to: String?
+    @Option(parsing: .unconditional, help: "Instead: the point in time `storectl replicate` recorded of the store at or before this time (RFC 3339, or -5m).") var at: String?
     @Flag(help: "Go ahead although another process has the store open.") var force = false
     @Flag(help: "Wait for locks instead of exiting 75.") var wait = false
     @Flag(help: "Print the result as JSON.") var json = false
 
+    func validate() throws {
+        if to != nil, at != nil { throw ValidationError("give --to ID or --at TIME, not both") }
+    }
+
     func run() throws {
         var options = Rollback.Options(store: store, repository: repo, to: to, force: force, wait: wait)
         options.password = password.source
+        options.at = try at.map { try PointRestore.parseTime($0) }
         let progress = TerminalProgress.handler("rollback", quiet: json)
         let result = try Rollback.run(options, progress: progress?.1)
         progress?.0.finish()
@@ -153,7 +159,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
             print("nothing to roll back: no migration has been applied to \(FileSystem.absolute(store)) (version 0); to restore a snapshot anyway: --to ID")
             return
         }
-        print("rolled back \(FileSystem.absolute(store)) to snapshot \(result.restored) (version \(result.version)); "
+        print("rolled back \(FileSystem.absolute(store)) to \(at == nil ? "snapshot" : "point") \(result.restored) (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"
               + (result.clearedInterruptedMigration ? "; the interrupted migration is cleared" : ""))
     }

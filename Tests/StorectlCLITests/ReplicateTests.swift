@@ -275,6 +275,27 @@ struct ReplicateTests {
         #expect(checked.restored >= 20, "\(checked.refused)")
     }
 
+    @Test("rollback --at TIME puts the store back as it was at a point (a safety snapshot first), the same content the writer logged")
+    func rollbackToAPoint() throws {
+        let world = try world()
+        let follower = try replicate(world)
+        #expect(waitForBase(world))
+        _ = try churn(world, seconds: 1.5, ["--seed", "8"]).wait()
+        usleep(1_200_000)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        let logged = try ChurnLoad.readLog(world.log)
+        let middle = try #require(logged[logged.count / 2])
+        let rolled = try ChildProcess.run(Binaries.storectl, ["rollback", world.store, "--repo", world.repo, "--at", Timestamp.iso(Date(timeIntervalSince1970: middle.returned + 0.05)), "--json"],
+                                          environment: world.environment)
+        #expect(rolled.status == 0, "\(rolled.stderr)")
+        let result = try JSON.decoder().decode(Rollback.Result.self, from: Data(rolled.stdout.utf8))
+        #expect(result.restored.contains("@") && result.safetySnapshot != nil, "\(result)")
+        let (seq, hash) = try read(world.store) { db in (try Int.fetchOne(db, sql: "SELECT seq FROM churn_meta") ?? -1, try ChurnLoad.contentHash(db)) }
+        #expect(seq >= middle.seq && logged[seq]?.hash == hash, "rolled back to commit \(seq)")
+        #expect(try ChildProcess.run(Binaries.storectl, ["rollback", world.store, "--repo", world.repo, "--at", "-1s", "--to", "x"]).status == 64)
+    }
+
     @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66")
     func refusals() throws {
         let folder = try TempFolder("storectl-replicate")

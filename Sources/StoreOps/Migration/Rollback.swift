@@ -9,6 +9,8 @@ public enum Rollback {
         /// A snapshot id; default: the interrupted migration's snapshot, else the snapshot taken
         /// before the run that applied the store's newest migration (its history row names it).
         public var to: String?
+        /// A point in time instead (`storectl replicate`'s points of this store): the newest at or before it.
+        public var at: Date?
         /// Go ahead although another process has the store open.
         public var force = false
         public var wait = false
@@ -89,6 +91,20 @@ public enum Rollback {
 
     static func prepare(_ options: Options, store: StoreFile, in pipeline: Pipeline, progress: ProgressHandler?) throws -> Plan {
         let journal = MigrationJournal.read(store)
+        if let at = options.at {
+            var restore = SnapshotRestore.Options(repository: options.repository, id: "", target: .inPlace(store.path),
+                                                  force: options.force, wait: options.wait)
+            restore.at = at
+            restore.pointStore = store.path
+            restore.jobLockHeld = true
+            restore.password = options.password
+            restore.clearsMigrationJournal = journal != nil
+            let inPlace = SnapshotRestore.InPlace(store: store, options: restore)
+            inPlace.progress = progress
+            inPlace.hold = pipeline.hold
+            try inPlace.check()
+            return Plan(id: inPlace.target?.point ?? "", journal: journal, restore: inPlace)
+        }
         guard let id = try target(options, store: store, journal: journal, in: try pipeline.repository) else {
             return Plan(id: "", journal: journal, restore: nil)
         }
