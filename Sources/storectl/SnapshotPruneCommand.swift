@@ -30,6 +30,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
     @Option(help: "Only the snapshots of this store (its path, as `snapshot list` shows it).") var store: String?
     @Option(help: "Only the snapshots taken on this host.") var host: String?
     @Option(help: "Points in time (storectl replicate): keep every commit for this long (default 1d).") var keepPoints: String?
+    @Option(help: "Points in time: then keep the last commit of each minute for this long (default 7d).") var keepPointMinutes: String?
     @Option(help: "Points in time: then keep only each chain's base (one point per base interval) for this long (default 30d).") var keepPointBases: String?
     @Flag(help: "List what would be kept and removed, with reasons; remove nothing.") var dryRun = false
     @Flag(help: "Wait for another writer instead of exiting 75.") var wait = false
@@ -54,8 +55,10 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             }
         }
         let everyCommit = try keepPoints.map { try seconds($0, "--keep-points") } ?? PointRetention().everyCommit
+        let minutes = try keepPointMinutes.map { try seconds($0, "--keep-point-minutes") } ?? PointRetention().minutes
         let bases = try keepPointBases.map { try seconds($0, "--keep-point-bases") } ?? PointRetention().bases
-        options.points = PointRetention(everyCommit: everyCommit, bases: bases, explicit: keepPoints != nil || keepPointBases != nil)
+        options.points = PointRetention(everyCommit: everyCommit, minutes: minutes, bases: bases,
+                                        explicit: keepPoints != nil || keepPointMinutes != nil || keepPointBases != nil)
         let progress = TerminalProgress.stepHandler("snapshot prune", quiet: json)
         let result = try SnapshotPrune.run(options, progress: progress?.1)
         progress?.0.finish()
@@ -73,7 +76,8 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             print("\(verb) \(decision.id)  \(decision.reasons.joined(separator: ", "))")
         }
         for decision in result.points where dryRun || decision.action != "keep" {
-            let verb = decision.action == "keep" ? "keep  " : (dryRun ? decision.action : decision.action + (decision.action == "thin" ? "ned" : "d"))
+            let done = ["thin": "thinned", "bases": "thinned to its base", "remove": "removed"]
+            let verb = decision.action == "keep" ? "keep  " : (dryRun ? (decision.action == "bases" ? "thin to its base" : decision.action) : done[decision.action] ?? decision.action)
             print("\(verb) points \(Timestamp.iso(decision.from)) to \(Timestamp.iso(decision.to)) of \(decision.store) (chain \(decision.chain))  \(decision.reason)")
         }
         for entry in result.damaged {

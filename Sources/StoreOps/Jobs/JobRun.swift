@@ -155,7 +155,8 @@ public enum JobRun {
             var options = SnapshotPrune.Options(repository: section.repository, policy: retention, password: section.password,
                                                 filter: .init(host: ProcessInfo.processInfo.hostName, path: store.path))
             if let replicate = policy.replicate {
-                options.points = PointRetention(everyCommit: replicate.keepPoints.seconds, bases: replicate.keepPointBases.seconds, explicit: true)
+                options.points = PointRetention(everyCommit: replicate.keepPoints.seconds, minutes: replicate.keepPointMinutes.seconds,
+                                                bases: replicate.keepPointBases.seconds, explicit: true)
             }
             let pruned = try SnapshotPrune.run(options)
             add("prune", pruned.stages)

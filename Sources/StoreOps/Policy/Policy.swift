@@ -18,6 +18,7 @@ public struct Policy: Sendable {
         public var baseInterval: DurationText
         /// Points retention (`storectl run maintain` prunes by it): every commit, then only bases.
         public var keepPoints: DurationText
+        public var keepPointMinutes: DurationText
         public var keepPointBases: DurationText
         public var statusFile: String?
         /// Defaults to `[schedule] metrics`.

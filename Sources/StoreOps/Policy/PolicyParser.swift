@@ -78,13 +78,23 @@ extension Policy {
         if sync.seconds < 0.05 || sync.seconds > 3600 { section.problem("sync_interval", "must be between 50ms and 1h") }
         let base = section.duration("base_interval") ?? DurationText(seconds: 3600, text: "1h")
         let keep = section.duration("keep_points") ?? DurationText(seconds: 86_400, text: "1d")
-        let bases = section.duration("keep_point_bases") ?? DurationText(seconds: 30 * 86_400, text: "30d")
-        if bases.seconds < keep.seconds { section.problem("keep_point_bases", "is shorter than keep_points: bases are kept after every commit is thinned, not before") }
+        // Unset, each is at least the one before it; set, it must be.
+        let givenMinutes = section.duration("keep_point_minutes")
+        let minutes = givenMinutes ?? (keep.seconds > 7 * 86_400 ? keep : DurationText(seconds: 7 * 86_400, text: "7d"))
+        let givenBases = section.duration("keep_point_bases")
+        let bases = givenBases ?? (minutes.seconds > 30 * 86_400 ? minutes : DurationText(seconds: 30 * 86_400, text: "30d"))
+        if givenMinutes != nil, minutes.seconds < keep.seconds {
+            section.problem("keep_point_minutes", "is shorter than keep_points: a minute's last commit is kept after every commit, not before")
+        }
+        if givenBases != nil, bases.seconds < max(keep.seconds, minutes.seconds) {
+            section.problem("keep_point_bases", "is shorter than keep_points or keep_point_minutes: bases are kept after the others, not before")
+        }
         if snapshot == nil { section.problem("sync_interval", "[replicate] needs a [snapshot] section naming the repository the points go to") }
         let status = section.string("status_file").map { resolve($0, in: folder) }
         let metrics = section.string("metrics").map { resolve($0, in: folder) } ?? schedule?.metrics
-        section.finish(known: ["sync_interval", "base_interval", "keep_points", "keep_point_bases", "status_file", "metrics"])
-        return ReplicateSection(syncInterval: sync, baseInterval: base, keepPoints: keep, keepPointBases: bases, statusFile: status, metrics: metrics)
+        section.finish(known: ["sync_interval", "base_interval", "keep_points", "keep_point_minutes", "keep_point_bases", "status_file", "metrics"])
+        return ReplicateSection(syncInterval: sync, baseInterval: base, keepPoints: keep, keepPointMinutes: minutes, keepPointBases: bases,
+                                statusFile: status, metrics: metrics)
     }
 
     static func resolve(_ path: String, in folder: String) -> String {

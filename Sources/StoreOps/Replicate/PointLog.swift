@@ -40,10 +40,15 @@ struct PointSegment: Codable, Equatable {
     var opening: Opening?
     /// The follower stopped cleanly after this segment: what follows is not followed.
     var closed: Bool?
+    /// A thinned segment (level 2): only the last commit of each this-many seconds is kept, each
+    /// with every page its period wrote; its commits carry their own point numbers.
+    var thinned: Int?
 
     struct Commit: Codable, Equatable {
         /// When the follower saw this commit as the store's committed state or before (ms).
         var time: Int64
+        /// Its point number (thinned segments; otherwise `from` plus its place).
+        var point: Int?
         var frame: UInt32
         var pageCount: UInt32
         var pages: [UInt32]
@@ -224,11 +229,12 @@ public struct StorePoints: Sendable, Codable {
     public var store: String
     public var host: String
     public var spans: [Span]
-    public var points: Int { spans.filter { $0.kind == "covered" }.reduce(0) { $0 + ($1.points ?? 0) } }
+    public var points: Int { spans.filter { $0.kind == "covered" || $0.kind == "thinned" }.reduce(0) { $0 + ($1.points ?? 0) } }
 
     public struct Span: Sendable, Codable {
-        /// "covered", "gap" (continuity could not be proven), "not followed" (storectl was
-        /// stopped; open-ended when `to` is nil).
+        /// "covered" (every commit a point), "thinned" (the last commit of each minute), "gap"
+        /// (continuity could not be proven), "not followed" (storectl was stopped; open-ended
+        /// when `to` is nil).
         public var kind: String
         public var from: Date
         public var to: Date?
@@ -255,23 +261,25 @@ public struct StorePoints: Sendable, Codable {
                 let opening = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location).0
                 guard filter.matches(host: opening.host, path: opening.path) else { break }
                 if entry == nil { entry = StorePoints(store: opening.path, host: opening.host, spans: []) }
-                if let last = entry?.spans.last(where: { $0.kind == "covered" }), let reason = opening.opening?.reason,
+                if let last = entry?.spans.last(where: { $0.kind == "covered" || $0.kind == "thinned" }), let reason = opening.opening?.reason,
                    opening.opening?.kind == "gap" || opening.opening?.kind == "start" {
                     entry?.spans.append(Span(kind: "gap", from: last.to ?? last.from, to: PointRestore.date(chain.baseTime), reason: reason))
                 }
                 // The chain's covered spans, cut where it was not followed.
+                let kind = chain.segments.contains { $0.level == PointThinning.level } ? "thinned" : "covered"
                 var from = chain.baseTime
                 var points = 0
                 let unfollowed = chain.unfollowed
-                for segment in chain.segments.dropFirst() { points += segment.to - segment.from + 1 }
+                // A thinned segment holds fewer points than it spans: its name cannot say how many.
+                for segment in chain.segments.dropFirst() where segment.level != PointThinning.level { points += segment.to - segment.from + 1 }
                 for span in unfollowed where span.from >= from {
-                    entry?.spans.append(Span(kind: "covered", from: PointRestore.date(from), to: PointRestore.date(span.from), chain: chain.id))
+                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(span.from), chain: chain.id))
                     entry?.spans.append(Span(kind: "not followed", from: PointRestore.date(span.from), to: span.to.map(PointRestore.date)))
                     guard let to = span.to else { from = .max; break }
                     from = to
                 }
                 if from != .max {
-                    entry?.spans.append(Span(kind: "covered", from: PointRestore.date(from), to: PointRestore.date(max(from, chain.lastTime)), chain: chain.id))
+                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(max(from, chain.lastTime)), chain: chain.id))
                 }
                 // Points per chain: on its first covered span (a count per span would need every segment read).
                 if let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) { entry?.spans[index].points = points + 1 }

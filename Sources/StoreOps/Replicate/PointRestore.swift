@@ -138,7 +138,7 @@ public enum PointRestore {
                     }
                 }
                 next += commit.pages.count
-                point = segment.from + k
+                point = commit.point ?? (segment.from + k)
                 time = commit.time
             }
         }

@@ -1,18 +1,23 @@
 import Foundation
 
 /// How long the points in time `storectl replicate` records are kept, by age, per store:
-/// every commit for `everyCommit` (1 day by default), then only each chain's base (one point
-/// every base interval: an hour by default) until `bases` (30 days), then nothing. A store's
-/// newest chain is never touched (it may be the one being followed).
+/// every commit for `everyCommit` (1 day by default), then the last commit of each minute until
+/// `minutes` (7 days), then only each chain's base (one point every base interval: an hour by
+/// default) until `bases` (30 days), then nothing. A store's newest chain is never touched (it
+/// may be the one being followed).
 public struct PointRetention: Sendable, Codable, Equatable {
     public var everyCommit: TimeInterval = 86_400
+    public var minutes: TimeInterval = 7 * 86_400
     public var bases: TimeInterval = 30 * 86_400
-    /// Set when the user gave either (a prune with only these is not an empty policy).
+    /// Set when the user gave any (a prune with only these is not an empty policy).
     public var explicit = false
+    /// The period whose last commit thinning keeps (a minute; shorter in tests).
+    public var period: TimeInterval = 60
 
-    public init(everyCommit: TimeInterval = 86_400, bases: TimeInterval = 30 * 86_400, explicit: Bool = false) {
+    public init(everyCommit: TimeInterval = 86_400, minutes: TimeInterval = 7 * 86_400, bases: TimeInterval = 30 * 86_400, explicit: Bool = false) {
         self.everyCommit = everyCommit
-        self.bases = max(bases, everyCommit)
+        self.minutes = max(minutes, everyCommit)
+        self.bases = max(bases, self.minutes)
         self.explicit = explicit
     }
 
@@ -21,10 +26,12 @@ public struct PointRetention: Sendable, Codable, Equatable {
         public var chain: String
         public var from: Date
         public var to: Date
-        /// "keep" (every commit), "thin" (segments removed, the base kept), "remove" (both).
+        /// "keep", "thin" (to the last commit of each minute, in one segment), "bases" (segments
+        /// removed, the base kept), "remove" (both).
         public var action: String
         public var reason: String
-        /// The segment keys removed (thin, remove), opening last.
+        /// The segment keys removed (thin: those the thinned segment replaces; bases, remove),
+        /// opening last.
         public var segments: [String]
     }
 
@@ -47,21 +54,98 @@ public struct PointRetention: Sendable, Codable, Equatable {
                     decision.reason = "the store's newest chain"
                 } else if age <= everyCommit {
                     decision.reason = "every commit within \(Format.duration(everyCommit))"
+                } else if age <= minutes {
+                    decision.reason = "the last commit of each minute after \(Format.duration(everyCommit)), within \(Format.duration(minutes))"
+                    let thinned = chain.segments.contains { $0.level == PointThinning.level }
+                    if !thinned, chain.segments.count > 1 {
+                        decision.action = "thin"
+                        decision.segments = (chain.segments.dropFirst().map(\.key) + chain.redundant.map(\.key)).sorted()
+                    }
                 } else if age <= bases {
                     // Every segment but the opening goes; the opening stays so the base is still a point.
                     let opening = chain.segments.first.map(\.key)
                     decision.segments = everything.filter { $0 != opening }.sorted()
-                    decision.action = decision.segments.isEmpty ? "keep" : "thin"
-                    decision.reason = "only its base after \(Format.duration(everyCommit)), within \(Format.duration(bases))"
+                    decision.action = decision.segments.isEmpty ? "keep" : "bases"
+                    decision.reason = "only its base after \(Format.duration(minutes)), within \(Format.duration(bases))"
                 } else {
                     let opening = chain.segments.first.map(\.key)
                     decision.segments = everything.filter { $0 != opening }.sorted() + (opening.map { [$0] } ?? [])
                     decision.action = "remove"
                     decision.reason = "older than \(Format.duration(bases))"
                 }
+                if decision.action == "keep", !chain.redundant.isEmpty {
+                    // What a thinning killed before its removals left: the thinned segment is read instead.
+                    decision.action = "tidy"
+                    decision.segments = chain.redundant.map(\.key).sorted()
+                    decision.reason += "; \(Format.plural(chain.redundant.count, "segment", "segments")) a cut-short thinning left removed"
+                }
                 out.append(decision)
             }
         }
         return out.sorted { ($0.store, $0.from) < ($1.store, $1.from) }
+    }
+}
+
+/// Thinning a chain to the last commit of each minute: its segments read in order, each kept
+/// commit given every page the commits of its minute wrote (the last version of each), all in
+/// one level-2 segment over the same points, written before the segments it replaces are
+/// removed (a prune killed in between leaves both; the longer one is read, the others are
+/// listed as redundant and removed by the next prune).
+enum PointThinning {
+    static let level = 2
+
+    static func thin(_ chain: PointTimeline.Chain, in repository: PagedRepository, period: TimeInterval = 60) throws -> SegmentName? {
+        let periodMs = max(1, Int64((period * 1000).rounded()))
+        let zstd = try ZstdFrames(level: 3)
+        var kept: [PointSegment.Commit] = []
+        var keptPages: [[UInt8]] = []
+        var template: PointSegment?
+        var minute: Int64?
+        var pending: [UInt32: (id: String, bytes: [UInt8])] = [:]
+        var last: PointSegment.Commit?
+        var lastPoint = 0
+        func emit() {
+            guard var commit = last else { return }
+            let pages = pending.keys.sorted()
+            commit.pages = pages
+            commit.ids = pages.map { pending[$0]?.id ?? "" }
+            commit.point = lastPoint
+            keptPages += pages.map { pending[$0]?.bytes ?? [] }
+            kept.append(commit)
+            pending = [:]
+        }
+        for name in chain.segments.dropFirst() {
+            try ProcessSignals.checkpoint("thinning points")
+            guard let sealed = try repository.backend.read(name.key) else {
+                throw StoreOpsError(.badData, "point segment \(repository.backend.describe(name.key)) is listed but cannot be read", hint: Sealer.damagedHint)
+            }
+            let (segment, pages) = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+            if template == nil { template = segment }
+            var next = 0
+            for (k, commit) in segment.commits.enumerated() {
+                let bucket = commit.time / periodMs
+                if let minute, bucket != minute { emit() }
+                minute = bucket
+                for (i, page) in commit.pages.enumerated() { pending[page] = (commit.ids[i], pages[next + i]) }
+                next += commit.pages.count
+                last = commit
+                lastPoint = commit.point ?? (segment.from + k)
+            }
+            template?.cursor = segment.cursor
+        }
+        emit()
+        guard var segment = template, let first = chain.segments.dropFirst().first, let end = chain.segments.last, !kept.isEmpty else { return nil }
+        segment.level = level
+        segment.from = first.from
+        segment.to = end.to
+        segment.commits = kept
+        segment.opening = nil
+        segment.closed = nil
+        segment.thinned = Int(period.rounded())
+        let name = SegmentName(store: chain.store, chain: chain.id, level: level, from: first.from, to: end.to,
+                               firstTime: kept.first?.time ?? 0, lastTime: kept.last?.time ?? 0)
+        try repository.backend.write(name.key, try segment.seal(pages: keptPages, sealer: repository.sealer, zstd: zstd, name: name),
+                                     point: "prune.points.thin")
+        return name
     }
 }

@@ -100,6 +100,10 @@ public enum SnapshotPrune {
             // Points first, each chain from its last segment back to its opening: a prune cut
             // short leaves a shorter chain, never a chain with a hole.
             for decision in decided.points where decision.action != "keep" {
+                if decision.action == "thin" {
+                    let timeline = try PointTimeline.load(repository, store: nil)
+                    guard let chain = timeline.chains.first(where: { $0.id == decision.chain }), try PointThinning.thin(chain, in: repository, period: options.points.period) != nil else { continue }
+                }
                 for key in decision.segments.reversed() {
                     try ProcessSignals.checkpoint("pruning \(repository.location)")
                     try repository.backend.remove(key, point: "prune.points.remove")
