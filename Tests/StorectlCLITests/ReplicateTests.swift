@@ -337,6 +337,51 @@ struct ReplicateTests {
         #expect(based.points.map(\.action) == ["bases", "keep"], "\(based.points)")
     }
 
+    @Test("a new base every second while the app writes: each chain continues the one before from exactly its last point (the commits in between read in the base's own read), no gap; points either side of every boundary restore exactly")
+    func basesEverySecond() throws {
+        let world = try world()
+        let follower = try replicate(world, ["--base-interval", "1s"])
+        #expect(waitForBase(world))
+        _ = try churn(world, seconds: 3.5, ["--seed", "31", "--max-interval-ms", "4"]).wait()
+        usleep(1_500_000)
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.bases.count >= 3 && stats.gaps.isEmpty, "\(stats.bases.count) bases, gaps \(stats.gaps)")
+        let stores = try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password")))
+        #expect(stores.first?.spans.contains { $0.kind == "gap" } == false, "\(stores)")
+        // Around each chain's base: just before and just after.
+        let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
+        var times: [Date] = []
+        for chain in try PointTimeline.load(repository).chains.dropFirst() {
+            for offset in [-0.003, -0.0005, 0.0, 0.0005, 0.003] { times.append(Date(timeIntervalSince1970: Double(chain.baseTime) / 1000 + offset)) }
+        }
+        times += try randomTimes(world, count: 15, seed: 33)
+        let checked = try check(world, times: times)
+        #expect(checked.wrong.isEmpty, "\(checked.wrong)")
+        #expect(checked.refused.isEmpty, "\(checked.refused)")
+    }
+
+    @Test("a hostile segment name (a point number past the key's width) is ignored, not a crash")
+    func hostileSegmentName() throws {
+        let world = try world()
+        let follower = try replicate(world)
+        #expect(waitForBase(world))
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        let points = (world.repo as NSString).appendingPathComponent("points")
+        let store = try #require(FileManager.default.contentsOfDirectory(atPath: points).first)
+        let chain = try #require(FileManager.default.contentsOfDirectory(atPath: (points as NSString).appendingPathComponent(store)).first)
+        let hostile = ((points as NSString).appendingPathComponent(store) as NSString).appendingPathComponent(chain) + "/0-0000000001-9223372036854775807-0-0"
+        FileManager.default.createFile(atPath: hostile, contents: Data())
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--points"], environment: world.environment)
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", "-0s", "--to", world.folder.file("r.sqlite")],
+                                            environment: world.environment)
+        #expect(restored.status == 0 || restored.status == 66, "\(restored.stderr)")
+    }
+
     @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66")
     func refusals() throws {
         let folder = try TempFolder("storectl-replicate")

@@ -36,6 +36,15 @@ struct SnapshotCLITests {
         try Data("other bytes".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(file)))
         #expect(try !create().unchanged, "an external-data file changed")
         #expect(try create().unchanged)
+        // The app closes (its -wal and -shm go), another process commits and closes, the app opens
+        // again: the wal-index is new and empty as before, but the database file changed.
+        try app.close()
+        let other = try DatabaseQueue(path: store)
+        try other.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'while closed' WHERE Z_PK = 4") }
+        try other.close()
+        let again = try DatabaseQueueHolder(store)
+        #expect(try !create().unchanged, "committed while the app was closed")
+        try again.close()
     }
 
     @Test("repo init, then create, list, show, verify, restore, prune: output and exit statuses")
@@ -199,4 +208,5 @@ final class DatabaseQueueHolder {
         try queue.inDatabase { _ = try Int.fetchOne($0, sql: "SELECT count(*) FROM sqlite_master") }
     }
     func write(_ sql: String) throws { try queue.inDatabase { try $0.execute(sql: sql) } }
+    func close() throws { try queue.close() }
 }

@@ -82,7 +82,9 @@ struct PointSegment: Codable, Equatable {
     /// Seals the segment with its pages (`pages`: each commit's pages' bytes, in order).
     func seal(pages: [[UInt8]], sealer: Sealer, zstd: ZstdFrames, name: SegmentName? = nil) throws -> Data {
         let json = try JSON.encode(self)
-        var plain = BinaryWriter(capacity: 4 + json.count + pages.reduce(0) { $0 + $1.count })
+        let total = 4 + json.count + pages.reduce(0) { $0 + $1.count }
+        guard total < 1 << 30 else { throw StoreOpsError(.failure, "a point segment of \(Format.bytes(total)) is over the 1 GiB a segment may hold") }
+        var plain = BinaryWriter(capacity: total)
         plain.u32(UInt32(json.count))
         plain.bytes(json)
         for page in pages { plain.bytes(Data(page)) }
@@ -112,12 +114,22 @@ struct PointSegment: Codable, Equatable {
         guard segment.format == "storectl-points", segment.version <= 1 else {
             throw StoreOpsError(.badData, "\(what) is not a point segment this storectl reads (version \(segment.version))", hint: "use a newer storectl")
         }
-        guard segment.chain == name.chain, segment.storeKey == name.store, PagedSnapshotRecord.isPageSize(segment.pageSize) else {
+        guard segment.chain == name.chain, segment.storeKey == name.store, segment.level == name.level, segment.from == name.from,
+              segment.to == name.to, PagedSnapshotRecord.isPageSize(segment.pageSize),
+              segment.cursor.pageSize == segment.pageSize || segment.cursor.pageSize == 0, segment.cursor.frame < UInt32.max else {
             throw StoreOpsError(.badData, "\(what) describes \(segment.name.key), not itself", hint: Sealer.damagedHint)
+        }
+        // A segment of commits holds one per point it names (a thinned one fewer, each numbered).
+        if name.level < PointTimeline.stoppedLevel, name.from > 0 {
+            let numbered = segment.commits.allSatisfy { commit in commit.point.map { $0 >= name.from && $0 <= name.to } ?? true }
+            guard numbered, segment.thinned != nil ? segment.commits.count <= name.to - name.from + 1 : segment.commits.count == name.to - name.from + 1 else {
+                throw StoreOpsError(.badData, "\(what) holds \(segment.commits.count) commits for points \(name.from)-\(name.to)", hint: Sealer.damagedHint)
+            }
         }
         var pages: [[UInt8]] = []
         for commit in segment.commits {
-            guard commit.pages.count == commit.ids.count, commit.pageCount > 0 else {
+            guard commit.pages.count == commit.ids.count, commit.pageCount > 0, commit.pageCount <= 1 << 28, commit.time >= 0,
+                  commit.pages.allSatisfy({ $0 >= 1 }) else {
                 throw StoreOpsError(.badData, "\(what): commit at frame \(commit.frame) is inconsistent", hint: Sealer.damagedHint)
             }
             for _ in commit.pages { pages.append(Array(try body.bytes(segment.pageSize))) }
@@ -137,8 +149,13 @@ public struct SegmentName: Equatable, Hashable, Sendable {
     public var firstTime: Int64
     public var lastTime: Int64
 
+    /// Point numbers fit the key's ten digits; times are milliseconds between 1970 and 2200.
+    static let maxPoint = 9_999_999_999
+    static let maxTime: Int64 = 7_258_118_400_000
+
     public var key: String {
-        "points/\(store)/\(chain)/\(level)-\(String(format: "%010d", from))-\(String(format: "%010d", to))-\(firstTime)-\(lastTime)"
+        func digits(_ n: Int) -> String { let text = String(n); return String(repeating: "0", count: max(0, 10 - text.count)) + text }
+        return "points/\(store)/\(chain)/\(level)-\(digits(from))-\(digits(to))-\(firstTime)-\(lastTime)"
     }
 
     var identity: String { "points:\(store)/\(chain)/\(level)-\(from)-\(to)" }
@@ -149,7 +166,8 @@ public struct SegmentName: Equatable, Hashable, Sendable {
               SnapshotID.isPlausible(String(parts[2])) else { return nil }
         let fields = parts[3].split(separator: "-")
         guard fields.count == 5, let level = Int(fields[0]), let from = Int(fields[1]), let to = Int(fields[2]),
-              let first = Int64(fields[3]), let last = Int64(fields[4]), level >= 0, level <= 9, from >= 0, to >= from, last >= first else { return nil }
+              let first = Int64(fields[3]), let last = Int64(fields[4]), level >= 0, level <= 9, from >= 0, to >= from, to <= maxPoint,
+              first >= 0, last >= first, last <= maxTime else { return nil }
         return SegmentName(store: String(parts[1]), chain: String(parts[2]), level: level, from: from, to: to, firstTime: first, lastTime: last)
     }
 }
@@ -201,18 +219,28 @@ public struct PointTimeline: Sendable {
         var chains: [Chain] = []
         for (_, names) in byChain {
             guard let opening = names.first(where: { $0.level == 0 && $0.from == 0 && $0.to == 0 }) else { continue }   // not begun
-            var chosen: [SegmentName] = [opening]
-            var redundant: [SegmentName] = []
-            var next = 1
-            // The longest segment starting at each point, so a merge covers what it merged.
-            let byStart = Dictionary(grouping: names.filter { $0.from > 0 && $0.level < Self.stoppedLevel }, by: \.from)
-            while let candidates = byStart[next], let best = candidates.max(by: { ($0.to, $0.level) < ($1.to, $1.level) }) {
-                chosen.append(best)
-                next = best.to + 1
+            // The path of consecutive segments from point 1 that reaches furthest (a tie goes to
+            // fewer, higher-level segments: what a thinning or merge wrote); what it leaves out but
+            // covers is redundant (written before its replacement's removals finished); what lies
+            // past its end is left alone (a hole, never read as if continuous).
+            let data = names.filter { $0.from > 0 && $0.level < Self.stoppedLevel }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
+            var best: [Int: [SegmentName]] = [0: []]
+            for segment in data {
+                guard let before = best[segment.from - 1] else { continue }
+                let path = before + [segment]
+                if let current = best[segment.to] {
+                    let better = path.count < current.count || (path.count == current.count && path.map(\.level).reduce(0, +) > current.map(\.level).reduce(0, +))
+                    if better { best[segment.to] = path }
+                } else {
+                    best[segment.to] = path
+                }
             }
+            let end = best.keys.max() ?? 0
+            let chosen: [SegmentName] = [opening] + (best[end] ?? [])
+            var redundant: [SegmentName] = []
             let markers = names.filter { $0.level >= Self.stoppedLevel }.sorted { $0.lastTime < $1.lastTime }
             let used = Set(chosen + markers)
-            for name in names where !used.contains(name) { redundant.append(name) }
+            for name in data where !used.contains(name) && name.to <= end { redundant.append(name) }
             chains.append(Chain(store: opening.store, id: opening.chain, segments: chosen, baseTime: opening.firstTime,
                                 lastTime: chosen.last?.lastTime ?? opening.firstTime, redundant: redundant, markers: markers))
         }
@@ -256,15 +284,17 @@ public struct StorePoints: Sendable, Codable {
         var out: [StorePoints] = []
         for key in Set(timeline.chains.map(\.store)).sorted() {
             var entry: StorePoints?
+            var previous: PointTimeline.Chain?
             for chain in timeline.chains(of: key) {
                 guard let name = chain.segments.first, let sealed = try repository.backend.read(name.key) else { continue }
                 let opening = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location).0
                 guard filter.matches(host: opening.host, path: opening.path) else { break }
                 if entry == nil { entry = StorePoints(store: opening.path, host: opening.host, spans: []) }
-                if let last = entry?.spans.last(where: { $0.kind == "covered" || $0.kind == "thinned" }), let reason = opening.opening?.reason,
-                   opening.opening?.kind == "gap" || opening.opening?.kind == "start" {
+                if let previous, let last = entry?.spans.last(where: { $0.kind == "covered" || $0.kind == "thinned" }),
+                   let reason = try PointRestore.continuityBreak(from: previous, to: chain, in: repository) {
                     entry?.spans.append(Span(kind: "gap", from: last.to ?? last.from, to: PointRestore.date(chain.baseTime), reason: reason))
                 }
+                previous = chain
                 // The chain's covered spans, cut where it was not followed.
                 let kind = chain.segments.contains { $0.level == PointThinning.level } ? "thinned" : "covered"
                 var from = chain.baseTime

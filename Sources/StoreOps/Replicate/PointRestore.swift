@@ -69,9 +69,11 @@ public enum PointRestore {
             throw StoreOpsError(.noInput, "no point of this store at or before \(when)\(first)",
                                 hint: "`storectl snapshot list --repo \(repository.location)` shows the points")
         }
+        // After a chain's last point and before the next chain's base: the next chain says whether
+        // it continued this one (a base every interval, or one commit read whole) and from which
+        // point; a chain thinned by prune keeps fewer points, and `--at` there gives the newest kept.
         if let later = chains.first(where: { $0.baseTime > t }), t > chain.lastTime,
-           let opening = try? opening(of: later, in: repository) ?? nil, opening.kind == "gap" || opening.kind == "start" {
-            let reason = opening.reason
+           let reason = try continuityBreak(from: chain, to: later, in: repository) {
             throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(chain.lastTime))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
                                 hint: "restore --at \(Timestamp.iso(date(chain.lastTime))) or --at \(Timestamp.iso(date(later.baseTime)))")
         }
@@ -89,7 +91,7 @@ public enum PointRestore {
         // Segments are read a window at a time, the window's objects at once (a bucket answers
         // many requests in parallel; an hour of one-second segments is 3,600 objects), then
         // applied in order: memory stays a window's worth.
-        let wanted = Array(chain.segments.dropFirst().filter { $0.firstTime <= t })
+        let wanted = Array(chain.segments.dropFirst().prefix { $0.firstTime <= t })
         let window = max(4, repository.backend.parallelReads * 4)
         var fetched: [Int: Data] = [:]
         func sealed(_ index: Int) throws -> Data {
@@ -148,6 +150,18 @@ public enum PointRestore {
     }
 
     static func date(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }
+
+    /// Why no point is claimed between `chain`'s last point and `later`'s base, or nil when
+    /// `later` continued `chain` from exactly its last point (or `chain` was thinned by prune).
+    static func continuityBreak(from chain: PointTimeline.Chain, to later: PointTimeline.Chain, in repository: PagedRepository) throws -> String? {
+        guard let opening = try opening(of: later, in: repository) else { return "the next chain's opening cannot be read" }
+        guard opening.kind == "compaction" || opening.kind == "continued" else { return opening.reason }
+        let thinned = chain.segments.count == 1 || chain.segments.contains { $0.level == PointThinning.level }
+        guard opening.afterTime == chain.lastTime || thinned else {
+            return "the chain's last points are not in the repository (the next chain continued from a later point)"
+        }
+        return nil
+    }
 
     static func opening(of chain: PointTimeline.Chain, in repository: PagedRepository) throws -> PointSegment.Opening? {
         guard let name = chain.segments.first, let sealed = try repository.backend.read(name.key) else { return nil }

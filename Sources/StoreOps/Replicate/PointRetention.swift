@@ -47,7 +47,12 @@ public struct PointRetention: Sendable, Codable, Equatable {
                 // A chain covers until the next begins (or, the newest, until its last point).
                 let end = i + 1 < chains.count ? chains[i + 1].baseTime : chain.lastTime
                 let age = now.timeIntervalSince(PointRestore.date(end))
-                let everything = chain.segments.map(\.key) + chain.markers.map(\.key) + chain.redundant.map(\.key)
+                // Removal order: the segments from the highest point down (a prune cut short
+                // leaves a shorter chain, never one with a hole), what a merge or thinning left,
+                // the markers, and last the opening (without it the chain is not listed).
+                let data = chain.segments.dropFirst().sorted { ($0.from, $0.level) > ($1.from, $1.level) }.map(\.key)
+                let extras = chain.redundant.map(\.key).sorted() + chain.markers.map(\.key).sorted()
+                let opening = chain.segments.first.map(\.key)
                 var decision = Decision(store: base.manifest.source.path, chain: chain.id, from: PointRestore.date(chain.baseTime),
                                         to: PointRestore.date(chain.lastTime), action: "keep", reason: "", segments: [])
                 if i == chains.count - 1 {
@@ -59,17 +64,15 @@ public struct PointRetention: Sendable, Codable, Equatable {
                     let thinned = chain.segments.contains { $0.level == PointThinning.level }
                     if !thinned, chain.segments.count > 1 {
                         decision.action = "thin"
-                        decision.segments = (chain.segments.dropFirst().map(\.key) + chain.redundant.map(\.key)).sorted()
+                        decision.segments = data + chain.redundant.map(\.key).sorted()
                     }
                 } else if age <= bases {
                     // Every segment but the opening goes; the opening stays so the base is still a point.
-                    let opening = chain.segments.first.map(\.key)
-                    decision.segments = everything.filter { $0 != opening }.sorted()
+                    decision.segments = data + extras
                     decision.action = decision.segments.isEmpty ? "keep" : "bases"
                     decision.reason = "only its base after \(Format.duration(minutes)), within \(Format.duration(bases))"
                 } else {
-                    let opening = chain.segments.first.map(\.key)
-                    decision.segments = everything.filter { $0 != opening }.sorted() + (opening.map { [$0] } ?? [])
+                    decision.segments = data + extras + (opening.map { [$0] } ?? [])
                     decision.action = "remove"
                     decision.reason = "older than \(Format.duration(bases))"
                 }
@@ -94,25 +97,61 @@ public struct PointRetention: Sendable, Codable, Equatable {
 enum PointThinning {
     static let level = 2
 
-    static func thin(_ chain: PointTimeline.Chain, in repository: PagedRepository, period: TimeInterval = 60) throws -> SegmentName? {
+    /// The most a thinned segment holds before the next one begins.
+    static let segmentBytes = 128 << 20
+
+    /// Writes the thinned segments (each read back and opened before anything is removed) and
+    /// returns their names; nil when there was nothing to thin.
+    static func thin(_ chain: PointTimeline.Chain, in repository: PagedRepository, period: TimeInterval = 60) throws -> [SegmentName]? {
         let periodMs = max(1, Int64((period * 1000).rounded()))
         let zstd = try ZstdFrames(level: 3)
+        guard let first = chain.segments.dropFirst().first, let end = chain.segments.last else { return nil }
+        var template: PointSegment?
+        var written: [SegmentName] = []
         var kept: [PointSegment.Commit] = []
         var keptPages: [[UInt8]] = []
-        var template: PointSegment?
+        var keptBytes = 0
+        var start = first.from
         var minute: Int64?
         var pending: [UInt32: (id: String, bytes: [UInt8])] = [:]
         var last: PointSegment.Commit?
         var lastPoint = 0
-        func emit() {
+        var lastCursor: WalCursor?
+        func write(to: Int) throws {
+            guard var segment = template, !kept.isEmpty else { return }
+            segment.level = level
+            segment.from = start
+            segment.to = to
+            segment.commits = kept
+            segment.opening = nil
+            segment.closed = nil
+            segment.thinned = Int(period.rounded())
+            if let lastCursor { segment.cursor = lastCursor }
+            let name = SegmentName(store: chain.store, chain: chain.id, level: level, from: start, to: to,
+                                   firstTime: kept.first?.time ?? 0, lastTime: kept.last?.time ?? 0)
+            try repository.backend.write(name.key, try segment.seal(pages: keptPages, sealer: repository.sealer, zstd: zstd, name: name),
+                                         point: "prune.points.thin")
+            // Read back and opened before what it replaces goes.
+            guard let back = try repository.backend.read(name.key) else {
+                throw StoreOpsError(.ioError, "the thinned segment \(repository.backend.describe(name.key)) cannot be read back")
+            }
+            _ = try PointSegment.open(back, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+            written.append(name)
+            kept = []
+            keptPages = []
+            keptBytes = 0
+            start = to + 1
+        }
+        func emit() throws {
             guard var commit = last else { return }
             let pages = pending.keys.sorted()
             commit.pages = pages
             commit.ids = pages.map { pending[$0]?.id ?? "" }
             commit.point = lastPoint
-            keptPages += pages.map { pending[$0]?.bytes ?? [] }
+            for page in pages { let bytes = pending[page]?.bytes ?? []; keptBytes += bytes.count; keptPages.append(bytes) }
             kept.append(commit)
             pending = [:]
+            if keptBytes >= segmentBytes { try write(to: lastPoint) }
         }
         for name in chain.segments.dropFirst() {
             try ProcessSignals.checkpoint("thinning points")
@@ -124,28 +163,17 @@ enum PointThinning {
             var next = 0
             for (k, commit) in segment.commits.enumerated() {
                 let bucket = commit.time / periodMs
-                if let minute, bucket != minute { emit() }
+                if let minute, bucket != minute { try emit() }
                 minute = bucket
                 for (i, page) in commit.pages.enumerated() { pending[page] = (commit.ids[i], pages[next + i]) }
                 next += commit.pages.count
                 last = commit
                 lastPoint = commit.point ?? (segment.from + k)
             }
-            template?.cursor = segment.cursor
+            lastCursor = segment.cursor
         }
-        emit()
-        guard var segment = template, let first = chain.segments.dropFirst().first, let end = chain.segments.last, !kept.isEmpty else { return nil }
-        segment.level = level
-        segment.from = first.from
-        segment.to = end.to
-        segment.commits = kept
-        segment.opening = nil
-        segment.closed = nil
-        segment.thinned = Int(period.rounded())
-        let name = SegmentName(store: chain.store, chain: chain.id, level: level, from: first.from, to: end.to,
-                               firstTime: kept.first?.time ?? 0, lastTime: kept.last?.time ?? 0)
-        try repository.backend.write(name.key, try segment.seal(pages: keptPages, sealer: repository.sealer, zstd: zstd, name: name),
-                                     point: "prune.points.thin")
-        return name
+        try emit()
+        try write(to: end.to)
+        return written.isEmpty ? nil : written
     }
 }

@@ -105,7 +105,11 @@ public enum Replicate {
         var baseTime = Date()
         /// The next point number of the chain.
         var next = 1
-        var pending: [(commit: PointSegment.Commit, pages: [[UInt8]])] = []
+        /// Commits read and not yet durable, each with the cursor after the read that found it.
+        var pending: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)] = []
+        /// The newest point's time in this chain (ms): times never go back within a chain, even
+        /// when the clock does.
+        var lastTime: Int64 = 0
         var pendingBytes = 0
         var pendingCursor: WalCursor?
         var seenAt: [Date] = []
@@ -113,7 +117,7 @@ public enum Replicate {
         var lastDurableTime: Int64?
         var needsBase: (kind: String, reason: String, change: UInt32?)? = ("start", "storectl began following the store", nil)
         /// The batch the uploader is writing.
-        var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]])], seen: [Date], from: Int, to: Int, bytes: Int)?
+        var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)], seen: [Date], from: Int, to: Int, bytes: Int)?
         var uploading = false
         var uploadFailures = 0
         var uploadRetryAfter = Date.distantPast
@@ -263,6 +267,7 @@ public enum Replicate {
                 replica.baseTime = Date(timeIntervalSince1970: Double(chain.baseTime) / 1000)
                 replica.next = last.to + 1
                 replica.lastDurableTime = chain.lastTime
+                replica.lastTime = chain.lastTime
                 replica.pendingCursor = segment.cursor
                 switch try replica.follower.capture() {
                 case .gap(let why), .wholeRead(let why, _):
@@ -331,8 +336,9 @@ public enum Replicate {
         }
 
         func add(_ commits: [WalCommit], at: Date, to replica: Replica) {
-            guard !commits.isEmpty else { return }
-            let time = Replicate.ms(at)
+            guard !commits.isEmpty, let cursor = replica.follower.cursor else { return }
+            let time = max(Replicate.ms(at), replica.lastTime)
+            replica.lastTime = time
             for commit in commits {
                 var pages: [UInt32] = []
                 var ids: [String] = []
@@ -345,7 +351,7 @@ public enum Replicate {
                     replica.pendingBytes += content.count
                     bytes.append(content)
                 }
-                replica.pending.append((PointSegment.Commit(time: time, frame: commit.frame, pageCount: commit.pageCount, pages: pages, ids: ids), bytes))
+                replica.pending.append((PointSegment.Commit(time: time, frame: commit.frame, pageCount: commit.pageCount, pages: pages, ids: ids), bytes, cursor))
                 replica.seenAt.append(at)
             }
             replica.pendingCursor = replica.follower.cursor
@@ -363,7 +369,7 @@ public enum Replicate {
         /// while the repository is slow or away; what waits is bounded by `spoolLimit`.
         func flush(_ replica: Replica) {
             settleUploads()
-            guard !replica.uploading, !replica.pending.isEmpty, replica.chain != nil, let cursor = replica.pendingCursor,
+            guard !replica.uploading, let cursor = replica.pending.last?.cursor, replica.chain != nil,
                   Date() >= replica.uploadRetryAfter else { return }
             let batch = replica.pending, seen = replica.seenAt
             let from = replica.next, to = replica.next + batch.count - 1
@@ -444,18 +450,33 @@ public enum Replicate {
             replica.summary.requests += 1
         }
 
+        /// Writes what waits now (the old chain's last commits before a new chain opens).
+        func flushNow(_ replica: Replica) throws {
+            finishUploads()
+            replica.uploadRetryAfter = .distantPast
+            flush(replica)
+            finishUploads()
+            guard replica.pending.isEmpty, !replica.uploading else {
+                throw StoreOpsError(.ioError, "the chain's last commits could not be written to \(repository.location)")
+            }
+        }
+
         /// A new chain: a base read from the store (an incremental snapshot) and its opening segment.
+        /// A base every interval ("compaction") continues the chain only if the commits since its
+        /// last point, read in the base's own pinned read, are written to it first.
         func makeBase(_ replica: Replica, kind: String, reason: String, expectingChange: UInt32? = nil) {
             var kind = kind
             var reason = reason
+            var rewindTo = replica.follower.cursor
+            let pendingBefore = replica.pending.count
             do {
                 let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
                 defer { hold.release() }
-                let work = PagedSnapshotWork(store: replica.store, repository: repository, tags: ["replicate"], level: options.level)
+                let work = PagedSnapshotWork(store: replica.store, repository: repository, tags: ["replicate"], level: options.level, reuseUnchanged: false)
                 try work.prepare(records: try repository.catalog().records)
                 let time: Date
                 do {
-                    let image = try replica.follower.image { pageSize, pageCount, _, read in
+                    let image = try replica.follower.image(catchingUp: kind == "compaction" ? rewindTo : nil) { pageSize, pageCount, _, read in
                         let source = Manifest.Source(path: replica.store.path, journalMode: "wal", pageSize: pageSize, pageCount: pageCount,
                                                      fileBytes: FileSystem.size(of: replica.store.path) ?? 0,
                                                      walBytes: FileSystem.size(of: replica.store.walPath) ?? 0)
@@ -467,10 +488,22 @@ public enum Replicate {
                         kind = "gap"
                         reason = "the -wal was truncated before its last commit was read, and more were committed before the database file was read"
                     }
+                    if kind == "compaction" {
+                        if let commits = image.catchUp {
+                            add(commits, at: time, to: replica)
+                            try flushNow(replica)
+                            rewindTo = replica.follower.cursor   // the old chain now ends where the base begins
+                        } else {
+                            kind = "gap"
+                            reason = "the -wal no longer continued the chain when the new base was read"
+                        }
+                    }
                     try work.check()
                     try work.commit()
                 } catch {
                     work.abandon()
+                    if replica.pending.count > pendingBefore { replica.pending.removeLast(replica.pending.count - pendingBefore) }
+                    replica.follower.rewind(to: rewindTo)
                     throw error
                 }
                 guard let record = work.record, let cursor = replica.follower.cursor else { throw StoreOpsError(.failure, "the base was not recorded") }
@@ -483,6 +516,7 @@ public enum Replicate {
                 replica.seenAt = []
                 replica.pendingBytes = 0
                 replica.pendingCursor = cursor
+                replica.lastTime = Replicate.ms(time)
                 var opening = replica.segment(level: 0, from: 0, to: 0, cursor: cursor, commits: [])
                 opening.opening = .init(kind: kind, reason: reason, after: previous, afterTime: afterTime)
                 opening.baseTime = Replicate.ms(time)
@@ -491,6 +525,7 @@ public enum Replicate {
                     // A base no chain opens is only a snapshot; take it back rather than leave one per retry.
                     try? repository.backend.remove(PagedSnapshotRecord.key(record.id), point: "replicate.opening.undo")
                     replica.chain = previous
+                    replica.follower.rewind(to: rewindTo)
                     throw error
                 }
                 replica.summary.uploadedBytes += record.added.storedBytes + UInt64(sealed.count)

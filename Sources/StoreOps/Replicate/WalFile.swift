@@ -237,17 +237,25 @@ final class WalFileReader {
         WalFormat.Header.parse(try read(count: WalFormat.headerBytes, at: 0))
     }
 
-    /// The page frame `n` of the generation `header` describes holds, into `buffer`.
+    /// The page frame `n` of the generation `header` describes holds, into `buffer`. The frame
+    /// must still carry that generation's salts (a restart rewrites frames from the start):
+    /// otherwise `FrameMoved`, and the caller reads again.
     func readPage(frame n: UInt32, header: WalFormat.Header, into buffer: UnsafeMutableRawBufferPointer) throws {
         let offset = header.offset(ofFrame: n) + WalFormat.frameHeaderBytes
         var done = 0
         while done < buffer.count {
             let got = pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
             if got < 0, errno == EINTR { continue }
-            guard got > 0 else { throw StoreOpsError.posix(got < 0 ? errno : EIO, doing: "reading frame \(n) of \(path)", side: .input) }
+            guard got > 0 else { throw FrameMoved() }
             done += got
         }
+        let frameHeader = try read(count: WalFormat.frameHeaderBytes, at: header.offset(ofFrame: n))
+        guard frameHeader.count == WalFormat.frameHeaderBytes, WalFormat.be32(frameHeader, 8) == header.salt1,
+              WalFormat.be32(frameHeader, 12) == header.salt2 else { throw FrameMoved() }
     }
+
+    /// A frame was rewritten (the -wal restarted or truncated) while it was read.
+    struct FrameMoved: Error {}
 
     /// Whether frame `n` is still the one the chain ended with at `cursor` (same salts, same checksum).
     func frameIntact(_ cursor: WalCursor) throws -> Bool {

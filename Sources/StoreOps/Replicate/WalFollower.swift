@@ -11,18 +11,12 @@ import GRDB
 /// later frames into the database file nor restart the -wal under it.
 ///
 /// **Continuity.** Within a generation (the -wal's salts), the frames after the cursor chain to
-/// it by checksum, up to the pinned last frame, whose checksum must be the wal-index's. When the
-/// app's checkpoint restarts the -wal between two reads, the previous generation's frames after
-/// the cursor are either all read already or still in the file past the new generation's frames;
-/// the follower reads them and counts the generation as complete only if
-/// - the -wal is the same file (not removed and made again),
-/// - exactly one restart happened (salt-1 is the previous one plus one, as SQLite makes it),
-/// - the cursor's frame is still in place with its checksum (the -wal was not truncated), and
-/// - the chain then ends at a frame of an older generation, a frame that does not continue it,
-///   or the file's end (with the cursor's frame intact, nothing was cut).
-/// Anything else (a `wal_checkpoint(TRUNCATE)` or the app closing the store before the last
-/// frames were read, the file replaced, VACUUM to another page size, a journal mode change) is a
-/// gap: the caller takes a new base and records it.
+/// it by checksum, up to the pinned last frame, whose checksum must be the wal-index's. Across a
+/// restart or truncation, the wal-index's commit counter (+1 per commit, kept by a restart) says
+/// how many commits were made since the cursor: the new generation's frames and the old one's
+/// frames still in the file after the cursor (same file, the cursor's frame intact, a checksum
+/// chain from it) must account for every one (see `crossGeneration`). Anything else is a gap: the
+/// caller takes a new base and records it.
 final class WalFollower {
     let store: StoreFile
     private(set) var cursor: WalCursor?
@@ -62,6 +56,12 @@ final class WalFollower {
     }
 
     var identities: (database: (dev: UInt64, ino: UInt64)?, wal: (dev: UInt64, ino: UInt64)?) { (databaseIdentity, walIdentity) }
+
+    /// Puts the cursor back where it was before a base that was not recorded (its chain goes on).
+    func rewind(to cursor: WalCursor?) {
+        self.cursor = cursor
+        lastIndex = nil
+    }
 
     enum Capture {
         /// The commits since the cursor (none: nothing new); `at`: when the last of them was the
@@ -132,10 +132,37 @@ final class WalFollower {
     /// The store's state at one point: the database file's pages with the -wal's frames up to the
     /// pinned last frame laid over them, handed to `copy` in order under the read transaction
     /// (pages read with `read(first page, count, into)`). Sets the cursor there.
-    func image(_ copy: (_ pageSize: Int, _ pageCount: Int, _ time: Date,
-                        _ read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws -> Void) throws -> (time: Date, change: UInt32) {
+    struct Image {
+        var time: Date
+        var change: UInt32
+        /// With `catchingUp`: the commits from that cursor to the base's state (nil: the -wal
+        /// no longer continues it).
+        var catchUp: [WalCommit]?
+    }
+
+    func image(catchingUp from: WalCursor? = nil,
+               _ copy: (_ pageSize: Int, _ pageCount: Int, _ time: Date,
+                        _ read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws -> Void) throws -> Image {
+        for _ in 0..<5 {
+            do { return try imageOnce(catchingUp: from, copy) } catch is WalFileReader.FrameMoved {
+                continue   // the app restarted the -wal while its frames were read: read again
+            }
+        }
+        throw StoreOpsError(.busy, "the -wal of \(store.path) was restarted during each of 5 reads of the store", hint: "storectl tries again")
+    }
+
+    private func imageOnce(catchingUp from: WalCursor?,
+                           _ copy: (_ pageSize: Int, _ pageCount: Int, _ time: Date,
+                                    _ read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws -> Void) throws -> Image {
         let identity = FileSystem.identity(of: store.path)
         return try pinned { index, time in
+            // The commits between `from` and this state, read in the same pinned transaction.
+            var catchUp: [WalCommit]?
+            if let from, from.headerRead, from.sameGeneration(salt1: index.salt1, salt2: index.salt2), index.lastFrame >= from.frame,
+               FileSystem.identity(of: store.path).map({ $0 == (databaseIdentity ?? $0) }) == true, try wal.open() {
+                let walk = try wal.walk(from: from, limit: index.lastFrame)
+                if walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum { catchUp = walk.commits }
+            }
             var cursor = WalCursor(announced: index)
             var latest: [UInt32: UInt32] = [:]
             let walOpen = try wal.open()
@@ -176,12 +203,17 @@ final class WalFollower {
                 }
                 if first == 1, buffer.count >= 100 { Self.normalizePage1(buffer) }
             }
+            // A restart writes the -wal's header before any frame: the same header now means
+            // every frame read was this generation's.
+            if index.lastFrame > 0 {
+                guard let now = try wal.header(), now.salt1 == index.salt1, now.salt2 == index.salt2 else { throw WalFileReader.FrameMoved() }
+            }
             cursor.change = index.change
             self.cursor = cursor
             changeTrusted = true
             databaseIdentity = identity
             walIdentity = wal.identity
-            return (time, index.change)
+            return Image(time: time, change: index.change, catchUp: catchUp)
         }
     }
 

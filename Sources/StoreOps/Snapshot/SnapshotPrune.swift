@@ -104,7 +104,7 @@ public enum SnapshotPrune {
                     let timeline = try PointTimeline.load(repository, store: nil)
                     guard let chain = timeline.chains.first(where: { $0.id == decision.chain }), try PointThinning.thin(chain, in: repository, period: options.points.period) != nil else { continue }
                 }
-                for key in decision.segments.reversed() {
+                for key in decision.segments {
                     try ProcessSignals.checkpoint("pruning \(repository.location)")
                     try repository.backend.remove(key, point: "prune.points.remove")
                 }

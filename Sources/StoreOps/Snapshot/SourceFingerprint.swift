@@ -24,14 +24,17 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
         var info = stat()
         guard stat(store.path, &info) == 0, let header = try? FileProbe.shared.header(of: store.path), header.count >= 100 else { return nil }
         var print = SourceFingerprint(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        // The database file's size and time in both modes: in WAL mode the wal-index alone is not
+        // enough, because the app's last connection closing checkpoints into the file and removes
+        // the -wal and -shm, and the next open builds a new wal-index whose counter starts again.
+        print.fileBytes = UInt64(info.st_size)
+        print.modifiedNanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
         if StoreFile.isWALHeader(header) {
             guard let bytes = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0), let index = WalFormat.IndexHeader.parse(bytes) else { return nil }
             print.walIndex = String(format: "%08x%08x%08x%08x%08x", index.salt1, index.salt2, index.change, index.lastFrame, index.pages)
         } else {
             guard FileSystem.kind(of: store.walPath) == .missing, FileSystem.kind(of: store.journalPath) == .missing else { return nil }
             print.changeCounter = WalFormat.be32(header, 24)
-            print.fileBytes = UInt64(info.st_size)
-            print.modifiedNanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
         }
         let folder = store.externalDataPath
         if FileSystem.kind(of: folder) == .directory {

@@ -46,7 +46,12 @@ final class PagedSnapshotWork {
     private(set) var reusesParent = false
     private var fingerprint: SourceFingerprint?
 
-    init(store: StoreFile, repository: PagedRepository, tags: [String], level: Int?, origin: Manifest? = nil) {
+    /// Whether an unchanged store may reuse its parent (not a replicate base: its pages must be
+    /// those of the follower's own pinned read).
+    let reuseUnchanged: Bool
+
+    init(store: StoreFile, repository: PagedRepository, tags: [String], level: Int?, origin: Manifest? = nil, reuseUnchanged: Bool = true) {
+        self.reuseUnchanged = reuseUnchanged
         self.store = store
         self.repository = repository
         self.tags = tags
@@ -65,7 +70,7 @@ final class PagedSnapshotWork {
         let host = origin?.host ?? ProcessInfo.processInfo.hostName
         let path = origin?.source.path ?? store.path
         parent = records.first { $0.manifest.host == host && $0.manifest.source.path == path && $0.id != id }
-        if origin == nil, let parent, let print = parent.source, parent.manifest.verify.ok, parent.manifest.verify.level != .none,
+        if origin == nil, reuseUnchanged, let parent, let print = parent.source, parent.manifest.verify.ok, parent.manifest.verify.level != .none,
            SourceFingerprint.take(store) == print {
             reusesParent = true
             fingerprint = print
