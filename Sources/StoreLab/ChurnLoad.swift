@@ -130,11 +130,11 @@ public enum ChurnLoad {
     }
 }
 
-/// A small seeded generator (SplitMix64), so a test's load can be replayed.
-struct SplitMix {
+/// A small seeded generator (SplitMix64), so a test's load and choices can be replayed.
+public struct SplitMix: RandomNumberGenerator, Sendable {
     var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

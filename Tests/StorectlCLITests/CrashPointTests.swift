@@ -235,6 +235,15 @@ enum Scenarios {
         return try fixture.digest(target, journalMode: false)
     }
 
+    /// `replicate` for 300 ms: the command, and the next run an operator (or systemd) makes.
+    static func replicating(_ fixture: CrashFixture) -> [String] { ["replicate", fixture.store, "--repo", fixture.repo, "--for", "300ms", "--quiet"] }
+
+    /// After the next run the newest point is the store as it is.
+    static func expectNewestIsStore(_ fixture: CrashFixture, _ point: String) throws {
+        let newest = try newestPoint(fixture), store = try fixture.digest(journalMode: false)
+        #expect(newest == store, "\(point): the newest point is the store")
+    }
+
     /// A first `replicate` of a store: its base, the chain's opening, the stop marker.
     static let replicateBase = CrashScenario(
         name: "replicate (base)",
@@ -243,13 +252,10 @@ enum Scenarios {
             try fixture.walCommits(40)
             return fixture
         },
-        command: { ["replicate", $0.store, "--repo", $0.repo, "--for", "300ms", "--quiet"] },
+        command: { replicating($0) },
         observe: { try newestPoint($0) },
-        next: { fixture, index in try ok(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "300ms", "--quiet"], index) },
-        finally: { fixture, point in
-            let newest = try newestPoint(fixture), store = try fixture.digest(journalMode: false)
-            #expect(newest == store, "\(point): the newest point is the store")
-        })
+        next: { fixture, index in try ok(fixture, replicating(fixture), index) },
+        finally: { fixture, point in try expectNewestIsStore(fixture, point) })
 
     /// `replicate` taking up a chain after commits it has not seen: the resume marker, the
     /// segment with the commits, the stop marker. Killed anywhere, the next run takes the chain
@@ -268,12 +274,11 @@ enum Scenarios {
             }
             return fixture
         },
-        command: { ["replicate", $0.store, "--repo", $0.repo, "--for", "300ms", "--quiet"] },
+        command: { replicating($0) },
         observe: { try newestPoint($0) },
-        next: { fixture, index in try ok(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "300ms", "--quiet"], index) },
+        next: { fixture, index in try ok(fixture, replicating(fixture), index) },
         finally: { fixture, point in
-            let newest = try newestPoint(fixture), store = try fixture.digest(journalMode: false)
-            #expect(newest == store, "\(point): the newest point is the store")
+            try expectNewestIsStore(fixture, point)
             let repository = try PagedRepository.open(at: fixture.repo, password: fixture.password)
             let chains = try PointTimeline.load(repository).chains
             #expect(chains.count == 1, "\(point): the chain was taken up, not begun again: \(chains.map(\.id))")

@@ -113,7 +113,7 @@ struct ReplicateTests {
     func randomTimes(_ world: World, count: Int, seed: UInt64) throws -> [Date] {
         let logged = try ChurnLoad.readLog(world.log).values
         let first = logged.map(\.began).min() ?? 0, last = logged.map(\.returned).max() ?? 0
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix(seed: seed)
         return (0..<count).map { _ in Date(timeIntervalSince1970: Double.random(in: first...last, using: &generator)) }
     }
 
@@ -401,18 +401,5 @@ struct ReplicateTests {
         #expect(badTime.status == 64, "\(badTime.stderr)")
         let noPoints = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "-1m", "--to", folder.file("x.sqlite")])
         #expect(noPoints.status == 66 && noPoints.stderr.contains("no points"), "\(noPoints.stderr)")
-    }
-}
-
-/// A deterministic generator for a test's random choices.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import StoreLab
 import StoreOps
 import Testing
@@ -67,6 +66,9 @@ struct S3ServerTests {
         let store = try sampleStore(in: folder, items: 2_000)
         let cache = folder.file("cache")
         func create() throws -> [String: Any] {
+            // The file's time moved (its pages did not): a snapshot that reads the store and its
+            // indexes, where an untouched store's would reuse its parent and read no index at all.
+            try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(Double.random(in: 1...1000))], ofItemAtPath: store)
             let result = try run(["snapshot", "create", store, "--repo", repo, "--json"], folder, ["STORECTL_CACHE_DIR": cache])
             #expect(result.status == 0, "\(result.stderr)")
             let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])

@@ -91,25 +91,17 @@ public enum Rollback {
 
     static func prepare(_ options: Options, store: StoreFile, in pipeline: Pipeline, progress: ProgressHandler?) throws -> Plan {
         let journal = MigrationJournal.read(store)
-        if let at = options.at {
-            var restore = SnapshotRestore.Options(repository: options.repository, id: "", target: .inPlace(store.path),
-                                                  force: options.force, wait: options.wait)
-            restore.at = at
-            restore.pointStore = store.path
-            restore.jobLockHeld = true
-            restore.password = options.password
-            restore.clearsMigrationJournal = journal != nil
-            let inPlace = SnapshotRestore.InPlace(store: store, options: restore)
-            inPlace.progress = progress
-            inPlace.hold = pipeline.hold
-            try inPlace.check()
-            return Plan(id: inPlace.target?.point ?? "", journal: journal, restore: inPlace)
-        }
-        guard let id = try target(options, store: store, journal: journal, in: try pipeline.repository) else {
-            return Plan(id: "", journal: journal, restore: nil)
+        var id = ""
+        if options.at == nil {
+            guard let target = try target(options, store: store, journal: journal, in: try pipeline.repository) else {
+                return Plan(id: "", journal: journal, restore: nil)
+            }
+            id = target
         }
         var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
                                               force: options.force, wait: options.wait)
+        restore.at = options.at   // a point of this store instead (`--at`)
+        restore.pointStore = store.path
         restore.jobLockHeld = true
         restore.password = options.password
         restore.clearsMigrationJournal = journal != nil
@@ -117,7 +109,7 @@ public enum Rollback {
         inPlace.progress = progress
         inPlace.hold = pipeline.hold
         try inPlace.check()
-        return Plan(id: id, journal: journal, restore: inPlace)
+        return Plan(id: options.at == nil ? id : inPlace.target?.point ?? "", journal: journal, restore: inPlace)
     }
 
     /// The snapshot to go back to: `--to`, else the interrupted migration's, else the one taken

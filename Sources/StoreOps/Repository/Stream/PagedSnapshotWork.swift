@@ -111,6 +111,11 @@ final class PagedSnapshotWork {
             coreData = parent.manifest.coreData
             files = parent.files
             copied = ConsistentCopy.Copied(source: parent.manifest.source, startedAt: startedAt, steps: 0, restarts: 0, busyRetries: 0)
+            // The copy stage as every snapshot shows it, done at once.
+            let pages = UInt64(parent.pages.pageCount)
+            for done in [0, pages] {
+                progress?(ProgressUpdate(phase: "copy", done: done, total: pages, unit: .pages, bytes: done * UInt64(pageSize), startedAt: startedAt))
+            }
             return
         }
         let before = SourceFingerprint.take(store)
