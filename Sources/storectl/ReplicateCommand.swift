@@ -31,6 +31,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
     @OptionGroup var password: PasswordOption
     @Option(help: "How often new commits are written to the repository (e.g. 1s, 500ms; default 1s).") var syncInterval: String?
     @Option(help: "How often a new base is taken, bounding what a restore reads (e.g. 1h, the default).") var baseInterval: String?
+    @Option(help: "Merge a chain's segments into one object once the oldest is this old (e.g. 1m, the default; 0 never): a restore reads fewer objects.") var mergeInterval: String?
     @Option(help: "Stop after this long (e.g. 10m) instead of waiting for a signal.") var `for`: String?
     @Flag(help: "Print the summary as JSON when it stops.") var json = false
     @Flag(help: "Say nothing while following (the summary is still printed at the end).") var quiet = false
@@ -53,6 +54,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         }
         if let syncInterval { options.syncInterval = try duration(syncInterval, "--sync-interval", allowZero: false) }
         if let baseInterval { options.baseInterval = try duration(baseInterval, "--base-interval", allowZero: false) }
+        if let mergeInterval { options.mergeInterval = try duration(mergeInterval, "--merge-interval", allowZero: true) }
         options.duration = try `for`.map { try duration($0, "--for", allowZero: false) }
         if let statusFile { options.statusFile = statusFile }
         if let metrics { options.metricsFolder = metrics }

@@ -122,10 +122,10 @@ struct ReplicateTests {
         return try #require(decoded.stores.first)
     }
 
-    @Test("60 random points of a store written at random intervals, with the app running wal_checkpoint(PASSIVE, RESTART, TRUNCATE) and VACUUM at random: each restores to exactly the content the writer logged for the commit it names; a gap only where a TRUNCATE won a race, and refused there")
+    @Test("60 random points of a store written at random intervals, with the app running wal_checkpoint(PASSIVE, RESTART, TRUNCATE) and VACUUM at random, segments merged every second: each restores to exactly the content the writer logged for the commit it names; a gap only where a TRUNCATE won a race, and refused there")
     func randomPoints() throws {
         let world = try world()
-        let follower = try replicate(world)
+        let follower = try replicate(world, ["--merge-interval", "1s"])
         #expect(waitForBase(world))
         let writer = try churn(world, seconds: 5, ["--checkpoint-every", "40", "--vacuum-every", "300", "--autocheckpoint", "100", "--seed", "11"])
         let wrote = writer.wait()
@@ -134,12 +134,18 @@ struct ReplicateTests {
         follower.signal(SIGTERM)
         let followed = follower.wait()
         #expect(followed.status == 0, "\(followed.stderr)")
-        let stats = try summary(followed)
         // Unloaded, no gap at all; on two busy cores a wal_checkpoint(TRUNCATE) right after
-        // commits storectl had not read yet can win (then the gap is recorded, and refused below).
-        #expect(stats.gaps.count <= 3 && stats.gaps.allSatisfy { $0.reason.contains("truncated") }, "\(stats.gaps)")
+        // commits storectl had not read yet can win, or a RESTART's next commits overwrite them
+        // (then the gap is recorded, and refused below): storectl holds no read lock to stop it.
+        let stats = try summary(followed)
+        #expect(stats.gaps.count <= 3 && stats.gaps.allSatisfy { $0.reason.contains("truncated") || $0.reason.contains("checkpointed away") }, "\(stats.gaps)")
         let commits = try ChurnLoad.readLog(world.log).count
         #expect(Double(stats.points) >= Double(commits) * 0.95, "\(stats.points) points of \(commits) commits")
+        // The restores below read merged segments: a chain's segments were merged as it was followed.
+        let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
+        let chains = try PointTimeline.load(repository).chains
+        #expect(chains.contains { $0.segments.contains { $0.level == PointMerge.level } }, "no merged segment: \(chains.map { $0.segments.map(\.key) })")
+        #expect(chains.allSatisfy { $0.redundant.isEmpty }, "a merge left its segments: \(chains.map(\.redundant))")
         let checked = try check(world, times: try randomTimes(world, count: 60, seed: 3))
         #expect(checked.wrong.isEmpty, "\(checked.wrong)")
         #expect(checked.restored + checked.refused.count == 60)
@@ -147,10 +153,11 @@ struct ReplicateTests {
         #expect(checked.restored >= 50, "\(checked.refused)")
     }
 
-    @Test("kill -9 of replicate three times while the app writes: each restart takes up the chain or records a gap; every listed point restores exactly, no point is listed twice or missing within a chain")
+    @Test("kill -9 of replicate three times while the app writes (segments merged every 500 ms): each restart takes up the chain or records a gap; every listed point restores exactly, no point is listed twice or missing within a chain")
     func killNineResumes() throws {
         let world = try world()
-        var follower = try replicate(world)
+        let merging = ["--merge-interval", "500ms"]
+        var follower = try replicate(world, merging)
         #expect(waitForBase(world))
         let writer = try churn(world, seconds: 6, ["--checkpoint-every", "80", "--seed", "5"])
         for pause in [1.2, 0.7, 1.5] {
@@ -158,7 +165,7 @@ struct ReplicateTests {
             follower.signal(SIGKILL)
             _ = follower.wait()
             usleep(200_000)
-            follower = try replicate(world)
+            follower = try replicate(world, merging)
         }
         _ = writer.wait()
         usleep(1_500_000)

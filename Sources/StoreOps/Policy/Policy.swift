@@ -16,6 +16,8 @@ public struct Policy: Sendable {
     public struct ReplicateSection: Sendable {
         public var syncInterval: DurationText
         public var baseInterval: DurationText
+        /// How often a chain's segments are merged into one object (0: never).
+        public var mergeInterval: DurationText
         /// Points retention (`storectl run maintain` prunes by it): every commit, then only bases.
         public var keepPoints: DurationText
         public var keepPointMinutes: DurationText

@@ -13,8 +13,10 @@ import Foundation
 ///
 /// compressed with zstd, then sealed as `points:<store>/<chain>/<level>-<from>-<to>`, so it
 /// opens only under its own key. Level 0 segments are written every sync interval; a level 1
-/// segment merges consecutive level-0 ones (those it covers are then removed; a reader that finds
-/// both uses the merged one). `from`…`to` are the points it holds, the times are the first and
+/// segment (`PointMerge`) holds consecutive level-0 ones as they were sealed, written while
+/// following once a minute's worth is durable (those it holds are then removed; a reader that
+/// finds both uses the merged one), so a restore reads at most a minute's small objects and one
+/// per minute before. `from`…`to` are the points it holds, the times are the first and
 /// last point's (milliseconds since 1970, UTC). The chain's first segment (`0-0-0-…`) holds no
 /// commit: it says why the chain began (storectl started, or the gap it follows).
 ///
@@ -136,6 +138,76 @@ struct PointSegment: Codable, Equatable {
         }
         guard body.isAtEnd else { throw StoreOpsError(.badData, "\(what): bytes follow its last page", hint: Sealer.damagedHint) }
         return (segment, pages)
+    }
+}
+
+extension PointSegment {
+    /// Opens any segment of commits: a level-1 merge's members in order, or the segment itself.
+    static func openAll(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> [(PointSegment, [[UInt8]])] {
+        guard name.level == PointMerge.level else { return [try open(sealed, name: name, sealer: sealer, zstd: zstd, location: location)] }
+        return try PointMerge.members(sealed, name: name, sealer: sealer, location: location).map {
+            try open($0.sealed, name: $0.name, sealer: sealer, zstd: zstd, location: location)
+        }
+    }
+}
+
+/// Level 1: consecutive level-0 segments of one chain in one object, each as it was sealed (it
+/// still opens only under its own key, so nothing is compressed twice):
+///
+///     u32 count | per member: u32 key bytes | key | u32 sealed bytes | sealed segment
+///
+/// sealed as the merged segment's own key. The members must cover exactly its points, in order.
+public enum PointMerge {
+    public static let level = 1
+    /// A merge holds at most this much (sealed); a level-0 segment this size or larger is left as it is.
+    static let mergeBytes = 16 << 20
+    static let memberBytes = 4 << 20
+
+    static func name(of members: [SegmentName]) -> SegmentName? {
+        guard let first = members.first, let last = members.last else { return nil }
+        return SegmentName(store: first.store, chain: first.chain, level: level, from: first.from, to: last.to,
+                           firstTime: first.firstTime, lastTime: last.lastTime)
+    }
+
+    static func seal(_ members: [(name: SegmentName, sealed: Data)], sealer: Sealer) throws -> (SegmentName, Data) {
+        guard let name = name(of: members.map(\.name)) else { throw StoreOpsError(.failure, "nothing to merge") }
+        var plain = BinaryWriter(capacity: members.reduce(8) { $0 + 6 + $1.name.key.utf8.count + $1.sealed.count })
+        plain.u32(UInt32(members.count))
+        for member in members {
+            let key = Data(member.name.key.utf8)
+            plain.u32(UInt32(key.count))
+            plain.bytes(key)
+            plain.u32(UInt32(member.sealed.count))
+            plain.bytes(member.sealed)
+        }
+        return (name, try sealer.seal(plain.data, as: name.identity))
+    }
+
+    static func members(_ sealed: Data, name: SegmentName, sealer: Sealer, location: String) throws -> [(name: SegmentName, sealed: Data)] {
+        let what = "point segment \(location)/\(name.key)"
+        let plain = try sealer.open(sealed, as: name.identity, what: what)
+        var reader = BinaryReader(plain, what: what)
+        let count = try reader.count(itemBytes: 8)
+        guard count >= 1, count <= name.to - name.from + 1 else {
+            throw StoreOpsError(.badData, "\(what) claims \(count) segments for points \(name.from)-\(name.to)", hint: Sealer.damagedHint)
+        }
+        var out: [(name: SegmentName, sealed: Data)] = []
+        var next = name.from
+        for _ in 0..<count {
+            let keyLength = Int(try reader.u32())
+            guard keyLength <= 200 else { throw StoreOpsError(.badData, "\(what) is damaged (a key of \(keyLength) bytes)", hint: Sealer.damagedHint) }
+            guard let key = String(data: try reader.bytes(keyLength), encoding: .utf8), let member = SegmentName.parse(key),
+                  member.store == name.store, member.chain == name.chain, member.level == 0, member.from == next, member.to <= name.to else {
+                throw StoreOpsError(.badData, "\(what): its segment \(out.count + 1) is not the next of its points", hint: Sealer.damagedHint)
+            }
+            let length = Int(try reader.u32())
+            out.append((member, Data(try reader.bytes(length))))
+            next = member.to + 1
+        }
+        guard next == name.to + 1, reader.isAtEnd else {
+            throw StoreOpsError(.badData, "\(what): its segments do not hold exactly points \(name.from)-\(name.to)", hint: Sealer.damagedHint)
+        }
+        return out
     }
 }
 

@@ -96,7 +96,14 @@ public enum PointRestore {
         var fetched: [Int: Data] = [:]
         func sealed(_ index: Int) throws -> Data {
             if fetched[index] == nil {
-                let batch = Array(index..<min(wanted.count, index + window))
+                // A window of small objects, or as many merged ones (up to 16 MiB each) as are read at once.
+                var batch: [Int] = []
+                var merged = 0
+                for k in index..<min(wanted.count, index + window) {
+                    if wanted[k].level > 0 { merged += 1 }
+                    if merged > max(1, repository.backend.parallelReads), !batch.isEmpty { break }
+                    batch.append(k)
+                }
                 let found = Mutex<[Int: Result<Data?, any Error>]>([:])
                 let next = Mutex(0)
                 onLanes(min(batch.count, max(1, repository.backend.parallelReads * 2))) { _ in
@@ -119,29 +126,30 @@ public enum PointRestore {
             return data
         }
         reading: for (index, name) in wanted.enumerated() {
-            let (segment, bytes) = try PointSegment.open(try sealed(index), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
-            guard segment.pageSize == base.pages.pageSize else {
-                throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
-            }
-            var next = 0
-            for (k, commit) in segment.commits.enumerated() {
-                if commit.time > t { break reading }
-                let pageCount = Int(commit.pageCount)
-                if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
-                if ids.count < pageCount { ids += [ContentID](repeating: .zero, count: pageCount - ids.count) }
-                for (i, page) in commit.pages.enumerated() {
-                    guard let id = ContentID(hex: commit.ids[i]) else {
-                        throw StoreOpsError(.badData, "point segment \(name.key): page \(page) has no valid content id", hint: Sealer.damagedHint)
-                    }
-                    let content = bytes[next + i]
-                    if Int(page) <= pageCount, page >= 1 {
-                        ids[Int(page) - 1] = id
-                        pages[page] = content
-                    }
+            for (segment, bytes) in try PointSegment.openAll(try sealed(index), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                guard segment.pageSize == base.pages.pageSize else {
+                    throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
                 }
-                next += commit.pages.count
-                point = commit.point ?? (segment.from + k)
-                time = commit.time
+                var next = 0
+                for (k, commit) in segment.commits.enumerated() {
+                    if commit.time > t { break reading }
+                    let pageCount = Int(commit.pageCount)
+                    if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
+                    if ids.count < pageCount { ids += [ContentID](repeating: .zero, count: pageCount - ids.count) }
+                    for (i, page) in commit.pages.enumerated() {
+                        guard let id = ContentID(hex: commit.ids[i]) else {
+                            throw StoreOpsError(.badData, "point segment \(name.key): page \(page) has no valid content id", hint: Sealer.damagedHint)
+                        }
+                        let content = bytes[next + i]
+                        if Int(page) <= pageCount, page >= 1 {
+                            ids[Int(page) - 1] = id
+                            pages[page] = content
+                        }
+                    }
+                    next += commit.pages.count
+                    point = commit.point ?? (segment.from + k)
+                    time = commit.time
+                }
             }
         }
         pages = pages.filter { Int($0.key) <= ids.count }

@@ -158,19 +158,20 @@ enum PointThinning {
             guard let sealed = try repository.backend.read(name.key) else {
                 throw StoreOpsError(.badData, "point segment \(repository.backend.describe(name.key)) is listed but cannot be read", hint: Sealer.damagedHint)
             }
-            let (segment, pages) = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
-            if template == nil { template = segment }
-            var next = 0
-            for (k, commit) in segment.commits.enumerated() {
-                let bucket = commit.time / periodMs
-                if let minute, bucket != minute { try emit() }
-                minute = bucket
-                for (i, page) in commit.pages.enumerated() { pending[page] = (commit.ids[i], pages[next + i]) }
-                next += commit.pages.count
-                last = commit
-                lastPoint = commit.point ?? (segment.from + k)
+            for (segment, pages) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                if template == nil { template = segment }
+                var next = 0
+                for (k, commit) in segment.commits.enumerated() {
+                    let bucket = commit.time / periodMs
+                    if let minute, bucket != minute { try emit() }
+                    minute = bucket
+                    for (i, page) in commit.pages.enumerated() { pending[page] = (commit.ids[i], pages[next + i]) }
+                    next += commit.pages.count
+                    last = commit
+                    lastPoint = commit.point ?? (segment.from + k)
+                }
+                lastCursor = segment.cursor
             }
-            lastCursor = segment.cursor
         }
         try emit()
         try write(to: end.to)

@@ -22,6 +22,9 @@ public enum Replicate {
         public var syncInterval: TimeInterval = 1
         public var pollInterval: TimeInterval = 0.25
         public var baseInterval: TimeInterval = 3600
+        /// A chain's durable segments are merged into one object once the oldest is this old (or
+        /// they reach 16 MiB), so a restore reads few objects; 0: never.
+        public var mergeInterval: TimeInterval = 60
         public var level: Int?
         /// Stop after this long (`--for`); nil: until a signal.
         public var duration: TimeInterval?
@@ -117,7 +120,11 @@ public enum Replicate {
         var lastDurableTime: Int64?
         var needsBase: (kind: String, reason: String, change: UInt32?)? = ("start", "storectl began following the store", nil)
         /// The batch the uploader is writing.
-        var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)], seen: [Date], from: Int, to: Int, bytes: Int)?
+        var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)], seen: [Date], from: Int, to: Int, bytes: Int,
+                       name: SegmentName, sealed: Data)?
+        /// Durable level-0 segments of the chain not merged yet (as sealed), consecutive, oldest first.
+        var mergeable: [(name: SegmentName, sealed: Data)] = []
+        var mergeableBytes = 0
         var uploading = false
         var uploadFailures = 0
         var uploadRetryAfter = Date.distantPast
@@ -153,6 +160,8 @@ public enum Replicate {
         let spoolLimit = 256 << 20
         static let captureSpacing: TimeInterval = 0
         let uploads = DispatchQueue(label: "storectl.replicate.upload")
+        /// Merges run on their own thread: a point's upload never waits for one.
+        let merges = DispatchQueue(label: "storectl.replicate.merge")
         let completed = Mutex<[(Replica, Result<Int, any Error>)]>([])
 
         init(options: Options, repository: PagedRepository, replicas: [Replica], events: (@Sendable (String) -> Void)?) throws {
@@ -184,7 +193,10 @@ public enum Replicate {
                 settleUploads()
                 for replica in replicas { step(replica) }
                 if Date() >= nextSync {
-                    for replica in replicas { flush(replica) }
+                    for replica in replicas {
+                        flush(replica)
+                        merge(replica, now: false)
+                    }
                     report(state: "following", stoppedBy: "")
                     nextSync = Date().addingTimeInterval(options.syncInterval)
                 }
@@ -203,6 +215,7 @@ public enum Replicate {
                 replica.uploadRetryAfter = .distantPast
                 flush(replica)
                 finishUploads()
+                merge(replica, now: true)
                 if replica.pending.isEmpty, let chain = replica.chain, let cursor = replica.follower.cursor {
                     let now = Replicate.ms(Date())
                     var marker = replica.segment(level: PointTimeline.stoppedLevel, from: replica.next - 1, to: replica.next - 1, cursor: cursor, commits: [])
@@ -213,6 +226,7 @@ public enum Replicate {
                 }
                 replica.follower.close()
             }
+            merges.sync {}
             if stoppedBy != "duration" { say("stopped by \(stoppedBy); every commit seen was written") }
             return report(state: "stopped", stoppedBy: stoppedBy)
         }
@@ -259,7 +273,7 @@ public enum Replicate {
                 guard let chain = timeline.chains(of: replica.key).max(by: { $0.baseTime < $1.baseTime }),
                       let last = chain.segments.last,
                       let sealed = try repository.backend.read(last.key) else { return }
-                let (segment, _) = try PointSegment.open(sealed, name: last, sealer: repository.sealer, zstd: zstd, location: repository.location)
+                guard let (segment, _) = try PointSegment.openAll(sealed, name: last, sealer: repository.sealer, zstd: zstd, location: repository.location).last else { return }
                 guard segment.path == replica.store.path else { return }
                 func identity(_ pair: [UInt64]?) -> (dev: UInt64, ino: UInt64)? { pair.flatMap { $0.count == 2 ? ($0[0], $0[1]) : nil } }
                 replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity))
@@ -269,6 +283,7 @@ public enum Replicate {
                 replica.lastDurableTime = chain.lastTime
                 replica.lastTime = chain.lastTime
                 replica.pendingCursor = segment.cursor
+                try takeUpMerges(chain, replica: replica)
                 switch try replica.follower.capture() {
                 case .gap(let why), .wholeRead(let why, _):
                     replica.needsBase = ("gap", why, nil)
@@ -381,7 +396,7 @@ public enum Replicate {
             }
             replica.pending = []
             replica.seenAt = []
-            replica.inFlight = (batch, seen, from, to, replica.pendingBytes)
+            replica.inFlight = (batch, seen, from, to, replica.pendingBytes, segment.name, sealed)
             replica.pendingBytes = 0
             replica.uploading = true
             let name = segment.name
@@ -418,6 +433,7 @@ public enum Replicate {
                     }
                     replica.next = flight.to + 1
                     replica.uploadFailures = 0
+                    offer(replica, name: flight.name, sealed: flight.sealed)
                 case .failure(let error):
                     // Back in front of what came since, numbered again at the next try.
                     replica.pending = flight.batch + replica.pending
@@ -429,6 +445,71 @@ public enum Replicate {
                         "store": "\(replica.store.path)", "waiting": "\(replica.pending.count)", "error": "\(describe(error))"])
                 }
             }
+        }
+
+        /// A durable level-0 segment, held for the chain's next merge. A merge's members are
+        /// consecutive: a segment that does not follow what is held (or is too large to merge:
+        /// it is read as it is) merges what is held first.
+        func offer(_ replica: Replica, name: SegmentName, sealed: Data, due: Bool = true) {
+            guard options.mergeInterval > 0 else { return }
+            if let last = replica.mergeable.last?.name, last.chain != name.chain || last.to + 1 != name.from { merge(replica, now: true) }
+            guard sealed.count < PointMerge.memberBytes else {
+                merge(replica, now: true)
+                return
+            }
+            replica.mergeable.append((name, sealed))
+            replica.mergeableBytes += sealed.count
+            if replica.mergeableBytes >= PointMerge.mergeBytes { merge(replica, now: true) } else if due { merge(replica, now: false) }
+        }
+
+        /// Merges the held segments into one level-1 object when the oldest is `mergeInterval`
+        /// old (`now`: at once): written, read back and opened, then the segments it holds are
+        /// removed. Killed in between, both are listed; the merged one is read, and the next run
+        /// (or a prune) removes the others. A failed merge leaves the segments as they are.
+        func merge(_ replica: Replica, now: Bool) {
+            guard let oldest = replica.mergeable.first?.name else { return }
+            guard now || Replicate.ms(Date()) - oldest.firstTime >= Int64(options.mergeInterval * 1000) else { return }
+            // One segment alone waits for the next (unless the chain ends: then it stays as it is).
+            guard now || replica.mergeable.count >= 2 else { return }
+            let held = replica.mergeable
+            replica.mergeable = []
+            replica.mergeableBytes = 0
+            guard held.count >= 2 else { return }
+            merges.async { [self] in
+                do {
+                    let (name, sealed) = try PointMerge.seal(held, sealer: repository.sealer)
+                    let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                    defer { hold.release() }
+                    try repository.backend.write(name.key, sealed, point: "replicate.merge")
+                    guard let back = try repository.backend.read(name.key) else {
+                        throw StoreOpsError(.ioError, "the merged segment \(repository.backend.describe(name.key)) cannot be read back")
+                    }
+                    _ = try PointMerge.members(back, name: name, sealer: repository.sealer, location: repository.location)
+                    for member in held { try repository.backend.remove(member.name.key, point: "replicate.merge.remove") }
+                } catch {
+                    Replicate.logger.warning("merging points failed; their segments stay as they are", metadata: [
+                        "store": "\(replica.store.path)", "segments": "\(held.count)", "error": "\(describe(error))"])
+                }
+            }
+        }
+
+        /// At a resume: removes what a merge killed before its removals left, and takes the
+        /// chain's unmerged segments up again (those of runs too short to merge them), merging them now.
+        func takeUpMerges(_ chain: PointTimeline.Chain, replica: Replica) throws {
+            guard options.mergeInterval > 0 else { return }
+            let leftovers = chain.redundant.filter { $0.level == 0 }
+            if !leftovers.isEmpty {
+                let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                defer { hold.release() }
+                for name in leftovers { try repository.backend.remove(name.key, point: "replicate.merge.tidy") }
+            }
+            let tail = chain.segments.dropFirst().reversed().prefix { $0.level == 0 }.reversed().suffix(600)
+            guard tail.count >= 2 else { return }
+            for name in tail {
+                guard let sealed = try repository.backend.read(name.key) else { continue }
+                offer(replica, name: name, sealed: sealed, due: false)
+            }
+            merge(replica, now: true)
         }
 
         /// Waits for the uploads under way (the drain at the end).
@@ -509,6 +590,7 @@ public enum Replicate {
                 guard let record = work.record, let cursor = replica.follower.cursor else { throw StoreOpsError(.failure, "the base was not recorded") }
                 let previous = replica.chain
                 let afterTime = replica.lastDurableTime
+                merge(replica, now: true)   // the old chain's last segments
                 replica.chain = record.id
                 replica.baseTime = time
                 replica.next = 1
@@ -600,6 +682,7 @@ extension Replicate.Options {
         if let section = policies.compactMap(\.replicate).first {
             options.syncInterval = section.syncInterval.seconds
             options.baseInterval = section.baseInterval.seconds
+            options.mergeInterval = section.mergeInterval.seconds
             options.statusFile = section.statusFile
             options.metricsFolder = section.metrics
         }

@@ -26,6 +26,8 @@ public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertibl
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else { return .failure(.init(text: text, problem: "is empty")) }
         if trimmed.hasPrefix("-") { return .failure(.init(text: text, problem: "is negative: a duration is out of range below zero")) }
+        // Nothing is nothing in any unit.
+        if allowZero, trimmed == "0" { return .success(DurationText(seconds: 0, text: trimmed)) }
         var total: TimeInterval = 0
         var lastUnitIndex = -1
         var rest = Substring(trimmed)

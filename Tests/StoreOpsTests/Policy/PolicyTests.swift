@@ -154,6 +154,7 @@ struct PolicyTests {
             password_file = "pw"
             [replicate]
             sync_interval = "500ms"
+            merge_interval = "0"
             status_file = "status.json"
             [schedule]
             metrics = "metrics"
@@ -166,6 +167,7 @@ struct PolicyTests {
         let options = try Replicate.Options.from(policies: [path])
         #expect(options.stores == [folder.file("Tasks.sqlite")] && options.repository == folder.file("snaps"))
         #expect(options.password == .file(folder.file("pw")) && options.syncInterval == 0.5 && options.statusFile == folder.file("status.json"))
+        #expect(options.mergeInterval == 0 && section.mergeInterval.text == "0")
         let units = SystemdUnits.replicateUnits([policy], executable: "/usr/bin/storectl")
         #expect(units.map(\.name) == ["storectl-policy-replicate.service"])
         #expect(units.first?.contents.contains("ExecStart=/usr/bin/storectl replicate --policy \(path) --quiet") == true, "\(units.first?.contents ?? "")")

@@ -83,11 +83,12 @@ public enum RepositoryCheck {
                         report.problems.append("point segment \(repository.backend.describe(name.key)) is listed but cannot be read")
                         continue
                     }
-                    let (segment, pages) = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
-                    let ids = segment.commits.flatMap(\.ids)
-                    for (i, page) in pages.enumerated() where repository.sealer.contentID(page).hex != ids[i] {
-                        report.problems.append("point segment \(repository.backend.describe(name.key)): page \(i + 1) does not match its content id")
-                        break
+                    for (segment, pages) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                        let ids = segment.commits.flatMap(\.ids)
+                        for (i, page) in pages.enumerated() where repository.sealer.contentID(page).hex != ids[i] {
+                            report.problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id")
+                            break
+                        }
                     }
                 } catch let error as StoreOpsError where error.status == .badData {
                     report.problems.append(error.message)
