@@ -35,7 +35,11 @@ struct BackupCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the result as JSON on stdout.")
     var json = false
 
+    @Flag(help: "Copy at full speed: no paced writes, no lowered CPU priority (the app's commits may wait behind the copy).")
+    var noPace = false
+
     func run() throws {
+        IOPace.configure(paced: !noPace)
         let progress = TerminalProgress.handler("backup", quiet: json)
         defer { progress?.0.finish() }
         var options = Backup.Options(output: output, verify: verify, timeout: timeout, overwrite: force)

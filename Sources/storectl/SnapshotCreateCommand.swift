@@ -15,8 +15,10 @@ struct SnapshotCreateCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "Seconds to keep retrying while the store is locked.") var timeout: Double = 60
     @Flag(help: "Wait for another writer of the repository instead of exiting 75.") var wait = false
     @Flag(help: "Print the result as JSON.") var json = false
+    @Flag(help: "Write at full speed: no paced writes, no lowered CPU priority (the app's commits may wait behind the snapshot).") var noPace = false
 
     func run() throws {
+        IOPace.configure(paced: !noPace)
         let progress = TerminalProgress.handler("snapshot create", quiet: json)
         defer { progress?.0.finish() }
         let result = try SnapshotCreate.run(store: store, options: .init(repository: repo, tags: tags,

@@ -116,6 +116,28 @@ struct BackupCLITests {
         #expect((try FileManager.default.contentsOfDirectory(atPath: out)).isEmpty)
     }
 
+    @Test("a backup copies at a lower CPU priority (nice 10, paced writes) unless --no-pace")
+    func pacedBackupRunsNiced() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, journalMode: "delete")
+        let ready = folder.file("held")
+        // The store is locked exclusively: each backup waits in its retry loop while we look at it.
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "exclusive", "--seconds", "30", "--ready-file", ready])
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        func nice(_ extra: [String]) throws -> Int? {
+            let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", folder.file("b\(extra.count).sqlite"), "--timeout", "60"] + extra)
+            defer { backup.signal(SIGTERM); _ = backup.wait() }
+            usleep(700_000)
+            // /proc/PID/stat: the 19th field is the nice value (after the command name in parentheses).
+            let stat = try String(contentsOfFile: "/proc/\(backup.pid)/stat", encoding: .utf8)
+            let fields = stat[(stat.lastIndex(of: ")") ?? stat.startIndex)...].split(separator: " ")
+            return fields.count > 17 ? Int(fields[17]) : nil
+        }
+        #expect(try nice([]) == 10)
+        #expect(try nice(["--no-pace"]) == 0)
+    }
+
     @Test("--help lists every exit status")
     func helpListsExitStatuses() throws {
         let result = try storectl("--help")

@@ -98,6 +98,7 @@ public enum ConsistentCopy {
                 guard mode?.lowercased() == "delete" else {
                     throw StoreOpsError(.failure, "could not switch the copy to journal_mode=DELETE (got \(mode ?? "nothing"))")
                 }
+                writeBehind?.drain()   // paced: the final fsync finds nothing left to write
             }
         }
         do { try target.close() } catch {

@@ -25,7 +25,7 @@ final class ArchiveWriter {
         init(fd: Int32, path: String) {
             self.fd = fd
             self.path = path
-            writeBehind = WriteBehind(path: path)
+            writeBehind = WriteBehind(path: path, pace: nil)   // no app shares this file's disk time with an export
         }
 
         /// Takes bytes from libarchive: compressed already, or to be compressed here.

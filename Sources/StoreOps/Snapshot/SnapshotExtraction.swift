@@ -200,7 +200,7 @@ enum SnapshotExtraction {
             }
         }
         defer { if fd >= 0 { close(fd) } }
-        let writeBehind = path.flatMap { WriteBehind(path: $0) }
+        let writeBehind = path.flatMap { WriteBehind(path: $0, pace: nil) }   // a restore writes at full speed
         var hasher = SHA256()
         var total: UInt64 = 0
         try reader.readData { chunk in

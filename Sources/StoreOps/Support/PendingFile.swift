@@ -32,11 +32,14 @@ public final class PendingFile {
     }
 
     /// Writes `data` to the temp file (whole-file replace); for small files such as manifests.
-    public func write(_ data: Data) throws {
+    public func write(_ data: Data, paced: Bool = false) throws {
         let fd = open(tempPath, O_WRONLY | O_TRUNC | O_CLOEXEC)
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(tempPath)", side: .output) }
         defer { close(fd) }
         try data.withUnsafeBytes { try FileSystem.writeAll(fd, $0, path: finalPath) }
+        // A repository's object (a pack of a first snapshot) written back at `IOPace.current`
+        // before its fsync: an app committing on the same disk never waits behind all of it.
+        if paced { IOPace.writeBack(fd, length: data.count) }
     }
 
     /// fsyncs the temp artifact (the whole tree for a folder), without renaming it.

@@ -96,7 +96,7 @@ public struct LocalBackend: RepositoryBackend {
             FaultInjection.reach("\(point).folder-sync")
         }
         let file = try PendingFile(finalPath: final, label: point)
-        try file.write(data)
+        try file.write(data, paced: data.count >= 1 << 20)
         if RepositoryKeyRules.isReplaceable(key) { return StagedWrite { try file.commit(replacing: true) } }
         return StagedWrite { try commitOnce(file, key: key, point: point) }
     }
