@@ -19,8 +19,9 @@ declare -A KNOBS=(
   [restore-pairs]="PAIRS=1"
   [s3]="RUNS=1 RESTORES=1 LITESTREAM_SETTLE=5"
   [replicate]="DURATION=5"
+  [pace]="ROUNDS=1"
 )
-ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace)
 [ $# -gt 0 ] && ORDER=("$@")
 failed=()
 for name in "${ORDER[@]}"; do
