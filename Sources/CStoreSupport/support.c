@@ -1,6 +1,9 @@
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <errno.h>
 #include "CStoreSupport.h"
@@ -82,6 +85,27 @@ int storectl_sync_file_range(int fd, long long offset, long long length, int wai
 #else
     errno = ENOSYS;
     return -1;
+#endif
+}
+
+int storectl_polite_thread(int nice_value, unsigned long long slice_ns) {
+#if defined(__linux__) && defined(SYS_sched_setattr)
+    struct {
+        unsigned int size, policy;
+        unsigned long long flags;
+        int nice;
+        unsigned int priority;
+        unsigned long long runtime, deadline, period;
+    } attr = { 0 };
+    attr.size = sizeof(attr);   /* SCHED_ATTR_SIZE_VER0: 48 bytes */
+    attr.policy = 0;            /* SCHED_OTHER */
+    attr.nice = nice_value;
+    attr.runtime = slice_ns;    /* Linux 6.12+: the thread's slice; earlier kernels ignore or refuse it */
+    if (syscall(SYS_sched_setattr, 0, &attr, 0) == 0) return 0;
+    attr.runtime = 0;
+    return (int)syscall(SYS_sched_setattr, 0, &attr, 0);
+#else
+    return setpriority(PRIO_PROCESS, 0, nice_value);
 #endif
 }
 

@@ -9,6 +9,11 @@ int storectl_rename_noreplace(const char *from, const char *to);
 /// 1: also wait for the range's writeback to finish. Returns -1 with errno ENOSYS elsewhere.
 int storectl_sync_file_range(int fd, long long offset, long long length, int wait);
 
+/// The calling thread at nice `nice_value` with a scheduler slice of `slice_ns` (Linux 6.12+:
+/// a shorter slice lets a waking thread of another process run sooner instead of waiting for this
+/// one's slice to end; earlier kernels: nice alone). 0, or -1 with errno.
+int storectl_polite_thread(int nice_value, unsigned long long slice_ns);
+
 /// With --json, a crash (a trap, an abort, a bad access) must still leave a JSON error on stdout:
 /// installs handlers for SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE and SIGSEGV (on an alternate
 /// stack) that write `{"ok":false,"status":128+N,"message":...}` with write(2), then restore the

@@ -7,6 +7,7 @@ import Synchronization
 public func inParallel<A: Sendable, B: Sendable>(_ a: @Sendable () throws -> A, _ b: @Sendable () throws -> B) throws -> (A, B) {
     let results = Mutex<(a: Result<A, any Error>?, b: Result<B, any Error>?)>((nil, nil))
     DispatchQueue.concurrentPerform(iterations: 2) { lane in
+        IOPace.politeThread()
         if lane == 0 {
             let value = Result { try a() }
             results.withLock { $0.a = value }
@@ -32,6 +33,7 @@ public func onLanes(_ count: Int, _ body: (Int) -> Void) {
         for lane in 1..<max(1, count) {
             group.enter()
             let thread = Thread {
+                IOPace.politeThread()
                 box.work?(lane)
                 group.leave()
             }

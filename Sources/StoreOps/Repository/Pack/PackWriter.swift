@@ -103,6 +103,7 @@ final class PackWriter: @unchecked Sendable {
         let bytes = Bytes(data)
         ioSlots.wait()
         io.async(flags: barrier ? .barrier : []) {
+            IOPace.politeThread()
             defer { self.ioSlots.signal() }
             guard self.ioFailure.withLock({ self.ioError == nil }) else { return }
             do {

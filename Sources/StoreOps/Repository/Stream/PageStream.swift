@@ -98,6 +98,7 @@ final class PageStream: @unchecked Sendable {
         slots.wait()
         group.enter()
         queue.async {
+            IOPace.politeThread()
             defer {
                 self.slots.signal()
                 self.group.leave()

@@ -45,6 +45,7 @@ final class ParallelSourceCheck: @unchecked Sendable {
         }
         group.enter()
         DispatchQueue.global().async {
+            IOPace.politeThread()
             defer {
                 try? queue.close()
                 self.group.leave()
