@@ -375,6 +375,35 @@ struct ReplicateTests {
         #expect(checked.restored >= times.count - 12, "\(checked.refused)")
     }
 
+    @Test("a follower further behind than it reads at once (stopped while the app wrote 3 MiB, limit 1 MiB) takes a new base and records why, rather than holding every frame in memory; the newest point is the store")
+    func tooFarBehind() throws {
+        let world = try world()
+        let app = try DatabaseQueue(path: world.store)   // keeps the wal-index: continuity would be provable
+        defer { try? app.close() }
+        try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK = 1") }
+        var options = Replicate.Options(stores: [world.store], repository: world.repo)
+        options.password = .file(world.folder.file("password"))
+        options.duration = 0.3
+        options.catchUpLimit = 1 << 20
+        let first = try #require(try Replicate.run(options).stores.first)
+        #expect(first.gaps.isEmpty && first.bases.count == 1)
+        try app.inDatabase { db in
+            for k in 0..<30 {
+                try db.execute(sql: "UPDATE ZITEM SET ZBODY = ? WHERE Z_PK = ?", arguments: [String(repeating: "x", count: 100_000), k + 1])
+            }
+        }
+        let second = try #require(try Replicate.run(options).stores.first)
+        #expect(second.gaps.count == 1 && second.gaps.first?.reason.contains("behind") == true, "\(second.gaps)")
+        #expect(second.bases.count == 1)
+        let target = world.folder.file("newest.sqlite")
+        var restore = SnapshotRestore.Options(repository: world.repo, id: "", target: .file(target))
+        restore.password = .file(world.folder.file("password"))
+        let points = try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password")))
+        restore.at = try #require(points.first?.spans.last(where: { $0.kind == "covered" })?.to, "\(points)")
+        _ = try SnapshotRestore.run(restore)
+        #expect(try StoreState.digest(target, journalMode: false) == (try StoreState.digest(world.store, journalMode: false)))
+    }
+
     @Test("a hostile segment name (a point number past the key's width) is ignored, not a crash")
     func hostileSegmentName() throws {
         let world = try world()

@@ -26,6 +26,8 @@ public enum Replicate {
         /// they reach 16 MiB), so a restore reads few objects; 0: never.
         public var mergeInterval: TimeInterval = 60
         public var level: Int?
+        /// The most -wal a read takes in at once (see `WalFollower.catchUpLimit`).
+        public var catchUpLimit = 256 << 20
         /// Stop after this long (`--for`); nil: until a signal.
         public var duration: TimeInterval?
         /// Rewritten (atomically) every sync interval and at the end: each store's figures, for
@@ -90,7 +92,9 @@ public enum Replicate {
                                     hint: "switch it with `PRAGMA journal_mode=WAL` (the app's next open keeps it), or take scheduled snapshots instead")
             }
             guard !replicas.contains(where: { $0.store.path == store.path }) else { continue }
-            replicas.append(Replica(store: store))
+            let replica = Replica(store: store)
+            replica.follower.catchUpLimit = options.catchUpLimit
+            replicas.append(replica)
         }
         let repository = try PagedRepository.open(at: options.repository, password: options.password, missing: .initHint)
         let loop = try Loop(options: options, repository: repository, replicas: replicas, events: events)

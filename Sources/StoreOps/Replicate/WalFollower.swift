@@ -32,6 +32,17 @@ final class WalFollower {
     /// the app's close (the closing connection is not the last); so only then do two counters
     /// compare. A cursor taken up from a segment is not, until a read of the same generation.
     private var changeTrusted = false
+    /// The most frames' bytes one read takes in (the commits' pages are held until written): a
+    /// follower further behind than this (stopped for a long time while the app's checkpoints
+    /// could not run) takes a new base instead, which costs what changed, not what was written.
+    var catchUpLimit = 256 << 20
+
+    /// The frames from `from` to `last`, when more than `catchUpLimit` bytes: why not to read them.
+    private func tooFarBehind(_ frames: UInt32, pageSize: Int) -> String? {
+        let bytes = Int(frames) * (max(512, pageSize) + 24)
+        guard bytes > catchUpLimit else { return nil }
+        return "storectl was \(Format.bytes(bytes)) of -wal frames behind (more than the \(Format.bytes(catchUpLimit)) it reads at once)"
+    }
 
     init(store: StoreFile) {
         self.store = store
@@ -159,7 +170,7 @@ final class WalFollower {
             // The commits between `from` and this state, read in the same pinned transaction.
             var catchUp: [WalCommit]?
             if let from, from.headerRead, from.sameGeneration(salt1: index.salt1, salt2: index.salt2), index.lastFrame >= from.frame,
-               FileSystem.identity(of: store.path).map({ $0 == (databaseIdentity ?? $0) }) == true, try wal.open() {
+               tooFarBehind(index.lastFrame - from.frame, pageSize: index.pageSize) == nil, FileSystem.identity(of: store.path).map({ $0 == (databaseIdentity ?? $0) }) == true, try wal.open() {
                 let walk = try wal.walk(from: from, limit: index.lastFrame)
                 if walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum { catchUp = walk.commits }
             }
@@ -279,6 +290,7 @@ final class WalFollower {
             }
             from = WalCursor(header: header)
         }
+        if let why = tooFarBehind(index.lastFrame - cursor.frame, pageSize: cursor.pageSize) { return .gap(why) }
         var walk = try wal.walk(from: from, limit: index.lastFrame)
         guard walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum else {
             return .gap("the -wal's frames after frame \(cursor.frame) do not chain to the wal-index's last frame \(index.lastFrame)")
@@ -309,6 +321,7 @@ final class WalFollower {
             guard walOpen, let header = try wal.header(), header.salt1 == index.salt1, header.salt2 == index.salt2 else {
                 return .gap("the -wal's header does not match its wal-index after a restart")
             }
+            if let why = tooFarBehind(index.lastFrame, pageSize: index.pageSize) { return .gap(why) }
             var walk = try wal.walk(from: WalCursor(header: header), limit: index.lastFrame)
             guard walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum else {
                 return .gap("the restarted -wal's frames do not chain to the wal-index's last frame \(index.lastFrame)")
