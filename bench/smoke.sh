@@ -20,8 +20,9 @@ declare -A KNOBS=(
   [s3]="RUNS=1 RESTORES=1 LITESTREAM_SETTLE=5"
   [replicate]="DURATION=5"
   [pace]="ROUNDS=1"
+  [replicate-s3]="DURATION=5"
 )
-ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3)
 [ $# -gt 0 ] && ORDER=("$@")
 failed=()
 for name in "${ORDER[@]}"; do
