@@ -235,8 +235,8 @@ enum Scenarios {
         return try fixture.digest(target, journalMode: false)
     }
 
-    /// `replicate` for 300 ms: the command, and the next run an operator (or systemd) makes.
-    static func replicating(_ fixture: CrashFixture) -> [String] { ["replicate", fixture.store, "--repo", fixture.repo, "--for", "300ms", "--quiet"] }
+    /// `replicate` for 100 ms (a base, or a resume, then the drain: the same steps however long): the command, and the next run an operator (or systemd) makes.
+    static func replicating(_ fixture: CrashFixture) -> [String] { ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet"] }
 
     /// After the next run the newest point is the store as it is.
     static func expectNewestIsStore(_ fixture: CrashFixture, _ point: String) throws {
@@ -268,7 +268,7 @@ enum Scenarios {
             let app = try DatabaseQueue(path: fixture.store)
             fixture.app = app
             try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK = 1") }
-            try ok(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "200ms", "--quiet"], 0)
+            try ok(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet"], 0)
             for k in 0..<40 {
                 try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ? WHERE Z_PK = ?", arguments: ["+", k + 1]) }
             }
@@ -299,7 +299,7 @@ enum Scenarios {
             let fixture = try CrashFixture()
             let app = try DatabaseQueue(path: fixture.store)
             fixture.app = app
-            let unmerged = ["replicate", fixture.store, "--repo", fixture.repo, "--for", "200ms", "--quiet", "--merge-interval", "0"]
+            let unmerged = ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet", "--merge-interval", "0"]
             // The app's connection holds the wal-index from before the first run: each run takes the chain up.
             try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK = 1") }
             try ok(fixture, unmerged, 0)
