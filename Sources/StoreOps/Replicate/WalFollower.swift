@@ -336,6 +336,12 @@ final class WalFollower {
             // The old generation's last frames, if they are still there (same file, the cursor's
             // frame intact, a chain of exactly the missing commits after it).
             if walOpen, let walIdentity, let now = wal.identity, walIdentity == now, cursor.headerRead, try wal.frameIntact(cursor) {
+                // At most what the file still holds after the cursor's frame (bounded like any read).
+                let frameBytes = UInt64(max(512, cursor.pageSize) + 24)
+                let held = (wal.size > 32 ? (wal.size - 32) / frameBytes : 0)
+                if let why = tooFarBehind(UInt32(clamping: held > UInt64(cursor.frame) ? held - UInt64(cursor.frame) : 0), pageSize: cursor.pageSize) {
+                    return .gap(why)
+                }
                 tail = try wal.walk(from: cursor, limit: nil).commits
             }
             if tail.count != missing, missing == 1, fresh.isEmpty {
