@@ -100,11 +100,9 @@ struct BackupCLITests {
     func signalCleansUp(_ signal: Int32) throws {
         let folder = try TempFolder()
         let store = try makeStore(folder, journalMode: "delete")
-        let ready = folder.file("held")
         // The store is locked exclusively, so the backup waits in its retry loop when the signal comes.
-        let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "exclusive", "--seconds", "30", "--ready-file", ready])
+        let holder = try holdExclusively(store, folder)
         defer { holder.signal(SIGTERM); _ = holder.wait() }
-        #expect(ChildProcess.waitFor(file: ready))
         let out = folder.file("out")
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
         let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", out, "--timeout", "60"])
@@ -120,11 +118,9 @@ struct BackupCLITests {
     func pacedBackupRunsNiced() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder, journalMode: "delete")
-        let ready = folder.file("held")
         // The store is locked exclusively: each backup waits in its retry loop while we look at it.
-        let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "exclusive", "--seconds", "30", "--ready-file", ready])
+        let holder = try holdExclusively(store, folder)
         defer { holder.signal(SIGTERM); _ = holder.wait() }
-        #expect(ChildProcess.waitFor(file: ready))
         func nice(_ extra: [String]) throws -> Int? {
             let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", folder.file("b\(extra.count).sqlite"), "--timeout", "60"] + extra)
             defer { backup.signal(SIGTERM); _ = backup.wait() }
@@ -136,6 +132,14 @@ struct BackupCLITests {
         }
         #expect(try nice([]) == 10)
         #expect(try nice(["--no-pace"]) == 0)
+    }
+
+    /// A second process holding `store` (rollback-journal mode) exclusively for up to 30 s, once it does.
+    func holdExclusively(_ store: String, _ folder: TempFolder) throws -> ChildProcess.Running {
+        let ready = folder.file("held")
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "exclusive", "--seconds", "30", "--ready-file", ready])
+        #expect(ChildProcess.waitFor(file: ready))
+        return holder
     }
 
     @Test("--help lists every exit status")

@@ -238,6 +238,16 @@ enum Scenarios {
     /// `replicate` for 100 ms (a base, or a resume, then the drain: the same steps however long): the command, and the next run an operator (or systemd) makes.
     static func replicating(_ fixture: CrashFixture) -> [String] { ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet"] }
 
+    /// The app stays up (its connection keeps the wal-index from before storectl's first run, so
+    /// each later run can take the chain up), commits once, and `replicate` follows it once.
+    static func followedApp(_ fixture: CrashFixture, _ replicate: [String]) throws -> DatabaseQueue {
+        let app = try DatabaseQueue(path: fixture.store)
+        fixture.app = app
+        try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK = 1") }
+        try ok(fixture, replicate, 0)
+        return app
+    }
+
     /// After the next run the newest point is the store as it is.
     static func expectNewestIsStore(_ fixture: CrashFixture, _ point: String) throws {
         let newest = try newestPoint(fixture), store = try fixture.digest(journalMode: false)
@@ -264,11 +274,8 @@ enum Scenarios {
         name: "replicate (resume, commits)",
         setup: {
             let fixture = try CrashFixture()
-            // The app stays up (its connection keeps the wal-index) and commits while storectl is stopped.
-            let app = try DatabaseQueue(path: fixture.store)
-            fixture.app = app
-            try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK = 1") }
-            try ok(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet"], 0)
+            // The app commits while storectl is stopped.
+            let app = try followedApp(fixture, ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet"])
             for k in 0..<40 {
                 try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ? WHERE Z_PK = ?", arguments: ["+", k + 1]) }
             }
@@ -297,12 +304,8 @@ enum Scenarios {
         name: "replicate (merge)",
         setup: {
             let fixture = try CrashFixture()
-            let app = try DatabaseQueue(path: fixture.store)
-            fixture.app = app
             let unmerged = ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet", "--merge-interval", "0"]
-            // The app's connection holds the wal-index from before the first run: each run takes the chain up.
-            try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK = 1") }
-            try ok(fixture, unmerged, 0)
+            let app = try followedApp(fixture, unmerged)
             for run in 0..<2 {
                 for k in 0..<5 {
                     try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ? WHERE Z_PK = ?", arguments: ["\(run)", k + 1]) }

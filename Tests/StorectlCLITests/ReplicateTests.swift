@@ -444,6 +444,10 @@ struct ReplicateTests {
         let store = try makeStore(folder, items: 10)
         let noRepo = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", folder.file("nothing")])
         #expect(noRepo.status == 66, "\(noRepo.stderr)")
+        for bad in ["-1m", "soon", "5"] {
+            let merge = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--merge-interval=\(bad)"])
+            #expect(merge.status == 64 && merge.stderr.contains("--merge-interval \(bad)"), "\(merge.stderr)")
+        }
         let badTime = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "yesterday", "--to", folder.file("x.sqlite")])
         #expect(badTime.status == 64, "\(badTime.stderr)")
         let noPoints = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "-1m", "--to", folder.file("x.sqlite")])

@@ -17,12 +17,9 @@ import Synchronization
 public struct IOPace: Sendable, Equatable {
     /// The bytes written back at once.
     public var chunk: Int64 = 1 << 20
-    /// The pause after each chunk.
-    public var pause: TimeInterval = 0
 
-    public init(chunk: Int64 = 1 << 20, pause: TimeInterval = 0) {
+    public init(chunk: Int64 = 1 << 20) {
         self.chunk = chunk
-        self.pause = pause
     }
 
     private static let setting = Mutex<IOPace?>(IOPace())
@@ -56,7 +53,7 @@ public struct IOPace: Sendable, Equatable {
     }
 
     /// Writes back `offset..<offset+length` of `fd` a chunk at a time, waiting for each, one
-    /// chunk in flight in the whole process, pausing between. Failures are ignored: the final
+    /// chunk in flight in the whole process. Failures are ignored: the final
     /// fsync still makes the file durable (and reports what failed).
     func writeBack(_ fd: Int32, from offset: Int64, length: Int64) {
         var at = offset
@@ -65,7 +62,6 @@ public struct IOPace: Sendable, Equatable {
             let n = min(chunk, end - at)
             Self.inFlight.withLock { _ in _ = storectl_sync_file_range(fd, at, n, 1) }
             at += n
-            if pause > 0 { usleep(UInt32(pause * 1_000_000)) }
         }
     }
 
