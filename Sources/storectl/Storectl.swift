@@ -20,7 +20,7 @@ struct Storectl: ParsableCommand {
         version: StoreOpsVersion.report,
         subcommands: [BackupCommand.self, PreflightCommand.self, SnapshotCommand.self, RepoCommand.self, KeyCommand.self, PolicyCommand.self, PurgeCommand.self,
                       KillswitchCommand.self, RunCommand.self, ScheduleCommand.self, MigrateCommand.self, RollbackCommand.self,
-                      RecoverCommand.self, ReplicateCommand.self])
+                      RecoverCommand.self, ReplicateCommand.self, DiffCommand.self])
 
     static func main() {
         // Two malloc arenas, not eight per core: the snapshot workers allocate pages on several

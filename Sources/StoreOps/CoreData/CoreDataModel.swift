@@ -41,13 +41,66 @@ public struct CoreDataModel: Sendable, Equatable {
         }
     }
 
+    /// An attribute: its declaring entity, name, NSAttributeType and optionality.
+    public struct Attribute: Sendable, Equatable, Codable {
+        public var entity: String
+        public var name: String
+        /// NSAttributeType's raw value (700 string, 900 date, 1000 binary...).
+        public var type: Int
+        public var isOptional: Bool
+
+        public init(entity: String, name: String, type: Int, isOptional: Bool = true) {
+            self.entity = entity
+            self.name = name
+            self.type = type
+            self.isOptional = isOptional
+        }
+
+        /// The type's name, as the model editor shows it.
+        public var typeName: String {
+            switch type {
+            case 100: "Integer 16"
+            case 200: "Integer 32"
+            case 300: "Integer 64"
+            case 400: "Decimal"
+            case 500: "Double"
+            case 600: "Float"
+            case 700: "String"
+            case 800: "Boolean"
+            case 900: "Date"
+            case 1000: "Binary Data"
+            case 1100: "UUID"
+            case 1200: "URI"
+            case 1800: "Transformable"
+            case 2000: "Object ID"
+            case 2100: "Composite"
+            default: "type \(type)"
+            }
+        }
+    }
+
     /// Entity name -> its superentity's name (nil for a root).
     public var superentity: [String: String?]
     public var relationships: [Relationship]
+    /// Sorted by entity, then name.
+    public var attributes: [Attribute]
+    /// Entity name -> its uniqueness constraints (each a list of property names), when declared.
+    public var uniquenessConstraints: [String: [[String]]]
 
-    public init(superentity: [String: String?], relationships: [Relationship]) {
+    public init(superentity: [String: String?], relationships: [Relationship], attributes: [Attribute] = [],
+                uniquenessConstraints: [String: [[String]]] = [:]) {
         self.superentity = superentity
         self.relationships = relationships
+        self.attributes = attributes
+        self.uniquenessConstraints = uniquenessConstraints
+    }
+
+    /// The attribute `name` declared by `entity` or one of its superentities.
+    public func attribute(_ name: String, of entity: String) -> Attribute? {
+        for e in ancestors(of: entity) {
+            if let found = attributes.first(where: { $0.entity == e && $0.name == name }) { return found }
+        }
+        return nil
     }
 
     /// The relationship `name` declared by `entity` or one of its superentities.
@@ -103,6 +156,22 @@ public struct CoreDataModel: Sendable, Equatable {
                 deleteRule: rule))
         }
         relationships.sort { ($0.entity, $0.name) < ($1.entity, $1.name) }
-        return CoreDataModel(superentity: superentity, relationships: relationships)
+        var attributes: [Attribute] = []
+        for index in archive.indices(ofClass: "NSAttributeDescription") {
+            guard let object = archive.objects[index] as? [String: Any],
+                  let name = archive.string(object["NSPropertyName"]),
+                  let owner = KeyedArchive.uid(object["NSEntity"]).flatMap({ names[$0] }) else { continue }
+            attributes.append(Attribute(entity: owner, name: name, type: (object["NSAttributeType"] as? Int) ?? 0,
+                                        isOptional: (object["NSIsOptional"] as? Bool) ?? true))
+        }
+        attributes.sort { ($0.entity, $0.name) < ($1.entity, $1.name) }
+        var constraints: [String: [[String]]] = [:]
+        for index in entityIndices {
+            guard let name = names[index], let object = archive.objects[index] as? [String: Any],
+                  let outer = archive.array(object["NSUniquenessConstraints"]) else { continue }
+            let lists = outer.compactMap { item in archive.array(item).map { $0.compactMap { archive.string($0) } } }.filter { !$0.isEmpty }
+            if !lists.isEmpty { constraints[name] = lists }
+        }
+        return CoreDataModel(superentity: superentity, relationships: relationships, attributes: attributes, uniquenessConstraints: constraints)
     }
 }

@@ -63,4 +63,10 @@ struct KeyedArchive {
         if let dict = target as? [String: Any] { return dict["NS.string"] as? String }
         return nil
     }
+
+    /// The members of an NSArray/NSSet object (`NS.objects`), as references.
+    func array(_ reference: Any?) -> [Any]? {
+        guard let dict = object(reference) as? [String: Any] else { return nil }
+        return dict["NS.objects"] as? [Any]
+    }
 }

@@ -1,0 +1,323 @@
+import Crypto
+import Foundation
+
+extension StoreDiff {
+    /// What a table and its columns mean: a Core Data entity's attributes and relationships, a
+    /// many-to-many join table, bookkeeping, or a plain table.
+    struct Labels {
+        enum TableKind: Equatable {
+            case entity
+            /// A many-to-many join table: "Entity.relationship".
+            case join(String)
+            case bookkeeping
+            case plain
+        }
+
+        enum Column: Equatable {
+            case identity, entity, opt
+            case attribute(String, type: Int)
+            case toOne(String, destination: String)
+            /// A to-many without an inverse: a hidden column in the destination's table holding the owner's Z_PK.
+            case hiddenToMany(owner: String, name: String)
+            /// An ordered relationship's position column.
+            case order(String)
+            case plain(String)
+
+            var name: String {
+                switch self {
+                case .identity: "Z_PK"
+                case .entity: "Z_ENT"
+                case .opt: "Z_OPT"
+                case .attribute(let n, _), .toOne(let n, _), .plain(let n): n
+                case .hiddenToMany(let owner, let n): "\(owner).\(n)"
+                case .order(let n): "\(n) (order)"
+                }
+            }
+        }
+
+        var entityByEnt: [Int: String] = [:]
+        var tables: [String: TableKind] = [:]
+        var columns: [String: [String: Column]] = [:]
+        var coreData: Bool
+
+        init(_ side: DiffSchema) {
+            guard let store = side.coreData else {
+                coreData = false
+                for name in side.layouts.keys { tables[name] = name.lowercased().hasPrefix("sqlite_") ? .bookkeeping : .plain }
+                return
+            }
+            coreData = true
+            for entity in store.entities { entityByEnt[entity.ent] = entity.name }
+            let model = store.model
+            var entityTables: [String: [CoreDataEntity]] = [:]
+            for entity in store.entities {
+                guard let table = entity.table else { continue }
+                entityTables[table, default: []].append(entity)
+            }
+            let toOne = CoreDataCensus.toOneColumns(store: store) { side.layouts[$0]?.columns ?? [] }.columns
+            for (name, layout) in side.layouts {
+                let upper = name.uppercased()
+                if DiffSchema.bookkeepingTables.contains(upper) || upper.hasPrefix("SQLITE_") {
+                    tables[name] = .bookkeeping
+                    continue
+                }
+                if let owners = entityTables[name] {
+                    if owners.allSatisfy({ $0.ent >= 16_000 }) { tables[name] = .bookkeeping; continue }
+                    tables[name] = .entity
+                    var labels: [String: Column] = [:]
+                    for column in layout.columns {
+                        let c = column.uppercased()
+                        if c == "Z_PK" { labels[column] = .identity; continue }
+                        if c == "Z_ENT" { labels[column] = .entity; continue }
+                        if c == "Z_OPT" { labels[column] = .opt; continue }
+                        if let link = toOne.first(where: { $0.table == name && $0.column == column }),
+                           let first = link.relationships.first, let dot = first.firstIndex(of: ".") {
+                            let entityName = String(first[..<dot]), relName = String(first[first.index(after: dot)...])
+                            let destination = model?.relationship(relName, of: entityName)?.destination ?? link.destinationTable
+                            labels[column] = .toOne(relName, destination: destination)
+                            continue
+                        }
+                        if c.hasPrefix("Z_FOK_") {
+                            labels[column] = .order(String(column.dropFirst(6)).lowercased())
+                            continue
+                        }
+                        if let model, let attribute = Self.attribute(c, owners: owners, model: model) {
+                            labels[column] = .attribute(attribute.name, type: attribute.type)
+                            continue
+                        }
+                        if let model, let hidden = Self.hiddenToMany(c, store: store, model: model) {
+                            labels[column] = hidden
+                            continue
+                        }
+                        labels[column] = .plain(column)
+                    }
+                    columns[name] = labels
+                    continue
+                }
+                if let relationship = Self.joinRelationship(upper, store: store, model: model) {
+                    tables[name] = .join(relationship)
+                    continue
+                }
+                tables[name] = .plain
+            }
+        }
+
+        /// The attribute stored in column `c` (`Z<NAME>`, or `Z<NAME><n>` where sub-entities collide).
+        static func attribute(_ c: String, owners: [CoreDataEntity], model: CoreDataModel) -> CoreDataModel.Attribute? {
+            for owner in owners {
+                for ancestor in model.ancestors(of: owner.name) {
+                    for attribute in model.attributes where attribute.entity == ancestor {
+                        let base = "Z" + attribute.name.uppercased()
+                        if c == base { return attribute }
+                        if c.hasPrefix(base), c.dropFirst(base.count).allSatisfy(\.isNumber), c.count > base.count { return attribute }
+                    }
+                }
+            }
+            return nil
+        }
+
+        /// `Z<ent><NAME>`: entity `ent`'s to-many `name` without an inverse.
+        static func hiddenToMany(_ c: String, store: CoreDataStore, model: CoreDataModel) -> Column? {
+            let digits = c.dropFirst().prefix { $0.isNumber }
+            guard c.hasPrefix("Z"), !digits.isEmpty, let ent = Int(digits), let owner = store.entity(ent: ent) else { return nil }
+            let name = c.dropFirst(1 + digits.count)
+            guard let relationship = model.relationships.first(where: { $0.entity == owner.name && $0.name.uppercased() == name }) else { return nil }
+            return .hiddenToMany(owner: owner.name, name: relationship.name)
+        }
+
+        /// `Z_<ent><NAME>`: the join table of entity `ent`'s many-to-many `name`.
+        static func joinRelationship(_ upper: String, store: CoreDataStore, model: CoreDataModel?) -> String? {
+            guard upper.hasPrefix("Z_") else { return nil }
+            let rest = upper.dropFirst(2)
+            let digits = rest.prefix { $0.isNumber }
+            guard !digits.isEmpty, let ent = Int(digits), let owner = store.entity(ent: ent) else { return nil }
+            let name = rest.dropFirst(digits.count)
+            guard !name.isEmpty else { return nil }
+            if let relationship = model?.relationships.first(where: { $0.entity == owner.name && $0.name.uppercased() == name }) {
+                return "\(owner.name).\(relationship.name)"
+            }
+            return "\(owner.name).\(name.lowercased())"
+        }
+    }
+
+    /// Turns row changes into entity, link and bookkeeping changes.
+    struct Collector {
+        let options: Options
+        let a: DiffSchema
+        let b: DiffSchema
+        let diff: PageDiff
+        let labelsA: Labels
+        let labelsB: Labels
+        let filter: Set<String>
+        var entities: [String: EntityChanges] = [:]
+        var links: [String: LinkChanges] = [:]
+        var bookkeeping = Bookkeeping()
+
+        init(options: Options, a: DiffSchema, b: DiffSchema, diff: PageDiff) {
+            self.options = options
+            self.a = a
+            self.b = b
+            self.diff = diff
+            labelsA = Labels(a)
+            labelsB = Labels(b)
+            filter = Set(options.entities.map { $0.lowercased() })
+            bookkeeping.shown = options.bookkeeping
+        }
+
+        mutating func compareTables() throws {
+            func roots(_ s: DiffSchema) -> [String: UInt32] {
+                Dictionary(s.entries.filter { $0.type == "table" && $0.rootPage > 0 }.map { ($0.name, $0.rootPage) }, uniquingKeysWith: { x, _ in x })
+            }
+            let rootsA = roots(a), rootsB = roots(b)
+            for table in Set(rootsA.keys).union(rootsB.keys).sorted() {
+                let kind = labelsB.tables[table] ?? labelsA.tables[table] ?? .plain
+                let sameLayout = a.layouts[table]?.columns == b.layouts[table]?.columns
+                try diff.compare(rootA: rootsA[table], rootB: rootsB[table]) { change in
+                    try self.record(table, kind: kind, change, sameLayout: sameLayout)
+                }
+            }
+        }
+
+        private func decode(_ payload: [UInt8]?, table: String, rowid: Int64, side: DiffSchema, encoding: Int) throws -> [String: SQLitePages.Value]? {
+            guard let payload else { return nil }
+            let values = try SQLitePages.record(payload, encoding: encoding, what: "table \(table), rowid \(rowid)")
+            return Dictionary(side.values(of: table, record: values, rowid: rowid), uniquingKeysWith: { x, _ in x })
+        }
+
+        private mutating func record(_ table: String, kind: Labels.TableKind, _ change: PageDiff.RowChange, sameLayout: Bool) throws {
+            let before = try decode(change.before, table: table, rowid: change.rowid, side: a, encoding: diff.headerA.textEncoding)
+            let after = try decode(change.after, table: table, rowid: change.rowid, side: b, encoding: diff.headerB.textEncoding)
+            switch kind {
+            case .bookkeeping:
+                bookkeeping.rows += 1
+                if !bookkeeping.tables.contains(table) { bookkeeping.tables.append(table) }
+                guard options.bookkeeping else { return }
+                try recordRow(table, entity: nil, change, before, after, labels: nil)
+            case .join(let relationship):
+                guard wanted(relationship.split(separator: ".").first.map(String.init) ?? "", table: table) else { return }
+                var entry = links[table] ?? LinkChanges(relationship: relationship, table: table)
+                if let before, before != after { entry.removed += 1; addLink(&entry, "removed", before) }
+                if let after, before != after { entry.added += 1; addLink(&entry, "added", after) }
+                links[table] = entry
+            case .entity:
+                let labels = after != nil ? labelsB : labelsA
+                let values = after ?? before ?? [:]
+                let entValue = values.first { $0.key.uppercased() == "Z_ENT" }?.value
+                var entityName = table
+                if case .integer(let ent)? = entValue, let name = labels.entityByEnt[Int(ent)] { entityName = name }
+                try recordRow(table, entity: entityName, change, before, after, labels: labels.columns[table])
+            case .plain:
+                try recordRow(table, entity: nil, change, before, after, labels: nil)
+            }
+        }
+
+        private func wanted(_ entity: String, table: String) -> Bool {
+            filter.isEmpty || filter.contains(entity.lowercased()) || filter.contains(table.lowercased())
+        }
+
+        private func addLink(_ entry: inout LinkChanges, _ change: String, _ values: [String: SQLitePages.Value]) {
+            if let limit = options.limit, entry.links.count >= limit { entry.unlisted += 1; return }
+            let labels = labelsB.coreData ? labelsB : labelsA
+            let ends = values.keys.sorted().compactMap { column -> String? in
+                let upper = column.uppercased()
+                guard upper.hasPrefix("Z_"), !upper.hasPrefix("Z_FOK_") else { return nil }
+                let digits = upper.dropFirst(2).prefix { $0.isNumber }
+                let entity = Int(digits).flatMap { labels.entityByEnt[$0] } ?? column
+                return "\(entity) \(render(values[column] ?? .null, type: nil))"
+            }
+            entry.links.append(LinkChange(change: change, link: ends.joined(separator: " ↔ ")))
+        }
+
+        private mutating func recordRow(_ table: String, entity: String?, _ change: PageDiff.RowChange, _ before: [String: SQLitePages.Value]?,
+                                        _ after: [String: SQLitePages.Value]?, labels: [String: Labels.Column]?) throws {
+            guard wanted(entity ?? table, table: table) else { return }
+            let key = entity.map { "\($0)\u{0}\(table)" } ?? table
+            var entry = entities[key] ?? EntityChanges(entity: entity, table: table)
+            let layout = (after != nil ? b : a).layouts[table]
+            let object = objectName(entity: entity, rowid: change.rowid, values: after ?? before ?? [:], layout: layout)
+            var values: [ValueChange] = []
+            let kind: String
+            if let before, let after {
+                kind = "changed"
+                var meaningful = false
+                for column in Set(before.keys).union(after.keys).sorted() where before[column] != after[column] {
+                    let label = labels?[column] ?? .plain(column)
+                    if label == .opt && !options.bookkeeping { continue }
+                    meaningful = true
+                    values.append(ValueChange(name: label.name, before: render(before[column] ?? .null, label: label),
+                                              after: render(after[column] ?? .null, label: label)))
+                }
+                guard meaningful else {
+                    if before != after { bookkeeping.optBumps += 1 }
+                    return
+                }
+                entry.changed += 1
+                for value in values { entry.attributes[value.name, default: 0] += 1 }
+            } else {
+                kind = after != nil ? "added" : "removed"
+                let row = after ?? before ?? [:]
+                for column in (layout?.columns ?? row.keys.sorted()) {
+                    guard let value = row[column], value != .null else { continue }
+                    let label = labels?[column] ?? .plain(column)
+                    if labels != nil, [.identity, .entity, .opt].contains(label) { continue }
+                    let text = render(value, label: label)
+                    values.append(ValueChange(name: label.name, before: after == nil ? text : nil, after: after != nil ? text : nil))
+                }
+                if after != nil { entry.added += 1 } else { entry.removed += 1 }
+            }
+            if let limit = options.limit, entry.objects.count >= limit {
+                entry.unlisted += 1
+            } else {
+                entry.objects.append(ObjectChange(change: kind, object: object, values: values))
+            }
+            entities[key] = entry
+        }
+
+        private func objectName(entity: String?, rowid: Int64, values: [String: SQLitePages.Value], layout: DiffSchema.Layout?) -> String {
+            if let entity {
+                let pk = values.first { $0.key.uppercased() == "Z_PK" }?.value
+                if case .integer(let n)? = pk { return "\(entity) \(n)" }
+                return "\(entity) rowid \(rowid)"
+            }
+            if let layout, !layout.primaryKey.isEmpty {
+                return layout.primaryKey.map { "\($0) \(render(values[$0] ?? .null, type: nil))" }.joined(separator: ", ")
+            }
+            return layout?.withoutRowid == true ? "row" : "rowid \(rowid)"
+        }
+
+        private func render(_ value: SQLitePages.Value, label: Labels.Column) -> String {
+            switch label {
+            case .attribute(_, let type): return render(value, type: type)
+            case .toOne(_, let destination):
+                if case .integer(let n) = value { return "\(destination) \(n)" }
+                return render(value, type: nil)
+            case .hiddenToMany(let owner, _):
+                if case .integer(let n) = value { return "\(owner) \(n)" }
+                return render(value, type: nil)
+            default: return render(value, type: nil)
+            }
+        }
+
+        /// A value for people: dates (Core Data's seconds since 2001) as UTC times, text quoted and
+        /// shortened, blobs by size and SHA-256.
+        func render(_ value: SQLitePages.Value, type: Int?) -> String {
+            switch value {
+            case .null: return "nil"
+            case .integer(let n):
+                if type == 900 { return Timestamp.iso(Date(timeIntervalSinceReferenceDate: Double(n))) }
+                if type == 800 { return n == 0 ? "false" : "true" }
+                return String(n)
+            case .real(let d):
+                if type == 900 { return Timestamp.iso(Date(timeIntervalSinceReferenceDate: d)) }
+                return String(d)
+            case .text(let t):
+                let max = options.shortValues ? 60 : 4096
+                if t.count > max { return "\"\(t.prefix(max))…\" (\(t.count) characters)" }
+                return "\"\(t)\""
+            case .blob(let bytes):
+                let digest = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined().prefix(12)
+                return "<\(bytes.count) bytes, sha256 \(digest)…>"
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+import Synchronization
+
+/// One side of a diff as pages: a database file, or a snapshot or point in a repository.
+protocol DiffPages: AnyObject {
+    /// How messages name this side.
+    var what: String { get }
+    var pageSize: Int { get }
+    var pageCount: Int { get }
+    /// The pages asked for (numbers from 1 to `pageCount`), by number.
+    func read(_ pages: [UInt32]) throws -> [UInt32: [UInt8]]
+    /// Page `page`'s content id when the other side's can be compared with it without reading
+    /// either (both in one repository), else nil.
+    func contentID(_ page: UInt32) -> ContentID?
+    /// Pages read so far.
+    var pagesRead: Int { get }
+}
+
+/// A database file read page by page while a read transaction keeps it still: in rollback mode
+/// the shared lock keeps writers out; in WAL mode the file is read only when the transaction
+/// reads nothing from the `-wal` (then no checkpoint may write into the file until it ends).
+final class FilePages: DiffPages {
+    let what: String
+    let path: String
+    let pageSize: Int
+    let pageCount: Int
+    private(set) var pagesRead = 0
+    private let fd: Int32
+    private let connection: ReadHold?
+
+    /// Why a file cannot be read as it is (its `-wal` holds committed pages): the caller reads a
+    /// consistent copy instead.
+    struct NeedsCopy: Error {}
+
+    /// - Parameter hold: take a read transaction on the file through SQLite (a store); false for
+    ///   a private copy no one else opens.
+    init(path: String, what: String, hold: Bool) throws {
+        self.path = path
+        self.what = what
+        var connection: ReadHold?
+        if hold {
+            let held = try ReadHold(path: path)
+            // Read after the transaction started: a -wal still empty now was empty when it
+            // started (while it lasts no checkpoint can reset a -wal it reads from).
+            if held.journalMode == "wal", FileSystem.size(of: path + "-wal") ?? 0 > 32 { throw NeedsCopy() }
+            connection = held
+        }
+        self.connection = connection
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .input) }
+        var first = [UInt8](repeating: 0, count: 100)
+        let got = first.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 100, 0) }
+        guard got == 100 else {
+            close(fd)
+            throw StoreOpsError(.badData, "\(what) is not a SQLite database (\(got < 0 ? "unreadable" : "\(got) bytes"))")
+        }
+        let header: SQLitePages.Header
+        do { header = try SQLitePages.Header.parse(first, what: what) } catch {
+            close(fd)
+            throw error
+        }
+        self.fd = fd
+        pageSize = header.pageSize
+        var info = stat()
+        fstat(fd, &info)
+        pageCount = Int(info.st_size) / header.pageSize
+    }
+
+    deinit {
+        close(fd)
+        _ = connection
+    }
+
+    func read(_ pages: [UInt32]) throws -> [UInt32: [UInt8]] {
+        var out: [UInt32: [UInt8]] = [:]
+        out.reserveCapacity(pages.count)
+        for page in pages where out[page] == nil {
+            out[page] = try readOne(page)
+        }
+        return out
+    }
+
+    func readOne(_ page: UInt32) throws -> [UInt8] {
+        guard page >= 1, Int(page) <= pageCount else {
+            throw StoreOpsError(.badData, "\(what): page \(page) is past its end (\(pageCount) pages)")
+        }
+        var bytes = [UInt8](repeating: 0, count: pageSize)
+        let size = pageSize
+        let got = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, size, off_t(Int(page) - 1) * off_t(size)) }
+        guard got == pageSize else { throw StoreOpsError.posix(got < 0 ? errno : EIO, doing: "reading page \(page) of \(path)", side: .input) }
+        pagesRead += 1
+        return bytes
+    }
+
+    func contentID(_ page: UInt32) -> ContentID? { nil }
+}
+
+/// A read transaction held on a store through SQLite's C API (GRDB ends every access's
+/// transaction), read-only, waiting up to 5 s for a writer's lock.
+final class ReadHold {
+    private var db: OpaquePointer?
+    let journalMode: String
+
+    init(path: String) throws {
+        var handle: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil)
+        db = handle
+        func fail(_ rc: Int32, _ doing: String) -> StoreOpsError {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            let status: StoreOpsError.Kind = (rc & 0xFF) == SQLITE_BUSY || (rc & 0xFF) == SQLITE_LOCKED ? .busy : (rc & 0xFF) == SQLITE_NOTADB || (rc & 0xFF) == SQLITE_CORRUPT ? .badData : .ioError
+            return StoreOpsError(status, "\(doing) \(path): \(message)", hint: status == .busy ? "another process holds the store's lock; try again" : nil)
+        }
+        guard rc == SQLITE_OK, let handle else {
+            let error = fail(rc, "opening")
+            sqlite3_close_v2(handle)
+            db = nil
+            throw error
+        }
+        sqlite3_busy_timeout(handle, 5000)
+        var mode = ""
+        for sql in ["BEGIN DEFERRED", "SELECT count(*) FROM sqlite_master", "PRAGMA journal_mode"] {
+            var statement: OpaquePointer?
+            var rc = sqlite3_prepare_v2(handle, sql, -1, &statement, nil)
+            if rc == SQLITE_OK {
+                rc = sqlite3_step(statement)
+                if rc == SQLITE_ROW, sql.hasPrefix("PRAGMA"), let text = sqlite3_column_text(statement, 0) { mode = String(cString: text).lowercased() }
+                if rc == SQLITE_ROW || rc == SQLITE_DONE { rc = SQLITE_OK }
+            }
+            sqlite3_finalize(statement)
+            guard rc == SQLITE_OK else {
+                let error = fail(rc, "reading")
+                sqlite3_close_v2(handle)
+                db = nil
+                throw error
+            }
+        }
+        journalMode = mode
+    }
+
+    deinit {
+        guard let db else { return }
+        sqlite3_exec(db, "ROLLBACK", nil, nil, nil)
+        sqlite3_close_v2(db)
+    }
+}
+
+/// A snapshot, or a point laid over its chain's base, read from its repository: the map gives
+/// each page's content id; pages are read from their frames (each frame once a batch, opened and
+/// checked) only when the diff needs them.
+final class RepositoryPages: DiffPages {
+    let what: String
+    let repository: PagedRepository
+    let pageSize: Int
+    let ids: [ContentID]
+    /// The snapshot (a point's chain base).
+    let record: PagedSnapshotRecord
+    private let overlay: [UInt32: [UInt8]]
+    private let byID: PagesByID
+    /// Per page (its id's first page): where its blob is, as (frame + 1, blob); 0 not located.
+    private var frameOf: [UInt32]
+    private var blobOf: [UInt16]
+    private var frames: [(pack: ContentID, frame: FrameEntry)] = []
+    private var located = false
+    private(set) var pagesRead = 0
+    private(set) var framesRead = 0
+
+    var pageCount: Int { ids.count }
+
+    init(record: PagedSnapshotRecord, overlay: PointOverlay?, repository: PagedRepository, what: String) throws {
+        self.what = what
+        self.repository = repository
+        self.record = record
+        pageSize = record.pages.pageSize
+        ids = try overlay?.ids ?? BlobLocator.pageMap(of: record, in: repository).ids
+        self.overlay = (overlay?.pages ?? [:]).mapValues { $0 }
+        byID = PagesByID(ids)
+        frameOf = [UInt32](repeating: 0, count: ids.count)
+        blobOf = [UInt16](repeating: 0, count: ids.count)
+    }
+
+    func contentID(_ page: UInt32) -> ContentID? {
+        guard page >= 1, Int(page) <= ids.count else { return nil }
+        return ids[Int(page) - 1]
+    }
+
+    /// Finds where the pages of every side are, in one pass over the repository's indexes.
+    static func locate(_ sides: [RepositoryPages]) throws {
+        let pending = sides.filter { !$0.located }
+        guard !pending.isEmpty, let repository = pending.first?.repository else { return }
+        _ = try RepositoryIndex.scan(repository) { _, pack, contents in
+            for frame in contents.frames {
+                for (b, blob) in frame.blobs.enumerated() where blob.type == .page && b <= Int(UInt16.max) {
+                    for side in pending {
+                        guard let first = side.byID.first(blob.id), side.frameOf[first] == 0 else { continue }
+                        if side.frames.last?.pack != pack || side.frames.last?.frame.offset != frame.offset {
+                            side.frames.append((pack, frame))
+                        }
+                        side.frameOf[first] = UInt32(side.frames.count)
+                        side.blobOf[first] = UInt16(b)
+                    }
+                }
+            }
+        }
+        for side in pending { side.located = true }
+    }
+
+    func read(_ pages: [UInt32]) throws -> [UInt32: [UInt8]] {
+        var out: [UInt32: [UInt8]] = [:]
+        var wanted: [Int: [(page: UInt32, blob: Int)]] = [:]   // frame -> pages
+        for page in pages where out[page] == nil {
+            guard page >= 1, Int(page) <= ids.count else {
+                throw StoreOpsError(.badData, "\(what): page \(page) is past its end (\(ids.count) pages)")
+            }
+            if let bytes = overlay[page] { out[page] = bytes; continue }
+            if !located { try Self.locate([self]) }
+            guard let first = byID.first(ids[Int(page) - 1]), frameOf[first] > 0 else {
+                throw StoreOpsError(.badData, "\(what): page \(page)'s content \(ids[Int(page) - 1].hex.prefix(16))… is in no index of \(repository.location)",
+                                    hint: "`storectl repo check --repo \(repository.location)` lists what is missing")
+            }
+            wanted[Int(frameOf[first]) - 1, default: []].append((page, Int(blobOf[first])))
+        }
+        guard !wanted.isEmpty else { return out }
+        let order = wanted.keys.sorted { frames[$0].pack == frames[$1].pack ? frames[$0].frame.offset < frames[$1].frame.offset : frames[$0].pack < frames[$1].pack }
+        let list = order.map { frames[$0] }
+        let spans = BlobLocator.spans(list)
+        let results = Mutex<[UInt32: [UInt8]]>([:])
+        let failure = Mutex<(any Error)?>(nil)
+        let next = Mutex(0)
+        let repository = self.repository
+        let pageSize = self.pageSize
+        onLanes(min(repository.backend.parallelReads, max(1, spans.count))) { _ in
+            do {
+                let zstd = try ZstdFrames(level: 3)
+                while failure.withLock({ $0 == nil }) {
+                    let i = next.withLock { value -> Int in defer { value += 1 }; return value }
+                    guard i < spans.count else { return }
+                    try BlobLocator.read(spans[i], frames: list, repository: repository, zstd: zstd) { member, plain in
+                        var got: [(UInt32, [UInt8])] = []
+                        for (page, b) in wanted[order[member]] ?? [] {
+                            let blob = list[member].frame.blobs[b]
+                            guard Int(blob.length) == pageSize else { throw StoreOpsError(.badData, "a page blob of \(repository.location) is \(blob.length) bytes, not \(pageSize)") }
+                            let data = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
+                                                               what: "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))")
+                            got.append((page, [UInt8](data)))
+                        }
+                        results.withLock { for (page, bytes) in got { $0[page] = bytes } }
+                    }
+                }
+            } catch {
+                failure.withLock { if $0 == nil { $0 = error } }
+            }
+        }
+        if let error = failure.withLock({ $0 }) { throw error }
+        framesRead += list.count
+        let read = results.withLock { $0 }
+        pagesRead += read.count
+        out.merge(read) { a, _ in a }
+        return out
+    }
+}

@@ -1,0 +1,374 @@
+import Foundation
+
+/// Compares two databases page by page and decodes only what can differ.
+///
+/// A row can only differ where a page differs: for each table, both sides' b-trees are walked
+/// through their interior pages; a leaf that is a leaf of that table on both sides, at the same
+/// page number, with the same content, holds the same rows on both sides and is skipped. The rows
+/// of the other leaves are merged by rowid (they come out in rowid order) and compared as raw
+/// records; only rows that differ are decoded. Where both sides are in one repository, "same
+/// content" is the map's content id: unchanged pages are never read.
+///
+/// Overflow pages are the one place a row can change without its leaf changing (a long value
+/// rewritten into the same overflow page numbers). Every page that differs must therefore be
+/// accounted for — a table's b-tree page, an index page, a freelist page, an overflow page of a
+/// row that was decoded, a pointer-map page — and when one is not, the tables are compared again
+/// leaf by leaf. Two files have no content ids: their shared leaves are compared byte for byte,
+/// and a shared leaf's overflow chains with them.
+final class PageDiff {
+    struct SchemaEntry: Sendable, Equatable {
+        var type: String
+        var name: String
+        var table: String
+        var rootPage: UInt32
+        var sql: String?
+    }
+
+    /// A row that differs: before (nil: added) and after (nil: removed), as raw records.
+    struct RowChange {
+        var rowid: Int64
+        var before: [UInt8]?
+        var after: [UInt8]?
+    }
+
+    let a: any DiffPages
+    let b: any DiffPages
+    let headerA: SQLitePages.Header
+    let headerB: SQLitePages.Header
+    private(set) var schemaA: [SchemaEntry] = []
+    private(set) var schemaB: [SchemaEntry] = []
+    /// Both sides carry content ids of one repository.
+    let byContentID: Bool
+    private(set) var leavesSkipped = 0
+    private(set) var leavesDecoded = 0
+    /// Set when a differing page could not be accounted for and the tables were compared leaf by leaf.
+    private(set) var fellBackReason: String?
+
+    // Accounting (repository sides): the pages each side's walks and decoding explained.
+    private var explainedA = Set<UInt32>()
+    private var explainedB = Set<UInt32>()
+    private var compareAllLeaves = false
+
+    init(_ a: any DiffPages, _ b: any DiffPages) throws {
+        self.a = a
+        self.b = b
+        if let ra = a as? RepositoryPages, let rb = b as? RepositoryPages, ra.repository === rb.repository {
+            byContentID = true
+            try RepositoryPages.locate([ra, rb])
+        } else {
+            byContentID = false
+        }
+        headerA = try SQLitePages.Header.parse(try Self.page(1, of: a), what: a.what)
+        headerB = try SQLitePages.Header.parse(try Self.page(1, of: b), what: b.what)
+        schemaA = try schema(a, header: headerA, explained: &explainedA)
+        schemaB = try schema(b, header: headerB, explained: &explainedB)
+    }
+
+    static func page(_ number: UInt32, of side: any DiffPages) throws -> [UInt8] {
+        guard let bytes = try side.read([number])[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
+        return bytes
+    }
+
+    // MARK: - Schema
+
+    private func schema(_ side: any DiffPages, header: SQLitePages.Header, explained: inout Set<UInt32>) throws -> [SchemaEntry] {
+        let tree = try walk(side, root: 1, header: header, explained: &explained)
+        var out: [SchemaEntry] = []
+        try rows(side, leaves: tree.leaves, header: header, explained: &explained) { _, payload in
+            let values = try SQLitePages.record(payload, encoding: header.textEncoding, what: "\(side.what): sqlite_master")
+            func text(_ i: Int) -> String? { if i < values.count, case .text(let t) = values[i] { return t }; return nil }
+            var root: UInt32 = 0
+            if values.count > 3, case .integer(let n) = values[3], n > 0, n <= Int64(UInt32.max) { root = UInt32(n) }
+            out.append(SchemaEntry(type: text(0) ?? "", name: text(1) ?? "", table: text(2) ?? "", rootPage: root, sql: text(4)))
+        }
+        return out
+    }
+
+    /// Every entry of the table rooted at `root` on side A (`onA`) or B: for small tables (Core Data's bookkeeping).
+    func allRows(onA: Bool, root: UInt32) throws -> [(Int64, [UInt8])] {
+        var out: [(Int64, [UInt8])] = []
+        if onA {
+            let tree = try walk(a, root: root, header: headerA, explained: &explainedA)
+            try rows(a, leaves: tree.leaves, header: headerA, explained: &explainedA) { out.append(($0, $1)) }
+        } else {
+            let tree = try walk(b, root: root, header: headerB, explained: &explainedB)
+            try rows(b, leaves: tree.leaves, header: headerB, explained: &explainedB) { out.append(($0, $1)) }
+        }
+        return out
+    }
+
+    // MARK: - Walking b-trees
+
+    struct Tree {
+        var kind: SQLitePages.PageKind?
+        /// Leaves in key order (index b-trees: every page, since interior cells hold entries too).
+        var leaves: [UInt32] = []
+        var interior: [UInt32] = []
+    }
+
+    /// The pages of the b-tree rooted at `root`, level by level (each level read in one batch).
+    func walk(_ side: any DiffPages, root: UInt32, header: SQLitePages.Header, explained: inout Set<UInt32>) throws -> Tree {
+        var tree = Tree()
+        var level: [UInt32] = [root]
+        var seen = Set<UInt32>()
+        var depth = 0
+        while !level.isEmpty {
+            depth += 1
+            guard depth < 64 else { throw StoreOpsError(.badData, "\(side.what): the b-tree rooted at page \(root) is deeper than SQLite makes them (a loop?)") }
+            for page in level where page < 1 || Int(page) > side.pageCount || !seen.insert(page).inserted {
+                throw StoreOpsError(.badData, "\(side.what): the b-tree rooted at page \(root) refers to page \(page) \(seen.contains(page) ? "twice" : "past the file's end")")
+            }
+            let bytes = try side.read(level)
+            var next: [UInt32] = []
+            for number in level {
+                guard let raw = bytes[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
+                let page = try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what)
+                if tree.kind == nil { tree.kind = page.kind }
+                guard page.kind.isTable == (tree.kind?.isTable ?? true) else {
+                    throw StoreOpsError(.badData, "\(side.what): page \(number) is not the kind of b-tree page its parent says")
+                }
+                explained.insert(number)
+                if page.kind.isLeaf {
+                    tree.leaves.append(number)
+                } else {
+                    tree.interior.append(number)
+                    if !page.kind.isTable { tree.leaves.append(number) }   // index interior cells are entries
+                    next.append(contentsOf: try page.children())
+                }
+            }
+            level = next
+        }
+        if tree.kind?.isTable == false { tree.leaves.sort() }
+        return tree
+    }
+
+    /// The entries of `leaves` in order: (rowid, full payload) for table leaves, (0, payload) for
+    /// index pages. Pages are read 256 at a time.
+    func rows(_ side: any DiffPages, leaves: [UInt32], header: SQLitePages.Header, explained: inout Set<UInt32>,
+              _ body: (Int64, [UInt8]) throws -> Void) throws {
+        var start = 0
+        while start < leaves.count {
+            let batch = Array(leaves[start..<min(leaves.count, start + 256)])
+            start += batch.count
+            let bytes = try side.read(batch)
+            for number in batch {
+                guard let raw = bytes[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
+                let page = try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what)
+                guard page.kind != .tableInterior else { continue }
+                for i in 0..<page.cellCount {
+                    try ProcessSignals.checkpoint("comparing")
+                    let cell = try page.cell(i)
+                    try body(cell.rowid, try payload(of: cell, on: page, side: side, header: header, explained: &explained))
+                }
+            }
+        }
+    }
+
+    func payload(of cell: SQLitePages.BTreePage.Cell, on page: SQLitePages.BTreePage, side: any DiffPages, header: SQLitePages.Header,
+                 explained: inout Set<UInt32>) throws -> [UInt8] {
+        var out = Array(page.bytes[cell.localStart..<(cell.localStart + cell.localSize)])
+        guard cell.payloadSize > cell.localSize else { return out }
+        out.reserveCapacity(cell.payloadSize)
+        var next = cell.overflow
+        var hops = 0
+        while out.count < cell.payloadSize {
+            hops += 1
+            guard next >= 1, Int(next) <= side.pageCount, hops <= side.pageCount else {
+                throw StoreOpsError(.badData, "\(side.what): an overflow chain from page \(page.number) leads to page \(next)")
+            }
+            let bytes = try Self.page(next, of: side)
+            explained.insert(next)
+            let take = min(cell.payloadSize - out.count, header.usable - 4)
+            out.append(contentsOf: bytes[4..<(4 + take)])
+            next = SQLitePages.be32(bytes, 0)
+        }
+        return out
+    }
+
+    // MARK: - Comparing a table
+
+    /// The rows of one table (root pages on each side; nil where the side has no such table) that
+    /// differ, in rowid order for rowid tables; for WITHOUT ROWID tables (index b-trees) the
+    /// entries only one side has, as removed and added.
+    func compare(rootA: UInt32?, rootB: UInt32?, _ body: (RowChange) throws -> Void) throws {
+        let treeA = try rootA.map { try walk(a, root: $0, header: headerA, explained: &explainedA) } ?? Tree()
+        let treeB = try rootB.map { try walk(b, root: $0, header: headerB, explained: &explainedB) } ?? Tree()
+        let isTable = (treeA.kind ?? treeB.kind)?.isTable ?? true
+        let (onlyA, onlyB) = try unshared(treeA.leaves, treeB.leaves)
+        if isTable {
+            try mergeRows(onlyA, onlyB, body)
+        } else {
+            var counts: [[UInt8]: Int] = [:]
+            try rows(a, leaves: onlyA, header: headerA, explained: &explainedA) { _, payload in counts[payload, default: 0] += 1 }
+            try rows(b, leaves: onlyB, header: headerB, explained: &explainedB) { _, payload in counts[payload, default: 0] -= 1 }
+            for (payload, count) in counts.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where count != 0 {
+                for _ in 0..<abs(count) { try body(RowChange(rowid: 0, before: count > 0 ? payload : nil, after: count < 0 ? payload : nil)) }
+            }
+        }
+    }
+
+    /// The leaves of each side that are not the same leaf, with the same content, on the other.
+    private func unshared(_ leavesA: [UInt32], _ leavesB: [UInt32]) throws -> ([UInt32], [UInt32]) {
+        guard !compareAllLeaves else {
+            leavesDecoded += leavesA.count + leavesB.count
+            return (leavesA, leavesB)
+        }
+        let setB = Set(leavesB)
+        var shared = Set<UInt32>()
+        var candidates = leavesA.filter { setB.contains($0) }
+        if byContentID {
+            for page in candidates where a.contentID(page) == b.contentID(page) && a.contentID(page) != nil { shared.insert(page) }
+        } else {
+            // Files: compare the candidates' bytes, 256 at a time, with the overflow chains of a leaf whose bytes match.
+            while !candidates.isEmpty {
+                let batch = Array(candidates.prefix(256))
+                candidates.removeFirst(batch.count)
+                let pa = try a.read(batch), pb = try b.read(batch)
+                for page in batch where pa[page] == pb[page] {
+                    if let bytes = pa[page], try overflowChainsMatch(page, bytes) { shared.insert(page) }
+                }
+            }
+        }
+        leavesSkipped += shared.count * 2
+        let onlyA = leavesA.filter { !shared.contains($0) }
+        let onlyB = leavesB.filter { !shared.contains($0) }
+        leavesDecoded += onlyA.count + onlyB.count
+        return (onlyA, onlyB)
+    }
+
+    /// A leaf whose bytes are the same on both files: whether the overflow chains its cells start
+    /// are the same pages with the same bytes too.
+    private func overflowChainsMatch(_ number: UInt32, _ bytes: [UInt8]) throws -> Bool {
+        let page = try SQLitePages.BTreePage(number: number, bytes: bytes, usable: headerA.usable, what: a.what)
+        guard headerA.usable == headerB.usable else { return false }
+        for i in 0..<page.cellCount {
+            let cell = try page.cell(i)
+            var next = cell.overflow
+            var left = cell.payloadSize - cell.localSize
+            var hops = 0
+            while left > 0, next != 0 {
+                hops += 1
+                guard Int(next) <= a.pageCount, Int(next) <= b.pageCount, hops <= a.pageCount else { return false }
+                let x = try Self.page(next, of: a), y = try Self.page(next, of: b)
+                guard x == y else { return false }
+                left -= headerA.usable - 4
+                next = SQLitePages.be32(x, 0)
+            }
+        }
+        return true
+    }
+
+    /// Merges two rowid-ordered streams of rows and reports the rows that differ.
+    private func mergeRows(_ leavesA: [UInt32], _ leavesB: [UInt32], _ body: (RowChange) throws -> Void) throws {
+        // B's rows are gathered a batch of leaves at a time and merged against A's as A streams.
+        var pendingB: [(Int64, [UInt8])] = []
+        var indexB = 0
+        var nextLeafB = 0
+        func fillB() throws {
+            guard indexB >= pendingB.count, nextLeafB < leavesB.count else { return }
+            let batch = Array(leavesB[nextLeafB..<min(leavesB.count, nextLeafB + 64)])
+            nextLeafB += batch.count
+            pendingB.removeAll(keepingCapacity: true)
+            indexB = 0
+            try rows(b, leaves: batch, header: headerB, explained: &explainedB) { rowid, payload in pendingB.append((rowid, payload)) }
+            if pendingB.isEmpty { try fillB() }
+        }
+        try fillB()
+        try rows(a, leaves: leavesA, header: headerA, explained: &explainedA) { rowid, payload in
+            while true {
+                try fillB()
+                guard indexB < pendingB.count else { break }
+                let (rowB, payloadB) = pendingB[indexB]
+                if rowB < rowid {
+                    try body(RowChange(rowid: rowB, before: nil, after: payloadB))
+                    indexB += 1
+                } else if rowB == rowid {
+                    if payloadB != payload { try body(RowChange(rowid: rowid, before: payload, after: payloadB)) }
+                    indexB += 1
+                    return
+                } else {
+                    break
+                }
+            }
+            try body(RowChange(rowid: rowid, before: payload, after: nil))
+        }
+        while true {
+            try fillB()
+            guard indexB < pendingB.count else { break }
+            try body(RowChange(rowid: pendingB[indexB].0, before: nil, after: pendingB[indexB].1))
+            indexB += 1
+        }
+    }
+
+    // MARK: - Accounting
+
+    /// With content ids: whether every page that differs was explained by the walks and rows
+    /// read; when not, `compareAllLeaves` is set and the caller compares again. Only index,
+    /// freelist and pointer-map pages are read here, the index pages only where they differ.
+    func accountForDifferences() throws -> Bool {
+        guard byContentID, !compareAllLeaves else { return true }
+        var unexplained: [UInt32] = []
+        let count = max(a.pageCount, b.pageCount)
+        for p in 1...max(1, count) {
+            let page = UInt32(p)
+            if a.contentID(page) == b.contentID(page) { continue }
+            unexplained.append(page)
+        }
+        guard !unexplained.isEmpty else { return true }
+        let freeA = try freelist(a, header: headerA), freeB = try freelist(b, header: headerB)
+        func remaining(_ side: any DiffPages, _ header: SQLitePages.Header, _ explained: Set<UInt32>, _ free: Set<UInt32>) throws -> [UInt32] {
+            let candidates = unexplained.filter { p in
+                Int(p) <= side.pageCount && !explained.contains(p) && !free.contains(p) && !Self.isPointerMap(p, header: header)
+            }
+            var left: [UInt32] = []
+            var start = 0
+            while start < candidates.count {
+                let batch = Array(candidates[start..<min(candidates.count, start + 256)])
+                start += batch.count
+                let bytes = try side.read(batch)
+                for p in batch {
+                    guard let raw = bytes[p] else { left.append(p); continue }
+                    let offset = p == 1 ? 100 : 0
+                    let type = raw[offset]
+                    // An index page (its type byte; an overflow page starting so would point past the file's end).
+                    if type == 0x02 || type == 0x0A, (UInt32(type) << 24) > UInt32(side.pageCount) { continue }
+                    // Page 1 and the lock-byte page's neighbourhood aside, an all-zero page is free space.
+                    if raw.allSatisfy({ $0 == 0 }) { continue }
+                    left.append(p)
+                }
+            }
+            return left
+        }
+        let leftA = try remaining(a, headerA, explainedA, freeA)
+        let leftB = try remaining(b, headerB, explainedB, freeB)
+        guard leftA.isEmpty, leftB.isEmpty else {
+            let page = (leftA + leftB).min() ?? 0
+            fellBackReason = "page \(page) differs and is no table's, index's or free page, nor a decoded row's overflow: every leaf compared"
+            compareAllLeaves = true
+            return false
+        }
+        return true
+    }
+
+    private static func isPointerMap(_ page: UInt32, header: SQLitePages.Header) -> Bool {
+        guard header.largestRootPage != 0, page >= 2 else { return false }
+        let span = UInt32(header.usable / 5 + 1)
+        return (page - 2) % span == 0
+    }
+
+    private func freelist(_ side: any DiffPages, header: SQLitePages.Header) throws -> Set<UInt32> {
+        var out = Set<UInt32>()
+        var trunk = header.freelistTrunk
+        var hops = 0
+        while trunk != 0, Int(trunk) <= side.pageCount, hops <= side.pageCount {
+            hops += 1
+            out.insert(trunk)
+            let bytes = try Self.page(trunk, of: side)
+            let count = Int(SQLitePages.be32(bytes, 4))
+            guard count <= (header.usable - 8) / 4 else { break }
+            for i in 0..<count { out.insert(SQLitePages.be32(bytes, 8 + 4 * i)) }
+            trunk = SQLitePages.be32(bytes, 0)
+        }
+        return out
+    }
+}

@@ -1,0 +1,348 @@
+import Foundation
+
+/// `storectl diff A B`: what changed between two stores, backups, snapshots or points, in Core
+/// Data's terms (entities, objects, attributes, relationships, the model) or, for a plain SQLite
+/// store, tables and rows. Read-only on every side; see `PageDiff` for why it costs what changed.
+public enum StoreDiff {
+    public enum Side: Sendable, Equatable {
+        /// A store or a backup file (a live store is read in one read transaction).
+        case file(String)
+        /// A snapshot id (or unique prefix) in `Options.repository`.
+        case snapshot(String)
+        /// The point recorded by `storectl replicate` at or before this time.
+        case point(Date)
+    }
+
+    public struct Options: Sendable {
+        public var a: Side
+        public var b: Side
+        public var repository: String?
+        public var password: PasswordSource = .resolve(file: nil)
+        /// Points: the store whose (when the repository has points of several), and its host.
+        public var pointStore: String?
+        public var pointHost: String?
+        /// Objects (or rows, or links) listed per entity; the counts are always complete.
+        public var limit: Int?
+        /// Only these entities (or tables), by name.
+        public var entities: [String] = []
+        /// Also report Core Data's bookkeeping: `Z_OPT` bumps, `Z_PRIMARYKEY`, `Z_METADATA`, the
+        /// model cache and persistent-history tables.
+        public var bookkeeping = false
+        /// Where a live store's consistent copy is made when its `-wal` holds pages (default: TMPDIR).
+        public var scratch: String?
+        /// Values shortened for people (text to 60 characters); JSON keeps up to 4 KiB.
+        public var shortValues = true
+
+        public init(a: Side, b: Side) {
+            self.a = a
+            self.b = b
+        }
+    }
+
+    // MARK: - Report
+
+    public struct Report: Sendable, Codable {
+        public var a: SideSummary
+        public var b: SideSummary
+        /// Nothing differs (bookkeeping left out unless asked for).
+        public var same: Bool
+        public var schema: [SchemaChange]
+        /// The Core Data model's differences, in words (entities, attributes, relationships,
+        /// constraints, version hashes).
+        public var model: [String]
+        public var entities: [EntityChanges]
+        /// Many-to-many relationships (join tables).
+        public var links: [LinkChanges]
+        public var externalData: [FileChange]
+        public var bookkeeping: Bookkeeping
+        public var stats: Stats
+    }
+
+    public struct SideSummary: Sendable, Codable {
+        public var name: String
+        /// "file", "snapshot" or "point".
+        public var kind: String
+        public var pages: Int
+        public var pageSize: Int
+        public var coreData: Bool
+        /// A live store whose `-wal` held pages was read from a consistent copy.
+        public var copied: Bool
+    }
+
+    public struct SchemaChange: Sendable, Codable, Equatable {
+        /// "added", "removed" or "changed".
+        public var change: String
+        public var type: String
+        public var name: String
+        public var before: String?
+        public var after: String?
+    }
+
+    public struct EntityChanges: Sendable, Codable {
+        /// The Core Data entity (nil: a plain table).
+        public var entity: String?
+        public var table: String
+        public var added = 0
+        public var removed = 0
+        public var changed = 0
+        /// Changed objects per attribute or relationship name.
+        public var attributes: [String: Int] = [:]
+        public var objects: [ObjectChange] = []
+        /// Objects changed beyond `limit` (counted, not listed).
+        public var unlisted = 0
+    }
+
+    public struct ObjectChange: Sendable, Codable {
+        /// "added", "removed" or "changed".
+        public var change: String
+        /// "Note 42" (entity and Z_PK), "id 7" or "rowid 7".
+        public var object: String
+        public var values: [ValueChange]
+    }
+
+    public struct ValueChange: Sendable, Codable, Equatable {
+        public var name: String
+        public var before: String?
+        public var after: String?
+    }
+
+    public struct LinkChanges: Sendable, Codable {
+        /// "Entity.relationship".
+        public var relationship: String
+        public var table: String
+        public var added = 0
+        public var removed = 0
+        public var links: [LinkChange] = []
+        public var unlisted = 0
+    }
+
+    public struct LinkChange: Sendable, Codable {
+        public var change: String
+        public var link: String
+    }
+
+    public struct FileChange: Sendable, Codable {
+        public var change: String
+        public var path: String
+        public var before: UInt64?
+        public var after: UInt64?
+    }
+
+    public struct Bookkeeping: Sendable, Codable {
+        /// Rows of bookkeeping tables that differ.
+        public var rows = 0
+        public var tables: [String] = []
+        /// Objects whose only change is Core Data's `Z_OPT` counter.
+        public var optBumps = 0
+        /// Listed in `entities` (--bookkeeping), or only counted here.
+        public var shown = false
+    }
+
+    public struct Stats: Sendable, Codable {
+        /// How pages were found equal: "content ids" (one repository) or "bytes".
+        public var method: String
+        public var pagesRead: Int
+        public var leavesSkipped: Int
+        public var leavesDecoded: Int
+        /// Why every leaf was compared (a differing page nothing explained), when it happened.
+        public var fallback: String?
+        public var seconds: Double
+    }
+
+    // MARK: - Running
+
+    /// - Throws: 64 a side needs --repo, 66 a missing file or unknown snapshot id, 65 a side that
+    ///   is not a readable SQLite database or a damaged snapshot, 75 a locked store.
+    public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Report {
+        let started = Date()
+        var repository: PagedRepository?
+        func repo() throws -> PagedRepository {
+            if let repository { return repository }
+            guard let location = options.repository else {
+                throw StoreOpsError(.usage, "a snapshot id or a point needs --repo", hint: "pass --repo REPOSITORY, or name two files")
+            }
+            let opened = try PagedRepository.open(at: location, password: options.password)
+            repository = opened
+            return opened
+        }
+        var scratch: [String] = []
+        defer { for path in scratch { FileSystem.remove(path, point: "diff.scratch.remove") } }
+        func open(_ side: Side) throws -> (any DiffPages, SideSummary) {
+            switch side {
+            case .file(let path):
+                let store = try StoreFile(existing: path)
+                do {
+                    let pages = try FilePages(path: store.path, what: path, hold: true)
+                    return (pages, SideSummary(name: path, kind: "file", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
+                } catch is FilePages.NeedsCopy {
+                    let folder = options.scratch ?? (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")
+                    let copy = (folder as NSString).appendingPathComponent(".storectl-diff-\(getpid())-\(scratch.count).sqlite")
+                    try SpaceRequirement.require(FileSystem.size(of: store.path) ?? 0, at: folder, purpose: "a consistent copy of \(path) (its -wal holds pages)",
+                                                 hint: "free space there, or pass --scratch DIR")
+                    scratch.append(copy)
+                    progress?(.stage("copying \(path)"))
+                    _ = try ConsistentCopy.copy(store, to: copy, options: .init(writeBehind: false))
+                    let pages = try FilePages(path: copy, what: path, hold: false)
+                    return (pages, SideSummary(name: path, kind: "file", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: true))
+                }
+            case .snapshot(let id):
+                let repository = try repo()
+                let record = try repository.record(id)
+                let pages = try RepositoryPages(record: record, overlay: nil, repository: repository, what: "snapshot \(record.id)")
+                return (pages, SideSummary(name: record.id, kind: "snapshot", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
+            case .point(let time):
+                let repository = try repo()
+                let target = try PointRestore.resolve(repository, at: time, store: options.pointStore, host: options.pointHost)
+                let name = target.point.map { "point \($0)" } ?? "snapshot \(target.record.id)"
+                let pages = try RepositoryPages(record: target.record, overlay: target.overlay, repository: repository, what: name)
+                return (pages, SideSummary(name: "\(target.point ?? target.record.id) (\(Timestamp.iso(target.time ?? time)))", kind: "point",
+                                           pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
+            }
+        }
+        progress?(.stage("reading"))
+        let (pagesA, summaryA0) = try open(options.a)
+        var summaryA = summaryA0
+        let (pagesB, summaryB0) = try open(options.b)
+        var summaryB = summaryB0
+        let diff = try PageDiff(pagesA, pagesB)
+        func decoded(_ onA: Bool) -> (PageDiff.SchemaEntry) throws -> [[SQLitePages.Value]] {
+            { entry in
+                let encoding = onA ? diff.headerA.textEncoding : diff.headerB.textEncoding
+                return try diff.allRows(onA: onA, root: entry.rootPage).map { try SQLitePages.record($0.1, encoding: encoding, what: "\(entry.name)") }
+            }
+        }
+        let schemaA = try DiffSchema(entries: diff.schemaA, encoding: diff.headerA.textEncoding, rowsOf: decoded(true))
+        let schemaB = try DiffSchema(entries: diff.schemaB, encoding: diff.headerB.textEncoding, rowsOf: decoded(false))
+        summaryA.coreData = schemaA.coreData != nil
+        summaryB.coreData = schemaB.coreData != nil
+
+        progress?(.stage("comparing"))
+        var collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
+        try collector.compareTables()
+        if try !diff.accountForDifferences() {
+            collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
+            try collector.compareTables()
+        }
+        let schema = schemaChanges(schemaA.entries, schemaB.entries)
+        let model = modelChanges(schemaA.coreData, schemaB.coreData)
+        let external = try externalChanges(options, pagesA, pagesB)
+        var entities = collector.entities.values.filter { $0.added + $0.removed + $0.changed > 0 }
+        entities.sort { ($0.entity ?? $0.table, $0.table) < ($1.entity ?? $1.table, $1.table) }
+        let links = collector.links.values.filter { $0.added + $0.removed > 0 }.sorted { $0.relationship < $1.relationship }
+        let same = schema.isEmpty && model.isEmpty && entities.isEmpty && links.isEmpty && external.isEmpty
+        return Report(
+            a: summaryA, b: summaryB, same: same, schema: schema, model: model, entities: entities, links: links,
+            externalData: external, bookkeeping: collector.bookkeeping,
+            stats: Stats(method: diff.byContentID ? "content ids" : "bytes", pagesRead: pagesA.pagesRead + pagesB.pagesRead,
+                         leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,
+                         seconds: Date().timeIntervalSince(started)))
+    }
+
+    // MARK: - Schema and model
+
+    static func schemaChanges(_ a: [PageDiff.SchemaEntry], _ b: [PageDiff.SchemaEntry]) -> [SchemaChange] {
+        func key(_ e: PageDiff.SchemaEntry) -> String { "\(e.type)\u{0}\(e.name)" }
+        let byA = Dictionary(a.map { (key($0), $0) }, uniquingKeysWith: { x, _ in x })
+        let byB = Dictionary(b.map { (key($0), $0) }, uniquingKeysWith: { x, _ in x })
+        var out: [SchemaChange] = []
+        for k in Set(byA.keys).union(byB.keys).sorted() {
+            let x = byA[k], y = byB[k]
+            let entry = (x ?? y)!
+            if x == nil { out.append(SchemaChange(change: "added", type: entry.type, name: entry.name, before: nil, after: y?.sql)) }
+            else if y == nil { out.append(SchemaChange(change: "removed", type: entry.type, name: entry.name, before: x?.sql, after: nil)) }
+            else if x?.sql != y?.sql { out.append(SchemaChange(change: "changed", type: entry.type, name: entry.name, before: x?.sql, after: y?.sql)) }
+        }
+        return out
+    }
+
+    static func modelChanges(_ a: CoreDataStore?, _ b: CoreDataStore?) -> [String] {
+        guard a != nil || b != nil else { return [] }
+        guard let a, let b else { return [a == nil ? "the second side is a Core Data store, the first is not" : "the first side is a Core Data store, the second is not"] }
+        var out: [String] = []
+        let hashesA = a.metadata.modelVersionHashes, hashesB = b.metadata.modelVersionHashes
+        let changedHashes = Set(hashesA.keys).union(hashesB.keys).sorted().filter { hashesA[$0] != hashesB[$0] && hashesA[$0] != nil && hashesB[$0] != nil }
+        if !changedHashes.isEmpty { out.append("version hash changed: \(changedHashes.joined(separator: ", "))") }
+        guard let ma = a.model, let mb = b.model else {
+            if a.model == nil, b.model == nil {
+                let added = Set(a.entities.map(\.name)).symmetricDifference(b.entities.map(\.name))
+                if !added.isEmpty { out.append("entities differ: \(added.sorted().joined(separator: ", ")) (no model cache to say more)") }
+            } else {
+                out.append("only one side has a readable model cache")
+            }
+            return out
+        }
+        let entitiesA = Set(ma.superentity.keys), entitiesB = Set(mb.superentity.keys)
+        for name in entitiesB.subtracting(entitiesA).sorted() { out.append("entity \(name) added") }
+        for name in entitiesA.subtracting(entitiesB).sorted() { out.append("entity \(name) removed") }
+        for name in entitiesA.intersection(entitiesB).sorted() where (ma.superentity[name] ?? nil) != (mb.superentity[name] ?? nil) {
+            out.append("entity \(name): parent \((ma.superentity[name] ?? nil) ?? "none") → \((mb.superentity[name] ?? nil) ?? "none")")
+        }
+        func describe(_ x: CoreDataModel.Attribute) -> String { "\(x.typeName), \(x.isOptional ? "optional" : "required")" }
+        let attrA = Dictionary(ma.attributes.map { ("\($0.entity).\($0.name)", $0) }, uniquingKeysWith: { x, _ in x })
+        let attrB = Dictionary(mb.attributes.map { ("\($0.entity).\($0.name)", $0) }, uniquingKeysWith: { x, _ in x })
+        for k in Set(attrA.keys).union(attrB.keys).sorted() {
+            switch (attrA[k], attrB[k]) {
+            case (nil, let y?): out.append("attribute \(k) added (\(describe(y)))")
+            case (let x?, nil): out.append("attribute \(k) removed (\(describe(x)))")
+            case (let x?, let y?) where x != y: out.append("attribute \(k): \(describe(x)) → \(describe(y))")
+            default: break
+            }
+        }
+        func describe(_ r: CoreDataModel.Relationship) -> String {
+            "\(r.isToMany ? (r.isOrdered ? "ordered to-many" : "to-many") : "to-one") \(r.destination), inverse \(r.inverse ?? "none"), delete rule \(r.deleteRule.name)"
+        }
+        let relA = Dictionary(ma.relationships.map { ("\($0.entity).\($0.name)", $0) }, uniquingKeysWith: { x, _ in x })
+        let relB = Dictionary(mb.relationships.map { ("\($0.entity).\($0.name)", $0) }, uniquingKeysWith: { x, _ in x })
+        for k in Set(relA.keys).union(relB.keys).sorted() {
+            switch (relA[k], relB[k]) {
+            case (nil, let y?): out.append("relationship \(k) added (\(describe(y)))")
+            case (let x?, nil): out.append("relationship \(k) removed (\(describe(x)))")
+            case (let x?, let y?) where x != y: out.append("relationship \(k): \(describe(x)) → \(describe(y))")
+            default: break
+            }
+        }
+        for name in Set(ma.uniquenessConstraints.keys).union(mb.uniquenessConstraints.keys).sorted()
+        where ma.uniquenessConstraints[name] != mb.uniquenessConstraints[name] {
+            func text(_ c: [[String]]?) -> String { (c ?? []).map { "(\($0.joined(separator: ", ")))" }.joined(separator: " ").isEmpty ? "none" : (c ?? []).map { "(\($0.joined(separator: ", ")))" }.joined(separator: " ") }
+            out.append("uniqueness constraints of \(name): \(text(ma.uniquenessConstraints[name])) → \(text(mb.uniquenessConstraints[name]))")
+        }
+        return out
+    }
+
+    // MARK: - External data
+
+    /// External-data files (Core Data's `_EXTERNAL_DATA`) by name: size and SHA-256 per side.
+    static func externalChanges(_ options: Options, _ a: any DiffPages, _ b: any DiffPages) throws -> [FileChange] {
+        func files(_ side: Side, _ pages: any DiffPages) throws -> [String: (UInt64, String)]? {
+            switch side {
+            case .file(let path):
+                let folder = StoreFile(unchecked: path).externalDataPath
+                guard FileSystem.kind(of: folder) == .directory else { return [:] }
+                var out: [String: (UInt64, String)] = [:]
+                let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+                for name in names.sorted() {
+                    let full = (folder as NSString).appendingPathComponent(name)
+                    guard FileSystem.kind(of: full) == .file else { continue }
+                    out[name] = (FileSystem.size(of: full) ?? 0, try Hashing.sha256(ofFile: full))
+                }
+                return out
+            case .snapshot, .point:
+                guard let record = (pages as? RepositoryPages)?.record else { return nil }
+                var out: [String: (UInt64, String)] = [:]
+                for file in record.files { out[(file.path as NSString).lastPathComponent] = (file.bytes, file.sha256) }
+                return out
+            }
+        }
+        guard let x = try files(options.a, a), let y = try files(options.b, b) else { return [] }
+        var out: [FileChange] = []
+        for name in Set(x.keys).union(y.keys).sorted() {
+            switch (x[name], y[name]) {
+            case (nil, let after?): out.append(FileChange(change: "added", path: name, before: nil, after: after.0))
+            case (let before?, nil): out.append(FileChange(change: "removed", path: name, before: before.0, after: nil))
+            case (let before?, let after?) where before.1 != after.1: out.append(FileChange(change: "changed", path: name, before: before.0, after: after.0))
+            default: break
+            }
+        }
+        return out
+    }
+}

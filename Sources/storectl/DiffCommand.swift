@@ -1,0 +1,145 @@
+import ArgumentParser
+import Foundation
+import StoreOps
+
+struct DiffCommand: ParsableCommand, JSONOutput {
+    static let configuration = CommandConfiguration(
+        commandName: "diff",
+        abstract: "Show what changed between two stores, backups, snapshots or points, in Core Data's terms.",
+        discussion: reflow("""
+            Each side is a store or a backup file, a snapshot id (or unique prefix) with --repo, or a point recorded by
+            `storectl replicate` (--at TIME, given once or twice; points come first). For a Core Data or SwiftData store:
+            objects added, removed and changed per entity (identity Z_ENT + Z_PK), the attributes and relationships that
+            changed with before and after values, many-to-many links, external-data files, and the model's entities,
+            attributes, relationships, constraints and version hashes from Z_MODELCACHE; Core Data's bookkeeping (Z_OPT
+            bumps, Z_PRIMARYKEY, persistent history) is counted but left out unless --bookkeeping. For a plain SQLite
+            store: the schema, then rows by rowid.
+
+            Read-only on every side. Only pages that differ are decoded: two snapshots of one repository are compared by
+            their maps' content ids without reading unchanged pages. A live store is read in one read transaction (from a
+            consistent copy in TMPDIR, or --scratch, when its -wal holds committed pages).
+
+            Exit 0 when the sides are the same, 2 when they differ (like diff(1)).
+            """))
+
+    @Argument(help: "The sides: files, or snapshot ids with --repo.") var sides: [String] = []
+    @Option(parsing: .unconditionalSingleValue, help: "A side that is the point in time recorded at or before TIME (RFC 3339, or before now: -5m); twice for two points.") var at: [String] = []
+    @Option(help: "The snapshot repository (for snapshot ids and points).") var repo: String?
+    @OptionGroup var password: PasswordOption
+    @Option(help: "With --at: the store whose points (when the repository has points of several).") var store: String?
+    @Option(help: "With --at and --store: the host that followed it (default: this one).") var host: String?
+    @Option(help: "Only these entities or tables (repeat, or separate with commas).") var entity: [String] = []
+    @Option(help: "List at most N objects per entity (counts stay complete). Default 10, or all with --json.") var limit: Int?
+    @Flag(help: "Also show Core Data's bookkeeping: Z_OPT bumps, Z_PRIMARYKEY, Z_METADATA, the model cache, persistent history.") var bookkeeping = false
+    @Option(help: "Where a live store's consistent copy is made (default: TMPDIR).") var scratch: String?
+    @Flag(help: "Print every difference as JSON.") var json = false
+
+    func validate() throws {
+        guard at.count + sides.count == 2 else {
+            throw ValidationError("name two sides: two files or snapshot ids, or --at TIME and one of them, or --at twice (got \(at.count + sides.count))")
+        }
+        if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more") }
+    }
+
+    func run() throws {
+        var resolved: [StoreDiff.Side] = try at.map { .point(try PointRestore.parseTime($0)) }
+        for side in sides {
+            if repo != nil, FileSystem.kind(of: side) == .missing, !side.contains("/") {
+                resolved.append(.snapshot(side))
+            } else {
+                resolved.append(.file(side))
+            }
+        }
+        var options = StoreDiff.Options(a: resolved[0], b: resolved[1])
+        options.repository = repo
+        options.password = password.source
+        options.pointStore = store
+        options.pointHost = host
+        options.entities = entity.flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }.filter { !$0.isEmpty }
+        options.limit = limit ?? (json ? nil : 10)
+        options.bookkeeping = bookkeeping
+        options.scratch = scratch
+        options.shortValues = !json
+        let progress = TerminalProgress.handler("diff", quiet: json)
+        let report = try StoreDiff.run(options, progress: progress?.1)
+        progress?.0.finish()
+        if json {
+            print(jsonReport(report))
+        } else {
+            print(Self.text(report))
+        }
+        if !report.same { throw Finished(status: .checksFailed) }
+    }
+
+    static func text(_ r: StoreDiff.Report) -> String {
+        var lines: [String] = []
+        func side(_ s: StoreDiff.SideSummary) -> String {
+            "\(s.kind == "file" ? "" : s.kind + " ")\(s.name) (\(Format.count(s.pages)) pages\(s.coreData ? ", Core Data" : "")\(s.copied ? ", read from a consistent copy" : ""))"
+        }
+        lines.append("a: \(side(r.a))")
+        lines.append("b: \(side(r.b))")
+        if r.same {
+            lines.append("same" + (r.bookkeeping.rows + r.bookkeeping.optBumps > 0 ? " (" + bookkeepingLine(r.bookkeeping) + ")" : ""))
+        }
+        if !r.schema.isEmpty {
+            lines.append("schema: \(Format.plural(r.schema.count, "change", "changes"))")
+            for change in r.schema {
+                let mark = change.change == "added" ? "+" : change.change == "removed" ? "-" : "~"
+                lines.append("  \(mark) \(change.type) \(change.name)")
+            }
+        }
+        if !r.model.isEmpty {
+            lines.append("model: \(Format.plural(r.model.count, "change", "changes"))")
+            for line in r.model { lines.append("  \(line)") }
+        }
+        for e in r.entities {
+            var counts = ["\(e.added) added", "\(e.removed) removed", "\(e.changed) changed"]
+            if !e.attributes.isEmpty {
+                counts[2] += " (" + e.attributes.sorted { $0.value == $1.value ? $0.key < $1.key : $0.value > $1.value }
+                    .prefix(6).map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")"
+            }
+            lines.append("\(e.entity.map { "\($0) (\(e.table))" } ?? "table \(e.table)"): \(counts.joined(separator: ", "))")
+            for o in e.objects {
+                let mark = o.change == "added" ? "+" : o.change == "removed" ? "-" : "~"
+                let values = o.values.map { v -> String in
+                    switch (v.before, v.after) {
+                    case (let x?, let y?): return "\(v.name) \(x) → \(y)"
+                    case (nil, let y?): return "\(v.name) \(y)"
+                    case (let x?, nil): return "\(v.name) \(x)"
+                    default: return v.name
+                    }
+                }
+                // Added and removed objects show their first values (--json has them all).
+                let shown = o.change == "changed" ? values : Array(values.prefix(6)) + (values.count > 6 ? ["…"] : [])
+                lines.append("  \(mark) \(o.object)" + (shown.isEmpty ? "" : ": " + shown.joined(separator: "; ")))
+            }
+            if e.unlisted > 0 { lines.append("  … and \(Format.count(e.unlisted)) more (--limit, --json)") }
+        }
+        for l in r.links {
+            lines.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed")
+            for link in l.links { lines.append("  \(link.change == "added" ? "+" : "-") \(link.link)") }
+            if l.unlisted > 0 { lines.append("  … and \(Format.count(l.unlisted)) more") }
+        }
+        if !r.externalData.isEmpty {
+            lines.append("external data: \(Format.plural(r.externalData.count, "file", "files")) differ")
+            for f in r.externalData {
+                lines.append("  \(f.change == "added" ? "+" : f.change == "removed" ? "-" : "~") \(f.path) (\(f.before.map { Format.bytes($0) } ?? "-") → \(f.after.map { Format.bytes($0) } ?? "-"))")
+            }
+        }
+        if !r.same, r.bookkeeping.rows + r.bookkeeping.optBumps > 0, !r.bookkeeping.shown {
+            lines.append(bookkeepingLine(r.bookkeeping))
+        }
+        var tail = "compared by \(r.stats.method): \(Format.count(r.stats.leavesDecoded)) leaf pages decoded, \(Format.count(r.stats.leavesSkipped)) skipped as the same"
+        tail += ", \(String(format: "%.2f", r.stats.seconds)) s"
+        if let fallback = r.stats.fallback { tail += " (\(fallback))" }
+        lines.append(tail)
+        return lines.joined(separator: "\n")
+    }
+
+    static func bookkeepingLine(_ b: StoreDiff.Bookkeeping) -> String {
+        var parts: [String] = []
+        if b.rows > 0 { parts.append("\(Format.plural(b.rows, "bookkeeping row", "bookkeeping rows")) (\(b.tables.joined(separator: ", ")))") }
+        if b.optBumps > 0 { parts.append("\(Format.plural(b.optBumps, "Z_OPT bump", "Z_OPT bumps"))") }
+        return parts.joined(separator: " and ") + (b.shown ? "" : " left out: --bookkeeping shows them")
+    }
+}
