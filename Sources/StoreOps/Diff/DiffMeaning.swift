@@ -240,7 +240,8 @@ extension StoreDiff {
             if let before, let after {
                 kind = "changed"
                 var meaningful = false
-                for column in Set(before.keys).union(after.keys).sorted() where before[column] != after[column] {
+                // A column only one side has is a schema change, not a change of every row.
+                for column in Set(before.keys).intersection(after.keys).sorted() where before[column] != after[column] {
                     let label = labels?[column] ?? .plain(column)
                     if label == .opt && !options.bookkeeping { continue }
                     meaningful = true

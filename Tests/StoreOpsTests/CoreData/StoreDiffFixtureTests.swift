@@ -1,0 +1,84 @@
+import Foundation
+import GRDB
+import StoreLab
+@testable import StoreOps
+import Testing
+
+/// `storectl diff` on the real stores from Apple's apps: edits made with SQL are named by entity,
+/// object, attribute and relationship; nothing crashes.
+@Suite("diff of real Core Data stores")
+struct StoreDiffFixtureTests {
+    func edit(_ path: String, _ sql: String) throws {
+        let queue = try DatabaseQueue(path: path)
+        try queue.write { try $0.execute(sql: sql) }
+        try queue.close()
+    }
+
+    func pair(_ fixture: Fixture, _ folder: TempFolder) throws -> (String, String) {
+        let a = try fixture.copy(into: folder)
+        let other = try TempFolder()
+        let b = try fixture.copy(into: other)
+        let moved = folder.file("edited-" + FileSystem.name(of: b))
+        for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: b + suffix) {
+            try FileManager.default.moveItem(atPath: b + suffix, toPath: moved + suffix)
+        }
+        return (a, moved)
+    }
+
+    @Test("Notes: a note's title changed, a note deleted and a Z_OPT bump are told apart: ICNote 1 changed (title), 1 removed; the bump only counted")
+    func notes() throws {
+        let folder = try TempFolder()
+        let (a, b) = try pair(.notes, folder)
+        let same = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(b)))
+        #expect(same.same && same.entities.isEmpty && same.model.isEmpty)
+        let notes = try DatabaseQueue(path: b).read { db in
+            try Int64.fetchAll(db, sql: "SELECT Z_PK FROM ZICCLOUDSYNCINGOBJECT WHERE Z_ENT = (SELECT Z_ENT FROM Z_PRIMARYKEY WHERE Z_NAME = 'ICNote') ORDER BY Z_PK")
+        }
+        #expect(notes.count >= 3)
+        try edit(b, """
+            UPDATE ZICCLOUDSYNCINGOBJECT SET ZTITLE1 = 'Changed by the test' WHERE Z_PK = \(notes[0]);
+            DELETE FROM ZICCLOUDSYNCINGOBJECT WHERE Z_PK = \(notes[1]);
+            UPDATE ZICCLOUDSYNCINGOBJECT SET Z_OPT = Z_OPT + 1 WHERE Z_PK = \(notes[2]);
+            """)
+        let report = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(b)))
+        #expect(!report.same)
+        #expect(report.a.coreData && report.b.coreData)
+        let note = try #require(report.entities.first { $0.entity == "ICNote" }, "\(report.entities.map { $0.entity ?? $0.table })")
+        #expect(note.changed == 1 && note.removed == 1 && note.added == 0)
+        #expect(note.attributes == ["title": 1])
+        let changed = try #require(note.objects.first { $0.change == "changed" })
+        #expect(changed.object == "ICNote \(notes[0])")
+        #expect(changed.values.first?.after == "\"Changed by the test\"")
+        #expect(note.objects.contains { $0.change == "removed" && $0.object == "ICNote \(notes[1])" })
+        #expect(report.entities.count == 1, "nothing else: \(report.entities.map { $0.entity ?? $0.table })")
+        #expect(report.bookkeeping.optBumps == 1)
+        #expect(report.schema.isEmpty && report.model.isEmpty)
+    }
+
+    @Test("Photos (a live -wal read from a consistent copy): a link removed from a many-to-many join table and an attribute changed are named; the same store is the same")
+    func photos() throws {
+        let folder = try TempFolder()
+        let (a, b) = try pair(.photos, folder)
+        let same = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(b)))
+        #expect(same.same, "\(same.entities.map { $0.entity ?? $0.table })")
+        #expect(same.a.copied, "Photos.sqlite-wal holds committed pages")
+        let (join, asset) = try DatabaseQueue(path: b).read { db -> (String?, Int64?) in
+            let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'Z_[0-9]*' ORDER BY name")
+            let join = try tables.first { try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier($0))") ?? 0 > 0 }
+            return (join, try Int64.fetchOne(db, sql: "SELECT min(Z_PK) FROM ZGENERICASSET"))
+        }
+        let table = try #require(join)
+        let pk = try #require(asset)
+        try edit(b, """
+            DELETE FROM \(quoteIdentifier(table)) WHERE rowid = (SELECT min(rowid) FROM \(quoteIdentifier(table)));
+            UPDATE ZGENERICASSET SET ZFAVORITE = 1 - ZFAVORITE WHERE Z_PK = \(pk);
+            """)
+        let report = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(b)))
+        let links = try #require(report.links.first { $0.table == table })
+        #expect(links.removed == 1 && links.added == 0)
+        #expect(links.relationship.contains("."), "Entity.relationship: \(links.relationship)")
+        let assets = report.entities.filter { $0.table == "ZGENERICASSET" }
+        #expect(assets.reduce(0) { $0 + $1.changed } == 1)
+        #expect(assets.first?.attributes.keys.contains("favorite") == true, "\(assets.first?.attributes ?? [:])")
+    }
+}

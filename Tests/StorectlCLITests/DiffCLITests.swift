@@ -1,0 +1,149 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+@Suite("storectl diff, end to end")
+struct DiffCLITests {
+    func report(_ run: ChildProcess.Result) throws -> StoreDiff.Report {
+        try JSON.decoder().decode(StoreDiff.Report.self, from: Data(run.stdout.utf8))
+    }
+
+    func write(_ path: String, _ sql: String, arguments: StatementArguments = []) throws {
+        let queue = try DatabaseQueue(path: path)
+        try queue.write { try $0.execute(sql: sql, arguments: arguments) }
+        try queue.close()
+    }
+
+    func snapshot(_ store: String, _ repo: String) throws -> String {
+        let run = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(run.status == 0, "\(run.stderr)")
+        return try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(run.stdout.utf8)).id
+    }
+
+    @Test("two snapshots of one repository 60 scattered updates, 5 deletions, 3 insertions and tag links apart: exactly those objects, by content id, decoding only the leaves that differ; the human summary and exit 2, exit 0 for the same snapshot")
+    func snapshots() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 20_000)
+        let repo = try folder.repository()
+        let first = try snapshot(store, repo)
+        var generator = SystemRandomNumberGenerator()
+        let keys = try DatabaseQueue(path: store).read { try Int64.fetchAll($0, sql: "SELECT Z_PK FROM ZITEM ORDER BY Z_PK") }
+        let shuffled = keys.shuffled(using: &generator)
+        let updated = Set(shuffled.prefix(60)), deleted = Set(shuffled.dropFirst(60).prefix(5))
+        for key in updated { try write(store, "UPDATE ZITEM SET ZTITLE = 'edited ' || Z_PK, Z_OPT = Z_OPT + 1 WHERE Z_PK = ?", arguments: [key]) }
+        try write(store, "DELETE FROM ZITEM WHERE Z_PK IN (\(deleted.map(String.init).joined(separator: ",")))")
+        let maxKey = keys.max() ?? 0
+        try write(store, """
+            INSERT INTO ZITEM (Z_PK, Z_ENT, Z_OPT, ZTITLE) SELECT Z_PK + \(maxKey), Z_ENT, 1, 'new' FROM ZITEM WHERE Z_PK IN (\(shuffled.suffix(3).map(String.init).joined(separator: ",")));
+            UPDATE Z_PRIMARYKEY SET Z_MAX = Z_MAX + 3 WHERE Z_NAME = 'Item';
+            DELETE FROM Z_2TAGS WHERE rowid = (SELECT min(rowid) FROM Z_2TAGS);
+            """)
+        let second = try snapshot(store, repo)
+        let run = try storectl("diff", "--repo", repo, first, second, "--json")
+        #expect(run.status == 2, "\(run.stderr)")
+        let result = try report(run)
+        #expect(result.stats.method == "content ids" && result.stats.fallback == nil)
+        let items = result.entities.filter { $0.table == "ZITEM" }
+        func objectKeys(_ change: String) -> Set<Int64> {
+            Set(items.flatMap(\.objects).filter { $0.change == change }.compactMap { Int64($0.object.split(separator: " ").last ?? "") })
+        }
+        #expect(objectKeys("changed") == updated)
+        #expect(objectKeys("removed") == deleted)
+        #expect(objectKeys("added").count == 3 && objectKeys("added").allSatisfy { $0 > maxKey })
+        #expect(items.allSatisfy { $0.attributes.keys.sorted() == ["ZTITLE"] || $0.changed == 0 }, "Z_OPT is bookkeeping: \(items.map(\.attributes))")
+        #expect(result.links.first?.table == "Z_2TAGS" && result.links.first?.removed == 1)
+        #expect(result.bookkeeping.tables.contains("Z_PRIMARYKEY"))
+        #expect(result.stats.leavesDecoded * 5 < result.stats.leavesSkipped, "only leaves that differ: \(result.stats.leavesDecoded) decoded, \(result.stats.leavesSkipped) skipped")
+        let text = try storectl("diff", "--repo", repo, first, second, "--limit", "2")
+        #expect(text.status == 2)
+        #expect(text.stdout.contains("changed (ZTITLE") && text.stdout.contains("… and") && text.stdout.contains("Item.tags (Z_2TAGS)"), "\(text.stdout)")
+        let same = try storectl("diff", "--repo", repo, second, second)
+        #expect(same.status == 0 && same.stdout.contains("\nsame"), "\(same.stdout)\(same.stderr)")
+        // A file against a snapshot: the store as it is now is the second snapshot.
+        let mixed = try storectl("diff", "--repo", repo, second, store)
+        #expect(mixed.status == 0, "\(mixed.stdout)\(mixed.stderr)")
+    }
+
+    @Test("a long value rewritten in place (same length, so the leaf's bytes may not change, only its overflow pages): found, in files and in snapshots")
+    func overflowOnly() throws {
+        let folder = try TempFolder()
+        let store = folder.file("plain.sqlite")
+        try write(store, """
+            CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);
+            INSERT INTO notes (body) VALUES (printf('%.*c', 30000, 'a')), ('short');
+            """)
+        let repo = try folder.repository()
+        let first = try snapshot(store, repo)
+        _ = try ChildProcess.run("/bin/cp", [store, folder.file("before.sqlite")])
+        try write(store, "UPDATE notes SET body = printf('%.*c', 29999, 'a') || 'b' WHERE id = 1")
+        let second = try snapshot(store, repo)
+        for arguments in [["diff", "--repo", repo, first, second, "--json"], ["diff", folder.file("before.sqlite"), store, "--json"]] {
+            let run = try ChildProcess.run(Binaries.storectl, arguments)
+            #expect(run.status == 2, "\(arguments): \(run.stderr)")
+            let result = try report(run)
+            #expect(result.entities.count == 1 && result.entities.first?.changed == 1 && result.entities.first?.objects.first?.object == "id 1",
+                    "\(arguments): \(result.entities)")
+        }
+    }
+
+    @Test("a plain SQLite store: a column and an index added are schema changes, rows by primary key; bad input: not a database 65, missing 66, a snapshot id without --repo 66, one side 64")
+    func plainAndBadInput() throws {
+        let folder = try TempFolder()
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        for path in [a, b] {
+            try write(path, "CREATE TABLE t (code TEXT PRIMARY KEY, n INTEGER); INSERT INTO t VALUES ('x', 1), ('y', 2)")
+        }
+        try write(b, "ALTER TABLE t ADD COLUMN note TEXT DEFAULT 'none'; CREATE INDEX t_n ON t(n); UPDATE t SET n = 5 WHERE code = 'y'")
+        let run = try storectl("diff", a, b, "--json")
+        #expect(run.status == 2, "\(run.stderr)")
+        let result = try report(run)
+        #expect(Set(result.schema.map { "\($0.change) \($0.type) \($0.name)" }) == ["changed table t", "added index t_n"])
+        let rows = try #require(result.entities.first { $0.table == "t" })
+        #expect(rows.changed == 1 && rows.objects.first?.object == "code \"y\"" && rows.attributes == ["n": 1], "\(rows)")
+        let junk = folder.file("junk.sqlite")
+        try Data(repeating: 7, count: 8192).write(to: URL(fileURLWithPath: junk))
+        let bad = try storectl("diff", a, junk)
+        #expect(bad.status == 65 && bad.stderr.contains(junk), "\(bad.stderr)")
+        let missing = try storectl("diff", a, folder.file("nope.sqlite"))
+        #expect(missing.status == 66, "\(missing.stderr)")
+        let noRepo = try storectl("diff", a, "20261125T011206Z-cd1e69")
+        #expect(noRepo.status == 66, "\(noRepo.stderr)")
+        let one = try storectl("diff", a)
+        #expect(one.status == 64 && one.stderr.contains("two sides"), "\(one.stderr)")
+    }
+
+    @Test("diff of a live store against its snapshot 8 times under a writer committing every 2 ms: every run exits 2, and the rows it reports added are exactly a prefix of the writer's commits that includes all committed before it started")
+    func underWriter() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 5_000)
+        let repo = try folder.repository()
+        let base = try snapshot(store, repo)
+        let log = folder.file("commits.log"), ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "2", "--ready-file", ready,
+                                                             "--commit-log", log, "--autocheckpoint", "100"])
+        defer { writer.signal(SIGTERM); _ = writer.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        var failures: [String] = []
+        for round in 1...8 {
+            let started = Date().timeIntervalSince1970
+            let run = try storectl("diff", "--repo", repo, base, store, "--json", "--entity", "Task,Note,Item")
+            guard run.status == 2, let result = try? report(run) else {
+                failures.append("round \(round): exit \(run.status): \(run.stderr.prefix(300))")
+                continue
+            }
+            let added = result.entities.flatMap(\.objects).filter { $0.change == "added" }
+                .compactMap { Int64($0.object.split(separator: " ").last ?? "") }.sorted()
+            let logged = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { line -> (Int64, Double)? in
+                let fields = line.split(separator: " ")
+                guard fields.count == 2, let key = Int64(fields[0]), let at = Double(fields[1]) else { return nil }
+                return (key, at)
+            }
+            let before = logged.filter { $0.1 < started }.count
+            if added != Array(logged.map(\.0).prefix(added.count)) { failures.append("round \(round): the added rows are not a prefix of the writer's commits") }
+            if added.count < before { failures.append("round \(round): \(before) committed before it started, \(added.count) reported") }
+        }
+        #expect(failures.isEmpty, "\(failures)")
+    }
+}
