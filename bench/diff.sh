@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# storectl diff against sqldiff (Debian's sqlite3-tools), in one run, on the ~1 GiB bench store:
+#   - two format-2 snapshots that differ by $UPDATES scattered row updates: `storectl diff --repo`
+#     (compares the maps' content ids, decodes only the leaves that differ) against sqldiff on the
+#     two restored files (which reads both whole);
+#   - the two restored files: `storectl diff A B` against sqldiff A B.
+# Checks that storectl reports exactly $UPDATES changed objects. Prints seconds, peak RSS, ratios.
+#
+#   bash bench/diff.sh              # 1 GiB store, 5,000 updates
+#   ITEMS=20000 UPDATES=200 bash bench/diff.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. bench/common.sh
+UPDATES=${UPDATES:-5000}
+need sqldiff sqlite3-tools
+need bc bc
+build_release || exit 1
+ensure_store
+
+WORK=$OUT/diff
+rm -rf "$WORK"; mkdir -p "$WORK"
+cp "$STORE" "$WORK/store.sqlite"
+"$BIN/storectl" repo init --repo "$WORK/repo" >/dev/null || exit 1
+snap() { "$BIN/storectl" snapshot create "$WORK/store.sqlite" --repo "$WORK/repo" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
+A=$(snap) || exit 1
+sqlite3 "$WORK/store.sqlite" "UPDATE ZITEM SET ZTITLE = ZTITLE || ' (edited)', Z_OPT = Z_OPT + 1
+  WHERE Z_PK IN (SELECT Z_PK FROM ZITEM ORDER BY random() LIMIT $UPDATES); PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+B=$(snap) || exit 1
+"$BIN/storectl" snapshot restore --repo "$WORK/repo" "$A" --to "$WORK/a.sqlite" >/dev/null || exit 1
+"$BIN/storectl" snapshot restore --repo "$WORK/repo" "$B" --to "$WORK/b.sqlite" >/dev/null || exit 1
+echo "store: $(du -h "$WORK/a.sqlite" | cut -f1), $UPDATES scattered updates between snapshots $A and $B"
+
+count_changed() {   # the number of changed objects in a diff's JSON
+  python3 -c 'import json,sys; r=json.load(sys.stdin); print(sum(e["changed"] for e in r["entities"]))' < "$1"
+}
+
+settle
+t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff --repo "$WORK/repo" "$A" "$B" --json > "$WORK/snapshots.json"; st=$?
+SNAP_S=$(echo "$(now) - $t0" | bc -l); SNAP_RSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
+[ "$st" = 2 ] || { echo "storectl diff of the snapshots exited $st" >&2; strict_fail diff; }
+SNAP_CHANGED=$(count_changed "$WORK/snapshots.json")
+
+settle
+t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff "$WORK/a.sqlite" "$WORK/b.sqlite" --json > "$WORK/files.json"; st=$?
+FILE_S=$(echo "$(now) - $t0" | bc -l); FILE_RSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
+[ "$st" = 2 ] || { echo "storectl diff of the files exited $st" >&2; strict_fail diff; }
+FILE_CHANGED=$(count_changed "$WORK/files.json")
+
+settle
+t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" sqldiff "$WORK/a.sqlite" "$WORK/b.sqlite" > "$WORK/sqldiff.sql"
+SQLDIFF_S=$(echo "$(now) - $t0" | bc -l); SQLDIFF_RSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
+SQLDIFF_LINES=$(grep -c '^UPDATE "ZITEM"\|^UPDATE ZITEM' "$WORK/sqldiff.sql")
+
+printf '%-44s %8s %9s %s\n' "" seconds "peak MiB" "changed objects"
+printf '%-44s %8.2f %9s %s\n' "storectl diff, two snapshots (content ids)" "$SNAP_S" "$SNAP_RSS" "$SNAP_CHANGED"
+printf '%-44s %8.2f %9s %s\n' "storectl diff, the two restored files" "$FILE_S" "$FILE_RSS" "$FILE_CHANGED"
+printf '%-44s %8.2f %9s %s\n' "sqldiff, the two restored files" "$SQLDIFF_S" "$SQLDIFF_RSS" "$SQLDIFF_LINES UPDATE statements"
+echo "ratios: snapshots $(echo "$SNAP_S / $SQLDIFF_S" | bc -l | cut -c1-5)x sqldiff; files $(echo "$FILE_S / $SQLDIFF_S" | bc -l | cut -c1-5)x sqldiff"
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stats"]; print("snapshots: %d leaf pages decoded, %d skipped; files: " % (s["leavesDecoded"], s["leavesSkipped"]), end="")' "$WORK/snapshots.json"
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stats"]; print("%d decoded, %d skipped" % (s["leavesDecoded"], s["leavesSkipped"]))' "$WORK/files.json"
+if [ "$SNAP_CHANGED" != "$UPDATES" ] || [ "$FILE_CHANGED" != "$UPDATES" ]; then
+  echo "bench/diff.sh: storectl reported $SNAP_CHANGED and $FILE_CHANGED changed objects, $UPDATES were made" >&2
+  strict_fail diff
+fi
+rm -rf "$WORK"
