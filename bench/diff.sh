@@ -36,13 +36,13 @@ count_changed() {   # the number of changed objects in a diff's JSON
 
 settle
 t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff --repo "$WORK/repo" "$A" "$B" --json > "$WORK/snapshots.json"; st=$?
-SNAP_S=$(echo "$(now) - $t0" | bc -l); SNAP_RSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
+SNAP_S=$(echo "$(now) - $t0" | bc -l); SNAP_RSS=$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')
 [ "$st" = 2 ] || { echo "storectl diff of the snapshots exited $st" >&2; strict_fail diff; }
 SNAP_CHANGED=$(count_changed "$WORK/snapshots.json")
 
 settle
 t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff "$WORK/a.sqlite" "$WORK/b.sqlite" --json > "$WORK/files.json"; st=$?
-FILE_S=$(echo "$(now) - $t0" | bc -l); FILE_RSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
+FILE_S=$(echo "$(now) - $t0" | bc -l); FILE_RSS=$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')
 [ "$st" = 2 ] || { echo "storectl diff of the files exited $st" >&2; strict_fail diff; }
 FILE_CHANGED=$(count_changed "$WORK/files.json")
 

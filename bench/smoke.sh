@@ -21,8 +21,9 @@ declare -A KNOBS=(
   [replicate]="DURATION=5"
   [pace]="ROUNDS=1"
   [replicate-s3]="DURATION=5"
+  [diff]="UPDATES=200"
 )
-ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff)
 [ $# -gt 0 ] && ORDER=("$@")
 failed=()
 for name in "${ORDER[@]}"; do

@@ -27,7 +27,7 @@ final class FilePages: DiffPages {
     let pageSize: Int
     let pageCount: Int
     private(set) var pagesRead = 0
-    private let fd: Int32
+    fileprivate let fd: Int32
     private let connection: ReadHold?
 
     /// Why a file cannot be read as it is (its `-wal` holds committed pages): the caller reads a
@@ -94,7 +94,82 @@ final class FilePages: DiffPages {
         return bytes
     }
 
-    func contentID(_ page: UInt32) -> ContentID? { nil }
+    /// Which pages of two files (same page size) hold the same bytes: read a megabyte at a time
+    /// from both, on two lanes. Pages past either file's end are not the same.
+    static func samePages(_ a: FilePages, _ b: FilePages) throws -> [Bool] {
+        let count = min(a.pageCount, b.pageCount), size = a.pageSize
+        let chunkPages = max(1, (1 << 20) / size)
+        let chunks = (count + chunkPages - 1) / chunkPages
+        let out = Mutex([Bool](repeating: false, count: count))
+        let next = Mutex(0)
+        let failure = Mutex<(any Error)?>(nil)
+        onLanes(2) { _ in
+            var x = [UInt8](repeating: 0, count: chunkPages * size), y = x
+            while true {
+                let chunk = next.withLock { value -> Int in defer { value += 1 }; return value }
+                guard chunk < chunks, failure.withLock({ $0 == nil }) else { return }
+                let first = chunk * chunkPages, pages = min(chunkPages, count - first), bytes = pages * size
+                let offset = off_t(first) * off_t(size)
+                let gotA = x.withUnsafeMutableBytes { pread(a.fd, $0.baseAddress, bytes, offset) }
+                let gotB = y.withUnsafeMutableBytes { pread(b.fd, $0.baseAddress, bytes, offset) }
+                guard gotA == bytes, gotB == bytes else {
+                    failure.withLock { $0 = StoreOpsError(.ioError, "reading \(gotA == bytes ? b.path : a.path) at byte \(offset): short read") }
+                    return
+                }
+                var same = [Bool](repeating: false, count: pages)
+                x.withUnsafeBytes { rx in
+                    y.withUnsafeBytes { ry in
+                        for i in 0..<pages { same[i] = memcmp(rx.baseAddress! + i * size, ry.baseAddress! + i * size, size) == 0 }
+                    }
+                }
+                out.withLock { all in for i in 0..<pages { all[first + i] = same[i] } }
+            }
+        }
+        if let error = failure.withLock({ $0 }) { throw error }
+        a.pagesRead += count
+        b.pagesRead += count
+        return out.withLock { $0 }
+    }
+
+    /// Set when the other side is a repository's: this file's pages get that repository's
+    /// content ids (all computed at the first ask, on two lanes), so unchanged pages compare
+    /// without decompressing the snapshot's.
+    var sealer: Sealer?
+    private var ids: [ContentID]?
+
+    func contentID(_ page: UInt32) -> ContentID? {
+        guard let sealer, page >= 1, Int(page) <= pageCount else { return nil }
+        if ids == nil { ids = hashAll(sealer) }
+        return ids?[Int(page) - 1]
+    }
+
+    private func hashAll(_ sealer: Sealer) -> [ContentID]? {
+        let count = pageCount, size = pageSize, fd = self.fd
+        let chunkPages = max(1, (1 << 20) / size)
+        let chunks = (count + chunkPages - 1) / chunkPages
+        let out = Mutex([ContentID](repeating: .zero, count: count))
+        let next = Mutex(0)
+        let failed = Mutex(false)
+        onLanes(2) { _ in
+            var buffer = [UInt8](repeating: 0, count: chunkPages * size)
+            while true {
+                let chunk = next.withLock { value -> Int in defer { value += 1 }; return value }
+                guard chunk < chunks, !failed.withLock({ $0 }) else { return }
+                let first = chunk * chunkPages, pages = min(chunkPages, count - first)
+                let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, pages * size, off_t(first) * off_t(size)) }
+                guard got == pages * size else { failed.withLock { $0 = true }; return }
+                var local: [ContentID] = []
+                local.reserveCapacity(pages)
+                buffer.withUnsafeBytes { raw in
+                    for i in 0..<pages { local.append(sealer.contentID(UnsafeRawBufferPointer(rebasing: raw[(i * size)..<((i + 1) * size)]))) }
+                }
+                out.withLock { ids in for (i, id) in local.enumerated() { ids[first + i] = id } }
+            }
+        }
+        guard !failed.withLock({ $0 }) else { return nil }
+        pagesRead += count
+        return out.withLock { $0 }
+    }
 }
 
 /// A read transaction held on a store through SQLite's C API (GRDB ends every access's

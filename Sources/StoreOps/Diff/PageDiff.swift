@@ -37,31 +37,67 @@ final class PageDiff {
     let headerB: SQLitePages.Header
     private(set) var schemaA: [SchemaEntry] = []
     private(set) var schemaB: [SchemaEntry] = []
-    /// Both sides carry content ids of one repository.
-    let byContentID: Bool
+    /// How pages were found equal: "content ids", "bytes" (two files), or "every page" (no way: all compared).
+    let method: String
     private(set) var leavesSkipped = 0
     private(set) var leavesDecoded = 0
     /// Set when a differing page could not be accounted for and the tables were compared leaf by leaf.
     private(set) var fellBackReason: String?
 
-    // Accounting (repository sides): the pages each side's walks and decoding explained.
+    // Accounting: the pages each side's walks and decoding explained.
     private var explainedA = Set<UInt32>()
     private var explainedB = Set<UInt32>()
     private var compareAllLeaves = false
+    /// Page p (p - 1) differs between the sides, or exists on one only.
+    private var differs: [Bool] = []
+    /// Interior pages the same on both sides, read once: kind and children.
+    private var sharedInterior: [UInt32: (SQLitePages.PageKind, [UInt32])] = [:]
 
     init(_ a: any DiffPages, _ b: any DiffPages) throws {
         self.a = a
         self.b = b
         if let ra = a as? RepositoryPages, let rb = b as? RepositoryPages, ra.repository === rb.repository {
-            byContentID = true
+            method = "content ids"
             try RepositoryPages.locate([ra, rb])
+        } else if let repository = (a as? RepositoryPages) ?? (b as? RepositoryPages), let file = (a as? FilePages) ?? (b as? FilePages) {
+            // A file against a snapshot: the file's pages get the repository's ids.
+            file.sealer = repository.repository.sealer
+            method = "content ids"
+        } else if a is FilePages, b is FilePages {
+            method = "bytes"
         } else {
-            byContentID = false
+            method = "every page"   // two repositories: their ids are keyed apart
         }
         headerA = try SQLitePages.Header.parse(try Self.page(1, of: a), what: a.what)
         headerB = try SQLitePages.Header.parse(try Self.page(1, of: b), what: b.what)
+        differs = try Self.differingPages(a, b, method: method)
         schemaA = try schema(a, header: headerA, explained: &explainedA)
         schemaB = try schema(b, header: headerB, explained: &explainedB)
+    }
+
+    /// Which pages differ: by content id, or two files compared a megabyte at a time on two lanes.
+    static func differingPages(_ a: any DiffPages, _ b: any DiffPages, method: String) throws -> [Bool] {
+        let count = max(a.pageCount, b.pageCount)
+        var out = [Bool](repeating: true, count: count)
+        switch method {
+        case "content ids":
+            for p in 0..<min(a.pageCount, b.pageCount) {
+                if let x = a.contentID(UInt32(p + 1)), x == b.contentID(UInt32(p + 1)) { out[p] = false }
+            }
+        case "bytes":
+            guard let fa = a as? FilePages, let fb = b as? FilePages, fa.pageSize == fb.pageSize else { return out }
+            let same = try FilePages.samePages(fa, fb)
+            for p in 0..<same.count where same[p] { out[p] = false }
+        default:
+            break
+        }
+        return out
+    }
+
+    /// Whether page `page` has the same content on both sides.
+    @inline(__always)
+    func isShared(_ page: UInt32) -> Bool {
+        page >= 1 && Int(page) <= differs.count && !differs[Int(page) - 1]
     }
 
     static func page(_ number: UInt32, of side: any DiffPages) throws -> [UInt8] {
@@ -107,6 +143,9 @@ final class PageDiff {
     }
 
     /// The pages of the b-tree rooted at `root`, level by level (each level read in one batch).
+    /// Leaves are not read: a b-tree's leaves are all at one depth, so a level whose first page is
+    /// a leaf is all leaves (decoding checks each). An interior page the same on both sides is
+    /// read once.
     func walk(_ side: any DiffPages, root: UInt32, header: SQLitePages.Header, explained: inout Set<UInt32>) throws -> Tree {
         var tree = Tree()
         var level: [UInt32] = [root]
@@ -118,28 +157,46 @@ final class PageDiff {
             for page in level where page < 1 || Int(page) > side.pageCount || !seen.insert(page).inserted {
                 throw StoreOpsError(.badData, "\(side.what): the b-tree rooted at page \(root) refers to page \(page) \(seen.contains(page) ? "twice" : "past the file's end")")
             }
-            let bytes = try side.read(level)
+            // The first page says whether this level is leaves.
+            let firstKind = try kind(of: level[0], side: side, header: header)
+            if tree.kind == nil { tree.kind = firstKind }
+            if firstKind.isLeaf {
+                for number in level { explained.insert(number) }
+                tree.leaves.append(contentsOf: level)
+                break
+            }
+            let unread = level.filter { sharedInterior[$0] == nil || !isShared($0) }
+            let bytes = try side.read(unread)
             var next: [UInt32] = []
             for number in level {
-                guard let raw = bytes[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
-                let page = try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what)
-                if tree.kind == nil { tree.kind = page.kind }
-                guard page.kind.isTable == (tree.kind?.isTable ?? true) else {
-                    throw StoreOpsError(.badData, "\(side.what): page \(number) is not the kind of b-tree page its parent says")
+                let kind: SQLitePages.PageKind, children: [UInt32]
+                if isShared(number), let known = sharedInterior[number] {
+                    (kind, children) = known
+                } else {
+                    guard let raw = bytes[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
+                    let page = try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what)
+                    kind = page.kind
+                    children = try page.children()
+                    if isShared(number), !kind.isLeaf { sharedInterior[number] = (kind, children) }
+                }
+                guard kind.isTable == (tree.kind?.isTable ?? true), !kind.isLeaf else {
+                    throw StoreOpsError(.badData, "\(side.what): page \(number) is not the kind of b-tree page its parent says (a leaf among interior pages, or another b-tree's)")
                 }
                 explained.insert(number)
-                if page.kind.isLeaf {
-                    tree.leaves.append(number)
-                } else {
-                    tree.interior.append(number)
-                    if !page.kind.isTable { tree.leaves.append(number) }   // index interior cells are entries
-                    next.append(contentsOf: try page.children())
-                }
+                tree.interior.append(number)
+                if !kind.isTable { tree.leaves.append(number) }   // index interior cells are entries
+                next.append(contentsOf: children)
             }
             level = next
         }
         if tree.kind?.isTable == false { tree.leaves.sort() }
         return tree
+    }
+
+    private func kind(of number: UInt32, side: any DiffPages, header: SQLitePages.Header) throws -> SQLitePages.PageKind {
+        if isShared(number), let known = sharedInterior[number] { return known.0 }
+        let raw = try Self.page(number, of: side)
+        return try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what).kind
     }
 
     /// The entries of `leaves` in order: (rowid, full payload) for table leaves, (0, payload) for
@@ -154,7 +211,9 @@ final class PageDiff {
             for number in batch {
                 guard let raw = bytes[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
                 let page = try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what)
-                guard page.kind != .tableInterior else { continue }
+                guard page.kind != .tableInterior else {
+                    throw StoreOpsError(.badData, "\(side.what): page \(number) is an interior page where its b-tree's leaves are")
+                }
                 for i in 0..<page.cellCount {
                     try ProcessSignals.checkpoint("comparing")
                     let cell = try page.cell(i)
@@ -214,48 +273,12 @@ final class PageDiff {
             return (leavesA, leavesB)
         }
         let setB = Set(leavesB)
-        var shared = Set<UInt32>()
-        var candidates = leavesA.filter { setB.contains($0) }
-        if byContentID {
-            for page in candidates where a.contentID(page) == b.contentID(page) && a.contentID(page) != nil { shared.insert(page) }
-        } else {
-            // Files: compare the candidates' bytes, 256 at a time, with the overflow chains of a leaf whose bytes match.
-            while !candidates.isEmpty {
-                let batch = Array(candidates.prefix(256))
-                candidates.removeFirst(batch.count)
-                let pa = try a.read(batch), pb = try b.read(batch)
-                for page in batch where pa[page] == pb[page] {
-                    if let bytes = pa[page], try overflowChainsMatch(page, bytes) { shared.insert(page) }
-                }
-            }
-        }
+        let shared = Set(leavesA.filter { setB.contains($0) && isShared($0) })
         leavesSkipped += shared.count * 2
         let onlyA = leavesA.filter { !shared.contains($0) }
         let onlyB = leavesB.filter { !shared.contains($0) }
         leavesDecoded += onlyA.count + onlyB.count
         return (onlyA, onlyB)
-    }
-
-    /// A leaf whose bytes are the same on both files: whether the overflow chains its cells start
-    /// are the same pages with the same bytes too.
-    private func overflowChainsMatch(_ number: UInt32, _ bytes: [UInt8]) throws -> Bool {
-        let page = try SQLitePages.BTreePage(number: number, bytes: bytes, usable: headerA.usable, what: a.what)
-        guard headerA.usable == headerB.usable else { return false }
-        for i in 0..<page.cellCount {
-            let cell = try page.cell(i)
-            var next = cell.overflow
-            var left = cell.payloadSize - cell.localSize
-            var hops = 0
-            while left > 0, next != 0 {
-                hops += 1
-                guard Int(next) <= a.pageCount, Int(next) <= b.pageCount, hops <= a.pageCount else { return false }
-                let x = try Self.page(next, of: a), y = try Self.page(next, of: b)
-                guard x == y else { return false }
-                left -= headerA.usable - 4
-                next = SQLitePages.be32(x, 0)
-            }
-        }
-        return true
     }
 
     /// Merges two rowid-ordered streams of rows and reports the rows that differ.
@@ -306,14 +329,9 @@ final class PageDiff {
     /// read; when not, `compareAllLeaves` is set and the caller compares again. Only index,
     /// freelist and pointer-map pages are read here, the index pages only where they differ.
     func accountForDifferences() throws -> Bool {
-        guard byContentID, !compareAllLeaves else { return true }
+        guard !compareAllLeaves else { return true }
         var unexplained: [UInt32] = []
-        let count = max(a.pageCount, b.pageCount)
-        for p in 1...max(1, count) {
-            let page = UInt32(p)
-            if a.contentID(page) == b.contentID(page) { continue }
-            unexplained.append(page)
-        }
+        for p in differs.indices where differs[p] { unexplained.append(UInt32(p + 1)) }
         guard !unexplained.isEmpty else { return true }
         let freeA = try freelist(a, header: headerA), freeB = try freelist(b, header: headerB)
         func remaining(_ side: any DiffPages, _ header: SQLitePages.Header, _ explained: Set<UInt32>, _ free: Set<UInt32>) throws -> [UInt32] {

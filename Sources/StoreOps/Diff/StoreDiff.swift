@@ -233,7 +233,7 @@ public enum StoreDiff {
         return Report(
             a: summaryA, b: summaryB, same: same, schema: schema, model: model, entities: entities, links: links,
             externalData: external, bookkeeping: collector.bookkeeping,
-            stats: Stats(method: diff.byContentID ? "content ids" : "bytes", pagesRead: pagesA.pagesRead + pagesB.pagesRead,
+            stats: Stats(method: diff.method, pagesRead: pagesA.pagesRead + pagesB.pagesRead,
                          leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,
                          seconds: Date().timeIntervalSince(started)))
     }

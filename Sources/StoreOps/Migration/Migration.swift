@@ -21,6 +21,9 @@ public struct Migration: Sendable {
     public var didMigrate: (@Sendable (Database) throws -> Void)?
     public var noTransaction: Bool
     public var allowCountDrop: Set<String>
+    /// What the migration declares it changes in the data (`-- storectl: changes Entity.attribute,
+    /// Entity`): verified against the diff of the run; nil when it declares nothing.
+    public var declaredChanges: Set<String>?
     /// SHA-256 of the file (and of its .verify.sql), or of a Swift stage's declared revision.
     public var checksum: String
     /// Where it came from, for messages.
@@ -35,7 +38,7 @@ public struct Migration: Sendable {
     ///                       didMigrate: { db in /* fill first/last from name with Swift code */ })
     /// ```
     public init(version: Int, name: String, revision: String, sql: String = "", checks: [String] = [],
-                allowCountDrop: Set<String> = [], willMigrate: (@Sendable (Database) throws -> Void)? = nil,
+                allowCountDrop: Set<String> = [], declaredChanges: Set<String>? = nil, willMigrate: (@Sendable (Database) throws -> Void)? = nil,
                 didMigrate: (@Sendable (Database) throws -> Void)? = nil) {
         self.version = version
         self.name = name
@@ -45,18 +48,20 @@ public struct Migration: Sendable {
         self.didMigrate = didMigrate
         noTransaction = false
         self.allowCountDrop = allowCountDrop
+        self.declaredChanges = declaredChanges
         checksum = Hashing.sha256(Data("swift-stage:\(version):\(name):\(revision):\(sql):\(checks.joined(separator: ";"))".utf8))
         source = "Swift stage \(version)_\(name)"
     }
 
     init(version: Int, name: String, statements: [String], checks: [String], noTransaction: Bool,
-         allowCountDrop: Set<String>, checksum: String, source: String) {
+         allowCountDrop: Set<String>, declaredChanges: Set<String>? = nil, checksum: String, source: String) {
         self.version = version
         self.name = name
         self.statements = statements
         self.checks = checks
         self.noTransaction = noTransaction
         self.allowCountDrop = allowCountDrop
+        self.declaredChanges = declaredChanges
         self.checksum = checksum
         self.source = source
     }
@@ -109,7 +114,7 @@ public struct Migration: Sendable {
             migrations.append(Migration(
                 version: version, name: String(stem.dropFirst(digits.count + 1)), statements: SQLScript.statements(text),
                 checks: SQLScript.statements(verifyText), noTransaction: directives.noTransaction,
-                allowCountDrop: directives.allowCountDrop,
+                allowCountDrop: directives.allowCountDrop, declaredChanges: directives.changes,
                 checksum: Hashing.sha256(data + (verifyData ?? Data())), source: path))
         }
         for name in names where name.hasSuffix(".verify.sql") {

@@ -53,6 +53,9 @@ public enum SQLScript {
     struct Directives {
         var noTransaction = false
         var allowCountDrop = Set<String>()
+        /// `-- storectl: changes Item.priorityLabel, Tag` (or `changes nothing`): what the
+        /// migration may change in the data; nil when it declares nothing.
+        var changes: Set<String>?
     }
 
     static func directives(_ text: String) -> Directives {
@@ -65,6 +68,10 @@ public enum SQLScript {
             if directive.hasPrefix("allow-count-drop") {
                 let names = directive.dropFirst("allow-count-drop".count).split(whereSeparator: { $0 == "," || $0 == " " })
                 result.allowCountDrop.formUnion(names.map(String.init))
+            }
+            if directive.hasPrefix("changes ") || directive == "changes" {
+                let names = directive.dropFirst("changes".count).split(whereSeparator: { $0 == "," || $0 == " " }).map(String.init)
+                result.changes = (result.changes ?? []).union(names.filter { $0.lowercased() != "nothing" })
             }
         }
         return result
