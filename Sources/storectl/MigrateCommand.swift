@@ -32,6 +32,8 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Option(help: "A kill-switch file: when it exists, stop at the next safe point and roll back.") var killSwitch: String?
     @Flag(help: "After an interrupted migration: keep the store as it is and go on.") var resume = false
     @Flag(help: "Migrate although another process has the store open (a rollback discards its later writes).") var force = false
+    @Flag(help: "Verify with integrity_check of the whole file, not only of the tables the migrations touched.") var fullCheck = false
+    @Option(help: "Where --dry-run makes its two scratch copies of the store (default: TMPDIR).") var scratch: String?
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
@@ -39,11 +41,15 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
                                       dryRun: dryRun, killSwitch: killSwitch, resume: resume)
         options.force = force
         options.password = password.source
+        options.fullCheck = fullCheck
+        options.scratch = scratch
         let progress = TerminalProgress.handler("migrate", quiet: json)
         let report = try Migrate.run(options, progress: progress?.1)
         progress?.0.finish()
         print(json ? jsonReport(report) : Self.render(report))
         try Finished.check(report.ending)
+        // A rehearsal that changed what the migrations do not declare: the real run would fail.
+        if report.dryRun, report.undeclared?.isEmpty == false { throw Finished(status: .checksFailed) }
     }
 
     static func render(_ report: Migrate.Report) -> String {
@@ -64,6 +70,8 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             if let bytes = report.snapshotEstimateBytes {
                 lines.append("  a pre-migrate snapshot (about \(Format.bytes(bytes)) before compression) goes to \(report.repository)")
             }
+            if let changes = report.changes { lines.append("  on a copy it changes: \(changes.text)") }
+            for outside in report.undeclared ?? [] { lines.append("  NOT DECLARED: \(outside)") }
             return lines.joined(separator: "\n")
         default:
             break
@@ -73,6 +81,8 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         for applied in report.applied {
             lines.append("  applied \(String(format: "%04d", applied.version))_\(applied.name) in \(Format.duration(applied.seconds))")
         }
+        if let changes = report.changes { lines.append("  changed: \(changes.text)") }
+        if let checked = report.checked { lines.append("  checked: \(checked.joined(separator: ", "))") }
         if let failure = report.failure { lines.append("  FAILED: \(failure)") }
         if let hint = report.failureHint { lines.append("  hint: \(hint)") }
         if let rollback = report.rollback {

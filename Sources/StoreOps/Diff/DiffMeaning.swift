@@ -43,7 +43,9 @@ extension StoreDiff {
         init(_ side: DiffSchema) {
             guard let store = side.coreData else {
                 coreData = false
-                for name in side.layouts.keys { tables[name] = name.lowercased().hasPrefix("sqlite_") ? .bookkeeping : .plain }
+                for name in side.layouts.keys {
+                    tables[name] = name.lowercased().hasPrefix("sqlite_") || name == MigrationHistory.table ? .bookkeeping : .plain
+                }
                 return
             }
             coreData = true
@@ -57,7 +59,7 @@ extension StoreDiff {
             let toOne = CoreDataCensus.toOneColumns(store: store) { side.layouts[$0]?.columns ?? [] }.columns
             for (name, layout) in side.layouts {
                 let upper = name.uppercased()
-                if DiffSchema.bookkeepingTables.contains(upper) || upper.hasPrefix("SQLITE_") {
+                if DiffSchema.bookkeepingTables.contains(upper) || upper.hasPrefix("SQLITE_") || name == MigrationHistory.table {
                     tables[name] = .bookkeeping
                     continue
                 }
@@ -233,6 +235,9 @@ extension StoreDiff {
             guard wanted(entity ?? table, table: table) else { return }
             let key = entity.map { "\($0)\u{0}\(table)" } ?? table
             var entry = entities[key] ?? EntityChanges(entity: entity, table: table)
+            if entry.lineage.isEmpty, let entity {
+                entry.lineage = ((after != nil ? b : a).coreData?.model?.ancestors(of: entity)) ?? [entity]
+            }
             let layout = (after != nil ? b : a).layouts[table]
             let object = objectName(entity: entity, rowid: change.rowid, values: after ?? before ?? [:], layout: layout)
             var values: [ValueChange] = []
@@ -240,13 +245,16 @@ extension StoreDiff {
             if let before, let after {
                 kind = "changed"
                 var meaningful = false
-                // A column only one side has is a schema change, not a change of every row.
-                for column in Set(before.keys).intersection(after.keys).sorted() where before[column] != after[column] {
+                // A column only the second side has (added by ALTER TABLE) reads as its default
+                // before; one only the first side has (dropped) is a schema change alone.
+                let defaults = b.layouts[table].map { Dictionary(zip($0.columns, $0.defaults), uniquingKeysWith: { x, _ in x }) } ?? [:]
+                for column in after.keys.sorted() {
+                    let old = before[column] ?? defaults[column] ?? .null, new = after[column] ?? .null
+                    guard old != new else { continue }
                     let label = labels?[column] ?? .plain(column)
                     if label == .opt && !options.bookkeeping { continue }
                     meaningful = true
-                    values.append(ValueChange(name: label.name, before: render(before[column] ?? .null, label: label),
-                                              after: render(after[column] ?? .null, label: label)))
+                    values.append(ValueChange(name: label.name, before: render(old, label: label), after: render(new, label: label)))
                 }
                 guard meaningful else {
                     if before != after { bookkeeping.optBumps += 1 }

@@ -42,6 +42,13 @@ public enum StoreDiff {
     // MARK: - Report
 
     public struct Report: Sendable, Codable {
+        public var summary: Summary {
+            Summary(same: same, schema: schema.map { "\($0.change) \($0.type) \($0.name)" }, model: model,
+                    entities: entities.map { .init(name: $0.entity ?? $0.table, table: $0.table, added: $0.added, removed: $0.removed,
+                                                   changed: $0.changed, attributes: $0.attributes) },
+                    links: links.map { .init(relationship: $0.relationship, added: $0.added, removed: $0.removed) },
+                    externalFiles: externalData.count)
+        }
         public var a: SideSummary
         public var b: SideSummary
         /// Nothing differs (bookkeeping left out unless asked for).
@@ -74,6 +81,8 @@ public enum StoreDiff {
         public var change: String
         public var type: String
         public var name: String
+        /// The table it belongs to (an index's or trigger's table; a table's own name).
+        public var table: String
         public var before: String?
         public var after: String?
     }
@@ -82,6 +91,8 @@ public enum StoreDiff {
         /// The Core Data entity (nil: a plain table).
         public var entity: String?
         public var table: String
+        /// The entity and its superentities, nearest first (what a declaration may name).
+        public var lineage: [String] = []
         public var added = 0
         public var removed = 0
         public var changed = 0
@@ -154,8 +165,13 @@ public enum StoreDiff {
     /// - Throws: 64 a side needs --repo, 66 a missing file or unknown snapshot id, 65 a side that
     ///   is not a readable SQLite database or a damaged snapshot, 75 a locked store.
     public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Report {
+        try run(options, repository: nil, progress: progress)
+    }
+
+    /// - Parameter opened: the repository, when the caller holds it open (migrate's verify stage).
+    static func run(_ options: Options, repository opened: PagedRepository?, progress: ProgressHandler? = nil) throws -> Report {
         let started = Date()
-        var repository: PagedRepository?
+        var repository: PagedRepository? = opened
         func repo() throws -> PagedRepository {
             if let repository { return repository }
             guard let location = options.repository else {
@@ -238,6 +254,83 @@ public enum StoreDiff {
                          seconds: Date().timeIntervalSince(started)))
     }
 
+    // MARK: - Summaries and declarations
+
+    /// What changed, in counts: for a migration's report and history row.
+    public struct Summary: Sendable, Codable, Equatable {
+        public struct Entity: Sendable, Codable, Equatable {
+            public var name: String
+            public var table: String
+            public var added: Int
+            public var removed: Int
+            public var changed: Int
+            /// Changed objects per attribute or relationship.
+            public var attributes: [String: Int]
+        }
+        public struct Links: Sendable, Codable, Equatable {
+            public var relationship: String
+            public var added: Int
+            public var removed: Int
+        }
+        public var same: Bool
+        public var schema: [String]
+        public var model: [String]
+        public var entities: [Entity]
+        public var links: [Links]
+        public var externalFiles: Int
+
+        /// One line: "Task: 12 changed (title 12); Item.tags: 3 links added; schema: 2 changes".
+        public var text: String {
+            var parts: [String] = []
+            for e in entities {
+                var counts: [String] = []
+                if e.added > 0 { counts.append("\(e.added) added") }
+                if e.removed > 0 { counts.append("\(e.removed) removed") }
+                if e.changed > 0 {
+                    counts.append("\(e.changed) changed (" + e.attributes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")")
+                }
+                parts.append("\(e.name): \(counts.joined(separator: ", "))")
+            }
+            for l in links { parts.append("\(l.relationship): \(l.added) links added, \(l.removed) removed") }
+            if !schema.isEmpty { parts.append("schema: " + schema.joined(separator: ", ")) }
+            if !model.isEmpty { parts.append("model: " + model.joined(separator: "; ")) }
+            if externalFiles > 0 { parts.append("external data: \(externalFiles) files") }
+            return parts.isEmpty ? "no change" : parts.joined(separator: "; ")
+        }
+    }
+
+    /// Changes outside what is declared, in words (empty: all declared). A declared `Entity`
+    /// allows any change to its objects (and its sub-entities'); `Entity.name` a change of that
+    /// attribute or relationship (a link of that many-to-many); a plain table's name or
+    /// `table.column` likewise. Schema and model changes are a migration's own business, and
+    /// bookkeeping is never counted.
+    public static func undeclared(_ report: Report, declared: Set<String>) -> [String] {
+        let names = Set(declared.map { $0.lowercased() })
+        func allows(_ scopes: [String], _ member: String? = nil) -> Bool {
+            scopes.contains { scope in
+                names.contains(scope.lowercased()) || member.map { names.contains("\(scope.lowercased()).\($0.lowercased())") } == true
+            }
+        }
+        var out: [String] = []
+        for e in report.entities {
+            let scopes = (e.lineage.isEmpty ? [e.entity].compactMap { $0 } : e.lineage) + [e.table]
+            let label = e.entity.map { "\($0) (\(e.table))" } ?? "table \(e.table)"
+            guard !allows(scopes) else { continue }
+            if e.added > 0 { out.append("\(label): \(e.added) added") }
+            if e.removed > 0 { out.append("\(label): \(e.removed) removed") }
+            for (name, count) in e.attributes.sorted(by: { $0.key < $1.key }) where !allows(scopes, name) {
+                out.append("\(label): \(name) changed in \(count) object\(count == 1 ? "" : "s")")
+            }
+        }
+        for l in report.links {
+            let owner = String(l.relationship.split(separator: ".").first ?? "")
+            let member = l.relationship.split(separator: ".").dropFirst().first.map(String.init)
+            guard !allows([owner, l.table], member) else { continue }
+            out.append("\(l.relationship) (\(l.table)): \(l.added) links added, \(l.removed) removed")
+        }
+        return out
+    }
+
     // MARK: - Schema and model
 
     static func schemaChanges(_ a: [PageDiff.SchemaEntry], _ b: [PageDiff.SchemaEntry]) -> [SchemaChange] {
@@ -248,9 +341,9 @@ public enum StoreDiff {
         for k in Set(byA.keys).union(byB.keys).sorted() {
             let x = byA[k], y = byB[k]
             let entry = (x ?? y)!
-            if x == nil { out.append(SchemaChange(change: "added", type: entry.type, name: entry.name, before: nil, after: y?.sql)) }
-            else if y == nil { out.append(SchemaChange(change: "removed", type: entry.type, name: entry.name, before: x?.sql, after: nil)) }
-            else if x?.sql != y?.sql { out.append(SchemaChange(change: "changed", type: entry.type, name: entry.name, before: x?.sql, after: y?.sql)) }
+            if x == nil { out.append(SchemaChange(change: "added", type: entry.type, name: entry.name, table: entry.table, before: nil, after: y?.sql)) }
+            else if y == nil { out.append(SchemaChange(change: "removed", type: entry.type, name: entry.name, table: entry.table, before: x?.sql, after: nil)) }
+            else if x?.sql != y?.sql { out.append(SchemaChange(change: "changed", type: entry.type, name: entry.name, table: entry.table, before: x?.sql, after: y?.sql)) }
         }
         return out
     }

@@ -26,6 +26,10 @@ public enum Migrate {
         public var force = false
         /// Where an encrypted repository's password comes from.
         public var password: PasswordSource = .resolve(file: nil)
+        /// Verify with `integrity_check` of the whole file, not only of the tables the run touched.
+        public var fullCheck = false
+        /// Where `--dry-run` makes its two scratch copies (default: TMPDIR).
+        public var scratch: String?
 
         public init(store: String, migrations: String?, repository: String, stages: [Migration] = [], to: Int? = nil,
                     rollbackOnFailure: Bool = false, dryRun: Bool = false, killSwitch: String? = nil, resume: Bool = false) {
@@ -75,6 +79,15 @@ public enum Migrate {
         public var stages: [StageTiming] = []
         public var countsBefore: [String: Int]?
         public var countsAfter: [String: Int]?
+        /// What the run changed, from the diff of the pre-migrate snapshot and the result (a dry
+        /// run: of a copy before and after the migrations ran on it).
+        public var changes: StoreDiff.Summary?
+        /// Changes outside what the migrations declare (`-- storectl: changes ...`): the run fails
+        /// and rolls back.
+        public var undeclared: [String]?
+        /// The integrity check the verify stage ran: "integrity_check" (the whole file) or
+        /// "integrity_check(T)" of each table the run touched, with its indexes.
+        public var checked: [String]?
         public var failure: String?
         /// What to do about the failure, when known.
         public var failureHint: String?
@@ -142,11 +155,12 @@ public enum Migrate {
         road.repository = .init(options.repository, password: options.password, exclusive: false, missing: .initHint)
         road.preflight = { _ in try session.preflight() }
         road.snapshot = { pipeline, _ in try session.snapshot(pipeline) }
-        road.verify = { _, session in try session.verify() }
+        road.verify = { pipeline, session in try session.verify(pipeline) }
         road.commit = { _, session in try session.finish() }
         road.commitName = nil
         road.rollback = { pipeline, _ in session.rollBack(in: pipeline.hold) }
-        road.rollbackOnFailure = options.rollbackOnFailure
+        // Migrations that declare what they change roll back when they change something else.
+        road.rollbackOnFailure = options.rollbackOnFailure || session.declared != nil
         road.rollbackNeeded = { !session.nothingCommitted() }
         // A failure leaves the store at its last good migration (1); a full disk before anything
         // committed keeps its own status (74): the store is exactly as it was.
@@ -203,8 +217,49 @@ public enum Migrate {
             report.result = report.plan.pending.isEmpty ? "up to date" : "planned"
             if options.dryRun, !report.plan.pending.isEmpty {
                 report.snapshotEstimateBytes = try readOnly(store, timeout: options.timeout) { try StoreInfo.read($0, store: store) }.logicalBytes
+                try rehearse()
             }
             return report
+        }
+
+        /// A dry run's rehearsal: the pending migrations run on a consistent copy in the scratch
+        /// folder (their checks too), and the copy before is compared with the copy after. The
+        /// store is only read; both copies are removed.
+        func rehearse() throws {
+            let folder = FileSystem.absolute(options.scratch ?? (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"))
+            let bytes = FileSystem.size(of: store.path) ?? 0
+            try SpaceRequirement.require(bytes * 2 + SpaceRequirement.margin(bytes), at: folder, purpose: "the dry run's two copies of the store",
+                                         hint: "free space there, or pass --scratch DIR")
+            let base = (folder as NSString).appendingPathComponent(".storectl-dry-run-\(getpid())")
+            let before = base + "-before.sqlite", after = base + "-after.sqlite"
+            defer {
+                for path in [before, after] {
+                    for suffix in ["", "-wal", "-shm", "-journal"] { FileSystem.remove(path + suffix, point: "migrate.dry-run.remove") }
+                }
+            }
+            _ = try ConsistentCopy.copy(store, to: before, options: .init(timeout: options.timeout, writeBehind: false))
+            do { try FileManager.default.copyItem(atPath: before, toPath: after) } catch {
+                throw StoreOpsError(.cannotCreate, "copying \(before) for the dry run: \(error.localizedDescription)")
+            }
+            let queue = try StoreConnection.open(after, access: .readWrite, busyTimeout: options.timeout, side: .output, label: "storectl.migrate-dry-run")
+            let pipeline = Pipeline(operation: "migrate --dry-run")
+            do {
+                for migration in migrations where report.plan.pending.contains(where: { $0.version == migration.version }) {
+                    try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: nil, pipeline: pipeline) }
+                }
+                try queue.close()
+            } catch let error as StoreOpsError {
+                try? queue.close()
+                throw StoreOpsError(error.kind, "on a copy of the store (dry run; the store is unchanged): \(error.message)", hint: error.hint)
+            }
+            var diffOptions = StoreDiff.Options(a: .file(before), b: .file(after))
+            diffOptions.limit = 0
+            let diff = try StoreDiff.run(diffOptions)
+            report.changes = diff.summary
+            if let declared {
+                let outside = StoreDiff.undeclared(diff, declared: declared)
+                if !outside.isEmpty { report.undeclared = outside }
+            }
         }
 
         /// Under the lock: nobody else has the store open, no interrupted run, the plan again,
@@ -288,12 +343,60 @@ public enum Migrate {
             FaultInjection.reach("before-verify")
         }
 
-        func verify() throws {
+        /// What the pending migrations declare they change (their union), or nil when none declares.
+        var declared: Set<String>? {
+            let sets = migrations.filter { m in report.plan.pending.contains { $0.version == m.version } }.compactMap(\.declaredChanges)
+            return sets.isEmpty ? nil : sets.reduce(into: Set<String>()) { $0.formUnion($1) }
+        }
+
+        /// The meaning first: the diff of the pre-migrate snapshot and the store (its `-wal`
+        /// checkpointed: migrate holds the store), summarised in the report and the last history
+        /// row, and held against what the migrations declare. Then `integrity_check` of the tables
+        /// the run touched (with their indexes; the whole file with `fullCheck`, or when there is
+        /// no snapshot to compare with), `foreign_key_check`, and the Core Data counts.
+        func verify(_ pipeline: Pipeline) throws {
             guard let queue else { return }
+            var touched: [String]?
+            if let snapshot = report.snapshot, let hold = pipeline.hold {
+                pipeline.note("diff against the pre-migrate snapshot")
+                _ = try? queue.inDatabase { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+                var diffOptions = StoreDiff.Options(a: .snapshot(snapshot), b: .file(store.path))
+                diffOptions.repository = report.repository
+                diffOptions.limit = 0
+                let diff = try StoreDiff.run(diffOptions, repository: hold.repository)
+                report.changes = diff.summary
+                touched = Migrate.touchedTables(diff)
+                if let declared {
+                    let outside = StoreDiff.undeclared(diff, declared: declared)
+                    if !outside.isEmpty {
+                        report.undeclared = outside
+                        throw StoreOpsError(.checksFailed, "the migrations changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
+                                            + outside.prefix(5).joined(separator: "; ") + (outside.count > 5 ? "; and \(outside.count - 5) more" : ""),
+                                            hint: "declare it in the migration (`-- storectl: changes Entity.attribute`), or fix the migration")
+                    }
+                }
+                if let last = report.applied.last {
+                    let text = diff.summary.text
+                    try queue.inDatabase { db in try MigrationHistory.recordChanges(db, version: last.version, text: text) }
+                }
+            }
             try queue.inDatabase { db in
-                let messages = try StoreConnection.integrityMessages(db, pragma: "integrity_check")
-                guard messages == ["ok"] else {
-                    throw StoreOpsError(.badData, "integrity_check after the migrations: \(messages.prefix(3).joined(separator: "; "))")
+                let existing = Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'"))
+                let tables = (fullCheck ? nil : touched)?.filter { existing.contains($0) }
+                if let tables {
+                    report.checked = tables.map { "integrity_check(\($0))" }
+                    for table in tables {
+                        let messages = try String.fetchAll(db, sql: "PRAGMA integrity_check(\(quoteIdentifier(table)))")
+                        guard messages == ["ok"] else {
+                            throw StoreOpsError(.badData, "integrity_check(\(table)) after the migrations: \(messages.prefix(3).joined(separator: "; "))")
+                        }
+                    }
+                } else {
+                    report.checked = ["integrity_check"]
+                    let messages = try StoreConnection.integrityMessages(db, pragma: "integrity_check")
+                    guard messages == ["ok"] else {
+                        throw StoreOpsError(.badData, "integrity_check after the migrations: \(messages.prefix(3).joined(separator: "; "))")
+                    }
                 }
                 let violations = try StoreConnection.foreignKeyViolations(db)
                 guard violations.count == 0 else {
@@ -302,6 +405,8 @@ public enum Migrate {
                 report.countsAfter = try CoreDataCensus.countsByEntity(db)
             }
         }
+
+        var fullCheck: Bool { options.fullCheck }
 
         func finish() throws {
             try? queue?.close()
@@ -359,6 +464,14 @@ public enum Migrate {
             }
             return report
         }
+    }
+
+    /// The tables a run touched: rows changed (or links), or its schema entry or one of its
+    /// indexes' added, removed or changed.
+    static func touchedTables(_ diff: StoreDiff.Report) -> [String] {
+        var tables = Set(diff.entities.map(\.table)).union(diff.links.map(\.table))
+        for change in diff.schema { tables.insert(change.table) }
+        return tables.sorted()
     }
 
     /// One migration in one transaction, with its history row and its checks inside it.

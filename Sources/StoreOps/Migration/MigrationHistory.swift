@@ -29,8 +29,24 @@ public enum MigrationHistory {
             CREATE TABLE IF NOT EXISTS \(table) (version INTEGER PRIMARY KEY, name TEXT NOT NULL, sha256 TEXT NOT NULL,
                 applied_at TEXT NOT NULL, duration_ms INTEGER NOT NULL, snapshot_id TEXT)
             """)
-        try db.execute(sql: "INSERT INTO \(table) VALUES (?, ?, ?, ?, ?, ?)",
+        try db.execute(sql: "INSERT INTO \(table) (version, name, sha256, applied_at, duration_ms, snapshot_id) VALUES (?, ?, ?, ?, ?, ?)",
                        arguments: [entry.version, entry.name, entry.sha256, Timestamp.iso(entry.appliedAt), entry.durationMs, entry.snapshotId])
+    }
+
+    /// What a run changed (`StoreDiff.Summary.text`), on the row of the last migration it
+    /// applied; the column is added to a history table made before it existed.
+    static func recordChanges(_ db: Database, version: Int, text: String) throws {
+        guard try db.tableExists(table) else { return }
+        if try !db.columns(in: table).contains(where: { $0.name == "changes" }) {
+            try db.execute(sql: "ALTER TABLE \(table) ADD COLUMN changes TEXT")
+        }
+        try db.execute(sql: "UPDATE \(table) SET changes = ? WHERE version = ?", arguments: [text, version])
+    }
+
+    /// What the run that applied `version` changed, when recorded.
+    public static func changes(_ db: Database, version: Int) throws -> String? {
+        guard try db.tableExists(table), try db.columns(in: table).contains(where: { $0.name == "changes" }) else { return nil }
+        return try String.fetchOne(db, sql: "SELECT changes FROM \(table) WHERE version = ?", arguments: [version])
     }
 
     /// The store's version: the highest applied migration (0 when none).

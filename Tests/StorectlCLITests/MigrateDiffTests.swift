@@ -1,0 +1,72 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// Migrations verified by meaning: the diff of the pre-migrate snapshot and the result, what the
+/// migrations declare, the integrity check of what they touched, and the dry run's rehearsal.
+@Suite("migrate, verified by the diff")
+struct MigrateDiffTests {
+    func fixture(_ files: [String: String]) throws -> MigrationCLIFixture {
+        let fixture = try MigrationCLIFixture()
+        for name in try FileManager.default.contentsOfDirectory(atPath: fixture.migrations) {
+            try FileManager.default.removeItem(atPath: (fixture.migrations as NSString).appendingPathComponent(name))
+        }
+        for (name, sql) in files {
+            try Data(sql.utf8).write(to: URL(fileURLWithPath: (fixture.migrations as NSString).appendingPathComponent(name)))
+        }
+        return fixture
+    }
+
+    static let declared = [
+        "0001_add_priority.sql": "-- storectl: changes Item.ZPRIORITYLABEL\nALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;\nUPDATE ZITEM SET ZPRIORITYLABEL = 'p' || ZPRIORITY;",
+        "0002_numbers.sql": "-- storectl: changes numbers\nCREATE TABLE numbers (x INTEGER);\nINSERT INTO numbers VALUES (1), (2), (3);",
+    ]
+
+    @Test("declared changes: migrated; the report and the last history row say what changed; only the touched tables get integrity_check, the whole file with --full-check")
+    func declared() throws {
+        let f = try fixture(Self.declared)
+        let run = try f.migrate(["--json"])
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
+        let changes = try #require(report.changes)
+        let items = changes.entities.filter { $0.table == "ZITEM" }
+        #expect(items.reduce(0) { $0 + $1.changed } == 2_000, "\(changes.text)")
+        #expect(items.allSatisfy { $0.attributes.keys.sorted() == ["ZPRIORITYLABEL"] })
+        #expect(changes.entities.contains { $0.table == "numbers" && $0.added == 3 })
+        #expect(changes.schema.contains("added table numbers"))
+        #expect(report.undeclared == nil)
+        #expect(report.checked?.contains("integrity_check(ZITEM)") == true && report.checked?.contains("integrity_check(numbers)") == true
+                && report.checked?.contains("integrity_check(ZCATEGORY)") == false, "\(report.checked ?? [])")
+        let history = try DatabaseQueue(path: f.store).read { try MigrationHistory.changes($0, version: 2) }
+        #expect(history?.contains("numbers: 3 added") == true, "\(history ?? "nil")")
+        let text = try f.migrate(["--to", "2"])
+        #expect(text.status == 0 && text.stdout.contains("up to date"))
+
+        let g = try fixture(Self.declared)
+        let full = try g.migrate(["--json", "--full-check"])
+        #expect(full.status == 0, "\(full.stderr)")
+        #expect(try JSON.decoder().decode(Migrate.Report.self, from: Data(full.stdout.utf8)).checked == ["integrity_check"])
+    }
+
+    @Test("a change outside the declaration fails the run and rolls it back (exit 3) without --rollback-on-failure; the dry run rehearses on a copy, prints what it would change and what is not declared (exit 2), and leaves the store as it was")
+    func undeclared() throws {
+        var files = Self.declared
+        files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        let f = try fixture(files)
+        let before = try StoreState.digest(f.store, journalMode: false)
+        let rehearsal = try f.migrate(["--dry-run"])
+        #expect(rehearsal.status == 2, "\(rehearsal.stdout)\(rehearsal.stderr)")
+        #expect(rehearsal.stdout.contains("on a copy it changes:") && rehearsal.stdout.contains("numbers: 3 added"), "\(rehearsal.stdout)")
+        #expect(rehearsal.stdout.contains("NOT DECLARED: Category (ZCATEGORY): ZNAME changed in"), "\(rehearsal.stdout)")
+        #expect(try StoreState.digest(f.store, journalMode: false) == before, "a dry run changes nothing")
+        let run = try f.migrate(["--json"])
+        #expect(run.status == 3, "\(run.stdout)\(run.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
+        #expect(report.result == "rolled back")
+        #expect(report.undeclared?.first?.hasPrefix("Category (ZCATEGORY): ZNAME changed in") == true, "\(report.undeclared ?? [])")
+        #expect(report.failure?.contains("do not declare") == true)
+        #expect(try StoreState.digest(f.store, journalMode: false) == before, "rolled back to the pre-migrate state")
+    }
+}
