@@ -32,7 +32,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Option(help: "A kill-switch file: when it exists, stop at the next safe point and roll back.") var killSwitch: String?
     @Flag(help: "After an interrupted migration: keep the store as it is and go on.") var resume = false
     @Flag(help: "Migrate although another process has the store open (a rollback discards its later writes).") var force = false
-    @Flag(help: "Verify with integrity_check of the whole file, not only of the tables the migrations touched.") var fullCheck = false
+    @Flag(help: "Verify with integrity_check of the whole file, not quick_check of the tables the migrations touched.") var fullCheck = false
     @Option(help: "Where --dry-run makes its two scratch copies of the store (default: TMPDIR).") var scratch: String?
     @Flag(help: "Print the report as JSON.") var json = false
 

@@ -21,10 +21,10 @@ struct MigrateDiffTests {
 
     static let declared = [
         "0001_add_priority.sql": "-- storectl: changes Item.ZPRIORITYLABEL\nALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;\nUPDATE ZITEM SET ZPRIORITYLABEL = 'p' || ZPRIORITY;",
-        "0002_numbers.sql": "-- storectl: changes numbers\nCREATE TABLE numbers (x INTEGER);\nINSERT INTO numbers VALUES (1), (2), (3);",
+        "0002_numbers.sql": "-- storectl: changes numbers\nCREATE TABLE numbers (x INTEGER);\nINSERT INTO numbers VALUES (1), (2), (3);\nCREATE INDEX numbers_x ON numbers (x);",
     ]
 
-    @Test("declared changes: migrated; the report and the last history row say what changed; only the touched tables get integrity_check, the whole file with --full-check")
+    @Test("declared changes: migrated; the report and the last history row say what changed; only the touched tables get quick_check and a new index an entry count, the whole file integrity_check with --full-check")
     func declared() throws {
         let f = try fixture(Self.declared)
         let run = try f.migrate(["--json"])
@@ -37,8 +37,9 @@ struct MigrateDiffTests {
         #expect(changes.entities.contains { $0.table == "numbers" && $0.added == 3 })
         #expect(changes.schema.contains("added table numbers"))
         #expect(report.undeclared == nil)
-        #expect(report.checked?.contains("integrity_check(ZITEM)") == true && report.checked?.contains("integrity_check(numbers)") == true
-                && report.checked?.contains("integrity_check(ZCATEGORY)") == false, "\(report.checked ?? [])")
+        #expect(report.checked?.contains("quick_check(ZITEM)") == true && report.checked?.contains("quick_check(numbers)") == true
+                && report.checked?.contains("quick_check(ZCATEGORY)") == false, "\(report.checked ?? [])")
+        #expect(report.checked?.contains("index numbers_x: one entry per row") == true, "\(report.checked ?? [])")
         let history = try DatabaseQueue(path: f.store).read { try MigrationHistory.changes($0, version: 2) }
         #expect(history?.contains("numbers: 3 added") == true, "\(history ?? "nil")")
         let text = try f.migrate(["--to", "2"])

@@ -240,6 +240,8 @@ final class RepositoryPages: DiffPages {
     private var located = false
     private(set) var pagesRead = 0
     private(set) var framesRead = 0
+    /// Pages kept by `prefetch`: interior b-tree pages, and the pages it was asked for.
+    private var cache: [UInt32: [UInt8]] = [:]
 
     var pageCount: Int { ids.count }
 
@@ -281,6 +283,77 @@ final class RepositoryPages: DiffPages {
         for side in pending { side.located = true }
     }
 
+    /// How many frames hold these pages (located sides).
+    func framesHolding(_ pages: Set<UInt32>) -> Int {
+        var frames = Set<UInt32>()
+        for page in pages where Int(page) <= ids.count {
+            if let first = byID.first(ids[Int(page) - 1]) { frames.insert(frameOf[first]) }
+        }
+        return frames.count
+    }
+
+    /// One pass over every frame holding a page of either side (sides of one repository,
+    /// located): each frame read and opened once, and kept from it every b-tree interior page
+    /// (the walks need them all, and they are spread over the whole file) and the pages in each
+    /// side's `also` (the leaves that differ). The pages kept are checked against their ids.
+    static func prefetch(_ sides: [(pages: RepositoryPages, also: Set<UInt32>)]) throws {
+        guard let repository = sides.first?.pages.repository else { return }
+        var seen = Set<String>()
+        var list: [(pack: ContentID, frame: FrameEntry)] = []
+        for side in sides {
+            for item in side.pages.frames where seen.insert("\(item.pack.hex)@\(item.frame.offset)").inserted { list.append(item) }
+        }
+        list.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
+        let spans = BlobLocator.spans(list)
+        let next = Mutex(0)
+        let failure = Mutex<(any Error)?>(nil)
+        let kept = Mutex<[[UInt32: [UInt8]]]>(Array(repeating: [:], count: sides.count))
+        onLanes(min(repository.backend.parallelReads, max(1, spans.count))) { _ in
+            do {
+                let zstd = try ZstdFrames(level: 3)
+                while failure.withLock({ $0 == nil }) {
+                    let i = next.withLock { value -> Int in defer { value += 1 }; return value }
+                    guard i < spans.count else { return }
+                    try ProcessSignals.checkpoint("comparing")
+                    try BlobLocator.read(spans[i], frames: list, repository: repository, zstd: zstd) { member, plain in
+                        var found: [[UInt32: [UInt8]]] = Array(repeating: [:], count: sides.count)
+                        var checked: [ContentID: [UInt8]] = [:]
+                        for blob in list[member].frame.blobs where blob.type == .page {
+                            for (s, side) in sides.enumerated() {
+                                guard Int(blob.length) == side.pages.pageSize, var page = side.pages.byID.first(blob.id) else { continue }
+                                while true {
+                                    let number = UInt32(page + 1)
+                                    let at = Int(blob.offset) + (number == 1 ? 100 : 0)
+                                    let interior = at < plain.count && (plain[plain.startIndex + at] == 0x05 || plain[plain.startIndex + at] == 0x02)
+                                    if interior || side.also.contains(number) {
+                                        if checked[blob.id] == nil {
+                                            let data = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
+                                                                               what: "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))")
+                                            checked[blob.id] = [UInt8](data)
+                                        }
+                                        found[s][number] = checked[blob.id]
+                                    }
+                                    guard let following = side.pages.byID.next(after: page) else { break }
+                                    page = following
+                                }
+                            }
+                        }
+                        kept.withLock { all in for s in found.indices { all[s].merge(found[s]) { a, _ in a } } }
+                    }
+                }
+            } catch {
+                failure.withLock { if $0 == nil { $0 = error } }
+            }
+        }
+        if let error = failure.withLock({ $0 }) { throw error }
+        let all = kept.withLock { $0 }
+        for (s, side) in sides.enumerated() {
+            side.pages.cache.merge(all[s]) { a, _ in a }
+            side.pages.framesRead += list.count
+            side.pages.pagesRead += all[s].count
+        }
+    }
+
     func read(_ pages: [UInt32]) throws -> [UInt32: [UInt8]] {
         var out: [UInt32: [UInt8]] = [:]
         var wanted: [Int: [(page: UInt32, blob: Int)]] = [:]   // frame -> pages
@@ -288,7 +361,7 @@ final class RepositoryPages: DiffPages {
             guard page >= 1, Int(page) <= ids.count else {
                 throw StoreOpsError(.badData, "\(what): page \(page) is past its end (\(ids.count) pages)")
             }
-            if let bytes = overlay[page] { out[page] = bytes; continue }
+            if let bytes = overlay[page] ?? cache[page] { out[page] = bytes; continue }
             if !located { try Self.locate([self]) }
             guard let first = byID.first(ids[Int(page) - 1]), frameOf[first] > 0 else {
                 throw StoreOpsError(.badData, "\(what): page \(page)'s content \(ids[Int(page) - 1].hex.prefix(16))… is in no index of \(repository.location)",

@@ -45,8 +45,8 @@ final class PageDiff {
     private(set) var fellBackReason: String?
 
     // Accounting: the pages each side's walks and decoding explained.
-    private var explainedA = Set<UInt32>()
-    private var explainedB = Set<UInt32>()
+    private var explainedA = PageSet()
+    private var explainedB = PageSet()
     private var compareAllLeaves = false
     /// Page p (p - 1) differs between the sides, or exists on one only.
     private var differs: [Bool] = []
@@ -58,7 +58,9 @@ final class PageDiff {
         self.b = b
         if let ra = a as? RepositoryPages, let rb = b as? RepositoryPages, ra.repository === rb.repository {
             method = "content ids"
+            let t = Date()
             try RepositoryPages.locate([ra, rb])
+            StoreDiff.logger.debug("pages located", metadata: ["ms": "\(Int(Date().timeIntervalSince(t) * 1000))"])
         } else if let repository = (a as? RepositoryPages) ?? (b as? RepositoryPages), let file = (a as? FilePages) ?? (b as? FilePages) {
             // A file against a snapshot: the file's pages get the repository's ids.
             file.sealer = repository.repository.sealer
@@ -71,6 +73,29 @@ final class PageDiff {
         headerA = try SQLitePages.Header.parse(try Self.page(1, of: a), what: a.what)
         headerB = try SQLitePages.Header.parse(try Self.page(1, of: b), what: b.what)
         differs = try Self.differingPages(a, b, method: method)
+        // Sides in a repository: one pass over their frames keeps every interior page and the
+        // pages that differ (the leaves to decode), instead of reading frames level by level.
+        var prefetch: [(pages: RepositoryPages, also: Set<UInt32>)] = []
+        for side in [a, b] {
+            guard let pages = side as? RepositoryPages else { continue }
+            var also = Set<UInt32>()
+            for p in differs.indices where differs[p] && p < pages.pageCount { also.insert(UInt32(p + 1)) }
+            // Differing pages are kept up to 32 MiB; beyond, the leaves are read as they are decoded.
+            if also.count * pages.pageSize > 32 << 20 { also = [] }
+            if !prefetch.contains(where: { $0.pages === pages }) { prefetch.append((pages, also)) }
+        }
+        // Only the side whose differing pages are spread over more frames keeps them (an older
+        // snapshot's, scattered through its first frames); the other's sit together in a few
+        // new frames and are read when decoded, for less memory at the same time.
+        if prefetch.count == 2 {
+            let spread = prefetch.map { $0.pages.framesHolding($0.also) }
+            prefetch[spread[0] >= spread[1] ? 1 : 0].also = []
+        }
+        if !prefetch.isEmpty, method != "every page" {
+            let t = Date()
+            try RepositoryPages.prefetch(prefetch)
+            StoreDiff.logger.debug("frames read once: interior and differing pages kept", metadata: ["ms": "\(Int(Date().timeIntervalSince(t) * 1000))"])
+        }
         schemaA = try schema(a, header: headerA, explained: &explainedA)
         schemaB = try schema(b, header: headerB, explained: &explainedB)
     }
@@ -107,7 +132,7 @@ final class PageDiff {
 
     // MARK: - Schema
 
-    private func schema(_ side: any DiffPages, header: SQLitePages.Header, explained: inout Set<UInt32>) throws -> [SchemaEntry] {
+    private func schema(_ side: any DiffPages, header: SQLitePages.Header, explained: inout PageSet) throws -> [SchemaEntry] {
         let tree = try walk(side, root: 1, header: header, explained: &explained)
         var out: [SchemaEntry] = []
         try rows(side, leaves: tree.leaves, header: header, explained: &explained) { _, payload in
@@ -146,7 +171,7 @@ final class PageDiff {
     /// Leaves are not read: a b-tree's leaves are all at one depth, so a level whose first page is
     /// a leaf is all leaves (decoding checks each). An interior page the same on both sides is
     /// read once.
-    func walk(_ side: any DiffPages, root: UInt32, header: SQLitePages.Header, explained: inout Set<UInt32>) throws -> Tree {
+    func walk(_ side: any DiffPages, root: UInt32, header: SQLitePages.Header, explained: inout PageSet) throws -> Tree {
         var tree = Tree()
         var level: [UInt32] = [root]
         var seen = Set<UInt32>()
@@ -200,12 +225,12 @@ final class PageDiff {
     }
 
     /// The entries of `leaves` in order: (rowid, full payload) for table leaves, (0, payload) for
-    /// index pages. Pages are read 256 at a time.
-    func rows(_ side: any DiffPages, leaves: [UInt32], header: SQLitePages.Header, explained: inout Set<UInt32>,
+    /// index pages. Pages are read 512 at a time.
+    func rows(_ side: any DiffPages, leaves: [UInt32], header: SQLitePages.Header, explained: inout PageSet,
               _ body: (Int64, [UInt8]) throws -> Void) throws {
         var start = 0
         while start < leaves.count {
-            let batch = Array(leaves[start..<min(leaves.count, start + 256)])
+            let batch = Array(leaves[start..<min(leaves.count, start + 512)])
             start += batch.count
             let bytes = try side.read(batch)
             for number in batch {
@@ -224,7 +249,7 @@ final class PageDiff {
     }
 
     func payload(of cell: SQLitePages.BTreePage.Cell, on page: SQLitePages.BTreePage, side: any DiffPages, header: SQLitePages.Header,
-                 explained: inout Set<UInt32>) throws -> [UInt8] {
+                 explained: inout PageSet) throws -> [UInt8] {
         var out = Array(page.bytes[cell.localStart..<(cell.localStart + cell.localSize)])
         guard cell.payloadSize > cell.localSize else { return out }
         out.reserveCapacity(cell.payloadSize)
@@ -289,7 +314,7 @@ final class PageDiff {
         var nextLeafB = 0
         func fillB() throws {
             guard indexB >= pendingB.count, nextLeafB < leavesB.count else { return }
-            let batch = Array(leavesB[nextLeafB..<min(leavesB.count, nextLeafB + 64)])
+            let batch = Array(leavesB[nextLeafB..<min(leavesB.count, nextLeafB + 512)])
             nextLeafB += batch.count
             pendingB.removeAll(keepingCapacity: true)
             indexB = 0
@@ -334,7 +359,7 @@ final class PageDiff {
         for p in differs.indices where differs[p] { unexplained.append(UInt32(p + 1)) }
         guard !unexplained.isEmpty else { return true }
         let freeA = try freelist(a, header: headerA), freeB = try freelist(b, header: headerB)
-        func remaining(_ side: any DiffPages, _ header: SQLitePages.Header, _ explained: Set<UInt32>, _ free: Set<UInt32>) throws -> [UInt32] {
+        func remaining(_ side: any DiffPages, _ header: SQLitePages.Header, _ explained: PageSet, _ free: Set<UInt32>) throws -> [UInt32] {
             let candidates = unexplained.filter { p in
                 Int(p) <= side.pageCount && !explained.contains(p) && !free.contains(p) && !Self.isPointerMap(p, header: header)
             }
@@ -389,4 +414,11 @@ final class PageDiff {
         }
         return out
     }
+}
+
+/// Page numbers, one bit each (the pages a side's walks and decoding explained).
+struct PageSet {
+    private var bits = Bitset(count: 0)
+    mutating func insert(_ page: UInt32) { bits[Int(page)] = true }
+    func contains(_ page: UInt32) -> Bool { bits[Int(page)] }
 }

@@ -1,9 +1,11 @@
 import Foundation
+import Logging
 
 /// `storectl diff A B`: what changed between two stores, backups, snapshots or points, in Core
 /// Data's terms (entities, objects, attributes, relationships, the model) or, for a plain SQLite
 /// store, tables and rows. Read-only on every side; see `PageDiff` for why it costs what changed.
 public enum StoreDiff {
+    static let logger = Logger(label: "storectl.diff")
     public enum Side: Sendable, Equatable {
         /// A store or a backup file (a live store is read in one read transaction).
         case file(String)
@@ -215,12 +217,17 @@ public enum StoreDiff {
                                            pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
             }
         }
+        func stage(_ what: String) {
+            logger.debug("\(what)", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
+        }
         progress?(.stage("reading"))
         let (pagesA, summaryA0) = try open(options.a)
         var summaryA = summaryA0
         let (pagesB, summaryB0) = try open(options.b)
         var summaryB = summaryB0
+        stage("sides open")
         let diff = try PageDiff(pagesA, pagesB)
+        stage("pages compared, schemas read")
         func decoded(_ onA: Bool) -> (PageDiff.SchemaEntry) throws -> [[SQLitePages.Value]] {
             { entry in
                 let encoding = onA ? diff.headerA.textEncoding : diff.headerB.textEncoding
@@ -232,13 +239,16 @@ public enum StoreDiff {
         summaryA.coreData = schemaA.coreData != nil
         summaryB.coreData = schemaB.coreData != nil
 
+        stage("schemas rebuilt")
         progress?(.stage("comparing"))
         var collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
         try collector.compareTables()
+        stage("tables compared")
         if try !diff.accountForDifferences() {
             collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
             try collector.compareTables()
         }
+        stage("differences accounted for")
         let schema = schemaChanges(schemaA.entries, schemaB.entries)
         let model = modelChanges(schemaA.coreData, schemaB.coreData)
         let external = try externalChanges(options, pagesA, pagesB)
