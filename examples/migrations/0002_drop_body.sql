@@ -1,1 +1,2 @@
+-- storectl: changes nothing
 ALTER TABLE ZITEM DROP COLUMN ZBODY;
