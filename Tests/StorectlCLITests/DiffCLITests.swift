@@ -146,4 +146,34 @@ struct DiffCLITests {
         }
         #expect(failures.isEmpty, "\(failures)")
     }
+
+    @Test("damaged pages never crash it: 40 copies of the Notes store, each with 16 random bytes written over a random page, diffed against the original: every run exits 0, 2 or 65, and a 65 names the file or the page")
+    func damagedPages() throws {
+        let folder = try TempFolder()
+        let root = (ReadmeTranscriptTests.packageRoot as NSString).appendingPathComponent("Tests/Fixtures/coredata/notes-macos15/NoteStore-macOS-15-Seqoia.sqlite")
+        let original = folder.file("original.sqlite")
+        try FileManager.default.copyItem(atPath: root, toPath: original)
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: original))
+        let pageSize = 4096, pages = bytes.count / pageSize
+        var generator = SystemRandomNumberGenerator()
+        var outcomes: [Int32: Int] = [:]
+        var failures: [String] = []
+        for round in 0..<40 {
+            var damaged = bytes
+            let page = Int.random(in: 0..<pages, using: &generator)
+            let offset = page * pageSize + Int.random(in: 0..<(pageSize - 16), using: &generator)
+            for i in 0..<16 { damaged[offset + i] = UInt8.random(in: 0...255, using: &generator) }
+            let path = folder.file("damaged-\(round).sqlite")
+            try damaged.write(to: URL(fileURLWithPath: path))
+            let run = try storectl("diff", original, path, "--json")
+            outcomes[run.status, default: 0] += 1
+            if ![0, 2, 65].contains(run.status) {
+                failures.append("page \(page + 1) byte \(offset % pageSize): exit \(run.status): \(run.stderr.prefix(400))")
+            } else if run.status == 65, !run.stderr.contains(path) && !run.stderr.contains("page") {
+                failures.append("page \(page + 1): a 65 that names nothing: \(run.stderr.prefix(200))")
+            }
+        }
+        #expect(failures.isEmpty, "\(failures)")
+        #expect((outcomes[2] ?? 0) + (outcomes[65] ?? 0) > 0, "the damage was seen at least once: \(outcomes)")
+    }
 }

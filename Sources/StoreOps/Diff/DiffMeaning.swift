@@ -180,15 +180,15 @@ extension StoreDiff {
             }
         }
 
-        private func decode(_ payload: [UInt8]?, table: String, rowid: Int64, side: DiffSchema, encoding: Int) throws -> [String: SQLitePages.Value]? {
+        private func decode(_ payload: [UInt8]?, table: String, rowid: Int64, side: DiffSchema, encoding: Int, what: String) throws -> [String: SQLitePages.Value]? {
             guard let payload else { return nil }
-            let values = try SQLitePages.record(payload, encoding: encoding, what: "table \(table), rowid \(rowid)")
+            let values = try SQLitePages.record(payload, encoding: encoding, what: "\(what): table \(table), rowid \(rowid)")
             return Dictionary(side.values(of: table, record: values, rowid: rowid), uniquingKeysWith: { x, _ in x })
         }
 
         private mutating func record(_ table: String, kind: Labels.TableKind, _ change: PageDiff.RowChange, sameLayout: Bool) throws {
-            let before = try decode(change.before, table: table, rowid: change.rowid, side: a, encoding: diff.headerA.textEncoding)
-            let after = try decode(change.after, table: table, rowid: change.rowid, side: b, encoding: diff.headerB.textEncoding)
+            let before = try decode(change.before, table: table, rowid: change.rowid, side: a, encoding: diff.headerA.textEncoding, what: diff.a.what)
+            let after = try decode(change.after, table: table, rowid: change.rowid, side: b, encoding: diff.headerB.textEncoding, what: diff.b.what)
             switch kind {
             case .bookkeeping:
                 bookkeeping.rows += 1

@@ -231,7 +231,7 @@ public enum StoreDiff {
         func decoded(_ onA: Bool) -> (PageDiff.SchemaEntry) throws -> [[SQLitePages.Value]] {
             { entry in
                 let encoding = onA ? diff.headerA.textEncoding : diff.headerB.textEncoding
-                return try diff.allRows(onA: onA, root: entry.rootPage).map { try SQLitePages.record($0.1, encoding: encoding, what: "\(entry.name)") }
+                return try diff.allRows(onA: onA, root: entry.rootPage).map { try SQLitePages.record($0.1, encoding: encoding, what: "\((onA ? diff.a : diff.b).what): table \(entry.name)") }
             }
         }
         let schemaA = try DiffSchema(entries: diff.schemaA, encoding: diff.headerA.textEncoding, rowsOf: decoded(true))

@@ -12,7 +12,11 @@ public enum Timestamp {
     /// "2026-11-22T03:15:00.123Z" (rounded to the millisecond; Foundation's formatter truncates,
     /// which makes format(parse(x)) drift by a millisecond).
     public static func iso(_ date: Date) -> String {
-        let millis = Int64((date.timeIntervalSince1970 * 1000).rounded())
+        // A time read from outside (a store's date column, a damaged record) may be anything: one
+        // past year 9999, infinite or NaN is shown as its number, never converted (which traps).
+        let interval = date.timeIntervalSince1970
+        guard interval.isFinite, abs(interval) < 253_402_300_800 else { return "\(interval) s since 1970 (not a calendar time)" }
+        let millis = Int64((interval * 1000).rounded())
         var seconds = time_t(millis >= 0 ? millis / 1000 : (millis - 999) / 1000)
         let fraction = Int(millis - Int64(seconds) * 1000)
         var parts = tm()
