@@ -30,7 +30,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
         // On stderr also with --json (the report is on stdout): a failure always says so.
         if report.ending.outcome == .stopped, let reason = report.ending.stop {
             FileHandle.standardError.write(Data("storectl: purge stopped: \(reason); finished batches are committed, the rest is untouched\n".utf8))
-        } else if report.ending.outcome == .failed, let error = report.ending.error {
+        } else if [.failed, .checksFailed].contains(report.ending.outcome), let error = report.ending.error {
             FileHandle.standardError.write(Data("storectl: \(error.message)\(error.hint.map { "\n  hint: \($0)" } ?? "")\n".utf8))
         }
         try Finished.check(report.ending)
@@ -54,7 +54,13 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
                          + "\(Format.duration(rule.seconds))\(rule.deleted > 0 ? ", \(Format.count(Int(rule.rowsPerSecond))) rows/s" : "")")
             for (table, count) in rule.cascaded.sorted(by: { $0.key < $1.key }) { lines.append("    + \(Format.plural(count, "\(table) row", "\(table) rows")) (cascade)") }
             if rule.joinRows > 0 { lines.append("    + \(Format.plural(rule.joinRows, "join-table row", "join-table rows"))") }
+            for (table, rows) in rule.triggered.sorted(by: { $0.key < $1.key }) {
+                lines.append("    + \(Format.plural(rows, "\(table) row", "\(table) rows")) changed by the store's own triggers or declared actions")
+            }
             for (column, count) in rule.nullified.sorted(by: { $0.key < $1.key }) { lines.append("    ~ \(Format.count(count)) \(column) nullified") }
+            if rule.verifiedBatches > 0 {
+                lines.append("    each batch changed exactly its plan (\(Format.plural(rule.verifiedBatches, "batch", "batches")) checked before commit)")
+            }
             if rule.denied > 0 {
                 lines.append("    ! \(Format.plural(rule.denied, "row", "rows")) kept by deny rules")
                 for sample in rule.deniedSamples { lines.append("      \(sample)") }

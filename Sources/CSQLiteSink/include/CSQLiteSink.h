@@ -33,4 +33,33 @@ long long storectl_sink_size(const storectl_sink *sink);
 /// What went wrong inside the sink (an unexpected read back, a write of an odd size), or NULL.
 const char *storectl_sink_problem(const storectl_sink *sink);
 
+/// What one batch of a purge changed, recorded by SQLite's session extension (compiled into
+/// Debian's libsqlite3; its declarations are behind SQLITE_ENABLE_SESSION, so they are reached
+/// through these wrappers). Tables without a PRIMARY KEY are not recorded by sessions.
+typedef struct storectl_session storectl_session;
+
+/// One change: its table, SQLITE_INSERT/UPDATE/DELETE, the column count, which columns are the
+/// primary key, and per column the old and new values' types (0: not given — an UPDATE's
+/// unchanged column, or the new side of a DELETE) and their integer values.
+typedef struct {
+    const char *table;
+    int op;
+    /// Made by a trigger or a foreign-key action, not by the statement itself.
+    int indirect;
+    int columns;
+    const unsigned char *primary_key;
+    const int *old_type;
+    const sqlite3_int64 *old_value;
+    const int *new_type;
+    const sqlite3_int64 *new_value;
+} storectl_change;
+
+typedef int (*storectl_change_fn)(void *context, const storectl_change *change);
+
+/// Starts recording every table of `main` on `db`; NULL when the session cannot be made (`*rc`).
+storectl_session *storectl_session_start(sqlite3 *db, int *rc);
+/// Calls `each` for every change recorded so far (stops when it returns non-zero); SQLITE_OK or an error.
+int storectl_session_changes(storectl_session *session, storectl_change_fn each, void *context);
+void storectl_session_end(storectl_session *session);
+
 #endif

@@ -119,6 +119,10 @@ struct BatchClosure {
         var joinRows = 0
         /// The rows deleted, by table (for the check after the purge).
         var deleted: [String: [Int64]] = [:]
+        /// "TABLE.COLUMN" of a join table -> the ids whose join rows were deleted (applied only).
+        var joinIDs: [String: Set<Int64>] = [:]
+        /// "TABLE.COLUMN" -> the ids whose references were nullified (applied only).
+        var nullifiedIDs: [String: Set<Int64>] = [:]
     }
 
     /// Counts what `apply` would change (the dry run).
@@ -154,6 +158,7 @@ struct BatchClosure {
             if apply {
                 try db.execute(sql: Self.joinDeleteStatement(table: key.table, column: key.column).sql, arguments: [Self.json(ids)])
                 effects.joinRows += db.changesCount
+                effects.joinIDs["\(key.table).\(key.column)", default: []].formUnion(ids)
             } else {
                 effects.joinRows += try Int.fetchOne(db, sql: "SELECT count(*) \(Self.joinCondition(table: key.table, column: key.column))",
                                                      arguments: [Self.json(ids)]) ?? 0
@@ -169,6 +174,7 @@ struct BatchClosure {
                 try db.execute(sql: Self.nullifyStatement(table: key.table, column: key.column, entities: key.entities, bumpsOpt: key.bumpsOpt).sql,
                                arguments: [Self.json(ids), deleted])
                 effects.nullified[label, default: 0] += db.changesCount
+                effects.nullifiedIDs[label, default: []].formUnion(ids)
             } else {
                 let condition = Self.nullifyCondition(column: key.column, entities: key.entities)
                 effects.nullified[label, default: 0] += try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(key.table)) \(condition)",

@@ -44,6 +44,10 @@ public enum Purge {
         public var denied = 0
         public var deniedSamples: [String] = []
         public var batches = 0
+        /// Batches whose change set (SQLite's session extension) was exactly their plan.
+        public var verifiedBatches = 0
+        /// Rows the store's own triggers and declared ON DELETE actions changed, per table.
+        public var triggered: [String: Int] = [:]
         public var seconds = 0.0
         public var stopped: StopReason?
         public var notes: [String] = []
@@ -365,6 +369,7 @@ public enum Purge {
         let started = Date()
         var cursor: Int64 = 0
         defer { rule.seconds = Date().timeIntervalSince(started) }
+
         while true {
             if let reason = pipeline.stopRequested ?? target.limitReached(deleted: rule.deleted, since: started) {
                 rule.stopped = reason
@@ -409,7 +414,25 @@ public enum Purge {
                 _ = recheck.append(contentsOf: target.condition.arguments)
                 let confirmed = try Int64.fetchAll(db, sql: target.confirmSQL, arguments: recheck)
                 let closure = try BatchClosure(roots: confirmed, table: target.table, graph: target.graph, rows: DatabaseRows(db: db))
+                let check = dryRun ? nil : try BatchCheck(db)
                 let effects = dryRun ? try closure.count(db: db) : try closure.apply(db: db)
+                if let check {
+                    var columns: [String: [String]] = [:]
+                    let changes = try check.changes()
+                    for table in Set(changes.map(\.table)).union(effects.deleted.keys) {
+                        columns[table] = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [table])
+                    }
+                    let virtualTables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'")
+                    let (problems, indirect) = BatchCheck.unplanned(changes, effects: effects, columns: { columns[$0] ?? [] }, virtualTables: virtualTables)
+                    guard problems.isEmpty else {
+                        try db.execute(sql: "ROLLBACK")
+                        throw StoreOpsError(.checksFailed, "a batch of rule \(target.rule.name) changed what its plan does not name, and was rolled back "
+                                            + "(the batches before it were committed and checked): " + problems.prefix(5).joined(separator: "; "),
+                                            hint: "a trigger or a declared action the delete rules do not show? `storectl purge --dry-run` shows the plan")
+                    }
+                    rule.verifiedBatches += 1
+                    rule.triggered.merge(indirect, uniquingKeysWith: +)
+                }
                 try db.execute(sql: dryRun ? "ROLLBACK" : "COMMIT")
                 if !dryRun { FaultInjection.reach("purge.batch-committed") }
                 lockHeld = Date().timeIntervalSince(locked)

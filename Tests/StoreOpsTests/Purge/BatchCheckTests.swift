@@ -1,0 +1,89 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+import StoreLab
+@testable import StoreOps
+import Testing
+
+/// Every purge batch's change set (SQLite's session extension) held against its plan before it commits.
+@Suite("purge: each batch changes exactly its plan")
+struct BatchCheckTests {
+    func policy(_ store: String, _ rules: String, folder: TempFolder) throws -> String {
+        try writePolicy("[store]\npath = \"\(store)\"\n\(rules)\n", in: folder)
+    }
+
+    static let items = "[[purge]]\nname = \"items\"\nentity = \"Item\"\ndeleted_flag = \"ZISDELETED\"\ndeleted_at = \"ZDELETEDAT\"\ntime_format = \"coredata\"\nretention = \"30d\"\nbatch_size = 200"
+
+    @Test("a store with an audit trigger: every batch verified; what the trigger wrote is counted apart, per table")
+    func verifiedWithTrigger() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 3_000)
+        try DatabaseQueue(path: store).write { db in
+            try db.execute(sql: """
+                CREATE TABLE audit (id INTEGER PRIMARY KEY, item INTEGER);
+                CREATE TRIGGER audit_item AFTER DELETE ON ZITEM BEGIN INSERT INTO audit (item) VALUES (OLD.Z_PK); END;
+                """)
+        }
+        let report = try Purge.run(.init(policy: try policy(store, Self.items, folder: folder)))
+        let rule = try #require(report.rules.first)
+        #expect(rule.deleted > 0 && rule.batches > 1)
+        #expect(rule.verifiedBatches == rule.batches, "\(rule.verifiedBatches) of \(rule.batches)")
+        #expect(rule.triggered["audit"] == rule.deleted, "\(rule.triggered)")
+    }
+
+    @Test("a trigger that keeps one planned row (RAISE(IGNORE)): that batch is rolled back and the purge fails (2), naming the row; the batches before it stay")
+    func plannedRowKept() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 3_000)
+        let doomed = try readStore(store) { db in
+            try Int64.fetchAll(db, sql: "SELECT Z_PK FROM ZITEM WHERE ZISDELETED != 0 ORDER BY Z_PK")
+        }
+        let cutoff = Date().timeIntervalSince1970 - CoreDataStore.referenceDateOffset - 30 * 86_400
+        _ = doomed
+        let expired = try readStore(store) { db in
+            try Int64.fetchAll(db, sql: "SELECT Z_PK FROM ZITEM WHERE ZISDELETED != 0 AND ZDELETEDAT <= ? ORDER BY Z_PK", arguments: [cutoff])
+        }
+        let kept = try #require(expired.dropFirst(250).first, "a row of the second batch")
+        try DatabaseQueue(path: store).write { db in
+            try db.execute(sql: "CREATE TRIGGER keep BEFORE DELETE ON ZITEM WHEN OLD.Z_PK = \(kept) BEGIN SELECT RAISE(IGNORE); END")
+        }
+        let before = try readStore(store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") ?? 0 }
+        let report = try Purge.run(.init(policy: try policy(store, Self.items, folder: folder)))
+        #expect(report.status == .checksFailed)
+        #expect(report.ending.error?.message.contains("ZITEM: 1 planned row not deleted") == true, "\(report.ending.error?.message ?? "")")
+        #expect(report.rules.first?.verifiedBatches == report.rules.first?.batches)
+        let after = try readStore(store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") ?? 0 }
+        #expect(after < before, "the batches before the failing one were committed")
+        #expect(try readStore(store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE Z_PK = ?", arguments: [kept]) } == 1)
+    }
+
+    @Test("the rules themselves: an unplanned delete, an update of another column, an insert and a planned row left are problems; indirect changes and virtual tables' shadow tables are counted")
+    func rules() {
+        var effects = BatchClosure.Effects()
+        effects.deleted = ["ZITEM": [1, 2]]
+        effects.nullifiedIDs = ["ZITEM.ZCATEGORY": [7]]
+        let columns = ["ZITEM": ["Z_PK", "Z_ENT", "Z_OPT", "ZCATEGORY", "ZTITLE"]]
+        func change(_ table: String, _ op: Int32, indirect: Bool = false, old: [(Int32, Int64)], new: [(Int32, Int64)] = []) -> BatchCheck.Change {
+            BatchCheck.Change(table: table, op: op, indirect: indirect, primaryKey: [true] + Array(repeating: false, count: max(old.count, new.count) - 1),
+                              old: old.map { (type: $0.0, value: $0.1) }, new: (new.isEmpty ? old.map { _ in (0, 0) } : new).map { (type: $0.0, value: $0.1) })
+        }
+        let pk = { (n: Int64) in [(SQLITE_INTEGER, n), (0, 0), (0, 0), (0, 0), (0, 0)] }
+        let exact = [change("ZITEM", SQLITE_DELETE, old: pk(1)), change("ZITEM", SQLITE_DELETE, old: pk(2)),
+                     change("ZITEM", SQLITE_UPDATE, old: [(SQLITE_INTEGER, 9), (0, 0), (SQLITE_INTEGER, 1), (SQLITE_INTEGER, 7), (0, 0)],
+                            new: [(0, 0), (0, 0), (SQLITE_INTEGER, 2), (SQLITE_NULL, 0), (0, 0)]),
+                     change("audit", SQLITE_INSERT, indirect: true, old: [(0, 0)], new: [(SQLITE_INTEGER, 1)]),
+                     change("Z_RT_x_node", SQLITE_UPDATE, old: [(SQLITE_INTEGER, 1), (0, 0)], new: [(0, 0), (SQLITE_BLOB, 0)])]
+        let ok = BatchCheck.unplanned(exact, effects: effects, columns: { columns[$0] ?? [] }, virtualTables: ["Z_RT_x"])
+        #expect(ok.problems.isEmpty, "\(ok.problems)")
+        #expect(ok.indirect == ["audit": 1, "Z_RT_x_node": 1])
+        let wrong = [change("ZITEM", SQLITE_DELETE, old: pk(1)), change("ZITEM", SQLITE_DELETE, old: pk(3)),
+                     change("ZITEM", SQLITE_UPDATE, old: [(SQLITE_INTEGER, 9), (0, 0), (0, 0), (SQLITE_INTEGER, 7), (SQLITE_TEXT, 0)],
+                            new: [(0, 0), (0, 0), (0, 0), (SQLITE_NULL, 0), (SQLITE_TEXT, 0)]),
+                     change("ZTAG", SQLITE_INSERT, old: [(0, 0)], new: [(SQLITE_INTEGER, 5)])]
+        let problems = BatchCheck.unplanned(wrong, effects: effects, columns: { columns[$0] ?? [] }).problems
+        #expect(problems.contains("ZITEM: row 3 deleted, which the plan does not name"), "\(problems)")
+        #expect(problems.contains("ZITEM: row 9 updated (ZCATEGORY, ZTITLE), which the plan does not name"), "\(problems)")
+        #expect(problems.contains("ZTAG: a row inserted, which a purge never does"), "\(problems)")
+        #expect(problems.contains("ZITEM: 1 planned row not deleted"), "\(problems)")
+    }
+}
