@@ -29,6 +29,8 @@ struct DiffCommand: ParsableCommand, JSONOutput {
     @Option(help: "With --at: the store whose points (when the repository has points of several).") var store: String?
     @Option(help: "With --at and --store: the host that followed it (default: this one).") var host: String?
     @Option(help: "Only these entities or tables (repeat, or separate with commas).") var entity: [String] = []
+    @Option(help: ArgumentHelp("Match the objects of an entity by this attribute (e.g. a UUID) instead of Z_PK, for stores whose keys were renumbered (repeat for several).",
+                               valueName: "Entity.attribute")) var key: [String] = []
     @Option(help: "List at most N objects per entity (counts stay complete). Default 10, or all with --json.") var limit: Int?
     @Flag(help: "Also show Core Data's bookkeeping: Z_OPT bumps, Z_PRIMARYKEY, Z_METADATA, the model cache, persistent history.") var bookkeeping = false
     @Option(help: "Where a live store's consistent copy is made (default: TMPDIR).") var scratch: String?
@@ -39,6 +41,9 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             throw ValidationError("name two sides: two files or snapshot ids, or --at TIME and one of them, or --at twice (got \(at.count + sides.count))")
         }
         if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more") }
+        for item in key where item.split(separator: ".").count != 2 {
+            throw ValidationError("--key \(item): name an entity and its attribute, as Entity.attribute (e.g. Note.identifier)")
+        }
     }
 
     func run() throws {
@@ -58,6 +63,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         options.entities = entity.flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }.filter { !$0.isEmpty }
         options.limit = limit ?? (json ? nil : 10)
         options.bookkeeping = bookkeeping
+        options.keys = key
         options.scratch = scratch
         options.shortValues = !json
         let progress = TerminalProgress.handler("diff", quiet: json)

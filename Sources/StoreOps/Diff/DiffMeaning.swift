@@ -154,6 +154,17 @@ extension StoreDiff {
         var entities: [String: EntityChanges] = [:]
         var links: [String: LinkChanges] = [:]
         var bookkeeping = Bookkeeping()
+        /// Objects added or removed of entities matched by a key attribute (`--key`), matched at the end.
+        private var pending: [String: (added: [Stashed], removed: [Stashed])] = [:]
+
+        struct Stashed {
+            var table: String
+            var entity: String
+            var rowid: Int64
+            var key: SQLitePages.Value
+            var values: [String: SQLitePages.Value]
+            var labels: [String: Labels.Column]?
+        }
 
         init(options: Options, a: DiffSchema, b: DiffSchema, diff: PageDiff) {
             self.options = options
@@ -230,16 +241,67 @@ extension StoreDiff {
             entry.links.append(LinkChange(change: change, link: ends.joined(separator: " ↔ ")))
         }
 
+        /// The column holding the `--key` attribute of `entity` (or of one of its superentities), if any.
+        private func keyColumn(entity: String, table: String, labels: [String: Labels.Column]?, side: DiffSchema) -> String? {
+            let lineage = side.coreData?.model?.ancestors(of: entity) ?? [entity]
+            for key in options.keys {
+                let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+                guard parts.count == 2, lineage.contains(where: { $0.caseInsensitiveCompare(parts[0]) == .orderedSame }) else { continue }
+                if let found = labels?.first(where: { if case .attribute(let name, _) = $0.value { return name.caseInsensitiveCompare(parts[1]) == .orderedSame }; return false }) {
+                    return found.key
+                }
+                if let column = side.layouts[table]?.columns.first(where: { $0.caseInsensitiveCompare(parts[1]) == .orderedSame }) { return column }
+            }
+            return nil
+        }
+
+        /// Matches the stashed objects of keyed entities: an object removed and one added with the
+        /// same key are the same object (its Z_PK renumbered), compared attribute by attribute.
+        mutating func matchKeys() throws {
+            for (_, group) in pending.sorted(by: { $0.key < $1.key }) {
+                var removed: [SQLitePages.Value: [Stashed]] = [:]
+                for item in group.removed { removed[item.key, default: []].append(item) }
+                for item in group.added {
+                    if let match = removed[item.key]?.popLast() {
+                        try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
+                                      match.values, item.values, labels: item.labels, matchedKey: item.key)
+                    } else {
+                        try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
+                                      nil, item.values, labels: item.labels, matchedKey: .null)
+                    }
+                }
+                for item in removed.values.flatMap({ $0 }).sorted(by: { $0.rowid < $1.rowid }) {
+                    try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
+                                  item.values, nil, labels: item.labels, matchedKey: .null)
+                }
+            }
+            pending = [:]
+        }
+
         private mutating func recordRow(_ table: String, entity: String?, _ change: PageDiff.RowChange, _ before: [String: SQLitePages.Value]?,
-                                        _ after: [String: SQLitePages.Value]?, labels: [String: Labels.Column]?) throws {
+                                        _ after: [String: SQLitePages.Value]?, labels: [String: Labels.Column]?,
+                                        matchedKey: SQLitePages.Value? = nil) throws {
             guard wanted(entity ?? table, table: table) else { return }
+            if matchedKey == nil, let entity, (before == nil) != (after == nil),
+               let column = keyColumn(entity: entity, table: table, labels: labels, side: after != nil ? b : a),
+               let row = after ?? before, let value = row[column], value != .null {
+                let item = Stashed(table: table, entity: entity, rowid: change.rowid, key: value, values: row, labels: labels)
+                if after != nil { pending["\(entity)\u{0}\(table)", default: ([], [])].added.append(item) }
+                else { pending["\(entity)\u{0}\(table)", default: ([], [])].removed.append(item) }
+                return
+            }
             let key = entity.map { "\($0)\u{0}\(table)" } ?? table
             var entry = entities[key] ?? EntityChanges(entity: entity, table: table)
             if entry.lineage.isEmpty, let entity {
                 entry.lineage = ((after != nil ? b : a).coreData?.model?.ancestors(of: entity)) ?? [entity]
             }
             let layout = (after != nil ? b : a).layouts[table]
-            let object = objectName(entity: entity, rowid: change.rowid, values: after ?? before ?? [:], layout: layout)
+            var object = objectName(entity: entity, rowid: change.rowid, values: after ?? before ?? [:], layout: layout)
+            if let matchedKey, matchedKey != .null, let before, let after {
+                let old = before.first { $0.key.uppercased() == "Z_PK" }.map { render($0.value, type: nil) } ?? "?"
+                let new = after.first { $0.key.uppercased() == "Z_PK" }.map { render($0.value, type: nil) } ?? "?"
+                object = "\(entity ?? table) \(render(matchedKey, type: nil)) (Z_PK \(old) → \(new))"
+            }
             var values: [ValueChange] = []
             let kind: String
             if let before, let after {
@@ -253,6 +315,7 @@ extension StoreDiff {
                     guard old != new else { continue }
                     let label = labels?[column] ?? .plain(column)
                     if label == .opt && !options.bookkeeping { continue }
+                    if label == .identity && matchedKey != nil { continue }   // matched by key: its Z_PK was renumbered
                     meaningful = true
                     values.append(ValueChange(name: label.name, before: render(old, label: label), after: render(new, label: label)))
                 }

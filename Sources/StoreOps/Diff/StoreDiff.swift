@@ -27,6 +27,9 @@ public enum StoreDiff {
         public var limit: Int?
         /// Only these entities (or tables), by name.
         public var entities: [String] = []
+        /// "Entity.attribute": objects of that entity (and its sub-entities) are matched by that
+        /// attribute (a UUID) instead of Z_PK, for stores whose keys were renumbered.
+        public var keys: [String] = []
         /// Also report Core Data's bookkeeping: `Z_OPT` bumps, `Z_PRIMARYKEY`, `Z_METADATA`, the
         /// model cache and persistent-history tables.
         public var bookkeeping = false
@@ -248,6 +251,7 @@ public enum StoreDiff {
             collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
             try collector.compareTables()
         }
+        try collector.matchKeys()
         stage("differences accounted for")
         let schema = schemaChanges(schemaA.entries, schemaB.entries)
         let model = modelChanges(schemaA.coreData, schemaB.coreData)

@@ -81,4 +81,27 @@ struct StoreDiffFixtureTests {
         #expect(assets.reduce(0) { $0 + $1.changed } == 1)
         #expect(assets.first?.attributes.keys.contains("favorite") == true, "\(assets.first?.attributes ?? [:])")
     }
+
+    @Test("--key ICNote.identifier: notes whose Z_PK was renumbered are matched by their identifier, and only the one whose title changed is reported; without it, every note is removed and added")
+    func renumbered() throws {
+        let folder = try TempFolder()
+        let (a, b) = try pair(.notes, folder)
+        let ent = try DatabaseQueue(path: b).read { try Int.fetchOne($0, sql: "SELECT Z_ENT FROM Z_PRIMARYKEY WHERE Z_NAME = 'ICNote'") } ?? 0
+        let count = try DatabaseQueue(path: b).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZICCLOUDSYNCINGOBJECT WHERE Z_ENT = ?", arguments: [ent]) } ?? 0
+        try edit(b, """
+            UPDATE ZICCLOUDSYNCINGOBJECT SET Z_PK = Z_PK + 100000 WHERE Z_ENT = \(ent);
+            UPDATE ZICCLOUDSYNCINGOBJECT SET ZTITLE1 = 'Renamed' WHERE Z_PK = (SELECT min(Z_PK) FROM ZICCLOUDSYNCINGOBJECT WHERE Z_ENT = \(ent));
+            """)
+        var options = StoreDiff.Options(a: .file(a), b: .file(b))
+        options.entities = ["ICNote"]
+        let plain = try StoreDiff.run(options)
+        let byPK = try #require(plain.entities.first { $0.entity == "ICNote" })
+        #expect(byPK.added == count && byPK.removed == count && byPK.changed == 0)
+        options.keys = ["ICNote.identifier"]
+        let keyed = try StoreDiff.run(options)
+        let byKey = try #require(keyed.entities.first { $0.entity == "ICNote" })
+        #expect(byKey.added == 0 && byKey.removed == 0 && byKey.changed == 1, "\(byKey.added) \(byKey.removed) \(byKey.changed)")
+        #expect(byKey.attributes == ["title": 1])
+        #expect(byKey.objects.first?.object.contains("(Z_PK ") == true, "\(byKey.objects.first?.object ?? "")")
+    }
 }
