@@ -25,12 +25,16 @@
 //   Replicate/  `storectl replicate`: the -wal's format, the follower and its continuity proofs,
 //               point segments and chains, the loop and its uploader, restore at a time, points
 //               retention, status and metrics
+//   Diff/       `storectl diff`: SQLite's file format read from raw pages, the sides as pages (a
+//               file under a read transaction, a snapshot or point from its frames), the page-level
+//               comparison, each side's schema rebuilt in memory, the Core Data meaning
 //   Backend/    where a repository's objects live: the contract (RepositoryBackend), Local/ (a
 //               folder), S3/ (SigV4, the libcurl client, settings, the index cache, traffic)
 //   Migration/  migration files and Swift stages, the history, the plan and its lint, the journal,
 //               migrate, rollback, status
 //   Policy/     the policy file format, its strict parser, check and explain
-//   Purge/      the planner (pure over a schema), the delete graph, batch closures, the breaker, purge
+//   Purge/      the planner (pure over a schema), the delete graph, batch closures and each batch's
+//               check against its change set, the breaker, purge
 //   Jobs/       cron expressions, crontab and systemd rendering, `storectl run`, the job log and its
 //               rotation, metrics
 //

@@ -176,4 +176,25 @@ struct DiffCLITests {
         #expect(failures.isEmpty, "\(failures)")
         #expect((outcomes[2] ?? 0) + (outcomes[65] ?? 0) > 0, "the damage was seen at least once: \(outcomes)")
     }
+
+    @Test("external data: a file changed, one removed and one added in the store's _EXTERNAL_DATA are listed by name and size, against a copy and against a snapshot")
+    func externalData() throws {
+        let folder = try TempFolder()
+        let made = try ChildProcess.run(Binaries.lab, ["make-store", folder.file("Tasks.sqlite"), "--items", "500", "--external-files", "3"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let store = folder.file("Tasks.sqlite")
+        let repo = try folder.repository()
+        let before = try snapshot(store, repo)
+        let external = StoreFile(unchecked: store).externalDataPath
+        let names = try FileManager.default.contentsOfDirectory(atPath: external).sorted()
+        #expect(names.count == 3)
+        try Data("changed bytes".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(names[0])))
+        try FileManager.default.removeItem(atPath: (external as NSString).appendingPathComponent(names[1]))
+        try Data("new".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent("NEW-FILE")))
+        let run = try storectl("diff", "--repo", repo, before, store, "--json")
+        #expect(run.status == 2, "\(run.stderr)")
+        let files = try report(run).externalData
+        #expect(Set(files.map { "\($0.change) \($0.path)" }) == ["changed \(names[0])", "removed \(names[1])", "added NEW-FILE"], "\(files.map(\.path))")
+        #expect(files.first { $0.change == "changed" }?.after == 13)
+    }
 }

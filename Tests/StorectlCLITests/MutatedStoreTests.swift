@@ -126,6 +126,7 @@ struct MutatedStoreTests {
         let commands: [[String]] = [
             ["preflight", store, "--full", "--json"],
             ["backup", store, "--output", folder.file("copy.sqlite"), "--json"],
+            ["diff", folder.file("copy.sqlite"), store, "--json"],
             ["snapshot", "create", store, "--repo", snaps, "--json"],
             ["policy", "check", folder.file("policy.toml"), "--json"],
             ["purge", "--policy", folder.file("policy.toml"), "--dry-run", "--json"],

@@ -186,8 +186,13 @@ public enum StoreDiff {
             repository = opened
             return opened
         }
-        var scratch: [String] = []
-        defer { for path in scratch { FileSystem.remove(path, point: "diff.scratch.remove") } }
+        var scratch: [PendingFile] = []
+        defer {
+            for file in scratch {
+                for suffix in ["-wal", "-shm", "-journal"] { FileSystem.remove(file.tempPath + suffix, point: "diff.scratch.sidecar.remove") }
+                file.discard()
+            }
+        }
         func open(_ side: Side) throws -> (any DiffPages, SideSummary) {
             switch side {
             case .file(let path):
@@ -196,11 +201,14 @@ public enum StoreDiff {
                     let pages = try FilePages(path: store.path, what: path, hold: true)
                     return (pages, SideSummary(name: path, kind: "file", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
                 } catch is FilePages.NeedsCopy {
-                    let folder = options.scratch ?? (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp")
-                    let copy = (folder as NSString).appendingPathComponent(".storectl-diff-\(getpid())-\(scratch.count).sqlite")
+                    let folder = FileSystem.absolute(options.scratch ?? (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"))
                     try SpaceRequirement.require(FileSystem.size(of: store.path) ?? 0, at: folder, purpose: "a consistent copy of \(path) (its -wal holds pages)",
                                                  hint: "free space there, or pass --scratch DIR")
-                    scratch.append(copy)
+                    // What a killed diff left there goes first (its owner's pid is in the name).
+                    PendingFile.removeStale(in: folder, prefix: "storectl-diff-")
+                    let pending = try PendingFile(finalPath: (folder as NSString).appendingPathComponent("storectl-diff-\(scratch.count).sqlite"), label: "diff.scratch")
+                    scratch.append(pending)
+                    let copy = pending.tempPath
                     progress?(.stage("copying \(path)"))
                     _ = try ConsistentCopy.copy(store, to: copy, options: .init(writeBehind: false))
                     let pages = try FilePages(path: copy, what: path, hold: false)

@@ -231,15 +231,22 @@ public enum Migrate {
             let bytes = FileSystem.size(of: store.path) ?? 0
             try SpaceRequirement.require(bytes * 2 + SpaceRequirement.margin(bytes), at: folder, purpose: "the dry run's two copies of the store",
                                          hint: "free space there, or pass --scratch DIR")
-            let base = (folder as NSString).appendingPathComponent(".storectl-dry-run-\(getpid())")
-            let before = base + "-before.sqlite", after = base + "-after.sqlite"
+            // What a killed dry run left there goes first (its owner's pid is in the name).
+            PendingFile.removeStale(in: folder, prefix: "storectl-migrate-dry-run-")
+            let first = try PendingFile(finalPath: (folder as NSString).appendingPathComponent("storectl-migrate-dry-run-before.sqlite"), label: "migrate.dry-run.before")
+            let second = try PendingFile(finalPath: (folder as NSString).appendingPathComponent("storectl-migrate-dry-run-after.sqlite"), label: "migrate.dry-run.after")
+            let before = first.tempPath, after = second.tempPath
             defer {
-                for path in [before, after] {
-                    for suffix in ["", "-wal", "-shm", "-journal"] { FileSystem.remove(path + suffix, point: "migrate.dry-run.remove") }
+                for file in [first, second] {
+                    for suffix in ["-wal", "-shm", "-journal"] { FileSystem.remove(file.tempPath + suffix, point: "migrate.dry-run.sidecar.remove") }
+                    file.discard()
                 }
             }
             _ = try ConsistentCopy.copy(store, to: before, options: .init(timeout: options.timeout, writeBehind: false))
-            do { try FileManager.default.copyItem(atPath: before, toPath: after) } catch {
+            do {
+                _ = FileSystem.remove(after, point: "migrate.dry-run.after.replace")
+                try FileManager.default.copyItem(atPath: before, toPath: after)
+            } catch {
                 throw StoreOpsError(.cannotCreate, "copying \(before) for the dry run: \(error.localizedDescription)")
             }
             let queue = try StoreConnection.open(after, access: .readWrite, busyTimeout: options.timeout, side: .output, label: "storectl.migrate-dry-run")
