@@ -197,4 +197,27 @@ struct DiffCLITests {
         #expect(Set(files.map { "\($0.change) \($0.path)" }) == ["changed \(names[0])", "removed \(names[1])", "added NEW-FILE"], "\(files.map(\.path))")
         #expect(files.first { $0.change == "changed" }?.after == 13)
     }
+
+    @Test("points: `--at` twice compares two points recorded by replicate (the one commit between them, by content id); a point against the store after it is the same")
+    func points() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 1_000)
+        let repo = try folder.repository()
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--for", "4s", "--sync-interval", "200ms", "--quiet"])
+        defer { follower.signal(SIGTERM); _ = follower.wait() }
+        Thread.sleep(forTimeInterval: 1.5)
+        let before = Timestamp.iso(Date())
+        try write(store, "UPDATE ZITEM SET ZTITLE = 'between the points' WHERE Z_PK = 3")
+        Thread.sleep(forTimeInterval: 1.2)
+        let after = Timestamp.iso(Date())
+        #expect(follower.wait().status == 0)
+        let run = try storectl("diff", "--repo", repo, "--at", before, "--at", after, "--json")
+        #expect(run.status == 2, "\(run.stderr)")
+        let result = try report(run)
+        #expect(result.a.kind == "point" && result.b.kind == "point" && result.stats.method == "content ids")
+        let changed = result.entities.flatMap(\.objects)
+        #expect(changed.count == 1 && changed.first?.object.hasSuffix(" 3") == true && changed.first?.values.first?.after == "\"between the points\"", "\(changed)")
+        let same = try storectl("diff", "--repo", repo, "--at", after, store)
+        #expect(same.status == 0, "\(same.stdout)\(same.stderr)")
+    }
 }
