@@ -70,4 +70,19 @@ struct MigrateDiffTests {
         #expect(report.failure?.contains("do not declare") == true)
         #expect(try StoreState.digest(f.store, journalMode: false) == before, "rolled back to the pre-migrate state")
     }
+
+    @Test("relationships must still resolve: removing categories items still point at, or writing a key no category has, fails verify and rolls back (declared migrations)", arguments: [
+        ("-- storectl: changes Category\n-- storectl: allow-count-drop Category\nDELETE FROM ZCATEGORY WHERE Z_PK = (SELECT ZCATEGORY FROM ZITEM WHERE ZCATEGORY IS NOT NULL LIMIT 1);",
+         "still point at removed ZCATEGORY rows"),
+        ("-- storectl: changes Item.category\nUPDATE ZITEM SET ZCATEGORY = 999999 WHERE Z_PK = 1;", "key written that no ZCATEGORY row has"),
+    ])
+    func dangling(_ sql: String, _ expected: String) throws {
+        let f = try fixture(["0001_break.sql": sql])
+        let before = try StoreState.digest(f.store, journalMode: false)
+        let run = try f.migrate(["--json"])
+        #expect(run.status == 3, "\(run.stdout)\(run.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
+        #expect(report.failure?.contains(expected) == true, "\(report.failure ?? "")")
+        #expect(try StoreState.digest(f.store, journalMode: false) == before)
+    }
 }

@@ -154,6 +154,8 @@ extension StoreDiff {
         var entities: [String: EntityChanges] = [:]
         var links: [String: LinkChanges] = [:]
         var bookkeeping = Bookkeeping()
+        var removedKeys: [String: [Int64]] = [:]
+        var references: [Reference] = []
         /// Objects added or removed of entities matched by a key attribute (`--key`), matched at the end.
         private var pending: [String: (added: [Stashed], removed: [Stashed])] = [:]
 
@@ -343,6 +345,28 @@ extension StoreDiff {
                 entry.objects.append(ObjectChange(change: kind, object: object, values: values))
             }
             entities[key] = entry
+            noteReferences(table: table, before: before, after: after, labels: labels)
+        }
+
+        /// Keeps what a check of the result needs: removed objects' keys, and to-one references the
+        /// second side added or changed.
+        private mutating func noteReferences(table: String, before: [String: SQLitePages.Value]?, after: [String: SQLitePages.Value]?,
+                                             labels: [String: Labels.Column]?) {
+            guard let labels else { return }
+            if let before, after == nil, case .integer(let pk)? = before.first(where: { $0.key.uppercased() == "Z_PK" })?.value {
+                removedKeys[table, default: []].append(pk)
+            }
+            guard let after else { return }
+            for (column, label) in labels {
+                guard case .toOne(let name, let destination) = label, case .integer(let target)? = after[column],
+                      before?[column] != after[column],
+                      let destinationTable = b.coreData?.entity(named: destination)?.table else { continue }
+                let owner = after.first { $0.key.uppercased() == "Z_ENT" }.flatMap { entry -> String? in
+                    if case .integer(let ent) = entry.value { return labelsB.entityByEnt[Int(ent)] }
+                    return nil
+                } ?? table
+                references.append(Reference(relationship: "\(owner).\(name)", destinationTable: destinationTable, key: target))
+            }
         }
 
         private func objectName(entity: String?, rowid: Int64, values: [String: SQLitePages.Value], layout: DiffSchema.Layout?) -> String {

@@ -68,6 +68,22 @@ public enum StoreDiff {
         public var externalData: [FileChange]
         public var bookkeeping: Bookkeeping
         public var stats: Stats
+        /// For checks of the result (not printed): the Z_PKs of removed objects per table, and the
+        /// to-one references the second side added or changed, whatever `limit` listed.
+        public var removedKeys: [String: [Int64]] = [:]
+        public var newReferences: [Reference] = []
+
+        enum CodingKeys: String, CodingKey {
+            case a, b, same, schema, model, entities, links, externalData, bookkeeping, stats
+        }
+    }
+
+    /// A to-one reference on the second side: "Entity.relationship" of the object, and the Z_PK it
+    /// points at in the destination entity's table.
+    public struct Reference: Sendable, Codable, Equatable {
+        public var relationship: String
+        public var destinationTable: String
+        public var key: Int64
     }
 
     public struct SideSummary: Sendable, Codable {
@@ -273,7 +289,8 @@ public enum StoreDiff {
             externalData: external, bookkeeping: collector.bookkeeping,
             stats: Stats(method: diff.method, pagesRead: pagesA.pagesRead + pagesB.pagesRead,
                          leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,
-                         seconds: Date().timeIntervalSince(started)))
+                         seconds: Date().timeIntervalSince(started)),
+            removedKeys: collector.removedKeys, newReferences: collector.references)
     }
 
     // MARK: - Summaries and declarations

@@ -386,6 +386,11 @@ public enum Migrate {
                                             hint: "declare it in the migration (`-- storectl: changes Entity.attribute`), or fix the migration")
                     }
                 }
+                let dangling = try queue.inDatabase { db in try Migrate.danglingReferences(diff, db: db) }
+                if !dangling.isEmpty {
+                    throw StoreOpsError(.badData, "after the migrations, relationships point at objects that do not exist: " + dangling.prefix(5).joined(separator: "; "),
+                                        hint: "the migration removed objects others still refer to, or wrote keys that do not exist")
+                }
                 if let last = report.applied.last {
                     let text = diff.summary.text
                     try queue.inDatabase { db in try MigrationHistory.recordChanges(db, version: last.version, text: text) }
@@ -492,6 +497,37 @@ public enum Migrate {
             }
             return report
         }
+    }
+
+    /// Relationships that no longer resolve because of what the run changed, in words: to-one
+    /// columns still pointing at an object the run removed, and references the run wrote to
+    /// objects that do not exist. Proportional to the change (index lookups by key).
+    static func danglingReferences(_ diff: StoreDiff.Report, db: Database) throws -> [String] {
+        guard let store = try CoreDataStore.read(db) else { return [] }
+        var problems: [String] = []
+        let columns = try CoreDataCensus.toOneColumns(db, store: store).columns
+        for (table, keys) in diff.removedKeys.sorted(by: { $0.key < $1.key }) where !keys.isEmpty {
+            for column in columns where column.destinationTable == table {
+                let count = try Int.fetchOne(db, sql: """
+                    SELECT count(*) FROM \(quoteIdentifier(column.table)) WHERE \(quoteIdentifier(column.column)) IN (SELECT value FROM json_each(?))
+                    """, arguments: [BatchClosure.json(keys)]) ?? 0
+                if count > 0 {
+                    problems.append("\(column.relationships.joined(separator: ", ")): \(count) object\(count == 1 ? "" : "s") still point at removed \(table) rows")
+                }
+            }
+        }
+        let byDestination = Dictionary(grouping: diff.newReferences, by: \.destinationTable)
+        for (table, references) in byDestination.sorted(by: { $0.key < $1.key }) {
+            let keys = Set(references.map(\.key))
+            guard try db.tableExists(table) else { continue }
+            let found = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(table)) WHERE Z_PK IN (SELECT value FROM json_each(?))",
+                                         arguments: [BatchClosure.json(keys)]) ?? 0
+            if found < keys.count {
+                let names = Set(references.map(\.relationship)).sorted().joined(separator: ", ")
+                problems.append("\(names): \(keys.count - found) key\(keys.count - found == 1 ? "" : "s") written that no \(table) row has")
+            }
+        }
+        return problems
     }
 
     /// The tables a run touched: rows changed (or links), or its schema entry or one of its
