@@ -66,7 +66,8 @@ int storectl_session_changes(storectl_session *session, storectl_change_fn each,
         change.old_value = values;
         change.new_type = types + capacity;
         change.new_value = values + capacity;
-        if (each(context, &change) != 0) { rc = SQLITE_DONE; break; }
+        int stop = each(context, &change);
+        if (stop != 0) { rc = stop; break; }   // the caller's error, not a partial success
     }
     if (rc == SQLITE_DONE) rc = SQLITE_OK;
     free(types); free(values);

@@ -66,6 +66,11 @@ final class FilePages: DiffPages {
         var info = stat()
         fstat(fd, &info)
         pageCount = Int(info.st_size) / header.pageSize
+        // SQLite's own limit (page numbers are 32 bits); checked before anything is sized by it.
+        guard pageCount < Int(UInt32.max) else {
+            close(fd)
+            throw StoreOpsError(.badData, "\(what) has \(pageCount) pages, more than SQLite's page numbers can address")
+        }
     }
 
     deinit {
@@ -136,10 +141,14 @@ final class FilePages: DiffPages {
     /// without decompressing the snapshot's.
     var sealer: Sealer?
     private var ids: [ContentID]?
+    private var hashFailed = false
 
     func contentID(_ page: UInt32) -> ContentID? {
-        guard let sealer, page >= 1, Int(page) <= pageCount else { return nil }
-        if ids == nil { ids = hashAll(sealer) }
+        guard let sealer, page >= 1, Int(page) <= pageCount, !hashFailed else { return nil }
+        if ids == nil {
+            ids = hashAll(sealer)
+            hashFailed = ids == nil
+        }
         return ids?[Int(page) - 1]
     }
 
@@ -251,6 +260,7 @@ final class RepositoryPages: DiffPages {
         self.record = record
         pageSize = record.pages.pageSize
         ids = try overlay?.ids ?? BlobLocator.pageMap(of: record, in: repository).ids
+        guard ids.count < Int(UInt32.max) else { throw StoreOpsError(.badData, "\(what): its map lists \(ids.count) pages, more than SQLite can address") }
         self.overlay = (overlay?.pages ?? [:]).mapValues { $0 }
         byID = PagesByID(ids)
         frameOf = [UInt32](repeating: 0, count: ids.count)

@@ -44,11 +44,14 @@ final class DiffSchema {
                 }
                 guard let sql = entry.sql, !lower.hasPrefix("sqlite_"),
                       sql.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("CREATE TABLE") else { continue }
+                // Text from the file: a definition only. `CREATE TABLE ... AS SELECT` (SQLite never
+                // stores one: it stores the columns it made) could run any query, so it is not run.
+                guard sql.range(of: #"\bAS\s*\(?\s*(SELECT|WITH|VALUES)\b"#, options: [.regularExpression, .caseInsensitive]) == nil else { continue }
                 // One statement (GRDB refuses a second), a table by the name sqlite_master gives.
                 guard (try? db.makeStatement(sql: sql).execute()) != nil else { continue }
                 guard let rows = try? Row.fetchAll(db, sql: "SELECT name, type, dflt_value, pk, hidden FROM pragma_table_xinfo(?)", arguments: [entry.name]),
                       !rows.isEmpty else { continue }
-                let withoutRowid = sql.uppercased().replacingOccurrences(of: " ", with: "").replacingOccurrences(of: "\n", with: "").contains("WITHOUTROWID")
+                let withoutRowid = (try? Bool.fetchOne(db, sql: "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", arguments: [entry.name])) == true
                 var columns: [String] = []
                 var defaults: [SQLitePages.Value] = []
                 var keyed: [(Int, String, String)] = []
@@ -62,6 +65,13 @@ final class DiffSchema {
                     if pk > 0 { keyed.append((pk, name, (row[1] as String?) ?? "")) }
                 }
                 keyed.sort { $0.0 < $1.0 }
+                if withoutRowid {
+                    // A WITHOUT ROWID table's records hold its key columns first, then the others.
+                    let order = keyed.map(\.1) + columns.filter { name in !keyed.contains { $0.1 == name } }
+                    let byName = Dictionary(zip(columns, defaults), uniquingKeysWith: { x, _ in x })
+                    columns = order
+                    defaults = order.map { byName[$0] ?? .null }
+                }
                 var alias: Int?
                 if !withoutRowid, keyed.count == 1, keyed[0].2.uppercased() == "INTEGER" { alias = columns.firstIndex(of: keyed[0].1) }
                 layouts[entry.name] = Layout(columns: columns, rowidAlias: alias, defaults: defaults, primaryKey: keyed.map(\.1), withoutRowid: withoutRowid)

@@ -72,6 +72,9 @@ final class PageDiff {
         }
         headerA = try SQLitePages.Header.parse(try Self.page(1, of: a), what: a.what)
         headerB = try SQLitePages.Header.parse(try Self.page(1, of: b), what: b.what)
+        for (side, header) in [(a, headerA), (b, headerB)] where header.pageSize != side.pageSize {
+            throw StoreOpsError(.badData, "\(side.what): its header says pages of \(header.pageSize) bytes, its \(side is FilePages ? "file" : "snapshot record") \(side.pageSize)")
+        }
         differs = try Self.differingPages(a, b, method: method)
         // Sides in a repository: one pass over their frames keeps every interior page and the
         // pages that differ (the leaves to decode), instead of reading frames level by level.
@@ -227,7 +230,7 @@ final class PageDiff {
     /// The entries of `leaves` in order: (rowid, full payload) for table leaves, (0, payload) for
     /// index pages. Pages are read 512 at a time.
     func rows(_ side: any DiffPages, leaves: [UInt32], header: SQLitePages.Header, explained: inout PageSet,
-              _ body: (Int64, [UInt8]) throws -> Void) throws {
+              expectTable: Bool? = nil, _ body: (Int64, [UInt8]) throws -> Void) throws {
         var start = 0
         while start < leaves.count {
             let batch = Array(leaves[start..<min(leaves.count, start + 512)])
@@ -236,8 +239,8 @@ final class PageDiff {
             for number in batch {
                 guard let raw = bytes[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
                 let page = try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what)
-                guard page.kind != .tableInterior else {
-                    throw StoreOpsError(.badData, "\(side.what): page \(number) is an interior page where its b-tree's leaves are")
+                guard page.kind != .tableInterior, page.kind.isTable == (expectTable ?? page.kind.isTable) else {
+                    throw StoreOpsError(.badData, "\(side.what): page \(number) is not the kind of page its b-tree's leaves are")
                 }
                 for i in 0..<page.cellCount {
                     try ProcessSignals.checkpoint("comparing")
@@ -252,17 +255,23 @@ final class PageDiff {
                  explained: inout PageSet) throws -> [UInt8] {
         var out = Array(page.bytes[cell.localStart..<(cell.localStart + cell.localSize)])
         guard cell.payloadSize > cell.localSize else { return out }
+        // A payload claiming more overflow pages than the file has is damage, not a read.
+        let perPage = header.usable - 4
+        let needed = (cell.payloadSize - cell.localSize + perPage - 1) / perPage
+        guard needed <= side.pageCount else {
+            throw StoreOpsError(.badData, "\(side.what): a cell of page \(page.number) claims \(cell.payloadSize) bytes, more than the file holds")
+        }
         out.reserveCapacity(cell.payloadSize)
         var next = cell.overflow
-        var hops = 0
+        var visited = Set<UInt32>()
         while out.count < cell.payloadSize {
-            hops += 1
-            guard next >= 1, Int(next) <= side.pageCount, hops <= side.pageCount else {
-                throw StoreOpsError(.badData, "\(side.what): an overflow chain from page \(page.number) leads to page \(next)")
+            guard next >= 1, Int(next) <= side.pageCount, visited.insert(next).inserted else {
+                throw StoreOpsError(.badData, "\(side.what): an overflow chain from page \(page.number) leads to page \(next) \(visited.contains(next) ? "again (a loop)" : "")")
             }
             let bytes = try Self.page(next, of: side)
+            guard bytes.count >= header.usable else { throw StoreOpsError(.badData, "\(side.what): overflow page \(next) is short") }
             explained.insert(next)
-            let take = min(cell.payloadSize - out.count, header.usable - 4)
+            let take = min(cell.payloadSize - out.count, perPage)
             out.append(contentsOf: bytes[4..<(4 + take)])
             next = SQLitePages.be32(bytes, 0)
         }
@@ -278,13 +287,24 @@ final class PageDiff {
         let treeA = try rootA.map { try walk(a, root: $0, header: headerA, explained: &explainedA) } ?? Tree()
         let treeB = try rootB.map { try walk(b, root: $0, header: headerB, explained: &explainedB) } ?? Tree()
         let isTable = (treeA.kind ?? treeB.kind)?.isTable ?? true
+        if let kindA = treeA.kind, let kindB = treeB.kind, kindA.isTable != kindB.isTable {
+            // A rowid table on one side, WITHOUT ROWID on the other: every row removed and added.
+            leavesDecoded += treeA.leaves.count + treeB.leaves.count
+            try rows(a, leaves: treeA.leaves, header: headerA, explained: &explainedA, expectTable: kindA.isTable) { rowid, payload in
+                try body(RowChange(rowid: rowid, before: payload, after: nil))
+            }
+            try rows(b, leaves: treeB.leaves, header: headerB, explained: &explainedB, expectTable: kindB.isTable) { rowid, payload in
+                try body(RowChange(rowid: rowid, before: nil, after: payload))
+            }
+            return
+        }
         let (onlyA, onlyB) = try unshared(treeA.leaves, treeB.leaves)
         if isTable {
             try mergeRows(onlyA, onlyB, body)
         } else {
             var counts: [[UInt8]: Int] = [:]
-            try rows(a, leaves: onlyA, header: headerA, explained: &explainedA) { _, payload in counts[payload, default: 0] += 1 }
-            try rows(b, leaves: onlyB, header: headerB, explained: &explainedB) { _, payload in counts[payload, default: 0] -= 1 }
+            try rows(a, leaves: onlyA, header: headerA, explained: &explainedA, expectTable: false) { _, payload in counts[payload, default: 0] += 1 }
+            try rows(b, leaves: onlyB, header: headerB, explained: &explainedB, expectTable: false) { _, payload in counts[payload, default: 0] -= 1 }
             for (payload, count) in counts.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where count != 0 {
                 for _ in 0..<abs(count) { try body(RowChange(rowid: 0, before: count > 0 ? payload : nil, after: count < 0 ? payload : nil)) }
             }
@@ -318,11 +338,11 @@ final class PageDiff {
             nextLeafB += batch.count
             pendingB.removeAll(keepingCapacity: true)
             indexB = 0
-            try rows(b, leaves: batch, header: headerB, explained: &explainedB) { rowid, payload in pendingB.append((rowid, payload)) }
+            try rows(b, leaves: batch, header: headerB, explained: &explainedB, expectTable: true) { rowid, payload in pendingB.append((rowid, payload)) }
             if pendingB.isEmpty { try fillB() }
         }
         try fillB()
-        try rows(a, leaves: leavesA, header: headerA, explained: &explainedA) { rowid, payload in
+        try rows(a, leaves: leavesA, header: headerA, explained: &explainedA, expectTable: true) { rowid, payload in
             while true {
                 try fillB()
                 guard indexB < pendingB.count else { break }

@@ -27,6 +27,9 @@ enum SQLitePages {
                 throw StoreOpsError(.badData, "\(what): its header gives page size \(raw)")
             }
             let reserved = Int(page[20])
+            guard pageSize - reserved >= 480 else {
+                throw StoreOpsError(.badData, "\(what): its header reserves \(reserved) bytes of each \(pageSize)-byte page, more than SQLite allows")
+            }
             let encoding = Int(be32(page, 56))
             return Header(pageSize: pageSize, usable: pageSize - reserved, textEncoding: encoding == 0 ? 1 : encoding,
                           freelistTrunk: be32(page, 32), freelistCount: be32(page, 36), largestRootPage: be32(page, 52))
@@ -56,6 +59,9 @@ enum SQLitePages {
             self.usable = usable
             self.what = what
             headerOffset = number == 1 ? 100 : 0
+            guard bytes.count >= usable else {
+                throw StoreOpsError(.badData, "\(what): page \(number) is \(bytes.count) bytes, shorter than its header's page size")
+            }
             guard bytes.count >= headerOffset + 12, let kind = PageKind(rawValue: bytes[headerOffset]) else {
                 throw StoreOpsError(.badData, "\(what): page \(number) is not a b-tree page (type byte \(bytes.count > headerOffset ? String(bytes[headerOffset]) : "missing"))")
             }
@@ -153,10 +159,11 @@ enum SQLitePages {
             case 1, 2, 3, 4: length = Int(type)
             case 5: length = 6
             case 6, 7: length = 8
-            case 10, 11: throw StoreOpsError(.badData, "\(what): a record uses reserved serial type \(type)")
-            default: length = Int((type - 12) / 2)
+            case 12...: length = Int((type - 12) / 2)
+            default: throw StoreOpsError(.badData, "\(what): a record uses serial type \(type), which SQLite does not")
             }
-            guard length >= 0, body + length <= payload.count else { throw StoreOpsError(.badData, "\(what): a record's values run past its end") }
+            // Compared without adding (a length near Int.max must not overflow).
+            guard length >= 0, length <= payload.count - body else { throw StoreOpsError(.badData, "\(what): a record's values run past its end") }
             switch type {
             case 0: values.append(.null)
             case 8: values.append(.integer(0))

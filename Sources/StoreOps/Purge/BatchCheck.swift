@@ -40,7 +40,7 @@ final class BatchCheck {
         final class Box { var changes: [Change] = [] }
         let box = Box()
         let rc = storectl_session_changes(session, { context, raw in
-            guard let context, let raw else { return 1 }
+            guard let context, let raw else { return SQLITE_ABORT }
             let change = raw.pointee
             let box = Unmanaged<Box>.fromOpaque(context).takeUnretainedValue()
             let count = Int(change.columns)
@@ -62,20 +62,22 @@ final class BatchCheck {
     /// and the rows triggers and declared actions changed, per table.
     ///
     /// - Parameter columns: a table's column names, in the order sessions number them.
-    /// - Parameter virtualTables: the store's virtual tables: their modules write their shadow
-    ///   tables (`<name>_node`, `<name>_content`...) with statements of their own, which sessions
-    ///   do not mark indirect.
+    /// - Parameter shadowTables: the store's virtual tables' shadow tables (`PRAGMA table_list`'s
+    ///   type "shadow"): their modules write them with statements of their own, which sessions do
+    ///   not mark indirect.
     static func unplanned(_ changes: [Change], effects: BatchClosure.Effects, columns: (String) -> [String],
-                          virtualTables: [String] = []) -> (problems: [String], indirect: [String: Int]) {
+                          shadowTables: Set<String> = []) -> (problems: [String], indirect: [String: Int]) {
         var problems: [String] = []
         var indirect: [String: Int] = [:]
-        var deletedSeen: [String: Int] = [:]
+        var deletedIDs: [String: Set<Int64>] = [:]
         var recorded = Set<String>()
         let planned = effects.deleted.mapValues { Set($0) }
         func note(_ text: String) { if problems.count < 20 { problems.append(text) } }
         for change in changes {
             recorded.insert(change.table)
-            if change.indirect || virtualTables.contains(where: { change.table.hasPrefix($0 + "_") }) {
+            // Planned rows a trigger deleted first count as deleted.
+            if change.op == SQLITE_DELETE, let id = singleIntegerKey(change) { deletedIDs[change.table, default: []].insert(id) }
+            if change.indirect || shadowTables.contains(change.table) {
                 indirect[change.table, default: 0] += 1
                 continue
             }
@@ -84,26 +86,27 @@ final class BatchCheck {
             let key = change.primaryKey.firstIndex(of: true).map { change.old[$0].type == SQLITE_INTEGER ? "\(change.old[$0].value)" : "?" } ?? "?"
             switch change.op {
             case SQLITE_DELETE:
-                let pkColumns = change.primaryKey.enumerated().filter(\.element).map(\.offset)
-                if pkColumns.count == 1, change.old[pkColumns[0]].type == SQLITE_INTEGER,
-                   planned[change.table]?.contains(change.old[pkColumns[0]].value) == true {
-                    deletedSeen[change.table, default: 0] += 1
-                    continue
-                }
+                if let id = singleIntegerKey(change), planned[change.table]?.contains(id) == true { continue }
                 let joined = effects.joinIDs.contains { entry in
                     entry.key.hasPrefix(change.table + ".") && index(String(entry.key.dropFirst(change.table.count + 1))).map { i in
-                        change.old[i].type == SQLITE_INTEGER && entry.value.contains(change.old[i].value)
+                        i < change.old.count && change.old[i].type == SQLITE_INTEGER && entry.value.contains(change.old[i].value)
                     } == true
                 }
                 if joined { continue }
                 note("\(change.table): row \(key) deleted, which the plan does not name")
             case SQLITE_UPDATE:
                 let changed = change.new.indices.filter { change.new[$0].type != 0 }
-                let nullified = effects.nullifiedIDs.contains { entry in
-                    guard entry.key.hasPrefix(change.table + "."), let i = index(String(entry.key.dropFirst(change.table.count + 1))) else { return false }
-                    let allowedColumns = Set([i] + (index("Z_OPT").map { [$0] } ?? []))
-                    return change.new[i].type == SQLITE_NULL && change.old[i].type == SQLITE_INTEGER && entry.value.contains(change.old[i].value)
-                        && Set(changed).isSubset(of: allowedColumns)
+                // Every changed column is Z_OPT or a planned nullify of this row's reference (a row
+                // may lose two references in one batch).
+                var plannedColumns: [Int: Set<Int64>] = [:]
+                for entry in effects.nullifiedIDs where entry.key.hasPrefix(change.table + ".") {
+                    if let i = index(String(entry.key.dropFirst(change.table.count + 1))), i < change.old.count { plannedColumns[i] = entry.value }
+                }
+                let opt = index("Z_OPT")
+                let nullified = !changed.isEmpty && changed.contains { plannedColumns[$0] != nil } && changed.allSatisfy { i in
+                    if i == opt { return true }
+                    guard let ids = plannedColumns[i] else { return false }
+                    return change.new[i].type == SQLITE_NULL && change.old[i].type == SQLITE_INTEGER && ids.contains(change.old[i].value)
                 }
                 if nullified { continue }
                 let what = changed.map { $0 < names.count ? names[$0] : "column \($0 + 1)" }.joined(separator: ", ")
@@ -114,10 +117,17 @@ final class BatchCheck {
         }
         // Every planned row gone (tables sessions record: those with a PRIMARY KEY).
         for (table, ids) in effects.deleted where !ids.isEmpty && recorded.contains(table) || (!ids.isEmpty && hasPrimaryKey(table, columns)) {
-            let seen = deletedSeen[table] ?? 0
-            if seen < ids.count { note("\(table): \(ids.count - seen) planned row\(ids.count - seen == 1 ? "" : "s") not deleted") }
+            let left = Set(ids).subtracting(deletedIDs[table] ?? [])
+            if !left.isEmpty { note("\(table): \(left.count) planned row\(left.count == 1 ? "" : "s") not deleted (\(left.sorted().prefix(5).map(String.init).joined(separator: ", ")))") }
         }
         return (problems, indirect)
+    }
+
+    /// The row's key when its primary key is one integer column (Core Data's Z_PK).
+    private static func singleIntegerKey(_ change: Change) -> Int64? {
+        let columns = change.primaryKey.enumerated().filter(\.element).map(\.offset)
+        guard columns.count == 1, columns[0] < change.old.count, change.old[columns[0]].type == SQLITE_INTEGER else { return nil }
+        return change.old[columns[0]].value
     }
 
     /// Sessions record only tables with a PRIMARY KEY; Core Data's all have one (`Z_PK`).

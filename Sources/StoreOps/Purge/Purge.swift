@@ -422,8 +422,8 @@ public enum Purge {
                     for table in Set(changes.map(\.table)).union(effects.deleted.keys) {
                         columns[table] = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [table])
                     }
-                    let virtualTables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'")
-                    let (problems, indirect) = BatchCheck.unplanned(changes, effects: effects, columns: { columns[$0] ?? [] }, virtualTables: virtualTables)
+                    let shadows = Set(try String.fetchAll(db, sql: "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'"))
+                    let (problems, indirect) = BatchCheck.unplanned(changes, effects: effects, columns: { columns[$0] ?? [] }, shadowTables: shadows)
                     guard problems.isEmpty else {
                         try db.execute(sql: "ROLLBACK")
                         throw StoreOpsError(.checksFailed, "a batch of rule \(target.rule.name) changed what its plan does not name, and was rolled back "

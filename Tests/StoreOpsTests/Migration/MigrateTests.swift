@@ -186,7 +186,15 @@ struct MigrateTests {
         let report = try Migrate.run(fixture.options())
         #expect(report.failure?.contains("drops Core Data rows: Note") == true, "\(report.failure ?? "")")
         #expect(report.failureHint?.contains("-- storectl: allow-count-drop Note") == true)
+        // Allowed to drop notes, but their attachments would point at nothing: verify refuses it.
         try fixture.write("0001_drop_notes.sql", "-- storectl: allow-count-drop Note\nDELETE FROM ZITEM WHERE Z_ENT = 4;")
+        let dangling = try Migrate.run(fixture.options(rollback: true))
+        #expect(dangling.result == "rolled back" && dangling.failure?.contains("still point at removed ZITEM rows") == true, "\(dangling.failure ?? "")")
+        try fixture.write("0001_drop_notes.sql", """
+            -- storectl: allow-count-drop Note, Attachment
+            DELETE FROM ZATTACHMENT WHERE ZITEM IN (SELECT Z_PK FROM ZITEM WHERE Z_ENT = 4);
+            DELETE FROM ZITEM WHERE Z_ENT = 4;
+            """)
         let allowed = try Migrate.run(fixture.options())
         #expect(allowed.result == "migrated", "\(allowed.failure ?? "")")
         #expect(allowed.countsAfter?["Note"] == 0 && allowed.countsBefore?["Note"] ?? 0 > 0)
