@@ -86,6 +86,9 @@ struct DiffCLITests {
             #expect(result.entities.count == 1 && result.entities.first?.changed == 1 && result.entities.first?.objects.first?.object == "id 1",
                     "\(arguments): \(result.entities)")
         }
+        // For people, a long text is shown around where it changed.
+        let text = try storectl("diff", folder.file("before.sqlite"), store)
+        #expect(text.stdout.contains("…\"" + String(repeating: "a", count: 21) + "\" (30000 characters) → …\"" + String(repeating: "a", count: 20) + "b\" (30000 characters)"), "\(text.stdout)")
     }
 
     @Test("a plain SQLite store: a column and an index added are schema changes, rows by primary key; bad input: not a database 65, missing 66, a snapshot id without --repo 66, one side 64")

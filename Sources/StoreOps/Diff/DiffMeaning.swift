@@ -319,7 +319,13 @@ extension StoreDiff {
                     if label == .opt && !options.bookkeeping { continue }
                     if label == .identity && matchedKey != nil { continue }   // matched by key: its Z_PK was renumbered
                     meaningful = true
-                    values.append(ValueChange(name: label.name, before: render(old, label: label), after: render(new, label: label)))
+                    if case .text(let x) = old, case .text(let y) = new, options.shortValues, max(x.count, y.count) > 60 {
+                        // Long texts are shown from a little before where they first differ.
+                        let (a, b) = Self.window(x, y)
+                        values.append(ValueChange(name: label.name, before: a, after: b))
+                    } else {
+                        values.append(ValueChange(name: label.name, before: render(old, label: label), after: render(new, label: label)))
+                    }
                 }
                 guard meaningful else {
                     if before != after { bookkeeping.optBumps += 1 }
@@ -392,6 +398,21 @@ extension StoreDiff {
                 return render(value, type: nil)
             default: return render(value, type: nil)
             }
+        }
+
+        /// Two long texts shown around their first difference: up to 60 characters each, from 20
+        /// before it, with their lengths.
+        static func window(_ x: String, _ y: String) -> (String, String) {
+            let a = Array(x), b = Array(y)
+            var first = 0
+            while first < a.count, first < b.count, a[first] == b[first] { first += 1 }
+            let start = max(0, first - 20)
+            func show(_ c: [Character]) -> String {
+                let end = min(c.count, start + 60)
+                let body = start < end ? String(c[start..<end]) : ""
+                return "\(start > 0 ? "…" : "")\"\(body)\"\(end < c.count ? "…" : "") (\(c.count) characters)"
+            }
+            return (show(a), show(b))
         }
 
         /// A value for people: dates (Core Data's seconds since 2001) as UTC times, text quoted and
