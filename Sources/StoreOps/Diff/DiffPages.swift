@@ -314,48 +314,32 @@ final class RepositoryPages: DiffPages {
             for item in side.pages.frames where seen.insert("\(item.pack.hex)@\(item.frame.offset)").inserted { list.append(item) }
         }
         list.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
-        let spans = BlobLocator.spans(list)
-        let next = Mutex(0)
-        let failure = Mutex<(any Error)?>(nil)
         let kept = Mutex<[[UInt32: [UInt8]]]>(Array(repeating: [:], count: sides.count))
-        onLanes(min(repository.backend.parallelReads, max(1, spans.count))) { _ in
-            do {
-                let zstd = try ZstdFrames(level: 3)
-                while failure.withLock({ $0 == nil }) {
-                    let i = next.withLock { value -> Int in defer { value += 1 }; return value }
-                    guard i < spans.count else { return }
-                    try ProcessSignals.checkpoint("comparing")
-                    try BlobLocator.read(spans[i], frames: list, repository: repository, zstd: zstd) { member, plain in
-                        var found: [[UInt32: [UInt8]]] = Array(repeating: [:], count: sides.count)
-                        var checked: [ContentID: [UInt8]] = [:]
-                        for blob in list[member].frame.blobs where blob.type == .page {
-                            for (s, side) in sides.enumerated() {
-                                guard Int(blob.length) == side.pages.pageSize, var page = side.pages.byID.first(blob.id) else { continue }
-                                while true {
-                                    let number = UInt32(page + 1)
-                                    let at = Int(blob.offset) + (number == 1 ? 100 : 0)
-                                    let interior = at < plain.count && (plain[plain.startIndex + at] == 0x05 || plain[plain.startIndex + at] == 0x02)
-                                    if interior || side.also.contains(number) {
-                                        if checked[blob.id] == nil {
-                                            let data = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
-                                                                               what: "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))")
-                                            checked[blob.id] = [UInt8](data)
-                                        }
-                                        found[s][number] = checked[blob.id]
-                                    }
-                                    guard let following = side.pages.byID.next(after: page) else { break }
-                                    page = following
-                                }
+        try BlobLocator.readOnLanes(list, repository: repository, checkpoint: "comparing") { member, plain in
+            var found: [[UInt32: [UInt8]]] = Array(repeating: [:], count: sides.count)
+            var checked: [ContentID: [UInt8]] = [:]
+            for blob in list[member].frame.blobs where blob.type == .page {
+                for (s, side) in sides.enumerated() {
+                    guard Int(blob.length) == side.pages.pageSize, var page = side.pages.byID.first(blob.id) else { continue }
+                    while true {
+                        let number = UInt32(page + 1)
+                        let at = Int(blob.offset) + (number == 1 ? 100 : 0)
+                        let interior = at < plain.count && (plain[plain.startIndex + at] == 0x05 || plain[plain.startIndex + at] == 0x02)
+                        if interior || side.also.contains(number) {
+                            if checked[blob.id] == nil {
+                                let data = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
+                                                                   what: "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))")
+                                checked[blob.id] = [UInt8](data)
                             }
+                            found[s][number] = checked[blob.id]
                         }
-                        kept.withLock { all in for s in found.indices { all[s].merge(found[s]) { a, _ in a } } }
+                        guard let following = side.pages.byID.next(after: page) else { break }
+                        page = following
                     }
                 }
-            } catch {
-                failure.withLock { if $0 == nil { $0 = error } }
             }
+            kept.withLock { all in for s in found.indices { all[s].merge(found[s]) { a, _ in a } } }
         }
-        if let error = failure.withLock({ $0 }) { throw error }
         let all = kept.withLock { $0 }
         for (s, side) in sides.enumerated() {
             side.pages.cache.merge(all[s]) { a, _ in a }
@@ -382,35 +366,20 @@ final class RepositoryPages: DiffPages {
         guard !wanted.isEmpty else { return out }
         let order = wanted.keys.sorted { frames[$0].pack == frames[$1].pack ? frames[$0].frame.offset < frames[$1].frame.offset : frames[$0].pack < frames[$1].pack }
         let list = order.map { frames[$0] }
-        let spans = BlobLocator.spans(list)
         let results = Mutex<[UInt32: [UInt8]]>([:])
-        let failure = Mutex<(any Error)?>(nil)
-        let next = Mutex(0)
         let repository = self.repository
         let pageSize = self.pageSize
-        onLanes(min(repository.backend.parallelReads, max(1, spans.count))) { _ in
-            do {
-                let zstd = try ZstdFrames(level: 3)
-                while failure.withLock({ $0 == nil }) {
-                    let i = next.withLock { value -> Int in defer { value += 1 }; return value }
-                    guard i < spans.count else { return }
-                    try BlobLocator.read(spans[i], frames: list, repository: repository, zstd: zstd) { member, plain in
-                        var got: [(UInt32, [UInt8])] = []
-                        for (page, b) in wanted[order[member]] ?? [] {
-                            let blob = list[member].frame.blobs[b]
-                            guard Int(blob.length) == pageSize else { throw StoreOpsError(.badData, "a page blob of \(repository.location) is \(blob.length) bytes, not \(pageSize)") }
-                            let data = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
-                                                               what: "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))")
-                            got.append((page, [UInt8](data)))
-                        }
-                        results.withLock { for (page, bytes) in got { $0[page] = bytes } }
-                    }
-                }
-            } catch {
-                failure.withLock { if $0 == nil { $0 = error } }
+        try BlobLocator.readOnLanes(list, repository: repository, checkpoint: "comparing") { member, plain in
+            var got: [(UInt32, [UInt8])] = []
+            for (page, b) in wanted[order[member]] ?? [] {
+                let blob = list[member].frame.blobs[b]
+                guard Int(blob.length) == pageSize else { throw StoreOpsError(.badData, "a page blob of \(repository.location) is \(blob.length) bytes, not \(pageSize)") }
+                let data = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
+                                                   what: "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))")
+                got.append((page, [UInt8](data)))
             }
+            results.withLock { for (page, bytes) in got { $0[page] = bytes } }
         }
-        if let error = failure.withLock({ $0 }) { throw error }
         framesRead += list.count
         let read = results.withLock { $0 }
         pagesRead += read.count

@@ -27,7 +27,7 @@ final class DiffSchema {
     static let bookkeepingTables: Set<String> = ["Z_PRIMARYKEY", "Z_METADATA", "Z_MODELCACHE"]
 
     /// - Parameter rowsOf: the decoded rows of a table of this side, by name (for the bookkeeping tables).
-    init(entries: [PageDiff.SchemaEntry], encoding: Int, rowsOf: (PageDiff.SchemaEntry) throws -> [[SQLitePages.Value]]) throws {
+    init(entries: [PageDiff.SchemaEntry], rowsOf: (PageDiff.SchemaEntry) throws -> [[SQLitePages.Value]]) throws {
         self.entries = entries
         let queue = try DatabaseQueue()
         var layouts: [String: Layout] = [:]

@@ -167,7 +167,6 @@ final class PageDiff {
         var kind: SQLitePages.PageKind?
         /// Leaves in key order (index b-trees: every page, since interior cells hold entries too).
         var leaves: [UInt32] = []
-        var interior: [UInt32] = []
     }
 
     /// The pages of the b-tree rooted at `root`, level by level (each level read in one batch).
@@ -211,7 +210,6 @@ final class PageDiff {
                     throw StoreOpsError(.badData, "\(side.what): page \(number) is not the kind of b-tree page its parent says (a leaf among interior pages, or another b-tree's)")
                 }
                 explained.insert(number)
-                tree.interior.append(number)
                 if !kind.isTable { tree.leaves.append(number) }   // index interior cells are entries
                 next.append(contentsOf: children)
             }

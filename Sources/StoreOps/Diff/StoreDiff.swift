@@ -261,8 +261,8 @@ public enum StoreDiff {
                 return try diff.allRows(onA: onA, root: entry.rootPage).map { try SQLitePages.record($0.1, encoding: encoding, what: "\((onA ? diff.a : diff.b).what): table \(entry.name)") }
             }
         }
-        let schemaA = try DiffSchema(entries: diff.schemaA, encoding: diff.headerA.textEncoding, rowsOf: decoded(true))
-        let schemaB = try DiffSchema(entries: diff.schemaB, encoding: diff.headerB.textEncoding, rowsOf: decoded(false))
+        let schemaA = try DiffSchema(entries: diff.schemaA, rowsOf: decoded(true))
+        let schemaB = try DiffSchema(entries: diff.schemaB, rowsOf: decoded(false))
         summaryA.coreData = schemaA.coreData != nil
         summaryB.coreData = schemaB.coreData != nil
 

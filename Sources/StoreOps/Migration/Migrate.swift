@@ -398,7 +398,7 @@ public enum Migrate {
             }
             try queue.inDatabase { db in
                 let existing = Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'"))
-                let tables = (fullCheck ? nil : touched)?.filter { existing.contains($0) }
+                let tables = (options.fullCheck ? nil : touched)?.filter { existing.contains($0) }
                 if let tables {
                     // quick_check of each table the run touched (its b-trees, records and
                     // constraints: 1.2 s for the bench store's 4M-row table, where integrity_check
@@ -438,8 +438,6 @@ public enum Migrate {
                 report.countsAfter = try CoreDataCensus.countsByEntity(db)
             }
         }
-
-        var fullCheck: Bool { options.fullCheck }
 
         func finish() throws {
             try? queue?.close()

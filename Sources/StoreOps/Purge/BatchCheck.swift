@@ -24,6 +24,22 @@ final class BatchCheck {
         var new: [(type: Int32, value: Int64)]
     }
 
+    /// What the check needs of the store's schema, read once per purge: each table's columns in
+    /// the order sessions number them, and the virtual tables' shadow tables.
+    struct Tables: Sendable {
+        var columns: [String: [String]] = [:]
+        var shadows = Set<String>()
+
+        static func read(_ db: Database) throws -> Tables {
+            var tables = Tables()
+            for name in try String.fetchAll(db, sql: "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type IN ('table', 'shadow')") {
+                tables.columns[name] = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [name])
+            }
+            tables.shadows = Set(try String.fetchAll(db, sql: "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'"))
+            return tables
+        }
+    }
+
     /// Starts recording on `db` (inside the batch's transaction, before its first write).
     init(_ db: Database) throws {
         var rc: Int32 = 0
@@ -116,7 +132,7 @@ final class BatchCheck {
             }
         }
         // Every planned row gone (tables sessions record: those with a PRIMARY KEY).
-        for (table, ids) in effects.deleted where !ids.isEmpty && recorded.contains(table) || (!ids.isEmpty && hasPrimaryKey(table, columns)) {
+        for (table, ids) in effects.deleted where !ids.isEmpty && (recorded.contains(table) || hasPrimaryKey(table, columns)) {
             let left = Set(ids).subtracting(deletedIDs[table] ?? [])
             if !left.isEmpty { note("\(table): \(left.count) planned row\(left.count == 1 ? "" : "s") not deleted (\(left.sorted().prefix(5).map(String.init).joined(separator: ", ")))") }
         }

@@ -369,6 +369,8 @@ public enum Purge {
         let started = Date()
         var cursor: Int64 = 0
         defer { rule.seconds = Date().timeIntervalSince(started) }
+        // What each batch's check needs of the schema, once (a purge holds the store's job lock).
+        let tables = options.dryRun ? nil : try queue.inDatabase { try BatchCheck.Tables.read($0) }
 
         while true {
             if let reason = pipeline.stopRequested ?? target.limitReached(deleted: rule.deleted, since: started) {
@@ -376,7 +378,8 @@ public enum Purge {
                 return
             }
             let size = min(target.rule.batchSize, target.rule.maxRows.map { $0 - rule.deleted } ?? Int.max)
-            let (done, lockHeld) = try batch(target, size: size, cursor: &cursor, into: &rule, queue: queue, dryRun: options.dryRun, deleted: deleted)
+            let (done, lockHeld) = try batch(target, size: size, cursor: &cursor, into: &rule, queue: queue, dryRun: options.dryRun,
+                                             tables: tables, deleted: deleted)
             pipeline.step(ProgressUpdate(phase: "purge \(target.rule.name)", done: UInt64(rule.deleted),
                                          total: UInt64(max(rule.candidates, rule.deleted)), unit: .rows, bytes: 0, startedAt: started))
             if done { return }
@@ -395,7 +398,7 @@ public enum Purge {
     /// rules and deleted in one short transaction. Returns whether the rule is done, and how long
     /// the write lock was held.
     static func batch(_ target: PurgeTarget, size: Int, cursor: inout Int64, into rule: inout RuleReport, queue: DatabaseQueue,
-                      dryRun: Bool, deleted: (BatchClosure.Effects) -> Void) throws -> (done: Bool, lockHeld: TimeInterval) {
+                      dryRun: Bool, tables: BatchCheck.Tables?, deleted: (BatchClosure.Effects) -> Void) throws -> (done: Bool, lockHeld: TimeInterval) {
         var arguments: StatementArguments = [cursor]
         _ = arguments.append(contentsOf: target.condition.arguments)
         _ = arguments.append(contentsOf: [size])
@@ -416,14 +419,9 @@ public enum Purge {
                 let closure = try BatchClosure(roots: confirmed, table: target.table, graph: target.graph, rows: DatabaseRows(db: db))
                 let check = dryRun ? nil : try BatchCheck(db)
                 let effects = dryRun ? try closure.count(db: db) : try closure.apply(db: db)
-                if let check {
-                    var columns: [String: [String]] = [:]
-                    let changes = try check.changes()
-                    for table in Set(changes.map(\.table)).union(effects.deleted.keys) {
-                        columns[table] = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [table])
-                    }
-                    let shadows = Set(try String.fetchAll(db, sql: "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'"))
-                    let (problems, indirect) = BatchCheck.unplanned(changes, effects: effects, columns: { columns[$0] ?? [] }, shadowTables: shadows)
+                if let check, let tables {
+                    let (problems, indirect) = BatchCheck.unplanned(try check.changes(), effects: effects, columns: { tables.columns[$0] ?? [] },
+                                                                    shadowTables: tables.shadows)
                     guard problems.isEmpty else {
                         try db.execute(sql: "ROLLBACK")
                         throw StoreOpsError(.checksFailed, "a batch of rule \(target.rule.name) changed what its plan does not name, and was rolled back "

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Where blobs are, from the repository's indexes, and reading them back: each frame read once,
 /// opened (authenticated), decompressed, and every blob checked against its content id.
@@ -68,6 +69,32 @@ enum BlobLocator {
             }
         }
         return out
+    }
+
+    /// Reads `frames` (sorted by pack, then offset: neighbours of a pack in one read) on the
+    /// backend's lanes (two on a folder, a bucket's transfers to its bound), each frame opened
+    /// once; `body(member, plaintext)` runs on the lane that read it (its `Data` is valid only during
+    /// the call). The first error stops every lane and is thrown; `checkpoint` names what a signal
+    /// interrupts (checked before each read).
+    static func readOnLanes(_ frames: [(pack: ContentID, frame: FrameEntry)], repository: PagedRepository, checkpoint: String,
+                            _ body: (Int, Data) throws -> Void) throws {
+        let spans = spans(frames)
+        let next = Mutex(0)
+        let failure = Mutex<(any Error)?>(nil)
+        onLanes(min(repository.backend.parallelReads, max(1, spans.count))) { _ in
+            do {
+                let zstd = try ZstdFrames(level: 3)
+                while failure.withLock({ $0 == nil }) {
+                    let i = next.withLock { value -> Int in defer { value += 1 }; return value }
+                    guard i < spans.count else { return }
+                    try ProcessSignals.checkpoint(checkpoint)
+                    try read(spans[i], frames: frames, repository: repository, zstd: zstd, body)
+                }
+            } catch {
+                failure.withLock { if $0 == nil { $0 = error } }
+            }
+        }
+        if let error = failure.withLock({ $0 }) { throw error }
     }
 
     /// Reads a span and hands each member frame's plaintext to `body`, in memory `zstd` reuses:

@@ -86,39 +86,22 @@ enum PagedExtraction {
         let startedAt = Date()
         // Neighbouring frames of a pack are read together (at most 4 MiB at once per lane).
         let framesToRead = frames.map { (pack: $0.pack, frame: $0.frame) }
-        let spans = BlobLocator.spans(framesToRead)
-        let next = Mutex(0)
         let written = Mutex(0)
         let writeBehindPages = max(1, (32 << 20) / pageSize)
-        let failure = Mutex<(any Error)?>(nil)
-        // Two lanes on a folder (one per core); a bucket's transfers in parallel, to its bound.
-        onLanes(repository.backend.parallelReads) { _ in
-            do {
-                let zstd = try ZstdFrames(level: 3)
-                while failure.withLock({ $0 == nil }) {
-                    let i = next.withLock { value -> Int in defer { value += 1 }; return value }
-                    guard i < spans.count else { return }
-                    try ProcessSignals.checkpoint("restoring \(context)")
-                    try BlobLocator.read(spans[i], frames: framesToRead, repository: repository, zstd: zstd) { member, plain in
-                        let pages = try place(plain, of: frames[member], pagesByID: pagesByID, pageSize: pageSize, fd: fd, path: path,
-                                              repository: repository, context: context)
-                        let flushNow = written.withLock { value -> Bool in
-                            let before = value
-                            value += pages
-                            report?(ProgressUpdate(phase: "pages", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
-                                                   bytes: UInt64(value) * UInt64(pageSize), startedAt: startedAt))
-                            return before / writeBehindPages != value / writeBehindPages
-                        }
-                        // Write-behind: start the disk on what is written so far (pages land in any
-                        // order), so the final fsync does not flush the whole database at once.
-                        if flushNow { _ = storectl_sync_file_range(fd, 0, 0, 0) }
-                    }
-                }
-            } catch {
-                failure.withLock { if $0 == nil { $0 = error } }
+        try BlobLocator.readOnLanes(framesToRead, repository: repository, checkpoint: "restoring \(context)") { member, plain in
+            let pages = try place(plain, of: frames[member], pagesByID: pagesByID, pageSize: pageSize, fd: fd, path: path,
+                                  repository: repository, context: context)
+            let flushNow = written.withLock { value -> Bool in
+                let before = value
+                value += pages
+                report?(ProgressUpdate(phase: "pages", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
+                                       bytes: UInt64(value) * UInt64(pageSize), startedAt: startedAt))
+                return before / writeBehindPages != value / writeBehindPages
             }
+            // Write-behind: start the disk on what is written so far (pages land in any
+            // order), so the final fsync does not flush the whole database at once.
+            if flushNow { _ = storectl_sync_file_range(fd, 0, 0, 0) }
         }
-        if let error = failure.withLock({ $0 }) { throw error }
     }
 
     /// The frames holding the snapshot's pages, each once, in pack and offset order; 65 naming
