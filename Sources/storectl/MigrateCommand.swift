@@ -34,6 +34,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Migrate although another process has the store open (a rollback discards its later writes).") var force = false
     @Flag(help: "Verify with integrity_check of the whole file, not quick_check of the tables the migrations touched.") var fullCheck = false
     @Option(help: "Where --dry-run makes its two scratch copies of the store (default: TMPDIR).") var scratch: String?
+    @Option(parsing: .unconditional, help: "With --dry-run: rehearse on the point `storectl replicate` recorded of the store at or before this time (RFC 3339, or -5m), in --repo, not on a copy of the store as it is.") var at: String?
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
@@ -43,6 +44,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         options.password = password.source
         options.fullCheck = fullCheck
         options.scratch = scratch
+        options.dryRunAt = try at.map { try PointRestore.parseTime($0) }
         let progress = TerminalProgress.handler("migrate", quiet: json)
         let report = try Migrate.run(options, progress: progress?.1)
         progress?.0.finish()
@@ -57,6 +59,9 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         let plan = report.plan
         switch report.result {
         case "up to date":
+            if let point = report.rehearsedPoint {
+                return "\(report.store) at point \(point) is up to date at version \(plan.current): nothing to rehearse"
+            }
             return "\(report.store) is up to date at version \(plan.current)"
         case "planned":
             lines.append("plan for \(report.store): version \(plan.current) -> \(plan.target) (dry run: nothing changed)")
@@ -69,6 +74,9 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             }
             if let bytes = report.snapshotEstimateBytes {
                 lines.append("  a pre-migrate snapshot (about \(Format.bytes(bytes)) before compression) goes to \(report.repository)")
+            }
+            if let point = report.rehearsedPoint {
+                lines.append("  rehearsed on point \(point)\(report.rehearsedPointTime.map { " (\(Timestamp.iso($0)))" } ?? "") of \(report.repository)")
             }
             if let changes = report.changes { lines.append("  on a copy it changes: \(changes.text)") }
             for outside in report.undeclared ?? [] { lines.append("  NOT DECLARED: \(outside)") }

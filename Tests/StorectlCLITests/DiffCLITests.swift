@@ -59,6 +59,17 @@ struct DiffCLITests {
         let text = try storectl("diff", "--repo", repo, first, second, "--limit", "2")
         #expect(text.status == 2)
         #expect(text.stdout.contains("changed (ZTITLE") && text.stdout.contains("… and") && text.stdout.contains("Item.tags (Z_2TAGS)"), "\(text.stdout)")
+        // --limit 0: counts only, complete; --entity narrows; a blank or unknown name is 64, never "same".
+        let counts = try report(try storectl("diff", "--repo", repo, first, second, "--json", "--limit", "0"))
+        #expect(counts.entities.allSatisfy { $0.objects.isEmpty } && counts.entities.filter { $0.table == "ZITEM" }.reduce(0) { $0 + $1.changed } == 60)
+        let narrowed = try storectl("diff", "--repo", repo, first, second, "--json", "--entity", "Tag")
+        let narrowedTables = try report(narrowed).entities.map(\.table)
+        #expect(narrowedTables.allSatisfy { $0 == "ZTAG" }, "\(narrowed.stdout)")
+        for bad in ["", " ", "Item,", "Itme"] {
+            let refused = try storectl("diff", "--repo", repo, first, second, "--entity", bad)
+            #expect(refused.status == 64 && refused.stdout.isEmpty, "--entity \(bad.debugDescription): \(refused.status) \(refused.stderr)")
+        }
+        #expect(try storectl("diff", "--repo", repo, first, second, "--entity", "Itme").stderr.contains("Item"), "the hint lists the entities")
         let same = try storectl("diff", "--repo", repo, second, second)
         #expect(same.status == 0 && same.stdout.contains("\nsame"), "\(same.stdout)\(same.stderr)")
         // A file against a snapshot: the store as it is now is the second snapshot.

@@ -71,6 +71,39 @@ struct MigrateDiffTests {
         #expect(try StoreState.digest(f.store, journalMode: false) == before, "rolled back to the pre-migrate state")
     }
 
+    @Test("--dry-run --at rehearses on a point replicate recorded (planned from the point's own history, behind the store's), prints what it would change, and changes neither the store nor the repository's listing; --at without --dry-run is 64")
+    func dryRunAtPoint() throws {
+        let f = try fixture(Self.declared)
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", f.store, "--repo", f.repo, "--for", "2s", "--sync-interval", "200ms", "--quiet"])
+        Thread.sleep(forTimeInterval: 1.2)
+        let point = Timestamp.iso(Date())
+        #expect(follower.wait().status == 0)
+        let first = try f.migrate(["--to", "1"])
+        #expect(first.status == 0, "\(first.stdout)\(first.stderr)")
+        let before = try StoreState.digest(f.store, journalMode: false)
+        let listed = try storectl("snapshot", "list", "--repo", f.repo, "--json").stdout
+
+        let scratch = f.folder.file("scratch")
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false)
+        let rehearsal = try f.migrate(["--dry-run", "--at", point, "--json", "--scratch", scratch])
+        #expect(rehearsal.status == 0, "\(rehearsal.stdout)\(rehearsal.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(rehearsal.stdout.utf8))
+        #expect(report.plan.current == 0 && report.plan.pending.map(\.version) == [1, 2], "planned from the point, not from the store (at 1)")
+        #expect(report.rehearsedPoint != nil && report.rehearsedPointTime.map { $0 <= Date() } == true)
+        let items = try #require(report.changes).entities.filter { $0.table == "ZITEM" }
+        #expect(items.reduce(0) { $0 + $1.changed } == 2_000 && report.undeclared == nil)
+        let text = try f.migrate(["--dry-run", "--at", point])
+        #expect(text.status == 0 && text.stdout.contains("version 0 -> 2") && text.stdout.contains("rehearsed on point"), "\(text.stdout)")
+        #expect(try StoreState.digest(f.store, journalMode: false) == before, "the store is only read")
+        #expect(try storectl("snapshot", "list", "--repo", f.repo, "--json").stdout == listed, "nothing added to the repository")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty, "the rehearsal's copies and the point are removed")
+
+        let misuse = try f.migrate(["--at", point])
+        #expect(misuse.status == 64 && misuse.stderr.contains("--at is for --dry-run"), "\(misuse.stderr)")
+        let early = try f.migrate(["--dry-run", "--at", "2001-01-01T00:00:00Z"])
+        #expect(early.status == 66, "a time before every point: \(early.stderr)")
+    }
+
     @Test("relationships must still resolve: removing categories items still point at, or writing a key no category has, fails verify and rolls back (declared migrations)", arguments: [
         ("-- storectl: changes Category\n-- storectl: allow-count-drop Category\nDELETE FROM ZCATEGORY WHERE Z_PK = (SELECT ZCATEGORY FROM ZITEM WHERE ZCATEGORY IS NOT NULL LIMIT 1);",
          "still point at removed ZCATEGORY rows"),

@@ -299,13 +299,22 @@ struct ReplicateTests {
         #expect(waitForBase(world))
         _ = try churn(world, seconds: 1.5, ["--seed", "8"]).wait()
         usleep(1_200_000)
-        follower.signal(SIGTERM)
-        #expect(follower.wait().status == 0)
         let logged = try ChurnLoad.readLog(world.log)
         let middle = try #require(logged[logged.count / 2])
-        let rolled = try ChildProcess.run(Binaries.storectl, ["rollback", world.store, "--repo", world.repo, "--at", Timestamp.iso(Date(timeIntervalSince1970: middle.returned + 0.05)), "--json"],
-                                          environment: world.environment)
+        let arguments = ["rollback", world.store, "--repo", world.repo, "--at", Timestamp.iso(Date(timeIntervalSince1970: middle.returned + 0.05)), "--json"]
+        // The follower keeps its connection open, as a service does: it is not "the app". An app
+        // that has the store open still is (75, naming the app, not the follower).
+        let ready = world.folder.file("app.ready")
+        let app = try ChildProcess.Running(Binaries.lab, ["hold", world.store, "--mode", "read", "--seconds", "30", "--ready-file", ready])
+        #expect(ChildProcess.waitFor(file: ready))
+        let refused = try ChildProcess.run(Binaries.storectl, arguments, environment: world.environment)
+        #expect(refused.status == 75 && refused.stderr.contains("pid \(app.pid)"), "\(refused.status) \(refused.stderr)")
+        app.signal(SIGTERM)
+        _ = app.wait()
+        let rolled = try ChildProcess.run(Binaries.storectl, arguments, environment: world.environment)
         #expect(rolled.status == 0, "\(rolled.stderr)")
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0, "the follower saw the store replaced: a new base, not a failure")
         let result = try JSON.decoder().decode(Rollback.Result.self, from: Data(rolled.stdout.utf8))
         #expect(result.restored.contains("@") && result.safetySnapshot != nil, "\(result)")
         let (seq, hash) = try read(world.store) { db in (try Int.fetchOne(db, sql: "SELECT seq FROM churn_meta") ?? -1, try ChurnLoad.contentHash(db)) }

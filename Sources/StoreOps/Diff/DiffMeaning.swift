@@ -226,6 +226,23 @@ extension StoreDiff {
             }
         }
 
+        /// `--entity` names that are neither an entity nor a table on either side are a usage error
+        /// (64), not an empty "same": a misspelt name must not read as "nothing changed".
+        func checkFilter() throws {
+            guard !filter.isEmpty else { return }
+            var known: [String: String] = [:]
+            for schema in [a, b] { for entry in schema.entries where entry.type == "table" { known[entry.name.lowercased()] = entry.name } }
+            for labels in [labelsA, labelsB] { for name in labels.entityByEnt.values { known[name.lowercased()] = name } }
+            let unknown = options.entities.filter { known[$0.lowercased()] == nil }
+            guard unknown.isEmpty else {
+                let entities = Set(labelsA.entityByEnt.values).union(labelsB.entityByEnt.values).sorted()
+                let tables = Set(known.values).subtracting(entities).filter { !$0.hasPrefix("sqlite_") }.sorted()
+                let listed = (entities.isEmpty ? "" : "entities: " + entities.prefix(40).joined(separator: ", ") + "; ") + "tables: " + tables.prefix(40).joined(separator: ", ")
+                throw StoreOpsError(.usage, "--entity \(unknown.joined(separator: ", ")): no entity or table of that name on either side",
+                                    hint: listed)
+            }
+        }
+
         private func wanted(_ entity: String, table: String) -> Bool {
             filter.isEmpty || filter.contains(entity.lowercased()) || filter.contains(table.lowercased())
         }

@@ -269,6 +269,7 @@ public enum StoreDiff {
         stage("schemas rebuilt")
         progress?(.stage("comparing"))
         var collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
+        try collector.checkFilter()
         try collector.compareTables()
         stage("tables compared")
         if try !diff.accountForDifferences() {

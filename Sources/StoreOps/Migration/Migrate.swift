@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import Logging
 
 /// `storectl migrate`: lock, preflight, snapshot, apply, verify; on a failure (with
@@ -30,6 +31,9 @@ public enum Migrate {
         public var fullCheck = false
         /// Where `--dry-run` makes its two scratch copies (default: TMPDIR).
         public var scratch: String?
+        /// `--dry-run` rehearses on the store as it was at this time (`storectl replicate`'s point
+        /// of this store in `repository`) instead of on a copy of the store as it is.
+        public var dryRunAt: Date?
 
         public init(store: String, migrations: String?, repository: String, stages: [Migration] = [], to: Int? = nil,
                     rollbackOnFailure: Bool = false, dryRun: Bool = false, killSwitch: String? = nil, resume: Bool = false) {
@@ -85,6 +89,9 @@ public enum Migrate {
         /// Changes outside what the migrations declare (`-- storectl: changes ...`): the run fails
         /// and rolls back.
         public var undeclared: [String]?
+        /// `--dry-run --at`: the point the rehearsal started from, and its time.
+        public var rehearsedPoint: String?
+        public var rehearsedPointTime: Date?
         /// The integrity check the verify stage ran: "integrity_check" (the whole file) or
         /// "quick_check(T)" of each table the run touched, and "index I: one entry per row" for each
         /// index it made or changed.
@@ -129,6 +136,10 @@ public enum Migrate {
             throw StoreOpsError(.usage, "--to \(to): there is no migration \(to) (versions: \(migrations.map { String($0.version) }.joined(separator: ", ")))",
                                 hint: "name the version of an existing migration file")
         }
+        if options.dryRunAt != nil, !options.dryRun {
+            throw StoreOpsError(.usage, "--at is for --dry-run: it names the point a rehearsal starts from",
+                                hint: "add --dry-run, or use `storectl rollback --at` to go back to a point")
+        }
         if !options.dryRun, (try? FileSystem.space(at: store.folder))?.readOnly == true {
             throw StoreOpsError(.cannotCreate, "\(store.path) is on a read-only file system: migrate rewrites the store",
                                 hint: "remount it read-write, or migrate a copy (`storectl migrate --dry-run` shows the plan)")
@@ -137,7 +148,8 @@ public enum Migrate {
         if let journal = MigrationJournal.read(store), !options.resume || options.dryRun {
             throw StoreOpsError(.failure, journal.advice)
         }
-        let planned = try session.makePlan(checkingJournal: false)
+        // A rehearsal from a point plans from the point's own history (in `rehearse`).
+        let planned = options.dryRunAt != nil ? session.report.plan : try session.makePlan(checkingJournal: false)
         if options.dryRun || planned.pending.isEmpty {
             if MigrationJournal.read(store) != nil {   // --resume with nothing left to apply: the journal goes
                 let lock = try JobLock.acquire(path: store.jobLockPath, job: "migrate")
@@ -215,11 +227,13 @@ public enum Migrate {
 
         /// Dry run, or nothing pending: the plan, nothing changed.
         func planOnly() throws -> Report {
-            report.result = report.plan.pending.isEmpty ? "up to date" : "planned"
-            if options.dryRun, !report.plan.pending.isEmpty {
+            if options.dryRunAt != nil {
+                try rehearse()
+            } else if options.dryRun, !report.plan.pending.isEmpty {
                 report.snapshotEstimateBytes = try readOnly(store, timeout: options.timeout) { try StoreInfo.read($0, store: store) }.logicalBytes
                 try rehearse()
             }
+            report.result = report.plan.pending.isEmpty ? "up to date" : "planned"
             return report
         }
 
@@ -235,14 +249,50 @@ public enum Migrate {
             PendingFile.removeStale(in: folder, prefix: "storectl-migrate-dry-run-")
             let first = try PendingFile(finalPath: (folder as NSString).appendingPathComponent("storectl-migrate-dry-run-before.sqlite"), label: "migrate.dry-run.before")
             let second = try PendingFile(finalPath: (folder as NSString).appendingPathComponent("storectl-migrate-dry-run-after.sqlite"), label: "migrate.dry-run.after")
-            let before = first.tempPath, after = second.tempPath
+            var before = first.tempPath
+            let after = second.tempPath
             defer {
                 for file in [first, second] {
                     for suffix in ["-wal", "-shm", "-journal"] { FileSystem.remove(file.tempPath + suffix, point: "migrate.dry-run.sidecar.remove") }
                     file.discard()
                 }
             }
-            _ = try ConsistentCopy.copy(store, to: before, options: .init(timeout: options.timeout, writeBehind: false))
+            var point: PendingFile?
+            defer { point?.discard() }
+            if let at = options.dryRunAt {
+                // The point, restored (and verified) into a scratch folder of its own; the plan
+                // comes from its history, which may be behind the store's.
+                let box = try PendingFile(finalPath: (folder as NSString).appendingPathComponent("storectl-migrate-dry-run-point"), directory: true,
+                                          label: "migrate.dry-run.point")
+                point = box
+                let restored = (box.tempPath as NSString).appendingPathComponent(store.name)
+                var restore = SnapshotRestore.Options(repository: options.repository, id: "", target: .file(restored))
+                restore.at = at
+                restore.pointStore = store.path
+                restore.password = options.password
+                restore.timeout = options.timeout
+                let result = try SnapshotRestore.run(restore)
+                report.rehearsedPoint = result.point
+                report.rehearsedPointTime = result.pointTime
+                before = restored
+                let copy = try StoreFile(existing: before)
+                let migrations = self.migrations, to = options.to
+                var plan = try readOnly(copy, timeout: options.timeout) { db -> MigrationPlan in
+                    var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db), to: to)
+                    plan.lint(migrations, schema: try StoreSchema.read(db))
+                    return plan
+                }
+                try plan.refuseTriggerCalls(migrations, store: before)
+                guard plan.blockers.isEmpty else {
+                    throw StoreOpsError(.badData, "the migrations cannot run on the point \(result.point ?? "") of \(store.path); nothing was changed:\n  "
+                                        + plan.blockers.joined(separator: "\n  "))
+                }
+                report.plan = plan
+                report.snapshotEstimateBytes = UInt64(FileSystem.size(of: before) ?? 0)
+                guard !plan.pending.isEmpty else { return }
+            } else {
+                _ = try ConsistentCopy.copy(store, to: before, options: .init(timeout: options.timeout, writeBehind: false))
+            }
             do {
                 _ = FileSystem.remove(after, point: "migrate.dry-run.after.replace")
                 try FileManager.default.copyItem(atPath: before, toPath: after)
@@ -369,7 +419,15 @@ public enum Migrate {
             var newIndexes = Set<String>()
             if let snapshot = report.snapshot, let hold = pipeline.hold {
                 pipeline.note("diff against the pre-migrate snapshot")
-                _ = try? queue.inDatabase { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+                // Emptying the -wal lets the diff read the file itself; a reader the app holds
+                // (--force) would keep TRUNCATE waiting for the whole busy timeout, so it gets a
+                // fifth of a second and the diff reads a consistent copy instead.
+                let timeout = Int32(min(options.timeout * 1000, Double(Int32.max)))
+                _ = try? queue.inDatabase { db in
+                    sqlite3_busy_timeout(db.sqliteConnection, 200)
+                    defer { sqlite3_busy_timeout(db.sqliteConnection, timeout) }
+                    try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+                }
                 var diffOptions = StoreDiff.Options(a: .snapshot(snapshot), b: .file(store.path))
                 diffOptions.repository = report.repository
                 diffOptions.limit = 0

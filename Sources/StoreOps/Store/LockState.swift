@@ -23,7 +23,13 @@ public struct LockState: Sendable, Codable, Equatable {
             // A writer holds an exclusive lock on WAL_WRITE_LOCK; a shared query conflicts only with it.
             let writer = try probe.conflictingHolder(path: store.shmPath, type: Int32(F_RDLCK), start: walWriteLockByte, length: 1)
             // Every open connection holds a shared lock on the DMS byte; an exclusive query finds one.
-            let open = try probe.conflictingHolder(path: store.shmPath, type: Int32(F_WRLCK), start: walDMSByte, length: 1)
+            var open = try probe.conflictingHolder(path: store.shmPath, type: Int32(F_WRLCK), start: walDMSByte, length: 1)
+            // `storectl replicate` keeps a read-only connection open (it never writes, and holds a
+            // read transaction only for the milliseconds it copies new frames): it is not the app.
+            // F_GETLK names one holder; when that is a follower, every holder is looked at.
+            if let pid = open, isFollower(pid), let all = holders(of: store.shmPath, byte: walDMSByte) {
+                open = all.first { $0 != getpid() && !isFollower($0) }
+            }
             return LockState(writerPID: writer, openByPID: open)
         } else {
             // RESERVED (pending+1) and PENDING (pending) are only ever write-locked, by a writer.
@@ -32,6 +38,37 @@ public struct LockState: Sendable, Codable, Equatable {
             let exclusive = try probe.conflictingHolder(path: store.path, type: Int32(F_RDLCK), start: pendingByte + 2, length: 510)
             return LockState(writerPID: writer ?? exclusive, openByPID: nil)
         }
+    }
+
+    /// A `storectl replicate` process (its command line says so): it follows stores read-only.
+    static func isFollower(_ pid: Int32) -> Bool {
+        guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return false }
+        let argv = data.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+        guard argv.count >= 2, FileSystem.name(of: argv[0]) == "storectl", argv[1] == "replicate" else { return false }
+        return argv.count == 2 || !["status", "--help", "-h"].contains(argv[2])
+    }
+
+    /// Every process holding a POSIX lock on `byte` of `path`, from /proc/locks (nil when it
+    /// cannot be read: the caller keeps the one holder F_GETLK named).
+    static func holders(of path: String, byte: Int) -> [Int32]? {
+        var info = stat()
+        guard stat(path, &info) == 0, let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return nil }
+        // Linux prints the device as major:minor in hex (new encoding: 12-bit major, 20-bit minor).
+        let dev = UInt64(info.st_dev)
+        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & ~UInt64(0xfff))
+        let minor = (dev & 0xff) | ((dev >> 12) & ~UInt64(0xff))
+        var pids: [Int32] = []
+        for line in text.split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            // "1: POSIX  ADVISORY  READ 1234 08:02:131074 128 128" (a waiting lock has "->" after the number).
+            guard fields.count >= 8, fields[1] == "POSIX" else { continue }
+            let place = fields[5].split(separator: ":")
+            guard place.count == 3, UInt64(place[0], radix: 16) == major, UInt64(place[1], radix: 16) == minor,
+                  UInt64(place[2]) == UInt64(info.st_ino), let pid = Int32(fields[4]), let start = Int(fields[6]) else { continue }
+            let end = fields[7] == "EOF" ? Int.max : Int(fields[7]) ?? -1
+            if start <= byte, byte <= end { pids.append(pid) }
+        }
+        return pids
     }
 
     /// Another process writing to the store or (WAL mode) having it open, if any: what an
