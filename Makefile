@@ -52,7 +52,7 @@ $(WEED):
 seaweedfs: $(WEED)
 
 # A run still going after TEST_WATCHDOG seconds prints every thread's stack and fails (the suite
-# takes 6 to 9 minutes on 2 cores); a child process running over 600 s is killed the same way.
+# takes about 8 minutes on 2 cores); a child process running over 600 s is killed the same way.
 TEST_WATCHDOG ?= 1500
 test: deps $(WEED)
 	$(SWIFT) build --build-tests

@@ -692,10 +692,10 @@ func readJournalMode(_ path: String) throws -> String? {
 struct CrashPointTests {
     @Test("each operation, killed at each of its fault points, leaves its store before or after, and the next run recovers",
           arguments: Scenarios.all)
-    func everyPoint(_ scenario: CrashScenario) throws {
+    func everyPoint(_ scenario: CrashScenario) async throws {
         // STORECTL_CRASH_ONLY=text: only the scenarios whose name contains it (while working on one).
         if let only = ProcessInfo.processInfo.environment["STORECTL_CRASH_ONLY"], !scenario.name.contains(only) { return }
-        let count = try exhaust(scenario)
+        let count = try await TestThreads.heavy.run { try exhaust(scenario) }
         print("crash points: \(scenario.name): \(count)")
     }
 
