@@ -695,7 +695,8 @@ struct CrashPointTests {
     func everyPoint(_ scenario: CrashScenario) async throws {
         // STORECTL_CRASH_ONLY=text: only the scenarios whose name contains it (while working on one).
         if let only = ProcessInfo.processInfo.environment["STORECTL_CRASH_ONLY"], !scenario.name.contains(only) { return }
-        let count = try await TestThreads.heavy.run { try exhaust(scenario) }
+        let count: Int
+        if #available(macOS 15.0, *) { count = try await TestThreads.heavy.run { try exhaust(scenario) } } else { count = try exhaust(scenario) }
         print("crash points: \(scenario.name): \(count)")
     }
 

@@ -8,9 +8,10 @@ import Foundation
 /// `TestThreads.heavy.run { ... }` moves the body onto these threads (the same task, so
 /// `#expect` still reports to its test) and frees the pool thread for the other tests. The number
 /// of threads bounds how many such bodies run at once.
+@available(macOS 15.0, *)
 final class TestThreads: TaskExecutor, @unchecked Sendable {
-    /// The kill-at-every-fault-point scenarios: two at a time beside the pool's tests.
-    static let heavy = TestThreads(count: 2, name: "storectl-heavy-test")
+    /// The kill-at-every-fault-point scenarios: three at a time beside the pool's tests.
+    static let heavy = TestThreads(count: 3, name: "storectl-heavy-test")
 
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []

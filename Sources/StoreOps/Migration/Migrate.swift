@@ -127,6 +127,10 @@ public enum Migrate {
     ///   in the report's `ending`.
     public static func run(_ options: Options, progress: ProgressHandler? = nil) throws -> Report {
         try Validate.timeout(options.timeout)
+        if options.dryRunAt != nil, !options.dryRun {
+            throw StoreOpsError(.usage, "--at is for --dry-run: it names the point a rehearsal starts from",
+                                hint: "add --dry-run, or use `storectl rollback --at` to go back to a point")
+        }
         let store = try StoreFile(existing: options.store)
         let migrations = try load(options)
         if let to = options.to, to < 1 {
@@ -135,10 +139,6 @@ public enum Migrate {
         if let to = options.to, !migrations.contains(where: { $0.version == to }) {
             throw StoreOpsError(.usage, "--to \(to): there is no migration \(to) (versions: \(migrations.map { String($0.version) }.joined(separator: ", ")))",
                                 hint: "name the version of an existing migration file")
-        }
-        if options.dryRunAt != nil, !options.dryRun {
-            throw StoreOpsError(.usage, "--at is for --dry-run: it names the point a rehearsal starts from",
-                                hint: "add --dry-run, or use `storectl rollback --at` to go back to a point")
         }
         if !options.dryRun, (try? FileSystem.space(at: store.folder))?.readOnly == true {
             throw StoreOpsError(.cannotCreate, "\(store.path) is on a read-only file system: migrate rewrites the store",
@@ -283,12 +283,18 @@ public enum Migrate {
                     return plan
                 }
                 try plan.refuseTriggerCalls(migrations, store: before)
+                if let to, to < plan.current {
+                    throw StoreOpsError(.usage, "the point \(result.point ?? "") of \(store.path) is at version \(plan.current); migrate does not go down to \(to)",
+                                        hint: "name a later version, or an earlier point")
+                }
                 guard plan.blockers.isEmpty else {
                     throw StoreOpsError(.badData, "the migrations cannot run on the point \(result.point ?? "") of \(store.path); nothing was changed:\n  "
-                                        + plan.blockers.joined(separator: "\n  "))
+                                        + plan.blockers.joined(separator: "\n  "),
+                                        hint: "storectl migrate status \(store.path) --migrations \(options.migrations ?? "DIR") shows the store's history")
                 }
                 report.plan = plan
-                report.snapshotEstimateBytes = UInt64(FileSystem.size(of: before) ?? 0)
+                // What the real run's snapshot would hold: the store as it is, not the point.
+                report.snapshotEstimateBytes = try readOnly(store, timeout: options.timeout) { try StoreInfo.read($0, store: store) }.logicalBytes
                 guard !plan.pending.isEmpty else { return }
             } else {
                 _ = try ConsistentCopy.copy(store, to: before, options: .init(timeout: options.timeout, writeBehind: false))

@@ -27,7 +27,10 @@ public struct LockState: Sendable, Codable, Equatable {
             // `storectl replicate` keeps a read-only connection open (it never writes, and holds a
             // read transaction only for the milliseconds it copies new frames): it is not the app.
             // F_GETLK names one holder; when that is a follower, every holder is looked at.
-            if let pid = open, isFollower(pid), let all = holders(of: store.shmPath, byte: walDMSByte) {
+            // The list is trusted only when it names that holder too (it cannot see into other pid
+            // namespaces, and a file system whose st_dev differs from the kernel's matches no line),
+            // and when storectl itself runs in the first pid namespace; otherwise the follower is named.
+            if let pid = open, isFollower(pid), !inChildPIDNamespace, let all = holders(of: store.shmPath, byte: walDMSByte), all.contains(pid) {
                 open = all.first { $0 != getpid() && !isFollower($0) }
             }
             return LockState(writerPID: writer, openByPID: open)
@@ -48,6 +51,14 @@ public struct LockState: Sendable, Codable, Equatable {
         return argv.count == 2 || !["status", "--help", "-h"].contains(argv[2])
     }
 
+    /// storectl runs inside a container's pid namespace (/proc/self/status lists more than one
+    /// NSpid): /proc/locks may not show processes outside it.
+    static let inChildPIDNamespace: Bool = {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return true }
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") }) else { return false }
+        return line.split(whereSeparator: { $0 == " " || $0 == "\t" }).count > 2
+    }()
+
     /// Every process holding a POSIX lock on `byte` of `path`, from /proc/locks (nil when it
     /// cannot be read: the caller keeps the one holder F_GETLK named).
     static func holders(of path: String, byte: Int) -> [Int32]? {
@@ -60,8 +71,9 @@ public struct LockState: Sendable, Codable, Equatable {
         var pids: [Int32] = []
         for line in text.split(separator: "\n") {
             let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-            // "1: POSIX  ADVISORY  READ 1234 08:02:131074 128 128" (a waiting lock has "->" after the number).
-            guard fields.count >= 8, fields[1] == "POSIX" else { continue }
+            // "1: POSIX  ADVISORY  READ 1234 08:02:131074 128 128" (a waiting lock has "->" after the
+            // number); an open-file-description lock (OFDLCK, pid -1) counts as an unknown holder.
+            guard fields.count >= 8, fields[1] == "POSIX" || fields[1] == "OFDLCK" else { continue }
             let place = fields[5].split(separator: ":")
             guard place.count == 3, UInt64(place[0], radix: 16) == major, UInt64(place[1], radix: 16) == minor,
                   UInt64(place[2]) == UInt64(info.st_ino), let pid = Int32(fields[4]), let start = Int(fields[6]) else { continue }
