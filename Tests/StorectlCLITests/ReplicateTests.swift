@@ -374,8 +374,9 @@ struct ReplicateTests {
         #expect(run.status == 0, "\(run.stderr)")
         let stats = try summary(run)
         // Unloaded, every base continues its chain; on two busy cores the app's checkpoint can
-        // restart the -wal between the last read and the base's read, and then it is a gap.
-        #expect(stats.bases.count >= 3 && stats.gaps.count <= 2, "\(stats.bases.count) bases, gaps \(stats.gaps)")
+        // restart the -wal between the last read and the base's read, and then it is a gap. A
+        // loaded machine may also make fewer than one base a second: at least one boundary is crossed.
+        #expect(stats.bases.count >= 2 && stats.gaps.count <= 2, "\(stats.bases.count) bases, gaps \(stats.gaps)")
         #expect(stats.gaps.allSatisfy { $0.reason.contains("no longer continued") }, "\(stats.gaps)")
         // Around each chain's base: just before and just after.
         let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
