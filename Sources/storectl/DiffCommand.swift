@@ -42,7 +42,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         }
         if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more") }
         // A blank name (an unset variable) would otherwise mean "every entity".
-        for item in entity where item.split(separator: ",", omittingEmptySubsequences: false).contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) || item.trimmingCharacters(in: .whitespaces).isEmpty {
+        for item in entity where item.split(separator: ",", omittingEmptySubsequences: false).contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
             throw ValidationError("--entity \(item.debugDescription): a blank entity name; name an entity or table (e.g. --entity Item)")
         }
         for item in key where item.split(separator: ".").count != 2 {

@@ -206,22 +206,29 @@ public enum Migrate {
                 guard options.resume else { throw StoreOpsError(.failure, journal.advice) }
                 try MigrationJournal.remove(store)
             }
-            let migrations = self.migrations, to = options.to, path = store.path
-            var plan = try readOnly(store, timeout: options.timeout) { db -> MigrationPlan in
+            let plan = try plan(of: store, subject: "the store",
+                                hint: "storectl rollback \(store.path) --repo \(options.repository) restores a pre-migrate snapshot")
+            report.plan = plan
+            return plan
+        }
+
+        /// The plan for `file`'s history (the store, or a point of it restored for a rehearsal);
+        /// refuses (65) what cannot run, (64) going down.
+        func plan(of file: StoreFile, subject: String, hint downHint: String) throws -> MigrationPlan {
+            let migrations = self.migrations, to = options.to
+            var plan = try readOnly(file, timeout: options.timeout) { db -> MigrationPlan in
                 var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db), to: to)
                 plan.lint(migrations, schema: try StoreSchema.read(db))
                 return plan
             }
-            try plan.refuseTriggerCalls(migrations, store: path)
-            if let to = options.to, to < plan.current {
-                throw StoreOpsError(.usage, "the store is at version \(plan.current); migrate does not go down to \(to)",
-                                    hint: "storectl rollback \(store.path) --repo \(options.repository) restores a pre-migrate snapshot")
+            try plan.refuseTriggerCalls(migrations, store: file.path)
+            if let to, to < plan.current {
+                throw StoreOpsError(.usage, "\(subject) is at version \(plan.current); migrate does not go down to \(to)", hint: downHint)
             }
             guard plan.blockers.isEmpty else {
-                throw StoreOpsError(.badData, "the migrations cannot run; nothing was changed:\n  " + plan.blockers.joined(separator: "\n  "),
+                throw StoreOpsError(.badData, "the migrations cannot run on \(subject); nothing was changed:\n  " + plan.blockers.joined(separator: "\n  "),
                                     hint: "storectl migrate status \(store.path) --migrations \(options.migrations ?? "DIR") shows the history")
             }
-            report.plan = plan
             return plan
         }
 
@@ -275,23 +282,8 @@ public enum Migrate {
                 report.rehearsedPoint = result.point
                 report.rehearsedPointTime = result.pointTime
                 before = restored
-                let copy = try StoreFile(existing: before)
-                let migrations = self.migrations, to = options.to
-                var plan = try readOnly(copy, timeout: options.timeout) { db -> MigrationPlan in
-                    var plan = MigrationPlan.make(migrations, history: try MigrationHistory.read(db), to: to)
-                    plan.lint(migrations, schema: try StoreSchema.read(db))
-                    return plan
-                }
-                try plan.refuseTriggerCalls(migrations, store: before)
-                if let to, to < plan.current {
-                    throw StoreOpsError(.usage, "the point \(result.point ?? "") of \(store.path) is at version \(plan.current); migrate does not go down to \(to)",
-                                        hint: "name a later version, or an earlier point")
-                }
-                guard plan.blockers.isEmpty else {
-                    throw StoreOpsError(.badData, "the migrations cannot run on the point \(result.point ?? "") of \(store.path); nothing was changed:\n  "
-                                        + plan.blockers.joined(separator: "\n  "),
-                                        hint: "storectl migrate status \(store.path) --migrations \(options.migrations ?? "DIR") shows the store's history")
-                }
+                let plan = try plan(of: try StoreFile(existing: before), subject: "the point \(result.point ?? "") of \(store.path)",
+                                    hint: "name a later version, or an earlier point")
                 report.plan = plan
                 // What the real run's snapshot would hold: the store as it is, not the point.
                 report.snapshotEstimateBytes = try readOnly(store, timeout: options.timeout) { try StoreInfo.read($0, store: store) }.logicalBytes
