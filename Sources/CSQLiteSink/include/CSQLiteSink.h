@@ -33,33 +33,38 @@ long long storectl_sink_size(const storectl_sink *sink);
 /// What went wrong inside the sink (an unexpected read back, a write of an odd size), or NULL.
 const char *storectl_sink_problem(const storectl_sink *sink);
 
-/// What one batch of a purge changed, recorded by SQLite's session extension (compiled into
-/// Debian's libsqlite3; its declarations are behind SQLITE_ENABLE_SESSION, so they are reached
-/// through these wrappers). Tables without a PRIMARY KEY are not recorded by sessions.
-typedef struct storectl_session storectl_session;
+/// Every row a purge batch's transaction changes, as SQLite changes it: its pre-update hook
+/// (compiled into Debian's libsqlite3; its declarations are behind SQLITE_ENABLE_PREUPDATE_HOOK,
+/// so they are reached through these wrappers). It sees rowid tables, with or without a declared
+/// PRIMARY KEY; not WITHOUT ROWID tables nor virtual tables (their shadow tables are seen).
+typedef struct storectl_watch storectl_watch;
 
-/// One change: its table, SQLITE_INSERT/UPDATE/DELETE, the column count, which columns are the
-/// primary key, and per column the old and new values' types (0: not given — an UPDATE's
-/// unchanged column, or the new side of a DELETE) and their integer values.
+/// One row about to change: its schema and table (names valid during the callback),
+/// SQLITE_INSERT/UPDATE/DELETE, the trigger depth (0: the statement itself; more: a trigger or a
+/// foreign-key action), the old and new rowids, and the column count. Its values are read with
+/// `storectl_row_old`/`_new`/`_changed` on `db`, during the callback only.
 typedef struct {
+    const char *schema;
     const char *table;
     int op;
-    /// Made by a trigger or a foreign-key action, not by the statement itself.
-    int indirect;
+    int depth;
+    sqlite3_int64 old_key;
+    sqlite3_int64 new_key;
     int columns;
-    const unsigned char *primary_key;
-    const int *old_type;
-    const sqlite3_int64 *old_value;
-    const int *new_type;
-    const sqlite3_int64 *new_value;
-} storectl_change;
+    sqlite3 *db;
+} storectl_row_change;
 
-typedef int (*storectl_change_fn)(void *context, const storectl_change *change);
+typedef void (*storectl_row_fn)(void *context, const storectl_row_change *change);
 
-/// Starts recording every table of `main` on `db`; NULL when the session cannot be made (`*rc`).
-storectl_session *storectl_session_start(sqlite3 *db, int *rc);
-/// Calls `each` for every change recorded so far (stops when it returns non-zero); SQLITE_OK or an error.
-int storectl_session_changes(storectl_session *session, storectl_change_fn each, void *context);
-void storectl_session_end(storectl_session *session);
+/// Calls `each` for every row change on `db` until `storectl_watch_end` (replaces any
+/// pre-update hook; NULL when out of memory).
+storectl_watch *storectl_watch_start(sqlite3 *db, storectl_row_fn each, void *context);
+void storectl_watch_end(storectl_watch *watch);
+/// A column's old / new value during the callback: its SQLite type (0: not readable) and, for
+/// integers, the value.
+int storectl_row_old(sqlite3 *db, int column, sqlite3_int64 *value);
+int storectl_row_new(sqlite3 *db, int column, sqlite3_int64 *value);
+/// During an UPDATE's callback: 1 when the column's new value differs from its old one.
+int storectl_row_changed(sqlite3 *db, int column);
 
 #endif

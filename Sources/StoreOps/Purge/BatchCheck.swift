@@ -2,30 +2,39 @@ import CSQLiteSink
 import Foundation
 import GRDB
 
-/// A purge batch verified by meaning: SQLite's session extension records what the batch's
-/// transaction changed, and before it commits that is held against the plan. What the batch's
-/// own statements changed must be exactly the planned rows deleted, their join-table rows, and
-/// the planned references nullified (that column, and `Z_OPT` where Core Data bumps it); a row
-/// the plan does not name, or a planned row left in place, rolls the batch back and fails the
-/// purge. What the store's own triggers and declared `ON DELETE` actions changed in turn (the
-/// session marks those changes indirect: an R-tree's shadow tables in Photos, a cascade declared
-/// in SQL) is counted per table in the report. A purge runs while the app writes; the diff of
-/// whole stores before and after would hold the app's writes too, the batch's change set holds
-/// only the batch's.
+/// A purge batch verified by meaning: SQLite's pre-update hook reports every row the batch's
+/// transaction changes, as it changes it, and each is held against the batch's plan. What the
+/// batch's own statements changed must be exactly the planned rows deleted, their join-table
+/// rows, and the planned references nullified (that column, and `Z_OPT` where Core Data bumps
+/// it); a row the plan does not name, or a planned row left in place, rolls the batch back and
+/// fails the purge. What the store's own triggers and declared `ON DELETE` actions changed in turn
+/// (the hook's trigger depth is above 0 for those: an R-tree's shadow tables in Photos, a cascade
+/// declared in SQL) is counted per table in the report. A purge runs while the app writes; the
+/// diff of whole stores before and after would hold the app's writes too, the batch's own
+/// changes hold only the batch's.
+///
+/// The hook sees every rowid table, with or without a declared primary key (SQLite's session
+/// extension, used before, skipped tables without one, and cost about as much as the deletes
+/// themselves: it copies each deleted row whole, and looks every row up again to write its change
+/// set). Here a deleted row costs a call and its rowid; only a join table's row is read, for the
+/// column the plan names it by, and only an updated row's columns are compared. WITHOUT ROWID
+/// and virtual tables are not seen (Core Data writes neither; a virtual table's shadow tables are).
 final class BatchCheck {
-    private let session: OpaquePointer
+    private let db: Database
+    private let box: Box
+    private var watch: OpaquePointer?
 
-    struct Change {
-        var table: String
-        var op: Int32
-        var indirect: Bool
-        var primaryKey: [Bool]
-        var old: [(type: Int32, value: Int64)]
-        var new: [(type: Int32, value: Int64)]
+    private final class Box {
+        var tally: Tally
+        var tablePointer: UnsafePointer<CChar>?
+        var table = ""
+        var mainPointer: UnsafePointer<CChar>?
+        var isMain = false
+        init(_ tally: Tally) { self.tally = tally }
     }
 
     /// What the check needs of the store's schema, read once per purge: each table's columns in
-    /// the order sessions number them, and the virtual tables' shadow tables.
+    /// the order SQLite numbers them, and the virtual tables' shadow tables.
     struct Tables: Sendable {
         var columns: [String: [String]] = [:]
         var shadows = Set<String>()
@@ -40,114 +49,224 @@ final class BatchCheck {
         }
     }
 
-    /// Starts recording on `db` (inside the batch's transaction, before its first write).
-    init(_ db: Database) throws {
-        var rc: Int32 = 0
-        guard let session = storectl_session_start(db.sqliteConnection, &rc) else {
-            throw StoreOpsError(.failure, "could not record the batch's changes (SQLite session extension: code \(rc))",
-                                hint: "storectl needs a libsqlite3 built with the session extension (Debian's is)")
-        }
-        self.session = session
-    }
-
-    deinit { storectl_session_end(session) }
-
-    func changes() throws -> [Change] {
-        final class Box { var changes: [Change] = [] }
-        let box = Box()
-        let rc = storectl_session_changes(session, { context, raw in
-            guard let context, let raw else { return SQLITE_ABORT }
-            let change = raw.pointee
+    /// Starts watching `db` (inside the batch's transaction, before its first write) for the
+    /// changes `plan` names (`BatchClosure.planned()`: the ids deleted, joined and nullified).
+    init(_ db: Database, plan: BatchClosure.Effects, tables: Tables) throws {
+        self.db = db
+        box = Box(Tally(effects: plan, columns: { tables.columns[$0] ?? [] }, shadowTables: tables.shadows))
+        watch = storectl_watch_start(db.sqliteConnection, { context, raw in
+            guard let context, let raw else { return }
             let box = Unmanaged<Box>.fromOpaque(context).takeUnretainedValue()
-            let count = Int(change.columns)
-            var pk: [Bool] = [], old: [(Int32, Int64)] = [], new: [(Int32, Int64)] = []
-            for i in 0..<count {
-                pk.append(change.primary_key.map { $0[i] != 0 } ?? false)
-                old.append((change.old_type[i], change.old_value[i]))
-                new.append((change.new_type[i], change.new_value[i]))
+            let change = raw.pointee
+            // The names point into SQLite's schema: one String per table, not per row.
+            if change.schema != box.mainPointer {
+                box.mainPointer = change.schema
+                box.isMain = change.schema.map { strcmp($0, "main") == 0 } ?? false
             }
-            box.changes.append(Change(table: change.table.map { String(cString: $0) } ?? "", op: change.op, indirect: change.indirect != 0, primaryKey: pk,
-                                      old: old.map { (type: $0.0, value: $0.1) }, new: new.map { (type: $0.0, value: $0.1) }))
-            return 0
+            guard box.isMain else { return }   // a purge writes only `main`; TEMP is its own scratch
+            if change.table != box.tablePointer {
+                box.tablePointer = change.table
+                box.table = change.table.map { String(cString: $0) } ?? ""
+            }
+            box.tally.add(HookedChange(table: box.table, change: change))
         }, Unmanaged.passUnretained(box).toOpaque())
-        guard rc == SQLITE_OK else { throw StoreOpsError(.failure, "could not read the batch's recorded changes (SQLite code \(rc))") }
-        return box.changes
+        guard watch != nil else { throw StoreOpsError(.failure, "could not watch the batch's changes (out of memory)") }
     }
 
-    /// What the batch's statements changed outside its plan, in words (empty: exactly the plan),
-    /// and the rows triggers and declared actions changed, per table.
+    deinit { stop() }
+
+    private func stop() {
+        if let watch { storectl_watch_end(watch) }
+        watch = nil
+    }
+
+    /// Stops watching; what the batch changed outside its plan, in words (empty: exactly the
+    /// plan), and the rows triggers and declared actions changed, per table.
+    func verdict() -> (problems: [String], indirect: [String: Int]) {
+        stop()
+        return box.tally.finish()
+    }
+
+    /// A change as a test writes it (the form SQLite's change sets have: per column the old and
+    /// new value's type, 0 when not given, and integer value).
+    struct Change {
+        var table: String
+        var op: Int32
+        var indirect: Bool
+        var primaryKey: [Bool]
+        var old: [(type: Int32, value: Int64)]
+        var new: [(type: Int32, value: Int64)]
+    }
+
+    /// The rules applied to a list of changes (for tests).
     ///
-    /// - Parameter columns: a table's column names, in the order sessions number them.
+    /// - Parameter columns: a table's column names, in the order SQLite numbers them.
     /// - Parameter shadowTables: the store's virtual tables' shadow tables (`PRAGMA table_list`'s
-    ///   type "shadow"): their modules write them with statements of their own, which sessions do
-    ///   not mark indirect.
-    static func unplanned(_ changes: [Change], effects: BatchClosure.Effects, columns: (String) -> [String],
+    ///   type "shadow"): their modules write them with statements of their own, at trigger depth 0.
+    static func unplanned(_ changes: [Change], effects: BatchClosure.Effects, columns: @escaping (String) -> [String],
                           shadowTables: Set<String> = []) -> (problems: [String], indirect: [String: Int]) {
-        var problems: [String] = []
-        var indirect: [String: Int] = [:]
-        var deletedIDs: [String: Set<Int64>] = [:]
-        var recorded = Set<String>()
-        let planned = effects.deleted.mapValues { Set($0) }
-        func note(_ text: String) { if problems.count < 20 { problems.append(text) } }
-        for change in changes {
-            recorded.insert(change.table)
-            // Planned rows a trigger deleted first count as deleted.
-            if change.op == SQLITE_DELETE, let id = singleIntegerKey(change) { deletedIDs[change.table, default: []].insert(id) }
-            if change.indirect || shadowTables.contains(change.table) {
-                indirect[change.table, default: 0] += 1
-                continue
+        var tally = Tally(effects: effects, columns: columns, shadowTables: shadowTables)
+        for change in changes { tally.add(change) }
+        return tally.finish()
+    }
+}
+
+/// One recorded change, as the tally reads it: from the pre-update hook, or a test's value.
+protocol RecordedChange {
+    var table: String { get }
+    var op: Int32 { get }
+    var indirect: Bool { get }
+    var count: Int { get }
+    /// The changed row's rowid (the plan names rows by it; Core Data's `Z_PK` is it).
+    var key: Int64? { get }
+    func old(_ column: Int) -> (type: Int32, value: Int64)
+    func new(_ column: Int) -> (type: Int32, value: Int64)
+    /// For an UPDATE: whether the column's value changed.
+    func changed(_ column: Int) -> Bool
+}
+
+extension BatchCheck.Change: RecordedChange {
+    var count: Int { max(old.count, new.count) }
+    var key: Int64? {
+        let columns = primaryKey.enumerated().filter(\.element).map(\.offset)
+        guard columns.count == 1, columns[0] < old.count, old[columns[0]].type == SQLITE_INTEGER else { return nil }
+        return old[columns[0]].value
+    }
+    func old(_ column: Int) -> (type: Int32, value: Int64) { column < old.count ? old[column] : (0, 0) }
+    func new(_ column: Int) -> (type: Int32, value: Int64) { column < new.count ? new[column] : (0, 0) }
+    func changed(_ column: Int) -> Bool { new(column).type != 0 }
+}
+
+/// A change the pre-update hook reports; its values are read from SQLite during the callback only.
+struct HookedChange: RecordedChange {
+    let table: String
+    let change: storectl_row_change
+    var op: Int32 { change.op }
+    var indirect: Bool { change.depth > 0 }
+    var count: Int { Int(change.columns) }
+    var key: Int64? { change.op == SQLITE_INSERT ? change.new_key : change.old_key }
+    func old(_ column: Int) -> (type: Int32, value: Int64) {
+        var value: Int64 = 0
+        let type = storectl_row_old(change.db, Int32(column), &value)
+        return (type, value)
+    }
+    func new(_ column: Int) -> (type: Int32, value: Int64) {
+        var value: Int64 = 0
+        let type = storectl_row_new(change.db, Int32(column), &value)
+        return (type, value)
+    }
+    func changed(_ column: Int) -> Bool { storectl_row_changed(change.db, Int32(column)) != 0 }
+}
+
+extension BatchCheck {
+    /// The check's rules, applied one change at a time, with what they need of each table worked
+    /// out once per table.
+    struct Tally {
+        private final class TableRules {
+            let name: String
+            let names: [String]
+            let shadow: Bool
+            let planned: Set<Int64>?
+            /// Column -> the ids whose join rows the plan deletes through it.
+            var joins: [(column: Int, ids: Set<Int64>)] = []
+            /// Column -> the ids whose references the plan nullifies.
+            var nullified: [Int: Set<Int64>] = [:]
+            let opt: Int?
+            /// The rows the batch deleted (directly or not), by rowid.
+            var deleted = Set<Int64>()
+            var indirect = 0
+
+            init(name: String, names: [String], shadow: Bool, planned: Set<Int64>?, opt: Int?) {
+                self.name = name; self.names = names; self.shadow = shadow; self.planned = planned; self.opt = opt
             }
-            let names = columns(change.table)
+        }
+        private let effects: BatchClosure.Effects
+        private let columns: (String) -> [String]
+        private let shadowTables: Set<String>
+        private var rules: [String: TableRules] = [:]
+        private var last: TableRules?
+        private var problems: [String] = []
+
+        init(effects: BatchClosure.Effects, columns: @escaping (String) -> [String], shadowTables: Set<String>) {
+            self.effects = effects
+            self.columns = columns
+            self.shadowTables = shadowTables
+        }
+
+        private mutating func note(_ text: String) { if problems.count < 20 { problems.append(text) } }
+
+        private mutating func rules(for table: String) -> TableRules {
+            if let last, last.name == table { return last }
+            if let known = rules[table] { last = known; return known }
+            let names = columns(table)
             func index(_ name: String) -> Int? { names.firstIndex { $0.caseInsensitiveCompare(name) == .orderedSame } }
-            let key = change.primaryKey.firstIndex(of: true).map { change.old[$0].type == SQLITE_INTEGER ? "\(change.old[$0].value)" : "?" } ?? "?"
+            let made = TableRules(name: table, names: names, shadow: shadowTables.contains(table), planned: effects.deleted[table].map { Set($0) },
+                                  opt: index("Z_OPT"))
+            let prefix = table + "."
+            for entry in effects.joinIDs where entry.key.hasPrefix(prefix) {
+                if let i = index(String(entry.key.dropFirst(prefix.count))) { made.joins.append((i, entry.value)) }
+            }
+            for entry in effects.nullifiedIDs where entry.key.hasPrefix(prefix) {
+                if let i = index(String(entry.key.dropFirst(prefix.count))) { made.nullified[i] = entry.value }
+            }
+            rules[table] = made
+            last = made
+            return made
+        }
+
+        mutating func add<C: RecordedChange>(_ change: C) {
+            let table = change.table
+            let rules = rules(for: table)
+            let id = change.key
+            // Planned rows a trigger deleted first count as deleted.
+            if change.op == SQLITE_DELETE, let id { rules.deleted.insert(id) }
+            if change.indirect || rules.shadow {
+                rules.indirect += 1
+                return
+            }
+            let key = id.map(String.init) ?? "?"
             switch change.op {
             case SQLITE_DELETE:
-                if let id = singleIntegerKey(change), planned[change.table]?.contains(id) == true { continue }
-                let joined = effects.joinIDs.contains { entry in
-                    entry.key.hasPrefix(change.table + ".") && index(String(entry.key.dropFirst(change.table.count + 1))).map { i in
-                        i < change.old.count && change.old[i].type == SQLITE_INTEGER && entry.value.contains(change.old[i].value)
-                    } == true
+                if let id, rules.planned?.contains(id) == true { return }
+                let joined = rules.joins.contains { join in
+                    guard join.column < change.count else { return false }
+                    let old = change.old(join.column)
+                    return old.type == SQLITE_INTEGER && join.ids.contains(old.value)
                 }
-                if joined { continue }
-                note("\(change.table): row \(key) deleted, which the plan does not name")
+                if joined { return }
+                note("\(table): row \(key) deleted, which the plan does not name")
             case SQLITE_UPDATE:
-                let changed = change.new.indices.filter { change.new[$0].type != 0 }
                 // Every changed column is Z_OPT or a planned nullify of this row's reference (a row
-                // may lose two references in one batch).
-                var plannedColumns: [Int: Set<Int64>] = [:]
-                for entry in effects.nullifiedIDs where entry.key.hasPrefix(change.table + ".") {
-                    if let i = index(String(entry.key.dropFirst(change.table.count + 1))), i < change.old.count { plannedColumns[i] = entry.value }
+                // may lose two references in one batch), and one of them is the latter.
+                var changed: [Int] = [], planned = false, other = false
+                for i in 0..<change.count where change.changed(i) {
+                    changed.append(i)
+                    if i == rules.opt { continue }
+                    let old = change.old(i), new = change.new(i)
+                    if let ids = rules.nullified[i], new.type == SQLITE_NULL, old.type == SQLITE_INTEGER, ids.contains(old.value) {
+                        planned = true
+                    } else {
+                        other = true
+                    }
                 }
-                let opt = index("Z_OPT")
-                let nullified = !changed.isEmpty && changed.contains { plannedColumns[$0] != nil } && changed.allSatisfy { i in
-                    if i == opt { return true }
-                    guard let ids = plannedColumns[i] else { return false }
-                    return change.new[i].type == SQLITE_NULL && change.old[i].type == SQLITE_INTEGER && ids.contains(change.old[i].value)
-                }
-                if nullified { continue }
-                let what = changed.map { $0 < names.count ? names[$0] : "column \($0 + 1)" }.joined(separator: ", ")
-                note("\(change.table): row \(key) updated (\(what)), which the plan does not name")
+                if planned && !other { return }
+                let what = changed.map { $0 < rules.names.count ? rules.names[$0] : "column \($0 + 1)" }.joined(separator: ", ")
+                note("\(table): row \(key) updated (\(what.isEmpty ? "no column" : what)), which the plan does not name")
             default:
-                note("\(change.table): a row inserted, which a purge never does")
+                note("\(table): a row inserted, which a purge never does")
             }
         }
-        // Every planned row gone (tables sessions record: those with a PRIMARY KEY).
-        for (table, ids) in effects.deleted where !ids.isEmpty && (recorded.contains(table) || hasPrimaryKey(table, columns)) {
-            let left = Set(ids).subtracting(deletedIDs[table] ?? [])
-            if !left.isEmpty { note("\(table): \(left.count) planned row\(left.count == 1 ? "" : "s") not deleted (\(left.sorted().prefix(5).map(String.init).joined(separator: ", ")))") }
+
+        /// The problems, after checking that every planned row is gone, and the indirect changes
+        /// per table.
+        mutating func finish() -> (problems: [String], indirect: [String: Int]) {
+            for (table, ids) in effects.deleted.sorted(by: { $0.key < $1.key }) where !ids.isEmpty {
+                let left = Set(ids).subtracting(rules[table]?.deleted ?? [])
+                if !left.isEmpty { note("\(table): \(left.count) planned row\(left.count == 1 ? "" : "s") not deleted (\(left.sorted().prefix(5).map(String.init).joined(separator: ", ")))") }
+            }
+            var indirect: [String: Int] = [:]
+            for (table, rules) in rules where rules.indirect > 0 { indirect[table] = rules.indirect }
+            return (problems, indirect)
         }
-        return (problems, indirect)
-    }
-
-    /// The row's key when its primary key is one integer column (Core Data's Z_PK).
-    private static func singleIntegerKey(_ change: Change) -> Int64? {
-        let columns = change.primaryKey.enumerated().filter(\.element).map(\.offset)
-        guard columns.count == 1, columns[0] < change.old.count, change.old[columns[0]].type == SQLITE_INTEGER else { return nil }
-        return change.old[columns[0]].value
-    }
-
-    /// Sessions record only tables with a PRIMARY KEY; Core Data's all have one (`Z_PK`).
-    private static func hasPrimaryKey(_ table: String, _ columns: (String) -> [String]) -> Bool {
-        columns(table).contains { $0.uppercased() == "Z_PK" }
     }
 }

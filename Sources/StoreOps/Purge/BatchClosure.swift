@@ -119,9 +119,9 @@ struct BatchClosure {
         var joinRows = 0
         /// The rows deleted, by table (for the check after the purge).
         var deleted: [String: [Int64]] = [:]
-        /// "TABLE.COLUMN" of a join table -> the ids whose join rows were deleted (applied only).
+        /// "TABLE.COLUMN" of a join table -> the ids whose join rows are deleted (`planned()` only).
         var joinIDs: [String: Set<Int64>] = [:]
-        /// "TABLE.COLUMN" -> the ids whose references were nullified (applied only).
+        /// "TABLE.COLUMN" -> the ids whose references are nullified (`planned()` only).
         var nullifiedIDs: [String: Set<Int64>] = [:]
     }
 
@@ -133,6 +133,28 @@ struct BatchClosure {
     /// Deletes and updates, inside the caller's transaction.
     func apply(db: Database) throws -> Effects {
         try perform(db: db, apply: true)
+    }
+
+    /// What `apply` will change, by id, before it runs (what `BatchCheck` holds the batch's
+    /// changes against): the rows deleted per table, and per join-table or reference column the
+    /// ids whose rows it deletes or nullifies. The same selection as `perform`'s.
+    func planned() -> Effects {
+        let blocked = Set(denied.keys)
+        func ids(_ rows: [Int64: Roots]) -> [Int64] { rows.filter { $0.value.isDisjoint(with: blocked) }.map(\.key) }
+        var effects = Effects()
+        for (table, rows) in deletes {
+            let ids = ids(rows)
+            if !ids.isEmpty { effects.deleted[table, default: []] += ids }
+        }
+        for (key, rows) in joins {
+            let ids = ids(rows)
+            if !ids.isEmpty { effects.joinIDs["\(key.table).\(key.column)", default: []].formUnion(ids) }
+        }
+        for (key, rows) in nullify {
+            let ids = ids(rows)
+            if !ids.isEmpty { effects.nullifiedIDs["\(key.table).\(key.column)", default: []].formUnion(ids) }
+        }
+        return effects
     }
 
     private func perform(db: Database, apply: Bool) throws -> Effects {
@@ -158,7 +180,6 @@ struct BatchClosure {
             if apply {
                 try db.execute(sql: Self.joinDeleteStatement(table: key.table, column: key.column).sql, arguments: [Self.json(ids)])
                 effects.joinRows += db.changesCount
-                effects.joinIDs["\(key.table).\(key.column)", default: []].formUnion(ids)
             } else {
                 effects.joinRows += try Int.fetchOne(db, sql: "SELECT count(*) \(Self.joinCondition(table: key.table, column: key.column))",
                                                      arguments: [Self.json(ids)]) ?? 0
@@ -174,7 +195,6 @@ struct BatchClosure {
                 try db.execute(sql: Self.nullifyStatement(table: key.table, column: key.column, entities: key.entities, bumpsOpt: key.bumpsOpt).sql,
                                arguments: [Self.json(ids), deleted])
                 effects.nullified[label, default: 0] += db.changesCount
-                effects.nullifiedIDs[label, default: []].formUnion(ids)
             } else {
                 let condition = Self.nullifyCondition(column: key.column, entities: key.entities)
                 effects.nullified[label, default: 0] += try Int.fetchOne(db, sql: "SELECT count(*) FROM \(quoteIdentifier(key.table)) \(condition)",

@@ -417,11 +417,10 @@ public enum Purge {
                 _ = recheck.append(contentsOf: target.condition.arguments)
                 let confirmed = try Int64.fetchAll(db, sql: target.confirmSQL, arguments: recheck)
                 let closure = try BatchClosure(roots: confirmed, table: target.table, graph: target.graph, rows: DatabaseRows(db: db))
-                let check = dryRun ? nil : try BatchCheck(db)
+                let check = try tables.map { try BatchCheck(db, plan: closure.planned(), tables: $0) }
                 let effects = dryRun ? try closure.count(db: db) : try closure.apply(db: db)
-                if let check, let tables {
-                    let (problems, indirect) = BatchCheck.unplanned(try check.changes(), effects: effects, columns: { tables.columns[$0] ?? [] },
-                                                                    shadowTables: tables.shadows)
+                if let check {
+                    let (problems, indirect) = check.verdict()
                     guard problems.isEmpty else {
                         try db.execute(sql: "ROLLBACK")
                         throw StoreOpsError(.checksFailed, "a batch of rule \(target.rule.name) changed what its plan does not name, and was rolled back "
@@ -460,4 +459,3 @@ extension Purge.RuleReport {
         }
     }
 }
-
