@@ -34,7 +34,7 @@
 //               migrate, rollback, status
 //   Policy/     the policy file format, its strict parser, check and explain
 //   Purge/      the planner (pure over a schema), the delete graph, batch closures and each batch's
-//               check against its change set, the breaker, purge
+//               check against its own changes, the breaker, purge
 //   Jobs/       cron expressions, crontab and systemd rendering, `storectl run`, the job log and its
 //               rotation, metrics
 //

@@ -44,7 +44,7 @@ public enum Purge {
         public var denied = 0
         public var deniedSamples: [String] = []
         public var batches = 0
-        /// Batches whose change set (SQLite's session extension) was exactly their plan.
+        /// Batches whose own changes (SQLite's pre-update hook) were exactly their plan.
         public var verifiedBatches = 0
         /// Rows the store's own triggers and declared ON DELETE actions changed, per table.
         public var triggered: [String: Int] = [:]
