@@ -629,6 +629,25 @@ enum Scenarios {
                 try ok(fixture, ["migrate", fixture.store, "--migrations", fixture.extra["migrations"]!, "--repo", fixture.repo, "--dry-run"], index)
             }),
         CrashScenario(
+            name: "migrate --dry-run --at (rehearsed on a point restored into TMPDIR)",
+            setup: {
+                let fixture = try CrashFixture()
+                try fixture.walCommits(20)
+                try writeMigrations(fixture, failing: false)
+                try ok(fixture, replicating(fixture), 0)
+                let stores = try StorePoints.list(repository: fixture.repo, password: fixture.password)
+                let newest = try #require(stores.first?.spans.last(where: { $0.kind == "covered" })?.to, "replicate recorded a point")
+                fixture.extra["at"] = Timestamp.iso(newest)
+                return fixture
+            },
+            command: { ["migrate", $0.store, "--migrations", $0.extra["migrations"]!, "--repo", $0.repo, "--dry-run", "--at", $0.extra["at"]!] },
+            observe: { try $0.digest() },
+            // Read-only for the store and the repository; the next rehearsal removes a killed one's point folder.
+            next: { fixture, index in
+                try ok(fixture, ["migrate", fixture.store, "--migrations", fixture.extra["migrations"]!, "--repo", fixture.repo, "--dry-run",
+                                 "--at", fixture.extra["at"]!], index)
+            }),
+        CrashScenario(
             name: "purge --dry-run (the purge on a scratch copy in TMPDIR)",
             setup: {
                 let fixture = try CrashFixture()
