@@ -81,10 +81,12 @@ final class BatchCheck {
     }
 
     /// Stops watching; what the batch changed outside its plan, in words (empty: exactly the
-    /// plan), and the rows triggers and declared actions changed, per table.
-    func verdict() -> (problems: [String], indirect: [String: Int]) {
+    /// plan), and the rows (rowids) triggers and declared actions changed, per table: a row a
+    /// trigger updates once per deleted row is one row.
+    func verdict() -> (problems: [String], indirect: [String: Set<Int64>]) {
         stop()
-        return box.tally.finish()
+        let problems = box.tally.finish().problems
+        return (problems, box.tally.indirectRows)
     }
 
     /// A change as a test writes it (the form SQLite's change sets have: per column the old and
@@ -174,7 +176,9 @@ extension BatchCheck {
             let opt: Int?
             /// The rows the batch deleted (directly or not), by rowid.
             var deleted = Set<Int64>()
-            var indirect = 0
+            /// The rows triggers and declared actions changed, by rowid (and those without one).
+            var indirect = Set<Int64>()
+            var indirectUnkeyed = 0
 
             init(name: String, names: [String], shadow: Bool, planned: Set<Int64>?, opt: Int?) {
                 self.name = name; self.names = names; self.shadow = shadow; self.planned = planned; self.opt = opt
@@ -221,7 +225,7 @@ extension BatchCheck {
             // Planned rows a trigger deleted first count as deleted.
             if change.op == SQLITE_DELETE, let id { rules.deleted.insert(id) }
             if change.indirect || rules.shadow {
-                rules.indirect += 1
+                if let id { rules.indirect.insert(id) } else { rules.indirectUnkeyed += 1 }
                 return
             }
             let key = id.map(String.init) ?? "?"
@@ -265,8 +269,17 @@ extension BatchCheck {
                 if !left.isEmpty { note("\(table): \(left.count) planned row\(left.count == 1 ? "" : "s") not deleted (\(left.sorted().prefix(5).map(String.init).joined(separator: ", ")))") }
             }
             var indirect: [String: Int] = [:]
-            for (table, rules) in rules where rules.indirect > 0 { indirect[table] = rules.indirect }
+            for (table, rules) in rules where rules.indirect.count + rules.indirectUnkeyed > 0 {
+                indirect[table] = rules.indirect.count + rules.indirectUnkeyed
+            }
             return (problems, indirect)
+        }
+
+        /// The rows triggers and declared actions changed, by table (rowids).
+        var indirectRows: [String: Set<Int64>] {
+            var out: [String: Set<Int64>] = [:]
+            for (table, rules) in rules where !rules.indirect.isEmpty { out[table] = rules.indirect }
+            return out
         }
     }
 }

@@ -302,6 +302,8 @@ public enum Purge {
                 tables.insert(rule.table)
                 tables.formUnion(rule.cascaded.keys)
                 tables.formUnion(rule.nullified.keys.map { String($0.prefix { $0 != "." }) })
+                // What the store's triggers and declared actions wrote (virtual tables' shadow tables too).
+                tables.formUnion(rule.triggered.keys)
             }
             for target in targets { tables.formUnion(target.writes.compactMap(\.table)) }
             return tables.sorted()
@@ -368,6 +370,8 @@ public enum Purge {
                       pipeline: Pipeline, deleted: (BatchClosure.Effects) -> Void) throws {
         let started = Date()
         var cursor: Int64 = 0
+        // The rows the store's triggers changed, across batches: a row each batch updates is one row.
+        var triggered: [String: Set<Int64>] = [:]
         defer { rule.seconds = Date().timeIntervalSince(started) }
         // What each batch's check needs of the schema, once (a purge holds the store's job lock).
         let tables = options.dryRun ? nil : try queue.inDatabase { try BatchCheck.Tables.read($0) }
@@ -379,7 +383,7 @@ public enum Purge {
             }
             let size = min(target.rule.batchSize, target.rule.maxRows.map { $0 - rule.deleted } ?? Int.max)
             let (done, lockHeld) = try batch(target, size: size, cursor: &cursor, into: &rule, queue: queue, dryRun: options.dryRun,
-                                             tables: tables, deleted: deleted)
+                                             tables: tables, triggered: &triggered, deleted: deleted)
             pipeline.step(ProgressUpdate(phase: "purge \(target.rule.name)", done: UInt64(rule.deleted),
                                          total: UInt64(max(rule.candidates, rule.deleted)), unit: .rows, bytes: 0, startedAt: started))
             if done { return }
@@ -398,7 +402,8 @@ public enum Purge {
     /// rules and deleted in one short transaction. Returns whether the rule is done, and how long
     /// the write lock was held.
     static func batch(_ target: PurgeTarget, size: Int, cursor: inout Int64, into rule: inout RuleReport, queue: DatabaseQueue,
-                      dryRun: Bool, tables: BatchCheck.Tables?, deleted: (BatchClosure.Effects) -> Void) throws -> (done: Bool, lockHeld: TimeInterval) {
+                      dryRun: Bool, tables: BatchCheck.Tables?, triggered: inout [String: Set<Int64>],
+                      deleted: (BatchClosure.Effects) -> Void) throws -> (done: Bool, lockHeld: TimeInterval) {
         var arguments: StatementArguments = [cursor]
         _ = arguments.append(contentsOf: target.condition.arguments)
         _ = arguments.append(contentsOf: [size])
@@ -428,7 +433,10 @@ public enum Purge {
                                             hint: "a trigger or a declared action the delete rules do not show? `storectl purge --dry-run` shows the plan")
                     }
                     rule.verifiedBatches += 1
-                    rule.triggered.merge(indirect, uniquingKeysWith: +)
+                    for (table, rows) in indirect {
+                        triggered[table, default: []].formUnion(rows)
+                        rule.triggered[table] = triggered[table]?.count
+                    }
                 }
                 try db.execute(sql: dryRun ? "ROLLBACK" : "COMMIT")
                 if !dryRun { FaultInjection.reach("purge.batch-committed") }

@@ -24,6 +24,9 @@ struct BatchCheckTests {
                 CREATE TRIGGER audit_item AFTER DELETE ON ZITEM BEGIN INSERT INTO audit (item) VALUES (OLD.Z_PK); END;
                 CREATE TABLE audit_log (item INTEGER, at REAL);
                 CREATE TRIGGER audit_log_item AFTER DELETE ON ZITEM BEGIN INSERT INTO audit_log VALUES (OLD.Z_PK, 0); END;
+                CREATE TABLE counters (name TEXT, n INTEGER);
+                INSERT INTO counters VALUES ('purged', 0);
+                CREATE TRIGGER count_item AFTER DELETE ON ZITEM BEGIN UPDATE counters SET n = n + 1 WHERE name = 'purged'; END;
                 """)
         }
         let report = try Purge.run(.init(policy: try policy(store, Self.items, folder: folder)))
@@ -33,6 +36,13 @@ struct BatchCheckTests {
         #expect(rule.triggered["audit"] == rule.deleted, "\(rule.triggered)")
         // A table without a primary key is seen too (SQLite's session extension, used before, skipped it).
         #expect(rule.triggered["audit_log"] == rule.deleted, "\(rule.triggered)")
+        // Rows, not changes: the one counter row, updated at every delete of every batch, is one row.
+        #expect(rule.triggered["counters"] == 1, "\(rule.triggered)")
+        #expect(try readStore(store) { try Int.fetchOne($0, sql: "SELECT n FROM counters") } == rule.deleted)
+        // What the triggers wrote is checked after the purge like what the purge wrote.
+        for table in ["audit", "audit_log", "counters"] {
+            #expect(report.verified.contains("quick_check(\(table)) ok"), "\(report.verified)")
+        }
     }
 
     @Test("a virtual table's shadow tables (an R-tree kept by a trigger, as Photos keeps one): written at trigger depth 0 by the module, counted apart, the purge verified")
