@@ -188,7 +188,13 @@ extension PointRestore {
             case .failure(let error): throw StoreOpsError(.usage, "--at \(text): \(error.problem)", hint: "write a time like 2026-11-24T19:30:00Z or a duration before now like -5m")
             }
         }
-        guard let date = Timestamp.parseISO(trimmed) else {
+        // RFC 3339 allows a space for the "T" (section 5.6), and `snapshot list` prints times so.
+        var text = trimmed
+        if text.count > 11, let space = text.index(text.startIndex, offsetBy: 10, limitedBy: text.endIndex), text[space] == " ",
+           text[..<space].allSatisfy({ $0.isASCII && ($0.isNumber || $0 == "-") }) {
+            text.replaceSubrange(space...space, with: "T")
+        }
+        guard let date = Timestamp.parseISO(text) else {
             throw StoreOpsError(.usage, "--at \(text) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
         return date
