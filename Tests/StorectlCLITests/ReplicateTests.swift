@@ -236,6 +236,15 @@ struct ReplicateTests {
         #expect(stats.gaps.first.map { $0.reason.contains("checkpointed away") || $0.reason.contains("not following") } == true, "\(stats.gaps)")
         let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--points"], environment: world.environment)
         #expect(listed.stdout.contains("gap"), "\(listed.stdout)")
+        // Stopped cleanly, then a new chain: one gap from the stop to the new base, nothing left open.
+        let spans = try #require(try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first?.spans)
+        #expect(spans.filter { $0.kind == "gap" }.count == 1 && !spans.dropLast().contains { $0.to == nil }, "\(spans)")
+        // Up to the clean stop the chain was followed: a time between its last point and the stop restores.
+        if let stop = spans.first(where: { $0.kind == "gap" })?.from {
+            let atStop = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(stop),
+                                                                  "--to", world.folder.file("stop.sqlite")], environment: world.environment)
+            #expect(atStop.status == 0, "\(atStop.stderr)")
+        }
         let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(gapStart.addingTimeInterval(0.1)),
                                                                "--to", world.folder.file("gap.sqlite")], environment: world.environment)
         #expect(refused.status == 66 && refused.stderr.contains("gap"), "\(refused.stderr)")

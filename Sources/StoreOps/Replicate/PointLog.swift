@@ -364,7 +364,15 @@ public struct StorePoints: Sendable, Codable {
                 if entry == nil { entry = StorePoints(store: opening.path, host: opening.host, spans: []) }
                 if let previous, let last = entry?.spans.last(where: { $0.kind == "covered" || $0.kind == "thinned" }),
                    let reason = try PointRestore.continuityBreak(from: previous, to: chain, in: repository) {
-                    entry?.spans.append(Span(kind: "gap", from: last.to ?? last.from, to: PointRestore.date(chain.baseTime), reason: reason))
+                    if let open = entry?.spans.indices.last, entry?.spans[open].kind == "not followed", entry?.spans[open].to == nil {
+                        // Stopped cleanly, then a chain that could not continue this one: from the
+                        // stop to its base is a gap (what restore says of a time in it), and why.
+                        entry?.spans[open].kind = "gap"
+                        entry?.spans[open].to = PointRestore.date(chain.baseTime)
+                        entry?.spans[open].reason = "storectl was stopped, then: \(reason)"
+                    } else {
+                        entry?.spans.append(Span(kind: "gap", from: last.to ?? last.from, to: PointRestore.date(chain.baseTime), reason: reason))
+                    }
                 }
                 previous = chain
                 // The chain's covered spans, cut where it was not followed.

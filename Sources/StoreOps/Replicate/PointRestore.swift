@@ -72,10 +72,12 @@ public enum PointRestore {
         // After a chain's last point and before the next chain's base: the next chain says whether
         // it continued this one (a base every interval, or one commit read whole) and from which
         // point; a chain thinned by prune keeps fewer points, and `--at` there gives the newest kept.
-        if let later = chains.first(where: { $0.baseTime > t }), t > chain.lastTime,
+        // A chain stopped cleanly was followed, with no commit, from its last point to the stop.
+        let followedUntil = max(chain.lastTime, chain.unfollowed.last.flatMap { $0.to == nil ? $0.from : nil } ?? chain.lastTime)
+        if let later = chains.first(where: { $0.baseTime > t }), t > followedUntil,
            let reason = try continuityBreak(from: chain, to: later, in: repository) {
-            throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(chain.lastTime))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
-                                hint: "restore --at \(Timestamp.iso(date(chain.lastTime))) or --at \(Timestamp.iso(date(later.baseTime)))")
+            throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(followedUntil))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
+                                hint: "restore --at \(Timestamp.iso(date(followedUntil))) or --at \(Timestamp.iso(date(later.baseTime)))")
         }
         for span in chain.unfollowed where span.from < t && (span.to.map { t < $0 } ?? true) {
             let until = span.to.map { " to \(Timestamp.iso(date($0)))" } ?? " on"
