@@ -74,6 +74,12 @@ struct MigrateDiffTests {
     @Test("--dry-run --at rehearses on a point replicate recorded (planned from the point's own history, behind the store's), prints what it would change, and changes neither the store nor the repository's listing; --at without --dry-run is 64")
     func dryRunAtPoint() throws {
         let f = try fixture(Self.declared)
+        // External data, which the point's restore brings along and SQL cannot change.
+        let external = StoreFile(unchecked: f.store).externalDataPath
+        try FileManager.default.createDirectory(atPath: external, withIntermediateDirectories: true)
+        for name in ["A0000000-0000-4000-8000-000000000001", "A0000000-0000-4000-8000-000000000002"] {
+            try Data("external \(name)".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(name)))
+        }
         let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", f.store, "--repo", f.repo, "--for", "2s", "--sync-interval", "200ms", "--quiet"])
         Thread.sleep(forTimeInterval: 1.2)
         let point = Timestamp.iso(Date())
@@ -92,6 +98,7 @@ struct MigrateDiffTests {
         #expect(report.rehearsedPoint != nil && report.rehearsedPointTime.map { $0 <= Date() } == true)
         let items = try #require(report.changes).entities.filter { $0.table == "ZITEM" }
         #expect(items.reduce(0) { $0 + $1.changed } == 2_000 && report.undeclared == nil)
+        #expect(report.changes?.externalFiles == 0, "the migrations change no external-data file")
         let text = try f.migrate(["--dry-run", "--at", point])
         #expect(text.status == 0 && text.stdout.contains("version 0 -> 2") && text.stdout.contains("rehearsed on point"), "\(text.stdout)")
         #expect(try StoreState.digest(f.store, journalMode: false) == before, "the store is only read")

@@ -37,6 +37,9 @@ public enum StoreDiff {
         public var scratch: String?
         /// Values shortened for people (text to 60 characters); JSON keeps up to 4 KiB.
         public var shortValues = true
+        /// Compare the external-data folders too (a migration's rehearsal compares two copies of
+        /// one database, which SQL cannot give external files: it leaves them out).
+        public var externalData = true
 
         public init(a: Side, b: Side) {
             self.a = a
@@ -280,7 +283,7 @@ public enum StoreDiff {
         stage("differences accounted for")
         let schema = schemaChanges(schemaA.entries, schemaB.entries)
         let model = modelChanges(schemaA.coreData, schemaB.coreData)
-        let external = try externalChanges(options, pagesA, pagesB)
+        let external = options.externalData ? try externalChanges(options, pagesA, pagesB) : []
         var entities = collector.entities.values.filter { $0.added + $0.removed + $0.changed > 0 }
         entities.sort { ($0.entity ?? $0.table, $0.table) < ($1.entity ?? $1.table, $1.table) }
         let links = collector.links.values.filter { $0.added + $0.removed > 0 }.sorted { $0.relationship < $1.relationship }

@@ -310,6 +310,8 @@ public enum Migrate {
             }
             var diffOptions = StoreDiff.Options(a: .file(before), b: .file(after))
             diffOptions.limit = 0
+            // SQL cannot change external-data files; the point's restore has them, the copy not.
+            diffOptions.externalData = false
             let diff = try StoreDiff.run(diffOptions)
             report.changes = diff.summary
             if let declared {
