@@ -7,6 +7,10 @@ struct PointOverlay {
     var ids: [ContentID]
     var pages: [UInt32: [UInt8]]
     var pageSize: Int
+    /// External-data files the base does not hold, from the store's next snapshot after the
+    /// point (its next base, or a scheduled one): Core Data writes each file under a new name
+    /// before the commit that refers to it, so a name the base lacks is a file written since.
+    var files: [PagedSnapshotRecord.FileChunks] = []
 
     /// Writes the pages over the base's, then sizes the file to the point's page count.
     func apply(to path: String) throws {
@@ -155,8 +159,25 @@ public enum PointRestore {
             }
         }
         pages = pages.filter { Int($0.key) <= ids.count }
-        return Target(record: base, overlay: point == 0 ? nil : PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize),
-                      point: "\(chain.id)@\(point)", time: date(time))
+        guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time)) }
+        var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
+        overlay.files = try filesWrittenSince(base, before: time, in: repository)
+        return Target(record: base, overlay: overlay, point: "\(chain.id)@\(point)", time: date(time))
+    }
+
+    /// The external-data files a point needs that its chain's base does not hold: those of the
+    /// store's first snapshot after the point (same host and path) whose names the base lacks.
+    /// Points carry the pages the app committed, not its external files; a file written after
+    /// the base and removed before that snapshot is in neither (the README says so). A file
+    /// written after the point comes along too, unreferenced: Core Data leaves such files alone.
+    static func filesWrittenSince(_ base: PagedSnapshotRecord, before time: Int64, in repository: PagedRepository) throws -> [PagedSnapshotRecord.FileChunks] {
+        guard let folder = base.manifest.externalData?.folder else { return [] }
+        let have = Set(base.files.map(\.path))
+        let later = try repository.catalog().records
+            .filter { $0.manifest.host == base.manifest.host && $0.manifest.source.path == base.manifest.source.path
+                && Replicate.ms($0.manifest.startedAt) > time && $0.manifest.externalData?.folder == folder }
+            .min { $0.manifest.startedAt < $1.manifest.startedAt }
+        return later?.files.filter { !have.contains($0.path) } ?? []
     }
 
     static func date(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }

@@ -156,7 +156,7 @@ public enum SnapshotRestore {
         guard access(folder, W_OK | X_OK) == 0 else {
             throw StoreOpsError(.cannotCreate, "the folder \(folder) is not writable")
         }
-        let external = record.externalData?.totalBytes ?? 0
+        let external = (record.externalData?.totalBytes ?? 0) + (overlay?.files.reduce(0) { $0 + $1.bytes } ?? 0)
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
         try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
         StoreSwap.recoverAll(in: folder)
@@ -179,7 +179,7 @@ public enum SnapshotRestore {
         progress?(.stage("sync"))
         try database.sync()
         try support?.sync()
-        return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0,
+        return Staged(database: database, support: support, externalFiles: (record.externalData?.files.count ?? 0) + (overlay?.files.count ?? 0),
                       journalMode: journalMode, sha256: sha256)
     }
 

@@ -37,8 +37,10 @@ enum PagedExtraction {
                 ids = overlay.ids
                 stage("points applied")
             }
-            if !record.files.isEmpty { progress?(.stage("external data")) }
-            try writeFiles(record.files, repository: repository, into: targets.externalFolder, context: context)
+            // A point's files: the base's, and those written since that a later snapshot holds.
+            let files = record.files + (overlay?.files ?? [])
+            if !files.isEmpty { progress?(.stage("external data")) }
+            try writeFiles(files, repository: repository, into: targets.externalFolder, context: context)
         } catch let error as StoreOpsError where error.status == .badData && !error.message.hasPrefix(context) {
             throw check.damaged(error.message)
         }
