@@ -51,5 +51,6 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         if !result.movedAside.isEmpty { line += "; the previous files were kept at \(result.movedAside.joined(separator: ", "))" }
         if !result.removedSidecars.isEmpty { line += "; removed \(result.removedSidecars.map { String($0.split(separator: "-").last ?? "") }.joined(separator: ", "))" }
         print(line)
+        if let note = result.externalFilesNote { print("note: \(note)") }
     }
 }

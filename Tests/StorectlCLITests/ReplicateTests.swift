@@ -207,15 +207,16 @@ struct ReplicateTests {
         #expect(seq == lastSeq)
     }
 
-    @Test("external data: a file the app writes after the base, then a commit naming it: a point after it restores with the file once a later snapshot holds it (points carry pages, not files); before that snapshot, the base's files only")
-    func externalFilesWrittenSinceTheBase() throws {
+    @Test("external data: a file the app writes after the base, then a commit naming it: a point after it restores with the file once a later snapshot holds it (points carry pages, not files); before that snapshot, the base's files only, and a note says so; also when the base had no external-data folder yet",
+          arguments: [true, false])
+    func externalFilesWrittenSinceTheBase(folderAtBase: Bool) throws {
         let world = try world()
         let external = StoreFile(unchecked: world.store).externalDataPath
-        try FileManager.default.createDirectory(atPath: external, withIntermediateDirectories: true)
         func write(_ name: String) throws {
+            try FileManager.default.createDirectory(atPath: external, withIntermediateDirectories: true)
             try Data("contents of \(name)".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(name)))
         }
-        try write("B0000000-0000-4000-8000-00000000000A")
+        if folderAtBase { try write("B0000000-0000-4000-8000-00000000000A") }
         let follower = try replicate(world, ["--for", "3s", "--sync-interval", "200ms"])
         #expect(waitForBase(world))
         // As Core Data does: the file first, then the commit that refers to it.
@@ -233,13 +234,16 @@ struct ReplicateTests {
             #expect(try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "with B")
             return (result, files.sorted())
         }
+        let base = folderAtBase ? ["B0000000-0000-4000-8000-00000000000A"] : []
         let early = try restored("early.sqlite")
-        #expect(early.files == ["B0000000-0000-4000-8000-00000000000A"] && early.result.externalFiles == 1, "\(early.files)")
+        #expect(early.files == base && early.result.externalFiles == base.count, "\(early.files)")
+        #expect((early.result.externalFilesNote != nil) == folderAtBase, "\(early.result.externalFilesNote ?? "no note")")
         // A later snapshot of the store holds the file: the point's restore takes it from there.
         let snapshot = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", world.store, "--repo", world.repo], environment: world.environment)
         #expect(snapshot.status == 0, "\(snapshot.stderr)")
         let late = try restored("late.sqlite")
-        #expect(late.files == ["B0000000-0000-4000-8000-00000000000A", "B0000000-0000-4000-8000-00000000000B"] && late.result.externalFiles == 2, "\(late.files)")
+        #expect(late.files == base + ["B0000000-0000-4000-8000-00000000000B"] && late.result.externalFiles == base.count + 1, "\(late.files)")
+        #expect(late.result.externalFilesNote == nil)
     }
 
     @Test("while replicate is stopped the app commits and truncates its -wal: the next run records a gap with its reason and a new base; a time inside the gap is refused (66), the points either side restore")

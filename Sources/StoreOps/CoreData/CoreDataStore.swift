@@ -68,6 +68,9 @@ public struct CoreDataStore: Sendable {
         }
         var result = CoreDataMetadata(uuid: row.text(0), modelVersionHashes: [:], modelVersionIdentifiers: [])
         guard case .blob(let blob) = (row[1] as DatabaseValue).storage, !blob.isEmpty else { return result }
+        if let problem = BinaryPlistCheck.problem(blob) {
+            throw StoreOpsError(.badData, "Z_METADATA.Z_PLIST is not a readable property list (\(problem))")
+        }
         guard let plist = try? PropertyListSerialization.propertyList(from: blob, options: [], format: nil) as? [String: Any] else {
             throw StoreOpsError(.badData, "Z_METADATA.Z_PLIST is not a property list")
         }

@@ -11,6 +11,8 @@ struct KeyedArchive {
 
     init(plist data: Data) throws {
         let root: Any
+        // Checked first: Foundation's parser can crash the process on a damaged binary plist.
+        if let problem = BinaryPlistCheck.problem(data) { throw StoreOpsError(.badData, "not a readable property list (\(problem))") }
         do {
             root = try PropertyListSerialization.propertyList(from: data, options: [], format: nil)
         } catch {

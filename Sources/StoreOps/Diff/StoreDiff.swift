@@ -463,9 +463,9 @@ public enum StoreDiff {
                 }
                 return out
             case .snapshot, .point:
-                guard let record = (pages as? RepositoryPages)?.record else { return nil }
+                guard let side = pages as? RepositoryPages else { return nil }
                 var out: [String: (UInt64, String)] = [:]
-                for file in record.files { out[(file.path as NSString).lastPathComponent] = (file.bytes, file.sha256) }
+                for file in side.record.files + side.extraFiles { out[(file.path as NSString).lastPathComponent] = (file.bytes, file.sha256) }
                 return out
             }
         }

@@ -37,12 +37,16 @@ final class BatchCheck {
     /// the order SQLite numbers them, and the virtual tables' shadow tables.
     struct Tables: Sendable {
         var columns: [String: [String]] = [:]
+        /// Per table, the columns with a declared default (index -> its SQL text).
+        var defaults: [String: [Int: String]] = [:]
         var shadows = Set<String>()
 
         static func read(_ db: Database) throws -> Tables {
             var tables = Tables()
             for name in try String.fetchAll(db, sql: "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type IN ('table', 'shadow')") {
-                tables.columns[name] = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [name])
+                let rows = try Row.fetchAll(db, sql: "SELECT name, dflt_value FROM pragma_table_info(?)", arguments: [name])
+                tables.columns[name] = rows.map { $0[0] as String? ?? "" }
+                for (i, row) in rows.enumerated() { if let text = row[1] as String? { tables.defaults[name, default: [:]][i] = text } }
             }
             tables.shadows = Set(try String.fetchAll(db, sql: "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'"))
             return tables
@@ -53,7 +57,7 @@ final class BatchCheck {
     /// changes `plan` names (`BatchClosure.planned()`: the ids deleted, joined and nullified).
     init(_ db: Database, plan: BatchClosure.Effects, tables: Tables) throws {
         self.db = db
-        box = Box(Tally(effects: plan, columns: { tables.columns[$0] ?? [] }, shadowTables: tables.shadows))
+        box = Box(Tally(effects: plan, columns: { tables.columns[$0] ?? [] }, shadowTables: tables.shadows, defaults: { tables.defaults[$0] ?? [:] }))
         watch = storectl_watch_start(db.sqliteConnection, { context, raw in
             guard let context, let raw else { return }
             let box = Unmanaged<Box>.fromOpaque(context).takeUnretainedValue()
@@ -174,6 +178,8 @@ extension BatchCheck {
             /// Column -> the ids whose references the plan nullifies.
             var nullified: [Int: Set<Int64>] = [:]
             let opt: Int?
+            /// Columns with a declared default (index -> SQL text).
+            var defaults: [Int: String] = [:]
             /// The rows the batch deleted (directly or not), by rowid.
             var deleted = Set<Int64>()
             /// The rows triggers and declared actions changed, by rowid (and those without one).
@@ -187,14 +193,17 @@ extension BatchCheck {
         private let effects: BatchClosure.Effects
         private let columns: (String) -> [String]
         private let shadowTables: Set<String>
+        private let defaults: (String) -> [Int: String]
         private var rules: [String: TableRules] = [:]
         private var last: TableRules?
         private var problems: [String] = []
 
-        init(effects: BatchClosure.Effects, columns: @escaping (String) -> [String], shadowTables: Set<String>) {
+        init(effects: BatchClosure.Effects, columns: @escaping (String) -> [String], shadowTables: Set<String>,
+             defaults: @escaping (String) -> [Int: String] = { _ in [:] }) {
             self.effects = effects
             self.columns = columns
             self.shadowTables = shadowTables
+            self.defaults = defaults
         }
 
         private mutating func note(_ text: String) { if problems.count < 20 { problems.append(text) } }
@@ -206,6 +215,7 @@ extension BatchCheck {
             func index(_ name: String) -> Int? { names.firstIndex { $0.caseInsensitiveCompare(name) == .orderedSame } }
             let made = TableRules(name: table, names: names, shadow: shadowTables.contains(table), planned: effects.deleted[table].map { Set($0) },
                                   opt: index("Z_OPT"))
+            made.defaults = defaults(table)
             let prefix = table + "."
             for entry in effects.joinIDs where entry.key.hasPrefix(prefix) {
                 if let i = index(String(entry.key.dropFirst(prefix.count))) { made.joins.append((i, entry.value)) }
@@ -244,9 +254,13 @@ extension BatchCheck {
                 // may lose two references in one batch), and one of them is the latter.
                 var changed: [Int] = [], planned = false, other = false
                 for i in 0..<change.count where change.changed(i) {
+                    let old = change.old(i), new = change.new(i)
+                    // SQLite 3.40 gives NULL as the old value of a column added (with a default) after
+                    // the row was written, and the default as its new one: not a change.
+                    if old.type == SQLITE_NULL, let text = rules.defaults[i], text.uppercased() != "NULL",
+                       Int64(text).map({ new.type == SQLITE_INTEGER && new.value == $0 }) ?? true { continue }
                     changed.append(i)
                     if i == rules.opt { continue }
-                    let old = change.old(i), new = change.new(i)
                     if let ids = rules.nullified[i], new.type == SQLITE_NULL, old.type == SQLITE_INTEGER, ids.contains(old.value) {
                         planned = true
                     } else {

@@ -11,6 +11,8 @@ struct PointOverlay {
     /// point (its next base, or a scheduled one): Core Data writes each file under a new name
     /// before the commit that refers to it, so a name the base lacks is a file written since.
     var files: [PagedSnapshotRecord.FileChunks] = []
+    /// The snapshot those came from; nil: none was taken after the point.
+    var filesFrom: String?
 
     /// Writes the pages over the base's, then sizes the file to the point's page count.
     func apply(to path: String) throws {
@@ -76,8 +78,10 @@ public enum PointRestore {
         // After a chain's last point and before the next chain's base: the next chain says whether
         // it continued this one (a base every interval, or one commit read whole) and from which
         // point; a chain thinned by prune keeps fewer points, and `--at` there gives the newest kept.
-        // A chain stopped cleanly was followed, with no commit, from its last point to the stop.
-        let followedUntil = max(chain.lastTime, chain.unfollowed.last.flatMap { $0.to == nil ? $0.from : nil } ?? chain.lastTime)
+        // A chain stopped cleanly at its last point was followed, with no commit, up to the stop
+        // (the marker names the point it stopped at: not so when a segment before it is missing).
+        let stop = chain.markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == chain.points - 1 ? $0.firstTime : nil }
+        let followedUntil = max(chain.lastTime, stop ?? chain.lastTime)
         if let later = chains.first(where: { $0.baseTime > t }), t > followedUntil,
            let reason = try continuityBreak(from: chain, to: later, in: repository) {
             throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(followedUntil))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
@@ -161,7 +165,10 @@ public enum PointRestore {
         pages = pages.filter { Int($0.key) <= ids.count }
         guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time)) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
-        overlay.files = try filesWrittenSince(base, before: time, in: repository)
+        if let (files, from) = try filesWrittenSince(base, before: time, in: repository) {
+            overlay.files = files
+            overlay.filesFrom = from
+        }
         return Target(record: base, overlay: overlay, point: "\(chain.id)@\(point)", time: date(time))
     }
 
@@ -170,14 +177,23 @@ public enum PointRestore {
     /// Points carry the pages the app committed, not its external files; a file written after
     /// the base and removed before that snapshot is in neither (the README says so). A file
     /// written after the point comes along too, unreferenced: Core Data leaves such files alone.
-    static func filesWrittenSince(_ base: PagedSnapshotRecord, before time: Int64, in repository: PagedRepository) throws -> [PagedSnapshotRecord.FileChunks] {
-        guard let folder = base.manifest.externalData?.folder else { return [] }
+    /// Nil when no snapshot of the store was taken after the point.
+    static func filesWrittenSince(_ base: PagedSnapshotRecord, before time: Int64,
+                                  in repository: PagedRepository) throws -> (files: [PagedSnapshotRecord.FileChunks], from: String)? {
         let have = Set(base.files.map(\.path))
-        let later = try repository.catalog().records
-            .filter { $0.manifest.host == base.manifest.host && $0.manifest.source.path == base.manifest.source.path
-                && Replicate.ms($0.manifest.startedAt) > time && $0.manifest.externalData?.folder == folder }
-            .min { $0.manifest.startedAt < $1.manifest.startedAt }
-        return later?.files.filter { !have.contains($0.path) } ?? []
+        // Records in the order their ids say they were taken, from a second before the point:
+        // usually one or two are opened, not the whole catalog.
+        let ids = try repository.backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) }
+            .compactMap { id in SnapshotID.time(of: id).map { (id, $0) } }
+            .filter { Replicate.ms($0.1) >= time - 1_000 }
+            .sorted { $0.1 < $1.1 }
+        for (id, _) in ids {
+            guard let record = try? repository.record(id) else { continue }   // a damaged one is verify's to report
+            guard record.manifest.host == base.manifest.host, record.manifest.source.path == base.manifest.source.path,
+                  Replicate.ms(record.manifest.startedAt) > time else { continue }
+            return (record.files.filter { !have.contains($0.path) }, record.id)
+        }
+        return nil
     }
 
     static func date(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }

@@ -67,6 +67,9 @@ public enum SnapshotRestore {
         /// place (they are in the safety snapshot).
         public var removedSidecars: [String]
         public var externalFiles: Int
+        /// A point of a store with external data restored before any snapshot after it was
+        /// taken: files the app wrote after the chain's base are not held (what to do about it).
+        public var externalFilesNote: String?
         /// The journal mode the restored store has (in place: the mode the store had).
         public var journalMode: String
         /// The database was checked against the snapshot's SHA-256 and integrity check before the
@@ -136,6 +139,7 @@ public enum SnapshotRestore {
         var database: PendingFile
         var support: PendingFile?
         var externalFiles: Int
+        var externalFilesNote: String?
         var journalMode: String
         /// The SHA-256 of the staged database before its journal mode was set.
         var sha256: String
@@ -164,7 +168,7 @@ public enum SnapshotRestore {
         let database = try PendingFile(finalPath: finalPath, label: "restore.database")
         var support: PendingFile?
         var externalFolder: String?
-        if record.externalData != nil {
+        if record.externalData != nil || overlay?.files.isEmpty == false {
             let pending = try PendingFile(finalPath: StoreFile.supportPath(forDatabase: finalPath), directory: true, label: "restore.support")
             let inner = (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName)
             try FileSystem.makeDirectory(inner, point: "restore.support.external-folder")
@@ -179,8 +183,13 @@ public enum SnapshotRestore {
         progress?(.stage("sync"))
         try database.sync()
         try support?.sync()
+        var note: String?
+        if let overlay, overlay.filesFrom == nil, record.externalData != nil {
+            note = "external-data files the app wrote after the chain's base (\(Timestamp.iso(snapshot.manifest.startedAt))) are not in the repository "
+                + "until a snapshot of the store is taken after this point; the restored store has the base's (`storectl snapshot create`, then restore again)"
+        }
         return Staged(database: database, support: support, externalFiles: (record.externalData?.files.count ?? 0) + (overlay?.files.count ?? 0),
-                      journalMode: journalMode, sha256: sha256)
+                      externalFilesNote: note, journalMode: journalMode, sha256: sha256)
     }
 
     /// Puts a staged (closed, unused) database back in WAL mode: the header's read/write versions
@@ -220,7 +229,7 @@ public enum SnapshotRestore {
         _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
                                         expectedSHA256: staged.sha256))
         return Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
-                      externalFiles: staged.externalFiles, journalMode: "delete", verified: true, recovered: recovered, record: record)
+                      externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: "delete", verified: true, recovered: recovered, record: record)
     }
 
     /// A restore in place, walking the pipeline: lock (the store's, exclusive; then the
@@ -345,7 +354,7 @@ public enum SnapshotRestore {
             let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
             return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
                           removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
-                          externalFiles: staged.externalFiles, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record,
+                          externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record,
                           point: target?.point, pointTime: target?.time)
         }
     }
