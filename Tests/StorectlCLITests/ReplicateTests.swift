@@ -207,6 +207,32 @@ struct ReplicateTests {
         #expect(seq == lastSeq)
     }
 
+    @Test("a segment missing before a clean stop (removed by hand): a time after the last point found is refused (66), not answered with it; that point restores")
+    func missingSegmentIsNotClaimed() throws {
+        let world = try world()
+        let follower = try replicate(world, ["--sync-interval", "200ms", "--merge-interval", "0"])
+        #expect(waitForBase(world))
+        _ = try churn(world, seconds: 1.5).wait()
+        usleep(500_000)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
+        let before = try #require(PointTimeline.load(repository).chains.first)
+        let last = try #require(before.segments.last, "segments were written")
+        #expect(before.missingThrough == nil && last.from > 0)
+        try FileManager.default.removeItem(atPath: (world.repo as NSString).appendingPathComponent(last.key))
+        let after = try #require(PointTimeline.load(repository).chains.first)
+        #expect(after.missingThrough == before.points - 1, "the stop marker names the point the segments no longer reach")
+        // The removed segment's last point's time: before the stop, after the last point found.
+        let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at",
+                                                               Timestamp.iso(Date(timeIntervalSince1970: Double(before.lastTime) / 1000)),
+                                                               "--to", world.folder.file("late.sqlite")], environment: world.environment)
+        #expect(refused.status == 66 && refused.stderr.contains("a segment is missing"), "\(refused.status) \(refused.stderr)")
+        let ok = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(Date(timeIntervalSince1970: Double(after.lastTime) / 1000)),
+                                                          "--to", world.folder.file("ok.sqlite")], environment: world.environment)
+        #expect(ok.status == 0, "\(ok.stderr)")
+    }
+
     @Test("external data: a file the app writes after the base, then a commit naming it: a point after it restores with the file once a later snapshot holds it (points carry pages, not files); before that snapshot, the base's files only, and a note says so; also when the base had no external-data folder yet",
           arguments: [true, false])
     func externalFilesWrittenSinceTheBase(folderAtBase: Bool) throws {

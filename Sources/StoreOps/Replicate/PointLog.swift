@@ -260,6 +260,13 @@ public struct PointTimeline: Sendable {
         /// from `firstTime` to `lastTime` (it resumed the chain then).
         public var markers: [SegmentName] = []
 
+        /// The highest point a stop or resume marker names beyond the segments found (a segment
+        /// missing: removed by hand, or lost): nil when the segments reach every named point.
+        public var missingThrough: Int? {
+            let named = markers.map(\.to).max() ?? 0
+            return named > points - 1 ? named : nil
+        }
+
         /// The spans of this chain in which no commit is claimed: from a clean stop to the next
         /// resume (or on), and each resume's span.
         var unfollowed: [(from: Int64, to: Int64?)] {

@@ -87,6 +87,13 @@ public enum PointRestore {
             throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(followedUntil))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
                                 hint: "restore --at \(Timestamp.iso(date(followedUntil))) or --at \(Timestamp.iso(date(later.baseTime)))")
         }
+        // Past the last point found, when a marker names later ones: those segments are missing,
+        // and the state after that point is not known.
+        if let missing = chain.missingThrough, t > chain.lastTime {
+            throw StoreOpsError(.noInput, "\(when) is after point \(chain.points - 1) of chain \(chain.id) (\(Timestamp.iso(date(chain.lastTime)))), "
+                                + "and its points \(chain.points)…\(missing) are not in \(repository.location) (a segment is missing): no commit after it is claimed",
+                                hint: "restore --at \(Timestamp.iso(date(chain.lastTime))) or earlier; `storectl repo check --repo \(repository.location)` checks the rest")
+        }
         for span in chain.unfollowed where span.from < t && (span.to.map { t < $0 } ?? true) {
             let until = span.to.map { " to \(Timestamp.iso(date($0)))" } ?? " on"
             throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(span.from)))\(until)): no commit in it is claimed",
