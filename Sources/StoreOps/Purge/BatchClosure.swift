@@ -139,8 +139,7 @@ struct BatchClosure {
     /// changes against): the rows deleted per table, and per join-table or reference column the
     /// ids whose rows it deletes or nullifies. The same selection as `perform`'s.
     func planned() -> Effects {
-        let blocked = Set(denied.keys)
-        func ids(_ rows: [Int64: Roots]) -> [Int64] { rows.filter { $0.value.isDisjoint(with: blocked) }.map(\.key) }
+        let ids = allowedIDs
         var effects = Effects()
         for (table, rows) in deletes {
             let ids = ids(rows)
@@ -157,12 +156,17 @@ struct BatchClosure {
         return effects
     }
 
-    private func perform(db: Database, apply: Bool) throws -> Effects {
+    /// The rows of a map that no denied root reaches (what a batch changes), by id.
+    private var allowedIDs: ([Int64: Roots]) -> [Int64] {
         let blocked = Set(denied.keys)
-        func allowed(_ roots: Roots) -> Bool { roots.isDisjoint(with: blocked) }
+        return { rows in rows.filter { $0.value.isDisjoint(with: blocked) }.map(\.key) }
+    }
+
+    private func perform(db: Database, apply: Bool) throws -> Effects {
+        let allowedIDs = allowedIDs
         var effects = Effects()
         for (table, rows) in deletes.sorted(by: { $0.key < $1.key }) {
-            let ids = rows.filter { allowed($0.value) }.map(\.key)
+            let ids = allowedIDs(rows)
             guard !ids.isEmpty else { continue }
             if table == rootTable {
                 let roots = ids.filter { rows[$0]?.contains($0) == true }
@@ -175,7 +179,7 @@ struct BatchClosure {
             if apply { try db.execute(sql: Self.deleteStatement(table).sql, arguments: [Self.json(ids)]) }
         }
         for (key, rows) in joins.sorted(by: { $0.key.table < $1.key.table }) {
-            let ids = rows.filter { allowed($0.value) }.map(\.key)
+            let ids = allowedIDs(rows)
             guard !ids.isEmpty else { continue }
             if apply {
                 try db.execute(sql: Self.joinDeleteStatement(table: key.table, column: key.column).sql, arguments: [Self.json(ids)])
@@ -186,10 +190,10 @@ struct BatchClosure {
             }
         }
         for (key, rows) in nullify.sorted(by: { $0.key.table < $1.key.table }) {
-            let ids = rows.filter { allowed($0.value) }.map(\.key)
+            let ids = allowedIDs(rows)
             guard !ids.isEmpty else { continue }
             // Rows this batch deletes need no nullifying (the count must match what applying does).
-            let deleted = Self.json((deletes[key.table] ?? [:]).filter { allowed($0.value) }.map(\.key))
+            let deleted = Self.json(allowedIDs(deletes[key.table] ?? [:]))
             let label = "\(key.table).\(key.column)"
             if apply {
                 try db.execute(sql: Self.nullifyStatement(table: key.table, column: key.column, entities: key.entities, bumpsOpt: key.bumpsOpt).sql,

@@ -81,7 +81,7 @@ public enum PointRestore {
         // A chain stopped cleanly at its last point was followed, with no commit, up to the stop
         // (the marker names the point it stopped at: not so when a segment before it is missing).
         let stop = chain.markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == chain.points - 1 ? $0.firstTime : nil }
-        let followedUntil = max(chain.lastTime, stop ?? chain.lastTime)
+        let followedUntil = max(chain.lastTime, stop ?? 0)
         if let later = chains.first(where: { $0.baseTime > t }), t > followedUntil,
            let reason = try continuityBreak(from: chain, to: later, in: repository) {
             throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(followedUntil))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
@@ -235,12 +235,12 @@ extension PointRestore {
             }
         }
         // RFC 3339 allows a space for the "T" (section 5.6), and `snapshot list` prints times so.
-        var text = trimmed
-        if text.count > 11, let space = text.index(text.startIndex, offsetBy: 10, limitedBy: text.endIndex), text[space] == " ",
-           text[..<space].allSatisfy({ $0.isASCII && ($0.isNumber || $0 == "-") }) {
-            text.replaceSubrange(space...space, with: "T")
+        var candidate = trimmed
+        if candidate.count > 11, let space = candidate.index(candidate.startIndex, offsetBy: 10, limitedBy: candidate.endIndex), candidate[space] == " ",
+           candidate[..<space].allSatisfy({ $0.isASCII && ($0.isNumber || $0 == "-") }) {
+            candidate.replaceSubrange(space...space, with: "T")
         }
-        guard let date = Timestamp.parseISO(text) else {
+        guard let date = Timestamp.parseISO(candidate) else {
             throw StoreOpsError(.usage, "--at \(text) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
         return date
