@@ -233,43 +233,89 @@ struct ReplicateTests {
         #expect(ok.status == 0, "\(ok.stderr)")
     }
 
-    @Test("external data: a file the app writes after the base, then a commit naming it: a point after it restores with the file once a later snapshot holds it (points carry pages, not files); before that snapshot, the base's files only, and a note says so; also when the base had no external-data folder yet",
+    @Test("external data per commit: a file the app writes, then a commit naming it, restores with every point after it, with no later snapshot; a file removed after the commit unreferencing it is gone from points after the removal was seen; a resumed follower does not carry the files again; a thinned chain keeps them; also when the base had no external-data folder yet",
           arguments: [true, false])
-    func externalFilesWrittenSinceTheBase(folderAtBase: Bool) throws {
+    func externalFilesPerCommit(folderAtBase: Bool) throws {
         let world = try world()
         let external = StoreFile(unchecked: world.store).externalDataPath
+        let a = "B0000000-0000-4000-8000-00000000000A", b = "B0000000-0000-4000-8000-00000000000B", c = "B0000000-0000-4000-8000-00000000000C"
         func write(_ name: String) throws {
             try FileManager.default.createDirectory(atPath: external, withIntermediateDirectories: true)
             try Data("contents of \(name)".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(name)))
         }
-        if folderAtBase { try write("B0000000-0000-4000-8000-00000000000A") }
-        let follower = try replicate(world, ["--for", "3s", "--sync-interval", "200ms"])
+        if folderAtBase { try write(a) }
+        var follower = try replicate(world, ["--sync-interval", "200ms", "--merge-interval", "0"])
         #expect(waitForBase(world))
-        // As Core Data does: the file first, then the commit that refers to it.
-        try write("B0000000-0000-4000-8000-00000000000B")
         let app = try DatabaseQueue(path: world.store)
-        try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'with B' WHERE Z_PK = 1") }
+        func commit(_ title: String) throws { try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) } }
+        // As Core Data does: the file first, then the commit that refers to it; a file is removed
+        // after the commit that stops referring to it.
+        try write(b)
+        try commit("with B")
         usleep(600_000)
-        let point = Date()
-        #expect(follower.wait().status == 0)
-        try app.close()
-        func restored(_ name: String) throws -> (result: SnapshotRestore.Result, files: [String]) {
+        let atB = Date()
+        try write(c)
+        try commit("with C")
+        try commit("without A")
+        if folderAtBase { try FileManager.default.removeItem(atPath: (external as NSString).appendingPathComponent(a)) }
+        usleep(600_000)
+        try commit("after the removal")
+        usleep(600_000)
+        let atEnd = Date()
+        follower.signal(SIGTERM)
+        let first = follower.wait()
+        #expect(first.status == 0, "\(first.stderr)")
+        let summary = try JSON.decoder().decode(Replicate.Summary.self, from: Data(first.stdout.utf8))
+        #expect(summary.stores.first?.filesAdded == 2 && summary.stores.first?.filesRemoved == (folderAtBase ? 1 : 0), "\(first.stdout)")
+        func restored(_ name: String, at time: Date) throws -> (result: SnapshotRestore.Result, files: [String], title: String?) {
             let target = world.folder.file(name)
-            let result = try restoreWithCLI(world, at: point, to: target)
-            let files = (try? FileManager.default.contentsOfDirectory(atPath: StoreFile(unchecked: target).externalDataPath)) ?? []
-            #expect(try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "with B")
-            return (result, files.sorted())
+            let result = try restoreWithCLI(world, at: time, to: target)
+            let folder = StoreFile(unchecked: target).externalDataPath
+            let files = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted()
+            for file in files {
+                #expect(try String(contentsOfFile: (folder as NSString).appendingPathComponent(file), encoding: .utf8) == "contents of \(file)")
+            }
+            return (result, files, try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") })
         }
-        let base = folderAtBase ? ["B0000000-0000-4000-8000-00000000000A"] : []
-        let early = try restored("early.sqlite")
-        #expect(early.files == base && early.result.externalFiles == base.count, "\(early.files)")
-        #expect((early.result.externalFilesNote != nil) == folderAtBase, "\(early.result.externalFilesNote ?? "no note")")
-        // A later snapshot of the store holds the file: the point's restore takes it from there.
-        let snapshot = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", world.store, "--repo", world.repo], environment: world.environment)
-        #expect(snapshot.status == 0, "\(snapshot.stderr)")
-        let late = try restored("late.sqlite")
-        #expect(late.files == base + ["B0000000-0000-4000-8000-00000000000B"] && late.result.externalFiles == base.count + 1, "\(late.files)")
-        #expect(late.result.externalFilesNote == nil)
+        let base = folderAtBase ? [a] : []
+        let pointB = try restored("b.sqlite", at: atB)
+        #expect(pointB.title == "with B" && pointB.files == base + [b] && pointB.result.externalFiles == base.count + 1, "\(pointB.files)")
+        #expect(pointB.result.externalFilesNote == nil, "\(pointB.result.externalFilesNote ?? "")")
+        let end = try restored("end.sqlite", at: atEnd)
+        #expect(end.title == "after the removal" && end.files == [b, c], "\(end.files)")
+        // Resumed: the chain's files are known from its segments, not read and carried again.
+        follower = try replicate(world, ["--sync-interval", "200ms", "--merge-interval", "0"])
+        usleep(800_000)
+        try commit("resumed")
+        usleep(600_000)
+        let atResumed = Date()
+        follower.signal(SIGTERM)
+        let second = follower.wait()
+        #expect(second.status == 0, "\(second.stderr)")
+        let resumed = try JSON.decoder().decode(Replicate.Summary.self, from: Data(second.stdout.utf8))
+        #expect(resumed.stores.first?.resumed == true && resumed.stores.first?.filesAdded == 0, "\(second.stdout)")
+        #expect(try restored("resumed.sqlite", at: atResumed).files == [b, c])
+        // A second chain (a gap), then the first thinned: its kept points keep their files.
+        try app.inDatabase { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'unseen' WHERE Z_PK = 1")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        try app.close()
+        follower = try replicate(world, ["--sync-interval", "200ms"])
+        #expect(waitForBase(world))
+        usleep(700_000)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        var options = SnapshotPrune.Options(repository: world.repo, policy: RetentionPolicy(), password: .file(world.folder.file("password")))
+        options.points = PointRetention(everyCommit: 0.1, minutes: 86_400, bases: 2 * 86_400, explicit: true)
+        options.points.period = 0.25
+        let pruned = try SnapshotPrune.run(options)
+        #expect(pruned.points.map(\.action) == ["thin", "keep"], "\(pruned.points)")
+        let thinB = try restored("thin-b.sqlite", at: atB)
+        #expect(thinB.title == "with B" && thinB.files == base + [b], "\(thinB.files)")
+        #expect(try restored("thin-end.sqlite", at: atResumed).files == [b, c])
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--read-data"], environment: world.environment)
+        #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
     }
 
     @Test("while replicate is stopped the app commits and truncates its -wal: the next run records a gap with its reason and a new base; a time inside the gap is refused (66), the points either side restore")

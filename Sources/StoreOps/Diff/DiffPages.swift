@@ -241,8 +241,8 @@ final class RepositoryPages: DiffPages {
     /// The snapshot (a point's chain base).
     let record: PagedSnapshotRecord
     private let overlay: [UInt32: [UInt8]]
-    /// A point's external-data files its base lacks (what its restore adds: `PointOverlay.files`).
-    let extraFiles: [PagedSnapshotRecord.FileChunks]
+    /// The external-data files, by name (a point's: what its restore writes, `PointOverlay.fileSet`).
+    let files: [String: (bytes: UInt64, sha256: String)]
     private let byID: PagesByID
     /// Per page (its id's first page): where its blob is, as (frame + 1, blob); 0 not located.
     private var frameOf: [UInt32]
@@ -264,7 +264,8 @@ final class RepositoryPages: DiffPages {
         ids = try overlay?.ids ?? BlobLocator.pageMap(of: record, in: repository).ids
         guard ids.count < Int(UInt32.max) else { throw StoreOpsError(.badData, "\(what): its map lists \(ids.count) pages, more than SQLite can address") }
         self.overlay = (overlay?.pages ?? [:]).mapValues { $0 }
-        extraFiles = overlay?.files ?? []
+        files = overlay?.fileSet(base: record)
+            ?? Dictionary(record.files.map { (FileSystem.name(of: $0.path), ($0.bytes, $0.sha256)) }, uniquingKeysWith: { a, _ in a })
         byID = PagesByID(ids)
         frameOf = [UInt32](repeating: 0, count: ids.count)
         blobOf = [UInt16](repeating: 0, count: ids.count)

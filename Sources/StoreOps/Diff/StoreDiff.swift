@@ -464,9 +464,7 @@ public enum StoreDiff {
                 return out
             case .snapshot, .point:
                 guard let side = pages as? RepositoryPages else { return nil }
-                var out: [String: (UInt64, String)] = [:]
-                for file in side.record.files + side.extraFiles { out[(file.path as NSString).lastPathComponent] = (file.bytes, file.sha256) }
-                return out
+                return side.files.mapValues { ($0.bytes, $0.sha256) }
             }
         }
         guard let x = try files(options.a, a), let y = try files(options.b, b) else { return [] }

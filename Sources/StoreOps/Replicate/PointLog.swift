@@ -9,7 +9,8 @@ import Foundation
 /// whose id names the chain. Its **segments** hold the commits that followed, in order: commit
 /// `n` of the chain is its point `n` (the base is point 0). A segment is one sealed object:
 ///
-///     u32 json bytes | json (`PointSegment`) | the pages its commits wrote, end to end
+///     u32 json bytes | json (`PointSegment`) | per commit: the pages it wrote, then the
+///                                               external-data files that appeared by it
 ///
 /// compressed with zstd, then sealed as `points:<store>/<chain>/<level>-<from>-<to>`, so it
 /// opens only under its own key. Level 0 segments are written every sync interval; a level 1
@@ -45,6 +46,9 @@ struct PointSegment: Codable, Equatable {
     /// A thinned segment (level 2): only the last commit of each this-many seconds is kept, each
     /// with every page its period wrote; its commits carry their own point numbers.
     var thinned: Int?
+    /// The follower watched the store's external-data folder for these commits: their `files`
+    /// and `removed` are complete (absent in segments written before storectl did so).
+    var externalData: Bool?
 
     struct Commit: Codable, Equatable {
         /// When the follower saw this commit as the store's committed state or before (ms).
@@ -56,7 +60,23 @@ struct PointSegment: Codable, Equatable {
         var pages: [UInt32]
         /// The content id of each page (hex), as restore checks it.
         var ids: [String]
+        /// External-data files that appeared in the store's folder by this commit (their bytes
+        /// follow its pages): the folder is read after the commits a segment holds were read, and
+        /// Core Data writes a file before the commit naming it, so a point has every file it names.
+        var files: [FileAdd]? = nil
+        /// External-data files gone from the folder after this commit: points after it lack them.
+        var removed: [String]? = nil
     }
+
+    struct FileAdd: Codable, Equatable {
+        /// The file's name in the external-data folder.
+        var name: String
+        var bytes: Int
+        var sha256: String
+    }
+
+    /// The largest external-data file a segment carries (a larger one waits for the next base).
+    static let maxFileBytes = 256 << 20
 
     struct Opening: Codable, Equatable {
         /// "start" (first chain of the store), "resume", "gap", "compaction".
@@ -81,9 +101,13 @@ struct PointSegment: Codable, Equatable {
                     lastTime: commits.last?.time ?? baseTime ?? 0)
     }
 
-    /// Seals the segment with its pages (`pages`: each commit's pages' bytes, in order).
+    /// Seals the segment with its contents: per commit, its pages' bytes, then its files' bytes.
     func seal(pages: [[UInt8]], sealer: Sealer, zstd: ZstdFrames, name: SegmentName? = nil) throws -> Data {
-        let json = try JSON.encode(self)
+        var segment = self
+        // Version 2 only where a commit carries files: a storectl that cannot read them refuses
+        // the segment ("use a newer storectl") instead of restoring a point without its files.
+        if commits.contains(where: { $0.files?.isEmpty == false || $0.removed?.isEmpty == false }) { segment.version = 2 }
+        let json = try JSON.encode(segment)
         let total = 4 + json.count + pages.reduce(0) { $0 + $1.count }
         guard total < 1 << 30 else { throw StoreOpsError(.failure, "a point segment of \(Format.bytes(total)) is over the 1 GiB a segment may hold") }
         var plain = BinaryWriter(capacity: total)
@@ -98,8 +122,9 @@ struct PointSegment: Codable, Equatable {
         return try sealer.seal(out, as: (name ?? self.name).identity)
     }
 
-    /// Opens a segment read from `name`'s key: the segment and its pages (each commit's, in order).
-    static func open(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> (PointSegment, [[UInt8]]) {
+    /// Opens a segment read from `name`'s key: the segment, its pages (each commit's, in order),
+    /// and the bytes of the external-data files its commits carry (in order).
+    static func open(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> (PointSegment, [[UInt8]], [Data]) {
         let what = "point segment \(location)/\(name.key)"
         let framed = try sealer.open(sealed, as: name.identity, what: what)
         var reader = BinaryReader(framed, what: what)
@@ -113,7 +138,7 @@ struct PointSegment: Codable, Equatable {
         do { segment = try JSON.decoder().decode(PointSegment.self, from: json) } catch {
             throw StoreOpsError(.badData, "\(what) is damaged (\(JSON.describe(error)))", hint: Sealer.damagedHint)
         }
-        guard segment.format == "storectl-points", segment.version <= 1 else {
+        guard segment.format == "storectl-points", segment.version <= 2 else {
             throw StoreOpsError(.badData, "\(what) is not a point segment this storectl reads (version \(segment.version))", hint: "use a newer storectl")
         }
         guard segment.chain == name.chain, segment.storeKey == name.store, segment.level == name.level, segment.from == name.from,
@@ -129,21 +154,35 @@ struct PointSegment: Codable, Equatable {
             }
         }
         var pages: [[UInt8]] = []
+        var files: [Data] = []
         for commit in segment.commits {
             guard commit.pages.count == commit.ids.count, commit.pageCount > 0, commit.pageCount <= 1 << 28, commit.time >= 0,
                   commit.pages.allSatisfy({ $0 >= 1 }) else {
                 throw StoreOpsError(.badData, "\(what): commit at frame \(commit.frame) is inconsistent", hint: Sealer.damagedHint)
             }
             for _ in commit.pages { pages.append(Array(try body.bytes(segment.pageSize))) }
+            for file in commit.files ?? [] {
+                guard PagedSnapshotRecord.isExternalFileName(file.name), file.bytes >= 0, file.bytes <= maxFileBytes else {
+                    throw StoreOpsError(.badData, "\(what): commit at frame \(commit.frame) names the external-data file \(file.name.debugDescription) of \(file.bytes) bytes", hint: Sealer.damagedHint)
+                }
+                let bytes = try body.bytes(file.bytes)
+                guard Hashing.hex(SHA256.hash(data: bytes)) == file.sha256 else {
+                    throw StoreOpsError(.badData, "\(what): the external-data file \(file.name) does not match its SHA-256", hint: Sealer.damagedHint)
+                }
+                files.append(Data(bytes))
+            }
+            for removed in commit.removed ?? [] where !PagedSnapshotRecord.isExternalFileName(removed) {
+                throw StoreOpsError(.badData, "\(what): commit at frame \(commit.frame) removes the external-data file \(removed.debugDescription)", hint: Sealer.damagedHint)
+            }
         }
         guard body.isAtEnd else { throw StoreOpsError(.badData, "\(what): bytes follow its last page", hint: Sealer.damagedHint) }
-        return (segment, pages)
+        return (segment, pages, files)
     }
 }
 
 extension PointSegment {
     /// Opens any segment of commits: a level-1 merge's members in order, or the segment itself.
-    static func openAll(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> [(PointSegment, [[UInt8]])] {
+    static func openAll(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> [(PointSegment, [[UInt8]], [Data])] {
         guard name.level == PointMerge.level else { return [try open(sealed, name: name, sealer: sealer, zstd: zstd, location: location)] }
         return try PointMerge.members(sealed, name: name, sealer: sealer, location: location).map {
             try open($0.sealed, name: $0.name, sealer: sealer, zstd: zstd, location: location)

@@ -8,11 +8,28 @@ struct PointOverlay {
     var pages: [UInt32: [UInt8]]
     var pageSize: Int
     /// External-data files the base does not hold, from the store's next snapshot after the
-    /// point (its next base, or a scheduled one): Core Data writes each file under a new name
+    /// point (its next base, or a scheduled one), for chains whose segments do not carry files
+    /// (written by a storectl before 1.x did): Core Data writes each file under a new name
     /// before the commit that refers to it, so a name the base lacks is a file written since.
     var files: [PagedSnapshotRecord.FileChunks] = []
     /// The snapshot those came from; nil: none was taken after the point.
     var filesFrom: String?
+    /// The base's files the point no longer has (names), and the files the chain's segments
+    /// carried that it has (name, bytes): the external-data folder at the point.
+    var removedBaseFiles: Set<String> = []
+    var carriedFiles: [(name: String, data: Data, sha256: String)] = []
+    /// Every segment up to the point carried the folder's changes: the files are complete.
+    var tracked = false
+
+    /// The external-data files a restore of the point writes, by name: (bytes, SHA-256).
+    func fileSet(base: PagedSnapshotRecord) -> [String: (bytes: UInt64, sha256: String)] {
+        var out: [String: (bytes: UInt64, sha256: String)] = [:]
+        for file in base.files + files where !removedBaseFiles.contains(FileSystem.name(of: file.path)) {
+            out[FileSystem.name(of: file.path)] = (file.bytes, file.sha256)
+        }
+        for file in carriedFiles { out[file.name] = (UInt64(file.data.count), file.sha256) }
+        return out
+    }
 
     /// Writes the pages over the base's, then sizes the file to the point's page count.
     func apply(to path: String) throws {
@@ -142,14 +159,17 @@ public enum PointRestore {
             guard let data = fetched.removeValue(forKey: index) else { throw StoreOpsError(.failure, "point segment \(wanted[index].key) was not read") }
             return data
         }
+        var files = PointFiles(base: base, keepData: true)
         reading: for (index, name) in wanted.enumerated() {
-            for (segment, bytes) in try PointSegment.openAll(try sealed(index), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+            for (segment, bytes, contents) in try PointSegment.openAll(try sealed(index), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
                 guard segment.pageSize == base.pages.pageSize else {
                     throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
                 }
                 var next = 0
+                var carried = contents.makeIterator()
                 for (k, commit) in segment.commits.enumerated() {
                     if commit.time > t { break reading }
+                    files.apply(commit, of: segment, contents: &carried)
                     let pageCount = Int(commit.pageCount)
                     if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
                     if ids.count < pageCount { ids += [ContentID](repeating: .zero, count: pageCount - ids.count) }
@@ -172,8 +192,17 @@ public enum PointRestore {
         pages = pages.filter { Int($0.key) <= ids.count }
         guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time)) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
-        if let (files, from) = try filesWrittenSince(base, before: time, in: repository) {
-            overlay.files = files
+        let baseNames = Set(base.files.map { FileSystem.name(of: $0.path) })
+        overlay.removedBaseFiles = baseNames.filter { name in if case .base = files.files[name] { false } else { true } }
+        overlay.carriedFiles = files.files.compactMap { name, source in
+            if case .carried(_, let sha, let data?) = source { (name, data, sha) } else { nil }
+        }.sorted { $0.name < $1.name }
+        overlay.tracked = files.tracked
+        // Segments written before they carried files: the files written since the base come
+        // from the store's next snapshot after the point.
+        if !files.tracked, let (later, from) = try filesWrittenSince(base, before: time, in: repository) {
+            let have = Set(files.files.keys)
+            overlay.files = later.filter { !have.contains(FileSystem.name(of: $0.path)) }
             overlay.filesFrom = from
         }
         return Target(record: base, overlay: overlay, point: "\(chain.id)@\(point)", time: date(time))

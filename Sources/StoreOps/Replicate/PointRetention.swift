@@ -114,6 +114,12 @@ enum PointThinning {
         var start = first.from
         var minute: Int64?
         var pending: [UInt32: (id: String, bytes: [UInt8])] = [:]
+        // External-data files of the period's commits: every file that appeared (in order), and
+        // every one that went, both moved to the kept commit (a removal then takes effect after
+        // it: a kept point may hold a file already gone, never lack one it names).
+        var pendingFiles: [(file: PointSegment.FileAdd, bytes: [UInt8])] = []
+        var pendingRemoved: [String] = []
+        var tracked = true
         var last: PointSegment.Commit?
         var lastPoint = 0
         var lastCursor: WalCursor?
@@ -126,6 +132,7 @@ enum PointThinning {
             segment.opening = nil
             segment.closed = nil
             segment.thinned = Int(period.rounded())
+            segment.externalData = tracked ? true : nil
             if let lastCursor { segment.cursor = lastCursor }
             let name = SegmentName(store: chain.store, chain: chain.id, level: level, from: start, to: to,
                                    firstTime: kept.first?.time ?? 0, lastTime: kept.last?.time ?? 0)
@@ -149,8 +156,13 @@ enum PointThinning {
             commit.ids = pages.map { pending[$0]?.id ?? "" }
             commit.point = lastPoint
             for page in pages { let bytes = pending[page]?.bytes ?? []; keptBytes += bytes.count; keptPages.append(bytes) }
+            commit.files = pendingFiles.isEmpty ? nil : pendingFiles.map(\.file)
+            commit.removed = pendingRemoved.isEmpty ? nil : pendingRemoved
+            for file in pendingFiles { keptBytes += file.bytes.count; keptPages.append(file.bytes) }
             kept.append(commit)
             pending = [:]
+            pendingFiles = []
+            pendingRemoved = []
             if keptBytes >= segmentBytes { try write(to: lastPoint) }
         }
         for name in chain.segments.dropFirst() {
@@ -158,13 +170,22 @@ enum PointThinning {
             guard let sealed = try repository.backend.read(name.key) else {
                 throw StoreOpsError(.badData, "point segment \(repository.backend.describe(name.key)) is listed but cannot be read", hint: Sealer.damagedHint)
             }
-            for (segment, pages) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+            for (segment, pages, contents) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
                 if template == nil { template = segment }
+                if segment.externalData != true { tracked = false }
                 var next = 0
+                var files = contents.makeIterator()
                 for (k, commit) in segment.commits.enumerated() {
                     let bucket = commit.time / periodMs
                     if let minute, bucket != minute { try emit() }
                     minute = bucket
+                    for file in commit.files ?? [] {
+                        guard let bytes = files.next() else { break }
+                        pendingFiles.removeAll { $0.file.name == file.name }
+                        pendingRemoved.removeAll { $0 == file.name }
+                        pendingFiles.append((file, [UInt8](bytes)))
+                    }
+                    for name in commit.removed ?? [] where !pendingRemoved.contains(name) { pendingRemoved.append(name) }
                     for (i, page) in commit.pages.enumerated() { pending[page] = (commit.ids[i], pages[next + i]) }
                     next += commit.pages.count
                     last = commit

@@ -62,6 +62,9 @@ public enum Replicate {
         public var maxLagSeconds: Double = 0
         public var p99LagSeconds: Double = 0
         public var resumed = false
+        /// External-data files recorded with the points (appeared, went).
+        public var filesAdded = 0
+        public var filesRemoved = 0
     }
 
     public struct Summary: Codable, Sendable {
@@ -134,6 +137,9 @@ public enum Replicate {
         var uploadRetryAfter = Date.distantPast
         var summary: StoreSummary
         var retryAfter = Date.distantPast
+        /// The store's external-data folder as last recorded (nil until the chain's base or a
+        /// resume says what the repository holds).
+        var external: ExternalFolderWatch?
 
         init(store: StoreFile) {
             self.store = store
@@ -144,9 +150,11 @@ public enum Replicate {
 
         func segment(level: Int, from: Int, to: Int, cursor: WalCursor, commits: [PointSegment.Commit]) -> PointSegment {
             let ids = follower.identities
-            return PointSegment(host: host, path: store.path, chain: chain ?? "", level: level, from: from, to: to, pageSize: cursor.pageSize,
-                                cursor: cursor, databaseIdentity: ids.database.map { [$0.dev, $0.ino] },
-                                walIdentity: ids.wal.map { [$0.dev, $0.ino] }, commits: commits, opening: nil, closed: nil, baseTime: nil)
+            var segment = PointSegment(host: host, path: store.path, chain: chain ?? "", level: level, from: from, to: to, pageSize: cursor.pageSize,
+                                       cursor: cursor, databaseIdentity: ids.database.map { [$0.dev, $0.ino] },
+                                       walIdentity: ids.wal.map { [$0.dev, $0.ino] }, commits: commits, opening: nil, closed: nil, baseTime: nil)
+            if external != nil, level < PointTimeline.stoppedLevel { segment.externalData = true }
+            return segment
         }
     }
 
@@ -277,7 +285,7 @@ public enum Replicate {
                 guard let chain = timeline.chains(of: replica.key).max(by: { $0.baseTime < $1.baseTime }),
                       let last = chain.segments.last,
                       let sealed = try repository.backend.read(last.key) else { return }
-                guard let (segment, _) = try PointSegment.openAll(sealed, name: last, sealer: repository.sealer, zstd: zstd, location: repository.location).last else { return }
+                guard let (segment, _, _) = try PointSegment.openAll(sealed, name: last, sealer: repository.sealer, zstd: zstd, location: repository.location).last else { return }
                 guard segment.path == replica.store.path else { return }
                 func identity(_ pair: [UInt64]?) -> (dev: UInt64, ino: UInt64)? { pair.flatMap { $0.count == 2 ? ($0[0], $0[1]) : nil } }
                 replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity))
@@ -287,6 +295,10 @@ public enum Replicate {
                 replica.lastDurableTime = chain.lastTime
                 replica.lastTime = chain.lastTime
                 replica.pendingCursor = segment.cursor
+                // The external-data files the chain holds by now: its base's, and what its segments added and removed.
+                let base = try repository.record(chain.id)
+                let files = try PointFiles.replay(chain, base: base, in: repository, zstd: zstd).settled
+                replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: files.mapValues(\.bytes))
                 try takeUpMerges(chain, replica: replica)
                 switch try replica.follower.capture() {
                 case .gap(let why), .wholeRead(let why, _):
@@ -390,7 +402,28 @@ public enum Replicate {
             settleUploads()
             guard !replica.uploading, let cursor = replica.pending.last?.cursor, replica.chain != nil,
                   Date() >= replica.uploadRetryAfter else { return }
-            let batch = replica.pending, seen = replica.seenAt
+            var batch = replica.pending
+            let seen = replica.seenAt
+            // The external-data folder, read after every commit of the batch was: a file that
+            // appeared goes with its first commit (a commit naming it came after it was written),
+            // one that went with its last (the points before may still name it).
+            if var watch = replica.external, !batch.isEmpty {
+                let change = watch.scan()
+                replica.external = watch
+                if !change.isEmpty {
+                    if !change.added.isEmpty {
+                        batch[0].commit.files = (batch[0].commit.files ?? []) + change.added.map(\.file)
+                        batch[0].pages += change.added.map(\.bytes)
+                        replica.pendingBytes += change.bytes
+                        replica.summary.filesAdded += change.added.count
+                    }
+                    if !change.removed.isEmpty {
+                        batch[batch.count - 1].commit.removed = (batch[batch.count - 1].commit.removed ?? []) + change.removed
+                        replica.summary.filesRemoved += change.removed.count
+                    }
+                    replica.pending = batch
+                }
+            }
             let from = replica.next, to = replica.next + batch.count - 1
             let segment = replica.segment(level: 0, from: from, to: to, cursor: cursor, commits: batch.map(\.commit))
             let sealed: Data
@@ -620,6 +653,8 @@ public enum Replicate {
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
                 replica.lastDurableTime = Replicate.ms(time)
                 replica.needsBase = nil
+                replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath,
+                                                       known: Dictionary(record.files.map { (FileSystem.name(of: $0.path), $0.bytes) }, uniquingKeysWith: { a, _ in a }))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {
                 Replicate.logger.warning("making a base failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])

@@ -160,7 +160,7 @@ public enum SnapshotRestore {
         guard access(folder, W_OK | X_OK) == 0 else {
             throw StoreOpsError(.cannotCreate, "the folder \(folder) is not writable")
         }
-        let external = (record.externalData?.totalBytes ?? 0) + (overlay?.files.reduce(0) { $0 + $1.bytes } ?? 0)
+        let external = overlay.map { $0.fileSet(base: snapshot).values.reduce(0) { $0 + $1.bytes } } ?? (record.externalData?.totalBytes ?? 0)
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
         try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
         StoreSwap.recoverAll(in: folder)
@@ -168,7 +168,7 @@ public enum SnapshotRestore {
         let database = try PendingFile(finalPath: finalPath, label: "restore.database")
         var support: PendingFile?
         var externalFolder: String?
-        if record.externalData != nil || overlay?.files.isEmpty == false {
+        if record.externalData != nil || overlay.map({ !$0.fileSet(base: snapshot).isEmpty }) == true {
             let pending = try PendingFile(finalPath: StoreFile.supportPath(forDatabase: finalPath), directory: true, label: "restore.support")
             let inner = (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName)
             try FileSystem.makeDirectory(inner, point: "restore.support.external-folder")
@@ -184,11 +184,11 @@ public enum SnapshotRestore {
         try database.sync()
         try support?.sync()
         var note: String?
-        if let overlay, overlay.filesFrom == nil, record.externalData != nil {
+        if let overlay, !overlay.tracked, overlay.filesFrom == nil, record.externalData != nil {
             note = "external-data files the app wrote after the chain's base (\(Timestamp.iso(snapshot.manifest.startedAt))) are not in the repository "
                 + "until a snapshot of the store is taken after this point; the restored store has the base's (`storectl snapshot create`, then restore again)"
         }
-        return Staged(database: database, support: support, externalFiles: (record.externalData?.files.count ?? 0) + (overlay?.files.count ?? 0),
+        return Staged(database: database, support: support, externalFiles: overlay.map { $0.fileSet(base: snapshot).count } ?? (record.externalData?.files.count ?? 0),
                       externalFilesNote: note, journalMode: journalMode, sha256: sha256)
     }
 

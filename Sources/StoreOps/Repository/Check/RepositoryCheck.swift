@@ -83,7 +83,7 @@ public enum RepositoryCheck {
                         report.problems.append("point segment \(repository.backend.describe(name.key)) is listed but cannot be read")
                         continue
                     }
-                    for (segment, pages) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                    for (segment, pages, _) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
                         let ids = segment.commits.flatMap(\.ids)
                         for (i, page) in pages.enumerated() where repository.sealer.contentID(page).hex != ids[i] {
                             report.problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id")

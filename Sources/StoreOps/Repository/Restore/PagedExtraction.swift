@@ -37,10 +37,22 @@ enum PagedExtraction {
                 ids = overlay.ids
                 stage("points applied")
             }
-            // A point's files: the base's, and those written since that a later snapshot holds.
-            let files = record.files + (overlay?.files ?? [])
-            if !files.isEmpty { progress?(.stage("external data")) }
+            // A point's files: the base's it still has, those its segments carried, and (chains
+            // whose segments carry none) those written since that a later snapshot holds.
+            let removed = overlay?.removedBaseFiles ?? []
+            let files = record.files.filter { !removed.contains(FileSystem.name(of: $0.path)) } + (overlay?.files ?? [])
+            if !files.isEmpty || overlay?.carriedFiles.isEmpty == false { progress?(.stage("external data")) }
             try writeFiles(files, repository: repository, into: targets.externalFolder, context: context)
+            if let folder = targets.externalFolder {
+                for file in overlay?.carriedFiles ?? [] {
+                    guard PagedSnapshotRecord.isExternalFileName(file.name) else {
+                        throw StoreOpsError(.badData, "\(context): refusing the external-data file name \(file.name.debugDescription)")
+                    }
+                    let fd = try FileSystem.create((folder as NSString).appendingPathComponent(file.name), point: "restore.external-file")
+                    defer { close(fd) }
+                    try file.data.withUnsafeBytes { try FileSystem.writeAll(fd, $0, path: file.name) }
+                }
+            }
         } catch let error as StoreOpsError where error.status == .badData && !error.message.hasPrefix(context) {
             throw check.damaged(error.message)
         }

@@ -1,0 +1,122 @@
+import Crypto
+import Foundation
+
+/// A store's external-data files at a point: its chain's base's files, then each commit's
+/// additions and removals in order (`PointSegment.Commit.files`/`removed`). A removal takes
+/// effect after the commit carrying it: the follower saw the file gone when it read the folder
+/// after that commit, so that commit (and those before it) may still name it.
+struct PointFiles {
+    enum Source {
+        /// Held by the base snapshot (read from its packs).
+        case base(PagedSnapshotRecord.FileChunks)
+        /// Carried by a segment (`keepData` false: only its size is known).
+        case carried(bytes: Int, sha256: String, data: Data?)
+
+        var bytes: UInt64 {
+            switch self {
+            case .base(let file): file.bytes
+            case .carried(let bytes, _, _): UInt64(bytes)
+            }
+        }
+
+        var sha256: String {
+            switch self {
+            case .base(let file): file.sha256
+            case .carried(_, let sha, _): sha
+            }
+        }
+    }
+
+    /// By name in the external-data folder.
+    private(set) var files: [String: Source] = [:]
+    private var removeNext: [String] = []
+    let keepData: Bool
+    /// Every commit applied came from a segment whose follower watched the folder (false: older
+    /// segments; their files are known only from a later snapshot).
+    private(set) var tracked = true
+
+    init(base: PagedSnapshotRecord, keepData: Bool) {
+        self.keepData = keepData
+        for file in base.files { files[FileSystem.name(of: file.path)] = .base(file) }
+    }
+
+    /// Applies one commit: the previous one's removals, then this one's files (`contents`: the
+    /// segment's file bytes, consumed in order).
+    mutating func apply(_ commit: PointSegment.Commit, of segment: PointSegment, contents: inout IndexingIterator<[Data]>) {
+        for name in removeNext { files[name] = nil }
+        removeNext = commit.removed ?? []
+        if segment.externalData != true { tracked = false }
+        for file in commit.files ?? [] {
+            let data = contents.next()
+            files[file.name] = .carried(bytes: file.bytes, sha256: file.sha256, data: keepData ? data : nil)
+        }
+    }
+
+    /// The files after the last commit's removals too (what the folder held when it was read).
+    var settled: [String: Source] {
+        var out = files
+        for name in removeNext { out[name] = nil }
+        return out
+    }
+
+    /// Reads a chain's segments in order (a resumed follower's view of the folder: names and sizes).
+    static func replay(_ chain: PointTimeline.Chain, base: PagedSnapshotRecord, in repository: PagedRepository, zstd: ZstdFrames) throws -> PointFiles {
+        var state = PointFiles(base: base, keepData: false)
+        for name in chain.segments.dropFirst() {
+            guard let sealed = try repository.backend.read(name.key) else {
+                throw StoreOpsError(.badData, "point segment \(repository.backend.describe(name.key)) is listed but cannot be read", hint: Sealer.damagedHint)
+            }
+            for (segment, _, contents) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                var iterator = contents.makeIterator()
+                for commit in segment.commits { state.apply(commit, of: segment, contents: &iterator) }
+            }
+        }
+        return state
+    }
+}
+
+/// What the follower knows of a store's external-data folder, and what changed in it since.
+struct ExternalFolderWatch {
+    let folder: String
+    /// Name to size, as last read (and recorded).
+    var known: [String: UInt64]
+
+    struct Change {
+        var added: [(file: PointSegment.FileAdd, bytes: [UInt8])] = []
+        var removed: [String] = []
+        var isEmpty: Bool { added.isEmpty && removed.isEmpty }
+        var bytes: Int { added.reduce(0) { $0 + $1.bytes.count } }
+    }
+
+    /// Reads the folder: files that appeared (or changed size), read whole, and names that went.
+    /// A file larger than a segment carries, or one that cannot be read now, is left for the next
+    /// read (not recorded as known). At most `budget` bytes are read at once.
+    mutating func scan(budget: Int = 512 << 20) -> Change {
+        var change = Change()
+        let names: [String]
+        do { names = try FileManager.default.contentsOfDirectory(atPath: folder) } catch {
+            // No folder (yet): every known file is gone.
+            change.removed = known.keys.sorted()
+            known = [:]
+            return change
+        }
+        let present = Set(names)
+        change.removed = known.keys.filter { !present.contains($0) }.sorted()
+        for name in change.removed { known[name] = nil }
+        var spent = 0
+        for name in names.sorted() where PagedSnapshotRecord.isExternalFileName(name) {
+            let path = (folder as NSString).appendingPathComponent(name)
+            var info = stat()
+            guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+            let size = UInt64(info.st_size)
+            if known[name] == size { continue }
+            guard size <= UInt64(PointSegment.maxFileBytes), spent + Int(size) <= budget || spent == 0 else { continue }
+            guard let data = FileManager.default.contents(atPath: path) else { continue }   // gone since it was listed
+            let bytes = [UInt8](data)
+            spent += bytes.count
+            change.added.append((PointSegment.FileAdd(name: name, bytes: bytes.count, sha256: Hashing.hex(SHA256.hash(data: bytes))), bytes))
+            known[name] = UInt64(bytes.count)
+        }
+        return change
+    }
+}
