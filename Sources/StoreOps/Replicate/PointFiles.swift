@@ -76,10 +76,23 @@ struct PointFiles {
 }
 
 /// What the follower knows of a store's external-data folder, and what changed in it since.
+///
+/// Reading it costs one `stat` of the folder when nothing changed: the folder's own mtime moves
+/// when a name is added or removed. A folder changed within the last `settle` seconds is listed
+/// anyway (a coarse clock can give two changes one mtime), and a file changed that recently is
+/// looked at again until it is older (it may have been read while the app was still writing it).
 struct ExternalFolderWatch {
     let folder: String
     /// Name to size, as last read (and recorded).
-    var known: [String: UInt64]
+    private(set) var known: [String: UInt64]
+    private var folderTime: Int64?
+    private var recent: [String: Int64] = [:]
+    static let settle: Int64 = 2_000_000_000
+
+    init(folder: String, known: [String: UInt64]) {
+        self.folder = folder
+        self.known = known
+    }
 
     struct Change {
         var added: [(file: PointSegment.FileAdd, bytes: [UInt8])] = []
@@ -88,34 +101,67 @@ struct ExternalFolderWatch {
         var bytes: Int { added.reduce(0) { $0 + $1.bytes.count } }
     }
 
+    private static func nanoseconds(_ time: timespec) -> Int64 { Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec) }
+
+    private static func now() -> Int64 {
+        var time = timespec()
+        clock_gettime(CLOCK_REALTIME, &time)
+        return nanoseconds(time)
+    }
+
     /// Reads the folder: files that appeared (or changed size), read whole, and names that went.
     /// A file larger than a segment carries, or one that cannot be read now, is left for the next
     /// read (not recorded as known). At most `budget` bytes are read at once.
     mutating func scan(budget: Int = 512 << 20) -> Change {
         var change = Change()
-        let names: [String]
-        do { names = try FileManager.default.contentsOfDirectory(atPath: folder) } catch {
-            // No folder (yet): every known file is gone.
+        let now = Self.now()
+        var info = stat()
+        guard stat(folder, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+            // No folder (yet, or any more): every known file is gone.
             change.removed = known.keys.sorted()
             known = [:]
+            recent = [:]
+            folderTime = nil
             return change
         }
-        let present = Set(names)
-        change.removed = known.keys.filter { !present.contains($0) }.sorted()
-        for name in change.removed { known[name] = nil }
+        let changed = Self.nanoseconds(info.st_mtim)
+        let listing = changed != folderTime || now - changed < Self.settle
+        if !listing && recent.isEmpty { return change }
+        var names: [String]
+        if listing {
+            guard let listed = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return change }
+            names = listed
+            folderTime = changed
+            let present = Set(listed)
+            change.removed = known.keys.filter { !present.contains($0) }.sorted()
+            for name in change.removed { known[name] = nil; recent[name] = nil }
+            names = listed.filter { known[$0] == nil || recent[$0] != nil }
+        } else {
+            names = Array(recent.keys)
+        }
         var spent = 0
         for name in names.sorted() where PagedSnapshotRecord.isExternalFileName(name) {
             let path = (folder as NSString).appendingPathComponent(name)
-            var info = stat()
-            guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
-            let size = UInt64(info.st_size)
-            if known[name] == size { continue }
+            var file = stat()
+            guard lstat(path, &file) == 0, (file.st_mode & S_IFMT) == S_IFREG else {
+                recent[name] = nil
+                continue
+            }
+            let modified = Self.nanoseconds(file.st_mtim)
+            let size = UInt64(file.st_size)
+            if known[name] == size, recent[name] == modified {
+                if now - modified >= Self.settle { recent[name] = nil }
+                continue
+            }
             guard size <= UInt64(PointSegment.maxFileBytes), spent + Int(size) <= budget || spent == 0 else { continue }
             guard let data = FileManager.default.contents(atPath: path) else { continue }   // gone since it was listed
             let bytes = [UInt8](data)
             spent += bytes.count
-            change.added.append((PointSegment.FileAdd(name: name, bytes: bytes.count, sha256: Hashing.hex(SHA256.hash(data: bytes))), bytes))
+            if known[name] != UInt64(bytes.count) || recent[name] != nil {
+                change.added.append((PointSegment.FileAdd(name: name, bytes: bytes.count, sha256: Hashing.hex(SHA256.hash(data: bytes))), bytes))
+            }
             known[name] = UInt64(bytes.count)
+            recent[name] = now - modified < Self.settle ? modified : nil
         }
         return change
     }
