@@ -45,7 +45,7 @@ struct PointFiles {
     mutating func apply(_ commit: PointSegment.Commit, of segment: PointSegment, contents: inout IndexingIterator<[Data]>) {
         for name in removeNext { files[name] = nil }
         removeNext = commit.removed ?? []
-        if segment.externalData != true { tracked = false }
+        if segment.externalData != true || commit.oversized?.isEmpty == false { tracked = false }
         for file in commit.files ?? [] {
             let data = contents.next()
             files[file.name] = .carried(bytes: file.bytes, sha256: file.sha256, data: keepData ? data : nil)
@@ -78,15 +78,23 @@ struct PointFiles {
 /// What the follower knows of a store's external-data folder, and what changed in it since.
 ///
 /// Reading it costs one `stat` of the folder when nothing changed: the folder's own mtime moves
-/// when a name is added or removed. A folder changed within the last `settle` seconds is listed
-/// anyway (a coarse clock can give two changes one mtime), and a file changed that recently is
-/// looked at again until it is older (it may have been read while the app was still writing it).
+/// when a name is added or removed. That is trusted only when the last listing came at least
+/// `settle` after the mtime it saw (a coarse clock can give a later change the same mtime) and
+/// left nothing for later; a file changed within `settle` of being read is looked at again until
+/// it is older (it may have been read while the app was still writing it). The first listing
+/// (a new base, a resume) also looks at every known name: one the base or the chain recorded
+/// while it was still being written (another size now, or changing still) is read again.
 struct ExternalFolderWatch {
     let folder: String
     /// Name to size, as last read (and recorded).
     private(set) var known: [String: UInt64]
+    /// The folder's mtime at the last listing, and when that listing was (ns since 1970).
     private var folderTime: Int64?
+    private var listedAt: Int64 = 0
+    /// Files read within `settle` of their mtime: name to that mtime.
     private var recent: [String: Int64] = [:]
+    /// Files too large to carry, reported once (name to size).
+    private var oversized: [String: UInt64] = [:]
     static let settle: Int64 = 2_000_000_000
 
     init(folder: String, known: [String: UInt64]) {
@@ -97,7 +105,9 @@ struct ExternalFolderWatch {
     struct Change {
         var added: [(file: PointSegment.FileAdd, bytes: [UInt8])] = []
         var removed: [String] = []
-        var isEmpty: Bool { added.isEmpty && removed.isEmpty }
+        /// Files that appeared but are too large to carry (`PointSegment.maxFileBytes`).
+        var oversized: [String] = []
+        var isEmpty: Bool { added.isEmpty && removed.isEmpty && oversized.isEmpty }
         var bytes: Int { added.reduce(0) { $0 + $1.bytes.count } }
     }
 
@@ -109,33 +119,43 @@ struct ExternalFolderWatch {
         return nanoseconds(time)
     }
 
-    /// Reads the folder: files that appeared (or changed size), read whole, and names that went.
-    /// A file larger than a segment carries, or one that cannot be read now, is left for the next
-    /// read (not recorded as known). At most `budget` bytes are read at once.
-    mutating func scan(budget: Int = 512 << 20) -> Change {
+    /// Reads the folder: files that appeared (or changed), read whole, and names that went. At
+    /// most `budget` bytes are read at once (one file at least); what is left over, or could not
+    /// be read now, is not recorded as known and is looked for again at the next read.
+    mutating func scan(budget: Int = 64 << 20, maxFile: Int = PointSegment.maxFileBytes) -> Change {
         var change = Change()
         let now = Self.now()
         var info = stat()
-        guard stat(folder, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
-            // No folder (yet, or any more): every known file is gone.
-            change.removed = known.keys.sorted()
-            known = [:]
-            recent = [:]
+        guard stat(folder, &info) == 0 else {
+            // No folder (yet, or any more): every known file is gone. Any other error: next time.
+            if errno == ENOENT || errno == ENOTDIR {
+                change.removed = known.keys.sorted()
+                known = [:]
+                recent = [:]
+                oversized = [:]
+            }
             folderTime = nil
             return change
         }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else { folderTime = nil; return change }
         let changed = Self.nanoseconds(info.st_mtim)
-        let listing = changed != folderTime || now - changed < Self.settle
+        let first = folderTime == nil
+        let listing = changed != folderTime || listedAt - changed < Self.settle
         if !listing && recent.isEmpty { return change }
         var names: [String]
+        var complete = true
         if listing {
-            guard let listed = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return change }
-            names = listed
-            folderTime = changed
+            guard let listed = try? FileManager.default.contentsOfDirectory(atPath: folder) else {
+                folderTime = nil
+                return change
+            }
             let present = Set(listed)
             change.removed = known.keys.filter { !present.contains($0) }.sorted()
             for name in change.removed { known[name] = nil; recent[name] = nil }
-            names = listed.filter { known[$0] == nil || recent[$0] != nil }
+            for name in oversized.keys where !present.contains(name) { oversized[name] = nil }
+            names = first ? listed : listed.filter { known[$0] == nil || recent[$0] != nil }
+            folderTime = changed
+            listedAt = now
         } else {
             names = Array(recent.keys)
         }
@@ -149,20 +169,31 @@ struct ExternalFolderWatch {
             }
             let modified = Self.nanoseconds(file.st_mtim)
             let size = UInt64(file.st_size)
-            if known[name] == size, recent[name] == modified {
-                if now - modified >= Self.settle { recent[name] = nil }
+            let settled = now - modified >= Self.settle
+            if known[name] == size, recent[name] == modified || (recent[name] == nil && settled) {
+                if settled { recent[name] = nil }
                 continue
             }
-            guard size <= UInt64(PointSegment.maxFileBytes), spent + Int(size) <= budget || spent == 0 else { continue }
-            guard let data = FileManager.default.contents(atPath: path) else { continue }   // gone since it was listed
+            if first, known[name] == size, recent[name] == nil {
+                recent[name] = modified   // recorded at its size: watched until it settles, read again if it changes
+                continue
+            }
+            if size > UInt64(maxFile) {
+                if oversized[name] != size { change.oversized.append(name) }
+                oversized[name] = size
+                continue
+            }
+            guard spent == 0 || spent + Int(size) <= budget else { complete = false; continue }
+            guard let data = FileManager.default.contents(atPath: path) else { complete = false; continue }   // gone since it was listed
+            guard data.count <= maxFile else { complete = false; continue }   // grew past it since
             let bytes = [UInt8](data)
             spent += bytes.count
-            if known[name] != UInt64(bytes.count) || recent[name] != nil {
-                change.added.append((PointSegment.FileAdd(name: name, bytes: bytes.count, sha256: Hashing.hex(SHA256.hash(data: bytes))), bytes))
-            }
+            change.added.append((PointSegment.FileAdd(name: name, bytes: bytes.count, sha256: Hashing.hex(SHA256.hash(data: bytes))), bytes))
             known[name] = UInt64(bytes.count)
-            recent[name] = now - modified < Self.settle ? modified : nil
+            recent[name] = settled ? nil : modified
         }
+        // Something left for later: the next read lists the folder again, whatever its mtime says.
+        if !complete { folderTime = nil }
         return change
     }
 }

@@ -119,6 +119,7 @@ enum PointThinning {
         // it: a kept point may hold a file already gone, never lack one it names).
         var pendingFiles: [(file: PointSegment.FileAdd, bytes: [UInt8])] = []
         var pendingRemoved: [String] = []
+        var pendingOversized: [String] = []
         var tracked = true
         var last: PointSegment.Commit?
         var lastPoint = 0
@@ -158,11 +159,13 @@ enum PointThinning {
             for page in pages { let bytes = pending[page]?.bytes ?? []; keptBytes += bytes.count; keptPages.append(bytes) }
             commit.files = pendingFiles.isEmpty ? nil : pendingFiles.map(\.file)
             commit.removed = pendingRemoved.isEmpty ? nil : pendingRemoved
+            commit.oversized = pendingOversized.isEmpty ? nil : pendingOversized
             for file in pendingFiles { keptBytes += file.bytes.count; keptPages.append(file.bytes) }
             kept.append(commit)
             pending = [:]
             pendingFiles = []
             pendingRemoved = []
+            pendingOversized = []
             if keptBytes >= segmentBytes { try write(to: lastPoint) }
         }
         for name in chain.segments.dropFirst() {
@@ -186,6 +189,7 @@ enum PointThinning {
                         pendingFiles.append((file, [UInt8](bytes)))
                     }
                     for name in commit.removed ?? [] where !pendingRemoved.contains(name) { pendingRemoved.append(name) }
+                    pendingOversized += commit.oversized ?? []
                     for (i, page) in commit.pages.enumerated() { pending[page] = (commit.ids[i], pages[next + i]) }
                     next += commit.pages.count
                     last = commit

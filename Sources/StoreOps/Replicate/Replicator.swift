@@ -296,9 +296,11 @@ public enum Replicate {
                 replica.lastTime = chain.lastTime
                 replica.pendingCursor = segment.cursor
                 // The external-data files the chain holds by now: its base's, and what its segments added and removed.
+                // A segment that cannot be read here: the base's files, and the rest carried again.
                 let base = try repository.record(chain.id)
-                let files = try PointFiles.replay(chain, base: base, in: repository, zstd: zstd).settled
-                replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: files.mapValues(\.bytes))
+                let files = (try? PointFiles.replay(chain, base: base, in: repository, zstd: zstd).settled.mapValues(\.bytes))
+                    ?? Dictionary(base.files.map { (FileSystem.name(of: $0.path), $0.bytes) }, uniquingKeysWith: { a, _ in a })
+                replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: files)
                 try takeUpMerges(chain, replica: replica)
                 switch try replica.follower.capture() {
                 case .gap(let why), .wholeRead(let why, _):
@@ -412,10 +414,21 @@ public enum Replicate {
                 replica.external = watch
                 if !change.isEmpty {
                     if !change.added.isEmpty {
+                        // A name that went and came back (a batch sent again): present from its first commit on.
+                        let names = Set(change.added.map(\.file.name))
+                        for k in batch.indices where batch[k].commit.removed != nil {
+                            batch[k].commit.removed?.removeAll { names.contains($0) }
+                            if batch[k].commit.removed?.isEmpty == true { batch[k].commit.removed = nil }
+                        }
                         batch[0].commit.files = (batch[0].commit.files ?? []) + change.added.map(\.file)
                         batch[0].pages += change.added.map(\.bytes)
-                        replica.pendingBytes += change.bytes
+                        // Not counted against the spool's bound for commits (a scan reads at most 64 MiB of files at once).
                         replica.summary.filesAdded += change.added.count
+                    }
+                    if !change.oversized.isEmpty {
+                        batch[0].commit.oversized = (batch[0].commit.oversized ?? []) + change.oversized
+                        Replicate.logger.warning("external-data files too large to carry with the points; points after them restore the next snapshot's copy", metadata: [
+                            "store": "\(replica.store.path)", "files": "\(change.oversized.joined(separator: ", "))"])
                     }
                     if !change.removed.isEmpty {
                         batch[batch.count - 1].commit.removed = (batch[batch.count - 1].commit.removed ?? []) + change.removed
@@ -587,6 +600,7 @@ public enum Replicate {
             var reason = reason
             var rewindTo = replica.follower.cursor
             let pendingBefore = replica.pending.count
+            let externalBefore = replica.external
             do {
                 let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
                 defer { hold.release() }
@@ -621,6 +635,8 @@ public enum Replicate {
                 } catch {
                     work.abandon()
                     if replica.pending.count > pendingBefore { replica.pending.removeLast(replica.pending.count - pendingBefore) }
+                    // The catch-up's files are carried again with it (at worst twice, never lost).
+                    replica.external = externalBefore
                     replica.follower.rewind(to: rewindTo)
                     throw error
                 }

@@ -5,15 +5,23 @@ import Testing
 
 @Suite("replicate's view of the external-data folder")
 struct ExternalFolderWatchTests {
+    let old = Date().addingTimeInterval(-60)
+
+    func put(_ text: String, _ name: String, in folder: String, aged: Bool = false) throws {
+        let path = (folder as NSString).appendingPathComponent(name)
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        if aged { try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: path) }
+    }
+
     @Test("a new file is carried once; a file read while still being written is read again once it grows; a removed file and a removed folder are reported; a settled, unchanged folder costs no listing")
     func scan() throws {
         let folder = try TempFolder("storectl-external-watch")
         let external = folder.file("_EXTERNAL_DATA")
         try FileManager.default.createDirectory(atPath: external, withIntermediateDirectories: true)
         let x = (external as NSString).appendingPathComponent("X")
-        try Data("part".utf8).write(to: URL(fileURLWithPath: x))
+        try put("part", "X", in: external)
+        try put("abc", "BASE", in: external, aged: true)
         var watch = ExternalFolderWatch(folder: external, known: ["BASE": 3])
-        try Data("abc".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent("BASE")))
         var change = watch.scan()
         #expect(change.added.map(\.file.name) == ["X"] && change.added.first?.bytes == Array("part".utf8) && change.removed.isEmpty)
         change = watch.scan()
@@ -29,17 +37,36 @@ struct ExternalFolderWatchTests {
         try FileManager.default.removeItem(atPath: x)
         change = watch.scan()
         #expect(change.removed == ["X"] && change.added.isEmpty)
-        // A folder whose mtime is older than the settle time and unchanged is not listed: a file
-        // written behind its back with the old mtime restored is not seen (what the stat saves).
-        let old = Date().addingTimeInterval(-60)
+        // A folder listed long after its mtime, and unchanged since, is not listed again: a file
+        // written behind its back with the old mtime put back is not seen (what the stat saves).
         try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: external)
         #expect(watch.scan().isEmpty)
-        try Data("hidden".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent("Y")))
+        try put("hidden", "Y", in: external)
         try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: external)
         #expect(watch.scan().isEmpty, "the folder's mtime says nothing changed")
         try FileManager.default.setAttributes([.modificationDate: Date()], ofItemAtPath: external)
         #expect(watch.scan().added.map(\.file.name) == ["Y"])
         try FileManager.default.removeItem(atPath: external)
         #expect(watch.scan().removed == ["BASE", "Y"])
+    }
+
+    @Test("what one read leaves over (the byte budget) is carried by the next even though the folder did not change; a known file whose size differs from the record (read by the base while being written) is read again at the first listing; a file too large is reported once, not carried")
+    func leftovers() throws {
+        let folder = try TempFolder("storectl-external-watch")
+        let external = folder.file("_EXTERNAL_DATA")
+        try FileManager.default.createDirectory(atPath: external, withIntermediateDirectories: true)
+        try put(String(repeating: "a", count: 100), "A", in: external, aged: true)
+        try put(String(repeating: "b", count: 100), "B", in: external, aged: true)
+        try put("whole now", "BASE", in: external, aged: true)
+        try put(String(repeating: "c", count: 500), "C", in: external, aged: true)
+        try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: external)
+        var watch = ExternalFolderWatch(folder: external, known: ["BASE": 4])
+        let first = watch.scan(budget: 150, maxFile: 400)
+        // A (100 bytes) and BASE (9, its record says 4) fit in 150; B waits; C is too large.
+        #expect(first.added.map(\.file.name) == ["A", "BASE"] && first.added.last?.file.bytes == 9 && first.oversized == ["C"],
+                "\(first.added.map(\.file)) \(first.oversized)")
+        let second = watch.scan(budget: 150, maxFile: 400)
+        #expect(second.added.map(\.file.name) == ["B"] && second.oversized.isEmpty, "\(second.added.map(\.file.name))")
+        #expect(watch.scan(budget: 150, maxFile: 400).isEmpty)
     }
 }
