@@ -119,6 +119,14 @@ void storectl_tune_malloc(int arenas, int mmap_threshold) {
 #endif
 }
 
+void storectl_keep_freed_memory(int bytes) {
+#if defined(__GLIBC__)
+    mallopt(M_TRIM_THRESHOLD, bytes);
+#else
+    (void)bytes;
+#endif
+}
+
 #include <spawn.h>
 #include <poll.h>
 #include <sys/syscall.h>

@@ -24,6 +24,10 @@ void storectl_install_crash_report(void);
 /// mmapped (M_MMAP_THRESHOLD: freed big blocks go back to the system at once); a no-op elsewhere.
 void storectl_tune_malloc(int arenas, int mmap_threshold);
 
+/// Keeps up to `bytes` of freed memory at the top of each malloc arena instead of giving it back
+/// at once (mallopt M_TRIM_THRESHOLD); a no-op elsewhere.
+void storectl_keep_freed_memory(int bytes);
+
 /// Starts `path` with `argv` and `envp` (NULL-terminated) in its own process group, in `cwd`
 /// when not NULL, stdin from /dev/null, stdout and stderr into the files `out_path` and
 /// `err_path` (created or truncated; /dev/null when NULL). The child inherits no other file

@@ -210,7 +210,9 @@ extension StoreDiff {
                 try recordRow(table, entity: nil, change, before, after, labels: nil)
             case .join(let relationship):
                 guard wanted(relationship.split(separator: ".").first.map(String.init) ?? "", table: table) else { return }
-                var entry = links[table] ?? LinkChanges(relationship: relationship, table: table)
+                // Taken out of the dictionary while it changes: a copy left in it would make every
+                // append copy the whole list (quadratic in the links).
+                var entry = links.removeValue(forKey: table) ?? LinkChanges(relationship: relationship, table: table)
                 if let before, before != after { entry.removed += 1; addLink(&entry, "removed", before) }
                 if let after, before != after { entry.added += 1; addLink(&entry, "added", after) }
                 links[table] = entry
@@ -310,7 +312,11 @@ extension StoreDiff {
                 return
             }
             let key = entity.map { "\($0)\u{0}\(table)" } ?? table
-            var entry = entities[key] ?? EntityChanges(entity: entity, table: table)
+            // Taken out of the dictionary while it changes (see `links` above), put back on every way out.
+            let existing = entities.removeValue(forKey: key)
+            var entry = existing ?? EntityChanges(entity: entity, table: table)
+            var keep = existing != nil   // a new entry is kept only once it records a change
+            defer { if keep { entities[key] = entry } }
             if entry.lineage.isEmpty, let entity {
                 entry.lineage = ((after != nil ? b : a).coreData?.model?.ancestors(of: entity)) ?? [entity]
             }
@@ -367,7 +373,7 @@ extension StoreDiff {
             } else {
                 entry.objects.append(ObjectChange(change: kind, object: object, values: values))
             }
-            entities[key] = entry
+            keep = true
             noteReferences(table: table, before: before, after: after, labels: labels)
         }
 

@@ -176,13 +176,16 @@ final class PageDiff {
     func walk(_ side: any DiffPages, root: UInt32, header: SQLitePages.Header, explained: inout PageSet) throws -> Tree {
         var tree = Tree()
         var level: [UInt32] = [root]
-        var seen = Set<UInt32>()
+        var seen = Bitset(count: side.pageCount + 1)   // a bit a page: a Set of 250,000 leaves cost more than the walk
         var depth = 0
         while !level.isEmpty {
             depth += 1
             guard depth < 64 else { throw StoreOpsError(.badData, "\(side.what): the b-tree rooted at page \(root) is deeper than SQLite makes them (a loop?)") }
-            for page in level where page < 1 || Int(page) > side.pageCount || !seen.insert(page).inserted {
-                throw StoreOpsError(.badData, "\(side.what): the b-tree rooted at page \(root) refers to page \(page) \(seen.contains(page) ? "twice" : "past the file's end")")
+            for page in level {
+                guard page >= 1, Int(page) <= side.pageCount, !seen[Int(page)] else {
+                    throw StoreOpsError(.badData, "\(side.what): the b-tree rooted at page \(root) refers to page \(page) \(page >= 1 && Int(page) <= side.pageCount ? "twice" : "past the file's end")")
+                }
+                seen[Int(page)] = true
             }
             // The first page says whether this level is leaves.
             let firstKind = try kind(of: level[0], side: side, header: header)
@@ -315,9 +318,15 @@ final class PageDiff {
             leavesDecoded += leavesA.count + leavesB.count
             return (leavesA, leavesB)
         }
-        let setB = Set(leavesB)
-        let shared = Set(leavesA.filter { setB.contains($0) && isShared($0) })
-        leavesSkipped += shared.count * 2
+        var inB = PageSet()
+        for page in leavesB { inB.insert(page) }
+        var shared = PageSet()
+        var sharedCount = 0
+        for page in leavesA where inB.contains(page) && isShared(page) {
+            shared.insert(page)
+            sharedCount += 1
+        }
+        leavesSkipped += sharedCount * 2
         let onlyA = leavesA.filter { !shared.contains($0) }
         let onlyB = leavesB.filter { !shared.contains($0) }
         leavesDecoded += onlyA.count + onlyB.count

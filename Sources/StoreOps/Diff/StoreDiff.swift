@@ -251,9 +251,28 @@ public enum StoreDiff {
             logger.debug("\(what)", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
         }
         progress?(.stage("reading"))
-        let (pagesA, summaryA0) = try open(options.a)
+        let sideA: (any DiffPages, SideSummary), sideB: (any DiffPages, SideSummary)
+        if case .snapshot(let idA) = options.a, case .snapshot(let idB) = options.b {
+            // Two snapshots: their records and maps read at once, one on each core.
+            let repository = try repo()
+            final class Opened: @unchecked Sendable { let pages: RepositoryPages; init(_ pages: RepositoryPages) { self.pages = pages } }
+            let one: @Sendable (String) throws -> Opened = { id in
+                let record = try repository.record(id)
+                return Opened(try RepositoryPages(record: record, overlay: nil, repository: repository, what: "snapshot \(record.id)"))
+            }
+            let (x, y) = try inParallel({ try one(idA) }, { try one(idB) })
+            func summary(_ pages: RepositoryPages) -> SideSummary {
+                SideSummary(name: pages.record.id, kind: "snapshot", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false)
+            }
+            sideA = (x.pages, summary(x.pages))
+            sideB = (y.pages, summary(y.pages))
+        } else {
+            sideA = try open(options.a)
+            sideB = try open(options.b)
+        }
+        let (pagesA, summaryA0) = sideA
         var summaryA = summaryA0
-        let (pagesB, summaryB0) = try open(options.b)
+        let (pagesB, summaryB0) = sideB
         var summaryB = summaryB0
         stage("sides open")
         let diff = try PageDiff(pagesA, pagesB)
