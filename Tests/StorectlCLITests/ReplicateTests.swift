@@ -223,6 +223,13 @@ struct ReplicateTests {
         try FileManager.default.removeItem(atPath: (world.repo as NSString).appendingPathComponent(last.key))
         let after = try #require(PointTimeline.load(repository).chains.first)
         #expect(after.missingThrough == before.points - 1, "the stop marker names the point the segments no longer reach")
+        // The list agrees: covered up to the last point found, then a gap naming the missing points.
+        let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
+        let covered = try #require(listed.spans.last { $0.kind == "covered" })
+        func ms(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+        #expect(covered.to.map(ms) == after.lastTime, "\(listed.spans)")
+        let gap = listed.spans.first { $0.kind == "gap" }
+        #expect(gap.map { ms($0.from) } == after.lastTime && gap?.reason?.contains("a segment is missing") == true, "\(listed.spans)")
         // The removed segment's last point's time: before the stop, after the last point found.
         let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at",
                                                                Timestamp.iso(Date(timeIntervalSince1970: Double(before.lastTime) / 1000)),

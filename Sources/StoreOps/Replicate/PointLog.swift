@@ -424,6 +424,7 @@ public struct StorePoints: Sendable, Codable {
                     }
                 }
                 previous = chain
+                let chainStart = entry?.spans.count ?? 0
                 // The chain's covered spans, cut where it was not followed.
                 let kind = chain.segments.contains { $0.level == PointThinning.level } ? "thinned" : "covered"
                 var from = chain.baseTime
@@ -442,6 +443,24 @@ public struct StorePoints: Sendable, Codable {
                 }
                 // Points per chain: on its first covered span (a count per span would need every segment read).
                 if let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) { entry?.spans[index].points = points + 1 }
+                // A stop or resume marker names points the segments found do not reach (a segment
+                // removed or lost): nothing after the last point found is covered, as restore says.
+                if let missing = chain.missingThrough, var spans = entry?.spans[chainStart...].map({ $0 }) {
+                    let cut = PointRestore.date(chain.lastTime)
+                    spans = spans.compactMap { span in
+                        guard span.kind == "covered" || span.kind == "thinned" else { return span }
+                        guard span.from <= cut else { return nil }
+                        var span = span
+                        if let to = span.to, to > cut { span.to = cut }
+                        return span
+                    }
+                    let next = spans.first { $0.kind == "not followed" && $0.from > cut }?.from
+                    let gap = Span(kind: "gap", from: cut, to: next, chain: chain.id,
+                                   reason: "points \(chain.points)…\(missing) of chain \(chain.id) are not in the repository (a segment is missing)")
+                    let at = (spans.lastIndex { $0.kind == "covered" || $0.kind == "thinned" }).map { $0 + 1 } ?? 0
+                    spans.insert(gap, at: at)
+                    entry?.spans.replaceSubrange(chainStart..., with: spans)
+                }
             }
             if let entry { out.append(entry) }
         }
