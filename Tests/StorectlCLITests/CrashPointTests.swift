@@ -221,7 +221,40 @@ enum Scenarios {
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
     static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert,
-                                         replicateBase, replicateResume, replicateMerge]
+                                         replicateBase, replicateResume, replicateMerge, pointRestore]
+
+    /// `snapshot restore --at --to` of a point whose segment carries an external-data file the
+    /// chain's base does not have (written, then a commit naming it, then followed).
+    static let pointRestore = CrashScenario(
+        name: "snapshot restore --at --to (a point whose segment carries an external-data file)",
+        setup: {
+            let fixture = try CrashFixture()
+            try fixture.walCommits(20)
+            let app = try followedApp(fixture, replicating(fixture))
+            try fixture.addExternalFile()
+            try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'names ADDED-AFTER-SNAPSHOT' WHERE Z_PK = 2") }
+            try ok(fixture, replicating(fixture), 0)
+            let stores = try StorePoints.list(repository: fixture.repo, password: fixture.password)
+            let newest = try #require(stores.first?.spans.last(where: { $0.kind == "covered" })?.to, "replicate recorded a point")
+            fixture.extra["at"] = Timestamp.iso(newest)
+            fixture.extra["pointContent"] = try fixture.digest(journalMode: false)
+            return fixture
+        },
+        command: { ["snapshot", "restore", "--repo", $0.repo, "--at", $0.extra["at"]!, "--to", $0.out + "/restored.sqlite"] },
+        observe: { try $0.digest() },
+        afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["pointContent"], external: 3, point) },
+        next: { fixture, index in
+            let target = fixture.out + "/restored.sqlite"
+            let leftovers = PendingFile.temporaries(of: target) + PendingFile.temporaries(of: StoreFile.supportPath(forDatabase: target))
+            if index % 2 == 0 { try ok(fixture, ["recover", target], status: FileSystem.kind(of: target) == .missing
+                                        && !StoreSwap.pending(target: target) && leftovers.isEmpty ? 66 : 0, index) }
+            try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, "--at", fixture.extra["at"]!, "--to", fixture.out + "/again.sqlite"], index)
+        },
+        finally: { fixture, point in
+            try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["pointContent"], external: 3, point)
+            try expectComplete(fixture.out + "/again.sqlite", content: fixture.extra["pointContent"], external: 3, point)
+            #expect(FileSystem.kind(of: fixture.out + "/again.sqlite") == .file, "\(point): the next restore made its file")
+        })
 
     /// The newest point the repository holds, restored and digested ("none" without points).
     static func newestPoint(_ fixture: CrashFixture) throws -> String {
