@@ -9,20 +9,21 @@ struct PointFiles {
     enum Source {
         /// Held by the base snapshot (read from its packs).
         case base(PagedSnapshotRecord.FileChunks)
-        /// Carried by a segment (`keepData` false: only its size is known).
-        case carried(bytes: Int, sha256: String, data: Data?)
+        /// Carried by a segment: the segment's key and the file's place among the files it
+        /// carries (its members' in order, for a merged one), read again when it is written.
+        case carried(bytes: Int, sha256: String, segment: SegmentName, index: Int)
 
         var bytes: UInt64 {
             switch self {
             case .base(let file): file.bytes
-            case .carried(let bytes, _, _): UInt64(bytes)
+            case .carried(let bytes, _, _, _): UInt64(bytes)
             }
         }
 
         var sha256: String {
             switch self {
             case .base(let file): file.sha256
-            case .carried(_, let sha, _): sha
+            case .carried(_, let sha, _, _): sha
             }
         }
     }
@@ -30,25 +31,23 @@ struct PointFiles {
     /// By name in the external-data folder.
     private(set) var files: [String: Source] = [:]
     private var removeNext: [String] = []
-    let keepData: Bool
     /// Every commit applied came from a segment whose follower watched the folder (false: older
     /// segments; their files are known only from a later snapshot).
     private(set) var tracked = true
 
-    init(base: PagedSnapshotRecord, keepData: Bool) {
-        self.keepData = keepData
+    init(base: PagedSnapshotRecord) {
         for file in base.files { files[FileSystem.name(of: file.path)] = .base(file) }
     }
 
-    /// Applies one commit: the previous one's removals, then this one's files (`contents`: the
-    /// segment's file bytes, consumed in order).
-    mutating func apply(_ commit: PointSegment.Commit, of segment: PointSegment, contents: inout IndexingIterator<[Data]>) {
+    /// Applies one commit of the segment read as `name`: the previous commit's removals, then
+    /// this one's files (`index`: the place of the next file the segment carries).
+    mutating func apply(_ commit: PointSegment.Commit, of segment: PointSegment, name: SegmentName, index: inout Int) {
         for name in removeNext { files[name] = nil }
         removeNext = commit.removed ?? []
         if segment.externalData != true || commit.oversized?.isEmpty == false { tracked = false }
         for file in commit.files ?? [] {
-            let data = contents.next()
-            files[file.name] = .carried(bytes: file.bytes, sha256: file.sha256, data: keepData ? data : nil)
+            files[file.name] = .carried(bytes: file.bytes, sha256: file.sha256, segment: name, index: index)
+            index += 1
         }
     }
 
@@ -61,17 +60,40 @@ struct PointFiles {
 
     /// Reads a chain's segments in order (a resumed follower's view of the folder: names and sizes).
     static func replay(_ chain: PointTimeline.Chain, base: PagedSnapshotRecord, in repository: PagedRepository, zstd: ZstdFrames) throws -> PointFiles {
-        var state = PointFiles(base: base, keepData: false)
+        var state = PointFiles(base: base)
         for name in chain.segments.dropFirst() {
             guard let sealed = try repository.backend.read(name.key) else {
                 throw StoreOpsError(.badData, "point segment \(repository.backend.describe(name.key)) is listed but cannot be read", hint: Sealer.damagedHint)
             }
-            for (segment, _, contents) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
-                var iterator = contents.makeIterator()
-                for commit in segment.commits { state.apply(commit, of: segment, contents: &iterator) }
+            var index = 0
+            for (segment, _, _) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                for commit in segment.commits { state.apply(commit, of: segment, name: name, index: &index) }
             }
         }
         return state
+    }
+
+    /// Writes carried files into `folder`: each segment holding some read once (memory: one
+    /// segment, however many files the chain carried); each file checked against its SHA-256.
+    static func write(_ carried: [PointOverlay.Carried], into folder: String, repository: PagedRepository, context: String) throws {
+        let zstd = try ZstdFrames(level: 3)
+        let bySegment = Dictionary(grouping: carried, by: \.segment)
+        for segment in bySegment.keys.sorted(by: { $0.key < $1.key }) {
+            try ProcessSignals.checkpoint("restoring \(context)")
+            guard let sealed = try repository.backend.read(segment.key) else {
+                throw StoreOpsError(.badData, "\(context): point segment \(repository.backend.describe(segment.key)) is listed but cannot be read", hint: Sealer.damagedHint)
+            }
+            let contents = try PointSegment.openAll(sealed, name: segment, sealer: repository.sealer, zstd: zstd, location: repository.location).flatMap(\.2)
+            for file in bySegment[segment] ?? [] {
+                guard PagedSnapshotRecord.isExternalFileName(file.name), file.index >= 0, file.index < contents.count,
+                      contents[file.index].count == file.bytes, Hashing.sha256(contents[file.index]) == file.sha256 else {
+                    throw StoreOpsError(.badData, "\(context): the external-data file \(file.name.debugDescription) is not where point segment \(segment.key) says", hint: Sealer.damagedHint)
+                }
+                let fd = try FileSystem.create((folder as NSString).appendingPathComponent(file.name), point: "restore.external-file")
+                defer { close(fd) }
+                try contents[file.index].withUnsafeBytes { try FileSystem.writeAll(fd, $0, path: file.name) }
+            }
+        }
     }
 }
 

@@ -17,7 +17,16 @@ struct PointOverlay {
     /// The base's files the point no longer has (names), and the files the chain's segments
     /// carried that it has (name, bytes): the external-data folder at the point.
     var removedBaseFiles: Set<String> = []
-    var carriedFiles: [(name: String, data: Data, sha256: String)] = []
+    var carriedFiles: [Carried] = []
+
+    /// A file a segment carries: where it is, and what it must be.
+    struct Carried: Equatable {
+        var name: String
+        var bytes: Int
+        var sha256: String
+        var segment: SegmentName
+        var index: Int
+    }
     /// Every segment up to the point carried the folder's changes: the files are complete.
     var tracked = false
 
@@ -27,7 +36,7 @@ struct PointOverlay {
         for file in base.files + files where !removedBaseFiles.contains(FileSystem.name(of: file.path)) {
             out[FileSystem.name(of: file.path)] = (file.bytes, file.sha256)
         }
-        for file in carriedFiles { out[file.name] = (UInt64(file.data.count), file.sha256) }
+        for file in carriedFiles { out[file.name] = (UInt64(file.bytes), file.sha256) }
         return out
     }
 
@@ -159,17 +168,17 @@ public enum PointRestore {
             guard let data = fetched.removeValue(forKey: index) else { throw StoreOpsError(.failure, "point segment \(wanted[index].key) was not read") }
             return data
         }
-        var files = PointFiles(base: base, keepData: true)
+        var files = PointFiles(base: base)
         reading: for (index, name) in wanted.enumerated() {
-            for (segment, bytes, contents) in try PointSegment.openAll(try sealed(index), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+            var carriedIndex = 0
+            for (segment, bytes, _) in try PointSegment.openAll(try sealed(index), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
                 guard segment.pageSize == base.pages.pageSize else {
                     throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
                 }
                 var next = 0
-                var carried = contents.makeIterator()
                 for (k, commit) in segment.commits.enumerated() {
                     if commit.time > t { break reading }
-                    files.apply(commit, of: segment, contents: &carried)
+                    files.apply(commit, of: segment, name: name, index: &carriedIndex)
                     let pageCount = Int(commit.pageCount)
                     if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
                     if ids.count < pageCount { ids += [ContentID](repeating: .zero, count: pageCount - ids.count) }
@@ -195,7 +204,9 @@ public enum PointRestore {
         let baseNames = Set(base.files.map { FileSystem.name(of: $0.path) })
         overlay.removedBaseFiles = baseNames.filter { name in if case .base = files.files[name] { false } else { true } }
         overlay.carriedFiles = files.files.compactMap { name, source in
-            if case .carried(_, let sha, let data?) = source { (name, data, sha) } else { nil }
+            if case .carried(let bytes, let sha, let segment, let index) = source {
+                PointOverlay.Carried(name: name, bytes: bytes, sha256: sha, segment: segment, index: index)
+            } else { nil }
         }.sorted { $0.name < $1.name }
         overlay.tracked = files.tracked
         // Segments written before they carried files: the files written since the base come

@@ -43,15 +43,8 @@ enum PagedExtraction {
             let files = record.files.filter { !removed.contains(FileSystem.name(of: $0.path)) } + (overlay?.files ?? [])
             if !files.isEmpty || overlay?.carriedFiles.isEmpty == false { progress?(.stage("external data")) }
             try writeFiles(files, repository: repository, into: targets.externalFolder, context: context)
-            if let folder = targets.externalFolder {
-                for file in overlay?.carriedFiles ?? [] {
-                    guard PagedSnapshotRecord.isExternalFileName(file.name) else {
-                        throw StoreOpsError(.badData, "\(context): refusing the external-data file name \(file.name.debugDescription)")
-                    }
-                    let fd = try FileSystem.create((folder as NSString).appendingPathComponent(file.name), point: "restore.external-file")
-                    defer { close(fd) }
-                    try file.data.withUnsafeBytes { try FileSystem.writeAll(fd, $0, path: file.name) }
-                }
+            if let folder = targets.externalFolder, let carried = overlay?.carriedFiles, !carried.isEmpty {
+                try PointFiles.write(carried, into: folder, repository: repository, context: context)
             }
         } catch let error as StoreOpsError where error.status == .badData && !error.message.hasPrefix(context) {
             throw check.damaged(error.message)
