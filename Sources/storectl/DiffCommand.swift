@@ -136,7 +136,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             if l.unlisted > 0 { lines.append("  … and \(Format.count(l.unlisted)) more") }
         }
         if !r.externalData.isEmpty {
-            lines.append("external data: \(Format.plural(r.externalData.count, "file", "files")) differ")
+            lines.append("external data: \(Format.plural(r.externalData.count, "file", "files")) \(r.externalData.count == 1 ? "differs" : "differ")")
             for f in r.externalData {
                 lines.append("  \(f.change == "added" ? "+" : f.change == "removed" ? "-" : "~") \(f.path) (\(f.before.map { Format.bytes($0) } ?? "-") → \(f.after.map { Format.bytes($0) } ?? "-"))")
             }

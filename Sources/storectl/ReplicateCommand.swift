@@ -65,8 +65,9 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
             var line = "\(store.store): \(Format.plural(store.points, "point", "points")) in \(Format.plural(store.segments, "segment", "segments"))"
             if !store.bases.isEmpty { line += ", \(Format.plural(store.bases.count, "base", "bases"))" }
             if !store.gaps.isEmpty { line += ", \(Format.plural(store.gaps.count, "gap", "gaps"))" }
-            if store.filesAdded + store.filesRemoved > 0 {
+            if store.filesAdded + store.filesRemoved + store.filesNotCarried > 0 {
                 line += ", external-data files \(store.filesAdded) added, \(store.filesRemoved) removed"
+                if store.filesNotCarried > 0 { line += ", \(store.filesNotCarried) NOT carried (see the warnings)" }
             }
             line += String(format: ", lag p99 %.2f s, max %.2f s", store.p99LagSeconds, store.maxLagSeconds)
             print(line)

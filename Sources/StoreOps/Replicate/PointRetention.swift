@@ -159,7 +159,7 @@ enum PointThinning {
             for page in pages { let bytes = pending[page]?.bytes ?? []; keptBytes += bytes.count; keptPages.append(bytes) }
             commit.files = pendingFiles.isEmpty ? nil : pendingFiles.map(\.file)
             commit.removed = pendingRemoved.isEmpty ? nil : pendingRemoved
-            commit.oversized = pendingOversized.isEmpty ? nil : pendingOversized
+            commit.notCarried = pendingOversized.isEmpty ? nil : pendingOversized
             for file in pendingFiles { keptBytes += file.bytes.count; keptPages.append(file.bytes) }
             kept.append(commit)
             pending = [:]
@@ -189,7 +189,7 @@ enum PointThinning {
                         pendingFiles.append((file, [UInt8](bytes)))
                     }
                     for name in commit.removed ?? [] where !pendingRemoved.contains(name) { pendingRemoved.append(name) }
-                    pendingOversized += commit.oversized ?? []
+                    pendingOversized += commit.notCarried ?? []
                     for (i, page) in commit.pages.enumerated() { pending[page] = (commit.ids[i], pages[next + i]) }
                     next += commit.pages.count
                     last = commit

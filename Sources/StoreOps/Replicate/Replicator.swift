@@ -65,6 +65,8 @@ public enum Replicate {
         /// External-data files recorded with the points (appeared, went).
         public var filesAdded = 0
         public var filesRemoved = 0
+        /// External-data names seen but not carried (too large, unreadable, a folder).
+        public var filesNotCarried = 0
     }
 
     public struct Summary: Codable, Sendable {
@@ -299,7 +301,7 @@ public enum Replicate {
                 // A segment that cannot be read here: the base's files, and the rest carried again.
                 let base = try repository.record(chain.id)
                 let files = (try? PointFiles.replay(chain, base: base, in: repository, zstd: zstd).settled.mapValues(\.bytes))
-                    ?? Dictionary(base.files.map { (FileSystem.name(of: $0.path), $0.bytes) }, uniquingKeysWith: { a, _ in a })
+                    ?? Dictionary(base.files.map { ($0.externalKey, $0.bytes) }, uniquingKeysWith: { a, _ in a })
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: files)
                 try takeUpMerges(chain, replica: replica)
                 switch try replica.follower.capture() {
@@ -315,7 +317,7 @@ public enum Replicate {
                                            firstTime: max(chain.lastTime, chain.markers.last(where: { $0.level == PointTimeline.stoppedLevel })?.firstTime ?? 0),
                                            lastTime: Replicate.ms(at))
                     try writeMarker(marker, name: name, replica: replica)
-                    say("\(replica.store.path): resumed chain \(chain.id) at point \(last.to) (\(commits.count) commits since)")
+                    say("\(replica.store.path): resumed chain \(chain.id) at point \(last.to) (\(Format.plural(commits.count, "commit", "commits")) since)")
                     add(commits, at: at, to: replica)
                 }
             } catch {
@@ -425,10 +427,12 @@ public enum Replicate {
                         // Not counted against the spool's bound for commits (a scan reads at most 64 MiB of files at once).
                         replica.summary.filesAdded += change.added.count
                     }
-                    if !change.oversized.isEmpty {
-                        batch[0].commit.oversized = (batch[0].commit.oversized ?? []) + change.oversized
-                        Replicate.logger.warning("external-data files too large to carry with the points; points after them restore the next snapshot's copy", metadata: [
-                            "store": "\(replica.store.path)", "files": "\(change.oversized.joined(separator: ", "))"])
+                    if !change.notCarried.isEmpty {
+                        batch[0].commit.notCarried = (batch[0].commit.notCarried ?? []) + change.notCarried.map(\.name)
+                        replica.summary.filesNotCarried += change.notCarried.count
+                        for (name, reason) in change.notCarried {
+                            say("\(replica.store.path): the external-data file \(name) is not carried with the points (\(reason)); points from here take the files their base lacks from the store's next snapshot")
+                        }
                     }
                     if !change.removed.isEmpty {
                         batch[batch.count - 1].commit.removed = (batch[batch.count - 1].commit.removed ?? []) + change.removed
@@ -670,7 +674,7 @@ public enum Replicate {
                 replica.lastDurableTime = Replicate.ms(time)
                 replica.needsBase = nil
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath,
-                                                       known: Dictionary(record.files.map { (FileSystem.name(of: $0.path), $0.bytes) }, uniquingKeysWith: { a, _ in a }))
+                                                       known: Dictionary(record.files.map { ($0.externalKey, $0.bytes) }, uniquingKeysWith: { a, _ in a }))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {
                 Replicate.logger.warning("making a base failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])

@@ -30,6 +30,11 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
         public var bytes: UInt64
         public var sha256: String
         public var chunks: [ContentID]
+
+        /// Its path below the external-data folder (`PagedSnapshotRecord.externalPath`).
+        var externalPath: String? { PagedSnapshotRecord.externalPath(path) }
+        /// The same, or its last name for a damaged record (which `checkRestorable` refuses).
+        var externalKey: String { externalPath ?? FileSystem.name(of: path) }
     }
 
     /// What this snapshot added to the repository.
@@ -86,8 +91,7 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
                                 hint: Sealer.damagedHint)
         }
         for file in files {
-            let name = FileSystem.name(of: file.path)
-            guard Self.isExternalFileName(name) else {
+            guard file.externalPath != nil else {
                 throw StoreOpsError(.badData, "\(what): refusing the external-data file name \(file.path.debugDescription)", hint: Sealer.damagedHint)
             }
         }
@@ -98,4 +102,14 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
 
     /// A name restore may create in the external-data folder.
     static func isExternalFileName(_ name: String) -> Bool { !name.isEmpty && name != "." && name != ".." && !name.contains("/") }
+
+    /// Where a recorded external-data file goes: its path below the store's `_EXTERNAL_DATA`
+    /// folder (`name`, or `sub/name` for a file in a subfolder), nil when a part of it is not a
+    /// name (empty, `.`, `..`).
+    static func externalPath(_ recorded: String) -> String? {
+        let parts = recorded.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let tail = parts.firstIndex(of: StoreFile.externalDataFolderName).map { parts[($0 + 1)...] } ?? parts.suffix(1)
+        guard !tail.isEmpty, tail.allSatisfy(isExternalFileName) else { return nil }
+        return tail.joined(separator: "/")
+    }
 }

@@ -149,8 +149,7 @@ public enum SnapshotRestore {
     /// ("wal" or "delete") and fsyncs everything.
     static func stage(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, at finalPath: String, journalMode: String,
                       overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> Staged {
-        var record = snapshot.manifest
-        if let overlay { record.database.bytes = UInt64(overlay.ids.count) * UInt64(overlay.pageSize) }
+        let record = overlay?.manifest(of: snapshot) ?? snapshot.manifest
         let folder = FileSystem.parent(of: finalPath)
         switch FileSystem.kind(of: folder) {
         case .directory: break
@@ -160,7 +159,7 @@ public enum SnapshotRestore {
         guard access(folder, W_OK | X_OK) == 0 else {
             throw StoreOpsError(.cannotCreate, "the folder \(folder) is not writable")
         }
-        let external = overlay.map { $0.fileSet(base: snapshot).values.reduce(0) { $0 + $1.bytes } } ?? (record.externalData?.totalBytes ?? 0)
+        let external = record.externalData?.totalBytes ?? 0
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
         try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
         StoreSwap.recoverAll(in: folder)
@@ -168,7 +167,7 @@ public enum SnapshotRestore {
         let database = try PendingFile(finalPath: finalPath, label: "restore.database")
         var support: PendingFile?
         var externalFolder: String?
-        if record.externalData != nil || overlay.map({ !$0.fileSet(base: snapshot).isEmpty }) == true {
+        if record.externalData != nil {
             let pending = try PendingFile(finalPath: StoreFile.supportPath(forDatabase: finalPath), directory: true, label: "restore.support")
             let inner = (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName)
             try FileSystem.makeDirectory(inner, point: "restore.support.external-folder")
@@ -184,11 +183,11 @@ public enum SnapshotRestore {
         try database.sync()
         try support?.sync()
         var note: String?
-        if let overlay, !overlay.tracked, overlay.filesFrom == nil, record.externalData != nil {
+        if let overlay, !overlay.tracked, overlay.filesFrom == nil, snapshot.manifest.externalData != nil {
             note = "external-data files the app wrote after the chain's base (\(Timestamp.iso(snapshot.manifest.startedAt))) are not in the repository "
                 + "until a snapshot of the store is taken after this point; the restored store has the base's (`storectl snapshot create`, then restore again)"
         }
-        return Staged(database: database, support: support, externalFiles: overlay.map { $0.fileSet(base: snapshot).count } ?? (record.externalData?.files.count ?? 0),
+        return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0,
                       externalFilesNote: note, journalMode: journalMode, sha256: sha256)
     }
 
@@ -211,7 +210,7 @@ public enum SnapshotRestore {
 
     static func restoreToNewFile(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, path: String,
                                  overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> Result {
-        let record = snapshot.manifest
+        let record = overlay?.manifest(of: snapshot) ?? snapshot.manifest
         let recovered = try StoreSwap.recover(target: path)
         guard FileSystem.kind(of: path) == .missing else {
             throw StoreOpsError(.cannotCreate, "\(path) already exists",
@@ -282,7 +281,7 @@ public enum SnapshotRestore {
             let target = try PointRestore.target(options, in: hold.repository)
             self.target = target
             let snapshot = target.record
-            let record = snapshot.manifest
+            let record = target.overlay?.manifest(of: snapshot) ?? snapshot.manifest
             self.record = record
             exists = FileSystem.kind(of: store.path) == .file
             if !exists, FileSystem.kind(of: store.path) != .missing {

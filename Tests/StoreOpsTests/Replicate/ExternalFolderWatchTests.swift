@@ -63,10 +63,18 @@ struct ExternalFolderWatchTests {
         var watch = ExternalFolderWatch(folder: external, known: ["BASE": 4])
         let first = watch.scan(budget: 150, maxFile: 400)
         // A (100 bytes) and BASE (9, its record says 4) fit in 150; B waits; C is too large.
-        #expect(first.added.map(\.file.name) == ["A", "BASE"] && first.added.last?.file.bytes == 9 && first.oversized == ["C"],
-                "\(first.added.map(\.file)) \(first.oversized)")
+        #expect(first.added.map(\.file.name) == ["A", "BASE"] && first.added.last?.file.bytes == 9 && first.notCarried.map(\.name) == ["C"],
+                "\(first.added.map(\.file)) \(first.notCarried)")
         let second = watch.scan(budget: 150, maxFile: 400)
-        #expect(second.added.map(\.file.name) == ["B"] && second.oversized.isEmpty, "\(second.added.map(\.file.name))")
+        #expect(second.added.map(\.file.name) == ["B"] && second.notCarried.isEmpty, "\(second.added.map(\.file.name))")
         #expect(watch.scan(budget: 150, maxFile: 400).isEmpty)
+        // A subfolder and a symbolic link are reported once as not carried (a point then takes
+        // the next snapshot's files, and says so), not left out without a word.
+        try FileManager.default.createDirectory(atPath: (external as NSString).appendingPathComponent("sub"), withIntermediateDirectories: false)
+        try FileManager.default.createSymbolicLink(atPath: (external as NSString).appendingPathComponent("link"), withDestinationPath: "A")
+        let odd = watch.scan(budget: 150, maxFile: 400)
+        #expect(odd.added.isEmpty && odd.notCarried.map(\.name) == ["link", "sub"], "\(odd.notCarried)")
+        #expect(odd.notCarried.first?.reason.contains("symbolic link") == true && odd.notCarried.last?.reason.contains("a folder") == true)
+        #expect(watch.scan(budget: 150, maxFile: 400).isEmpty, "reported once")
     }
 }

@@ -40,7 +40,7 @@ enum PagedExtraction {
             // A point's files: the base's it still has, those its segments carried, and (chains
             // whose segments carry none) those written since that a later snapshot holds.
             let removed = overlay?.removedBaseFiles ?? []
-            let files = record.files.filter { !removed.contains(FileSystem.name(of: $0.path)) } + (overlay?.files ?? [])
+            let files = record.files.filter { !removed.contains($0.externalKey) } + (overlay?.files ?? [])
             if !files.isEmpty || overlay?.carriedFiles.isEmpty == false { progress?(.stage("external data")) }
             try writeFiles(files, repository: repository, into: targets.externalFolder, context: context)
             if let folder = targets.externalFolder, let carried = overlay?.carriedFiles, !carried.isEmpty {
@@ -225,13 +225,20 @@ enum PagedExtraction {
         }
         for file in files {
             try ProcessSignals.checkpoint("restoring \(context)")
-            let name = FileSystem.name(of: file.path)
-            guard PagedSnapshotRecord.isExternalFileName(name) else {
+            guard let relative = file.externalPath else {
                 throw StoreOpsError(.badData, "\(context): refusing the external-data file name \(file.path.debugDescription)")
             }
             var fd: Int32 = -1
             if let folder {
-                fd = try FileSystem.create((folder as NSString).appendingPathComponent(name), point: "restore.external-file")
+                // A file in a subfolder goes back into it (each part checked to be one name).
+                var parent = folder
+                for part in relative.split(separator: "/").dropLast() {
+                    parent = (parent as NSString).appendingPathComponent(String(part))
+                    if FileSystem.kind(of: parent) != .directory {
+                        try FileSystem.makeDirectory(parent, existingOK: true, point: "restore.external-subfolder")
+                    }
+                }
+                fd = try FileSystem.create((folder as NSString).appendingPathComponent(relative), point: "restore.external-file")
             }
             defer { if fd >= 0 { close(fd) } }
             var hasher = SHA256()
