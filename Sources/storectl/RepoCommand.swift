@@ -53,7 +53,10 @@ struct RepoCheckCommand: ParsableCommand, JSONOutput {
         if json { print(jsonReport(report)) } else {
             for problem in report.problems { print("PROBLEM \(problem)") }
             for note in report.notes { print("note    \(note)") }
-            let scope = ", \(Format.plural(report.packs, "pack", "packs")), \(Format.plural(report.indexes, "index", "indexes")), \(Format.count(report.blobs)) blobs"
+            var scope = ", \(Format.plural(report.packs, "pack", "packs")), \(Format.plural(report.indexes, "index", "indexes")), \(Format.count(report.blobs)) blobs"
+            if report.pointChains > 0 {
+                scope += ", \(Format.plural(report.pointChains, "chain", "chains")) of points (\(Format.plural(report.pointSegments, "segment", "segments")))"
+            }
             print("\(report.ok ? "ok" : "DAMAGED"): \(Format.plural(report.snapshots, "snapshot", "snapshots"))\(scope)\(report.readData ? ", every byte read" : "")")
         }
         try Finished.check(RepositoryCheck.ending(of: report))

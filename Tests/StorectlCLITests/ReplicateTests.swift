@@ -226,6 +226,7 @@ struct ReplicateTests {
         // The list agrees: covered up to the last point found, then a gap naming the missing points.
         let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
         let covered = try #require(listed.spans.last { $0.kind == "covered" })
+        #expect(listed.newestPoint.map(ms) == after.lastTime, "the newest point, not the end of the span followed")
         func ms(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
         #expect(covered.to.map(ms) == after.lastTime, "\(listed.spans)")
         let gap = listed.spans.first { $0.kind == "gap" }

@@ -379,6 +379,9 @@ public struct StorePoints: Sendable, Codable {
     public var store: String
     public var host: String
     public var spans: [Span]
+    /// The newest point's time (a covered span may go on past it: the follower was watching, and
+    /// no commit came, until it stopped).
+    public var newestPoint: Date?
     public var points: Int { spans.filter { $0.kind == "covered" || $0.kind == "thinned" }.reduce(0) { $0 + ($1.points ?? 0) } }
 
     public struct Span: Sendable, Codable {
@@ -425,6 +428,8 @@ public struct StorePoints: Sendable, Codable {
                     }
                 }
                 previous = chain
+                let newest = max(entry?.newestPoint ?? .distantPast, PointRestore.date(chain.lastTime))
+                entry?.newestPoint = newest
                 let chainStart = entry?.spans.count ?? 0
                 // The chain's covered spans, cut where it was not followed.
                 let kind = chain.segments.contains { $0.level == PointThinning.level } ? "thinned" : "covered"

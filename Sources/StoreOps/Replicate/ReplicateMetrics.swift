@@ -74,7 +74,7 @@ public enum ReplicateStatus {
         }
         var report = Report(repository: repository, stores: stores.map { entry in
             let covered = entry.spans.filter { $0.kind == "covered" }
-            return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: covered.last?.to,
+            return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: entry.newestPoint ?? covered.last?.to,
                          gaps: entry.spans.filter { $0.kind == "gap" }.count, chains: Set(covered.compactMap(\.chain)).count,
                          live: live?.stores.first { $0.store == entry.store })
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
