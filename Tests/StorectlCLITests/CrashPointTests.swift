@@ -224,20 +224,36 @@ enum Scenarios {
                                          replicateBase, replicateResume, replicateMerge, pointRestore]
 
     /// `snapshot restore --at --to` of a point whose segment carries an external-data file the
-    /// chain's base does not have (written, then a commit naming it, then followed).
+    /// chain's base does not have (written, then a commit naming it, then followed). The world is
+    /// made once (two replicate runs with the app up between them) and copied for every point.
+    static let pointTemplate = Result { () throws -> (fixture: CrashFixture, at: String, content: String) in
+        let fixture = try CrashFixture()
+        try fixture.walCommits(20)
+        let app = try followedApp(fixture, replicating(fixture))
+        try fixture.addExternalFile()
+        try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'names ADDED-AFTER-SNAPSHOT' WHERE Z_PK = 2") }
+        try ok(fixture, replicating(fixture), 0)
+        try app.close()
+        fixture.app = nil
+        let stores = try StorePoints.list(repository: fixture.repo, password: fixture.password)
+        guard let newest = stores.first?.spans.last(where: { $0.kind == "covered" })?.to else { throw StoreOpsError(.failure, "replicate recorded no point") }
+        return (fixture, Timestamp.iso(newest), try fixture.digest(journalMode: false))
+    }
+
     static let pointRestore = CrashScenario(
         name: "snapshot restore --at --to (a point whose segment carries an external-data file)",
         setup: {
-            let fixture = try CrashFixture()
-            try fixture.walCommits(20)
-            let app = try followedApp(fixture, replicating(fixture))
-            try fixture.addExternalFile()
-            try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'names ADDED-AFTER-SNAPSHOT' WHERE Z_PK = 2") }
-            try ok(fixture, replicating(fixture), 0)
-            let stores = try StorePoints.list(repository: fixture.repo, password: fixture.password)
-            let newest = try #require(stores.first?.spans.last(where: { $0.kind == "covered" })?.to, "replicate recorded a point")
-            fixture.extra["at"] = Timestamp.iso(newest)
-            fixture.extra["pointContent"] = try fixture.digest(journalMode: false)
+            let template = try pointTemplate.get()
+            let fixture = try CrashFixture(makeRepository: false)
+            // The template's store (its -wal, -shm and support folder) and repository in place of the fresh ones.
+            for path in [fixture.store, fixture.store + "-wal", fixture.store + "-shm", StoreFile.supportPath(forDatabase: fixture.store)]
+            where FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+            for (from, to) in [(template.fixture.store, fixture.store), (template.fixture.repo, fixture.repo)]
+                + ["-wal", "-shm"].map({ (template.fixture.store + $0, fixture.store + $0) })
+                + [(StoreFile.supportPath(forDatabase: template.fixture.store), StoreFile.supportPath(forDatabase: fixture.store))]
+            where FileManager.default.fileExists(atPath: from) { try FileManager.default.copyItem(atPath: from, toPath: to) }
+            fixture.extra["at"] = template.at
+            fixture.extra["pointContent"] = template.content
             return fixture
         },
         command: { ["snapshot", "restore", "--repo", $0.repo, "--at", $0.extra["at"]!, "--to", $0.out + "/restored.sqlite"] },

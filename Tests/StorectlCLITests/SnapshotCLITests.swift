@@ -238,7 +238,7 @@ struct ExternalSubfolderTests {
         #expect(diff.status == 0, "\(diff.stdout) \(diff.stderr)")
         // replicate: a subfolder appearing after its base is said not carried, on stderr and in the summary.
         let sub2 = (external as NSString).appendingPathComponent("later")
-        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--for", "2s", "--sync-interval", "200ms"], environment: environment)
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--for", "2s", "--sync-interval", "200ms", "--quiet"], environment: environment)
         usleep(800_000)
         try FileManager.default.createDirectory(atPath: sub2, withIntermediateDirectories: true)
         let app = try DatabaseQueue(path: store)

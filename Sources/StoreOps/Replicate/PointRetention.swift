@@ -194,6 +194,9 @@ enum PointThinning {
                     next += commit.pages.count
                     last = commit
                     lastPoint = commit.point ?? (segment.from + k)
+                    // A period whose external-data files outgrow a thinned segment keeps this commit
+                    // too (one more point), so no segment grows past what one may hold.
+                    if pendingFiles.reduce(0, { $0 + $1.bytes.count }) >= segmentBytes { try emit() }
                 }
                 lastCursor = segment.cursor
             }

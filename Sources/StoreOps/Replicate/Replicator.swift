@@ -431,7 +431,9 @@ public enum Replicate {
                         batch[0].commit.notCarried = (batch[0].commit.notCarried ?? []) + change.notCarried.map(\.name)
                         replica.summary.filesNotCarried += change.notCarried.count
                         for (name, reason) in change.notCarried {
-                            say("\(replica.store.path): the external-data file \(name) is not carried with the points (\(reason)); points from here take the files their base lacks from the store's next snapshot")
+                            // A warning even with --quiet (what a cron job or a unit logs).
+                            let text = "\(replica.store.path): the external-data file \(name) is not carried with the points (\(reason)); points from here take the files their base lacks from the store's next snapshot"
+                            if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
                         }
                     }
                     if !change.removed.isEmpty {
