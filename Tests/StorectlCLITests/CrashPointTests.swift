@@ -262,10 +262,7 @@ enum Scenarios {
         observe: { try $0.digest() },
         afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["pointContent"], external: 3, point) },
         next: { fixture, index in
-            let target = fixture.out + "/restored.sqlite"
-            let leftovers = PendingFile.temporaries(of: target) + PendingFile.temporaries(of: StoreFile.supportPath(forDatabase: target))
-            if index % 2 == 0 { try ok(fixture, ["recover", target], status: FileSystem.kind(of: target) == .missing
-                                        && !StoreSwap.pending(target: target) && leftovers.isEmpty ? 66 : 0, index) }
+            try recoverRestore(fixture, target: fixture.out + "/restored.sqlite", index)
             try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, "--at", fixture.extra["at"]!, "--to", fixture.out + "/again.sqlite"], index)
         },
         finally: { fixture, point in
@@ -466,6 +463,16 @@ enum Scenarios {
             })
     }
 
+    /// Every other point, `storectl recover` on a killed restore's target: 66 when nothing was
+    /// left for it (never made), else its dead run's temporary files go (0).
+    static func recoverRestore(_ fixture: CrashFixture, target: String, _ index: Int) throws {
+        guard index % 2 == 0 else { return }
+        let leftovers = PendingFile.temporaries(of: target) + PendingFile.temporaries(of: StoreFile.supportPath(forDatabase: target))
+        try ok(fixture, ["recover", target], status: FileSystem.kind(of: target) == .missing
+                   && !StoreSwap.pending(target: target) && leftovers.isEmpty ? 66 : 0, index)
+        #expect(PendingFile.temporaries(of: target).isEmpty, "recover removed the dead run's temporary files: \(index)")
+    }
+
     static func pagedRestore(_ place: Place) -> CrashScenario {
         CrashScenario(
             name: "snapshot restore --to (\(label(place)))",
@@ -474,12 +481,7 @@ enum Scenarios {
             observe: { try $0.digest() },
             afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["snapshotContent"], external: 2, point) },
             next: { fixture, index in
-                // A target that was never made: 66 when nothing was left for it, else its dead run's temporary files go (0).
-                let target = fixture.out + "/restored.sqlite"
-                let leftovers = PendingFile.temporaries(of: target) + PendingFile.temporaries(of: StoreFile.supportPath(forDatabase: target))
-                if index % 2 == 0 { try ok(fixture, ["recover", target], status: FileSystem.kind(of: target) == .missing
-                                            && !StoreSwap.pending(target: target) && leftovers.isEmpty ? 66 : 0, index) }
-                if index % 2 == 0 { #expect(PendingFile.temporaries(of: target).isEmpty, "recover removed the dead run's temporary files: \(index)") }
+                try recoverRestore(fixture, target: fixture.out + "/restored.sqlite", index)
                 try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/again.sqlite"], index)
             },
             finally: { fixture, point in

@@ -270,11 +270,15 @@ struct ReplicateTests {
         try commit("after the removal")
         usleep(600_000)
         let atEnd = Date()
-        follower.signal(SIGTERM)
-        let first = follower.wait()
-        #expect(first.status == 0, "\(first.stderr)")
-        let summary = try JSON.decoder().decode(Replicate.Summary.self, from: Data(first.stdout.utf8))
-        #expect(summary.stores.first?.filesAdded == 2 && summary.stores.first?.filesRemoved == (folderAtBase ? 1 : 0), "\(first.stdout)")
+        /// SIGTERM, a clean exit, and the summary it prints (--json).
+        func stop(_ follower: ChildProcess.Running) throws -> (summary: Replicate.Summary, stdout: String) {
+            follower.signal(SIGTERM)
+            let run = follower.wait()
+            #expect(run.status == 0, "\(run.stderr)")
+            return (try JSON.decoder().decode(Replicate.Summary.self, from: Data(run.stdout.utf8)), run.stdout)
+        }
+        let first = try stop(follower)
+        #expect(first.summary.stores.first?.filesAdded == 2 && first.summary.stores.first?.filesRemoved == (folderAtBase ? 1 : 0), "\(first.stdout)")
         func restored(_ name: String, at time: Date) throws -> (result: SnapshotRestore.Result, files: [String], title: String?) {
             let target = world.folder.file(name)
             let result = try restoreWithCLI(world, at: time, to: target)
@@ -299,11 +303,8 @@ struct ReplicateTests {
         try commit("resumed")
         usleep(600_000)
         let atResumed = Date()
-        follower.signal(SIGTERM)
-        let second = follower.wait()
-        #expect(second.status == 0, "\(second.stderr)")
-        let resumed = try JSON.decoder().decode(Replicate.Summary.self, from: Data(second.stdout.utf8))
-        #expect(resumed.stores.first?.resumed == true && resumed.stores.first?.filesAdded == 0, "\(second.stdout)")
+        let second = try stop(follower)
+        #expect(second.summary.stores.first?.resumed == true && second.summary.stores.first?.filesAdded == 0, "\(second.stdout)")
         #expect(try restored("resumed.sqlite", at: atResumed).files == [b, c])
         // A second chain (a gap), then the first thinned: its kept points keep their files.
         try app.inDatabase { db in

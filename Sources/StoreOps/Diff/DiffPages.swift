@@ -264,8 +264,7 @@ final class RepositoryPages: DiffPages {
         ids = try overlay?.ids ?? BlobLocator.pageMap(of: record, in: repository).ids
         guard ids.count < Int(UInt32.max) else { throw StoreOpsError(.badData, "\(what): its map lists \(ids.count) pages, more than SQLite can address") }
         self.overlay = (overlay?.pages ?? [:]).mapValues { $0 }
-        files = overlay?.fileSet(base: record)
-            ?? Dictionary(record.files.map { ($0.externalKey, ($0.bytes, $0.sha256)) }, uniquingKeysWith: { a, _ in a })
+        files = overlay?.fileSet(base: record) ?? record.externalFileSet
         byID = PagesByID(ids)
         frameOf = [UInt32](repeating: 0, count: ids.count)
         blobOf = [UInt16](repeating: 0, count: ids.count)

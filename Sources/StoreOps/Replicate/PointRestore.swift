@@ -49,10 +49,8 @@ struct PointOverlay {
 
     /// The external-data files a restore of the point writes, by name: (bytes, SHA-256).
     func fileSet(base: PagedSnapshotRecord) -> [String: (bytes: UInt64, sha256: String)] {
-        var out: [String: (bytes: UInt64, sha256: String)] = [:]
-        for file in base.files + files where !removedBaseFiles.contains(file.externalKey) {
-            out[file.externalKey] = (file.bytes, file.sha256)
-        }
+        var out = base.externalFileSet.filter { !removedBaseFiles.contains($0.key) }
+        for file in files { out[file.externalKey] = (file.bytes, file.sha256) }
         for file in carriedFiles { out[file.name] = (UInt64(file.bytes), file.sha256) }
         return out
     }

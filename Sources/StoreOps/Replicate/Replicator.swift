@@ -301,7 +301,7 @@ public enum Replicate {
                 // A segment that cannot be read here: the base's files, and the rest carried again.
                 let base = try repository.record(chain.id)
                 let files = (try? PointFiles.replay(chain, base: base, in: repository, zstd: zstd).settled.mapValues(\.bytes))
-                    ?? Dictionary(base.files.map { ($0.externalKey, $0.bytes) }, uniquingKeysWith: { a, _ in a })
+                    ?? base.externalFileSet.mapValues(\.bytes)
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: files)
                 try takeUpMerges(chain, replica: replica)
                 switch try replica.follower.capture() {
@@ -675,8 +675,7 @@ public enum Replicate {
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
                 replica.lastDurableTime = Replicate.ms(time)
                 replica.needsBase = nil
-                replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath,
-                                                       known: Dictionary(record.files.map { ($0.externalKey, $0.bytes) }, uniquingKeysWith: { a, _ in a }))
+                replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: record.externalFileSet.mapValues(\.bytes))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {
                 Replicate.logger.warning("making a base failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])

@@ -97,6 +97,11 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
         }
     }
 
+    /// The external-data files by their path below the folder: (bytes, SHA-256).
+    var externalFileSet: [String: (bytes: UInt64, sha256: String)] {
+        Dictionary(files.map { ($0.externalKey, ($0.bytes, $0.sha256)) }, uniquingKeysWith: { a, _ in a })
+    }
+
     /// A page size SQLite uses.
     static func isPageSize(_ size: Int) -> Bool { size >= 512 && size <= 65536 && size & (size - 1) == 0 }
 
