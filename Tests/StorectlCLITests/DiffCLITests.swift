@@ -75,6 +75,19 @@ struct DiffCLITests {
         // A file against a snapshot: the store as it is now is the second snapshot.
         let mixed = try storectl("diff", "--repo", repo, second, store)
         #expect(mixed.status == 0, "\(mixed.stdout)\(mixed.stderr)")
+        // One row changed in the file: the pages it shares with the snapshot (the b-tree interior
+        // pages the walks need among them) are read from the file, so only the frames holding the
+        // pages that differ are decompressed, not the snapshot's every frame.
+        let storeMiB = try DatabaseQueue(path: store).read { try Int.fetchOne($0, sql: "SELECT page_count * page_size FROM pragma_page_count, pragma_page_size") ?? 0 } >> 20
+        #expect(storeMiB >= 4, "the store spans several frames: \(storeMiB) MiB")
+        let one = try #require(keys.first { !deleted.contains($0) })
+        try write(store, "UPDATE ZITEM SET ZTITLE = 'once more' WHERE Z_PK = ?", arguments: [one])
+        for (x, y) in [(second, store), (store, second)] {
+            let single = try report(try storectl("diff", "--repo", repo, x, y, "--json"))
+            let changed = single.entities.flatMap(\.objects).filter { $0.change == "changed" }.compactMap { Int64($0.object.split(separator: " ").last ?? "") }
+            #expect(changed == [one] && single.entities.flatMap(\.objects).count == 1, "\(single.entities)")
+            #expect(single.stats.framesRead <= 3, "frames read: \(single.stats.framesRead) (reading interior pages from the snapshot took all 20 here, a store of \(storeMiB) MiB)")
+        }
     }
 
     @Test("a long value rewritten in place (same length, so the leaf's bytes may not change, only its overflow pages): found, in files and in snapshots")

@@ -88,6 +88,13 @@ final class FilePages: DiffPages {
     }
 
     func readOne(_ page: UInt32) throws -> [UInt8] {
+        let bytes = try readUncounted(page)
+        pagesRead += 1
+        return bytes
+    }
+
+    /// Page `page`, not counted as read by this side (read for another side it stands in for).
+    func readUncounted(_ page: UInt32) throws -> [UInt8] {
         guard page >= 1, Int(page) <= pageCount else {
             throw StoreOpsError(.badData, "\(what): page \(page) is past its end (\(pageCount) pages)")
         }
@@ -95,7 +102,6 @@ final class FilePages: DiffPages {
         let size = pageSize
         let got = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, size, off_t(Int(page) - 1) * off_t(size)) }
         guard got == pageSize else { throw StoreOpsError.posix(got < 0 ? errno : EIO, doing: "reading page \(page) of \(path)", side: .input) }
-        pagesRead += 1
         return bytes
     }
 
@@ -256,6 +262,20 @@ final class RepositoryPages: DiffPages {
 
     var pageCount: Int { ids.count }
 
+    /// A file diffed against this side (its pages hashed with this repository's key): a page
+    /// whose content id is the same at the same number in the file is read from the file (a
+    /// `pread`) instead of from its frame (decompressed with the rest of the frame). A file
+    /// against a snapshot then reads only the frames holding pages that differ, not every frame
+    /// for the b-tree interior pages the walks need (the snapshot before a migration: a handful
+    /// instead of all). Each page so read is hashed again and must match.
+    var standIn: FilePages?
+
+    /// Page `page` has the same content in `standIn`.
+    func sharedWithStandIn(_ page: UInt32) -> Bool {
+        guard let standIn, page >= 1, Int(page) <= ids.count, let id = standIn.contentID(page) else { return false }
+        return id == ids[Int(page) - 1]
+    }
+
     init(record: PagedSnapshotRecord, overlay: PointOverlay?, repository: PagedRepository, what: String) throws {
         self.what = what
         self.repository = repository
@@ -314,7 +334,16 @@ final class RepositoryPages: DiffPages {
         var seen = Set<String>()
         var list: [(pack: ContentID, frame: FrameEntry)] = []
         for side in sides {
-            for item in side.pages.frames where seen.insert("\(item.pack.hex)@\(item.frame.offset)").inserted { list.append(item) }
+            var frames = side.pages.frames
+            if side.pages.standIn != nil {
+                // Only the frames holding a page the file does not have (the rest are read from it).
+                var needed = Set<UInt32>()
+                for p in 0..<side.pages.ids.count where !side.pages.sharedWithStandIn(UInt32(p + 1)) {
+                    if let first = side.pages.byID.first(side.pages.ids[p]), side.pages.frameOf[first] > 0 { needed.insert(side.pages.frameOf[first]) }
+                }
+                frames = needed.sorted().map { side.pages.frames[Int($0) - 1] }
+            }
+            for item in frames where seen.insert("\(item.pack.hex)@\(item.frame.offset)").inserted { list.append(item) }
         }
         list.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
         let kept = Mutex<[[UInt32: [UInt8]]]>(Array(repeating: [:], count: sides.count))
@@ -328,6 +357,7 @@ final class RepositoryPages: DiffPages {
                         let number = UInt32(page + 1)
                         let at = Int(blob.offset) + (number == 1 ? 100 : 0)
                         let interior = at < plain.count && (plain[plain.startIndex + at] == 0x05 || plain[plain.startIndex + at] == 0x02)
+                            && !side.pages.sharedWithStandIn(number)
                         if interior || side.also.contains(number) {
                             if checked[blob.id] == nil {
                                 let data = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
@@ -346,7 +376,7 @@ final class RepositoryPages: DiffPages {
         let all = kept.withLock { $0 }
         for (s, side) in sides.enumerated() {
             side.pages.cache.merge(all[s]) { a, _ in a }
-            side.pages.framesRead += list.count
+            if s == 0 { side.pages.framesRead += list.count }   // one pass for both sides: counted once
             side.pages.pagesRead += all[s].count
         }
     }
@@ -359,6 +389,14 @@ final class RepositoryPages: DiffPages {
                 throw StoreOpsError(.badData, "\(what): page \(page) is past its end (\(ids.count) pages)")
             }
             if let bytes = overlay[page] ?? cache[page] { out[page] = bytes; continue }
+            if sharedWithStandIn(page), let file = standIn {
+                let bytes = try file.readUncounted(page)
+                if bytes.withUnsafeBytes({ self.repository.sealer.contentID($0) }) == ids[Int(page) - 1] {
+                    out[page] = bytes
+                    pagesRead += 1
+                    continue
+                }
+            }
             if !located { try Self.locate([self]) }
             guard let first = byID.first(ids[Int(page) - 1]), frameOf[first] > 0 else {
                 throw StoreOpsError(.badData, "\(what): page \(page)'s content \(ids[Int(page) - 1].hex.prefix(16))… is in no index of \(repository.location)",

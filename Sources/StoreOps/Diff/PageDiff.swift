@@ -64,6 +64,7 @@ final class PageDiff {
         } else if let repository = (a as? RepositoryPages) ?? (b as? RepositoryPages), let file = (a as? FilePages) ?? (b as? FilePages) {
             // A file against a snapshot: the file's pages get the repository's ids.
             file.sealer = repository.repository.sealer
+            repository.standIn = file
             method = "content ids"
         } else if a is FilePages, b is FilePages {
             method = "bytes"

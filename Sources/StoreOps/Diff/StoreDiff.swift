@@ -177,6 +177,8 @@ public enum StoreDiff {
         /// How pages were found equal: "content ids" (one repository) or "bytes".
         public var method: String
         public var pagesRead: Int
+        /// Frames of a repository read (each decompressed whole) for the pages it had to give.
+        public var framesRead: Int
         public var leavesSkipped: Int
         public var leavesDecoded: Int
         /// Why every leaf was compared (a differing page nothing explained), when it happened.
@@ -311,6 +313,7 @@ public enum StoreDiff {
             a: summaryA, b: summaryB, same: same, schema: schema, model: model, entities: entities, links: links,
             externalData: external, bookkeeping: collector.bookkeeping,
             stats: Stats(method: diff.method, pagesRead: pagesA.pagesRead + pagesB.pagesRead,
+                         framesRead: [pagesA, pagesB].reduce(0) { $0 + (($1 as? RepositoryPages)?.framesRead ?? 0) },
                          leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,
                          seconds: Date().timeIntervalSince(started)),
             removedKeys: collector.removedKeys, newReferences: collector.references)

@@ -332,7 +332,8 @@ public enum Migrate {
             // A repository in a bucket: the space checks are the store's own volume's.
             let folder = S3Backend.isS3(report.repository) ? store.folder
                 : FileSystem.kind(of: report.repository) == .directory ? report.repository : FileSystem.parent(of: report.repository)
-            let preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder))
+            // quick_check and the entity counts: the safety snapshot's, next (one read of the file, not two).
+            let preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true))
             guard preflight.passed else {
                 let failed = preflight.checks.filter { $0.status == .fail }.map { "\($0.id): \($0.summary)" }
                 throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  " + failed.joined(separator: "\n  "),
@@ -342,8 +343,15 @@ public enum Migrate {
 
         /// A verified snapshot, or nothing changes; then the crash journal names it.
         func snapshot(_ pipeline: Pipeline) throws -> String {
-            let created = try SnapshotCreate.inside(pipeline, tags: ["pre-migrate", "version-\(report.plan.current)"], level: nil,
+            let created: SnapshotCreate.Result
+            do {
+                created = try SnapshotCreate.inside(pipeline, tags: ["pre-migrate", "version-\(report.plan.current)"], level: nil,
                                                     progress: { pipeline.step($0) })
+            } catch let error as StoreOpsError where error.check != nil {
+                // The preflight's own check, run by the snapshot (see preflight()): refused as preflight refuses.
+                throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  \(error.check ?? ""): \(error.message)",
+                                    hint: error.hint)
+            }
             if let problem = try SnapshotVerify.justMade(created, in: try pipeline.repository) {
                 throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(problem)); nothing was changed")
             }

@@ -20,12 +20,19 @@ public enum Preflight {
         public var full = false
         /// Seconds to wait for another process's lock before reporting the store as busy.
         public var timeout: TimeInterval = 10
+        /// The caller's safety snapshot runs `quick_check` and the entity counts on the store next,
+        /// inside the read transaction its pages come from (and refuses a store that fails): the
+        /// preflight leaves both out rather than reading the whole file twice (migrate's, where the
+        /// store is locked and nobody writes in between).
+        public var sourceCheckedBySnapshot = false
 
-        public init(operation: Operation = .backup, destination: String? = nil, full: Bool = false, timeout: TimeInterval = 10) {
+        public init(operation: Operation = .backup, destination: String? = nil, full: Bool = false, timeout: TimeInterval = 10,
+                    sourceCheckedBySnapshot: Bool = false) {
             self.operation = operation
             self.destination = destination
             self.full = full
             self.timeout = timeout
+            self.sourceCheckedBySnapshot = sourceCheckedBySnapshot
         }
     }
 
@@ -68,9 +75,10 @@ public enum Preflight {
             }
             checks.append(contentsOf: stateChecks(info, store: store, locks: locks))
             checks.append(contentsOf: try spaceChecks(info, store: store, operation: options.operation, destination: destination))
-            checks.append(contentsOf: integrityChecks(db, full: options.full, progress: progress))
+            let bySnapshot = options.sourceCheckedBySnapshot && !options.full
+            if !bySnapshot { checks.append(contentsOf: integrityChecks(db, full: options.full, progress: progress)) }
             progress?(.stage("Core Data checks"))
-            let coreData = coreDataChecks(db)
+            let coreData = coreDataChecks(db, counting: !bySnapshot)
             checks.append(contentsOf: coreData.checks)
             entities = coreData.entities
         }
@@ -217,7 +225,7 @@ public enum Preflight {
 
     // MARK: - Core Data
 
-    static func coreDataChecks(_ db: Database) -> (checks: [Check], entities: [CoreDataCensus.EntityCount]?) {
+    static func coreDataChecks(_ db: Database, counting: Bool = true) -> (checks: [Check], entities: [CoreDataCensus.EntityCount]?) {
         let store: CoreDataStore
         do {
             guard let found = try CoreDataStore.read(db) else { return ([], nil) }
@@ -226,6 +234,7 @@ public enum Preflight {
             let message = (error as? StoreOpsError)?.message ?? "\(error)"
             return ([Check("coredata.metadata", .fail, "Core Data tables present but unreadable: \(message)")], nil)
         }
+        guard counting else { return ([metadataCheck(store.metadata), keyCheck(db, store: store), orphanCheck(db, store: store)], nil) }
         let (entitiesCheck, entities) = entityCheck(db, store: store)
         return ([metadataCheck(store.metadata), entitiesCheck, keyCheck(db, store: store), orphanCheck(db, store: store)], entities)
     }

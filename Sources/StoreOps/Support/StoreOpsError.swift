@@ -42,6 +42,9 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
     public var kind: Kind
     public var message: String
     public var hint: String?
+    /// The preflight check this failure is the finding of, when it is one (`integrity.quick_check`
+    /// for a snapshot whose source fails it): a caller that skipped that check can report it as its own.
+    public var check: String?
     /// The exit status this error ends a run with.
     public var status: ExitStatus { ExitMap.status(of: kind) }
 

@@ -216,6 +216,33 @@ struct MigrateTests {
         #expect((#expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) })?.message.contains("missing: 1_add_priority") == true)
     }
 
+    @Test("a damaged store is refused as preflight refuses it (exit 2, quick_check named), though the check is the safety snapshot's: nothing changed, no snapshot recorded")
+    func damagedStore() throws {
+        let fixture = try MigrationFixture(items: 5_000)
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        // A leaf of an index no remaining preflight check reads (the orphans check reads the
+        // tables and their to-one columns' indexes): only quick_check finds it.
+        let app = try DatabaseQueue(path: fixture.store)
+        let leaf = try app.writeWithoutTransaction { db -> Int in
+            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            return try Int.fetchOne(db, sql: "SELECT max(pageno) FROM dbstat WHERE name = 'ZITEM_Z_ENT_INDEX' AND pagetype = 'leaf'") ?? 0
+        }
+        try app.close()
+        #expect(leaf > 2)
+        let handle = try #require(FileHandle(forWritingAtPath: fixture.store))
+        try handle.seek(toOffset: UInt64((leaf - 1) * 4096 + 8))
+        handle.write(Data(repeating: 0xEE, count: 4096 - 8))
+        try handle.close()
+        let before = try Hashing.sha256(ofFile: fixture.store)
+        let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
+        #expect(error?.status == .checksFailed, "\(error?.description ?? "")")
+        #expect(error?.message.contains("preflight failed; nothing was changed") == true && error?.message.contains("integrity.quick_check") == true,
+                "\(error?.message ?? "")")
+        #expect(try Hashing.sha256(ofFile: fixture.store) == before)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.repo + "/snapshots").isEmpty, "no snapshot recorded")
+        #expect(MigrationJournal.read(try StoreFile(existing: fixture.store)) == nil)
+    }
+
     @Test("statements that cannot run in a transaction are refused unless the file says no-transaction")
     func nonTransactional() throws {
         let fixture = try MigrationFixture()

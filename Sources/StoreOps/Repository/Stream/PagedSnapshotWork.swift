@@ -294,8 +294,10 @@ final class PagedSnapshotWork {
             }
         }
         guard result.ok else {
-            throw StoreOpsError(.badData, "\(store.path) fails quick_check: \(result.messages.prefix(3).joined(separator: "; ")); no snapshot was recorded",
-                                hint: "the store itself is damaged: run `storectl preflight --full \(store.path)`")
+            var damaged = StoreOpsError(.badData, "\(store.path) fails quick_check: \(result.messages.prefix(3).joined(separator: "; ")); no snapshot was recorded",
+                                        hint: "the store itself is damaged: run `storectl preflight --full \(store.path)`")
+            damaged.check = "integrity.quick_check"
+            throw damaged
         }
         verification = result
         if let facts = parallelFacts {
