@@ -10,8 +10,13 @@
 # Exposure from commit to durable object is measured on a folder (bench/replicate.sh): S3's
 # Last-Modified has whole seconds.
 #
+# PARALLEL=1 runs the two phases at once (each its own copy and writer, sharing the cores): for an
+# hour of churn in an hour, where what counts is the bucket's bytes and the restore after (the
+# restores still run one at a time); the CPU and latency figures are then of a shared machine.
+#
 #   bash bench/replicate-s3.sh                       # ITEMS=4000000 DURATION=30 SYNC=1s MERGE=1m
 #   DURATION=120 MERGE=10s bash bench/replicate-s3.sh
+#   PARALLEL=1 DURATION=3600 bash bench/replicate-s3.sh   # an hour of churn
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -47,6 +52,7 @@ WEED=$!
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  pkill -f -- "$W/storectl/Tasks.sqlite" 2>/dev/null; pkill -f -- "$W/litestream/" 2>/dev/null   # PARALLEL's phases (subshells)
   kill "$WEED" 2>/dev/null; for _ in $(seq 30); do kill -0 "$WEED" 2>/dev/null || return; sleep 0.1; done; kill -9 "$WEED" 2>/dev/null
 }
 trap cleanup EXIT
@@ -151,12 +157,21 @@ YML
   kill -KILL "$fpid" 2>/dev/null && echo "  ($tool did not stop within 120 s of SIGTERM: killed)" >&2
   wait "$tpid" 2>/dev/null
   COMMITS[$tool]=$(jq_ "$P/writer.json" "d['commits']"); FAILED[$tool]=$(jq_ "$P/writer.json" "d['errors']"); P99[$tool]=$(jq_ "$P/writer.json" "d['p99Ms']")
+  echo "${READY[$tool]} ${CPU[$tool]} ${WIN[$tool]} ${COMMITS[$tool]} ${FAILED[$tool]} ${P99[$tool]}" > "$P/phase.out"
 }
 
 printf '\nstore: %s, %s (%s items); writer: a commit every %s ms for %s s; sync interval %s; storectl --merge-interval %s\n' "$STORE" \
   "$(du -h "$STORE" | cut -f1)" "$ITEMS" "$INTERVAL_MS" "$DURATION" "$SYNC" "$MERGE"
 printf 'storectl %s; litestream %s; SeaweedFS on loopback\n' "$("$BIN/storectl" --version 2>/dev/null | head -n 1)" "$LS_VERSION"
-for tool in storectl litestream; do phase "$tool" || exit 1; done
+if [ "${PARALLEL:-0}" = 1 ]; then
+  phase storectl & A=$!; phase litestream & B=$!
+  wait "$A" || exit 1; wait "$B" || exit 1
+else
+  for tool in storectl litestream; do phase "$tool" || exit 1; done
+fi
+for tool in storectl litestream; do
+  read -r READY[$tool] CPU[$tool] WIN[$tool] COMMITS[$tool] FAILED[$tool] P99[$tool] < "$W/$tool/phase.out"
+done
 
 printf '\n== following into the bucket\n'
 printf '%-26s %12s %9s %9s %10s %12s %12s %10s\n' "" "first copy" commits failed "p99 ms" "CPU writing" "% of a core" objects
