@@ -6,7 +6,7 @@ import Testing
 
 @Suite("storectl snapshot, end to end")
 struct SnapshotCLITests {
-    @Test("a store nothing was committed to since its last snapshot: the next snapshot reads no page (same map, same check), restores to the same content; a commit or a changed external file takes the full path again")
+    @Test("a store nothing was committed to since its last snapshot: the next snapshot reads no page (same map, same check), restores to the same content; a commit or a changed external file takes the full path again; so does an app that closes the store between snapshots")
     func unchangedStore() throws {
         let folder = try TempFolder()
         var options = SampleStore.Options()
@@ -21,6 +21,9 @@ struct SnapshotCLITests {
             #expect(run.status == 0, "\(run.stderr)")
             return try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(run.stdout.utf8))
         }
+        // The store was just written, and its -wal holds no frame: a state seen within 100 ms of
+        // the file's last write is not trusted later (a write in the same clock tick would not show).
+        Thread.sleep(forTimeInterval: 0.15)
         let read = try create()
         #expect(!read.unchanged, "the first snapshot of the store reads it")
         let reused = try create()
@@ -45,6 +48,28 @@ struct SnapshotCLITests {
         let again = try DatabaseQueueHolder(store)
         #expect(try !create().unchanged, "committed while the app was closed")
         try again.close()
+        // An app that closes the store when idle (its -wal and -shm go each time): once its last
+        // write is 100 ms old, a snapshot records the file's state, and the next one reuses it,
+        // also after the app opened and closed the store again without writing.
+        let closed = StoreFile(unchecked: store)
+        #expect(FileSystem.kind(of: closed.walPath) == .missing, "the app's close removed its -wal")
+        Thread.sleep(forTimeInterval: 0.2)
+        _ = try create()   // reads the store unless its parent already saw this state
+        #expect(try create().unchanged, "nothing was committed since, and no frame is in any -wal")
+        let reader = try DatabaseQueue(path: store)
+        _ = try reader.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") }
+        try reader.close()
+        #expect(FileSystem.kind(of: closed.walPath) == .missing)
+        #expect(try create().unchanged, "opened and closed without a write")
+        let writer = try DatabaseQueue(path: store)
+        try writer.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'closed again' WHERE Z_PK = 5") }
+        try writer.close()
+        #expect(FileSystem.kind(of: closed.walPath) == .missing, "the write went into the file at close")
+        let changed = try create()
+        #expect(!changed.unchanged, "a commit while no one else had the store open")
+        let copy = folder.file("after-close.sqlite")
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, changed.id, "--to", copy]).status == 0)
+        #expect(try DatabaseQueue(path: copy).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 5") } == "closed again")
     }
 
     @Test("repo init, then create, list, show, verify, restore, prune: output and exit statuses")

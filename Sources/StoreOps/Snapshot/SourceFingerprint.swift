@@ -10,7 +10,8 @@ import Foundation
 struct SourceFingerprint: Codable, Equatable, Sendable {
     var device: UInt64
     var inode: UInt64
-    /// WAL mode: salt-1, salt-2, commit counter, last frame, pages (hex of the wal-index header's fields).
+    /// WAL mode: salt-1, salt-2, commit counter, last frame, pages (hex of the wal-index header's
+    /// fields), or "empty" when the -wal is missing or empty (the file alone is the content).
     var walIndex: String?
     /// Rollback mode: the header's change counter, the file's size and modification time (ns).
     var changeCounter: UInt32?
@@ -18,20 +19,48 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
     var modifiedNanoseconds: Int64?
     /// SHA-256 of every external-data file's relative path, size and modification time (nil: no folder).
     var external: String?
+    /// When it was taken (seconds since 1970); not compared.
+    var takenAt: Double?
+
+    static func == (a: SourceFingerprint, b: SourceFingerprint) -> Bool {
+        a.device == b.device && a.inode == b.inode && a.walIndex == b.walIndex && a.changeCounter == b.changeCounter
+            && a.fileBytes == b.fileBytes && a.modifiedNanoseconds == b.modifiedNanoseconds && a.external == b.external
+    }
+
+    /// Whether a store found in this state later may be taken to be unchanged since. With no
+    /// frame in any -wal, a write shows only as the file's new time, and one within the clock's
+    /// tick (a few ms) of the time seen would look the same: so only when the file's last write
+    /// was at least 100 ms before this was taken. (A state with frames: the wal-index changes at
+    /// every commit.)
+    var settled: Bool {
+        guard walIndex == "empty" else { return true }
+        guard let takenAt, let modified = modifiedNanoseconds else { return false }
+        return takenAt - Double(modified) / 1e9 >= 0.1
+    }
 
     /// The store's fingerprint now, or nil when one cannot be read (no -shm yet, a torn header).
     static func take(_ store: StoreFile) -> SourceFingerprint? {
         var info = stat()
         guard stat(store.path, &info) == 0, let header = try? FileProbe.shared.header(of: store.path), header.count >= 100 else { return nil }
         var print = SourceFingerprint(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        print.takenAt = Date().timeIntervalSince1970
         // The database file's size and time in both modes: in WAL mode the wal-index alone is not
         // enough, because the app's last connection closing checkpoints into the file and removes
         // the -wal and -shm, and the next open builds a new wal-index whose counter starts again.
         print.fileBytes = UInt64(info.st_size)
         print.modifiedNanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
         if StoreFile.isWALHeader(header) {
-            guard let bytes = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0), let index = WalFormat.IndexHeader.parse(bytes) else { return nil }
-            print.walIndex = String(format: "%08x%08x%08x%08x%08x", index.salt1, index.salt2, index.change, index.lastFrame, index.pages)
+            if (FileSystem.size(of: store.walPath) ?? 0) == 0 {
+                // No -wal, or an empty one: no frame anywhere, so the database file alone is the
+                // content (its identity, size and time). The wal-index says nothing more: an app
+                // that closes the store removes both, and the next open builds a new one, so
+                // reading it would make every snapshot after such a close read the whole store.
+                // (`settled` says when this may be trusted later.)
+                print.walIndex = "empty"
+            } else {
+                guard let bytes = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0), let index = WalFormat.IndexHeader.parse(bytes) else { return nil }
+                print.walIndex = String(format: "%08x%08x%08x%08x%08x", index.salt1, index.salt2, index.change, index.lastFrame, index.pages)
+            }
         } else {
             guard FileSystem.kind(of: store.walPath) == .missing, FileSystem.kind(of: store.journalPath) == .missing else { return nil }
             print.changeCounter = WalFormat.be32(header, 24)

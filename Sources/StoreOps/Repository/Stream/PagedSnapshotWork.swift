@@ -70,7 +70,7 @@ final class PagedSnapshotWork {
         let host = origin?.host ?? ProcessInfo.processInfo.hostName
         let path = origin?.source.path ?? store.path
         parent = records.first { $0.manifest.host == host && $0.manifest.source.path == path && $0.id != id }
-        if origin == nil, reuseUnchanged, let parent, let print = parent.source, parent.manifest.verify.ok, parent.manifest.verify.level != .none,
+        if origin == nil, reuseUnchanged, let parent, let print = parent.source, print.settled, parent.manifest.verify.ok, parent.manifest.verify.level != .none,
            SourceFingerprint.take(store) == print {
             reusesParent = true
             fingerprint = print
