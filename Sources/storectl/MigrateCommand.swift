@@ -27,7 +27,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Option(help: "The snapshot repository for the pre-migrate snapshot.") var repo: String
     @OptionGroup var password: PasswordOption
     @Option(parsing: .unconditional, help: "Migrate up to this version.") var to: Int?
-    @Flag(help: "On a failure, restore the pre-migrate snapshot (exit 3).") var rollbackOnFailure = false
+    @Flag(help: "On a failure after a migration committed, restore the pre-migrate snapshot (exit 3); when nothing was committed there is nothing to roll back (exit 1).") var rollbackOnFailure = false
     @Flag(help: "Print the plan and change nothing.") var dryRun = false
     @Option(help: "A kill-switch file: when it exists, stop at the next safe point and roll back.") var killSwitch: String?
     @Flag(help: "After an interrupted migration: keep the store as it is and go on.") var resume = false

@@ -271,7 +271,8 @@ public enum Preflight {
                         details: problems.map(\.summary),
                         advice: "Core Data would reuse existing primary keys or fail to read them; the store was edited outside Core Data")).with(figures)
         } catch {
-            return Check("coredata.z_max", .fail, "could not check: \(error)")
+            return Check("coredata.z_max", .fail, "could not check: \(StoreOpsError.sqlite(error, doing: "reading the primary keys").message)",
+                         advice: "the store is damaged or unreadable: `storectl preflight --full` shows what is wrong")
         }
     }
 
@@ -292,7 +293,8 @@ public enum Preflight {
                 : Check("coredata.orphans", .fail, "\(Format.plural(total, "orphaned to-one reference", "orphaned to-one references")) in \(Format.plural(orphans.count, "column", "columns"))", details: details,
                         advice: "these rows point at objects that no longer exist; Core Data faults on them")).with(figures)
         } catch {
-            return Check("coredata.orphans", .fail, "could not check: \(error)")
+            return Check("coredata.orphans", .fail, "could not check: \(StoreOpsError.sqlite(error, doing: "reading the to-one references").message)",
+                         advice: "the store is damaged or unreadable: `storectl preflight --full` shows what is wrong")
         }
     }
 

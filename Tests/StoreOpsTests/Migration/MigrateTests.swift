@@ -241,6 +241,23 @@ struct MigrateTests {
         #expect(try Hashing.sha256(ofFile: fixture.store) == before)
         #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.repo + "/snapshots").isEmpty, "no snapshot recorded")
         #expect(MigrationJournal.read(try StoreFile(existing: fixture.store)) == nil)
+        // Damage a check the preflight still runs reads first (a table the orphans check scans):
+        // refused the same way, the message saying the store is damaged rather than quoting SQL.
+        let second = try MigrationFixture(items: 5_000)
+        try second.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        let other = try DatabaseQueue(path: second.store)
+        let itemLeaf = try other.writeWithoutTransaction { db -> Int in
+            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            return try Int.fetchOne(db, sql: "SELECT max(pageno) FROM dbstat WHERE name = 'ZITEM' AND pagetype = 'leaf'") ?? 0
+        }
+        try other.close()
+        let file = try #require(FileHandle(forWritingAtPath: second.store))
+        try file.seek(toOffset: UInt64((itemLeaf - 1) * 4096))
+        file.write(Data(repeating: 0xEE, count: 4096))
+        try file.close()
+        let refused = #expect(throws: StoreOpsError.self) { try Migrate.run(second.options()) }
+        #expect(refused?.status == .checksFailed, "\(refused?.description ?? "")")
+        #expect(refused?.message.contains("coredata.orphans: could not check: reading the to-one references: the database is damaged") == true && refused?.message.contains("SELECT") == false, "\(refused?.message ?? "")")
     }
 
     @Test("statements that cannot run in a transaction are refused unless the file says no-transaction")
