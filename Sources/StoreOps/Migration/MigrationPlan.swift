@@ -27,8 +27,11 @@ public struct MigrationPlan: Sendable, Codable {
     /// Problems that stop a run before anything happens.
     public var blockers: [String] {
         drifted.map { "drifted: \($0)" } + missing.map { "missing: \($0)" }
-            + pending.flatMap { migration in migration.refused.map { "\(migration.version)_\(migration.name): \($0)" } }
+            + pending.flatMap { migration in migration.refused.map { "\(Self.label(migration.version, migration.name)): \($0)" } }
     }
+
+    /// How a migration is named in messages: as its file is (`0001_add_priority`).
+    static func label(_ version: Int, _ name: String) -> String { String(format: "%04d", version) + "_" + name }
 
     public static func make(_ migrations: [Migration], history: [MigrationHistory.Entry], to: Int? = nil) -> MigrationPlan {
         let current = history.map(\.version).max() ?? 0
@@ -37,11 +40,11 @@ public struct MigrationPlan: Sendable, Codable {
         var missing: [String] = []
         for entry in history {
             guard let migration = byVersion[entry.version] else {
-                missing.append("\(entry.version)_\(entry.name) (applied \(Timestamp.iso(entry.appliedAt)))")
+                missing.append("\(label(entry.version, entry.name)) (applied \(Timestamp.iso(entry.appliedAt)))")
                 continue
             }
             if migration.checksum != entry.sha256 {
-                drifted.append("\(entry.version)_\(entry.name) was applied \(Timestamp.iso(entry.appliedAt)) with sha256 \(entry.sha256.prefix(12))…; "
+                drifted.append("\(label(entry.version, entry.name)) was applied \(Timestamp.iso(entry.appliedAt)) with sha256 \(entry.sha256.prefix(12))…; "
                                + "\(migration.source) now has \(migration.checksum.prefix(12))…. An applied migration must not be edited: add a new one")
             }
         }
@@ -49,7 +52,7 @@ public struct MigrationPlan: Sendable, Codable {
         let target = to ?? migrations.map(\.version).max() ?? current
         let pending = migrations.filter { !appliedVersions.contains($0.version) && $0.version <= target }.sorted { $0.version < $1.version }
         for migration in pending where migration.version < current {
-            missing.append("\(migration.version)_\(migration.name) is older than the store's version \(current) but was never applied")
+            missing.append("\(label(migration.version, migration.name)) is older than the store's version \(current) but was never applied")
         }
         return MigrationPlan(current: current, target: max(target, current), applied: history,
                              pending: pending.map { migration in

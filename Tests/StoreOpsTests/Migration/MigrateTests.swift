@@ -209,11 +209,11 @@ struct MigrateTests {
         try fixture.write("0002_upper_categories.sql", MigrationFixture.upperCategories)
         let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
         #expect(error?.status == .badData)
-        #expect(error?.message.contains("drifted: 1_add_priority was applied") == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("drifted: 0001_add_priority was applied") == true, "\(error?.message ?? "")")
         let status = try MigrationStatus.run(store: fixture.store, migrations: fixture.migrations)
         #expect(status.plan.drifted.count == 1 && status.plan.pending.map(\.version) == [2])
         unlink((fixture.migrations as NSString).appendingPathComponent("0001_add_priority.sql"))
-        #expect((#expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) })?.message.contains("missing: 1_add_priority") == true)
+        #expect((#expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) })?.message.contains("missing: 0001_add_priority") == true)
     }
 
     @Test("a damaged store is refused as preflight refuses it (exit 2, quick_check named), though the check is the safety snapshot's: nothing changed, no snapshot recorded")
