@@ -352,6 +352,23 @@ public enum Migrate {
                 throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  \(error.check ?? ""): \(error.message)",
                                     hint: error.hint)
             }
+            if created.unchanged {
+                // Nothing committed since the store's last snapshot: this one is that one's (no page
+                // read, so no check ran now). The preflight left quick_check to the snapshot: run it.
+                pipeline.note("quick_check (the safety snapshot read no page)")
+                let messages = try Migrate.readOnly(store, timeout: options.timeout) { db in
+                    do { return try StoreConnection.integrityMessages(db, pragma: "quick_check") } catch {
+                        let failed = StoreOpsError.sqlite(error, doing: "quick_check of \(store.path)")
+                        guard failed.kind == .badData else { throw failed }
+                        return [failed.message]
+                    }
+                }
+                guard messages == ["ok"] else {
+                    throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  integrity.quick_check: \(store.path) fails quick_check: "
+                                        + messages.prefix(3).joined(separator: "; "),
+                                        hint: "the store itself is damaged: run `storectl preflight --full \(store.path)`")
+                }
+            }
             if let problem = try SnapshotVerify.justMade(created, in: try pipeline.repository) {
                 throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(problem)); nothing was changed")
             }

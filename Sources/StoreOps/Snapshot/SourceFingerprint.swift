@@ -32,14 +32,29 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
     /// tick (a few ms) of the time seen would look the same: so only when the file's last write
     /// was at least 100 ms before this was taken. (A state with frames: the wal-index changes at
     /// every commit.)
+    /// A time with no fraction of a second is taken to come from a file system that keeps whole
+    /// seconds (ext3, FAT, some network file systems), where two writes a second apart look the
+    /// same: never trusted (such a store is read again by each snapshot).
     var settled: Bool {
         guard walIndex == "empty" else { return true }
-        guard let takenAt, let modified = modifiedNanoseconds else { return false }
+        guard let takenAt, let modified = modifiedNanoseconds, modified % 1_000_000_000 != 0 else { return false }
         return takenAt - Double(modified) / 1e9 >= 0.1
+    }
+
+    /// The -wal's size, 0 when there is none; nil when it cannot be told (an error other than ENOENT).
+    private static func walBytes(_ store: StoreFile) -> UInt64? {
+        var info = stat()
+        if stat(store.walPath, &info) == 0 { return UInt64(info.st_size) }
+        return errno == ENOENT ? 0 : nil
     }
 
     /// The store's fingerprint now, or nil when one cannot be read (no -shm yet, a torn header).
     static func take(_ store: StoreFile) -> SourceFingerprint? {
+        // Whether the -wal holds no frame is looked at before the file's stat and again after a
+        // second one: an app committing and then closing (its checkpoint writes the file and
+        // removes the -wal) between the stat and one look would otherwise pair the file's old
+        // time with "no frame".
+        let walBefore = walBytes(store)
         var info = stat()
         guard stat(store.path, &info) == 0, let header = try? FileProbe.shared.header(of: store.path), header.count >= 100 else { return nil }
         var print = SourceFingerprint(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
@@ -50,7 +65,10 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
         print.fileBytes = UInt64(info.st_size)
         print.modifiedNanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
         if StoreFile.isWALHeader(header) {
-            if (FileSystem.size(of: store.walPath) ?? 0) == 0 {
+            if walBefore == 0 {
+                var again = stat()
+                guard walBytes(store) == 0, stat(store.path, &again) == 0, again.st_ino == info.st_ino, again.st_size == info.st_size,
+                      again.st_mtim.tv_sec == info.st_mtim.tv_sec, again.st_mtim.tv_nsec == info.st_mtim.tv_nsec else { return nil }
                 // No -wal, or an empty one: no frame anywhere, so the database file alone is the
                 // content (its identity, size and time). The wal-index says nothing more: an app
                 // that closes the store removes both, and the next open builds a new one, so

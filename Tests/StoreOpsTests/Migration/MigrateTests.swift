@@ -260,6 +260,32 @@ struct MigrateTests {
         #expect(refused?.message.contains("coredata.orphans: could not check: reading the to-one references: the database is damaged") == true && refused?.message.contains("SELECT") == false, "\(refused?.message ?? "")")
     }
 
+    @Test("a store unchanged since its last snapshot, damaged behind the file's back (same size and time): the safety snapshot reuses its parent and reads no page, so migrate runs quick_check itself and refuses (exit 2)")
+    func damagedUnderUnchangedSnapshot() throws {
+        let fixture = try MigrationFixture(items: 5_000)
+        try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
+        let app = try DatabaseQueue(path: fixture.store)
+        let leaf = try app.writeWithoutTransaction { db -> Int in
+            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            return try Int.fetchOne(db, sql: "SELECT max(pageno) FROM dbstat WHERE name = 'ZITEM_Z_ENT_INDEX' AND pagetype = 'leaf'") ?? 0
+        }
+        try app.close()   // the -wal goes: the store is its file alone
+        Thread.sleep(forTimeInterval: 0.2)
+        let parent = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo))
+        #expect(!parent.unchanged)
+        var info = stat()
+        #expect(stat(fixture.store, &info) == 0)
+        let handle = try #require(FileHandle(forWritingAtPath: fixture.store))
+        try handle.seek(toOffset: UInt64((leaf - 1) * 4096 + 8))
+        handle.write(Data(repeating: 0xEE, count: 4096 - 8))
+        try handle.close()
+        var times = [info.st_atim, info.st_mtim]
+        #expect(utimensat(AT_FDCWD, fixture.store, &times, 0) == 0, "the file's time put back")
+        let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
+        #expect(error?.status == .checksFailed && error?.message.contains("integrity.quick_check") == true, "\(error?.description ?? "")")
+        #expect(try fixture.version() == 0)
+    }
+
     @Test("statements that cannot run in a transaction are refused unless the file says no-transaction")
     func nonTransactional() throws {
         let fixture = try MigrationFixture()

@@ -30,6 +30,9 @@ struct SourceFingerprintTests {
         touch(path, secondsAgo: 0.01)
         let fresh = try #require(SourceFingerprint.take(store))
         #expect(fresh.walIndex == "empty" && !fresh.settled, "written within 100 ms: not to be trusted later")
+        var whole = [timespec(tv_sec: Int(Date().timeIntervalSince1970) - 5, tv_nsec: 0), timespec(tv_sec: Int(Date().timeIntervalSince1970) - 5, tv_nsec: 0)]
+        _ = utimensat(AT_FDCWD, path, &whole, 0)
+        #expect(SourceFingerprint.take(store)?.settled == false, "a whole-second time (a coarse file system): never trusted")
         touch(path, secondsAgo: 1)
         let closed = try #require(SourceFingerprint.take(store))
         #expect(closed.walIndex == "empty" && closed.settled && closed != fresh)

@@ -290,7 +290,9 @@ final class PagedSnapshotWork {
             parallelFacts = .some(facts)
         } else {
             do { result = try Verifier.verify(src, level: .quick) } catch {
-                throw StoreOpsError.sqlite(error, doing: "checking \(store.path) while it was streamed")
+                var failed = StoreOpsError.sqlite(error, doing: "checking \(store.path) while it was streamed")
+                if failed.kind == .badData { failed.check = "integrity.quick_check" }   // damage quick_check could not get past
+                throw failed
             }
         }
         guard result.ok else {
@@ -307,7 +309,9 @@ final class PagedSnapshotWork {
         do {
             coreData = try ConsistentCopy.coreDataFacts(src)
         } catch let error as StoreOpsError { throw error } catch {
-            throw StoreOpsError.sqlite(error, doing: "counting the entities of \(store.path)")
+            var failed = StoreOpsError.sqlite(error, doing: "counting the entities of \(store.path)")
+            if failed.kind == .badData { failed.check = "coredata.entities" }
+            throw failed
         }
     }
 
