@@ -193,7 +193,9 @@ final class ReadHold {
     private var db: OpaquePointer?
     let journalMode: String
 
-    init(path: String) throws {
+    /// - Parameter busyMilliseconds: how long to wait for a lock (the diff waits for a writer; the
+    ///   replicate loop does not).
+    init(path: String, busyMilliseconds: Int32 = 5000) throws {
         var handle: OpaquePointer?
         let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil)
         db = handle
@@ -208,7 +210,7 @@ final class ReadHold {
             db = nil
             throw error
         }
-        sqlite3_busy_timeout(handle, 5000)
+        sqlite3_busy_timeout(handle, busyMilliseconds)
         var mode = ""
         for sql in ["BEGIN DEFERRED", "SELECT count(*) FROM sqlite_master", "PRAGMA journal_mode"] {
             var statement: OpaquePointer?

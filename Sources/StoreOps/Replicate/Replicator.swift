@@ -142,6 +142,13 @@ public enum Replicate {
         /// The store's external-data folder as last recorded (nil until the chain's base or a
         /// resume says what the repository holds).
         var external: ExternalFolderWatch?
+        /// A read transaction opened inside a base's pinned read and held until the next capture
+        /// has read what the app committed meanwhile (the base's commit and upload take seconds).
+        /// While a reader holds a read mark the app's checkpoints cannot restart the -wal, so
+        /// those commits cannot be checkpointed away unread: without it, an hour of a writer
+        /// committing every 2 ms lost 656 commits to a gap at the hourly base. (When the -wal
+        /// was wholly checkpointed, SQLite gives the reader no mark; then nothing was unread.)
+        var boundaryHold: ReadHold?
 
         init(store: StoreFile) {
             self.store = store
@@ -353,7 +360,9 @@ public enum Replicate {
 
         func capture(_ replica: Replica) {
             do {
-                switch try replica.follower.capture() {
+                let outcome = try replica.follower.capture()
+                replica.boundaryHold = nil   // what the app committed since the base is read now (or its loss known)
+                switch outcome {
                 case .commits(let commits, let at):
                     add(commits, at: at, to: replica)
                 case .gap(let why):
@@ -365,6 +374,7 @@ public enum Replicate {
                     step(replica)
                 }
             } catch {
+                replica.boundaryHold = nil
                 Replicate.logger.warning("reading the store failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
                 replica.retryAfter = Date().addingTimeInterval(options.pollInterval)
             }
@@ -613,12 +623,15 @@ public enum Replicate {
                 let work = PagedSnapshotWork(store: replica.store, repository: repository, tags: ["replicate"], level: options.level, reuseUnchanged: false)
                 try work.prepare(records: try repository.catalog().records)
                 let time: Date
+                var boundary: ReadHold?
                 do {
                     let image = try replica.follower.image(catchingUp: kind == "compaction" ? rewindTo : nil) { pageSize, pageCount, _, read in
                         let source = Manifest.Source(path: replica.store.path, journalMode: "wal", pageSize: pageSize, pageCount: pageCount,
                                                      fileBytes: FileSystem.size(of: replica.store.path) ?? 0,
                                                      walBytes: FileSystem.size(of: replica.store.walPath) ?? 0)
                         try work.copyPages(pageSize: pageSize, pageCount: pageCount, source: source, read: read, progress: nil)
+                        // Still inside the pinned read: the -wal has not restarted since the base's state.
+                        boundary = try? ReadHold(path: replica.store.path, busyMilliseconds: 100)
                     }
                     time = image.time
                     // A continuation is one only if the base holds that one commit and no later one.
@@ -675,6 +688,7 @@ public enum Replicate {
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
                 replica.lastDurableTime = Replicate.ms(time)
                 replica.needsBase = nil
+                replica.boundaryHold = boundary
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: record.externalFileSet.mapValues(\.bytes))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {
