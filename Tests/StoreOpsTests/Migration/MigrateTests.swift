@@ -29,6 +29,24 @@ struct MigrationFixture {
 
     func version() throws -> Int { try readStore(store) { try MigrationHistory.version($0) } }
 
+    /// The last leaf page of b-tree `name`, after the -wal is checkpointed into the file and closed.
+    func lastLeaf(of name: String) throws -> Int {
+        let app = try DatabaseQueue(path: store)
+        defer { try? app.close() }
+        return try app.writeWithoutTransaction { db -> Int in
+            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            return try Int.fetchOne(db, sql: "SELECT max(pageno) FROM dbstat WHERE name = ? AND pagetype = 'leaf'", arguments: [name]) ?? 0
+        }
+    }
+
+    /// Overwrites page `page` of the store's file from byte `from` on (damage behind SQLite's back).
+    func scribble(page: Int, from: Int = 0) throws {
+        guard let handle = FileHandle(forWritingAtPath: store) else { throw StoreOpsError(.noInput, "cannot write \(store)") }
+        try handle.seek(toOffset: UInt64((page - 1) * 4096 + from))
+        handle.write(Data(repeating: 0xEE, count: 4096 - from))
+        try handle.close()
+    }
+
     static let addPriority = """
         -- Tasks get a label for their priority.
         ALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;
@@ -222,17 +240,9 @@ struct MigrateTests {
         try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
         // A leaf of an index no remaining preflight check reads (the orphans check reads the
         // tables and their to-one columns' indexes): only quick_check finds it.
-        let app = try DatabaseQueue(path: fixture.store)
-        let leaf = try app.writeWithoutTransaction { db -> Int in
-            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-            return try Int.fetchOne(db, sql: "SELECT max(pageno) FROM dbstat WHERE name = 'ZITEM_Z_ENT_INDEX' AND pagetype = 'leaf'") ?? 0
-        }
-        try app.close()
+        let leaf = try fixture.lastLeaf(of: "ZITEM_Z_ENT_INDEX")
         #expect(leaf > 2)
-        let handle = try #require(FileHandle(forWritingAtPath: fixture.store))
-        try handle.seek(toOffset: UInt64((leaf - 1) * 4096 + 8))
-        handle.write(Data(repeating: 0xEE, count: 4096 - 8))
-        try handle.close()
+        try fixture.scribble(page: leaf, from: 8)
         let before = try Hashing.sha256(ofFile: fixture.store)
         let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
         #expect(error?.status == .checksFailed, "\(error?.description ?? "")")
@@ -245,16 +255,7 @@ struct MigrateTests {
         // refused the same way, the message saying the store is damaged rather than quoting SQL.
         let second = try MigrationFixture(items: 5_000)
         try second.write("0001_add_priority.sql", MigrationFixture.addPriority)
-        let other = try DatabaseQueue(path: second.store)
-        let itemLeaf = try other.writeWithoutTransaction { db -> Int in
-            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-            return try Int.fetchOne(db, sql: "SELECT max(pageno) FROM dbstat WHERE name = 'ZITEM' AND pagetype = 'leaf'") ?? 0
-        }
-        try other.close()
-        let file = try #require(FileHandle(forWritingAtPath: second.store))
-        try file.seek(toOffset: UInt64((itemLeaf - 1) * 4096))
-        file.write(Data(repeating: 0xEE, count: 4096))
-        try file.close()
+        try second.scribble(page: try second.lastLeaf(of: "ZITEM"))
         let refused = #expect(throws: StoreOpsError.self) { try Migrate.run(second.options()) }
         #expect(refused?.status == .checksFailed, "\(refused?.description ?? "")")
         #expect(refused?.message.contains("coredata.orphans: could not check: reading the to-one references: the database is damaged") == true && refused?.message.contains("SELECT") == false, "\(refused?.message ?? "")")
@@ -264,21 +265,13 @@ struct MigrateTests {
     func damagedUnderUnchangedSnapshot() throws {
         let fixture = try MigrationFixture(items: 5_000)
         try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
-        let app = try DatabaseQueue(path: fixture.store)
-        let leaf = try app.writeWithoutTransaction { db -> Int in
-            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-            return try Int.fetchOne(db, sql: "SELECT max(pageno) FROM dbstat WHERE name = 'ZITEM_Z_ENT_INDEX' AND pagetype = 'leaf'") ?? 0
-        }
-        try app.close()   // the -wal goes: the store is its file alone
+        let leaf = try fixture.lastLeaf(of: "ZITEM_Z_ENT_INDEX")   // the -wal goes: the store is its file alone
         Thread.sleep(forTimeInterval: 0.2)
         let parent = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo))
         #expect(!parent.unchanged)
         var info = stat()
         #expect(stat(fixture.store, &info) == 0)
-        let handle = try #require(FileHandle(forWritingAtPath: fixture.store))
-        try handle.seek(toOffset: UInt64((leaf - 1) * 4096 + 8))
-        handle.write(Data(repeating: 0xEE, count: 4096 - 8))
-        try handle.close()
+        try fixture.scribble(page: leaf, from: 8)
         var times = [info.st_atim, info.st_mtim]
         #expect(utimensat(AT_FDCWD, fixture.store, &times, 0) == 0, "the file's time put back")
         let error = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
