@@ -88,6 +88,25 @@ int storectl_sync_file_range(int fd, long long offset, long long length, int wai
 #endif
 }
 
+int storectl_open_unnamed(const char *folder, unsigned int mode) {
+#ifdef O_TMPFILE
+    return open(folder, O_TMPFILE | O_RDWR | O_CLOEXEC, (mode_t)mode);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+long long storectl_copy_range(int from, long long from_offset, int to, long long to_offset, long long length) {
+#ifdef __linux__
+    loff_t in = (loff_t)from_offset, out = (loff_t)to_offset;
+    return (long long)copy_file_range(from, &in, to, &out, (size_t)length, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 int storectl_polite_thread(int nice_value, unsigned long long slice_ns) {
 #if defined(__linux__) && defined(SYS_sched_setattr)
     struct {

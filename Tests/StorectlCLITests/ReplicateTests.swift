@@ -423,6 +423,52 @@ struct ReplicateTests {
         #expect(checked.restored >= 20, "\(checked.refused)")
     }
 
+    @Test("a point's pages past the memory budget go to an unnamed scratch file beside the restore: with a budget of two pages, 12 random points restore byte for byte as with the default budget, diff finds the point and its restore the same, nothing is left in the folder; a volume without room for the scratch file is 74, left empty")
+    func pointPagesPastTheBudget() throws {
+        let world = try world()
+        let follower = try replicate(world)
+        #expect(waitForBase(world))
+        #expect(try churn(world, seconds: 2, ["--seed", "21"]).wait().status == 0)
+        usleep(1_200_000)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        let small = world.environment.merging(["STORECTL_TEST_POINT_MEMORY_BYTES": "8192", "STORECTL_LOG_LEVEL": "debug"]) { $1 }
+        let out = try TempFolder("storectl-point-scratch")
+        var spilled = 0
+        for (i, time) in try randomTimes(world, count: 12, seed: 5).enumerated() {
+            // The default budget (in this process: nothing goes to a file for a store this small)...
+            let held = world.folder.file("held-\(i).sqlite")
+            var options = SnapshotRestore.Options(repository: world.repo, id: "", target: .file(held))
+            options.password = .file(world.folder.file("password"))
+            options.at = time
+            let first = try SnapshotRestore.run(options)
+            // ...and two pages held, the rest in the scratch file, by the command.
+            let target = out.file("scratch-\(i).sqlite")
+            let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(time), "--to", target, "--json"],
+                                           environment: small)
+            #expect(run.status == 0, "\(run.stderr)")
+            let second = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(run.stdout.utf8))
+            #expect(second.point == first.point)
+            #expect(try Hashing.sha256(ofFile: target) == Hashing.sha256(ofFile: held), "point \(first.point ?? "?") restores differently with its pages in a scratch file")
+            if let range = run.stderr.range(of: "scratch_pages=") { spilled = max(spilled, Int(run.stderr[range.upperBound...].prefix { $0.isNumber }) ?? 0) }
+            if i == 0, first.point?.hasSuffix("@0") == false {
+                let diff = try ChildProcess.run(Binaries.storectl, ["diff", "--repo", world.repo, "--at", Timestamp.iso(time), held], environment: small)
+                #expect(diff.status == 0, "\(diff.stdout) \(diff.stderr)")
+            }
+            try FileManager.default.removeItem(atPath: held)
+        }
+        #expect(spilled > 2, "no restore put pages in the scratch file")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: out.path).allSatisfy { $0.hasPrefix("scratch-") }, "left behind in the folder")
+        // The scratch file is on the restore's volume: no room there is 74, with nothing left.
+        if let mount = TempMount(kilobytes: 64) {
+            let last = Date(timeIntervalSince1970: try ChurnLoad.readLog(world.log).values.map(\.returned).max() ?? 0)
+            let full = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(last), "--to", mount.file("r.sqlite")],
+                                            environment: world.environment.merging(["STORECTL_TEST_POINT_MEMORY_BYTES": "0"]) { $1 })
+            #expect(full.status == 74 && full.stderr.contains("no room in \(mount.path)"), "\(full.status) \(full.stderr)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: mount.path).isEmpty)
+        }
+    }
+
     @Test("rollback --at TIME puts the store back as it was at a point (a safety snapshot first), the same content the writer logged")
     func rollbackToAPoint() throws {
         let world = try world()

@@ -9,6 +9,15 @@ int storectl_rename_noreplace(const char *from, const char *to);
 /// 1: also wait for the range's writeback to finish. Returns -1 with errno ENOSYS elsewhere.
 int storectl_sync_file_range(int fd, long long offset, long long length, int wait);
 
+/// An unnamed regular file in `folder` (Linux open(2) O_TMPFILE, read-write, `mode`): it has no
+/// name to leave behind, whatever ends the process. -1 with errno (EOPNOTSUPP, EISDIR or EINVAL
+/// where the file system cannot make one; ENOSYS elsewhere).
+int storectl_open_unnamed(const char *folder, unsigned int mode);
+
+/// copy_file_range(2): up to `length` bytes from `from` at `from_offset` to `to` at `to_offset`,
+/// within the kernel. The bytes copied, or -1 with errno (ENOSYS, EXDEV, EINVAL: copy by hand).
+long long storectl_copy_range(int from, long long from_offset, int to, long long to_offset, long long length);
+
 /// The calling thread at nice `nice_value` with a scheduler slice of `slice_ns` (Linux 6.12+:
 /// a shorter slice lets a waking thread of another process run sooner instead of waiting for this
 /// one's slice to end; earlier kernels: nice alone). 0, or -1 with errno.

@@ -248,7 +248,7 @@ final class RepositoryPages: DiffPages {
     let ids: [ContentID]
     /// The snapshot (a point's chain base).
     let record: PagedSnapshotRecord
-    private let overlay: [UInt32: [UInt8]]
+    private let overlay: OverlayPages?
     /// The external-data files, by name (a point's: what its restore writes, `PointOverlay.fileSet`).
     let files: [String: (bytes: UInt64, sha256: String)]
     private let byID: PagesByID
@@ -285,7 +285,7 @@ final class RepositoryPages: DiffPages {
         pageSize = record.pages.pageSize
         ids = try overlay?.ids ?? BlobLocator.pageMap(of: record, in: repository).ids
         guard ids.count < Int(UInt32.max) else { throw StoreOpsError(.badData, "\(what): its map lists \(ids.count) pages, more than SQLite can address") }
-        self.overlay = (overlay?.pages ?? [:]).mapValues { $0 }
+        self.overlay = overlay?.pages
         files = overlay?.fileSet(base: record) ?? record.externalFileSet
         byID = PagesByID(ids)
         frameOf = [UInt32](repeating: 0, count: ids.count)
@@ -390,7 +390,7 @@ final class RepositoryPages: DiffPages {
             guard page >= 1, Int(page) <= ids.count else {
                 throw StoreOpsError(.badData, "\(what): page \(page) is past its end (\(ids.count) pages)")
             }
-            if let bytes = overlay[page] ?? cache[page] { out[page] = bytes; continue }
+            if let bytes = try overlay?.page(page) ?? cache[page] { out[page] = bytes; continue }
             if sharedWithStandIn(page), let file = standIn {
                 let bytes = try file.readUncounted(page)
                 if bytes.withUnsafeBytes({ self.repository.sealer.contentID($0) }) == ids[Int(page) - 1] {

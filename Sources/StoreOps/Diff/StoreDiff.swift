@@ -242,7 +242,8 @@ public enum StoreDiff {
                 return (pages, SideSummary(name: record.id, kind: "snapshot", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
             case .point(let time):
                 let repository = try repo()
-                let target = try PointRestore.resolve(repository, at: time, store: options.pointStore, host: options.pointHost)
+                let scratch = options.scratch.map { FileSystem.absolute($0) } ?? PointRestore.temporaryFolder
+                let target = try PointRestore.resolve(repository, at: time, store: options.pointStore, host: options.pointHost, scratch: scratch)
                 let name = target.point.map { "point \($0)" } ?? "snapshot \(target.record.id)"
                 let pages = try RepositoryPages(record: target.record, overlay: target.overlay, repository: repository, what: name)
                 return (pages, SideSummary(name: "\(target.point ?? target.record.id) (\(Timestamp.iso(target.time ?? time)))", kind: "point",

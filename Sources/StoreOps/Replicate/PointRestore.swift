@@ -2,10 +2,11 @@ import Foundation
 import Synchronization
 
 /// The pages a point changed on top of its chain's base: the point's page ids (what restore
-/// checks the file against) and the last version of each page its commits wrote.
+/// checks the file against) and the last version of each page its commits wrote (held in
+/// memory up to a budget, the rest in a scratch file: `OverlayPages`).
 struct PointOverlay {
     var ids: [ContentID]
-    var pages: [UInt32: [UInt8]]
+    var pages: OverlayPages
     var pageSize: Int
     /// External-data files the base does not hold, from the store's next snapshot after the
     /// point (its next base, or a scheduled one), for chains whose segments do not carry files
@@ -61,10 +62,7 @@ struct PointOverlay {
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "writing \(path)", side: .output) }
         defer { close(fd) }
         guard ftruncate(fd, off_t(ids.count) * off_t(pageSize)) == 0 else { throw StoreOpsError.posix(errno, doing: "sizing \(path)", side: .output) }
-        for (page, bytes) in pages.sorted(by: { $0.key < $1.key }) where Int(page) <= ids.count {
-            let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, bytes.count, off_t(Int(page) - 1) * off_t(pageSize)) }
-            guard written == bytes.count else { throw StoreOpsError.posix(written < 0 ? errno : ENOSPC, doing: "writing \(path)", side: .output) }
-        }
+        try pages.write(into: fd, path: path, upTo: ids.count)
     }
 }
 
@@ -80,7 +78,19 @@ public enum PointRestore {
     /// The snapshot `options.id` names, or with `options.at`, the newest point at or before it.
     static func target(_ options: SnapshotRestore.Options, in repository: PagedRepository) throws -> Target {
         guard let at = options.at else { return Target(record: try repository.record(options.id)) }
-        return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost)
+        // The point's pages beyond the memory budget go to a scratch file beside the restored
+        // database (the volume that must have room for it anyway).
+        let destination: String
+        switch options.target {
+        case .file(let path), .inPlace(let path): destination = FileSystem.parent(of: FileSystem.absolute(path))
+        }
+        let scratch = FileSystem.kind(of: destination) == .directory ? destination : temporaryFolder
+        return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost, scratch: scratch)
+    }
+
+    /// TMPDIR, or /tmp.
+    static var temporaryFolder: String {
+        FileSystem.absolute(ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp")
     }
 
     /// The store a point restore is about: named, or the only one with points.
@@ -105,7 +115,8 @@ public enum PointRestore {
         return only
     }
 
-    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?) throws -> Target {
+    /// - Parameter scratch: where the point's pages go past the memory budget (`OverlayPages`).
+    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String) throws -> Target {
         let timeline = try PointTimeline.load(repository)
         let key = try storeKey(repository, timeline: timeline, store: store, host: host)
         let chains = timeline.chains(of: key)
@@ -142,7 +153,7 @@ public enum PointRestore {
         }
         let base = try repository.record(chain.id)
         var ids = try BlobLocator.pageMap(of: base, in: repository).ids
-        var pages: [UInt32: [UInt8]] = [:]
+        let pages = OverlayPages(pageSize: base.pages.pageSize, folder: scratch)
         var point = 0
         var time = chain.baseTime
         let zstd = try ZstdFrames(level: 3)
@@ -204,7 +215,7 @@ public enum PointRestore {
                         let content = bytes[next + i]
                         if Int(page) <= pageCount, page >= 1 {
                             ids[Int(page) - 1] = id
-                            pages[page] = content
+                            try pages.set(page, content)
                         }
                     }
                     next += commit.pages.count
@@ -213,7 +224,7 @@ public enum PointRestore {
                 }
             }
         }
-        pages = pages.filter { Int($0.key) <= ids.count }
+        SnapshotRestore.logger.debug("point read", metadata: ["held_pages": "\(pages.heldCount)", "scratch_pages": "\(pages.pagesInFile)"])
         guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time)) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
         let baseNames = Set(base.files.map(\.externalKey))
