@@ -243,10 +243,12 @@ enum Scenarios {
     }
 
     static let pointRestore = CrashScenario(
-        name: "snapshot restore --at --to (a point whose segment carries an external-data file)",
+        name: "snapshot restore --at --to (a point whose segment carries an external-data file; its pages through the scratch file)",
         setup: {
             let template = try pointTemplate.get()
             let fixture = try CrashFixture(makeRepository: false)
+            // No page held in memory: every one goes through the unnamed scratch file (`OverlayPages`).
+            fixture.environment["STORECTL_TEST_POINT_MEMORY_BYTES"] = "0"
             // The template's store (its -wal, -shm and support folder) and repository in place of the fresh ones.
             for path in [fixture.store, fixture.store + "-wal", fixture.store + "-shm", StoreFile.supportPath(forDatabase: fixture.store)]
             where FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }

@@ -143,19 +143,6 @@ final class OverlayPages {
 
     /// An unnamed file in `folder`, or one whose name is removed at once.
     static func scratchFile(in folder: String) throws -> Int32 {
-        let unnamed = storectl_open_unnamed(folder, 0o600)
-        if unnamed >= 0 {
-            FaultInjection.reach("point.scratch.create")
-            return unnamed
-        }
-        let err = errno
-        guard [EOPNOTSUPP, EISDIR, EINVAL, ENOSYS].contains(err) else {
-            throw StoreOpsError.posix(err, doing: "creating a scratch file for the point's pages in \(folder)", side: .output)
-        }
-        let random = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        let path = (folder as NSString).appendingPathComponent(PendingFile.temporaryPrefix(for: "storectl-point-pages") + "\(getpid())-\(random)")
-        let fd = try FileSystem.create(path, flags: O_RDWR, point: "point.scratch.create")
-        FileSystem.remove(path, point: "point.scratch.unlink")
-        return fd
+        try FileSystem.createUnnamed(in: folder, fallbackName: "storectl-point-pages", doing: "creating a scratch file for the point's pages", point: "point.scratch")
     }
 }

@@ -128,7 +128,7 @@ struct PointSegment: Codable, Equatable {
 
     /// Opens a segment read from `name`'s key: the segment, its pages (each commit's, in order),
     /// and the bytes of the external-data files its commits carry (in order).
-    static func open(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> (PointSegment, [[UInt8]], [Data]) {
+    static func open(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> (PointSegment, SegmentPages, [Data]) {
         let what = "point segment \(location)/\(name.key)"
         let framed = try sealer.open(sealed, as: name.identity, what: what)
         var reader = BinaryReader(framed, what: what)
@@ -157,14 +157,17 @@ struct PointSegment: Codable, Equatable {
                 throw StoreOpsError(.badData, "\(what) holds \(segment.commits.count) commits for points \(name.from)-\(name.to)", hint: Sealer.damagedHint)
             }
         }
-        var pages: [[UInt8]] = []
+        var pages = SegmentPages(raw: raw, pageSize: segment.pageSize)
         var files: [Data] = []
         for commit in segment.commits {
             guard commit.pages.count == commit.ids.count, commit.pageCount > 0, commit.pageCount <= 1 << 28, commit.time >= 0,
                   commit.pages.allSatisfy({ $0 >= 1 }) else {
                 throw StoreOpsError(.badData, "\(what): commit at frame \(commit.frame) is inconsistent", hint: Sealer.damagedHint)
             }
-            for _ in commit.pages { pages.append(Array(try body.bytes(segment.pageSize))) }
+            for _ in commit.pages {
+                pages.offsets.append(body.offset)
+                _ = try body.bytes(segment.pageSize)   // a slice, not a copy: checks the page is there
+            }
             for file in commit.files ?? [] {
                 guard PagedSnapshotRecord.isExternalFileName(file.name), file.bytes >= 0, file.bytes <= maxFileBytes else {
                     throw StoreOpsError(.badData, "\(what): commit at frame \(commit.frame) names the external-data file \(file.name.debugDescription) of \(file.bytes) bytes", hint: Sealer.damagedHint)
@@ -184,9 +187,31 @@ struct PointSegment: Codable, Equatable {
     }
 }
 
+/// The pages an opened segment holds, in order (each commit's): read from its decompressed bytes
+/// when asked, not copied out all at once (a second's segment of a busy store holds thousands).
+struct SegmentPages: RandomAccessCollection {
+    let raw: Data
+    let pageSize: Int
+    /// Where each page starts in `raw`.
+    var offsets: [Int] = []
+
+    init(raw: Data, pageSize: Int) {
+        self.raw = raw
+        self.pageSize = pageSize
+    }
+
+    var startIndex: Int { 0 }
+    var endIndex: Int { offsets.count }
+
+    subscript(index: Int) -> [UInt8] {
+        let start = offsets[index]
+        return [UInt8](raw[start..<(start + pageSize)])
+    }
+}
+
 extension PointSegment {
     /// Opens any segment of commits: a level-1 merge's members in order, or the segment itself.
-    static func openAll(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> [(PointSegment, [[UInt8]], [Data])] {
+    static func openAll(_ sealed: Data, name: SegmentName, sealer: Sealer, zstd: ZstdFrames, location: String) throws -> [(PointSegment, SegmentPages, [Data])] {
         guard name.level == PointMerge.level else { return [try open(sealed, name: name, sealer: sealer, zstd: zstd, location: location)] }
         return try PointMerge.members(sealed, name: name, sealer: sealer, location: location).map {
             try open($0.sealed, name: $0.name, sealer: sealer, zstd: zstd, location: location)

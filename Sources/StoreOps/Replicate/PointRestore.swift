@@ -197,7 +197,12 @@ public enum PointRestore {
         var files = PointFiles(base: base)
         reading: for (index, name) in wanted.enumerated() {
             var carriedIndex = 0
-            for (segment, bytes, _) in try PointSegment.openAll(try sealed(index), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+            // A merged object's members opened one at a time: one member's pages in memory, not all of them.
+            let object = try sealed(index)
+            let members = name.level == PointMerge.level ? try PointMerge.members(object, name: name, sealer: repository.sealer, location: repository.location)
+                                                          : [(name: name, sealed: object)]
+            for member in members {
+                let (segment, bytes, _) = try PointSegment.open(member.sealed, name: member.name, sealer: repository.sealer, zstd: zstd, location: repository.location)
                 guard segment.pageSize == base.pages.pageSize else {
                     throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
                 }

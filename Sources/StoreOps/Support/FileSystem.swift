@@ -101,6 +101,28 @@ public enum FileSystem {
         return fd
     }
 
+    /// A read-write regular file in `folder` with no name (O_TMPFILE, mode 0600): nothing is left
+    /// behind, whatever ends the process. Where the file system cannot make one, a file under a
+    /// temporary name (`PendingFile`'s, for `fallbackName`) whose name is removed at once; a
+    /// kill between the two leaves a name `PendingFile.removeStale` removes. Fault points
+    /// `<point>.create` and (the fallback) `<point>.unlink`.
+    static func createUnnamed(in folder: String, fallbackName: String, doing: String, point: String) throws -> Int32 {
+        let unnamed = storectl_open_unnamed(folder, 0o600)
+        if unnamed >= 0 {
+            FaultInjection.reach("\(point).create")
+            return unnamed
+        }
+        let err = errno
+        guard [EOPNOTSUPP, EISDIR, EINVAL, ENOSYS].contains(err) else {
+            throw StoreOpsError.posix(err, doing: "\(doing) in \(folder)", side: .output)
+        }
+        let random = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        let path = (folder as NSString).appendingPathComponent(PendingFile.temporaryPrefix(for: fallbackName) + "\(getpid())-\(random)")
+        let fd = try create(path, flags: O_RDWR, point: "\(point).create")
+        _ = remove(path, point: "\(point).unlink")
+        return fd
+    }
+
     /// Opens `path` for appending, creating it when missing (job logs, lock files).
     public static func openCreating(_ path: String, mode: mode_t, flags: Int32, point: String) throws -> Int32 {
         let existed = kind(of: path) != .missing
