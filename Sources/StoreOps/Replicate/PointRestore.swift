@@ -214,9 +214,7 @@ public enum PointRestore {
                     if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
                     if ids.count < pageCount { ids += [ContentID](repeating: .zero, count: pageCount - ids.count) }
                     for (i, page) in commit.pages.enumerated() {
-                        guard let id = ContentID(hex: commit.ids[i]) else {
-                            throw StoreOpsError(.badData, "point segment \(name.key): page \(page) has no valid content id", hint: Sealer.damagedHint)
-                        }
+                        let id = commit.ids[i]
                         let content = bytes[next + i]
                         if Int(page) <= pageCount, page >= 1 {
                             ids[Int(page) - 1] = id

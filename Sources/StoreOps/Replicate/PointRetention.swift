@@ -113,7 +113,7 @@ enum PointThinning {
         var keptBytes = 0
         var start = first.from
         var minute: Int64?
-        var pending: [UInt32: (id: String, bytes: [UInt8])] = [:]
+        var pending: [UInt32: (id: ContentID, bytes: [UInt8])] = [:]
         // External-data files of the period's commits: every file that appeared (in order), and
         // every one that went, both moved to the kept commit (a removal then takes effect after
         // it: a kept point may hold a file already gone, never lack one it names).
@@ -154,7 +154,7 @@ enum PointThinning {
             guard var commit = last else { return }
             let pages = pending.keys.sorted()
             commit.pages = pages
-            commit.ids = pages.map { pending[$0]?.id ?? "" }
+            commit.ids = pages.map { pending[$0]?.id ?? .zero }
             commit.point = lastPoint
             for page in pages { let bytes = pending[page]?.bytes ?? []; keptBytes += bytes.count; keptPages.append(bytes) }
             commit.files = pendingFiles.isEmpty ? nil : pendingFiles.map(\.file)

@@ -386,13 +386,13 @@ public enum Replicate {
             replica.lastTime = time
             for commit in commits {
                 var pages: [UInt32] = []
-                var ids: [String] = []
+                var ids: [ContentID] = []
                 var bytes: [[UInt8]] = []
                 for (page, content) in commit.pages {
                     var content = content
                     if page == 1 { content.withUnsafeMutableBytes { WalFollower.normalizePage1($0) } }
                     pages.append(page)
-                    ids.append(repository.sealer.contentID(content).hex)
+                    ids.append(repository.sealer.contentID(content))
                     replica.pendingBytes += content.count
                     bytes.append(content)
                 }

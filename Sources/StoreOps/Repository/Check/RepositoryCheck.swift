@@ -85,7 +85,7 @@ public enum RepositoryCheck {
                     }
                     for (segment, pages, _) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
                         let ids = segment.commits.flatMap(\.ids)
-                        for (i, page) in pages.enumerated() where repository.sealer.contentID(page).hex != ids[i] {
+                        for (i, page) in pages.enumerated() where repository.sealer.contentID(page) != ids[i] {
                             report.problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id")
                             break
                         }

@@ -1,0 +1,86 @@
+import Foundation
+import StoreLab
+@testable import StoreOps
+import Testing
+
+@Suite("point segments: version 3 (binary commits) and the versions before it")
+struct PointSegmentTests {
+    /// A repository with one chain of a store a writer changed while `replicate` followed it,
+    /// with an external-data file carried by a commit (the commit's JSON extra).
+    func followedRepository() throws -> (TempFolder, PagedRepository) {
+        let folder = try TempFolder("storectl-segments")
+        let store = try sampleStore(in: folder, items: 500)
+        let repo = try folder.repository()
+        let env = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--merge-interval", "0"], environment: env)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, (try? PointTimeline.load(try PagedRepository.open(at: repo, password: .file(folder.file("password")))).chains.isEmpty) ?? true {
+            usleep(50_000)
+        }
+        let support = StoreFile(unchecked: store).externalDataPath
+        try FileManager.default.createDirectory(atPath: support, withIntermediateDirectories: true)
+        try Data(repeating: 7, count: 5_000).write(to: URL(fileURLWithPath: (support as NSString).appendingPathComponent("A1B2C3")))
+        let writer = try ChildProcess.Running(Binaries.lab, ["churn", store, "--log", folder.file("churn.log"), "--duration", "1.5", "--seed", "4"])
+        #expect(writer.wait().status == 0)
+        usleep(1_500_000)
+        follower.signal(SIGTERM)
+        let followed = follower.wait()
+        #expect(followed.status == 0, "\(followed.stderr)")
+        return (folder, try PagedRepository.open(at: repo, password: .file(folder.file("password"))))
+    }
+
+    @Test("every segment replicate wrote is version 3; sealed again as version 1-2 (commits in JSON, ids in hex) or 3 it opens to the same commits, pages and files; a version from a newer storectl is refused with what to do")
+    func versions() throws {
+        let (folder, repository) = try followedRepository()
+        defer { withExtendedLifetime(folder) {} }   // the folder goes when its value does
+        let zstd = try ZstdFrames(level: 3)
+        let chains = try PointTimeline.load(repository).chains
+        var commits = 0, withFiles = 0, legacyVersions = Set<Int>()
+        for chain in chains {
+            for name in chain.segments.dropFirst() {
+                let sealed = try #require(try repository.backend.read(name.key))
+                let (segment, pages, files) = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+                #expect(segment.version == PointSegment.currentVersion)
+                commits += segment.commits.count
+                withFiles += segment.commits.filter { $0.files?.isEmpty == false }.count
+                // The body: per commit its pages, then its files' bytes.
+                var body: [[UInt8]] = []
+                var nextPage = 0, nextFile = 0
+                for commit in segment.commits {
+                    for _ in commit.pages { body.append(pages[nextPage]); nextPage += 1 }
+                    for _ in commit.files ?? [] { body.append([UInt8](files[nextFile])); nextFile += 1 }
+                }
+                for legacy in [true, false] {
+                    let again = try segment.seal(pages: body, sealer: repository.sealer, zstd: zstd, name: name, legacyVersion: legacy)
+                    let (reopened, reopenedPages, reopenedFiles) = try PointSegment.open(again, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+                    if legacy { legacyVersions.insert(reopened.version) }
+                    #expect(reopened.commits == segment.commits)
+                    #expect(Array(reopenedPages) == Array(pages))
+                    #expect(reopenedFiles == files)
+                }
+            }
+        }
+        #expect(commits > 20, "the writer's commits were not followed")
+        #expect(withFiles >= 1, "no commit carried the external-data file")
+        #expect(legacyVersions == [1, 2])
+        // A segment from a newer storectl.
+        let chain = try #require(chains.first)
+        let name = try #require(chain.segments.dropFirst().first)
+        var (segment, _, _) = try PointSegment.open(try #require(try repository.backend.read(name.key)), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+        segment.version = PointSegment.currentVersion + 1
+        segment.commits = []
+        let json = try JSON.encode(segment)
+        var plain = BinaryWriter(capacity: 0)
+        plain.u32(UInt32(json.count))
+        plain.bytes(json)
+        var framed = BinaryWriter(capacity: 0)
+        framed.u32(UInt32(plain.data.count))
+        var out = framed.data
+        out.append(try plain.data.withUnsafeBytes { try zstd.compress($0) })
+        let newer = try repository.sealer.seal(out, as: name.identity)
+        #expect(throws: StoreOpsError.self) { try PointSegment.open(newer, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) }
+        do { _ = try PointSegment.open(newer, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) } catch let error as StoreOpsError {
+            #expect(error.status == .badData && error.message.contains("version \(PointSegment.currentVersion + 1)") && error.hint?.contains("newer storectl") == true, "\(error)")
+        }
+    }
+}
