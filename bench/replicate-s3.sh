@@ -17,6 +17,7 @@
 #   bash bench/replicate-s3.sh                       # ITEMS=4000000 DURATION=30 SYNC=1s MERGE=1m
 #   DURATION=120 MERGE=10s bash bench/replicate-s3.sh
 #   PARALLEL=1 DURATION=3600 bash bench/replicate-s3.sh   # an hour of churn
+#   PARALLEL=1 DURATION=1200 BASE=5m bash bench/replicate-s3.sh   # 20 minutes, a new base every 5
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -32,6 +33,7 @@ DURATION=${DURATION:-30}
 INTERVAL_MS=${INTERVAL_MS:-2}
 SYNC=${SYNC:-1s}
 MERGE=${MERGE:-1m}
+BASE=${BASE:-1h}                    # storectl --base-interval: BASE=5m puts a chain boundary every 5 minutes
 DRAIN=${DRAIN:-3}
 READY_TIMEOUT=${READY_TIMEOUT:-600}
 AT=${AT:-$(python3 -c "import random; print(round(random.uniform(0.1, 0.9), 3))")}
@@ -111,7 +113,7 @@ phase() {
   case $tool in
     storectl)
       "$BIN/storectl" repo init --repo s3://bench/storectl --insecure-no-encryption >/dev/null 2>&1 || { echo "  (repo init failed)" >&2; strict_fail repo init; return 1; }
-      "$BIN/storectl" replicate "$P/Tasks.sqlite" --repo s3://bench/storectl --sync-interval "$SYNC" --merge-interval "$MERGE" --json \
+      "$BIN/storectl" replicate "$P/Tasks.sqlite" --repo s3://bench/storectl --sync-interval "$SYNC" --merge-interval "$MERGE" --base-interval "$BASE" --json \
         >"$P/replicate.json" 2>"$P/replicate.err" &
       tpid=$! ;;
     litestream)

@@ -17,7 +17,7 @@ import Foundation
 /// a restore reads ~10x faster (decoding the JSON was most of a restore at a point):
 ///
 ///     u32 count | per commit: u64 time (ms) | u64 point + 1 (0: none) | u32 frame | u32 page count |
-///                             u32 n | n x u32 page | n x 32-byte content id |
+///                             u32 n | n x u32 page | n x content id (the repository's 16 or 32 bytes) |
 ///                             u32 json bytes | json (`Commit.Extra`: files, removed, notCarried; 0 bytes: none)
 ///
 /// compressed with zstd, then sealed as `points:<store>/<chain>/<level>-<from>-<to>`, so it
@@ -135,7 +135,7 @@ struct PointSegment: Codable, Equatable {
         } else {
             segment.version = Self.currentVersion
             segment.commits = []
-            table = BinaryWriter(capacity: 4 + commits.reduce(0) { $0 + 32 + $1.pages.count * 36 })
+            table = BinaryWriter(capacity: 4 + commits.reduce(0) { $0 + 32 + $1.pages.count * (4 + sealer.idBytes) })
             table.u32(UInt32(commits.count))
             for commit in commits {
                 table.u64(UInt64(bitPattern: commit.time))
@@ -144,7 +144,7 @@ struct PointSegment: Codable, Equatable {
                 table.u32(commit.pageCount)
                 table.u32(UInt32(commit.pages.count))
                 for page in commit.pages { table.u32(page) }
-                for id in commit.ids { table.id(id, bytes: ContentID.byteCount) }
+                for id in commit.ids { table.id(id, bytes: sealer.idBytes) }
                 let extra = Commit.Extra(files: commit.files, removed: commit.removed, notCarried: commit.notCarried)
                 if extra.files == nil && extra.removed == nil && extra.notCarried == nil {
                     table.u32(0)
@@ -192,7 +192,7 @@ struct PointSegment: Codable, Equatable {
         }
         if segment.version >= 3 {
             guard segment.commits.isEmpty else { throw StoreOpsError(.badData, "\(what) holds its commits twice", hint: Sealer.damagedHint) }
-            segment.commits = try readCommits(&body, pageSize: segment.pageSize, what: what)
+            segment.commits = try readCommits(&body, idBytes: sealer.idBytes, what: what)
         }
         guard segment.chain == name.chain, segment.storeKey == name.store, segment.level == name.level, segment.from == name.from,
               segment.to == name.to, PagedSnapshotRecord.isPageSize(segment.pageSize),
@@ -238,7 +238,7 @@ struct PointSegment: Codable, Equatable {
 
 extension PointSegment {
     /// A version 3 segment's commits (its binary table); counts are checked against the bytes left.
-    static func readCommits(_ body: inout BinaryReader, pageSize: Int, what: String) throws -> [Commit] {
+    static func readCommits(_ body: inout BinaryReader, idBytes: Int, what: String) throws -> [Commit] {
         let count = try body.count(itemBytes: 32)
         var commits: [Commit] = []
         commits.reserveCapacity(count)
@@ -247,13 +247,13 @@ extension PointSegment {
             let point = try body.u64()
             let frame = try body.u32()
             let pageCount = try body.u32()
-            let n = try body.count(itemBytes: 36)
+            let n = try body.count(itemBytes: 4 + idBytes)
             var pages: [UInt32] = []
             pages.reserveCapacity(n)
             for _ in 0..<n { pages.append(try body.u32()) }
             var ids: [ContentID] = []
             ids.reserveCapacity(n)
-            for _ in 0..<n { ids.append(try body.id(bytes: ContentID.byteCount)) }
+            for _ in 0..<n { ids.append(try body.id(bytes: idBytes)) }
             guard point < UInt64(Int.max) else { throw StoreOpsError(.badData, "\(what): a commit names point \(point - 1)", hint: Sealer.damagedHint) }
             var commit = Commit(time: time, point: point == 0 ? nil : Int(point - 1), frame: frame, pageCount: pageCount, pages: pages, ids: ids)
             let extraBytes = try body.count(itemBytes: 1)

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 
 /// The pages a point changed on top of its chain's base: the point's page ids (what restore
@@ -66,6 +67,16 @@ struct PointOverlay {
     }
 }
 
+/// An opened segment handed from the lane that opened it to the one applying it.
+final class OpenedSegment: @unchecked Sendable {
+    let segment: PointSegment
+    let pages: SegmentPages
+    init(_ opened: (PointSegment, SegmentPages, [Data])) {
+        segment = opened.0
+        pages = opened.1
+    }
+}
+
 /// `snapshot restore --at TIME`: which point that is, and what to lay over its chain's base.
 public enum PointRestore {
     struct Target {
@@ -117,7 +128,12 @@ public enum PointRestore {
 
     /// - Parameter scratch: where the point's pages go past the memory budget (`OverlayPages`).
     static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String) throws -> Target {
+        let started = Date()
+        func stage(_ what: String, _ metadata: Logger.Metadata = [:]) {
+            SnapshotRestore.logger.debug("\(what)", metadata: metadata.merging(["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"]) { a, _ in a })
+        }
         let timeline = try PointTimeline.load(repository)
+        stage("points listed")
         let key = try storeKey(repository, timeline: timeline, store: store, host: host)
         let chains = timeline.chains(of: key)
         let t = Replicate.ms(at)
@@ -153,6 +169,7 @@ public enum PointRestore {
         }
         let base = try repository.record(chain.id)
         var ids = try BlobLocator.pageMap(of: base, in: repository).ids
+        stage("base's map read")
         let pages = OverlayPages(pageSize: base.pages.pageSize, folder: scratch)
         var point = 0
         var time = chain.baseTime
@@ -195,14 +212,43 @@ public enum PointRestore {
             return data
         }
         var files = PointFiles(base: base)
-        reading: for (index, name) in wanted.enumerated() {
-            var carriedIndex = 0
-            // A merged object's members opened one at a time: one member's pages in memory, not all of them.
-            let object = try sealed(index)
-            let members = name.level == PointMerge.level ? try PointMerge.members(object, name: name, sealer: repository.sealer, location: repository.location)
-                                                          : [(name: name, sealed: object)]
-            for member in members {
-                let (segment, bytes, _) = try PointSegment.open(member.sealed, name: member.name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+        // The segments to open, in order: each object's, a merged object's members one by one.
+        // Two are opened at once (decompressing is most of the work; the other core is idle
+        // here), then applied in order: at most two segments' pages in memory.
+        var units: [(outer: SegmentName, member: SegmentName, sealed: Data)] = []
+        var nextObject = 0
+        nonisolated(unsafe) let zstds = [zstd, try ZstdFrames(level: 3)]   // one per lane
+        nonisolated(unsafe) let sealer = repository.sealer
+        let location = repository.location
+        var carriedIndex = 0
+        var currentObject: SegmentName?
+        reading: while true {
+            while units.count < 2, nextObject < wanted.count {
+                let name = wanted[nextObject]
+                let object = try sealed(nextObject)
+                nextObject += 1
+                let members = name.level == PointMerge.level ? try PointMerge.members(object, name: name, sealer: repository.sealer, location: repository.location)
+                                                              : [(name: name, sealed: object)]
+                units += members.map { (outer: name, member: $0.name, sealed: $0.sealed) }
+            }
+            guard !units.isEmpty else { break }
+            let batch = Array(units.prefix(2))
+            units.removeFirst(batch.count)
+            let opened: [OpenedSegment]
+            nonisolated(unsafe) let pair = batch
+            @Sendable func open(_ k: Int) throws -> OpenedSegment {
+                OpenedSegment(try PointSegment.open(pair[k].sealed, name: pair[k].member, sealer: sealer, zstd: zstds[k], location: location))
+            }
+            if batch.count == 2 {
+                let (a, b) = try inParallel({ try open(0) }, { try open(1) })
+                opened = [a, b]
+            } else {
+                opened = [try open(0)]
+            }
+            for (u, unit) in opened.enumerated() {
+                let name = batch[u].outer
+                if currentObject != name { currentObject = name; carriedIndex = 0 }
+                let (segment, bytes) = (unit.segment, unit.pages)
                 guard segment.pageSize == base.pages.pageSize else {
                     throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
                 }
@@ -227,7 +273,8 @@ public enum PointRestore {
                 }
             }
         }
-        SnapshotRestore.logger.debug("point read", metadata: ["held_pages": "\(pages.heldCount)", "scratch_pages": "\(pages.pagesInFile)"])
+        _ = zstds
+        stage("point read", ["segments": "\(wanted.count)", "held_pages": "\(pages.heldCount)", "scratch_pages": "\(pages.pagesInFile)"])
         guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time)) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
         let baseNames = Set(base.files.map(\.externalKey))
