@@ -11,8 +11,9 @@ import Foundation
 /// 1 GiB store's churn changes a few hundred MiB of pages, which were all held in memory before.
 ///
 /// The scratch file has no name (O_TMPFILE): nothing is left behind whatever ends the process.
-/// Where the file system cannot make an unnamed file, it is made under a temporary name removed at
-/// once (`PendingFile.removeStale` removes the name when a kill came between).
+/// Where the file system cannot make an unnamed file (not ext4, xfs, btrfs or tmpfs: some network
+/// and FUSE file systems), it is made under a temporary name removed at once; a kill between the
+/// two leaves the name, which the next restore into that folder removes (`PendingFile.removeStale`).
 final class OverlayPages {
     let pageSize: Int
     /// Bytes of pages held in memory before they are written to the scratch file.
@@ -56,10 +57,7 @@ final class OverlayPages {
         if let bytes = held[page] { return bytes }
         guard has(page) else { return nil }
         var bytes = [UInt8](repeating: 0, count: pageSize)
-        let read = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, pageSize, offset(page)) }
-        guard read == pageSize else {
-            throw StoreOpsError.posix(read < 0 ? errno : EIO, doing: "reading page \(page) back from the point's scratch file in \(folder ?? "?")", side: .output)
-        }
+        try bytes.withUnsafeMutableBytes { try readAll($0, at: offset(page)) }
         return bytes
     }
 
@@ -95,15 +93,12 @@ final class OverlayPages {
         if fd < 0 { fd = try Self.scratchFile(in: folder) }
         for page in held.keys.sorted() where page >= 1 {
             let bytes = held[page] ?? []
-            let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, offset(page)) }
-            guard written == bytes.count else {
-                let err = written < 0 ? errno : ENOSPC
-                if err == ENOSPC || err == EDQUOT {
-                    throw StoreOpsError(.ioError, "no room in \(folder) for the pages the point changed since its chain's base "
-                                        + "(\(Format.bytes(UInt64(pagesInFile) * UInt64(pageSize))) written to a scratch file so far)",
-                                        hint: "free space there, or restore to another volume")
-                }
-                throw StoreOpsError.posix(err, doing: "writing the point's pages to a scratch file in \(folder)", side: .output)
+            do {
+                try bytes.withUnsafeBytes { try FileSystem.writeAll(fd, $0, at: offset(page), path: "the point's scratch file in \(folder)") }
+            } catch let error as StoreOpsError where error.kind == .noSpace {
+                throw StoreOpsError(.noSpace, "no room in \(folder) for the pages the point changed since its chain's base "
+                                    + "(\(Format.bytes(UInt64(pagesInFile) * UInt64(pageSize))) written to a scratch file so far)",
+                                    hint: "free space there, or restore to another volume")
             }
             let word = Int(page) >> 6
             if word >= inFile.count { inFile += [UInt64](repeating: 0, count: word + 1 - inFile.count + inFile.count / 2) }
@@ -124,20 +119,30 @@ final class OverlayPages {
             let err = errno
             if copied < 0, err == EINTR { continue }
             // Not within the kernel here (an old kernel, or across file systems): by hand.
-            if copied < 0, [ENOSYS, EXDEV, EINVAL, EOPNOTSUPP, EBADF].contains(err) || copied == 0 {
+            if copied == 0 || (copied < 0 && [ENOSYS, EXDEV, EINVAL, EOPNOTSUPP, EBADF].contains(err)) {
                 var buffer = [UInt8](repeating: 0, count: min(1 << 20, length - done))
                 while done < length {
                     let want = min(buffer.count, length - done)
-                    let read = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, want, start + off_t(done)) }
-                    guard read == want else {
-                        throw StoreOpsError.posix(read < 0 ? errno : EIO, doing: "reading the point's scratch file in \(folder ?? "?")", side: .output)
-                    }
+                    try buffer.withUnsafeMutableBytes { try readAll(UnsafeMutableRawBufferPointer(rebasing: $0[0..<want]), at: start + off_t(done)) }
                     try buffer.withUnsafeBytes { try FileSystem.writeAll(target, UnsafeRawBufferPointer(rebasing: $0[0..<want]), at: start + off_t(done), path: path) }
                     done += want
                 }
                 return
             }
             throw StoreOpsError.posix(err, doing: "writing \(path)", side: .output)
+        }
+    }
+
+    /// Fills `buffer` from the scratch file at `offset` (a short read, or an end before it, is 74).
+    private func readAll(_ buffer: UnsafeMutableRawBufferPointer, at offset: off_t) throws {
+        var done = 0
+        while done < buffer.count {
+            let read = pread(fd, buffer.baseAddress! + done, buffer.count - done, offset + off_t(done))
+            if read < 0, errno == EINTR { continue }
+            guard read > 0 else {
+                throw StoreOpsError.posix(read < 0 ? errno : EIO, doing: "reading the point's scratch file in \(folder ?? "?") back", side: .output)
+            }
+            done += read
         }
     }
 

@@ -90,13 +90,18 @@ public enum PointRestore {
     static func target(_ options: SnapshotRestore.Options, in repository: PagedRepository) throws -> Target {
         guard let at = options.at else { return Target(record: try repository.record(options.id)) }
         // The point's pages beyond the memory budget go to a scratch file beside the restored
-        // database (the volume that must have room for it anyway).
+        // database (the volume that must have room for it anyway; `diff --at`: TMPDIR).
         let destination: String
         switch options.target {
         case .file(let path), .inPlace(let path): destination = FileSystem.parent(of: FileSystem.absolute(path))
         }
-        let scratch = FileSystem.kind(of: destination) == .directory ? destination : temporaryFolder
-        return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost, scratch: scratch)
+        // Refused before the point is read (the restore itself would refuse it after).
+        switch FileSystem.kind(of: destination) {
+        case .directory: break
+        case .missing: throw StoreOpsError(.cannotCreate, "the folder \(destination) does not exist")
+        default: throw StoreOpsError(.cannotCreate, "\(destination) is not a folder")
+        }
+        return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost, scratch: destination)
     }
 
     /// TMPDIR, or /tmp.

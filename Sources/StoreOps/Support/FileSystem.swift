@@ -104,8 +104,9 @@ public enum FileSystem {
     /// A read-write regular file in `folder` with no name (O_TMPFILE, mode 0600): nothing is left
     /// behind, whatever ends the process. Where the file system cannot make one, a file under a
     /// temporary name (`PendingFile`'s, for `fallbackName`) whose name is removed at once; a
-    /// kill between the two leaves a name `PendingFile.removeStale` removes. Fault points
-    /// `<point>.create` and (the fallback) `<point>.unlink`.
+    /// kill between the two leaves a name `PendingFile.removeStale` removes from that folder
+    /// (a restore's folder: each restore there does). Fault points `<point>.create` and (the
+    /// fallback) `<point>.unlink`.
     static func createUnnamed(in folder: String, fallbackName: String, doing: String, point: String) throws -> Int32 {
         let unnamed = storectl_open_unnamed(folder, 0o600)
         if unnamed >= 0 {
@@ -119,7 +120,11 @@ public enum FileSystem {
         let random = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         let path = (folder as NSString).appendingPathComponent(PendingFile.temporaryPrefix(for: fallbackName) + "\(getpid())-\(random)")
         let fd = try create(path, flags: O_RDWR, point: "\(point).create")
-        _ = remove(path, point: "\(point).unlink")
+        guard remove(path, point: "\(point).unlink") else {
+            let err = errno
+            close(fd)
+            throw StoreOpsError.posix(err, doing: "\(doing) in \(folder) (removing the name of \(path), left behind: remove it by hand)", side: .output)
+        }
         return fd
     }
 

@@ -41,6 +41,12 @@ struct PointSegmentTests {
                 let sealed = try #require(try repository.backend.read(name.key))
                 let (segment, pages, files) = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
                 #expect(segment.version == PointSegment.currentVersion)
+                // Each page is the one its id names (read from the binary table).
+                let ids = segment.commits.flatMap(\.ids)
+                #expect(ids.count == pages.count)
+                for (i, page) in pages.enumerated() where i < ids.count {
+                    #expect(page.withUnsafeBytes { repository.sealer.contentID($0) } == ids[i], "page \(i) of \(name.key)")
+                }
                 commits += segment.commits.count
                 withFiles += segment.commits.filter { $0.files?.isEmpty == false }.count
                 // The body: per commit its pages, then its files' bytes.
@@ -66,21 +72,59 @@ struct PointSegmentTests {
         // A segment from a newer storectl.
         let chain = try #require(chains.first)
         let name = try #require(chain.segments.dropFirst().first)
-        var (segment, _, _) = try PointSegment.open(try #require(try repository.backend.read(name.key)), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
-        segment.version = PointSegment.currentVersion + 1
-        segment.commits = []
-        let json = try JSON.encode(segment)
-        var plain = BinaryWriter(capacity: 0)
-        plain.u32(UInt32(json.count))
-        plain.bytes(json)
-        var framed = BinaryWriter(capacity: 0)
-        framed.u32(UInt32(plain.data.count))
-        var out = framed.data
-        out.append(try plain.data.withUnsafeBytes { try zstd.compress($0) })
-        let newer = try repository.sealer.seal(out, as: name.identity)
-        #expect(throws: StoreOpsError.self) { try PointSegment.open(newer, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) }
-        do { _ = try PointSegment.open(newer, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) } catch let error as StoreOpsError {
-            #expect(error.status == .badData && error.message.contains("version \(PointSegment.currentVersion + 1)") && error.hint?.contains("newer storectl") == true, "\(error)")
+        let (segment, segmentPages, _) = try PointSegment.open(try #require(try repository.backend.read(name.key)), name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)
+        // A segment of the first commit alone, well formed but for what each case breaks: its
+        // table, then the commit's pages.
+        let first = try #require(segment.commits.first)
+        let one = SegmentName(store: name.store, chain: name.chain, level: 0, from: segment.from, to: segment.from, firstTime: first.time, lastTime: first.time)
+        func sealed(version: Int, commits: [PointSegment.Commit] = [], table: (inout BinaryWriter) -> Void) throws -> Data {
+            var header = segment
+            header.version = version
+            header.to = header.from
+            header.commits = commits
+            let json = try JSON.encode(header)
+            var plain = BinaryWriter(capacity: 0)
+            plain.u32(UInt32(json.count))
+            plain.bytes(json)
+            table(&plain)
+            for k in 0..<first.pages.count { plain.bytes(Data(segmentPages[k])) }
+            var framed = BinaryWriter(capacity: 0)
+            framed.u32(UInt32(plain.data.count))
+            var out = framed.data
+            out.append(try plain.data.withUnsafeBytes { try zstd.compress($0) })
+            return try repository.sealer.seal(out, as: one.identity)
         }
+        func refused(_ data: Data, _ what: String) -> StoreOpsError? {
+            do {
+                _ = try PointSegment.open(data, name: one, sealer: repository.sealer, zstd: zstd, location: repository.location)
+                Issue.record("\(what): opened")
+                return nil
+            } catch let error as StoreOpsError {
+                #expect(error.status == .badData, "\(what): \(error)")
+                return error
+            } catch {
+                Issue.record("\(what): \(error)")
+                return nil
+            }
+        }
+        let newer = refused(try sealed(version: PointSegment.currentVersion + 1) { _ in }, "a newer version")
+        #expect(newer?.message.contains("version \(PointSegment.currentVersion + 1)") == true && newer?.hint?.contains("newer storectl") == true, "\(String(describing: newer))")
+        // Damaged or hostile version-3 tables: 65, never a crash or a huge allocation; the
+        // well-formed one opens to the commit.
+        func commit(_ w: inout BinaryWriter, point: UInt64 = 0, n: UInt32? = nil, extra: Data = Data()) {
+            w.u64(UInt64(first.time)); w.u64(point); w.u32(first.frame); w.u32(first.pageCount)
+            w.u32(n ?? UInt32(first.pages.count))
+            for page in first.pages { w.u32(page) }
+            for id in first.ids { w.id(id, bytes: repository.sealer.idBytes) }
+            w.u32(UInt32(extra.count)); w.bytes(extra)
+        }
+        let good = try PointSegment.open(try sealed(version: 3) { w in w.u32(1); commit(&w) }, name: one, sealer: repository.sealer, zstd: zstd, location: repository.location)
+        #expect(good.0.commits.first?.ids == first.ids && good.0.commits.first?.pages == first.pages && good.0.commits.count == 1)
+        _ = refused(try sealed(version: 3) { $0.u32(1); $0.u32(7) }, "a table cut short")
+        _ = refused(try sealed(version: 3) { $0.u32(UInt32.max) }, "a count past the bytes left")
+        _ = refused(try sealed(version: 3) { w in w.u32(1); commit(&w, n: UInt32.max) }, "a page count past the bytes left")
+        _ = refused(try sealed(version: 3) { w in w.u32(1); commit(&w, point: UInt64.max) }, "a point past Int")
+        _ = refused(try sealed(version: 3) { w in w.u32(1); commit(&w, extra: Data("{x".utf8)) }, "damaged extra JSON")
+        _ = refused(try sealed(version: 3, commits: [first]) { w in w.u32(1); commit(&w) }, "commits in the JSON and the table")
     }
 }
