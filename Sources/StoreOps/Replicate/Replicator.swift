@@ -614,6 +614,7 @@ public enum Replicate {
         func makeBase(_ replica: Replica, kind: String, reason: String, expectingChange: UInt32? = nil) {
             var kind = kind
             var reason = reason
+            var expectingChange = expectingChange
             var rewindTo = replica.follower.cursor
             let pendingBefore = replica.pending.count
             let externalBefore = replica.external
@@ -622,6 +623,19 @@ public enum Replicate {
                 defer { hold.release() }
                 let work = PagedSnapshotWork(store: replica.store, repository: repository, tags: ["replicate"], level: options.level, reuseUnchanged: false)
                 try work.prepare(records: try repository.catalog().records)
+                if let delay = ReplicateTesting.basePrepareDelay { usleep(delay) }
+                // What the app committed while the repository was prepared (its lock and catalog:
+                // on S3 a second or more, no capture meanwhile) is read now, just before the
+                // base's own read: else the app's checkpoints can restart the -wal twice in that
+                // time and discard commits no point holds (a gap at one of three boundaries, 20
+                // minutes into SeaweedFS with a base every 5 minutes, before this).
+                if kind == "compaction" {
+                    switch try replica.follower.capture() {
+                    case .commits(let commits, let at): add(commits, at: at, to: replica)
+                    case .gap(let why): (kind, reason) = ("gap", why)
+                    case .wholeRead(let why, let change): (kind, reason, expectingChange) = ("continued", why, change)
+                    }
+                }
                 let time: Date
                 var boundary: ReadHold?
                 do {
@@ -762,4 +776,12 @@ extension Replicate.Options {
         }
         return options
     }
+}
+
+/// Test hooks (environment), never set in production.
+enum ReplicateTesting {
+    /// `STORECTL_TEST_BASE_PREPARE_DELAY_MS`: a base's repository preparation takes this much
+    /// longer (a slow bucket), so a test can make the app's checkpoints run inside that window.
+    static let basePrepareDelay: useconds_t? = ProcessInfo.processInfo.environment["STORECTL_TEST_BASE_PREPARE_DELAY_MS"]
+        .flatMap { UInt32($0) }.map { $0 * 1000 }
 }
