@@ -65,7 +65,7 @@ struct ReplicateTests {
     /// Restores the point at each time and checks it against the writer's log: the commit it
     /// names hashes as logged, that commit had begun by the point's time, and the next one had
     /// not returned before it (the point was the store's state then).
-    func check(_ world: World, times: [Date]) throws -> Checked {
+    func check(_ world: World, times: [Date], reads: (SnapshotRestore.PointReads) -> Void = { _ in }) throws -> Checked {
         let logged = try ChurnLoad.readLog(world.log)
         var checked = Checked()
         for (i, time) in times.enumerated() {
@@ -85,6 +85,7 @@ struct ReplicateTests {
                 try db.tableExists("churn_meta") ? (try Int.fetchOne(db, sql: "SELECT seq FROM churn_meta") ?? -1, try ChurnLoad.contentHash(db)) : (0, "")
             }
             try? FileManager.default.removeItem(atPath: target)
+            if let read = result.pointReads { reads(read) }
             let pointTime = (result.pointTime ?? .distantFuture).timeIntervalSince1970
             guard let commit = logged[seq] else {
                 if seq == 0, logged[1].map({ $0.returned >= pointTime - 0.002 }) ?? true { checked.restored += 1 } else {
@@ -151,6 +152,53 @@ struct ReplicateTests {
         #expect(checked.restored + checked.refused.count == 60)
         #expect(checked.refused.allSatisfy { $0.contains("gap") }, "\(checked.refused)")
         #expect(checked.restored >= 50, "\(checked.refused)")
+    }
+
+    @Test("digests: a chain synced every 200 ms and merged every 300 ms for 12 s while the app checkpoints and VACUUMs (the database shrinks): a digest after each merge and one over every ten; 40 random points restore exactly, those past the first digests reading digests and replaying fewer commits than their number; repo check reads every digest; a damaged digest is read around (the points it spans replayed), a missing one too")
+    func digests() throws {
+        let world = try world()
+        let follower = try replicate(world, ["--sync-interval", "200ms", "--merge-interval", "300ms"])
+        #expect(waitForBase(world))
+        let wrote = try churn(world, seconds: 12, ["--checkpoint-every", "60", "--vacuum-every", "250", "--autocheckpoint", "100", "--seed", "23"]).wait()
+        #expect(wrote.status == 0, "\(wrote.stderr)")
+        usleep(1_000_000)
+        follower.signal(SIGTERM)
+        let followed = follower.wait()
+        #expect(followed.status == 0, "\(followed.stderr)")
+        let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
+        let chains = try PointTimeline.load(repository).chains
+        let digests = chains.flatMap(\.digests)
+        let ranks = digests.map { digest in PointDigest.rank(of: digest, among: chains.first { $0.id == digest.chain }?.digests ?? []) }
+        #expect(ranks.filter { $0 == 1 }.count >= 10 && ranks.contains(2), "digests of ranks \(ranks)")
+        // Every digest spans whole merged segments of its chain.
+        for chain in chains {
+            let starts = Set(chain.segments.map(\.from)), ends = Set(chain.segments.map(\.to))
+            #expect(chain.digests.allSatisfy { starts.contains($0.from) && ends.contains($0.to) }, "\(chain.digests.map(\.key))")
+        }
+        let times = try randomTimes(world, count: 40, seed: 29)
+        var reads: [SnapshotRestore.PointReads] = []
+        let checked = try check(world, times: times) { reads.append($0) }
+        #expect(checked.wrong.isEmpty, "\(checked.wrong)")
+        #expect(checked.restored >= 36, "\(checked.refused)")
+        #expect(reads.filter { $0.digests > 0 }.count >= 20, "\(reads)")
+        let late = reads.filter { $0.digests > 0 }
+        #expect(late.allSatisfy { $0.commits < 1_000 }, "\(late)")
+        let checkRun = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--read-data"], environment: world.environment)
+        #expect(checkRun.status == 0, "\(checkRun.stdout) \(checkRun.stderr)")
+        // The widest digest damaged, then removed: the same points restore exactly, replaying more.
+        let widest = try #require(digests.max { $0.to - $0.from < $1.to - $1.from })
+        let file = (world.repo as NSString).appendingPathComponent(widest.key)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: file))
+        bytes[bytes.count / 2] ^= 0x5a
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let after = times.filter { Int64(($0.timeIntervalSince1970 * 1000).rounded()) >= widest.lastTime }.prefix(6)
+        var around: [SnapshotRestore.PointReads] = []
+        let damaged = try check(world, times: Array(after)) { around.append($0) }
+        #expect(damaged.wrong.isEmpty && damaged.restored == after.count, "\(damaged)")
+        #expect(around.allSatisfy { $0.commits > 0 }, "\(around)")
+        try FileManager.default.removeItem(atPath: file)
+        let missing = try check(world, times: Array(after))
+        #expect(missing.wrong.isEmpty && missing.restored == after.count, "\(missing)")
     }
 
     @Test("kill -9 of replicate three times while the app writes (segments merged every 500 ms): each restart takes up the chain or records a gap; every listed point restores exactly, no point is listed twice or missing within a chain")

@@ -43,6 +43,7 @@ struct PointFiles {
     /// this one's files (`index`: the place of the next file the segment carries).
     mutating func apply(_ commit: PointSegment.Commit, of segment: PointSegment, name: SegmentName, index: inout Int) {
         for name in removeNext { files[name] = nil }
+        for name in commit.removedBefore ?? [] { files[name] = nil }   // a digest's: gone within its span
         removeNext = commit.removed ?? []
         if segment.externalData != true || commit.notCarried?.isEmpty == false { tracked = false }
         for file in commit.files ?? [] {

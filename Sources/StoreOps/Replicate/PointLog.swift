@@ -59,6 +59,8 @@ struct PointSegment: Codable, Equatable {
     /// The follower watched the store's external-data folder for these commits: their `files`
     /// and `removed` are complete (absent in segments written before storectl did so).
     var externalData: Bool?
+    /// A digest (`PointDigest`): one commit, numbered `to`, with what the span's commits left.
+    var digest: Bool?
 
     struct Commit: Codable, Equatable {
         /// When the follower saw this commit as the store's committed state or before (ms).
@@ -80,12 +82,21 @@ struct PointSegment: Codable, Equatable {
         /// unreadable, a folder): points from here on take the files their base lacks from the
         /// store's next snapshot, and a restore says so when there is none.
         var notCarried: [String]? = nil
+        /// A digest's commit (`PointDigest`): external-data files gone within its span, removed
+        /// before its `files` are added (its `removed` are those gone after its last commit).
+        var removedBefore: [String]? = nil
+        /// A digest's commit: the fewest pages the database had within its span (the pages past
+        /// it that no later commit of the span wrote are gone, as a replay of the span leaves them).
+        var truncatedTo: UInt32? = nil
 
         /// What a version 3 segment keeps of a commit in JSON: the rarely present lists.
         struct Extra: Codable {
             var files: [FileAdd]?
             var removed: [String]?
             var notCarried: [String]?
+            var removedBefore: [String]? = nil
+            var truncatedTo: UInt32? = nil
+            var isEmpty: Bool { files == nil && removed == nil && notCarried == nil && removedBefore == nil && truncatedTo == nil }
         }
     }
 
@@ -145,8 +156,9 @@ struct PointSegment: Codable, Equatable {
                 table.u32(UInt32(commit.pages.count))
                 for page in commit.pages { table.u32(page) }
                 for id in commit.ids { table.id(id, bytes: sealer.idBytes) }
-                let extra = Commit.Extra(files: commit.files, removed: commit.removed, notCarried: commit.notCarried)
-                if extra.files == nil && extra.removed == nil && extra.notCarried == nil {
+                let extra = Commit.Extra(files: commit.files, removed: commit.removed, notCarried: commit.notCarried,
+                                         removedBefore: commit.removedBefore, truncatedTo: commit.truncatedTo)
+                if extra.isEmpty {
                     table.u32(0)
                 } else {
                     let json = try JSON.encode(extra)
@@ -199,8 +211,16 @@ struct PointSegment: Codable, Equatable {
               segment.cursor.pageSize == segment.pageSize || segment.cursor.pageSize == 0, segment.cursor.frame < UInt32.max else {
             throw StoreOpsError(.badData, "\(what) describes \(segment.name.key), not itself", hint: Sealer.damagedHint)
         }
-        // A segment of commits holds one per point it names (a thinned one fewer, each numbered).
-        if name.level < PointTimeline.stoppedLevel, name.from > 0 {
+        // A segment of commits holds one per point it names (a thinned one fewer, each numbered; a
+        // digest one, numbered its last).
+        if name.level == PointDigest.level {
+            guard segment.digest == true, name.from > 0, segment.commits.count == 1, segment.commits[0].point == name.to,
+                  segment.commits[0].truncatedTo.map({ $0 <= segment.commits[0].pageCount }) ?? true else {
+                throw StoreOpsError(.badData, "\(what) is not a digest of points \(name.from)-\(name.to)", hint: Sealer.damagedHint)
+            }
+        } else if segment.digest != nil {
+            throw StoreOpsError(.badData, "\(what) is a digest under another name", hint: Sealer.damagedHint)
+        } else if name.level < PointTimeline.stoppedLevel, name.from > 0 {
             let numbered = segment.commits.allSatisfy { commit in commit.point.map { $0 >= name.from && $0 <= name.to } ?? true }
             guard numbered, segment.thinned != nil ? segment.commits.count <= name.to - name.from + 1 : segment.commits.count == name.to - name.from + 1 else {
                 throw StoreOpsError(.badData, "\(what) holds \(segment.commits.count) commits for points \(name.from)-\(name.to)", hint: Sealer.damagedHint)
@@ -227,7 +247,7 @@ struct PointSegment: Codable, Equatable {
                 }
                 files.append(Data(bytes))
             }
-            for removed in commit.removed ?? [] where !PagedSnapshotRecord.isExternalFileName(removed) {
+            for removed in (commit.removed ?? []) + (commit.removedBefore ?? []) where !PagedSnapshotRecord.isExternalFileName(removed) {
                 throw StoreOpsError(.badData, "\(what): commit at frame \(commit.frame) removes the external-data file \(removed.debugDescription)", hint: Sealer.damagedHint)
             }
         }
@@ -265,6 +285,8 @@ extension PointSegment {
                 commit.files = extra.files
                 commit.removed = extra.removed
                 commit.notCarried = extra.notCarried
+                commit.removedBefore = extra.removedBefore
+                commit.truncatedTo = extra.truncatedTo
             }
             commits.append(commit)
         }
@@ -380,17 +402,22 @@ public struct SegmentName: Equatable, Hashable, Sendable {
 
     public var key: String {
         func digits(_ n: Int) -> String { let text = String(n); return String(repeating: "0", count: max(0, 10 - text.count)) + text }
-        return "points/\(store)/\(chain)/\(level)-\(digits(from))-\(digits(to))-\(firstTime)-\(lastTime)"
+        return "points/\(store)/\(chain)/\(levelText)-\(digits(from))-\(digits(to))-\(firstTime)-\(lastTime)"
     }
 
-    var identity: String { "points:\(store)/\(chain)/\(level)-\(from)-\(to)" }
+    /// A digest's keys say `digest` where others say their level: a storectl that does not read
+    /// digests does not parse their keys, so it never takes one for a segment of its chain.
+    var levelText: String { level == PointDigest.level ? "digest" : String(level) }
+
+    var identity: String { "points:\(store)/\(chain)/\(levelText)-\(from)-\(to)" }
 
     static func parse(_ key: String) -> SegmentName? {
         let parts = key.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count == 4, parts[0] == "points", parts[1].count == 16, parts[1].allSatisfy(\.isHexDigit),
               SnapshotID.isPlausible(String(parts[2])) else { return nil }
         let fields = parts[3].split(separator: "-")
-        guard fields.count == 5, let level = Int(fields[0]), let from = Int(fields[1]), let to = Int(fields[2]),
+        guard fields.count == 5, let level = fields[0] == "digest" ? PointDigest.level : Int(fields[0]).flatMap({ $0 == PointDigest.level ? nil : $0 }),
+              let from = Int(fields[1]), let to = Int(fields[2]),
               let first = Int64(fields[3]), let last = Int64(fields[4]), level >= 0, level <= 9, from >= 0, to >= from, to <= maxPoint,
               first >= 0, last >= first, last <= maxTime else { return nil }
         return SegmentName(store: String(parts[1]), chain: String(parts[2]), level: level, from: from, to: to, firstTime: first, lastTime: last)
@@ -409,6 +436,8 @@ public struct PointTimeline: Sendable {
         public var points: Int { (segments.last?.to ?? 0) + 1 }
         /// Segments a merge made redundant (left by a merge interrupted before it removed them).
         public var redundant: [SegmentName]
+        /// Digests of spans of the chain (`PointDigest`), by their first point.
+        public var digests: [SegmentName] = []
         /// Level 8: the follower stopped cleanly at `firstTime`; level 9: it was not following
         /// from `firstTime` to `lastTime` (it resumed the chain then).
         public var markers: [SegmentName] = []
@@ -455,7 +484,7 @@ public struct PointTimeline: Sendable {
             // fewer, higher-level segments: what a thinning or merge wrote); what it leaves out but
             // covers is redundant (written before its replacement's removals finished); what lies
             // past its end is left alone (a hole, never read as if continuous).
-            let data = names.filter { $0.from > 0 && $0.level < Self.stoppedLevel }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
+            let data = names.filter { $0.from > 0 && $0.level < Self.stoppedLevel && $0.level != PointDigest.level }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
             var best: [Int: [SegmentName]] = [0: []]
             for segment in data {
                 guard let before = best[segment.from - 1] else { continue }
@@ -473,8 +502,9 @@ public struct PointTimeline: Sendable {
             let markers = names.filter { $0.level >= Self.stoppedLevel }.sorted { $0.lastTime < $1.lastTime }
             let used = Set(chosen + markers)
             for name in data where !used.contains(name) && name.to <= end { redundant.append(name) }
+            let digests = names.filter { $0.level == PointDigest.level }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
             chains.append(Chain(store: opening.store, id: opening.chain, segments: chosen, baseTime: opening.firstTime,
-                                lastTime: chosen.last?.lastTime ?? opening.firstTime, redundant: redundant, markers: markers))
+                                lastTime: chosen.last?.lastTime ?? opening.firstTime, redundant: redundant, digests: digests, markers: markers))
         }
         chains.sort { ($0.store, $0.baseTime, $0.id) < ($1.store, $1.baseTime, $1.id) }
         return PointTimeline(chains: chains)

@@ -84,6 +84,7 @@ public enum PointRestore {
         var overlay: PointOverlay?
         var point: String?
         var time: Date?
+        var reads: SnapshotRestore.PointReads?
     }
 
     /// The snapshot `options.id` names, or with `options.at`, the newest point at or before it.
@@ -131,8 +132,31 @@ public enum PointRestore {
         return only
     }
 
+    /// A digest the restore planned to read could not be read or opened: the point is read again
+    /// without it (digests only save time).
+    struct DigestUnusable: Error {
+        var name: SegmentName
+        var error: any Error
+    }
+
+    /// `STORECTL_TEST_IGNORE_DIGESTS=1` (tests, benchmarks): every point is replayed from its segments.
+    static let ignoreDigests = ProcessInfo.processInfo.environment["STORECTL_TEST_IGNORE_DIGESTS"] == "1"
+
     /// - Parameter scratch: where the point's pages go past the memory budget (`OverlayPages`).
     static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String) throws -> Target {
+        var skipping: Set<SegmentName> = []
+        while true {
+            do {
+                return try resolve(repository, at: at, store: store, host: host, scratch: scratch, skipping: skipping)
+            } catch let unusable as DigestUnusable {
+                SnapshotRestore.logger.warning("a digest of points cannot be read; the points it spans are read instead", metadata: [
+                    "digest": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
+                skipping.insert(unusable.name)
+            }
+        }
+    }
+
+    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, skipping: Set<SegmentName>) throws -> Target {
         let started = Date()
         func stage(_ what: String, _ metadata: Logger.Metadata = [:]) {
             SnapshotRestore.logger.debug("\(what)", metadata: metadata.merging(["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"]) { a, _ in a })
@@ -182,7 +206,9 @@ public enum PointRestore {
         // Segments are read a window at a time, the window's objects at once (a bucket answers
         // many requests in parallel; an hour of one-second segments is 3,600 objects), then
         // applied in order: memory stays a window's worth.
-        let wanted = Array(chain.segments.dropFirst().prefix { $0.firstTime <= t })
+        let segments = Array(chain.segments.dropFirst().prefix { $0.firstTime <= t })
+        // Digests instead of what they span, where they fit (`PointDigest.plan`).
+        let wanted = ignoreDigests ? segments : PointDigest.plan(chain.digests.filter { !skipping.contains($0) }, segments: segments, time: t)
         let window = max(4, repository.backend.parallelReads * 4)
         var fetched: [Int: Data] = [:]
         func sealed(_ index: Int) throws -> Data {
@@ -207,6 +233,13 @@ public enum PointRestore {
                 }
                 fetched = [:]
                 for (k, result) in found.withLock({ $0 }) {
+                    if wanted[k].level == PointDigest.level {
+                        do {
+                            guard let data = try result.get() else { throw StoreOpsError(.badData, "listed but cannot be read") }
+                            fetched[k] = data
+                        } catch { throw DigestUnusable(name: wanted[k], error: error) }
+                        continue
+                    }
                     guard let data = try result.get() else {
                         throw StoreOpsError(.badData, "point segment \(repository.backend.describe(wanted[k].key)) is listed but cannot be read", hint: Sealer.damagedHint)
                     }
@@ -217,6 +250,7 @@ public enum PointRestore {
             return data
         }
         var files = PointFiles(base: base)
+        var reads = SnapshotRestore.PointReads()
         // The segments to open, in order: each object's, a merged object's members one by one.
         // Two are opened at once (decompressing is most of the work; the other core is idle
         // here), then applied in order: at most two segments' pages in memory.
@@ -242,7 +276,11 @@ public enum PointRestore {
             let opened: [OpenedSegment]
             nonisolated(unsafe) let pair = batch
             @Sendable func open(_ k: Int) throws -> OpenedSegment {
-                OpenedSegment(try PointSegment.open(pair[k].sealed, name: pair[k].member, sealer: sealer, zstd: zstds[k], location: location))
+                do {
+                    return OpenedSegment(try PointSegment.open(pair[k].sealed, name: pair[k].member, sealer: sealer, zstd: zstds[k], location: location))
+                } catch where pair[k].member.level == PointDigest.level {
+                    throw DigestUnusable(name: pair[k].member, error: error)
+                }
             }
             if batch.count == 2 {
                 let (a, b) = try inParallel({ try open(0) }, { try open(1) })
@@ -262,6 +300,8 @@ public enum PointRestore {
                     if commit.time > t { break reading }
                     files.apply(commit, of: segment, name: name, index: &carriedIndex)
                     let pageCount = Int(commit.pageCount)
+                    // A digest: the pages its span dropped (and did not write again) are gone.
+                    if let floor = commit.truncatedTo.map(Int.init), ids.count > floor { ids.removeLast(ids.count - floor) }
                     if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
                     if ids.count < pageCount { ids += [ContentID](repeating: .zero, count: pageCount - ids.count) }
                     for (i, page) in commit.pages.enumerated() {
@@ -273,14 +313,17 @@ public enum PointRestore {
                         }
                     }
                     next += commit.pages.count
+                    reads.commits += 1
                     point = commit.point ?? (segment.from + k)
                     time = commit.time
                 }
             }
         }
         _ = zstds
-        stage("point read", ["segments": "\(wanted.count)", "held_pages": "\(pages.heldCount)", "scratch_pages": "\(pages.pagesInFile)"])
-        guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time)) }
+        stage("point read", ["segments": "\(wanted.count)", "digests": "\(wanted.filter { $0.level == PointDigest.level }.count)", "held_pages": "\(pages.heldCount)", "scratch_pages": "\(pages.pagesInFile)"])
+        reads.digests = wanted.filter { $0.level == PointDigest.level }.count
+        reads.segments = wanted.count - reads.digests
+        guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time), reads: reads) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
         let baseNames = Set(base.files.map(\.externalKey))
         overlay.removedBaseFiles = baseNames.filter { name in if case .base = files.files[name] { false } else { true } }
@@ -297,7 +340,7 @@ public enum PointRestore {
             overlay.files = later.filter { !have.contains($0.externalKey) }
             overlay.filesFrom = from
         }
-        return Target(record: base, overlay: overlay, point: "\(chain.id)@\(point)", time: date(time))
+        return Target(record: base, overlay: overlay, point: "\(chain.id)@\(point)", time: date(time), reads: reads)
     }
 
     /// The external-data files a point needs that its chain's base does not hold: those of the

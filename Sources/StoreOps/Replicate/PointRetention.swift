@@ -50,7 +50,8 @@ public struct PointRetention: Sendable, Codable, Equatable {
                 // Removal order: the segments from the highest point down (a prune cut short
                 // leaves a shorter chain, never one with a hole), what a merge or thinning left,
                 // the markers, and last the opening (without it the chain is not listed).
-                let data = chain.segments.dropFirst().sorted { ($0.from, $0.level) > ($1.from, $1.level) }.map(\.key)
+                // Digests go first: a restore only reads one where the segments it spans are there.
+                let data = chain.digests.map(\.key) + chain.segments.dropFirst().sorted { ($0.from, $0.level) > ($1.from, $1.level) }.map(\.key)
                 let extras = chain.redundant.map(\.key).sorted() + chain.markers.map(\.key).sorted()
                 let opening = chain.segments.first.map(\.key)
                 var decision = Decision(store: base.manifest.source.path, chain: chain.id, from: PointRestore.date(chain.baseTime),
@@ -76,11 +77,13 @@ public struct PointRetention: Sendable, Codable, Equatable {
                     decision.action = "remove"
                     decision.reason = "older than \(Format.duration(bases))"
                 }
-                if decision.action == "keep", !chain.redundant.isEmpty {
+                // Digests of a thinned chain span points it no longer has (a thinning cut short left them).
+                let staleDigests = chain.segments.contains { $0.level == PointThinning.level } ? chain.digests.map(\.key) : []
+                if decision.action == "keep", !chain.redundant.isEmpty || !staleDigests.isEmpty {
                     // What a thinning killed before its removals left: the thinned segment is read instead.
                     decision.action = "tidy"
-                    decision.segments = chain.redundant.map(\.key).sorted()
-                    decision.reason += "; \(Format.plural(chain.redundant.count, "segment", "segments")) a cut-short thinning left removed"
+                    decision.segments = staleDigests + chain.redundant.map(\.key).sorted()
+                    decision.reason += "; \(Format.plural(chain.redundant.count + staleDigests.count, "segment", "segments")) a cut-short thinning left removed"
                 }
                 out.append(decision)
             }

@@ -25,6 +25,10 @@ public enum Replicate {
         /// A chain's durable segments are merged into one object once the oldest is this old (or
         /// they reach 16 MiB), so a restore reads few objects; 0: never.
         public var mergeInterval: TimeInterval = 60
+        /// A digest after each merge, and over every ten digests (`PointDigest`), so a restore at
+        /// a point reads few objects however long the chain; `STORECTL_TEST_NO_DIGESTS=1` (tests,
+        /// benchmarks) writes none.
+        public var digests = ProcessInfo.processInfo.environment["STORECTL_TEST_NO_DIGESTS"] != "1"
         public var level: Int?
         /// The most -wal a read takes in at once (see `WalFollower.catchUpLimit`).
         public var catchUpLimit = 256 << 20
@@ -130,10 +134,12 @@ public enum Replicate {
         var needsBase: (kind: String, reason: String, change: UInt32?)? = ("start", "storectl began following the store", nil)
         /// The batch the uploader is writing.
         var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)], seen: [Date], from: Int, to: Int, bytes: Int,
-                       name: SegmentName, sealed: Data)?
+                       name: SegmentName, sealed: Data, segment: PointSegment)?
         /// Durable level-0 segments of the chain not merged yet (as sealed), consecutive, oldest first.
         var mergeable: [(name: SegmentName, sealed: Data)] = []
         var mergeableBytes = 0
+        /// What the held segments' commits leave (`PointDigest`), written after their merge.
+        var digest: PointDigest.Builder?
         var uploading = false
         var uploadFailures = 0
         var uploadRetryAfter = Date.distantPast
@@ -183,6 +189,8 @@ public enum Replicate {
         let uploads = DispatchQueue(label: "storectl.replicate.upload")
         /// Merges run on their own thread: a point's upload never waits for one.
         let merges = DispatchQueue(label: "storectl.replicate.merge")
+        /// The merge thread's own compressor (digests are sealed there).
+        let mergeZstd: ZstdFrames
         let completed = Mutex<[(Replica, Result<Int, any Error>)]>([])
 
         init(options: Options, repository: PagedRepository, replicas: [Replica], events: (@Sendable (String) -> Void)?) throws {
@@ -191,6 +199,7 @@ public enum Replicate {
             self.replicas = replicas
             self.events = events
             zstd = try ZstdFrames(level: 3)
+            mergeZstd = try ZstdFrames(level: 3)
         }
 
         func say(_ text: String) {
@@ -471,7 +480,9 @@ public enum Replicate {
             }
             replica.pending = []
             replica.seenAt = []
-            replica.inFlight = (batch, seen, from, to, replica.pendingBytes, segment.name, sealed)
+            var template = segment
+            template.commits = []
+            replica.inFlight = (batch, seen, from, to, replica.pendingBytes, segment.name, sealed, template)
             replica.pendingBytes = 0
             replica.uploading = true
             let name = segment.name
@@ -508,7 +519,7 @@ public enum Replicate {
                     }
                     replica.next = flight.to + 1
                     replica.uploadFailures = 0
-                    offer(replica, name: flight.name, sealed: flight.sealed)
+                    offer(replica, name: flight.name, sealed: flight.sealed, commits: (flight.segment, flight.batch.map { ($0.commit, $0.pages) }))
                 case .failure(let error):
                     // Back in front of what came since, numbered again at the next try.
                     replica.pending = flight.batch + replica.pending
@@ -525,12 +536,26 @@ public enum Replicate {
         /// A durable level-0 segment, held for the chain's next merge. A merge's members are
         /// consecutive: a segment that does not follow what is held (or is too large to merge:
         /// it is read as it is) merges what is held first.
-        func offer(_ replica: Replica, name: SegmentName, sealed: Data, due: Bool = true) {
+        /// - Parameter commits: the segment's commits and their pages (and files' bytes after
+        ///   them), for the merge's digest; nil (a segment read back at a resume): no digest.
+        func offer(_ replica: Replica, name: SegmentName, sealed: Data, due: Bool = true,
+                   commits: (segment: PointSegment, batch: [(commit: PointSegment.Commit, pages: [[UInt8]])])? = nil) {
             guard options.mergeInterval > 0 else { return }
             if let last = replica.mergeable.last?.name, last.chain != name.chain || last.to + 1 != name.from { merge(replica, now: true) }
             guard sealed.count < PointMerge.memberBytes else {
                 merge(replica, now: true)
                 return
+            }
+            if replica.mergeable.isEmpty { replica.digest = options.digests ? PointDigest.Builder(store: replica.key, chain: name.chain, from: name.from) : nil }
+            if let commits {
+                for (k, entry) in commits.batch.enumerated() {
+                    let count = entry.commit.pages.count
+                    replica.digest?.add(entry.commit, point: name.from + k, of: commits.segment,
+                                        pageAt: { entry.pages[$0] },
+                                        fileAt: { count + $0 < entry.pages.count ? entry.pages[count + $0] : nil })
+                }
+            } else {
+                replica.digest?.usable = false
             }
             replica.mergeable.append((name, sealed))
             replica.mergeableBytes += sealed.count
@@ -547,8 +572,10 @@ public enum Replicate {
             // One segment alone waits for the next (unless the chain ends: then it stays as it is).
             guard now || replica.mergeable.count >= 2 else { return }
             let held = replica.mergeable
+            let digest = replica.digest
             replica.mergeable = []
             replica.mergeableBytes = 0
+            replica.digest = nil
             guard held.count >= 2 else { return }
             merges.async { [self] in
                 do {
@@ -564,7 +591,50 @@ public enum Replicate {
                 } catch {
                     Replicate.logger.warning("merging points failed; their segments stay as they are", metadata: [
                         "store": "\(replica.store.path)", "segments": "\(held.count)", "error": "\(describe(error))"])
+                    return
                 }
+                if let digest, digest.from == held[0].name.from, digest.to == held[held.count - 1].name.to {
+                    writeDigest(digest, store: replica.store.path, rank: 1)
+                }
+            }
+        }
+
+        /// Per store: the digests of each rank written since the last of the next rank began,
+        /// consecutive (touched on the merge thread only).
+        var ladders: [String: [[SegmentName]]] = [:]
+
+        /// Writes a digest (read back and opened first: a restore takes it instead of what it
+        /// spans), then one of the next rank over every `fanIn` consecutive ones of this rank.
+        /// A failure is logged and costs only speed: restores replay the segments instead.
+        func writeDigest(_ digest: PointDigest.Builder, store: String, rank: Int) {
+            do {
+                guard let (name, sealed) = try digest.seal(sealer: repository.sealer, zstd: mergeZstd) else { return }
+                let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                defer { hold.release() }
+                try repository.backend.write(name.key, sealed, point: "replicate.digest")
+                guard let back = try repository.backend.read(name.key) else {
+                    throw StoreOpsError(.ioError, "the digest \(repository.backend.describe(name.key)) cannot be read back")
+                }
+                _ = try PointSegment.open(back, name: name, sealer: repository.sealer, zstd: mergeZstd, location: repository.location)
+                var ladder = ladders[name.store] ?? []
+                while ladder.count < rank { ladder.append([]) }
+                if let last = ladder[rank - 1].last, last.chain != name.chain || last.to + 1 != name.from { ladder[rank - 1] = [] }
+                ladder[rank - 1].append(name)
+                let full = ladder[rank - 1].count >= PointDigest.fanIn && rank < PointDigest.maxRank ? ladder[rank - 1] : nil
+                if full != nil { ladder[rank - 1] = [] }
+                ladders[name.store] = ladder
+                guard let full, let first = full.first else { return }
+                var next = PointDigest.Builder(store: first.store, chain: first.chain, from: first.from)
+                for part in full {
+                    guard let sealed = try repository.backend.read(part.key) else { return }
+                    let (segment, pages, files) = try PointSegment.open(sealed, name: part, sealer: repository.sealer, zstd: mergeZstd, location: repository.location)
+                    next.add(segment, name: part, pages: pages, files: files)
+                }
+                hold.release()
+                writeDigest(next, store: store, rank: rank + 1)
+            } catch {
+                Replicate.logger.warning("writing a digest of points failed; restores read their segments instead", metadata: [
+                    "store": "\(store)", "points": "\(digest.from)-\(digest.to)", "error": "\(describe(error))"])
             }
         }
 

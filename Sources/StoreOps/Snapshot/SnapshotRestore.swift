@@ -55,6 +55,14 @@ public enum SnapshotRestore {
         }
     }
 
+    /// What reading a point took: the digests read instead of the segments they span
+    /// (`PointDigest`), the segments read, and the commits replayed from them.
+    public struct PointReads: Sendable, Codable, Equatable {
+        public var digests = 0
+        public var segments = 0
+        public var commits = 0
+    }
+
     public struct Result: Sendable, Codable {
         public var id: String
         public var restoredTo: String
@@ -81,6 +89,8 @@ public enum SnapshotRestore {
         /// `--at`: the point restored (`<chain>@<n>`) and the time it was the store's state.
         public var point: String?
         public var pointTime: Date?
+        /// `--at`: what reading the point took.
+        public var pointReads: PointReads?
         /// In place: how long each stage took (lock, preflight, snapshot, swap).
         public var stages: [StageTiming] = []
     }
@@ -106,6 +116,7 @@ public enum SnapshotRestore {
                                                       overlay: target.overlay, progress: progress)
                     result.point = target.point
                     result.pointTime = target.time
+                    result.pointReads = target.reads
                     return result
                 })
             road.repository = .init(options.repository, password: options.password, exclusive: false)
@@ -354,7 +365,7 @@ public enum SnapshotRestore {
             return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
                           removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
                           externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record,
-                          point: target?.point, pointTime: target?.time)
+                          point: target?.point, pointTime: target?.time, pointReads: target?.reads)
         }
     }
 }

@@ -69,7 +69,7 @@ public enum RepositoryCheck {
         let zstd = try ZstdFrames(level: 3)
         for chain in timeline.chains {
             report.pointChains += 1
-            report.pointSegments += chain.segments.count + chain.markers.count
+            report.pointSegments += chain.segments.count + chain.markers.count + chain.digests.count
             if !snapshots.contains(chain.id) {
                 report.problems.append("the points of chain \(chain.id) have no base (snapshot \(chain.id) is missing): none of them restores")
             }
@@ -77,7 +77,7 @@ public enum RepositoryCheck {
                 report.notes.append("chain \(chain.id): \(Format.plural(chain.redundant.count, "segment", "segments")) a merge or prune left (unused)")
             }
             guard readData else { continue }
-            for name in chain.segments {
+            for name in chain.segments + chain.digests {
                 do {
                     guard let sealed = try repository.backend.read(name.key) else {
                         report.problems.append("point segment \(repository.backend.describe(name.key)) is listed but cannot be read")
