@@ -261,6 +261,7 @@ for tool in storectl litestream; do
                   -o "$P/restored.sqlite" "$P/Tasks.sqlite"; name="litestream restore -timestamp $(rfc "$T" | cut -c12-)" ;;
   esac
   RESTORE[$tool]=$SECS
+  [ "$tool" = storectl ] && TS=$T && RSS_POINT=$RSS_MB
   if [ "$STATUS" -eq 0 ]; then
     K=$(( $(sqlite3 "$P/restored.sqlite" "SELECT Z_MAX FROM Z_PRIMARYKEY WHERE Z_ENT = 2") - Z_MAX0 ))
     read -r by missing before <<<"$(python3 "$W/restored.py" "$P/latency.log" "$T" "$K")"
@@ -276,6 +277,15 @@ timed r "$BIN/storectl" snapshot restore --repo "$P/repo" "$BASE" --to "$P/base.
 PLAIN=$SECS
 printf '%-46s %8.2f %10s\n' "storectl snapshot restore (the base, plain)" "$PLAIN" "$RSS_MB"
 rm -f "$P"/base.sqlite*
+# The same point with its chain's digests ignored: every commit since the base replayed (as before digests).
+settle
+timed r env STORECTL_TEST_IGNORE_DIGESTS=1 "$BIN/storectl" snapshot restore --repo "$P/repo" --at "$(rfc "$TS")" --to "$P/base.sqlite"
+printf '%-46s %8.2f %10s\n' "the same point, digests ignored" "$SECS" "$RSS_MB"
+REPLAY=$SECS
+rm -f "$P"/base.sqlite*
+DIGESTS=$(ls "$P/repo/points"/*/*/ 2>/dev/null | grep -c '^digest-')
+printf 'digests in the repository: %s (%s MiB); storectl at a point / the same with digests ignored %s\n' "$DIGESTS" \
+  "$(mib "$(cat "$P"/repo/points/*/*/digest-* 2>/dev/null | wc -c)")" "$(ratio "${RESTORE[storectl]}" "$REPLAY")"
 printf 'ratio storectl / litestream %s; storectl at a point / plain restore %s\n' "$(ratio "${RESTORE[storectl]}" "${RESTORE[litestream]}")" "$(ratio "${RESTORE[storectl]}" "$PLAIN")"
 printf '(commits: the writer'"'"'s commits in the restored store; before asked: how long before the asked time the last of them returned)\n'
 for tool in none storectl litestream; do rm -f "$W/$tool"/Tasks.sqlite "$W/$tool"/Tasks.sqlite-* "$W/$tool"/restored.sqlite*; done
