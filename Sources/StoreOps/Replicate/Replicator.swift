@@ -652,7 +652,21 @@ public enum Replicate {
             guard tail.count >= 2 else { return }
             for name in tail {
                 guard let sealed = try repository.backend.read(name.key) else { continue }
-                offer(replica, name: name, sealed: sealed, due: false)
+                // Opened too, for the merge's digest (a segment that does not open is merged as it is, with no digest).
+                var commits: (segment: PointSegment, batch: [(commit: PointSegment.Commit, pages: [[UInt8]])])?
+                if options.digests, let (segment, pages, files) = try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                    var next = 0, nextFile = 0
+                    var batch: [(commit: PointSegment.Commit, pages: [[UInt8]])] = []
+                    for commit in segment.commits {
+                        let fileCount = commit.files?.count ?? 0
+                        batch.append((commit, (next..<(next + commit.pages.count)).map { pages[$0] }
+                                      + files[min(nextFile, files.count)..<min(nextFile + fileCount, files.count)].map { [UInt8]($0) }))
+                        next += commit.pages.count
+                        nextFile += fileCount
+                    }
+                    commits = (segment, batch)
+                }
+                offer(replica, name: name, sealed: sealed, due: false, commits: commits)
             }
             merge(replica, now: true)
         }
