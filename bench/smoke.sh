@@ -22,8 +22,9 @@ declare -A KNOBS=(
   [pace]="ROUNDS=1"
   [replicate-s3]="DURATION=5"
   [diff]="UPDATES=200"
+  [point-history]="DURATION=5 AT=0.5 ROUNDS=1"
 )
-ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff point-history)
 [ $# -gt 0 ] && ORDER=("$@")
 failed=()
 for name in "${ORDER[@]}"; do

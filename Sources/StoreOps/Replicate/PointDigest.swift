@@ -192,9 +192,15 @@ public enum PointDigest {
     }
 
     /// The rank of a digest among `digests` of its chain: 1 for one no other digest lies within,
-    /// else one more than the highest rank within it.
+    /// else one more than the highest rank of those within it (spans equal to its own do not count).
     public static func rank(of digest: SegmentName, among digests: [SegmentName]) -> Int {
-        let inside = digests.filter { $0 != digest && $0.from >= digest.from && $0.to <= digest.to }
-        return 1 + (inside.map { rank(of: $0, among: digests) }.max() ?? 0)
+        // Narrowest spans first: each rank is known before any span holding it is looked at.
+        var ranks: [ClosedRange<Int>: Int] = [:]
+        let spans = Set(digests.map { $0.from...$0.to } + [digest.from...digest.to]).sorted { $0.count < $1.count }
+        for span in spans {
+            let inside = spans.filter { $0 != span && $0.count <= span.count && span.contains($0.lowerBound) && span.contains($0.upperBound) }
+            ranks[span] = 1 + (inside.compactMap { ranks[$0] }.max() ?? 0)
+        }
+        return ranks[digest.from...digest.to] ?? 1
     }
 }

@@ -214,7 +214,9 @@ struct PointSegment: Codable, Equatable {
         // A segment of commits holds one per point it names (a thinned one fewer, each numbered; a
         // digest one, numbered its last).
         if name.level == PointDigest.level {
+            // Its key's last time is its commit's (a restore picks digests by their keys' times).
             guard segment.digest == true, name.from > 0, segment.commits.count == 1, segment.commits[0].point == name.to,
+                  segment.commits[0].time == name.lastTime,
                   segment.commits[0].truncatedTo.map({ $0 <= segment.commits[0].pageCount }) ?? true else {
                 throw StoreOpsError(.badData, "\(what) is not a digest of points \(name.from)-\(name.to)", hint: Sealer.damagedHint)
             }

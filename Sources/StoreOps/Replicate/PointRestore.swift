@@ -292,6 +292,9 @@ public enum PointRestore {
                 let name = batch[u].outer
                 if currentObject != name { currentObject = name; carriedIndex = 0 }
                 let (segment, bytes) = (unit.segment, unit.pages)
+                if segment.pageSize != base.pages.pageSize, name.level == PointDigest.level {
+                    throw DigestUnusable(name: name, error: StoreOpsError(.badData, "page size \(segment.pageSize), its base \(base.pages.pageSize)"))
+                }
                 guard segment.pageSize == base.pages.pageSize else {
                     throw StoreOpsError(.badData, "point segment \(name.key) has page size \(segment.pageSize), its base \(base.pages.pageSize)", hint: Sealer.damagedHint)
                 }

@@ -616,11 +616,12 @@ public enum Replicate {
                     throw StoreOpsError(.ioError, "the digest \(repository.backend.describe(name.key)) cannot be read back")
                 }
                 _ = try PointSegment.open(back, name: name, sealer: repository.sealer, zstd: mergeZstd, location: repository.location)
+                guard rank < PointDigest.maxRank else { return }   // the top rank is not digested further
                 var ladder = ladders[name.store] ?? []
                 while ladder.count < rank { ladder.append([]) }
                 if let last = ladder[rank - 1].last, last.chain != name.chain || last.to + 1 != name.from { ladder[rank - 1] = [] }
                 ladder[rank - 1].append(name)
-                let full = ladder[rank - 1].count >= PointDigest.fanIn && rank < PointDigest.maxRank ? ladder[rank - 1] : nil
+                let full = ladder[rank - 1].count >= PointDigest.fanIn ? ladder[rank - 1] : nil
                 if full != nil { ladder[rank - 1] = [] }
                 ladders[name.store] = ladder
                 guard let full, let first = full.first else { return }

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Restore at a point of a long history (not a test): how a restore at a point grows with the time
+# since its chain's base, with the chain's digests (the default) and without them (every commit
+# since the base replayed: STORECTL_TEST_IGNORE_DIGESTS=1), against the same run's plain restore
+# of the base (a format-2 snapshot restore: the target is <= 1.2x it at any point of an hour).
+# storectl only (bench/replicate.sh runs Litestream beside it): a copy of the ~1 GiB store of
+# bench/common.sh followed into a local folder (plain: --insecure-no-encryption, as there) while
+# storectl-lab writer commits a small transaction every INTERVAL_MS for DURATION seconds; then, at
+# each fraction in AT of the writing window, ROUNDS alternating rounds of the three restores
+# (medians), each fsynced and verified as any restore.
+#
+#   bash bench/point-history.sh                  # ITEMS=4000000 DURATION=900 AT="0.25 0.5 0.95" ROUNDS=3
+#   DURATION=1800 AT="0.5 0.98" bash bench/point-history.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source bench/common.sh
+need /usr/bin/time time; need bc bc; need python3 python3
+build_release || exit 1
+ensure_store
+DURATION=${DURATION:-900}
+INTERVAL_MS=${INTERVAL_MS:-2}
+AT=${AT:-0.25 0.5 0.95}
+ROUNDS=${ROUNDS:-3}
+W=$PWD/$OUT/point-history; rm -rf "$W"; mkdir -p "$W"
+ratio() { if [ "$(echo "$2 == 0" | bc -l)" = 1 ]; then echo n/a; else printf '%.2f' "$(echo "$1 / $2" | bc -l)"; fi; }
+mib() { printf '%.1f' "$(echo "$1 / 1048576" | bc -l)"; }
+rfc() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%S.%3NZ; }
+
+cp "$STORE" "$W/Tasks.sqlite"
+"$BIN/storectl" repo init --repo "$W/repo" --insecure-no-encryption >/dev/null 2>&1 || { echo "bench: repo init failed" >&2; exit 1; }
+"$BIN/storectl" replicate "$W/Tasks.sqlite" --repo "$W/repo" --json >"$W/replicate.json" 2>"$W/replicate.err" &
+FPID=$!
+trap 'kill $FPID 2>/dev/null' EXIT
+until [ -n "$(find "$W/repo/points" -type f ! -name '*.tmp*' 2>/dev/null | head -n 1)" ]; do
+  kill -0 "$FPID" 2>/dev/null || { echo "bench: replicate did not start: $(tail -c 400 "$W/replicate.err")" >&2; exit 1; }
+  sleep 0.1
+done
+sleep 1
+W0=$(now)
+"$BIN/storectl-lab" writer "$W/Tasks.sqlite" --interval-ms "$INTERVAL_MS" --duration "$DURATION" >"$W/writer.json" 2>"$W/writer.err" ||
+  { echo "bench: writer failed: $(head -c 300 "$W/writer.err")" >&2; strict_fail writer; }
+W1=$(now)
+sleep 3
+kill -TERM "$FPID"; wait "$FPID" || { echo "bench: replicate exited $?: $(tail -c 400 "$W/replicate.err")" >&2; strict_fail replicate; }
+trap - EXIT
+python3 - "$W/replicate.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["stores"][0]
+print(f"replicate: {s['points']} points in {s['segments']} segments, {len(s['gaps'])} gaps, {len(s['bases'])} bases")
+PY
+DIGESTS=$(find "$W/repo/points" -name 'digest-*' | wc -l)
+printf 'store: %s (%s items); writer: a commit every %s ms for %s s; repository %s MiB, of it points %s MiB, digests %s (%s MiB)\n' \
+  "$STORE" "$ITEMS" "$INTERVAL_MS" "$DURATION" "$(mib "$(du -sb "$W/repo" | cut -f1)")" "$(mib "$(du -sb "$W/repo/points" | cut -f1)")" \
+  "$DIGESTS" "$(mib "$(find "$W/repo/points" -name 'digest-*' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')")"
+
+BASE=$(ls "$W/repo/snapshots" | head -n 1)
+printf '\n%-8s %-24s %10s %10s %10s %10s %12s %12s\n' at time "point s" "peak MiB" "no-digest s" "plain s" "/ plain" "/ no-digest"
+for at in $AT; do
+  T=$(echo "$W0 + $at * ($W1 - $W0)" | bc -l)
+  declare -a A=() B=() C=()
+  PEAK=0
+  for _ in $(seq "$ROUNDS"); do
+    rm -f "$W"/r.sqlite*; settle
+    timed r "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite"; A+=("$SECS"); PEAK=$RSS_MB
+    rm -f "$W"/r.sqlite*; settle
+    timed r env STORECTL_TEST_IGNORE_DIGESTS=1 "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite"; B+=("$SECS")
+    rm -f "$W"/r.sqlite*; settle
+    timed r "$BIN/storectl" snapshot restore --repo "$W/repo" "$BASE" --to "$W/r.sqlite"; C+=("$SECS")
+  done
+  rm -f "$W"/r.sqlite*
+  a=$(median "${A[@]}"); b=$(median "${B[@]}"); c=$(median "${C[@]}")
+  printf '%-8s %-24s %10.2f %10s %10.2f %10.2f %12s %12s\n' "$at" "$(rfc "$T")" "$a" "$PEAK" "$b" "$c" "$(ratio "$a" "$c")" "$(ratio "$a" "$b")"
+done
+"$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite" --json 2>/dev/null |
+  python3 -c "import json,sys; r=json.load(sys.stdin)['pointReads']; print(f\"reading the last point: {r['digests']} digests, {r['segments']} segments, {r['commits']} commits replayed\")"
+rm -f "$W"/r.sqlite*
+printf '(medians of %s alternating rounds; point: restore --at with digests; no-digest: the same point replaying every commit since the base; plain: the base restored)\n' "$ROUNDS"
