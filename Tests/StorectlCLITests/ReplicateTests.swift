@@ -118,6 +118,11 @@ struct ReplicateTests {
         return (0..<count).map { _ in Date(timeIntervalSince1970: Double.random(in: first...last, using: &generator)) }
     }
 
+    /// The digests of rank 1 (one per merge).
+    func ranks1(_ digests: [SegmentName], _ chains: [PointTimeline.Chain]) -> Int {
+        digests.filter { digest in PointDigest.rank(of: digest, among: chains.first { $0.id == digest.chain }?.digests ?? []) == 1 }.count
+    }
+
     func summary(_ run: ChildProcess.Result) throws -> Replicate.StoreSummary {
         let decoded = try JSON.decoder().decode(Replicate.Summary.self, from: Data(run.stdout.utf8))
         return try #require(decoded.stores.first)
@@ -168,6 +173,9 @@ struct ReplicateTests {
         let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
         let chains = try PointTimeline.load(repository).chains
         let digests = chains.flatMap(\.digests)
+        // The summary counts what the merge thread wrote.
+        let stats = try summary(followed)
+        #expect(stats.digests == digests.count && stats.merges >= ranks1(digests, chains), "\(stats.merges) merges, \(stats.digests) digests, \(digests.count) found")
         let ranks = digests.map { digest in PointDigest.rank(of: digest, among: chains.first { $0.id == digest.chain }?.digests ?? []) }
         #expect(ranks.filter { $0 == 1 }.count >= 10 && ranks.contains(2), "digests of ranks \(ranks)")
         // Every digest spans whole merged segments of its chain.

@@ -71,6 +71,10 @@ public enum Replicate {
         public var filesRemoved = 0
         /// External-data names seen but not carried (too large, unreadable, a folder).
         public var filesNotCarried = 0
+        /// Merged objects and digests written (on their own thread; their bytes and requests are
+        /// counted in `uploadedBytes` and `requests`).
+        public var merges = 0
+        public var digests = 0
     }
 
     public struct Summary: Codable, Sendable {
@@ -192,6 +196,19 @@ public enum Replicate {
         /// The merge thread's own compressor (digests are sealed there).
         let mergeZstd: ZstdFrames
         let completed = Mutex<[(Replica, Result<Int, any Error>)]>([])
+        /// What the merge thread wrote, per store key: merges, digests, bytes, requests.
+        let background = Mutex<[String: (merges: Int, digests: Int, bytes: UInt64, requests: Int)]>([:])
+
+        func count(_ store: String, merges: Int = 0, digests: Int = 0, bytes: Int, requests: Int) {
+            background.withLock { all in
+                var entry = all[store] ?? (0, 0, 0, 0)
+                entry.merges += merges
+                entry.digests += digests
+                entry.bytes += UInt64(bytes)
+                entry.requests += requests
+                all[store] = entry
+            }
+        }
 
         init(options: Options, repository: PagedRepository, replicas: [Replica], events: (@Sendable (String) -> Void)?) throws {
             self.options = options
@@ -289,6 +306,12 @@ public enum Replicate {
         func finalSummary(_ replica: Replica) -> StoreSummary {
             var summary = replica.summary
             summary.chain = replica.chain
+            if let extra = background.withLock({ $0[replica.key] }) {
+                summary.merges = extra.merges
+                summary.digests = extra.digests
+                summary.uploadedBytes += extra.bytes
+                summary.requests += extra.requests
+            }
             let sorted = replica.lags.sorted()
             summary.maxLagSeconds = sorted.last ?? 0
             summary.p99LagSeconds = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
@@ -588,6 +611,7 @@ public enum Replicate {
                     }
                     _ = try PointMerge.members(back, name: name, sealer: repository.sealer, location: repository.location)
                     for member in held { try repository.backend.remove(member.name.key, point: "replicate.merge.remove") }
+                    count(replica.key, merges: 1, bytes: sealed.count, requests: 2 + held.count)
                 } catch {
                     Replicate.logger.warning("merging points failed; their segments stay as they are", metadata: [
                         "store": "\(replica.store.path)", "segments": "\(held.count)", "error": "\(describe(error))"])
@@ -616,6 +640,7 @@ public enum Replicate {
                     throw StoreOpsError(.ioError, "the digest \(repository.backend.describe(name.key)) cannot be read back")
                 }
                 _ = try PointSegment.open(back, name: name, sealer: repository.sealer, zstd: mergeZstd, location: repository.location)
+                count(name.store, digests: 1, bytes: sealed.count, requests: 2)
                 guard rank < PointDigest.maxRank else { return }   // the top rank is not digested further
                 var ladder = ladders[name.store] ?? []
                 while ladder.count < rank { ladder.append([]) }
