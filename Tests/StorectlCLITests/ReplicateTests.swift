@@ -209,6 +209,51 @@ struct ReplicateTests {
         #expect(missing.wrong.isEmpty && missing.restored == after.count, "\(missing)")
     }
 
+    @Test("a store that grows past 1 GiB while followed (64 KiB pages): the lock-byte page SQLite never writes is a zero page at the points after it, as in a snapshot; those points restore, through a digest too")
+    func growsPastOneGiB() throws {
+        let folder = try TempFolder("storectl-replicate-gib")
+        let store = folder.file("Big.sqlite")
+        let app = try DatabaseQueue(path: store)
+        try app.inDatabase { db in
+            try db.execute(sql: "PRAGMA page_size = 65536")
+            try db.execute(sql: "PRAGMA journal_mode = WAL")
+            try db.execute(sql: "CREATE TABLE blob (id INTEGER PRIMARY KEY, data BLOB)")
+            // 1 GiB less 8 MiB, checkpointed into the file before the base.
+            for k in 0..<127 { try db.execute(sql: "INSERT INTO blob (data) VALUES (zeroblob(8388608 - ?))", arguments: [k]) }
+            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        let repo = try folder.repository("repo")
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--json", "--sync-interval", "200ms", "--merge-interval", "300ms"],
+                                                environment: environment)
+        let deadline = Date().addingTimeInterval(120)
+        while (try? StorePoints.list(repository: repo, password: .file(folder.file("password"))))?.isEmpty ?? true, Date() < deadline { usleep(100_000) }
+        // Past 1 GiB in small commits (the lock-byte page is page 16,385), each a point.
+        for _ in 0..<12 {
+            try app.inDatabase { db in try db.execute(sql: "INSERT INTO blob (data) VALUES (randomblob(1048576))") }
+            usleep(250_000)
+        }
+        let afterLast = Date().addingTimeInterval(0.6)
+        usleep(1_200_000)
+        follower.signal(SIGTERM)
+        let followed = follower.wait()
+        #expect(followed.status == 0, "\(followed.stderr)")
+        let size = try app.inDatabase { db in try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0 }
+        #expect(size > 16_385, "\(size) pages")
+        // The newest point, and one through a digest when there is one.
+        var options = SnapshotRestore.Options(repository: repo, id: "", target: .file(folder.file("restored.sqlite")))
+        options.password = .file(folder.file("password"))
+        options.at = afterLast
+        let restored = try SnapshotRestore.run(options)
+        #expect(restored.verified)
+        let queue = try DatabaseQueue(path: folder.file("restored.sqlite"))
+        let count = try queue.inDatabase { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM blob") ?? 0 }
+        try queue.close()
+        #expect(count == 127 + 12)
+        #expect((restored.pointReads?.digests ?? 0) >= 1, "\(String(describing: restored.pointReads))")
+        try app.close()
+    }
+
     @Test("kill -9 of replicate three times while the app writes (segments merged every 500 ms): each restart takes up the chain or records a gap; every listed point restores exactly, no point is listed twice or missing within a chain")
     func killNineResumes() throws {
         let world = try world()

@@ -251,6 +251,8 @@ public enum PointRestore {
         }
         var files = PointFiles(base: base)
         var reads = SnapshotRestore.PointReads()
+        let lockBytePage = LockState.pendingByte / base.pages.pageSize + 1
+        let zeroPageID = repository.sealer.contentID([UInt8](repeating: 0, count: base.pages.pageSize))
         // The segments to open, in order: each object's, a merged object's members one by one.
         // Two are opened at once (decompressing is most of the work; the other core is idle
         // here), then applied in order: at most two segments' pages in memory.
@@ -306,7 +308,14 @@ public enum PointRestore {
                     // A digest: the pages its span dropped (and did not write again) are gone.
                     if let floor = commit.truncatedTo.map(Int.init), ids.count > floor { ids.removeLast(ids.count - floor) }
                     if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
-                    if ids.count < pageCount { ids += [ContentID](repeating: .zero, count: pageCount - ids.count) }
+                    if ids.count < pageCount {
+                        // Grown past 1 GiB: the lock-byte page is one SQLite never writes (so no
+                        // commit carries it); a snapshot holds it as a page of zeros, and so does
+                        // the point (the restored file is sized to the page count: zeros there).
+                        let before = ids.count
+                        ids += [ContentID](repeating: .zero, count: pageCount - ids.count)
+                        if before < lockBytePage, lockBytePage <= pageCount { ids[lockBytePage - 1] = zeroPageID }
+                    }
                     for (i, page) in commit.pages.enumerated() {
                         let id = commit.ids[i]
                         let content = bytes[next + i]
