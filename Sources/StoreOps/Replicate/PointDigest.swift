@@ -29,7 +29,7 @@ public enum PointDigest {
     /// hourly base.
     static let maxRank = 3
     /// A span whose last page versions pass this is not digested (it is replayed instead).
-    static let maxBytes = 256 << 20
+    static let maxBytes = 128 << 20
 
     /// What a span's commits leave, fed commit by commit in order (or digest by digest).
     struct Builder {
