@@ -30,6 +30,8 @@ public enum PointDigest {
     static let maxRank = 3
     /// A span whose last page versions pass this is not digested (it is replayed instead).
     static let maxBytes = 128 << 20
+    /// A restore opens a digest sealed larger than this on its own (not two at once).
+    static let openAloneBytes = 1 << 20
 
     /// What a span's commits leave, fed commit by commit in order (or digest by digest).
     struct Builder {

@@ -273,7 +273,10 @@ public enum PointRestore {
                 units += members.map { (outer: name, member: $0.name, sealed: $0.sealed) }
             }
             guard !units.isEmpty else { break }
-            let batch = Array(units.prefix(2))
+            // A large digest (minutes of pages: tens of MiB once opened) is opened alone, so memory
+            // holds at most one beside the overlay however long the history.
+            let alone = units.prefix(2).contains { $0.member.level == PointDigest.level && $0.sealed.count > PointDigest.openAloneBytes }
+            let batch = Array(units.prefix(alone ? 1 : 2))
             units.removeFirst(batch.count)
             let opened: [OpenedSegment]
             nonisolated(unsafe) let pair = batch
