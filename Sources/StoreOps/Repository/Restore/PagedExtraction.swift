@@ -193,8 +193,16 @@ enum PagedExtraction {
             for k in 0..<(chunk.count / pageSize) {
                 let id = ids[page]
                 guard repository.sealer.contentID(UnsafeRawBufferPointer(rebasing: chunk[(k * pageSize)..<((k + 1) * pageSize)])) == id else {
-                    let pack = (try? BlobLocator.locate([id], in: repository).found[id]).map { " (pack \(repository.backend.describe(PackBuilder.key($0.pack))))" } ?? ""
-                    throw StoreOpsError(.badData, "\(context): page \(page + 1) does not match its content id \(id.hex.prefix(12))…\(pack): a frame holds other pages than its index says",
+                    // Where the expected page came from: a pack's frame, or (a point's page) a segment of points.
+                    if id == .zero {
+                        throw StoreOpsError(.badData, "\(context): page \(page + 1) has no content id: neither the base nor a commit of the point's chain holds it",
+                                            hint: "`storectl repo check --repo \(repository.location) --read-data` checks the chain; restore an earlier point or a snapshot")
+                    }
+                    guard let located = try? BlobLocator.locate([id], in: repository).found[id] else {
+                        throw StoreOpsError(.badData, "\(context): page \(page + 1) does not match its content id \(id.hex.prefix(12))… (a page of a segment of points, or a pack no index lists)",
+                                            hint: Sealer.damagedHint)
+                    }
+                    throw StoreOpsError(.badData, "\(context): page \(page + 1) does not match its content id \(id.hex.prefix(12))… (pack \(repository.backend.describe(PackBuilder.key(located.pack)))): a frame holds other pages than its index says",
                                         hint: Sealer.damagedHint)
                 }
                 page += 1
