@@ -44,8 +44,7 @@ public enum PointDigest {
         var template: PointSegment?
         var pages: [UInt32: (id: ContentID, bytes: [UInt8])] = [:]
         var pageBytes = 0
-        var pageCount: UInt32 = 0
-        /// The page count before the next commit, and the fewest within the span (Int.max: none yet).
+        /// The page count after the last commit fed, and the fewest within the span (Int.max: none yet).
         var count = Int.max
         var lowest = Int.max
         var frame: UInt32 = 0
@@ -98,10 +97,8 @@ public enum PointDigest {
             let floor = Int(min(commit.truncatedTo ?? commit.pageCount, commit.pageCount))
             lowest = min(lowest, count, floor)
             if floor < count {
-                for page in pages.keys where Int(page) > floor {
-                    pageBytes -= pages[page]?.bytes.count ?? 0
-                    pages[page] = nil
-                }
+                pages = pages.filter { Int($0.key) <= floor }
+                pageBytes = pages.values.reduce(0) { $0 + $1.bytes.count }
             }
             for (i, page) in commit.pages.enumerated() where page >= 1 && page <= commit.pageCount {
                 let bytes = pageAt(i)
@@ -110,7 +107,6 @@ public enum PointDigest {
                 pageBytes += bytes.count
             }
             count = Int(commit.pageCount)
-            pageCount = commit.pageCount
             frame = commit.frame
             lastTime = commit.time
             to = point
@@ -147,6 +143,7 @@ public enum PointDigest {
         func seal(sealer: Sealer, zstd: ZstdFrames) throws -> (SegmentName, Data)? {
             guard usable, commits >= 2, var segment = template else { return nil }
             let order = pages.keys.sorted()
+            let pageCount = UInt32(count)
             var commit = PointSegment.Commit(time: lastTime, point: to, frame: frame, pageCount: pageCount, pages: order,
                                              ids: order.map { pages[$0]?.id ?? .zero })
             commit.files = files.isEmpty ? nil : files.map(\.file)

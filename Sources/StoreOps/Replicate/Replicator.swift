@@ -542,7 +542,14 @@ public enum Replicate {
                     }
                     replica.next = flight.to + 1
                     replica.uploadFailures = 0
-                    offer(replica, name: flight.name, sealed: flight.sealed, commits: (flight.segment, flight.batch.map { ($0.commit, $0.pages) }))
+                    offer(replica, name: flight.name, sealed: flight.sealed) { digest in
+                        // Each commit's pages, then the bytes of the files it carries.
+                        for (k, entry) in flight.batch.enumerated() {
+                            let count = entry.commit.pages.count
+                            digest.add(entry.commit, point: flight.from + k, of: flight.segment, pageAt: { entry.pages[$0] },
+                                       fileAt: { count + $0 < entry.pages.count ? entry.pages[count + $0] : nil })
+                        }
+                    }
                 case .failure(let error):
                     // Back in front of what came since, numbered again at the next try.
                     replica.pending = flight.batch + replica.pending
@@ -559,10 +566,10 @@ public enum Replicate {
         /// A durable level-0 segment, held for the chain's next merge. A merge's members are
         /// consecutive: a segment that does not follow what is held (or is too large to merge:
         /// it is read as it is) merges what is held first.
-        /// - Parameter commits: the segment's commits and their pages (and files' bytes after
-        ///   them), for the merge's digest; nil (a segment read back at a resume): no digest.
+        /// - Parameter feed: gives the merge's digest the segment's commits; nil (a segment that
+        ///   cannot be opened): the merge has no digest.
         func offer(_ replica: Replica, name: SegmentName, sealed: Data, due: Bool = true,
-                   commits: (segment: PointSegment, batch: [(commit: PointSegment.Commit, pages: [[UInt8]])])? = nil) {
+                   feed: ((inout PointDigest.Builder) -> Void)? = nil) {
             guard options.mergeInterval > 0 else { return }
             if let last = replica.mergeable.last?.name, last.chain != name.chain || last.to + 1 != name.from { merge(replica, now: true) }
             guard sealed.count < PointMerge.memberBytes else {
@@ -570,15 +577,10 @@ public enum Replicate {
                 return
             }
             if replica.mergeable.isEmpty { replica.digest = options.digests ? PointDigest.Builder(store: replica.key, chain: name.chain, from: name.from) : nil }
-            if let commits {
-                for (k, entry) in commits.batch.enumerated() {
-                    let count = entry.commit.pages.count
-                    replica.digest?.add(entry.commit, point: name.from + k, of: commits.segment,
-                                        pageAt: { entry.pages[$0] },
-                                        fileAt: { count + $0 < entry.pages.count ? entry.pages[count + $0] : nil })
-                }
-            } else {
-                replica.digest?.usable = false
+            if var digest = replica.digest {
+                replica.digest = nil   // one owner while it grows: its pages are not copied
+                if let feed { feed(&digest) } else { digest.usable = false }
+                replica.digest = digest
             }
             replica.mergeable.append((name, sealed))
             replica.mergeableBytes += sealed.count
@@ -679,20 +681,8 @@ public enum Replicate {
             for name in tail {
                 guard let sealed = try repository.backend.read(name.key) else { continue }
                 // Opened too, for the merge's digest (a segment that does not open is merged as it is, with no digest).
-                var commits: (segment: PointSegment, batch: [(commit: PointSegment.Commit, pages: [[UInt8]])])?
-                if options.digests, let (segment, pages, files) = try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
-                    var next = 0, nextFile = 0
-                    var batch: [(commit: PointSegment.Commit, pages: [[UInt8]])] = []
-                    for commit in segment.commits {
-                        let fileCount = commit.files?.count ?? 0
-                        batch.append((commit, (next..<(next + commit.pages.count)).map { pages[$0] }
-                                      + files[min(nextFile, files.count)..<min(nextFile + fileCount, files.count)].map { [UInt8]($0) }))
-                        next += commit.pages.count
-                        nextFile += fileCount
-                    }
-                    commits = (segment, batch)
-                }
-                offer(replica, name: name, sealed: sealed, due: false, commits: commits)
+                let opened = options.digests ? try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) : nil
+                offer(replica, name: name, sealed: sealed, due: false, feed: opened.map { segment, pages, files in { $0.add(segment, pages: pages, files: files) } })
             }
             merge(replica, now: true)
         }
