@@ -86,4 +86,4 @@ done
 "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite" --json 2>/dev/null |
   python3 -c "import json,sys; r=json.load(sys.stdin)['pointReads']; print(f\"reading the last point: {r['digests']} digests, {r['segments']} segments, {r['commits']} commits replayed\")"
 rm -f "$W"/r.sqlite*
-printf '(medians of %s alternating rounds; point: restore --at with digests; no-digest: the same point replaying every commit since the base; plain: the base restored; same: a snapshot of the point's own database restored)\n' "$ROUNDS"
+printf '(medians of %s alternating rounds; point: restore --at with digests; no-digest: the same point replaying every commit since the base; plain: the base restored; same: a snapshot of the point’s own database restored)\n' "$ROUNDS"
