@@ -52,9 +52,6 @@ final class OverlayPages {
         if held.count * pageSize > budget { try spill() }
     }
 
-    /// Whether a commit wrote page `page` (held, or in the scratch file).
-    func holds(_ page: UInt32) -> Bool { held[page] != nil || has(page) }
-
     /// Page `page`'s newest version, or nil when no commit wrote it.
     func page(_ page: UInt32) throws -> [UInt8]? {
         if let bytes = held[page] { return bytes }

@@ -27,15 +27,8 @@ enum PagedExtraction {
         do {
             ids = try BlobLocator.pageMap(of: record, in: repository).ids
             stage("page map read")
-            // A point: the base's pages where the point has them still, its own in place of the
-            // rest (each page written once; the base's versions of changed pages are not read).
-            var toWrite = ids
-            if let overlay {
-                toWrite = overlay.ids
-                for page in 0..<toWrite.count where overlay.pages.holds(UInt32(page + 1)) { toWrite[page] = .zero }
-            }
             progress?(.stage("pages"))
-            try writePages(toWrite, pageSize: record.pages.pageSize, repository: repository, to: targets.database, context: context,
+            try writePages(ids, pageSize: record.pages.pageSize, repository: repository, to: targets.database, context: context,
                            progress: progress.map { handler in { handler(.step($0)) } })
             stage("pages written")
             if let overlay {
@@ -79,9 +72,6 @@ enum PagedExtraction {
         var wanted: [(blob: Int, first: Int)] = []
     }
 
-    /// - Parameter ids: the map; a page whose id is `.zero` is left as it is (a point's page,
-    /// written after), and so is one of zeros no pack holds (the lock-byte page of a point's file
-    /// grown past 1 GiB): the file is sized first, so both read as zeros until written.
     private static func writePages(_ ids: [ContentID], pageSize: Int, repository: PagedRepository, to path: String,
                                    context: String, progress: StepHandler?) throws {
         guard PagedSnapshotRecord.isPageSize(pageSize) else {
@@ -101,7 +91,6 @@ enum PagedExtraction {
             throw StoreOpsError.posix(errno, doing: "sizing \(path)", side: .output)
         }
         let startedAt = Date()
-        let total = ids.reduce(0) { $0 + ($1 == .zero ? 0 : 1) }
         // Neighbouring frames of a pack are read together (at most 4 MiB at once per lane).
         let framesToRead = frames.map { (pack: $0.pack, frame: $0.frame) }
         let written = Mutex(0)
@@ -112,7 +101,7 @@ enum PagedExtraction {
             let flushNow = written.withLock { value -> Bool in
                 let before = value
                 value += pages
-                report?(ProgressUpdate(phase: "pages", done: UInt64(value), total: UInt64(total), unit: .pages,
+                report?(ProgressUpdate(phase: "pages", done: UInt64(value), total: UInt64(ids.count), unit: .pages,
                                        bytes: UInt64(value) * UInt64(pageSize), startedAt: startedAt))
                 return before / writeBehindPages != value / writeBehindPages
             }
@@ -132,7 +121,7 @@ enum PagedExtraction {
             for frame in contents.frames {
                 var job: FrameJob?
                 for (b, blob) in frame.blobs.enumerated() where blob.type == .page {
-                    guard blob.id != .zero, let first = pagesByID.first(blob.id), !located[first] else { continue }
+                    guard let first = pagesByID.first(blob.id), !located[first] else { continue }
                     guard Int(blob.length) == pageSize else { continue }
                     located[first] = true
                     if job == nil { job = FrameJob(pack: pack, frame: frame) }
@@ -141,8 +130,7 @@ enum PagedExtraction {
                 if let job { jobs.append(job) }
             }
         }
-        let zeroPageID = repository.sealer.contentID([UInt8](repeating: 0, count: pageSize))
-        for page in 0..<ids.count where !located[page] && ids[page] != .zero && ids[page] != zeroPageID && pagesByID.first(ids[page]) == page {
+        for page in 0..<ids.count where !located[page] && pagesByID.first(ids[page]) == page {
             throw BlobLocator.missingBlob(ids[page], type: .page, context: "\(context), page \(page + 1)", repository: repository, damaged: damaged)
         }
         jobs.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
