@@ -15,6 +15,8 @@
 #
 #   bash bench/point-history.sh                  # ITEMS=4000000 DURATION=900 AT="0.25 0.5 0.95" ROUNDS=3
 #   DURATION=1800 AT="0.5 0.98" bash bench/point-history.sh
+#   NAME=hour DURATION=3600 AT= bash bench/point-history.sh     # follow only (no restores), kept in bench/out/hour
+#   NAME=hour REUSE=1 AT="0.5 0.98" bash bench/point-history.sh # time restores of a history already followed
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -23,13 +25,20 @@ build_release || exit 1
 ensure_store
 DURATION=${DURATION:-900}
 INTERVAL_MS=${INTERVAL_MS:-2}
-AT=${AT:-0.25 0.5 0.95}
+AT=${AT-0.25 0.5 0.95}
 ROUNDS=${ROUNDS:-3}
-W=$PWD/$OUT/point-history; rm -rf "$W"; mkdir -p "$W"
+W=$PWD/$OUT/${NAME:-point-history}
 ratio() { if [ "$(echo "$2 == 0" | bc -l)" = 1 ]; then echo n/a; else printf '%.2f' "$(echo "$1 / $2" | bc -l)"; fi; }
 mib() { printf '%.1f' "$(echo "$1 / 1048576" | bc -l)"; }
 rfc() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%S.%3NZ; }
 
+if [ "${REUSE:-0}" = 1 ]; then
+  [ -s "$W/window" ] || { echo "bench: REUSE=1 but $W holds no followed history (run without REUSE first)" >&2; exit 1; }
+  read -r W0 W1 <"$W/window"
+  printf 'reusing the history followed in %s (%s s of writing)\n' "$W" "$(printf '%.0f' "$(echo "$W1 - $W0" | bc -l)")"
+  rm -rf "$W/anchor"
+else
+rm -rf "$W"; mkdir -p "$W"
 cp "$STORE" "$W/Tasks.sqlite"
 "$BIN/storectl" repo init --repo "$W/repo" --insecure-no-encryption >/dev/null 2>&1 || { echo "bench: repo init failed" >&2; exit 1; }
 "$BIN/storectl" replicate "$W/Tasks.sqlite" --repo "$W/repo" --json >"$W/replicate.json" 2>"$W/replicate.err" &
@@ -44,6 +53,7 @@ W0=$(now)
 "$BIN/storectl-lab" writer "$W/Tasks.sqlite" --interval-ms "$INTERVAL_MS" --duration "$DURATION" >"$W/writer.json" 2>"$W/writer.err" ||
   { echo "bench: writer failed: $(head -c 300 "$W/writer.err")" >&2; strict_fail writer; }
 W1=$(now)
+echo "$W0 $W1" >"$W/window"
 sleep 3
 kill -TERM "$FPID"; wait "$FPID" || { echo "bench: replicate exited $?: $(tail -c 400 "$W/replicate.err")" >&2; strict_fail replicate; }
 trap - EXIT
@@ -57,6 +67,7 @@ printf 'store: %s (%s items); writer: a commit every %s ms for %s s; repository 
   "$STORE" "$ITEMS" "$INTERVAL_MS" "$DURATION" "$(mib "$(du -sb "$W/repo" | cut -f1)")" "$(mib "$(du -sb "$W/repo/points" | cut -f1)")" \
   "$DIGESTS" "$(mib "$(find "$W/repo/points" -name 'digest-*' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')")"
 
+fi
 BASE=$(ls "$W/repo/snapshots" | head -n 1)
 "$BIN/storectl" repo init --repo "$W/anchor" --insecure-no-encryption >/dev/null 2>&1 || { echo "bench: repo init (anchor) failed" >&2; exit 1; }
 printf '\n%-6s %-24s %8s %9s %11s %8s %8s %8s %8s %12s\n' at time "point s" "peak MiB" "no-digest s" "plain s" "same s" "/ plain" "/ same" "/ no-digest"
@@ -83,7 +94,7 @@ for at in $AT; do
   a=$(median "${A[@]}"); b=$(median "${B[@]}"); c=$(median "${C[@]}"); d=$(median "${D[@]}")
   printf '%-6s %-24s %8.2f %9s %11.2f %8.2f %8.2f %8s %8s %12s\n' "$at" "$(rfc "$T")" "$a" "$PEAK" "$b" "$c" "$d" "$(ratio "$a" "$c")" "$(ratio "$a" "$d")" "$(ratio "$a" "$b")"
 done
-"$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite" --json 2>/dev/null |
+[ -n "${T:-}" ] && "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite" --json 2>/dev/null |
   python3 -c "import json,sys; r=json.load(sys.stdin)['pointReads']; print(f\"reading the last point: {r['digests']} digests, {r['segments']} segments, {r['commits']} commits replayed\")"
 rm -f "$W"/r.sqlite*
 printf '(medians of %s alternating rounds; point: restore --at with digests; no-digest: the same point replaying every commit since the base; plain: the base restored; same: a snapshot of the point’s own database restored)\n' "$ROUNDS"

@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 import GRDB
 import StoreLab
-import StoreOps
+@testable import StoreOps
 import Testing
 
 /// A store and a format-2 repository (encrypted unless told), with the password in a file; the
@@ -629,6 +629,52 @@ struct PagedRepositoryTests {
         #expect(failed?.message.contains("does not match its content id") == true && failed?.message.contains(pack) == true, "\(failed?.message ?? "")")
         #expect(!fixture.folder.contents().contains { $0.hasPrefix("restored") || $0.contains("storectl") && $0.contains("restored") }, "\(fixture.folder.contents())")
         #expect(try fixture.check().ok == false, "repo check --read-data finds it too")
+    }
+
+    @Test("a restored file's pages are checked by two lanes from either end: each alone checks every page, together each page once; a page that differs anywhere is 65 naming it, a short file 74")
+    func pageCheckLanes() throws {
+        let fixture = try PagedFixture(items: 10)
+        let repository = try PagedRepository.open(fixture.backend, password: fixture.password)
+        let pageSize = 4096
+        let count = 5 * 256 + 17   // five 1 MiB chunks and part of a sixth
+        var bytes = [UInt8](repeating: 0, count: count * pageSize)
+        for page in 0..<count {
+            for k in stride(from: 0, to: pageSize, by: 64) { bytes[page * pageSize + k] = UInt8(truncatingIfNeeded: page &* 31 &+ k) }
+        }
+        let ids = (0..<count).map { page in bytes[(page * pageSize)..<((page + 1) * pageSize)].withUnsafeBytes { repository.sealer.contentID($0) } }
+        let path = fixture.folder.file("pages.db")
+        func write(_ data: [UInt8]) throws { try Data(data).write(to: URL(fileURLWithPath: path)) }
+        func check(_ lanes: String) throws -> String? {
+            let check = PagedExtraction.PageCheck(path: path, ids: ids, pageSize: pageSize, repository: repository, context: "snapshot test")
+            defer { if Data(bytes) == (try? Data(contentsOf: URL(fileURLWithPath: path))) { #expect(check.pagesChecked == count, "\(lanes): \(check.pagesChecked)") } }
+            switch lanes {
+            case "start": return try check.hashAndCheckFromStart()
+            case "end": try check.checkFromEnd(); return nil
+            default:
+                let (_, sha) = try inParallel({ try check.checkFromEnd() }, { try check.hashAndCheckFromStart() })
+                return sha
+            }
+        }
+        try write(bytes)
+        let whole = Hashing.sha256(Data(bytes))
+        for lanes in ["start", "end", "both"] {
+            let sha = try check(lanes)
+            #expect(lanes == "end" ? sha == nil : sha == whole, "\(lanes)")
+        }
+        for damaged in [0, 700, count - 1] {
+            var changed = bytes
+            changed[damaged * pageSize + 1] ^= 0xFF
+            try write(changed)
+            for lanes in ["start", "end", "both"] {
+                let failed = #expect(throws: StoreOpsError.self, "page \(damaged + 1), \(lanes)") { _ = try check(lanes) }
+                #expect(failed?.status == .badData && failed?.message.contains("page \(damaged + 1) does not match its content id") == true, "\(failed?.message ?? "")")
+            }
+        }
+        try write(Array(bytes.prefix((count - 300) * pageSize)))
+        for lanes in ["start", "end", "both"] {
+            let failed = #expect(throws: StoreOpsError.self, "short, \(lanes)") { _ = try check(lanes) }
+            #expect(failed?.status == .ioError && failed?.message.contains("ends before its page") == true, "\(failed?.message ?? "")")
+        }
     }
 
     @Test("scrypt as key files use it matches RFC 7914's test vector")

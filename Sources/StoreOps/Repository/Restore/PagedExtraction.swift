@@ -52,11 +52,18 @@ enum PagedExtraction {
         // The integrity check on one core; on the other, the file read back once: its SHA-256,
         // and every page checked against the id the map gives it. (Checking each page as it was
         // written kept both cores busy then and left this one idle during the integrity check.)
+        // The page ids are shared: the hashing lane checks them chunk by chunk from the start as
+        // it reads, the checking lane from the end once its check is done, until they meet (the
+        // SHA-256 and the ids are twice the work of quick_check alone; so both lanes end together).
         let pageSize = record.pages.pageSize
         progress?(.stage(level == .full ? "integrity_check and page hashes" : "quick_check and page hashes"))
-        let finalIDs = ids
-        let (result, sha) = try inParallel({ try SnapshotVerify.checkDatabase(targets.database, level: level) },
-                                           { try checkPages(targets.database, ids: finalIDs, pageSize: pageSize, repository: repository, context: context) })
+        let pages = PageCheck(path: targets.database, ids: ids, pageSize: pageSize, repository: repository, context: context)
+        let (result, sha) = try inParallel({ () throws -> Manifest.Verification in
+                                               let result = try SnapshotVerify.checkDatabase(targets.database, level: level)
+                                               try pages.checkFromEnd()
+                                               return result
+                                           },
+                                           { try pages.hashAndCheckFromStart() })
         stage("checked and hashed")
         guard result.ok else {
             throw StoreOpsError(.badData, "\(context): the database it reassembles to fails \(level == .full ? "integrity_check" : "quick_check"): \(result.messages.prefix(3).joined(separator: "; "))")
@@ -177,20 +184,94 @@ enum PagedExtraction {
         return pages
     }
 
-    /// Reads the reassembled database once, in order: its SHA-256, and every page against the id
-    /// the map gives it (so a frame that opens but holds other pages than its index says, or a
-    /// page written to the wrong place, fails the restore). 65 naming the page and its pack.
-    static func checkPages(_ path: String, ids: [ContentID], pageSize: Int, repository: PagedRepository, context: String) throws -> String {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path) back", side: .output) }
-        defer { close(fd) }
-        var page = 0
-        let (_, sha) = try Hashing.streamHashing(fd: fd, path: path, side: .output) { chunk in
-            // Whole 1 MiB chunks but the last: whole pages, unless the file ends mid-page.
-            guard chunk.count % pageSize == 0, page + chunk.count / pageSize <= ids.count else {
-                throw StoreOpsError(.ioError, "\(path) is not the \(ids.count) pages of \(pageSize) bytes it was restored as")
+    /// The restored file read back: its SHA-256 (one lane, in order), and every page checked
+    /// against the id the map gives it, in chunks of 1 MiB claimed from the start by the hashing
+    /// lane and from the end by the other (`checkFromEnd`) until none is left. A frame that opens
+    /// but holds other pages than its index says, or a page written to the wrong place, fails the
+    /// restore: 65 naming the page and its pack.
+    final class PageCheck: @unchecked Sendable {   // shared by two lanes: `claims` is the only state they both change
+        let path: String
+        let ids: [ContentID]
+        let pageSize: Int
+        let repository: PagedRepository
+        let context: String
+        let chunkPages: Int
+        /// Chunks below `front` are the hashing lane's, from `back` on the other lane's.
+        private let claims: Mutex<(front: Int, back: Int)>
+        /// Pages checked so far, by both lanes (each page once).
+        private let checked = Mutex(0)
+        var pagesChecked: Int { checked.withLock { $0 } }
+
+        init(path: String, ids: [ContentID], pageSize: Int, repository: PagedRepository, context: String) {
+            self.path = path
+            self.ids = ids
+            self.pageSize = pageSize
+            self.repository = repository
+            self.context = context
+            chunkPages = max(1, (1 << 20) / pageSize)   // `Hashing.streamHashing`'s chunks
+            claims = Mutex((0, (ids.count + chunkPages - 1) / chunkPages))
+        }
+
+        /// The file's SHA-256, checking the ids of each chunk not yet claimed by the other lane.
+        func hashAndCheckFromStart() throws -> String {
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path) back", side: .output) }
+            defer { close(fd) }
+            var page = 0
+            let (_, sha) = try Hashing.streamHashing(fd: fd, path: path, side: .output) { chunk in
+                // Whole 1 MiB chunks but the last: whole pages, unless the file ends mid-page.
+                guard chunk.count % pageSize == 0, page + chunk.count / pageSize <= ids.count else {
+                    throw StoreOpsError(.ioError, "\(path) is not the \(ids.count) pages of \(pageSize) bytes it was restored as")
+                }
+                let index = page / chunkPages
+                let mine = claims.withLock { claims -> Bool in
+                    guard index < claims.back else { return false }
+                    claims.front = index + 1
+                    return true
+                }
+                if mine { try check(chunk, from: page) }
+                page += chunk.count / pageSize
             }
+            guard page == ids.count else {
+                throw StoreOpsError(.ioError, "\(path) ends before its page \(page + 1): it was cut short while being restored")
+            }
+            return sha
+        }
+
+        /// Checks the ids of the last chunks not yet claimed, one after another back to the front.
+        func checkFromEnd() throws {
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(path) back", side: .output) }
+            defer { close(fd) }
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkPages * pageSize, alignment: 16)
+            defer { buffer.deallocate() }
+            while true {
+                let index = claims.withLock { claims -> Int? in
+                    guard claims.back > claims.front else { return nil }
+                    claims.back -= 1
+                    return claims.back
+                }
+                guard let index else { return }
+                let first = index * chunkPages
+                let count = min(chunkPages, ids.count - first) * pageSize
+                var filled = 0
+                while filled < count {
+                    let n = pread(fd, buffer.baseAddress! + filled, count - filled, off_t(first) * off_t(pageSize) + off_t(filled))
+                    if n < 0, errno == EINTR { continue }
+                    if n < 0 { throw StoreOpsError.posix(errno, doing: "reading \(path) back", side: .output) }
+                    // The hashing lane says where it ends, reading the file in order.
+                    guard n > 0 else { throw StoreOpsError(.ioError, "\(path) ends before its page \(first + filled / pageSize + 1): it was cut short while being restored") }
+                    filled += n
+                }
+                try check(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), from: first)
+            }
+        }
+
+        /// Pages `first`… of the file, in `chunk`, against their ids.
+        private func check(_ chunk: UnsafeRawBufferPointer, from first: Int) throws {
+            defer { checked.withLock { $0 += chunk.count / pageSize } }
             for k in 0..<(chunk.count / pageSize) {
+                let page = first + k
                 let id = ids[page]
                 guard repository.sealer.contentID(UnsafeRawBufferPointer(rebasing: chunk[(k * pageSize)..<((k + 1) * pageSize)])) == id else {
                     // Where the expected page came from: a pack's frame, or (a point's page) a segment of points.
@@ -205,13 +286,8 @@ enum PagedExtraction {
                     throw StoreOpsError(.badData, "\(context): page \(page + 1) does not match its content id \(id.hex.prefix(12))… (pack \(repository.backend.describe(PackBuilder.key(located.pack)))): a frame holds other pages than its index says",
                                         hint: Sealer.damagedHint)
                 }
-                page += 1
             }
         }
-        guard page == ids.count else {
-            throw StoreOpsError(.ioError, "\(path) ends before its page \(page + 1): it was cut short while being restored")
-        }
-        return sha
     }
 
     private static func writeFiles(_ files: [PagedSnapshotRecord.FileChunks], repository: PagedRepository, into folder: String?,
