@@ -8,6 +8,7 @@
 #
 #   bash bench/diff.sh              # 1 GiB store, 5,000 updates
 #   ITEMS=20000 UPDATES=200 bash bench/diff.sh
+#   KEEP=1 bash bench/diff.sh       # keep bench/out/diff (the repository, both files, the diffs) to look at after
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . bench/common.sh
@@ -62,4 +63,4 @@ if [ "$SNAP_CHANGED" != "$UPDATES" ] || [ "$FILE_CHANGED" != "$UPDATES" ]; then
   echo "bench/diff.sh: storectl reported $SNAP_CHANGED and $FILE_CHANGED changed objects, $UPDATES were made" >&2
   strict_fail diff
 fi
-rm -rf "$WORK"
+[ "${KEEP:-0}" = 1 ] && echo "kept: $WORK" || rm -rf "$WORK"

@@ -23,16 +23,18 @@ declare -A KNOBS=(
   [replicate-s3]="DURATION=5"
   [diff]="UPDATES=200"
   [point-history]="DURATION=5 AT=0.5 ROUNDS=1"
+  [point-history:reuse]="REUSE=1 AT=0.9 ROUNDS=1"   # the history point-history followed, timed again
 )
-ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff point-history)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff point-history point-history:reuse)
 [ $# -gt 0 ] && ORDER=("$@")
 failed=()
 for name in "${ORDER[@]}"; do
-  [ -f "bench/$name.sh" ] || { echo "bench/smoke.sh: no bench/$name.sh" >&2; exit 64; }
-  echo "== bench/$name.sh (ITEMS=$ITEMS ${KNOBS[$name]:-})"
+  script=${name%%:*}   # NAME:VARIANT runs bench/NAME.sh with the variant's knobs
+  [ -f "bench/$script.sh" ] || { echo "bench/smoke.sh: no bench/$script.sh" >&2; exit 64; }
+  echo "== bench/$script.sh (ITEMS=$ITEMS ${KNOBS[$name]:-})"
   started=$(date +%s)
   # shellcheck disable=SC2086
-  if env ${KNOBS[$name]:-} bash "bench/$name.sh" > "bench/out/smoke-$name.log" 2>&1; then
+  if env ${KNOBS[$name]:-} bash "bench/$script.sh" > "bench/out/smoke-$name.log" 2>&1; then
     echo "   ok in $(( $(date +%s) - started )) s"
   else
     echo "   FAILED (exit $?) in $(( $(date +%s) - started )) s; the last lines of bench/out/smoke-$name.log:"
