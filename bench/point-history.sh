@@ -6,7 +6,10 @@
 # The fairest anchor is a plain restore of the same database: the point restored once is taken
 # as a snapshot into a second repository (same settings), and that snapshot's plain restore
 # ("same") is timed beside the others: a store grows while it is followed, so the base can be
-# a fifth smaller than the point, and restoring it is cheaper for that alone.
+# a fifth smaller than the point, and restoring it is cheaper for that alone. That snapshot's
+# store passed quick_check when it was taken, so its restore does not run it again; a point's
+# does (as the base's, recorded unchecked): "checked" is the same snapshot restored with --check,
+# the same checks as the point.
 # storectl only (bench/replicate.sh runs Litestream beside it): a copy of the ~1 GiB store of
 # bench/common.sh followed into a local folder (plain: --insecure-no-encryption, as there) while
 # storectl-lab writer commits a small transaction every INTERVAL_MS for DURATION seconds; then, at
@@ -70,10 +73,10 @@ printf 'store: %s (%s items); writer: a commit every %s ms for %s s; repository 
 fi
 BASE=$(ls "$W/repo/snapshots" | head -n 1)
 "$BIN/storectl" repo init --repo "$W/anchor" --insecure-no-encryption >/dev/null 2>&1 || { echo "bench: repo init (anchor) failed" >&2; exit 1; }
-printf '\n%-6s %-24s %8s %9s %11s %8s %8s %8s %8s %12s\n' at time "point s" "peak MiB" "no-digest s" "plain s" "same s" "/ plain" "/ same" "/ no-digest"
+printf '\n%-6s %-24s %8s %9s %11s %8s %8s %9s %8s %8s %9s %12s\n' at time "point s" "peak MiB" "no-digest s" "plain s" "same s" "checked s" "/ plain" "/ same" "/ checked" "/ no-digest"
 for at in $AT; do
   T=$(echo "$W0 + $at * ($W1 - $W0)" | bc -l)
-  declare -a A=() B=() C=() D=()
+  declare -a A=() B=() C=() D=() E=()
   PEAK=0
   # The point's database as a snapshot of its own, for the same-size anchor.
   rm -f "$W"/r.sqlite*
@@ -89,12 +92,14 @@ for at in $AT; do
     timed r "$BIN/storectl" snapshot restore --repo "$W/repo" "$BASE" --to "$W/r.sqlite"; C+=("$SECS")
     rm -f "$W"/r.sqlite*; settle
     timed r "$BIN/storectl" snapshot restore --repo "$W/anchor" "$SAME" --to "$W/r.sqlite"; D+=("$SECS")
+    rm -f "$W"/r.sqlite*; settle
+    timed r "$BIN/storectl" snapshot restore --repo "$W/anchor" "$SAME" --to "$W/r.sqlite" --check; E+=("$SECS")
   done
   rm -f "$W"/r.sqlite*
-  a=$(median "${A[@]}"); b=$(median "${B[@]}"); c=$(median "${C[@]}"); d=$(median "${D[@]}")
-  printf '%-6s %-24s %8.2f %9s %11.2f %8.2f %8.2f %8s %8s %12s\n' "$at" "$(rfc "$T")" "$a" "$PEAK" "$b" "$c" "$d" "$(ratio "$a" "$c")" "$(ratio "$a" "$d")" "$(ratio "$a" "$b")"
+  a=$(median "${A[@]}"); b=$(median "${B[@]}"); c=$(median "${C[@]}"); d=$(median "${D[@]}"); e=$(median "${E[@]}")
+  printf '%-6s %-24s %8.2f %9s %11.2f %8.2f %8.2f %9.2f %8s %8s %9s %12s\n' "$at" "$(rfc "$T")" "$a" "$PEAK" "$b" "$c" "$d" "$e" "$(ratio "$a" "$c")" "$(ratio "$a" "$d")" "$(ratio "$a" "$e")" "$(ratio "$a" "$b")"
 done
 [ -n "${T:-}" ] && "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite" --json 2>/dev/null |
   python3 -c "import json,sys; r=json.load(sys.stdin)['pointReads']; print(f\"reading the last point: {r['digests']} digests, {r['segments']} segments, {r['commits']} commits replayed\")"
 rm -f "$W"/r.sqlite*
-printf '(medians of %s alternating rounds; point: restore --at with digests; no-digest: the same point replaying every commit since the base; plain: the base restored; same: a snapshot of the point’s own database restored)\n' "$ROUNDS"
+printf '(medians of %s alternating rounds; point: restore --at with digests; no-digest: the same point replaying every commit since the base; plain: the base restored (recorded unchecked: quick_check when restored); same: a snapshot of the point’s own database restored (checked when taken: no quick_check again); checked: the same with --check, the checks a point gets)\n' "$ROUNDS"

@@ -25,6 +25,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     @Flag(help: "In place: go ahead although the store is open; move a damaged store aside instead of snapshotting it.") var force = false
     @Flag(help: "In place: restore although no store exists at that path (otherwise exit 66).") var create = false
     @Flag(help: "Wait for locks instead of exiting 75.") var wait = false
+    @Flag(help: "Run quick_check on the restored database even when the snapshot's source passed it when the snapshot was taken (every page is checked against its content id either way).") var check = false
     @Flag(help: "Print the result as JSON.") var json = false
 
     func validate() throws {
@@ -40,6 +41,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         options.pointStore = store
         options.pointHost = host
         options.create = create
+        options.check = check
         let progress = TerminalProgress.handler("snapshot restore", quiet: json)
         let result = try SnapshotRestore.run(options, progress: progress?.1)
         progress?.0.finish()

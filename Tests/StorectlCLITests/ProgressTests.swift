@@ -64,7 +64,9 @@ struct ProgressTests {
             (["snapshot", "create", world.store, "--repo", "snaps"], ["snapshot create  lock", "snapshot create  copy", "snapshot create  verify", "snapshot create  commit"]),
             (["preflight", world.store, "--full"], ["preflight  quick_check", "preflight  integrity_check", "preflight  foreign_key_check", "preflight  Core Data checks"]),
             (["snapshot", "verify", "--repo", "snaps", id], ["snapshot verify  \(id) pages", "snapshot verify  \(id) pages  100.0%", "snapshot verify  \(id) quick_check and page hashes"]),
-            (["snapshot", "restore", "--repo", "snaps", id, "--to", "copy.sqlite"], ["snapshot restore  pages", "snapshot restore  pages  100.0%", "snapshot restore  quick_check and page hashes", "snapshot restore  sync"]),
+            // Its source passed quick_check when it was taken: the restored pages against their ids alone, unless --check.
+            (["snapshot", "restore", "--repo", "snaps", id, "--to", "copy.sqlite"], ["snapshot restore  pages", "snapshot restore  pages  100.0%", "snapshot restore  page hashes", "snapshot restore  sync"]),
+            (["snapshot", "restore", "--repo", "snaps", id, "--to", "checked.sqlite", "--check"], ["snapshot restore  pages", "snapshot restore  quick_check and page hashes", "snapshot restore  sync"]),
             (["snapshot", "export", "--repo", "snaps", id, "--output", "e.tar.zst"], ["snapshot export  pages", "snapshot export  quick_check", "snapshot export  archive (zstd)", "snapshot export  archive (zstd)  100.0%"]),
             (["migrate", "apply", world.store, "--migrations", "migrations", "--repo", "snaps"],
              ["migrate  lock", "migrate  preflight", "migrate  snapshot", "migrate  snapshot  copy", "migrate  apply 0001_mark", "migrate  apply 0001_mark  50.0%  1/2 statements",

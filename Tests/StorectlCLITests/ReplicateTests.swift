@@ -53,7 +53,10 @@ struct ReplicateTests {
         let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(time), "--to", target, "--json"],
                                        environment: world.environment)
         guard run.status == 0 else { throw StoreOpsError(run.status == 66 ? .noInput : .failure, run.stderr) }
-        return try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(run.stdout.utf8))
+        let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(run.stdout.utf8))
+        // A point is pages the app committed, never checked: its restore runs quick_check.
+        #expect(result.databaseCheck == "quick_check of the restored database", "\(result.databaseCheck)")
+        return result
     }
 
     struct Checked {
@@ -157,6 +160,14 @@ struct ReplicateTests {
         #expect(checked.restored + checked.refused.count == 60)
         #expect(checked.refused.allSatisfy { $0.contains("gap") }, "\(checked.refused)")
         #expect(checked.restored >= 50, "\(checked.refused)")
+        // A chain's base is the store's pages as the follower read them, unchecked (verify level
+        // none): restored by its id, it is checked then.
+        let base = try #require(chains.first?.id)
+        let plain = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, base, "--to", world.folder.file("base.sqlite"), "--json"],
+                                         environment: world.environment)
+        #expect(plain.status == 0, "\(plain.stderr)")
+        let restoredBase = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(plain.stdout.utf8))
+        #expect(restoredBase.record.verify.level == .none && restoredBase.databaseCheck == "quick_check of the restored database", "\(restoredBase.databaseCheck)")
     }
 
     @Test("digests: a chain synced every 200 ms and merged every 300 ms for 12 s while the app checkpoints and VACUUMs (the database shrinks): a digest after each merge and one over every ten; 40 random points restore exactly, those past the first digests reading digests and replaying fewer commits than their number; repo check reads every digest; a damaged digest is read around (the points it spans replayed), a missing one too")

@@ -111,6 +111,12 @@ struct SnapshotCLITests {
         #expect(inPlace.status == 0)
         let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(inPlace.stdout.utf8))
         #expect(result.safetySnapshot != nil)
+        // Its source passed quick_check when the snapshot was taken, and every restored page is
+        // checked against its id: not checked a second time, unless --check.
+        #expect(result.databaseCheck == "quick_check when the snapshot was taken", "\(result.databaseCheck)")
+        let checked = try cli("snapshot", "restore", "--repo", repo, id, "--to", folder.file("checked.sqlite"), "--check", "--json")
+        #expect(checked.status == 0, "\(checked.stderr)")
+        #expect(try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(checked.stdout.utf8)).databaseCheck == "quick_check of the restored database")
 
         let dry = try cli("snapshot", "prune", "--repo", repo, "--keep-tag", "nightly", "--dry-run")
         #expect(dry.status == 0 && dry.stdout.contains("keep   \(id)  tagged nightly") && dry.stdout.contains("would keep"))

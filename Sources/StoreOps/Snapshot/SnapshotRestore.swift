@@ -37,6 +37,9 @@ public enum SnapshotRestore {
         /// repository has points of more than one store).
         public var pointStore: String?
         public var pointHost: String?
+        /// Run `quick_check` on the restored database even when the snapshot's source passed it
+        /// when the snapshot was taken (`--check`); every page is checked against its content id either way.
+        public var check = false
 
         public enum KeepCurrent: Sendable, Equatable {
             /// A safety snapshot (tag pre-restore) in the repository.
@@ -80,6 +83,10 @@ public enum SnapshotRestore {
         public var externalFilesNote: String?
         /// The journal mode the restored store has (in place: the mode the store had).
         public var journalMode: String
+        /// How the database's structure was checked, beside every page against its content id:
+        /// `quick_check of the restored database`, or (a snapshot restored page for page, its
+        /// source checked when it was taken) `quick_check when the snapshot was taken`.
+        public var databaseCheck = ""
         /// The database was checked against the snapshot's SHA-256 and integrity check before the
         /// swap, and the file in place is that file (same inode).
         public var verified: Bool
@@ -113,7 +120,7 @@ public enum SnapshotRestore {
                 preflight: { pipeline in try PointRestore.target(options, in: try pipeline.repository) },
                 act: { pipeline, target in
                     var result = try restoreToNewFile(target.record, from: try pipeline.repository, path: FileSystem.absolute(path),
-                                                      overlay: target.overlay, progress: progress)
+                                                      overlay: target.overlay, check: options.check, progress: progress)
                     result.point = target.point
                     result.pointTime = target.time
                     result.pointReads = target.reads
@@ -154,12 +161,19 @@ public enum SnapshotRestore {
         var journalMode: String
         /// The SHA-256 of the staged database before its journal mode was set.
         var sha256: String
+        var databaseCheck: String
     }
 
     /// Unpacks and checks the snapshot beside `finalPath`, then puts the database in `journalMode`
     /// ("wal" or "delete") and fsyncs everything.
+    ///
+    /// Every page is checked against its content id. A snapshot restored page for page whose
+    /// source passed `quick_check` (or `integrity_check`) when it was taken, in the read
+    /// transaction its pages came from, is then those same bytes, and is not checked again unless
+    /// `check` says so; a point (pages the app committed since its base, never checked) and a
+    /// chain's base recorded unchecked are.
     static func stage(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, at finalPath: String, journalMode: String,
-                      overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> Staged {
+                      overlay: PointOverlay? = nil, check: Bool = false, progress: ProgressHandler? = nil) throws -> Staged {
         let record = overlay?.manifest(of: snapshot) ?? snapshot.manifest
         let folder = FileSystem.parent(of: finalPath)
         switch FileSystem.kind(of: folder) {
@@ -186,8 +200,10 @@ public enum SnapshotRestore {
             support = pending
         }
         let started = Date()
+        let checkedWhenTaken = overlay == nil && snapshot.manifest.verify.ok && snapshot.manifest.verify.level != .none
+        let level: VerifyLevel = checkedWhenTaken && !check ? .none : .quick
         let sha256 = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: externalFolder),
-                                             level: .quick, overlay: overlay, progress: progress)
+                                             level: level, overlay: overlay, progress: progress)
         logger.debug("unpacked and checked", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
         if journalMode == "wal" { try switchToWAL(database.tempPath) }
         progress?(.stage("sync"))
@@ -198,8 +214,10 @@ public enum SnapshotRestore {
             note = "external-data files the app wrote after the chain's base (\(Timestamp.iso(snapshot.manifest.startedAt))) are not in the repository "
                 + "until a snapshot of the store is taken after this point; the restored store has the base's (`storectl snapshot create`, then restore again)"
         }
+        let taken = snapshot.manifest.verify.level == .full ? "integrity_check" : "quick_check"
         return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0,
-                      externalFilesNote: note, journalMode: journalMode, sha256: sha256)
+                      externalFilesNote: note, journalMode: journalMode, sha256: sha256,
+                      databaseCheck: level == .none ? "\(taken) when the snapshot was taken" : "quick_check of the restored database")
     }
 
     /// Puts a staged (closed, unused) database back in WAL mode: the header's read/write versions
@@ -220,7 +238,7 @@ public enum SnapshotRestore {
     }
 
     static func restoreToNewFile(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, path: String,
-                                 overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> Result {
+                                 overlay: PointOverlay? = nil, check: Bool = false, progress: ProgressHandler? = nil) throws -> Result {
         let record = overlay?.manifest(of: snapshot) ?? snapshot.manifest
         let recovered = try StoreSwap.recover(target: path)
         guard FileSystem.kind(of: path) == .missing else {
@@ -234,12 +252,14 @@ public enum SnapshotRestore {
         }
         // `--to` writes the snapshot's database byte for byte (journal_mode=delete): its SHA-256
         // is the manifest's, so the file can be checked without storectl.
-        let staged = try stage(snapshot, from: repository, at: path, journalMode: "delete", overlay: overlay, progress: progress)
+        let staged = try stage(snapshot, from: repository, at: path, journalMode: "delete", overlay: overlay, check: check, progress: progress)
         let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
         _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
                                         expectedSHA256: staged.sha256))
-        return Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
-                      externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: "delete", verified: true, recovered: recovered, record: record)
+        var result = Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
+                            externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: "delete", verified: true, recovered: recovered, record: record)
+        result.databaseCheck = staged.databaseCheck
+        return result
     }
 
     /// A restore in place, walking the pipeline: lock (the store's, exclusive; then the
@@ -308,7 +328,8 @@ public enum SnapshotRestore {
             }
             let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")
-            let staged = try stage(snapshot, from: hold.repository, at: store.path, journalMode: journalMode, overlay: target.overlay, progress: progress)
+            let staged = try stage(snapshot, from: hold.repository, at: store.path, journalMode: journalMode, overlay: target.overlay,
+                                   check: options.check, progress: progress)
             if exists {
                 // The app's user must be able to open its restored store: same owner and mode as before.
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
@@ -362,10 +383,12 @@ public enum SnapshotRestore {
         func result() throws -> Result {
             guard let outcome, let staged, let record else { throw StoreOpsError(.failure, "the restore did not finish") }
             let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
-            return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
-                          removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
-                          externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record,
-                          point: target?.point, pointTime: target?.time, pointReads: target?.reads)
+            var result = Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
+                                removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
+                                externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record,
+                                point: target?.point, pointTime: target?.time, pointReads: target?.reads)
+            result.databaseCheck = staged.databaseCheck
+            return result
         }
     }
 }
