@@ -120,7 +120,7 @@ done
 med() { read -r -a v <<< "$1"; median "${v[@]}"; }
 S1R=$(med "${RT[copy]}"); S2R=$(med "${RT[s2]}"); RR=$(med "${RT[restic]}"); BR=$(med "${RT[borg]}")
 printf '%-38s %8.2f s %10s MiB peak  (quick_check included; runs: %s)\n' "the copy: bsdtar -x + quick_check" "$S1R" "${RM[copy]}" "${RT[copy]}"
-printf '%-38s %8.2f s %10s MiB peak  (quick_check, page ids, fsync; runs: %s)\n' "storectl snapshot restore --to" "$S2R" "${RM[s2]}" "${RT[s2]}"
+printf '%-38s %8.2f s %10s MiB peak  (every page against its id, fsync; quick_check passed when taken; runs: %s)\n' "storectl snapshot restore --to" "$S2R" "${RM[s2]}" "${RT[s2]}"
 printf '%-38s %8.2f s %10s MiB peak  (runs: %s)\n' "restic restore latest" "$RR" "${RM[restic]}" "${RT[restic]}"
 printf '%-38s %8.2f s %10s MiB peak  (runs: %s)\n' "borg extract" "$BR" "${RM[borg]}" "${RT[borg]}"
 printf 'ratio storectl / restic %.2f, storectl / borg %.2f\n' "$(echo "$S2R / $RR" | bc -l)" "$(echo "$S2R / $BR" | bc -l)"
