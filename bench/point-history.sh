@@ -20,6 +20,8 @@
 #   DURATION=1800 AT="0.5 0.98" bash bench/point-history.sh
 #   NAME=hour DURATION=3600 AT= bash bench/point-history.sh     # follow only (no restores), kept in bench/out/hour
 #   NAME=hour REUSE=1 AT="0.5 0.98" bash bench/point-history.sh # time restores of a history already followed
+#   NAME=base15 BASE_INTERVAL=15m DURATION=1800 AT="0.49 0.98" bash bench/point-history.sh   # a base every 15 minutes
+#   (plain is always the first chain's base; same and checked are the point's own database)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -30,6 +32,7 @@ DURATION=${DURATION:-900}
 INTERVAL_MS=${INTERVAL_MS:-2}
 AT=${AT-0.25 0.5 0.95}
 ROUNDS=${ROUNDS:-3}
+BASE_INTERVAL=${BASE_INTERVAL:-1h}   # replicate --base-interval: 15m starts a chain (a new base) every 15 minutes
 W=$PWD/$OUT/${NAME:-point-history}
 ratio() { if [ "$(echo "$2 == 0" | bc -l)" = 1 ]; then echo n/a; else printf '%.2f' "$(echo "$1 / $2" | bc -l)"; fi; }
 mib() { printf '%.1f' "$(echo "$1 / 1048576" | bc -l)"; }
@@ -44,7 +47,7 @@ else
 rm -rf "$W"; mkdir -p "$W"
 cp "$STORE" "$W/Tasks.sqlite"
 "$BIN/storectl" repo init --repo "$W/repo" --insecure-no-encryption >/dev/null 2>&1 || { echo "bench: repo init failed" >&2; exit 1; }
-"$BIN/storectl" replicate "$W/Tasks.sqlite" --repo "$W/repo" --json >"$W/replicate.json" 2>"$W/replicate.err" &
+"$BIN/storectl" replicate "$W/Tasks.sqlite" --repo "$W/repo" --base-interval "$BASE_INTERVAL" --json >"$W/replicate.json" 2>"$W/replicate.err" &
 FPID=$!
 trap 'kill $FPID 2>/dev/null' EXIT
 until [ -n "$(find "$W/repo/points" -type f ! -name '*.tmp*' 2>/dev/null | head -n 1)" ]; do
