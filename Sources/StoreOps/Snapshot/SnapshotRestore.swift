@@ -256,10 +256,9 @@ public enum SnapshotRestore {
         let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
         _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
                                         expectedSHA256: staged.sha256))
-        var result = Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
-                            externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: "delete", verified: true, recovered: recovered, record: record)
-        result.databaseCheck = staged.databaseCheck
-        return result
+        return Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
+                      externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: "delete",
+                      databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record)
     }
 
     /// A restore in place, walking the pipeline: lock (the store's, exclusive; then the
@@ -383,12 +382,11 @@ public enum SnapshotRestore {
         func result() throws -> Result {
             guard let outcome, let staged, let record else { throw StoreOpsError(.failure, "the restore did not finish") }
             let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
-            var result = Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
-                                removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
-                                externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode, verified: true, recovered: recovered, record: record,
-                                point: target?.point, pointTime: target?.time, pointReads: target?.reads)
-            result.databaseCheck = staged.databaseCheck
-            return result
+            return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
+                          removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
+                          externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode,
+                          databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
+                          point: target?.point, pointTime: target?.time, pointReads: target?.reads)
         }
     }
 }
