@@ -139,8 +139,17 @@ public enum PointRestore {
         var error: any Error
     }
 
+    /// A checkpoint the restore planned to start from could not be read: it starts from an
+    /// earlier one, or the chain's base (checkpoints only save time).
+    struct CheckpointUnusable: Error {
+        var name: SegmentName
+        var error: any Error
+    }
+
     /// `STORECTL_TEST_IGNORE_DIGESTS=1` (tests, benchmarks): every point is replayed from its segments.
     static let ignoreDigests = ProcessInfo.processInfo.environment["STORECTL_TEST_IGNORE_DIGESTS"] == "1"
+    /// `STORECTL_TEST_IGNORE_CHECKPOINTS=1` (tests, benchmarks): every point is read from its chain's base.
+    static let ignoreCheckpoints = ProcessInfo.processInfo.environment["STORECTL_TEST_IGNORE_CHECKPOINTS"] == "1"
 
     /// - Parameter scratch: where the point's pages go past the memory budget (`OverlayPages`).
     static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String) throws -> Target {
@@ -151,6 +160,10 @@ public enum PointRestore {
             } catch let unusable as DigestUnusable {
                 SnapshotRestore.logger.warning("a digest of points cannot be read; the points it spans are read instead", metadata: [
                     "digest": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
+                skipping.insert(unusable.name)
+            } catch let unusable as CheckpointUnusable {
+                SnapshotRestore.logger.warning("a checkpoint cannot be read; the point is read from an earlier one or its chain's base instead", metadata: [
+                    "checkpoint": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
                 skipping.insert(unusable.name)
             }
         }
@@ -196,19 +209,33 @@ public enum PointRestore {
             throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(span.from)))\(until)): no commit in it is claimed",
                                 hint: "restore --at \(Timestamp.iso(date(span.from)))\(span.to.map { " or --at \(Timestamp.iso(date($0)))" } ?? "")")
         }
-        let base = try repository.record(chain.id)
-        var ids = try BlobLocator.pageMap(of: base, in: repository).ids
-        stage("base's map read")
+        // The latest checkpoint at or before the point, when the chain has one: the restore replays
+        // only what came after it (`PointCheckpoint`).
+        var start: (name: SegmentName, record: PagedSnapshotRecord)?
+        if !ignoreCheckpoints, let name = PointCheckpoint.usable(chain.checkpoints.filter { !skipping.contains($0) },
+                                                                   segments: Array(chain.segments.dropFirst()), time: t) {
+            do {
+                let record = try PointCheckpoint.record(name, in: repository)
+                start = (name, record)
+            } catch { throw CheckpointUnusable(name: name, error: error) }
+        }
+        let base = try start?.record ?? repository.record(chain.id)
+        var ids: [ContentID]
+        do { ids = try BlobLocator.pageMap(of: base, in: repository).ids } catch {
+            if let start { throw CheckpointUnusable(name: start.name, error: error) }
+            throw error
+        }
+        stage("base's map read", ["checkpoint": "\(start?.record.id ?? "none")"])
         let pages = OverlayPages(pageSize: base.pages.pageSize, folder: scratch)
-        var point = 0
-        var time = chain.baseTime
+        var point = start?.name.to ?? 0
+        var time = start?.name.lastTime ?? chain.baseTime
         let zstd = try ZstdFrames(level: 3)
         // Segments are read a window at a time, the window's objects at once (a bucket answers
         // many requests in parallel; an hour of one-second segments is 3,600 objects), then
         // applied in order: memory stays a window's worth.
-        let segments = Array(chain.segments.dropFirst().prefix { $0.firstTime <= t })
+        let segments = Array(chain.segments.dropFirst().prefix { $0.firstTime <= t }.filter { $0.from > point })
         // Digests instead of what they span, where they fit (`PointDigest.plan`).
-        let wanted = ignoreDigests ? segments : PointDigest.plan(chain.digests.filter { !skipping.contains($0) }, segments: segments, time: t)
+        let wanted = ignoreDigests ? segments : PointDigest.plan(chain.digests.filter { !skipping.contains($0) && $0.from > point }, segments: segments, time: t)
         let window = max(4, repository.backend.parallelReads * 4)
         var fetched: [Int: Data] = [:]
         func sealed(_ index: Int) throws -> Data {
@@ -251,6 +278,7 @@ public enum PointRestore {
         }
         var files = PointFiles(base: base)
         var reads = SnapshotRestore.PointReads()
+        reads.checkpoint = start?.record.id
         let lockBytePage = LockState.pendingByte / base.pages.pageSize + 1
         let zeroPageID = repository.sealer.contentID([UInt8](repeating: 0, count: base.pages.pageSize))
         // The segments to open, in order: each object's, a merged object's members one by one.
@@ -338,7 +366,7 @@ public enum PointRestore {
         stage("point read", ["segments": "\(wanted.count)", "digests": "\(wanted.filter { $0.level == PointDigest.level }.count)", "held_pages": "\(pages.heldCount)", "scratch_pages": "\(pages.pagesInFile)"])
         reads.digests = wanted.filter { $0.level == PointDigest.level }.count
         reads.segments = wanted.count - reads.digests
-        guard point != 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@0", time: date(time), reads: reads) }
+        guard reads.commits > 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@\(point)", time: date(time), reads: reads) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
         let baseNames = Set(base.files.map(\.externalKey))
         overlay.removedBaseFiles = baseNames.filter { name in if case .base = files.files[name] { false } else { true } }

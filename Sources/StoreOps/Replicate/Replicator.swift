@@ -29,6 +29,9 @@ public enum Replicate {
         /// a point reads few objects however long the chain; `STORECTL_TEST_NO_DIGESTS=1` (tests,
         /// benchmarks) writes none.
         public var digests = ProcessInfo.processInfo.environment["STORECTL_TEST_NO_DIGESTS"] != "1"
+        /// A checkpoint (`PointCheckpoint`) after each digest of rank 2 (about ten minutes), so a
+        /// restore replays at most that much on top of a snapshot; needs digests.
+        public var checkpoints = true
         public var level: Int?
         /// The most -wal a read takes in at once (see `WalFollower.catchUpLimit`).
         public var catchUpLimit = 256 << 20
@@ -75,6 +78,8 @@ public enum Replicate {
         /// counted in `uploadedBytes` and `requests`).
         public var merges = 0
         public var digests = 0
+        /// Checkpoints written (`PointCheckpoint`), on the merge thread too.
+        public var checkpoints = 0
     }
 
     public struct Summary: Codable, Sendable {
@@ -197,13 +202,14 @@ public enum Replicate {
         let mergeZstd: ZstdFrames
         let completed = Mutex<[(Replica, Result<Int, any Error>)]>([])
         /// What the merge thread wrote, per store key: merges, digests, bytes, requests.
-        let background = Mutex<[String: (merges: Int, digests: Int, bytes: UInt64, requests: Int)]>([:])
+        let background = Mutex<[String: (merges: Int, digests: Int, checkpoints: Int, bytes: UInt64, requests: Int)]>([:])
 
-        func count(_ store: String, merges: Int = 0, digests: Int = 0, bytes: Int, requests: Int) {
+        func count(_ store: String, merges: Int = 0, digests: Int = 0, checkpoints: Int = 0, bytes: Int, requests: Int) {
             background.withLock { all in
-                var entry = all[store] ?? (0, 0, 0, 0)
+                var entry = all[store] ?? (0, 0, 0, 0, 0)
                 entry.merges += merges
                 entry.digests += digests
+                entry.checkpoints += checkpoints
                 entry.bytes += UInt64(bytes)
                 entry.requests += requests
                 all[store] = entry
@@ -309,6 +315,7 @@ public enum Replicate {
             if let extra = background.withLock({ $0[replica.key] }) {
                 summary.merges = extra.merges
                 summary.digests = extra.digests
+                summary.checkpoints = extra.checkpoints
                 summary.uploadedBytes += extra.bytes
                 summary.requests += extra.requests
             }
@@ -628,6 +635,26 @@ public enum Replicate {
         /// Per store: the digests of each rank written since the last of the next rank began,
         /// consecutive (touched on the merge thread only).
         var ladders: [String: [[SegmentName]]] = [:]
+        /// Per store: its chain's last checkpoint or base (what the next checkpoint is made over;
+        /// touched on the merge thread only).
+        var checkpointParents: [String: PointCheckpoint.Parent] = [:]
+
+        /// The checkpoint over a digest of `PointCheckpoint.rank` just written, when the follower
+        /// holds the state its span starts from. A failure costs only speed (restores replay the
+        /// chain from its base or last checkpoint), and ends the chain's checkpoints until its next base.
+        func writeCheckpoint(_ digest: PointDigest.Builder, store: String) {
+            guard let parent = checkpointParents[digest.store] else { return }
+            checkpointParents[digest.store] = nil
+            do {
+                guard let next = try PointCheckpoint.write(digest, over: parent, store: store, repository: repository, level: options.level) else { return }
+                checkpointParents[digest.store] = next
+                count(digest.store, checkpoints: 1, bytes: Int(next.record.added.storedBytes), requests: 3)
+                Replicate.logger.debug("checkpoint written", metadata: ["store": "\(store)", "point": "\(next.point)", "record": "\(next.record.id)"])
+            } catch {
+                Replicate.logger.warning("writing a checkpoint failed; restores replay the chain from its base or last checkpoint instead", metadata: [
+                    "store": "\(store)", "points": "\(digest.from)-\(digest.to)", "error": "\(describe(error))"])
+            }
+        }
 
         /// Writes a digest (read back and opened first: a restore takes it instead of what it
         /// spans), then one of the next rank over every `fanIn` consecutive ones of this rank.
@@ -643,6 +670,7 @@ public enum Replicate {
                 }
                 _ = try PointSegment.open(back, name: name, sealer: repository.sealer, zstd: mergeZstd, location: repository.location)
                 count(name.store, digests: 1, bytes: sealed.count, requests: 2)
+                if rank == PointCheckpoint.rank, options.checkpoints { writeCheckpoint(digest, store: store) }
                 guard rank < PointDigest.maxRank else { return }   // the top rank is not digested further
                 var ladder = ladders[name.store] ?? []
                 while ladder.count < rank { ladder.append([]) }
@@ -812,6 +840,9 @@ public enum Replicate {
                 replica.lastDurableTime = Replicate.ms(time)
                 replica.needsBase = nil
                 replica.boundaryHold = boundary
+                // The chain's checkpoints start over from its new base (on the merge thread, after the old chain's last merges).
+                let chainID = record.id
+                merges.async { [self] in self.checkpointParents[replica.key] = PointCheckpoint.Parent(chain: chainID, point: 0, record: record, map: nil) }
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: record.externalFileSet.mapValues(\.bytes))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {

@@ -74,6 +74,13 @@ final class PageStream: @unchecked Sendable {
         lock.withLock { if failure == nil { failure = error } }
     }
 
+    /// Pages 1…`count` keep the parent's ids (a checkpoint: only the pages that changed are
+    /// streamed).
+    func keepParent(through count: Int) {
+        guard count > 0 else { return }
+        lock.withLock { for p in 1...count { receivedPages[p] = true } }
+    }
+
     // MARK: - The backup thread
 
     /// One page from the sink. Returns false to make the copy stop (a worker failed).

@@ -49,6 +49,10 @@ final class PagedSnapshotWork {
     /// Whether an unchanged store may reuse its parent (not a replicate base: its pages must be
     /// those of the follower's own pinned read).
     let reuseUnchanged: Bool
+    /// A checkpoint of `storectl replicate` (`PointCheckpoint`): which chain and point it holds.
+    var checkpoint: PagedSnapshotRecord.Checkpoint?
+    /// The fault point of the record's write.
+    var recordPoint = "snapshot.record"
 
     init(store: StoreFile, repository: PagedRepository, tags: [String], level: Int?, origin: Manifest? = nil, reuseUnchanged: Bool = true) {
         self.reuseUnchanged = reuseUnchanged
@@ -97,6 +101,38 @@ final class PagedSnapshotWork {
             self.parent = nil
             parentMap = nil
         }
+    }
+
+    /// A checkpoint's parent, given rather than found: the chain's base or last checkpoint and its
+    /// map (no index is scanned: the parent's blobs count as present, its record being durable
+    /// and the follower's shared hold keeping any prune away while this one is written).
+    func takeParent(_ record: PagedSnapshotRecord, map: PageMap.Loaded) {
+        parent = record
+        parentMap = map
+        indexed = (map.ids.map(\.prefix64) + record.files.flatMap { $0.chunks.map(\.prefix64) }).sorted()
+        files = record.files
+    }
+
+    /// A checkpoint's pages: pages 1…`keep` as the parent has them, `pages` (ascending, each a
+    /// page's bytes) over them; the page count `pageCount`. A page that neither gives fails it
+    /// (nothing is recorded).
+    func copyCheckpoint(pageSize: Int, pageCount: Int, keep: Int, pages: [(page: UInt32, bytes: [UInt8])], source: Manifest.Source) throws {
+        guard let parentMap, let parent, parent.pages.pageSize == pageSize, pageCount > 0 else {
+            throw StoreOpsError(.failure, "a checkpoint needs its parent's map with the same page size")
+        }
+        self.pageSize = pageSize
+        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap.ids, expectedPages: pageCount)
+        self.stream = stream
+        stream.keepParent(through: min(keep, pageCount, parentMap.ids.count))
+        for (page, bytes) in pages where Int(page) <= pageCount && page >= 1 {
+            guard bytes.count == pageSize else { throw StoreOpsError(.badData, "page \(page) of a checkpoint is \(bytes.count) bytes, not \(pageSize)") }
+            guard bytes.withUnsafeBytes({ stream.receive(page: page, bytes: $0) }) else { break }
+        }
+        try stream.drain()
+        finalIDs = try stream.finalIDs(pageCount: pageCount)
+        verification = Manifest.Verification(level: .none, ok: true, messages: ["pages as the app committed them (checked when restored)"])
+        coreData = nil
+        copied = ConsistentCopy.Copied(source: source, startedAt: startedAt, steps: 0, restarts: 0, busyRetries: 0)
     }
 
     // MARK: - Copy
@@ -425,8 +461,9 @@ final class PagedSnapshotWork {
         var record = PagedSnapshotRecord(manifest: manifest, pages: map, files: files, parent: parent?.id,
                                          added: .init(blobs: writer.blobs, rawBytes: writer.rawBytes, storedBytes: writer.storedBytes))
         record.source = fingerprint
+        record.checkpoint = checkpoint
         try beforeRecord?(record)
-        try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: "snapshot.record")
+        try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: recordPoint)
         committed = true
         self.record = record
     }
