@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Restore at a point of a long history (not a test): how a restore at a point grows with the time
-# since its chain's base, with the chain's digests (the default) and without them (every commit
-# since the base replayed: STORECTL_TEST_IGNORE_DIGESTS=1), against the same run's plain restore
+# since its chain's base, from its latest milestone through digests (the default) and without
+# milestones (from the chain's base, through digests: STORECTL_TEST_IGNORE_MILESTONES=1; what
+# restore did before milestones), against the same run's plain restore
 # of the base (a format-2 snapshot restore: the target is <= 1.2x it at any point of an hour).
 # The fairest anchor is a plain restore of the same database: the point restored once is taken
 # as a snapshot into a second repository (same settings), and that snapshot's plain restore
@@ -69,14 +70,15 @@ s = json.load(open(sys.argv[1]))["stores"][0]
 print(f"replicate: {s['points']} points in {s['segments']} segments, {len(s['gaps'])} gaps, {len(s['bases'])} bases")
 PY
 DIGESTS=$(find "$W/repo/points" -name 'digest-*' | wc -l)
-printf 'store: %s (%s items); writer: a commit every %s ms for %s s; repository %s MiB, of it points %s MiB, digests %s (%s MiB)\n' \
+MILESTONES=$(find "$W/repo/points" -name 'milestone-*' | wc -l)
+printf 'store: %s (%s items); writer: a commit every %s ms for %s s; repository %s MiB, of it points %s MiB, digests %s (%s MiB), milestones %s\n' \
   "$STORE" "$ITEMS" "$INTERVAL_MS" "$DURATION" "$(mib "$(du -sb "$W/repo" | cut -f1)")" "$(mib "$(du -sb "$W/repo/points" | cut -f1)")" \
-  "$DIGESTS" "$(mib "$(find "$W/repo/points" -name 'digest-*' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')")"
+  "$DIGESTS" "$(mib "$(find "$W/repo/points" -name 'digest-*' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')")" "$MILESTONES"
 
 fi
 BASE=$(ls "$W/repo/snapshots" | head -n 1)
 "$BIN/storectl" repo init --repo "$W/anchor" --insecure-no-encryption >/dev/null 2>&1 || { echo "bench: repo init (anchor) failed" >&2; exit 1; }
-printf '\n%-6s %-24s %8s %9s %11s %8s %8s %9s %8s %8s %9s %12s\n' at time "point s" "peak MiB" "no-digest s" "plain s" "same s" "checked s" "/ plain" "/ same" "/ checked" "/ no-digest"
+printf '\n%-6s %-24s %8s %9s %11s %8s %8s %9s %8s %8s %9s %12s\n' at time "point s" "peak MiB" "no-ckpt s" "plain s" "same s" "checked s" "/ plain" "/ same" "/ checked" "/ no-ckpt"
 for at in $AT; do
   T=$(echo "$W0 + $at * ($W1 - $W0)" | bc -l)
   declare -a A=() B=() C=() D=() E=()
@@ -90,7 +92,7 @@ for at in $AT; do
     rm -f "$W"/r.sqlite*; settle
     timed r "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite"; A+=("$SECS"); PEAK=$RSS_MB
     rm -f "$W"/r.sqlite*; settle
-    timed r env STORECTL_TEST_IGNORE_DIGESTS=1 "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite"; B+=("$SECS")
+    timed r env STORECTL_TEST_IGNORE_MILESTONES=1 "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite"; B+=("$SECS")
     rm -f "$W"/r.sqlite*; settle
     timed r "$BIN/storectl" snapshot restore --repo "$W/repo" "$BASE" --to "$W/r.sqlite"; C+=("$SECS")
     rm -f "$W"/r.sqlite*; settle
@@ -103,6 +105,6 @@ for at in $AT; do
   printf '%-6s %-24s %8.2f %9s %11.2f %8.2f %8.2f %9.2f %8s %8s %9s %12s\n' "$at" "$(rfc "$T")" "$a" "$PEAK" "$b" "$c" "$d" "$e" "$(ratio "$a" "$c")" "$(ratio "$a" "$d")" "$(ratio "$a" "$e")" "$(ratio "$a" "$b")"
 done
 [ -n "${T:-}" ] && "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite" --json 2>/dev/null |
-  python3 -c "import json,sys; r=json.load(sys.stdin)['pointReads']; print(f\"reading the last point: {r['digests']} digests, {r['segments']} segments, {r['commits']} commits replayed\")"
+  python3 -c "import json,sys; r=json.load(sys.stdin)['pointReads']; print(f\"reading the last point: from {('milestone ' + r['milestone']) if r.get('milestone') else 'the base'}, {r['digests']} digests, {r['segments']} segments, {r['commits']} commits replayed\")"
 rm -f "$W"/r.sqlite*
-printf '(medians of %s alternating rounds; point: restore --at with digests; no-digest: the same point replaying every commit since the base; plain: the base restored (recorded unchecked: quick_check when restored); same: a snapshot of the point’s own database restored (checked when taken: no quick_check again); checked: the same with --check, the checks a point gets)\n' "$ROUNDS"
+printf '(medians of %s alternating rounds; point: restore --at (from the latest milestone, then digests); no-ckpt: the same point from the chain's base, through digests (STORECTL_TEST_IGNORE_MILESTONES=1); plain: the base restored (recorded unchecked: quick_check when restored); same: a snapshot of the point’s own database restored (checked when taken: no quick_check again); checked: the same with --check, the checks a point gets)\n' "$ROUNDS"

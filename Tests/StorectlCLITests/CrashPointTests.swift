@@ -350,12 +350,16 @@ enum Scenarios {
         })
 
     /// `replicate` taking up a chain that earlier short runs left in two segments: it merges
-    /// them into one (written, read back, then the two removed) before following on. Killed
-    /// anywhere, the next run reads the same points, and leaves no segment a merge made redundant.
+    /// them into one (written, read back, then the two removed) before following on, then writes
+    /// the merge's digest and a milestone over it (a milestone after every digest here). Killed
+    /// anywhere, the next run reads the same points (the newest through the milestone when it
+    /// was written), and leaves no segment a merge made redundant.
     static let replicateMerge = CrashScenario(
-        name: "replicate (merge)",
+        name: "replicate (merge, digest, milestone)",
         setup: {
             let fixture = try CrashFixture()
+            fixture.environment["STORECTL_TEST_MILESTONE_RANK"] = "1"
+
             let unmerged = ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet", "--merge-interval", "0"]
             let app = try followedApp(fixture, unmerged)
             for run in 0..<2 {
@@ -367,6 +371,7 @@ enum Scenarios {
             return fixture
         },
         command: { replicating($0) },
+        minimumPoints: 80,   // the merge's 60 (stop 40), then the milestone's 24
         observe: { try newestPoint($0) },
         next: { fixture, index in try ok(fixture, replicating(fixture), index) },
         finally: { fixture, point in
@@ -377,6 +382,9 @@ enum Scenarios {
             let segments = chains.first?.segments.dropFirst() ?? []
             #expect(segments.map(\.level) == [PointMerge.level] && segments.first?.to == 10, "\(point): \(segments.map(\.key))")
             #expect(chains.first?.redundant.isEmpty == true, "\(point): left \(chains.first?.redundant.map(\.key) ?? [])")
+            // Killed before its marker: no milestone (a record without one is prune's); else the one, over points 1-10.
+            #expect((chains.first?.milestones ?? []).allSatisfy { $0.from == 1 && $0.to == 10 } && (chains.first?.milestones.count ?? 0) <= 1,
+                    "\(point): \(chains.first?.milestones.map(\.key) ?? [])")
         })
 
     /// The snapshots a repository lists, by their tags (ids differ from fixture to fixture).

@@ -170,7 +170,7 @@ struct ReplicateTests {
         #expect(restoredBase.record.verify.level == .none && restoredBase.databaseCheck == "quick_check of the restored database", "\(restoredBase.databaseCheck)")
     }
 
-    @Test("digests and checkpoints: a chain synced every 200 ms and merged every 300 ms for 12 s while the app checkpoints and VACUUMs (the database shrinks): a digest after each merge and one over every ten, a checkpoint over each of those; 40 random points restore exactly, those past the first digests reading digests and replaying fewer commits than their number, those past a checkpoint starting from it; a checkpoint restored by its id is its commit; repo check reads every digest and checkpoint; a damaged checkpoint is read around (an earlier one or the base), markers gone too, and prune then removes the records no marker names; a damaged digest is read around (the points it spans replayed), a missing one too")
+    @Test("digests and milestones: a chain synced every 200 ms and merged every 300 ms for 12 s while the app checkpoints and VACUUMs (the database shrinks): a digest after each merge and one over every ten, a milestone over each of those; 40 random points restore exactly, those past the first digests reading digests and replaying fewer commits than their number, those past a milestone starting from it; a milestone restored by its id is its commit; repo check reads every digest and milestone; a damaged milestone is read around (an earlier one or the base), markers gone too, and prune then removes the records no marker names; a damaged digest is read around (the points it spans replayed), a missing one too")
     func digests() throws {
         let world = try world()
         let follower = try replicate(world, ["--sync-interval", "200ms", "--merge-interval", "300ms"])
@@ -204,32 +204,32 @@ struct ReplicateTests {
         #expect(late.allSatisfy { $0.commits < 1_000 }, "\(late)")
         let checkRun = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--read-data"], environment: world.environment)
         #expect(checkRun.status == 0, "\(checkRun.stdout) \(checkRun.stderr)")
-        // Checkpoints: one over each digest of rank 2, a snapshot record a marker names, holding its commit.
-        let markers = chains.flatMap(\.checkpoints)
+        // Milestones: one over each digest of rank 2, a snapshot record a marker names, holding its commit.
+        let markers = chains.flatMap(\.milestones)
         let rank2 = zip(digests, ranks).filter { $0.1 == 2 }.map(\.0)
-        #expect(markers.count == stats.checkpoints && markers.count >= 2 && markers.count == rank2.count, "\(markers.map(\.key)), \(stats.checkpoints) written, \(rank2.count) digests of rank 2")
+        #expect(markers.count == stats.milestones && markers.count >= 2 && markers.count == rank2.count, "\(markers.map(\.key)), \(stats.milestones) written, \(rank2.count) digests of rank 2")
         #expect(Set(markers.map { "\($0.from)-\($0.to)" }) == Set(rank2.map { "\($0.from)-\($0.to)" }), "\(markers.map(\.key))")
         var records: [PagedSnapshotRecord] = []
-        for marker in markers { records.append(try PointCheckpoint.record(marker, in: repository)) }
-        #expect(records.allSatisfy { $0.manifest.snapshot?.tags == ["replicate", "checkpoint"] && $0.manifest.verify.level == .none }, "\(records.map(\.manifest.snapshot))")
+        for marker in markers { records.append(try PointMilestone.record(marker, in: repository)) }
+        #expect(records.allSatisfy { $0.manifest.snapshot?.tags == ["replicate", "milestone"] && $0.manifest.verify.level == .none }, "\(records.map(\.manifest.snapshot))")
         let logged = try ChurnLoad.readLog(world.log)
         for record in records {
-            let target = world.folder.file("checkpoint-\(record.id).sqlite")
+            let target = world.folder.file("milestone-\(record.id).sqlite")
             let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, record.id, "--to", target],
                                                 environment: world.environment)
             #expect(restored.status == 0, "\(restored.stderr)")
             let (seq, hash) = try read(target) { db in (try Int.fetchOne(db, sql: "SELECT seq FROM churn_meta") ?? -1, try ChurnLoad.contentHash(db)) }
-            #expect(logged[seq]?.hash == hash, "checkpoint \(record.id) of point \(record.checkpoint?.point ?? -1) restores to commit \(seq), whose logged content differs")
+            #expect(logged[seq]?.hash == hash, "milestone \(record.id) of point \(record.milestone?.point ?? -1) restores to commit \(seq), whose logged content differs")
             try FileManager.default.removeItem(atPath: target)
         }
         let first = try #require(markers.map(\.lastTime).min())
-        let fromCheckpoints = reads.filter { $0.checkpoint != nil }
-        #expect(fromCheckpoints.count == times.filter { Int64(($0.timeIntervalSince1970 * 1000).rounded()) >= first }.count - checked.refused.count || fromCheckpoints.count >= 10,
-                "\(fromCheckpoints.count) of \(reads.count) read from a checkpoint")
-        #expect(Set(fromCheckpoints.compactMap(\.checkpoint)).isSubset(of: Set(records.map(\.id))))
-        // The newest checkpoint's record damaged: the points after it start from an earlier one (or the base), exactly.
+        let fromMilestones = reads.filter { $0.milestone != nil }
+        #expect(fromMilestones.count == times.filter { Int64(($0.timeIntervalSince1970 * 1000).rounded()) >= first }.count - checked.refused.count || fromMilestones.count >= 10,
+                "\(fromMilestones.count) of \(reads.count) read from a milestone")
+        #expect(Set(fromMilestones.compactMap(\.milestone)).isSubset(of: Set(records.map(\.id))))
+        // The newest milestone's record damaged: the points after it start from an earlier one (or the base), exactly.
         let newest = try #require(markers.max { $0.to < $1.to })
-        let newestRecord = try #require(records.first { $0.checkpoint?.point == newest.to })
+        let newestRecord = try #require(records.first { $0.milestone?.point == newest.to })
         let recordFile = (world.repo as NSString).appendingPathComponent("snapshots/\(newestRecord.id)")
         var recordBytes = try Data(contentsOf: URL(fileURLWithPath: recordFile))
         recordBytes[recordBytes.count / 2] ^= 0x5a
@@ -237,22 +237,22 @@ struct ReplicateTests {
         // Its own time, and the last commit's.
         let lastReturned = try #require(logged.values.map(\.returned).max())
         let afterNewest = [Date(timeIntervalSince1970: Double(newest.lastTime) / 1000), Date(timeIntervalSince1970: lastReturned)]
-        var aroundCheckpoint: [SnapshotRestore.PointReads] = []
-        let pastDamaged = try check(world, times: Array(afterNewest)) { aroundCheckpoint.append($0) }
+        var aroundMilestone: [SnapshotRestore.PointReads] = []
+        let pastDamaged = try check(world, times: Array(afterNewest)) { aroundMilestone.append($0) }
         #expect(pastDamaged.wrong.isEmpty && pastDamaged.restored == afterNewest.count, "\(pastDamaged)")
-        #expect(aroundCheckpoint.count == 2 && aroundCheckpoint.allSatisfy { $0.checkpoint != newestRecord.id && $0.commits > 0 }, "\(aroundCheckpoint)")
+        #expect(aroundMilestone.count == 2 && aroundMilestone.allSatisfy { $0.milestone != newestRecord.id && $0.commits > 0 }, "\(aroundMilestone)")
         try FileManager.default.removeItem(atPath: recordFile)
         // Every marker gone: the same points from the base, exactly; prune removes the records no marker names.
         for marker in markers { try FileManager.default.removeItem(atPath: (world.repo as NSString).appendingPathComponent(marker.key)) }
         var fromBase: [SnapshotRestore.PointReads] = []
         let noMarkers = try check(world, times: Array(afterNewest)) { fromBase.append($0) }
-        #expect(noMarkers.wrong.isEmpty && noMarkers.restored == afterNewest.count && fromBase.allSatisfy { $0.checkpoint == nil }, "\(noMarkers) \(fromBase)")
+        #expect(noMarkers.wrong.isEmpty && noMarkers.restored == afterNewest.count && fromBase.allSatisfy { $0.milestone == nil }, "\(noMarkers) \(fromBase)")
         let pruned = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", world.repo, "--keep-last", "100", "--json"], environment: world.environment)
         #expect(pruned.status == 0, "\(pruned.stderr)")
         let prunedResult = try JSON.decoder().decode(SnapshotPrune.Result.self, from: Data(pruned.stdout.utf8))
-        #expect(Set(prunedResult.checkpoints) == Set(records.map(\.id)).subtracting([newestRecord.id]), "\(prunedResult.checkpoints)")
+        #expect(Set(prunedResult.milestones) == Set(records.map(\.id)).subtracting([newestRecord.id]), "\(prunedResult.milestones)")
         let left = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password"))).catalog().records
-        #expect(left.allSatisfy { $0.checkpoint == nil } && left.contains { $0.id == chains.first?.id }, "\(left.map(\.id))")
+        #expect(left.allSatisfy { $0.milestone == nil } && left.contains { $0.id == chains.first?.id }, "\(left.map(\.id))")
         // The widest digest damaged, then removed: the same points restore exactly, replaying more.
         let widest = try #require(digests.max { $0.to - $0.from < $1.to - $1.from })
         let file = (world.repo as NSString).appendingPathComponent(widest.key)

@@ -409,7 +409,7 @@ public struct SegmentName: Equatable, Hashable, Sendable {
 
     /// A digest's keys say `digest` where others say their level: a storectl that does not read
     /// digests does not parse their keys, so it never takes one for a segment of its chain.
-    var levelText: String { level == PointDigest.level ? "digest" : level == PointCheckpoint.level ? "checkpoint" : String(level) }
+    var levelText: String { level == PointDigest.level ? "digest" : level == PointMilestone.level ? "milestone" : String(level) }
 
     var identity: String { "points:\(store)/\(chain)/\(levelText)-\(from)-\(to)" }
 
@@ -418,7 +418,7 @@ public struct SegmentName: Equatable, Hashable, Sendable {
         guard parts.count == 4, parts[0] == "points", parts[1].count == 16, parts[1].allSatisfy(\.isHexDigit),
               SnapshotID.isPlausible(String(parts[2])) else { return nil }
         let fields = parts[3].split(separator: "-")
-        let named = ["digest": PointDigest.level, "checkpoint": PointCheckpoint.level]
+        let named = ["digest": PointDigest.level, "milestone": PointMilestone.level]
         guard fields.count == 5, let level = named[String(fields[0])] ?? Int(fields[0]).flatMap({ named.values.contains($0) ? nil : $0 }),
               let from = Int(fields[1]), let to = Int(fields[2]),
               let first = Int64(fields[3]), let last = Int64(fields[4]), level >= 0, level <= 9, from >= 0, to >= from, to <= maxPoint,
@@ -441,8 +441,8 @@ public struct PointTimeline: Sendable {
         public var redundant: [SegmentName]
         /// Digests of spans of the chain (`PointDigest`), by their first point.
         public var digests: [SegmentName] = []
-        /// Checkpoints of the chain (`PointCheckpoint`), by their point.
-        public var checkpoints: [SegmentName] = []
+        /// Milestones of the chain (`PointMilestone`), by their point.
+        public var milestones: [SegmentName] = []
         /// Level 8: the follower stopped cleanly at `firstTime`; level 9: it was not following
         /// from `firstTime` to `lastTime` (it resumed the chain then).
         public var markers: [SegmentName] = []
@@ -489,7 +489,7 @@ public struct PointTimeline: Sendable {
             // fewer, higher-level segments: what a thinning or merge wrote); what it leaves out but
             // covers is redundant (written before its replacement's removals finished); what lies
             // past its end is left alone (a hole, never read as if continuous).
-            let data = names.filter { $0.from > 0 && $0.level < Self.stoppedLevel && $0.level != PointDigest.level && $0.level != PointCheckpoint.level }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
+            let data = names.filter { $0.from > 0 && $0.level < Self.stoppedLevel && $0.level != PointDigest.level && $0.level != PointMilestone.level }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
             var best: [Int: [SegmentName]] = [0: []]
             for segment in data {
                 guard let before = best[segment.from - 1] else { continue }
@@ -508,10 +508,10 @@ public struct PointTimeline: Sendable {
             let used = Set(chosen + markers)
             for name in data where !used.contains(name) && name.to <= end { redundant.append(name) }
             let digests = names.filter { $0.level == PointDigest.level }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
-            let checkpoints = names.filter { $0.level == PointCheckpoint.level }.sorted { ($0.to, $0.lastTime) < ($1.to, $1.lastTime) }
+            let milestones = names.filter { $0.level == PointMilestone.level }.sorted { ($0.to, $0.lastTime) < ($1.to, $1.lastTime) }
             chains.append(Chain(store: opening.store, id: opening.chain, segments: chosen, baseTime: opening.firstTime,
                                 lastTime: chosen.last?.lastTime ?? opening.firstTime, redundant: redundant, digests: digests,
-                                checkpoints: checkpoints, markers: markers))
+                                milestones: milestones, markers: markers))
         }
         chains.sort { ($0.store, $0.baseTime, $0.id) < ($1.store, $1.baseTime, $1.id) }
         return PointTimeline(chains: chains)

@@ -139,17 +139,17 @@ public enum PointRestore {
         var error: any Error
     }
 
-    /// A checkpoint the restore planned to start from could not be read: it starts from an
-    /// earlier one, or the chain's base (checkpoints only save time).
-    struct CheckpointUnusable: Error {
+    /// A milestone the restore planned to start from could not be read: it starts from an
+    /// earlier one, or the chain's base (milestones only save time).
+    struct MilestoneUnusable: Error {
         var name: SegmentName
         var error: any Error
     }
 
     /// `STORECTL_TEST_IGNORE_DIGESTS=1` (tests, benchmarks): every point is replayed from its segments.
     static let ignoreDigests = ProcessInfo.processInfo.environment["STORECTL_TEST_IGNORE_DIGESTS"] == "1"
-    /// `STORECTL_TEST_IGNORE_CHECKPOINTS=1` (tests, benchmarks): every point is read from its chain's base.
-    static let ignoreCheckpoints = ProcessInfo.processInfo.environment["STORECTL_TEST_IGNORE_CHECKPOINTS"] == "1"
+    /// `STORECTL_TEST_IGNORE_MILESTONES=1` (tests, benchmarks): every point is read from its chain's base.
+    static let ignoreMilestones = ProcessInfo.processInfo.environment["STORECTL_TEST_IGNORE_MILESTONES"] == "1"
 
     /// - Parameter scratch: where the point's pages go past the memory budget (`OverlayPages`).
     static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String) throws -> Target {
@@ -161,9 +161,9 @@ public enum PointRestore {
                 SnapshotRestore.logger.warning("a digest of points cannot be read; the points it spans are read instead", metadata: [
                     "digest": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
                 skipping.insert(unusable.name)
-            } catch let unusable as CheckpointUnusable {
-                SnapshotRestore.logger.warning("a checkpoint cannot be read; the point is read from an earlier one or its chain's base instead", metadata: [
-                    "checkpoint": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
+            } catch let unusable as MilestoneUnusable {
+                SnapshotRestore.logger.warning("a milestone cannot be read; the point is read from an earlier one or its chain's base instead", metadata: [
+                    "milestone": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
                 skipping.insert(unusable.name)
             }
         }
@@ -209,23 +209,23 @@ public enum PointRestore {
             throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(span.from)))\(until)): no commit in it is claimed",
                                 hint: "restore --at \(Timestamp.iso(date(span.from)))\(span.to.map { " or --at \(Timestamp.iso(date($0)))" } ?? "")")
         }
-        // The latest checkpoint at or before the point, when the chain has one: the restore replays
-        // only what came after it (`PointCheckpoint`).
+        // The latest milestone at or before the point, when the chain has one: the restore replays
+        // only what came after it (`PointMilestone`).
         var start: (name: SegmentName, record: PagedSnapshotRecord)?
-        if !ignoreCheckpoints, let name = PointCheckpoint.usable(chain.checkpoints.filter { !skipping.contains($0) },
+        if !ignoreMilestones, let name = PointMilestone.usable(chain.milestones.filter { !skipping.contains($0) },
                                                                    segments: Array(chain.segments.dropFirst()), time: t) {
             do {
-                let record = try PointCheckpoint.record(name, in: repository)
+                let record = try PointMilestone.record(name, in: repository)
                 start = (name, record)
-            } catch { throw CheckpointUnusable(name: name, error: error) }
+            } catch { throw MilestoneUnusable(name: name, error: error) }
         }
         let base = try start?.record ?? repository.record(chain.id)
         var ids: [ContentID]
         do { ids = try BlobLocator.pageMap(of: base, in: repository).ids } catch {
-            if let start { throw CheckpointUnusable(name: start.name, error: error) }
+            if let start { throw MilestoneUnusable(name: start.name, error: error) }
             throw error
         }
-        stage("base's map read", ["checkpoint": "\(start?.record.id ?? "none")"])
+        stage("base's map read", ["milestone": "\(start?.record.id ?? "none")"])
         let pages = OverlayPages(pageSize: base.pages.pageSize, folder: scratch)
         var point = start?.name.to ?? 0
         var time = start?.name.lastTime ?? chain.baseTime
@@ -278,7 +278,7 @@ public enum PointRestore {
         }
         var files = PointFiles(base: base)
         var reads = SnapshotRestore.PointReads()
-        reads.checkpoint = start?.record.id
+        reads.milestone = start?.record.id
         let lockBytePage = LockState.pendingByte / base.pages.pageSize + 1
         let zeroPageID = repository.sealer.contentID([UInt8](repeating: 0, count: base.pages.pageSize))
         // The segments to open, in order: each object's, a merged object's members one by one.

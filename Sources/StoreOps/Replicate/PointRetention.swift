@@ -51,8 +51,8 @@ public struct PointRetention: Sendable, Codable, Equatable {
                 // leaves a shorter chain, never one with a hole), what a merge or thinning left,
                 // the markers, and last the opening (without it the chain is not listed).
                 // Digests go first: a restore only reads one where the segments it spans are there.
-                // Checkpoints before them (a marker gone, prune removes its record too).
-                let data = chain.checkpoints.map(\.key) + chain.digests.map(\.key) + chain.segments.dropFirst().sorted { ($0.from, $0.level) > ($1.from, $1.level) }.map(\.key)
+                // Milestones before them (a marker gone, prune removes its record too).
+                let data = chain.milestones.map(\.key) + chain.digests.map(\.key) + chain.segments.dropFirst().sorted { ($0.from, $0.level) > ($1.from, $1.level) }.map(\.key)
                 let extras = chain.redundant.map(\.key).sorted() + chain.markers.map(\.key).sorted()
                 let opening = chain.segments.first.map(\.key)
                 var decision = Decision(store: base.manifest.source.path, chain: chain.id, from: PointRestore.date(chain.baseTime),
@@ -79,7 +79,7 @@ public struct PointRetention: Sendable, Codable, Equatable {
                     decision.reason = "older than \(Format.duration(bases))"
                 }
                 // Digests of a thinned chain span points it no longer has (a thinning cut short left them).
-                let staleDigests = chain.segments.contains { $0.level == PointThinning.level } ? (chain.checkpoints + chain.digests).map(\.key) : []
+                let staleDigests = chain.segments.contains { $0.level == PointThinning.level } ? (chain.milestones + chain.digests).map(\.key) : []
                 if decision.action == "keep", !chain.redundant.isEmpty || !staleDigests.isEmpty {
                     // What a thinning killed before its removals left: the thinned segment is read instead.
                     decision.action = "tidy"

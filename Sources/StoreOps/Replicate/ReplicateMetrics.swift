@@ -20,6 +20,7 @@ public enum ReplicateMetrics {
             ("storectl_replicate_points_total", "counter", "Points made durable by this run.", Double(store.points)),
             ("storectl_replicate_segments_total", "counter", "Segments written by this run.", Double(store.segments)),
             ("storectl_replicate_digests_total", "counter", "Digests written by this run (what a restore reads instead of the points they span).", Double(store.digests)),
+            ("storectl_replicate_milestones_total", "counter", "Milestones written by this run (snapshots of a chain's state a restore starts from).", Double(store.milestones)),
             ("storectl_replicate_bases_total", "counter", "Bases (incremental snapshots) taken by this run.", Double(store.bases.count)),
             ("storectl_replicate_gaps_total", "counter", "Gaps recorded by this run (continuity could not be proven).", Double(store.gaps.count)),
             ("storectl_replicate_uploaded_bytes_total", "counter", "Bytes written to the repository by this run.", Double(store.uploadedBytes)),

@@ -29,9 +29,9 @@ public enum Replicate {
         /// a point reads few objects however long the chain; `STORECTL_TEST_NO_DIGESTS=1` (tests,
         /// benchmarks) writes none.
         public var digests = ProcessInfo.processInfo.environment["STORECTL_TEST_NO_DIGESTS"] != "1"
-        /// A checkpoint (`PointCheckpoint`) after each digest of rank 2 (about ten minutes), so a
+        /// A milestone (`PointMilestone`) after each digest of rank 2 (about ten minutes), so a
         /// restore replays at most that much on top of a snapshot; needs digests.
-        public var checkpoints = true
+        public var milestones = true
         public var level: Int?
         /// The most -wal a read takes in at once (see `WalFollower.catchUpLimit`).
         public var catchUpLimit = 256 << 20
@@ -78,8 +78,8 @@ public enum Replicate {
         /// counted in `uploadedBytes` and `requests`).
         public var merges = 0
         public var digests = 0
-        /// Checkpoints written (`PointCheckpoint`), on the merge thread too.
-        public var checkpoints = 0
+        /// Milestones written (`PointMilestone`), on the merge thread too.
+        public var milestones = 0
     }
 
     public struct Summary: Codable, Sendable {
@@ -202,14 +202,14 @@ public enum Replicate {
         let mergeZstd: ZstdFrames
         let completed = Mutex<[(Replica, Result<Int, any Error>)]>([])
         /// What the merge thread wrote, per store key: merges, digests, bytes, requests.
-        let background = Mutex<[String: (merges: Int, digests: Int, checkpoints: Int, bytes: UInt64, requests: Int)]>([:])
+        let background = Mutex<[String: (merges: Int, digests: Int, milestones: Int, bytes: UInt64, requests: Int)]>([:])
 
-        func count(_ store: String, merges: Int = 0, digests: Int = 0, checkpoints: Int = 0, bytes: Int, requests: Int) {
+        func count(_ store: String, merges: Int = 0, digests: Int = 0, milestones: Int = 0, bytes: Int, requests: Int) {
             background.withLock { all in
                 var entry = all[store] ?? (0, 0, 0, 0, 0)
                 entry.merges += merges
                 entry.digests += digests
-                entry.checkpoints += checkpoints
+                entry.milestones += milestones
                 entry.bytes += UInt64(bytes)
                 entry.requests += requests
                 all[store] = entry
@@ -315,7 +315,7 @@ public enum Replicate {
             if let extra = background.withLock({ $0[replica.key] }) {
                 summary.merges = extra.merges
                 summary.digests = extra.digests
-                summary.checkpoints = extra.checkpoints
+                summary.milestones = extra.milestones
                 summary.uploadedBytes += extra.bytes
                 summary.requests += extra.requests
             }
@@ -349,6 +349,14 @@ public enum Replicate {
                 let files = (try? PointFiles.replay(chain, base: base, in: repository, zstd: zstd).settled.mapValues(\.bytes))
                     ?? base.externalFileSet.mapValues(\.bytes)
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: files)
+                // Milestones go on from the chain's last one that reads (or its base), when its next digest of their rank starts right after it.
+                var parent = PointMilestone.Parent(chain: chain.id, point: 0, record: base, map: nil)
+                for marker in chain.milestones.reversed() where marker.to <= last.to {
+                    guard let record = try? PointMilestone.record(marker, in: repository) else { continue }
+                    parent = PointMilestone.Parent(chain: chain.id, point: marker.to, record: record, map: nil)
+                    break
+                }
+                merges.async { [self, parent] in self.milestoneParents[replica.key] = parent }
                 try takeUpMerges(chain, replica: replica)
                 switch try replica.follower.capture() {
                 case .gap(let why), .wholeRead(let why, _):
@@ -635,23 +643,23 @@ public enum Replicate {
         /// Per store: the digests of each rank written since the last of the next rank began,
         /// consecutive (touched on the merge thread only).
         var ladders: [String: [[SegmentName]]] = [:]
-        /// Per store: its chain's last checkpoint or base (what the next checkpoint is made over;
+        /// Per store: its chain's last milestone or base (what the next milestone is made over;
         /// touched on the merge thread only).
-        var checkpointParents: [String: PointCheckpoint.Parent] = [:]
+        var milestoneParents: [String: PointMilestone.Parent] = [:]
 
-        /// The checkpoint over a digest of `PointCheckpoint.rank` just written, when the follower
+        /// The milestone over a digest of `PointMilestone.rank` just written, when the follower
         /// holds the state its span starts from. A failure costs only speed (restores replay the
-        /// chain from its base or last checkpoint), and ends the chain's checkpoints until its next base.
-        func writeCheckpoint(_ digest: PointDigest.Builder, store: String) {
-            guard let parent = checkpointParents[digest.store] else { return }
-            checkpointParents[digest.store] = nil
+        /// chain from its base or last milestone), and ends the chain's milestones until its next base.
+        func writeMilestone(_ digest: PointDigest.Builder, store: String) {
+            guard let parent = milestoneParents[digest.store] else { return }
+            milestoneParents[digest.store] = nil
             do {
-                guard let next = try PointCheckpoint.write(digest, over: parent, store: store, repository: repository, level: options.level) else { return }
-                checkpointParents[digest.store] = next
-                count(digest.store, checkpoints: 1, bytes: Int(next.record.added.storedBytes), requests: 3)
-                Replicate.logger.debug("checkpoint written", metadata: ["store": "\(store)", "point": "\(next.point)", "record": "\(next.record.id)"])
+                guard let next = try PointMilestone.write(digest, over: parent, store: store, repository: repository, level: options.level) else { return }
+                milestoneParents[digest.store] = next
+                count(digest.store, milestones: 1, bytes: Int(next.record.added.storedBytes), requests: 3)
+                Replicate.logger.debug("milestone written", metadata: ["store": "\(store)", "point": "\(next.point)", "record": "\(next.record.id)"])
             } catch {
-                Replicate.logger.warning("writing a checkpoint failed; restores replay the chain from its base or last checkpoint instead", metadata: [
+                Replicate.logger.warning("writing a milestone failed; restores replay the chain from its base or last milestone instead", metadata: [
                     "store": "\(store)", "points": "\(digest.from)-\(digest.to)", "error": "\(describe(error))"])
             }
         }
@@ -670,7 +678,7 @@ public enum Replicate {
                 }
                 _ = try PointSegment.open(back, name: name, sealer: repository.sealer, zstd: mergeZstd, location: repository.location)
                 count(name.store, digests: 1, bytes: sealed.count, requests: 2)
-                if rank == PointCheckpoint.rank, options.checkpoints { writeCheckpoint(digest, store: store) }
+                if rank == PointMilestone.rank, options.milestones { writeMilestone(digest, store: store) }
                 guard rank < PointDigest.maxRank else { return }   // the top rank is not digested further
                 var ladder = ladders[name.store] ?? []
                 while ladder.count < rank { ladder.append([]) }
@@ -840,9 +848,9 @@ public enum Replicate {
                 replica.lastDurableTime = Replicate.ms(time)
                 replica.needsBase = nil
                 replica.boundaryHold = boundary
-                // The chain's checkpoints start over from its new base (on the merge thread, after the old chain's last merges).
+                // The chain's milestones start over from its new base (on the merge thread, after the old chain's last merges).
                 let chainID = record.id
-                merges.async { [self] in self.checkpointParents[replica.key] = PointCheckpoint.Parent(chain: chainID, point: 0, record: record, map: nil) }
+                merges.async { [self] in self.milestoneParents[replica.key] = PointMilestone.Parent(chain: chainID, point: 0, record: record, map: nil) }
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: record.externalFileSet.mapValues(\.bytes))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {

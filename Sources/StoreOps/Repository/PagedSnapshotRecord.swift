@@ -24,11 +24,11 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
     /// The store's state as its read began and ended (absent when a commit came in between, and
     /// in records made before it existed): the next snapshot of an unchanged store reuses this one.
     var source: SourceFingerprint?
-    /// A checkpoint of `storectl replicate` (`PointCheckpoint`): the state of its chain at one
+    /// A milestone of `storectl replicate` (`PointMilestone`): the state of its chain at one
     /// point, made from the repository (its parent's map and a digest's pages), not from the store.
-    public var checkpoint: Checkpoint?
+    public var milestone: Milestone?
 
-    public struct Checkpoint: Sendable, Codable, Equatable {
+    public struct Milestone: Sendable, Codable, Equatable {
         /// The chain's id (its base's snapshot id).
         public var chain: String
         /// The point (commit number after the base) whose state this is.

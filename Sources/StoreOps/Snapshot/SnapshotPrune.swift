@@ -46,9 +46,9 @@ public enum SnapshotPrune {
         public var stages: [StageTiming] = []
         /// What became of each chain of points in time (`storectl replicate`).
         public var points: [PointRetention.Decision] = []
-        /// Checkpoints (`PointCheckpoint`) that go: their chain's points were thinned or removed,
+        /// Milestones (`PointMilestone`) that go: their chain's points were thinned or removed,
         /// or no marker names them (a follower killed between the two).
-        public var checkpoints: [String] = []
+        public var milestones: [String] = []
     }
 
     /// - Throws: 64 for an empty policy (it would remove everything), 75 when another writer
@@ -78,23 +78,23 @@ public enum SnapshotPrune {
         // The bases of chains of points follow the points' retention, not the snapshots'.
         let points = try options.points.decide(repository, records: records, filter: options.filter)
         let bases = Set(points.map(\.chain))
-        // Checkpoints follow their chain: kept while its every commit is, and while a marker names them.
-        let checkpoints = records.filter { $0.checkpoint != nil && options.filter.matches(host: $0.manifest.host, path: $0.manifest.source.path) }
+        // Milestones follow their chain: kept while its every commit is, and while a marker names them.
+        let milestones = records.filter { $0.milestone != nil && options.filter.matches(host: $0.manifest.host, path: $0.manifest.source.path) }
         var named = Set<String>()
-        if !checkpoints.isEmpty {
+        if !milestones.isEmpty {
             let removing = Set(points.flatMap(\.segments))
             let keeping = Set(points.filter { $0.action == "keep" || $0.action == "tidy" }.map(\.chain))
             for chain in try PointTimeline.load(repository).chains where keeping.contains(chain.id) {
-                for marker in chain.checkpoints where !removing.contains(marker.key) { named.insert("\(chain.id)@\(marker.to)@\(marker.lastTime)") }
+                for marker in chain.milestones where !removing.contains(marker.key) { named.insert("\(chain.id)@\(marker.to)@\(marker.lastTime)") }
             }
         }
-        let expiredCheckpoints = checkpoints.filter { record in
-            guard let c = record.checkpoint else { return false }
+        let expiredMilestones = milestones.filter { record in
+            guard let c = record.milestone else { return false }
             return !named.contains("\(c.chain)@\(c.point)@\(c.time)")
         }.map(\.id)
         let candidates = records.compactMap { record -> RetentionCandidate? in
             let manifest = record.manifest
-            guard let facts = manifest.snapshot, !bases.contains(facts.id), record.checkpoint == nil,
+            guard let facts = manifest.snapshot, !bases.contains(facts.id), record.milestone == nil,
                   options.filter.matches(host: manifest.host, path: manifest.source.path) else { return nil }
             return RetentionCandidate(id: facts.id, time: manifest.startedAt, tags: facts.tags,
                                       verified: repository.lastVerification(facts.id)?.ok == true, host: manifest.host, path: manifest.source.path)
@@ -103,7 +103,7 @@ public enum SnapshotPrune {
             : Retention.apply(options.policy, to: candidates, groupBy: options.groupBy)
         var result = Result(dryRun: options.dryRun, decisions: decisions, removed: [], damaged: damaged)
         result.points = points
-        result.checkpoints = expiredCheckpoints.sorted()
+        result.milestones = expiredMilestones.sorted()
         result.groupBy = options.groupBy.description
         result.unmatchedTags = options.policy.tags.filter { tag in !candidates.contains { $0.tags.contains(tag) } }
         return result
@@ -114,7 +114,7 @@ public enum SnapshotPrune {
         var result = decided
         var expired = Set(decided.decisions.filter { !$0.keep }.map(\.id))
         expired.formUnion(decided.points.filter { $0.action == "remove" }.map(\.chain))
-        expired.formUnion(decided.checkpoints)
+        expired.formUnion(decided.milestones)
         if !options.dryRun {
             // Points first, each chain from its last segment back to its opening: a prune cut
             // short leaves a shorter chain, never a chain with a hole.

@@ -61,9 +61,9 @@ public enum SnapshotRestore {
     /// What reading a point took: the digests read instead of the segments they span
     /// (`PointDigest`), the segments read, and the commits replayed from them.
     public struct PointReads: Sendable, Codable, Equatable {
-        /// The checkpoint the point was read from (`PointCheckpoint`: its snapshot id), or nil:
+        /// The milestone the point was read from (`PointMilestone`: its snapshot id), or nil:
         /// from its chain's base.
-        public var checkpoint: String?
+        public var milestone: String?
         public var digests = 0
         public var segments = 0
         public var commits = 0

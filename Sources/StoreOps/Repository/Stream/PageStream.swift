@@ -74,7 +74,7 @@ final class PageStream: @unchecked Sendable {
         lock.withLock { if failure == nil { failure = error } }
     }
 
-    /// Pages 1…`count` keep the parent's ids (a checkpoint: only the pages that changed are
+    /// Pages 1…`count` keep the parent's ids (a milestone: only the pages that changed are
     /// streamed).
     func keepParent(through count: Int) {
         guard count > 0 else { return }

@@ -49,8 +49,8 @@ final class PagedSnapshotWork {
     /// Whether an unchanged store may reuse its parent (not a replicate base: its pages must be
     /// those of the follower's own pinned read).
     let reuseUnchanged: Bool
-    /// A checkpoint of `storectl replicate` (`PointCheckpoint`): which chain and point it holds.
-    var checkpoint: PagedSnapshotRecord.Checkpoint?
+    /// A milestone of `storectl replicate` (`PointMilestone`): which chain and point it holds.
+    var milestone: PagedSnapshotRecord.Milestone?
     /// The fault point of the record's write.
     var recordPoint = "snapshot.record"
 
@@ -103,7 +103,7 @@ final class PagedSnapshotWork {
         }
     }
 
-    /// A checkpoint's parent, given rather than found: the chain's base or last checkpoint and its
+    /// A milestone's parent, given rather than found: the chain's base or last milestone and its
     /// map (no index is scanned: the parent's blobs count as present, its record being durable
     /// and the follower's shared hold keeping any prune away while this one is written).
     func takeParent(_ record: PagedSnapshotRecord, map: PageMap.Loaded) {
@@ -113,19 +113,19 @@ final class PagedSnapshotWork {
         files = record.files
     }
 
-    /// A checkpoint's pages: pages 1…`keep` as the parent has them, `pages` (ascending, each a
+    /// A milestone's pages: pages 1…`keep` as the parent has them, `pages` (ascending, each a
     /// page's bytes) over them; the page count `pageCount`. A page that neither gives fails it
     /// (nothing is recorded).
-    func copyCheckpoint(pageSize: Int, pageCount: Int, keep: Int, pages: [(page: UInt32, bytes: [UInt8])], source: Manifest.Source) throws {
+    func copyMilestone(pageSize: Int, pageCount: Int, keep: Int, pages: [(page: UInt32, bytes: [UInt8])], source: Manifest.Source) throws {
         guard let parentMap, let parent, parent.pages.pageSize == pageSize, pageCount > 0 else {
-            throw StoreOpsError(.failure, "a checkpoint needs its parent's map with the same page size")
+            throw StoreOpsError(.failure, "a milestone needs its parent's map with the same page size")
         }
         self.pageSize = pageSize
         let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap.ids, expectedPages: pageCount)
         self.stream = stream
         stream.keepParent(through: min(keep, pageCount, parentMap.ids.count))
         for (page, bytes) in pages where Int(page) <= pageCount && page >= 1 {
-            guard bytes.count == pageSize else { throw StoreOpsError(.badData, "page \(page) of a checkpoint is \(bytes.count) bytes, not \(pageSize)") }
+            guard bytes.count == pageSize else { throw StoreOpsError(.badData, "page \(page) of a milestone is \(bytes.count) bytes, not \(pageSize)") }
             guard bytes.withUnsafeBytes({ stream.receive(page: page, bytes: $0) }) else { break }
         }
         try stream.drain()
@@ -461,7 +461,7 @@ final class PagedSnapshotWork {
         var record = PagedSnapshotRecord(manifest: manifest, pages: map, files: files, parent: parent?.id,
                                          added: .init(blobs: writer.blobs, rawBytes: writer.rawBytes, storedBytes: writer.storedBytes))
         record.source = fingerprint
-        record.checkpoint = checkpoint
+        record.milestone = milestone
         try beforeRecord?(record)
         try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: recordPoint)
         committed = true
