@@ -242,6 +242,9 @@ struct ReplicateTests {
         #expect(pastDamaged.wrong.isEmpty && pastDamaged.restored == afterNewest.count, "\(pastDamaged)")
         #expect(aroundMilestone.count == 2 && aroundMilestone.allSatisfy { $0.milestone != newestRecord.id && $0.commits > 0 }, "\(aroundMilestone)")
         try FileManager.default.removeItem(atPath: recordFile)
+        // repo check names the marker whose record is gone (a note: restores read around it).
+        let noted = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--json"], environment: world.environment)
+        #expect(noted.status == 0 && noted.stdout.contains("milestone at point \(newest.to) is not used"), "\(noted.stdout) \(noted.stderr)")
         // Every marker gone: the same points from the base, exactly; prune removes the records no marker names.
         for marker in markers { try FileManager.default.removeItem(atPath: (world.repo as NSString).appendingPathComponent(marker.key)) }
         var fromBase: [SnapshotRestore.PointReads] = []

@@ -76,6 +76,13 @@ public enum RepositoryCheck {
             if !chain.redundant.isEmpty {
                 report.notes.append("chain \(chain.id): \(Format.plural(chain.redundant.count, "segment", "segments")) a merge or prune left (unused)")
             }
+            // A milestone's marker names its record (the record itself is checked with the snapshots);
+            // one that does not is read around by restores, so it is a note, not a problem.
+            for name in chain.milestones {
+                do { _ = try PointMilestone.record(name, in: repository) } catch let error as StoreOpsError where error.status == .badData || error.status == .noInput {
+                    report.notes.append("chain \(chain.id): milestone at point \(name.to) is not used (\(error.message)); restores start from an earlier one or the base")
+                }
+            }
             guard readData else { continue }
             for name in chain.segments + chain.digests {
                 do {
