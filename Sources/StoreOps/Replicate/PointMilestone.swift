@@ -84,7 +84,7 @@ public enum PointMilestone {
                                firstTime: digest.firstTime, lastTime: digest.lastTime)
         try repository.backend.write(name.key, try repository.sealer.seal(try JSON.encode(Marker(record: record.id)), as: name.identity),
                                      point: "replicate.milestone.marker")
-        return Parent(chain: digest.chain, point: digest.to, record: record, map: nil)
+        return Parent(chain: digest.chain, point: digest.to, record: record, map: work.committedMap())
     }
 
     /// The record a marker names, checked to be the milestone the marker says (65 otherwise).

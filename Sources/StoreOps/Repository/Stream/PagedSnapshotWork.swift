@@ -468,6 +468,32 @@ final class PagedSnapshotWork {
         self.record = record
     }
 
+    /// The committed record's map as `BlobLocator.pageMap` would load it, from what this run
+    /// holds (a milestone's is the next one's parent: no index is read for it); nil when it
+    /// cannot be told here (then it is loaded from the repository).
+    func committedMap() -> PageMap.Loaded? {
+        guard let record, committed, !reusesParent else { return nil }
+        let ref = record.pages
+        guard ref.pageCount == finalIDs.count else { return nil }
+        guard let parent, let parentMap, ref.base == parent.pages.base, ref.baseCount == parent.pages.baseCount else {
+            // A new base: every id in its chunks, no delta.
+            return ref.delta == nil && ref.baseCount == finalIDs.count ? PageMap.Loaded(ids: finalIDs, delta: [], baseOfDelta: [:]) : nil
+        }
+        guard parentMap.ids.count >= ref.baseCount else { return nil }
+        var delta: [(page: UInt32, id: ContentID)] = []
+        var baseOfDelta: [UInt32: ContentID] = [:]
+        for p in stride(from: 1, through: finalIDs.count, by: 1) {
+            let page = UInt32(p)
+            guard p <= ref.baseCount else { delta.append((page, finalIDs[p - 1])); continue }
+            let base = parentMap.baseOfDelta[page] ?? parentMap.ids[p - 1]
+            if finalIDs[p - 1] != base {
+                delta.append((page, finalIDs[p - 1]))
+                baseOfDelta[page] = base
+            }
+        }
+        return delta.count == ref.deltaCount ? PageMap.Loaded(ids: finalIDs, delta: delta, baseOfDelta: baseOfDelta) : nil
+    }
+
     /// A snapshot that did not commit takes its packs and indexes with it (nothing refers to
     /// them; the run holds the repository's lock, so no other run uses them either).
     func abandon() {
