@@ -78,7 +78,7 @@ printf 'store: %s (%s items); writer: a commit every %s ms for %s s; repository 
 fi
 BASE=$(ls "$W/repo/snapshots" | head -n 1)
 "$BIN/storectl" repo init --repo "$W/anchor" --insecure-no-encryption >/dev/null 2>&1 || { echo "bench: repo init (anchor) failed" >&2; exit 1; }
-printf '\n%-6s %-24s %8s %9s %11s %8s %8s %9s %8s %8s %9s %12s\n' at time "point s" "peak MiB" "no-ckpt s" "plain s" "same s" "checked s" "/ plain" "/ same" "/ checked" "/ no-ckpt"
+printf '\n%-6s %-24s %8s %9s %11s %8s %8s %9s %8s %8s %9s %12s\n' at time "point s" "peak MiB" "from-base s" "plain s" "same s" "checked s" "/ plain" "/ same" "/ checked" "/ from-base"
 for at in $AT; do
   T=$(echo "$W0 + $at * ($W1 - $W0)" | bc -l)
   declare -a A=() B=() C=() D=() E=()
@@ -107,4 +107,4 @@ done
 [ -n "${T:-}" ] && "$BIN/storectl" snapshot restore --repo "$W/repo" --at "$(rfc "$T")" --to "$W/r.sqlite" --json 2>/dev/null |
   python3 -c "import json,sys; r=json.load(sys.stdin)['pointReads']; print(f\"reading the last point: from {('milestone ' + r['milestone']) if r.get('milestone') else 'the base'}, {r['digests']} digests, {r['segments']} segments, {r['commits']} commits replayed\")"
 rm -f "$W"/r.sqlite*
-printf '(medians of %s alternating rounds; point: restore --at (from the latest milestone, then digests); no-ckpt: the same point from the chain’s base, through digests (STORECTL_TEST_IGNORE_MILESTONES=1); plain: the base restored (recorded unchecked: quick_check when restored); same: a snapshot of the point’s own database restored (checked when taken: no quick_check again); checked: the same with --check, the checks a point gets)\n' "$ROUNDS"
+printf '(medians of %s alternating rounds; point: restore --at (from the latest milestone, then digests); from-base: the same point from the chain’s base, through digests (STORECTL_TEST_IGNORE_MILESTONES=1); plain: the base restored (recorded unchecked: quick_check when restored); same: a snapshot of the point’s own database restored (checked when taken: no quick_check again); checked: the same with --check, the checks a point gets)\n' "$ROUNDS"
