@@ -51,9 +51,7 @@ public enum PointMilestone {
         guard digest.usable, digest.tracked, digest.files.isEmpty, digest.removedBefore.isEmpty, digest.removeNext.isEmpty,
               digest.notCarried.isEmpty, parent.chain == digest.chain, parent.point + 1 == digest.from, digest.count != Int.max,
               let pageSize = digest.template?.pageSize else { return nil }
-        var parent = parent
         let map = try parent.map ?? BlobLocator.pageMap(of: parent.record, in: repository)
-        parent.map = map
         let work = PagedSnapshotWork(store: StoreFile(unchecked: store), repository: repository, tags: ["replicate", "milestone"],
                                      level: compression, reuseUnchanged: false)
         work.milestone = .init(chain: digest.chain, point: digest.to, time: digest.lastTime)
@@ -95,7 +93,15 @@ public enum PointMilestone {
         guard let marker = try? JSON.decoder().decode(Marker.self, from: plain), marker.format == "storectl-milestone" else {
             throw StoreOpsError(.badData, "\(what) is not a milestone marker", hint: Sealer.damagedHint)
         }
-        let record = try repository.record(marker.record)
+        // Read by its exact key (the marker names it whole: no listing, no prefix match), once its
+        // id is one (it comes from the repository: never a path of its own).
+        guard SnapshotID.isPlausible(marker.record) else {
+            throw StoreOpsError(.badData, "\(what) names \"\(marker.record)\", which is not a snapshot id", hint: Sealer.damagedHint)
+        }
+        guard let sealedRecord = try repository.backend.read(PagedSnapshotRecord.key(marker.record)) else {
+            throw StoreOpsError(.noInput, "\(what) names snapshot \(marker.record), which is not in \(repository.location)")
+        }
+        let record = try PagedSnapshotRecord.open(sealedRecord, id: marker.record, sealer: repository.sealer, location: repository.location)
         guard let milestone = record.milestone, milestone.chain == name.chain, milestone.point == name.to, milestone.time == name.lastTime else {
             throw StoreOpsError(.badData, "\(what) names snapshot \(marker.record), which is not the milestone of point \(name.to) of chain \(name.chain)",
                                 hint: Sealer.damagedHint)

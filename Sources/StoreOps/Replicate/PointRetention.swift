@@ -35,8 +35,7 @@ public struct PointRetention: Sendable, Codable, Equatable {
         public var segments: [String]
     }
 
-    func decide(_ repository: PagedRepository, records: [PagedSnapshotRecord], filter: SnapshotFilter, now: Date = Date()) throws -> [Decision] {
-        let timeline = try PointTimeline.load(repository)
+    func decide(_ timeline: PointTimeline, records: [PagedSnapshotRecord], filter: SnapshotFilter, now: Date = Date()) throws -> [Decision] {
         let byID = Dictionary(records.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         var out: [Decision] = []
         for key in Set(timeline.chains.map(\.store)) {

@@ -76,17 +76,16 @@ public enum SnapshotPrune {
     static func decide(_ options: Options, in repository: PagedRepository) throws -> Result {
         let (records, damaged) = try repository.catalog()
         // The bases of chains of points follow the points' retention, not the snapshots'.
-        let points = try options.points.decide(repository, records: records, filter: options.filter)
+        let timeline = try PointTimeline.load(repository)
+        let points = try options.points.decide(timeline, records: records, filter: options.filter)
         let bases = Set(points.map(\.chain))
         // Milestones follow their chain: kept while its every commit is, and while a marker names them.
         let milestones = records.filter { $0.milestone != nil && options.filter.matches(host: $0.manifest.host, path: $0.manifest.source.path) }
+        let removing = Set(points.flatMap(\.segments))
+        let keeping = Set(points.filter { $0.action == "keep" || $0.action == "tidy" }.map(\.chain))
         var named = Set<String>()
-        if !milestones.isEmpty {
-            let removing = Set(points.flatMap(\.segments))
-            let keeping = Set(points.filter { $0.action == "keep" || $0.action == "tidy" }.map(\.chain))
-            for chain in try PointTimeline.load(repository).chains where keeping.contains(chain.id) {
-                for marker in chain.milestones where !removing.contains(marker.key) { named.insert("\(chain.id)@\(marker.to)@\(marker.lastTime)") }
-            }
+        for chain in timeline.chains where keeping.contains(chain.id) {
+            for marker in chain.milestones where !removing.contains(marker.key) { named.insert("\(chain.id)@\(marker.to)@\(marker.lastTime)") }
         }
         let expiredMilestones = milestones.filter { record in
             guard let c = record.milestone else { return false }
