@@ -245,6 +245,15 @@ struct ReplicateTests {
         // repo check names the marker whose record is gone (a note: restores read around it).
         let noted = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--json"], environment: world.environment)
         #expect(noted.status == 0 && noted.stdout.contains("milestone at point \(newest.to) is not used"), "\(noted.stdout) \(noted.stderr)")
+        // A marker (sealed as it should be: this repository is plain) naming a path, not a snapshot id:
+        // refused as damaged (65, noted by repo check), never read as a key; the point restores around it.
+        let hostile = Data(#"{"format":"storectl-milestone","record":"../config"}"#.utf8)
+        let forged = hostile + Hashing.sha256Digest(Data("points:\(newest.store)/\(newest.chain)/milestone-\(newest.from)-\(newest.to)".utf8) + Data([0]) + hostile)
+        try forged.write(to: URL(fileURLWithPath: (world.repo as NSString).appendingPathComponent(newest.key)))
+        let hostileCheck = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--json"], environment: world.environment)
+        #expect(hostileCheck.status == 0 && hostileCheck.stdout.contains("which is not a snapshot id"), "\(hostileCheck.stdout) \(hostileCheck.stderr)")
+        let pastHostile = try check(world, times: Array(afterNewest))
+        #expect(pastHostile.wrong.isEmpty && pastHostile.restored == afterNewest.count, "\(pastHostile)")
         // Every marker gone: the same points from the base, exactly; prune removes the records no marker names.
         for marker in markers { try FileManager.default.removeItem(atPath: (world.repo as NSString).appendingPathComponent(marker.key)) }
         var fromBase: [SnapshotRestore.PointReads] = []
