@@ -60,7 +60,7 @@ final class PageDiff {
             method = "content ids"
             let t = Date()
             try RepositoryPages.locate([ra, rb])
-            StoreDiff.logger.debug("pages located", metadata: ["ms": "\(Int(Date().timeIntervalSince(t) * 1000))"])
+            StoreDiff.logger.debug("pages located", metadata: ["ms": "\(Int(Date().timeIntervalSince(t) * 1000))", "memory": "\(ProcessMemory.text())"])
         } else if let repository = (a as? RepositoryPages) ?? (b as? RepositoryPages), let file = (a as? FilePages) ?? (b as? FilePages) {
             // A file against a snapshot: the file's pages get the repository's ids.
             file.sealer = repository.repository.sealer
@@ -98,7 +98,7 @@ final class PageDiff {
         if !prefetch.isEmpty, method != "every page" {
             let t = Date()
             try RepositoryPages.prefetch(prefetch)
-            StoreDiff.logger.debug("frames read once: interior and differing pages kept", metadata: ["ms": "\(Int(Date().timeIntervalSince(t) * 1000))"])
+            StoreDiff.logger.debug("frames read once: interior and differing pages kept", metadata: ["ms": "\(Int(Date().timeIntervalSince(t) * 1000))", "memory": "\(ProcessMemory.text())"])
         }
         schemaA = try schema(a, header: headerA, explained: &explainedA)
         schemaB = try schema(b, header: headerB, explained: &explainedB)

@@ -251,13 +251,14 @@ public enum StoreDiff {
             }
         }
         func stage(_ what: String) {
-            logger.debug("\(what)", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
+            logger.debug("\(what)", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "memory": "\(ProcessMemory.text())"])
         }
         progress?(.stage("reading"))
         let sideA: (any DiffPages, SideSummary), sideB: (any DiffPages, SideSummary)
         if case .snapshot(let idA) = options.a, case .snapshot(let idB) = options.b {
             // Two snapshots: their records and maps read at once, one on each core.
             let repository = try repo()
+            stage("repository open")
             final class Opened: @unchecked Sendable { let pages: RepositoryPages; init(_ pages: RepositoryPages) { self.pages = pages } }
             let one: @Sendable (String) throws -> Opened = { id in
                 let record = try repository.record(id)

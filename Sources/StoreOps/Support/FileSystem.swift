@@ -322,3 +322,16 @@ public enum FileSystem {
         pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)
     }
 }
+
+/// This process's memory, for debug lines: resident now and its peak, in MiB (/proc/self/status).
+enum ProcessMemory {
+    static func text() -> String {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return "?" }
+        func mib(_ key: String) -> String {
+            guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(key) }),
+                  let kb = line.split(separator: " ").dropFirst().first(where: { Int($0) != nil }).flatMap({ Int($0) }) else { return "?" }
+            return String(format: "%.1f", Double(kb) / 1024)
+        }
+        return "\(mib("VmRSS:")) MiB (peak \(mib("VmHWM:")))"
+    }
+}
