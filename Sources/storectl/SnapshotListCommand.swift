@@ -11,6 +11,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
     @Option(help: "Only the snapshots taken on this host.") var host: String?
     @Flag(help: "Print the list as JSON.") var json = false
     @Flag(help: "List the points in time `storectl replicate` recorded (covered spans, gaps), not the snapshots.") var points = false
+    @Flag(help: "Also list the milestones `storectl replicate` writes (each followed store's state every ten minutes; folded into one line otherwise).") var milestones = false
 
     func run() throws {
         let filter = try SnapshotFilter.parse(store: store, host: host)
@@ -20,11 +21,15 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
             return
         }
         guard !json else {
-            print(jsonReport(try SnapshotSummary.list(repository: repo, password: password.source, filter: filter)))
+            print(jsonReport(try SnapshotSummary.list(repository: repo, password: password.source, filter: filter).filter { milestones || $0.milestone == nil }))
             return
         }
-        let (rows, stores) = try SnapshotSummary.listWithPoints(repository: repo, password: password.source, filter: filter)
-        var text = Self.render(rows)
+        let (all, stores) = try SnapshotSummary.listWithPoints(repository: repo, password: password.source, filter: filter)
+        let rows = all.filter { milestones || $0.milestone == nil }
+        var text = rows.isEmpty && all.count > rows.count ? "no snapshots" : Self.render(rows)
+        if all.count > rows.count {
+            text += "\n(\(Format.plural(all.count - rows.count, "milestone", "milestones")) of storectl replicate not shown: --milestones lists them)"
+        }
         if !stores.isEmpty { text += "\n\n" + Self.render(stores) }
         print(text)
     }

@@ -20,6 +20,9 @@ public struct SnapshotSummary: Sendable, Codable {
     public var format = PagedRepository.formatVersion
     /// The database and external data the snapshot holds, uncompressed.
     public var logicalBytes: UInt64 = 0
+    /// Set for a milestone of `storectl replicate` (its chain's state every ten minutes, made from
+    /// the repository): `snapshot list` folds these unless asked (`--milestones`).
+    public var milestone: PagedSnapshotRecord.Milestone?
 
     /// The repository's snapshots, newest first, damaged catalog entries included (marked; a
     /// filter leaves them out, as their store cannot be known).
@@ -42,7 +45,8 @@ public struct SnapshotSummary: Sendable, Codable {
             guard let facts = record.snapshot, filter.matches(host: record.host, path: record.source.path) else { return nil }
             let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)
             return SnapshotSummary(id: facts.id, time: record.startedAt, store: record.source.path, host: record.host, bytes: facts.addedBytes ?? 0,
-                                   ratio: 0, tags: facts.tags, lastVerified: repository.lastVerification(facts.id), logicalBytes: raw)
+                                   ratio: 0, tags: facts.tags, lastVerified: repository.lastVerification(facts.id), logicalBytes: raw,
+                                   milestone: snapshot.milestone)
         }
         if filter.isAll { rows += damaged.map { entry in
             SnapshotSummary(id: entry.id, time: SnapshotID.time(of: entry.id) ?? Date(timeIntervalSince1970: 0), store: "?",
