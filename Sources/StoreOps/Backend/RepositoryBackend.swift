@@ -37,6 +37,10 @@ public protocol RepositoryBackend: Sendable {
     func read(_ key: String) throws -> Data?
     /// Exactly `length` bytes at `offset` of the object (65 when it is missing or shorter).
     func read(_ key: String, offset: UInt64, length: Int) throws -> Data
+    /// The same bytes handed to `body`, in memory `buffer` keeps from one call to the next (a
+    /// reader going through a pack's frames; the `Data` is valid only during the call). By
+    /// default `read(key, offset:, length:)`.
+    func withRange<R>(_ key: String, offset: UInt64, length: Int, reusing buffer: ReadBuffer, _ body: (Data) throws -> R) throws -> R
     /// The object's size, or nil when it does not exist.
     func size(_ key: String) throws -> UInt64?
     /// Writes the whole object durably (see the contract for a key that exists). `point`
@@ -91,6 +95,29 @@ extension RepositoryBackend {
         StagedWrite { try self.write(key, data, point: point) }
     }
 
+    public func withRange<R>(_ key: String, offset: UInt64, length: Int, reusing buffer: ReadBuffer, _ body: (Data) throws -> R) throws -> R {
+        try body(read(key, offset: offset, length: length))
+    }
+
     /// The object's human name: `<location>/<key>`.
     func describe(_ key: String) -> String { "\(location)/\(key)" }
+}
+
+/// Memory one reader reuses for ranged reads (`RepositoryBackend.withRange`): grown to the
+/// largest range asked for, never shrunk, freed with it. Not shared between threads.
+public final class ReadBuffer {
+    private(set) var memory = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+
+    public init() {}
+
+    /// At least `count` bytes (their content undefined).
+    func reserve(_ count: Int) -> UnsafeMutableRawBufferPointer {
+        if memory.count < count {
+            memory.deallocate()
+            memory = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
+        }
+        return UnsafeMutableRawBufferPointer(rebasing: memory[0..<count])
+    }
+
+    deinit { memory.deallocate() }
 }

@@ -300,22 +300,38 @@ final class RepositoryPages: DiffPages {
     /// Finds where the pages of every side are, in one pass over the repository's indexes.
     static func locate(_ sides: [RepositoryPages]) throws {
         let pending = sides.filter { !$0.located }
-        guard !pending.isEmpty, let repository = pending.first?.repository else { return }
+        guard !pending.isEmpty, let repository = pending.first?.repository, pending.count <= 64 else {
+            for side in sides where !side.located { try locate([side]) }
+            return
+        }
+        // Every blob of every index is looked up in each side's table: the tables and what is
+        // filled in are taken out of the sides for the scan (a class's properties in this loop
+        // cost an access check and a retain each, more than the lookups themselves).
+        let tables = pending.map(\.byID)
+        var frameOf = pending.map(\.frameOf), blobOf = pending.map(\.blobOf), frames = pending.map(\.frames)
+        for side in pending { side.frameOf = []; side.blobOf = []; side.frames = [] }
         _ = try RepositoryIndex.scan(repository) { _, pack, contents in
             for frame in contents.frames {
+                var listed: UInt64 = 0   // the sides this frame is listed for
                 for (b, blob) in frame.blobs.enumerated() where blob.type == .page && b <= Int(UInt16.max) {
-                    for side in pending {
-                        guard let first = side.byID.first(blob.id), side.frameOf[first] == 0 else { continue }
-                        if side.frames.last?.pack != pack || side.frames.last?.frame.offset != frame.offset {
-                            side.frames.append((pack, frame))
+                    for s in tables.indices {
+                        guard let first = tables[s].first(blob.id), frameOf[s][first] == 0 else { continue }
+                        if listed & (1 << UInt64(s)) == 0 {
+                            frames[s].append((pack, frame))
+                            listed |= 1 << UInt64(s)
                         }
-                        side.frameOf[first] = UInt32(side.frames.count)
-                        side.blobOf[first] = UInt16(b)
+                        frameOf[s][first] = UInt32(frames[s].count)
+                        blobOf[s][first] = UInt16(b)
                     }
                 }
             }
         }
-        for side in pending { side.located = true }
+        for (s, side) in pending.enumerated() {
+            side.frameOf = frameOf[s]
+            side.blobOf = blobOf[s]
+            side.frames = frames[s]
+            side.located = true
+        }
     }
 
     /// How many frames hold these pages (located sides).
@@ -349,27 +365,40 @@ final class RepositoryPages: DiffPages {
         }
         list.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
         let kept = Mutex<[[UInt32: [UInt8]]]>(Array(repeating: [:], count: sides.count))
+        // What each side's check needs, out of its class (see `locate`): its table, the pages
+        // it asked for as bits, and whether a file stands in for it.
+        struct Lookup {
+            let byID: PagesByID
+            let pageSize: Int
+            let also: Bitset
+            let pages: RepositoryPages?   // only when a file stands in (`sharedWithStandIn`)
+        }
+        let lookups = sides.map { side in
+            var also = Bitset(count: side.pages.ids.count + 1)
+            for page in side.also where Int(page) <= side.pages.ids.count { also[Int(page)] = true }
+            return Lookup(byID: side.pages.byID, pageSize: side.pages.pageSize, also: also, pages: side.pages.standIn == nil ? nil : side.pages)
+        }
         try BlobLocator.readOnLanes(list, repository: repository, checkpoint: "comparing") { member, plain in
             var found: [[UInt32: [UInt8]]] = Array(repeating: [:], count: sides.count)
             var checked: [ContentID: [UInt8]] = [:]
-            for blob in list[member].frame.blobs where blob.type == .page {
-                for (s, side) in sides.enumerated() {
-                    guard Int(blob.length) == side.pages.pageSize, var page = side.pages.byID.first(blob.id) else { continue }
-                    while true {
-                        let number = UInt32(page + 1)
-                        let at = Int(blob.offset) + (number == 1 ? 100 : 0)
-                        let interior = at < plain.count && (plain[plain.startIndex + at] == 0x05 || plain[plain.startIndex + at] == 0x02)
-                            && !side.pages.sharedWithStandIn(number)
-                        if interior || side.also.contains(number) {
-                            if checked[blob.id] == nil {
-                                let data = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
-                                                                   what: "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))")
-                                checked[blob.id] = [UInt8](data)
+            let what = "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))"
+            try plain.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+                for blob in list[member].frame.blobs where blob.type == .page {
+                    for s in lookups.indices {
+                        guard Int(blob.length) == lookups[s].pageSize, var page = lookups[s].byID.first(blob.id) else { continue }
+                        while true {
+                            let number = UInt32(page + 1)
+                            let at = Int(blob.offset) + (number == 1 ? 100 : 0)
+                            let interior = at < raw.count && (raw[at] == 0x05 || raw[at] == 0x02) && lookups[s].pages?.sharedWithStandIn(number) != true
+                            if interior || lookups[s].also[Int(number)] {
+                                if checked[blob.id] == nil {
+                                    checked[blob.id] = [UInt8](try BlobLocator.extract(blob, from: plain, sealer: repository.sealer, what: what))
+                                }
+                                found[s][number] = checked[blob.id]
                             }
-                            found[s][number] = checked[blob.id]
+                            guard let following = lookups[s].byID.next(after: page) else { break }
+                            page = following
                         }
-                        guard let following = side.pages.byID.next(after: page) else { break }
-                        page = following
                     }
                 }
             }

@@ -332,6 +332,13 @@ enum ProcessMemory {
                   let kb = line.split(separator: " ").dropFirst().first(where: { Int($0) != nil }).flatMap({ Int($0) }) else { return "?" }
             return String(format: "%.1f", Double(kb) / 1024)
         }
-        return "\(mib("VmRSS:")) MiB (peak \(mib("VmHWM:")))"
+        return "\(mib("VmRSS:")) MiB (peak \(mib("VmHWM:"))), cpu \(cpuMilliseconds()) ms"
+    }
+
+    /// CPU time this process has used so far (user and system, every thread), in milliseconds.
+    static func cpuMilliseconds() -> Int {
+        var usage = rusage()
+        guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return -1 }
+        return (Int(usage.ru_utime.tv_sec) + Int(usage.ru_stime.tv_sec)) * 1000 + (Int(usage.ru_utime.tv_usec) + Int(usage.ru_stime.tv_usec)) / 1000
     }
 }

@@ -39,24 +39,46 @@ public struct LocalBackend: RepositoryBackend {
         return try readExactly(fd, file: file, offset: offset, length: length)
     }
 
+    /// Read into `buffer`'s memory: a reader going through a pack's frames (a restore, a diff)
+    /// reads hundreds of megabytes, and fresh memory for each range cost page faults and
+    /// zeroing (0.1 s of CPU on a diff of two snapshots of a 1 GiB store).
+    public func withRange<R>(_ key: String, offset: UInt64, length: Int, reusing buffer: ReadBuffer, _ body: (Data) throws -> R) throws -> R {
+        guard length > 0 else { return try body(Data()) }
+        let file = path(key)
+        let fd = open(file, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { throw StoreOpsError(.badData, "\(file) is missing", hint: Sealer.damagedHint) }
+            throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input)
+        }
+        defer { close(fd) }
+        let memory = buffer.reserve(length)
+        try Self.readExactly(fd, into: memory, file: file, offset: offset)
+        guard let base = memory.baseAddress else { return try body(Data()) }
+        return try body(Data(bytesNoCopy: base, count: length, deallocator: .none))
+    }
+
     private func readExactly(_ fd: Int32, file: String, offset: UInt64, length: Int) throws -> Data {
         var data = Data(count: length)
-        var done = 0
-        try data.withUnsafeMutableBytes { buffer in
-            while done < length {
-                let n = pread(fd, buffer.baseAddress! + done, length - done, off_t(offset) + off_t(done))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input)
-                }
-                if n == 0 {
-                    throw StoreOpsError(.badData, "\(file) is damaged: it ends at byte \(offset + UInt64(done)), \(length - done) bytes short of what its index says",
-                                        hint: Sealer.damagedHint)
-                }
-                done += n
-            }
-        }
+        try data.withUnsafeMutableBytes { try Self.readExactly(fd, into: $0, file: file, offset: offset) }
         return data
+    }
+
+    private static func readExactly(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, file: String, offset: UInt64) throws {
+        let length = buffer.count
+        guard length > 0, let base = buffer.baseAddress else { return }
+        var done = 0
+        while done < length {
+            let n = pread(fd, base + done, length - done, off_t(offset) + off_t(done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input)
+            }
+            if n == 0 {
+                throw StoreOpsError(.badData, "\(file) is damaged: it ends at byte \(offset + UInt64(done)), \(length - done) bytes short of what its index says",
+                                    hint: Sealer.damagedHint)
+            }
+            done += n
+        }
     }
 
     public func size(_ key: String) throws -> UInt64? {

@@ -84,11 +84,12 @@ enum BlobLocator {
         onLanes(min(repository.backend.parallelReads, max(1, spans.count))) { _ in
             do {
                 let zstd = try ZstdFrames(level: 3)
+                let buffer = ReadBuffer()
                 while failure.withLock({ $0 == nil }) {
                     let i = next.withLock { value -> Int in defer { value += 1 }; return value }
                     guard i < spans.count else { return }
                     try ProcessSignals.checkpoint(checkpoint)
-                    try read(spans[i], frames: frames, repository: repository, zstd: zstd, body)
+                    try read(spans[i], frames: frames, repository: repository, zstd: zstd, reusing: buffer, body)
                 }
             } catch {
                 failure.withLock { if $0 == nil { $0 = error } }
@@ -100,14 +101,18 @@ enum BlobLocator {
     /// Reads a span and hands each member frame's plaintext to `body`, in memory `zstd` reuses:
     /// the `Data` is valid only during the call (copy out what must outlive it).
     static func read(_ span: Span, frames: [(pack: ContentID, frame: FrameEntry)], repository: PagedRepository, zstd: ZstdFrames,
-                     _ body: (Int, Data) throws -> Void) throws {
-        let data = try repository.backend.read(PackBuilder.key(span.pack), offset: span.offset, length: span.length)
-        for member in span.members {
-            let frame = frames[member].frame
-            let start = data.startIndex + Int(frame.offset - span.offset)
-            let sealed = data[start..<(start + Int(frame.sealedLength))]
-            let (compressed, what) = try unseal(sealed, frame: frame, pack: span.pack, repository: repository)
-            try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), what: what) { try body(member, $0) }
+                     reusing buffer: ReadBuffer = ReadBuffer(), _ body: (Int, Data) throws -> Void) throws {
+        try repository.backend.withRange(PackBuilder.key(span.pack), offset: span.offset, length: span.length, reusing: buffer) { data in
+            for member in span.members {
+                let frame = frames[member].frame
+                let start = data.startIndex + Int(frame.offset - span.offset)
+                guard start >= data.startIndex, start + Int(frame.sealedLength) <= data.endIndex else {
+                    throw StoreOpsError(.badData, "frame at byte \(frame.offset) of pack \(repository.backend.describe(PackBuilder.key(span.pack))) lies outside what was read")
+                }
+                let sealed = data[start..<(start + Int(frame.sealedLength))]
+                let (compressed, what) = try unseal(sealed, frame: frame, pack: span.pack, repository: repository)
+                try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), what: what) { try body(member, $0) }
+            }
         }
     }
 
