@@ -8,11 +8,13 @@
 #
 #   bash bench/diff.sh              # 1 GiB store, 5,000 updates
 #   ITEMS=20000 UPDATES=200 bash bench/diff.sh
+#   REPEAT=1 bash bench/diff.sh     # one round (default 3, medians)
 #   KEEP=1 bash bench/diff.sh       # keep bench/out/diff (the repository, both files, the diffs) to look at after
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . bench/common.sh
 UPDATES=${UPDATES:-5000}
+REPEAT=${REPEAT:-3}
 need sqldiff sqlite3-tools
 need bc bc
 build_release || exit 1
@@ -35,22 +37,29 @@ count_changed() {   # the number of changed objects in a diff's JSON
   python3 -c 'import json,sys; r=json.load(sys.stdin); print(sum(e["changed"] for e in r["entities"]))' < "$1"
 }
 
-settle
-t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff --repo "$WORK/repo" "$A" "$B" --json > "$WORK/snapshots.json"; st=$?
-SNAP_S=$(echo "$(now) - $t0" | bc -l); SNAP_RSS=$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')
-[ "$st" = 2 ] || { echo "storectl diff of the snapshots exited $st" >&2; strict_fail diff; }
+# REPEAT rounds, the three commands alternating; medians (sqldiff's time alone moved 3.5-6 s between runs).
+SNAP_T=(); FILE_T=(); SQLDIFF_T=(); SNAP_M=(); FILE_M=(); SQLDIFF_M=()
+for round in $(seq "$REPEAT"); do
+  settle
+  t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff --repo "$WORK/repo" "$A" "$B" --json > "$WORK/snapshots.json"; st=$?
+  SNAP_T+=("$(echo "$(now) - $t0" | bc -l)"); SNAP_M+=("$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')")
+  [ "$st" = 2 ] || { echo "storectl diff of the snapshots exited $st" >&2; strict_fail diff; }
+
+  settle
+  t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff "$WORK/a.sqlite" "$WORK/b.sqlite" --json > "$WORK/files.json"; st=$?
+  FILE_T+=("$(echo "$(now) - $t0" | bc -l)"); FILE_M+=("$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')")
+  [ "$st" = 2 ] || { echo "storectl diff of the files exited $st" >&2; strict_fail diff; }
+
+  settle
+  t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" sqldiff "$WORK/a.sqlite" "$WORK/b.sqlite" > "$WORK/sqldiff.sql"
+  SQLDIFF_T+=("$(echo "$(now) - $t0" | bc -l)"); SQLDIFF_M+=("$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")")
+done
+SNAP_S=$(median "${SNAP_T[@]}"); FILE_S=$(median "${FILE_T[@]}"); SQLDIFF_S=$(median "${SQLDIFF_T[@]}")
+SNAP_RSS=$(median "${SNAP_M[@]}"); FILE_RSS=$(median "${FILE_M[@]}"); SQLDIFF_RSS=$(median "${SQLDIFF_M[@]}")
 SNAP_CHANGED=$(count_changed "$WORK/snapshots.json")
-
-settle
-t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff "$WORK/a.sqlite" "$WORK/b.sqlite" --json > "$WORK/files.json"; st=$?
-FILE_S=$(echo "$(now) - $t0" | bc -l); FILE_RSS=$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')
-[ "$st" = 2 ] || { echo "storectl diff of the files exited $st" >&2; strict_fail diff; }
 FILE_CHANGED=$(count_changed "$WORK/files.json")
-
-settle
-t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" sqldiff "$WORK/a.sqlite" "$WORK/b.sqlite" > "$WORK/sqldiff.sql"
-SQLDIFF_S=$(echo "$(now) - $t0" | bc -l); SQLDIFF_RSS=$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")
 SQLDIFF_LINES=$(grep -c '^UPDATE "ZITEM"\|^UPDATE ZITEM' "$WORK/sqldiff.sql")
+echo "$REPEAT rounds, medians; seconds per round: snapshots ${SNAP_T[*]}; files ${FILE_T[*]}; sqldiff ${SQLDIFF_T[*]}" | sed -E 's/([0-9]*\.[0-9]{2})[0-9]*/\1/g'
 
 printf '%-44s %8s %9s %s\n' "" seconds "peak MiB" "changed objects"
 printf '%-44s %8.2f %9s %s\n' "storectl diff, two snapshots (content ids)" "$SNAP_S" "$SNAP_RSS" "$SNAP_CHANGED"

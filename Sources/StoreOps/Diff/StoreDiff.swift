@@ -259,6 +259,11 @@ public enum StoreDiff {
             // Two snapshots: their records and maps read at once, one on each core.
             let repository = try repo()
             stage("repository open")
+            // The indexes are scanned three times (each side's map, then where its pages are):
+            // decoded once, here, and kept for the run.
+            repository.keepIndexes()
+            _ = try RepositoryIndex.scan(repository) { _, _, _ in }
+            stage("indexes read")
             final class Opened: @unchecked Sendable { let pages: RepositoryPages; init(_ pages: RepositoryPages) { self.pages = pages } }
             let one: @Sendable (String) throws -> Opened = { id in
                 let record = try repository.record(id)
