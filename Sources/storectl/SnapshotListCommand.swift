@@ -26,7 +26,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
         }
         let (all, stores) = try SnapshotSummary.listWithPoints(repository: repo, password: password.source, filter: filter)
         let rows = all.filter { milestones || $0.milestone == nil }
-        var text = rows.isEmpty && all.count > rows.count ? "no snapshots" : Self.render(rows)
+        var text = Self.render(rows)
         if all.count > rows.count {
             text += "\n(\(Format.plural(all.count - rows.count, "milestone", "milestones")) of storectl replicate not shown: --milestones lists them)"
         }

@@ -221,6 +221,7 @@ struct ReplicateTests {
             let (seq, hash) = try read(target) { db in (try Int.fetchOne(db, sql: "SELECT seq FROM churn_meta") ?? -1, try ChurnLoad.contentHash(db)) }
             #expect(logged[seq]?.hash == hash, "milestone \(record.id) of point \(record.milestone?.point ?? -1) restores to commit \(seq), whose logged content differs")
             try FileManager.default.removeItem(atPath: target)
+        }
         // `snapshot list` folds the milestones into one line (the bases stay listed); --milestones lists them, --json likewise.
         let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo], environment: world.environment)
         #expect(listed.status == 0 && records.allSatisfy { !listed.stdout.contains($0.id) } && listed.stdout.contains(chains.first?.id ?? "?")
@@ -231,7 +232,6 @@ struct ReplicateTests {
             let json = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--json"] + flags, environment: world.environment)
             let rows = try JSON.decoder().decode([SnapshotSummary].self, from: Data(json.stdout.utf8))
             #expect(rows.filter { $0.milestone != nil }.count == expected && rows.contains { $0.id == chains.first?.id }, "\(flags): \(rows.map(\.id))")
-        }
         }
         let first = try #require(markers.map(\.lastTime).min())
         let fromMilestones = reads.filter { $0.milestone != nil }

@@ -310,6 +310,13 @@ final class RepositoryPages: DiffPages {
         let tables = pending.map(\.byID)
         var frameOf = pending.map(\.frameOf), blobOf = pending.map(\.blobOf), frames = pending.map(\.frames)
         for side in pending { side.frameOf = []; side.blobOf = []; side.frames = [] }
+        defer {   // given back whatever happens (a scan that throws leaves them as they were filled)
+            for (s, side) in pending.enumerated() {
+                side.frameOf = frameOf[s]
+                side.blobOf = blobOf[s]
+                side.frames = frames[s]
+            }
+        }
         _ = try RepositoryIndex.scan(repository) { _, pack, contents in
             for frame in contents.frames {
                 var listed: UInt64 = 0   // the sides this frame is listed for
@@ -326,12 +333,7 @@ final class RepositoryPages: DiffPages {
                 }
             }
         }
-        for (s, side) in pending.enumerated() {
-            side.frameOf = frameOf[s]
-            side.blobOf = blobOf[s]
-            side.frames = frames[s]
-            side.located = true
-        }
+        for side in pending { side.located = true }
     }
 
     /// How many frames hold these pages (located sides).
