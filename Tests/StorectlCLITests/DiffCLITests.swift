@@ -90,6 +90,44 @@ struct DiffCLITests {
         }
     }
 
+    @Test("every object of a 60,000-item store changed: the second snapshot's differing leaves (more than two batches of 512) are read ahead on a thread of their own while the first side's decode; exactly 60,000 changed, the same as two files say; a pack of the second snapshot damaged: 65 naming it, no hang")
+    func manyLeavesReadAhead() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 60_000)
+        let repo = try folder.repository()
+        let first = try snapshot(store, repo)
+        let before = Set(try FileManager.default.subpathsOfDirectory(atPath: repo + "/data"))
+        let queue = try DatabaseQueue(path: store)
+        try queue.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        try queue.close()
+        try FileManager.default.copyItem(atPath: store, toPath: folder.file("before.sqlite"))
+        try write(store, "UPDATE ZITEM SET ZTITLE = ZTITLE || ' (edited)', Z_OPT = Z_OPT + 1")
+        let second = try snapshot(store, repo)
+        let run = try storectl("diff", "--repo", repo, first, second, "--json", "--limit", "0")
+        #expect(run.status == 2, "\(run.stderr)")
+        let result = try report(run)
+        let changed = result.entities.filter { $0.table == "ZITEM" }.map(\.changed).reduce(0, +)
+        #expect(changed == 60_000 && result.stats.fallback == nil, "\(changed) changed, \(result.stats)")
+        #expect(result.stats.leavesDecoded > 2 * 2 * 512, "enough leaves for the read-ahead to run: \(result.stats.leavesDecoded)")
+        let files = try report(try storectl("diff", folder.file("before.sqlite"), store, "--json", "--limit", "0"))
+        #expect(files.entities.filter { $0.table == "ZITEM" }.map(\.changed).reduce(0, +) == 60_000)
+        // The second snapshot's packs, each damaged near its end (where the leaves it added are).
+        let added = Set(try FileManager.default.subpathsOfDirectory(atPath: repo + "/data")).subtracting(before)
+            .map { repo + "/data/" + $0 }.filter { FileSystem.kind(of: $0) == .file }
+        #expect(!added.isEmpty)
+        for pack in added {
+            let handle = try #require(FileHandle(forUpdatingAtPath: pack))
+            let size = try handle.seekToEnd()
+            try handle.seek(toOffset: size * 3 / 4)
+            let byte = try handle.read(upToCount: 1) ?? Data([0])
+            try handle.seek(toOffset: size * 3 / 4)
+            try handle.write(contentsOf: Data([byte[0] ^ 0xFF]))
+            try handle.close()
+        }
+        let damaged = try storectl("diff", "--repo", repo, first, second, "--json", "--limit", "0")
+        #expect(damaged.status == 65 && added.contains { damaged.stderr.contains(FileSystem.name(of: $0)) }, "\(damaged.status) \(damaged.stderr)")
+    }
+
     @Test("a long value rewritten in place (same length, so the leaf's bytes may not change, only its overflow pages): found, in files and in snapshots")
     func overflowOnly() throws {
         let folder = try TempFolder()

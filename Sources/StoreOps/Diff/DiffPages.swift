@@ -414,7 +414,13 @@ final class RepositoryPages: DiffPages {
         }
     }
 
+    /// `read` is called from a `ReadAhead` thread while the diff's own thread may read an
+    /// overflow page of the same side: one read at a time.
+    private let reading = NSLock()
+
     func read(_ pages: [UInt32]) throws -> [UInt32: [UInt8]] {
+        reading.lock()
+        defer { reading.unlock() }
         var out: [UInt32: [UInt8]] = [:]
         var wanted: [Int: [(page: UInt32, blob: Int)]] = [:]   // frame -> pages
         for page in pages where out[page] == nil {

@@ -232,12 +232,12 @@ final class PageDiff {
     /// The entries of `leaves` in order: (rowid, full payload) for table leaves, (0, payload) for
     /// index pages. Pages are read 512 at a time.
     func rows(_ side: any DiffPages, leaves: [UInt32], header: SQLitePages.Header, explained: inout PageSet,
-              expectTable: Bool? = nil, _ body: (Int64, [UInt8]) throws -> Void) throws {
+              expectTable: Bool? = nil, read already: [UInt32: [UInt8]]? = nil, _ body: (Int64, [UInt8]) throws -> Void) throws {
         var start = 0
         while start < leaves.count {
             let batch = Array(leaves[start..<min(leaves.count, start + 512)])
             start += batch.count
-            let bytes = try side.read(batch)
+            let bytes = try already ?? side.read(batch)
             for number in batch {
                 guard let raw = bytes[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
                 let page = try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what)
@@ -340,13 +340,21 @@ final class PageDiff {
         var pendingB: [(Int64, [UInt8])] = []
         var indexB = 0
         var nextLeafB = 0
+        // A snapshot's leaves are read (frames opened, pages checked) a batch ahead on a thread of
+        // their own while this one decodes: 55-65 ms of the bench diff's 120 ms of decoding.
+        let batchesB = stride(from: 0, to: leavesB.count, by: 512).map { Array(leavesB[$0..<min(leavesB.count, $0 + 512)]) }
+        let ahead = (b as? RepositoryPages).flatMap { pages in batchesB.count > 1 ? ReadAhead(batchesB, read: { try pages.read($0) }) : nil }
+        defer { ahead?.cancel() }
+        var takenB = 0
         func fillB() throws {
             guard indexB >= pendingB.count, nextLeafB < leavesB.count else { return }
-            let batch = Array(leavesB[nextLeafB..<min(leavesB.count, nextLeafB + 512)])
+            let batch = batchesB[takenB]
+            let bytes = try ahead?.take(takenB)
+            takenB += 1
             nextLeafB += batch.count
             pendingB.removeAll(keepingCapacity: true)
             indexB = 0
-            try rows(b, leaves: batch, header: headerB, explained: &explainedB, expectTable: true) { rowid, payload in pendingB.append((rowid, payload)) }
+            try rows(b, leaves: batch, header: headerB, explained: &explainedB, expectTable: true, read: bytes) { rowid, payload in pendingB.append((rowid, payload)) }
             if pendingB.isEmpty { try fillB() }
         }
         try fillB()
@@ -441,6 +449,63 @@ final class PageDiff {
             trunk = SQLitePages.be32(bytes, 0)
         }
         return out
+    }
+}
+
+/// A side's batches of pages read one or two ahead of the caller on a thread of its own (the
+/// caller decodes batch i while batch i + 1 is read). The reader must be safe to call while the
+/// caller reads the same side (`RepositoryPages.read` takes its lock). An error is handed to
+/// whoever takes that batch; `cancel` (or the caller's end) stops the thread after its current batch.
+final class ReadAhead: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var ready: [Int: Result<[UInt32: [UInt8]], any Error>] = [:]
+    private var taking = 0
+    private var cancelled = false
+
+    /// - Parameter read: called on the read-ahead thread only (and must tolerate the caller's
+    ///   own reads of the same side meanwhile, see above).
+    init(_ batches: [[UInt32]], read: @escaping ([UInt32]) throws -> [UInt32: [UInt8]]) {
+        final class Reader: @unchecked Sendable {
+            let read: ([UInt32]) throws -> [UInt32: [UInt8]]
+            init(_ read: @escaping ([UInt32]) throws -> [UInt32: [UInt8]]) { self.read = read }
+        }
+        let reader = Reader(read)
+        let thread = Thread { [self] in
+            IOPace.politeThread()
+            for i in batches.indices {
+                condition.lock()
+                while !cancelled && i > taking + 1 { condition.wait() }
+                let stop = cancelled
+                condition.unlock()
+                if stop { return }
+                let result = Result { try reader.read(batches[i]) }
+                condition.lock()
+                ready[i] = result
+                condition.broadcast()
+                condition.unlock()
+                if case .failure = result { return }
+            }
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    /// Batch `i` (taken in order, each once), waiting for it.
+    func take(_ i: Int) throws -> [UInt32: [UInt8]] {
+        condition.lock()
+        defer { condition.unlock() }
+        taking = i
+        condition.broadcast()
+        while ready[i] == nil { condition.wait() }
+        let result = ready.removeValue(forKey: i)
+        return try result?.get() ?? [:]
+    }
+
+    func cancel() {
+        condition.lock()
+        cancelled = true
+        condition.broadcast()
+        condition.unlock()
     }
 }
 
