@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 . bench/common.sh
 UPDATES=${UPDATES:-5000}
 REPEAT=${REPEAT:-3}
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || { echo "bench/diff.sh: REPEAT must be a whole number of rounds, 1 or more (got '$REPEAT')" >&2; exit 64; }
 need sqldiff sqlite3-tools
 need bc bc
 build_release || exit 1
@@ -51,8 +52,9 @@ for round in $(seq "$REPEAT"); do
   [ "$st" = 2 ] || { echo "storectl diff of the files exited $st" >&2; strict_fail diff; }
 
   settle
-  t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" sqldiff "$WORK/a.sqlite" "$WORK/b.sqlite" > "$WORK/sqldiff.sql"
-  SQLDIFF_T+=("$(echo "$(now) - $t0" | bc -l)"); SQLDIFF_M+=("$(awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss")")
+  t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" sqldiff "$WORK/a.sqlite" "$WORK/b.sqlite" > "$WORK/sqldiff.sql"; st=$?
+  SQLDIFF_T+=("$(echo "$(now) - $t0" | bc -l)"); SQLDIFF_M+=("$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')")
+  [ "$st" = 0 ] || { echo "sqldiff exited $st" >&2; strict_fail diff; }
 done
 SNAP_S=$(median "${SNAP_T[@]}"); FILE_S=$(median "${FILE_T[@]}"); SQLDIFF_S=$(median "${SQLDIFF_T[@]}")
 SNAP_RSS=$(median "${SNAP_M[@]}"); FILE_RSS=$(median "${FILE_M[@]}"); SQLDIFF_RSS=$(median "${SQLDIFF_M[@]}")
