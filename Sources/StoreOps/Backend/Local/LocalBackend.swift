@@ -29,6 +29,11 @@ public struct LocalBackend: RepositoryBackend {
 
     public func read(_ key: String, offset: UInt64, length: Int) throws -> Data {
         guard length > 0 else { return Data() }
+        return try withOpenObject(key) { fd, file in try readExactly(fd, file: file, offset: offset, length: length) }
+    }
+
+    /// `body(fd, file)` with the object open for a ranged read: 65 when it is missing.
+    private func withOpenObject<R>(_ key: String, _ body: (Int32, String) throws -> R) throws -> R {
         let file = path(key)
         let fd = open(file, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
@@ -36,7 +41,7 @@ public struct LocalBackend: RepositoryBackend {
             throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input)
         }
         defer { close(fd) }
-        return try readExactly(fd, file: file, offset: offset, length: length)
+        return try body(fd, file)
     }
 
     /// Read into `buffer`'s memory: a reader going through a pack's frames (a restore, a diff)
@@ -44,15 +49,8 @@ public struct LocalBackend: RepositoryBackend {
     /// zeroing (0.1 s of CPU on a diff of two snapshots of a 1 GiB store).
     public func withRange<R>(_ key: String, offset: UInt64, length: Int, reusing buffer: ReadBuffer, _ body: (Data) throws -> R) throws -> R {
         guard length > 0 else { return try body(Data()) }
-        let file = path(key)
-        let fd = open(file, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT { throw StoreOpsError(.badData, "\(file) is missing", hint: Sealer.damagedHint) }
-            throw StoreOpsError.posix(errno, doing: "reading \(file)", side: .input)
-        }
-        defer { close(fd) }
         let memory = buffer.reserve(length)
-        try Self.readExactly(fd, into: memory, file: file, offset: offset)
+        try withOpenObject(key) { fd, file in try Self.readExactly(fd, into: memory, file: file, offset: offset) }
         guard let base = memory.baseAddress else { return try body(Data()) }
         return try body(Data(bytesNoCopy: base, count: length, deallocator: .none))
     }
