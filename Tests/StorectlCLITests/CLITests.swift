@@ -134,6 +134,27 @@ struct BackupCLITests {
         #expect(try nice(["--no-pace"]) == 0)
     }
 
+    @Test("a paced backup copies a 1 MiB chunk a step, written back while the next is copied; --no-pace 4 MiB; the same copy")
+    func pacedBackupSteps() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 40_000)
+        let bytes = try #require((try FileManager.default.attributesOfItem(atPath: store)[.size] as? NSNumber)?.intValue)
+        #expect(bytes > 8 << 20, "a store of several chunks")
+        func backup(_ extra: [String]) throws -> (steps: Int, sha256: String) {
+            let result = try ChildProcess.run(Binaries.storectl, ["backup", store, "-o", folder.file("b\(extra.count).sqlite"), "--json"] + extra)
+            #expect(result.status == 0, "\(result.stderr)")
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+            let database = (object["manifest"] as? [String: Any])?["database"] as? [String: Any]
+            return (try #require(object["steps"] as? Int), try #require(database?["sha256"] as? String))
+        }
+        let paced = try backup([])
+        let full = try backup(["--no-pace"])
+        // A step per MiB (the last one partial), against a step per 4 MiB.
+        #expect(paced.steps >= bytes >> 20 && paced.steps <= (bytes >> 20) + 2, "\(paced.steps) steps for \(bytes) bytes")
+        #expect(full.steps >= bytes >> 22 && full.steps <= (bytes >> 22) + 2, "\(full.steps) steps for \(bytes) bytes")
+        #expect(paced.sha256 == full.sha256)
+    }
+
     /// A second process holding `store` (rollback-journal mode) exclusively for up to 30 s, once it does.
     func holdExclusively(_ store: String, _ folder: TempFolder) throws -> ChildProcess.Running {
         let ready = folder.file("held")

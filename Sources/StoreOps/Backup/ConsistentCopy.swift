@@ -31,7 +31,9 @@ public enum ConsistentCopy {
     public struct Options: Sendable {
         /// Give up (exit 75) after this long without progress because the store stays locked.
         public var timeout: TimeInterval = 60
-        /// Bytes copied per backup step (turned into pages using the store's page size).
+        /// Bytes copied per backup step (turned into pages using the store's page size). A paced
+        /// copy written back as it is made (`writeBehind`, `IOPace.current`) steps one pace chunk
+        /// at a time instead: each step's writeback then overlaps the next step's copying.
         public var bytesPerStep = 4 << 20
         /// Write the copy back to disk as it is made (see `WriteBehind`). Off for a scratch copy
         /// that is read once and deleted (a snapshot's): it need never reach the disk at all.
@@ -82,6 +84,8 @@ public enum ConsistentCopy {
                             progress: StepHandler? = nil) throws -> Copied {
         let target = try StoreConnection.open(destination, access: .readWrite, busyTimeout: 1, side: .output, label: "storectl.copy")
         let writeBehind = options.writeBehind ? WriteBehind(path: destination) : nil   // closed after `target`, see its comment
+        var options = options
+        if let chunk = writeBehind?.pacedChunk { options.bytesPerStep = Int(chunk) }
         let copied = try holdingSnapshot(of: store, options: options, onSnapshot: onSnapshot) { src, info, stats in
             try target.inDatabase { dst in
                 // The copy is a scratch file until it is verified and renamed: no journal, no
