@@ -63,5 +63,20 @@ strict_fail() {
 # median V1 V2 ...: the middle value (the lower middle for an even count).
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-# settle: flush the previous run's dirty pages so one measurement does not pay for another's writes.
-settle() { sync; sleep 1; }
+# settle: flush the previous run's dirty pages so one measurement does not pay for another's
+# writes, then touch WARM_MIB of memory (default 2048; 0: not) so each run starts with memory its
+# host backs. The development VM (Firecracker, virtio-balloon free page reporting) hands memory
+# left free for a few seconds back to its host, and the first process to write a GiB into it then
+# pays up to ~1.2 s more system time in the kernel's copy into the page cache, more or less
+# depending on the folio sizes its writes get: measured at stop 43, the same restore took 1.64 s
+# right after another and 2.80 s after 6 s idle, while a restore of another repository's
+# snapshot took 2.03 s either way; so alternating pairs were skewed by whichever ran second.
+settle() { sync; sleep 1; warm_memory; }
+warm_memory() {
+  local mib=${WARM_MIB:-2048} avail
+  [ "$mib" -gt 0 ] && [ -d /dev/shm ] || return 0
+  avail=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)
+  [ "${avail:-0}" -gt $((mib * 2)) ] || return 0
+  head -c "${mib}M" /dev/zero >/dev/shm/storectl-bench-warm 2>/dev/null
+  rm -f /dev/shm/storectl-bench-warm
+}

@@ -25,7 +25,7 @@ for round in a b c d e f g h i; do update $round; "$BIN/storectl" snapshot creat
 newest() { "$BIN/storectl" snapshot list --repo "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['id'])"; }
 ID2=$(newest "$W/s2")
 "$BIN/storectl" snapshot export --repo "$W/s2" "$ID2" --output "$W/export.tar.zst" >/dev/null
-quiet() { rm -f "$W/out/"*; sync; sleep 2; }
+quiet() { rm -f "$W/out/"*; sync; sleep 2; warm_memory; }
 restore() { quiet; timed r "$1" snapshot restore --repo "$W/$2" "$3" --to "$W/out/restored.sqlite"; }
 printf '\nrestore of the 10th (%s pages), each after a sync\n' "$(sqlite3 "$DB" "PRAGMA page_count")"
 F1=(); F2=(); F0=()
