@@ -107,7 +107,7 @@ long long storectl_copy_range(int from, long long from_offset, int to, long long
 #endif
 }
 
-int storectl_polite_thread(int nice_value, unsigned long long slice_ns) {
+static int storectl_sched(int tid, unsigned int policy, int nice_value, unsigned long long slice_ns) {
 #if defined(__linux__) && defined(SYS_sched_setattr)
     struct {
         unsigned int size, policy;
@@ -117,15 +117,28 @@ int storectl_polite_thread(int nice_value, unsigned long long slice_ns) {
         unsigned long long runtime, deadline, period;
     } attr = { 0 };
     attr.size = sizeof(attr);   /* SCHED_ATTR_SIZE_VER0: 48 bytes */
-    attr.policy = 0;            /* SCHED_OTHER */
+    attr.policy = policy;       /* 0 SCHED_OTHER, 5 SCHED_IDLE */
     attr.nice = nice_value;
     attr.runtime = slice_ns;    /* Linux 6.12+: the thread's slice; earlier kernels ignore or refuse it */
-    if (syscall(SYS_sched_setattr, 0, &attr, 0) == 0) return 0;
+    if (syscall(SYS_sched_setattr, tid, &attr, 0) == 0) return 0;
     attr.runtime = 0;
-    return (int)syscall(SYS_sched_setattr, 0, &attr, 0);
+    return (int)syscall(SYS_sched_setattr, tid, &attr, 0);
 #else
+    if (policy != 0 || tid != 0) { errno = ENOSYS; return -1; }
     return setpriority(PRIO_PROCESS, 0, nice_value);
 #endif
+}
+
+int storectl_polite_thread(int nice_value, unsigned long long slice_ns) {
+    return storectl_sched(0, 0, nice_value, slice_ns);
+}
+
+int storectl_polite_thread_of(int tid, int nice_value, unsigned long long slice_ns) {
+    return storectl_sched(tid, 0, nice_value, slice_ns);
+}
+
+int storectl_idle_thread(void) {
+    return storectl_sched(0, 5, 0, 0);
 }
 
 void storectl_tune_malloc(int arenas, int mmap_threshold) {

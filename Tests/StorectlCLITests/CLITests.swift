@@ -114,24 +114,45 @@ struct BackupCLITests {
         #expect((try FileManager.default.contentsOfDirectory(atPath: out)).isEmpty)
     }
 
-    @Test("a backup copies at a lower CPU priority (nice 10, paced writes) unless --no-pace")
+    @Test("a backup copies in the idle scheduling class (and paced writes) unless --no-pace")
     func pacedBackupRunsNiced() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder, journalMode: "delete")
         // The store is locked exclusively: each backup waits in its retry loop while we look at it.
         let holder = try holdExclusively(store, folder)
         defer { holder.signal(SIGTERM); _ = holder.wait() }
-        func nice(_ extra: [String]) throws -> Int? {
+        func scheduling(_ extra: [String]) throws -> (nice: Int?, policy: Int?) {
             let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", folder.file("b\(extra.count).sqlite"), "--timeout", "60"] + extra)
             defer { backup.signal(SIGTERM); _ = backup.wait() }
             usleep(700_000)
-            // /proc/PID/stat: the 19th field is the nice value (after the command name in parentheses).
+            // /proc/PID/stat: after the command name in parentheses, field N is at N - 2:
+            // the 19th is the nice value, the 41st the scheduling policy (5: SCHED_IDLE).
             let stat = try String(contentsOfFile: "/proc/\(backup.pid)/stat", encoding: .utf8)
             let fields = stat[(stat.lastIndex(of: ")") ?? stat.startIndex)...].split(separator: " ")
-            return fields.count > 17 ? Int(fields[17]) : nil
+            return (fields.count > 17 ? Int(fields[17]) : nil, fields.count > 39 ? Int(fields[39]) : nil)
         }
-        #expect(try nice([]) == 10)
-        #expect(try nice(["--no-pace"]) == 0)
+        #expect(try scheduling([]).policy == 5)
+        let full = try scheduling(["--no-pace"])
+        #expect(full.nice == 0)
+        #expect(full.policy == 0)
+    }
+
+    @Test("a paced backup starved of CPU in the idle class moves to nice 10 within seconds and finishes",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/taskset")))
+    func starvedBackupIsRaised() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 20_000)
+        // A busy loop and the backup on the same core: an idle-class thread gets next to nothing there.
+        let spinner = try ChildProcess.Running("/usr/bin/taskset", ["-c", "0", "/bin/sh", "-c", "while :; do :; done"])
+        defer { spinner.signal(SIGKILL); _ = spinner.wait() }
+        let started = Date()
+        let result = try ChildProcess.run("/usr/bin/taskset", ["-c", "0", Binaries.storectl, "backup", store, "-o", folder.file("b.sqlite")],
+                                          environment: ["STORECTL_LOG_LEVEL": "debug"])
+        let seconds = Date().timeIntervalSince(started)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stderr.contains("starved of CPU in the idle class"), "\(result.stderr.suffix(2000))")
+        #expect(seconds < 30, "\(seconds) s")
+        #expect(FileManager.default.fileExists(atPath: folder.file("b.sqlite")))
     }
 
     @Test("a paced backup copies a 1 MiB chunk a step, written back while the next is copied; --no-pace 4 MiB; the same copy")

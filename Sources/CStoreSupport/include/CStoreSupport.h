@@ -23,6 +23,13 @@ long long storectl_copy_range(int from, long long from_offset, int to, long long
 /// one's slice to end; earlier kernels: nice alone). 0, or -1 with errno.
 int storectl_polite_thread(int nice_value, unsigned long long slice_ns);
 
+/// The same for thread `tid` of this process (a Linux thread id; 0: the calling thread).
+int storectl_polite_thread_of(int tid, int nice_value, unsigned long long slice_ns);
+
+/// The calling thread in the idle scheduling class (SCHED_IDLE: it runs on a core only when no
+/// other thread wants it). 0, or -1 with errno (ENOSYS where there is no such class).
+int storectl_idle_thread(void);
+
 /// With --json, a crash (a trap, an abort, a bad access) must still leave a JSON error on stdout:
 /// installs handlers for SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE and SIGSEGV (on an alternate
 /// stack) that write `{"ok":false,"status":128+N,"message":...}` with write(2), then restore the
