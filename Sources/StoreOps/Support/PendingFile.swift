@@ -36,10 +36,15 @@ public final class PendingFile {
         let fd = open(tempPath, O_WRONLY | O_TRUNC | O_CLOEXEC)
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(tempPath)", side: .output) }
         defer { close(fd) }
-        try data.withUnsafeBytes { try FileSystem.writeAll(fd, $0, path: finalPath) }
-        // A repository's object (a pack of a first snapshot) written back at `IOPace.current`
-        // before its fsync: an app committing on the same disk never waits behind all of it.
-        if paced { IOPace.writeBack(fd, length: data.count) }
+        try data.withUnsafeBytes { raw in
+            // A repository's object (a pack of a first snapshot) written and written back a
+            // chunk at a time at `IOPace.current` (`IOPace.write`), or at once.
+            if paced, let pace = IOPace.current {
+                try pace.write(fd, raw, path: finalPath)
+            } else {
+                try FileSystem.writeAll(fd, raw, path: finalPath)
+            }
+        }
     }
 
     /// fsyncs the temp artifact (the whole tree for a folder), without renaming it.
