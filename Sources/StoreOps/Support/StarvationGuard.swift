@@ -13,8 +13,13 @@ import Synchronization
 /// a core) four times a second; when, over the last second, this process's threads waited for a
 /// core more than half a second and ran less than a tenth of one, it moves every thread to nice
 /// 10 with a 0.1 ms slice, for the rest of the run, and new threads start there too. Threads that
-/// wait on the disk or the network do not count as waiting for a core. Where those statistics
-/// cannot be read, threads are never put in the idle class.
+/// wait on the disk or the network do not count as waiting for a core.
+///
+/// Threads are put in the idle class only where the guard can watch and can take them out again:
+/// the statistics readable (and not all zero: delay accounting off), and leaving the class
+/// allowed (Linux lets a thread leave it only with CAP_SYS_NICE or an RLIMIT_NICE of 20: an
+/// ordinary user cannot, so is tried once, on a thread of its own, before any is put there).
+/// Otherwise they run at nice 10 with the 0.1 ms slice, as before the idle class was used.
 enum StarvationGuard {
     private static let state = Mutex(State.off)
     private enum State { case off, watching, raised }
@@ -31,13 +36,16 @@ enum StarvationGuard {
     /// The guard moved the threads to nice 10 (for tests and the debug log).
     static var raised: Bool { state.withLock { $0 == .raised } }
 
-    /// Starts watching, once per process; does nothing where scheduler statistics are not readable.
+    /// Starts watching, once per process, where it can (above).
     static func start() {
         let started = state.withLock { value -> Bool in
-            guard value == .off, sample() != nil else { return false }
+            guard value == .off, let first = sample(), first.values.contains(where: { $0.run > 0 }), canLeaveIdleClass() else {
+                return false
+            }
             value = .watching
             return true
         }
+        logger.debug("paced threads", metadata: ["class": "\(started ? "idle, watched" : "nice 10")"])
         guard started else { return }
         let thread = Thread {
             // Created from a thread that may already be idle-class: this one must not be.
@@ -49,33 +57,53 @@ enum StarvationGuard {
         thread.start()
     }
 
-    /// Run and wait times of all this process's threads, in nanoseconds; nil when unreadable.
-    static func sample() -> (run: UInt64, wait: UInt64)? {
-        guard let tids = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return nil }
-        var run: UInt64 = 0
-        var wait: UInt64 = 0
-        var read = 0
-        for tid in tids {
-            // "run_ns wait_ns timeslices\n"; a thread that ended meanwhile is skipped.
-            guard let text = try? String(contentsOfFile: "/proc/self/task/\(tid)/schedstat", encoding: .ascii) else { continue }
-            let fields = text.split(separator: " ")
-            guard fields.count >= 2, let r = UInt64(fields[0]), let w = UInt64(fields[1]) else { continue }
-            run += r
-            wait += w
-            read += 1
+    /// Whether a thread of this process can enter the idle class and leave it again: tried on a
+    /// thread of its own, which ends either way.
+    static func canLeaveIdleClass() -> Bool {
+        let result = Mutex(false)
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            if storectl_idle_thread() == 0 {
+                result.withLock { $0 = storectl_polite_thread(0, 0) == 0 }
+            }
+            done.signal()
         }
-        return read > 0 ? (run, wait) : nil
+        thread.stackSize = 64 << 10
+        thread.start()
+        done.wait()
+        return result.withLock { $0 }
     }
 
-    /// Whether samples `from` -> `to`, `seconds` apart, show a process starved of CPU.
-    static func starved(from: (run: UInt64, wait: UInt64), to: (run: UInt64, wait: UInt64), seconds: TimeInterval) -> Bool {
-        let ran = Double(to.run &- from.run) / 1e9
-        let waited = Double(to.wait &- from.wait) / 1e9
-        return waited > seconds / 2 && ran < seconds / 10
+    /// Each live thread's run and wait times, in nanoseconds, by thread id; nil when unreadable.
+    static func sample() -> [Int32: (run: UInt64, wait: UInt64)]? {
+        guard let tids = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return nil }
+        var times: [Int32: (run: UInt64, wait: UInt64)] = [:]
+        for name in tids {
+            // "run_ns wait_ns timeslices\n"; a thread that ended meanwhile is skipped.
+            guard let tid = Int32(name),
+                  let text = try? String(contentsOfFile: "/proc/self/task/\(name)/schedstat", encoding: .ascii) else { continue }
+            let fields = text.split(separator: " ")
+            guard fields.count >= 2, let run = UInt64(fields[0]), let wait = UInt64(fields[1]) else { continue }
+            times[tid] = (run, wait)
+        }
+        return times.isEmpty ? nil : times
+    }
+
+    /// Whether samples `from` -> `to`, `seconds` apart, show a process starved of CPU: over the
+    /// threads in both (a thread that ended or started between them does not count).
+    static func starved(from: [Int32: (run: UInt64, wait: UInt64)], to: [Int32: (run: UInt64, wait: UInt64)], seconds: TimeInterval) -> Bool {
+        var ran: UInt64 = 0
+        var waited: UInt64 = 0
+        for (tid, later) in to {
+            guard let earlier = from[tid] else { continue }
+            ran += later.run >= earlier.run ? later.run - earlier.run : 0
+            waited += later.wait >= earlier.wait ? later.wait - earlier.wait : 0
+        }
+        return Double(waited) / 1e9 > seconds / 2 && Double(ran) / 1e9 < seconds / 10
     }
 
     private static func watch() {
-        var samples: [(run: UInt64, wait: UInt64)] = []
+        var samples: [[Int32: (run: UInt64, wait: UInt64)]] = []
         while true {
             Thread.sleep(forTimeInterval: period)
             guard let now = sample() else { continue }
@@ -93,7 +121,15 @@ enum StarvationGuard {
         state.withLock { $0 = .raised }
         let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
         var moved = 0
-        for tid in tids.compactMap({ Int32($0) }) where storectl_polite_thread_of(tid, 10, 100_000) == 0 { moved += 1 }
-        logger.debug("the copy was starved of CPU in the idle class; its threads now run at nice 10", metadata: ["threads": "\(moved)"])
+        var failed = 0
+        for tid in tids.compactMap({ Int32($0) }) {
+            if storectl_polite_thread_of(tid, 10, 100_000) == 0 { moved += 1 } else { failed += 1 }
+        }
+        let metadata: Logger.Metadata = ["threads": "\(moved)", "failed": "\(failed)"]
+        if moved == 0 {
+            logger.warning("the copy is starved of CPU in the idle class and its threads could not be moved to nice 10", metadata: metadata)
+        } else {
+            logger.debug("the copy was starved of CPU in the idle class; its threads now run at nice 10", metadata: metadata)
+        }
     }
 }
