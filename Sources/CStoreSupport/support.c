@@ -129,11 +129,7 @@ static int storectl_sched(int tid, unsigned int policy, int nice_value, unsigned
 #endif
 }
 
-int storectl_polite_thread(int nice_value, unsigned long long slice_ns) {
-    return storectl_sched(0, 0, nice_value, slice_ns);
-}
-
-int storectl_polite_thread_of(int tid, int nice_value, unsigned long long slice_ns) {
+int storectl_polite_thread(int tid, int nice_value, unsigned long long slice_ns) {
     return storectl_sched(tid, 0, nice_value, slice_ns);
 }
 

@@ -18,13 +18,11 @@ int storectl_open_unnamed(const char *folder, unsigned int mode);
 /// within the kernel. The bytes copied, or -1 with errno (ENOSYS, EXDEV, EINVAL: copy by hand).
 long long storectl_copy_range(int from, long long from_offset, int to, long long to_offset, long long length);
 
-/// The calling thread at nice `nice_value` with a scheduler slice of `slice_ns` (Linux 6.12+:
-/// a shorter slice lets a waking thread of another process run sooner instead of waiting for this
-/// one's slice to end; earlier kernels: nice alone). 0, or -1 with errno.
-int storectl_polite_thread(int nice_value, unsigned long long slice_ns);
-
-/// The same for thread `tid` of this process (a Linux thread id; 0: the calling thread).
-int storectl_polite_thread_of(int tid, int nice_value, unsigned long long slice_ns);
+/// Thread `tid` of this process (a Linux thread id; 0: the calling thread) in the normal
+/// scheduling class at nice `nice_value` with a scheduler slice of `slice_ns` (Linux 6.12+: a
+/// shorter slice lets a waking thread of another process run sooner instead of waiting for this
+/// one's slice to end; 0: the default; earlier kernels: nice alone). 0, or -1 with errno.
+int storectl_polite_thread(int tid, int nice_value, unsigned long long slice_ns);
 
 /// The calling thread in the idle scheduling class (SCHED_IDLE: it runs on a core only when no
 /// other thread wants it). 0, or -1 with errno (ENOSYS where there is no such class).

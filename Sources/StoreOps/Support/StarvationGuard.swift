@@ -33,23 +33,20 @@ enum StarvationGuard {
     /// True while threads may be put in the idle class.
     static var watching: Bool { state.withLock { $0 == .watching } }
 
-    /// The guard moved the threads to nice 10 (for tests and the debug log).
-    static var raised: Bool { state.withLock { $0 == .raised } }
-
     /// Starts watching, once per process, where it can (above).
     static func start() {
-        let started = state.withLock { value -> Bool in
-            guard value == .off, let first = sample(), first.values.contains(where: { $0.run > 0 }), canLeaveIdleClass() else {
-                return false
-            }
+        guard state.withLock({ $0 == .off }) else { return }
+        let usable = sample()?.values.contains { $0.run > 0 } == true && canLeaveIdleClass()
+        let started = usable && state.withLock { value -> Bool in
+            guard value == .off else { return false }
             value = .watching
             return true
         }
         logger.debug("paced threads", metadata: ["class": "\(started ? "idle, watched" : "nice 10")"])
         guard started else { return }
         let thread = Thread {
-            // Created from a thread that may already be idle-class: this one must not be.
-            _ = storectl_polite_thread(0, 0)
+            // A thread inherits its creator's class: this one stays in the normal one.
+            _ = storectl_polite_thread(0, 0, 0)
             watch()
         }
         thread.stackSize = 256 << 10
@@ -64,7 +61,7 @@ enum StarvationGuard {
         let done = DispatchSemaphore(value: 0)
         let thread = Thread {
             if storectl_idle_thread() == 0 {
-                result.withLock { $0 = storectl_polite_thread(0, 0) == 0 }
+                result.withLock { $0 = storectl_polite_thread(0, 0, 0) == 0 }
             }
             done.signal()
         }
@@ -123,7 +120,7 @@ enum StarvationGuard {
         var moved = 0
         var failed = 0
         for tid in tids.compactMap({ Int32($0) }) {
-            if storectl_polite_thread_of(tid, 10, 100_000) == 0 { moved += 1 } else { failed += 1 }
+            if IOPace.niceThread(tid) { moved += 1 } else { failed += 1 }
         }
         let metadata: Logger.Metadata = ["threads": "\(moved)", "failed": "\(failed)"]
         if moved == 0 {

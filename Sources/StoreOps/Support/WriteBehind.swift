@@ -11,8 +11,8 @@ import Synchronization
 /// went from 0.6–1.0 ms alone to 4 ms during a backup and 6 ms during a first snapshot. I/O
 /// priority does nothing on a virtio disk (its scheduler is usually `none`); nice 19 helped
 /// little alone. What helps: **one chunk of writes in flight at a time** (a backup's copy goes on
-/// while its last chunk is written back, see `WriteBehind`; a pack is written back a chunk at a
-/// time, waiting for each), with the copy at a lower CPU priority.
+/// while its last chunk is written back, see `WriteBehind`; a pack is written and written back a
+/// chunk at a time, waiting for each, `write`), with the copy at a lower CPU priority.
 ///
 /// `--no-pace` (backup, snapshot create) writes at full speed instead, for maintenance windows.
 public struct IOPace: Sendable, Equatable {
@@ -62,22 +62,10 @@ public struct IOPace: Sendable, Equatable {
         }
     }
 
-    /// Thread `tid` (0: the calling one) at nice 10 with a 0.1 ms slice.
-    static func niceThread(_ tid: Int32) {
-        _ = storectl_polite_thread_of(tid, 10, 100_000)
-    }
-
-    /// Writes back `offset..<offset+length` of `fd` a chunk at a time, waiting for each, one
-    /// chunk in flight in the whole process. Failures are ignored: the final
-    /// fsync still makes the file durable (and reports what failed).
-    func writeBack(_ fd: Int32, from offset: Int64, length: Int64) {
-        var at = offset
-        let end = offset + length
-        while at < end {
-            let n = min(chunk, end - at)
-            Self.inFlight.withLock { _ in _ = storectl_sync_file_range(fd, at, n, 1) }
-            at += n
-        }
+    /// Thread `tid` (0: the calling one) at nice 10 with a 0.1 ms slice; whether it worked.
+    @discardableResult
+    static func niceThread(_ tid: Int32) -> Bool {
+        storectl_polite_thread(tid, 10, 100_000) == 0
     }
 
     /// Writes `bytes` to `fd` (at its offset, from the start of a new file) a chunk at a time,
@@ -126,7 +114,7 @@ final class WriteBehind {
     private var started: Int64 = 0
     private var settled: Int64 = 0
     /// Paced: the range whose writeback the last `advance` started, waited for by the next.
-    private(set) var inFlight: Range<Int64> = 0..<0
+    private var inFlight: Range<Int64> = 0..<0
 
     /// Opens `path` read-only for the life of this value; close it only after every SQLite
     /// connection to the file is closed (closing a descriptor drops the process's POSIX locks).
