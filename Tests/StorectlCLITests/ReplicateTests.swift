@@ -391,6 +391,117 @@ struct ReplicateTests {
         #expect(seq == lastSeq)
     }
 
+    @Test("SIGTERM while the app commits every few ms: the chain is listed as covered only up to replicate's last read, never to the moment it stopped; every commit the writer saw return before that end is in the point restored there (three runs)")
+    func stopClaimsOnlyWhatWasRead() throws {
+        for run in 0..<3 {
+            let world = try world()
+            let follower = try replicate(world, ["--sync-interval", "1s"])
+            #expect(waitForBase(world))
+            let writer = try churn(world, seconds: 3, ["--max-interval-ms", "3", "--seed", "\(run + 7)"])
+            usleep(1_500_000)
+            follower.signal(SIGTERM)
+            #expect(follower.wait().status == 0)
+            _ = writer.wait()
+            let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
+            let covered = try #require(listed.spans.last { $0.kind == "covered" }, "\(listed.spans)")
+            let end = try #require(covered.to)
+            let logged = try ChurnLoad.readLog(world.log)
+            // Every commit that had returned before the span's end (a millisecond for the end's rounding).
+            let mustHold = logged.values.filter { $0.returned < end.timeIntervalSince1970 - 0.001 }.map(\.seq).max() ?? 0
+            var options = SnapshotRestore.Options(repository: world.repo, id: "", target: .file(world.folder.file("end.sqlite")))
+            options.password = .file(world.folder.file("password"))
+            options.at = end
+            _ = try SnapshotRestore.run(options)
+            let seq = try read(world.folder.file("end.sqlite")) { try Int.fetchOne($0, sql: "SELECT seq FROM churn_meta") } ?? -1
+            #expect(seq >= mustHold, "run \(run): listed as covered to \(Timestamp.iso(end)), where commit \(mustHold) had returned, but the point there is commit \(seq)")
+            #expect(logged.keys.contains(mustHold + 1), "run \(run): the writer was still committing after the stop")
+        }
+    }
+
+    @Test("the store's file replaced while followed (moved over it, as a restore by hand does): a gap naming it and a new base on the new file, whose commits are points; a time after its commit restores the new file's content, never the old one's")
+    func replacedStoreStartsANewChain() throws {
+        let world = try world()
+        let otherFolder = try TempFolder("storectl-replicate-other")
+        let other = try makeStore(otherFolder, items: 300)
+        let follower = try replicate(world, ["--sync-interval", "200ms"])
+        #expect(waitForBase(world))
+        func title(_ path: String, _ pk: Int) throws -> String? {
+            try read(path) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = ?", arguments: [pk]) }
+        }
+        func update(_ path: String, _ pk: Int, _ text: String) throws {
+            let app = try DatabaseQueue(path: path)
+            try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = ?", arguments: [text, pk]) }
+            try app.close()
+        }
+        try update(world.store, 1, "one")
+        usleep(600_000)
+        for sidecar in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: world.store + sidecar) }
+        #expect(rename(other, world.store) == 0)
+        usleep(400_000)
+        try update(world.store, 2, "two")
+        usleep(1_500_000)
+        let afterTwo = Date()
+        usleep(300_000)
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        let store = try summary(stopped)
+        #expect(store.bases.count == 2, "a base on the new file: \(stopped.stderr)")
+        #expect(store.gaps.contains { $0.reason.contains("replaced") }, "\(store.gaps)")
+        let target = world.folder.file("after.sqlite")
+        var options = SnapshotRestore.Options(repository: world.repo, id: "", target: .file(target))
+        options.password = .file(world.folder.file("password"))
+        options.at = afterTwo
+        _ = try SnapshotRestore.run(options)
+        #expect(try title(target, 2) == "two")
+        #expect(try title(target, 1) == title(world.store, 1), "the new file's row, not the old file's 'one'")
+        let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
+        #expect(listed.spans.contains { $0.kind == "gap" && $0.reason?.contains("replaced") == true }, "\(listed.spans)")
+    }
+
+    @Test("one follower per store and repository: a second replicate of the same store into the same repository is refused (75, naming the first's pid), into another repository it runs; after the first is killed -9, `replicate status` calls it gone at once (its lock is free), and the store can be followed again")
+    func secondFollowerIsRefused() throws {
+        let world = try world()
+        let status = world.folder.file("status.json")
+        let first = try replicate(world, ["--status-file", status])
+        #expect(waitForBase(world))
+        let second = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "2s"], environment: world.environment)
+        #expect(second.status == 75 && second.stderr.contains("already followed") && second.stderr.contains("pid \(first.pid)"), "\(second.status) \(second.stderr)")
+        let otherRepo = try world.folder.repository("repo2")
+        let elsewhere = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", otherRepo, "--for", "1s", "--quiet"], environment: world.environment)
+        #expect(elsewhere.status == 0, "\(elsewhere.stderr)")
+        let live = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", world.repo, "--status-file", status, "--json"], environment: world.environment)
+        #expect(live.status == 0 && live.stdout.contains("\"stale\" : false"), "\(live.stdout) \(live.stderr)")
+        first.signal(SIGKILL)
+        _ = first.wait()
+        let gone = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", world.repo, "--status-file", status, "--json"], environment: world.environment)
+        #expect(gone.status == 0 && gone.stdout.contains("\"stale\" : true"), "\(gone.stdout) \(gone.stderr)")
+        let again = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--quiet", "--status-file", status], environment: world.environment)
+        #expect(again.status == 0, "\(again.stderr)")
+    }
+
+    @Test("--status-file and --metrics are checked before anything is followed: the store itself, a file that is not a status file, a folder that does not exist are refused (73), the files unchanged; a status file a run wrote is rewritten by the next")
+    func outputsAreCheckedFirst() throws {
+        let world = try world()
+        let note = world.folder.file("notes.txt")
+        try Data("mine\n".utf8).write(to: URL(fileURLWithPath: note))
+        let storeBytes = try Data(contentsOf: URL(fileURLWithPath: world.store))
+        for (extra, what) in [(["--status-file", world.store], "the store"), (["--status-file", note], "a text file"),
+                              (["--status-file", world.folder.file("nodir/s.json")], "a missing folder"),
+                              (["--metrics", world.folder.file("nometrics")], "a missing metrics folder")] {
+            let run = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s"] + extra, environment: world.environment)
+            #expect(run.status == 73 && run.stderr.contains("hint:"), "\(what): \(run.status) \(run.stderr)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: world.store)) == storeBytes)
+        #expect(try String(contentsOfFile: note, encoding: .utf8) == "mine\n")
+        let status = world.folder.file("status.json")
+        for _ in 0..<2 {
+            let run = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--quiet", "--status-file", status],
+                                           environment: world.environment)
+            #expect(run.status == 0, "\(run.stderr)")
+        }
+    }
+
     @Test("a segment missing before a clean stop (removed by hand): a time after the last point found is refused (66), not answered with it; that point restores")
     func missingSegmentIsNotClaimed() throws {
         let world = try world()

@@ -64,7 +64,8 @@ public enum ReplicateStatus {
     }
 
     public static func run(repository: String, password: PasswordSource, statusFile: String?, now: Date = Date()) throws -> Report {
-        let stores = try StorePoints.list(repository: repository, password: password)
+        let opened = try PagedRepository.open(at: repository, password: password)
+        let stores = try StorePoints.list(opened)
         var live: Replicate.Summary?
         if let statusFile {
             guard let data = FileManager.default.contents(atPath: statusFile) else {
@@ -74,13 +75,19 @@ public enum ReplicateStatus {
                 throw StoreOpsError(.badData, "\(statusFile) is not a storectl replicate status file (\(JSON.describe(error)))")
             }
         }
-        var report = Report(repository: repository, stores: stores.map { entry in
+        var report = Report(repository: opened.location, stores: stores.map { entry in
             let covered = entry.spans.filter { $0.kind == "covered" }
             return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: entry.newestPoint ?? covered.last?.to,
                          gaps: entry.spans.filter { $0.kind == "gap" }.count, chains: Set(covered.compactMap(\.chain)).count,
                          live: live?.stores.first { $0.store == entry.store })
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
-        if let live, live.state == "following", now.timeIntervalSince(live.updatedAt) > 60 { report.stale = true }
+        if let live, live.state == "following" {
+            // Gone at once when its follow locks (this host's) exist and none is held any more;
+            // else (another host, or a storectl without them) when it has not written for a minute.
+            let held = live.stores.map { JobLock.isHeld(path: Replicate.followLockPath(store: $0.store, repository: opened.config.id)) }
+            let released = !held.isEmpty && held.allSatisfy { $0 == false }
+            if released || now.timeIntervalSince(live.updatedAt) > 60 { report.stale = true }
+        }
         return report
     }
 }

@@ -114,9 +114,67 @@ public enum Replicate {
             replica.follower.catchUpLimit = options.catchUpLimit
             replicas.append(replica)
         }
+        try checkOutputs(options)
         let repository = try PagedRepository.open(at: options.repository, password: options.password, missing: .initHint)
+        // One follower per store and repository: a second one would write the same chain's
+        // points under the same names as the first (seen by a user: "already exists with other
+        // content", and points the first reported written listed as not followed).
+        var locks: [JobLock] = []
+        for replica in replicas {
+            let path = followLockPath(store: replica.store.path, repository: repository.config.id)
+            do {
+                locks.append(try JobLock.acquire(path: path, job: "replicate into \(repository.location)"))
+            } catch is JobLock.Busy {
+                let holder = JobLock.currentHolder(path: path)
+                throw StoreOpsError(.busy, "\(replica.store.path) is already followed into \(repository.location)"
+                                    + (holder.map { " by pid \($0.pid) since \(Timestamp.iso($0.since))" } ?? ""),
+                                    hint: "stop that replicate first (SIGTERM), or follow the store into another repository; the lock is \(path)")
+            }
+        }
         let loop = try Loop(options: options, repository: repository, replicas: replicas, events: events)
-        return try loop.run()
+        return try withExtendedLifetime(locks) { try loop.run() }
+    }
+
+    /// The lock a follower holds on a store for one repository: an flock on a sidecar beside the
+    /// store (never the database), named after the repository's id, so a store can be followed
+    /// into two repositories by two processes, never into one by two.
+    static func followLockPath(store: String, repository id: String) -> String {
+        "\(store).storectl-replicate-\(id.prefix(12))"
+    }
+
+    /// The status file and the metrics folder, checked before anything is followed (a bad one
+    /// was a warning every second before): the status file's folder exists, and the file itself is
+    /// missing or a status file of a replicate (anything else, the store itself included, is
+    /// never overwritten); the metrics folder exists and is writable.
+    static func checkOutputs(_ options: Options) throws {
+        if let file = options.statusFile {
+            let path = FileSystem.absolute(file)
+            let folder = FileSystem.parent(of: path)
+            guard FileSystem.kind(of: folder) == .directory, access(folder, W_OK) == 0 else {
+                throw StoreOpsError(.cannotCreate, "--status-file \(file): the folder \(folder) does not exist or is not writable",
+                                    hint: "create it (mkdir -p \(folder)) or name a file in another folder")
+            }
+            switch FileSystem.kind(of: path) {
+            case .missing: break
+            case .file:
+                let data = FileManager.default.contents(atPath: path) ?? Data()
+                guard (try? JSON.decoder().decode(Summary.self, from: data)) != nil else {
+                    throw StoreOpsError(.cannotCreate, "--status-file \(file): the file exists and is not a status file of storectl replicate; it is left alone",
+                                        hint: "name a new file (for example \(FileSystem.name(of: path)).status.json), or remove this one if it is yours")
+                }
+            default:
+                throw StoreOpsError(.cannotCreate, "--status-file \(file) is a folder or a special file", hint: "name a file")
+            }
+            if options.stores.contains(where: { FileSystem.absolute($0) == path }) {
+                throw StoreOpsError(.usage, "--status-file \(file) is a store being followed")
+            }
+        }
+        if let folder = options.metricsFolder {
+            guard FileSystem.kind(of: folder) == .directory, access(folder, W_OK) == 0 else {
+                throw StoreOpsError(.cannotCreate, "--metrics \(folder): not a writable folder",
+                                    hint: "create it (mkdir -p \(folder)), the folder node_exporter's --collector.textfile.directory names")
+            }
+        }
     }
 
     // MARK: - One store
@@ -140,6 +198,11 @@ public enum Replicate {
         var seenAt: [Date] = []
         var lags: [Double] = []
         var lastDurableTime: Int64?
+        /// The time (ms) of the last read that proved every commit before it is a point of the
+        /// chain (durable, or waiting in `pending`): how far a clean stop says the chain covers.
+        /// A commit made after it was not read, so it is never claimed (a stop marker at the time
+        /// of the stop claimed the commits between the last read and the stop: seen by a user).
+        var confirmedTime: Int64?
         var needsBase: (kind: String, reason: String, change: UInt32?)? = ("start", "storectl began following the store", nil)
         /// The batch the uploader is writing.
         var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)], seen: [Date], from: Int, to: Int, bytes: Int,
@@ -273,7 +336,10 @@ public enum Replicate {
                     let now = Replicate.ms(Date())
                     var marker = replica.segment(level: PointTimeline.stoppedLevel, from: replica.next - 1, to: replica.next - 1, cursor: cursor, commits: [])
                     marker.closed = true
-                    marker.baseTime = now
+                    // Covered up to the last read that proved continuity (not to now: what was
+                    // committed since was not read; after a gap found and no base made, that
+                    // read was before the gap).
+                    marker.baseTime = min(now, max(replica.confirmedTime ?? 0, replica.lastDurableTime ?? 0))
                     _ = chain
                     try? write(marker, pages: [], replica: replica, point: "replicate.stopped")
                 }
@@ -342,6 +408,7 @@ public enum Replicate {
                 replica.next = last.to + 1
                 replica.lastDurableTime = chain.lastTime
                 replica.lastTime = chain.lastTime
+                replica.confirmedTime = chain.lastTime
                 replica.pendingCursor = segment.cursor
                 // The external-data files the chain holds by now: its base's, and what its segments added and removed.
                 // A segment that cannot be read here: the base's files, and the rest carried again.
@@ -372,7 +439,7 @@ public enum Replicate {
                                            lastTime: Replicate.ms(at))
                     try writeMarker(marker, name: name, replica: replica)
                     say("\(replica.store.path): resumed chain \(chain.id) at point \(last.to) (\(Format.plural(commits.count, "commit", "commits")) since)")
-                    add(commits, at: at, to: replica)
+                    if add(commits, at: at, to: replica) { confirm(replica, at: at) }
                 }
             } catch {
                 replica.needsBase = ("gap", "the store's last chain could not be resumed (\(describe(error)))", nil)
@@ -420,7 +487,7 @@ public enum Replicate {
                 replica.boundaryHold = nil   // what the app committed since the base is read now (or its loss known)
                 switch outcome {
                 case .commits(let commits, let at):
-                    add(commits, at: at, to: replica)
+                    if add(commits, at: at, to: replica) { confirm(replica, at: at) }
                 case .gap(let why):
                     say("\(replica.store.path): \(why); a new base follows")
                     replica.needsBase = ("gap", why, nil)
@@ -436,8 +503,16 @@ public enum Replicate {
             }
         }
 
-        func add(_ commits: [WalCommit], at: Date, to replica: Replica) {
-            guard !commits.isEmpty, let cursor = replica.follower.cursor else { return }
+        /// Records that every commit before `at` was read (see `Replica.confirmedTime`).
+        func confirm(_ replica: Replica, at: Date) {
+            replica.confirmedTime = max(replica.confirmedTime ?? 0, Replicate.ms(at))
+        }
+
+        /// Holds the commits read for the next segment; false when they had to be dropped (the
+        /// spool is full: a gap follows).
+        @discardableResult
+        func add(_ commits: [WalCommit], at: Date, to replica: Replica) -> Bool {
+            guard !commits.isEmpty, let cursor = replica.follower.cursor else { return true }
             let time = max(Replicate.ms(at), replica.lastTime)
             replica.lastTime = time
             for commit in commits {
@@ -462,7 +537,10 @@ public enum Replicate {
                 replica.seenAt = []
                 replica.pendingBytes = 0
                 replica.needsBase = ("gap", "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)", nil)
+                replica.confirmedTime = replica.lastDurableTime
+                return false
             }
+            return true
         }
 
         /// Hands the store's new commits to the uploader as one segment (a point is durable once
@@ -776,7 +854,7 @@ public enum Replicate {
                 // minutes into SeaweedFS with a base every 5 minutes, before this).
                 if kind == "compaction" {
                     switch try replica.follower.capture() {
-                    case .commits(let commits, let at): add(commits, at: at, to: replica)
+                    case .commits(let commits, let at): if add(commits, at: at, to: replica) { confirm(replica, at: at) }
                     case .gap(let why): (kind, reason) = ("gap", why)
                     case .wholeRead(let why, let change): (kind, reason, expectingChange) = ("continued", why, change)
                     }
@@ -846,6 +924,7 @@ public enum Replicate {
                 replica.summary.bases.append(record.id)
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
                 replica.lastDurableTime = Replicate.ms(time)
+                replica.confirmedTime = Replicate.ms(time)
                 replica.needsBase = nil
                 replica.boundaryHold = boundary
                 // The chain's milestones start over from its new base (on the merge thread, after the old chain's last merges).

@@ -54,6 +54,7 @@ final class WalFollower {
     func close() {
         try? connection?.close()
         connection = nil
+        connectionIdentity = nil
         changeTrusted = false
         wal.close()
     }
@@ -94,10 +95,24 @@ final class WalFollower {
         (try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)).flatMap(WalFormat.IndexHeader.parse)
     }
 
+    /// The file (device, inode) the connection was opened on.
+    private var connectionIdentity: (dev: UInt64, ino: UInt64)?
+
+    /// The connection, opened again when the store's path names another file than the one it was
+    /// opened on (the store replaced: a read transaction on the old file would pin nothing of
+    /// the new one, whose pages and -wal are read by path, and whose -shm nobody may have made).
     private func openConnection() throws -> DatabaseQueue {
-        if let connection { return connection }
+        if let connection {
+            if let connectionIdentity, let now = FileSystem.identity(of: store.path), now != connectionIdentity {
+                close()
+            } else {
+                return connection
+            }
+        }
+        let before = FileSystem.identity(of: store.path)
         let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: 1, label: "storectl.replicate")
         connection = queue
+        connectionIdentity = before
         return queue
     }
 
@@ -165,8 +180,11 @@ final class WalFollower {
     private func imageOnce(catchingUp from: WalCursor?,
                            _ copy: (_ pageSize: Int, _ pageCount: Int, _ time: Date,
                                     _ read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws -> Void) throws -> Image {
-        let identity = FileSystem.identity(of: store.path)
         return try pinned { index, time in
+            // The file the pinned transaction reads (checked again after the copy).
+            guard let identity = connectionIdentity, FileSystem.identity(of: store.path).map({ $0 == identity }) == true else {
+                throw WalFileReader.FrameMoved()
+            }
             // The commits between `from` and this state, read in the same pinned transaction.
             var catchUp: [WalCommit]?
             if let from, from.headerRead, from.sameGeneration(salt1: index.salt1, salt2: index.salt2), index.lastFrame >= from.frame,
@@ -214,6 +232,8 @@ final class WalFollower {
                 }
                 if first == 1, buffer.count >= 100 { Self.normalizePage1(buffer) }
             }
+            // The store replaced while it was read: read the new one.
+            guard FileSystem.identity(of: store.path).map({ $0 == identity }) == true else { throw WalFileReader.FrameMoved() }
             // A restart writes the -wal's header before any frame: the same header now means
             // every frame read was this generation's.
             if index.lastFrame > 0 {
@@ -245,10 +265,16 @@ final class WalFollower {
     /// What was committed since the cursor.
     func capture() throws -> Capture {
         guard cursor != nil else { return .gap("no base") }
+        // Taken before the read: a commit made after the wal-index was read is not claimed.
+        let readAt = Date()
         let now = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)
-        if let now, let lastIndex, now == lastIndex, changeTrusted { return .commits([], at: Date()) }
+        if let now, let lastIndex, now == lastIndex, changeTrusted { return .commits([], at: readAt) }
         guard let identity = FileSystem.identity(of: store.path) else { return .gap("\(store.path) is gone") }
-        if let databaseIdentity, databaseIdentity != identity { return .gap("the store's file was replaced") }
+        if let databaseIdentity, databaseIdentity != identity {
+            close()   // the next base opens the new file
+            lastIndex = nil
+            return .gap("the store's file was replaced")
+        }
         do {
             return try pinned { index, time in
                 let capture = try read(index, time)

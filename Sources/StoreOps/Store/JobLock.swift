@@ -73,6 +73,19 @@ public final class JobLock {
         return readHolder(path: path) ?? Holder(pid: 0, job: "unknown", since: Date(timeIntervalSince1970: 0))
     }
 
+    /// Whether anyone holds the lock at `path` right now; nil when that cannot be known (no such
+    /// file, or one this user cannot open).
+    public static func isHeld(path: String) -> Bool? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return false
+        }
+        return errno == EWOULDBLOCK ? true : nil
+    }
+
     /// Releases the lock. Also done on deinit and, by the kernel, when the process exits.
     public func release() {
         guard fd >= 0 else { return }
