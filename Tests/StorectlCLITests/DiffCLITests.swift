@@ -179,6 +179,27 @@ struct DiffCLITests {
         #expect(one.status == 64 && one.stderr.contains("two sides"), "\(one.stderr)")
     }
 
+    @Test("WITHOUT ROWID tables (a two-column key, a text key): a row whose other columns changed is one row changed with its before and after, paired by primary key; rows only one side has are added and removed")
+    func withoutRowidRowsByKey() throws {
+        let folder = try TempFolder()
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        for path in [a, b] {
+            try write(path, """
+                CREATE TABLE c (a INTEGER, b TEXT, v, PRIMARY KEY (a, b)) WITHOUT ROWID; INSERT INTO c VALUES (1, 'x', 10), (2, 'y', 20), (3, 'z', 30);
+                CREATE TABLE k (name TEXT PRIMARY KEY, v) WITHOUT ROWID; INSERT INTO k VALUES ('a', 1), ('b', 2)
+                """)
+        }
+        try write(b, "UPDATE c SET v = 99 WHERE a = 1; DELETE FROM c WHERE a = 3; INSERT INTO c VALUES (4, 'q', 40); UPDATE k SET v = 5 WHERE name = 'a'")
+        let run = try storectl("diff", a, b, "--json")
+        #expect(run.status == 2, "\(run.stderr)")
+        let result = try report(run)
+        let c = try #require(result.entities.first { $0.table == "c" })
+        #expect(c.changed == 1 && c.added == 1 && c.removed == 1 && c.attributes == ["v": 1], "\(c)")
+        #expect(c.objects.first { $0.change == "changed" }?.object == "a 1, b \"x\"", "\(c.objects)")
+        let k = try #require(result.entities.first { $0.table == "k" })
+        #expect(k.changed == 1 && k.added == 0 && k.removed == 0 && k.objects.first?.object == "name \"a\"", "\(k)")
+    }
+
     @Test("diff of a live store against its snapshot 8 times under a writer committing every 2 ms: every run exits 2, and the rows it reports added are exactly a prefix of the writer's commits that includes all committed before it started")
     func underWriter() throws {
         let folder = try TempFolder()

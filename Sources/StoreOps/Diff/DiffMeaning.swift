@@ -187,7 +187,11 @@ extension StoreDiff {
             for table in Set(rootsA.keys).union(rootsB.keys).sorted() {
                 let kind = labelsB.tables[table] ?? labelsA.tables[table] ?? .plain
                 let sameLayout = a.layouts[table]?.columns == b.layouts[table]?.columns
-                try diff.compare(rootA: rootsA[table], rootB: rootsB[table]) { change in
+                // A WITHOUT ROWID table's rows are paired by its primary key when both sides declare the same one.
+                let keyA = a.layouts[table].flatMap { $0.withoutRowid ? $0.primaryKey : nil }
+                let keyB = b.layouts[table].flatMap { $0.withoutRowid ? $0.primaryKey : nil }
+                let keyColumns = keyA != nil && keyA == keyB ? keyA?.count ?? 0 : 0
+                try diff.compare(rootA: rootsA[table], rootB: rootsB[table], keyColumns: keyColumns) { change in
                     try self.record(table, kind: kind, change, sameLayout: sameLayout)
                 }
             }

@@ -284,8 +284,10 @@ final class PageDiff {
 
     /// The rows of one table (root pages on each side; nil where the side has no such table) that
     /// differ, in rowid order for rowid tables; for WITHOUT ROWID tables (index b-trees) the
-    /// entries only one side has, as removed and added.
-    func compare(rootA: UInt32?, rootB: UInt32?, _ body: (RowChange) throws -> Void) throws {
+    /// entries only one side has: an entry removed and one added with the same first `keyColumns`
+    /// values (the primary key, which such a record holds first) are one row changed, the rest
+    /// removed and added.
+    func compare(rootA: UInt32?, rootB: UInt32?, keyColumns: Int = 0, _ body: (RowChange) throws -> Void) throws {
         let treeA = try rootA.map { try walk(a, root: $0, header: headerA, explained: &explainedA) } ?? Tree()
         let treeB = try rootB.map { try walk(b, root: $0, header: headerB, explained: &explainedB) } ?? Tree()
         let isTable = (treeA.kind ?? treeB.kind)?.isTable ?? true
@@ -307,9 +309,30 @@ final class PageDiff {
             var counts: [[UInt8]: Int] = [:]
             try rows(a, leaves: onlyA, header: headerA, explained: &explainedA, expectTable: false) { _, payload in counts[payload, default: 0] += 1 }
             try rows(b, leaves: onlyB, header: headerB, explained: &explainedB, expectTable: false) { _, payload in counts[payload, default: 0] -= 1 }
+            var removed: [[UInt8]] = [], added: [[UInt8]] = []
             for (payload, count) in counts.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where count != 0 {
-                for _ in 0..<abs(count) { try body(RowChange(rowid: 0, before: count > 0 ? payload : nil, after: count < 0 ? payload : nil)) }
+                for _ in 0..<abs(count) { if count > 0 { removed.append(payload) } else { added.append(payload) } }
             }
+            // Paired by primary key (a record that does not decode stays unpaired: the caller
+            // reports it with its side's name).
+            func key(_ payload: [UInt8], _ encoding: Int) -> [SQLitePages.Value]? {
+                guard keyColumns > 0, let values = try? SQLitePages.record(payload, encoding: encoding, what: ""), values.count >= keyColumns else { return nil }
+                return Array(values.prefix(keyColumns))
+            }
+            var addedByKey: [[SQLitePages.Value]: [Int]] = [:]
+            for (i, payload) in added.enumerated() { if let k = key(payload, headerB.textEncoding) { addedByKey[k, default: []].append(i) } }
+            var paired = Set<Int>()
+            for payload in removed {
+                if let k = key(payload, headerA.textEncoding), var candidates = addedByKey[k], let match = candidates.first {
+                    candidates.removeFirst()
+                    addedByKey[k] = candidates
+                    paired.insert(match)
+                    try body(RowChange(rowid: 0, before: payload, after: added[match]))
+                } else {
+                    try body(RowChange(rowid: 0, before: payload, after: nil))
+                }
+            }
+            for (i, payload) in added.enumerated() where !paired.contains(i) { try body(RowChange(rowid: 0, before: nil, after: payload)) }
         }
     }
 
