@@ -368,6 +368,53 @@ struct ReplicateTests {
         let checked = try check(world, times: try randomTimes(world, count: 40, seed: 9))
         #expect(checked.wrong.isEmpty, "\(checked.wrong)")
         #expect(checked.restored >= 20, "\(checked.refused)")
+        // Each covered span says how many points it holds (a resumed chain has several spans):
+        // a restore at a span's end is the point those counts add up to.
+        let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
+        var upTo: [String: Int] = [:]
+        for span in listed.spans where span.kind == "covered" {
+            let chain = try #require(span.chain), count = try #require(span.points, "every covered span has a count: \(listed.spans)")
+            upTo[chain, default: 0] += count
+            var options = SnapshotRestore.Options(repository: world.repo, id: "", target: .file(world.folder.file("span-end.sqlite")))
+            options.password = .file(world.folder.file("password"))
+            options.at = try #require(span.to)
+            let result = try SnapshotRestore.run(options)
+            try? FileManager.default.removeItem(atPath: world.folder.file("span-end.sqlite"))
+            #expect(result.point == "\(chain)@\(upTo[chain, default: 0] - 1)", "\(listed.spans)")
+        }
+    }
+
+    @Test("a chain resumed after kill -9 and stopped cleanly: its covered spans each say how many points they hold (the whole chain's count stood on the first), and a restore at each span's end is the point they add up to")
+    func resumedSpansCountTheirPoints() throws {
+        let world = try world()
+        var follower = try replicate(world, ["--sync-interval", "200ms"])
+        #expect(waitForBase(world))
+        let writer = try churn(world, seconds: 3, ["--autocheckpoint", "0"])
+        usleep(1_200_000)
+        follower.signal(SIGKILL)
+        _ = follower.wait()
+        usleep(300_000)
+        follower = try replicate(world, ["--sync-interval", "200ms"])
+        _ = writer.wait()
+        usleep(800_000)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
+        let covered = listed.spans.filter { $0.kind == "covered" }
+        #expect(covered.count == 2 && Set(covered.compactMap(\.chain)).count == 1, "one chain, resumed: \(listed.spans)")
+        var total = 0
+        for span in covered {
+            let count = try #require(span.points, "\(listed.spans)")
+            #expect(count > 1, "\(listed.spans)")
+            total += count
+            var options = SnapshotRestore.Options(repository: world.repo, id: "", target: .file(world.folder.file("end.sqlite")))
+            options.password = .file(world.folder.file("password"))
+            options.at = try #require(span.to)
+            let result = try SnapshotRestore.run(options)
+            try? FileManager.default.removeItem(atPath: world.folder.file("end.sqlite"))
+            #expect(result.point == "\(span.chain ?? "")@\(total - 1)", "\(listed.spans)")
+        }
+        #expect(total == listed.points)
     }
 
     @Test("SIGTERM: replicate writes what it has read and exits 0 within seconds; the writer's last commit before the signal is a point")

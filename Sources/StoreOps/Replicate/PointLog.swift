@@ -455,16 +455,16 @@ public struct PointTimeline: Sendable {
         }
 
         /// The spans of this chain in which no commit is claimed: from a clean stop to the next
-        /// resume (or on), and each resume's span.
-        var unfollowed: [(from: Int64, to: Int64?)] {
-            var spans: [(from: Int64, to: Int64?)] = []
+        /// resume (or on), and each resume's span; `point`: the chain's last point before it.
+        var unfollowed: [(from: Int64, to: Int64?, point: Int)] {
+            var spans: [(from: Int64, to: Int64?, point: Int)] = []
             for marker in markers {
                 if marker.level == PointTimeline.resumedLevel {
                     if let open = spans.last, open.to == nil { spans[spans.count - 1].to = marker.lastTime } else {
-                        spans.append((marker.firstTime, marker.lastTime))
+                        spans.append((marker.firstTime, marker.lastTime, marker.to))
                     }
                 } else {
-                    spans.append((marker.firstTime, nil))
+                    spans.append((marker.firstTime, nil, marker.to))
                 }
             }
             return spans
@@ -585,17 +585,23 @@ public struct StorePoints: Sendable, Codable {
                 let unfollowed = chain.unfollowed
                 // A thinned segment holds fewer points than it spans: its name cannot say how many.
                 for segment in chain.segments.dropFirst() where segment.level != PointThinning.level { points += segment.to - segment.from + 1 }
+                // Points per covered span, from the point numbers the stop and resume markers name
+                // (the base is point 0); a thinned chain's count, on its first span.
+                let perSpan = kind == "covered"
+                var before = -1
                 for span in unfollowed where span.from >= from {
-                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(span.from), chain: chain.id))
+                    let count = perSpan ? max(0, min(span.point, chain.points - 1) - before) : nil
+                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(span.from), points: count, chain: chain.id))
                     entry?.spans.append(Span(kind: "not followed", from: PointRestore.date(span.from), to: span.to.map(PointRestore.date)))
+                    before = max(before, min(span.point, chain.points - 1))
                     guard let to = span.to else { from = .max; break }
                     from = to
                 }
                 if from != .max {
-                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(max(from, chain.lastTime)), chain: chain.id))
+                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(max(from, chain.lastTime)),
+                                             points: perSpan ? max(0, chain.points - 1 - before) : nil, chain: chain.id))
                 }
-                // Points per chain: on its first covered span (a count per span would need every segment read).
-                if let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) { entry?.spans[index].points = points + 1 }
+                if !perSpan, let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) { entry?.spans[index].points = points + 1 }
                 // A stop or resume marker names points the segments found do not reach (a segment
                 // removed or lost): nothing after the last point found is covered, as restore says.
                 if let missing = chain.missingThrough, var spans = entry?.spans[chainStart...].map({ $0 }) {
