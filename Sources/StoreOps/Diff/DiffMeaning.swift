@@ -235,6 +235,7 @@ extension StoreDiff {
         /// `--entity` names that are neither an entity nor a table on either side are a usage error
         /// (64), not an empty "same": a misspelt name must not read as "nothing changed".
         func checkFilter() throws {
+            try checkKeys()
             guard !filter.isEmpty else { return }
             var known: [String: String] = [:]
             for schema in [a, b] { for entry in schema.entries where entry.type == "table" { known[entry.name.lowercased()] = entry.name } }
@@ -249,8 +250,66 @@ extension StoreDiff {
             }
         }
 
+        /// An entity named takes its sub-entities with it (`--entity Item` shows a Task's changes
+        /// too when Task is an Item), as Core Data's fetch of an entity does.
+        /// The column of an attribute named as the model names it, as the column is named, or as Core
+        /// Data names its column (`title`: `ZTITLE`, for a store whose model cannot be read).
+        static func column(named name: String, labels: [String: Labels.Column]?, columns: [String]) -> String? {
+            if let found = labels?.first(where: { if case .attribute(let n, _) = $0.value { return n.caseInsensitiveCompare(name) == .orderedSame }; return false }) {
+                return found.key
+            }
+            return columns.first { $0.caseInsensitiveCompare(name) == .orderedSame } ?? columns.first { $0.caseInsensitiveCompare("Z" + name) == .orderedSame }
+        }
+
+        /// Each `--key Entity.attribute` names an entity (or a plain table) of either side and an
+        /// attribute (or column) it has: a misspelt one must not be ignored in silence (64).
+        func checkKeys() throws {
+            for key in options.keys {
+                let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+                guard parts.count == 2 else { throw StoreOpsError(.usage, "--key \(key): name an entity and its attribute, as Entity.attribute") }
+                var found = false
+                var attributes = Set<String>()
+                var entityKnown = false
+                for (side, labels) in [(a, labelsA), (b, labelsB)] {
+                    var tables: [String] = []
+                    if let store = side.coreData {
+                        for entity in store.entities where entity.name.caseInsensitiveCompare(parts[0]) == .orderedSame {
+                            entityKnown = true
+                            if let table = entity.table { tables.append(table) }
+                        }
+                    } else if let table = side.layouts.keys.first(where: { $0.caseInsensitiveCompare(parts[0]) == .orderedSame }) {
+                        entityKnown = true
+                        tables.append(table)
+                    }
+                    for table in tables {
+                        for (_, label) in labels.columns[table] ?? [:] {
+                            switch label {
+                            case .attribute(let name, _), .plain(let name): attributes.insert(name)
+                            default: break
+                            }
+                        }
+                        if labels.columns[table] == nil { attributes.formUnion(side.layouts[table]?.columns ?? []) }
+                        if Self.column(named: parts[1], labels: labels.columns[table], columns: side.layouts[table]?.columns ?? []) != nil { found = true }
+                    }
+                }
+                guard entityKnown else {
+                    let names = Set(labelsA.entityByEnt.values).union(labelsB.entityByEnt.values).sorted()
+                    throw StoreOpsError(.usage, "--key \(key): no entity or table \(parts[0]) on either side",
+                                        hint: names.isEmpty ? "name a table of the store" : "entities: " + names.prefix(40).joined(separator: ", "))
+                }
+                guard found else {
+                    throw StoreOpsError(.usage, "--key \(key): \(parts[0]) has no attribute \(parts[1]) on either side",
+                                        hint: attributes.isEmpty ? "" : "its attributes: " + attributes.sorted().prefix(40).joined(separator: ", "))
+                }
+            }
+        }
+
         private func wanted(_ entity: String, table: String) -> Bool {
-            filter.isEmpty || filter.contains(entity.lowercased()) || filter.contains(table.lowercased())
+            if filter.isEmpty || filter.contains(entity.lowercased()) || filter.contains(table.lowercased()) { return true }
+            for side in [b, a] {
+                if let lineage = side.coreData?.model?.ancestors(of: entity), lineage.contains(where: { filter.contains($0.lowercased()) }) { return true }
+            }
+            return false
         }
 
         private func addLink(_ entry: inout LinkChanges, _ change: String, _ values: [String: SQLitePages.Value]) {
@@ -272,10 +331,7 @@ extension StoreDiff {
             for key in options.keys {
                 let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
                 guard parts.count == 2, lineage.contains(where: { $0.caseInsensitiveCompare(parts[0]) == .orderedSame }) else { continue }
-                if let found = labels?.first(where: { if case .attribute(let name, _) = $0.value { return name.caseInsensitiveCompare(parts[1]) == .orderedSame }; return false }) {
-                    return found.key
-                }
-                if let column = side.layouts[table]?.columns.first(where: { $0.caseInsensitiveCompare(parts[1]) == .orderedSame }) { return column }
+                if let column = Self.column(named: parts[1], labels: labels, columns: side.layouts[table]?.columns ?? []) { return column }
             }
             return nil
         }
@@ -344,7 +400,7 @@ extension StoreDiff {
                     guard old != new else { continue }
                     let label = labels?[column] ?? .plain(column)
                     if label == .opt && !options.bookkeeping { continue }
-                    if label == .identity && matchedKey != nil { continue }   // matched by key: its Z_PK was renumbered
+                    if label == .identity && matchedKey != nil && !options.bookkeeping { continue }   // matched by key: its Z_PK was renumbered
                     meaningful = true
                     if case .text(let x) = old, case .text(let y) = new, options.shortValues, max(x.count, y.count) > 60 {
                         // Long texts are shown from a little before where they first differ.
@@ -355,7 +411,9 @@ extension StoreDiff {
                     }
                 }
                 guard meaningful else {
-                    if before != after { bookkeeping.optBumps += 1 }
+                    let renumbered = matchedKey.map { $0 != .null } == true
+                        && before.first(where: { $0.key.uppercased() == "Z_PK" })?.value != after.first(where: { $0.key.uppercased() == "Z_PK" })?.value
+                    if renumbered { bookkeeping.renumbered += 1 } else if before != after { bookkeeping.optBumps += 1 }
                     return
                 }
                 entry.changed += 1

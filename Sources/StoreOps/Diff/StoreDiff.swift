@@ -169,6 +169,8 @@ public enum StoreDiff {
         public var tables: [String] = []
         /// Objects whose only change is Core Data's `Z_OPT` counter.
         public var optBumps = 0
+        /// Objects matched by `--key` whose only change is their Z_PK (renumbered).
+        public var renumbered = 0
         /// Listed in `entities` (--bookkeeping), or only counted here.
         public var shown = false
     }

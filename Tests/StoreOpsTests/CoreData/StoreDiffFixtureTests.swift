@@ -103,5 +103,33 @@ struct StoreDiffFixtureTests {
         #expect(byKey.added == 0 && byKey.removed == 0 && byKey.changed == 1, "\(byKey.added) \(byKey.removed) \(byKey.changed)")
         #expect(byKey.attributes == ["title": 1])
         #expect(byKey.objects.first?.object.contains("(Z_PK ") == true, "\(byKey.objects.first?.object ?? "")")
+        // The others are the same objects renumbered: counted as that, never as Z_OPT bumps.
+        #expect(keyed.bookkeeping.renumbered == count - 1 && keyed.bookkeeping.optBumps == 0,
+                "\(keyed.bookkeeping.renumbered) renumbered, \(keyed.bookkeeping.optBumps) Z_OPT bumps, \(count) notes")
+        // A key naming no entity, or no attribute of it, is a usage error, not ignored.
+        for bad in ["ICNoet.identifier", "ICNote.identifer"] {
+            options.keys = [bad]
+            #expect(throws: StoreOpsError.self, "\(bad)") { try StoreDiff.run(options) }
+            do { _ = try StoreDiff.run(options) } catch let error as StoreOpsError { #expect(error.status == .usage && error.message.contains(bad), "\(error.message)") }
+        }
+    }
+
+    @Test("--entity names an entity with its sub-entities (as Core Data fetches them): a changed object of a sub-entity is shown under the parent's name, and not under an unrelated entity's")
+    func entityTakesItsSubentities() throws {
+        let folder = try TempFolder()
+        let (a, b) = try pair(.notes, folder)
+        let names = try DatabaseQueue(path: b).read { try [String: Int](uniqueKeysWithValues: Row.fetchAll($0, sql: "SELECT Z_NAME, Z_SUPER FROM Z_PRIMARYKEY").map { ($0[0], $0[1]) }) }
+        let ent = try DatabaseQueue(path: b).read { try Int.fetchOne($0, sql: "SELECT Z_ENT FROM Z_PRIMARYKEY WHERE Z_NAME = 'ICNote'") } ?? 0
+        let parent = try #require(try DatabaseQueue(path: b).read { try String.fetchOne($0, sql: "SELECT Z_NAME FROM Z_PRIMARYKEY WHERE Z_ENT = ?", arguments: [names["ICNote"] ?? 0]) },
+                                  "ICNote has a superentity")
+        try edit(b, "UPDATE ZICCLOUDSYNCINGOBJECT SET ZTITLE1 = 'Renamed' WHERE Z_PK = (SELECT min(Z_PK) FROM ZICCLOUDSYNCINGOBJECT WHERE Z_ENT = \(ent))")
+        var options = StoreDiff.Options(a: .file(a), b: .file(b))
+        options.entities = [parent]
+        let byParent = try StoreDiff.run(options)
+        #expect(byParent.entities.contains { $0.entity == "ICNote" && $0.changed == 1 }, "\(byParent.entities.map { "\($0.entity ?? "") \($0.changed)" })")
+        let unrelated = try #require(names.keys.first { $0 != "ICNote" && $0 != parent && names[$0] == 0 && $0 != "ICCloudSyncingObject" })
+        options.entities = [unrelated]
+        let other = try StoreDiff.run(options)
+        #expect(!other.entities.contains { $0.entity == "ICNote" }, "\(unrelated)")
     }
 }
