@@ -32,7 +32,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
     @Option(help: "Only these entities or tables (repeat, or separate with commas).") var entity: [String] = []
     @Option(help: ArgumentHelp("Match the objects of an entity by this attribute (e.g. a UUID) instead of Z_PK, for stores whose keys were renumbered (repeat for several).",
                                valueName: "Entity.attribute")) var key: [String] = []
-    @Option(help: "List at most N objects per entity (counts stay complete). Default 10, or all with --json.") var limit: Int?
+    @Option(parsing: .unconditional, help: "List at most N objects per entity (counts stay complete). Default 10, or all with --json.") var limit: Int?
     @Flag(help: "Also show Core Data's bookkeeping: Z_OPT bumps, Z_PRIMARYKEY, Z_METADATA, the model cache, persistent history.") var bookkeeping = false
     @Option(help: "Where a live store's consistent copy is made (default: TMPDIR).") var scratch: String?
     @Flag(help: "Print every difference as JSON.") var json = false
@@ -52,6 +52,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
     }
 
     func run() throws {
+        try FileSystem.checkScratch(scratch)
         // A diff reads a frame (up to 4 MiB with its neighbours), opens it and decompresses it,
         // over and over: memory given back after each was 0.1 s of 1.5 s in page faults on the
         // bench store's two snapshots (3 MiB more at peak kept instead).
@@ -60,6 +61,10 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         for side in sides {
             if repo != nil, FileSystem.kind(of: side) == .missing, !side.contains("/") {
                 resolved.append(.snapshot(side))
+            } else if repo == nil, FileSystem.kind(of: side) == .missing, !side.contains("/"),
+                      side.count >= 9, side.prefix(8).allSatisfy(\.isNumber), Array(side)[8] == "T" {
+                throw StoreOpsError(.noInput, "\(side): no such file, and no --repo to find a snapshot of that id in",
+                                    hint: "name the repository: storectl diff --repo DIR \(side) …")
             } else {
                 resolved.append(.file(side))
             }

@@ -38,6 +38,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
+        try FileSystem.checkScratch(scratch)
         var options = Migrate.Options(store: store, migrations: migrations, repository: repo, to: to, rollbackOnFailure: rollbackOnFailure,
                                       dryRun: dryRun, killSwitch: killSwitch, resume: resume)
         options.force = force

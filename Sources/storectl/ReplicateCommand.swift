@@ -29,10 +29,10 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
     @Option(help: "The repository (format 2; a folder or s3://bucket/prefix).") var repo: String?
     @Option(help: "Follow the store of this policy file into its [snapshot] repository with its [replicate] settings (repeatable; instead of STORE and --repo).") var policy: [String] = []
     @OptionGroup var password: PasswordOption
-    @Option(help: "How often new commits are written to the repository (e.g. 1s, 500ms; default 1s).") var syncInterval: String?
-    @Option(help: "How often a new base is taken, bounding what a restore reads (e.g. 1h, the default).") var baseInterval: String?
-    @Option(help: "Merge a chain's segments into one object once the oldest is this old (e.g. 1m, the default; 0 never): a restore reads fewer objects.") var mergeInterval: String?
-    @Option(help: "Stop after this long (e.g. 10m) instead of waiting for a signal.") var `for`: String?
+    @Option(parsing: .unconditional, help: "How often new commits are written to the repository (e.g. 1s, 500ms; default 1s).") var syncInterval: String?
+    @Option(parsing: .unconditional, help: "How often a new base is taken, bounding what a restore reads (e.g. 1h, the default).") var baseInterval: String?
+    @Option(parsing: .unconditional, help: "Merge a chain's segments into one object once the oldest is this old (e.g. 1m, the default; 0 never): a restore reads fewer objects.") var mergeInterval: String?
+    @Option(parsing: .unconditional, help: "Stop after this long (e.g. 10m) instead of waiting for a signal.") var `for`: String?
     @Flag(help: "Print the summary as JSON when it stops.") var json = false
     @Flag(help: "Say nothing while following (the summary is still printed at the end).") var quiet = false
     @Option(help: "Rewrite this JSON file every sync interval with each store's figures (for `replicate status`).") var statusFile: String?

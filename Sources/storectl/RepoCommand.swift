@@ -128,6 +128,7 @@ struct RepoConvertCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
+        try FileSystem.checkScratch(scratch)
         let progress = TerminalProgress.handler("repo convert", quiet: json)
         var options = RepositoryConvert.Options(source: old, sourcePassword: oldPasswordFile.map { .file($0) } ?? password.source,
                                                 target: repo, password: password.source)

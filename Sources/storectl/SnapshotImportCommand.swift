@@ -18,6 +18,7 @@ struct SnapshotImportCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
+        try FileSystem.checkScratch(scratch)
         let progress = TerminalProgress.handler("snapshot import", quiet: json)
         var options = SnapshotImport.Options(file: file, repository: repo, password: password.source)
         options.scratch = scratch

@@ -21,6 +21,7 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
     }
 
     func run() throws {
+        try FileSystem.checkScratch(scratch)
         var options = SnapshotVerify.Options(repository: repo, ids: ids, all: all, full: full, scratch: scratch)
         options.password = password.source
         let progress = TerminalProgress.handler("snapshot verify", quiet: json)

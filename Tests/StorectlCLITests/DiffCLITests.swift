@@ -174,7 +174,7 @@ struct DiffCLITests {
         let missing = try storectl("diff", a, folder.file("nope.sqlite"))
         #expect(missing.status == 66, "\(missing.stderr)")
         let noRepo = try storectl("diff", a, "20261125T011206Z-cd1e69")
-        #expect(noRepo.status == 66, "\(noRepo.stderr)")
+        #expect(noRepo.status == 66 && noRepo.stderr.contains("--repo"), "\(noRepo.stderr)")
         let one = try storectl("diff", a)
         #expect(one.status == 64 && one.stderr.contains("two sides"), "\(one.stderr)")
     }
@@ -198,6 +198,24 @@ struct DiffCLITests {
         #expect(c.objects.first { $0.change == "changed" }?.object == "a 1, b \"x\"", "\(c.objects)")
         let k = try #require(result.entities.first { $0.table == "k" })
         #expect(k.changed == 1 && k.added == 0 && k.removed == 0 && k.objects.first?.object == "name \"a\"", "\(k)")
+    }
+
+    @Test("what a new user typed wrong gets a message naming it: a truncated file (65, how far, and what to do), a --scratch folder that is not there (73 naming --scratch), --limit -1 (64, not \"missing value\"), --at without a time zone (64, how to add one)")
+    func mistakesAreNamed() throws {
+        let folder = try TempFolder()
+        let a = folder.file("a.sqlite")
+        try write(a, "CREATE TABLE t (x BLOB); WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 5000) INSERT INTO t SELECT randomblob(100) FROM c")
+        let whole = try Data(contentsOf: URL(fileURLWithPath: a))
+        let cut = folder.file("cut.sqlite")
+        try whole.prefix(whole.count / 3).write(to: URL(fileURLWithPath: cut))
+        let truncated = try storectl("diff", a, cut)
+        #expect(truncated.status == 65 && truncated.stderr.contains("truncated") && truncated.stderr.contains("preflight"), "\(truncated.stderr)")
+        let scratch = try storectl("diff", a, a, "--scratch", folder.file("none"))
+        #expect(scratch.status == 73 && scratch.stderr.contains("--scratch"), "\(scratch.stderr)")
+        let limit = try storectl("diff", a, a, "--limit", "-1")
+        #expect(limit.status == 64 && limit.stderr.contains("0 or more"), "\(limit.stderr)")
+        let zone = try storectl("diff", "--repo", folder.file("repo"), "--at", "2026-11-28 15:01:45", a)
+        #expect(zone.status == 64 && zone.stderr.contains("no time zone"), "\(zone.stderr)")
     }
 
     @Test("diff of a live store against its snapshot 8 times under a writer committing every 2 ms: every run exits 2, and the rows it reports added are exactly a prefix of the writer's commits that includes all committed before it started")

@@ -1012,6 +1012,10 @@ struct ReplicateTests {
             let merge = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--merge-interval=\(bad)"])
             #expect(merge.status == 64 && merge.stderr.contains("--merge-interval \(bad)"), "\(merge.stderr)")
         }
+        let negative = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--for", "-1s"])
+        #expect(negative.status == 64 && negative.stderr.contains("negative"), "\(negative.stderr)")
+        let zero = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--sync-interval", "0"])
+        #expect(zero.status == 64 && zero.stderr.contains("more than zero"), "\(zero.stderr)")
         let badTime = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "yesterday", "--to", folder.file("x.sqlite")])
         #expect(badTime.status == 64, "\(badTime.stderr)")
         let noPoints = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "-1m", "--to", folder.file("x.sqlite")])

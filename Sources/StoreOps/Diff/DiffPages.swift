@@ -202,7 +202,18 @@ final class ReadHold {
         func fail(_ rc: Int32, _ doing: String) -> StoreOpsError {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             let status: StoreOpsError.Kind = (rc & 0xFF) == SQLITE_BUSY || (rc & 0xFF) == SQLITE_LOCKED ? .busy : (rc & 0xFF) == SQLITE_NOTADB || (rc & 0xFF) == SQLITE_CORRUPT ? .badData : .ioError
-            return StoreOpsError(status, "\(doing) \(path): \(message)", hint: status == .busy ? "another process holds the store's lock; try again" : nil)
+            var detail = ""
+            if status == .badData, let header = try? FileProbe.shared.header(of: path), header.count >= 100, let size = FileSystem.size(of: path) {
+                // The in-header page count (valid when its version-valid-for number is the change counter).
+                let pageSize = StoreFile.pageSize(fromHeader: header)
+                let pages = header[24..<28] == header[92..<96] ? UInt64(WalFormat.be32(header, 28)) : 0
+                if pageSize > 0, pages * UInt64(pageSize) > size, FileSystem.kind(of: path + "-wal") == .missing {
+                    detail = "; it is truncated: its header counts \(Format.count(Int(pages))) pages of \(pageSize) bytes, the file holds \(Format.bytes(size))"
+                }
+            }
+            let hint: String? = status == .busy ? "another process holds the store's lock; try again"
+                : status == .badData ? "`storectl preflight --full \(path)` says what is damaged; restore it from a backup or snapshot" : nil
+            return StoreOpsError(status, "\(doing) \(path): \(message)\(detail)", hint: hint)
         }
         guard rc == SQLITE_OK, let handle else {
             let error = fail(rc, "opening")

@@ -195,19 +195,19 @@ public enum PointRestore {
         if let later = chains.first(where: { $0.baseTime > t }), t > followedUntil,
            let reason = try continuityBreak(from: chain, to: later, in: repository) {
             throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(followedUntil))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
-                                hint: "restore --at \(Timestamp.iso(date(followedUntil))) or --at \(Timestamp.iso(date(later.baseTime)))")
+                                hint: "try --at \(Timestamp.iso(date(followedUntil))) or --at \(Timestamp.iso(date(later.baseTime)))")
         }
         // Past the last point found, when a marker names later ones: those segments are missing,
         // and the state after that point is not known.
         if let missing = chain.missingThrough, t > chain.lastTime {
             throw StoreOpsError(.noInput, "\(when) is after point \(chain.points - 1) of chain \(chain.id) (\(Timestamp.iso(date(chain.lastTime)))), "
                                 + "and its points \(chain.points)…\(missing) are not in \(repository.location) (a segment is missing): no commit after it is claimed",
-                                hint: "restore --at \(Timestamp.iso(date(chain.lastTime))) or earlier; `storectl repo check --repo \(repository.location)` checks the rest")
+                                hint: "try --at \(Timestamp.iso(date(chain.lastTime))) or earlier; `storectl repo check --repo \(repository.location)` checks the rest")
         }
         for span in chain.unfollowed where span.from < t && (span.to.map { t < $0 } ?? true) {
             let until = span.to.map { " to \(Timestamp.iso(date($0)))" } ?? " on"
             throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(span.from)))\(until)): no commit in it is claimed",
-                                hint: "restore --at \(Timestamp.iso(date(span.from)))\(span.to.map { " or --at \(Timestamp.iso(date($0)))" } ?? "")")
+                                hint: "try --at \(Timestamp.iso(date(span.from)))\(span.to.map { " or --at \(Timestamp.iso(date($0)))" } ?? "")")
         }
         // The latest milestone at or before the point, when the chain has one: the restore replays
         // only what came after it (`PointMilestone`).
@@ -456,6 +456,9 @@ extension PointRestore {
             candidate.replaceSubrange(space...space, with: "T")
         }
         guard let date = Timestamp.parseISO(candidate) else {
+            if Timestamp.parseISO(candidate + "Z") != nil {
+                throw StoreOpsError(.usage, "--at \(text) has no time zone", hint: "add Z for UTC (\(candidate)Z) or an offset such as +01:00")
+            }
             throw StoreOpsError(.usage, "--at \(text) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
         return date

@@ -28,6 +28,7 @@ public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertibl
         if trimmed.hasPrefix("-") { return .failure(.init(text: text, problem: "is negative: a duration is out of range below zero")) }
         // Nothing is nothing in any unit.
         if allowZero, trimmed == "0" { return .success(DurationText(seconds: 0, text: trimmed)) }
+        if !allowZero, !trimmed.isEmpty, trimmed.allSatisfy({ $0 == "0" }) { return .failure(.init(text: text, problem: "must be more than zero")) }
         var total: TimeInterval = 0
         var lastUnitIndex = -1
         var rest = Substring(trimmed)

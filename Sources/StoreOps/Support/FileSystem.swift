@@ -76,6 +76,16 @@ public enum FileSystem {
     }
 
     /// An absolute, normalised path (symlinks of existing parents resolved).
+    /// A `--scratch DIR` the user named: an existing, writable folder, else 73 naming the option
+    /// (a scratch folder that is not there surfaced as "reading free space of DIR").
+    public static func checkScratch(_ path: String?, option: String = "--scratch") throws {
+        guard let path else { return }
+        guard kind(of: path) == .directory, access(path, W_OK) == 0 else {
+            throw StoreOpsError(.cannotCreate, "\(option) \(path): not a writable folder",
+                                hint: "create it (mkdir -p \(path)), or name another folder with room for the scratch copy")
+        }
+    }
+
     public static func absolute(_ path: String) -> String {
         let url = URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
         return url.standardizedFileURL.resolvingSymlinksInPath().path
