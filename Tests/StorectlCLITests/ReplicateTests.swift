@@ -517,6 +517,8 @@ struct ReplicateTests {
         let otherRepo = try world.folder.repository("repo2")
         let elsewhere = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", otherRepo, "--for", "1s", "--quiet"], environment: world.environment)
         #expect(elsewhere.status == 0, "\(elsewhere.stderr)")
+        let deadline = Date().addingTimeInterval(10)
+        while FileSystem.kind(of: status) != .file, Date() < deadline { usleep(50_000) }   // written every sync interval
         let live = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", world.repo, "--status-file", status, "--json"], environment: world.environment)
         #expect(live.status == 0 && live.stdout.contains("\"stale\" : false"), "\(live.stdout) \(live.stderr)")
         first.signal(SIGKILL)
