@@ -60,6 +60,11 @@ public enum PasswordSource: Sendable, Hashable {
         return Data(line.utf8)
     }
 
+    /// How long a password command may take (`STORECTL_PASSWORD_COMMAND_TIMEOUT`, seconds; 60).
+    static var commandTimeout: TimeInterval {
+        ProcessInfo.processInfo.environment["STORECTL_PASSWORD_COMMAND_TIMEOUT"].flatMap { TimeInterval($0) }.flatMap { $0 > 0 ? $0 : nil } ?? 60
+    }
+
     static func run(_ command: String) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -70,7 +75,34 @@ public enum PasswordSource: Sendable, Hashable {
         do { try process.run() } catch {
             throw StoreOpsError(.failure, "STORECTL_PASSWORD_COMMAND cannot be run: \(error)")
         }
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        // Read on a thread of its own, so that a command that hangs (a password manager waiting
+        // for a prompt no one sees under cron) neither ignores Ctrl-C or SIGTERM nor holds a
+        // job's store lock forever: stopped at a signal (exit 128 + it) or after `commandTimeout`.
+        final class Output: @unchecked Sendable { var data = Data() }
+        let output = Output()
+        let done = DispatchSemaphore(value: 0)
+        let reader = pipe.fileHandleForReading
+        DispatchQueue.global().async {
+            output.data = reader.readDataToEndOfFile()
+            done.signal()
+        }
+        let deadline = Date().addingTimeInterval(commandTimeout)
+        func stop() {
+            let pid = process.processIdentifier
+            if getpgid(pid) == pid { kill(-pid, SIGKILL) } else { kill(pid, SIGKILL) }
+        }
+        while done.wait(timeout: .now() + 0.1) == .timedOut {
+            if let signal = ProcessSignals.received {
+                stop()
+                throw StoreOpsError(.signal(signal), "stopped by \(ProcessSignals.name(signal)) while the password command ran")
+            }
+            if Date() >= deadline {
+                stop()
+                throw StoreOpsError(.failure, "the password command did not finish within \(Int(commandTimeout)) s",
+                                    hint: "run it by hand; a command that asks on a terminal cannot answer under cron (STORECTL_PASSWORD_COMMAND_TIMEOUT sets the limit in seconds)")
+            }
+        }
+        let data = output.data
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
             throw StoreOpsError(.failure, "STORECTL_PASSWORD_COMMAND exited \(process.terminationStatus)", hint: "run it by hand to see why")
