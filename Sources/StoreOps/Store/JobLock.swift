@@ -110,10 +110,10 @@ public final class JobLock {
 
     static func busyError(path: String, holder: Holder?) -> StoreOpsError {
         guard let holder else {
-            return StoreOpsError(.busy, "skipped: another job holds the lock \(path)", hint: "try again later, or pass --wait")
+            return StoreOpsError(.busy, "skipped: another job holds the lock \(path)", hint: "try again later (or, where the command takes it, pass --wait)")
         }
         return StoreOpsError(.busy,
                              "skipped: another job (\(holder.job)) holds the lock since \(Timestamp.iso(holder.since)), pid \(holder.pid)",
-                             hint: "try again later, or pass --wait; the lock is \(path)")
+                             hint: "try again later (or, where the command takes it, pass --wait); the lock is \(path)")
     }
 }
