@@ -62,14 +62,7 @@ public final class JobLock {
 
     /// Who holds the lock at `path` right now, if anyone (does not take it, does not create it).
     public static func currentHolder(path: String) -> Holder? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        // An exclusive request conflicts with any holder, shared or exclusive; released at once.
-        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
-            flock(fd, LOCK_UN)
-            return nil
-        }
+        guard isHeld(path: path) == true else { return nil }
         return readHolder(path: path) ?? Holder(pid: 0, job: "unknown", since: Date(timeIntervalSince1970: 0))
     }
 
