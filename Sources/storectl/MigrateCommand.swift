@@ -90,7 +90,12 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         for applied in report.applied {
             lines.append("  applied \(String(format: "%04d", applied.version))_\(applied.name) in \(Format.duration(applied.seconds))")
         }
-        if let changes = report.changes { lines.append("  changed: \(changes.text)") }
+        if let changes = report.changes {
+            lines.append("  changed: \(changes.text)" + (report.othersWrote == true ? " (with what other processes wrote during the run: --force)" : ""))
+        }
+        if report.othersWrote == true {
+            for outside in report.undeclared ?? [] { lines.append("  not declared, perhaps another process's: \(outside)") }
+        }
         if let checked = report.checked { lines.append("  checked: \(checked.joined(separator: ", "))") }
         if let failure = report.failure { lines.append("  FAILED: \(failure)") }
         if let hint = report.failureHint { lines.append("  hint: \(hint)") }
@@ -136,12 +141,15 @@ struct MigrateStatusCommand: ParsableCommand, JSONOutput {
         if json { print(jsonReport(result)); return }
         let plan = result.plan
         print("\(FileSystem.absolute(store)): version \(plan.current)")
-        for entry in plan.applied {
+        for entry in plan.applied where !plan.missingFiles.contains(entry.version) {
             print("  applied  \(String(format: "%04d", entry.version))_\(entry.name)  \(Timestamp.iso(entry.appliedAt))  snapshot \(entry.snapshotId ?? "-")")
         }
         for migration in plan.pending { print("  pending  \(String(format: "%04d", migration.version))_\(migration.name)") }
         for drift in plan.drifted { print("  DRIFTED  \(drift)") }
         for missing in plan.missing { print("  MISSING  \(missing)") }
+        if !plan.missingFiles.isEmpty || !plan.drifted.isEmpty {
+            print("  (migrate refuses to run until the folder and the store's history agree)")
+        }
         if let journal = result.interrupted { print("  INTERRUPTED: \(journal.advice)") }
         try Finished.check(result.ending)
     }

@@ -109,7 +109,7 @@ enum ReadinessText {
         guard !failing.isEmpty else { return }
         var text = ""
         for report in failing {
-            text += "storectl: \(report.policy): \(report.jobs.map(\.rawValue).joined(separator: ", ")) would fail when run by cron or systemd:\n"
+            text += "storectl: \(report.policy): \(report.failingJobs.map(\.rawValue).joined(separator: ", ")) would fail when run by cron or systemd:\n"
             text += lines(report).joined(separator: "\n") + "\n"
         }
         FileHandle.standardError.write(Data(text.utf8))

@@ -62,7 +62,8 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
                 lines.append("    each batch changed exactly its plan (\(Format.plural(rule.verifiedBatches, "batch", "batches")) checked before commit)")
             }
             if rule.denied > 0 {
-                lines.append("    ! \(Format.plural(rule.denied, "row", "rows")) kept by deny rules")
+                let answer = rule.onDeny == .fail ? "on_deny = \"fail\": the run exits 2" : "on_deny = \"keep\": not a failure"
+                lines.append("    ! \(Format.plural(rule.denied, "row", "rows")) kept by deny rules (\(answer); a later run deletes them once nothing links to them)")
                 for sample in rule.deniedSamples { lines.append("      \(sample)") }
             }
             if let stopped = rule.stopped { lines.append("    stopped: \(stopped)") }

@@ -57,7 +57,16 @@ struct RepoCheckCommand: ParsableCommand, JSONOutput {
             if report.pointChains > 0 {
                 scope += ", \(Format.plural(report.pointChains, "chain", "chains")) of points (\(Format.plural(report.pointSegments, "segment", "segments")))"
             }
-            print("\(report.ok ? "ok" : "DAMAGED"): \(Format.plural(report.snapshots, "snapshot", "snapshots"))\(scope)\(report.readData ? ", every byte read" : "")")
+            let checked = "\(Format.plural(report.snapshots, "snapshot", "snapshots"))\(scope)\(report.readData ? ", every byte read" : "")"
+            if report.ok {
+                print("ok: \(checked)")
+            } else {
+                // What is damaged first; what was checked after it.
+                let named = report.damagedSnapshots
+                let which = named.isEmpty ? "" : "\(named.count) of \(Format.plural(report.snapshots, "snapshot", "snapshots")) may not restore ("
+                    + named.prefix(5).joined(separator: ", ") + (named.count > 5 ? ", and \(named.count - 5) more" : "") + "); "
+                print("DAMAGED: \(which)\(Format.plural(report.problems.count, "problem", "problems")) listed above; checked \(checked)")
+            }
         }
         try Finished.check(RepositoryCheck.ending(of: report))
     }

@@ -8,9 +8,28 @@ struct ScheduleCommand: ParsableCommand {
         abstract: "Show, install and remove the jobs that policy files schedule (cron or systemd).",
         subcommands: [Show.self, CrontabLines.self, Install.self, Uninstall.self, Systemd.self])
 
-    /// The absolute path of this executable, for crontab lines and unit files.
+    /// The absolute path of this executable, for crontab lines and unit files: the name it was run
+    /// by (a symlink such as /usr/bin/storectl stays a symlink, so an upgrade that moves the binary
+    /// it points at does not break the jobs), found as the shell found it, when that name is this
+    /// very file; otherwise the file itself.
     static var executable: String {
-        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? FileSystem.absolute(CommandLine.arguments[0])
+        let resolved = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let invoked = CommandLine.arguments.first ?? ""
+        var candidates: [String] = []
+        if invoked.contains("/") {
+            // Not FileSystem.absolute: it resolves symlinks, and the symlink is the point.
+            let path = invoked.hasPrefix("/") ? invoked : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(invoked)
+            candidates = [path]
+        } else if !invoked.isEmpty {
+            let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+            candidates = path.split(separator: ":").map { (String($0) as NSString).appendingPathComponent(invoked) }
+                .filter { $0.hasPrefix("/") }
+        }
+        let this = resolved.flatMap { FileSystem.identity(of: $0) }
+        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate) {
+            if let this, let other = FileSystem.identity(of: candidate), other == this { return candidate }
+        }
+        return resolved ?? FileSystem.absolute(invoked)
     }
 
     struct Show: ParsableCommand, JSONOutput {

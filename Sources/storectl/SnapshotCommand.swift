@@ -6,8 +6,9 @@ struct SnapshotCommand: ParsableCommand {
         commandName: "snapshot",
         abstract: "Snapshots of a store in a repository: create, list, show, verify, restore, export, import, prune.",
         discussion: reflow("""
-            A repository is a folder made by `storectl repo init` (format 2, page-level and encrypted, by default).
-            create, restore, verify and export share it; prune needs it alone: a conflicting user makes a command
+            A repository is a folder or an S3 prefix (s3://BUCKET/PREFIX) made by `storectl repo init` (page-level,
+            encrypted by default); it holds snapshots and, from `storectl replicate`, points in time. create, restore,
+            verify, export and prune --dry-run share it; prune needs it alone: a conflicting user makes a command
             exit 75 at once (or wait with --wait).
             """),
         subcommands: [SnapshotCreateCommand.self, SnapshotListCommand.self, SnapshotShowCommand.self,

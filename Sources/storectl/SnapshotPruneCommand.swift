@@ -90,7 +90,9 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
                 summary += "; no data collected: \(skipped)"
             } else {
                 summary += "; \(dryRun ? "would free" : "freed") \(Format.bytes(garbage.freedBytes))"
-                    + (dryRun ? "" : " (\(Format.plural(garbage.deletedPacks, "pack", "packs")) deleted, \(garbage.repackedPacks) repacked, \(garbage.unindexedPacks) unindexed removed)")
+                    + (dryRun ? (garbage.unindexedPacks > 0 ? " (and \(Format.plural(garbage.unindexedPacks, "pack", "packs")) no index lists, not counted: "
+                                 + "a writer may be filling \(garbage.unindexedPacks == 1 ? "it" : "them"); the prune removes what a dead writer left)" : "")
+                       : " (\(Format.plural(garbage.deletedPacks, "pack", "packs")) deleted, \(garbage.repackedPacks) repacked, \(garbage.unindexedPacks) unindexed removed)")
             }
         }
         print(summary)

@@ -47,8 +47,17 @@ struct Storectl: ParsableCommand {
         var command: (any ParsableCommand)?
         do {
             try checkArgumentsAreUTF8()
-            command = try parseAsRoot()
-            try command!.run()
+            var parsed = try parseAsRoot()
+            command = parsed
+            let kind = type(of: parsed)
+            if !kind.configuration.subcommands.isEmpty, kind.configuration.defaultSubcommand == nil {
+                // `storectl` or `storectl snapshot` alone: what to run is missing, which is a usage
+                // error (64) for a script, not a success; the help goes to stderr with it.
+                let names = kind.configuration.subcommands.compactMap { $0.configuration.commandName }.joined(separator: ", ")
+                FileHandle.standardError.write(Data((helpMessage(for: kind) + "\nstorectl: name a subcommand (\(names))\n").utf8))
+                Foundation.exit(ExitStatus.usage.rawValue)
+            }
+            try parsed.run()
         } catch {
             exit(with: error, json: (command as? JSONOutput)?.json ?? CommandLine.arguments.contains("--json"), command: command)
         }

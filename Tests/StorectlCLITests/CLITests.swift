@@ -84,6 +84,9 @@ struct BackupCLITests {
         ["backup", "x.sqlite", "-o", "y", "--timeout", "soon"],   // not a number
         ["preflight", "x.sqlite", "--for", "dance"],
         ["frobnicate"],
+        [],                                                       // no subcommand: help on stderr, 64 (not a success)
+        ["snapshot"],
+        ["repo"],
     ])
     func usage(_ arguments: [String]) throws {
         let result = try ChildProcess.run(Binaries.storectl, arguments)
@@ -126,6 +129,12 @@ struct BackupCLITests {
         #expect(result.status == 128 + signal, "\(result.stderr)")
         #expect(result.stderr.contains("interrupted by \(signal == SIGTERM ? "SIGTERM" : "SIGINT")"))
         #expect((try FileManager.default.contentsOfDirectory(atPath: out)).isEmpty)
+        if signal == SIGTERM {
+            // Still locked when the timeout passes: 75, saying what it was doing once.
+            let busy = try storectl("backup", store, "-o", out, "--timeout", "0.5")
+            #expect(busy.status == 75 && busy.stderr.contains("stayed locked"), "\(busy.stderr)")
+            #expect(busy.stderr.components(separatedBy: "opening \(store)").count == 2, "\(busy.stderr)")
+        }
     }
 
     @Test("a backup copies in the idle scheduling class (and paced writes) unless --no-pace")

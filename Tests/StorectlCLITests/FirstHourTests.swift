@@ -94,6 +94,19 @@ struct FirstHourTests {
         let json = try storectl("policy", "check", world.policy, "--json")
         let results = try JSON.decoder().decode([PolicyCheck.FileResult].self, from: Data(json.stdout.utf8))
         #expect(results.first?.readiness?.ok == true && results.first?.readiness?.jobs == [.snapshot, .purge])
+
+        // The policy's password file holds the wrong password: the hint names that file, not
+        // every place a password could come from.
+        let wrong = try world.wrongPassword()
+        try world.write(snapshotLines: "password_file = \"wrong\"", scheduleLines: "log = \"jobs.jsonl\"")
+        let refused = try storectl("schedule", "crontab", "--policy", world.policy)
+        #expect(refused.status == 2 && refused.stderr.contains("snapshot, purge would fail"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("the password was read from \(wrong)"), "\(refused.stderr)")
+        // Without before_purge only the snapshot opens the repository: only it would fail.
+        try Data(try String(contentsOfFile: world.policy, encoding: .utf8).replacingOccurrences(of: "before_purge = true", with: "before_purge = false").utf8)
+            .write(to: URL(fileURLWithPath: world.policy))
+        let onlySnapshot = try storectl("schedule", "crontab", "--policy", world.policy)
+        #expect(onlySnapshot.status == 2 && onlySnapshot.stderr.contains("\(world.policy): snapshot would fail"), "\(onlySnapshot.stderr)")
     }
 
     @Test("policy check names every problem a run would fail on: store, repository, retention, log and metrics folders")

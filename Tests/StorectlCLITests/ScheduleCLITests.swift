@@ -59,6 +59,17 @@ struct ScheduleCLITests {
         #expect(Set(try FileManager.default.contentsOfDirectory(atPath: units)) == ["storectl-tasks-snapshot.service", "storectl-tasks-snapshot.timer",
                                                                                    "storectl-tasks-purge.service", "storectl-tasks-purge.timer"])
         #expect(try storectl("schedule", "systemd", "--policy", policy, "--output", folder.file("nowhere")).status == 73)
+
+        // Run through a symlink (as /usr/bin/storectl of a package or a versioned install): the
+        // jobs name the symlink, so an upgrade that moves the binary does not break them; found
+        // on PATH the same way the shell found it.
+        let bin = folder.file("bin")
+        try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: false)
+        try FileManager.default.createSymbolicLink(atPath: bin + "/storectl", withDestinationPath: FileSystem.absolute(Binaries.storectl))
+        let linked = try ChildProcess.run(bin + "/storectl", ["schedule", "crontab", "--policy", policy])
+        #expect(linked.stdout.contains("* '\(bin)/storectl' run snapshot"), "\(linked.stdout)")
+        let onPath = try ChildProcess.run("/bin/sh", ["-c", "PATH=\"$1:$PATH\" exec storectl schedule crontab --policy \"$2\"", "sh", bin, policy])
+        #expect(onPath.stdout.contains("* '\(bin)/storectl' run snapshot"), "\(onPath.stdout) \(onPath.stderr)")
     }
 
     @Test("run: quiet on success, one line on failure, the log line either way")

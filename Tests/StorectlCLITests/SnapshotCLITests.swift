@@ -210,6 +210,21 @@ struct SnapshotCLITests {
         #expect(Date().timeIntervalSince(started) >= 1.5, "after the holder let go")
         reaped.wait()
         #expect(try SnapshotSummary.list(repository: repo).count == 2)
+
+        // A writer holds it shared (a snapshot, a replicate): prune's dry run only reads, so it
+        // runs beside it; the prune itself waits for the repository alone (75).
+        let writer = try ChildProcess.Running("/bin/sleep", ["30"])
+        defer { writer.signal(SIGKILL); _ = writer.wait() }
+        let shared = #"{"format":"storectl-lock","host":"\#(ProcessInfo.processInfo.hostName)","pid":\#(writer.pid),"user":"x","exclusive":false,"operation":"replicate","created":"\#(Timestamp.iso(Date()))","refreshed":"\#(Timestamp.iso(Date()))"}"#
+        try LocalBackend(root: repo).write("locks/00000000c0ffee01", Data(shared.utf8), point: "test.lock")
+        let dry = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1", "--dry-run")
+        #expect(dry.status == 0 && dry.stdout.contains("would remove 1"), "\(dry.stdout)\(dry.stderr)")
+        let prune = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1")
+        #expect(prune.status == 75 && prune.stderr.contains("replicate"), "\(prune.stderr)")
+        // A mistyped --store prunes nothing: it says so, naming the stores there (66).
+        let typo = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1", "--dry-run", "--store", folder.file("Task.sqlite"))
+        #expect(typo.status == 66 && typo.stderr.contains("is of store \(folder.file("Task.sqlite"))")
+                && typo.stderr.contains("its stores: \(store)"), "\(typo.stderr)")
     }
 
     @Test("kill -9 during a first snapshot leaves nothing listed; the next create removes what it wrote", arguments: [0.05, 0.2, 0.5])

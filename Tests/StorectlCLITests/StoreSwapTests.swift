@@ -46,6 +46,25 @@ struct StoreSwapTests {
         #expect(busy.status == 75 && FileSystem.kind(of: live) == .file, "\(busy.status) \(busy.stderr)")
     }
 
+    @Test("recover on a file that is not a store makes no lock file beside it; on a folder it removes what dead runs left there (a killed verify's scratch copy)")
+    func recoverNonStoreAndFolder() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        let password = fixture.out + "/pw"
+        try Data("secret\n".utf8).write(to: URL(fileURLWithPath: password))
+        let onFile = try fixture.run(["recover", password])
+        #expect(onFile.status == 0 && onFile.stdout.contains("nothing to recover"), "\(onFile.status) \(onFile.stdout)\(onFile.stderr)")
+        #expect(FileSystem.kind(of: password + ".storectl-lock") == .missing, "a lock file beside a password file")
+        // A verification killed with its scratch copy in a --scratch folder (pid 999999: no such process).
+        let scratch = fixture.out + "/scratch"
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false)
+        let left = scratch + "/.storectl-verify-x.sqlite.tmp-storectl-999999-abc"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: left))
+        let onFolder = try fixture.run(["recover", scratch])
+        #expect(onFolder.status == 0 && onFolder.stdout.contains("removed 1 temporary file"), "\(onFolder.status) \(onFolder.stdout)\(onFolder.stderr)")
+        #expect(FileSystem.kind(of: left) == .missing)
+        #expect(FileSystem.kind(of: scratch + ".storectl-lock") == .missing && FileSystem.kind(of: fixture.out + "/.storectl-lock") == .missing)
+    }
+
     @Test("the app wrote to the store after the crash and before recovery: the restore finishes, what the app wrote is kept beside it")
     func appWroteInBetween() throws {
         let fixture = try Scenarios.storeWithSnapshot()

@@ -301,7 +301,8 @@ public enum ConsistentCopy {
             } catch let error as DatabaseError where error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_LOCKED {
                 busy = error.message ?? "busy"
             } catch let error as StoreOpsError where error.status == .busy {
-                busy = error.message
+                // Its message may already say what was being done: not twice.
+                busy = error.message.hasPrefix("\(doing): ") ? String(error.message.dropFirst(doing.count + 2)) : error.message
             } catch let error as StoreOpsError {
                 throw error
             } catch {

@@ -14,12 +14,15 @@ public enum JobReadiness {
         public var hint: String?
         /// The exit status the run would end with.
         public var status: Int32
+        /// The jobs it would fail (nil: every job checked).
+        public var jobs: [ScheduledJob]?
 
-        public init(check: String, message: String, hint: String? = nil, status: ExitStatus) {
+        public init(check: String, message: String, hint: String? = nil, status: ExitStatus, jobs: [ScheduledJob]? = nil) {
             self.check = check
             self.message = message
             self.hint = hint
             self.status = status.rawValue
+            self.jobs = jobs
         }
     }
 
@@ -39,6 +42,10 @@ public enum JobReadiness {
         public var ready: [String] = []
         public var problems: [Problem] = []
         public var ok: Bool { problems.isEmpty }
+        /// The jobs that would fail, in the order checked.
+        public var failingJobs: [ScheduledJob] {
+            jobs.filter { job in problems.contains { $0.jobs?.contains(job) ?? true } }
+        }
     }
 
     /// The password a run of `policy` in `context` reads.
@@ -57,8 +64,8 @@ public enum JobReadiness {
     public static func check(_ policy: Policy, jobs requested: [ScheduledJob] = [], context: Context) -> Report {
         let jobs = requested.isEmpty ? scheduledJobs(policy) : requested
         var report = Report(policy: policy.file, jobs: jobs)
-        func problem(_ check: String, _ message: String, hint: String? = nil, _ status: ExitStatus) {
-            report.problems.append(Problem(check: check, message: message, hint: hint, status: status))
+        func problem(_ check: String, _ message: String, hint: String? = nil, _ status: ExitStatus, jobs: [ScheduledJob]? = nil) {
+            report.problems.append(Problem(check: check, message: message, hint: hint, status: status, jobs: jobs))
         }
 
         checkStore(policy, jobs: jobs, into: &report)
@@ -66,23 +73,26 @@ public enum JobReadiness {
         // Purge rules: purge and maintain purge.
         if jobs.contains(where: { $0 != .snapshot }), policy.rules.isEmpty {
             problem("rules", "\(policy.file) has no [[purge]] rules, and \(jobs.filter { $0 != .snapshot }.map(\.rawValue).joined(separator: " and ")) purges",
-                    hint: "add a [[purge]] table, or schedule snapshot instead", .badData)
+                    hint: "add a [[purge]] table, or schedule snapshot instead", .badData, jobs: jobs.filter { $0 != .snapshot })
         }
 
         // The repository, when a job opens it.
         let opensRepository = jobs.contains(.snapshot) || jobs.contains(.maintain)
             || (jobs.contains(.purge) && policy.snapshot?.beforePurge == true)
         if opensRepository {
+            let opening = jobs.filter { $0 != .purge || policy.snapshot?.beforePurge == true }
             if let section = policy.snapshot {
+                let before = report.problems.count
                 repository(section, policy: policy, context: context, into: &report)
+                for index in before..<report.problems.count { report.problems[index].jobs = opening }
                 if jobs.contains(.maintain), section.retention == nil {
                     problem("retention", "\(policy.file) has no [snapshot.retention]: maintain prunes the repository by it",
-                            hint: "add [snapshot.retention] (keep_last, keep_daily, ...), or schedule snapshot instead", .badData)
+                            hint: "add [snapshot.retention] (keep_last, keep_daily, ...), or schedule snapshot instead", .badData, jobs: [.maintain])
                 }
             } else {
                 problem("repository", "\(policy.file) has no [snapshot] section naming the repository, and "
                         + jobs.filter { $0 != .purge }.map(\.rawValue).joined(separator: " and ") + " snapshots",
-                        hint: "add [snapshot] repository = \"...\"", .badData)
+                        hint: "add [snapshot] repository = \"...\"", .badData, jobs: jobs.filter { $0 != .purge })
             }
         }
 

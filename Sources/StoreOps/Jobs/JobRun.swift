@@ -30,6 +30,8 @@ public enum JobRun {
         public var outcome: String
         public var exitCode: Int32
         public var rowsPurged: Int?
+        /// Rows the purge's deny rules kept this run (listed in the purge's report).
+        public var rowsKeptByDeny: Int?
         public var snapshotId: String?
         public var snapshotBytes: UInt64?
         public var prunedSnapshots: [String]?
@@ -136,6 +138,7 @@ public enum JobRun {
             let report = try Purge.run(options)
             add("purge", report.stages)
             record.rowsPurged = report.rules.reduce(0) { $0 + $1.deleted }
+            record.rowsKeptByDeny = report.rules.reduce(0) { $0 + $1.denied }
             if let id = report.snapshot { record.snapshotId = id }
             return report.ending   // a circuit breaker's refusal included: the purge's walk ended it
         }

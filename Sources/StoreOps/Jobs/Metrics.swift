@@ -23,7 +23,7 @@ public enum Metrics {
         let lastSuccess = ok ? record.end.timeIntervalSince1970 : previous["storectl_job_last_success_timestamp_seconds"] ?? 0
         let purged = (previous["storectl_purged_rows_total"] ?? 0) + Double(record.rowsPurged ?? 0)
         let snapshotBytes = record.snapshotBytes.map { Double($0) } ?? previous["storectl_snapshot_bytes"] ?? 0
-        let metrics: [(String, String, String, Double)] = [
+        var metrics: [(String, String, String, Double)] = [
             ("storectl_job_last_success_timestamp_seconds", "gauge", "When the job last succeeded (Unix time).", lastSuccess),
             ("storectl_job_last_run_timestamp_seconds", "gauge", "When the job last ran (Unix time).", record.end.timeIntervalSince1970),
             ("storectl_job_duration_seconds", "gauge", "How long the last run took.", record.durationSeconds),
@@ -31,6 +31,9 @@ public enum Metrics {
             ("storectl_purged_rows_total", "counter", "Rows purged by this job since its metrics file was created.", purged),
             ("storectl_snapshot_bytes", "gauge", "Size of the last snapshot archive this job made.", snapshotBytes),
         ]
+        if let kept = record.rowsKeptByDeny {
+            metrics.append(("storectl_purge_rows_kept_by_deny", "gauge", "Rows the last purge's deny rules kept (still linked; listed in its report).", Double(kept)))
+        }
         var text = ""
         for (name, type, help, value) in metrics {
             text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name)\(labels) \(format(value))\n"

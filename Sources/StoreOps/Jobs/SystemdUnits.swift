@@ -16,7 +16,7 @@ public enum SystemdUnits {
                 .map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" ? $0 : "-" }
             return Unit(name: "storectl-\(String(stem))-replicate.service", contents: """
                 [Unit]
-                Description=storectl replicate of \(policy.store.path) (\(policy.file))
+                Description=\(text("storectl replicate of \(policy.store.path) (\(policy.file))"))
                 After=local-fs.target network-online.target
                 Wants=network-online.target
 
@@ -50,7 +50,7 @@ public enum SystemdUnits {
             }
             seen[base] = job.policy
             let expression = try CronExpression(job.expression)
-            let description = "storectl \(job.job.rawValue) of \(job.store) (\(job.policy))"
+            let description = text("storectl \(job.job.rawValue) of \(job.store) (\(job.policy))")
             units.append(Unit(name: "\(base).service", contents: """
                 [Unit]
                 Description=\(description)
@@ -63,7 +63,7 @@ public enum SystemdUnits {
                 """))
             var timer = """
                 [Unit]
-                Description=Schedule of \(description): \(job.expression)
+                Description=Schedule of \(description): \(text(job.expression))
 
                 [Timer]
 
@@ -96,16 +96,24 @@ public enum SystemdUnits {
         return ["\(weekdays) *-\(month)-* \(time)", "*-\(month)-\(days) \(time)"]
     }
 
-    static func quote(_ text: String) -> String {
-        text.contains(where: { $0 == " " || $0 == "\"" || $0 == "\\" })
-            ? "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-            : text
+    /// A word of `ExecStart=`: systemd expands `%` specifiers and `$` variables there, so a path
+    /// with `%` or `$` is written `%%` and `$$`; spaces, quotes and backslashes are quoted.
+    public static func quote(_ text: String) -> String {
+        let literal = text.replacingOccurrences(of: "%", with: "%%").replacingOccurrences(of: "$", with: "$$")
+        return literal.contains(where: { $0 == " " || $0 == "\"" || $0 == "\\" || $0 == "'" })
+            ? "\"" + literal.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+            : literal
+    }
+
+    /// Text in `Description=`: systemd expands `%` specifiers there too.
+    public static func text(_ text: String) -> String {
+        text.replacingOccurrences(of: "%", with: "%%").replacingOccurrences(of: "\n", with: " ")
     }
 
     /// Writes the units into `folder` (each atomically, mode 0644 as systemd expects).
     public static func write(_ units: [Unit], to folder: String) throws {
         guard FileSystem.kind(of: folder) == .directory else {
-            throw StoreOpsError(.cannotCreate, "the output folder \(folder) does not exist")
+            throw StoreOpsError(.cannotCreate, "the output folder \(folder) does not exist", hint: "create it first, or pass another --output (systemd reads /etc/systemd/system)")
         }
         for unit in units {
             let file = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(unit.name), label: "systemd.unit")

@@ -87,8 +87,11 @@ public enum Migrate {
         /// run: of a copy before and after the migrations ran on it).
         public var changes: StoreDiff.Summary?
         /// Changes outside what the migrations declare (`-- storectl: changes ...`): the run fails
-        /// and rolls back.
+        /// and rolls back (unless `othersWrote`: then they are listed, not held against it).
         public var undeclared: [String]?
+        /// `--force` only: another process committed to the store during the run, so the diff
+        /// (`changes`) holds its writes too and cannot tell them from the migrations'.
+        public var othersWrote: Bool?
         /// `--dry-run --at`: the point the rehearsal started from, and its time.
         public var rehearsedPoint: String?
         public var rehearsedPointTime: Date?
@@ -190,6 +193,9 @@ public enum Migrate {
         let options: Options
         var report: Report
         var queue: DatabaseQueue?
+        /// `--force`: `PRAGMA data_version` of the run's connection when it was opened (before the
+        /// safety snapshot); it changes only when another connection commits.
+        var dataVersion: Int?
 
         init(store: StoreFile, migrations: [Migration], options: Options) {
             self.store = store
@@ -237,6 +243,9 @@ public enum Migrate {
             if options.dryRunAt != nil {
                 try rehearse()
             } else if options.dryRun, !report.plan.pending.isEmpty {
+                // The run's safety snapshot goes there: a repository the run could not open (none,
+                // not initialised, the wrong password) fails its dry run too.
+                _ = try PagedRepository.open(at: options.repository, password: options.password, missing: .initHint)
                 report.snapshotEstimateBytes = try readOnly(store, timeout: options.timeout) { try StoreInfo.read($0, store: store) }.logicalBytes
                 try rehearse()
             }
@@ -328,12 +337,20 @@ public enum Migrate {
                                     hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
                                         + "against a schema it does not know (--force migrates anyway)")
             }
+            if options.force {
+                // The connection the migrations run on, opened now: whatever another process
+                // commits from here on moves its data_version, so the verify stage knows whether
+                // the diff holds writes that are not the migrations'.
+                let queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
+                self.queue = queue
+                dataVersion = try queue.inDatabase { try Int.fetchOne($0, sql: "PRAGMA data_version") }
+            }
             try makePlan(checkingJournal: true)
             // A repository in a bucket: the space checks are the store's own volume's.
             let folder = S3Backend.isS3(report.repository) ? store.folder
                 : FileSystem.kind(of: report.repository) == .directory ? report.repository : FileSystem.parent(of: report.repository)
             // quick_check and the entity counts: the safety snapshot's, next (one read of the file, not two).
-            let preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true))
+            let preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true, force: options.force))
             guard preflight.passed else {
                 let failed = preflight.checks.filter { $0.status == .fail }.map { "\($0.id): \($0.summary)" }
                 throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  " + failed.joined(separator: "\n  "),
@@ -376,7 +393,7 @@ public enum Migrate {
             FaultInjection.reach("after-snapshot")
             try MigrationJournal(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Timestamp.now(), store: store.path,
                                  repository: report.repository, snapshotId: created.id, fromVersion: report.plan.current,
-                                 toVersion: report.plan.target).write(store)
+                                 toVersion: report.plan.target, migrations: options.migrations.map { FileSystem.absolute($0) }).write(store)
             FaultInjection.reach("after-journal")
             return created.id
         }
@@ -404,7 +421,7 @@ public enum Migrate {
 
         /// Each pending migration in its own transaction; the kill switch and signals between them.
         func apply(_ pipeline: Pipeline) throws {
-            let queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
+            let queue = try self.queue ?? StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
             self.queue = queue
             report.countsBefore = try queue.inDatabase { try CoreDataCensus.countsByEntity($0) }
             for migration in migrations where report.plan.pending.contains(where: { $0.version == migration.version }) {
@@ -444,6 +461,9 @@ public enum Migrate {
             var newIndexes = Set<String>()
             if let snapshot = report.snapshot, let hold = pipeline.hold {
                 pipeline.note("diff against the pre-migrate snapshot")
+                if let before = dataVersion, let now = try? queue.inDatabase({ try Int.fetchOne($0, sql: "PRAGMA data_version") }), now != before {
+                    report.othersWrote = true
+                }
                 // Emptying the -wal lets the diff read the file itself; a reader the app holds
                 // (--force) would keep TRUNCATE waiting for the whole busy timeout, so it gets a
                 // fifth of a second and the diff reads a consistent copy instead.
@@ -462,7 +482,12 @@ public enum Migrate {
                 newIndexes = Set(diff.schema.filter { $0.type == "index" && $0.change != "removed" }.map(\.name))
                 if let declared {
                     let outside = StoreDiff.undeclared(diff, declared: declared)
-                    if !outside.isEmpty {
+                    if !outside.isEmpty, report.othersWrote == true {
+                        // Another process wrote meanwhile (--force): these may be its rows, not
+                        // the migrations'. Listed; a rollback would discard its writes.
+                        report.undeclared = outside
+                        pipeline.note("not held against the declaration: another process wrote during the run (--force)")
+                    } else if !outside.isEmpty {
                         report.undeclared = outside
                         throw StoreOpsError(.checksFailed, "the migrations changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
                                             + outside.prefix(5).joined(separator: "; ") + (outside.count > 5 ? "; and \(outside.count - 5) more" : ""),
@@ -475,7 +500,7 @@ public enum Migrate {
                                         hint: "the migration removed objects others still refer to, or wrote keys that do not exist")
                 }
                 if let last = report.applied.last {
-                    let text = diff.summary.text
+                    let text = diff.summary.text + (report.othersWrote == true ? " (with what other processes wrote during the run: --force)" : "")
                     try queue.inDatabase { db in try MigrationHistory.recordChanges(db, version: last.version, text: text) }
                 }
             }
@@ -691,7 +716,9 @@ public enum Migrate {
             options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
             options.clearsMigrationJournal = true
             let result = try SnapshotRestore.inPlace(options, in: hold)
-            info.failedStateKeptAt = result.movedAside.first
+            // The database file's kept name is the shortest: its -wal and -shm are kept beside it
+            // under the same name and their suffix.
+            info.failedStateKeptAt = result.movedAside.min { $0.count < $1.count }
             info.verified = result.verified
         } catch {
             info.error = (error as? StoreOpsError)?.message ?? "\(error)"

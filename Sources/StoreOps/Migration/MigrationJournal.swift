@@ -12,6 +12,8 @@ public struct MigrationJournal: Sendable, Codable, Equatable {
     public var snapshotId: String
     public var fromVersion: Int
     public var toVersion: Int
+    /// The migrations folder the run was given (absent in journals of older versions).
+    public var migrations: String?
 
     public static func path(for store: StoreFile) -> String { store.path + ".storectl-migration.json" }
 
@@ -35,6 +37,6 @@ public struct MigrationJournal: Sendable, Codable, Equatable {
     public var advice: String {
         "a migration (pid \(pid) on \(host), started \(Timestamp.iso(startedAt)), version \(fromVersion) -> \(toVersion)) was interrupted; "
             + "its pre-migrate snapshot is \(snapshotId) in \(repository). To go back: storectl rollback \(store) --repo \(repository); "
-            + "to keep the store as it is and go on: storectl migrate \(store) … --resume"
+            + "to keep the store as it is and go on: storectl migrate apply \(store) --migrations \(migrations ?? "DIR") --repo \(repository) --resume"
     }
 }

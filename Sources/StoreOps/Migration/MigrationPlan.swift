@@ -23,6 +23,8 @@ public struct MigrationPlan: Sendable, Codable {
     public var drifted: [String]
     /// Applied migrations that are not in the folder.
     public var missing: [String]
+    /// The versions of applied migrations whose file is not in the folder (listed in `missing`).
+    public var missingFiles: [Int] = []
 
     /// Problems that stop a run before anything happens.
     public var blockers: [String] {
@@ -38,12 +40,20 @@ public struct MigrationPlan: Sendable, Codable {
         let byVersion = Dictionary(migrations.map { ($0.version, $0) }, uniquingKeysWith: { first, _ in first })
         var drifted: [String] = []
         var missing: [String] = []
+        var missingFiles: [Int] = []
         for entry in history {
             guard let migration = byVersion[entry.version] else {
-                missing.append("\(label(entry.version, entry.name)) (applied \(Timestamp.iso(entry.appliedAt)))")
+                missing.append("\(label(entry.version, entry.name)) (applied \(Timestamp.iso(entry.appliedAt))) has no file in the folder: "
+                               + "put it back as it was applied (the store's history keeps its sha256 \(entry.sha256.prefix(12))…)")
+                missingFiles.append(entry.version)
                 continue
             }
-            if migration.checksum != entry.sha256 {
+            if migration.name != entry.name {
+                // Another file with an applied version's number (`1_x.sql` after `0001_add.sql`).
+                drifted.append("version \(entry.version) was applied as \(label(entry.version, entry.name)) (\(Timestamp.iso(entry.appliedAt))), "
+                               + "but \(migration.source) now has that number. Put \(label(entry.version, entry.name)).sql back, "
+                               + "and number a new migration above the store's version \(current)")
+            } else if migration.checksum != entry.sha256 {
                 drifted.append("\(label(entry.version, entry.name)) was applied \(Timestamp.iso(entry.appliedAt)) with sha256 \(entry.sha256.prefix(12))…; "
                                + "\(migration.source) now has \(migration.checksum.prefix(12))…. An applied migration must not be edited: add a new one")
             }
@@ -54,13 +64,15 @@ public struct MigrationPlan: Sendable, Codable {
         for migration in pending where migration.version < current {
             missing.append("\(label(migration.version, migration.name)) is older than the store's version \(current) but was never applied")
         }
-        return MigrationPlan(current: current, target: max(target, current), applied: history,
+        var plan = MigrationPlan(current: current, target: max(target, current), applied: history,
                              pending: pending.map { migration in
                                  Pending(version: migration.version, name: migration.name, checksum: migration.checksum,
                                          statements: migration.statements.count, checks: migration.checks.count,
                                          noTransaction: migration.noTransaction, warnings: [], refused: migration.refusedStatements,
                                          source: migration.source)
                              }, drifted: drifted, missing: missing)
+        plan.missingFiles = missingFiles
+        return plan
     }
 
     /// Adds lint warnings that need the store's schema (DROP TABLE / DROP COLUMN, rebuilds of

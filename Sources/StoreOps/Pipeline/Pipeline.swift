@@ -22,7 +22,16 @@ import Foundation
 ///   back when the road has a rollback stage (always for a stop; for a failure when asked).
 public final class Pipeline {
     /// A stop asked for at a safe point (kill switch, signal).
-    public struct Stop: Error, Sendable, Equatable { public var reason: StopReason }
+    public struct Stop: Error, Sendable, Equatable {
+        public var reason: StopReason
+        /// The stage it stopped before, when it stopped at a stage's start.
+        public var stage: String?
+
+        public init(reason: StopReason, stage: String? = nil) {
+            self.reason = reason
+            self.stage = stage
+        }
+    }
 
     /// A refusal by the operation's own rules (a circuit breaker): nothing was changed.
     public struct Refusal: Error, Sendable { public var error: StoreOpsError }
@@ -100,7 +109,7 @@ public final class Pipeline {
     /// Runs one stage: a stop asked for before it starts ends the run there; its time is recorded.
     @discardableResult
     public func stage<T>(_ name: String, checkingStop: Bool = true, _ body: () throws -> T) throws -> T {
-        if checkingStop { try checkpoint() }
+        if checkingStop, let reason = stopRequested { throw Stop(reason: reason, stage: name) }
         progress?(.stage(name))
         let started = Date()
         defer { stages.append(StageTiming(name: name, seconds: Date().timeIntervalSince(started))) }
@@ -202,6 +211,9 @@ public final class Pipeline {
             if let snapshot = road.snapshot { walked.snapshot = try stage("snapshot") { try snapshot(self, plan) } }
         } catch {
             walked.ending = Self.ending(error, rollsBack: rollsBack)
+            if let stop = error as? Stop, let said = said(stop, changed: false, snapshot: walked.snapshot != nil) {
+                walked.ending.error = ErrorRecord(said)
+            }
             walked.stages = stages
             return walked
         }
@@ -216,7 +228,8 @@ public final class Pipeline {
         } catch {
             // A statement interrupted by a signal (the progress handler) is a stop like one at a safe point.
             let stop = (error as? Stop)?.reason ?? ProcessSignals.received.map { StopReason.signal($0) }
-            let cause = error is Stop ? nil : StoreOpsError.wrapping(error)
+            let cause = (error as? Stop).flatMap { said($0, changed: $0.stage != road.actName, snapshot: walked.snapshot != nil) }
+                ?? (error is Stop ? nil : StoreOpsError.wrapping(error))
             var ending = stop.map { Ending(.stopped, stop: $0, error: cause, rollsBack: rollsBack) } ?? Self.ending(error, rollsBack: rollsBack)
             if let failureKind = road.failureKind, stop == nil, let own = StoreOpsError.wrapping(error) {
                 ending = Ending(.failed, error: StoreOpsError(failureKind(own), own.message, hint: own.hint), rollsBack: rollsBack)
@@ -235,6 +248,15 @@ public final class Pipeline {
         }
         walked.stages = stages
         return walked
+    }
+
+    /// What a stop at a stage's start says: the operation, the stage, why, and, when it came
+    /// before the act, that the store was not changed.
+    func said(_ stop: Stop, changed: Bool, snapshot: Bool) -> StoreOpsError? {
+        guard let stage = stop.stage else { return nil }
+        let state = changed ? "" : snapshot ? "; the store was not changed (the snapshot taken stays)" : "; nothing was changed"
+        let status: ExitStatus = if case .signal(let number) = stop.reason { .signal(number) } else { .failure }
+        return StoreOpsError(status: status, "\(operation) stopped before its \(stage) stage: \(stop.reason)\(state)")
     }
 
     static func ending(_ error: any Error, rollsBack: Bool) -> Ending {

@@ -103,7 +103,7 @@ extension Policy {
     }
 
     static let ruleKeys = ["name", "table", "entity", "deleted_flag", "deleted_at", "time_format", "retention", "batch_size",
-                           "max_rows", "max_runtime", "pause", "max_fraction"]
+                           "max_rows", "max_runtime", "pause", "max_fraction", "on_deny"]
 
     static func parseRule(_ rule: TableReader, index: Int, sink: ProblemSink) -> PurgeRule? {
         let before = sink.problems.count
@@ -141,12 +141,18 @@ extension Policy {
         let maxRuntime = rule.duration("max_runtime")
         let pause = rule.duration("pause", allowZero: true)?.seconds ?? 0
         let fraction = rule.double("max_fraction", in: 0...1, openLow: true)
+        var onDeny = PurgeRule.OnDeny.keep
+        if let text = rule.string("on_deny") {
+            if let value = PurgeRule.OnDeny(rawValue: text) { onDeny = value } else {
+                rule.problem("on_deny", "\"\(text)\" is not an answer; expected \"keep\" (list the rows deny rules keep, the run succeeds) or \"fail\" (the run exits 2)")
+            }
+        }
         let name = rule.string("name") ?? table ?? entity ?? "purge[\(index)]"
         rule.finish(known: ruleKeys)
         guard sink.problems.count == before, let target else { return nil }
         return PurgeRule(name: name, target: target, deletedFlag: flag, deletedAt: deletedAt, timeFormat: format,
                          retention: retention, batchSize: batch, maxRows: maxRows, maxRuntime: maxRuntime, pause: pause,
-                         maxFraction: fraction, line: sink.lines.line(["purge", "\(index)"]))
+                         maxFraction: fraction, onDeny: onDeny, line: sink.lines.line(["purge", "\(index)"]))
     }
 
     /// `[schedule]`: cron expressions checked, the sections the jobs need present.

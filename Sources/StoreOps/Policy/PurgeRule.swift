@@ -69,6 +69,11 @@ public struct PurgeRule: Sendable {
     public var pause: TimeInterval
     /// Circuit breaker: refuse the run if more than this fraction of the rows would go.
     public var maxFraction: Double?
+    /// What rows a deny rule keeps make of the run: `.keep` lists them and the run still succeeds
+    /// (they are what the model declares, and would otherwise fail every nightly run until someone
+    /// unlinks them); `.fail` makes the run exit 2.
+    public var onDeny: OnDeny = .keep
+    public enum OnDeny: String, Sendable, Codable, CaseIterable { case keep, fail }
     /// Line of `[[purge]]` in the file.
     public var line: Int?
 }

@@ -25,9 +25,13 @@ public enum Preflight {
         /// preflight leaves both out rather than reading the whole file twice (migrate's, where the
         /// store is locked and nobody writes in between).
         public var sourceCheckedBySnapshot = false
+        /// For a migration: it runs with `--force`, so another process having the store open is a
+        /// warning, not the refusal (75) it is otherwise.
+        public var force = false
 
         public init(operation: Operation = .backup, destination: String? = nil, full: Bool = false, timeout: TimeInterval = 10,
-                    sourceCheckedBySnapshot: Bool = false) {
+                    sourceCheckedBySnapshot: Bool = false, force: Bool = false) {
+            self.force = force
             self.operation = operation
             self.destination = destination
             self.full = full
@@ -54,8 +58,15 @@ public enum Preflight {
         // Locks first, before this process opens a connection of its own.
         let walHeader = StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path))
         let locks = try LockState.read(store, walMode: walHeader)
-        checks.append(writerCheck(locks, operation: options.operation))
+        checks.append(writerCheck(locks, operation: options.operation, force: options.force))
         checks.append(jobLockCheck(store, operation: options.operation))
+        if options.operation == .migrate || options.operation == .purge, let engaged = KillSwitch(store: store).engaged {
+            // The two that honour it stop at their first stage while it is engaged.
+            let record = (try? String(contentsOfFile: engaged, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            checks.append(Check("killswitch", .fail, "the kill switch \(engaged) is engaged\(record.map { $0.isEmpty ? "" : " (\($0))" } ?? ""): "
+                                + "\(options.operation.rawValue) would stop before changing anything",
+                                advice: "storectl killswitch release \(store.path) lets runs go on"))
+        }
         if StoreSwap.pending(target: store.path) {
             checks.append(Check("store.swap", .fail, "an interrupted restore left \(StoreSwap.journalPath(for: store.path)): the store's files are between two states",
                                 advice: "storectl recover \(store.path) finishes it (restore, migrate, rollback, purge, backup and snapshot do so first)"))
@@ -88,14 +99,18 @@ public enum Preflight {
 
     // MARK: - Locks
 
-    static func writerCheck(_ locks: LockState, operation: Operation) -> Check {
-        writerCheckText(locks, operation: operation).with(["writerPid": .int(locks.writerPID), "openByPid": .int(locks.openByPID)])
+    static func writerCheck(_ locks: LockState, operation: Operation, force: Bool = false) -> Check {
+        writerCheckText(locks, operation: operation, force: force).with(["writerPid": .int(locks.writerPID), "openByPid": .int(locks.openByPID)])
     }
 
-    static func writerCheckText(_ locks: LockState, operation: Operation) -> Check {
+    static func writerCheckText(_ locks: LockState, operation: Operation, force: Bool = false) -> Check {
         if operation == .migrate, let pid = locks.writerPID ?? locks.openByPID {
-            return Check("lock.writer", .warn, "pid \(pid) has the store open",
-                         advice: "stop the app first: migrate refuses (75) while another process has the store open, since a rollback would discard its writes")
+            // A check that passes where the run it checks for would refuse is worse than none.
+            return force
+                ? Check("lock.writer", .warn, "pid \(pid) has the store open (--force: migrating anyway)",
+                        advice: "a rollback discards what it writes after the safety snapshot, and it runs against a schema it does not know")
+                : Check("lock.writer", .fail, "pid \(pid) has the store open",
+                        advice: "stop the app first: migrate refuses (75) while another process has the store open, since a rollback would discard its writes (--force migrates anyway)")
         }
         if let pid = locks.writerPID {
             return Check("lock.writer", .warn, "pid \(pid) holds a write transaction right now",

@@ -43,6 +43,8 @@ public enum Purge {
         public var joinRows = 0
         public var denied = 0
         public var deniedSamples: [String] = []
+        /// The rule's `on_deny`: whether rows its deny rules keep fail the run.
+        public var onDeny: PurgeRule.OnDeny = .keep
         public var batches = 0
         /// Batches whose own changes (SQLite's pre-update hook) were exactly their plan.
         public var verifiedBatches = 0
@@ -189,8 +191,11 @@ public enum Purge {
         // first); deny rules are known once the batches ran.
         road.settle = { _, session in
             if let stopped = session.report.stopped { return Ending(.stopped, stop: stopped) }
-            let denied = session.report.rules.reduce(0) { $0 + $1.denied }
-            return denied > 0 ? Ending(.refused, error: StoreOpsError(.checksFailed, "deny rules kept \(denied) rows")) : nil
+            // Rows a deny rule keeps are the model's answer, listed in the report; they fail the
+            // run only where the rule says `on_deny = "fail"`.
+            let failing = session.report.rules.filter { $0.onDeny == .fail && $0.denied > 0 }
+            let denied = failing.reduce(0) { $0 + $1.denied }
+            return denied > 0 ? Ending(.refused, error: StoreOpsError(.checksFailed, "deny rules kept \(denied) rows (rule \(failing.map(\.name).joined(separator: ", ")): on_deny = \"fail\")")) : nil
         }
         let walked = pipeline.walk(road)
         var report = session.report
@@ -243,7 +248,7 @@ public enum Purge {
                     throw StoreOpsError.sqlite(error, doing: "counting the rows of rule \(target.rule.name) in \(target.table)")
                 }
                 report.rules.append(RuleReport(name: target.rule.name, target: target.rule.target.description, table: target.table,
-                                               cutoff: target.cutoff, candidates: candidates, total: total, notes: target.notes))
+                                               cutoff: target.cutoff, candidates: candidates, total: total, onDeny: target.rule.onDeny, notes: target.notes))
                 if let tripped = CircuitBreaker.trips(rule: target.rule, candidates: candidates, total: total) { report.tripped.append(tripped) }
             }
             guard report.tripped.isEmpty else {

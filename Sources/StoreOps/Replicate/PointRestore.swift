@@ -99,7 +99,7 @@ public enum PointRestore {
         // Refused before the point is read (the restore itself would refuse it after).
         switch FileSystem.kind(of: destination) {
         case .directory: break
-        case .missing: throw StoreOpsError(.cannotCreate, "the folder \(destination) does not exist")
+        case .missing: throw StoreOpsError(.cannotCreate, "the folder \(destination) does not exist", hint: "create it first (storectl makes no folders), or restore --to a file in another folder")
         default: throw StoreOpsError(.cannotCreate, "\(destination) is not a folder")
         }
         return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost, scratch: destination)

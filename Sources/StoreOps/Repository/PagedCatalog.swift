@@ -29,7 +29,8 @@ extension PagedRepository {
         let keys = try backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) }.filter(SnapshotID.isPlausible)
         let matches = keys.contains(id) ? [id] : keys.filter { $0.hasPrefix(id) }
         guard matches.count <= 1 else {
-            throw StoreOpsError(.usage, "\"\(id)\" matches \(matches.count) snapshots: \(matches.sorted().joined(separator: ", "))")
+            throw StoreOpsError(.usage, "\"\(id)\" matches \(matches.count) snapshots: \(matches.sorted().joined(separator: ", "))",
+                                hint: "give more of the id, enough to name one of them")
         }
         guard let match = matches.first, let sealed = try backend.read(PagedSnapshotRecord.key(match)) else {
             throw StoreOpsError(.noInput, "no snapshot \(id) in \(location)", hint: "`storectl snapshot list --repo \(location)` shows the ids")

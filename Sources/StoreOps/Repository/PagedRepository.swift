@@ -73,7 +73,12 @@ public final class PagedRepository: Sendable {
         var keyBytes = Data(secret)
         for (key, size) in try backend.list("keys/") where size < 1 << 20 { keyBytes.append(try backend.read(key) ?? Data()) }
         let cacheKey = "\(backend.location)\u{0}\(config.id)\u{0}\(Hashing.sha256(keyBytes))"
-        let (master, keyID) = try unlocked.withLock { $0[cacheKey] } ?? unlock(backend, config: config, password: secret)
+        let (master, keyID): (MasterKey, String)
+        do {
+            (master, keyID) = try unlocked.withLock { $0[cacheKey] } ?? unlock(backend, config: config, password: secret)
+        } catch let error as StoreOpsError where error.kind == .wrongPassword {
+            throw StoreOpsError(error.kind, error.message, hint: password.wrongPasswordHint)
+        }
         unlocked.withLock { $0[cacheKey] = (master, keyID) }
         return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master, idBytes: config.idBytes), keyID: keyID)
     }

@@ -130,7 +130,7 @@ public enum SnapshotExport {
             throw StoreOpsError(.cannotCreate, "\(output) already exists", hint: "choose another --output, or remove it first")
         }
         let folder = FileSystem.parent(of: output)
-        guard FileSystem.kind(of: folder) == .directory else { throw StoreOpsError(.cannotCreate, "the folder \(folder) does not exist") }
+        guard FileSystem.kind(of: folder) == .directory else { throw StoreOpsError(.cannotCreate, "the folder \(folder) does not exist", hint: "create it first, or export to a file in another folder") }
         try Validate.outputName(output)
         try Validate.writableFolder(folder)
         return folder

@@ -59,13 +59,15 @@ public enum SnapshotPrune {
             throw StoreOpsError(.usage, "refusing to prune with an empty policy: it would remove every snapshot",
                                 hint: "pass at least one --keep-* option")
         }
-        // A dry run holds the repository alone too, or its byte count could name packs a writer
-        // is filling. The preflight decides; the act removes the records, then collects.
+        // A dry run only reads: it shares the repository with writers (a snapshot, a replicate
+        // running for days), and leaves the packs no index lists out of its byte count, since a
+        // writer may be filling them. The preflight decides; the act removes the records, then
+        // collects.
         let pipeline = Pipeline(operation: "snapshot prune")
         var road = PlannedRoad<Result, Result>(lock: .none, wait: options.wait, actName: "prune",
                                                preflight: { pipeline in try decide(options, in: try pipeline.repository) },
                                                act: { pipeline, decided in try carryOut(decided, options, in: try pipeline.repository, progress: progress) })
-        road.repository = .init(options.repository, password: options.password, exclusive: true)
+        road.repository = .init(options.repository, password: options.password, exclusive: !options.dryRun)
         let walked = pipeline.walk(road)
         var result = try walked.get()
         result.stages = walked.stages
@@ -97,6 +99,16 @@ public enum SnapshotPrune {
                   options.filter.matches(host: manifest.host, path: manifest.source.path) else { return nil }
             return RetentionCandidate(id: facts.id, time: manifest.startedAt, tags: facts.tags,
                                       verified: repository.lastVerification(facts.id)?.ok == true, host: manifest.host, path: manifest.source.path)
+        }
+        if !options.filter.isAll, points.isEmpty,
+           !records.contains(where: { options.filter.matches(host: $0.manifest.host, path: $0.manifest.source.path) }) {
+            // A mistyped --store or --host would otherwise prune nothing and say nothing.
+            let stores = Set(records.map { "\($0.manifest.source.path) (host \($0.manifest.host))" }).sorted()
+            let what = [options.filter.path.map { "store \($0)" }, options.filter.host.map { "host \($0)" }].compactMap { $0 }.joined(separator: " on ")
+            throw StoreOpsError(.noInput, "no snapshot or point in \(repository.location) is of \(what)",
+                                hint: stores.isEmpty ? "the repository holds no snapshot"
+                                    : "its stores: " + stores.prefix(5).joined(separator: ", ") + (stores.count > 5 ? ", and \(stores.count - 5) more" : "")
+                                        + " (as `snapshot list` shows them)")
         }
         let decisions = options.policy.isEmpty ? candidates.map { RetentionDecision(id: $0.id, time: $0.time, keep: true, reasons: ["no snapshot rule given"], group: nil) }
             : Retention.apply(options.policy, to: candidates, groupBy: options.groupBy)

@@ -181,7 +181,7 @@ public enum SnapshotRestore {
         let folder = FileSystem.parent(of: finalPath)
         switch FileSystem.kind(of: folder) {
         case .directory: break
-        case .missing: throw StoreOpsError(.cannotCreate, "the folder \(folder) does not exist")
+        case .missing: throw StoreOpsError(.cannotCreate, "the folder \(folder) does not exist", hint: "create it first (storectl makes no folders), or restore --to a file in another folder")
         default: throw StoreOpsError(.cannotCreate, "\(folder) is not a folder")
         }
         guard access(folder, W_OK | X_OK) == 0 else {

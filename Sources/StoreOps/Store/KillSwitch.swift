@@ -35,6 +35,16 @@ public struct KillSwitch: Sendable {
         return path
     }
 
+    /// How to let runs go on again: the switch stays engaged (and stops every run at its start)
+    /// until someone releases it.
+    public static func releaseHint(_ path: String) -> String {
+        let suffix = ".storectl-killswitch"
+        if path.hasSuffix(suffix) {
+            return " (it stays engaged: `storectl killswitch release \(path.dropLast(suffix.count))` lets runs go on)"
+        }
+        return " (it stays engaged: remove \(path) to let runs go on)"
+    }
+
     /// Removes the store's switch file; returns whether it existed.
     @discardableResult
     public static func release(_ store: StoreFile) -> Bool { FileSystem.remove(defaultPath(for: store), point: "killswitch.remove") }

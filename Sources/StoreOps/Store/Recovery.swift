@@ -57,6 +57,20 @@ public enum Recovery {
             PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
             return Result(path: store.path, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil)
         }
+        if FileSystem.kind(of: store.path) == .directory {
+            // A folder (a backup folder, a --scratch folder): what dead storectl runs left in it,
+            // and their verification scratch copies in the temp folder. No lock file is made.
+            let folder = FileSystem.absolute(path)
+            let removed = PendingFile.removeStale(in: folder) + PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
+            return Result(path: folder, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil)
+        }
+        if !StoreSwap.pending(target: store.path), (try? StoreFile(existing: store.path)) == nil {
+            // Not a database (a password file, a policy, an export archive): no swap can be
+            // pending for it and no job runs on it, so no job lock (and no lock file) is taken;
+            // the temporary files of dead runs in its folder go, as for a store.
+            let removed = PendingFile.removeStale(in: store.folder)
+            return Result(path: store.path, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil)
+        }
         let lock = try JobLock.acquire(path: store.jobLockPath, job: "recover")
         defer { lock.release() }
         let swap = try StoreSwap.recover(target: store.path)

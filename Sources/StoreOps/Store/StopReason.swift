@@ -9,7 +9,7 @@ public enum StopReason: Sendable, Equatable, Codable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .killSwitch(let path): "the kill switch \(path) was thrown"
+        case .killSwitch(let path): "the kill switch \(path) was thrown" + KillSwitch.releaseHint(path)
         case .signal(let number): "\(ProcessSignals.name(number)) was received"
         case .maxRows(let rows): "max_rows (\(rows)) was reached"
         case .maxRuntime(let seconds): "max_runtime (\(Format.duration(seconds))) was reached"

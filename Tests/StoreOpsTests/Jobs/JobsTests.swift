@@ -120,6 +120,11 @@ struct CrontabTests {
 
             """)
         #expect(units[5].contents.contains("OnCalendar=Sun *-*-* 04:00:00\n"))
+        // systemd expands % specifiers and $ variables in ExecStart= (and % in Description=):
+        // a path with them is written so that it reaches storectl as it is.
+        #expect(SystemdUnits.quote("/srv/100%/a$HOME.toml") == "/srv/100%%/a$$HOME.toml")
+        #expect(SystemdUnits.quote("/srv/my app/it's \"x\".toml") == "\"/srv/my app/it's \\\"x\\\".toml\"")
+        #expect(SystemdUnits.text("storectl purge of /srv/100%h") == "storectl purge of /srv/100%%h")
         try SystemdUnits.write(units, to: fixture.folder.path)
         #expect(permissions(fixture.folder.file("storectl-policy-purge.timer")) == 0o644)
     }
@@ -176,11 +181,12 @@ struct JobRunTests {
         let text = try String(contentsOfFile: file, encoding: .utf8)
         let labels = "{job=\"purge\",store=\"\(fixture.store)\"}"
         for name in ["storectl_job_last_success_timestamp_seconds", "storectl_job_last_run_timestamp_seconds", "storectl_job_duration_seconds",
-                     "storectl_job_exit_code", "storectl_purged_rows_total", "storectl_snapshot_bytes"] {
+                     "storectl_job_exit_code", "storectl_purged_rows_total", "storectl_snapshot_bytes", "storectl_purge_rows_kept_by_deny"] {
             #expect(text.contains("# TYPE \(name) "), "\(name)")
             #expect(text.contains("\n\(name)\(labels) "), "\(name)")
         }
         #expect(text.contains("storectl_purged_rows_total\(labels) \(first.rowsPurged!)\n"))
+        #expect(text.contains("storectl_purge_rows_kept_by_deny\(labels) \(first.rowsKeptByDeny!)\n"))
         #expect(text.contains("storectl_job_exit_code\(labels) 0\n"))
         #expect(permissions(file) == 0o644)
         let inode = FileSystem.identity(of: file)?.ino

@@ -116,6 +116,7 @@ struct MigrateTests {
         // The failed state is kept aside as evidence, and still opens: step 1 applied, step 2 not.
         let kept = try #require(report.rollback?.failedStateKeptAt)
         #expect(kept.hasPrefix(fixture.store + ".failed-migration-"))
+        #expect(!kept.hasSuffix("-wal") && !kept.hasSuffix("-shm"), "the database file is named, not a sidecar")
         #expect(try readStore(kept) { try MigrationHistory.version($0) } == 1)
     }
 
@@ -232,6 +233,14 @@ struct MigrateTests {
         #expect(status.plan.drifted.count == 1 && status.plan.pending.map(\.version) == [2])
         unlink((fixture.migrations as NSString).appendingPathComponent("0001_add_priority.sql"))
         #expect((#expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) })?.message.contains("missing: 0001_add_priority") == true)
+        let missing = try MigrationStatus.run(store: fixture.store, migrations: fixture.migrations)
+        #expect(missing.plan.missingFiles == [1] && missing.plan.missing.first?.contains("put it back") == true)
+
+        // Another file with the applied number (`1_priority.sql`): named as such, not as an edit.
+        try fixture.write("1_priority.sql", MigrationFixture.addPriority)
+        let reused = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
+        #expect(reused?.message.contains("version 1 was applied as 0001_add_priority") == true, "\(reused?.message ?? "")")
+        #expect(reused?.message.contains("number a new migration above the store's version 1") == true)
     }
 
     @Test("a damaged store is refused as preflight refuses it (exit 2, quick_check named), though the check is the safety snapshot's: nothing changed, no snapshot recorded")
@@ -317,6 +326,12 @@ struct MigrateTests {
         #expect(warnings.contains { $0.hasPrefix("rebuilds table lists") })
         #expect(try Hashing.sha256(ofFile: fixture.store) == before)
         #expect(snapshotCount(fixture.repo) == 0)
+
+        // A repository the run could not open fails its dry run too (66, with the init hint).
+        options.repository = fixture.folder.file("no-such-repo")
+        let missing = #expect(throws: StoreOpsError.self) { try Migrate.run(options) }
+        #expect(missing?.status == .noInput && missing?.hint?.contains("repo init") == true, "\(String(describing: missing))")
+        #expect(try Hashing.sha256(ofFile: fixture.store) == before)
     }
 
     @Test("the kill switch thrown mid-run: stop at the next safe point, roll back, exit 3")
@@ -363,7 +378,7 @@ struct MigrateTests {
         #expect(snapshotCount(fixture.repo) == 0)
     }
 
-    @Test("the app has the store open: 75 and nothing done, unless --force; preflight --for migrate warns")
+    @Test("the app has the store open: 75 and nothing done, unless --force; preflight --for migrate fails as migrate would (warns with --force)")
     func refusedWhileOpen() throws {
         let fixture = try MigrationFixture()
         try fixture.write("0001_add_priority.sql", MigrationFixture.addPriority)
@@ -378,7 +393,9 @@ struct MigrateTests {
         #expect(try Hashing.sha256(ofFile: fixture.store) == before)
         #expect(snapshotCount(fixture.repo) == 0)
         let check = try Preflight.run(store: fixture.store, options: .init(operation: .migrate)).checks.first { $0.id == "lock.writer" }
-        #expect(check?.status == .warn && check?.advice?.contains("75") == true)
+        #expect(check?.status == .fail && check?.advice?.contains("75") == true)
+        let forcedCheck = try Preflight.run(store: fixture.store, options: .init(operation: .migrate, force: true)).checks.first { $0.id == "lock.writer" }
+        #expect(forcedCheck?.status == .warn)
 
         var forced = fixture.options()
         forced.force = true

@@ -140,13 +140,15 @@ struct PurgeCoreDataTests {
         #expect(dangling == 0)
     }
 
-    @Test("deny: a tag still linked to items stays; the run exits 2 naming it")
-    func deny() throws {
+    @Test("deny: a tag still linked to items stays, named; the run succeeds unless the rule says on_deny = \"fail\"", arguments: [nil, "keep", "fail"])
+    func deny(_ onDeny: String?) throws {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder)
-        let tags = "[[purge]]\nentity = \"Tag\"\ndeleted_flag = \"ZISDELETED\"\ndeleted_at = \"ZDELETEDAT\"\ntime_format = \"coredata\"\nretention = \"30d\""
+        let answer = onDeny.map { "\non_deny = \"\($0)\"" } ?? ""
+        let tags = "[[purge]]\nentity = \"Tag\"\ndeleted_flag = \"ZISDELETED\"\ndeleted_at = \"ZDELETEDAT\"\ntime_format = \"coredata\"\nretention = \"30d\"\(answer)"
         let report = try Purge.run(.init(policy: try policy(store, tags, folder: folder)))
-        #expect(report.status == .checksFailed)
+        #expect(report.status == (onDeny == "fail" ? .checksFailed : .ok))
+        if onDeny == "fail" { #expect(report.ending.error?.message.contains("on_deny = \"fail\"") == true) }
         #expect(report.rules[0].deleted == 1 && report.rules[0].denied == 1)
         #expect(report.rules[0].deniedSamples.first?.hasPrefix("ZTAG row 19: it is still linked to ZITEM row") == true)
         #expect(try readStore(store) { try Int64.fetchAll($0, sql: "SELECT Z_PK FROM ZTAG WHERE ZISDELETED = 1") } == [19])
@@ -273,15 +275,22 @@ struct PurgeControlTests {
         #expect(error?.message.contains("another job (migrate) holds the lock") == true)
     }
 
-    @Test("an engaged kill switch stops the run before it starts")
+    @Test("an engaged kill switch stops the run before it starts, saying how to release it; preflight --for purge fails on it")
     func killSwitchBeforeStart() throws {
         let folder = try TempFolder()
         let store = try sampleStore(in: folder)
-        try KillSwitch.engage(StoreFile(unchecked: store))
+        try KillSwitch.engage(StoreFile(unchecked: store), reason: "deploy aborted")
         let report = try Purge.run(.init(policy: try itemsPolicy(store, folder: folder)))
         #expect(report.status == .failure)
         #expect(report.rules.isEmpty)
+        #expect(report.ending.stop?.description.contains("storectl killswitch release \(store)") == true, "\(String(describing: report.ending.stop))")
+        let preflight = try Preflight.run(store: store, options: .init(operation: .purge))
+        #expect(!preflight.passed)
+        #expect(preflight.check("killswitch")?.summary.contains("deploy aborted") == true)
+        #expect(preflight.check("killswitch")?.advice == "storectl killswitch release \(store) lets runs go on")
+        #expect(try Preflight.run(store: store, options: .init(operation: .backup)).check("killswitch") == nil, "a backup does not honour it")
         #expect(KillSwitch.release(StoreFile(unchecked: store)))
+        #expect(try Preflight.run(store: store, options: .init(operation: .purge)).check("killswitch") == nil)
     }
 
     @Test("kill switch or SIGTERM mid-run: every finished batch committed, the rest untouched", arguments: ["killswitch", "sigterm"])

@@ -85,6 +85,9 @@ struct GarbagePlanTests {
         let report = plan.report(dryRun: false)
         #expect(report.unindexedPacks == 2 && report.deletedPacks == 1 && report.livePacks == 1)
         #expect(report.freedBytes == 444 && report.keptBytes == 1000)
+        // A dry run shares the repository with writers: unindexed packs are counted, their bytes not promised.
+        let dry = plan.report(dryRun: true)
+        #expect(dry.unindexedPacks == 2 && dry.freedBytes == 0)
     }
 
     @Test("the report: a real run frees each repacked pack whole, a dry run estimates on raw sizes; dead packs go before repacked ones")

@@ -292,6 +292,7 @@ struct PagedRepositoryTests {
             try fixture.replace(key, with: try repository.sealer.seal(try JSON.encode(record), as: "snapshot:" + created.id))
             let report = try fixture.check(readData: true)
             #expect(!report.ok && report.problems.contains { $0.contains(created.id) }, "\(what): \(report.problems)")
+            #expect(report.damagedSnapshots == [created.id], "\(what): the summary names the snapshot")
             #expect(RepositoryCheck.ending(of: report).status == .checksFailed)
             #expect((#expect(throws: StoreOpsError.self) { try fixture.restore(created.id, to: "r.sqlite") })?.status == .badData, "\(what)")
             #expect(try fixture.verify().allSatisfy { !$0.ok }, "\(what)")

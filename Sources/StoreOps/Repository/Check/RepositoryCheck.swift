@@ -32,6 +32,8 @@ public enum RepositoryCheck {
         public var readData = false
         /// Damage: a listed snapshot may not restore. Exit 2.
         public var problems: [String] = []
+        /// The snapshots a problem names as not restoring whole (its record, or blobs it needs).
+        public var damagedSnapshots: [String] = []
         /// Worth knowing, not damage (stale locks, packs a dead writer left unindexed).
         public var notes: [String] = []
         public var ok: Bool { problems.isEmpty }
@@ -183,6 +185,7 @@ public enum RepositoryCheck {
         let (records, damagedRecords) = try repository.catalog()
         report.snapshots = records.count + damagedRecords.count
         report.problems += damagedRecords.map { "snapshot \($0.id): \($0.problem)" }
+        report.damagedSnapshots += damagedRecords.map(\.id)
         for record in records {
             do {
                 let ids = try BlobLocator.pageMap(of: record, in: repository, locations: indexes.locations, damaged: indexes.damaged).ids
@@ -198,9 +201,11 @@ public enum RepositoryCheck {
                 }
                 if let first {
                     report.problems.append("snapshot \(record.id): \(Format.plural(missing, "blob is", "blobs are")) in no index as restore needs \(missing == 1 ? "it" : "them") (first \(first.hex.prefix(16))…)")
+                    report.damagedSnapshots.append(record.id)
                 }
             } catch let error as StoreOpsError where error.status == .badData {
                 report.problems.append(error.message)
+                report.damagedSnapshots.append(record.id)
             }
         }
     }

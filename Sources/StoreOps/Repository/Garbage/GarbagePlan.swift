@@ -128,7 +128,9 @@ struct GarbagePlan: Sendable, Equatable {
         report.repackedPacks = repacked.count
         report.unindexedPacks = unindexed.count
         report.keptBytes = kept.reduce(0) { $0 + $1.storedBytes }
-        report.freedBytes = removed.reduce(0) { $0 + $1.storedBytes } + unindexed.reduce(0) { $0 + $1.storedBytes }
+        // A dry run shares the repository with writers: a pack no index lists may be one being
+        // filled, so it is counted (unindexedPacks) but its bytes are not promised.
+        report.freedBytes = removed.reduce(0) { $0 + $1.storedBytes } + (dryRun ? 0 : unindexed.reduce(0) { $0 + $1.storedBytes })
         for pack in repacked { report.freedBytes += dryRun ? pack.estimatedFreedBytes : pack.storedBytes }
         return report
     }

@@ -36,6 +36,21 @@ public enum PasswordSource: Sendable, Hashable {
 
     private static let remembered = Mutex<[PasswordSource: Data]>([:])
 
+    /// Where a password that opened no key came from, and so what to check: the file or the
+    /// command that gave it, not every place a password could come from.
+    public var wrongPasswordHint: String {
+        switch self {
+        case .file(let path):
+            "the password was read from \(FileSystem.absolute(path)) (--password-file wins over a policy's password_file, "
+                + "which wins over STORECTL_PASSWORD_FILE): check what that file holds"
+        case .command(let command):
+            "the password was the first line printed by `\(command)` (a policy's password_command, else "
+                + "STORECTL_PASSWORD_COMMAND): check what it prints"
+        case .prompt: "the password typed opens no key of this repository: try again, or pass --password-file"
+        case .unavailable: "check --password-file, STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND"
+        }
+    }
+
     private func readOnce(purpose: String, confirm: Bool) throws -> Data {
         let text: String
         switch self {
