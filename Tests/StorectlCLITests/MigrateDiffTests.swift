@@ -71,6 +71,23 @@ struct MigrateDiffTests {
         #expect(try StoreState.digest(f.store, journalMode: false) == before, "rolled back to the pre-migrate state")
     }
 
+    @Test("--force under a live writer: its commits are not held against the declaration (no rollback discarding them); the report says the diff holds another process's writes; without --force the same store is refused (75)")
+    func forceUnderWriter() throws {
+        let f = try fixture(Self.declared)
+        let ready = f.folder.file("writer-ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", f.store, "--interval-ms", "3", "--ready-file", ready])
+        defer { writer.signal(SIGTERM); _ = writer.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        #expect(try f.migrate().status == 75)
+        let run = try f.migrate(["--force", "--json"])
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
+        #expect(report.result == "migrated" && report.othersWrote == true, "\(report.result) \(String(describing: report.othersWrote))")
+        let history = try DatabaseQueue(path: f.store).read { try MigrationHistory.changes($0, version: 2) }
+        #expect(history?.contains("other processes wrote during the run") == true, "\(history ?? "nil")")
+        #expect(try DatabaseQueue(path: f.store).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZPRIORITYLABEL IS NULL AND Z_PK <= 2000") } == 0)
+    }
+
     @Test("--dry-run --at rehearses on a point replicate recorded (planned from the point's own history, behind the store's), prints what it would change, and changes neither the store nor the repository's listing; --at without --dry-run is 64")
     func dryRunAtPoint() throws {
         let f = try fixture(Self.declared)
