@@ -147,7 +147,7 @@ struct MigrateStatusCommand: ParsableCommand, JSONOutput {
         for migration in plan.pending { print("  pending  \(String(format: "%04d", migration.version))_\(migration.name)") }
         for drift in plan.drifted { print("  DRIFTED  \(drift)") }
         for missing in plan.missing { print("  MISSING  \(missing)") }
-        if !plan.missingFiles.isEmpty || !plan.drifted.isEmpty {
+        if !plan.blockers.isEmpty {
             print("  (migrate refuses to run until the folder and the store's history agree)")
         }
         if let journal = result.interrupted { print("  INTERRUPTED: \(journal.advice)") }

@@ -29,12 +29,16 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
             if !swap.kept.isEmpty { line += "; the previous files are kept at \(swap.kept.joined(separator: ", "))" }
             if !swap.intruders.isEmpty { line += "; files found in the way were kept: \(swap.intruders.joined(separator: ", "))" }
             print(line)
-        } else {
+        } else if result.inFolder == nil {
             print("nothing to recover at \(result.path)")
         }
         if !result.removedTemporaryFiles.isEmpty {
             print("removed \(result.removedTemporaryFiles.count) temporary file\(result.removedTemporaryFiles.count == 1 ? "" : "s") of dead storectl runs")
         }
         if let journal = result.interruptedMigration { print("note: \(journal.advice)") }
+        for inner in result.inFolder ?? [] {
+            if let swap = inner.swap { print("\(swap.direction == "forward" ? "finished" : "undid") the interrupted \(swap.operation) of \(swap.target)") }
+            if let journal = inner.interruptedMigration { print("note: \(journal.advice)") }
+        }
     }
 }

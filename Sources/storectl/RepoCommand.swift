@@ -65,7 +65,9 @@ struct RepoCheckCommand: ParsableCommand, JSONOutput {
                 let named = report.damagedSnapshots
                 let which = named.isEmpty ? "" : "\(named.count) of \(Format.plural(report.snapshots, "snapshot", "snapshots")) may not restore ("
                     + named.prefix(5).joined(separator: ", ") + (named.count > 5 ? ", and \(named.count - 5) more" : "") + "); "
-                print("DAMAGED: \(which)\(Format.plural(report.problems.count, "problem", "problems")) listed above; checked \(checked)")
+                // Damage to a pack or an index names no snapshot: which ones it reaches, verify says.
+                let unattributed = report.problems.count > named.count ? " (`snapshot verify --all` names every snapshot the others reach)" : ""
+                print("DAMAGED: \(which)\(Format.plural(report.problems.count, "problem", "problems")) listed above\(unattributed); checked \(checked)")
             }
         }
         try Finished.check(RepositoryCheck.ending(of: report))

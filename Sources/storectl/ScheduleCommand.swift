@@ -121,6 +121,7 @@ struct ScheduleCommand: ParsableCommand {
             let loaded = try policies.map(Policy.load)
             try ReadinessText.requireReady(loaded, skip: skipChecks)
             let jobs = Crontab.jobs(loaded)
+            try SystemdUnits.refuseNewlines(loaded.flatMap { [$0.file, $0.store.path] })
             let units = try SystemdUnits.units(jobs, executable: ScheduleCommand.executable)
                 + SystemdUnits.replicateUnits(loaded, executable: ScheduleCommand.executable)
             guard !units.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain) and have no [replicate]") }

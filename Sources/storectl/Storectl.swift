@@ -53,7 +53,7 @@ struct Storectl: ParsableCommand {
             if !kind.configuration.subcommands.isEmpty, kind.configuration.defaultSubcommand == nil {
                 // `storectl` or `storectl snapshot` alone: what to run is missing, which is a usage
                 // error (64) for a script, not a success; the help goes to stderr with it.
-                let names = kind.configuration.subcommands.compactMap { $0.configuration.commandName }.joined(separator: ", ")
+                let names = kind.configuration.subcommands.map { $0._commandName }.joined(separator: ", ")
                 FileHandle.standardError.write(Data((helpMessage(for: kind) + "\nstorectl: name a subcommand (\(names))\n").utf8))
                 Foundation.exit(ExitStatus.usage.rawValue)
             }

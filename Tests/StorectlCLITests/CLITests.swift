@@ -92,6 +92,8 @@ struct BackupCLITests {
         let result = try ChildProcess.run(Binaries.storectl, arguments)
         #expect(result.status == 64, "\(arguments): \(result.stderr)")
         #expect(!result.stderr.isEmpty)
+        if arguments == ["snapshot"] { #expect(result.stderr.contains("name a subcommand (create, list, show, verify, restore, export, import, prune)"), "\(result.stderr)") }
+        if arguments == [] { #expect(result.stderr.contains("name a subcommand (backup, preflight, snapshot, repo, key, policy, purge, killswitch,"), "\(result.stderr)") }
     }
 
     @Test("an unreadable store: 66 (run as an unprivileged user when the tests run as root)")

@@ -73,6 +73,15 @@ struct MigrateDiffTests {
 
     @Test("--force under a live writer: its commits are not held against the declaration (no rollback discarding them); the report says the diff holds another process's writes; without --force the same store is refused (75)")
     func forceUnderWriter() throws {
+        // --force with nobody else writing: nothing to excuse, the declaration holds.
+        var files = Self.declared
+        files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        let alone = try fixture(files)
+        let forcedAlone = try alone.migrate(["--force", "--json"])
+        #expect(forcedAlone.status == 3, "\(forcedAlone.stdout)\(forcedAlone.stderr)")
+        let aloneReport = try JSON.decoder().decode(Migrate.Report.self, from: Data(forcedAlone.stdout.utf8))
+        #expect(aloneReport.othersWrote == nil && aloneReport.undeclared?.isEmpty == false)
+
         let f = try fixture(Self.declared)
         let ready = f.folder.file("writer-ready")
         let writer = try ChildProcess.Running(Binaries.lab, ["writer", f.store, "--interval-ms", "3", "--ready-file", ready])

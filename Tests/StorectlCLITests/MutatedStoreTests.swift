@@ -130,7 +130,7 @@ struct MutatedStoreTests {
             ["snapshot", "create", store, "--repo", snaps, "--json"],
             ["policy", "check", folder.file("policy.toml"), "--json"],
             ["purge", "--policy", folder.file("policy.toml"), "--dry-run", "--json"],
-            ["migrate", store, "--migrations", migrations, "--repo", folder.file("snaps2"), "--dry-run", "--json"],
+            ["migrate", store, "--migrations", migrations, "--repo", snaps, "--dry-run", "--json"],
         ]
         for command in commands {
             let result = try ChildProcess.run(Binaries.storectl, command)

@@ -26,6 +26,19 @@ struct StoreSwapTests {
         #expect(fixture.leftovers([fixture.folder.path]).isEmpty, "\(fixture.leftovers([fixture.folder.path]))")
     }
 
+    @Test("recover FOLDER after a crash finishes the interrupted swap of a store in it, as recover STORE would")
+    func recoverFolderFinishesSwaps() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                     ["STORECTL_FAULT_POINT": "swap.aside.database"])
+        #expect(killed.status == 137)
+        #expect(StoreSwap.pending(target: fixture.store))
+        let recovered = try fixture.run(["recover", fixture.folder.path])
+        #expect(recovered.status == 0 && recovered.stdout.contains("the interrupted restore of \(fixture.store)"), "\(recovered.stdout)\(recovered.stderr)")
+        #expect(!StoreSwap.pending(target: fixture.store))
+        #expect(try fixture.run(["preflight", fixture.store]).status == 0)
+    }
+
     @Test("recover on a backup target that a killed backup never made: its dead run's temporary files go (0); then 66; a live run's are kept (75)")
     func recoverNeverMadeTarget() throws {
         let fixture = try Scenarios.storeWithSnapshot()

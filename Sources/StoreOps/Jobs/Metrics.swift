@@ -31,8 +31,11 @@ public enum Metrics {
             ("storectl_purged_rows_total", "counter", "Rows purged by this job since its metrics file was created.", purged),
             ("storectl_snapshot_bytes", "gauge", "Size of the last snapshot archive this job made.", snapshotBytes),
         ]
-        if let kept = record.rowsKeptByDeny {
-            metrics.append(("storectl_purge_rows_kept_by_deny", "gauge", "Rows the last purge's deny rules kept (still linked; listed in its report).", Double(kept)))
+        // A purge's gauge, carried over from the last file when this run did not get to the
+        // purge (skipped, failed before it), so an alert on it does not flap.
+        let keptName = "storectl_purge_rows_kept_by_deny"
+        if let kept = record.rowsKeptByDeny.map(Double.init) ?? ([.purge, .maintain].contains(record.job) ? previous[keptName] : nil) {
+            metrics.append((keptName, "gauge", "Rows the last purge's deny rules kept (still linked; listed in its report).", kept))
         }
         var text = ""
         for (name, type, help, value) in metrics {

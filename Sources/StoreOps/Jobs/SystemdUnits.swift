@@ -22,7 +22,7 @@ public enum SystemdUnits {
 
                 [Service]
                 Type=simple
-                ExecStart=\(quote(executable)) replicate --policy \(quote(policy.file)) --quiet
+                ExecStart=\(quote(executable, executable: true)) replicate --policy \(quote(policy.file)) --quiet
                 Restart=always
                 RestartSec=5
                 KillSignal=SIGTERM
@@ -39,6 +39,7 @@ public enum SystemdUnits {
     ///
     /// - Throws: exit 64 when two policies would give units the same name.
     public static func units(_ jobs: [Crontab.Job], executable: String) throws -> [Unit] {
+        try refuseNewlines([executable] + jobs.flatMap { [$0.policy, $0.store] })
         var units: [Unit] = []
         var seen: [String: String] = [:]
         for job in jobs {
@@ -58,7 +59,7 @@ public enum SystemdUnits {
 
                 [Service]
                 Type=oneshot
-                ExecStart=\(quote(executable)) run \(job.job.rawValue) --policy \(quote(job.policy))
+                ExecStart=\(quote(executable, executable: true)) run \(job.job.rawValue) --policy \(quote(job.policy))
 
                 """))
             var timer = """
@@ -96,13 +97,25 @@ public enum SystemdUnits {
         return ["\(weekdays) *-\(month)-* \(time)", "*-\(month)-\(days) \(time)"]
     }
 
-    /// A word of `ExecStart=`: systemd expands `%` specifiers and `$` variables there, so a path
-    /// with `%` or `$` is written `%%` and `$$`; spaces, quotes and backslashes are quoted.
-    public static func quote(_ text: String) -> String {
-        let literal = text.replacingOccurrences(of: "%", with: "%%").replacingOccurrences(of: "$", with: "$$")
-        return literal.contains(where: { $0 == " " || $0 == "\"" || $0 == "\\" || $0 == "'" })
+    /// A word of `ExecStart=`: systemd expands `%` specifiers everywhere there and `$` variables
+    /// in the arguments (not in the program's path), so `%` is written `%%` and, in an argument,
+    /// `$` is written `$$`; spaces, tabs, quotes and backslashes are quoted. (A newline cannot be
+    /// written in a unit: `refuseNewlines` refuses such paths first.)
+    public static func quote(_ text: String, executable: Bool = false) -> String {
+        var literal = text.replacingOccurrences(of: "%", with: "%%")
+        if !executable { literal = literal.replacingOccurrences(of: "$", with: "$$") }
+        return literal.contains(where: { $0 == " " || $0 == "\t" || $0 == "\"" || $0 == "\\" || $0 == "'" })
             ? "\"" + literal.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
             : literal
+    }
+
+    /// A path with a line break cannot be written into a unit file (it would end the line, and
+    /// what follows would be read as a directive of its own): 64, naming it.
+    public static func refuseNewlines(_ paths: [String]) throws {
+        if let path = paths.first(where: { $0.contains("\n") || $0.contains("\r") }) {
+            throw StoreOpsError(.usage, "\(path.debugDescription) has a line break, which a systemd unit cannot hold",
+                                hint: "rename it (or use `storectl schedule install` for cron, which quotes it)")
+        }
     }
 
     /// Text in `Description=`: systemd expands `%` specifiers there too.

@@ -338,12 +338,10 @@ public enum Migrate {
                                         + "against a schema it does not know (--force migrates anyway)")
             }
             if options.force {
-                // The connection the migrations run on, opened now: whatever another process
-                // commits from here on moves its data_version, so the verify stage knows whether
-                // the diff holds writes that are not the migrations'.
-                let queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
-                self.queue = queue
-                dataVersion = try queue.inDatabase { try Int.fetchOne($0, sql: "PRAGMA data_version") }
+                // The connection the migrations run on, opened now: what another process commits
+                // after the snapshot stage starts moves its data_version (read there), so the
+                // verify stage knows whether the diff holds writes that are not the migrations'.
+                self.queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
             }
             try makePlan(checkingJournal: true)
             // A repository in a bucket: the space checks are the store's own volume's.
@@ -360,6 +358,9 @@ public enum Migrate {
 
         /// A verified snapshot, or nothing changes; then the crash journal names it.
         func snapshot(_ pipeline: Pipeline) throws -> String {
+            // Just before the snapshot's read: a commit in between is in the snapshot and counted
+            // here too (a moment's window); one after it is in the diff and counted.
+            if let queue { dataVersion = try queue.inDatabase { try Int.fetchOne($0, sql: "PRAGMA data_version") } }
             let created: SnapshotCreate.Result
             do {
                 created = try SnapshotCreate.inside(pipeline, tags: ["pre-migrate", "version-\(report.plan.current)"], level: nil,
@@ -716,9 +717,11 @@ public enum Migrate {
             options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
             options.clearsMigrationJournal = true
             let result = try SnapshotRestore.inPlace(options, in: hold)
-            // The database file's kept name is the shortest: its -wal and -shm are kept beside it
-            // under the same name and their suffix.
-            info.failedStateKeptAt = result.movedAside.min { $0.count < $1.count }
+            // The database file's kept name: `<store>.failed-migration-<time>`, its -wal and -shm
+            // beside it with their suffix, the external-data folder under its own name.
+            info.failedStateKeptAt = result.movedAside.first { kept in
+                kept.hasPrefix(store.path + ".failed-migration-") && !["-wal", "-shm", "-journal"].contains { kept.hasSuffix($0) }
+            } ?? result.movedAside.first
             info.verified = result.verified
         } catch {
             info.error = (error as? StoreOpsError)?.message ?? "\(error)"

@@ -48,10 +48,10 @@ public struct MigrationPlan: Sendable, Codable {
                 missingFiles.append(entry.version)
                 continue
             }
-            if migration.name != entry.name {
+            if migration.name != entry.name, migration.checksum != entry.sha256 {
                 // Another file with an applied version's number (`1_x.sql` after `0001_add.sql`).
                 drifted.append("version \(entry.version) was applied as \(label(entry.version, entry.name)) (\(Timestamp.iso(entry.appliedAt))), "
-                               + "but \(migration.source) now has that number. Put \(label(entry.version, entry.name)).sql back, "
+                               + "but \(migration.source), another migration, now has that number. Put the file of \(label(entry.version, entry.name)) back, "
                                + "and number a new migration above the store's version \(current)")
             } else if migration.checksum != entry.sha256 {
                 drifted.append("\(label(entry.version, entry.name)) was applied \(Timestamp.iso(entry.appliedAt)) with sha256 \(entry.sha256.prefix(12))…; "

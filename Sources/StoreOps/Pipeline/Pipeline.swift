@@ -56,6 +56,8 @@ public final class Pipeline {
         public var missing: RepositoryLocation.Missing = .lookAround
         /// Leave the packs a dead writer left unindexed (repair indexes them).
         public var keepingUnindexed = false
+        /// Remove nothing (no sweep of what dead writers left): a dry run's look.
+        public var readOnly = false
 
         public init(_ location: String, password: PasswordSource, exclusive: Bool, missing: RepositoryLocation.Missing = .lookAround) {
             self.location = location
@@ -154,7 +156,7 @@ public final class Pipeline {
             if let need = repository {
                 let opened = try PagedRepository.open(at: need.location, password: need.password, missing: need.missing)
                 hold = try RepositoryHold.take(opened, operation: operation, exclusive: need.exclusive, wait: wait,
-                                               keepingUnindexed: need.keepingUnindexed)
+                                               keepingUnindexed: need.keepingUnindexed, readOnly: need.readOnly)
             }
         }
     }
@@ -211,7 +213,7 @@ public final class Pipeline {
             if let snapshot = road.snapshot { walked.snapshot = try stage("snapshot") { try snapshot(self, plan) } }
         } catch {
             walked.ending = Self.ending(error, rollsBack: rollsBack)
-            if let stop = error as? Stop, let said = said(stop, changed: false, snapshot: walked.snapshot != nil) {
+            if let stop = error as? Stop, let said = said(stop, changed: rollsBack, snapshot: walked.snapshot != nil) {
                 walked.ending.error = ErrorRecord(said)
             }
             walked.stages = stages
@@ -228,7 +230,8 @@ public final class Pipeline {
         } catch {
             // A statement interrupted by a signal (the progress handler) is a stop like one at a safe point.
             let stop = (error as? Stop)?.reason ?? ProcessSignals.received.map { StopReason.signal($0) }
-            let cause = (error as? Stop).flatMap { said($0, changed: $0.stage != road.actName, snapshot: walked.snapshot != nil) }
+            // A road that rolls back does so on a stop (its report says what became of the store).
+            let cause = (error as? Stop).flatMap { said($0, changed: rollsBack || $0.stage != road.actName, snapshot: walked.snapshot != nil) }
                 ?? (error is Stop ? nil : StoreOpsError.wrapping(error))
             var ending = stop.map { Ending(.stopped, stop: $0, error: cause, rollsBack: rollsBack) } ?? Self.ending(error, rollsBack: rollsBack)
             if let failureKind = road.failureKind, stop == nil, let own = StoreOpsError.wrapping(error) {
@@ -251,7 +254,8 @@ public final class Pipeline {
     }
 
     /// What a stop at a stage's start says: the operation, the stage, why, and, when it came
-    /// before the act, that the store was not changed.
+    /// before the act of a road that does not roll back, that it changed nothing.
+    /// `changed`: no such claim can be made.
     func said(_ stop: Stop, changed: Bool, snapshot: Bool) -> StoreOpsError? {
         guard let stage = stop.stage else { return nil }
         let state = changed ? "" : snapshot ? "; the store was not changed (the snapshot taken stays)" : "; nothing was changed"

@@ -76,7 +76,7 @@ public final class PagedRepository: Sendable {
         let (master, keyID): (MasterKey, String)
         do {
             (master, keyID) = try unlocked.withLock { $0[cacheKey] } ?? unlock(backend, config: config, password: secret)
-        } catch let error as StoreOpsError where error.kind == .wrongPassword {
+        } catch let error as StoreOpsError where error.kind == .wrongPassword && error.message.hasPrefix("wrong password") {
             throw StoreOpsError(error.kind, error.message, hint: password.wrongPasswordHint)
         }
         unlocked.withLock { $0[cacheKey] = (master, keyID) }

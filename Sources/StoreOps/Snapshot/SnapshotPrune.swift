@@ -59,15 +59,16 @@ public enum SnapshotPrune {
             throw StoreOpsError(.usage, "refusing to prune with an empty policy: it would remove every snapshot",
                                 hint: "pass at least one --keep-* option")
         }
-        // A dry run only reads: it shares the repository with writers (a snapshot, a replicate
-        // running for days), and leaves the packs no index lists out of its byte count, since a
-        // writer may be filling them. The preflight decides; the act removes the records, then
+        // A dry run only reads (its lock record aside): it shares the repository with writers (a
+        // snapshot, a replicate running for days), sweeps nothing, and leaves the packs no index
+        // lists out of its byte count, since a writer may be filling them. The preflight decides; the act removes the records, then
         // collects.
         let pipeline = Pipeline(operation: "snapshot prune")
         var road = PlannedRoad<Result, Result>(lock: .none, wait: options.wait, actName: "prune",
                                                preflight: { pipeline in try decide(options, in: try pipeline.repository) },
                                                act: { pipeline, decided in try carryOut(decided, options, in: try pipeline.repository, progress: progress) })
         road.repository = .init(options.repository, password: options.password, exclusive: !options.dryRun)
+        road.repository?.readOnly = options.dryRun
         let walked = pipeline.walk(road)
         var result = try walked.get()
         result.stages = walked.stages

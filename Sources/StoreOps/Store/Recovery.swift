@@ -12,6 +12,8 @@ public enum Recovery {
         public var removedTemporaryFiles: [String]
         /// An interrupted migration needs a person's decision; recover does not make it.
         public var interruptedMigration: MigrationJournal?
+        /// `recover FOLDER`: the interrupted swaps of stores in it, each finished as for the store.
+        public var inFolder: [Result]?
     }
 
     /// What every command that touches a store does first: finish an interrupted swap of it (so
@@ -61,10 +63,16 @@ public enum Recovery {
             // A folder (a backup folder, a --scratch folder): what dead storectl runs left in it,
             // and their verification scratch copies in the temp folder. No lock file is made.
             let folder = FileSystem.absolute(path)
+            // A store in it whose swap was interrupted (the folder named after a crash): each is
+            // finished as `recover STORE` would, under its job lock.
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+            let stores = names.filter { $0.hasSuffix(StoreSwap.journalSuffix) }.sorted()
+                .map { (folder as NSString).appendingPathComponent(String($0.dropLast(StoreSwap.journalSuffix.count))) }
+            let inFolder = try stores.map { try run(path: $0) }
             let removed = PendingFile.removeStale(in: folder) + PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
-            return Result(path: folder, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil)
+            return Result(path: folder, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil, inFolder: inFolder.isEmpty ? nil : inFolder)
         }
-        if !StoreSwap.pending(target: store.path), (try? StoreFile(existing: store.path)) == nil {
+        if !StoreSwap.pending(target: store.path), isNotADatabase(store.path) {
             // Not a database (a password file, a policy, an export archive): no swap can be
             // pending for it and no job runs on it, so no job lock (and no lock file) is taken;
             // the temporary files of dead runs in its folder go, as for a store.
@@ -78,5 +86,14 @@ public enum Recovery {
         // Scratch copies of killed verifications (a killed migrate's) in the temp folder.
         PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
         return Result(path: store.path, swap: swap, removedTemporaryFiles: removed, interruptedMigration: MigrationJournal.read(store))
+    }
+
+    /// A file that certainly is not a SQLite database: readable, with a first byte, and a header
+    /// that is not SQLite's. An unreadable, empty or damaged store is not certain: it is recovered
+    /// as a store (under its lock), as before.
+    static func isNotADatabase(_ path: String) -> Bool {
+        guard FileSystem.kind(of: path) == .file, let header = try? FileProbe.shared.header(of: path), !header.isEmpty else { return false }
+        let magic = Array("SQLite format 3\0".utf8)
+        return !zip(header, magic).allSatisfy { $0 == $1 }
     }
 }

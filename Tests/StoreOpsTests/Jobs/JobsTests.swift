@@ -123,6 +123,9 @@ struct CrontabTests {
         // systemd expands % specifiers and $ variables in ExecStart= (and % in Description=):
         // a path with them is written so that it reaches storectl as it is.
         #expect(SystemdUnits.quote("/srv/100%/a$HOME.toml") == "/srv/100%%/a$$HOME.toml")
+        #expect(SystemdUnits.quote("/opt/a$b/100%/storectl", executable: true) == "/opt/a$b/100%%/storectl", "no variables in the program's path")
+        #expect(SystemdUnits.quote("/srv/a\tb.toml") == "\"/srv/a\tb.toml\"")
+        #expect((#expect(throws: StoreOpsError.self) { try SystemdUnits.refuseNewlines(["/srv/a\nExecStartPre=/bin/rm.toml"]) })?.status == .usage)
         #expect(SystemdUnits.quote("/srv/my app/it's \"x\".toml") == "\"/srv/my app/it's \\\"x\\\".toml\"")
         #expect(SystemdUnits.text("storectl purge of /srv/100%h") == "storectl purge of /srv/100%%h")
         try SystemdUnits.write(units, to: fixture.folder.path)
@@ -200,6 +203,7 @@ struct JobRunTests {
         #expect(after.contains("storectl_job_last_success_timestamp_seconds\(labels) \(Int64(first.end.timeIntervalSince1970)).") ||
                 after.contains("storectl_job_last_success_timestamp_seconds\(labels) \(String(format: "%.3f", first.end.timeIntervalSince1970))\n"))
         #expect(after.contains("storectl_purged_rows_total\(labels) \(first.rowsPurged!)\n"), "the counter does not go back")
+        #expect(after.contains("storectl_purge_rows_kept_by_deny\(labels) \(first.rowsKeptByDeny!)\n"), "the gauge is carried over, not dropped")
         #expect(FileSystem.identity(of: file)?.ino != inode, "replaced by rename, never rewritten in place")
         #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.folder.file("metrics")).allSatisfy { $0.hasSuffix(".prom") })
         #expect(try fixture.logLines().map(\.outcome) == ["ok", "failed"])

@@ -237,10 +237,14 @@ struct MigrateTests {
         #expect(missing.plan.missingFiles == [1] && missing.plan.missing.first?.contains("put it back") == true)
 
         // Another file with the applied number (`1_priority.sql`): named as such, not as an edit.
-        try fixture.write("1_priority.sql", MigrationFixture.addPriority)
+        try fixture.write("1_priority.sql", MigrationFixture.upperCategories)
         let reused = #expect(throws: StoreOpsError.self) { try Migrate.run(fixture.options()) }
         #expect(reused?.message.contains("version 1 was applied as 0001_add_priority") == true, "\(reused?.message ?? "")")
         #expect(reused?.message.contains("number a new migration above the store's version 1") == true)
+        // The applied file renamed, its content the same: the same migration, not a blocker.
+        unlink((fixture.migrations as NSString).appendingPathComponent("1_priority.sql"))
+        try fixture.write("1_priority.sql", MigrationFixture.addPriority)
+        #expect(try MigrationStatus.run(store: fixture.store, migrations: fixture.migrations).plan.blockers.isEmpty)
     }
 
     @Test("a damaged store is refused as preflight refuses it (exit 2, quick_check named), though the check is the safety snapshot's: nothing changed, no snapshot recorded")
