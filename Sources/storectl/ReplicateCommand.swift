@@ -87,7 +87,7 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
         commandName: "status",
         abstract: "Each store's points in the repository and, with --status-file, how a running replicate is doing.")
 
-    @Option(help: "The repository.") var repo: String
+    @Option(help: "The repository (default: the one --status-file names).") var repo: String?
     @OptionGroup var password: PasswordOption
     @Option(help: "The status file a running `storectl replicate --status-file` rewrites.") var statusFile: String?
     @Flag(help: "Print the report as JSON.") var json = false

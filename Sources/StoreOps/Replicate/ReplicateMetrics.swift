@@ -63,9 +63,8 @@ public enum ReplicateStatus {
         public var stale: Bool = false
     }
 
-    public static func run(repository: String, password: PasswordSource, statusFile: String?, now: Date = Date()) throws -> Report {
-        let opened = try PagedRepository.open(at: repository, password: password)
-        let stores = try StorePoints.list(opened)
+    /// - Parameter repository: nil: the one the status file names (the repository it follows into).
+    public static func run(repository: String?, password: PasswordSource, statusFile: String?, now: Date = Date()) throws -> Report {
         var live: Replicate.Summary?
         if let statusFile {
             guard let data = FileManager.default.contents(atPath: statusFile) else {
@@ -75,6 +74,11 @@ public enum ReplicateStatus {
                 throw StoreOpsError(.badData, "\(statusFile) is not a storectl replicate status file (\(JSON.describe(error)))")
             }
         }
+        guard let location = repository ?? live?.repository else {
+            throw StoreOpsError(.usage, "name the repository: --repo, or --status-file of a running replicate (it names its repository)")
+        }
+        let opened = try PagedRepository.open(at: location, password: password)
+        let stores = try StorePoints.list(opened)
         var report = Report(repository: opened.location, stores: stores.map { entry in
             let covered = entry.spans.filter { $0.kind == "covered" }
             return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: entry.newestPoint ?? covered.last?.to,
