@@ -59,13 +59,15 @@ enum SnapshotExtraction {
         let id: String
         let repository: String
         var hint: String?
+        /// What is damaged: a format-2 snapshot's pages live in the repository's packs, not in an archive.
+        var object = "the archive"
         init(id: String, repository: String, hint: String? = nil) {
             self.id = id
             self.repository = repository
             self.hint = hint
         }
         func damaged(_ what: String) -> StoreOpsError {
-            StoreOpsError(.badData, "snapshot \(id): \(what); the archive is damaged",
+            StoreOpsError(.badData, "snapshot \(id): \(what); \(object) is damaged",
                           hint: hint ?? "restore an older snapshot: `storectl snapshot list --repo \(repository)`")
         }
     }

@@ -18,7 +18,10 @@ enum PagedExtraction {
     static func run(_ record: PagedSnapshotRecord, repository: PagedRepository, into targets: SnapshotExtraction.Targets,
                     level: VerifyLevel, overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> String {
         let context = "snapshot \(record.id)"
-        let check = SnapshotExtraction.Damage(id: record.id, repository: repository.location)
+        var check = SnapshotExtraction.Damage(id: record.id, repository: repository.location,
+                                              hint: "`storectl repo check --repo \(repository.location) --read-data` names what else it reaches; "
+                                                  + "restore an older snapshot (`storectl snapshot list --repo \(repository.location)`)")
+        check.object = "the repository"
         let started = Date()
         func stage(_ what: String) {
             SnapshotRestore.logger.debug("\(what)", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
