@@ -26,12 +26,19 @@ struct PreflightCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "Seconds to wait for another process's lock.")
     var timeout: Double = 10
 
+    @Flag(help: "With --for migrate: check for `migrate --force` (the app having the store open is a warning, not a failure).")
+    var force = false
+
     @Flag(help: "Print the report as JSON on stdout.")
     var json = false
 
+    func validate() throws {
+        if force, operation != .migrate { throw ValidationError("--force is for --for migrate (as `migrate --force`)") }
+    }
+
     func run() throws {
         let progress = TerminalProgress.handler("preflight", quiet: json)
-        let report = try Preflight.run(store: store, options: .init(operation: operation, destination: dest, full: full, timeout: timeout),
+        let report = try Preflight.run(store: store, options: .init(operation: operation, destination: dest, full: full, timeout: timeout, force: force),
                                        progress: progress?.1)
         progress?.0.finish()
         print(json ? jsonReport(report) : Self.render(report))

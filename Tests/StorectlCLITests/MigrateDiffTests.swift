@@ -88,6 +88,11 @@ struct MigrateDiffTests {
         defer { writer.signal(SIGTERM); _ = writer.wait() }
         #expect(ChildProcess.waitFor(file: ready))
         #expect(try f.migrate().status == 75)
+        // preflight says the same, and with --force what migrate --force would meet.
+        #expect(try ChildProcess.run(Binaries.storectl, ["preflight", f.store, "--for", "migrate"]).status == 2)
+        let forcedCheck = try ChildProcess.run(Binaries.storectl, ["preflight", f.store, "--for", "migrate", "--force"])
+        #expect(forcedCheck.status == 0 && forcedCheck.stdout.contains("--force: migrating anyway"), "\(forcedCheck.stdout)")
+        #expect(try ChildProcess.run(Binaries.storectl, ["preflight", f.store, "--force"]).status == 64)
         let run = try f.migrate(["--force", "--json"])
         #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
         let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
