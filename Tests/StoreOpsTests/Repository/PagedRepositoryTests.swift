@@ -276,6 +276,28 @@ struct PagedRepositoryTests {
         }
     }
 
+    @Test("repo check names the snapshots a damaged pack reaches, and only those; a pack no listed snapshot reads says so",
+          arguments: ["flip-pack", "remove-pack"])
+    func packDamageNamesSnapshots(kind: String) throws {
+        let fixture = try PagedFixture(items: 5_000)
+        let first = try fixture.create()
+        let before = Set(try fixture.objects("data"))
+        try fixture.touch(percent: 5)
+        let second = try fixture.create()
+        let added = Set(try fixture.objects("data")).subtracting(before)
+        let pack = try #require(added.sorted().first, "the second snapshot stored new pages")
+        if kind == "flip-pack" { try fixture.flip(pack, at: 0.6) } else { try fixture.remove(pack) }
+        let report = try fixture.check(readData: true)
+        #expect(report.damagedSnapshots == [second.id], "\(kind): \(report.problems)")
+        let line = try #require(report.problems.first { $0.contains(String(pack.split(separator: "/").last ?? "").prefix(16)) }, "\(report.problems)")
+        #expect(line.contains("snapshot reads from it: \(second.id)") && !line.contains(first.id), "\(line)")
+        // The first snapshot restores; with the second's record gone, no listed snapshot reads the pack.
+        _ = try fixture.restore(first.id, to: "first.sqlite")
+        try fixture.remove("snapshots/" + second.id)
+        let after = try fixture.check(readData: true)
+        #expect(after.damagedSnapshots.isEmpty && after.problems.contains { $0.hasSuffix("(no snapshot listed reads from it)") }, "\(after.problems)")
+    }
+
     @Test("a record restore refuses (page size 0, 1000, 2^31; an external file named '..') is damage to repo check --read-data too (2, naming it), and to verify and prune's collector")
     func recordRestoreRefuses() throws {
         let fixture = try PagedFixture(items: 1_000, externalFiles: 1)

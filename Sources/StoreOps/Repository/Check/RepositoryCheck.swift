@@ -56,11 +56,32 @@ public enum RepositoryCheck {
         var report = Report(location: repository.location, format: 2, encrypted: repository.config.isEncrypted, readData: readData)
         try checkKeysAndLocks(repository, into: &report)
         let indexes = try scanIndexes(repository, into: &report)
-        let stored = try checkPacks(repository, indexes: indexes, into: &report)
-        try checkSnapshots(repository, indexes: indexes, into: &report)
+        var damagedPacks: [ContentID: Int] = [:]
+        let stored = try checkPacks(repository, indexes: indexes, damagedPacks: &damagedPacks, into: &report)
+        let needs = try checkSnapshots(repository, indexes: indexes, into: &report)
         try checkPoints(repository, readData: readData, into: &report)
-        if readData { try readEveryPack(repository, indexes: indexes, stored: stored, progress: progress, into: &report) }
+        if readData { try readEveryPack(repository, indexes: indexes, stored: stored, damagedPacks: &damagedPacks, progress: progress, into: &report) }
+        attribute(damagedPacks, needs: needs, into: &report)
         return report
+    }
+
+    /// The packs each snapshot reads from (where restore finds its blobs: the first index entry).
+    typealias PackNeeds = [(snapshot: String, packs: Set<ContentID>)]
+
+    /// Names, on each damaged pack's problem line, the snapshots that read blobs from it, and
+    /// adds them to `damagedSnapshots` (the one place a pack's damage and a snapshot meet).
+    static func attribute(_ damagedPacks: [ContentID: Int], needs: PackNeeds, into report: inout Report) {
+        guard !damagedPacks.isEmpty else { return }
+        for (pack, line) in damagedPacks.sorted(by: { $0.value < $1.value }) where line < report.problems.count {
+            let reaching = needs.filter { $0.packs.contains(pack) }.map(\.snapshot)
+            if reaching.isEmpty {
+                report.problems[line] += " (no snapshot listed reads from it)"
+                continue
+            }
+            let names = reaching.prefix(5).joined(separator: ", ") + (reaching.count > 5 ? ", and \(reaching.count - 5) more" : "")
+            report.problems[line] += "; \(Format.plural(reaching.count, "snapshot reads", "snapshots read")) from it: \(names)"
+            for id in reaching where !report.damagedSnapshots.contains(id) { report.damagedSnapshots.append(id) }
+        }
     }
 
     /// Every chain of points has its base; with `readData`, every segment opens (authenticated)
@@ -156,20 +177,26 @@ public enum RepositoryCheck {
 
     /// Each indexed pack exists and its own header agrees; unindexed ones are noted. Returns the
     /// packs stored.
-    private static func checkPacks(_ repository: PagedRepository, indexes: IndexedBlobs, into report: inout Report) throws -> Set<String> {
+    private static func checkPacks(_ repository: PagedRepository, indexes: IndexedBlobs, damagedPacks: inout [ContentID: Int],
+                                   into report: inout Report) throws -> Set<String> {
         let stored = Set(try repository.backend.list("data/").map(\.key))
         report.packs = stored.count
         for (pack, contents) in indexes.packs.sorted(by: { $0.key < $1.key }) {
             let key = PackBuilder.key(pack)
             guard stored.contains(key) else {
+                damagedPacks[pack] = report.problems.count
                 report.problems.append("pack \(repository.backend.describe(key)) is listed by an index but missing")
                 continue
             }
             do {
                 let header = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer)
                 // Layout 2's header lists no ids: the index's are checked against the blobs by --read-data.
-                if header != contents.withoutIDs { report.problems.append("pack \(repository.backend.describe(key)): its header and the index disagree") }
+                if header != contents.withoutIDs {
+                    damagedPacks[pack] = report.problems.count
+                    report.problems.append("pack \(repository.backend.describe(key)): its header and the index disagree")
+                }
             } catch let error as StoreOpsError where error.status == .badData {
+                damagedPacks[pack] = report.problems.count
                 report.problems.append(error.message)
             }
         }
@@ -181,14 +208,20 @@ public enum RepositoryCheck {
     }
 
     /// Every record opens; every blob it needs is indexed (pages as pages of its page size).
-    private static func checkSnapshots(_ repository: PagedRepository, indexes: IndexedBlobs, into report: inout Report) throws {
+    private static func checkSnapshots(_ repository: PagedRepository, indexes: IndexedBlobs, into report: inout Report) throws -> PackNeeds {
+        var needs: PackNeeds = []
         let (records, damagedRecords) = try repository.catalog()
         report.snapshots = records.count + damagedRecords.count
         report.problems += damagedRecords.map { "snapshot \($0.id): \($0.problem)" }
         report.damagedSnapshots += damagedRecords.map(\.id)
         for record in records {
+            // The map's and the files' packs are known from the record alone (a map that cannot be
+            // read still names the pack that holds it); the pages' once the map is read.
+            var packs = Set(record.otherBlobs.compactMap { indexes.locations[$0.0]?.pack })
+            defer { needs.append((record.id, packs)) }
             do {
                 let ids = try BlobLocator.pageMap(of: record, in: repository, locations: indexes.locations, damaged: indexes.damaged).ids
+                for id in Set(ids) { if let at = indexes.locations[id] { packs.insert(at.pack) } }
                 var missing = 0
                 var first: ContentID?
                 for id in Set(ids) where indexes.pageLengths[id].map({ Int($0) != record.pages.pageSize }) ?? true {
@@ -208,12 +241,13 @@ public enum RepositoryCheck {
                 report.damagedSnapshots.append(record.id)
             }
         }
+        return needs
     }
 
     /// `--read-data`: every frame of every stored, indexed pack read, authenticated,
     /// decompressed and checked against its content ids.
-    private static func readEveryPack(_ repository: PagedRepository, indexes: IndexedBlobs, stored: Set<String>, progress: StepHandler?,
-                                      into report: inout Report) throws {
+    private static func readEveryPack(_ repository: PagedRepository, indexes: IndexedBlobs, stored: Set<String>,
+                                      damagedPacks: inout [ContentID: Int], progress: StepHandler?, into report: inout Report) throws {
         let zstd = try ZstdFrames(level: 3)
         let started = Date()
         let total = indexes.packs.values.reduce(UInt64(0)) { $0 + $1.frames.reduce(0) { $0 + UInt64($1.sealedLength) } }
@@ -226,6 +260,7 @@ public enum RepositoryCheck {
             do {
                 try BlobLocator.checkPack(pack, frames: contents.frames, repository: repository, zstd: zstd) { done += UInt64($0.sealedLength) }
             } catch let error as StoreOpsError where error.status == .badData {
+                if damagedPacks[pack] == nil { damagedPacks[pack] = report.problems.count }
                 report.problems.append(error.message)
             }
         }
