@@ -41,6 +41,14 @@ struct StoreMutation: Sendable, CustomTestStringConvertible {
         StoreMutation("a cycle of superentities", "UPDATE Z_PRIMARYKEY SET Z_SUPER = 4 WHERE Z_ENT = 2; UPDATE Z_PRIMARYKEY SET Z_SUPER = 2 WHERE Z_ENT = 4; UPDATE Z_PRIMARYKEY SET Z_SUPER = 3 WHERE Z_ENT = 3"),
         StoreMutation("an entity listed twice", "INSERT INTO Z_PRIMARYKEY VALUES (7, 'Item', 0, 5)"),
         StoreMutation("huge and negative numbers", "UPDATE Z_PRIMARYKEY SET Z_MAX = 9223372036854775807 WHERE Z_ENT = 1; UPDATE Z_PRIMARYKEY SET Z_ENT = -1 WHERE Z_ENT = 6; UPDATE ZITEM SET ZPRIORITY = -9223372036854775808"),
+        StoreMutation("the header's freelist count 0xFFFFFFFF (SQLite reports it as -1)") { db in
+            try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            let path = try String.fetchOne(db, sql: "SELECT file FROM pragma_database_list WHERE name = 'main'") ?? ""
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            defer { try? handle.close() }
+            try handle.seek(toOffset: 36)
+            try handle.write(contentsOf: Data([0xFF, 0xFF, 0xFF, 0xFF]))
+        },
         StoreMutation("garbage in Z_METADATA.Z_PLIST", "UPDATE Z_METADATA SET Z_PLIST = randomblob(300)"),
         StoreMutation("text in Z_METADATA.Z_PLIST", "UPDATE Z_METADATA SET Z_PLIST = 'not a plist', Z_UUID = 42"),
         StoreMutation("a plist of the wrong shape") { db in

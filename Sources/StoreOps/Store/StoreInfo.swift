@@ -38,7 +38,8 @@ public struct StoreInfo: Sendable, Codable, Equatable {
             journalMode: (try String.fetchOne(db, sql: "PRAGMA journal_mode") ?? "unknown").lowercased(),
             pageSize: try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 0,
             pageCount: try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0,
-            freelistCount: try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0,
+            // The header's u32, which SQLite returns signed: 0xFFFFFFFF in a damaged header is -1.
+            freelistCount: Int(UInt32(truncatingIfNeeded: try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0)),
             userVersion: try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0,
             fileBytes: FileSystem.size(of: store.path) ?? 0,
             walBytes: FileSystem.size(of: store.walPath) ?? 0,

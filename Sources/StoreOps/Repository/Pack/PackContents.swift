@@ -86,6 +86,9 @@ public struct PackContents: Sendable, Equatable {
         return out
     }
 
+    /// No frame starts beyond 1 TiB into a pack (storectl's are tens of MiB).
+    static let maxOffset: UInt64 = 1 << 40
+
     private static func frameOutOfPlace(_ reader: BinaryReader, _ f: Int, _ offset: UInt64, _ sealedLength: UInt32) -> StoreOpsError {
         StoreOpsError(.badData, "\(reader.what) is damaged: frame \(f) (offset \(offset), \(sealedLength) bytes) is out of place",
                       hint: Sealer.damagedHint)
@@ -104,7 +107,9 @@ public struct PackContents: Sendable, Equatable {
             let sealedLength = try reader.u32()
             let rawLength = try reader.u32()
             let count = try reader.count(itemBytes: compact ? 9 : 41)
-            guard offset >= end, offset + UInt64(sealedLength) >= offset, packSize.map({ offset + UInt64(sealedLength) <= $0 }) ?? true,
+            // Bounded before any sum: a pack is megabytes, and an offset near 2^63 or 2^64 (read
+            // from outside) must neither overflow here nor become an Int later.
+            guard offset >= end, offset <= Self.maxOffset, packSize.map({ offset + UInt64(sealedLength) <= $0 }) ?? true,
                   rawLength <= PackBuilder.maxFrameRaw else {
                 throw frameOutOfPlace(reader, f, offset, sealedLength)
             }

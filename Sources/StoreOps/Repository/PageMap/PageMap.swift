@@ -115,7 +115,7 @@ enum PageMap {
     /// Assembles the ids of every page from the map's blobs (fetched by `blob`), checking counts
     /// and the digest.
     static func assemble(_ map: PageMapRef, idBytes: Int, what: String, blob: (ContentID, BlobType) throws -> Data) throws -> Loaded {
-        guard map.pageCount >= 0, map.pageCount <= 1 << 31, map.baseCount >= 0, map.baseCount <= 1 << 31, map.chunkPages > 0,
+        guard map.pageCount >= 0, map.pageCount <= 1 << 31, map.baseCount >= 0, map.baseCount <= 1 << 31, map.chunkPages > 0, map.chunkPages <= 1 << 31,
               map.base.count == (map.baseCount + map.chunkPages - 1) / map.chunkPages else {
             throw StoreOpsError(.badData, "\(what): its page map is inconsistent (\(map.base.count) chunks for \(map.baseCount) pages)", hint: Sealer.damagedHint)
         }
