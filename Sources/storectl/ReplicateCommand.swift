@@ -32,6 +32,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "How often new commits are written to the repository (e.g. 1s, 500ms; default 1s).") var syncInterval: String?
     @Option(parsing: .unconditional, help: "How often a new base is taken, bounding what a restore reads (e.g. 1h, the default).") var baseInterval: String?
     @Option(parsing: .unconditional, help: "Merge a chain's segments into one object once the oldest is this old (e.g. 1m, the default; 0 never): a restore reads fewer objects.") var mergeInterval: String?
+    @Option(parsing: .unconditional, help: "While a store is idle, confirm this often that no commit came since its last point (e.g. 1m, the default; 0 never): restores answer a time up to the last confirmation.") var heartbeat: String?
     @Option(parsing: .unconditional, help: "Stop after this long (e.g. 10m) instead of waiting for a signal.") var `for`: String?
     @Flag(help: "Print the summary as JSON when it stops.") var json = false
     @Flag(help: "Say nothing while following (the summary is still printed at the end).") var quiet = false
@@ -56,11 +57,19 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         if let baseInterval { options.baseInterval = try duration(baseInterval, "--base-interval", allowZero: false) }
         if let mergeInterval { options.mergeInterval = try duration(mergeInterval, "--merge-interval", allowZero: true) }
         options.duration = try `for`.map { try duration($0, "--for", allowZero: false) }
+        if let heartbeat { options.heartbeatInterval = try duration(heartbeat, "--heartbeat", allowZero: true) }
         if let statusFile { options.statusFile = statusFile }
         if let metrics { options.metricsFolder = metrics }
         let say: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("storectl replicate: \(line)\n".utf8)) }
         let summary = try Replicate.run(options, events: quiet || json ? nil : say)
-        if json { print(jsonReport(summary)); return }
+        if json { print(jsonReport(summary)) } else { printSummary(summary) }
+        if summary.unwritten > 0 {
+            throw StoreOpsError(.ioError, "stopped with \(Format.plural(summary.unwritten, "commit", "commits")) read but not written to \(summary.repository): no point holds them",
+                                hint: "the lines above name each store and where its points end; the next run takes the store up from there (a gap, unless the -wal still holds those commits)")
+        }
+    }
+
+    private func printSummary(_ summary: Replicate.Summary) {
         for store in summary.stores {
             var line = "\(store.store): \(Format.plural(store.points, "point", "points")) in \(Format.plural(store.segments, "segment", "segments"))"
             if !store.bases.isEmpty { line += ", \(Format.plural(store.bases.count, "base", "bases"))" }
@@ -94,18 +103,27 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let report = try ReplicateStatus.run(repository: repo, password: password.source, statusFile: statusFile)
-        if json { print(jsonReport(report)); return }
+        if json { print(jsonReport(report)) } else { render(report) }
+        try Finished.check(ReplicateStatus.ending(of: report))
+    }
+
+    private func render(_ report: ReplicateStatus.Report) {
         if let state = report.state {
             let when = report.updatedAt.map { Timestamp.iso($0) } ?? "?"
             print("replicate \(state) (pid \(report.pid.map(String.init) ?? "?"), status written \(when))\(report.stale ? ": STALE, the process is probably gone" : "")")
         }
+        if let problem = report.repositoryError { print("repository NOT READ: \(problem)") }
         if report.stores.isEmpty { print("no points in time in \(report.repository)") }
         for store in report.stores {
             var line = "\(store.store) (\(store.host)): \(Format.plural(store.points, "point", "points")), newest \(store.newestPoint.map { Timestamp.iso($0) } ?? "none")"
             line += ", \(Format.plural(store.gaps, "gap", "gaps")), \(Format.plural(store.chains, "chain", "chains"))"
             if let live = store.live {
-                line += String(format: "; this run: %d points, lag p99 %.2f s, max %.2f s, ", live.points, live.p99LagSeconds, live.maxLagSeconds)
+                line += "; this run: \(Format.plural(live.points, "point", "points"))" + String(format: ", lag p99 %.2f s, max %.2f s, ", live.p99LagSeconds, live.maxLagSeconds)
                 line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"
+                if let waiting = live.waiting, waiting > 0 {
+                    line += "; \(Format.plural(waiting, "commit", "commits")) read and NOT durable yet"
+                    if let error = live.lastError { line += " (writing them failed: \(error))" }
+                }
             }
             print(line)
         }

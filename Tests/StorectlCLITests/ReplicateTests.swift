@@ -438,6 +438,90 @@ struct ReplicateTests {
         #expect(seq == lastSeq)
     }
 
+    @Test("SIGTERM while the repository cannot be written (its disk full): replicate says how many commits it read and did not write, exits 74 within the drain, writes no stop marker; status shows them waiting and why; a restore after the last durable point is refused (66), at it gives its content; with room again the next run exits 0",
+          .enabled(if: TempMount.isAvailable))
+    func drainThatCannotWrite() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let store = try makeStore(folder, items: 300)
+        let mount = try #require(TempMount(kilobytes: 2048))
+        let repo = mount.file("repo")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
+        let status = folder.file("status.json")
+        let environment = ["STORECTL_REPLICATE_DRAIN_SECONDS": "5"]
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--sync-interval", "200ms",
+                                                                    "--heartbeat", "0", "--merge-interval", "0", "--status-file", status], environment: environment)
+        let app = try DatabaseQueue(path: store)
+        func title(_ text: String, body: Int = 0) throws {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ?, ZBODY = hex(randomblob(?)) WHERE Z_PK = 1", arguments: [text, body]) }
+        }
+        func restored(at time: String, _ name: String) throws -> (status: Int32, stderr: String, title: String?) {
+            let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", time, "--to", folder.file(name)])
+            let value = run.status == 0 ? try read(folder.file(name)) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } : nil
+            return (run.status, run.stderr, value)
+        }
+        let deadline = Date().addingTimeInterval(30)
+        while (try? StorePoints.list(repository: repo))?.isEmpty != false, Date() < deadline { usleep(50_000) }
+        try title("before")
+        usleep(1_000_000)
+        _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(mount.file("filler"))' 2>/dev/null"])
+        for k in 1...3 { try title("after-\(k)", body: 3000); usleep(300_000) }
+        usleep(1_000_000)
+        let committed = Timestamp.iso(Date())
+        let shown = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status])
+        #expect(shown.status == 0 && shown.stdout.contains("3 commits read and NOT durable yet (writing them failed:") && shown.stdout.contains("no space left"),
+                "\(shown.status) \(shown.stdout) \(shown.stderr)")
+        let signalled = Date()
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.status == 74 && Date().timeIntervalSince(signalled) < 8, "\(stopped.status) after \(Date().timeIntervalSince(signalled)) s: \(stopped.stderr)")
+        #expect(stopped.stderr.contains("3 commits read but NOT written") && stopped.stderr.contains("no later time is claimed"), "\(stopped.stderr)")
+        #expect(!stopped.stderr.contains("every commit seen was written"))
+        // A restore too takes a (shared) lock object in the repository: room for it first.
+        try FileManager.default.removeItem(atPath: mount.file("filler"))
+        let repository = try PagedRepository.open(at: repo, password: .resolve(file: nil))
+        let chain = try #require(PointTimeline.load(repository).chains.first)
+        #expect(!chain.stopped, "no stop marker claims the time after the last durable point")
+        let refused = try restored(at: committed, "late.sqlite")
+        #expect(refused.status == 66 && refused.stderr.contains("the last time the follower of this store confirmed"), "\(refused.status) \(refused.stderr)")
+        let durable = Timestamp.iso(Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000))
+        #expect(try restored(at: durable, "durable.sqlite").title == "before")
+        // The next run takes the store up (the app's connection keeps its -wal) and stops cleanly.
+        let next = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--for", "2s", "--heartbeat", "0"])
+        #expect(next.status == 0, "\(next.stderr)")
+        let ended = try #require(PointTimeline.load(repository).chains.last)
+        #expect(ended.stopped)
+        #expect(try restored(at: Timestamp.iso(Date(timeIntervalSince1970: Double(ended.confirmedUntil) / 1000)), "after.sqlite").title == "after-3")
+        try app.close()
+    }
+
+    @Test("alive markers: an idle store's follower confirms (--heartbeat) that no commit came since its last point, so a time after that point and before the marker restores it; after kill -9 nothing confirms the time after the last marker: listed as unconfirmed, and a restore there is refused (66) even though the app committed since")
+    func heartbeatBoundsWhatIsClaimed() throws {
+        let world = try world()
+        let follower = try replicate(world, ["--sync-interval", "200ms", "--heartbeat", "500ms"])
+        #expect(waitForBase(world))
+        let app = try DatabaseQueue(path: world.store)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'one' WHERE Z_PK = 1") }
+        usleep(2_500_000)
+        let confirmed = Date().addingTimeInterval(-1)
+        let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
+        let chain = try #require(PointTimeline.load(repository).chains.first)
+        #expect(chain.alive.count <= 2 && Double(chain.confirmedUntil) > confirmed.timeIntervalSince1970 * 1000 && Double(chain.lastTime) < confirmed.timeIntervalSince1970 * 1000,
+                "alive \(chain.alive.map(\.key)), last point \(chain.lastTime)")
+        let early = try restoreWithCLI(world, at: confirmed, to: world.folder.file("one.sqlite"))
+        #expect(early.point != nil)
+        #expect(try read(world.folder.file("one.sqlite")) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "one")
+        let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
+        #expect(listed.spans.last?.kind == "unconfirmed" && listed.spans.last?.to == nil, "\(listed.spans)")
+        follower.signal(SIGKILL)
+        _ = follower.wait()
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'two' WHERE Z_PK = 1") }
+        usleep(1_200_000)
+        let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(Date()),
+                                                               "--to", world.folder.file("late.sqlite")], environment: world.environment)
+        #expect(refused.status == 66 && refused.stderr.contains("confirmed its points"), "\(refused.status) \(refused.stderr)")
+        try app.close()
+    }
+
     @Test("SIGTERM while the app commits every few ms: the chain is listed as covered only up to replicate's last read, never to the moment it stopped; every commit the writer saw return before that end is in the point restored there (three runs)")
     func stopClaimsOnlyWhatWasRead() throws {
         for run in 0..<3 {

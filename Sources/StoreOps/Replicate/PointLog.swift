@@ -409,7 +409,9 @@ public struct SegmentName: Equatable, Hashable, Sendable {
 
     /// A digest's keys say `digest` where others say their level: a storectl that does not read
     /// digests does not parse their keys, so it never takes one for a segment of its chain.
-    var levelText: String { level == PointDigest.level ? "digest" : level == PointMilestone.level ? "milestone" : String(level) }
+    var levelText: String {
+        level == PointDigest.level ? "digest" : level == PointMilestone.level ? "milestone" : level == PointTimeline.aliveLevel ? "alive" : String(level)
+    }
 
     var identity: String { "points:\(store)/\(chain)/\(levelText)-\(from)-\(to)" }
 
@@ -418,10 +420,10 @@ public struct SegmentName: Equatable, Hashable, Sendable {
         guard parts.count == 4, parts[0] == "points", parts[1].count == 16, parts[1].allSatisfy(\.isHexDigit),
               SnapshotID.isPlausible(String(parts[2])) else { return nil }
         let fields = parts[3].split(separator: "-")
-        let named = ["digest": PointDigest.level, "milestone": PointMilestone.level]
+        let named = ["digest": PointDigest.level, "milestone": PointMilestone.level, "alive": PointTimeline.aliveLevel]
         guard fields.count == 5, let level = named[String(fields[0])] ?? Int(fields[0]).flatMap({ named.values.contains($0) ? nil : $0 }),
               let from = Int(fields[1]), let to = Int(fields[2]),
-              let first = Int64(fields[3]), let last = Int64(fields[4]), level >= 0, level <= 9, from >= 0, to >= from, to <= maxPoint,
+              let first = Int64(fields[3]), let last = Int64(fields[4]), level >= 0, level <= 9 || level == PointTimeline.aliveLevel, from >= 0, to >= from, to <= maxPoint,
               first >= 0, last >= first, last <= maxTime else { return nil }
         return SegmentName(store: String(parts[1]), chain: String(parts[2]), level: level, from: from, to: to, firstTime: first, lastTime: last)
     }
@@ -446,13 +448,27 @@ public struct PointTimeline: Sendable {
         /// Level 8: the follower stopped cleanly at `firstTime`; level 9: it was not following
         /// from `firstTime` to `lastTime` (it resumed the chain then).
         public var markers: [SegmentName] = []
+        /// Alive markers (`heartbeat`): the follower confirmed, at `lastTime`, that no commit
+        /// came after point `to`. Oldest first; a follower keeps one (a kill can leave two).
+        public var alive: [SegmentName] = []
 
-        /// The highest point a stop or resume marker names beyond the segments found (a segment
-        /// missing: removed by hand, or lost): nil when the segments reach every named point.
+        /// The highest point a stop, resume or alive marker names beyond the segments found (a
+        /// segment missing: removed by hand, or lost): nil when the segments reach every named point.
         public var missingThrough: Int? {
-            let named = markers.map(\.to).max() ?? 0
+            let named = (markers + alive).map(\.to).max() ?? 0
             return named > points - 1 ? named : nil
         }
+
+        /// How far the chain is known to cover: its last point, a clean stop at it, or the
+        /// newest alive marker at it (no commit came before that time).
+        public var confirmedUntil: Int64 {
+            let stop = markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == points - 1 ? $0.firstTime : nil }
+            let heard = alive.filter { $0.to == points - 1 }.map(\.lastTime).max()
+            return max(lastTime, stop ?? 0, heard ?? 0)
+        }
+
+        /// Stopped cleanly (its last marker a stop): no follower is expected to add to it.
+        public var stopped: Bool { markers.last?.level == PointTimeline.stoppedLevel }
 
         /// The spans of this chain in which no commit is claimed: from a clean stop to the next
         /// resume (or on), and each resume's span; `point`: the chain's last point before it.
@@ -473,6 +489,8 @@ public struct PointTimeline: Sendable {
 
     static let stoppedLevel = 8
     static let resumedLevel = 9
+    /// Its keys say `alive` (a storectl before them does not parse them, so never reads one as a stop).
+    static let aliveLevel = 10
 
     public var chains: [Chain]
 
@@ -504,14 +522,15 @@ public struct PointTimeline: Sendable {
             let end = best.keys.max() ?? 0
             let chosen: [SegmentName] = [opening] + (best[end] ?? [])
             var redundant: [SegmentName] = []
-            let markers = names.filter { $0.level >= Self.stoppedLevel }.sorted { $0.lastTime < $1.lastTime }
+            let markers = names.filter { $0.level == Self.stoppedLevel || $0.level == Self.resumedLevel }.sorted { $0.lastTime < $1.lastTime }
+            let alive = names.filter { $0.level == Self.aliveLevel }.sorted { $0.lastTime < $1.lastTime }
             let used = Set(chosen + markers)
             for name in data where !used.contains(name) && name.to <= end { redundant.append(name) }
             let digests = names.filter { $0.level == PointDigest.level }.sorted { ($0.from, $0.to) < ($1.from, $1.to) }
             let milestones = names.filter { $0.level == PointMilestone.level }.sorted { ($0.to, $0.lastTime) < ($1.to, $1.lastTime) }
             chains.append(Chain(store: opening.store, id: opening.chain, segments: chosen, baseTime: opening.firstTime,
                                 lastTime: chosen.last?.lastTime ?? opening.firstTime, redundant: redundant, digests: digests,
-                                milestones: milestones, markers: markers))
+                                milestones: milestones, markers: markers, alive: alive))
         }
         chains.sort { ($0.store, $0.baseTime, $0.id) < ($1.store, $1.baseTime, $1.id) }
         return PointTimeline(chains: chains)
@@ -534,7 +553,8 @@ public struct StorePoints: Sendable, Codable {
     public struct Span: Sendable, Codable {
         /// "covered" (every commit a point), "thinned" (the last commit of each minute), "gap"
         /// (continuity could not be proven), "not followed" (storectl was stopped; open-ended
-        /// when `to` is nil).
+        /// when `to` is nil), "unconfirmed" (after the newest chain's last point or alive marker,
+        /// while it is not stopped: its follower may be running, or gone).
         public var kind: String
         public var from: Date
         public var to: Date?
@@ -598,7 +618,7 @@ public struct StorePoints: Sendable, Codable {
                     from = to
                 }
                 if from != .max {
-                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(max(from, chain.lastTime)),
+                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(max(from, chain.confirmedUntil)),
                                              points: perSpan ? max(0, chain.points - 1 - before) : nil, chain: chain.id))
                 }
                 if !perSpan, let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) { entry?.spans[index].points = points + 1 }
@@ -620,6 +640,12 @@ public struct StorePoints: Sendable, Codable {
                     spans.insert(gap, at: at)
                     entry?.spans.replaceSubrange(chainStart..., with: spans)
                 }
+            }
+            // The newest chain, not stopped: what came after its last confirmation is not claimed
+            // (what `restore --at` refuses there).
+            if let newest = previous, !newest.stopped, newest.missingThrough == nil, entry != nil {
+                entry?.spans.append(Span(kind: "unconfirmed", from: PointRestore.date(newest.confirmedUntil), to: nil, chain: newest.id,
+                                         reason: "not confirmed yet: a running replicate confirms at each point and while the store is idle; a stopped one no longer does"))
             }
             if let entry { out.append(entry) }
         }

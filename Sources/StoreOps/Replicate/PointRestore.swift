@@ -190,8 +190,7 @@ public enum PointRestore {
         // point; a chain thinned by prune keeps fewer points, and `--at` there gives the newest kept.
         // A chain stopped cleanly at its last point was followed, with no commit, up to the stop
         // (the marker names the point it stopped at: not so when a segment before it is missing).
-        let stop = chain.markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == chain.points - 1 ? $0.firstTime : nil }
-        let followedUntil = max(chain.lastTime, stop ?? 0)
+        let followedUntil = chain.confirmedUntil
         if let later = chains.first(where: { $0.baseTime > t }), t > followedUntil,
            let reason = try continuityBreak(from: chain, to: later, in: repository) {
             throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(followedUntil))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",
@@ -208,6 +207,15 @@ public enum PointRestore {
             let until = span.to.map { " to \(Timestamp.iso(date($0)))" } ?? " on"
             throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(span.from)))\(until)): no commit in it is claimed",
                                 hint: "try --at \(Timestamp.iso(date(span.from)))\(span.to.map { " or --at \(Timestamp.iso(date($0)))" } ?? "")")
+        }
+        // The store's newest chain, not stopped: its follower said nothing of the time after its
+        // last point or alive marker. It may have been killed, or be unable to write what it
+        // read (a commit after the last point would then be missing from the answer), so that
+        // time is not claimed.
+        if !chains.contains(where: { $0.baseTime > chain.baseTime }), !chain.stopped, t > followedUntil {
+            let last = Timestamp.iso(date(followedUntil))
+            throw StoreOpsError(.noInput, "\(when) is after \(last), the last time the follower of this store confirmed its points (its newest point or alive marker): a commit after it may be in no point, so none is claimed",
+                                hint: "try --at \(last) (the store as it was then); a running `storectl replicate` confirms at every point it writes and every \(Format.duration(Replicate.Options(stores: [], repository: "").heartbeatInterval)) while the store is idle; `storectl replicate status` says whether it still runs")
         }
         // The latest milestone at or before the point, when the chain has one: the restore replays
         // only what came after it (`PointMilestone`).

@@ -52,7 +52,7 @@ public struct PointRetention: Sendable, Codable, Equatable {
                 // Digests go first: a restore only reads one where the segments it spans are there.
                 // Milestones before them (a marker gone, prune removes its record too).
                 let data = chain.milestones.map(\.key) + chain.digests.map(\.key) + chain.segments.dropFirst().sorted { ($0.from, $0.level) > ($1.from, $1.level) }.map(\.key)
-                let extras = chain.redundant.map(\.key).sorted() + chain.markers.map(\.key).sorted()
+                let extras = chain.redundant.map(\.key).sorted() + chain.markers.map(\.key).sorted() + chain.alive.map(\.key).sorted()
                 let opening = chain.segments.first.map(\.key)
                 var decision = Decision(store: base.manifest.source.path, chain: chain.id, from: PointRestore.date(chain.baseTime),
                                         to: PointRestore.date(chain.lastTime), action: "keep", reason: "", segments: [])

@@ -61,6 +61,15 @@ public enum ReplicateStatus {
         /// The status file was last written longer ago than a few sync intervals: the process is
         /// probably gone (killed) without saying so.
         public var stale: Bool = false
+        /// The repository could not be read (the status file's figures are shown without it);
+        /// the command still ends 74.
+        public var repositoryError: String?
+    }
+
+    /// How `replicate status` ends: 74 when the repository could not be read.
+    public static func ending(of report: Report) -> Ending {
+        guard let problem = report.repositoryError else { return .ok }
+        return Ending(.failed, error: StoreOpsError(.ioError, problem, hint: "the figures above are the status file's; check that the repository is reachable"))
     }
 
     /// - Parameter repository: nil: the one the status file names (the repository it follows into).
@@ -71,14 +80,27 @@ public enum ReplicateStatus {
                 throw StoreOpsError(.noInput, "no status file at \(statusFile)", hint: "pass the --status-file storectl replicate writes")
             }
             do { live = try JSON.decoder().decode(Replicate.Summary.self, from: data) } catch {
-                throw StoreOpsError(.badData, "\(statusFile) is not a storectl replicate status file (\(JSON.describe(error)))")
+                throw StoreOpsError(.badData, "\(statusFile) is not a storectl replicate status file (\(JSON.describe(error)))",
+                                    hint: "pass the file a running `storectl replicate --status-file FILE` writes, or --repo alone for what the repository holds")
             }
         }
         guard let location = repository ?? live?.repository else {
-            throw StoreOpsError(.usage, "name the repository: --repo, or --status-file of a running replicate (it names its repository)")
+            throw StoreOpsError(.usage, "name the repository: --repo, or --status-file of a running replicate (it names its repository)",
+                                hint: "storectl replicate status --repo DIR [--status-file FILE]")
         }
-        let opened = try PagedRepository.open(at: location, password: password)
-        let stores = try StorePoints.list(opened)
+        let opened: PagedRepository
+        let stores: [StorePoints]
+        do {
+            opened = try PagedRepository.open(at: location, password: password)
+            stores = try StorePoints.list(opened)
+        } catch let error as StoreOpsError where live != nil && error.status == ExitStatus.ioError {
+            // Unreachable: what the running replicate said is what an operator needs now.
+            var report = Report(repository: location, stores: (live?.stores ?? []).map {
+                Store(store: $0.store, host: ProcessInfo.processInfo.hostName, points: 0, newestPoint: $0.lastDurable, gaps: $0.gaps.count, chains: 0, live: $0)
+            }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
+            report.repositoryError = error.message
+            return report
+        }
         var report = Report(repository: opened.location, stores: stores.map { entry in
             let covered = entry.spans.filter { $0.kind == "covered" }
             return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: entry.newestPoint ?? covered.last?.to,

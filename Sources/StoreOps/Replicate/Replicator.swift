@@ -35,6 +35,14 @@ public enum Replicate {
         public var level: Int?
         /// The most -wal a read takes in at once (see `WalFollower.catchUpLimit`).
         public var catchUpLimit = 256 << 20
+        /// How long the drain after a stop may take (systemd's default stop timeout is 30 s):
+        /// what is not written by then is reported (exit 74), never claimed.
+        /// `STORECTL_REPLICATE_DRAIN_SECONDS` sets it (tests).
+        public var drainSeconds: TimeInterval = ProcessInfo.processInfo.environment["STORECTL_REPLICATE_DRAIN_SECONDS"].flatMap(Double.init) ?? 20
+        /// While a store is idle (everything read is durable), an "alive" marker at most this often
+        /// says the follower confirmed no commit came since its last point, so `restore --at` a
+        /// time up to it is answered (past it: 66, as nothing confirmed it); 0: none.
+        public var heartbeatInterval: TimeInterval = 60
         /// Stop after this long (`--for`); nil: until a signal.
         public var duration: TimeInterval?
         /// Rewritten (atomically) every sync interval and at the end: each store's figures, for
@@ -80,12 +88,19 @@ public enum Replicate {
         public var digests = 0
         /// Milestones written (`PointMilestone`), on the merge thread too.
         public var milestones = 0
+        /// Commits read and not durable yet (while following: waiting for the next write or a
+        /// retry; at the end: never written, so no point holds them).
+        public var waiting: Int?
+        /// The last failure to write points, while it lasts (nil once a write succeeds).
+        public var lastError: String?
     }
 
     public struct Summary: Codable, Sendable {
         public var repository: String
         public var stores: [StoreSummary]
         public var stoppedBy: String
+        /// Commits read but never written (every store's), when it stopped: points end before them.
+        public var unwritten: Int { state == "stopped" ? stores.reduce(0) { $0 + ($1.waiting ?? 0) } : 0 }
         /// While following: "following"; at the end: "stopped".
         public var state = "stopped"
         public var pid = getpid()
@@ -204,6 +219,10 @@ public enum Replicate {
         /// of the stop claimed the commits between the last read and the stop: seen by a user).
         var confirmedTime: Int64?
         var needsBase: (kind: String, reason: String, change: UInt32?)? = ("start", "storectl began following the store", nil)
+        /// The confirmed time (ms) the last alive marker named (`heartbeat`), and the chain's
+        /// alive markers in the repository (the upload thread's: the newest stays).
+        var lastHeartbeat: Int64 = 0
+        let aliveKeys = Mutex<[String]>([])
         /// The batch the uploader is writing.
         var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)], seen: [Date], from: Int, to: Int, bytes: Int,
                        name: SegmentName, sealed: Data, segment: PointSegment)?
@@ -312,6 +331,7 @@ public enum Replicate {
                     for replica in replicas {
                         flush(replica)
                         merge(replica, now: false)
+                        heartbeat(replica)
                     }
                     report(state: "following", stoppedBy: "")
                     nextSync = Date().addingTimeInterval(options.syncInterval)
@@ -323,8 +343,11 @@ public enum Replicate {
                 let wait = min(options.pollInterval, max(0.001, nextSync.timeIntervalSinceNow))
                 watcher.wait(seconds: wait)
             }
-            // Drain: what was committed up to now, written; each chain marked stopped.
+            // Drain: what was committed up to now, written; each chain marked stopped. Bounded
+            // (systemd's stop timeout is 30 s by default): requests retry until then, no later.
             ProcessSignals.acknowledge()
+            ProcessSignals.finishBy = Date().addingTimeInterval(options.drainSeconds)
+            defer { ProcessSignals.finishBy = nil }
             for replica in replicas {
                 if replica.needsBase == nil { capture(replica) }
                 finishUploads()
@@ -346,7 +369,17 @@ public enum Replicate {
                 replica.follower.close()
             }
             merges.sync {}
-            if stoppedBy != "duration" { say("stopped by \(stoppedBy); every commit seen was written") }
+            let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil }
+            if unwritten.isEmpty {
+                if stoppedBy != "duration" { say("stopped by \(stoppedBy); every commit seen was written") }
+            } else {
+                for replica in unwritten {
+                    let count = replica.pending.count + (replica.inFlight?.batch.count ?? 0)
+                    let last = replica.lastDurableTime.map { "its points end at \(Timestamp.iso(PointRestore.date($0)))" } ?? "no point of this run is durable"
+                    let text = "\(replica.store.path): \(Format.plural(count, "commit", "commits")) read but NOT written to \(repository.location) (\(replica.summary.lastError ?? "the repository could not be written")): \(last), and no later time is claimed"
+                    if events != nil { say(text) } else { Replicate.logger.error("\(text)") }
+                }
+            }
             return report(state: "stopped", stoppedBy: stoppedBy)
         }
 
@@ -385,6 +418,7 @@ public enum Replicate {
                 summary.uploadedBytes += extra.bytes
                 summary.requests += extra.requests
             }
+            summary.waiting = replica.pending.count + (replica.inFlight?.batch.count ?? 0)
             let sorted = replica.lags.sorted()
             summary.maxLagSeconds = sorted.last ?? 0
             summary.p99LagSeconds = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
@@ -410,6 +444,7 @@ public enum Replicate {
                 replica.lastTime = chain.lastTime
                 replica.confirmedTime = chain.lastTime
                 replica.pendingCursor = segment.cursor
+                replica.aliveKeys.withLock { $0 = chain.alive.map(\.key) }
                 // The external-data files the chain holds by now: its base's, and what its segments added and removed.
                 // A segment that cannot be read here: the base's files, and the rest carried again.
                 let base = try repository.record(chain.id)
@@ -500,6 +535,38 @@ public enum Replicate {
                 replica.boundaryHold = nil
                 Replicate.logger.warning("reading the store failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
                 replica.retryAfter = Date().addingTimeInterval(options.pollInterval)
+            }
+        }
+
+        /// While everything read is durable, an "alive" marker (at most every `heartbeatInterval`)
+        /// names the last read that proved no commit came since the chain's last point: restores
+        /// answer a time up to it, and refuse one after it (the follower may have stopped, or
+        /// may not have written what it read). Written on the upload thread after the points
+        /// before it; the previous marker of the chain is removed once the new one is durable.
+        func heartbeat(_ replica: Replica) {
+            guard options.heartbeatInterval > 0, let chain = replica.chain, replica.needsBase == nil, replica.pending.isEmpty,
+                  !replica.uploading, replica.inFlight == nil, let confirmed = replica.confirmedTime,
+                  let cursor = replica.follower.cursor, confirmed > max(replica.lastDurableTime ?? 0, replica.lastHeartbeat),
+                  confirmed - replica.lastHeartbeat >= Int64(options.heartbeatInterval * 1000) else { return }
+            replica.lastHeartbeat = confirmed
+            let point = replica.next - 1
+            var marker = replica.segment(level: PointTimeline.aliveLevel, from: point, to: point, cursor: cursor, commits: [])
+            marker.baseTime = confirmed
+            let name = SegmentName(store: replica.key, chain: chain, level: PointTimeline.aliveLevel, from: point, to: point, firstTime: confirmed, lastTime: confirmed)
+            let sealed: Data
+            do { sealed = try marker.seal(pages: [], sealer: repository.sealer, zstd: zstd, name: name) } catch { return }
+            uploads.async { [self] in
+                do {
+                    let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                    defer { hold.release() }
+                    try repository.backend.write(name.key, sealed, point: "replicate.alive")
+                    let before = replica.aliveKeys.withLock { keys -> [String] in defer { keys = [name.key] }; return keys.filter { $0 != name.key } }
+                    for key in before { try repository.backend.remove(key, point: "replicate.alive.remove") }
+                    count(replica.key, bytes: sealed.count, requests: 1 + before.count)
+                } catch {
+                    Replicate.logger.warning("writing the follower's alive marker failed; restores claim up to its last point meanwhile",
+                                             metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+                }
             }
         }
 
@@ -635,6 +702,7 @@ public enum Replicate {
                     }
                     replica.next = flight.to + 1
                     replica.uploadFailures = 0
+                    replica.summary.lastError = nil
                     offer(replica, name: flight.name, sealed: flight.sealed) { digest in
                         // Each commit's pages, then the bytes of the files it carries.
                         for (k, entry) in flight.batch.enumerated() {
@@ -649,6 +717,7 @@ public enum Replicate {
                     replica.seenAt = flight.seen + replica.seenAt
                     replica.pendingBytes += flight.bytes
                     replica.uploadFailures += 1
+                    replica.summary.lastError = describe(error)
                     replica.uploadRetryAfter = Date().addingTimeInterval(min(30, 0.5 * Double(1 << min(6, replica.uploadFailures))))
                     Replicate.logger.warning("writing points failed; they wait for the next try", metadata: [
                         "store": "\(replica.store.path)", "waiting": "\(replica.pending.count)", "error": "\(describe(error))"])

@@ -45,6 +45,18 @@ public enum ProcessSignals {
         }
     }
 
+    private static let finishByMs = Atomic<Int64>(0)
+
+    /// When a stopping process must be done (a drain after SIGTERM: systemd's stop timeout
+    /// follows); requests that retry give up by then instead of backing off past it. Nil: none.
+    public static var finishBy: Date? {
+        get {
+            let ms = finishByMs.load(ordering: .relaxed)
+            return ms == 0 ? nil : Date(timeIntervalSince1970: Double(ms) / 1000)
+        }
+        set { finishByMs.store(newValue.map { max(1, Int64($0.timeIntervalSince1970 * 1000)) } ?? 0, ordering: .relaxed) }
+    }
+
     public static func name(_ number: Int32) -> String {
         switch number {
         case SIGINT: return "SIGINT"

@@ -82,7 +82,8 @@ final class S3Client: Sendable {
             // No byte for `timeout` ends an attempt; within the deadline's rest, so the last attempt
             // does not run past it.
             let silent = unansweredSince.withLock { $0 }.map { attemptStarted.timeIntervalSince($0) } ?? 0
-            let idle = settings.deadline > 0 ? max(1, min(settings.timeout, settings.deadline - silent)) : settings.timeout
+            var idle = settings.deadline > 0 ? max(1, min(settings.timeout, settings.deadline - silent)) : settings.timeout
+            if let finishBy = ProcessSignals.finishBy { idle = max(1, min(idle, finishBy.timeIntervalSinceNow)) }
             let lines = signedHeaders(extra, signer: signer, method: method, key: key, query: query, payloadHash: payloadHash)
             let outcome = perform(method: method, url: url, headers: lines, body: body, idle: idle)
             if case .answered = outcome { unansweredSince.withLock { $0 = nil } } else {
@@ -133,6 +134,9 @@ final class S3Client: Sendable {
         let delay = Double.random(in: 0...ceiling)
         let silentFor = unansweredSince.withLock { $0 }.map { Date().timeIntervalSince($0) } ?? 0
         let pastDeadline = settings.deadline > 0 && silentFor + delay >= settings.deadline
+        if let finishBy = ProcessSignals.finishBy, Date().addingTimeInterval(delay) >= finishBy {
+            throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")); not tried again: the process is stopping; last: \(lastProblem) (endpoint \(settings.endpoint))")
+        }
         guard attempt <= settings.retries, !pastDeadline else {
             // Both figures are wall time: this request's attempts, and how long the endpoint has
             // answered nothing at all (any request of this run).
