@@ -653,6 +653,9 @@ struct ReplicateTests {
         try FileManager.default.removeItem(atPath: (world.repo as NSString).appendingPathComponent(last.key))
         let after = try #require(PointTimeline.load(repository).chains.first)
         #expect(after.missingThrough == before.points - 1, "the stop marker names the point the segments no longer reach")
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo], environment: world.environment)
+        #expect(check.status == 2 && check.stdout.contains("points \(after.points)…\(before.points - 1) are not in") && check.stdout.contains("a segment is missing"),
+                "\(check.status) \(check.stdout)")
         // The list agrees: covered up to the last point found, then a gap naming the missing points.
         let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
         let covered = try #require(listed.spans.last { $0.kind == "covered" })

@@ -54,6 +54,7 @@ public final class PagedRepository: Sendable {
     /// - Throws: 66 when there is no repository, 65 when it is damaged, newer, or of layout 1,
     ///   77 when no key opens with the password.
     public static func open(_ backend: any RepositoryBackend, password: PasswordSource, oldLayout: Bool = false) throws -> PagedRepository {
+        Sealer.opened.withLock { $0.insert(backend.location) }
         guard let config = try RepositoryConfig.read(from: backend) else {
             throw StoreOpsError(.noInput, "there is no storectl repository at \(backend.location)",
                                 hint: "check --repo, or make one with `storectl repo init --repo \(backend.location)`")

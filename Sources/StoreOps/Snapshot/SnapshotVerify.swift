@@ -85,7 +85,7 @@ public enum SnapshotVerify {
         if options.all {
             // Damaged catalog entries are part of "all": reported, never skipped silently.
             for entry in damaged {
-                outcomes.append(Outcome(id: entry.id, ok: false, problem: "its catalog entry \(entry.file) \(entry.problem)", seconds: 0))
+                outcomes.append(Outcome(id: entry.id, ok: false, problem: entry.problem.contains(entry.file) ? entry.problem : "its catalog entry \(entry.file) \(entry.problem)", seconds: 0))
             }
         }
         return outcomes

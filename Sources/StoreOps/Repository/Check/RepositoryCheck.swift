@@ -96,6 +96,9 @@ public enum RepositoryCheck {
             if !snapshots.contains(chain.id) {
                 report.problems.append("the points of chain \(chain.id) have no base (snapshot \(chain.id) is missing): none of them restores")
             }
+            if let missing = chain.missingThrough {
+                report.problems.append("chain \(chain.id): points \(chain.points)…\(missing) are not in \(repository.location) (a segment is missing): a restore after \(Timestamp.iso(PointRestore.date(chain.lastTime))) in this chain is refused; earlier points restore")
+            }
             if !chain.redundant.isEmpty {
                 report.notes.append("chain \(chain.id): \(Format.plural(chain.redundant.count, "segment", "segments")) a merge or prune left (unused)")
             }
@@ -113,16 +116,25 @@ public enum RepositoryCheck {
                         report.problems.append("point segment \(repository.backend.describe(name.key)) is listed but cannot be read")
                         continue
                     }
+                    let lost = "points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does"
                     for (segment, pages, _) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
                         let ids = segment.commits.flatMap(\.ids)
                         for (i, page) in pages.enumerated() where repository.sealer.contentID(page) != ids[i] {
-                            report.problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id")
+                            report.problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id: \(lost)")
                             break
                         }
                     }
                 } catch let error as StoreOpsError where error.status == .badData {
-                    report.problems.append(error.message)
+                    report.problems.append("\(error.message): points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does")
                 }
+            }
+        }
+        // Segments past a hole in their chain (one before them missing, with no marker naming it).
+        for chain in timeline.chains where chain.missingThrough == nil {
+            let stranded = try repository.backend.list("points/\(chain.store)/\(chain.id)/").compactMap { SegmentName.parse($0.key) }
+                .filter { $0.level < PointTimeline.stoppedLevel && $0.level != PointDigest.level && $0.level != PointMilestone.level && $0.from > chain.points }
+            if let first = stranded.map(\.from).min() {
+                report.problems.append("chain \(chain.id): points \(chain.points)…\(first - 1) are not in \(repository.location) (a segment is missing), so \(Format.plural(stranded.count, "segment", "segments")) after them restore nothing: a restore after \(Timestamp.iso(PointRestore.date(chain.lastTime))) in this chain is refused")
             }
         }
         // Segments of a chain with no opening restore nothing (a prune or a replicate cut short).
@@ -170,7 +182,10 @@ public enum RepositoryCheck {
         }
         report.problems += conflicts
         report.indexes = try repository.backend.list("index/").count
-        report.problems += found.damaged.map { "index \(repository.backend.describe($0.key)): \($0.problem) (`storectl repo repair` rebuilds the index from the packs)" }
+        report.problems += found.damaged.map { damaged in
+            let named = damaged.problem.hasPrefix("index ") ? damaged.problem : "index \(repository.backend.describe(damaged.key)): \(damaged.problem)"
+            return "\(named) (`storectl repo repair --repo \(repository.location)` rebuilds the index from the packs)"
+        }
         report.blobs = found.locations.count
         return found
     }

@@ -99,6 +99,13 @@ public enum RepositoryRepair {
         let (records, damagedRecords) = try repository.catalog()
         var problems = damagedRecords.map { "snapshot \($0.id): \($0.problem)" }
         for record in records {
+            // The map itself in a damaged pack: say so, not that it is in no index (it is, in the
+            // new one, but not in a readable pack).
+            let unreadableMap = record.pages.blobs.filter { locations[$0] == nil }.count
+            if unreadableMap > 0 {
+                problems.append("snapshot \(record.id): its page map (\(Format.plural(unreadableMap, "chunk", "chunks"))) is in no readable pack: a damaged pack listed above held it")
+                continue
+            }
             do {
                 let ids = try BlobLocator.pageMap(of: record, in: repository, locations: locations, damaged: []).ids
                 let missing = Set(ids).filter { pageLengths[$0].map { Int($0) != record.pages.pageSize } ?? true }.count
@@ -107,7 +114,7 @@ public enum RepositoryRepair {
                     problems.append("snapshot \(record.id): \(Format.plural(missing, "blob it needs is", "blobs it needs are")) in no readable pack")
                 }
             } catch let error as StoreOpsError where error.status == .badData {
-                problems.append("snapshot \(record.id): \(error.message)")
+                problems.append(error.message.hasPrefix("snapshot \(record.id)") ? error.message : "snapshot \(record.id): \(error.message)")
             }
         }
         return problems.sorted()

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 
 /// Seals and opens the objects of a format-2 repository, and makes the content ids of what it
 /// stores.
@@ -103,5 +104,12 @@ public struct Sealer: @unchecked Sendable {
         return Data(hasher.finalize())
     }
 
-    static let damagedHint = "`storectl repo check --read-data` lists every damaged object; restore another snapshot"
+    /// The repositories this process opened: a damage hint names the repository when there is one.
+    static let opened = Mutex<Set<String>>([])
+
+    static var damagedHint: String {
+        let locations = opened.withLock { $0 }
+        let repo = locations.count == 1 ? " --repo \(locations.first ?? "")" : ""
+        return "`storectl repo check\(repo) --read-data` lists every damaged object (`storectl repo repair\(repo)` rebuilds a damaged index); restore another snapshot or point"
+    }
 }
