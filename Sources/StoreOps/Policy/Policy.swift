@@ -18,6 +18,8 @@ public struct Policy: Sendable {
         public var baseInterval: DurationText
         /// How often a chain's segments are merged into one object (0: never).
         public var mergeInterval: DurationText
+        /// How often an idle store's follower confirms it (0: never).
+        public var heartbeat = DurationText(seconds: 60, text: "1m")
         /// Points retention (`storectl run maintain` prunes by it): every commit, then only bases.
         public var keepPoints: DurationText
         public var keepPointMinutes: DurationText

@@ -78,6 +78,7 @@ extension Policy {
         if sync.seconds < 0.05 || sync.seconds > 3600 { section.problem("sync_interval", "must be between 50ms and 1h") }
         let base = section.duration("base_interval") ?? DurationText(seconds: 3600, text: "1h")
         let merge = section.duration("merge_interval", allowZero: true) ?? DurationText(seconds: 60, text: "1m")
+        let heartbeat = section.duration("heartbeat", allowZero: true) ?? DurationText(seconds: 60, text: "1m")
         let keep = section.duration("keep_points") ?? DurationText(seconds: 86_400, text: "1d")
         // Unset, each is at least the one before it; set, it must be.
         let givenMinutes = section.duration("keep_point_minutes")
@@ -93,9 +94,11 @@ extension Policy {
         if snapshot == nil { section.problem("sync_interval", "[replicate] needs a [snapshot] section naming the repository the points go to") }
         let status = section.string("status_file").map { resolve($0, in: folder) }
         let metrics = section.string("metrics").map { resolve($0, in: folder) } ?? schedule?.metrics
-        section.finish(known: ["sync_interval", "base_interval", "merge_interval", "keep_points", "keep_point_minutes", "keep_point_bases", "status_file", "metrics"])
-        return ReplicateSection(syncInterval: sync, baseInterval: base, mergeInterval: merge, keepPoints: keep, keepPointMinutes: minutes, keepPointBases: bases,
-                                statusFile: status, metrics: metrics)
+        section.finish(known: ["sync_interval", "base_interval", "merge_interval", "heartbeat", "keep_points", "keep_point_minutes", "keep_point_bases", "status_file", "metrics"])
+        var parsed = ReplicateSection(syncInterval: sync, baseInterval: base, mergeInterval: merge, keepPoints: keep, keepPointMinutes: minutes, keepPointBases: bases,
+                                      statusFile: status, metrics: metrics)
+        parsed.heartbeat = heartbeat
+        return parsed
     }
 
     static func resolve(_ path: String, in folder: String) -> String {

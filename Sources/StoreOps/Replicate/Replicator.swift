@@ -1067,6 +1067,7 @@ extension Replicate.Options {
             options.syncInterval = section.syncInterval.seconds
             options.baseInterval = section.baseInterval.seconds
             options.mergeInterval = section.mergeInterval.seconds
+            options.heartbeatInterval = section.heartbeat.seconds
             options.statusFile = section.statusFile
             options.metricsFolder = section.metrics
         }

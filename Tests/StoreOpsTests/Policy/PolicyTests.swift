@@ -155,6 +155,7 @@ struct PolicyTests {
             [replicate]
             sync_interval = "500ms"
             merge_interval = "0"
+            heartbeat = "15s"
             status_file = "status.json"
             [schedule]
             metrics = "metrics"
@@ -168,6 +169,7 @@ struct PolicyTests {
         #expect(options.stores == [folder.file("Tasks.sqlite")] && options.repository == folder.file("snaps"))
         #expect(options.password == .file(folder.file("pw")) && options.syncInterval == 0.5 && options.statusFile == folder.file("status.json"))
         #expect(options.mergeInterval == 0 && section.mergeInterval.text == "0")
+        #expect(options.heartbeatInterval == 15 && section.heartbeat.text == "15s")
         let units = SystemdUnits.replicateUnits([policy], executable: "/usr/bin/storectl")
         #expect(units.map(\.name) == ["storectl-policy-replicate.service"])
         #expect(units.first?.contents.contains("ExecStart=/usr/bin/storectl replicate --policy \(path) --quiet") == true, "\(units.first?.contents ?? "")")
