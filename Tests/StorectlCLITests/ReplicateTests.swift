@@ -856,6 +856,46 @@ struct ReplicateTests {
         #expect(checked.restored >= 20, "\(checked.refused)")
     }
 
+    @Test("SIGTERM while the bucket's server is down: the stop ends within the drain (requests stop retrying by then), exits 74 naming the commits not written; replicate status meanwhile prints the status file's figures and the waiting commits (74: the repository not read); once the server is back, a time after the last durable point is refused (66)",
+          .enabled(if: Place.all.contains(.s3)))
+    func stopWhileServerIsDown() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let server = try SeaweedServer()
+        defer { server.stop() }
+        try server.createBucket("points")
+        let store = try makeStore(folder, items: 300)
+        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_REPLICATE_DRAIN_SECONDS": "3"]) { $1 }
+        let repo = "s3://points/repo"
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        let world = World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"), environment: environment)
+        let status = folder.file("status.json")
+        let follower = try replicate(world, ["--sync-interval", "200ms", "--status-file", status])
+        #expect(waitForBase(world))
+        usleep(500_000)
+        server.kill()
+        let app = try DatabaseQueue(path: store)
+        for k in 1...3 { try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["down-\(k)"]) }; usleep(200_000) }
+        usleep(1_500_000)
+        // The follower keeps the default retries (the drain must cut them short); the others are quick.
+        let quick = environment.merging(["STORECTL_S3_RETRIES": "1", "STORECTL_S3_BACKOFF_MS": "100", "STORECTL_S3_TIMEOUT": "2"]) { $1 }
+        let shown = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: quick)
+        #expect(shown.status == 74 && shown.stdout.contains("repository NOT READ") && shown.stdout.contains("read and NOT durable yet"), "\(shown.status) \(shown.stdout) \(shown.stderr)")
+        let signalled = Date()
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        let took = Date().timeIntervalSince(signalled)
+        #expect(stopped.status == 74 && took < 10, "\(stopped.status) after \(took) s: \(stopped.stderr)")
+        #expect(stopped.stderr.contains("read but NOT written"), "\(stopped.stderr)")
+        try server.restart()
+        var refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", Timestamp.iso(signalled), "--to", folder.file("late.sqlite")], environment: quick)
+        for _ in 0..<20 where refused.status == 74 {
+            usleep(500_000)   // a SeaweedFS just restarted can answer 500 for a few seconds
+            refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", Timestamp.iso(signalled), "--to", folder.file("late.sqlite")], environment: quick)
+        }
+        #expect(refused.status == 66 && refused.stderr.contains("confirmed its points"), "\(refused.status) \(refused.stderr)")
+        try app.close()
+    }
+
     @Test("a point's pages past the memory budget go to an unnamed scratch file beside the restore: with a budget of two pages, 12 random points restore byte for byte as with the default budget, diff finds the point and its restore the same, nothing is left in the folder; a volume without room for the scratch file is 74, left empty")
     func pointPagesPastTheBudget() throws {
         let world = try world()
