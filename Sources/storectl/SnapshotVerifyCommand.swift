@@ -10,7 +10,7 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
     @Option(help: "The snapshot repository.") var repo: String
     @OptionGroup var password: PasswordOption
     @Argument(help: "Snapshot ids (or unique prefixes).") var ids: [String] = []
-    @Flag(help: "Verify every snapshot.") var all = false
+    @Flag(help: "Verify every snapshot, and every point in time (each segment read and checked).") var all = false
     @Flag(help: "Run integrity_check instead of quick_check.") var full = false
     @Option(help: "Folder to unpack the database in (default: the system's temp folder).") var scratch: String?
     @Flag(help: "Print the outcomes as JSON.") var json = false
@@ -32,6 +32,11 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
         } else {
             for outcome in outcomes {
                 let problem = (outcome.problem ?? "").replacingOccurrences(of: "snapshot \(outcome.id): ", with: "")
+                if let points = outcome.points {
+                    let what = "points of \(outcome.store ?? "a store"), chain \(outcome.id) (\(Format.plural(points, "point", "points")))"
+                    print(outcome.ok ? "ok      \(what)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(what): \(problem)")
+                    continue
+                }
                 print(outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(problem)")
             }
         }

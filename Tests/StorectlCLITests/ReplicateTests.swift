@@ -637,7 +637,7 @@ struct ReplicateTests {
         }
     }
 
-    @Test("a segment missing before a clean stop (removed by hand): a time after the last point found is refused (66), not answered with it; that point restores")
+    @Test("a segment missing before a clean stop (removed by hand): a time after the last point found is refused (66), not answered with it; that point restores; snapshot verify --all reads the chain (ok whole; 65 missing, and damaged, naming the points lost)")
     func missingSegmentIsNotClaimed() throws {
         let world = try world()
         let follower = try replicate(world, ["--sync-interval", "200ms", "--merge-interval", "0"])
@@ -650,6 +650,9 @@ struct ReplicateTests {
         let before = try #require(PointTimeline.load(repository).chains.first)
         let last = try #require(before.segments.last, "segments were written")
         #expect(before.missingThrough == nil && last.from > 0)
+        // `snapshot verify --all` reads the points too: whole, each chain is a line of its own.
+        let whole = try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", world.repo, "--all"], environment: world.environment)
+        #expect(whole.status == 0 && whole.stdout.contains("ok      points of \(world.store), chain \(before.id) (\(before.points) points)"), "\(whole.status) \(whole.stdout) \(whole.stderr)")
         try FileManager.default.removeItem(atPath: (world.repo as NSString).appendingPathComponent(last.key))
         let after = try #require(PointTimeline.load(repository).chains.first)
         #expect(after.missingThrough == before.points - 1, "the stop marker names the point the segments no longer reach")
@@ -672,6 +675,22 @@ struct ReplicateTests {
         let ok = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(Date(timeIntervalSince1970: Double(after.lastTime) / 1000)),
                                                           "--to", world.folder.file("ok.sqlite")], environment: world.environment)
         #expect(ok.status == 0, "\(ok.stderr)")
+        // verify --all: the snapshots are fine, the chain is damaged (65), naming the missing points.
+        let missing = try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", world.repo, "--all"], environment: world.environment)
+        #expect(missing.status == 65 && missing.stdout.contains("ok      \(before.id)") && missing.stdout.contains("DAMAGED points of \(world.store), chain \(before.id)")
+                && missing.stdout.contains("a segment is missing"), "\(missing.status) \(missing.stdout) \(missing.stderr)")
+        // A segment whose bytes changed: named with the first point (and time) it costs.
+        let flipped = try #require(after.segments.last, "segments are left")
+        let path = (world.repo as NSString).appendingPathComponent(flipped.key)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        bytes[bytes.count / 2] ^= 0x5a
+        try bytes.write(to: URL(fileURLWithPath: path))
+        let damaged = try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", world.repo, "--all", "--json"], environment: world.environment)
+        let outcomes = try JSON.decoder().decode([SnapshotVerify.Outcome].self, from: Data(damaged.stdout.utf8))
+        let chain = try #require(outcomes.first { $0.points != nil })
+        #expect(damaged.status == 65 && chain.ok == false && chain.store == world.store
+                && chain.problem?.contains("points \(flipped.from)… of chain \(before.id)") == true && chain.problem?.contains("do not restore; --at before it does") == true,
+                "\(damaged.status) \(damaged.stdout)")
     }
 
     @Test("external data per commit: a file the app writes, then a commit naming it, restores with every point after it, with no later snapshot; a file removed after the commit unreferencing it is gone from points after the removal was seen; a resumed follower does not carry the files again; a thinned chain keeps them; also when the base had no external-data folder yet",

@@ -30,6 +30,11 @@ public enum SnapshotVerify {
         public var ok: Bool
         public var problem: String?
         public var seconds: Double
+        /// Set for a chain of points (`storectl replicate`), whose id is the chain's: how many
+        /// points it holds. `--all` reads every segment of every chain.
+        public var points: Int?
+        /// The store a chain of points follows (its path as recorded), for a chain's outcome.
+        public var store: String?
     }
 
     /// Verifies the named snapshots (or all). A damaged snapshot is an outcome, not a thrown
@@ -87,15 +92,43 @@ public enum SnapshotVerify {
             for entry in damaged {
                 outcomes.append(Outcome(id: entry.id, ok: false, problem: entry.problem.contains(entry.file) ? entry.problem : "its catalog entry \(entry.file) \(entry.problem)", seconds: 0))
             }
+            // So are the points: every segment of every chain read, authenticated, each page
+            // checked against its id (what `repo check --read-data` does for them).
+            outcomes += try verifyPoints(in: repository, progress: progress)
+        }
+        return outcomes
+    }
+
+    static func verifyPoints(in repository: PagedRepository, progress: ProgressHandler?) throws -> [Outcome] {
+        let timeline = try PointTimeline.load(repository)
+        guard !timeline.chains.isEmpty else { return [] }
+        let snapshots = Set(try repository.backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) })
+        let zstd = try ZstdFrames(level: 3)
+        var outcomes: [Outcome] = []
+        for (n, chain) in timeline.chains.enumerated() {
+            progress?(.stage("points: chain \(n + 1) of \(timeline.chains.count)"))
+            let started = Date()
+            let problems = RepositoryCheck.wholeness(of: chain, in: repository, snapshots: snapshots)
+                + (try RepositoryCheck.readSegments(of: chain, in: repository, zstd: zstd))
+            // The store's path, from the opening segment (when it opens; a problem says why not).
+            let store = chain.segments.first.flatMap { name in
+                (try? repository.backend.read(name.key)).flatMap { $0 }.flatMap { sealed in
+                    try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location).0.path } }
+            outcomes.append(Outcome(id: chain.id, ok: problems.isEmpty, problem: problems.isEmpty ? nil : problems.joined(separator: "; "),
+                                    seconds: Date().timeIntervalSince(started), points: chain.points, store: store))
         }
         return outcomes
     }
 
     /// How a verification ended: ok, or failed (65) naming the damaged snapshots.
     public static func ending(of outcomes: [Outcome]) -> Ending {
-        let damaged = outcomes.filter { !$0.ok }.map(\.id)
-        guard !damaged.isEmpty else { return .ok }
-        return Ending(.failed, error: StoreOpsError(.badData, "\(Format.plural(damaged.count, "snapshot is", "snapshots are")) damaged: \(damaged.joined(separator: ", "))"))
+        let damaged = outcomes.filter { !$0.ok && $0.points == nil }.map(\.id)
+        let chains = outcomes.filter { !$0.ok && $0.points != nil }.map(\.id)
+        guard !damaged.isEmpty || !chains.isEmpty else { return .ok }
+        var parts: [String] = []
+        if !damaged.isEmpty { parts.append("\(Format.plural(damaged.count, "snapshot is", "snapshots are")) damaged: \(damaged.joined(separator: ", "))") }
+        if !chains.isEmpty { parts.append("\(Format.plural(chains.count, "chain of points is", "chains of points are")) damaged: \(chains.joined(separator: ", "))") }
+        return Ending(.failed, error: StoreOpsError(.badData, parts.joined(separator: "; ")))
     }
 
     static let scratchPrefix = "storectl-verify-"

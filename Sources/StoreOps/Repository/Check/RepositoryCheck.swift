@@ -93,12 +93,7 @@ public enum RepositoryCheck {
         for chain in timeline.chains {
             report.pointChains += 1
             report.pointSegments += chain.segments.count + chain.markers.count + chain.digests.count
-            if !snapshots.contains(chain.id) {
-                report.problems.append("the points of chain \(chain.id) have no base (snapshot \(chain.id) is missing): none of them restores")
-            }
-            if let missing = chain.missingThrough {
-                report.problems.append("chain \(chain.id): points \(chain.points)…\(missing) are not in \(repository.location) (a segment is missing): a restore after \(Timestamp.iso(PointRestore.date(chain.lastTime))) in this chain is refused; earlier points restore")
-            }
+            report.problems += wholeness(of: chain, in: repository, snapshots: snapshots)
             if !chain.redundant.isEmpty {
                 report.notes.append("chain \(chain.id): \(Format.plural(chain.redundant.count, "segment", "segments")) a merge or prune left (unused)")
             }
@@ -110,24 +105,7 @@ public enum RepositoryCheck {
                 }
             }
             guard readData else { continue }
-            for name in chain.segments + chain.digests {
-                do {
-                    guard let sealed = try repository.backend.read(name.key) else {
-                        report.problems.append("point segment \(repository.backend.describe(name.key)) is listed but cannot be read")
-                        continue
-                    }
-                    let lost = "points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does"
-                    for (segment, pages, _) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
-                        let ids = segment.commits.flatMap(\.ids)
-                        for (i, page) in pages.enumerated() where repository.sealer.contentID(page) != ids[i] {
-                            report.problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id: \(lost)")
-                            break
-                        }
-                    }
-                } catch let error as StoreOpsError where error.status == .badData {
-                    report.problems.append("\(error.message): points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does")
-                }
-            }
+            report.problems += try readSegments(of: chain, in: repository, zstd: zstd)
         }
         // Segments past a hole in their chain (one before them missing, with no marker naming it).
         for chain in timeline.chains where chain.missingThrough == nil {
@@ -147,6 +125,43 @@ public enum RepositoryCheck {
         for chain in orphans.sorted() {
             report.notes.append("chain \(chain) has segments but no opening segment (left by a prune or replicate cut short); they restore nothing")
         }
+    }
+
+    /// What a chain lacks without reading its segments: its base snapshot, a segment a marker names.
+    static func wholeness(of chain: PointTimeline.Chain, in repository: PagedRepository, snapshots: Set<String>) -> [String] {
+        var problems: [String] = []
+        if !snapshots.contains(chain.id) {
+            problems.append("the points of chain \(chain.id) have no base (snapshot \(chain.id) is missing): none of them restores")
+        }
+        if let missing = chain.missingThrough {
+            problems.append("chain \(chain.id): points \(chain.points)…\(missing) are not in \(repository.location) (a segment is missing): a restore after \(Timestamp.iso(PointRestore.date(chain.lastTime))) in this chain is refused; earlier points restore")
+        }
+        return problems
+    }
+
+    /// Reads every segment (and digest) of a chain: each opens (authenticated) and every page in
+    /// it matches its content id. Returns the problems, each naming the first point it costs.
+    static func readSegments(of chain: PointTimeline.Chain, in repository: PagedRepository, zstd: ZstdFrames) throws -> [String] {
+        var problems: [String] = []
+        for name in chain.segments + chain.digests {
+            let lost = "points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does"
+            do {
+                guard let sealed = try repository.backend.read(name.key) else {
+                    problems.append("point segment \(repository.backend.describe(name.key)) is listed but cannot be read: \(lost)")
+                    continue
+                }
+                for (segment, pages, _) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                    let ids = segment.commits.flatMap(\.ids)
+                    for (i, page) in pages.enumerated() where i >= ids.count || repository.sealer.contentID(page) != ids[i] {
+                        problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id: \(lost)")
+                        break
+                    }
+                }
+            } catch let error as StoreOpsError where error.status == .badData {
+                problems.append("\(error.message): \(lost)")
+            }
+        }
+        return problems
     }
 
     /// What the indexes say: each pack's contents, where each blob is, and which blobs are pages
