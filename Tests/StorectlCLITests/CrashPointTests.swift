@@ -125,6 +125,9 @@ struct CrashScenario: Sendable, CustomTestStringConvertible {
     var next: @Sendable (CrashFixture, Int) throws -> Void
     /// Checked at the end besides pre-or-post, no leftovers and a clean repository.
     var finally: @Sendable (CrashFixture, String) throws -> Void = { _, _ in }
+    /// The traced points killed at (all by default). A scenario whose repetitions follow the
+    /// clock (a heartbeat) keeps the first ones, which every run reaches.
+    var kills: @Sendable (String) -> Bool = { _ in true }
 
     var testDescription: String { name }
 }
@@ -138,7 +141,7 @@ func exhaust(_ scenario: CrashScenario) throws -> Int {
     let run = try traced.run(scenario.command(traced), ["STORECTL_FAULT_TRACE": trace])
     #expect(run.status == scenario.status, "\(scenario.name): \(run.stderr)")
     let post = try scenario.observe(traced)
-    let points = ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    let points = ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init).filter(scenario.kills)
     #expect(points.count >= scenario.minimumPoints, "\(scenario.name): \(points)")
 
     for (index, point) in points.enumerated() {
@@ -223,7 +226,7 @@ enum Scenarios {
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
     static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert,
-                                         replicateBase, replicateResume, replicateMerge, pointRestore]
+                                         replicateBase, replicateResume, replicateMerge, replicateAlive, pointRestore]
 
     /// `snapshot restore --at --to` of a point whose segment carries an external-data file the
     /// chain's base does not have (written, then a commit naming it, then followed). The world is
@@ -385,6 +388,51 @@ enum Scenarios {
             // Killed before its marker: no milestone (a record without one is prune's); else the one, over points 1-10.
             #expect((chains.first?.milestones ?? []).allSatisfy { $0.from == 1 && $0.to == 10 } && (chains.first?.milestones.count ?? 0) <= 1,
                     "\(point): \(chains.first?.milestones.map(\.key) ?? [])")
+        })
+
+    /// `replicate` following an idle store with a heartbeat of 100 ms: alive markers, each
+    /// written and the one before it removed. Killed at the first two writes and the first
+    /// removal (the run's count follows the clock; its other points are replicateResume's), the chain claims no later time than a marker or point that is there,
+    /// and that time restores to the store as it is; the next run takes the chain up.
+    static let replicateAlive = CrashScenario(
+        name: "replicate (idle: alive markers)",
+        setup: {
+            let fixture = try CrashFixture()
+            // The app stays up and idle (its connection keeps the wal-index, so each run can take the chain up).
+            _ = try followedApp(fixture, replicating(fixture))
+            return fixture
+        },
+        command: { ["replicate", $0.store, "--repo", $0.repo, "--for", "1500ms", "--sync-interval", "100ms", "--heartbeat", "100ms", "--quiet"] },
+        minimumPoints: 3,
+        observe: { try newestPoint($0) },
+        afterKill: { fixture, point in
+            let repository = try PagedRepository.open(at: fixture.repo, password: fixture.password)
+            let chain = try #require(PointTimeline.load(repository).chains.last, "\(point): the chain is there")
+            #expect(chain.alive.count <= 2, "\(point): \(chain.alive.map(\.key))")
+            let target = fixture.out + "/confirmed.sqlite"
+            let restored = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, "--at", Timestamp.iso(Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000)), "--to", target])
+            #expect(restored.status == 0, "\(point): the confirmed time restores: \(restored.stderr)")
+            #expect(try fixture.digest(target, journalMode: false) == fixture.digest(journalMode: false), "\(point): to the store as it is")
+            try? FileManager.default.removeItem(atPath: target)
+            try? FileManager.default.removeItem(atPath: StoreFile.supportPath(forDatabase: target))
+        },
+        next: { fixture, index in try ok(fixture, replicating(fixture), index) },
+        finally: { fixture, point in
+            try expectNewestIsStore(fixture, point)
+            let repository = try PagedRepository.open(at: fixture.repo, password: fixture.password)
+            let chains = try PointTimeline.load(repository).chains
+            #expect(chains.count == 1, "\(point): the chain was taken up, not begun again: \(chains.map(\.id))")
+        },
+        kills: { point in
+            let parts = point.split(separator: "#")
+            guard parts.count == 2, let k = Int(parts[1]) else { return true }
+            // The resume and the stop are replicateResume's; here the markers' own points: every
+            // step of the first marker's write, the second's last two (its rename, and the sync
+            // after which two markers are there), the first removal's.
+            let name = String(parts[0])
+            if name.hasPrefix("replicate.alive.remove") { return k == 1 }
+            guard name.hasPrefix("replicate.alive.") else { return false }
+            return k == 1 || (k == 2 && (name.hasSuffix(".rename") || name.hasSuffix(".sync-folder")))
         })
 
     /// The snapshots a repository lists, by their tags (ids differ from fixture to fixture).
