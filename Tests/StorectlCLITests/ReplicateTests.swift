@@ -1143,6 +1143,41 @@ struct ReplicateTests {
         #expect(restored.status == 0 || restored.status == 66, "\(restored.stderr)")
     }
 
+    @Test("a -wal whose last commit frame (salts and checksums valid) says the database has 2,891,548,815 pages: replicate names the damage and keeps trying, never sizes a base by it (it asked for 92 GB and aborted); the store is not written")
+    func implausibleCommitSize() throws {
+        let world = try world()
+        // The app's commits left in the -wal (no checkpoint), its wal-index gone (SQLite rebuilds
+        // it from the frames), then one more commit frame chained to them, claiming the pages.
+        let script = """
+        import os, sqlite3, struct, sys
+        path = sys.argv[1]
+        c = sqlite3.connect(path); c.execute('PRAGMA wal_autocheckpoint=0')
+        for i in range(5): c.execute("UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK = ?", (i + 1,)); c.commit()
+        w = open(path + '-wal', 'rb').read()
+        magic, _, ps = struct.unpack('>III', w[:12]); be = magic & 1
+        def cks(data, s0, s1):
+            words = struct.unpack(('>' if be else '<') + '%dI' % (len(data) // 4), data)
+            for i in range(0, len(words), 2):
+                s0 = (s0 + words[i] + s1) & 0xffffffff; s1 = (s1 + words[i + 1] + s0) & 0xffffffff
+            return s0, s1
+        n = (len(w) - 32) // (ps + 24); last = 32 + (n - 1) * (ps + 24)
+        s = struct.unpack('>II', w[last + 16:last + 24])
+        head = struct.pack('>II', 2, 2891548815) + w[16:24]
+        page = w[last + 24:last + 24 + ps]
+        s = cks(head[:8], *s); s = cks(page, *s)
+        open(path + '-wal', 'ab').write(head + struct.pack('>II', *s) + page)
+        os.remove(path + '-shm')
+        os._exit(0)
+        """
+        let forged = try ChildProcess.run("/usr/bin/python3", ["-c", script, world.store])
+        #expect(forged.status == 0, "\(forged.stderr)")
+        let before = try Hashing.sha256(ofFile: world.store)
+        let run = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "2s"], environment: world.environment)
+        #expect(run.status < 128 && !run.stderr.contains("Fatal error"), "\(run.status) \(run.stderr)")
+        #expect(run.stderr.contains("is damaged: its wal-index says the database has 2,891,548,815 pages"), "\(run.stderr)")
+        #expect(try Hashing.sha256(ofFile: world.store) == before, "the store was not written")
+    }
+
     @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66")
     func refusals() throws {
         let folder = try TempFolder("storectl-replicate")

@@ -122,9 +122,42 @@ extension Manifest {
             kind: kind, tool: .init(), host: ProcessInfo.processInfo.hostName, source: copied.source,
             database: .init(path: database, bytes: bytes, sha256: sha256, pageSize: inspection.pageSize,
                             pageCount: inspection.pageCount, journalMode: "delete"),
-            externalData: external.map { .init(folder: $0.folder, files: $0.files, totalBytes: $0.files.reduce(0) { $0 + $1.bytes }) },
+            externalData: external.map { .init(folder: $0.folder, files: $0.files, totalBytes: $0.files.reduce(0) { let (sum, over) = $0.addingReportingOverflow($1.bytes); return over ? .max : sum }) },
             startedAt: startedAt, finishedAt: finishedAt, durationSeconds: finishedAt.timeIntervalSince(startedAt),
             verify: inspection.verification, coreData: coreData, snapshot: snapshot)
     }
 }
 
+
+extension Manifest {
+    /// Sizes in a record or an archive's manifest are at most this (SQLite's largest database is
+    /// 2^32 pages of 64 KiB = 2^48 bytes); totals over many files at most `maxTotal`. Anything
+    /// larger is damage (or a forged manifest), refused before it reaches a sum or a conversion.
+    static let maxBytes: UInt64 = 1 << 50
+    static let maxTotal: UInt64 = 1 << 60
+
+    /// Refuses (65, naming the field) figures no storectl writes and that would overflow the sums
+    /// and conversions made of them (sizes, counts, the duration).
+    func checkFigures(what: String) throws {
+        func refuse(_ field: String, _ value: String) -> StoreOpsError {
+            StoreOpsError(.badData, "\(what): its \(field) \(value) is out of range", hint: Sealer.damagedHint)
+        }
+        guard durationSeconds.isFinite, durationSeconds >= 0, durationSeconds <= 1e9 else { throw refuse("durationSeconds", "\(durationSeconds)") }
+        for (field, value) in [("source.fileBytes", source.fileBytes), ("source.walBytes", source.walBytes), ("database.bytes", database.bytes)] where value > Self.maxBytes {
+            throw refuse(field, "\(value)")
+        }
+        for (field, value) in [("source.pageSize", source.pageSize), ("source.pageCount", source.pageCount),
+                               ("database.pageSize", database.pageSize ?? 0), ("database.pageCount", database.pageCount ?? 0)]
+        where value < 0 || value > 1 << 32 {
+            throw refuse(field, "\(value)")
+        }
+        if let external = externalData {
+            guard external.totalBytes <= Self.maxTotal else { throw refuse("externalData.totalBytes", "\(external.totalBytes)") }
+            for file in external.files where file.bytes > Self.maxBytes { throw refuse("externalData file \(file.path.debugDescription) bytes", "\(file.bytes)") }
+        }
+        if let added = snapshot?.addedBytes, added > Self.maxTotal { throw refuse("snapshot.addedBytes", "\(added)") }
+        for (entity, count) in coreData?.entityCounts ?? [:] where count < 0 || count > 1 << 48 {
+            throw refuse("coreData.entityCounts[\(entity.debugDescription)]", "\(count)")
+        }
+    }
+}

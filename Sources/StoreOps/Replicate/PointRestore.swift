@@ -44,7 +44,7 @@ struct PointOverlay {
             let folder = manifest.externalData?.folder
                 ?? "store/" + StoreFile.externalDataRelativePath(forDatabaseNamed: FileSystem.name(of: manifest.source.path))
             let files = set.sorted { $0.key < $1.key }.map { Manifest.FileRecord(path: "\(folder)/\($0.key)", bytes: $0.value.bytes, sha256: $0.value.sha256) }
-            manifest.externalData = .init(folder: folder, files: files, totalBytes: files.reduce(0) { $0 + $1.bytes })
+            manifest.externalData = .init(folder: folder, files: files, totalBytes: files.reduce(0) { let (sum, over) = $0.addingReportingOverflow($1.bytes); return over ? .max : sum })
         }
         return manifest
     }
@@ -360,6 +360,16 @@ public enum PointRestore {
                     if let floor = commit.truncatedTo.map(Int.init), ids.count > floor { ids.removeLast(ids.count - floor) }
                     if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }
                     if ids.count < pageCount {
+                        // Every page a commit grows the store by is in it (SQLite writes each new
+                        // page), the lock-byte page aside: a count far beyond them is damage,
+                        // refused before anything is allocated for it.
+                        let grown = commit.pages.reduce(0) { $0 + (Int($1) > ids.count && Int($1) <= pageCount ? 1 : 0) }
+                        guard pageCount - ids.count <= grown + WalFollower.pageSlack else {
+                            let error = StoreOpsError(.badData, "point segment \(name.key) is damaged: its commit at point \(commit.point ?? (segment.from + k)) says \(Format.count(pageCount)) pages, \(Format.count(pageCount - ids.count - grown)) more than it and the points before hold",
+                                                      hint: Sealer.damagedHint)
+                            if name.level == PointDigest.level { throw DigestUnusable(name: name, error: error) }
+                            throw error
+                        }
                         // Grown past 1 GiB: the lock-byte page is one SQLite never writes (so no
                         // commit carries it); a snapshot holds it as a page of zeros, and so does
                         // the point (the restored file is sized to the page count: zeros there).

@@ -32,6 +32,24 @@ final class WalFollower {
     /// the app's close (the closing connection is not the last); so only then do two counters
     /// compare. A cursor taken up from a segment is not, until a read of the same generation.
     private var changeTrusted = false
+    /// The most pages the store was seen to have (its base's count, then its commits'): with
+    /// the file's size and the pages the -wal holds, the bound of a commit's page count.
+    private var knownPages = 0
+
+    /// A commit frame's database size (the wal-index's page count) beyond every page the file
+    /// and the -wal hold, by more than this, is damage: never followed, and never used to size
+    /// anything (a base sized by 2,891,548,815 pages asked for 92 GB). Growth writes every new
+    /// page to the -wal (all but the lock-byte page), so a real count stays within one page.
+    static let pageSlack = 65_536
+
+    /// Why `pageCount` (of a commit at `frame`, or the wal-index's) cannot be the store's, or nil.
+    func implausible(pageCount: Int, frame: UInt32?, walPages: Dictionary<UInt32, UInt32>.Keys, pageSize: Int) -> String? {
+        let filePages = Int((FileSystem.size(of: store.path) ?? 0) / UInt64(max(512, pageSize)))
+        let held = max(filePages, knownPages, Int(walPages.max() ?? 0))
+        guard pageCount > held + Self.pageSlack else { return nil }
+        let which = frame.map { "its commit at frame \($0)" } ?? "its wal-index"
+        return "the -wal of \(store.path) is damaged: \(which) says the database has \(Format.count(pageCount)) pages, and its file and -wal hold \(Format.count(held))"
+    }
     /// The most frames' bytes one read takes in (the commits' pages are held until written): a
     /// follower further behind than this (stopped for a long time while the app's checkpoints
     /// could not run) takes a new base instead, which costs what changed, not what was written.
@@ -222,6 +240,9 @@ final class WalFollower {
                 pageCount = inHeader > 0 ? inHeader : Int((FileSystem.size(of: store.path) ?? 0) / UInt64(max(1, pageSize)))
                 cursor.pageSize = pageSize
             }
+            if let why = implausible(pageCount: pageCount, frame: nil, walPages: latest.keys, pageSize: pageSize) {
+                throw StoreOpsError(.badData, why, hint: "run `storectl preflight \(store.path)`; the app's SQLite may not read it either")
+            }
             let header = cursor.header
             try copy(pageSize, pageCount, time) { first, count, buffer in
                 try FileProbe.shared.read(store.path, into: buffer, at: (first - 1) * pageSize)
@@ -242,6 +263,7 @@ final class WalFollower {
             cursor.change = index.change
             self.cursor = cursor
             changeTrusted = true
+            knownPages = pageCount
             databaseIdentity = identity
             walIdentity = wal.identity
             return Image(time: time, change: index.change, catchUp: catchUp)
@@ -326,11 +348,22 @@ final class WalFollower {
         guard walk.commits.count == made || !changeTrusted else {
             return .gap("the wal-index counts \(made) commits since the last read, the -wal holds \(walk.commits.count)")
         }
+        if let why = implausibleCommit(walk) { return .gap(why) }
         walk.cursor.change = index.change
         changeTrusted = true
         self.cursor = walk.cursor
         self.walIdentity = wal.identity
         return .commits(walk.commits, at: time)
+    }
+
+    /// The first commit of a walk whose page count cannot be the store's (see `implausible`);
+    /// else the walk's commits raise `knownPages`.
+    private func implausibleCommit(_ walk: WalFileReader.Walk) -> String? {
+        for commit in walk.commits {
+            if let why = implausible(pageCount: Int(commit.pageCount), frame: commit.frame, walPages: walk.latest.keys, pageSize: cursor?.pageSize ?? 0) { return why }
+        }
+        knownPages = max(knownPages, walk.commits.map { Int($0.pageCount) }.max() ?? 0)
+        return nil
     }
 
     /// The -wal was restarted since the cursor. The wal-index's commit counter says how many
@@ -352,6 +385,7 @@ final class WalFollower {
             guard walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum else {
                 return .gap("the restarted -wal's frames do not chain to the wal-index's last frame \(index.lastFrame)")
             }
+            if let why = implausibleCommit(walk) { return .gap(why) }
             walk.cursor.change = index.change
             fresh = walk.commits
             next = walk.cursor
@@ -368,7 +402,9 @@ final class WalFollower {
                 if let why = tooFarBehind(UInt32(clamping: held > UInt64(cursor.frame) ? held - UInt64(cursor.frame) : 0), pageSize: cursor.pageSize) {
                     return .gap(why)
                 }
-                tail = try wal.walk(from: cursor, limit: nil).commits
+                let old = try wal.walk(from: cursor, limit: nil)
+                if let why = implausibleCommit(old) { return .gap(why) }
+                tail = old.commits
             }
             if tail.count != missing, missing == 1, fresh.isEmpty {
                 return .wholeRead("the -wal was truncated before its last commit was read; that commit's state is read from the database file",

@@ -98,6 +98,13 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
     /// opened: so `repo check` reports (and prune, verify, restore and a child snapshot all see) the
     /// same damage, never "ok" for a snapshot restore then refuses.
     func checkRestorable(what: String) throws {
+        try manifest.checkFigures(what: what)
+        for file in files where file.bytes > Manifest.maxBytes {
+            throw StoreOpsError(.badData, "\(what): its file \(file.path.debugDescription) says \(file.bytes) bytes, out of range", hint: Sealer.damagedHint)
+        }
+        guard added.blobs >= 0, added.rawBytes <= Manifest.maxTotal, added.storedBytes <= Manifest.maxTotal else {
+            throw StoreOpsError(.badData, "\(what): its added figures (\(added.blobs) blobs, \(added.rawBytes) and \(added.storedBytes) bytes) are out of range", hint: Sealer.damagedHint)
+        }
         guard Self.isPageSize(pages.pageSize) else {
             throw StoreOpsError(.badData, "\(what): page size \(pages.pageSize) is not one SQLite uses (a power of two from 512 to 65536)",
                                 hint: Sealer.damagedHint)

@@ -90,12 +90,19 @@ public enum SnapshotImport {
     /// under the same id but from another time or store it is 65.
     static func bringIn(database: String, origin: Manifest, into repository: PagedRepository, scratch: Scratch,
                         progress: ProgressHandler?) throws -> Result {
-        guard let facts = origin.snapshot, SnapshotID.isPlausible(facts.id) else {
-            throw StoreOpsError(.badData, "the snapshot to bring in has no valid id")
+        guard let facts = origin.snapshot, SnapshotID.isWellFormed(facts.id) else {
+            throw StoreOpsError(.badData, "the snapshot to bring in has no valid id (\((origin.snapshot?.id ?? "none").debugDescription); storectl writes ids like 20261122T031500Z-7f3a9c)")
         }
         do { try SnapshotCreate.validate(tags: facts.tags) } catch let error as StoreOpsError {
             throw StoreOpsError(.badData, "snapshot \(facts.id) carries a tag storectl would not write: \(error.message)")
         }
+        // Its host and store path are printed by list, show and prune: a control character in
+        // them could forge lines of that output.
+        for (field, text) in [("host", origin.host), ("store path", origin.source.path)]
+        where text.isEmpty || text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            throw StoreOpsError(.badData, "snapshot \(facts.id) names a \(field) storectl would not write: \(text.debugDescription)")
+        }
+        try origin.checkFigures(what: "snapshot \(facts.id)")
         // A compression level from outside data: used only when it is one zstd takes.
         let level = facts.level.flatMap { (1...19).contains($0) ? $0 : nil }
         let expected = try Hashing.sha256(ofFile: database)

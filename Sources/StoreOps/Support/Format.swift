@@ -29,6 +29,8 @@ public enum Format {
 
     /// Seconds -> "0.42s", "12.3s", "3m05s", "1h02m".
     public static func duration(_ seconds: Double) -> String {
+        // A figure read from outside (a record, a status file) is never converted past Int's range.
+        guard seconds.isFinite, abs(seconds) < 1e12 else { return seconds.isFinite ? String(format: "%.3gs", seconds) : "?" }
         if seconds < 10 { return String(format: "%.2fs", seconds) }
         if seconds < 60 { return String(format: "%.1fs", seconds) }
         let total = Int(seconds.rounded())

@@ -298,9 +298,16 @@ struct PagedRepositoryTests {
         #expect(after.damagedSnapshots.isEmpty && after.problems.contains { $0.hasSuffix("(no snapshot listed reads from it)") }, "\(after.problems)")
     }
 
-    @Test("hostile numbers in a plain repository (nothing authenticated): a frame offset of 2^64-1 in a pack header, 2^63 in an index's last frame, a record's chunkPages of 2^63-1 are damage (2 or 65, naming the object), never a crash")
+    @Test("hostile numbers in a plain repository (nothing authenticated): a frame offset of 2^64-1 in a pack header, 2^63 in an index's last frame, a record's chunkPages of 2^63-1, its database bytes and an external file's of 2^64-1, its duration of 9.2e18 s, its page count of 2^31 (no 64 GiB asked for) are damage (2 or 65, naming the object), never a crash; list, show and stats say so or list around it")
     func hostileNumbers() throws {
-        for kind in ["pack-header", "index", "record"] {
+        let recordKinds: [String: (inout PagedSnapshotRecord) -> Void] = [
+            "record": { $0.pages.chunkPages = Int.max },
+            "record-bytes": { $0.manifest.database.bytes = .max },
+            "record-file-bytes": { $0.files[0].bytes = .max },
+            "record-duration": { $0.manifest.durationSeconds = 9.2e18 },
+            "record-pages": { $0.pages.pageCount = 1 << 31 },
+        ]
+        for kind in ["pack-header", "index"] + recordKinds.keys.sorted() {
             let fixture = try PagedFixture(items: 300, encrypted: false)
             let created = try fixture.create()
             let repository = try PagedRepository.open(fixture.backend, password: fixture.password)
@@ -330,7 +337,7 @@ struct PagedRepositoryTests {
                 named = "index"
             default:
                 var record = try repository.record(created.id)
-                record.pages.chunkPages = Int.max
+                recordKinds[kind]?(&record)
                 try fixture.replace("snapshots/" + created.id, with: try sealer.seal(try JSON.encode(record), as: "snapshot:" + created.id))
                 named = created.id
             }
@@ -349,6 +356,18 @@ struct PagedRepositoryTests {
                 if run.status != 0 { #expect(said.contains(named), "\(kind) \(arguments[1]): \(said)") }
             }
             #expect(FileSystem.kind(of: fixture.folder.file("r-\(kind).sqlite")) == (kind == "pack-header" ? .file : .missing))
+            // What reads every record: a damaged one is listed as damaged or shown as 65, never a signal.
+            for arguments in [["snapshot", "list", "--repo", fixture.repo], ["snapshot", "show", created.id, "--repo", fixture.repo],
+                              ["repo", "stats", "--repo", fixture.repo], ["snapshot", "export", created.id, "--output", fixture.folder.file("x-\(kind).tar.zst"), "--repo", fixture.repo]] {
+                let run = try ChildProcess.run(Binaries.storectl, arguments)
+                #expect([0, 2, 65].contains(run.status) && !run.stderr.contains("Fatal error"), "\(kind) \(arguments[0]) \(arguments[1]): \(run.status) \(run.stderr)")
+                if arguments[1] == "list", ["record-bytes", "record-file-bytes", "record-duration"].contains(kind) {
+                    #expect(run.stdout.contains(created.id) && run.stdout.contains("DAMAGED"), "\(kind) list: \(run.stdout)")
+                }
+                // A figure out of range is refused where the record is opened; a map's count where the map is read.
+                let refusedWhenOpened = ["record-bytes", "record-file-bytes", "record-duration"].contains(kind)
+                if kind.hasPrefix("record"), arguments[1] == "export" || (arguments[1] == "show" && refusedWhenOpened) { #expect(run.status == 65 && run.stderr.contains(named), "\(kind) \(arguments[1]): \(run.status) \(run.stderr)") }
+            }
         }
     }
 

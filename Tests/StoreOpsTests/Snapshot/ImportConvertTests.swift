@@ -134,7 +134,7 @@ struct ImportConvertTests {
     }
 
     /// Rewrites one field of the snapshot facts in an exported archive's manifest.json (an
-    /// archive carries no MAC: anyone can craft one).
+    /// archive carries no MAC: anyone can craft one); a field starting with / is a path from the top.
     func craft(_ archive: String, _ output: String, field: String, json: String) throws {
         let script = """
         import io, json, subprocess, sys, tarfile
@@ -146,7 +146,10 @@ struct ImportConvertTests {
         for m in tin.getmembers():
             data = tin.extractfile(m).read() if m.isfile() else None
             if m.name == 'manifest.json':
-                j = json.loads(data); j['snapshot'][field] = json.loads(value); data = json.dumps(j).encode(); m.size = len(data)
+                j = json.loads(data); path = field[1:].split('/') if field.startswith('/') else ['snapshot', field]
+                o = j
+                for k in path[:-1]: o = o[k]
+                o[path[-1]] = json.loads(value); data = json.dumps(j).encode(); m.size = len(data)
             tout.addfile(m, io.BytesIO(data) if data is not None else None)
         tout.close()
         open(dst, 'wb').write(subprocess.run(['zstd', '-c', '-q'], input=out.getvalue(), capture_output=True, check=True).stdout)
@@ -181,7 +184,7 @@ struct ImportConvertTests {
         #expect(try summaries(b).isEmpty)
     }
 
-    @Test("a crafted manifest never crashes the import: a level zstd does not take is stored at the default, a tag storectl would not write is 65")
+    @Test("a crafted manifest never crashes the import: a level zstd does not take is stored at the default; a tag storectl would not write, an id it would not write (\"2\", a prefix, a bad time), a host or store path with a newline or an escape, a duration of 1e300 s are 65 and nothing is listed")
     func craftedManifest() throws {
         let a = try folder.repository("a", encrypted: true)
         let b = try folder.repository("b", encrypted: true)
@@ -205,6 +208,25 @@ struct ImportConvertTests {
             #expect(error.status == .badData, "\(error.message)")
         }
         #expect(try summaries(c).isEmpty)
+        // Fields list, show and prune print, and figures they convert: refused, naming what.
+        let crafted: [(field: String, json: String, said: String)] = [
+            ("id", "\"2\"", "no valid id"), ("id", "\"\(id.prefix(12))\"", "no valid id"), ("id", "\"20261399T250000Z-abcdef\"", "no valid id"),
+            ("/host", "\"evil\\nstore vm:/etc/passwd\"", "names a host"), ("/host", "\"\\u001b[31mred\"", "names a host"),
+            ("/source/path", "\"/srv/a\\nkeep   20261122T031500Z-7f3a9c\"", "names a store path"),
+            ("/durationSeconds", "1e300", "durationSeconds"),
+        ]
+        for (n, (field, json, said)) in crafted.enumerated() {
+            let file = folder.file("crafted-\(n).tar.zst")
+            try craft(archive, file, field: field, json: json)
+            options.file = file
+            do {
+                _ = try SnapshotImport.run(options)
+                Issue.record("\(field) = \(json) was imported")
+            } catch let error as StoreOpsError {
+                #expect(error.status == .badData && error.message.contains(said), "\(field) = \(json): \(error.message)")
+            }
+            #expect(try summaries(c).isEmpty, "\(field) = \(json)")
+        }
     }
 
     /// What the old repository says of each snapshot: id, time, host, source and tags.

@@ -119,12 +119,15 @@ enum PageMap {
               map.base.count == (map.baseCount + map.chunkPages - 1) / map.chunkPages else {
             throw StoreOpsError(.badData, "\(what): its page map is inconsistent (\(map.base.count) chunks for \(map.baseCount) pages)", hint: Sealer.damagedHint)
         }
-        var ids = [ContentID](repeating: .zero, count: max(map.pageCount, map.baseCount))
+        // The ids are allocated as the blobs supply them, never for the counts the record claims
+        // (a record saying 2^31 pages must not cost 64 GiB before its chunks are found short).
+        var ids: [ContentID] = []
+        ids.reserveCapacity(min(map.baseCount, 1 << 20))
         for (k, chunkID) in map.base.enumerated() {
             let start = k * map.chunkPages
             let n = min(map.chunkPages, map.baseCount - start)
             let chunk = try decodeChunk(try blob(chunkID, .mapChunk), expected: n, idBytes: idBytes, what: "map chunk \(chunkID.hex.prefix(12))… of \(what)")
-            for (i, id) in chunk.enumerated() { ids[start + i] = id }
+            ids.append(contentsOf: chunk)
         }
         var entries: [(page: UInt32, id: ContentID)] = []
         var baseOfDelta: [UInt32: ContentID] = [:]
@@ -133,6 +136,15 @@ enum PageMap {
             guard entries.count == map.deltaCount else {
                 throw StoreOpsError(.badData, "\(what): its map delta has \(entries.count) entries, the snapshot says \(map.deltaCount)", hint: Sealer.damagedHint)
             }
+        }
+        // Each page past the base has its id in an entry of the delta: what the blobs hold bounds
+        // the count before anything is allocated for it.
+        let held = ids.count + entries.reduce(0) { $0 + (Int($1.page) > map.baseCount ? 1 : 0) }
+        guard map.pageCount <= held else {
+            throw StoreOpsError(.badData, "\(what): its page map says \(map.pageCount) pages, its blobs hold ids for \(held)", hint: Sealer.damagedHint)
+        }
+        if ids.count < map.pageCount { ids.append(contentsOf: repeatElement(ContentID.zero, count: map.pageCount - ids.count)) }
+        if map.delta != nil {
             for entry in entries where Int(entry.page) <= ids.count {
                 if Int(entry.page) <= map.baseCount { baseOfDelta[entry.page] = ids[Int(entry.page) - 1] }
                 ids[Int(entry.page) - 1] = entry.id
