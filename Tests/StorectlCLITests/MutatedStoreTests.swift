@@ -153,6 +153,25 @@ struct MutatedStoreTests {
         }
     }
 
+    @Test("a header SQLite will not read (schema format 99, as a -wal's page 1 or a newer SQLite may leave it): preflight, backup, snapshot create and diff say so with 65 (bad data), not 1 or 74")
+    func unsupportedFileFormat() throws {
+        let folder = try TempFolder()
+        var options = SampleStore.Options()
+        options.items = 50
+        let store = try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
+        let copy = folder.file("copy.sqlite")
+        try FileManager.default.copyItem(atPath: store, toPath: copy)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: store))
+        try handle.seek(toOffset: 44)
+        try handle.write(contentsOf: Data([0, 0, 0, 99]))
+        try handle.close()
+        let snaps = try folder.repository("snaps")
+        for command in [["preflight", store], ["backup", store, "--output", folder.file("b.sqlite")], ["snapshot", "create", store, "--repo", snaps], ["diff", copy, store]] {
+            let result = try ChildProcess.run(Binaries.storectl, command)
+            #expect(result.status == 65 && result.stderr.contains("unsupported file format"), "\(command.prefix(2)): \(result.status) \(result.stderr)")
+        }
+    }
+
     @Test("the real case: Z_PK rebuilt as TEXT, Z_MAX 0 with rows: preflight reports both problems (2), it does not crash")
     func textKeys() throws {
         let folder = try TempFolder()

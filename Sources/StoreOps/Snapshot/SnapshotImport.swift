@@ -103,6 +103,15 @@ public enum SnapshotImport {
             throw StoreOpsError(.badData, "snapshot \(facts.id) names a \(field) storectl would not write: \(text.debugDescription)")
         }
         try origin.checkFigures(what: "snapshot \(facts.id)")
+        // Its time is its id's (storectl makes the id from it), and not in the future: prune keeps
+        // the newest snapshots, so a forged later time would keep it and remove the store's own.
+        guard let idTime = SnapshotID.time(of: facts.id), abs(origin.startedAt.timeIntervalSince(idTime) - 0.5) <= 2.5 else {
+            throw StoreOpsError(.badData, "snapshot \(facts.id) says it was taken at \(Timestamp.iso(origin.startedAt)), which is not the time in its id")
+        }
+        guard origin.startedAt <= Date().addingTimeInterval(86_400) else {
+            throw StoreOpsError(.badData, "snapshot \(facts.id) says it was taken at \(Timestamp.iso(origin.startedAt)), in the future",
+                                hint: "check this host's clock and the archive's origin")
+        }
         // A compression level from outside data: used only when it is one zstd takes.
         let level = facts.level.flatMap { (1...19).contains($0) ? $0 : nil }
         let expected = try Hashing.sha256(ofFile: database)

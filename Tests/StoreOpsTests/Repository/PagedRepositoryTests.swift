@@ -371,7 +371,7 @@ struct PagedRepositoryTests {
         }
     }
 
-    @Test("a record restore refuses (page size 0, 1000, 2^31; an external file named '..') is damage to repo check --read-data too (2, naming it), and to verify and prune's collector")
+    @Test("a record restore refuses (page size 0, 1000, 2^31; an external file named '..', or recorded at a size its chunks do not hold) is damage to repo check --read-data too (2, naming it), and to verify and prune's collector")
     func recordRestoreRefuses() throws {
         let fixture = try PagedFixture(items: 1_000, externalFiles: 1)
         let created = try fixture.create()
@@ -381,6 +381,7 @@ struct PagedRepositoryTests {
         let good = try repository.record(created.id)
         var changes: [(String, (inout PagedSnapshotRecord) -> Void)] = [0, 1000, 1 << 31].map { size in ("page size \(size)", { $0.pages.pageSize = size }) }
         changes.append(("file ..", { $0.files[0].path = "store/.Tasks_SUPPORT/_EXTERNAL_DATA/.." }))
+        changes.append(("file size 5", { $0.files[0].bytes = 5 }))
         for (what, change) in changes {
             var record = good
             change(&record)

@@ -214,6 +214,8 @@ struct ImportConvertTests {
             ("/host", "\"evil\\nstore vm:/etc/passwd\"", "names a host"), ("/host", "\"\\u001b[31mred\"", "names a host"),
             ("/source/path", "\"/srv/a\\nkeep   20261122T031500Z-7f3a9c\"", "names a store path"),
             ("/durationSeconds", "1e300", "durationSeconds"),
+            // A later time (prune keeps the newest): one its id does not give, and one in the future with an id to match.
+            ("/startedAt", "\"9999-01-01T00:00:00.000Z\"", "not the time in its id"),
         ]
         for (n, (field, json, said)) in crafted.enumerated() {
             let file = folder.file("crafted-\(n).tar.zst")
@@ -227,6 +229,17 @@ struct ImportConvertTests {
             }
             #expect(try summaries(c).isEmpty, "\(field) = \(json)")
         }
+        // A time in the future with an id to match it.
+        try craft(archive, folder.file("future-id.tar.zst"), field: "id", json: "\"20991231T000000Z-abcdef\"")
+        try craft(folder.file("future-id.tar.zst"), folder.file("future.tar.zst"), field: "/startedAt", json: "\"2099-12-31T00:00:00.250Z\"")
+        options.file = folder.file("future.tar.zst")
+        do {
+            _ = try SnapshotImport.run(options)
+            Issue.record("a snapshot taken in 2099 was imported")
+        } catch let error as StoreOpsError {
+            #expect(error.status == .badData && error.message.contains("in the future"), "\(error.message)")
+        }
+        #expect(try summaries(c).isEmpty)
     }
 
     /// What the old repository says of each snapshot: id, time, host, source and tags.
@@ -243,13 +256,13 @@ struct ImportConvertTests {
     /// Every snapshot of `new` restores to the bytes the build that wrote the old repository restored.
     func expectSameBytes(_ new: String, as expected: [OldRepositories.Snapshot]) throws {
         for snapshot in expected {
-            let restored = try restore(new, snapshot.id, "new-\(snapshot.id).sqlite")
+            let restored = try restore(new, snapshot.id, "\(FileSystem.name(of: new))-\(snapshot.id).sqlite")
             #expect(restored.database == snapshot.database, "\(snapshot.id)")
             #expect(restored.external.mapValues { Hashing.sha256($0 ?? Data()) } == snapshot.external, "\(snapshot.id)")
         }
     }
 
-    @Test("a format-1 repository an earlier build wrote, converted: every snapshot, oldest first, with its id, time and tags, restores to the bytes that build restored; a second run writes nothing; a damaged archive is reported (2) and the others converted")
+    @Test("a format-1 repository an earlier build wrote, converted: every snapshot, oldest first, with its id, time and tags, restores to the bytes that build restored; a second run writes nothing; a damaged archive is reported (2) and the others converted; an archive without its catalog entry is reported (2) naming the import that brings it in")
     func convertFormatOne() throws {
         let old = try folder.oldRepository("format-1", as: "old")
         let expected = try OldRepositories.expected("format-1")
@@ -277,6 +290,21 @@ struct ImportConvertTests {
         #expect(partial.failed.map(\.id) == [ids[0]] && partial.converted.map(\.id) == Array(ids.dropFirst()))
         #expect(RepositoryConvert.ending(of: partial).status == .checksFailed)
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.contains(".tmp-storectl-") })
+
+        // An archive whose catalog entry is gone: reported (2) naming it and how to bring it in,
+        // never skipped in silence; the import it names brings it in whole.
+        let orphaned = try folder.oldRepository("format-1", as: "orphaned")
+        try FileManager.default.removeItem(atPath: (orphaned as NSString).appendingPathComponent("catalog/\(ids[1]).json"))
+        let into = try folder.repository("into", encrypted: true)
+        let skipped = try convert(orphaned, into: into)
+        let failure = try #require(skipped.failed.first)
+        #expect(skipped.failed.count == 1 && failure.id == ids[1] && failure.problem.contains("has no catalog entry")
+                && failure.problem.contains("storectl snapshot import"), "\(skipped.failed)")
+        #expect(RepositoryConvert.ending(of: skipped).status == .checksFailed && !skipped.converted.map(\.id).contains(ids[1]))
+        var brought = SnapshotImport.Options(file: (orphaned as NSString).appendingPathComponent("snapshots/\(ids[1]).tar.zst"), repository: into, password: password)
+        brought.scratch = folder.path
+        #expect(try SnapshotImport.run(brought).id == ids[1])
+        try expectSameBytes(into, as: expected)
     }
 
     @Test("a layout-1 repository an earlier build wrote, converted into layout 2: the same snapshots, restoring to the bytes that build restored; into itself or into an old repository is refused")

@@ -266,6 +266,16 @@ public enum RepositoryCheck {
                     report.problems.append("snapshot \(record.id): \(Format.plural(missing, "blob is", "blobs are")) in no index as restore needs \(missing == 1 ? "it" : "them") (first \(first.hex.prefix(16))…)")
                     report.damagedSnapshots.append(record.id)
                 }
+                // Each external-data file's size is what its chunks hold (restore refuses it otherwise).
+                for file in record.files {
+                    let lengths = file.chunks.compactMap { indexes.locations[$0]?.blob.length }
+                    guard lengths.count == file.chunks.count else { continue }
+                    let held = lengths.reduce(UInt64(0)) { $0 + UInt64($1) }
+                    if held != file.bytes {
+                        report.problems.append("snapshot \(record.id): external-data file \(file.path) is recorded as \(Format.count(file.bytes)) bytes, its chunks hold \(Format.count(held))")
+                        if !report.damagedSnapshots.contains(record.id) { report.damagedSnapshots.append(record.id) }
+                    }
+                }
             } catch let error as StoreOpsError where error.status == .badData {
                 report.problems.append(error.message)
                 report.damagedSnapshots.append(record.id)

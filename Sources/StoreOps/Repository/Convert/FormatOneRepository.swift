@@ -94,6 +94,18 @@ public final class FormatOneRepository: Sendable {
             records.append(record)
         }
         records.sort { ($0.startedAt, $0.snapshot?.id ?? "") > ($1.startedAt, $1.snapshot?.id ?? "") }
+        // An archive with no catalog entry (lost, or removed by hand) is a snapshot too: never
+        // skipped in silence. It carries its own manifest, so `snapshot import` brings it in.
+        let entries = Set(names.filter { $0.hasSuffix(".json") }.map { String($0.dropLast(5)) })
+        let archives = (path as NSString).appendingPathComponent("snapshots")
+        for name in ((try? FileManager.default.contentsOfDirectory(atPath: archives)) ?? []).sorted() where !name.hasPrefix(".") {
+            guard let dot = name.firstIndex(of: "."), name.contains(".tar") else { continue }
+            let id = String(name[..<dot])
+            guard SnapshotID.isPlausible(id), !entries.contains(id) else { continue }
+            let file = (archives as NSString).appendingPathComponent(name)
+            damaged.append(DamagedEntry(id: id, file: file,
+                                        problem: "archive \(file) has no catalog entry, so it was not converted: `storectl snapshot import \(file) --repo REPO` brings it in"))
+        }
         return (records, damaged)
     }
 

@@ -128,7 +128,7 @@ public enum RepositoryConvert {
         switch repository {
         case .formatOne(let archives):
             let (records, damaged) = archives.catalog()
-            report.failed += damaged.map { Failure(id: $0.id, problem: "its catalog entry \($0.file) \($0.problem)") }
+            report.failed += damaged.map { Failure(id: $0.id, problem: $0.problem.hasPrefix("archive ") ? $0.problem : "its catalog entry \($0.file) \($0.problem)") }
             for record in records {
                 guard let id = record.snapshot?.id else { continue }
                 let external = record.externalData?.totalBytes ?? 0
