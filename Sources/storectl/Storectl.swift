@@ -40,7 +40,7 @@ struct Storectl: ParsableCommand {
             FaultInjection.crashIfAsked()
         }
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler = StderrLogHandler(label: label)
             handler.logLevel = ProcessInfo.processInfo.environment["STORECTL_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
             return handler
         }

@@ -183,8 +183,8 @@ struct BackupCLITests {
         let seconds = Date().timeIntervalSince(started)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stderr.contains("starved of CPU in the idle class"), "\(result.stderr.suffix(2000))")
-        // Threads really moved (a failed move is logged with threads=0 and a warning).
-        let moved = result.stderr.firstMatch(of: /threads=(\d+)/).flatMap { Int($0.1) }
+        // Threads really moved (a failed move is logged with threads: 0 and a warning).
+        let moved = result.stderr.firstMatch(of: /threads: (\d+)/).flatMap { Int($0.1) }
         #expect((moved ?? 0) > 0, "\(result.stderr.suffix(2000))")
         #expect(seconds < 30, "\(seconds) s")
         #expect(FileManager.default.fileExists(atPath: folder.file("b.sqlite")))

@@ -120,10 +120,17 @@ public enum SnapshotImport {
         var added: UInt64 = 0
         var alreadyThere = false
         if let existing = records.first(where: { $0.id == facts.id }) {
-            guard existing.manifest.startedAt == origin.startedAt, existing.manifest.source.path == origin.source.path,
-                  existing.manifest.host == origin.host, existing.manifest.snapshot?.tags ?? [] == facts.tags,
-                  existing.manifest.database.bytes == origin.database.bytes else {
-                throw StoreOpsError(.badData, "\(repository.location) already holds a snapshot \(facts.id) of \(existing.manifest.source.path) taken \(Timestamp.iso(existing.manifest.startedAt)), not this one of \(origin.source.path) taken \(Timestamp.iso(origin.startedAt))",
+            // What differs, each named with both sides.
+            let held = existing.manifest
+            let differences: [String] = [
+                held.startedAt == origin.startedAt ? nil : "taken \(Timestamp.iso(held.startedAt)) there, \(Timestamp.iso(origin.startedAt)) in the archive",
+                held.source.path == origin.source.path ? nil : "store \(held.source.path.debugDescription) there, \(origin.source.path.debugDescription) in the archive",
+                held.host == origin.host ? nil : "host \(held.host.debugDescription) there, \(origin.host.debugDescription) in the archive",
+                held.snapshot?.tags ?? [] == facts.tags ? nil : "tags \((held.snapshot?.tags ?? []).joined(separator: ",")) there, \(facts.tags.joined(separator: ",")) in the archive",
+                held.database.bytes == origin.database.bytes ? nil : "a database of \(Format.count(held.database.bytes)) bytes there, \(Format.count(origin.database.bytes)) in the archive",
+            ].compactMap { $0 }
+            guard differences.isEmpty else {
+                throw StoreOpsError(.badData, "\(repository.location) already holds a different snapshot \(facts.id): \(differences.joined(separator: "; "))",
                                     hint: "ids are unique in a repository: import it into another repository")
             }
             record = existing
@@ -151,8 +158,14 @@ public enum SnapshotImport {
             added = committed.added.storedBytes
         }
         if alreadyThere {
+            // The same facts, so the same bytes: a difference is this archive's (or damage to the
+            // copy there, which repo check tells apart), said as such.
             progress?(.stage("verify"))
-            try verify(record, in: repository, expected: expected, scratch: scratch)
+            let sha = try PagedExtraction.run(record, repository: repository, into: try scratch.targets(for: "verify"), level: .quick)
+            guard sha == expected else {
+                throw StoreOpsError(.badData, "\(repository.location) already holds snapshot \(facts.id), and its database differs from this archive's (sha256 \(sha.prefix(12))… there, \(expected.prefix(12))… in the archive): not imported",
+                                    hint: "ids are unique in a repository: import it into another repository; `storectl repo check --read-data --repo \(repository.location)` tells whether the copy there is damaged")
+            }
         }
         return Result(id: facts.id, repository: repository.location, alreadyThere: alreadyThere,
                       addedBytes: added, databaseSHA256: expected, startedAt: origin.startedAt, host: origin.host, source: origin.source.path,

@@ -67,7 +67,7 @@ struct ImportConvertTests {
         return try RepositoryConvert.run(options)
     }
 
-    @Test("an exported snapshot imported into another repository keeps its id, time, host, source and tags and restores to the same bytes; a second import writes nothing")
+    @Test("an exported snapshot imported into another repository keeps its id, time, host, source and tags and restores to the same bytes; a second import writes nothing; another snapshot under the same id is refused naming what differs")
     func importRoundTrip() throws {
         let a = try folder.repository("a", encrypted: true)
         let b = try folder.repository("b", encrypted: true)
@@ -98,6 +98,15 @@ struct ImportConvertTests {
         #expect(result.alreadyThere && result.addedBytes == 0)
         #expect(try contents(b).filter { !$0.key.hasPrefix("verified/") } == before.filter { !$0.key.hasPrefix("verified/") })
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.contains(".tmp-storectl-") })
+        // Under a held id, with other tags: refused, naming what differs on both sides.
+        try craft(folder.file("\(first.id).tar.zst"), folder.file("retagged.tar.zst"), field: "tags", json: "[\"other\"]")
+        again.file = folder.file("retagged.tar.zst")
+        do {
+            _ = try SnapshotImport.run(again)
+            Issue.record("a different snapshot under a held id was imported")
+        } catch let error as StoreOpsError {
+            #expect(error.status == .badData && error.message.contains("already holds a different snapshot \(first.id): tags nightly there, other in the archive"), "\(error.message)")
+        }
     }
 
     @Test("damaged or foreign archives are refused with 65 (66 when missing), nothing is listed and no scratch is left; a format-1 repository is told to convert")
