@@ -943,7 +943,7 @@ struct ReplicateTests {
             let second = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(run.stdout.utf8))
             #expect(second.point == first.point)
             #expect(try Hashing.sha256(ofFile: target) == Hashing.sha256(ofFile: held), "point \(first.point ?? "?") restores differently with its pages in a scratch file")
-            if let range = run.stderr.range(of: "scratch_pages=") { spilled = max(spilled, Int(run.stderr[range.upperBound...].prefix { $0.isNumber }) ?? 0) }
+            if let range = run.stderr.range(of: "scratch_pages: ") { spilled = max(spilled, Int(run.stderr[range.upperBound...].prefix { $0.isNumber }) ?? 0) }
             if !diffed, first.point?.hasSuffix("@0") == false {
                 diffed = true
                 let diff = try ChildProcess.run(Binaries.storectl, ["diff", "--repo", world.repo, "--at", Timestamp.iso(time), held], environment: small)
