@@ -63,6 +63,13 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         let say: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("storectl replicate: \(line)\n".utf8)) }
         let summary = try Replicate.run(options, events: quiet || json ? nil : say)
         if json { print(jsonReport(summary)) } else { printSummary(summary) }
+        let unfollowed = summary.stores.filter { $0.notFollowed != nil }
+        if let first = unfollowed.first {
+            // Damage, a lock, a missing file: the status of the first such store (each is named).
+            throw StoreOpsError(status: ExitStatus(rawValue: first.notFollowedStatus ?? ExitStatus.failure.rawValue),
+                                unfollowed.map { "never followed \($0.store): \($0.notFollowed ?? "")" }.joined(separator: "; "),
+                                hint: "no commit of \(unfollowed.count == 1 ? "it" : "them") is protected; fix what the message names (`storectl preflight STORE` checks a store) and run again")
+        }
         if summary.unwritten > 0 {
             throw StoreOpsError(.ioError, "stopped with \(Format.plural(summary.unwritten, "commit", "commits")) read but not written to \(summary.repository): no point holds them",
                                 hint: "the lines above name each store and where its points end; the next run takes the store up from there (a gap, unless the -wal still holds those commits)")
@@ -79,6 +86,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
                 if store.filesNotCarried > 0 { line += ", \(store.filesNotCarried) NOT carried (see the warnings)" }
             }
             line += String(format: ", lag p99 %.2f s, max %.2f s", store.p99LagSeconds, store.maxLagSeconds)
+            if store.notFollowed != nil { line += "; NOT FOLLOWED (below)" }
             print(line)
         }
     }
@@ -120,6 +128,7 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
             if let live = store.live {
                 line += "; this run: \(Format.plural(live.points, "point", "points"))" + String(format: ", lag p99 %.2f s, max %.2f s, ", live.p99LagSeconds, live.maxLagSeconds)
                 line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"
+                if let why = live.notFollowed { line += "; NOT FOLLOWED: \(why)" }
                 if let waiting = live.waiting, waiting > 0 {
                     line += "; \(Format.plural(waiting, "commit", "commits")) read and NOT durable yet"
                     if let error = live.lastError { line += " (writing them failed: \(error))" }

@@ -1143,7 +1143,7 @@ struct ReplicateTests {
         #expect(restored.status == 0 || restored.status == 66, "\(restored.stderr)")
     }
 
-    @Test("a -wal whose last commit frame (salts and checksums valid) says the database has 2,891,548,815 pages: replicate names the damage and keeps trying, never sizes a base by it (it asked for 92 GB and aborted); the store is not written")
+    @Test("a -wal whose last commit frame (salts and checksums valid) says the database has 2,891,548,815 pages: replicate names the damage and keeps trying, never sizes a base by it (it asked for 92 GB and aborted), and ends 65 saying the store was never followed; the store is not written")
     func implausibleCommitSize() throws {
         let world = try world()
         // The app's commits left in the -wal (no checkpoint), its wal-index gone (SQLite rebuilds
@@ -1173,8 +1173,10 @@ struct ReplicateTests {
         #expect(forged.status == 0, "\(forged.stderr)")
         let before = try Hashing.sha256(ofFile: world.store)
         let run = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "2s"], environment: world.environment)
-        #expect(run.status < 128 && !run.stderr.contains("Fatal error"), "\(run.status) \(run.stderr)")
+        // The run ends 65 (its store was never followed: no commit of it is protected), naming why.
+        #expect(run.status == 65 && !run.stderr.contains("Fatal error"), "\(run.status) \(run.stderr)")
         #expect(run.stderr.contains("is damaged: its wal-index says the database has 2,891,548,815 pages"), "\(run.stderr)")
+        #expect(run.stderr.contains("never followed \(world.store): its first base failed") && run.stdout.contains("NOT FOLLOWED"), "\(run.stdout) \(run.stderr)")
         #expect(try Hashing.sha256(ofFile: world.store) == before, "the store was not written")
     }
 

@@ -107,6 +107,10 @@ public enum ReplicateStatus {
                          gaps: entry.spans.filter { $0.kind == "gap" }.count, chains: Set(covered.compactMap(\.chain)).count,
                          live: live?.stores.first { $0.store == entry.store })
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
+        // A store the process follows that has no point yet (its first base failed) is listed too.
+        for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store == store.store }) {
+            report.stores.append(Store(store: store.store, host: ProcessInfo.processInfo.hostName, points: 0, newestPoint: nil, gaps: 0, chains: 0, live: store))
+        }
         if let live, live.state == "following" {
             // Gone at once when its follow locks (this host's) exist and none is held any more;
             // else (another host, or a storectl without them) when it has not written for a minute.

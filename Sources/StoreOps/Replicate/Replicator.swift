@@ -93,6 +93,11 @@ public enum Replicate {
         public var waiting: Int?
         /// The last failure to write points, while it lasts (nil once a write succeeds).
         public var lastError: String?
+        /// Why no chain follows the store (its first base failed, and is retried), while it lasts:
+        /// none of its commits is protected. At the end of a run, the command fails with it.
+        public var notFollowed: String?
+        /// The exit status that failure maps to (65 a damaged store, 75 a busy one, …).
+        public var notFollowedStatus: Int32?
     }
 
     public struct Summary: Codable, Sendable {
@@ -991,6 +996,8 @@ public enum Replicate {
                 replica.summary.uploadedBytes += record.added.storedBytes + UInt64(sealed.count)
                 replica.summary.requests += 2
                 replica.summary.bases.append(record.id)
+                replica.summary.notFollowed = nil
+                replica.summary.notFollowedStatus = nil
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
                 replica.lastDurableTime = Replicate.ms(time)
                 replica.confirmedTime = Replicate.ms(time)
@@ -1002,6 +1009,10 @@ public enum Replicate {
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: record.externalFileSet.mapValues(\.bytes))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {
+                if replica.chain == nil {
+                    replica.summary.notFollowed = "its first base failed: \(describe(error))"
+                    replica.summary.notFollowedStatus = StoreOpsError.wrapping(error)?.status.rawValue ?? ExitStatus.failure.rawValue
+                }
                 Replicate.logger.warning("making a base failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
                 replica.retryAfter = Date().addingTimeInterval(max(1, options.syncInterval))
             }
