@@ -42,10 +42,15 @@ final class WalFollower {
     /// page to the -wal (all but the lock-byte page), so a real count stays within one page.
     static let pageSlack = 65_536
 
-    /// Why `pageCount` (of a commit at `frame`, or the wal-index's) cannot be the store's, or nil.
-    func implausible(pageCount: Int, frame: UInt32?, walPages: Dictionary<UInt32, UInt32>.Keys, pageSize: Int) -> String? {
+    /// The most pages the store can have now: its file's, the -wal's highest page (`walPages`),
+    /// and the most seen before.
+    func heldPages(walPages: Dictionary<UInt32, UInt32>.Keys, pageSize: Int) -> Int {
         let filePages = Int((FileSystem.size(of: store.path) ?? 0) / UInt64(max(512, pageSize)))
-        let held = max(filePages, knownPages, Int(walPages.max() ?? 0))
+        return max(filePages, knownPages, Int(walPages.max() ?? 0))
+    }
+
+    /// Why `pageCount` (of a commit at `frame`, or the wal-index's) cannot be the store's, or nil.
+    func implausible(pageCount: Int, frame: UInt32?, held: Int) -> String? {
         guard pageCount > held + Self.pageSlack else { return nil }
         let which = frame.map { "its commit at frame \($0)" } ?? "its wal-index"
         return "the -wal of \(store.path) is damaged: \(which) says the database has \(Format.count(pageCount)) pages, and its file and -wal hold \(Format.count(held))"
@@ -240,7 +245,7 @@ final class WalFollower {
                 pageCount = inHeader > 0 ? inHeader : Int((FileSystem.size(of: store.path) ?? 0) / UInt64(max(1, pageSize)))
                 cursor.pageSize = pageSize
             }
-            if let why = implausible(pageCount: pageCount, frame: nil, walPages: latest.keys, pageSize: pageSize) {
+            if let why = implausible(pageCount: pageCount, frame: nil, held: heldPages(walPages: latest.keys, pageSize: pageSize)) {
                 throw StoreOpsError(.badData, why, hint: "run `storectl preflight \(store.path)`; the app's SQLite may not read it either")
             }
             let header = cursor.header
@@ -359,8 +364,12 @@ final class WalFollower {
     /// The first commit of a walk whose page count cannot be the store's (see `implausible`);
     /// else the walk's commits raise `knownPages`.
     private func implausibleCommit(_ walk: WalFileReader.Walk) -> String? {
-        for commit in walk.commits {
-            if let why = implausible(pageCount: Int(commit.pageCount), frame: commit.frame, walPages: walk.latest.keys, pageSize: cursor?.pageSize ?? 0) { return why }
+        // The bound is worked out only when a commit needs it (a stat of the file, once a walk).
+        var held: Int?
+        for commit in walk.commits where Int(commit.pageCount) > knownPages + Self.pageSlack {
+            let bound = held ?? heldPages(walPages: walk.latest.keys, pageSize: cursor?.pageSize ?? 0)
+            held = bound
+            if let why = implausible(pageCount: Int(commit.pageCount), frame: commit.frame, held: bound) { return why }
         }
         knownPages = max(knownPages, walk.commits.map { Int($0.pageCount) }.max() ?? 0)
         return nil
