@@ -152,6 +152,7 @@ struct RepoConvertCommand: ParsableCommand, JSONOutput {
             }
             for id in report.alreadyThere { print("present   \(id)  (brought over by an earlier run; verified again)") }
             for failure in report.failed { print("FAILED    \(failure.id): \(failure.problem)") }
+            for note in report.notes { print("note      \(note)") }
             let total = report.converted.count + report.alreadyThere.count
             print("\(report.ok ? "ok" : "INCOMPLETE"): \(Format.plural(total, "snapshot", "snapshots")) of \(report.source) (\(report.sourceKind)) in \(report.target), each verified\(report.failed.isEmpty ? "" : "; \(report.failed.count) not converted")")
         }

@@ -20,6 +20,9 @@ struct StderrLogHandler: LogHandler {
         let all = metadata.merging(event.metadata ?? [:]) { $1 }
         let details = all.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")
         let line = "\(Timestamp.iso(Date())) \(event.level) \(label): \(event.message)\(details.isEmpty ? "" : " (\(details))")\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        // One write(2) of the whole line: never a trap when stderr is closed (FileHandle's write
+        // is), and not interleaved with other threads' lines.
+        let bytes = Array(line.utf8)
+        _ = bytes.withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
     }
 }

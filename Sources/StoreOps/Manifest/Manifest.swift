@@ -142,7 +142,8 @@ extension Manifest {
         func refuse(_ field: String, _ value: String) -> StoreOpsError {
             StoreOpsError(.badData, "\(what): its \(field) \(value) is out of range", hint: Sealer.damagedHint)
         }
-        guard durationSeconds.isFinite, durationSeconds >= 0, durationSeconds <= 1e9 else { throw refuse("durationSeconds", "\(durationSeconds)") }
+        // Negative when the clock stepped back during the copy: a real record, kept.
+        guard durationSeconds.isFinite, abs(durationSeconds) <= 1e9 else { throw refuse("durationSeconds", "\(durationSeconds)") }
         for (field, value) in [("source.fileBytes", source.fileBytes), ("source.walBytes", source.walBytes), ("database.bytes", database.bytes)] where value > Self.maxBytes {
             throw refuse(field, "\(value)")
         }

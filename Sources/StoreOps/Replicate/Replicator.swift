@@ -441,7 +441,9 @@ public enum Replicate {
                 guard let (segment, _, _) = try PointSegment.openAll(sealed, name: last, sealer: repository.sealer, zstd: zstd, location: repository.location).last else { return }
                 guard segment.path == replica.store.path else { return }
                 func identity(_ pair: [UInt64]?) -> (dev: UInt64, ino: UInt64)? { pair.flatMap { $0.count == 2 ? ($0[0], $0[1]) : nil } }
-                replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity))
+                // The page count it had then (growth before the cursor may still be in the -wal only).
+                let pages = segment.commits.last.map { Int($0.pageCount) } ?? ((try? repository.record(chain.id))?.pages.pageCount ?? 0)
+                replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity), pages: pages)
                 replica.chain = chain.id
                 replica.baseTime = Date(timeIntervalSince1970: Double(chain.baseTime) / 1000)
                 replica.next = last.to + 1
@@ -1009,7 +1011,9 @@ public enum Replicate {
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: record.externalFileSet.mapValues(\.bytes))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {
-                if replica.chain == nil {
+                // Never followed in this run: no base made, no chain taken up (a resume that
+                // found a gap or failed sets the chain, yet follows nothing).
+                if replica.summary.bases.isEmpty, !replica.summary.resumed {
                     replica.summary.notFollowed = "its first base failed: \(describe(error))"
                     replica.summary.notFollowedStatus = StoreOpsError.wrapping(error)?.status.rawValue ?? ExitStatus.failure.rawValue
                 }

@@ -83,8 +83,11 @@ final class WalFollower {
     }
 
     /// Resumes from a cursor recorded earlier (the last durable segment).
-    func resume(at cursor: WalCursor, databaseIdentity: (dev: UInt64, ino: UInt64)?, walIdentity: (dev: UInt64, ino: UInt64)?) {
+    /// - Parameter pages: the store's page count at that segment's last commit (or its chain's
+    ///   base): growth in the -wal before the cursor counts toward what the store may hold.
+    func resume(at cursor: WalCursor, databaseIdentity: (dev: UInt64, ino: UInt64)?, walIdentity: (dev: UInt64, ino: UInt64)?, pages: Int = 0) {
         self.cursor = cursor
+        knownPages = pages
         self.databaseIdentity = databaseIdentity
         self.walIdentity = walIdentity
         changeTrusted = false

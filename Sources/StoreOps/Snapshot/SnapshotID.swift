@@ -17,8 +17,6 @@ public enum SnapshotID {
         return formatter.date(from: stamp)
     }
 
-    /// Whether `text` could be (a prefix of) an id: digits, T, Z, '-' and hex, nothing that can
-    /// name another path.
     /// Whether `text` is an id as storectl writes them: `20261122T031500Z-7f3a9c` (a valid UTC
     /// time, then 6 to 16 lowercase hex digits). What an archive brings in must be one.
     public static func isWellFormed(_ text: String) -> Bool {
@@ -29,6 +27,8 @@ public enum SnapshotID {
         return time(of: text) != nil
     }
 
+    /// Whether `text` could be (a prefix of) an id: digits, T, Z, '-' and hex, nothing that can
+    /// name another path.
     public static func isPlausible(_ text: String) -> Bool {
         !text.isEmpty && text.count <= 40 && text.allSatisfy { $0.isASCII && ($0.isHexDigit || $0 == "T" || $0 == "Z" || $0 == "-") }
     }

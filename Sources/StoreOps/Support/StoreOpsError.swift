@@ -126,7 +126,7 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
         case SQLITE_INTERRUPT:
             let signal = ProcessSignals.received ?? SIGINT
             return StoreOpsError(.signal(signal), "\(doing): interrupted by \(ProcessSignals.name(signal))")
-        case SQLITE_ERROR where message.contains("unsupported file format") || message.contains("malformed"):
+        case SQLITE_ERROR where message.contains("unsupported file format") || message.contains("malformed database schema"):
             // A header (the file's, or page 1 in its -wal) SQLite will not read: the data, not the run.
             return StoreOpsError(.badData, "\(doing): SQLite cannot read the database (\(message))",
                                  hint: "run `storectl preflight --full` on it; a store its app can no longer open is restored from a backup or a point")

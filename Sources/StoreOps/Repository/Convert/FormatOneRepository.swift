@@ -94,8 +94,9 @@ public final class FormatOneRepository: Sendable {
             records.append(record)
         }
         records.sort { ($0.startedAt, $0.snapshot?.id ?? "") > ($1.startedAt, $1.snapshot?.id ?? "") }
-        // An archive with no catalog entry (lost, or removed by hand) is a snapshot too: never
-        // skipped in silence. It carries its own manifest, so `snapshot import` brings it in.
+        // An archive with no catalog entry: format 1 writes the entry last and a prune removes it
+        // first, so this is what an interrupted create or prune left, not a snapshot. Said (a note),
+        // never skipped in silence: it carries its manifest, so `snapshot import` brings it in if wanted.
         let entries = Set(names.filter { $0.hasSuffix(".json") }.map { String($0.dropLast(5)) })
         let archives = (path as NSString).appendingPathComponent("snapshots")
         for name in ((try? FileManager.default.contentsOfDirectory(atPath: archives)) ?? []).sorted() where !name.hasPrefix(".") {
@@ -104,7 +105,7 @@ public final class FormatOneRepository: Sendable {
             guard SnapshotID.isPlausible(id), !entries.contains(id) else { continue }
             let file = (archives as NSString).appendingPathComponent(name)
             damaged.append(DamagedEntry(id: id, file: file,
-                                        problem: "archive \(file) has no catalog entry, so it was not converted: `storectl snapshot import \(file) --repo REPO` brings it in"))
+                                        problem: "archive \(file) has no catalog entry (left by a create or prune that was interrupted: format 1 does not count it as a snapshot), so it was not converted; if it is wanted, `storectl snapshot import \(file) --repo REPO` brings it in"))
         }
         return (records, damaged)
     }

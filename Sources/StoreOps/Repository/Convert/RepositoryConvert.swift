@@ -36,6 +36,9 @@ public enum RepositoryConvert {
         public var alreadyThere: [String] = []
         /// Not brought over: the old repository cannot give them back whole (id and why).
         public var failed: [Failure] = []
+        /// Worth knowing, not a failure: format-1 archives no catalog entry names (left by a
+        /// create or prune that was interrupted: format 1 does not count them as snapshots).
+        public var notes: [String] = []
         public var ok: Bool { failed.isEmpty }
     }
 
@@ -128,7 +131,8 @@ public enum RepositoryConvert {
         switch repository {
         case .formatOne(let archives):
             let (records, damaged) = archives.catalog()
-            report.failed += damaged.map { Failure(id: $0.id, problem: $0.problem.hasPrefix("archive ") ? $0.problem : "its catalog entry \($0.file) \($0.problem)") }
+            report.failed += damaged.filter { !$0.problem.hasPrefix("archive ") }.map { Failure(id: $0.id, problem: "its catalog entry \($0.file) \($0.problem)") }
+            report.notes += damaged.filter { $0.problem.hasPrefix("archive ") }.map(\.problem)
             for record in records {
                 guard let id = record.snapshot?.id else { continue }
                 let external = record.externalData?.totalBytes ?? 0
