@@ -201,10 +201,10 @@ final class ReadHold {
         db = handle
         func fail(_ rc: Int32, _ doing: String) -> StoreOpsError {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
-            // A header SQLite will not read ("unsupported file format") is the data's fault, as elsewhere.
-            let unreadable = (rc & 0xFF) == SQLITE_ERROR && StoreOpsError.fromResultCode(rc, message: message, doing: doing).kind == .badData
-            let status: StoreOpsError.Kind = (rc & 0xFF) == SQLITE_BUSY || (rc & 0xFF) == SQLITE_LOCKED ? .busy
-                : (rc & 0xFF) == SQLITE_NOTADB || (rc & 0xFF) == SQLITE_CORRUPT || unreadable ? .badData : .ioError
+            // The shared mapping decides busy and bad data (a header SQLite will not read included);
+            // anything else reading a file is an I/O error here.
+            let mapped = StoreOpsError.fromResultCode(rc, message: message, doing: doing).kind
+            let status: StoreOpsError.Kind = mapped == .busy || mapped == .badData ? mapped : .ioError
             var detail = ""
             if status == .badData, let header = try? FileProbe.shared.header(of: path), header.count >= 100, let size = FileSystem.size(of: path) {
                 // The in-header page count (valid when its version-valid-for number is the change counter).

@@ -122,7 +122,7 @@ extension Manifest {
             kind: kind, tool: .init(), host: ProcessInfo.processInfo.hostName, source: copied.source,
             database: .init(path: database, bytes: bytes, sha256: sha256, pageSize: inspection.pageSize,
                             pageCount: inspection.pageCount, journalMode: "delete"),
-            externalData: external.map { .init(folder: $0.folder, files: $0.files, totalBytes: $0.files.reduce(0) { let (sum, over) = $0.addingReportingOverflow($1.bytes); return over ? .max : sum }) },
+            externalData: external.map { .init(folder: $0.folder, files: $0.files, totalBytes: $0.files.reduce(0) { $0 + $1.bytes }) },
             startedAt: startedAt, finishedAt: finishedAt, durationSeconds: finishedAt.timeIntervalSince(startedAt),
             verify: inspection.verification, coreData: coreData, snapshot: snapshot)
     }

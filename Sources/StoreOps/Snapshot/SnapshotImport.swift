@@ -161,11 +161,7 @@ public enum SnapshotImport {
             // The same facts, so the same bytes: a difference is this archive's (or damage to the
             // copy there, which repo check tells apart), said as such.
             progress?(.stage("verify"))
-            let sha = try PagedExtraction.run(record, repository: repository, into: try scratch.targets(for: "verify"), level: .quick)
-            guard sha == expected else {
-                throw StoreOpsError(.badData, "\(repository.location) already holds snapshot \(facts.id), and its database differs from this archive's (sha256 \(sha.prefix(12))… there, \(expected.prefix(12))… in the archive): not imported",
-                                    hint: "ids are unique in a repository: import it into another repository; `storectl repo check --read-data --repo \(repository.location)` tells whether the copy there is damaged")
-            }
+            try verify(record, in: repository, expected: expected, scratch: scratch, heldBefore: true)
         }
         return Result(id: facts.id, repository: repository.location, alreadyThere: alreadyThere,
                       addedBytes: added, databaseSHA256: expected, startedAt: origin.startedAt, host: origin.host, source: origin.source.path,
@@ -173,8 +169,14 @@ public enum SnapshotImport {
     }
 
     /// Reassembles `record` from `repository` and compares it with the bytes it was made from.
-    static func verify(_ record: PagedSnapshotRecord, in repository: PagedRepository, expected: String, scratch: Scratch) throws {
+    /// - Parameter heldBefore: the repository held the snapshot before this run: other bytes are
+    ///   the archive's (or damage to the copy there), not what this run wrote.
+    static func verify(_ record: PagedSnapshotRecord, in repository: PagedRepository, expected: String, scratch: Scratch, heldBefore: Bool = false) throws {
         let sha = try PagedExtraction.run(record, repository: repository, into: try scratch.targets(for: "verify"), level: .quick)
+        if heldBefore, sha != expected {
+            throw StoreOpsError(.badData, "\(repository.location) already holds snapshot \(record.id), and its database differs from this archive's (sha256 \(sha.prefix(12))… there, \(expected.prefix(12))… in the archive): not imported",
+                                hint: "ids are unique in a repository: import it into another repository; `storectl repo check --read-data --repo \(repository.location)` tells whether the copy there is damaged")
+        }
         guard sha == expected else {
             throw StoreOpsError(.badData, "snapshot \(record.id) in \(repository.location) reassembles to other bytes than it was made from (sha256 \(sha.prefix(12))…, expected \(expected.prefix(12))…)",
                                 hint: "run `storectl repo check --read-data --repo \(repository.location)`")

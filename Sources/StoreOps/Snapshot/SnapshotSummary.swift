@@ -43,7 +43,7 @@ public struct SnapshotSummary: Sendable, Codable {
         var rows: [SnapshotSummary] = records.compactMap { snapshot in
             let record = snapshot.manifest
             guard let facts = record.snapshot, filter.matches(host: record.host, path: record.source.path) else { return nil }
-            let raw = record.database.bytes.addingReportingOverflow(record.externalData?.totalBytes ?? 0).partialValue
+            let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)   // bounded where the record is opened
             return SnapshotSummary(id: facts.id, time: record.startedAt, store: record.source.path, host: record.host, bytes: facts.addedBytes ?? 0,
                                    ratio: 0, tags: facts.tags, lastVerified: repository.lastVerification(facts.id), logicalBytes: raw,
                                    milestone: snapshot.milestone)

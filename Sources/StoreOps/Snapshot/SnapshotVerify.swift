@@ -108,14 +108,10 @@ public enum SnapshotVerify {
         for (n, chain) in timeline.chains.enumerated() {
             progress?(.stage("points: chain \(n + 1) of \(timeline.chains.count)"))
             let started = Date()
-            let problems = RepositoryCheck.wholeness(of: chain, in: repository, snapshots: snapshots)
-                + (try RepositoryCheck.readSegments(of: chain, in: repository, zstd: zstd))
-            // The store's path, from the opening segment (when it opens; a problem says why not).
-            let store = chain.segments.first.flatMap { name in
-                (try? repository.backend.read(name.key)).flatMap { $0 }.flatMap { sealed in
-                    try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location).0.path } }
+            let read = try RepositoryCheck.readSegments(of: chain, in: repository, zstd: zstd)
+            let problems = RepositoryCheck.wholeness(of: chain, in: repository, snapshots: snapshots) + read.problems
             outcomes.append(Outcome(id: chain.id, ok: problems.isEmpty, problem: problems.isEmpty ? nil : problems.joined(separator: "; "),
-                                    seconds: Date().timeIntervalSince(started), points: chain.points, store: store))
+                                    seconds: Date().timeIntervalSince(started), points: chain.points, store: read.store))
         }
         return outcomes
     }

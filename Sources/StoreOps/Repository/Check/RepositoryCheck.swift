@@ -105,7 +105,7 @@ public enum RepositoryCheck {
                 }
             }
             guard readData else { continue }
-            report.problems += try readSegments(of: chain, in: repository, zstd: zstd)
+            report.problems += try readSegments(of: chain, in: repository, zstd: zstd).problems
         }
         // Segments past a hole in their chain (one before them missing, with no marker naming it).
         for chain in timeline.chains where chain.missingThrough == nil {
@@ -140,9 +140,11 @@ public enum RepositoryCheck {
     }
 
     /// Reads every segment (and digest) of a chain: each opens (authenticated) and every page in
-    /// it matches its content id. Returns the problems, each naming the first point it costs.
-    static func readSegments(of chain: PointTimeline.Chain, in repository: PagedRepository, zstd: ZstdFrames) throws -> [String] {
+    /// it matches its content id. Returns the problems, each naming the first point it costs, and
+    /// the store's path as the first segment read records it.
+    static func readSegments(of chain: PointTimeline.Chain, in repository: PagedRepository, zstd: ZstdFrames) throws -> (problems: [String], store: String?) {
         var problems: [String] = []
+        var store: String?
         for name in chain.segments + chain.digests {
             let lost = "points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does"
             do {
@@ -156,6 +158,7 @@ public enum RepositoryCheck {
                     continue
                 }
                 for (segment, pages, _) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
+                    store = store ?? segment.path
                     let ids = segment.commits.flatMap(\.ids)
                     for (i, page) in pages.enumerated() where i >= ids.count || repository.sealer.contentID(page) != ids[i] {
                         problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id: \(lost)")
@@ -166,7 +169,7 @@ public enum RepositoryCheck {
                 problems.append("\(error.message): \(lost)")
             }
         }
-        return problems
+        return (problems, store)
     }
 
     /// What the indexes say: each pack's contents, where each blob is, and which blobs are pages

@@ -59,8 +59,9 @@ public final class FormatOneRepository: Sendable {
 
     // MARK: - Catalog
 
-    /// Every readable catalog entry (newest first) and every damaged one.
-    func catalog() -> (records: [Manifest], damaged: [DamagedEntry]) {
+    /// Every readable catalog entry (newest first), every damaged one, and what to say of each
+    /// archive no entry names.
+    func catalog() -> (records: [Manifest], damaged: [DamagedEntry], orphaned: [String]) {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: catalogFolder)) ?? []
         var records: [Manifest] = []
         var damaged: [DamagedEntry] = []
@@ -99,15 +100,15 @@ public final class FormatOneRepository: Sendable {
         // never skipped in silence: it carries its manifest, so `snapshot import` brings it in if wanted.
         let entries = Set(names.filter { $0.hasSuffix(".json") }.map { String($0.dropLast(5)) })
         let archives = (path as NSString).appendingPathComponent("snapshots")
+        var orphaned: [String] = []
         for name in ((try? FileManager.default.contentsOfDirectory(atPath: archives)) ?? []).sorted() where !name.hasPrefix(".") {
             guard let dot = name.firstIndex(of: "."), name.contains(".tar") else { continue }
             let id = String(name[..<dot])
             guard SnapshotID.isPlausible(id), !entries.contains(id) else { continue }
             let file = (archives as NSString).appendingPathComponent(name)
-            damaged.append(DamagedEntry(id: id, file: file,
-                                        problem: "archive \(file) has no catalog entry (left by a create or prune that was interrupted: format 1 does not count it as a snapshot), so it was not converted; if it is wanted, `storectl snapshot import \(file) --repo REPO` brings it in"))
+            orphaned.append("archive \(file) has no catalog entry (left by a create or prune that was interrupted: format 1 does not count it as a snapshot), so it was not converted; if it is wanted, `storectl snapshot import \(file) --repo REPO` brings it in")
         }
-        return (records, damaged)
+        return (records, damaged, orphaned)
     }
 
     func archivePath(_ record: Manifest) -> String {

@@ -130,9 +130,9 @@ public enum RepositoryConvert {
         var out: [OldSnapshot] = []
         switch repository {
         case .formatOne(let archives):
-            let (records, damaged) = archives.catalog()
-            report.failed += damaged.filter { !$0.problem.hasPrefix("archive ") }.map { Failure(id: $0.id, problem: "its catalog entry \($0.file) \($0.problem)") }
-            report.notes += damaged.filter { $0.problem.hasPrefix("archive ") }.map(\.problem)
+            let (records, damaged, orphaned) = archives.catalog()
+            report.failed += damaged.map { Failure(id: $0.id, problem: "its catalog entry \($0.file) \($0.problem)") }
+            report.notes += orphaned
             for record in records {
                 guard let id = record.snapshot?.id else { continue }
                 let external = record.externalData?.totalBytes ?? 0
