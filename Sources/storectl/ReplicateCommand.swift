@@ -62,18 +62,38 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         if let metrics { options.metricsFolder = metrics }
         let say: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("storectl replicate: \(line)\n".utf8)) }
         let summary = try Replicate.run(options, events: quiet || json ? nil : say)
-        if json { print(jsonReport(summary)) } else { printSummary(summary) }
+        let failure = Self.failure(of: summary)
+        if json {
+            // One JSON document, success or not: the summary, with the failure's status, message
+            // and hint beside it (`ok` false) when the run ends in one.
+            print(jsonReport(summary, failure: failure))
+        } else {
+            printSummary(summary)
+        }
+        if let failure {
+            if json {
+                FileHandle.standardError.write(Data("storectl: \(failure)\n".utf8))
+                throw Finished(status: failure.status)
+            }
+            throw failure
+        }
+    }
+
+    /// How a run that stopped ends: a store never followed (its first base failed: damage, a lock,
+    /// a missing file, with the first such store's status, each named), or commits read and never
+    /// written; nil when every commit read is in a point.
+    static func failure(of summary: Replicate.Summary) -> StoreOpsError? {
         let unfollowed = summary.stores.filter { $0.notFollowed != nil }
         if let first = unfollowed.first {
-            // Damage, a lock, a missing file: the status of the first such store (each is named).
-            throw StoreOpsError(status: ExitStatus(rawValue: first.notFollowedStatus ?? ExitStatus.failure.rawValue),
-                                unfollowed.map { "never followed \($0.store): \($0.notFollowed ?? "")" }.joined(separator: "; "),
-                                hint: "no commit of \(unfollowed.count == 1 ? "it" : "them") is protected; fix what the message names (`storectl preflight STORE` checks a store) and run again")
+            return StoreOpsError(status: ExitStatus(rawValue: first.notFollowedStatus ?? ExitStatus.failure.rawValue),
+                                 unfollowed.map { "never followed \($0.store): \($0.notFollowed ?? "")" }.joined(separator: "; "),
+                                 hint: "no commit of \(unfollowed.count == 1 ? "it" : "them") is protected; fix what the message names (`storectl preflight STORE` checks a store) and run again")
         }
         if summary.unwritten > 0 {
-            throw StoreOpsError(.ioError, "stopped with \(Format.plural(summary.unwritten, "commit", "commits")) read but not written to \(summary.repository): no point holds them",
-                                hint: "the lines above name each store and where its points end; the next run takes the store up from there (a gap, unless the -wal still holds those commits)")
+            return StoreOpsError(.ioError, "stopped with \(Format.plural(summary.unwritten, "commit", "commits")) read but not written to \(summary.repository): no point holds them",
+                                 hint: "the lines above name each store and where its points end; the next run takes the store up from there (a gap, unless the -wal still holds those commits)")
         }
+        return nil
     }
 
     private func printSummary(_ summary: Replicate.Summary) {

@@ -32,6 +32,12 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
         } else {
             for outcome in outcomes {
                 let problem = (outcome.problem ?? "").replacingOccurrences(of: "snapshot \(outcome.id): ", with: "")
+                if outcome.status != nil {
+                    // The repository could not be read here: not damage; the run stopped.
+                    let what = outcome.points == nil ? outcome.id : "points of chain \(outcome.id)"
+                    print("NOT CHECKED \(what): \(problem)")
+                    continue
+                }
                 if let points = outcome.points {
                     let what = "points of \(outcome.store ?? "a store"), chain \(outcome.id) (\(Format.plural(points, "point", "points")))"
                     print(outcome.ok ? "ok      \(what)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(what): \(problem)")

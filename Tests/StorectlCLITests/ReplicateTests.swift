@@ -1177,6 +1177,13 @@ struct ReplicateTests {
         #expect(run.status == 65 && !run.stderr.contains("Fatal error"), "\(run.status) \(run.stderr)")
         #expect(run.stderr.contains("is damaged: its wal-index says the database has 2,891,548,815 pages"), "\(run.stderr)")
         #expect(run.stderr.contains("never followed \(world.store): its first base failed") && run.stdout.contains("NOT FOLLOWED"), "\(run.stdout) \(run.stderr)")
+        // With --json: one document, the summary with the failure beside it (it printed two).
+        let json = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--json"], environment: world.environment)
+        #expect(json.status == 65 && json.stderr.contains("never followed"), "\(json.status) \(json.stderr)")
+        let document = try JSON.decoder().decode(JSONValue.self, from: Data(json.stdout.utf8))
+        guard case .object(let fields) = document else { Issue.record("not one JSON object: \(json.stdout)"); return }
+        #expect(fields["ok"] == .bool(false) && fields["status"] == 65 && fields["stores"] != nil, "\(json.stdout)")
+        #expect(fields["message"].map { "\($0)".contains("never followed") } == true, "\(json.stdout)")
         #expect(try Hashing.sha256(ofFile: world.store) == before, "the store was not written")
     }
 

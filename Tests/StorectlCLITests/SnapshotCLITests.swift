@@ -187,6 +187,51 @@ struct SnapshotCLITests {
         #expect(try storectl("snapshot", "list", "--repo", folder.path).status == 65)
     }
 
+    @Test("a pack verify cannot read stops it there: the snapshots checked before keep their outcomes (text and one JSON array), the one it stopped at is NOT CHECKED (not damaged) with what was not reached, and the exit is the read's status, not 65")
+    func unreadablePackStopsVerify() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let repo = try folder.repository()
+        func packs() -> Set<String> { Set((FileManager.default.subpaths(atPath: repo + "/data") ?? []).filter { $0.count > 10 }) }
+        func create() throws -> String {
+            let run = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+            #expect(run.status == 0, "\(run.stderr)")
+            return try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(run.stdout.utf8)).id
+        }
+        let older = try create()
+        let first = packs()
+        let app = try DatabaseQueue(path: store)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '!' WHERE Z_PK % 3 = 0") }
+        try app.close()
+        let newer = try create()
+        let added = try #require(packs().subtracting(first).first, "the second snapshot wrote a pack")
+        // The newer snapshot's own pack is there but cannot be read (read(2) fails: it is a
+        // folder now); the older one does not use it.
+        let path = repo + "/data/" + added
+        try FileManager.default.removeItem(atPath: path)
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        let json = try storectl("snapshot", "verify", "--repo", repo, older, newer, "--json")
+        #expect(json.status == 66, "the read's status: \(json.status) \(json.stderr)")
+        let outcomes = try JSON.decoder().decode([SnapshotVerify.Outcome].self, from: Data(json.stdout.utf8))
+        #expect(outcomes.count == 2 && outcomes[0].id == older && outcomes[0].ok && outcomes[0].status == nil, "\(json.stdout)")
+        #expect(outcomes.count == 2 && !outcomes[1].ok && outcomes[1].status == 66 && outcomes[1].problem?.contains(added.components(separatedBy: "/").last ?? added) == true, "\(json.stdout)")
+        let text = try storectl("snapshot", "verify", "--repo", repo, older, newer)
+        let lines = text.stdout.split(separator: "\n")
+        #expect(text.status == 66 && lines.count == 2 && lines[0].hasPrefix("ok      \(older)") && lines[1].hasPrefix("NOT CHECKED \(newer): "), "\(text.stdout)")
+        #expect(!text.stdout.contains("DAMAGED"), "a pack that cannot be read is not called damaged")
+        // --all (newest first) stops at once, naming what it did not reach.
+        let all = try storectl("snapshot", "verify", "--repo", repo, "--all")
+        #expect(all.status == 66 && all.stdout.hasPrefix("NOT CHECKED \(newer): ") && all.stdout.contains("not checked: 1 more snapshot and the points"), "\(all.stdout)")
+        // Damage found before a stop is 65: the damage is what must be acted on; both are named.
+        let damaged = SnapshotVerify.Outcome(id: "a", ok: false, problem: "a page differs", seconds: 0)
+        let stopped = SnapshotVerify.Outcome(id: "b", ok: false, problem: "server unreachable", seconds: 0, status: 74)
+        let ok = SnapshotVerify.Outcome(id: "c", ok: true, seconds: 0)
+        let both = SnapshotVerify.ending(of: [damaged, stopped])
+        #expect(both.status == .badData && both.error?.message.contains("could not check snapshot b: server unreachable") == true)
+        #expect(SnapshotVerify.ending(of: [ok, stopped]).status == .ioError)
+        #expect(SnapshotVerify.ending(of: [ok]).status == .ok)
+    }
+
     @Test("two writers: the second exits 75 at once naming the holder; with --wait it waits its turn")
     func lockContention() throws {
         let folder = try TempFolder()

@@ -35,6 +35,35 @@ public enum SnapshotVerify {
         public var points: Int?
         /// The store a chain of points follows (its path as recorded), for a chain's outcome.
         public var store: String?
+        /// Set when the snapshot or chain could not be checked (74: the repository could not be
+        /// read, the scratch folder is full): not damage. The run stops there; `problem` says
+        /// so and what was not reached.
+        public var status: Int32?
+
+        public init(id: String, ok: Bool, problem: String? = nil, seconds: Double, points: Int? = nil, store: String? = nil, status: Int32? = nil) {
+            self.id = id
+            self.ok = ok
+            self.problem = problem
+            self.seconds = seconds
+            self.points = points
+            self.store = store
+            self.status = status
+        }
+    }
+
+    /// Not damage: what stops a verification (an unreachable server, a full scratch folder, a
+    /// pack the process may not read).
+    /// The outcomes so far are kept and reported with it.
+    static func stopsVerification(_ error: any Error) -> StoreOpsError? {
+        guard let failure = error as? StoreOpsError, [.ioError, .noInput, .busy].contains(failure.status) else { return nil }
+        return failure
+    }
+
+    static func notReached(_ snapshots: Int, points: Bool) -> String {
+        var parts: [String] = []
+        if snapshots > 0 { parts.append(Format.plural(snapshots, "more snapshot", "more snapshots")) }
+        if points { parts.append("the points") }
+        return parts.isEmpty ? "" : "; not checked: \(parts.joined(separator: " and "))"
     }
 
     /// Verifies the named snapshots (or all). A damaged snapshot is an outcome, not a thrown
@@ -68,24 +97,20 @@ public enum SnapshotVerify {
         PendingFile.removeStale(in: scratch, prefix: scratchPrefix)
         let level: VerifyLevel = options.full ? .full : .quick
         var outcomes: [Outcome] = []
-        for snapshot in records {
-            let record = snapshot.manifest, id = snapshot.id
+        for (n, snapshot) in records.enumerated() {
+            let id = snapshot.id
             let started = Date()
-            let needed = record.database.bytes + SpaceRequirement.margin(record.database.bytes)
-            try SpaceRequirement.require(needed, at: scratch, purpose: "unpacking snapshot \(id)", hint: "pass --scratch with a folder on a larger volume")
-            var problem: String?
             do {
-                let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
-                defer { database.discard() }
-                let count = records.count > 1 ? " (\(outcomes.count + 1) of \(records.count))" : ""
-                _ = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: nil), level: level,
-                                            progress: progress.map { handler in { event in
-                                          if case .stage(let name) = event { handler(.stage("\(id)\(count) \(name)")) } else { handler(event) } } })
-            } catch let error as StoreOpsError where error.status == .badData {
-                problem = error.message
+                outcomes.append(try verify(snapshot, in: repository, scratch: scratch, level: level,
+                                           count: records.count > 1 ? " (\(n + 1) of \(records.count))" : "", progress: progress))
+            } catch {
+                guard let stop = stopsVerification(error) else { throw error }
+                // The repository cannot be read (or the scratch folder is full): what was checked
+                // is reported, this snapshot is not called damaged, the rest is named as not checked.
+                outcomes.append(Outcome(id: id, ok: false, problem: stop.message + notReached(records.count - n - 1, points: options.all),
+                                        seconds: Date().timeIntervalSince(started), status: stop.status.rawValue))
+                return outcomes
             }
-            try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
-            outcomes.append(Outcome(id: id, ok: problem == nil, problem: problem, seconds: Date().timeIntervalSince(started)))
         }
         if options.all {
             // Damaged catalog entries are part of "all": reported, never skipped silently.
@@ -99,6 +124,27 @@ public enum SnapshotVerify {
         return outcomes
     }
 
+    /// One snapshot: unpacked into the scratch folder, checked, its "last verified" record written.
+    static func verify(_ snapshot: PagedSnapshotRecord, in repository: PagedRepository, scratch: String, level: VerifyLevel, count: String,
+                       progress: ProgressHandler?) throws -> Outcome {
+        let record = snapshot.manifest, id = snapshot.id
+        let started = Date()
+        let needed = record.database.bytes + SpaceRequirement.margin(record.database.bytes)
+        try SpaceRequirement.require(needed, at: scratch, purpose: "unpacking snapshot \(id)", hint: "pass --scratch with a folder on a larger volume")
+        var problem: String?
+        do {
+            let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
+            defer { database.discard() }
+            _ = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: nil), level: level,
+                                        progress: progress.map { handler in { event in
+                                      if case .stage(let name) = event { handler(.stage("\(id)\(count) \(name)")) } else { handler(event) } } })
+        } catch let error as StoreOpsError where error.status == .badData {
+            problem = error.message
+        }
+        try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
+        return Outcome(id: id, ok: problem == nil, problem: problem, seconds: Date().timeIntervalSince(started))
+    }
+
     static func verifyPoints(in repository: PagedRepository, progress: ProgressHandler?) throws -> [Outcome] {
         let timeline = try PointTimeline.load(repository)
         guard !timeline.chains.isEmpty else { return [] }
@@ -108,7 +154,17 @@ public enum SnapshotVerify {
         for (n, chain) in timeline.chains.enumerated() {
             progress?(.stage("points: chain \(n + 1) of \(timeline.chains.count)"))
             let started = Date()
-            let read = try RepositoryCheck.readSegments(of: chain, in: repository, zstd: zstd)
+            let read: (problems: [String], store: String?)
+            do {
+                read = try RepositoryCheck.readSegments(of: chain, in: repository, zstd: zstd)
+            } catch {
+                guard let stop = stopsVerification(error) else { throw error }
+                let rest = timeline.chains.count - n - 1
+                outcomes.append(Outcome(id: chain.id, ok: false,
+                                        problem: stop.message + (rest > 0 ? "; not checked: \(Format.plural(rest, "more chain", "more chains"))" : ""),
+                                        seconds: Date().timeIntervalSince(started), points: chain.points, status: stop.status.rawValue))
+                return outcomes
+            }
             let problems = RepositoryCheck.wholeness(of: chain, in: repository, snapshots: snapshots) + read.problems
             outcomes.append(Outcome(id: chain.id, ok: problems.isEmpty, problem: problems.isEmpty ? nil : problems.joined(separator: "; "),
                                     seconds: Date().timeIntervalSince(started), points: chain.points, store: read.store))
@@ -117,14 +173,21 @@ public enum SnapshotVerify {
     }
 
     /// How a verification ended: ok, or failed (65) naming the damaged snapshots.
+    ///
+    /// Damage found is 65 even when the run then stopped on an I/O error (the message names both);
+    /// a run stopped with nothing damaged before it ends with the stop's status (74).
     public static func ending(of outcomes: [Outcome]) -> Ending {
-        let damaged = outcomes.filter { !$0.ok && $0.points == nil }.map(\.id)
-        let chains = outcomes.filter { !$0.ok && $0.points != nil }.map(\.id)
-        guard !damaged.isEmpty || !chains.isEmpty else { return .ok }
+        let damaged = outcomes.filter { !$0.ok && $0.status == nil && $0.points == nil }.map(\.id)
+        let chains = outcomes.filter { !$0.ok && $0.status == nil && $0.points != nil }.map(\.id)
+        let stopped = outcomes.first { $0.status != nil }
+        guard !damaged.isEmpty || !chains.isEmpty || stopped != nil else { return .ok }
         var parts: [String] = []
         if !damaged.isEmpty { parts.append("\(Format.plural(damaged.count, "snapshot is", "snapshots are")) damaged: \(damaged.joined(separator: ", "))") }
         if !chains.isEmpty { parts.append("\(Format.plural(chains.count, "chain of points is", "chains of points are")) damaged: \(chains.joined(separator: ", "))") }
-        return Ending(.failed, error: StoreOpsError(.badData, parts.joined(separator: "; ")))
+        if let stopped { parts.append("could not check \(stopped.points == nil ? "snapshot" : "the chain of points") \(stopped.id): \(stopped.problem ?? "")") }
+        let status: ExitStatus = damaged.isEmpty && chains.isEmpty ? ExitStatus(rawValue: stopped?.status ?? ExitStatus.ioError.rawValue) : .badData
+        return Ending(.failed, error: StoreOpsError(status: status, parts.joined(separator: "; "),
+                                                    hint: stopped == nil ? nil : "the outcomes above were checked; run it again once the repository can be read"))
     }
 
     static let scratchPrefix = "storectl-verify-"
