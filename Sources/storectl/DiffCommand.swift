@@ -42,6 +42,10 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             throw ValidationError("name two sides: two files or snapshot ids, or --at TIME and one of them, or --at twice (got \(at.count + sides.count))")
         }
         if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more") }
+        // A blank side (an unset variable) would otherwise be the current folder.
+        if sides.contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
+            throw ValidationError("a blank side: name a store, a backup file, or a snapshot id with --repo")
+        }
         // A blank name (an unset variable) would otherwise mean "every entity".
         for item in entity where item.split(separator: ",", omittingEmptySubsequences: false).contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
             throw ValidationError("--entity \(item.debugDescription): a blank entity name; name an entity or table (e.g. --entity Item)")
@@ -59,7 +63,9 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         storectl_keep_freed_memory(16 << 20)
         var resolved: [StoreDiff.Side] = try at.map { .point(try PointRestore.parseTime($0)) }
         for side in sides {
-            if repo != nil, FileSystem.kind(of: side) == .missing, !side.contains("/") {
+            // With --repo, a name that is no file is a snapshot id, unless it cannot be one (ids
+            // are digits, T, Z, - and hex): a mistyped store then says "no such file".
+            if repo != nil, FileSystem.kind(of: side) == .missing, !side.contains("/"), side.allSatisfy({ "0123456789TZ-abcdef".contains($0) }) {
                 resolved.append(.snapshot(side))
             } else if repo == nil, FileSystem.kind(of: side) == .missing, !side.contains("/"),
                       side.count >= 9, side.prefix(8).allSatisfy(\.isNumber), Array(side)[8] == "T" {
@@ -86,12 +92,13 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         if json {
             print(jsonReport(report))
         } else {
-            print(Self.text(report))
+            print(Self.text(report, countsOnly: limit == 0))
         }
         if !report.same { throw Finished(status: .checksFailed) }
     }
 
-    static func text(_ r: StoreDiff.Report) -> String {
+    /// `countsOnly` (`--limit 0`): no "… and N more" under each entity (no object was asked for).
+    static func text(_ r: StoreDiff.Report, countsOnly: Bool = false) -> String {
         var lines: [String] = []
         func side(_ s: StoreDiff.SideSummary) -> String {
             "\(s.kind == "file" ? "" : s.kind + " ")\(s.name) (\(Format.count(s.pages)) pages\(s.coreData ? ", Core Data" : "")\(s.copied ? ", read from a consistent copy" : ""))"
@@ -133,7 +140,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
                 let shown = o.change == "changed" ? values : Array(values.prefix(6)) + (values.count > 6 ? ["…"] : [])
                 lines.append("  \(mark) \(o.object)" + (shown.isEmpty ? "" : ": " + shown.joined(separator: "; ")))
             }
-            if e.unlisted > 0 { lines.append("  … and \(Format.count(e.unlisted)) more (--limit, --json)") }
+            if e.unlisted > 0, !countsOnly { lines.append("  … and \(Format.count(e.unlisted)) more (--limit, --json)") }
         }
         for l in r.links {
             lines.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed")

@@ -81,6 +81,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             }
             if let changes = report.changes { lines.append("  on a copy it changes: \(changes.text)") }
             for outside in report.undeclared ?? [] { lines.append("  NOT DECLARED: \(outside)") }
+            for name in report.unknownDeclared ?? [] { lines.append("  DECLARED, NOT IN THE STORE: \(name)") }
             return lines.joined(separator: "\n")
         default:
             break

@@ -44,7 +44,10 @@ struct PolicyCheckCommand: ParsableCommand, JSONOutput {
                         print("FAIL  \(result.file)  (\(result.rules) rule\(result.rules == 1 ? "" : "s"), \(names))")
                         print(ReadinessText.lines(readiness).joined(separator: "\n"))
                     } else {
-                        let ready = result.readiness.map { r in r.jobs.isEmpty ? "" : "; ready to run \(r.jobs.map(\.rawValue).joined(separator: ", ")): \(r.ready.joined(separator: ", "))" } ?? ""
+                        let ready = result.readiness.map { r in
+                            let what = r.jobs.map(\.rawValue) + (r.replicateChecked ? ["the replicate service"] : [])
+                            return what.isEmpty ? "" : "; ready to run \(what.joined(separator: ", ")): \(r.ready.joined(separator: ", "))"
+                        } ?? ""
                         print("ok    \(result.file)  (\(result.rules) rule\(result.rules == 1 ? "" : "s"), \(names)\(ready))")
                     }
                 } else {
@@ -109,7 +112,7 @@ enum ReadinessText {
         guard !failing.isEmpty else { return }
         var text = ""
         for report in failing {
-            text += "storectl: \(report.policy): \(report.failingJobs.map(\.rawValue).joined(separator: ", ")) would fail when run by cron or systemd:\n"
+            text += "storectl: \(report.policy): \(report.failingText) would fail when run by cron or systemd:\n"
             text += lines(report).joined(separator: "\n") + "\n"
         }
         FileHandle.standardError.write(Data(text.utf8))

@@ -58,6 +58,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         if let mergeInterval { options.mergeInterval = try duration(mergeInterval, "--merge-interval", allowZero: true) }
         options.duration = try `for`.map { try duration($0, "--for", allowZero: false) }
         if let heartbeat { options.heartbeatInterval = try duration(heartbeat, "--heartbeat", allowZero: true) }
+        if statusFile != nil || metrics != nil { options.outputsNamedIn = nil }
         if let statusFile { options.statusFile = statusFile }
         if let metrics { options.metricsFolder = metrics }
         let say: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("storectl replicate: \(line)\n".utf8)) }
@@ -138,9 +139,14 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
     private func render(_ report: ReplicateStatus.Report) {
         if let state = report.state {
             let when = report.updatedAt.map { Timestamp.iso($0) } ?? "?"
-            print("replicate \(state) (pid \(report.pid.map(String.init) ?? "?"), status written \(when))\(report.stale ? ": STALE, the process is probably gone" : "")")
+            let stale = report.gone == true ? ": GONE, its follow lock is free (killed, or its host restarted)"
+                : report.stale ? ": STALE, no status written for over a minute (the process is stuck or gone)" : ""
+            print("replicate \(state) (pid \(report.pid.map(String.init) ?? "?"), status written \(when))\(stale)")
         }
-        if let problem = report.repositoryError { print("repository NOT READ: \(problem)") }
+        if let problem = report.repositoryError {
+            print(report.repositorySkipped == true ? "repository not read (\(problem)): the status file's figures only; a password (--password-file) lists its points"
+                  : "repository NOT READ: \(problem)")
+        }
         if report.stores.isEmpty { print("no points in time in \(report.repository)") }
         for store in report.stores {
             var line = "\(store.store) (\(store.host)): \(Format.plural(store.points, "point", "points")), newest \(store.newestPoint.map { Timestamp.iso($0) } ?? "none")"
@@ -150,8 +156,15 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                 line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"
                 if let why = live.notFollowed { line += "; NOT FOLLOWED: \(why)" }
                 if let waiting = live.waiting, waiting > 0 {
-                    line += "; \(Format.plural(waiting, "commit", "commits")) read and NOT durable yet"
-                    if let error = live.lastError { line += " (writing them failed: \(error))" }
+                    if report.state == "stopped" {
+                        // The run is over: they will not be written (the next run records a gap
+                        // unless the -wal still holds them).
+                        line += "; \(Format.plural(waiting, "commit", "commits")) read and NEVER WRITTEN (the run stopped\(live.lastError.map { ": \($0)" } ?? ""))"
+                    } else if let error = live.lastError {
+                        line += "; \(Format.plural(waiting, "commit", "commits")) read and NOT durable yet (writing them failed: \(error))"
+                    } else {
+                        line += "; \(Format.plural(waiting, "commit", "commits")) read, not durable yet"
+                    }
                 }
             }
             print(line)

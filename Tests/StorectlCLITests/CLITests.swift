@@ -115,6 +115,22 @@ struct BackupCLITests {
         #expect(leftoversIn(folder.path).isEmpty)
     }
 
+    @Test("a repository this user may not read: 66 saying so (owner, mode) and what to do, not \"an empty folder\" with a hint to repo init")
+    func unreadableRepository() throws {
+        let folder = try TempFolder()
+        chmod(folder.path, 0o755)
+        let repo = try folder.repository("repo")
+        chmod(repo, getuid() == 0 ? 0o700 : 0o000)
+        defer { chmod(repo, 0o700) }
+        let arguments = ["snapshot", "list", "--repo", repo]
+        let result = getuid() == 0
+            ? try ChildProcess.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", Binaries.storectl] + arguments)
+            : try ChildProcess.run(Binaries.storectl, arguments)
+        #expect(result.status == 66, "\(result.stderr)")
+        #expect(result.stderr.contains("cannot read the repository \(repo): permission denied (owner ") && result.stderr.contains("mode 0"), "\(result.stderr)")
+        #expect(!result.stderr.contains("empty folder") && !result.stderr.contains("repo init"), "\(result.stderr)")
+    }
+
     @Test("SIGTERM or Ctrl-C during a backup removes the temp file and exits 128+signal", arguments: [SIGTERM, SIGINT])
     func signalCleansUp(_ signal: Int32) throws {
         let folder = try TempFolder()

@@ -37,6 +37,7 @@ struct MigrateDiffTests {
         #expect(changes.entities.contains { $0.table == "numbers" && $0.added == 3 })
         #expect(changes.schema.contains("added table numbers"))
         #expect(report.undeclared == nil)
+        #expect(report.unknownDeclared == nil, "a table the migration makes is a name it may declare: \(report.unknownDeclared ?? [])")
         #expect(report.checked?.contains("quick_check(ZITEM)") == true && report.checked?.contains("quick_check(numbers)") == true
                 && report.checked?.contains("quick_check(ZCATEGORY)") == false, "\(report.checked ?? [])")
         #expect(report.checked?.contains("index numbers_x: one entry per row") == true, "\(report.checked ?? [])")
@@ -69,6 +70,21 @@ struct MigrateDiffTests {
         #expect(report.undeclared?.first?.hasPrefix("Category (ZCATEGORY): ZNAME changed in") == true, "\(report.undeclared ?? [])")
         #expect(report.failure?.contains("do not declare") == true)
         #expect(try StoreState.digest(f.store, journalMode: false) == before, "rolled back to the pre-migrate state")
+    }
+
+    @Test("a declaration naming an entity the store does not have (a typo) is said, with the closest name, in the dry run and in the failure")
+    func declarationTypo() throws {
+        var files = Self.declared
+        files["0003_upper_categories.sql"] = "-- storectl: changes Categroy.ZNAME\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        let f = try fixture(files)
+        let rehearsal = try f.migrate(["--dry-run"])
+        #expect(rehearsal.status == 2 && rehearsal.stdout.contains("NOT DECLARED: Category (ZCATEGORY): ZNAME changed in"), "\(rehearsal.stdout)")
+        #expect(rehearsal.stdout.contains("DECLARED, NOT IN THE STORE: Categroy.ZNAME: no entity or table Categroy (did you mean Category?)"), "\(rehearsal.stdout)")
+        let run = try f.migrate(["--json"])
+        #expect(run.status == 3, "\(run.stdout)\(run.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
+        #expect(report.unknownDeclared == ["Categroy.ZNAME: no entity or table Categroy (did you mean Category?)"], "\(report.unknownDeclared ?? [])")
+        #expect(report.failure?.contains("The declaration names what the store does not have: Categroy.ZNAME") == true, "\(report.failure ?? "")")
     }
 
     @Test("--force under a live writer: its commits are not held against the declaration (no rollback discarding them); the report says the diff holds another process's writes; without --force the same store is refused (75)")

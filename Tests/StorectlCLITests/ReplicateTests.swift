@@ -590,9 +590,9 @@ struct ReplicateTests {
         #expect(listed.spans.contains { $0.kind == "gap" && $0.reason?.contains("replaced") == true }, "\(listed.spans)")
     }
 
-    @Test("one follower per store and repository: a second replicate of the same store into the same repository is refused (75, naming the first's pid), into another repository it runs; after the first is killed -9, `replicate status` calls it gone at once (its lock is free), and the store can be followed again")
+    @Test("one follower per store and repository: a second replicate of the same store into the same repository is refused (75, naming the first's pid), into another repository it runs; after the first is killed -9, `replicate status` calls it gone at once (its lock is free), and the store can be followed again; `replicate status` exits 2 for a follower that is gone, and with --status-file alone and no password prints the file's figures")
     func secondFollowerIsRefused() throws {
-        let world = try world()
+        let world = try world(encrypted: true)
         let status = world.folder.file("status.json")
         let first = try replicate(world, ["--status-file", status])
         #expect(waitForBase(world))
@@ -608,8 +608,19 @@ struct ReplicateTests {
         first.signal(SIGKILL)
         _ = first.wait()
         // The status file names its repository: --repo may be left out.
+        // A follower that is gone is a problem found (2), for a health check; said as GONE.
         let gone = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status, "--json"], environment: world.environment)
-        #expect(gone.status == 0 && gone.stdout.contains("\"stale\" : true"), "\(gone.stdout) \(gone.stderr)")
+        #expect(gone.status == 2 && gone.stdout.contains("\"stale\" : true") && gone.stdout.contains("\"gone\" : true"), "\(gone.stdout) \(gone.stderr)")
+        let text = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: world.environment)
+        #expect(text.status == 2 && text.stdout.contains(": GONE, its follow lock is free"), "\(text.stdout) \(text.stderr)")
+        // --status-file alone and no password to be had: the file's figures, not a failure for
+        // the repository (still 2: the follower is gone); --repo named without one is 64.
+        var noPassword = world.environment
+        noPassword.removeValue(forKey: "STORECTL_PASSWORD_FILE")
+        let figures = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: noPassword)
+        #expect(figures.status == 2 && figures.stdout.contains("repository not read (no password") && figures.stdout.contains(world.store), "\(figures.stdout) \(figures.stderr)")
+        let named = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", world.repo, "--status-file", status], environment: noPassword)
+        #expect(named.status == 64 && named.stdout.contains("repository NOT READ: no password"), "\(named.stdout) \(named.stderr)")
         #expect(try ChildProcess.run(Binaries.storectl, ["replicate", "status"], environment: world.environment).status == 64)
         let again = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--quiet", "--status-file", status], environment: world.environment)
         #expect(again.status == 0, "\(again.stderr)")
@@ -898,7 +909,7 @@ struct ReplicateTests {
         // The follower keeps the default retries (the drain must cut them short); the others are quick.
         let quick = environment.merging(["STORECTL_S3_RETRIES": "1", "STORECTL_S3_BACKOFF_MS": "100", "STORECTL_S3_TIMEOUT": "2"]) { $1 }
         let shown = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: quick)
-        #expect(shown.status == 74 && shown.stdout.contains("repository NOT READ") && shown.stdout.contains("read and NOT durable yet"), "\(shown.status) \(shown.stdout) \(shown.stderr)")
+        #expect(shown.status == 74 && shown.stdout.contains("repository NOT READ") && shown.stdout.lowercased().contains("not durable yet"), "\(shown.status) \(shown.stdout) \(shown.stderr)")
         let signalled = Date()
         follower.signal(SIGTERM)
         let stopped = follower.wait()
@@ -1185,6 +1196,78 @@ struct ReplicateTests {
         #expect(fields["ok"] == .bool(false) && fields["status"] == 65 && fields["stores"] != nil, "\(json.stdout)")
         #expect(fields["message"].map { "\($0)".contains("never followed") } == true, "\(json.stdout)")
         #expect(try Hashing.sha256(ofFile: world.store) == before, "the store was not written")
+    }
+
+    @Test("the store's -wal and -shm replaced under the follower while its file stays (a restore in place sets them aside): a gap saying the wal-index's commit count went back, never a count of 4 billion commits checkpointed away; the base after it holds the new commits")
+    func walIndexReplaced() throws {
+        let world = try world()
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--sync-interval", "200ms"],
+                                                environment: world.environment)
+        #expect(waitForBase(world))
+        // The app commits, checkpoints and exits (its -wal and -shm stay: the follower has the
+        // store open); the two are set aside; the app opens the store again (new ones) and commits.
+        let before = """
+        import sqlite3, sys, time
+        c = sqlite3.connect(sys.argv[1], isolation_level=None)
+        for i in range(300):
+            c.execute("UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", ("v%d" % i,)); time.sleep(0.002)
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        """
+        #expect(try ChildProcess.run("/usr/bin/python3", ["-c", before, world.store]).status == 0)
+        usleep(1_500_000)
+        let aside = world.folder.file("aside")
+        try FileManager.default.createDirectory(atPath: aside, withIntermediateDirectories: false)
+        for suffix in ["-wal", "-shm"] { #expect(rename(world.store + suffix, aside + "/" + suffix) == 0, "\(suffix) is there") }
+        let after = """
+        import sqlite3, sys, time
+        d = sqlite3.connect(sys.argv[1], isolation_level=None)
+        d.execute("UPDATE ZITEM SET ZTITLE = 'after' WHERE Z_PK = 2"); d.execute("UPDATE ZITEM SET ZTITLE = 'after2' WHERE Z_PK = 3")
+        time.sleep(2.5)
+        """
+        let app = try ChildProcess.run("/usr/bin/python3", ["-c", after, world.store])
+        #expect(app.status == 0, "\(app.stderr)")
+        let settled = Date()
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stderr.contains("the store's -wal and -shm were replaced: the wal-index's commit count went back from"), "\(run.stderr)")
+        #expect(run.stderr.range(of: "[0-9]{9,} commits", options: .regularExpression) == nil, "\(run.stderr)")
+        let listed = try #require(StorePoints.list(repository: world.repo).first)
+        #expect(listed.spans.contains { $0.kind == "gap" && $0.reason?.contains("commit count went back") == true }, "\(listed.spans)")
+        let target = world.folder.file("now.sqlite")
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(settled.addingTimeInterval(-0.3)), "--to", target],
+                                            environment: world.environment)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 3") } == "after2")
+    }
+
+    @Test("points of two stores: restore --at --in-place STORE takes that store's (as rollback --at does); --to without --store is 64 naming both; list --store with a typo is 66 naming the stores, with --points too; the store's own name lists it")
+    func twoStoresNamedByTheirPath() throws {
+        let world = try world()
+        let other = try SampleStore.create(at: world.folder.file("Other.sqlite"), options: { var o = SampleStore.Options(); o.items = 50; return o }()).path
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, other, "--repo", world.repo, "--for", "4s", "--quiet"], environment: world.environment)
+        let app = try DatabaseQueue(path: world.store)
+        usleep(1_500_000)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'chosen' WHERE Z_PK = 1") }
+        usleep(1_200_000)
+        let chosen = Date()
+        #expect(follower.wait().status == 0)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'later' WHERE Z_PK = 1") }
+        try app.close()
+        let inPlace = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(chosen), "--in-place", world.store],
+                                           environment: world.environment)
+        #expect(inPlace.status == 0, "\(inPlace.stderr)")
+        #expect(try read(world.store) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "chosen")
+        let unnamed = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(chosen), "--to", world.folder.file("x.sqlite")],
+                                           environment: world.environment)
+        #expect(unnamed.status == 64 && unnamed.stderr.contains("name one with --store") && unnamed.stderr.contains("its stores: ") && unnamed.stderr.contains(other), "\(unnamed.stderr)")
+        let typo = world.folder.file("Taks.sqlite")
+        for extra in [[], ["--points"], ["--json"]] {
+            let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--store", typo] + extra, environment: world.environment)
+            #expect(listed.status == 66 && listed.stderr.contains("is of store \(typo)") && listed.stderr.contains(world.store), "\(extra): \(listed.status) \(listed.stderr)")
+        }
+        let named = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--store", world.store, "--points"], environment: world.environment)
+        #expect(named.status == 0 && named.stdout.contains("points in time of \(world.store)") && !named.stdout.contains(other), "\(named.stdout) \(named.stderr)")
     }
 
     @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66")

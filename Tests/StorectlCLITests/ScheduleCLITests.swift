@@ -45,6 +45,55 @@ struct ScheduleCLITests {
         #expect(entries.map(\.job) == [.snapshot, .purge] && entries.allSatisfy { $0.nextRuns.count == 5 })
     }
 
+    @Test("the [replicate] service is checked before its unit is written, as systemd will start it: a repository typo, a password only in this shell's environment, a status_file folder that does not exist, a store not in WAL mode are refused (2, nothing written) and failed by policy check; a ready one is written and policy check says so")
+    func replicateServiceIsChecked() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        _ = try folder.repository("snaps", encrypted: true)
+        func policy(_ name: String, repository: String = "snaps", password: Bool = true, replicate: String = "sync_interval = \"1s\"", store path: String? = nil) throws -> String {
+            let file = folder.file("\(name).toml")
+            try Data("""
+                [store]
+                path = "\(path ?? store)"
+                [snapshot]
+                repository = "\(repository)"
+                \(password ? "password_file = \"password\"" : "")
+                [replicate]
+                \(replicate)
+                """.utf8).write(to: URL(fileURLWithPath: file))
+            return file
+        }
+        var options = SampleStore.Options()
+        options.items = 10
+        options.journalMode = "delete"
+        let rollback = try SampleStore.create(at: folder.file("Rollback.sqlite"), options: options).path
+        // The installing shell has the password in its environment; systemd will not.
+        let shell = ["STORECTL_PASSWORD_FILE": folder.file("password")]
+        let cases: [(String, String, String)] = [
+            (try policy("typo", repository: "snapz"), "repository", "there is no snapshot repository at \(folder.file("snapz"))"),
+            (try policy("envpassword", password: false), "password", "names no password_file or password_command"),
+            (try policy("nostatus", replicate: "status_file = \"nowhere/status.json\""), "replicate", "[replicate] status_file \(folder.file("nowhere/status.json"))"),
+            (try policy("notwal", store: rollback), "replicate", "is not in WAL mode"),
+        ]
+        for (file, check, message) in cases {
+            let units = folder.file("units-\(FileSystem.name(of: file))")
+            try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: false)
+            let written = try storectl("schedule", "systemd", "--policy", file, "--output", units, environment: shell)
+            #expect(written.status == 2 && written.stderr.contains("the replicate service would fail") && written.stderr.contains(message), "\(file): \(written.stderr)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: units).isEmpty, "\(file): nothing written")
+            let checked = try storectl("policy", "check", file, environment: shell)
+            #expect(checked.status == 2 && checked.stdout.contains(check) && checked.stdout.contains(message), "\(file): \(checked.stdout)")
+        }
+        let ready = try policy("ready", replicate: "status_file = \"status.json\"")
+        let units = folder.file("units")
+        try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: false)
+        let written = try storectl("schedule", "systemd", "--policy", ready, "--output", units)
+        #expect(written.status == 0, "\(written.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: units) == ["storectl-ready-replicate.service"])
+        let checked = try storectl("policy", "check", ready)
+        #expect(checked.status == 0 && checked.stdout.contains("ready to run snapshot, the replicate service: store, repository (password ok), replicate)"), "\(checked.stdout)")
+    }
+
     @Test("schedule crontab prints the block with this binary's absolute path; systemd writes the units")
     func crontabAndSystemd() throws {
         let folder = try TempFolder()

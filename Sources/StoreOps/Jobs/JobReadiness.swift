@@ -46,6 +46,16 @@ public enum JobReadiness {
         public var failingJobs: [ScheduledJob] {
             jobs.filter { job in problems.contains { $0.jobs?.contains(job) ?? true } }
         }
+        /// The policy has `[replicate]` and its service would fail (a problem of its own, or of
+        /// the store or repository every run shares).
+        public var failsReplicate: Bool {
+            replicateChecked && problems.contains { $0.jobs?.isEmpty ?? true || ["repository", "password", "s3"].contains($0.check) }
+        }
+        public var replicateChecked = false
+        /// What would fail, for a heading: the jobs, and the replicate service.
+        public var failingText: String {
+            (failingJobs.map(\.rawValue) + (failsReplicate ? ["the replicate service"] : [])).joined(separator: ", ")
+        }
     }
 
     /// The password a run of `policy` in `context` reads.
@@ -96,6 +106,12 @@ public enum JobReadiness {
             }
         }
 
+        // The [replicate] service, as systemd will start it.
+        if policy.replicate != nil {
+            report.replicateChecked = true
+            checkReplicate(policy, repositoryChecked: opensRepository && isScheduled(context), into: &report)
+        }
+
         // Where the run reports: its log (and cron's .out beside it) and its metrics.
         if let schedule = policy.schedule {
             if let log = schedule.log {
@@ -105,6 +121,8 @@ public enum JobReadiness {
                 if let why = unwritable(folder: metrics) { problem("metrics", "the metrics folder \(metrics) \(why)", hint: "create it (node_exporter's textfile collector reads it), or fix [schedule] metrics in \(policy.file)", .cannotCreate) } else { report.ready.append("metrics") }
             }
         }
+        // The jobs and the service check the repository each (with their passwords): said once.
+        report.ready = report.ready.reduce(into: []) { if !$0.contains($1) { $0.append($1) } }
         return report
     }
 
@@ -135,6 +153,57 @@ public enum JobReadiness {
                         + "\(FileSystem.name(of: store)).storectl-lock cannot be made there", hint: "run the job as the store's owner", .cannotCreate)
             }
         }
+    }
+
+    static func isScheduled(_ context: Context) -> Bool {
+        if case .scheduled = context { return true }
+        return false
+    }
+
+    /// The `[replicate]` service as systemd runs it (no terminal, none of this shell's variables):
+    /// the repository opened with the policy's own password, the store in WAL mode (replicate
+    /// follows its -wal), the status file and metrics folder it writes. Its problems have `jobs`
+    /// empty: they fail the service, not a scheduled job (`failsReplicate`).
+    private static func checkReplicate(_ policy: Policy, repositoryChecked: Bool, into report: inout Report) {
+        let before = report.problems.count
+        func problem(_ message: String, hint: String? = nil, _ status: ExitStatus) {
+            report.problems.append(Problem(check: "replicate", message: message, hint: hint, status: status, jobs: []))
+        }
+        guard let section = policy.snapshot else {
+            problem("\(policy.file) has [replicate] but no [snapshot] section naming the repository it follows the store into",
+                    hint: "add [snapshot] repository = \"…\" and password_file", .usage)
+            return
+        }
+        var shared = false
+        if !repositoryChecked {
+            // (Checked for the jobs already when they run as scheduled; a check by hand had a
+            // person's password, which systemd will not have.)
+            repository(section, policy: policy, context: .scheduled, into: &report)
+            for index in (before..<report.problems.count).reversed() {
+                let found = report.problems[index]
+                if let earlier = report.problems[..<before].firstIndex(where: { $0.check == found.check && $0.message == found.message }) {
+                    // The jobs' problem already: it fails the service too (said once).
+                    report.problems[earlier].jobs = nil
+                    report.problems.remove(at: index)
+                    shared = true
+                } else {
+                    report.problems[index].jobs = []
+                }
+            }
+        }
+        let store = policy.store.path
+        if FileSystem.kind(of: store) == .file, let header = try? FileProbe.shared.header(of: store), !StoreFile.isWALHeader(header) {
+            problem("the store \(store) is not in WAL mode: replicate follows a store's -wal, and the service would exit 65 at every start",
+                    hint: "switch it with `PRAGMA journal_mode=WAL` (the app's next open keeps it), or remove [replicate] and schedule snapshots", .badData)
+        }
+        do {
+            try Replicate.checkOutputs(try Replicate.Options.from(loaded: [policy]))
+        } catch let error as StoreOpsError {
+            problem(error.message, hint: error.hint, error.status)
+        } catch {
+            problem("\(error)", .failure)
+        }
+        if report.problems.count == before, !shared { report.ready.append("replicate") }
     }
 
     /// The S3 settings read from the environment: a scheduled run starts without them.

@@ -89,6 +89,9 @@ public enum Migrate {
         /// Changes outside what the migrations declare (`-- storectl: changes ...`): the run fails
         /// and rolls back (unless `othersWrote`: then they are listed, not held against it).
         public var undeclared: [String]?
+        /// Names a declaration gives that are no entity or table of the store before or after
+        /// (a typo: the change it meant is then "not declared"), with the closest name.
+        public var unknownDeclared: [String]?
         /// `--force` only: another process committed to the store during the run, so the diff
         /// (`changes`) holds its writes too and cannot tell them from the migrations'.
         public var othersWrote: Bool?
@@ -326,6 +329,10 @@ public enum Migrate {
             if let declared {
                 let outside = StoreDiff.undeclared(diff, declared: declared)
                 if !outside.isEmpty { report.undeclared = outside }
+                let known = try Migrate.readOnly(StoreFile(unchecked: before), timeout: options.timeout, Migrate.names)
+                    .union(try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout, Migrate.names))
+                let unknown = Migrate.unknown(declared, known: known)
+                if !unknown.isEmpty { report.unknownDeclared = unknown }
             }
         }
 
@@ -482,6 +489,10 @@ public enum Migrate {
                 touched = Migrate.touchedTables(diff)
                 newIndexes = Set(diff.schema.filter { $0.type == "index" && $0.change != "removed" }.map(\.name))
                 if let declared {
+                    let known = try queue.inDatabase(Migrate.names).union(Array((report.countsBefore ?? [:]).keys))
+                        .union(diff.schema.filter { $0.change == "removed" }.map(\.name))
+                    let unknown = Migrate.unknown(declared, known: known)
+                    if !unknown.isEmpty { report.unknownDeclared = unknown }
                     let outside = StoreDiff.undeclared(diff, declared: declared)
                     if !outside.isEmpty, report.othersWrote == true {
                         // Another process wrote meanwhile (--force): these may be its rows, not
@@ -491,7 +502,8 @@ public enum Migrate {
                     } else if !outside.isEmpty {
                         report.undeclared = outside
                         throw StoreOpsError(.checksFailed, "the migrations changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
-                                            + outside.prefix(5).joined(separator: "; ") + (outside.count > 5 ? "; and \(outside.count - 5) more" : ""),
+                                            + outside.prefix(5).joined(separator: "; ") + (outside.count > 5 ? "; and \(outside.count - 5) more" : "")
+                                            + (unknown.isEmpty ? "" : ". The declaration names what the store does not have: " + unknown.joined(separator: "; ")),
                                             hint: "declare it in the migration (`-- storectl: changes Entity.attribute`), or fix the migration")
                     }
                 }
@@ -751,6 +763,24 @@ public enum Migrate {
     }
 
     static func entityCounts(_ db: Database) throws -> [String: Int]? { try CoreDataCensus.countsByEntity(db) }
+
+    /// The tables of a store and, for a Core Data store, its entities: what a declaration may name.
+    static func names(_ db: Database) throws -> Set<String> {
+        Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'")).union(Array((try CoreDataCensus.countsByEntity(db) ?? [:]).keys))
+    }
+
+    /// The declared names (`Entity`, `Entity.attribute`, `table.column`) whose entity or table is
+    /// none of `known` (case aside), each with the closest known name when one is near.
+    static func unknown(_ declared: Set<String>, known: Set<String>) -> [String] {
+        let lowered = Set(known.map { $0.lowercased() })
+        return declared.sorted().compactMap { name in
+            let scope = String(name.split(separator: ".").first ?? Substring(name))
+            guard !lowered.contains(scope.lowercased()) else { return nil }
+            let closest = known.min { (RepositoryLocation.editDistance($0.lowercased(), scope.lowercased()), $0) < (RepositoryLocation.editDistance($1.lowercased(), scope.lowercased()), $1) }
+            let near = closest.flatMap { RepositoryLocation.editDistance($0.lowercased(), scope.lowercased()) <= max(2, scope.count / 3) ? $0 : nil }
+            return "\(name): no entity or table \(scope)" + (near.map { " (did you mean \($0)?)" } ?? "")
+        }
+    }
 
     static func readOnly<T>(_ store: StoreFile, timeout: TimeInterval, _ body: (Database) throws -> T) throws -> T {
         let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: timeout, label: "storectl.migrate-plan")

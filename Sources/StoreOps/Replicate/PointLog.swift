@@ -567,7 +567,11 @@ public struct StorePoints: Sendable, Codable {
     public static func list(repository path: String, password: PasswordSource = .resolve(file: nil),
                             filter: SnapshotFilter = .all) throws -> [StorePoints] {
         let repository = try PagedRepository.open(at: path, password: password)
-        return try list(repository, filter: filter)
+        let points = try list(repository, filter: filter)
+        if points.isEmpty, !filter.isAll, try SnapshotSummary.list(repository, filter: filter).isEmpty {
+            try SnapshotSummary.requireMatch(repository, filter: filter, points: points)
+        }
+        return points
     }
 
     static func list(_ repository: PagedRepository, filter: SnapshotFilter = .all) throws -> [StorePoints] {

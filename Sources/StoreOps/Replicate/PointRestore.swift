@@ -102,7 +102,15 @@ public enum PointRestore {
         case .missing: throw StoreOpsError(.cannotCreate, "the folder \(destination) does not exist", hint: "create it first (storectl makes no folders), or restore --to a file in another folder")
         default: throw StoreOpsError(.cannotCreate, "\(destination) is not a folder")
         }
-        return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost, scratch: destination)
+        // In place: the store named is the one whose points are meant, when the repository has
+        // points of several (`rollback --at` does the same).
+        var store = options.pointStore
+        if store == nil, case .inPlace(let path) = options.target {
+            let timeline = try PointTimeline.load(repository)
+            let key = PointSegment.storeKey(host: options.pointHost ?? ProcessInfo.processInfo.hostName, path: FileSystem.absolute(path))
+            if Set(timeline.chains.map(\.store)).count > 1, timeline.chains.contains(where: { $0.store == key }) { store = path }
+        }
+        return try resolve(repository, at: at, store: store, host: options.pointHost, scratch: destination)
     }
 
     /// TMPDIR, or /tmp.
@@ -126,8 +134,10 @@ public enum PointRestore {
                                 hint: "`storectl replicate STORE --repo \(repository.location)` records them")
         }
         guard keys.count == 1 else {
+            let stores = ((try? StorePoints.list(repository)) ?? []).map { "\($0.store) (host \($0.host))" }.sorted()
             throw StoreOpsError(.usage, "\(repository.location) holds points of \(keys.count) stores: name one with --store",
-                                hint: "`storectl snapshot list --repo \(repository.location)` shows them")
+                                hint: stores.isEmpty ? "`storectl snapshot list --repo \(repository.location) --points` shows them"
+                                    : "its stores: " + stores.prefix(5).joined(separator: ", ") + (stores.count > 5 ? ", and \(stores.count - 5) more" : ""))
         }
         return only
     }
@@ -472,6 +482,10 @@ extension PointRestore {
         if candidate.count > 11, let space = candidate.index(candidate.startIndex, offsetBy: 10, limitedBy: candidate.endIndex), candidate[space] == " ",
            candidate[..<space].allSatisfy({ $0.isASCII && ($0.isNumber || $0 == "-") }) {
             candidate.replaceSubrange(space...space, with: "T")
+        }
+        // RFC 3339 allows "t" and "z" too (section 5.6).
+        if candidate.count > 11, candidate.prefix(10).allSatisfy({ $0.isASCII && ($0.isNumber || $0 == "-") }) {
+            candidate = candidate.replacingOccurrences(of: "t", with: "T").replacingOccurrences(of: "z", with: "Z")
         }
         guard let date = Timestamp.parseISO(candidate) else {
             if Timestamp.parseISO(candidate + "Z") != nil {

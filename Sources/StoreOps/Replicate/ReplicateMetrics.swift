@@ -61,15 +61,40 @@ public enum ReplicateStatus {
         /// The status file was last written longer ago than a few sync intervals: the process is
         /// probably gone (killed) without saying so.
         public var stale: Bool = false
+        /// Set with `stale`: the process's follow locks on this host are free (it is gone, not
+        /// only slow to write).
+        public var gone: Bool?
         /// The repository could not be read (the status file's figures are shown without it);
-        /// the command still ends 74.
+        /// the command ends with `repositoryStatus` (74 unreachable, 77 a wrong password, …).
         public var repositoryError: String?
+        public var repositoryStatus: Int32?
+        /// No password was to be had and the repository was not named (`--status-file` alone):
+        /// the status file's figures only, not a failure.
+        public var repositorySkipped: Bool?
     }
 
-    /// How `replicate status` ends: 74 when the repository could not be read.
+    /// How `replicate status` ends: the repository's read error's status (74 unreachable, …);
+    /// else 2 when the status file shows a follower that is gone (STALE), a store it never
+    /// followed, or a stopped run that left commits unwritten; else 0.
     public static func ending(of report: Report) -> Ending {
-        guard let problem = report.repositoryError else { return .ok }
-        return Ending(.failed, error: StoreOpsError(.ioError, problem, hint: "the figures above are the status file's; check that the repository is reachable"))
+        if let problem = report.repositoryError, report.repositorySkipped != true {
+            return Ending(.failed, error: StoreOpsError(status: ExitStatus(rawValue: report.repositoryStatus ?? ExitStatus.ioError.rawValue), problem,
+                                                        hint: "the figures above are the status file's; check that the repository can be read"))
+        }
+        var problems: [String] = []
+        if report.stale {
+            problems.append("the replicate process (pid \(report.pid.map(String.init) ?? "?")) " + (report.gone == true ? "is gone" : "has not written its status for over a minute"))
+        }
+        for store in report.stores {
+            guard let live = store.live else { continue }
+            if live.notFollowed != nil { problems.append("\(store.store) is not followed") }
+            if report.state == "stopped", let waiting = live.waiting, waiting > 0 {
+                problems.append("\(store.store): \(Format.plural(waiting, "commit was", "commits were")) read and never written")
+            }
+        }
+        guard !problems.isEmpty else { return .ok }
+        return Ending(.failed, error: StoreOpsError(.checksFailed, problems.joined(separator: "; "),
+                                                    hint: "start it again (`systemctl restart` its unit, or `storectl replicate`); commits since it stopped are in no point"))
     }
 
     /// - Parameter repository: nil: the one the status file names (the repository it follows into).
@@ -93,12 +118,21 @@ public enum ReplicateStatus {
         do {
             opened = try PagedRepository.open(at: location, password: password)
             stores = try StorePoints.list(opened)
-        } catch let error as StoreOpsError where live != nil && error.status == ExitStatus.ioError {
-            // Unreachable: what the running replicate said is what an operator needs now.
+        } catch let error as StoreOpsError where live != nil {
+            // Unreachable, no password, not readable by this user: what the running replicate
+            // said is what an operator needs now; the repository's error decides the exit, unless
+            // it was not asked for (--status-file alone) and no password was to be had.
             var report = Report(repository: location, stores: (live?.stores ?? []).map {
                 Store(store: $0.store, host: ProcessInfo.processInfo.hostName, points: 0, newestPoint: $0.lastDurable, gaps: $0.gaps.count, chains: 0, live: $0)
             }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
             report.repositoryError = error.message
+            report.repositoryStatus = error.status.rawValue
+            if repository == nil, error.status == .usage, error.message.hasPrefix("no password") { report.repositorySkipped = true }
+            if let live, live.state == "following" {
+                let (stale, gone) = staleness(live, repositoryID: live.repositoryID, now: now)
+                report.stale = stale
+                report.gone = gone ? true : nil
+            }
             return report
         }
         var report = Report(repository: opened.location, stores: stores.map { entry in
@@ -112,12 +146,23 @@ public enum ReplicateStatus {
             report.stores.append(Store(store: store.store, host: ProcessInfo.processInfo.hostName, points: 0, newestPoint: nil, gaps: 0, chains: 0, live: store))
         }
         if let live, live.state == "following" {
-            // Gone at once when its follow locks (this host's) exist and none is held any more;
-            // else (another host, or a storectl without them) when it has not written for a minute.
-            let held = live.stores.map { JobLock.isHeld(path: Replicate.followLockPath(store: $0.store, repository: opened.config.id)) }
-            let released = !held.isEmpty && held.allSatisfy { $0 == false }
-            if released || now.timeIntervalSince(live.updatedAt) > 60 { report.stale = true }
+            let (stale, gone) = staleness(live, repositoryID: opened.config.id, now: now)
+            report.stale = stale
+            report.gone = gone ? true : nil
         }
         return report
     }
+
+    /// A follower is gone at once when its follow locks (this host's) exist and none is held any
+    /// more; else (another host, a storectl without them, the repository not read) stale when it
+    /// has not written for a minute.
+    static func staleness(_ live: Replicate.Summary, repositoryID: String?, now: Date) -> (stale: Bool, gone: Bool) {
+        var released = false
+        if let repositoryID {
+            let held = live.stores.map { JobLock.isHeld(path: Replicate.followLockPath(store: $0.store, repository: repositoryID)) }
+            released = !held.isEmpty && held.allSatisfy { $0 == false }
+        }
+        return (released || now.timeIntervalSince(live.updatedAt) > 60, released)
+    }
+
 }

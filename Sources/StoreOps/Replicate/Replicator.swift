@@ -48,6 +48,9 @@ public enum Replicate {
         /// Rewritten (atomically) every sync interval and at the end: each store's figures, for
         /// `storectl replicate status --status FILE`.
         public var statusFile: String?
+        /// The policy files the status file and metrics folder come from (for messages; nil: the
+        /// command line's).
+        public var outputsNamedIn: String?
         /// A folder of node_exporter's textfile collector: one `.prom` file per store, every sync.
         public var metricsFolder: String?
 
@@ -108,6 +111,9 @@ public enum Replicate {
         public var unwritten: Int { state == "stopped" ? stores.reduce(0) { $0 + ($1.waiting ?? 0) } : 0 }
         /// While following: "following"; at the end: "stopped".
         public var state = "stopped"
+        /// The repository's id (its follow locks are named after it): `replicate status` tells a
+        /// follower that is gone without reading the repository.
+        public var repositoryID: String?
         public var pid = getpid()
         public var updatedAt = Date()
     }
@@ -170,8 +176,9 @@ public enum Replicate {
         if let file = options.statusFile {
             let path = FileSystem.absolute(file)
             let folder = FileSystem.parent(of: path)
+            let named = options.outputsNamedIn.map { "[replicate] status_file \(file) (\($0))" } ?? "--status-file \(file)"
             guard FileSystem.kind(of: folder) == .directory, access(folder, W_OK) == 0 else {
-                throw StoreOpsError(.cannotCreate, "--status-file \(file): the folder \(folder) does not exist or is not writable",
+                throw StoreOpsError(.cannotCreate, "\(named): the folder \(folder) does not exist or is not writable",
                                     hint: "create it (mkdir -p \(folder)) or name a file in another folder")
             }
             switch FileSystem.kind(of: path) {
@@ -179,19 +186,19 @@ public enum Replicate {
             case .file:
                 let data = FileManager.default.contents(atPath: path) ?? Data()
                 guard (try? JSON.decoder().decode(Summary.self, from: data)) != nil else {
-                    throw StoreOpsError(.cannotCreate, "--status-file \(file): the file exists and is not a status file of storectl replicate; it is left alone",
+                    throw StoreOpsError(.cannotCreate, "\(named): the file exists and is not a status file of storectl replicate; it is left alone",
                                         hint: "name a new file (for example \(FileSystem.name(of: path)).status.json), or remove this one if it is yours")
                 }
             default:
-                throw StoreOpsError(.cannotCreate, "--status-file \(file) is a folder or a special file", hint: "name a file")
+                throw StoreOpsError(.cannotCreate, "\(named) is a folder or a special file", hint: "name a file")
             }
             if options.stores.contains(where: { FileSystem.absolute($0) == path }) {
-                throw StoreOpsError(.usage, "--status-file \(file) is a store being followed")
+                throw StoreOpsError(.usage, "\(named) is a store being followed")
             }
         }
         if let folder = options.metricsFolder {
             guard FileSystem.kind(of: folder) == .directory, access(folder, W_OK) == 0 else {
-                throw StoreOpsError(.cannotCreate, "--metrics \(folder): not a writable folder",
+                throw StoreOpsError(.cannotCreate, "\(options.outputsNamedIn.map { "the metrics folder \(folder) (\($0))" } ?? "--metrics \(folder)"): not a writable folder",
                                     hint: "create it (mkdir -p \(folder)), the folder node_exporter's --collector.textfile.directory names")
             }
         }
@@ -394,6 +401,7 @@ public enum Replicate {
         func report(state: String, stoppedBy: String) -> Summary {
             var summary = Summary(repository: repository.location, stores: replicas.map { finalSummary($0) }, stoppedBy: stoppedBy)
             summary.state = state
+            summary.repositoryID = repository.config.id
             if let file = options.statusFile {
                 do {
                     let pending = try PendingFile(finalPath: FileSystem.absolute(file), label: "replicate.status")
@@ -1062,7 +1070,11 @@ extension Replicate.Options {
     /// - Throws: 65 for a policy that does not parse, 64 when a policy has no `[snapshot]` or the
     ///   policies name different repositories.
     public static func from(policies files: [String]) throws -> Replicate.Options {
-        let policies = try files.map { try Policy.load($0) }
+        try from(loaded: try files.map { try Policy.load($0) })
+    }
+
+    /// The same, of policies already loaded.
+    public static func from(loaded policies: [Policy]) throws -> Replicate.Options {
         guard let first = policies.first else { throw StoreOpsError(.usage, "name at least one policy file") }
         var repository: String?
         for policy in policies {
@@ -1085,6 +1097,7 @@ extension Replicate.Options {
             options.heartbeatInterval = section.heartbeat.seconds
             options.statusFile = section.statusFile
             options.metricsFolder = section.metrics
+            options.outputsNamedIn = policies.filter { $0.replicate != nil }.map(\.file).joined(separator: ", ")
         }
         return options
     }

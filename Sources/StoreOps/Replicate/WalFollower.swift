@@ -322,6 +322,12 @@ final class WalFollower {
             return .gap("the page size changed from \(cursor.pageSize) to \(index.pageSize) bytes")
         }
         guard let changeThen = cursor.change else { return .gap("the follower's position has no commit count") }
+        // A commit count that went back (further than commits could wrap it): the wal-index was
+        // made again, the -wal and -shm replaced (a restore or rollback in place swaps them) or
+        // rebuilt; how many commits came between is not known. (It was read as 4 billion.)
+        if changeTrusted, index.change &- changeThen > UInt32(Int32.max) {
+            return .gap("the store's -wal and -shm were replaced: the wal-index's commit count went back from \(changeThen) to \(index.change)")
+        }
         let made = Int(index.change &- changeThen)
         if !cursor.sameGeneration(salt1: index.salt1, salt2: index.salt2) {
             guard changeTrusted else { return .gap("the -wal was restarted while storectl was not following the store") }

@@ -45,6 +45,12 @@ public enum RepositoryLocation {
         default:
             throw StoreOpsError(.badData, "\(absolute) is not a folder, so not a snapshot repository")
         }
+        if access(absolute, R_OK | X_OK) != 0, errno == EACCES {
+            // Not "empty" (its files cannot be listed): a service user other than the one that
+            // made the repository is the usual cause.
+            throw StoreOpsError(.noInput, "cannot read the repository \(absolute): permission denied\(ownerAndMode(absolute).map { " (\($0))" } ?? "")",
+                                hint: "run storectl as the user that owns it, or give this user (uid \(getuid())) read access to the folder and its files")
+        }
         if FormatOneRepository.isOne(absolute) {
             throw StoreOpsError(.badData, "\(absolute) is a format-1 repository (made by an earlier storectl), which this storectl only converts",
                                 hint: convertHint(absolute))
@@ -58,6 +64,14 @@ public enum RepositoryLocation {
             throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (it has no config)", hint: "check --repo")
         }
         return backend
+    }
+
+    /// "owner root, mode 0700" of a path, for permission errors.
+    static func ownerAndMode(_ path: String) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        let owner = getpwuid(info.st_uid).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(info.st_uid)"
+        return "owner \(owner), mode \(String(format: "%04o", info.st_mode & 0o7777))"
     }
 
     static func missingHint(_ absolute: String, _ missing: Missing) -> String {

@@ -326,7 +326,7 @@ public enum SnapshotRestore {
             }
             if exists, !options.force, let pid = try LockState.otherUser(of: store) {
                 throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
-                                    hint: "stop the app first, or pass --force to restore anyway")
+                                    hint: "stop the app first, or pass --force (the app must then open the store again)")
             }
             let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")

@@ -28,14 +28,33 @@ public struct SnapshotSummary: Sendable, Codable {
     /// filter leaves them out, as their store cannot be known).
     public static func list(repository path: String, password: PasswordSource = .resolve(file: nil),
                             filter: SnapshotFilter = .all) throws -> [SnapshotSummary] {
-        try list(try PagedRepository.open(at: path, password: password), filter: filter)
+        let repository = try PagedRepository.open(at: path, password: password)
+        let rows = try list(repository, filter: filter)
+        if rows.isEmpty { try requireMatch(repository, filter: filter, points: try StorePoints.list(repository, filter: filter)) }
+        return rows
     }
 
     /// The snapshots and the points in time, from one opening of the repository.
     public static func listWithPoints(repository path: String, password: PasswordSource = .resolve(file: nil),
                                       filter: SnapshotFilter = .all) throws -> ([SnapshotSummary], [StorePoints]) {
         let repository = try PagedRepository.open(at: path, password: password)
-        return (try list(repository, filter: filter), try StorePoints.list(repository, filter: filter))
+        let rows = try list(repository, filter: filter), points = try StorePoints.list(repository, filter: filter)
+        if rows.isEmpty { try requireMatch(repository, filter: filter, points: points) }
+        return (rows, points)
+    }
+
+    /// A `--store`/`--host` that matches no snapshot and no point of a repository that holds some:
+    /// 66 listing its stores (a typo would otherwise list nothing and exit 0, as if the store
+    /// had never been protected). An empty repository lists nothing, as without the filter.
+    static func requireMatch(_ repository: PagedRepository, filter: SnapshotFilter, points: [StorePoints]) throws {
+        guard !filter.isAll, points.isEmpty else { return }
+        let snapshots = try list(repository, filter: .all).filter { $0.damaged == nil }
+        let allPoints = try StorePoints.list(repository, filter: .all)
+        let stores = Set(snapshots.map { "\($0.store) (host \($0.host))" } + allPoints.map { "\($0.store) (host \($0.host))" }).sorted()
+        guard !stores.isEmpty else { return }
+        let what = [filter.path.map { "store \($0)" }, filter.host.map { "host \($0)" }].compactMap { $0 }.joined(separator: " on ")
+        throw StoreOpsError(.noInput, "no snapshot or point in \(repository.location) is of \(what)",
+                            hint: "its stores: " + stores.prefix(5).joined(separator: ", ") + (stores.count > 5 ? ", and \(stores.count - 5) more" : ""))
     }
 
     static func list(_ repository: PagedRepository, filter: SnapshotFilter) throws -> [SnapshotSummary] {

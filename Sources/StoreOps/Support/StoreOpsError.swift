@@ -140,7 +140,7 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
         let text = String(cString: strerror(err))
         switch err {
         case ENOSPC, EDQUOT:
-            return StoreOpsError(.noSpace, "\(doing): no space left on the device (\(text))",
+            return StoreOpsError(.noSpace, "\(doing): " + (err == ENOSPC ? "no space left on the device" : "no space left under the disk quota (\(text))"),
                                  hint: "free space on the destination volume, or choose another destination")
         case ENOENT, ENOTDIR:
             return side == .input

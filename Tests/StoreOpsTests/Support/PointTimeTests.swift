@@ -10,6 +10,7 @@ struct PointTimeTests {
         #expect(Replicate.ms(t) == 1_795_593_455_122)
         #expect(try PointRestore.parseTime("2026-11-25 07:57:35.122Z") == t)
         #expect(try PointRestore.parseTime(" 2026-11-25T08:57:35.122+01:00 ") == t)
+        #expect(try PointRestore.parseTime("2026-11-25t07:57:35.122z") == t, "RFC 3339 allows lowercase t and z")
         let now = Date(timeIntervalSince1970: 1_796_111_855)
         #expect(try PointRestore.parseTime("-5m", now: now) == now.addingTimeInterval(-300))
         for bad in ["yesterday", "2026-11-25  07:57:35Z", "2026/11/25 07:57:35Z", "07:57:35 2026-11-25"] {
