@@ -131,6 +131,25 @@ struct BackupCLITests {
         #expect(!result.stderr.contains("empty folder") && !result.stderr.contains("repo init"), "\(result.stderr)")
     }
 
+    @Test("a WAL store in a folder this user cannot write (SQLite must make its -shm there): diff and preflight say so and what to do (66), not 'attempt to write a readonly database' (74)",
+          .enabled(if: getuid() == 0))
+    func walStoreInUnwritableFolder() throws {
+        let folder = try TempFolder()
+        chmod(folder.path, 0o755)
+        let store = try makeStore(folder, items: 50)
+        for suffix in ["-wal", "-shm"] { _ = FileSystem.remove(store + suffix, point: "test") }
+        let copy = folder.file("Copy.sqlite")
+        try FileManager.default.copyItem(atPath: store, toPath: copy)
+        chmod(store, 0o644)
+        chmod(copy, 0o644)
+        for arguments in [["diff", store, copy], ["preflight", store]] {
+            let result = try ChildProcess.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", Binaries.storectl] + arguments)
+            #expect(result.status == 66, "\(arguments): \(result.status) \(result.stderr)")
+            #expect(result.stderr.contains("is in WAL mode, and SQLite reads such a store through its -shm") && result.stderr.contains("run storectl as the store's owner"),
+                    "\(arguments): \(result.stderr)")
+        }
+    }
+
     @Test("SIGTERM or Ctrl-C during a backup removes the temp file and exits 128+signal", arguments: [SIGTERM, SIGINT])
     func signalCleansUp(_ signal: Int32) throws {
         let folder = try TempFolder()

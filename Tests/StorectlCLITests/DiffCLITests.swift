@@ -281,6 +281,23 @@ struct DiffCLITests {
         #expect((outcomes[2] ?? 0) + (outcomes[65] ?? 0) > 0, "the damage was seen at least once: \(outcomes)")
     }
 
+    @Test("--key with an attribute the entity lacks (the Notes store): 64, and the hint lists the entity's own attributes from the model (ICNote's identifier, not ICAccount's accountType), all of them or a count of the rest; blank sides are 64")
+    func keyHintNamesTheEntitysAttributes() throws {
+        let folder = try TempFolder()
+        let root = (ReadmeTranscriptTests.packageRoot as NSString).appendingPathComponent("Tests/Fixtures/coredata/notes-macos15/NoteStore-macOS-15-Seqoia.sqlite")
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        try FileManager.default.copyItem(atPath: root, toPath: a)
+        try FileManager.default.copyItem(atPath: root, toPath: b)
+        let run = try storectl("diff", a, b, "--key", "ICNote.bogus")
+        #expect(run.status == 64 && run.stderr.contains("ICNote has no attribute bogus"), "\(run.stderr)")
+        let hint = run.stderr.components(separatedBy: "its attributes: ").last ?? ""
+        #expect(hint.contains("identifier") && !hint.contains("accountType"), "\(hint)")
+        let names = hint.components(separatedBy: ", ")
+        #expect(names.count <= 61 && (names.count < 60 || hint.contains(" more")), "\(hint)")
+        let blank = try storectl("diff", a, "")
+        #expect(blank.status == 64 && blank.stderr.contains("a blank side"), "\(blank.stderr)")
+    }
+
     @Test("external data: a file changed, one removed and one added in the store's _EXTERNAL_DATA are listed by name and size, against a copy and against a snapshot")
     func externalData() throws {
         let folder = try TempFolder()

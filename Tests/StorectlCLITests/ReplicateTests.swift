@@ -1270,6 +1270,36 @@ struct ReplicateTests {
         #expect(named.status == 0 && named.stdout.contains("points in time of \(world.store)") && !named.stdout.contains(other), "\(named.stdout) \(named.stderr)")
     }
 
+    @Test("the times in a point object's name are held against what it seals: a stop marker renamed later (no key needed) makes a restore in the time it would claim 65, not the state before, and check and verify --all name it; so does a segment renamed")
+    func renamedPointObjects() throws {
+        let world = try world()
+        let run = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "2s", "--sync-interval", "200ms", "--quiet"], environment: world.environment)
+        #expect(run.status == 0, "\(run.stderr)")
+        let folder = try #require(FileManager.default.enumerator(atPath: world.repo + "/points")?.compactMap { $0 as? String }.first { $0.split(separator: "/").count == 2 })
+        let chain = world.repo + "/points/" + folder
+        let names = try FileManager.default.contentsOfDirectory(atPath: chain)
+        let stop = try #require(names.first { $0.hasPrefix("8-") })
+        var fields = stop.split(separator: "-").map(String.init)
+        let stopped = try #require(Int64(fields[3]))
+        fields[3] = String(stopped + 5000); fields[4] = String(stopped + 5000)
+        #expect(rename(chain + "/" + stop, chain + "/" + fields.joined(separator: "-")) == 0)
+        let at = Timestamp.iso(Date(timeIntervalSince1970: Double(stopped + 3000) / 1000))
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", world.folder.file("r.sqlite")], environment: world.environment)
+        #expect(restored.status == 65 && restored.stderr.contains("are not its content's"), "\(restored.status) \(restored.stderr)")
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--read-data"], environment: world.environment)
+        #expect(check.status == 2 && check.stdout.contains("it was renamed"), "\(check.stdout)")
+        let verify = try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", world.repo, "--all"], environment: world.environment)
+        #expect(verify.status == 65 && verify.stdout.contains("it was renamed"), "\(verify.stdout)")
+        // The opening segment renamed half a second later: reading it (any restore of the chain) is 65.
+        let opening = try #require(names.first { $0.hasPrefix("0-0000000000-") })
+        var parts = opening.split(separator: "-").map(String.init)
+        parts[4] = String((Int64(parts[4]) ?? 0) + 500)
+        #expect(rename(chain + "/" + opening, chain + "/" + parts.joined(separator: "-")) == 0)
+        let early = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(Date(timeIntervalSince1970: Double(stopped - 200) / 1000)), "--to", world.folder.file("s.sqlite")],
+                                         environment: world.environment)
+        #expect(early.status == 65 && early.stderr.contains("are not its content's"), "\(early.status) \(early.stderr)")
+    }
+
     @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66")
     func refusals() throws {
         let folder = try TempFolder("storectl-replicate")

@@ -298,8 +298,19 @@ extension StoreDiff {
                                         hint: names.isEmpty ? "name a table of the store" : "entities: " + names.prefix(40).joined(separator: ", "))
                 }
                 guard found else {
+                    // The model's attributes of the entity and its superentities, when there is a
+                    // model (a table's columns hold its sibling entities' too); else the columns.
+                    var own = Set<String>()
+                    for side in [a, b] {
+                        guard let model = side.coreData?.model,
+                              let entity = model.superentity.keys.first(where: { $0.caseInsensitiveCompare(parts[0]) == .orderedSame }) else { continue }
+                        let lineage = Set(model.ancestors(of: entity))
+                        own.formUnion(model.attributes.filter { lineage.contains($0.entity) }.map(\.name))
+                    }
+                    let names = (own.isEmpty ? attributes : own).sorted()
                     throw StoreOpsError(.usage, "--key \(key): \(parts[0]) has no attribute \(parts[1]) on either side",
-                                        hint: attributes.isEmpty ? "" : "its attributes: " + attributes.sorted().prefix(40).joined(separator: ", "))
+                                        hint: names.isEmpty ? "" : "its attributes: " + names.prefix(60).joined(separator: ", ")
+                                            + (names.count > 60 ? ", and \(names.count - 60) more" : ""))
                 }
             }
         }

@@ -200,6 +200,7 @@ final class ReadHold {
         let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil)
         db = handle
         func fail(_ rc: Int32, _ doing: String) -> StoreOpsError {
+            if [SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM].contains(rc & 0xff), let problem = StoreConnection.sidecarProblem(path) { return problem }
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             // The shared mapping decides busy and bad data (a header SQLite will not read included);
             // anything else reading a file is an I/O error here.

@@ -211,6 +211,16 @@ struct PointSegment: Codable, Equatable {
               segment.cursor.pageSize == segment.pageSize || segment.cursor.pageSize == 0, segment.cursor.frame < UInt32.max else {
             throw StoreOpsError(.badData, "\(what) describes \(segment.name.key), not itself", hint: Sealer.damagedHint)
         }
+        // The times in a key are not sealed (a listing reads them without opening anything): they
+        // must be the content's, or a renamed object would move what a restore claims. (A resume
+        // marker's are its own: its first time is the stop before it; digests are checked below.)
+        if ![PointDigest.level, PointMilestone.level, PointTimeline.resumedLevel].contains(name.level) {
+            let own = segment.name
+            guard own.firstTime == name.firstTime, own.lastTime == name.lastTime else {
+                throw StoreOpsError(.badData, "\(what): its name's times (\(name.firstTime)-\(name.lastTime) ms) are not its content's (\(own.firstTime)-\(own.lastTime) ms): it was renamed",
+                                    hint: Sealer.damagedHint)
+            }
+        }
         // A segment of commits holds one per point it names (a thinned one fewer, each numbered; a
         // digest one, numbered its last).
         if name.level == PointDigest.level {
@@ -383,6 +393,10 @@ public enum PointMerge {
         }
         guard next == name.to + 1, reader.isAtEnd else {
             throw StoreOpsError(.badData, "\(what): its segments do not hold exactly points \(name.from)-\(name.to)", hint: Sealer.damagedHint)
+        }
+        // Its key's times are its first and last member's (each member's are checked when opened).
+        guard out.first?.name.firstTime == name.firstTime, out.last?.name.lastTime == name.lastTime else {
+            throw StoreOpsError(.badData, "\(what): its name's times are not its segments' (it was renamed)", hint: Sealer.damagedHint)
         }
         return out
     }

@@ -142,6 +142,19 @@ public enum PointRestore {
         return only
     }
 
+    /// Opens the marker that confirms `chain` up to `until` (a stop or the newest alive marker):
+    /// 65 naming it when it cannot be read or its name is not its content's.
+    static func confirmMarker(of chain: PointTimeline.Chain, until: Int64, in repository: PagedRepository) throws {
+        let candidates = (chain.markers.filter { $0.level == PointTimeline.stoppedLevel } + chain.alive).filter { $0.lastTime == until || $0.firstTime == until }
+        guard let marker = candidates.last else { return }
+        guard let sealed = try repository.backend.read(marker.key) else {
+            // An alive marker a running follower replaced meanwhile: the claim is not made.
+            throw StoreOpsError(.noInput, "the marker \(repository.backend.describe(marker.key)) that confirms chain \(chain.id) after its last point is gone (a running replicate replaced it?)",
+                                hint: "try again, or --at \(Timestamp.iso(date(chain.lastTime))) or earlier")
+        }
+        _ = try PointSegment.open(sealed, name: marker, sealer: repository.sealer, zstd: try ZstdFrames(level: 3), location: repository.location)
+    }
+
     /// A digest the restore planned to read could not be read or opened: the point is read again
     /// without it (digests only save time).
     struct DigestUnusable: Error {
@@ -201,6 +214,11 @@ public enum PointRestore {
         // A chain stopped cleanly at its last point was followed, with no commit, up to the stop
         // (the marker names the point it stopped at: not so when a segment before it is missing).
         let followedUntil = chain.confirmedUntil
+        if t > chain.lastTime, followedUntil > chain.lastTime {
+            // The time after the last point is claimed on a stop or alive marker's word: it is
+            // opened, and its name's times must be what it seals (a renamed marker moves a claim).
+            try confirmMarker(of: chain, until: followedUntil, in: repository)
+        }
         if let later = chains.first(where: { $0.baseTime > t }), t > followedUntil,
            let reason = try continuityBreak(from: chain, to: later, in: repository) {
             throw StoreOpsError(.noInput, "\(when) falls in a gap from \(Timestamp.iso(date(followedUntil))) to \(Timestamp.iso(date(later.baseTime))) (\(reason)): no commit between is claimed",

@@ -145,8 +145,13 @@ public enum RepositoryCheck {
     static func readSegments(of chain: PointTimeline.Chain, in repository: PagedRepository, zstd: ZstdFrames) throws -> (problems: [String], store: String?) {
         var problems: [String] = []
         var store: String?
-        for name in chain.segments + chain.digests {
-            let lost = "points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does"
+        // The stop and alive markers too: the time after the last point that restores claim rests
+        // on them (their names' times are checked against what they seal).
+        let markers = chain.markers.filter { $0.level == PointTimeline.stoppedLevel } + chain.alive
+        for name in chain.segments + chain.digests + markers {
+            let lost = name.level >= PointTimeline.stoppedLevel
+                ? "a restore after point \(name.to) of chain \(chain.id) is not claimed by it"
+                : "points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does"
             do {
                 guard let sealed = try repository.backend.read(name.key) else {
                     // A running replicate's merge removes the segments it merged (under a shared
