@@ -8,6 +8,25 @@
 #include <string.h>
 #include <strings.h>
 
+#include <stdatomic.h>
+#include <time.h>
+
+// A stopping process's deadline (ms since 1970; 0 none): a transfer still running then is
+// aborted from its progress callback, so a drain ends when it must even while a server holds a
+// connection open without answering.
+static _Atomic long long abort_at_ms = 0;
+
+void storectl_http_abort_at(long long ms) { atomic_store(&abort_at_ms, ms); }
+
+static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)data; (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
+    long long at = atomic_load(&abort_at_ms);
+    if (at == 0) return 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 >= at ? 1 : 0;
+}
+
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static int global_ok = 0;
 
@@ -146,6 +165,8 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, idle_seconds);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, total_ms);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 256L * 1024);    // fewer, larger reads of big bodies
     curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);

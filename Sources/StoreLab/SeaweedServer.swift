@@ -100,6 +100,11 @@ public final class SeaweedServer: @unchecked Sendable {
         watcher = nil
     }
 
+    /// SIGSTOP: the server keeps its connections (the kernel accepts new ones) and answers
+    /// nothing, as a hung server would; `resume()` sends SIGCONT.
+    public func pause() { if let pid = serverPID { Foundation.kill(pid, SIGSTOP) } }
+    public func resume() { if let pid = serverPID { Foundation.kill(pid, SIGCONT) } }
+
     public func restart() throws {
         kill()
         guard let weed = Self.binary else { return }
@@ -109,6 +114,7 @@ public final class SeaweedServer: @unchecked Sendable {
     /// SIGTERM, 3 seconds, then SIGKILL.
     public func stop() {
         if let pid = serverPID {
+            Foundation.kill(pid, SIGCONT)   // a paused server would not see the SIGTERM
             Foundation.kill(pid, SIGTERM)
             let deadline = Date().addingTimeInterval(3)
             while Foundation.kill(pid, 0) == 0, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }

@@ -83,7 +83,11 @@ struct RepoStatsCommand: ParsableCommand, JSONOutput {
 
     func run() throws {
         let report = try RepositoryStats.run(location: repo, password: password.source)
-        if json { print(jsonReport(report)); return }
+        if json {
+            print(jsonReport(report))
+            try Finished.check(RepositoryStats.ending(of: report))
+            return
+        }
         var lines = [
             "repository  \(report.location) (format \(report.format), \(report.encrypted ? "encrypted" : "NOT encrypted"))",
             "snapshots   \(report.snapshots), \(Format.bytes(report.logicalBytes)) as whole copies",
@@ -92,7 +96,9 @@ struct RepoStatsCommand: ParsableCommand, JSONOutput {
         lines.append("packs       \(report.packs), \(Format.plural(report.indexes, "index", "indexes"))")
         let kinds = report.blobsByType.sorted { $0.key < $1.key }.map { "\(Format.count($0.value)) \($0.key)s" }.joined(separator: ", ")
         lines.append("blobs       \(Format.count(report.blobs)) (\(Format.bytes(report.blobBytes)) uncompressed): \(kinds)")
+        for damaged in report.damaged { lines.append("DAMAGED     \(damaged): not counted") }
         print(lines.joined(separator: "\n"))
+        try Finished.check(RepositoryStats.ending(of: report))
     }
 }
 

@@ -1300,6 +1300,48 @@ struct ReplicateTests {
         #expect(early.status == 65 && early.stderr.contains("are not its content's"), "\(early.status) \(early.stderr)")
     }
 
+    @Test("SIGTERM while the bucket's server holds its connections and answers nothing (SIGSTOP): the stop still ends within the drain (a request in flight is cut at its end, none is started after it), exits 74 naming the commits not written")
+    func stopWhileServerHangs() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let server = try SeaweedServer()
+        defer { server.stop() }
+        try server.createBucket("hung")
+        let store = try makeStore(folder, items: 300)
+        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_REPLICATE_DRAIN_SECONDS": "3"]) { $1 }
+        let repo = "s3://hung/repo"
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        let world = World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"), environment: environment)
+        let follower = try replicate(world, ["--sync-interval", "200ms"])
+        #expect(waitForBase(world))
+        server.pause()
+        defer { server.resume() }
+        let app = try DatabaseQueue(path: store)
+        for k in 1...3 { try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["hung-\(k)"]) }; usleep(200_000) }
+        usleep(1_500_000)   // a segment's upload is in flight, waiting for an answer (30 s idle timeout)
+        let signalled = Date()
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        let took = Date().timeIntervalSince(signalled)
+        #expect(stopped.status == 74 && took < 8, "\(stopped.status) after \(took) s: \(stopped.stderr)")
+        #expect(stopped.stderr.contains("read but NOT written"), "\(stopped.stderr)")
+    }
+
+    @Test("a chain's opening segment removed (no run cut short leaves that): repo check is 2 and verify --all 65, naming the chain, not a note and 0")
+    func chainWithoutOpening() throws {
+        let world = try world()
+        let run = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "2s", "--sync-interval", "200ms", "--quiet"], environment: world.environment)
+        #expect(run.status == 0, "\(run.stderr)")
+        let folder = try #require(FileManager.default.enumerator(atPath: world.repo + "/points")?.compactMap { $0 as? String }.first { $0.split(separator: "/").count == 2 })
+        let chain = world.repo + "/points/" + folder
+        let opening = try #require(try FileManager.default.contentsOfDirectory(atPath: chain).first { $0.hasPrefix("0-0000000000-0000000000-") })
+        try FileManager.default.removeItem(atPath: chain + "/" + opening)
+        let id = String(folder.split(separator: "/").last ?? "")
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo], environment: world.environment)
+        #expect(check.status == 2 && check.stdout.contains("chain \(id) has segments but no opening segment"), "\(check.status) \(check.stdout)")
+        let verify = try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", world.repo, "--all"], environment: world.environment)
+        #expect(verify.status == 65 && verify.stdout.contains("has segments but no opening segment"), "\(verify.status) \(verify.stdout)")
+    }
+
     @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66")
     func refusals() throws {
         let folder = try TempFolder("storectl-replicate")

@@ -40,6 +40,9 @@ void storectl_http_free(void *handle);
 /// long (and when connecting takes longer); `total_ms`: give up after this long in all.
 /// `ca_file`: a CA bundle for https (NULL: the system's). `max_body`: the largest answer taken
 /// (a larger one stops the transfer, STORECTL_HTTP_TOO_LARGE). Fills `out`; returns its error_code.
+/// Aborts transfers still running at this time (ms since 1970), and those started after it; 0: none.
+void storectl_http_abort_at(long long ms);
+
 int storectl_http_perform(void *handle, const char *method, const char *url,
                           const char *const *headers, size_t count,
                           const void *body, size_t body_length,

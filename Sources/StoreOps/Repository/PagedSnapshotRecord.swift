@@ -94,11 +94,34 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
         return record
     }
 
+    /// What `snapshot import` holds an archive to, every record is held to where it is opened:
+    /// a manifest format this storectl reads; a host and store path without control characters
+    /// (list, show and prune print them: one could forge lines of their output); a time that is
+    /// its id's (storectl makes the id from it) and not more than a day ahead (prune keeps the
+    /// newest: a forged later time would keep it and remove the store's own).
+    func checkIdentity(what: String) throws {
+        guard manifest.formatVersion >= 1, manifest.formatVersion <= Manifest.currentFormatVersion else {
+            throw StoreOpsError(.badData, "\(what): its manifest has format \(manifest.formatVersion); this storectl reads up to \(Manifest.currentFormatVersion)",
+                                hint: "use a newer storectl")
+        }
+        for (field, text) in [("host", manifest.host), ("store path", manifest.source.path)]
+        where text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            throw StoreOpsError(.badData, "\(what): it names a \(field) storectl would not write: \(text.debugDescription)", hint: Sealer.damagedHint)
+        }
+        guard let idTime = SnapshotID.time(of: id), abs(manifest.startedAt.timeIntervalSince(idTime) - 0.5) <= 2.5 else {
+            throw StoreOpsError(.badData, "\(what): it says it was taken at \(Timestamp.iso(manifest.startedAt)), which is not the time in its id", hint: Sealer.damagedHint)
+        }
+        guard manifest.startedAt <= Date().addingTimeInterval(86_400) else {
+            throw StoreOpsError(.badData, "\(what): it says it was taken at \(Timestamp.iso(manifest.startedAt)), in the future", hint: Sealer.damagedHint)
+        }
+    }
+
     /// What restore refuses in a record before it reads any blob, checked where every record is
     /// opened: so `repo check` reports (and prune, verify, restore and a child snapshot all see) the
     /// same damage, never "ok" for a snapshot restore then refuses.
     func checkRestorable(what: String) throws {
         try manifest.checkFigures(what: what)
+        try checkIdentity(what: what)
         for file in files where file.bytes > Manifest.maxBytes {
             throw StoreOpsError(.badData, "\(what): its file \(file.path.debugDescription) says \(file.bytes) bytes, out of range", hint: Sealer.damagedHint)
         }

@@ -147,7 +147,11 @@ public enum SnapshotVerify {
 
     static func verifyPoints(in repository: PagedRepository, progress: ProgressHandler?) throws -> [Outcome] {
         let timeline = try PointTimeline.load(repository)
-        guard !timeline.chains.isEmpty else { return [] }
+        // A chain without its opening segment is listed nowhere else: its points are lost.
+        let orphans = try RepositoryCheck.orphanChains(in: repository, timeline: timeline).map {
+            Outcome(id: $0, ok: false, problem: RepositoryCheck.orphanProblem($0), seconds: 0, points: 0)
+        }
+        guard !timeline.chains.isEmpty else { return orphans }
         let snapshots = Set(try repository.backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) })
         let zstd = try ZstdFrames(level: 3)
         var outcomes: [Outcome] = []
@@ -169,7 +173,7 @@ public enum SnapshotVerify {
             outcomes.append(Outcome(id: chain.id, ok: problems.isEmpty, problem: problems.isEmpty ? nil : problems.joined(separator: "; "),
                                     seconds: Date().timeIntervalSince(started), points: chain.points, store: read.store))
         }
-        return outcomes
+        return outcomes + orphans
     }
 
     /// How a verification ended: ok, or failed (65) naming the damaged snapshots.

@@ -1,3 +1,4 @@
+import CHTTP
 import Foundation
 import Synchronization
 
@@ -54,7 +55,12 @@ public enum ProcessSignals {
             let ms = finishByMs.load(ordering: .relaxed)
             return ms == 0 ? nil : Date(timeIntervalSince1970: Double(ms) / 1000)
         }
-        set { finishByMs.store(newValue.map { max(1, Int64($0.timeIntervalSince1970 * 1000)) } ?? 0, ordering: .relaxed) }
+        set {
+            let ms = newValue.map { max(1, Int64($0.timeIntervalSince1970 * 1000)) } ?? 0
+            finishByMs.store(ms, ordering: .relaxed)
+            // A request to a server that holds the connection without answering ends then too.
+            storectl_http_abort_at(ms)
+        }
     }
 
     public static func name(_ number: Int32) -> String {

@@ -83,7 +83,14 @@ final class S3Client: Sendable {
             // does not run past it.
             let silent = unansweredSince.withLock { $0 }.map { attemptStarted.timeIntervalSince($0) } ?? 0
             var idle = settings.deadline > 0 ? max(1, min(settings.timeout, settings.deadline - silent)) : settings.timeout
-            if let finishBy = ProcessSignals.finishBy { idle = max(1, min(idle, finishBy.timeIntervalSinceNow)) }
+            if let finishBy = ProcessSignals.finishBy {
+                // The stop's time has come: no new attempt (each would wait out its timeout).
+                guard finishBy.timeIntervalSinceNow > 0 else {
+                    throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) not tried: the process is stopping"
+                                        + (lastProblem.isEmpty ? "" : "; last: \(lastProblem)") + " (endpoint \(settings.endpoint))")
+                }
+                idle = max(1, min(idle, finishBy.timeIntervalSinceNow))
+            }
             let lines = signedHeaders(extra, signer: signer, method: method, key: key, query: query, payloadHash: payloadHash)
             let outcome = perform(method: method, url: url, headers: lines, body: body, idle: idle)
             if case .answered = outcome { unansweredSince.withLock { $0 = nil } } else {

@@ -115,16 +115,27 @@ public enum RepositoryCheck {
                 report.problems.append("chain \(chain.id): points \(chain.points)…\(first - 1) are not in \(repository.location) (a segment is missing), so \(Format.plural(stranded.count, "segment", "segments")) after them restore nothing: a restore after \(Timestamp.iso(PointRestore.date(chain.lastTime))) in this chain is refused")
             }
         }
-        // Segments of a chain with no opening restore nothing (a prune or a replicate cut short).
+        for chain in try orphanChains(in: repository, timeline: timeline) {
+            report.problems.append(orphanProblem(chain))
+        }
+    }
+
+    /// Chains whose segments are there without their opening segment: their points are lost. A
+    /// replicate writes a chain's opening first, and prune removes it last (after the segments
+    /// from the end back), so no run cut short leaves this; the opening was removed.
+    static func orphanChains(in repository: PagedRepository, timeline: PointTimeline) throws -> [String] {
         let listed = Set(timeline.chains.map { "\($0.store)/\($0.id)" })
         var orphans = Set<String>()
         for (key, _) in try repository.backend.list("points/") {
             guard let name = SegmentName.parse(key), !listed.contains("\(name.store)/\(name.chain)") else { continue }
             orphans.insert(name.chain)
         }
-        for chain in orphans.sorted() {
-            report.notes.append("chain \(chain) has segments but no opening segment (left by a prune or replicate cut short); they restore nothing")
-        }
+        return orphans.sorted()
+    }
+
+    static func orphanProblem(_ chain: String) -> String {
+        "chain \(chain) has segments but no opening segment: none of its points restores (its opening was removed; "
+            + "no replicate or prune cut short leaves this), and `snapshot list --points` does not show it"
     }
 
     /// What a chain lacks without reading its segments: its base snapshot, a segment a marker names.

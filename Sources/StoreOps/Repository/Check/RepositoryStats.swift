@@ -18,6 +18,15 @@ public enum RepositoryStats {
         public var blobs = 0
         public var blobBytes: UInt64 = 0
         public var blobsByType: [String: Int] = [:]
+        /// Indexes and snapshot records that could not be read: the figures leave them out.
+        public var damaged: [String] = []
+    }
+
+    /// 2 when something could not be read (the figures are then short), as `repo check`.
+    public static func ending(of report: Report) -> Ending {
+        guard !report.damaged.isEmpty else { return .ok }
+        return Ending(.failed, error: StoreOpsError(.checksFailed, "\(Format.plural(report.damaged.count, "object", "objects")) could not be read; the figures leave them out",
+                                                    hint: "`storectl repo check --repo \(report.location)` says what is damaged"))
     }
 
     public static func run(location: String, password: PasswordSource) throws -> Report {
@@ -34,12 +43,18 @@ public enum RepositoryStats {
         report.indexes = indexes.count
         report.storedBytes = (packs + indexes + snapshots).reduce(0) { $0 + $1.size }
         var seen = Set<ContentID>()
-        try RepositoryIndex.scan(repository) { _, _, contents in
+        report.damaged = damaged.map { "snapshot record \($0.file) \($0.problem)" }
+        var blobBytes: UInt64 = 0
+        var byType: [String: Int] = [:]
+        let unreadable = try RepositoryIndex.scan(repository) { _, _, contents in
             for frame in contents.frames { for blob in frame.blobs where seen.insert(blob.id).inserted {
-                report.blobBytes += UInt64(blob.length)
-                report.blobsByType[blob.type.name, default: 0] += 1
+                blobBytes += UInt64(blob.length)
+                byType[blob.type.name, default: 0] += 1
             } }
         }
+        report.blobBytes = blobBytes
+        report.blobsByType = byType
+        report.damaged += unreadable.map { "index \(backend.describe($0.key)) \($0.problem)" }
         report.blobs = seen.count
         return report
     }
