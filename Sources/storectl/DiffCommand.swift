@@ -136,8 +136,13 @@ struct DiffCommand: ParsableCommand, JSONOutput {
                     default: return v.name
                     }
                 }
-                // Added and removed objects show their first values (--json has them all).
-                let shown = o.change == "changed" ? values : Array(values.prefix(6)) + (values.count > 6 ? ["…"] : [])
+                // Added and removed objects show their first values (--json has them all), the ones
+                // that say which object it is first (a title, a name, an identifier).
+                let telling = ["title", "name", "identifier", "uuid", "subject"]
+                let pairs = Array(zip(o.values, values))
+                let says = { (v: StoreDiff.ValueChange) in telling.contains { v.name.lowercased().contains($0) } }
+                let ordered = (pairs.filter { says($0.0) } + pairs.filter { !says($0.0) }).map(\.1)
+                let shown = o.change == "changed" ? values : Array(ordered.prefix(6)) + (values.count > 6 ? ["…"] : [])
                 lines.append("  \(mark) \(o.object)" + (shown.isEmpty ? "" : ": " + shown.joined(separator: "; ")))
             }
             if e.unlisted > 0, !countsOnly { lines.append("  … and \(Format.count(e.unlisted)) more (--limit, --json)") }

@@ -151,9 +151,11 @@ final class WalFollower {
         }
         let queue = try openConnection()
         return try queue.inDatabase { db in
+            var unreadableIndex = 0
             for attempt in 0..<200 {
                 pinAttempts = attempt + 1
                 let before = indexHeader()
+                if before == nil { unreadableIndex += 1 }
                 do {
                     try db.beginTransaction(.deferred)
                     _ = try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM sqlite_master"))
@@ -173,6 +175,12 @@ final class WalFollower {
                 }
                 try? db.commit()
                 usleep(UInt32(min(attempt, 20)) * 50)
+            }
+            if unreadableIndex == 200 {
+                // No -shm to read (or none whole): the store is being swapped (a restore or
+                // rollback in place sets its -wal and -shm aside), or every process closed it.
+                throw StoreOpsError(.busy, "\(store.path)'s wal-index (-shm) could not be read in 200 attempts: it is being replaced, or the store was closed",
+                                    hint: "storectl tries again at the next interval")
             }
             throw StoreOpsError(.busy, "\(store.path) changed during each of 200 attempts to read it at one point in time",
                                 hint: "the app is committing without pause; storectl tries again at the next interval")

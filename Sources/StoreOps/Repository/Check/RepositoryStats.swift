@@ -54,7 +54,7 @@ public enum RepositoryStats {
         }
         report.blobBytes = blobBytes
         report.blobsByType = byType
-        report.damaged += unreadable.map { "index \(backend.describe($0.key)) \($0.problem)" }
+        report.damaged += unreadable.map { $0.problem.contains(backend.describe($0.key)) ? $0.problem : "index \(backend.describe($0.key)) \($0.problem)" }
         report.blobs = seen.count
         return report
     }
