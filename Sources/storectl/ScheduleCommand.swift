@@ -119,7 +119,7 @@ struct ScheduleCommand: ParsableCommand {
 
         func run() throws {
             let loaded = try policies.map(Policy.load)
-            try ReadinessText.requireReady(loaded, skip: skipChecks)
+            try ReadinessText.requireReady(loaded, skip: skipChecks, replicateService: true)
             let jobs = Crontab.jobs(loaded)
             try SystemdUnits.refuseNewlines(loaded.flatMap { [$0.file, $0.store.path] })
             let units = try SystemdUnits.units(jobs, executable: ScheduleCommand.executable)

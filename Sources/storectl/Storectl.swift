@@ -134,8 +134,6 @@ struct ErrorReport: Encodable {
 extension VerifyLevel: ExpressibleByArgument {}
 extension Preflight.Operation: ExpressibleByArgument {}
 
-/// A command's result as JSON, with what the run asked of S3 (`s3`: requests by kind, retries,
-/// bytes sent and received) when it reached a bucket.
 /// A report that ends in a failure carries it in the same document: `ok` false, and the failure's
 /// `status`, `message` and `hint` beside the report's own fields (`ok` true when none).
 func jsonReport(_ value: some Encodable, failure: StoreOpsError?) -> String {
@@ -149,6 +147,8 @@ func jsonReport(_ value: some Encodable, failure: StoreOpsError?) -> String {
     return jsonReport(JSONValue.object(fields))
 }
 
+/// A command's result as JSON, with what the run asked of S3 (`s3`: requests by kind, retries,
+/// bytes sent and received) when it reached a bucket.
 func jsonReport(_ value: some Encodable, pretty: Bool = true) -> String {
     guard let traffic = S3Traffic.sinceStart(), case .object(var fields) = JSONValue.encoding(value) else { return JSON.string(value, pretty: pretty) }
     fields["s3"] = JSONValue.encoding(traffic)

@@ -1261,6 +1261,13 @@ struct ReplicateTests {
         let unnamed = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(chosen), "--to", world.folder.file("x.sqlite")],
                                            environment: world.environment)
         #expect(unnamed.status == 64 && unnamed.stderr.contains("name one with --store") && unnamed.stderr.contains("its stores: ") && unnamed.stderr.contains(other), "\(unnamed.stderr)")
+        // In place over a store the repository has no points of: another store's point would
+        // replace it with that store's data, so it is asked for by name (64 otherwise).
+        let third = world.folder.file("Third.sqlite")
+        try FileManager.default.copyItem(atPath: other, toPath: third)
+        let over = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(chosen), "--in-place", third],
+                                        environment: world.environment)
+        #expect(over.status == 64 && over.stderr.contains("holds no points of \(third)") && over.stderr.contains("--store"), "\(over.status) \(over.stderr)")
         let typo = world.folder.file("Taks.sqlite")
         for extra in [[], ["--points"], ["--json"]] {
             let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--store", typo] + extra, environment: world.environment)

@@ -82,8 +82,14 @@ struct ScheduleCLITests {
             #expect(written.status == 2 && written.stderr.contains("the replicate service would fail") && written.stderr.contains(message), "\(file): \(written.stderr)")
             #expect(try FileManager.default.contentsOfDirectory(atPath: units).isEmpty, "\(file): nothing written")
             let checked = try storectl("policy", "check", file, environment: shell)
-            #expect(checked.status == 2 && checked.stdout.contains(check) && checked.stdout.contains(message), "\(file): \(checked.stdout)")
+            #expect(checked.status == 2 && checked.stdout.contains("  \(check.padding(toLength: 12, withPad: " ", startingAt: 0)) ") && checked.stdout.contains(message), "\(file): \(checked.stdout)")
         }
+        // cron never runs the service: a crontab for a policy with [replicate] is not refused for it.
+        let withJob = folder.file("cronjob.toml")
+        try Data((try String(contentsOfFile: try policy("notwal2", store: rollback), encoding: .utf8)) .replacingOccurrences(of: "[replicate]", with: "[schedule]\nsnapshot = \"0 * * * *\"\n[replicate]").utf8)
+            .write(to: URL(fileURLWithPath: withJob))
+        let crontab = try storectl("schedule", "crontab", "--policy", withJob)
+        #expect(crontab.status == 0 && crontab.stdout.contains("run snapshot"), "\(crontab.status) \(crontab.stdout) \(crontab.stderr)")
         let ready = try policy("ready", replicate: "status_file = \"status.json\"")
         let units = folder.file("units")
         try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: false)

@@ -232,6 +232,22 @@ struct SnapshotCLITests {
         #expect(SnapshotVerify.ending(of: [ok]).status == .ok)
     }
 
+    @Test("a store whose path has a control character (a tab) is refused before it is snapshotted (64), not recorded and then called damaged; replicate refuses it too")
+    func controlCharacterInPath() throws {
+        let folder = try TempFolder()
+        let odd = folder.file("with\ttab")
+        try FileManager.default.createDirectory(atPath: odd, withIntermediateDirectories: false)
+        let made = try ChildProcess.run(Binaries.lab, ["make-store", odd + "/Tasks.sqlite", "--items", "50"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let repo = try folder.repository()
+        let run = try storectl("snapshot", "create", odd + "/Tasks.sqlite", "--repo", repo)
+        #expect(run.status == 64 && run.stderr.contains("has a control character"), "\(run.status) \(run.stderr)")
+        let listed = try storectl("snapshot", "list", "--repo", repo)
+        #expect(listed.status == 0 && !listed.stdout.contains("DAMAGED") && !listed.stdout.contains("Tasks"), "\(listed.stdout)")
+        let follow = try storectl("replicate", odd + "/Tasks.sqlite", "--repo", repo, "--for", "1s")
+        #expect(follow.status == 64 && follow.stderr.contains("has a control character"), "\(follow.status) \(follow.stderr)")
+    }
+
     @Test("two writers: the second exits 75 at once naming the holder; with --wait it waits its turn")
     func lockContention() throws {
         let folder = try TempFolder()

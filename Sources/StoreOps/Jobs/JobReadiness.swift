@@ -49,7 +49,9 @@ public enum JobReadiness {
         /// The policy has `[replicate]` and its service would fail (a problem of its own, or of
         /// the store or repository every run shares).
         public var failsReplicate: Bool {
-            replicateChecked && problems.contains { $0.jobs?.isEmpty ?? true || ["repository", "password", "s3"].contains($0.check) }
+            // Its own problems (`jobs` empty), and the store's or repository's every run shares
+            // (`jobs` nil); not the job log's or metrics', nor a password a check by hand was given.
+            replicateChecked && problems.contains { $0.jobs?.isEmpty ?? ["store", "store.folder", "repository", "password", "s3"].contains($0.check) }
         }
         public var replicateChecked = false
         /// What would fail, for a heading: the jobs, and the replicate service.
@@ -71,7 +73,8 @@ public enum JobReadiness {
     }
 
     /// Whether each job of `jobs` could run now. `jobs` empty: the jobs the policy schedules.
-    public static func check(_ policy: Policy, jobs requested: [ScheduledJob] = [], context: Context) -> Report {
+    /// `replicateService`: also the `[replicate]` service (systemd's; cron never runs it).
+    public static func check(_ policy: Policy, jobs requested: [ScheduledJob] = [], context: Context, replicateService: Bool = true) -> Report {
         let jobs = requested.isEmpty ? scheduledJobs(policy) : requested
         var report = Report(policy: policy.file, jobs: jobs)
         func problem(_ check: String, _ message: String, hint: String? = nil, _ status: ExitStatus, jobs: [ScheduledJob]? = nil) {
@@ -107,7 +110,7 @@ public enum JobReadiness {
         }
 
         // The [replicate] service, as systemd will start it.
-        if policy.replicate != nil {
+        if policy.replicate != nil, replicateService {
             report.replicateChecked = true
             checkReplicate(policy, repositoryChecked: opensRepository && isScheduled(context), into: &report)
         }

@@ -329,9 +329,9 @@ public enum Migrate {
             if let declared {
                 let outside = StoreDiff.undeclared(diff, declared: declared)
                 if !outside.isEmpty { report.undeclared = outside }
-                let known = try Migrate.readOnly(StoreFile(unchecked: before), timeout: options.timeout, Migrate.names)
-                    .union(try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout, Migrate.names))
-                let unknown = Migrate.unknown(declared, known: known)
+                let known = ((try? Migrate.readOnly(StoreFile(unchecked: before), timeout: options.timeout, Migrate.names)) ?? [])
+                    .union((try? Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout, Migrate.names)) ?? [])
+                let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
                 if !unknown.isEmpty { report.unknownDeclared = unknown }
             }
         }
@@ -489,9 +489,9 @@ public enum Migrate {
                 touched = Migrate.touchedTables(diff)
                 newIndexes = Set(diff.schema.filter { $0.type == "index" && $0.change != "removed" }.map(\.name))
                 if let declared {
-                    let known = try queue.inDatabase(Migrate.names).union(Array((report.countsBefore ?? [:]).keys))
+                    let known = ((try? queue.inDatabase(Migrate.names)) ?? []).union(Array((report.countsBefore ?? [:]).keys))
                         .union(diff.schema.filter { $0.change == "removed" }.map(\.name))
-                    let unknown = Migrate.unknown(declared, known: known)
+                    let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
                     if !unknown.isEmpty { report.unknownDeclared = unknown }
                     let outside = StoreDiff.undeclared(diff, declared: declared)
                     if !outside.isEmpty, report.othersWrote == true {
@@ -766,7 +766,10 @@ public enum Migrate {
 
     /// The tables of a store and, for a Core Data store, its entities: what a declaration may name.
     static func names(_ db: Database) throws -> Set<String> {
-        Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'")).union(Array((try CoreDataCensus.countsByEntity(db) ?? [:]).keys))
+        let tables = Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'"))
+        // Core Data's entities by name from Z_PRIMARYKEY (one row each), not a count of every table.
+        let entities = tables.contains("Z_PRIMARYKEY") ? ((try? String.fetchAll(db, sql: "SELECT Z_NAME FROM Z_PRIMARYKEY WHERE Z_NAME IS NOT NULL")) ?? []) : []
+        return tables.union(entities)
     }
 
     /// The declared names (`Entity`, `Entity.attribute`, `table.column`) whose entity or table is

@@ -108,7 +108,17 @@ public enum PointRestore {
         if store == nil, case .inPlace(let path) = options.target {
             let timeline = try PointTimeline.load(repository)
             let key = PointSegment.storeKey(host: options.pointHost ?? ProcessInfo.processInfo.hostName, path: FileSystem.absolute(path))
-            if Set(timeline.chains.map(\.store)).count > 1, timeline.chains.contains(where: { $0.store == key }) { store = path }
+            let keys = Set(timeline.chains.map(\.store))
+            if keys.contains(key) {
+                store = path
+            } else if !keys.isEmpty {
+                // Another store's points over this one would replace it with that store's data:
+                // only when asked for by name.
+                let stores = ((try? StorePoints.list(repository)) ?? []).map { "\($0.store) (host \($0.host))" }.sorted()
+                throw StoreOpsError(.usage, "\(repository.location) holds no points of \(FileSystem.absolute(path)), the store to restore in place"
+                                    + (stores.isEmpty ? "" : "; its points are of " + stores.prefix(5).joined(separator: ", ")),
+                                    hint: "name the store whose point to put there with --store (and --host, for a store followed on another host, such as the one this machine replaces); or restore --to a new file")
+            }
         }
         return try resolve(repository, at: at, store: store, host: options.pointHost, scratch: destination)
     }
@@ -146,9 +156,19 @@ public enum PointRestore {
     /// 65 naming it when it cannot be read or its name is not its content's.
     static func confirmMarker(of chain: PointTimeline.Chain, until: Int64, in repository: PagedRepository) throws {
         let candidates = (chain.markers.filter { $0.level == PointTimeline.stoppedLevel } + chain.alive).filter { $0.lastTime == until || $0.firstTime == until }
-        guard let marker = candidates.last else { return }
-        guard let sealed = try repository.backend.read(marker.key) else {
-            // An alive marker a running follower replaced meanwhile: the claim is not made.
+        guard var marker = candidates.last else { return }
+        var sealed = try repository.backend.read(marker.key)
+        if sealed == nil, marker.level == PointTimeline.aliveLevel {
+            // A running follower replaced it (the next one written, then this one removed): the
+            // newer one confirms at least as much.
+            let folder = (marker.key as NSString).deletingLastPathComponent + "/"
+            if let newer = try repository.backend.list(folder).compactMap({ SegmentName.parse($0.key) })
+                .filter({ $0.level == PointTimeline.aliveLevel && $0.to == marker.to && $0.lastTime >= until }).max(by: { $0.lastTime < $1.lastTime }) {
+                marker = newer
+                sealed = try repository.backend.read(newer.key)
+            }
+        }
+        guard let sealed else {
             throw StoreOpsError(.noInput, "the marker \(repository.backend.describe(marker.key)) that confirms chain \(chain.id) after its last point is gone (a running replicate replaced it?)",
                                 hint: "try again, or --at \(Timestamp.iso(date(chain.lastTime))) or earlier")
         }

@@ -131,6 +131,7 @@ public enum Replicate {
         var replicas: [Replica] = []
         for path in options.stores {
             let store = try StoreFile(existing: path)
+            try PagedSnapshotRecord.checkRecordable(path: store.path)
             guard StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) else {
                 throw StoreOpsError(.badData, "\(store.path) is not in WAL mode: storectl replicate follows a store's -wal",
                                     hint: "switch it with `PRAGMA journal_mode=WAL` (the app's next open keeps it), or take scheduled snapshots instead")

@@ -109,19 +109,24 @@ public enum SnapshotVerify {
                 // is reported, this snapshot is not called damaged, the rest is named as not checked.
                 outcomes.append(Outcome(id: id, ok: false, problem: stop.message + notReached(records.count - n - 1, points: options.all),
                                         seconds: Date().timeIntervalSince(started), status: stop.status.rawValue))
-                return outcomes
+                // Damage already known (catalog entries that do not open) is reported all the same.
+                return outcomes + (options.all ? damagedOutcomes(damaged) : [])
             }
         }
         if options.all {
             // Damaged catalog entries are part of "all": reported, never skipped silently.
-            for entry in damaged {
-                outcomes.append(Outcome(id: entry.id, ok: false, problem: entry.problem.contains(entry.file) ? entry.problem : "its catalog entry \(entry.file) \(entry.problem)", seconds: 0))
-            }
+            outcomes += damagedOutcomes(damaged)
             // So are the points: every segment of every chain read, authenticated, each page
             // checked against its id (what `repo check --read-data` does for them).
             outcomes += try verifyPoints(in: repository, progress: progress)
         }
         return outcomes
+    }
+
+    static func damagedOutcomes(_ damaged: [DamagedEntry]) -> [Outcome] {
+        damaged.map { entry in
+            Outcome(id: entry.id, ok: false, problem: entry.problem.contains(entry.file) ? entry.problem : "its catalog entry \(entry.file) \(entry.problem)", seconds: 0)
+        }
     }
 
     /// One snapshot: unpacked into the scratch folder, checked, its "last verified" record written.
@@ -141,7 +146,11 @@ public enum SnapshotVerify {
         } catch let error as StoreOpsError where error.status == .badData {
             problem = error.message
         }
-        try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
+        do {
+            try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
+        } catch where problem != nil && stopsVerification(error) != nil {
+            // The damage found is the outcome; that it could not be recorded changes nothing of it.
+        }
         return Outcome(id: id, ok: problem == nil, problem: problem, seconds: Date().timeIntervalSince(started))
     }
 

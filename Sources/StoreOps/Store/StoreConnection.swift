@@ -44,7 +44,7 @@ public enum StoreConnection {
                                 "\(path) is on a read-only file system\(access == .readOnly ? ", and SQLite cannot create the -shm its -wal needs there" : ": it cannot be changed")",
                                 hint: access == .readOnly ? "copy the store with its -wal to a writable folder, or remount read-write" : "remount it read-write, or work on a copy")
         } catch let error as DatabaseError where [.SQLITE_CANTOPEN, .SQLITE_READONLY].contains(error.resultCode) {
-            throw sidecarProblem(path) ?? StoreOpsError.sqlite(error, doing: "opening \(path)", side: side)
+            throw sidecarProblem(path, side: side) ?? StoreOpsError.sqlite(error, doing: "opening \(path)", side: side)
         } catch {
             throw StoreOpsError.sqlite(error, doing: "opening \(path)", side: side)
         }
@@ -53,12 +53,12 @@ public enum StoreConnection {
     /// Why SQLite cannot read a WAL store as this user, when that is the reason: it must open (or
     /// create) the store's -shm to read it, and the store's folder is not writable by this user
     /// while the -shm is missing or not writable by it. nil otherwise.
-    public static func sidecarProblem(_ path: String) -> StoreOpsError? {
+    public static func sidecarProblem(_ path: String, side: StoreOpsError.Side = .input) -> StoreOpsError? {
         let folder = FileSystem.parent(of: FileSystem.absolute(path))
         guard let header = try? FileProbe.shared.header(of: path), StoreFile.isWALHeader(header),
               access(folder, W_OK | X_OK) != 0, access(path + "-shm", R_OK | W_OK) != 0 else { return nil }
         let owner = RepositoryLocation.ownerAndMode(folder).map { " (\($0))" } ?? ""
-        return StoreOpsError(.noInput, "\(path) is in WAL mode, and SQLite reads such a store through its -shm, which \(UserName.current) "
+        return StoreOpsError(side == .input ? .noInput : .cannotCreate, "\(path) is in WAL mode, and SQLite reads such a store through its -shm, which \(UserName.current) "
                              + "can neither open nor create: the folder \(folder)\(owner) is not writable by this user",
                              hint: "run storectl as the store's owner (the app's user), or copy the store with its -wal to a folder this user can write")
     }

@@ -108,11 +108,18 @@ public enum RepositoryCheck {
             report.problems += try readSegments(of: chain, in: repository, zstd: zstd).problems
         }
         // Segments past a hole in their chain (one before them missing, with no marker naming it).
+        // Judged on one listing of the chain (a running replicate adds segments after the timeline
+        // was loaded: past its last point, but not past a hole): a segment whose points do not
+        // follow any listed segment's.
         for chain in timeline.chains where chain.missingThrough == nil {
-            let stranded = try repository.backend.list("points/\(chain.store)/\(chain.id)/").compactMap { SegmentName.parse($0.key) }
-                .filter { $0.level < PointTimeline.stoppedLevel && $0.level != PointDigest.level && $0.level != PointMilestone.level && $0.from > chain.points }
-            if let first = stranded.map(\.from).min() {
-                report.problems.append("chain \(chain.id): points \(chain.points)…\(first - 1) are not in \(repository.location) (a segment is missing), so \(Format.plural(stranded.count, "segment", "segments")) after them restore nothing: a restore after \(Timestamp.iso(PointRestore.date(chain.lastTime))) in this chain is refused")
+            let listed = try repository.backend.list("points/\(chain.store)/\(chain.id)/").compactMap { SegmentName.parse($0.key) }
+                .filter { $0.level < PointTimeline.stoppedLevel && $0.level != PointDigest.level && $0.level != PointMilestone.level }
+            let ends = Set(listed.map(\.to))
+            let afterHole = listed.filter { $0.from > 0 && !ends.contains($0.from - 1) }
+            if let first = afterHole.map(\.from).min() {
+                let stranded = listed.filter { $0.from >= first }
+                let before = listed.filter { $0.to < first }.map(\.to).max().map { $0 + 1 } ?? 0
+                report.problems.append("chain \(chain.id): points \(before)…\(first - 1) are not in \(repository.location) (a segment is missing), so \(Format.plural(stranded.count, "segment", "segments")) after them restore nothing: a restore after point \(max(0, before - 1)) in this chain is refused")
             }
         }
         for chain in try orphanChains(in: repository, timeline: timeline) {
@@ -123,19 +130,22 @@ public enum RepositoryCheck {
     /// Chains whose segments are there without their opening segment: their points are lost. A
     /// replicate writes a chain's opening first, and prune removes it last (after the segments
     /// from the end back), so no run cut short leaves this; the opening was removed.
+    /// Judged on one listing (a chain a running replicate opens meanwhile has its opening in it:
+    /// the opening is written first).
     static func orphanChains(in repository: PagedRepository, timeline: PointTimeline) throws -> [String] {
-        let listed = Set(timeline.chains.map { "\($0.store)/\($0.id)" })
-        var orphans = Set<String>()
+        var chains: [String: (chain: String, opened: Bool)] = [:]
         for (key, _) in try repository.backend.list("points/") {
-            guard let name = SegmentName.parse(key), !listed.contains("\(name.store)/\(name.chain)") else { continue }
-            orphans.insert(name.chain)
+            guard let name = SegmentName.parse(key) else { continue }
+            let id = "\(name.store)/\(name.chain)"
+            let opening = name.level == 0 && name.from == 0 && name.to == 0
+            chains[id] = (name.chain, (chains[id]?.opened ?? false) || opening)
         }
-        return orphans.sorted()
+        return chains.values.filter { !$0.opened }.map(\.chain).sorted()
     }
 
     static func orphanProblem(_ chain: String) -> String {
-        "chain \(chain) has segments but no opening segment: none of its points restores (its opening was removed; "
-            + "no replicate or prune cut short leaves this), and `snapshot list --points` does not show it"
+        "chain \(chain) has segments but no opening segment: none of its points restores (its opening was removed: "
+            + "a replicate writes it first and prune removes it last), and `snapshot list --points` does not show it"
     }
 
     /// What a chain lacks without reading its segments: its base snapshot, a segment a marker names.

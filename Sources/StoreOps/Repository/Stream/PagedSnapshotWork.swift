@@ -71,6 +71,7 @@ final class PagedSnapshotWork {
     /// The parent (the newest snapshot of this store from this host), its map, and what the
     /// indexes hold.
     func prepare(records: [PagedSnapshotRecord]) throws {
+        if origin == nil { try PagedSnapshotRecord.checkRecordable(path: store.path) }
         let host = origin?.host ?? ProcessInfo.processInfo.hostName
         let path = origin?.source.path ?? store.path
         parent = records.first { $0.manifest.host == host && $0.manifest.source.path == path && $0.id != id }
