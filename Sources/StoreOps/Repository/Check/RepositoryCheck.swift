@@ -114,11 +114,16 @@ public enum RepositoryCheck {
         for chain in timeline.chains where chain.missingThrough == nil {
             let listed = try repository.backend.list("points/\(chain.store)/\(chain.id)/").compactMap { SegmentName.parse($0.key) }
                 .filter { $0.level < PointTimeline.stoppedLevel && $0.level != PointDigest.level && $0.level != PointMilestone.level }
-            let ends = Set(listed.map(\.to))
-            let afterHole = listed.filter { $0.from > 0 && !ends.contains($0.from - 1) }
-            if let first = afterHole.map(\.from).min() {
+            // Swept in order of their first point: a segment starting past every point the ones
+            // before it cover follows a hole (a merge's leftover members sit inside its range).
+            var covered = -1
+            var hole: (before: Int, first: Int)?
+            for segment in listed.sorted(by: { ($0.from, $0.to) < ($1.from, $1.to) }) {
+                if segment.from > covered + 1 { hole = (covered + 1, segment.from); break }
+                covered = max(covered, segment.to)
+            }
+            if let (before, first) = hole {
                 let stranded = listed.filter { $0.from >= first }
-                let before = listed.filter { $0.to < first }.map(\.to).max().map { $0 + 1 } ?? 0
                 report.problems.append("chain \(chain.id): points \(before)…\(first - 1) are not in \(repository.location) (a segment is missing), so \(Format.plural(stranded.count, "segment", "segments")) after them restore nothing: a restore after point \(max(0, before - 1)) in this chain is refused")
             }
         }
