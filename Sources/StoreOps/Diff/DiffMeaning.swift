@@ -309,8 +309,7 @@ extension StoreDiff {
                     }
                     let names = (own.isEmpty ? attributes : own).sorted()
                     throw StoreOpsError(.usage, "--key \(key): \(parts[0]) has no attribute \(parts[1]) on either side",
-                                        hint: names.isEmpty ? "" : "its attributes: " + names.prefix(60).joined(separator: ", ")
-                                            + (names.count > 60 ? ", and \(names.count - 60) more" : ""))
+                                        hint: names.isEmpty ? "" : "its attributes: " + Format.list(names, first: 60))
                 }
             }
         }

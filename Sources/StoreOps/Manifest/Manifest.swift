@@ -138,6 +138,30 @@ extension Manifest {
 
     /// Refuses (65, naming the field) figures no storectl writes and that would overflow the sums
     /// and conversions made of them (sizes, counts, the duration).
+    /// What `snapshot import` holds an archive to, every record is held to where it is opened:
+    /// a manifest format this storectl reads; a host and store path without control characters
+    /// (list, show and prune print them: one could forge lines of their output); a time that is
+    /// the id's (storectl makes the id from it: prune keeps the newest, and a forged later time
+    /// would keep it and remove the store's own). Not "at most a day ahead": that reads this
+    /// host's clock, and a reader whose clock is behind (a machine booted before its clock
+    /// synced) would call every good snapshot damaged; import checks it once, when one comes in.
+    func checkIdentity(id: String, what: String) throws {
+        guard formatVersion >= 1, formatVersion <= Manifest.currentFormatVersion else {
+            throw StoreOpsError(.badData, "\(what): its manifest has format \(formatVersion); this storectl reads up to \(Manifest.currentFormatVersion)",
+                                hint: "use a newer storectl")
+        }
+        for (field, text) in [("host", host), ("store path", source.path)] where Self.hasControlCharacter(text) {
+            throw StoreOpsError(.badData, "\(what) names a \(field) storectl would not write: \(text.debugDescription)", hint: Sealer.damagedHint)
+        }
+        guard let idTime = SnapshotID.time(of: id), abs(startedAt.timeIntervalSince(idTime) - 0.5) <= 2.5 else {
+            throw StoreOpsError(.badData, "\(what) says it was taken at \(Timestamp.iso(startedAt)), which is not the time in its id", hint: Sealer.damagedHint)
+        }
+    }
+
+    static func hasControlCharacter(_ text: String) -> Bool {
+        text.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
     func checkFigures(what: String) throws {
         func refuse(_ field: String, _ value: String) -> StoreOpsError {
             StoreOpsError(.badData, "\(what): its \(field) \(value) is out of range", hint: Sealer.damagedHint)

@@ -588,6 +588,11 @@ public struct StorePoints: Sendable, Codable {
         return points
     }
 
+    /// Each store with points, as "PATH (host H)", sorted: for messages (none when they cannot be listed).
+    static func names(in repository: PagedRepository) -> [String] {
+        ((try? list(repository)) ?? []).map { "\($0.store) (host \($0.host))" }.sorted()
+    }
+
     static func list(_ repository: PagedRepository, filter: SnapshotFilter = .all) throws -> [StorePoints] {
         let timeline = try PointTimeline.load(repository)
         let zstd = try ZstdFrames(level: 3)

@@ -102,25 +102,9 @@ public enum PointRestore {
         case .missing: throw StoreOpsError(.cannotCreate, "the folder \(destination) does not exist", hint: "create it first (storectl makes no folders), or restore --to a file in another folder")
         default: throw StoreOpsError(.cannotCreate, "\(destination) is not a folder")
         }
-        // In place: the store named is the one whose points are meant, when the repository has
-        // points of several (`rollback --at` does the same).
-        var store = options.pointStore
-        if store == nil, case .inPlace(let path) = options.target {
-            let timeline = try PointTimeline.load(repository)
-            let key = PointSegment.storeKey(host: options.pointHost ?? ProcessInfo.processInfo.hostName, path: FileSystem.absolute(path))
-            let keys = Set(timeline.chains.map(\.store))
-            if keys.contains(key) {
-                store = path
-            } else if !keys.isEmpty {
-                // Another store's points over this one would replace it with that store's data:
-                // only when asked for by name.
-                let stores = ((try? StorePoints.list(repository)) ?? []).map { "\($0.store) (host \($0.host))" }.sorted()
-                throw StoreOpsError(.usage, "\(repository.location) holds no points of \(FileSystem.absolute(path)), the store to restore in place"
-                                    + (stores.isEmpty ? "" : "; its points are of " + stores.prefix(5).joined(separator: ", ")),
-                                    hint: "name the store whose point to put there with --store (and --host, for a store followed on another host, such as the one this machine replaces); or restore --to a new file")
-            }
-        }
-        return try resolve(repository, at: at, store: store, host: options.pointHost, scratch: destination)
+        var inPlace: String?
+        if case .inPlace(let path) = options.target { inPlace = path }
+        return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost, scratch: destination, inPlace: inPlace)
     }
 
     /// TMPDIR, or /tmp.
@@ -128,8 +112,20 @@ public enum PointRestore {
         FileSystem.absolute(ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp")
     }
 
-    /// The store a point restore is about: named, or the only one with points.
-    static func storeKey(_ repository: PagedRepository, timeline: PointTimeline, store: String?, host: String?) throws -> String {
+    /// The store a point restore is about: named; else, in place, the store it replaces (another
+    /// store's points over it would replace it with that store's data: only when named); else
+    /// the only one with points.
+    static func storeKey(_ repository: PagedRepository, timeline: PointTimeline, store: String?, host: String?, inPlace: String? = nil) throws -> String {
+        if store == nil, let inPlace, !timeline.chains.isEmpty {
+            let key = PointSegment.storeKey(host: host ?? ProcessInfo.processInfo.hostName, path: FileSystem.absolute(inPlace))
+            guard timeline.chains.contains(where: { $0.store == key }) else {
+                let stores = StorePoints.names(in: repository)
+                throw StoreOpsError(.usage, "\(repository.location) holds no points of \(FileSystem.absolute(inPlace)), the store to restore in place"
+                                    + (stores.isEmpty ? "" : "; its points are of " + Format.list(stores)),
+                                    hint: "name the store whose point to put there with --store (and --host, for a store followed on another host, such as the one this machine replaces); or restore --to a new file")
+            }
+            return key
+        }
         if let store {
             let key = PointSegment.storeKey(host: host ?? ProcessInfo.processInfo.hostName, path: FileSystem.absolute(store))
             guard timeline.chains.contains(where: { $0.store == key }) else {
@@ -144,10 +140,9 @@ public enum PointRestore {
                                 hint: "`storectl replicate STORE --repo \(repository.location)` records them")
         }
         guard keys.count == 1 else {
-            let stores = ((try? StorePoints.list(repository)) ?? []).map { "\($0.store) (host \($0.host))" }.sorted()
+            let stores = StorePoints.names(in: repository)
             throw StoreOpsError(.usage, "\(repository.location) holds points of \(keys.count) stores: name one with --store",
-                                hint: stores.isEmpty ? "`storectl snapshot list --repo \(repository.location) --points` shows them"
-                                    : "its stores: " + stores.prefix(5).joined(separator: ", ") + (stores.count > 5 ? ", and \(stores.count - 5) more" : ""))
+                                hint: stores.isEmpty ? "`storectl snapshot list --repo \(repository.location) --points` shows them" : "its stores: " + Format.list(stores))
         }
         return only
     }
@@ -195,11 +190,13 @@ public enum PointRestore {
     static let ignoreMilestones = ProcessInfo.processInfo.environment["STORECTL_TEST_IGNORE_MILESTONES"] == "1"
 
     /// - Parameter scratch: where the point's pages go past the memory budget (`OverlayPages`).
-    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String) throws -> Target {
+    /// - Parameter inPlace: the store a restore in place replaces (whose points are meant when no
+    ///   store is named).
+    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, inPlace: String? = nil) throws -> Target {
         var skipping: Set<SegmentName> = []
         while true {
             do {
-                return try resolve(repository, at: at, store: store, host: host, scratch: scratch, skipping: skipping)
+                return try resolve(repository, at: at, store: store, host: host, scratch: scratch, inPlace: inPlace, skipping: skipping)
             } catch let unusable as DigestUnusable {
                 SnapshotRestore.logger.warning("a digest of points cannot be read; the points it spans are read instead", metadata: [
                     "digest": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
@@ -212,14 +209,15 @@ public enum PointRestore {
         }
     }
 
-    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, skipping: Set<SegmentName>) throws -> Target {
+    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, inPlace: String?,
+                        skipping: Set<SegmentName>) throws -> Target {
         let started = Date()
         func stage(_ what: String, _ metadata: Logger.Metadata = [:]) {
             SnapshotRestore.logger.debug("\(what)", metadata: metadata.merging(["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"]) { a, _ in a })
         }
         let timeline = try PointTimeline.load(repository)
         stage("points listed")
-        let key = try storeKey(repository, timeline: timeline, store: store, host: host)
+        let key = try storeKey(repository, timeline: timeline, store: store, host: host, inPlace: inPlace)
         let chains = timeline.chains(of: key)
         let t = Replicate.ms(at)
         let when = Timestamp.iso(at)

@@ -98,31 +98,9 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
     /// record is refused where it is opened with one (list, show and prune print the path), so it
     /// is refused before anything is written (64), not recorded and then called damaged.
     public static func checkRecordable(path: String) throws {
-        guard path.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else { return }
+        guard Manifest.hasControlCharacter(path) else { return }
         throw StoreOpsError(.usage, "the store's path \(path.debugDescription) has a control character, which a snapshot record may not hold (listings print it)",
                             hint: "rename the folder or file, or name the store through a symbolic link without one")
-    }
-
-    /// What `snapshot import` holds an archive to, every record is held to where it is opened:
-    /// a manifest format this storectl reads; a host and store path without control characters
-    /// (list, show and prune print them: one could forge lines of their output); a time that is
-    /// its id's (storectl makes the id from it: prune keeps the newest, and a forged later time
-    /// would keep it and remove the store's own).
-    func checkIdentity(what: String) throws {
-        guard manifest.formatVersion >= 1, manifest.formatVersion <= Manifest.currentFormatVersion else {
-            throw StoreOpsError(.badData, "\(what): its manifest has format \(manifest.formatVersion); this storectl reads up to \(Manifest.currentFormatVersion)",
-                                hint: "use a newer storectl")
-        }
-        for (field, text) in [("host", manifest.host), ("store path", manifest.source.path)]
-        where text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
-            throw StoreOpsError(.badData, "\(what): it names a \(field) storectl would not write: \(text.debugDescription)", hint: Sealer.damagedHint)
-        }
-        guard let idTime = SnapshotID.time(of: id), abs(manifest.startedAt.timeIntervalSince(idTime) - 0.5) <= 2.5 else {
-            throw StoreOpsError(.badData, "\(what): it says it was taken at \(Timestamp.iso(manifest.startedAt)), which is not the time in its id", hint: Sealer.damagedHint)
-        }
-        // (Not "at most a day ahead" here: that reads this host's clock, and a reader whose clock
-        // is behind, a machine booted before its clock synced, would call every good snapshot
-        // damaged. Import keeps it: an archive's time is checked once, when it comes in.)
     }
 
     /// What restore refuses in a record before it reads any blob, checked where every record is
@@ -130,7 +108,7 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
     /// same damage, never "ok" for a snapshot restore then refuses.
     func checkRestorable(what: String) throws {
         try manifest.checkFigures(what: what)
-        try checkIdentity(what: what)
+        try manifest.checkIdentity(id: id, what: what)
         for file in files where file.bytes > Manifest.maxBytes {
             throw StoreOpsError(.badData, "\(what): its file \(file.path.debugDescription) says \(file.bytes) bytes, out of range", hint: Sealer.damagedHint)
         }

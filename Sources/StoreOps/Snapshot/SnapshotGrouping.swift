@@ -97,4 +97,12 @@ public struct SnapshotFilter: Sendable, Codable, Equatable {
     }
 
     public var isAll: Bool { host == nil && path == nil }
+
+    /// 66 for a filter no snapshot or point matches (a typo would otherwise say nothing), naming
+    /// the stores there (`stores`: "PATH (host H)").
+    func matchesNothing(in location: String, stores: [String], hint extra: String = "") -> StoreOpsError {
+        let what = [path.map { "store \($0)" }, host.map { "host \($0)" }].compactMap { $0 }.joined(separator: " on ")
+        return StoreOpsError(.noInput, "no snapshot or point in \(location) is of \(what)",
+                             hint: stores.isEmpty ? "the repository holds no snapshot" : "its stores: " + Format.list(stores) + extra)
+    }
 }

@@ -105,11 +105,7 @@ public enum SnapshotPrune {
            !records.contains(where: { options.filter.matches(host: $0.manifest.host, path: $0.manifest.source.path) }) {
             // A mistyped --store or --host would otherwise prune nothing and say nothing.
             let stores = Set(records.map { "\($0.manifest.source.path) (host \($0.manifest.host))" }).sorted()
-            let what = [options.filter.path.map { "store \($0)" }, options.filter.host.map { "host \($0)" }].compactMap { $0 }.joined(separator: " on ")
-            throw StoreOpsError(.noInput, "no snapshot or point in \(repository.location) is of \(what)",
-                                hint: stores.isEmpty ? "the repository holds no snapshot"
-                                    : "its stores: " + stores.prefix(5).joined(separator: ", ") + (stores.count > 5 ? ", and \(stores.count - 5) more" : "")
-                                        + " (as `snapshot list` shows them)")
+            throw options.filter.matchesNothing(in: repository.location, stores: stores, hint: " (as `snapshot list` shows them)")
         }
         let decisions = options.policy.isEmpty ? candidates.map { RetentionDecision(id: $0.id, time: $0.time, keep: true, reasons: ["no snapshot rule given"], group: nil) }
             : Retention.apply(options.policy, to: candidates, groupBy: options.groupBy)

@@ -49,12 +49,9 @@ public struct SnapshotSummary: Sendable, Codable {
     static func requireMatch(_ repository: PagedRepository, filter: SnapshotFilter, points: [StorePoints]) throws {
         guard !filter.isAll, points.isEmpty else { return }
         let snapshots = try list(repository, filter: .all).filter { $0.damaged == nil }
-        let allPoints = try StorePoints.list(repository, filter: .all)
-        let stores = Set(snapshots.map { "\($0.store) (host \($0.host))" } + allPoints.map { "\($0.store) (host \($0.host))" }).sorted()
+        let stores = Set(snapshots.map { "\($0.store) (host \($0.host))" } + StorePoints.names(in: repository)).sorted()
         guard !stores.isEmpty else { return }
-        let what = [filter.path.map { "store \($0)" }, filter.host.map { "host \($0)" }].compactMap { $0 }.joined(separator: " on ")
-        throw StoreOpsError(.noInput, "no snapshot or point in \(repository.location) is of \(what)",
-                            hint: "its stores: " + stores.prefix(5).joined(separator: ", ") + (stores.count > 5 ? ", and \(stores.count - 5) more" : ""))
+        throw filter.matchesNothing(in: repository.location, stores: stores)
     }
 
     static func list(_ repository: PagedRepository, filter: SnapshotFilter) throws -> [SnapshotSummary] {

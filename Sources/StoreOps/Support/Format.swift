@@ -45,6 +45,11 @@ public enum Format {
 
     public static func percent(_ fraction: Double) -> String { String(format: "%.1f%%", fraction * 100) }
 
+    /// The first `first` items and how many more: "a, b, c, and 4 more".
+    public static func list(_ items: [String], first: Int = 5, separator: String = ", ") -> String {
+        items.prefix(first).joined(separator: separator) + (items.count > first ? "\(separator)and \(items.count - first) more" : "")
+    }
+
     /// "1 entity", "2 entities", "1,000 rows": singular only for one.
     public static func plural<T: BinaryInteger>(_ value: T, _ one: String, _ many: String) -> String {
         "\(count(value)) \(value == 1 ? one : many)"
