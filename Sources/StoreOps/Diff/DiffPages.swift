@@ -256,28 +256,33 @@ final class ReadHold {
 /// A snapshot, or a point laid over its chain's base, read from its repository: the map gives
 /// each page's content id; pages are read from their frames (each frame once a batch, opened and
 /// checked) only when the diff needs them.
+///
+/// Memory: until the side is located its map is held as ids (32 bytes a page); `locate` keeps
+/// instead where each page's blob is (6 bytes a page), and a page's id is then its index entry's
+/// (the indexes' frames are held anyway to read the pages). Two sides of a 1 GiB store held 25
+/// MiB of maps and lookup tables through the whole diff; located, 3 MiB.
 final class RepositoryPages: DiffPages {
     let what: String
     let repository: PagedRepository
     let pageSize: Int
-    let ids: [ContentID]
+    let pageCount: Int
     /// The snapshot (a point's chain base).
     let record: PagedSnapshotRecord
     private let overlay: OverlayPages?
     /// The external-data files, by name (a point's: what its restore writes, `PointOverlay.fileSet`).
     let files: [String: (bytes: UInt64, sha256: String)]
-    private let byID: PagesByID
-    /// Per page (its id's first page): where its blob is, as (frame + 1, blob); 0 not located.
-    private var frameOf: [UInt32]
-    private var blobOf: [UInt16]
+    /// The map's ids, until located (then empty: see `contentID`).
+    private var ids: [ContentID]
+    /// Per page: where its blob is, as (frame + 1, blob); frame 0: in no index (its id in `unlocated`).
+    private var frameOf: [UInt32] = []
+    private var blobOf: [UInt16] = []
     private var frames: [(pack: ContentID, frame: FrameEntry)] = []
+    private var unlocated: [UInt32: ContentID] = [:]
     private var located = false
     private(set) var pagesRead = 0
     private(set) var framesRead = 0
     /// Pages kept by `prefetch`: interior b-tree pages, and the pages it was asked for.
     private var cache: [UInt32: [UInt8]] = [:]
-
-    var pageCount: Int { ids.count }
 
     /// A file diffed against this side (its pages hashed with this repository's key): a page
     /// whose content id is the same at the same number in the file is read from the file (a
@@ -289,30 +294,36 @@ final class RepositoryPages: DiffPages {
 
     /// Page `page` has the same content in `standIn`.
     func sharedWithStandIn(_ page: UInt32) -> Bool {
-        guard let standIn, page >= 1, Int(page) <= ids.count, let id = standIn.contentID(page) else { return false }
-        return id == ids[Int(page) - 1]
+        guard let standIn, let id = standIn.contentID(page), let mine = contentID(page) else { return false }
+        return id == mine
     }
 
-    init(record: PagedSnapshotRecord, overlay: PointOverlay?, repository: PagedRepository, what: String) throws {
+    /// - Parameter locations: where the map's blobs are, when the caller found them (with the
+    ///   index files it could not read, for the message when one is missing).
+    init(record: PagedSnapshotRecord, overlay: PointOverlay?, repository: PagedRepository, what: String,
+         locations: [ContentID: BlobLocation]? = nil, damaged: [RepositoryIndex.Damaged] = []) throws {
         self.what = what
         self.repository = repository
         self.record = record
         pageSize = record.pages.pageSize
-        ids = try overlay?.ids ?? BlobLocator.pageMap(of: record, in: repository).ids
+        ids = try overlay?.ids ?? BlobLocator.pageMap(of: record, in: repository, locations: locations, damaged: damaged).ids
         guard ids.count < Int(UInt32.max) else { throw StoreOpsError(.badData, "\(what): its map lists \(ids.count) pages, more than SQLite can address") }
+        pageCount = ids.count
         self.overlay = overlay?.pages
         files = overlay?.fileSet(base: record) ?? record.externalFileSet
-        byID = PagesByID(ids)
-        frameOf = [UInt32](repeating: 0, count: ids.count)
-        blobOf = [UInt16](repeating: 0, count: ids.count)
     }
 
     func contentID(_ page: UInt32) -> ContentID? {
-        guard page >= 1, Int(page) <= ids.count else { return nil }
-        return ids[Int(page) - 1]
+        guard page >= 1, Int(page) <= pageCount else { return nil }
+        let p = Int(page) - 1
+        guard located else { return ids[p] }
+        let frame = frameOf[p]
+        guard frame > 0 else { return unlocated[page] }
+        return frames[Int(frame) - 1].frame.blobs[Int(blobOf[p])].id
     }
 
-    /// Finds where the pages of every side are, in one pass over the repository's indexes.
+    /// Finds where the pages of every side are, in one pass over the repository's indexes, and
+    /// lets go of each side's ids.
     static func locate(_ sides: [RepositoryPages]) throws {
         let pending = sides.filter { !$0.located }
         guard !pending.isEmpty, let repository = pending.first?.repository, pending.count <= 64 else {
@@ -322,41 +333,46 @@ final class RepositoryPages: DiffPages {
         // Every blob of every index is looked up in each side's table: the tables and what is
         // filled in are taken out of the sides for the scan (a class's properties in this loop
         // cost an access check and a retain each, more than the lookups themselves).
-        let tables = pending.map(\.byID)
-        var frameOf = pending.map(\.frameOf), blobOf = pending.map(\.blobOf), frames = pending.map(\.frames)
-        for side in pending { side.frameOf = []; side.blobOf = []; side.frames = [] }
-        defer {   // given back whatever happens (a scan that throws leaves them as they were filled)
-            for (s, side) in pending.enumerated() {
-                side.frameOf = frameOf[s]
-                side.blobOf = blobOf[s]
-                side.frames = frames[s]
-            }
-        }
+        let tables = pending.map { PagesByID($0.ids) }
+        var frameOf = pending.map { [UInt32](repeating: 0, count: $0.pageCount) }
+        var blobOf = pending.map { [UInt16](repeating: 0, count: $0.pageCount) }
+        var frames = pending.map { _ in [(pack: ContentID, frame: FrameEntry)]() }
         _ = try RepositoryIndex.scan(repository) { _, pack, contents in
             for frame in contents.frames {
                 var listed: UInt64 = 0   // the sides this frame is listed for
                 for (b, blob) in frame.blobs.enumerated() where blob.type == .page && b <= Int(UInt16.max) {
                     for s in tables.indices {
-                        guard let first = tables[s].first(blob.id), frameOf[s][first] == 0 else { continue }
+                        guard var page = tables[s].first(blob.id), frameOf[s][page] == 0 else { continue }
                         if listed & (1 << UInt64(s)) == 0 {
                             frames[s].append((pack, frame))
                             listed |= 1 << UInt64(s)
                         }
-                        frameOf[s][first] = UInt32(frames[s].count)
-                        blobOf[s][first] = UInt16(b)
+                        while true {   // every page with this id (pages repeat: empty ones, copies)
+                            frameOf[s][page] = UInt32(frames[s].count)
+                            blobOf[s][page] = UInt16(b)
+                            guard let next = tables[s].next(after: page) else { break }
+                            page = next
+                        }
                     }
                 }
             }
         }
-        for side in pending { side.located = true }
+        for (s, side) in pending.enumerated() {
+            var unlocated: [UInt32: ContentID] = [:]
+            for p in frameOf[s].indices where frameOf[s][p] == 0 { unlocated[UInt32(p + 1)] = side.ids[p] }
+            side.frameOf = frameOf[s]
+            side.blobOf = blobOf[s]
+            side.frames = frames[s]
+            side.unlocated = unlocated
+            side.located = true
+            side.ids = []
+        }
     }
 
     /// How many frames hold these pages (located sides).
     func framesHolding(_ pages: Set<UInt32>) -> Int {
         var frames = Set<UInt32>()
-        for page in pages where Int(page) <= ids.count {
-            if let first = byID.first(ids[Int(page) - 1]) { frames.insert(frameOf[first]) }
-        }
+        for page in pages where page >= 1 && Int(page) <= frameOf.count { frames.insert(frameOf[Int(page) - 1]) }
         return frames.count
     }
 
@@ -366,56 +382,90 @@ final class RepositoryPages: DiffPages {
     /// side's `also` (the leaves that differ). The pages kept are checked against their ids.
     static func prefetch(_ sides: [(pages: RepositoryPages, also: Set<UInt32>)]) throws {
         guard let repository = sides.first?.pages.repository else { return }
-        var seen = Set<String>()
+        for side in sides where !side.pages.located { try locate([side.pages]) }
+        var member: [String: Int] = [:]   // "pack@offset" -> its place in `list`
         var list: [(pack: ContentID, frame: FrameEntry)] = []
-        for side in sides {
-            var frames = side.pages.frames
-            if side.pages.standIn != nil {
-                // Only the frames holding a page the file does not have (the rest are read from it).
-                var needed = Set<UInt32>()
-                for p in 0..<side.pages.ids.count where !side.pages.sharedWithStandIn(UInt32(p + 1)) {
-                    if let first = side.pages.byID.first(side.pages.ids[p]), side.pages.frameOf[first] > 0 { needed.insert(side.pages.frameOf[first]) }
-                }
-                frames = needed.sorted().map { side.pages.frames[Int($0) - 1] }
-            }
-            for item in frames where seen.insert("\(item.pack.hex)@\(item.frame.offset)").inserted { list.append(item) }
-        }
-        list.sort { $0.pack == $1.pack ? $0.frame.offset < $1.frame.offset : $0.pack < $1.pack }
-        let kept = Mutex<[[UInt32: [UInt8]]]>(Array(repeating: [:], count: sides.count))
-        // What each side's check needs, out of its class (see `locate`): its table, the pages
-        // it asked for as bits, and whether a file stands in for it.
+        // What each side's check needs, out of its class (see `locate`): for each frame of the
+        // list, the side's pages it holds (a frame's pages listed together, `start` to `start`
+        // of the next), the pages it asked for as bits, and whether a file stands in for it.
         struct Lookup {
-            let byID: PagesByID
             let pageSize: Int
+            let blobOf: [UInt16]
+            var inList: [Int32]   // the side's frame -> its member of `list`, -1: not read
+            var start: [Int32] = []
+            var pages: [UInt32] = []
             let also: Bitset
-            let pages: RepositoryPages?   // only when a file stands in (`sharedWithStandIn`)
+            let standIn: RepositoryPages?   // only when a file stands in (`sharedWithStandIn`)
         }
-        let lookups = sides.map { side in
-            var also = Bitset(count: side.pages.ids.count + 1)
-            for page in side.also where Int(page) <= side.pages.ids.count { also[Int(page)] = true }
-            return Lookup(byID: side.pages.byID, pageSize: side.pages.pageSize, also: also, pages: side.pages.standIn == nil ? nil : side.pages)
+        var lookups: [Lookup] = []
+        for side in sides {
+            let pages = side.pages
+            var wanted = [Bool](repeating: pages.standIn == nil, count: pages.frames.count)
+            if pages.standIn != nil {
+                // Only the frames holding a page the file does not have (the rest are read from it).
+                for p in 0..<pages.pageCount where pages.frameOf[p] > 0 && !pages.sharedWithStandIn(UInt32(p + 1)) {
+                    wanted[Int(pages.frameOf[p]) - 1] = true
+                }
+            }
+            var inList = [Int32](repeating: -1, count: pages.frames.count)
+            for (f, item) in pages.frames.enumerated() where wanted[f] {
+                let key = "\(item.pack.hex)@\(item.frame.offset)"
+                if let m = member[key] { inList[f] = Int32(m); continue }
+                member[key] = list.count
+                inList[f] = Int32(list.count)
+                list.append(item)
+            }
+            var also = Bitset(count: pages.pageCount + 1)
+            for page in side.also where Int(page) <= pages.pageCount { also[Int(page)] = true }
+            lookups.append(Lookup(pageSize: pages.pageSize, blobOf: pages.blobOf, inList: inList, also: also, standIn: pages.standIn == nil ? nil : pages))
         }
-        try BlobLocator.readOnLanes(list, repository: repository, checkpoint: "comparing") { member, plain in
+        // Each side's pages by the member of `list` holding them (a counting sort).
+        for (s, side) in sides.enumerated() {
+            var counts = [Int32](repeating: 0, count: list.count + 1)
+            let frameOf = side.pages.frameOf, inList = lookups[s].inList
+            for p in frameOf.indices where frameOf[p] > 0 {
+                let m = inList[Int(frameOf[p]) - 1]
+                if m >= 0 { counts[Int(m) + 1] += 1 }
+            }
+            for m in 0..<list.count { counts[m + 1] += counts[m] }
+            var next = counts
+            var pages = [UInt32](repeating: 0, count: Int(counts[list.count]))
+            for p in frameOf.indices where frameOf[p] > 0 {
+                let m = inList[Int(frameOf[p]) - 1]
+                guard m >= 0 else { continue }
+                pages[Int(next[Int(m)])] = UInt32(p + 1)
+                next[Int(m)] += 1
+            }
+            lookups[s].start = counts
+            lookups[s].pages = pages
+            lookups[s].inList = []
+        }
+        // Read in pack order.
+        let order = list.indices.sorted { list[$0].pack == list[$1].pack ? list[$0].frame.offset < list[$1].frame.offset : list[$0].pack < list[$1].pack }
+        let sorted = order.map { list[$0] }
+        let kept = Mutex<[[UInt32: [UInt8]]]>(Array(repeating: [:], count: sides.count))
+        try BlobLocator.readOnLanes(sorted, repository: repository, checkpoint: "comparing") { index, plain in
+            let m = order[index]
             var found: [[UInt32: [UInt8]]] = Array(repeating: [:], count: sides.count)
-            var checked: [ContentID: [UInt8]] = [:]
-            let what = "pack \(repository.backend.describe(PackBuilder.key(list[member].pack)))"
+            var checked: [Int: [UInt8]] = [:]   // by blob
+            let frame = sorted[index].frame
+            let what = "pack \(repository.backend.describe(PackBuilder.key(sorted[index].pack)))"
             try plain.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
-                for blob in list[member].frame.blobs where blob.type == .page {
-                    for s in lookups.indices {
-                        guard Int(blob.length) == lookups[s].pageSize, var page = lookups[s].byID.first(blob.id) else { continue }
-                        while true {
-                            let number = UInt32(page + 1)
-                            let at = Int(blob.offset) + (number == 1 ? 100 : 0)
-                            let interior = at < raw.count && (raw[at] == 0x05 || raw[at] == 0x02) && lookups[s].pages?.sharedWithStandIn(number) != true
-                            if interior || lookups[s].also[Int(number)] {
-                                if checked[blob.id] == nil {
-                                    checked[blob.id] = [UInt8](try BlobLocator.extract(blob, from: plain, sealer: repository.sealer, what: what))
-                                }
-                                found[s][number] = checked[blob.id]
-                            }
-                            guard let following = lookups[s].byID.next(after: page) else { break }
-                            page = following
+                for s in lookups.indices {
+                    let lookup = lookups[s]
+                    for i in Int(lookup.start[m])..<Int(lookup.start[m + 1]) {
+                        let number = lookup.pages[i]
+                        let b = Int(lookup.blobOf[Int(number) - 1])
+                        guard b < frame.blobs.count else { continue }
+                        let blob = frame.blobs[b]
+                        guard Int(blob.length) == lookup.pageSize else { continue }
+                        let at = Int(blob.offset) + (number == 1 ? 100 : 0)
+                        let interior = at < raw.count && (raw[at] == 0x05 || raw[at] == 0x02) && lookup.standIn?.sharedWithStandIn(number) != true
+                        guard interior || lookup.also[Int(number)] else { continue }
+                        if checked[b] == nil {
+                            checked[b] = [UInt8](try BlobLocator.extract(blob, from: plain, sealer: repository.sealer, what: what))
                         }
+                        found[s][number] = checked[b]
                     }
                 }
             }
@@ -439,24 +489,26 @@ final class RepositoryPages: DiffPages {
         var out: [UInt32: [UInt8]] = [:]
         var wanted: [Int: [(page: UInt32, blob: Int)]] = [:]   // frame -> pages
         for page in pages where out[page] == nil {
-            guard page >= 1, Int(page) <= ids.count else {
-                throw StoreOpsError(.badData, "\(what): page \(page) is past its end (\(ids.count) pages)")
+            guard page >= 1, Int(page) <= pageCount else {
+                throw StoreOpsError(.badData, "\(what): page \(page) is past its end (\(pageCount) pages)")
             }
             if let bytes = try overlay?.page(page) ?? cache[page] { out[page] = bytes; continue }
             if sharedWithStandIn(page), let file = standIn {
                 let bytes = try file.readUncounted(page)
-                if bytes.withUnsafeBytes({ self.repository.sealer.contentID($0) }) == ids[Int(page) - 1] {
+                if bytes.withUnsafeBytes({ self.repository.sealer.contentID($0) }) == contentID(page) {
                     out[page] = bytes
                     pagesRead += 1
                     continue
                 }
             }
             if !located { try Self.locate([self]) }
-            guard let first = byID.first(ids[Int(page) - 1]), frameOf[first] > 0 else {
-                throw StoreOpsError(.badData, "\(what): page \(page)'s content \(ids[Int(page) - 1].hex.prefix(16))… is in no index of \(repository.location)",
+            let frame = frameOf[Int(page) - 1]
+            guard frame > 0 else {
+                let id = unlocated[page].map { "\($0.hex.prefix(16))… " } ?? ""
+                throw StoreOpsError(.badData, "\(what): page \(page)'s content \(id)is in no index of \(repository.location)",
                                     hint: "`storectl repo check --repo \(repository.location)` lists what is missing")
             }
-            wanted[Int(frameOf[first]) - 1, default: []].append((page, Int(blobOf[first])))
+            wanted[Int(frame) - 1, default: []].append((page, Int(blobOf[Int(page) - 1])))
         }
         guard !wanted.isEmpty else { return out }
         let order = wanted.keys.sorted { frames[$0].pack == frames[$1].pack ? frames[$0].frame.offset < frames[$1].frame.offset : frames[$0].pack < frames[$1].pack }

@@ -261,17 +261,17 @@ public enum StoreDiff {
             // Two snapshots: their records and maps read at once, one on each core.
             let repository = try repo()
             stage("repository open")
-            // The indexes are scanned three times (each side's map, then where its pages are):
-            // decoded once, here, and kept for the run.
-            repository.keepIndexes()
-            _ = try RepositoryIndex.scan(repository) { _, _, _ in }
-            stage("indexes read")
+            // Both maps' blobs found in one scan of the indexes (locating the pages is the
+            // second); the indexes are not kept: a shared repository's would cost memory in
+            // proportion to every store in it, not to the two snapshots.
+            let (recordA, recordB) = (try repository.record(idA), try repository.record(idB))
+            let (found, damaged) = try BlobLocator.locate(Set((recordA.pages.typedBlobs + recordB.pages.typedBlobs).map(\.0)), in: repository)
+            stage("maps located")
             final class Opened: @unchecked Sendable { let pages: RepositoryPages; init(_ pages: RepositoryPages) { self.pages = pages } }
-            let one: @Sendable (String) throws -> Opened = { id in
-                let record = try repository.record(id)
-                return Opened(try RepositoryPages(record: record, overlay: nil, repository: repository, what: "snapshot \(record.id)"))
+            let one: @Sendable (PagedSnapshotRecord) throws -> Opened = { record in
+                Opened(try RepositoryPages(record: record, overlay: nil, repository: repository, what: "snapshot \(record.id)", locations: found, damaged: damaged))
             }
-            let (x, y) = try inParallel({ try one(idA) }, { try one(idB) })
+            let (x, y) = try inParallel({ try one(recordA) }, { try one(recordB) })
             func summary(_ pages: RepositoryPages) -> SideSummary {
                 SideSummary(name: pages.record.id, kind: "snapshot", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false)
             }

@@ -28,18 +28,6 @@ public final class PagedRepository: Sendable {
 
     public var location: String { backend.location }
 
-    /// Index files decoded by `RepositoryIndex.scan`, by key, once `keepIndexes()` is called:
-    /// for a short command that scans the indexes more than once (a diff: each side's map, then
-    /// its pages). Index files are never changed once written, so a kept one stays right; one
-    /// removed meanwhile is no longer listed, so no longer used. Off by default: a long-running
-    /// follower would keep every index it ever read.
-    let keptIndexes = Mutex<[String: IndexFile]?>(nil)
-
-    /// Keeps the index files scans decode (see `keptIndexes`).
-    func keepIndexes() {
-        keptIndexes.withLock { if $0 == nil { $0 = [:] } }
-    }
-
     /// What a plain repository's commands print once.
     public var plainWarning: String? {
         config.isEncrypted ? nil : "the repository \(location) is NOT encrypted (made with --insecure-no-encryption)"

@@ -70,13 +70,8 @@ enum RepositoryIndex {
             guard size < 1 << 30 else { damaged.append(.init(key: key, problem: "is \(Format.bytes(size)), not an index")); continue }
             let file: IndexFile
             do {
-                if let kept = repository.keptIndexes.withLock({ $0?[key] }) {
-                    file = kept
-                } else {
-                    guard let data = try repository.backend.read(key) else { continue }   // removed by a prune meanwhile
-                    file = try IndexFile.decode(data, key: key, sealer: repository.sealer, location: repository.location)
-                    repository.keptIndexes.withLock { if $0 != nil { $0?[key] = file } }
-                }
+                guard let data = try repository.backend.read(key) else { continue }   // removed by a prune meanwhile
+                file = try IndexFile.decode(data, key: key, sealer: repository.sealer, location: repository.location)
             } catch let error as StoreOpsError where error.status == .badData {
                 damaged.append(.init(key: key, problem: error.message))
                 continue
