@@ -1307,6 +1307,38 @@ struct ReplicateTests {
         #expect(early.status == 65 && early.stderr.contains("are not its content's"), "\(early.status) \(early.stderr)")
     }
 
+    @Test("a resume marker renamed to shorten the span no commit is claimed in (the app committed while no follower ran): a restore inside the real span is 65 naming the marker, not the state before the commit; repo check --read-data finds it")
+    func renamedResumeMarker() throws {
+        let world = try world()
+        let args = ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--sync-interval", "200ms", "--quiet"]
+        // The app stays open with commits in its -wal: the second run takes the chain up (an
+        // emptied -wal restarts with new salts, and the second run would begin a new chain).
+        let app = try DatabaseQueue(path: world.store)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'followed' WHERE Z_PK = 1") }
+        #expect(try ChildProcess.run(Binaries.storectl, args, environment: world.environment).status == 0)
+        usleep(1_000_000)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'while nobody followed' WHERE Z_PK = 1") }
+        usleep(1_500_000)
+        let resumed = try ChildProcess.run(Binaries.storectl, args, environment: world.environment)
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        let folder = try #require(FileManager.default.enumerator(atPath: world.repo + "/points")?.compactMap { $0 as? String }.first { $0.split(separator: "/").count == 2 })
+        let chain = world.repo + "/points/" + folder
+        let marker = try #require(try FileManager.default.contentsOfDirectory(atPath: chain).first { $0.hasPrefix("9-") })
+        var fields = marker.split(separator: "-").map(String.init)
+        let (from, until) = (try #require(Int64(fields[3])), try #require(Int64(fields[4])))
+        #expect(until - from >= 2_000, "\(marker)")
+        let at = Timestamp.iso(Date(timeIntervalSince1970: Double(from + 1_500) / 1000))
+        let restore = ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", world.folder.file("r.sqlite")]
+        let before = try ChildProcess.run(Binaries.storectl, restore, environment: world.environment)
+        #expect(before.status == 66 && before.stderr.contains("was not following"), "\(before.status) \(before.stderr)")
+        fields[4] = String(from + 100)
+        #expect(rename(chain + "/" + marker, chain + "/" + fields.joined(separator: "-")) == 0)
+        let after = try ChildProcess.run(Binaries.storectl, restore, environment: world.environment)
+        #expect(after.status == 65 && after.stderr.contains("are not its content's"), "\(after.status) \(after.stderr)")
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--read-data"], environment: world.environment)
+        #expect(check.status == 2 && check.stdout.contains("it was renamed"), "\(check.stdout)")
+    }
+
     @Test("SIGTERM while the bucket's server holds its connections and answers nothing (SIGSTOP): the stop still ends within the drain (a request in flight is cut at its end, none is started after it), exits 74 naming the commits not written")
     func stopWhileServerHangs() throws {
         let folder = try TempFolder("storectl-replicate")

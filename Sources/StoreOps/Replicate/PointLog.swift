@@ -61,6 +61,10 @@ struct PointSegment: Codable, Equatable {
     var externalData: Bool?
     /// A digest (`PointDigest`): one commit, numbered `to`, with what the span's commits left.
     var digest: Bool?
+    /// A resume marker's span (ms): its name's first and last times (the stop before it, when it
+    /// resumed), sealed so a renamed one is found. Absent in markers a storectl before it wrote:
+    /// those are not checked.
+    var span: [Int64]?
 
     struct Commit: Codable, Equatable {
         /// When the follower saw this commit as the store's committed state or before (ms).
@@ -213,13 +217,17 @@ struct PointSegment: Codable, Equatable {
         }
         // The times in a key are not sealed (a listing reads them without opening anything): they
         // must be the content's, or a renamed object would move what a restore claims. (A resume
-        // marker's are its own: its first time is the stop before it; digests are checked below.)
-        if ![PointDigest.level, PointMilestone.level, PointTimeline.resumedLevel].contains(name.level) {
-            let own = segment.name
-            guard own.firstTime == name.firstTime, own.lastTime == name.lastTime else {
-                throw StoreOpsError(.badData, "\(what): its name's times (\(name.firstTime)-\(name.lastTime) ms) are not its content's (\(own.firstTime)-\(own.lastTime) ms): it was renamed",
-                                    hint: Sealer.damagedHint)
-            }
+        // marker's are in its `span`: its first time is the stop before it; digests are checked
+        // below.)
+        let sealedTimes: (first: Int64, last: Int64)?
+        switch name.level {
+        case PointDigest.level, PointMilestone.level: sealedTimes = nil
+        case PointTimeline.resumedLevel: sealedTimes = segment.span.map { ($0.first ?? -1, $0.count == 2 ? $0[1] : -1) }
+        default: sealedTimes = (segment.name.firstTime, segment.name.lastTime)
+        }
+        if let own = sealedTimes, own.first != name.firstTime || own.last != name.lastTime {
+            throw StoreOpsError(.badData, "\(what): its name's times (\(name.firstTime)-\(name.lastTime) ms) are not its content's (\(own.first)-\(own.last) ms): it was renamed",
+                                hint: Sealer.damagedHint)
         }
         // A segment of commits holds one per point it names (a thinned one fewer, each numbered; a
         // digest one, numbered its last).

@@ -170,6 +170,23 @@ public enum PointRestore {
         _ = try PointSegment.open(sealed, name: marker, sealer: repository.sealer, zstd: try ZstdFrames(level: 3), location: repository.location)
     }
 
+    /// Opens the stop and resume markers at the point a time `t` follows (the last point of the
+    /// data segment holding t, or the point before it): whether t was followed, or fell in a span
+    /// no commit is claimed in, rests on their names' times (65 when one was renamed). Bounded:
+    /// markers name the point they were written at, and only a restart adds them.
+    static func confirmSpans(of chain: PointTimeline.Chain, at t: Int64, in repository: PagedRepository) throws {
+        let holding = chain.segments.dropFirst().last { $0.firstTime <= t }
+        let points = holding.map { ($0.from - 1)...$0.to } ?? 0...0
+        let zstd = try ZstdFrames(level: 3)
+        for marker in chain.markers where points.contains(marker.to) {
+            guard let sealed = try repository.backend.read(marker.key) else {
+                throw StoreOpsError(.noInput, "the marker \(repository.backend.describe(marker.key)) of chain \(chain.id) is gone (a prune removed the chain meanwhile?)",
+                                    hint: "try again; `storectl snapshot list --repo \(repository.location) --points` shows what is there")
+            }
+            _ = try PointSegment.open(sealed, name: marker, sealer: repository.sealer, zstd: zstd, location: repository.location)
+        }
+    }
+
     /// A digest the restore planned to read could not be read or opened: the point is read again
     /// without it (digests only save time).
     struct DigestUnusable: Error {
@@ -249,6 +266,7 @@ public enum PointRestore {
                                 + "and its points \(chain.points)…\(missing) are not in \(repository.location) (a segment is missing): no commit after it is claimed",
                                 hint: "try --at \(Timestamp.iso(date(chain.lastTime))) or earlier; `storectl repo check --repo \(repository.location)` checks the rest")
         }
+        try confirmSpans(of: chain, at: t, in: repository)
         for span in chain.unfollowed where span.from < t && (span.to.map { t < $0 } ?? true) {
             let until = span.to.map { " to \(Timestamp.iso(date($0)))" } ?? " on"
             throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(span.from)))\(until)): no commit in it is claimed",

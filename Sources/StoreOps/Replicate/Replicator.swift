@@ -488,6 +488,7 @@ public enum Replicate {
                     let name = SegmentName(store: replica.key, chain: chain.id, level: PointTimeline.resumedLevel, from: last.to, to: last.to,
                                            firstTime: max(chain.lastTime, chain.markers.last(where: { $0.level == PointTimeline.stoppedLevel })?.firstTime ?? 0),
                                            lastTime: Replicate.ms(at))
+                    marker.span = [name.firstTime, name.lastTime]
                     try writeMarker(marker, name: name, replica: replica)
                     say("\(replica.store.path): resumed chain \(chain.id) at point \(last.to) (\(Format.plural(commits.count, "commit", "commits")) since)")
                     if add(commits, at: at, to: replica) { confirm(replica, at: at) }

@@ -171,11 +171,12 @@ public enum RepositoryCheck {
     static func readSegments(of chain: PointTimeline.Chain, in repository: PagedRepository, zstd: ZstdFrames) throws -> (problems: [String], store: String?) {
         var problems: [String] = []
         var store: String?
-        // The stop and alive markers too: the time after the last point that restores claim rests
-        // on them (their names' times are checked against what they seal).
-        let markers = chain.markers.filter { $0.level == PointTimeline.stoppedLevel } + chain.alive
-        for name in chain.segments + chain.digests + markers {
-            let lost = name.level >= PointTimeline.stoppedLevel
+        // The stop, resume and alive markers too: what restores claim after a point rests on them
+        // (their names' times are checked against what they seal).
+        for name in chain.segments + chain.digests + chain.markers + chain.alive {
+            let lost = name.level == PointTimeline.resumedLevel
+                ? "a restore after point \(name.to) of chain \(chain.id) cannot tell the span no commit is claimed in"
+                : name.level >= PointTimeline.stoppedLevel
                 ? "a restore after point \(name.to) of chain \(chain.id) is not claimed by it"
                 : "points \(name.from)… of chain \(chain.id) (from \(Timestamp.iso(PointRestore.date(name.firstTime)))) do not restore; --at before it does"
             do {
