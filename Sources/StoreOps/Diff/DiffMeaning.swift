@@ -158,6 +158,9 @@ extension StoreDiff {
         var references: [Reference] = []
         /// Objects added or removed of entities matched by a key attribute (`--key`), matched at the end.
         private var pending: [String: (added: [Stashed], removed: [Stashed])] = [:]
+        /// Objects added or removed whose `--key` attribute is NULL (not matched by it), by
+        /// "Entity.attribute": said, so a key no object has is not taken for "nothing renumbered".
+        private(set) var keyless: [String: Int] = [:]
 
         struct Stashed {
             var table: String
@@ -373,6 +376,11 @@ extension StoreDiff {
                                         _ after: [String: SQLitePages.Value]?, labels: [String: Labels.Column]?,
                                         matchedKey: SQLitePages.Value? = nil) throws {
             guard wanted(entity ?? table, table: table) else { return }
+            if matchedKey == nil, let entity, (before == nil) != (after == nil),
+               let column = keyColumn(entity: entity, table: table, labels: labels, side: after != nil ? b : a),
+               let row = after ?? before, (row[column] ?? .null) == .null {
+                keyless["\(entity).\(labels?[column]?.name ?? column)", default: 0] += 1
+            }
             if matchedKey == nil, let entity, (before == nil) != (after == nil),
                let column = keyColumn(entity: entity, table: table, labels: labels, side: after != nil ? b : a),
                let row = after ?? before, let value = row[column], value != .null {

@@ -70,6 +70,9 @@ public enum StoreDiff {
         public var links: [LinkChanges]
         public var externalData: [FileChange]
         public var bookkeeping: Bookkeeping
+        /// Objects added or removed whose `--key` attribute is NULL (so not matched by it), by
+        /// "Entity.attribute"; also said as a warning.
+        public var keyless: [String: Int] = [:]
         public var stats: Stats
         /// For checks of the result (not printed): the Z_PKs of removed objects per table, and the
         /// to-one references the second side added or changed, whatever `limit` listed.
@@ -77,7 +80,7 @@ public enum StoreDiff {
         public var newReferences: [Reference] = []
 
         enum CodingKeys: String, CodingKey {
-            case a, b, same, schema, model, entities, links, externalData, bookkeeping, stats
+            case a, b, same, schema, model, entities, links, externalData, bookkeeping, keyless, stats
         }
     }
 
@@ -310,6 +313,9 @@ public enum StoreDiff {
             try collector.compareTables()
         }
         try collector.matchKeys()
+        for (key, count) in collector.keyless.sorted(by: { $0.key < $1.key }) {
+            logger.warning("--key \(key): \(Format.plural(count, "object", "objects")) added or removed \(count == 1 ? "has" : "have") no value for it (NULL), so \(count == 1 ? "is" : "are") not matched by it; name an attribute every object has (a UUID)")
+        }
         stage("differences accounted for")
         let schema = schemaChanges(schemaA.entries, schemaB.entries)
         let model = modelChanges(schemaA.coreData, schemaB.coreData)
@@ -320,7 +326,7 @@ public enum StoreDiff {
         let same = schema.isEmpty && model.isEmpty && entities.isEmpty && links.isEmpty && external.isEmpty
         return Report(
             a: summaryA, b: summaryB, same: same, schema: schema, model: model, entities: entities, links: links,
-            externalData: external, bookkeeping: collector.bookkeeping,
+            externalData: external, bookkeeping: collector.bookkeeping, keyless: collector.keyless,
             stats: Stats(method: diff.method, pagesRead: pagesA.pagesRead + pagesB.pagesRead,
                          framesRead: [pagesA, pagesB].reduce(0) { $0 + (($1 as? RepositoryPages)?.framesRead ?? 0) },
                          leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,

@@ -106,6 +106,17 @@ struct StoreDiffFixtureTests {
         // The others are the same objects renumbered: counted as that, never as Z_OPT bumps.
         #expect(keyed.bookkeeping.renumbered == count - 1 && keyed.bookkeeping.optBumps == 0,
                 "\(keyed.bookkeeping.renumbered) renumbered, \(keyed.bookkeeping.optBumps) Z_OPT bumps, \(count) notes")
+        #expect(keyed.keyless.isEmpty, "\(keyed.keyless)")
+        // A key the added objects have no value for matches nothing: said, not silent.
+        let c = folder.file("keyless.sqlite")
+        try FileManager.default.copyItem(atPath: b, toPath: c)
+        try edit(c, "UPDATE ZICCLOUDSYNCINGOBJECT SET ZIDENTIFIER = NULL WHERE Z_ENT = \(ent)")
+        var blank = options
+        blank.b = .file(c)
+        let unmatched = try StoreDiff.run(blank)
+        let none = try #require(unmatched.entities.first { $0.entity == "ICNote" })
+        #expect(none.added == count && none.removed == count, "\(none.added) \(none.removed)")
+        #expect(unmatched.keyless == ["ICNote.identifier": count], "\(unmatched.keyless)")
         // A key naming no entity, or no attribute of it, is a usage error, not ignored.
         for bad in ["ICNoet.identifier", "ICNote.identifer"] {
             options.keys = [bad]
