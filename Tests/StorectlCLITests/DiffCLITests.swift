@@ -179,6 +179,21 @@ struct DiffCLITests {
         #expect(one.status == 64 && one.stderr.contains("two sides"), "\(one.stderr)")
     }
 
+    @Test("a Core Data store without a model cache (the sample store): a column Core Data declared TIMESTAMP is shown as a date, not seconds since 2001; a plain table's TIMESTAMP column stays a number")
+    func datesWithoutModel() throws {
+        let folder = try TempFolder()
+        let made = try ChildProcess.run(Binaries.lab, ["make-store", folder.file("a.sqlite"), "--items", "20"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        try write(a, "CREATE TABLE log (id INTEGER PRIMARY KEY, at TIMESTAMP); INSERT INTO log VALUES (1, 800000000)")
+        try FileManager.default.copyItem(atPath: a, toPath: b)
+        try write(b, "UPDATE ZITEM SET ZCREATEDAT = 800000000 WHERE Z_PK = 3; UPDATE log SET at = 800003600")
+        let run = try storectl("diff", a, b)
+        #expect(run.status == 2, "\(run.stderr)")
+        #expect(run.stdout.contains("→ 2026-05-09T06:13:20.000Z"), "\(run.stdout)")
+        #expect(run.stdout.contains("800000000 → 800003600"), "\(run.stdout)")
+    }
+
     @Test("WITHOUT ROWID tables (a two-column key, a text key): a row whose other columns changed is one row changed with its before and after, paired by primary key; rows only one side has are added and removed")
     func withoutRowidRowsByKey() throws {
         let folder = try TempFolder()

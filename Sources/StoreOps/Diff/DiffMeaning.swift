@@ -91,7 +91,9 @@ extension StoreDiff {
                             labels[column] = hidden
                             continue
                         }
-                        labels[column] = .plain(column)
+                        // No model to say (no Z_MODELCACHE): a column Core Data declared TIMESTAMP
+                        // holds a date, in seconds since 2001, shown as one.
+                        labels[column] = layout.timestamps.contains(column) ? .attribute(column, type: 900) : .plain(column)
                     }
                     columns[name] = labels
                     continue

@@ -17,6 +17,8 @@ final class DiffSchema {
         /// The declared primary key's columns (empty: the rowid).
         var primaryKey: [String]
         var withoutRowid: Bool
+        /// Columns declared TIMESTAMP (what Core Data declares a date attribute's column as).
+        var timestamps: Set<String> = []
     }
 
     let entries: [PageDiff.SchemaEntry]
@@ -55,11 +57,13 @@ final class DiffSchema {
                 var columns: [String] = []
                 var defaults: [SQLitePages.Value] = []
                 var keyed: [(Int, String, String)] = []
+                var timestamps: Set<String> = []
                 for row in rows {
                     let hidden: Int = row[4] ?? 0
                     guard hidden != 1, hidden != 2 else { continue }   // virtual-table hidden, or generated and not stored
                     let name: String = row[0] ?? ""
                     columns.append(name)
+                    if ((row[1] as String?) ?? "").uppercased() == "TIMESTAMP" { timestamps.insert(name) }
                     defaults.append(Self.literal(row[2] as String?))
                     let pk: Int = row[3] ?? 0
                     if pk > 0 { keyed.append((pk, name, (row[1] as String?) ?? "")) }
@@ -74,7 +78,8 @@ final class DiffSchema {
                 }
                 var alias: Int?
                 if !withoutRowid, keyed.count == 1, keyed[0].2.uppercased() == "INTEGER" { alias = columns.firstIndex(of: keyed[0].1) }
-                layouts[entry.name] = Layout(columns: columns, rowidAlias: alias, defaults: defaults, primaryKey: keyed.map(\.1), withoutRowid: withoutRowid)
+                layouts[entry.name] = Layout(columns: columns, rowidAlias: alias, defaults: defaults, primaryKey: keyed.map(\.1), withoutRowid: withoutRowid,
+                                             timestamps: timestamps)
             }
             // Core Data's bookkeeping rows, for CoreDataStore.read.
             for entry in entries where entry.type == "table" && Self.bookkeepingTables.contains(entry.name) {
