@@ -100,6 +100,35 @@ struct ScheduleCLITests {
         #expect(checked.status == 0 && checked.stdout.contains("ready to run snapshot, the replicate service: store, repository (password ok), replicate)"), "\(checked.stdout)")
     }
 
+    @Test("a policy's password_command runs in the policy's folder (as password_file is read from it): `cat password` beside the policy works from any folder, as cron and systemd run jobs; a failing one is named as the policy's, not STORECTL_PASSWORD_COMMAND")
+    func passwordCommandRunsInThePolicysFolder() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        _ = try folder.repository("snaps", encrypted: true)
+        let policy = folder.file("command.toml")
+        try Data("""
+            [store]
+            path = "\(store)"
+            [snapshot]
+            repository = "snaps"
+            password_command = "cat password"
+            """.utf8).write(to: URL(fileURLWithPath: policy))
+        let elsewhere = try TempFolder()
+        let checked = try ChildProcess.run(Binaries.storectl, ["policy", "check", policy], currentDirectory: elsewhere.path)
+        #expect(checked.status == 0 && checked.stdout.contains("password ok"), "\(checked.stdout) \(checked.stderr)")
+        let run = try ChildProcess.run(Binaries.storectl, ["run", "snapshot", "--policy", policy], currentDirectory: "/")
+        #expect(run.status == 0, "\(run.stderr)")
+        try Data("""
+            [store]
+            path = "\(store)"
+            [snapshot]
+            repository = "snaps"
+            password_command = "cat no-such-file"
+            """.utf8).write(to: URL(fileURLWithPath: policy))
+        let failing = try ChildProcess.run(Binaries.storectl, ["run", "snapshot", "--policy", policy], currentDirectory: "/")
+        #expect(failing.status == 1 && failing.stderr.contains("the policy's password_command (run in \(folder.path)) exited 1"), "\(failing.stderr)")
+    }
+
     @Test("schedule crontab prints the block with this binary's absolute path; systemd writes the units")
     func crontabAndSystemd() throws {
         let folder = try TempFolder()

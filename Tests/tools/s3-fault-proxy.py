@@ -7,12 +7,14 @@
                  the client cannot know it succeeded, and must retry safely
   --corrupt P    flip one byte of a PUT's body on the way (the server must refuse it)
 Each with probability P (0..1), from a seeded random generator. Prints its port on stdout.
+  --log FILE     append a line per request: its time (Unix seconds), method and path (bench/idle.sh
+                 counts what an idle follower sends)
   --tls CA_FILE  serve https with a new self-signed certificate for 127.0.0.1 (Python's
                  cryptography), written as PEM to CA_FILE for the client to trust
 
 Usage: s3-fault-proxy.py UPSTREAM_PORT [--slowdown P] [--cut P] [--lost P] [--seed N] [--tls CA_FILE]
 """
-import argparse, http.client, random, socket, sys, threading
+import argparse, http.client, random, socket, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 args = argparse.ArgumentParser()
@@ -23,10 +25,13 @@ args.add_argument("--lost", type=float, default=0.0)
 args.add_argument("--corrupt", type=float, default=0.0)
 args.add_argument("--seed", type=int, default=1)
 args.add_argument("--tls", default=None)
+args.add_argument("--log", default=None)
 options = args.parse_args()
 rng = random.Random(options.seed)
 lock = threading.Lock()
 counts = {"forwarded": 0, "slowdown": 0, "cut": 0, "lost": 0, "corrupt": 0}
+
+log = open(options.log, "a", buffering=1) if options.log else None
 
 def pick():
     with lock:
@@ -47,7 +52,9 @@ class Handler(BaseHTTPRequestHandler):
     def handle_any(self):
         length = int(self.headers.get("Content-Length") or 0)
         fate = pick()
-        with lock: counts[fate] += 1
+        with lock:
+            counts[fate] += 1
+            if log: log.write("%.3f %s %s\n" % (time.time(), self.command, self.path))
         if fate == "cut":
             self.rfile.read(length // 2)
             self.close_connection = True

@@ -218,7 +218,7 @@ extension Policy {
         let passwordFile = section.string("password_file"), passwordCommand = section.string("password_command")
         switch (passwordFile, passwordCommand) {
         case (let file?, nil): password = .file(resolve(file, in: folder))
-        case (nil, let command?): password = .command(command)
+        case (nil, let command?): password = .command(command, folder: FileSystem.absolute(folder))
         case (_?, _?): section.problem("password_command", "give password_file or password_command, not both")
         case (nil, nil): break
         }

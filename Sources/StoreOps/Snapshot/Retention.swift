@@ -16,10 +16,24 @@ public enum Retention {
                 return decision
             }
         }
-        return decided.sorted { a, b in
+        var out = decided.sorted { a, b in
             guard let x = a.first, let y = b.first else { return a.count > b.count }
             return (x.time, x.group ?? "") > (y.time, y.group ?? "")
         }.flatMap { $0 }
+        // Whatever the grouping (`none`, `path`, `tags`), each store's newest verified snapshot
+        // stays: a grouping wider than the store must not leave a store with no good snapshot.
+        var newestVerified: [String: RetentionCandidate] = [:]
+        for snapshot in snapshots where snapshot.verified {
+            let store = "\(snapshot.host)\u{0}\(snapshot.path)"
+            if let current = newestVerified[store], (current.time, current.id) >= (snapshot.time, snapshot.id) { continue }
+            newestVerified[store] = snapshot
+        }
+        let kept = Set(newestVerified.values.map(\.id))
+        for i in out.indices where !out[i].keep && kept.contains(out[i].id) {
+            out[i].keep = true
+            out[i].reasons = ["the newest verified snapshot of its store (always kept)"]
+        }
+        return out
     }
 
     /// Decides keep or remove for every snapshot of one group; returns the decisions newest first.

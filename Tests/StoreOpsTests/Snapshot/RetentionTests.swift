@@ -90,6 +90,22 @@ struct RetentionTests {
         #expect(decisions[1].reasons == ["the newest verified snapshot (always kept)"])
     }
 
+    @Test("a grouping wider than the store (none, path) still keeps each store's newest verified snapshot: --group-by none --keep-last 1 over two stores removed the older store's only one")
+    func newestVerifiedOfEachStore() {
+        var a = snap("store-a", "2026-11-21T03:00:00Z", verified: true), b = snap("store-b", "2026-11-22T03:00:00Z", verified: true)
+        a.host = "h1"; a.path = "/srv/A.sqlite"; b.host = "h1"; b.path = "/srv/B.sqlite"
+        var c = snap("store-b-older", "2026-11-20T03:00:00Z", verified: true)
+        c.host = "h1"; c.path = "/srv/B.sqlite"
+        for grouping in [SnapshotGrouping.repository, SnapshotGrouping(host: false, path: false, tags: true)] {
+            let decisions = Retention.apply(.init(last: 1), to: [a, b, c], groupBy: grouping)
+            #expect(Set(decisions.filter(\.keep).map(\.id)) == ["store-a", "store-b"], "\(decisions)")
+            #expect(decisions.first { $0.id == "store-a" }?.reasons == ["the newest verified snapshot of its store (always kept)"])
+        }
+        // Unverified, the wide grouping's rules decide (what --group-by none is for).
+        a.verified = false
+        #expect(Retention.apply(.init(last: 1), to: [a, b, c], groupBy: .repository).filter(\.keep).map(\.id) == ["store-b"])
+    }
+
     @Test func emptyPolicies() {
         #expect(RetentionPolicy().isEmpty)
         #expect(RetentionPolicy(last: 0, daily: 0).isEmpty)

@@ -6,7 +6,10 @@ import Synchronization
 /// `STORECTL_PASSWORD_COMMAND` (its first line of output), a prompt on the terminal.
 public enum PasswordSource: Sendable, Hashable {
     case file(String)
-    case command(String)
+    /// A shell command; `folder`: the policy file's folder, where a policy's command runs (cron
+    /// and systemd run jobs elsewhere: `cat pw` beside the policy must work as `policy check`
+    /// found it); nil: STORECTL_PASSWORD_COMMAND, run where storectl runs.
+    case command(String, folder: String? = nil)
     case prompt
     /// No password can be had, and why (a scheduled run's policy names none: cron has no terminal
     /// and none of the operator's environment). Reading it fails with 64 and that reason.
@@ -43,9 +46,8 @@ public enum PasswordSource: Sendable, Hashable {
         case .file(let path):
             "the password was read from \(FileSystem.absolute(path)) (--password-file wins over a policy's password_file, "
                 + "which wins over STORECTL_PASSWORD_FILE): check what that file holds"
-        case .command(let command):
-            "the password was the first line printed by `\(command)` (a policy's password_command, else "
-                + "STORECTL_PASSWORD_COMMAND): check what it prints"
+        case .command(let command, let folder):
+            "the password was the first line printed by `\(command)` (\(folder.map { "the policy's password_command, run in \($0)" } ?? "STORECTL_PASSWORD_COMMAND")): check what it prints"
         case .prompt: "the password typed opens no key of this repository: try again, or pass --password-file"
         case .unavailable: "check --password-file, STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND"
         }
@@ -59,8 +61,8 @@ public enum PasswordSource: Sendable, Hashable {
                 throw StoreOpsError(.noInput, "the password file \(FileSystem.absolute(path)) cannot be read", hint: "check the path and its permissions")
             }
             text = String(decoding: data, as: UTF8.self)
-        case .command(let command):
-            text = try Self.run(command)
+        case .command(let command, let folder):
+            text = try Self.run(command, in: folder)
         case .prompt:
             text = try Self.prompt("\(purpose): ", confirm: confirm)
         case .unavailable(let why):
@@ -80,15 +82,17 @@ public enum PasswordSource: Sendable, Hashable {
         ProcessInfo.processInfo.environment["STORECTL_PASSWORD_COMMAND_TIMEOUT"].flatMap { TimeInterval($0) }.flatMap { $0 > 0 ? $0 : nil } ?? 60
     }
 
-    static func run(_ command: String) throws -> String {
+    static func run(_ command: String, in folder: String? = nil) throws -> String {
+        let what = folder.map { "the policy's password_command (run in \($0))" } ?? "STORECTL_PASSWORD_COMMAND"
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", command]
+        if let folder { process.currentDirectoryURL = URL(fileURLWithPath: folder, isDirectory: true) }
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardInput = FileHandle.nullDevice
         do { try process.run() } catch {
-            throw StoreOpsError(.failure, "STORECTL_PASSWORD_COMMAND cannot be run: \(error)")
+            throw StoreOpsError(.failure, "\(what) cannot be run: \(error)")
         }
         // Read on a thread of its own, so that a command that hangs (a password manager waiting
         // for a prompt no one sees under cron) neither ignores Ctrl-C or SIGTERM nor holds a
@@ -120,7 +124,7 @@ public enum PasswordSource: Sendable, Hashable {
         let data = output.data
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw StoreOpsError(.failure, "STORECTL_PASSWORD_COMMAND exited \(process.terminationStatus)", hint: "run it by hand to see why")
+            throw StoreOpsError(.failure, "\(what) exited \(process.terminationStatus)", hint: "run it by hand\(folder.map { " in \($0)" } ?? "") to see why")
         }
         return String(decoding: data, as: UTF8.self)
     }
