@@ -42,14 +42,16 @@ for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break;
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1
 AWS_ENDPOINT_URL_S3=http://127.0.0.1:$PORT "$BIN/storectl-lab" s3-bucket bench || exit 1
 
-# One logging proxy per tool, so each one's requests are counted apart.
-proxy() {
-  python3 Tests/tools/s3-fault-proxy.py "$PORT" --log "$W/$1/requests.log" > "$W/$1/proxy.port" &
+# One logging proxy per tool, so each one's requests are counted apart (started here, not in a
+# command substitution: cleanup must know their pids).
+for tool in storectl litestream; do
+  python3 Tests/tools/s3-fault-proxy.py "$PORT" --log "$W/$tool/requests.log" > "$W/$tool/proxy.port" &
   PIDS+=("$!")
-  for _ in $(seq 100); do [ -s "$W/$1/proxy.port" ] && break; sleep 0.05; done
-  cat "$W/$1/proxy.port"
-}
-SP=$(proxy storectl); LP=$(proxy litestream)
+done
+for tool in storectl litestream; do
+  for _ in $(seq 100); do [ -s "$W/$tool/proxy.port" ] && break; sleep 0.05; done
+done
+SP=$(cat "$W/storectl/proxy.port"); LP=$(cat "$W/litestream/proxy.port")
 for tool in storectl litestream; do
   "$BIN/storectl-lab" make-store "$W/$tool/Tasks.sqlite" --items 2000 >/dev/null || exit 1
 done
@@ -100,3 +102,4 @@ for tool in ("storectl", "litestream"):
     uploads = counts["PUT"] + counts["POST"]
     print("%-11s %9d %6d %6d %7d %6d %12.2f" % (tool, sum(counts.values()), uploads, counts["GET"], counts["DELETE"], counts["HEAD"], uploads / minutes))
 PY
+echo "storectl's uploads while idle are its alive markers (and the repository hold each is written under: a lock object put, listed and removed); --heartbeat 0 makes none (HEARTBEAT=0)"

@@ -18,14 +18,21 @@ static _Atomic long long abort_at_ms = 0;
 
 void storectl_http_abort_at(long long ms) { atomic_store(&abort_at_ms, ms); }
 
-static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
-    (void)data; (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
-    long long at = atomic_load(&abort_at_ms);
-    if (at == 0) return 0;
+// When SIGINT or SIGTERM arrived (ms; 0: none), unless the process drains (replicate finishes
+// what it read first, by `abort_at_ms`): a transfer running then is aborted at once, not left to
+// wait out its idle timeout for a server that answers nothing.
+static _Atomic long long signalled_at_ms = 0;
+static _Atomic int draining = 0;
+
+static long long now_ms(void) {
     struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 >= at ? 1 : 0;
+    clock_gettime(CLOCK_REALTIME, &now);   // async-signal-safe
+    return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
+
+void storectl_http_signalled(void) { atomic_store(&signalled_at_ms, now_ms()); }
+void storectl_http_signal_cleared(void) { atomic_store(&signalled_at_ms, 0); }
+void storectl_http_draining(int on) { atomic_store(&draining, on); }
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static int global_ok = 0;
@@ -68,7 +75,20 @@ struct exchange {
     int head;               ///< a HEAD: its Content-Length is the object's, and no body follows
     size_t max_body;
     int too_large;
+    long long started_ms;   ///< when the transfer began
 };
+
+static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
+    const struct exchange *exchange = data;
+    long long signalled = atomic_load(&signalled_at_ms);
+    // Begun before the signal: cut. Begun after it (a stopping command's clean-up, a lock given
+    // back): it runs, within the short time the caller gives it.
+    if (signalled != 0 && !atomic_load(&draining) && exchange && exchange->started_ms <= signalled) return 1;
+    long long at = atomic_load(&abort_at_ms);
+    if (at == 0) return 0;
+    return now_ms() >= at ? 1 : 0;
+}
 
 static size_t on_body(char *data, size_t size, size_t count, void *user) {
     struct exchange *exchange = user;
@@ -130,7 +150,7 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
                           long idle_seconds, long total_ms, const char *ca_file, size_t max_body,
                           storectl_http_response *out) {
     memset(out, 0, sizeof *out);
-    struct exchange exchange = { out, strcmp(method, "HEAD") == 0, max_body, 0 };
+    struct exchange exchange = { out, strcmp(method, "HEAD") == 0, max_body, 0, now_ms() };
     CURL *curl = handle;
     if (!curl) {
         out->error_code = STORECTL_HTTP_OTHER;
@@ -166,6 +186,7 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, idle_seconds);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, total_ms);
     curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &exchange);
     curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 256L * 1024);    // fewer, larger reads of big bodies

@@ -173,6 +173,37 @@ struct S3ServerTests {
         #expect(!said.isEmpty && said.allSatisfy { $0 <= wall + 0.1 }, "\(said) vs \(wall): \(result.stderr)")
     }
 
+    @Test("Ctrl-C or SIGTERM while a request waits for an endpoint that accepts connections and never answers: the command stops within seconds (130, 143), not after the request's 30 s timeout")
+    func signalWhileEndpointIsSilent() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let port = try SeaweedServer.freePorts(1)[0]
+        let ready = folder.file("listening")
+        let listener = try ChildProcess.Running("/usr/bin/env", ["python3", "-c", """
+            import socket, sys, time
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
+            open(sys.argv[2], "w").close()
+            held = []
+            while True:
+                c, _ = s.accept(); held.append(c)
+            """, String(port), ready])
+        defer { listener.signal(SIGKILL); _ = listener.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        let environment = try SharedS3.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "TMPDIR": folder.path,
+                                                             "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)"]) { $1 }
+        for (arguments, signal, status) in [(["snapshot", "list", "--repo", repo], SIGINT, Int32(130)),
+                                            (["snapshot", "restore", "20261125T011206Z-cd1e69", "--repo", repo, "--to", folder.file("r.sqlite")], SIGTERM, 143)] {
+            let running = try ChildProcess.Running(Binaries.storectl, arguments, environment: environment)
+            usleep(1_500_000)   // its first request is waiting for an answer
+            let signalled = Date()
+            running.signal(signal)
+            let result = running.wait()
+            let took = Date().timeIntervalSince(signalled)
+            #expect(result.status == status && took < 6, "\(arguments[1]): \(result.status) after \(took) s: \(result.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: folder.file("r.sqlite")))
+        }
+    }
+
     @Test("a proxy that answers 503 SlowDown, cuts connections mid-request, damages bodies and loses answers to requests the server did: create and restore succeed through retries; the repository checks clean")
     func faultyNetwork() throws {
         let folder = try TempFolder()

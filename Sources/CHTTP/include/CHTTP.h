@@ -42,6 +42,11 @@ void storectl_http_free(void *handle);
 /// (a larger one stops the transfer, STORECTL_HTTP_TOO_LARGE). Fills `out`; returns its error_code.
 /// Aborts transfers still running at this time (ms since 1970), and those started after it; 0: none.
 void storectl_http_abort_at(long long ms);
+/// SIGINT or SIGTERM arrived (async-signal-safe): transfers begun before it are aborted, unless the
+/// process drains. `cleared`: the signal was acknowledged (a rollback carries the stop out).
+void storectl_http_signalled(void);
+void storectl_http_signal_cleared(void);
+void storectl_http_draining(int on);
 
 int storectl_http_perform(void *handle, const char *method, const char *url,
                           const char *const *headers, size_t count,

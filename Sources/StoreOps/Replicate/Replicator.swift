@@ -128,6 +128,9 @@ public enum Replicate {
             throw StoreOpsError(.usage, "--sync-interval must be between 0.05 s and 1 h")
         }
         guard !options.stores.isEmpty else { throw StoreOpsError(.usage, "name at least one store to follow") }
+        // A signal starts a drain (what was read is written, by `finishBy`), not an abort.
+        ProcessSignals.drains = true
+        defer { ProcessSignals.drains = false }
         var replicas: [Replica] = []
         for path in options.stores {
             let store = try StoreFile(existing: path)

@@ -16,8 +16,8 @@ public enum ProcessSignals {
     /// signals (a dispatch worker, some supervisors), SIGTERM would never arrive and the job could
     /// not be stopped cleanly. So the two signals are also unblocked here.
     public static func install() {
-        signal(SIGINT) { number in ProcessSignals.flag.store(number, ordering: .relaxed) }
-        signal(SIGTERM) { number in ProcessSignals.flag.store(number, ordering: .relaxed) }
+        signal(SIGINT) { number in ProcessSignals.flag.store(number, ordering: .relaxed); storectl_http_signalled() }
+        signal(SIGTERM) { number in ProcessSignals.flag.store(number, ordering: .relaxed); storectl_http_signalled() }
         var set = sigset_t()
         sigemptyset(&set)
         sigaddset(&set, SIGINT)
@@ -32,12 +32,31 @@ public enum ProcessSignals {
     }
 
     /// Records a signal as if it had been delivered (tests, and callers embedding the library).
-    public static func raise(_ number: Int32) { flag.store(number, ordering: .relaxed) }
+    public static func raise(_ number: Int32) {
+        flag.store(number, ordering: .relaxed)
+        storectl_http_signalled()
+    }
 
     /// The stop a signal asked for is being carried out (a migration's rollback): forget the
     /// signal so the work that carries it out is not itself interrupted by it. A further signal
     /// interrupts that work too (its steps are atomic).
-    public static func acknowledge() { flag.store(0, ordering: .relaxed) }
+    public static func acknowledge() {
+        flag.store(0, ordering: .relaxed)
+        storectl_http_signal_cleared()
+    }
+
+    private static let drainingFlag = Atomic<Bool>(false)
+
+    /// The process drains after a signal (replicate: it writes what it read, by `finishBy`):
+    /// requests in flight are not cut at the signal. Otherwise a transfer running when SIGINT or
+    /// SIGTERM arrives is aborted at once, and one begun after it (clean-up) gets a few seconds.
+    public static var drains: Bool {
+        get { drainingFlag.load(ordering: .relaxed) }
+        set {
+            drainingFlag.store(newValue, ordering: .relaxed)
+            storectl_http_draining(newValue ? 1 : 0)
+        }
+    }
 
     /// Throws if a signal arrived; call between steps.
     public static func checkpoint(_ doing: @autoclosure () -> String) throws {

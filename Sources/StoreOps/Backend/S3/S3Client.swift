@@ -83,6 +83,11 @@ final class S3Client: Sendable {
             // does not run past it.
             let silent = unansweredSince.withLock { $0 }.map { attemptStarted.timeIntervalSince($0) } ?? 0
             var idle = settings.deadline > 0 ? max(1, min(settings.timeout, settings.deadline - silent)) : settings.timeout
+            if ProcessSignals.received != nil, !ProcessSignals.drains {
+                // Stopping on a signal: what runs now is clean-up (a lock given back), worth a
+                // few seconds, not a full timeout against a server that answers nothing.
+                idle = min(idle, 3)
+            }
             if let finishBy = ProcessSignals.finishBy {
                 // The stop's time has come: no new attempt (each would wait out its timeout).
                 guard finishBy.timeIntervalSinceNow > 0 else {
@@ -137,6 +142,8 @@ final class S3Client: Sendable {
     /// Sleeps a jittered exponential backoff before attempt `attempt + 1`, or throws 74 when the
     /// retries or the deadline are spent.
     private func waitBeforeRetry(attempt: Int, started: Date, lastProblem: String, kind: String, what: String) throws {
+        // Stopping on a signal (no drain): no second attempt.
+        if !ProcessSignals.drains { try ProcessSignals.checkpoint("\(kind) \(what) (last: \(lastProblem))") }
         let ceiling = min(settings.maxBackoff, settings.backoff * pow(2, Double(attempt - 1)))
         let delay = Double.random(in: 0...ceiling)
         let silentFor = unansweredSince.withLock { $0 }.map { Date().timeIntervalSince($0) } ?? 0
