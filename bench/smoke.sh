@@ -24,8 +24,9 @@ declare -A KNOBS=(
   [diff]="UPDATES=200 REPEAT=1"
   [point-history]="DURATION=5 AT=0.5 ROUNDS=1"
   [point-history:reuse]="REUSE=1 AT=0.9 ROUNDS=1"   # the history point-history followed, timed again
+  [idle]="DURATION=5"
 )
-ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff point-history point-history:reuse)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff point-history point-history:reuse idle)
 [ $# -gt 0 ] && ORDER=("$@")
 failed=()
 for name in "${ORDER[@]}"; do

@@ -75,7 +75,12 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             let verb = decision.keep ? "keep  " : (dryRun ? "remove" : "removed")
             print("\(verb) \(decision.id)  \(decision.reasons.joined(separator: ", "))")
         }
+        var pointsOf: String?
         for decision in result.points where dryRun || decision.action != "keep" {
+            if decision.store != pointsOf {   // not under the last snapshot group's header
+                pointsOf = decision.store
+                print("points of \(decision.store)")
+            }
             let done = ["thin": "thinned", "bases": "thinned to its base", "remove": "removed"]
             let verb = decision.action == "keep" ? "keep  " : (dryRun ? (decision.action == "bases" ? "thin to its base" : decision.action) : done[decision.action] ?? decision.action)
             print("\(verb) points \(Timestamp.iso(decision.from)) to \(Timestamp.iso(decision.to)) of \(decision.store) (chain \(decision.chain))  \(decision.reason)")
@@ -85,6 +90,14 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         }
         let kept = result.decisions.filter(\.keep).count
         var summary = "\(dryRun ? "would keep" : "kept") \(kept), \(dryRun ? "would remove" : "removed") \(result.decisions.count - kept)"
+        // A chain's base goes with its points (it is not among the snapshots decided above).
+        let chains = result.points.filter { $0.action == "remove" }.count, thinned = result.points.filter { $0.action == "thin" || $0.action == "bases" }.count
+        if chains + thinned > 0 {
+            var parts: [String] = []
+            if chains > 0 { parts.append("\(Format.plural(chains, "chain", "chains")) of points with \(chains == 1 ? "its" : "their") base") }
+            if thinned > 0 { parts.append("\(Format.plural(thinned, "span", "spans")) of points thinned") }
+            summary += " snapshots; \(dryRun ? "would remove" : "removed") \(parts.joined(separator: ", "))"
+        }
         if let garbage = result.garbage {
             if let skipped = garbage.skipped {
                 summary += "; no data collected: \(skipped)"

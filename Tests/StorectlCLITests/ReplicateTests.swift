@@ -1307,6 +1307,57 @@ struct ReplicateTests {
         #expect(early.status == 65 && early.stderr.contains("are not its content's"), "\(early.status) \(early.stderr)")
     }
 
+    @Test("a commit made while no follower ran, then checkpointed with the app's last connection closed (the -wal emptied, as it was at the stop): the next run records a gap and a new base, not a resumed chain claiming the old state; with the file untouched it resumes")
+    func emptyWalWrittenWhileStopped() throws {
+        let world = try world()
+        let args = ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--sync-interval", "200ms"]
+        func app(_ title: String) throws {
+            let queue = try DatabaseQueue(path: world.store)
+            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
+            try queue.close()   // checkpointed, the -wal emptied
+        }
+        try app("before")
+        #expect(try ChildProcess.run(Binaries.storectl, args, environment: world.environment).status == 0)
+        usleep(300_000)
+        try app("while nobody followed")
+        let second = try ChildProcess.run(Binaries.storectl, args, environment: world.environment)
+        #expect(second.status == 0 && second.stderr.contains("gap: the store's file was written at") && !second.stderr.contains("resumed chain"), "\(second.stderr)")
+        let at = Timestamp.iso(Date().addingTimeInterval(-0.3))   // inside the second run, before its stop
+        let restored = world.folder.file("r.sqlite")
+        let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", restored], environment: world.environment)
+        #expect(restore.status == 0, "\(restore.stderr)")
+        let title = try DatabaseQueue(path: restored).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
+        #expect(title == "while nobody followed")
+        usleep(300_000)
+        let third = try ChildProcess.run(Binaries.storectl, args, environment: world.environment)
+        #expect(third.status == 0 && third.stderr.contains("resumed chain"), "\(third.stderr)")
+    }
+
+    @Test("prune that removes a chain of points says so: its lines under a header naming their store (not the last snapshot group's), and the summary counts the chain with its base (it said kept 0, removed 0)")
+    func pruneReportsChains() throws {
+        let world = try world()
+        let args = ["replicate", world.store, "--repo", world.repo, "--for", "1500ms", "--sync-interval", "200ms", "--quiet"]
+        func app(_ title: String) throws {
+            let queue = try DatabaseQueue(path: world.store)
+            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
+            try queue.close()
+        }
+        for round in 0..<2 {
+            let follower = try ChildProcess.Running(Binaries.storectl, args, environment: world.environment)
+            usleep(700_000)
+            try app("followed \(round)")   // a point
+            let run = follower.wait()
+            #expect(run.status == 0, "\(run.stderr)")
+            usleep(1_100_000)
+            try app("between")   // checkpointed away while nobody follows: the next run begins a new chain
+        }
+        let prune = ["snapshot", "prune", "--repo", world.repo, "--keep-last", "1", "--keep-points", "1s", "--keep-point-minutes", "1s", "--keep-point-bases", "1s"]
+        let dry = try ChildProcess.run(Binaries.storectl, prune + ["--dry-run"], environment: world.environment)
+        #expect(dry.status == 0 && dry.stdout.contains("points of \(world.store)\nremove points") && dry.stdout.contains("would remove 1 chain of points with its base"), "\(dry.stdout)")
+        let real = try ChildProcess.run(Binaries.storectl, prune, environment: world.environment)
+        #expect(real.status == 0 && real.stdout.contains("removed 1 chain of points with its base"), "\(real.stdout)")
+    }
+
     @Test("a resume marker renamed to shorten the span no commit is claimed in (the app committed while no follower ran): a restore inside the real span is 65 naming the marker, not the state before the commit; repo check --read-data finds it")
     func renamedResumeMarker() throws {
         let world = try world()

@@ -455,7 +455,8 @@ public enum Replicate {
                 func identity(_ pair: [UInt64]?) -> (dev: UInt64, ino: UInt64)? { pair.flatMap { $0.count == 2 ? ($0[0], $0[1]) : nil } }
                 // The page count it had then (growth before the cursor may still be in the -wal only).
                 let pages = segment.commits.last.map { Int($0.pageCount) } ?? ((try? repository.record(chain.id))?.pages.pageCount ?? 0)
-                replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity), pages: pages)
+                replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity), pages: pages,
+                                        confirmed: Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000))
                 replica.chain = chain.id
                 replica.baseTime = Date(timeIntervalSince1970: Double(chain.baseTime) / 1000)
                 replica.next = last.to + 1

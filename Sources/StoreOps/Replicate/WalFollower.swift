@@ -85,13 +85,20 @@ final class WalFollower {
     /// Resumes from a cursor recorded earlier (the last durable segment).
     /// - Parameter pages: the store's page count at that segment's last commit (or its chain's
     ///   base): growth in the -wal before the cursor counts toward what the store may hold.
-    func resume(at cursor: WalCursor, databaseIdentity: (dev: UInt64, ino: UInt64)?, walIdentity: (dev: UInt64, ino: UInt64)?, pages: Int = 0) {
+    /// - Parameter confirmed: the chain's last confirmation (its stop, newest point or alive
+    ///   marker): the database file held its state then.
+    func resume(at cursor: WalCursor, databaseIdentity: (dev: UInt64, ino: UInt64)?, walIdentity: (dev: UInt64, ino: UInt64)?, pages: Int = 0,
+                confirmed: Date? = nil) {
         self.cursor = cursor
         knownPages = pages
         self.databaseIdentity = databaseIdentity
         self.walIdentity = walIdentity
+        resumedAfter = confirmed
         changeTrusted = false
     }
+
+    /// Set by `resume`: the chain's last confirmation.
+    private var resumedAfter: Date?
 
     var identities: (database: (dev: UInt64, ino: UInt64)?, wal: (dev: UInt64, ino: UInt64)?) { (databaseIdentity, walIdentity) }
 
@@ -346,6 +353,18 @@ final class WalFollower {
         }
         guard index.lastFrame > cursor.frame else {
             guard made == 0 || !changeTrusted else { return .gap("\(made) commits are counted but no frame was added") }
+            // Taken up with an empty -wal, as it was at the stop: an app that committed, then
+            // checkpointed and closed its last connection meanwhile (the -wal emptied or removed,
+            // its wal-index made again) leaves no frame to read, only a database file written
+            // since. Its modification time says so; unchanged, nothing was committed.
+            if !changeTrusted, cursor.frame == 0, let after = resumedAfter {
+                var info = stat()
+                guard stat(store.path, &info) == 0 else { return .gap("\(store.path) cannot be read (\(String(cString: strerror(errno))))") }
+                let modified = Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
+                if modified > after {
+                    return .gap("the store's file was written at \(Timestamp.iso(modified)), after \(Timestamp.iso(after)), while storectl was not following it, and its -wal holds no frame of what was committed")
+                }
+            }
             self.cursor?.change = index.change
             changeTrusted = true
             return .commits([], at: time)
