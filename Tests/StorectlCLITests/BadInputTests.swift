@@ -15,6 +15,37 @@ struct BadInputTests {
         return try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
     }
 
+    @Test("a damaged key file, and the password given opens no other key: 65 (the password may be the damaged key's), naming the file, not 77 \"wrong password\"; the other key's password still opens")
+    func damagedKeyIsNotAWrongPassword() throws {
+        let folder = try TempFolder()
+        let repo = try folder.repository("snaps", encrypted: true)
+        let second = folder.file("second")
+        try Data("another pass phrase\n".utf8).write(to: URL(fileURLWithPath: second))
+        let added = try storectl("key", "add", "--repo", repo, "--password-file", try folder.passwordFile(), "--new-password-file", second)
+        #expect(added.status == 0, "\(added.stderr)")
+        let keys = try FileManager.default.contentsOfDirectory(atPath: repo + "/keys").sorted()
+        #expect(keys.count == 2)
+        // Damage the key the second password opens: find it by trying each.
+        var damagedOne: String?
+        for key in keys {
+            let saved = try Data(contentsOf: URL(fileURLWithPath: repo + "/keys/" + key))
+            try Data("not json".utf8).write(to: URL(fileURLWithPath: repo + "/keys/" + key))
+            let run = try storectl("snapshot", "list", "--repo", repo, "--password-file", second)
+            if run.status != 0 {
+                #expect(run.status == 65 && run.stderr.contains("keys/") && run.stderr.contains("may be this password's"), "\(run.status) \(run.stderr)")
+                damagedOne = key
+                let first = try storectl("snapshot", "list", "--repo", repo, "--password-file", try folder.passwordFile())
+                #expect(first.status == 0, "\(first.stderr)")
+            }
+            try saved.write(to: URL(fileURLWithPath: repo + "/keys/" + key))
+        }
+        #expect(damagedOne != nil)
+        // No key damaged: a wrong password is 77.
+        let wrong = folder.file("wrong")
+        try Data("wrong\n".utf8).write(to: URL(fileURLWithPath: wrong))
+        #expect(try storectl("snapshot", "list", "--repo", repo, "--password-file", wrong).status == 77)
+    }
+
     @Test("a password command that hangs (a password manager waiting for a prompt): SIGTERM stops the run at once (143) and the command with it; with no signal, it is stopped at STORECTL_PASSWORD_COMMAND_TIMEOUT (exit 1 saying so)")
     func hangingPasswordCommand() throws {
         let folder = try TempFolder()

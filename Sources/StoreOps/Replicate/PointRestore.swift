@@ -522,9 +522,10 @@ public enum PointRestore {
 
 extension PointRestore {
     /// A time as `--at` takes it: RFC 3339 (`2026-11-24T19:30:00Z`, `…+01:00`, with or without
-    /// fractions of a second) or a duration before now (`-5m`, `-1h30m`, `-250ms`).
+    /// fractions of a second), a duration before now (`-5m`, `-1h30m`, `-250ms`), or `now`.
     public static func parseTime(_ text: String, now: Date = Date()) throws -> Date {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if trimmed.lowercased() == "now" { return now }   // what the README's operators type (the same as -0s)
         if trimmed.hasPrefix("-") {
             switch DurationText.parse(String(trimmed.dropFirst()), allowZero: true) {
             case .success(let duration): return now.addingTimeInterval(-duration.seconds)

@@ -119,7 +119,12 @@ public final class PagedRepository: Sendable {
             throw StoreOpsError(.badData, "the encrypted repository \(backend.location) has no readable key file\(problems.isEmpty ? "" : ": " + problems.joined(separator: "; "))",
                                 hint: "restore keys/ from a copy of the repository")
         }
-        throw StoreOpsError(.wrongPassword, "wrong password: none of the \(Format.plural(tried, "key", "keys")) of \(backend.location) opens with it\(problems.isEmpty ? "" : " (\(problems.joined(separator: "; ")))")",
+        if !problems.isEmpty {
+            // The password may be a damaged key's: damage (65), not a wrong password (77).
+            throw StoreOpsError(.badData, "no readable key of \(backend.location) opens with this password (\(Format.plural(tried, "key", "keys")) tried), and a key file is damaged, so it may be this password's: \(problems.joined(separator: "; "))",
+                                hint: "restore keys/ from a copy of the repository; if the password is wrong, check --password-file, STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND")
+        }
+        throw StoreOpsError(.wrongPassword, "wrong password: none of the \(Format.plural(tried, "key", "keys")) of \(backend.location) opens with it",
                             hint: "check --password-file, STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND")
     }
 
