@@ -15,6 +15,24 @@ struct BadInputTests {
         return try SampleStore.create(at: folder.file("Tasks.sqlite"), options: options).path
     }
 
+    @Test("a create killed after its pack and before its index: repo check, taking the repository, removes the dead writer's pack and says so (it did so in silence); a prune --dry-run before it removes nothing, not even the dead writer's lock")
+    func checkSaysWhatItCleanedUp() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 500)
+        let repo = try folder.repository("snaps", encrypted: true)
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        let killed = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo], environment: environment.merging(["STORECTL_FAULT_POINT": "pack.write.sync-folder"]) { $1 })
+        #expect(killed.status == 137, "\(killed.stderr)")
+        let locks = try FileManager.default.contentsOfDirectory(atPath: repo + "/locks")
+        #expect(locks.count == 1)
+        let dry = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1", "--dry-run"], environment: environment)
+        #expect(dry.status == 0, "\(dry.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: repo + "/locks") == locks, "a dry run removes nothing")
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo], environment: environment)
+        #expect(check.status == 0 && check.stdout.contains("note    removed 1 object a dead run left"), "\(check.stdout) \(check.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: repo + "/locks").isEmpty)
+    }
+
     @Test("a damaged key file, and the password given opens no other key: 65 (the password may be the damaged key's), naming the file, not 77 \"wrong password\"; the other key's password still opens")
     func damagedKeyIsNotAWrongPassword() throws {
         let folder = try TempFolder()

@@ -14,7 +14,7 @@ final class RepositoryHold: @unchecked Sendable {
     static func take(_ repository: PagedRepository, operation: String, exclusive: Bool, wait: Bool,
                      keepingUnindexed: Bool = false, readOnly: Bool = false, sweep: Bool = true) throws -> RepositoryHold {
         let hold = RepositoryHold(repository: repository)
-        let lock = try RepositoryLock.acquire(repository.backend, exclusive: exclusive, operation: operation, wait: wait)
+        let lock = try RepositoryLock.acquire(repository.backend, exclusive: exclusive, operation: operation, wait: wait, removingStale: !readOnly)
         hold.lock = lock
         // `sweep: false`: a follower's writes every second, which leave the sweeping to the runs between.
         guard !readOnly, sweep else { return hold }

@@ -49,7 +49,10 @@ public final class RepositoryLock: @unchecked Sendable {
 
     /// Takes the lock. Without `wait`, a conflicting lock is exit 75 naming its holder; with it,
     /// storectl retries (a signal stops it).
-    public static func acquire(_ backend: any RepositoryBackend, exclusive: Bool, operation: String, wait: Bool) throws -> RepositoryLock {
+    /// - Parameter removingStale: remove the stale locks found (false for a run that changes
+    ///   nothing: a dry run; the dead writer's lock is the evidence the next writer cleans up by).
+    public static func acquire(_ backend: any RepositoryBackend, exclusive: Bool, operation: String, wait: Bool,
+                               removingStale: Bool = true) throws -> RepositoryLock {
         while true {
             let id = (0..<8).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
             let now = Timestamp.now()
@@ -58,7 +61,7 @@ public final class RepositoryLock: @unchecked Sendable {
                                 exclusive: exclusive, operation: operation, created: now, refreshed: now)
             let lock = RepositoryLock(backend: backend, key: "locks/\(id)", record: record)
             try backend.write(lock.key, try JSON.encode(record), point: "lock.write")
-            let conflicts = try lock.conflicts()
+            let conflicts = try lock.conflicts(removingStale: removingStale)
             guard let first = conflicts.first else {
                 lock.startRefreshing()
                 return lock
@@ -75,7 +78,7 @@ public final class RepositoryLock: @unchecked Sendable {
     }
 
     /// Other live locks that conflict with this one; stale ones are removed on the way.
-    func conflicts() throws -> [Conflict] {
+    func conflicts(removingStale: Bool = true) throws -> [Conflict] {
         var found: [Conflict] = []
         othersLive = 0
         for (key, size) in try backend.list("locks/") where key != self.key {
@@ -84,6 +87,7 @@ public final class RepositoryLock: @unchecked Sendable {
                 continue   // being written, or not a lock: neither blocks anyone
             }
             if Self.isStale(other) {
+                guard removingStale else { continue }
                 try? backend.remove(key, point: "lock.remove-stale")
                 removedStale += 1
                 continue

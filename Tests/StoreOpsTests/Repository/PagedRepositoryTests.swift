@@ -510,6 +510,12 @@ struct PagedRepositoryTests {
         let dead = try ChildProcess.run("/bin/sh", ["-c", "echo $$"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let record = #"{"format":"storectl-lock","host":"\#(ProcessInfo.processInfo.hostName)","pid":\#(dead),"user":"x","exclusive":true,"operation":"snapshot prune","created":"2026-01-01T00:00:00Z","refreshed":"2026-01-01T00:00:00Z"}"#
         try fixture.backend.write("locks/00000000deadbeef", Data(record.utf8), point: "test.lock")
+        // A dry run removes nothing, not even the dead writer's lock (the evidence the next
+        // writer cleans its unindexed packs up by).
+        var dry = prune
+        dry.dryRun = true
+        _ = try SnapshotPrune.run(dry)
+        #expect(try fixture.objects("locks").count == 1)
         // Two stores, one snapshot each: each store keeps its one (as the whole repository, one goes).
         #expect(try SnapshotPrune.run(prune).removed.isEmpty)
         #expect(try fixture.objects("locks").isEmpty)

@@ -49,7 +49,14 @@ public enum RepositoryCheck {
         let repository = try PagedRepository.open(at: options.location, password: options.password)
         let hold = try RepositoryHold.take(repository, operation: "repo check", exclusive: false, wait: false)
         defer { hold.release() }
-        return try check(repository, readData: options.readData, progress: progress)
+        var report = try check(repository, readData: options.readData, progress: progress)
+        if !hold.removedStray.isEmpty {
+            // Taking the repository cleans up what dead runs left (a killed writer's or prune's
+            // packs no index lists, unfinished uploads): said, not done in silence.
+            let shown = hold.removedStray.prefix(5).map { repository.backend.describe($0) }.joined(separator: ", ")
+            report.notes.insert("removed \(Format.plural(hold.removedStray.count, "object", "objects")) a dead run left (no index or snapshot uses them): \(shown)\(hold.removedStray.count > 5 ? ", and \(hold.removedStray.count - 5) more" : "")", at: 0)
+        }
+        return report
     }
 
     static func check(_ repository: PagedRepository, readData: Bool, progress: StepHandler?) throws -> Report {
