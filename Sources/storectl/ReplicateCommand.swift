@@ -149,8 +149,14 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
         }
         if report.stores.isEmpty { print("no points in time in \(report.repository)") }
         for store in report.stores {
-            var line = "\(store.store) (\(store.host)): \(Format.plural(store.points, "point", "points")), newest \(store.newestPoint.map { Timestamp.iso($0) } ?? "none")"
-            line += ", \(Format.plural(store.gaps, "gap", "gaps")), \(Format.plural(store.chains, "chain", "chains"))"
+            // The repository not read: its figures are not known (not "0 points").
+            var line = "\(store.store) (\(store.host)): "
+            if report.repositoryError == nil {
+                line += "\(Format.plural(store.points, "point", "points")), newest \(store.newestPoint.map { Timestamp.iso($0) } ?? "none")"
+                line += ", \(Format.plural(store.gaps, "gap", "gaps")), \(Format.plural(store.chains, "chain", "chains"))"
+            } else {
+                line += "points in the repository not known"
+            }
             if let live = store.live {
                 line += "; this run: \(Format.plural(live.points, "point", "points"))" + String(format: ", lag p99 %.2f s, max %.2f s, ", live.p99LagSeconds, live.maxLagSeconds)
                 line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"

@@ -55,7 +55,8 @@ public enum SystemdUnits {
             units.append(Unit(name: "\(base).service", contents: """
                 [Unit]
                 Description=\(description)
-                After=local-fs.target
+                After=local-fs.target network-online.target
+                Wants=network-online.target
 
                 [Service]
                 Type=oneshot

@@ -99,7 +99,8 @@ struct CrontabTests {
         #expect(units[2].contents == """
             [Unit]
             Description=storectl purge of \(fixture.store) (\(fixture.policy))
-            After=local-fs.target
+            After=local-fs.target network-online.target
+            Wants=network-online.target
 
             [Service]
             Type=oneshot

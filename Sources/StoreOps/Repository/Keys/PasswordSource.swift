@@ -133,8 +133,9 @@ public enum PasswordSource: Sendable, Hashable {
     static func prompt(_ question: String, confirm: Bool) throws -> String {
         let fd = open("/dev/tty", O_RDWR | O_CLOEXEC)
         guard fd >= 0 else {
-            throw StoreOpsError(.usage, "no password: there is no terminal to ask on",
-                                hint: "pass --password-file FILE, or set STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND")
+            throw StoreOpsError(.usage, confirm ? "no new password: there is no terminal to ask on" : "no password: there is no terminal to ask on",
+                                hint: confirm ? "give the new password in a file: --new-password-file FILE (or STORECTL_NEW_PASSWORD_FILE) for `key add` and `key passwd`, --password-file FILE for `repo init`"
+                                    : "pass --password-file FILE, or set STORECTL_PASSWORD_FILE or STORECTL_PASSWORD_COMMAND")
         }
         defer { close(fd) }
         func ask(_ text: String) -> String {
