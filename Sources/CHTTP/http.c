@@ -231,6 +231,11 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
         out->error_code = STORECTL_HTTP_TOO_LARGE;
         snprintf(out->error, sizeof out->error, "the answer is over %zu bytes", max_body);
         out->status = 0;
+    } else if (code == CURLE_ABORTED_BY_CALLBACK) {
+        // Only `on_progress` aborts: a signal, or a drain's end (libcurl says "Callback aborted").
+        out->error_code = STORECTL_HTTP_OTHER;
+        snprintf(out->error, sizeof out->error, "cut short: the process is stopping");
+        out->status = 0;
     } else if (code != CURLE_OK) {
         out->error_code = classify(code);
         snprintf(out->error, sizeof out->error, "%s", error[0] ? error : curl_easy_strerror(code));

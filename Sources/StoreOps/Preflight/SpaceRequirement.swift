@@ -42,7 +42,7 @@ public enum SpaceRequirement {
     }
 
     /// The one free-space check every operation makes before it writes: 73 on a read-only file
-    /// system, 74 with less than `bytes` free (or no inodes) on `folder`'s volume, naming both
+    /// system or one that stores nothing (/proc), 74 with less than `bytes` free (or no inodes) on `folder`'s volume, naming both
     /// figures and what to do.
     public static func require(_ bytes: UInt64, at folder: String, purpose: String,
                                hint: String = "free space there, or choose a destination on another volume") throws {
@@ -50,6 +50,11 @@ public enum SpaceRequirement {
         guard !space.readOnly || bytes == 0 else {
             throw StoreOpsError(.cannotCreate, "\(folder) is on a read-only file system: nothing can be written there for \(purpose)",
                                 hint: "choose a destination on a writable volume, or remount it read-write")
+        }
+        guard space.totalBytes > 0 || bytes == 0 else {
+            // A file system with no blocks at all (/proc, /sys): not full, not storage.
+            throw StoreOpsError(.cannotCreate, "\(folder) is on a file system that stores nothing (such as /proc or /sys): nothing can be written there for \(purpose)",
+                                hint: "choose a destination on a storage volume")
         }
         guard space.availableBytes >= bytes else {
             throw StoreOpsError(.noSpace,
