@@ -66,7 +66,11 @@ public final class PagedRepository: Sendable {
         do {
             (master, keyID) = try unlocked.withLock { $0[cacheKey] } ?? unlock(backend, config: config, password: secret)
         } catch let error as StoreOpsError where error.kind == .wrongPassword && error.message.hasPrefix("wrong password") {
-            throw StoreOpsError(error.kind, error.message, hint: password.wrongPasswordHint)
+            // A key made from a CRLF password file by a storectl before it read such files right.
+            guard let legacy = password.legacyFileLine, let opened = try? unlock(backend, config: config, password: legacy) else {
+                throw StoreOpsError(error.kind, error.message, hint: password.wrongPasswordHint)
+            }
+            (master, keyID) = opened
         }
         unlocked.withLock { $0[cacheKey] = (master, keyID) }
         return PagedRepository(backend: backend, config: config, sealer: Sealer(master: master, idBytes: config.idBytes), keyID: keyID)

@@ -177,6 +177,10 @@ struct PagedRepositoryTests {
         // A command's password, a missing file.
         #expect((#expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo, password: .file(fixture.folder.file("none"))) })?.status == .noInput)
         #expect(try SnapshotSummary.list(repository: fixture.repo, password: .command("echo 'correct horse battery staple'")).count == 1)
+        // A file edited on Windows: its CRLF ends the line (a String's "\r\n" is one Character).
+        let crlf = fixture.folder.file("crlf")
+        try Data("correct horse battery staple\r\n".utf8).write(to: URL(fileURLWithPath: crlf))
+        #expect(try SnapshotSummary.list(repository: fixture.repo, password: .file(crlf)).count == 1)
         // The only key file damaged: 65, naming it.
         let key = try #require(try fixture.objects("keys").first)
         try fixture.flip(key, at: 0.5)

@@ -69,12 +69,25 @@ public enum PasswordSource: Sendable, Hashable {
             throw StoreOpsError(.usage, "no password: \(why)",
                                 hint: "name password_file or password_command under [snapshot] in the policy")
         }
-        let line = String(text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
-            .trimmingCharacters(in: CharacterSet(charactersIn: "\r"))
+        // The first line, however it ends: a String's "\r\n" is one Character, so splitting on
+        // "\n" kept a CRLF file's whole text, line ending and all (77: a Windows-edited file).
+        let line = text.components(separatedBy: CharacterSet(charactersIn: "\r\n")).first ?? ""
         guard !line.isEmpty else {
             throw StoreOpsError(.usage, "the password is empty", hint: "a repository's password may not be empty")
         }
         return Data(line.utf8)
+    }
+
+    /// A password file's first line as a storectl before the CRLF fix read it (a file ending in
+    /// "\r\n" gave its whole text, line ending included), when that differs: a repository made
+    /// with such a file has a key for it, tried after the password opens none.
+    public var legacyFileLine: Data? {
+        guard case .file(let path) = self, let data = FileManager.default.contents(atPath: FileSystem.absolute(path)) else { return nil }
+        let text = String(decoding: data, as: UTF8.self)
+        let old = String(text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+            .trimmingCharacters(in: CharacterSet(charactersIn: "\r"))
+        let new = text.components(separatedBy: CharacterSet(charactersIn: "\r\n")).first ?? ""
+        return old != new && !old.isEmpty ? Data(old.utf8) : nil
     }
 
     /// How long a password command may take (`STORECTL_PASSWORD_COMMAND_TIMEOUT`, seconds; 60).
