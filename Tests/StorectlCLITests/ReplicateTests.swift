@@ -29,6 +29,13 @@ struct ReplicateTests {
                                  environment: world.environment)
     }
 
+    /// One commit by an app that then closes its last connection: checkpointed, the -wal emptied.
+    func commitAndClose(_ store: String, title: String) throws {
+        let queue = try DatabaseQueue(path: store)
+        try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
+        try queue.close()
+    }
+
     func churn(_ world: World, seconds: Double, _ extra: [String] = []) throws -> ChildProcess.Running {
         try ChildProcess.Running(Binaries.lab, ["churn", world.store, "--log", world.log, "--duration", "\(seconds)"] + extra)
     }
@@ -1312,15 +1319,10 @@ struct ReplicateTests {
     func emptyWalWrittenWhileStopped() throws {
         let world = try world()
         let args = ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--sync-interval", "200ms"]
-        func app(_ title: String) throws {
-            let queue = try DatabaseQueue(path: world.store)
-            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
-            try queue.close()   // checkpointed, the -wal emptied
-        }
-        try app("before")
+        try commitAndClose(world.store, title: "before")
         #expect(try ChildProcess.run(Binaries.storectl, args, environment: world.environment).status == 0)
         usleep(300_000)
-        try app("while nobody followed")
+        try commitAndClose(world.store, title: "while nobody followed")
         let second = try ChildProcess.run(Binaries.storectl, args, environment: world.environment)
         #expect(second.status == 0 && second.stderr.contains("gap: the store's file was written at") && !second.stderr.contains("resumed chain"), "\(second.stderr)")
         let at = Timestamp.iso(Date().addingTimeInterval(-0.3))   // inside the second run, before its stop
@@ -1338,19 +1340,14 @@ struct ReplicateTests {
     func pruneReportsChains() throws {
         let world = try world()
         let args = ["replicate", world.store, "--repo", world.repo, "--for", "1500ms", "--sync-interval", "200ms", "--quiet"]
-        func app(_ title: String) throws {
-            let queue = try DatabaseQueue(path: world.store)
-            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
-            try queue.close()
-        }
         for round in 0..<2 {
             let follower = try ChildProcess.Running(Binaries.storectl, args, environment: world.environment)
             usleep(700_000)
-            try app("followed \(round)")   // a point
+            try commitAndClose(world.store, title: "followed \(round)")   // a point
             let run = follower.wait()
             #expect(run.status == 0, "\(run.stderr)")
             usleep(1_100_000)
-            try app("between")   // checkpointed away while nobody follows: the next run begins a new chain
+            try commitAndClose(world.store, title: "between")   // checkpointed away while nobody follows: the next run begins a new chain
         }
         let prune = ["snapshot", "prune", "--repo", world.repo, "--keep-last", "1", "--keep-points", "1s", "--keep-point-minutes", "1s", "--keep-point-bases", "1s"]
         let dry = try ChildProcess.run(Binaries.storectl, prune + ["--dry-run"], environment: world.environment)

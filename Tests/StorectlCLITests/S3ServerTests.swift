@@ -21,6 +21,22 @@ struct S3ServerTests {
 
     func startProxy(_ options: [String]) throws -> (proxy: ChildProcess.Running, port: String) { try SharedS3.startFaultProxy(options) }
 
+    /// An endpoint on loopback that accepts connections and never answers (listening when this returns).
+    func silentListener(_ folder: TempFolder) throws -> (ChildProcess.Running, Int) {
+        let port = try SeaweedServer.freePorts(1)[0]
+        let ready = folder.file("listening")
+        let listener = try ChildProcess.Running("/usr/bin/env", ["python3", "-c", """
+            import socket, sys, time
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
+            open(sys.argv[2], "w").close()
+            held = []
+            while True:
+                c, _ = s.accept(); held.append(c)
+            """, String(port), ready])
+        #expect(ChildProcess.waitFor(file: ready))
+        return (listener, port)
+    }
+
     @Test("large objects go up in parts and read back whole; an immutable object is never replaced; a dead run's unfinished upload is aborted by the next run alone")
     func multipartAndConditional() throws {
         let folder = try TempFolder()
@@ -149,18 +165,8 @@ struct S3ServerTests {
     func silentEndpoint() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
-        let port = try SeaweedServer.freePorts(1)[0]
-        let ready = folder.file("listening")
-        let listener = try ChildProcess.Running("/usr/bin/env", ["python3", "-c", """
-            import socket, sys, time
-            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
-            open(sys.argv[2], "w").close()
-            held = []
-            while True:
-                c, _ = s.accept(); held.append(c)
-            """, String(port), ready])
+        let (listener, port) = try silentListener(folder)
         defer { listener.signal(SIGKILL); _ = listener.wait() }
-        #expect(ChildProcess.waitFor(file: ready))
         let started = Date()
         let result = try run(["snapshot", "list", "--repo", repo], folder,
                              ["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)", "STORECTL_S3_TIMEOUT": "2", "STORECTL_S3_DEADLINE": "5"])
@@ -177,18 +183,8 @@ struct S3ServerTests {
     func signalWhileEndpointIsSilent() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
-        let port = try SeaweedServer.freePorts(1)[0]
-        let ready = folder.file("listening")
-        let listener = try ChildProcess.Running("/usr/bin/env", ["python3", "-c", """
-            import socket, sys, time
-            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
-            open(sys.argv[2], "w").close()
-            held = []
-            while True:
-                c, _ = s.accept(); held.append(c)
-            """, String(port), ready])
+        let (listener, port) = try silentListener(folder)
         defer { listener.signal(SIGKILL); _ = listener.wait() }
-        #expect(ChildProcess.waitFor(file: ready))
         let environment = try SharedS3.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "TMPDIR": folder.path,
                                                              "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)"]) { $1 }
         for (arguments, signal, status) in [(["snapshot", "list", "--repo", repo], SIGINT, Int32(130)),
