@@ -75,36 +75,54 @@ struct S3ServerTests {
         #expect(try backend.pendingUploads().isEmpty)
     }
 
-    @Test("indexes are read from the local cache once seen: a second snapshot GETs no index; a damaged copy is dropped and fetched again")
-    func indexCache() throws {
+    @Test("indexes and snapshot records are read from the local cache once seen: a second snapshot GETs neither; a damaged copy is dropped and fetched again; a pruned record's copy goes")
+    func objectCache() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let store = try sampleStore(in: folder, items: 2_000)
         let cache = folder.file("cache")
+        func report(_ arguments: [String], _ environment: [String: String] = [:]) throws -> [String: Any] {
+            let result = try run(arguments + ["--json"], folder, ["STORECTL_CACHE_DIR": cache].merging(environment) { $1 })
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+            return try #require(report["s3"] as? [String: Any])
+        }
         func create() throws -> [String: Any] {
             // The file's time moved (its pages did not): a snapshot that reads the store and its
             // indexes, where an untouched store's would reuse its parent and read no index at all.
             try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(Double.random(in: 1...1000))], ofItemAtPath: store)
-            let result = try run(["snapshot", "create", store, "--repo", repo, "--json"], folder, ["STORECTL_CACHE_DIR": cache])
-            #expect(result.status == 0, "\(result.stderr)")
-            let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
-            return try #require(report["s3"] as? [String: Any])
+            return try report(["snapshot", "create", store, "--repo", repo])
         }
+        func copies(_ kind: String) -> [String] { (FileManager.default.subpaths(atPath: cache) ?? []).filter { $0.contains("/\(kind)_") }.sorted() }
+        func gets(_ report: [String: Any]) -> Int { (report["requests"] as? [String: Any])?["GET"] as? Int ?? 0 }
         _ = try create()
         let second = try create()
-        #expect((second["cachedReads"] as? Int ?? 0) >= 1, "\(second)")
-        let copies = (FileManager.default.subpaths(atPath: cache) ?? []).filter { $0.contains("index_") }
-        #expect(copies.count == 1, "\(copies)")
-        // A damaged copy: dropped, the index fetched from the bucket, the snapshot made.
-        let copy = cache + "/" + copies[0]
-        var bytes = try Data(contentsOf: URL(fileURLWithPath: copy))
+        #expect((second["cachedReads"] as? Int ?? 0) >= 2, "the index and the first record: \(second)")
+        #expect(copies("index").count == 1 && copies("snapshots").count == 2, "\(copies("index")) \(copies("snapshots"))")
+
+        // A damaged copy: dropped, the index fetched from the bucket (and kept again), the snapshot made.
+        let copy = cache + "/" + copies("index")[0]
+        let intact = try Data(contentsOf: URL(fileURLWithPath: copy))
+        var bytes = intact
         bytes[bytes.count / 2] ^= 0xFF
         try bytes.write(to: URL(fileURLWithPath: copy))
-        let third = try create()
-        #expect((third["cachedReads"] as? Int ?? 0) == 0, "a damaged copy was used: \(third)")
-        let fourth = try create()
-        #expect((fourth["cachedReads"] as? Int ?? 0) == 1, "the index fetched again is cached again: \(fourth)")
-        #expect(try run(["repo", "check", "--repo", repo], folder).status == 0)
+        _ = try create()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: copy)) == intact, "the damaged copy was not replaced by the index from the bucket")
+
+        // More records: reading them all (repo stats) GETs none of them; each copy used is one GET fewer.
+        for _ in 0..<4 { _ = try create() }
+        let records = copies("snapshots")
+        #expect(records.count == 7, "\(records)")
+        let cached = try report(["repo", "stats", "--repo", repo])
+        let uncached = try report(["repo", "stats", "--repo", repo], ["STORECTL_CACHE_DIR": "off"])
+        let hits = cached["cachedReads"] as? Int ?? 0
+        #expect(hits >= 7 && gets(uncached) - gets(cached) == hits, "cached \(cached), not \(uncached)")
+
+        // A prune run elsewhere (no cache) removes records: the next listing here drops their copies.
+        _ = try report(["snapshot", "prune", "--repo", repo, "--keep-last", "2"], ["STORECTL_CACHE_DIR": "off"])
+        let after = try report(["repo", "stats", "--repo", repo])
+        #expect(copies("snapshots").count == 2 && (after["cachedReads"] as? Int ?? 0) >= 2, "\(copies("snapshots")) \(after)")
+        #expect(try run(["repo", "check", "--repo", repo], folder, ["STORECTL_CACHE_DIR": cache]).status == 0)
     }
 
     @Test("bad input for a bucket repository: each a clear message and its status, nothing written")

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A format-2 repository in an S3-compatible bucket, under a prefix: `s3://BUCKET/PREFIX`.
 ///
@@ -16,7 +17,11 @@ public final class S3Backend: RepositoryBackend {
     /// Without leading or trailing slashes; "" for the bucket's root.
     public let prefix: String
     let client: S3Client
-    let cache: S3IndexCache?
+    let cache: S3ObjectCache?
+    /// What this process's latest listing of each cached prefix showed: a cached copy is used
+    /// only for a key in it, so a record or index removed since (by a prune elsewhere) is read
+    /// from the bucket, and found missing there, never from the cache.
+    private let listed = Mutex<[String: Set<String>]>([:])
     public let location: String
     public var parallelTransfers: Int { client.settings.parallel }
     public var parallelReads: Int { max(2, client.settings.parallel) }
@@ -27,7 +32,7 @@ public final class S3Backend: RepositoryBackend {
         let location = "s3://\(bucket)\(prefix.isEmpty ? "" : "/" + prefix)"
         self.location = location
         self.client = S3Client(settings: settings, bucket: bucket, location: location)
-        self.cache = S3IndexCache(endpoint: settings.endpoint, location: location)
+        self.cache = S3ObjectCache(endpoint: settings.endpoint, location: location)
     }
 
     /// Opens `s3://BUCKET[/PREFIX]` with the settings from the environment and AWS files.
@@ -60,8 +65,8 @@ public final class S3Backend: RepositoryBackend {
 
 
     public func read(_ key: String) throws -> Data? {
-        let cached = S3IndexCache.handles(key) ? cache : nil
-        if let copy = cached?.read(key) {
+        let cached = S3ObjectCache.handles(key) ? cache : nil
+        if let cached, let prefix = S3ObjectCache.prefix(of: key), listed.withLock({ $0[prefix]?.contains(key) ?? false }), let copy = cached.read(key) {
             S3Traffic.cacheHit()
             return copy
         }
@@ -113,7 +118,7 @@ public final class S3Backend: RepositoryBackend {
             let response = try client.send("PUT", method: "PUT", key: objectKey(key), headers: headers, body: data, checksum: true, what: describe(key))
             try accept(response, key: key, data: data)
         }
-        if S3IndexCache.handles(key) { cache?.store(key, data) }
+        if S3ObjectCache.handles(key) { cache?.store(key, data) }
         FaultInjection.reach("\(point).put")
     }
 
@@ -187,7 +192,7 @@ public final class S3Backend: RepositoryBackend {
     public func remove(_ key: String, point: String) throws {
         let response = try client.send("DELETE", method: "DELETE", key: objectKey(key), what: describe(key))
         guard [200, 204, 404].contains(response.status) else { throw unexpected(response, "removing", key) }
-        if S3IndexCache.handles(key) { cache?.remove(key) }
+        if S3ObjectCache.handles(key) { cache?.remove(key) }
         FaultInjection.reach(point)
     }
 
@@ -217,7 +222,11 @@ public final class S3Backend: RepositoryBackend {
                 token = next
             }
         } while token != nil
-        if prefix == "index/" { cache?.keep(only: out.map(\.key)) }
+        if S3ObjectCache.prefixes.contains(prefix) {
+            let keys = out.map(\.key)
+            listed.withLock { $0[prefix] = Set(keys) }
+            cache?.keep(only: keys, under: prefix)
+        }
         return out.sorted { $0.key < $1.key }
     }
 

@@ -9,7 +9,7 @@ public struct S3Traffic: Codable, Sendable, Equatable {
     public var retries = 0
     public var bytesSent: UInt64 = 0
     public var bytesReceived: UInt64 = 0
-    /// Index objects read from the local cache instead of the bucket.
+    /// Index objects and snapshot records read from the local cache instead of the bucket.
     public var cachedReads = 0
 
     public var totalRequests: Int { requests.values.reduce(0, +) }
