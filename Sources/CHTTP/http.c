@@ -76,11 +76,21 @@ struct exchange {
     size_t max_body;
     int too_large;
     long long started_ms;   ///< when the transfer began
+    curl_off_t moved;       ///< bytes received and sent so far, as the progress callback last saw
 };
 
+// When a transfer last moved a byte either way (ms since 1970; 0: none yet). A request waiting
+// for an answer while another's bytes flow is not a sign of a silent endpoint.
+static _Atomic long long moved_at_ms = 0;
+long long storectl_http_moved_at(void) { return atomic_load(&moved_at_ms); }
+
 static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
-    (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
-    const struct exchange *exchange = data;
+    (void)dltotal; (void)ultotal;
+    struct exchange *exchange = data;
+    if (exchange && dlnow + ulnow != exchange->moved) {
+        exchange->moved = dlnow + ulnow;
+        atomic_store(&moved_at_ms, now_ms());
+    }
     long long signalled = atomic_load(&signalled_at_ms);
     // Begun before the signal: cut. Begun after it (a stopping command's clean-up, a lock given
     // back): it runs, within the short time the caller gives it.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Synchronization
 import StoreLab
 import StoreOps
 
@@ -9,7 +10,7 @@ struct StorectlLab: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storectl-lab",
         abstract: "Sample stores and write load for storectl's demo, tests and benchmarks.",
-        subcommands: [MakeStore.self, Writer.self, Churn.self, Hold.self, JobLockHold.self, Latency.self, WALCommits.self, S3Bucket.self])
+        subcommands: [MakeStore.self, Writer.self, Churn.self, Hold.self, JobLockHold.self, Latency.self, WALCommits.self, S3Bucket.self, S3Stagger.self])
 
     static func main() {
         ProcessSignals.install()
@@ -143,6 +144,31 @@ struct S3Bucket: ParsableCommand {
 
     func run() throws {
         try S3Backend.createBucket(name, settings: try S3Settings.resolve(bucket: name))
+    }
+}
+
+struct S3Stagger: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "s3-stagger",
+                                                    abstract: "GET one key from several threads, each starting STAGGER seconds after the one before (AWS_* and STORECTL_S3_* settings); prints when each ended and how.")
+
+    @Argument var bucket: String
+    @Argument var key: String
+    @Option var threads = 2
+    @Option var stagger = 1.0
+
+    func run() throws {
+        let backend = S3Backend(bucket: bucket, prefix: "", settings: try S3Settings.resolve(bucket: bucket))
+        let started = Date()
+        let ended = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: threads) { index in
+            Thread.sleep(forTimeInterval: Double(index) * stagger)
+            let outcome: String
+            do { outcome = try backend.read(key) == nil ? "missing" : "read" } catch let error as StoreOpsError {
+                outcome = "\(error.status.rawValue) \(error.message)"
+            } catch { outcome = "\(error)" }
+            ended.withLock { $0.append(String(format: "%d %.2f %@", index, Date().timeIntervalSince(started), outcome)) }
+        }
+        for line in ended.withLock({ $0 }).sorted() { print(line) }
     }
 }
 

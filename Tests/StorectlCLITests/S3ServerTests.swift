@@ -218,6 +218,24 @@ struct S3ServerTests {
         }
     }
 
+    @Test("the deadline holds across parallel requests: one that starts while another has waited for an answer gets the deadline's rest, not a whole timeout")
+    func deadlineAcrossParallelRequests() throws {
+        let folder = try TempFolder()
+        let (listener, port) = try silentListener(folder)
+        defer { listener.signal(SIGKILL); _ = listener.wait() }
+        let environment = try SharedS3.environment().merging(["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)", "STORECTL_S3_DEADLINE": "4",
+                                                             "STORECTL_S3_TIMEOUT": "30"]) { $1 }
+        // The second GET starts 2.5 s into the first one's wait: before, it waited its own 4 s
+        // (the deadline, as if the endpoint had just answered) and ended 6.5 s in.
+        let result = try ChildProcess.run(Binaries.lab, ["s3-stagger", SharedS3.bucket, "config", "--threads", "2", "--stagger", "2.5"],
+                                          environment: environment)
+        let lines: [[String]] = result.stdout.split(separator: "\n").map { line in line.split(separator: " ", maxSplits: 3).map { String($0) } }
+        #expect(result.status == 0 && lines.count == 2, "\(result.stdout) \(result.stderr)")
+        for line in lines where line.count == 4 {
+            #expect(line[2] == "74" && (Double(line[1]) ?? 99) < 5.5, "thread \(line[0]) ended at \(line[1]) s: \(line[3])")
+        }
+    }
+
     @Test("a proxy that answers 503 SlowDown, cuts connections mid-request, damages bodies and loses answers to requests the server did: create and restore succeed through retries; the repository checks clean")
     func faultyNetwork() throws {
         let folder = try TempFolder()

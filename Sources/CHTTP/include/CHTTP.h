@@ -47,6 +47,8 @@ void storectl_http_abort_at(long long ms);
 void storectl_http_signalled(void);
 void storectl_http_signal_cleared(void);
 void storectl_http_draining(int on);
+/// When any transfer last moved a byte either way (ms since 1970; 0: none yet).
+long long storectl_http_moved_at(void);
 
 int storectl_http_perform(void *handle, const char *method, const char *url,
                           const char *const *headers, size_t count,

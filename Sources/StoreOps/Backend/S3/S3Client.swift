@@ -20,10 +20,44 @@ final class S3Client: Sendable {
     /// `s3://bucket/prefix`, for messages.
     let location: String
     private let handles: HandlePool
-    /// Since when the endpoint has answered no request of this client (nil: it answered the last
-    /// one). Shared by every request, parallel ones included, so that together they give up
-    /// within `settings.deadline` of the last answer, not each after its own retries.
-    private let unansweredSince = Mutex<Date?>(nil)
+    /// Since when the endpoint has answered no request of this client. Shared by every request,
+    /// parallel ones included, so that together they give up within `settings.deadline` of the
+    /// last answer, not each after its own retries (or its own timeout: an attempt that starts
+    /// while another has waited 10 s for an answer gets the deadline's rest, not all of it).
+    private let silence = Mutex(Silence())
+
+    struct Silence {
+        /// The start of the first attempt that failed since the last answer (nil: none failed).
+        var failedSince: Date?
+        /// When each attempt in flight started waiting (its start, or the last answer after it).
+        var waiting: [Int: Date] = [:]
+        var nextAttempt = 0
+
+        /// Since when nothing was answered, as far as the attempts failed or in flight show. An
+        /// attempt in flight waits only since any transfer last moved a byte (a long upload's
+        /// bytes flowing, or an answer's, show the endpoint alive).
+        func since(_ now: Date) -> Date? {
+            let moved = storectl_http_moved_at()
+            let alive = moved > 0 ? Date(timeIntervalSince1970: Double(moved) / 1000) : nil
+            let inFlight = waiting.values.min().map { start in alive.map { max(start, $0) } ?? start }
+            return [failedSince, inFlight].compactMap { $0 }.min().map { min($0, now) }
+        }
+        mutating func start(_ now: Date) -> Int {
+            nextAttempt += 1
+            waiting[nextAttempt] = now
+            return nextAttempt
+        }
+        /// An answer: nothing has been waiting longer than since now.
+        mutating func answered(_ attempt: Int, _ now: Date) {
+            waiting[attempt] = nil
+            failedSince = nil
+            for key in waiting.keys { waiting[key] = now }
+        }
+        mutating func failed(_ attempt: Int) {
+            if failedSince == nil { failedSince = waiting[attempt] }
+            waiting[attempt] = nil
+        }
+    }
 
     struct Response: Sendable {
         var status: Int
@@ -81,7 +115,10 @@ final class S3Client: Sendable {
             let attemptStarted = Date()
             // No byte for `timeout` ends an attempt; within the deadline's rest, so the last attempt
             // does not run past it.
-            let silent = unansweredSince.withLock { $0 }.map { attemptStarted.timeIntervalSince($0) } ?? 0
+            let (silent, attemptID) = silence.withLock { state -> (TimeInterval, Int) in
+                let since = state.since(attemptStarted)
+                return (since.map { attemptStarted.timeIntervalSince($0) } ?? 0, state.start(attemptStarted))
+            }
             var idle = settings.deadline > 0 ? max(1, min(settings.timeout, settings.deadline - silent)) : settings.timeout
             if ProcessSignals.received != nil, !ProcessSignals.drains {
                 // Stopping on a signal: what runs now is clean-up (a lock given back), worth a
@@ -98,8 +135,8 @@ final class S3Client: Sendable {
             }
             let lines = signedHeaders(extra, signer: signer, method: method, key: key, query: query, payloadHash: payloadHash)
             let outcome = perform(method: method, url: url, headers: lines, body: body, idle: idle)
-            if case .answered = outcome { unansweredSince.withLock { $0 = nil } } else {
-                unansweredSince.withLock { if $0 == nil { $0 = attemptStarted } }
+            if case .answered = outcome { silence.withLock { $0.answered(attemptID, Date()) } } else {
+                silence.withLock { $0.failed(attemptID) }
             }
             S3Traffic.record(kind, sent: body.count, received: outcome.response?.body.count ?? 0, retry: attempt > 0)
             switch outcome {
@@ -146,7 +183,8 @@ final class S3Client: Sendable {
         if !ProcessSignals.drains { try ProcessSignals.checkpoint("\(kind) \(what) (last: \(lastProblem))") }
         let ceiling = min(settings.maxBackoff, settings.backoff * pow(2, Double(attempt - 1)))
         let delay = Double.random(in: 0...ceiling)
-        let silentFor = unansweredSince.withLock { $0 }.map { Date().timeIntervalSince($0) } ?? 0
+        let now = Date()
+        let silentFor = silence.withLock { $0.since(now) }.map { now.timeIntervalSince($0) } ?? 0
         let pastDeadline = settings.deadline > 0 && silentFor + delay >= settings.deadline
         if let finishBy = ProcessSignals.finishBy, Date().addingTimeInterval(delay) >= finishBy {
             throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")); not tried again: the process is stopping; last: \(lastProblem) (endpoint \(settings.endpoint))")
