@@ -43,7 +43,8 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
                     print(outcome.ok ? "ok      \(what)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(what): \(problem)")
                     continue
                 }
-                print(outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(problem)")
+                let unrecorded = outcome.unrecorded.map { "; NOT RECORDED as verified: \($0)" } ?? ""
+                print((outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(problem)") + unrecorded)
             }
         }
         try Finished.check(SnapshotVerify.ending(of: outcomes))

@@ -232,6 +232,32 @@ struct SnapshotCLITests {
         #expect(SnapshotVerify.ending(of: [ok]).status == .ok)
     }
 
+    @Test("verify with no room left for the \"last verified\" record: the snapshot is called ok and NOT RECORDED (74), not NOT CHECKED; with room, it is recorded", .enabled(if: TempMount.isAvailable))
+    func verifiedButNotRecorded() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let mount = try #require(TempMount(kilobytes: 4096))
+        let repo = try RepositoryInit.run(.init(location: mount.file("repo"), encrypted: false, password: .file(try folder.passwordFile()))).location
+        let created = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(created.status == 0, "\(created.stderr)")
+        let id = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(created.stdout.utf8)).id
+        // One page left: the run's (shared) lock object fits, the record after the check does not.
+        let spare = mount.file("spare"), filler = mount.file("filler")
+        try Data(count: 4096).write(to: URL(fileURLWithPath: spare))
+        _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(filler)' 2>/dev/null"])
+        try FileManager.default.removeItem(atPath: spare)
+        let full = try storectl("snapshot", "verify", "--repo", repo, id)
+        #expect(full.status == 74 && full.stdout.hasPrefix("ok      \(id)") && full.stdout.contains("NOT RECORDED as verified: ")
+                && full.stdout.contains("no space left"), "\(full.status) \(full.stdout) \(full.stderr)")
+        #expect(!full.stdout.contains("NOT CHECKED") && !FileManager.default.fileExists(atPath: repo + "/verified/\(id).json"))
+        let json = try storectl("snapshot", "verify", "--repo", repo, id, "--json")
+        let outcomes = try JSON.decoder().decode([SnapshotVerify.Outcome].self, from: Data(json.stdout.utf8))
+        #expect(json.status == 74 && outcomes.count == 1 && outcomes[0].ok && outcomes[0].status == nil && outcomes[0].unrecorded != nil, "\(json.stdout)")
+        try FileManager.default.removeItem(atPath: filler)
+        let roomy = try storectl("snapshot", "verify", "--repo", repo, id)
+        #expect(roomy.status == 0 && !roomy.stdout.contains("NOT RECORDED") && FileManager.default.fileExists(atPath: repo + "/verified/\(id).json"), "\(roomy.stdout)")
+    }
+
     @Test("a store whose path has a control character (a tab) is refused before it is snapshotted (64), not recorded and then called damaged; replicate refuses it too")
     func controlCharacterInPath() throws {
         let folder = try TempFolder()

@@ -39,6 +39,9 @@ public enum SnapshotVerify {
         /// read, the scratch folder is full): not damage. The run stops there; `problem` says
         /// so and what was not reached.
         public var status: Int32?
+        /// Set when the snapshot was checked but its "last verified" record could not be written
+        /// (the repository went away after reading it): why. `ok` is still the check's verdict.
+        public var unrecorded: String?
 
         public init(id: String, ok: Bool, problem: String? = nil, seconds: Double, points: Int? = nil, store: String? = nil, status: Int32? = nil) {
             self.id = id
@@ -146,12 +149,18 @@ public enum SnapshotVerify {
         } catch let error as StoreOpsError where error.status == .badData {
             problem = error.message
         }
+        var unrecorded: String?
         do {
             try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
-        } catch where problem != nil && stopsVerification(error) != nil {
-            // The damage found is the outcome; that it could not be recorded changes nothing of it.
+        } catch {
+            // The check's verdict stands; that it could not be recorded is said beside it (a
+            // snapshot found intact and not recorded is not "not checked").
+            guard let stop = stopsVerification(error) else { throw error }
+            unrecorded = stop.message
         }
-        return Outcome(id: id, ok: problem == nil, problem: problem, seconds: Date().timeIntervalSince(started))
+        var outcome = Outcome(id: id, ok: problem == nil, problem: problem, seconds: Date().timeIntervalSince(started))
+        outcome.unrecorded = unrecorded
+        return outcome
     }
 
     static func verifyPoints(in repository: PagedRepository, progress: ProgressHandler?) throws -> [Outcome] {
@@ -193,14 +202,19 @@ public enum SnapshotVerify {
         let damaged = outcomes.filter { !$0.ok && $0.status == nil && $0.points == nil }.map(\.id)
         let chains = outcomes.filter { !$0.ok && $0.status == nil && $0.points != nil }.map(\.id)
         let stopped = outcomes.first { $0.status != nil }
-        guard !damaged.isEmpty || !chains.isEmpty || stopped != nil else { return .ok }
+        let unrecorded = outcomes.filter { $0.unrecorded != nil }
+        guard !damaged.isEmpty || !chains.isEmpty || stopped != nil || !unrecorded.isEmpty else { return .ok }
         var parts: [String] = []
         if !damaged.isEmpty { parts.append("\(Format.plural(damaged.count, "snapshot is", "snapshots are")) damaged: \(damaged.joined(separator: ", "))") }
         if !chains.isEmpty { parts.append("\(Format.plural(chains.count, "chain of points is", "chains of points are")) damaged: \(chains.joined(separator: ", "))") }
         if let stopped { parts.append("could not check \(stopped.points == nil ? "snapshot" : "the chain of points") \(stopped.id): \(stopped.problem ?? "")") }
+        if let first = unrecorded.first, stopped == nil {
+            parts.append("checked, but the \"last verified\" record of \(unrecorded.map(\.id).joined(separator: ", ")) could not be written: \(first.unrecorded ?? "")")
+        }
         let status: ExitStatus = damaged.isEmpty && chains.isEmpty ? ExitStatus(rawValue: stopped?.status ?? ExitStatus.ioError.rawValue) : .badData
         return Ending(.failed, error: StoreOpsError(status: status, parts.joined(separator: "; "),
-                                                    hint: stopped == nil ? nil : "the outcomes above were checked; run it again once the repository can be read"))
+                                                    hint: stopped == nil && unrecorded.isEmpty ? nil : "the outcomes above were checked; run it again once the repository can be read"
+                                                        + (unrecorded.isEmpty ? "" : " (prune keeps a store's newest snapshot recorded as verified)")))
     }
 
     static let scratchPrefix = "storectl-verify-"
