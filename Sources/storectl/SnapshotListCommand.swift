@@ -47,7 +47,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
                 case "covered": what = "every commit" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
                 case "thinned": what = "the last commit of each minute" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
                 case "gap", "unconfirmed": what = span.reason ?? ""
-                default: what = "storectl replicate was stopped"
+                default: what = span.reason ?? "storectl replicate was stopped"
                 }
                 lines.append("  \(span.kind.padding(toLength: 12, withPad: " ", startingAt: 0))  \(time(span.from))  to  \(to.padding(toLength: 24, withPad: " ", startingAt: 0))  \(what)")
             }

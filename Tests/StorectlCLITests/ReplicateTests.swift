@@ -409,6 +409,9 @@ struct ReplicateTests {
         let listed = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first)
         let covered = listed.spans.filter { $0.kind == "covered" }
         #expect(covered.count == 2 && Set(covered.compactMap(\.chain)).count == 1, "one chain, resumed: \(listed.spans)")
+        // The span of the kill is not called a stop; the clean stop's is.
+        let unfollowed = listed.spans.filter { $0.kind == "not followed" }.map { $0.reason ?? "" }
+        #expect(unfollowed.count == 2 && unfollowed[0].contains("was not running (killed") && unfollowed[1] == "storectl replicate was stopped", "\(unfollowed)")
         var total = 0
         for span in covered {
             let count = try #require(span.points, "\(listed.spans)")

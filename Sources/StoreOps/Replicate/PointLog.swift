@@ -493,16 +493,18 @@ public struct PointTimeline: Sendable {
         public var stopped: Bool { markers.last?.level == PointTimeline.stoppedLevel }
 
         /// The spans of this chain in which no commit is claimed: from a clean stop to the next
-        /// resume (or on), and each resume's span; `point`: the chain's last point before it.
-        var unfollowed: [(from: Int64, to: Int64?, point: Int)] {
-            var spans: [(from: Int64, to: Int64?, point: Int)] = []
+        /// resume (or on), and each resume's span; `point`: the chain's last point before it;
+        /// `stopped`: it began with a clean stop (else the follower was killed or its machine
+        /// went down, and the span runs from its last confirmation to the resume).
+        var unfollowed: [(from: Int64, to: Int64?, point: Int, stopped: Bool)] {
+            var spans: [(from: Int64, to: Int64?, point: Int, stopped: Bool)] = []
             for marker in markers {
                 if marker.level == PointTimeline.resumedLevel {
                     if let open = spans.last, open.to == nil { spans[spans.count - 1].to = marker.lastTime } else {
-                        spans.append((marker.firstTime, marker.lastTime, marker.to))
+                        spans.append((marker.firstTime, marker.lastTime, marker.to, false))
                     }
                 } else {
-                    spans.append((marker.firstTime, nil, marker.to))
+                    spans.append((marker.firstTime, nil, marker.to, true))
                 }
             }
             return spans
@@ -643,7 +645,9 @@ public struct StorePoints: Sendable, Codable {
                 for span in unfollowed where span.from >= from {
                     let count = perSpan ? max(0, min(span.point, chain.points - 1) - before) : nil
                     entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(span.from), points: count, chain: chain.id))
-                    entry?.spans.append(Span(kind: "not followed", from: PointRestore.date(span.from), to: span.to.map(PointRestore.date)))
+                    entry?.spans.append(Span(kind: "not followed", from: PointRestore.date(span.from), to: span.to.map(PointRestore.date),
+                                             reason: span.stopped ? "storectl replicate was stopped"
+                                                : "storectl replicate was not running (killed, or its machine went down) until it resumed"))
                     before = max(before, min(span.point, chain.points - 1))
                     guard let to = span.to else { from = .max; break }
                     from = to
