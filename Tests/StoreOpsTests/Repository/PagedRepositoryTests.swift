@@ -440,6 +440,11 @@ struct PagedRepositoryTests {
         for index in try other.objects("index") { try other.remove(index) }
         let whole = try RepositoryRepair.run(location: other.repo, password: other.password)
         #expect(whole.unrestorable.isEmpty && RepositoryRepair.ending(of: whole).status == .ok)
+        // Its only pack gone (none damaged, none listed): the map is said to be in a missing pack.
+        for pack in try other.objects("data") { try other.remove(pack) }
+        let gone = try RepositoryRepair.run(location: other.repo, password: other.password)
+        #expect(gone.damagedPacks.isEmpty && gone.unrestorable.count == 1 && gone.unrestorable.allSatisfy { $0.contains("the one that did is missing") && !$0.contains("listed above") },
+                "\(gone.unrestorable)")
     }
 
     @Test("a repository written by a newer storectl, or a config that was changed, is refused with 65 and what to do")

@@ -103,7 +103,8 @@ public enum RepositoryRepair {
             // new one, but not in a readable pack).
             let unreadableMap = record.pages.blobs.filter { locations[$0] == nil }.count
             if unreadableMap > 0 {
-                problems.append("snapshot \(record.id): its page map (\(Format.plural(unreadableMap, "chunk", "chunks"))) is in no readable pack: a damaged pack listed above held it")
+                let held = damagedPacks.isEmpty ? "no pack in the repository holds it (the one that did is missing)" : "a damaged pack listed above held it, or a missing one"
+                problems.append("snapshot \(record.id): its page map (\(Format.plural(unreadableMap, "chunk", "chunks"))) is in no readable pack: \(held)")
                 continue
             }
             do {
