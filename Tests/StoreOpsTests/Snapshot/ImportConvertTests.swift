@@ -187,6 +187,20 @@ struct ImportConvertTests {
         expect(.cannotCreate) { _ = try SnapshotImport.run(scratchless) }
         expect(.noInput) { _ = try convert(folder.file("no-old-repo"), into: b) }
         expect(.usage) { _ = try convert(" ", into: b) }
+        // The hints name the options of the repository to convert, not --repo and --password-file.
+        do {
+            _ = try convert(folder.file("no-old-repo"), into: b)
+        } catch let error as StoreOpsError { #expect(error.hint?.contains("check OLD, the repository to convert") == true, "\(error.description)") }
+        let other = folder.file("other-password")
+        try Data("another password\n".utf8).write(to: URL(fileURLWithPath: other))
+        let c = try RepositoryInit.run({ var o = RepositoryInit.Options(location: folder.file("c"), password: .file(other)); o.kdfN = 1 << 10; return o }()).location
+        do {
+            _ = try RepositoryConvert.run(.init(source: c, sourcePassword: password, target: b, password: password))
+            Issue.record("the new repository's password opened the old one")
+        } catch let error as StoreOpsError {
+            #expect(error.status == .wrongPassword && error.message.hasPrefix("the repository to convert: ") && error.hint?.contains("pass --old-password-file FILE") == true,
+                    "\(error.description)")
+        }
         var options = RepositoryConvert.Options(source: a, sourcePassword: password, target: b, password: password)
         options.scratch = folder.file("no-such-folder")
         expect(.cannotCreate) { _ = try RepositoryConvert.run(options) }

@@ -63,7 +63,10 @@ public enum RepositoryConvert {
         let pipeline = Pipeline(operation: "repo convert", progress: progress)
         var road = PlannedRoad<HeldSource, Report>(
             lock: .none, actName: "convert",
-            preflight: { pipeline in try HeldSource(options.source, password: options.sourcePassword, target: try pipeline.repository) },
+            preflight: { pipeline in
+                try HeldSource(options.source, password: options.sourcePassword, sameAsNew: options.sourcePassword == options.password,
+                               target: try pipeline.repository)
+            },
             act: { pipeline, source in
                 defer { source.release() }
                 return try convert(source.repository, into: try pipeline.repository, scratch: options.scratch, progress: progress)
@@ -78,8 +81,26 @@ public enum RepositoryConvert {
         let repository: OldRepository
         let release: () -> Void
 
-        init(_ location: String, password: PasswordSource, target: PagedRepository) throws {
-            repository = try OldRepository.open(location, password: password)
+        /// `sameAsNew`: no password of its own was given for the old repository (the new one's is
+        /// tried): a wrong one's hint says how to give it.
+        init(_ location: String, password: PasswordSource, sameAsNew: Bool, target: PagedRepository) throws {
+            do {
+                repository = try OldRepository.open(location, password: password)
+            } catch var error as StoreOpsError {
+                // The hints the repository gives name the options of the one a command works on
+                // (--repo, --password-file); here it is the other one.
+                switch error.kind {
+                case .wrongPassword:
+                    error.message = "the repository to convert: " + error.message
+                    error.hint = sameAsNew
+                        ? "the password tried on it is the new repository's (no --old-password-file was given, or the same file): pass --old-password-file FILE with the old repository's password"
+                        : "check what the file given with --old-password-file holds"
+                case .noInput where !S3Backend.isS3(location) && FileSystem.kind(of: FileSystem.absolute(location)) == .missing:
+                    error.hint = "check OLD, the repository to convert (the first argument): a folder, or s3://BUCKET/PREFIX"
+                default: break
+                }
+                throw error
+            }
             guard repository.location != target.location else {
                 throw StoreOpsError(.usage, "\(target.location) is both the repository to convert and the one to convert into",
                                     hint: "make a new repository with `storectl repo init --repo NEW` and convert into it")
