@@ -233,7 +233,18 @@ struct PagedRepositoryTests {
         #expect(try SnapshotSummary.list(repository: fixture.repo, password: .file(second)).count == 1)
         let current = try #require(try RepositoryKeys.list(options).first { $0.current }?.id)
         #expect((#expect(throws: StoreOpsError.self) { try RepositoryKeys.remove(options, id: current) })?.status == .usage)
-        try RepositoryKeys.remove(options, id: added)
+        // A password a key already has makes no second key (add, or passwd to the same password).
+        let again = #expect(throws: StoreOpsError.self) { try RepositoryKeys.add(options) }
+        #expect(again?.status == .usage && again?.message.contains("already opens key \(added)") == true, "\(again?.message ?? "")")
+        var same = options
+        same.newPassword = fixture.password
+        let unchanged = #expect(throws: StoreOpsError.self) { try RepositoryKeys.passwd(same) }
+        #expect(unchanged?.status == .usage && unchanged?.message.contains("the key this run opened the repository with (\(current))") == true, "\(unchanged?.message ?? "")")
+        #expect(try RepositoryKeys.list(options).count == 2)
+        // Removed by the start of its id (as snapshot ids are given), upper case or not.
+        let prefix = String(added.prefix(6)).uppercased()
+        #expect(!current.lowercased().hasPrefix(prefix.lowercased()))
+        try RepositoryKeys.remove(options, id: prefix)
         #expect((#expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo, password: .file(second)) })?.status == .wrongPassword)
         let (_, removed) = try RepositoryKeys.passwd(options)
         #expect(removed == current)

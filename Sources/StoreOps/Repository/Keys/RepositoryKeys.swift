@@ -76,10 +76,22 @@ public enum RepositoryKeys {
     }
 
     /// Removes a key (never the one used to open the repository, so one that works always stays).
-    public static func remove(_ options: Options, id: String) throws {
+    /// `id`: a key's id or the start of one (as snapshot ids are given), naming one key.
+    public static func remove(_ options: Options, id given: String) throws {
         try change(options, "key remove") { repository in
-            guard id.count == 16, id.allSatisfy(\.isHexDigit) else {
-                throw StoreOpsError(.usage, "\"\(id)\" is not a key id", hint: "`storectl key list --repo \(repository.location)` shows them")
+            let lowered = given.lowercased()
+            guard (1...16).contains(lowered.count), lowered.allSatisfy(\.isHexDigit) else {
+                throw StoreOpsError(.usage, "\"\(given)\" is not a key id (16 hex digits, or the start of them)",
+                                    hint: "`storectl key list --repo \(repository.location)` shows them")
+            }
+            let ids = try repository.backend.list("keys/").map { FileSystem.name(of: $0.key) }
+            let matches = ids.contains(lowered) ? [lowered] : ids.filter { $0.hasPrefix(lowered) }
+            guard matches.count <= 1 else {
+                throw StoreOpsError(.usage, "\"\(given)\" starts \(matches.count) key ids: \(matches.sorted().joined(separator: ", "))",
+                                    hint: "give more of the id, enough to name one key")
+            }
+            guard let id = matches.first else {
+                throw StoreOpsError(.noInput, "the repository \(repository.location) has no key \(given)", hint: "`storectl key list --repo \(repository.location)` shows them")
             }
             guard id != repository.keyID else {
                 throw StoreOpsError(.usage, "key \(id) is the one this password opens; removing it could lock you out",
@@ -95,6 +107,13 @@ public enum RepositoryKeys {
     private static func write(_ repository: PagedRepository, options: Options, point: String) throws -> String {
         guard let master = repository.sealer.master else { throw StoreOpsError(.failure, "the repository is not open") }
         let password = try options.newPassword.read(purpose: "new password for \(repository.location)", confirm: true)
+        // Two keys for one password would make removing "the old password" leave it working.
+        for existing in try PagedRepository.keyFiles(repository.backend).keys where (try? existing.open(password: password)) != nil {
+            let which = existing.id == repository.keyID ? "the key this run opened the repository with (\(existing.id))" : "key \(existing.id)"
+            throw StoreOpsError(.usage, "the new password already opens \(which); a second key for it is not made",
+                                hint: point == "key.passwd.add" && existing.id == repository.keyID
+                                    ? "choose a password other than the current one" : "choose another password, or keep using that key")
+        }
         let file = try KeyFile.make(master, password: password, n: options.kdfN)
         try repository.backend.write("keys/\(file.id)", try JSON.encode(file), point: point)
         return file.id
