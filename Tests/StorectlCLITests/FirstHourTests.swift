@@ -165,6 +165,13 @@ struct FirstHourTests {
         // By hand (no [schedule] context), the same settings are fine: the run has them.
         let byHand = try ChildProcess.run(Binaries.storectl, ["run", "snapshot", "--policy", world.policy], environment: environment)
         #expect(byHand.status == 0, "\(byHand.stderr)")
+        // No credentials anywhere (none exported, no profile file): an s3 problem whose hint is
+        // the profile file a scheduled run reads, not the password's, nor "export AWS_…".
+        var bare = environment.filter { !["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"].contains($0.key) }
+        bare["AWS_SHARED_CREDENTIALS_FILE"] = world.folder.file("no-credentials")
+        let none = try ChildProcess.run(Binaries.storectl, ["policy", "check", world.policy], environment: bare)
+        #expect(none.status == 2 && none.stdout.contains("  s3 ") && none.stdout.contains("no S3 credentials") && !none.stdout.contains("  password ")
+                && none.stdout.contains("~/.aws/credentials of the user the job runs as"), "\(none.status) \(none.stdout) \(none.stderr)")
     }
 
     @Test("a mistyped --repo: read commands name the repositories next to it; only snapshot create suggests repo init")

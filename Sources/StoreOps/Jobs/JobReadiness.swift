@@ -241,6 +241,14 @@ public enum JobReadiness {
                             + "(a profile's `s3 =` endpoint_url), then check again", status: .wrongPassword))
                 }
             }
+        } catch let error as StoreOpsError where error.message.hasPrefix("no S3 credentials") {
+            // The bucket's credentials, not the repository's password; a scheduled run has only
+            // what ~/.aws holds for its user, never this shell's variables.
+            var hint = error.hint
+            if case .scheduled = context {
+                hint = "put them in ~/.aws/credentials of the user the job runs as (its [default] profile): a scheduled run has none of this shell's AWS_* variables"
+            }
+            report.problems.append(Problem(check: "s3", message: error.message, hint: hint, status: error.status))
         } catch let error as StoreOpsError {
             // 64 (no password to be had), 66 (a password file missing) and 77 (wrong) are the password's problems.
             let isPassword = error.status == .wrongPassword || error.status == .usage
