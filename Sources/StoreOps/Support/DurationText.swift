@@ -25,7 +25,7 @@ public struct DurationText: Sendable, Codable, Equatable, CustomStringConvertibl
     public static func parse(_ text: String, allowZero: Bool = false, maximum: TimeInterval = maximumSeconds) -> Result<DurationText, DurationError> {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else { return .failure(.init(text: text, problem: "is empty")) }
-        if trimmed.hasPrefix("-") { return .failure(.init(text: text, problem: "is negative: a duration is out of range below zero")) }
+        if trimmed.hasPrefix("-") { return .failure(.init(text: text, problem: "is negative: a duration is a length of time, 0 or more")) }
         // Nothing is nothing in any unit.
         if allowZero, trimmed == "0" { return .success(DurationText(seconds: 0, text: trimmed)) }
         if !allowZero, !trimmed.isEmpty, trimmed.allSatisfy({ $0 == "0" }) { return .failure(.init(text: text, problem: "must be more than zero")) }
