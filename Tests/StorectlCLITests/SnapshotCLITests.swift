@@ -72,6 +72,62 @@ struct SnapshotCLITests {
         #expect(try DatabaseQueue(path: copy).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 5") } == "closed again")
     }
 
+    @Test("a first snapshot of a live store holds the app's -wal only while it copies the pages: the app's TRUNCATE checkpoint succeeds while the snapshot still packs (not so when it streams from the read transaction, as with no room for the scratch copy); each restores to the store's content and leaves no scratch copy")
+    func firstSnapshotFreesTheWal() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 100_000)
+        let app = try DatabaseQueue(path: store)   // keeps the -wal, as a running app does
+        defer { try? app.close() }
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '+' WHERE Z_PK % 7 = 0") }
+        // The app's commits below set one title to A or B (a commit that changes nothing writes nothing).
+        var contents: Set<String> = []
+        for title in ["A", "B"] {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
+            contents.insert(try StoreState.digest(store, journalMode: false))
+        }
+        /// A first snapshot (zstd level 19: packing takes seconds) while the app commits and asks for a TRUNCATE checkpoint every 10 ms: the share of the
+        /// snapshot's time that was left when the first one succeeded after one was refused (0:
+        /// none did).
+        func snapshot(_ label: String, _ environment: [String: String]) throws -> Double {
+            let repo = try folder.repository(label)
+            let started = Date()
+            let running = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--level", "19", "--json"],
+                                                   environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
+            var held = false   // a checkpoint was refused: the snapshot's read transaction began
+            var freed: Date?
+            var title = "A"
+            while running.isRunning {
+                title = title == "A" ? "B" : "A"
+                try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
+                let busy = try app.writeWithoutTransaction { try Int.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+                if busy != 0 { held = true }
+                if busy == 0, held, freed == nil, running.isRunning { freed = Date() }
+                usleep(10_000)
+            }
+            #expect(held, "\(label): no checkpoint was ever refused (the snapshot's read was not seen)")
+            let result = running.wait()
+            let ended = Date()
+            #expect(result.status == 0, "\(label): \(result.stderr)")
+            let id = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(result.stdout.utf8)).id
+            let copy = folder.file("\(label).sqlite")
+            #expect(try storectl("snapshot", "restore", "--repo", repo, id, "--to", copy).status == 0)
+            #expect(contents.contains(try StoreState.digest(copy, journalMode: false)), "\(label): the restored content")
+            return freed.map { ended.timeIntervalSince($0) / ended.timeIntervalSince(started) } ?? 0
+        }
+        let scratch = folder.file("scratch")
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false)
+        let spilled = try snapshot("spilled", ["TMPDIR": scratch])
+        #expect(spilled > 0.5, "the -wal was held for more than half the snapshot: \(spilled) of it left when a checkpoint got through")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty, "the scratch copy is removed")
+        let streamed = try snapshot("streamed", ["TMPDIR": scratch, "STORECTL_TEST_NO_SPILL": "1"])
+        #expect(streamed < 0.3, "the read transaction holds the -wal while the pages are packed: \(streamed) of it left")
+        if let small = TempMount(kilobytes: 1024) {
+            let direct = try snapshot("no-room", ["TMPDIR": small.path])
+            #expect(direct < 0.3, "no room for the copy: streamed as before, \(direct) left")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: small.path).isEmpty)
+        }
+    }
+
     @Test("repo init, then create, list, show, verify, restore, prune: output and exit statuses")
     func tour() throws {
         let folder = try TempFolder()

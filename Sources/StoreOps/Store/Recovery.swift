@@ -56,7 +56,7 @@ public enum Recovery {
                 throw StoreOpsError(.busy, "a storectl run (pid \(PendingFile.temporaryOwner(FileSystem.name(of: running)).map(String.init) ?? "?")) is still making \(store.path): \(running)",
                                     hint: "wait for it to finish")
             }
-            PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
+            removeStaleScratch()
             return Result(path: store.path, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil)
         }
         if FileSystem.kind(of: store.path) == .directory {
@@ -69,7 +69,7 @@ public enum Recovery {
             let stores = names.filter { $0.hasSuffix(StoreSwap.journalSuffix) }.sorted()
                 .map { (folder as NSString).appendingPathComponent(String($0.dropLast(StoreSwap.journalSuffix.count))) }
             let inFolder = try stores.map { try run(path: $0) }
-            let removed = PendingFile.removeStale(in: folder) + PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
+            let removed = PendingFile.removeStale(in: folder) + removeStaleScratch()
             return Result(path: folder, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil, inFolder: inFolder.isEmpty ? nil : inFolder)
         }
         if !StoreSwap.pending(target: store.path), isNotADatabase(store.path) {
@@ -83,9 +83,16 @@ public enum Recovery {
         defer { lock.release() }
         let swap = try StoreSwap.recover(target: store.path)
         let removed = PendingFile.removeStale(in: store.folder)
-        // Scratch copies of killed verifications (a killed migrate's) in the temp folder.
-        PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
+        // Scratch copies of killed verifications (a killed migrate's) and first snapshots in the temp folder.
+        removeStaleScratch()
         return Result(path: store.path, swap: swap, removedTemporaryFiles: removed, interruptedMigration: MigrationJournal.read(store))
+    }
+
+    /// What killed runs left in the temp folder: verification copies and first snapshots' copies.
+    @discardableResult
+    static func removeStaleScratch() -> [String] {
+        PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
+            + PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: PageSpill.scratchPrefix)
     }
 
     /// A file that certainly is not a SQLite database: readable, with a first byte, and a header

@@ -6,17 +6,27 @@ import GRDBSQLite
 /// a file (the "storectl-sink" VFS in CSQLiteSink): a snapshot is packed while the store is
 /// read, with no scratch copy on disk.
 final class PageSink {
-    private let stream: PageStream
+    /// Where each page (but page 1, kept here) goes: false refuses it (the copy then fails).
+    typealias Receiver = (UInt32, UnsafeRawBufferPointer) -> Bool
+    private final class Target {
+        let receive: Receiver
+        init(_ receive: @escaping Receiver) { self.receive = receive }
+    }
+    private let target: Target
     private var sink: OpaquePointer?
     private(set) var db: OpaquePointer?
 
-    init(stream: PageStream, pageSize: Int) throws {
-        self.stream = stream
-        let context = Unmanaged.passUnretained(stream).toOpaque()
+    convenience init(stream: PageStream, pageSize: Int) throws {
+        try self.init(pageSize: pageSize) { page, bytes in stream.receive(page: page, bytes: bytes) }
+    }
+
+    init(pageSize: Int, receive: @escaping Receiver) throws {
+        target = Target(receive)
+        let context = Unmanaged.passUnretained(target).toOpaque()
         guard let sink = storectl_sink_new({ context, page, data, size in
             guard let context, let data else { return 1 }
-            let stream = Unmanaged<PageStream>.fromOpaque(context).takeUnretainedValue()
-            return stream.receive(page: page, bytes: UnsafeRawBufferPointer(start: data, count: Int(size))) ? 0 : 1
+            let target = Unmanaged<Target>.fromOpaque(context).takeUnretainedValue()
+            return target.receive(page, UnsafeRawBufferPointer(start: data, count: Int(size))) ? 0 : 1
         }, context) else { throw StoreOpsError(.failure, "out of memory for the page sink") }
         self.sink = sink
         var handle: OpaquePointer?

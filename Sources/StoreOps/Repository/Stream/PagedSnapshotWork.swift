@@ -156,16 +156,26 @@ final class PagedSnapshotWork {
             return
         }
         let before = SourceFingerprint.take(store)
+        var after: SourceFingerprint??
         defer {
             // The read saw exactly the state both ends agree on (WAL: the same commit counter).
-            if let before, SourceFingerprint.take(store) == before { fingerprint = before }
+            // A spilled copy's end is the end of its read transaction, not of the snapshot.
+            if let before, (after ?? SourceFingerprint.take(store)) == before { fingerprint = before }
         }
-        let options = ConsistentCopy.Options(timeout: timeout, writeBehind: false)
+        var options = ConsistentCopy.Options(timeout: timeout, writeBehind: false)
+        // A first snapshot, paced, with room for a scratch copy: the read transaction lasts as
+        // long as copying the pages, not as long as packing them (`PageSpill`).
+        let scratch = FileSystem.absolute(NSTemporaryDirectory())
+        let spillable = parent == nil && IOPace.current != nil && spillAllowed
+            && PageSpill.fits((FileSystem.size(of: store.path) ?? 0) + (FileSystem.size(of: store.walPath) ?? 0), in: scratch)
+        PageSpill.removeStale(in: scratch)   // copies of snapshots that were killed
+        var spill: PageSpill?
+        defer { spill?.close() }
         // Without a parent nearly every page is new and the check cannot be skipped: run it on a
         // second connection while the pages stream, when that provably reads the same pages.
         // A connection held open from before the header is read to after the second connection
         // began keeps the -shm (and so the header) in place throughout.
-        let guardian = parent == nil ? try? StoreConnection.open(store.path, access: .readOnly, busyTimeout: 1, label: "storectl.shm-guard") : nil
+        let guardian = parent == nil && !spillable ? try? StoreConnection.open(store.path, access: .readOnly, busyTimeout: 1, label: "storectl.shm-guard") : nil
         defer { try? guardian?.close() }
         _ = try? guardian?.inDatabase { try Int.fetchOne($0, sql: "SELECT count(*) FROM sqlite_master") }
         let header = guardian == nil ? nil : ParallelSourceCheck.walHeader(store)
@@ -181,6 +191,16 @@ final class PagedSnapshotWork {
             let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [],
                                     expectedPages: info.pageCount)
             self.stream = stream
+            if spillable, stats.holdingSnapshot {
+                let copy = try PageSpill(scratch: scratch, id: id, pageSize: info.pageSize)
+                spill = copy
+                try copyThroughSpill(src, copy, info: info, options: &options, stats: &stats, progress: progress)
+                after = .some(SourceFingerprint.take(store))
+                if src.isInsideTransaction { try src.commit() }   // the app's -wal is free again
+                SnapshotCreate.logger.debug("pages copied through a scratch copy; the store's read transaction ended",
+                                            metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))", "copy": "\(copy.file.tempPath)"])
+                return
+            }
             if let header, stats.holdingSnapshot { _ = parallel.start(store, before: header) }
             defer { _ = parallel.result() }   // a failed copy still waits for the check's connection to close
             let sink = try PageSink(stream: stream, pageSize: info.pageSize)
@@ -195,19 +215,59 @@ final class PagedSnapshotWork {
                 throw error
             }
             guard let page1 = sink.page1() else { throw StoreOpsError(.failure, "the streamed copy of \(store.path) has no page 1") }
-            _ = page1.withUnsafeBytes { stream.receive(page: 1, bytes: $0) }
-            let pageCount = sink.pageCount(pageSize: info.pageSize)
-            // The lock-byte page (the page holding byte 2^30) of a store over 1 GiB: SQLite never
-            // writes it, so the backup never copies it (https://sqlite.org/fileformat2.html#lockbyte).
-            // The map records it as zeros, which is what a copy made by the backup API holds.
-            let lockBytePage = LockState.pendingByte / info.pageSize + 1
-            if pageCount >= lockBytePage {
-                _ = [UInt8](repeating: 0, count: info.pageSize).withUnsafeBytes { stream.receive(page: UInt32(lockBytePage), bytes: $0) }
-            }
-            try stream.drain()
-            finalIDs = try stream.finalIDs(pageCount: pageCount)
+            try finishStream(stream, page1: page1, pageCount: sink.pageCount(pageSize: info.pageSize), pageSize: info.pageSize)
             try checkSource(src, parallel: parallel.result())
         }
+        if let spill, let stream {
+            // The store is no longer held: the copy is checked while its last pages are packed.
+            spill.startCheck()
+            try spill.stream(into: stream, pageCount: spillPageCount, skipping: LockState.pendingByte / pageSize + 1, progress: progress)
+            try finishStream(stream, page1: spillPage1, pageCount: spillPageCount, pageSize: pageSize)
+            let outcome = spill.checkResult()
+            try spill.onCopy { db in try checkSource(db, parallel: outcome) }
+        }
+    }
+
+    /// Whether a first snapshot may go through a scratch copy (tests turn it off to compare).
+    var spillAllowed = ProcessInfo.processInfo.environment["STORECTL_TEST_NO_SPILL"] == nil
+    private var spillPage1: [UInt8] = []
+    private var spillPageCount = 0
+
+    /// The backup API into `spill` (page by page, paced like a backup's), inside the read transaction.
+    private func copyThroughSpill(_ src: Database, _ spill: PageSpill, info: StoreInfo, options: inout ConsistentCopy.Options,
+                                  stats: inout ConsistentCopy.CopyStats, progress: StepHandler?) throws {
+        let sink = try PageSink(pageSize: info.pageSize) { page, bytes in spill.accept(page: page, bytes: bytes) }
+        defer { sink.close() }
+        if let chunk = spill.pacedChunk { options.bytesPerStep = Int(chunk) }
+        do {
+            try ConsistentCopy.stepBackup(from: src, to: sink.db, store: store, pageSize: info.pageSize, options: options,
+                                          stats: &stats, progress: { update in
+                                              spill.advance()
+                                              progress?(update)
+                                          })
+        } catch {
+            if let failure = spill.failure { throw failure }
+            if let problem = sink.problem { throw StoreOpsError(.failure, "streaming the pages of \(store.path): \(problem)") }
+            throw error
+        }
+        guard let page1 = sink.page1() else { throw StoreOpsError(.failure, "the streamed copy of \(store.path) has no page 1") }
+        spillPage1 = page1
+        spillPageCount = sink.pageCount(pageSize: info.pageSize)
+        try spill.complete(page1: page1, pageCount: spillPageCount)
+    }
+
+    /// Page 1 and the lock-byte page after the others, then the map is final. The lock-byte page
+    /// (the page holding byte 2^30) of a store over 1 GiB: SQLite never writes it, so the backup
+    /// never copies it (https://sqlite.org/fileformat2.html#lockbyte). The map records it as
+    /// zeros, which is what a copy made by the backup API holds.
+    private func finishStream(_ stream: PageStream, page1: [UInt8], pageCount: Int, pageSize: Int) throws {
+        _ = page1.withUnsafeBytes { stream.receive(page: 1, bytes: $0) }
+        let lockBytePage = LockState.pendingByte / pageSize + 1
+        if pageCount >= lockBytePage {
+            _ = [UInt8](repeating: 0, count: pageSize).withUnsafeBytes { stream.receive(page: UInt32(lockBytePage), bytes: $0) }
+        }
+        try stream.drain()
+        finalIDs = try stream.finalIDs(pageCount: pageCount)
     }
 
     /// A brought-in snapshot: the pages of a verified file that nothing else writes (the
