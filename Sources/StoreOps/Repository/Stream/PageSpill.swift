@@ -36,7 +36,7 @@ final class PageSpill: @unchecked Sendable {
     static let scratchPrefix = "storectl-spill-"
 
     /// - Parameter scratch: the folder of the copy (`TMPDIR`).
-    init(scratch: String, id: String, pageSize: Int) throws {
+    init(scratch: String, id: String, pageSize: Int, pageCount: Int) throws {
         file = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(Self.scratchPrefix)\(id).sqlite"), label: "snapshot.spill")
         fd = open(file.tempPath, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else {
@@ -45,7 +45,38 @@ final class PageSpill: @unchecked Sendable {
             throw StoreOpsError.posix(code, doing: "opening the scratch copy \(file.tempPath)", side: .output)
         }
         self.pageSize = pageSize
-        writeBehind = IOPace.current == nil ? nil : WriteBehind(path: file.tempPath)
+        // In the page cache only when it fits well below the kernel's background writeback
+        // threshold: it is then never written (ext4 allocates no block for it), and removing it
+        // costs nothing. A larger copy is written back a pace chunk at a time, as a backup's.
+        inPageCache = Self.fitsInPageCache(UInt64(pageCount) * UInt64(pageSize))
+        writeBehind = IOPace.current == nil || inPageCache ? nil : WriteBehind(path: file.tempPath)
+    }
+
+    /// Whether the copy stays in the page cache (`fitsInPageCache`) rather than written back as it is made.
+    let inPageCache: Bool
+
+    /// Whether `bytes` of dirty pages stay under half the kernel's background writeback
+    /// threshold (`vm.dirty_background_bytes`, else `vm.dirty_background_ratio` of the memory
+    /// available): the kernel then writes none of them back, and no writer is throttled for them.
+    /// `STORECTL_SPILL_CACHE=off|on` decides instead (tests, benchmarks).
+    static func fitsInPageCache(_ bytes: UInt64, environment: [String: String] = ProcessInfo.processInfo.environment) -> Bool {
+        switch environment["STORECTL_SPILL_CACHE"] {
+        case "off": return false
+        case "on": return true
+        default: break
+        }
+        func number(_ path: String) -> UInt64? {
+            (try? String(contentsOfFile: path, encoding: .ascii)).flatMap { UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        }
+        var threshold = number("/proc/sys/vm/dirty_background_bytes") ?? 0
+        if threshold == 0 {
+            guard let ratio = number("/proc/sys/vm/dirty_background_ratio"),
+                  let meminfo = try? String(contentsOfFile: "/proc/meminfo", encoding: .ascii),
+                  let line = meminfo.split(separator: "\n").first(where: { $0.hasPrefix("MemAvailable:") }),
+                  let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ UInt64($0) }) else { return false }
+            threshold = kilobytes * 1024 / 100 * ratio
+        }
+        return bytes <= threshold / 2
     }
 
     deinit {

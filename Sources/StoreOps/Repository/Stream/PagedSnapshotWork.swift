@@ -192,13 +192,14 @@ final class PagedSnapshotWork {
                                     expectedPages: info.pageCount)
             self.stream = stream
             if spillable, stats.holdingSnapshot {
-                let copy = try PageSpill(scratch: scratch, id: id, pageSize: info.pageSize)
+                let copy = try PageSpill(scratch: scratch, id: id, pageSize: info.pageSize, pageCount: info.pageCount)
                 spill = copy
                 try copyThroughSpill(src, copy, info: info, options: &options, stats: &stats, progress: progress)
                 after = .some(SourceFingerprint.take(store))
                 if src.isInsideTransaction { try src.commit() }   // the app's -wal is free again
                 SnapshotCreate.logger.debug("pages copied through a scratch copy; the store's read transaction ended",
-                                            metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))", "copy": "\(copy.file.tempPath)"])
+                                            metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))", "copy": "\(copy.file.tempPath)",
+                                                       "kept": copy.inPageCache ? "in the page cache" : "written back as made"])
                 return
             }
             if let header, stats.holdingSnapshot { _ = parallel.start(store, before: header) }
@@ -223,8 +224,12 @@ final class PagedSnapshotWork {
             spill.startCheck()
             try spill.stream(into: stream, pageCount: spillPageCount, skipping: LockState.pendingByte / pageSize + 1, progress: progress)
             try finishStream(stream, page1: spillPage1, pageCount: spillPageCount, pageSize: pageSize)
+            SnapshotCreate.logger.debug("pages packed from the scratch copy", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
             let outcome = spill.checkResult()
             try spill.onCopy { db in try checkSource(db, parallel: outcome) }
+            SnapshotCreate.logger.debug("the scratch copy checked", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
+            spill.close()
+            SnapshotCreate.logger.debug("the scratch copy removed", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
         }
     }
 
