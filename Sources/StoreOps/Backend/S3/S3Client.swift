@@ -37,10 +37,13 @@ final class S3Client: Sendable {
         /// attempt in flight waits only since any transfer last moved a byte (a long upload's
         /// bytes flowing, or an answer's, show the endpoint alive).
         func since(_ now: Date) -> Date? {
-            let moved = storectl_http_moved_at()
-            let alive = moved > 0 ? Date(timeIntervalSince1970: Double(moved) / 1000) : nil
-            let inFlight = waiting.values.min().map { start in alive.map { max(start, $0) } ?? start }
+            let inFlight = waiting.values.min().map(Self.sinceMoved)
             return [failedSince, inFlight].compactMap { $0 }.min().map { min($0, now) }
+        }
+        /// `start`, or when a transfer last moved a byte, whichever is later.
+        static func sinceMoved(_ start: Date) -> Date {
+            let moved = storectl_http_moved_at()
+            return moved > 0 ? max(start, Date(timeIntervalSince1970: Double(moved) / 1000)) : start
         }
         mutating func start(_ now: Date) -> Int {
             nextAttempt += 1
@@ -53,8 +56,10 @@ final class S3Client: Sendable {
             failedSince = nil
             for key in waiting.keys { waiting[key] = now }
         }
+        /// An attempt that got no answer: silent since it began, or since its (or any) bytes last
+        /// moved (an upload that streamed for minutes, then lost its connection).
         mutating func failed(_ attempt: Int) {
-            if failedSince == nil { failedSince = waiting[attempt] }
+            if failedSince == nil { failedSince = waiting[attempt].map(Self.sinceMoved) }
             waiting[attempt] = nil
         }
     }
@@ -115,10 +120,7 @@ final class S3Client: Sendable {
             let attemptStarted = Date()
             // No byte for `timeout` ends an attempt; within the deadline's rest, so the last attempt
             // does not run past it.
-            let (silent, attemptID) = silence.withLock { state -> (TimeInterval, Int) in
-                let since = state.since(attemptStarted)
-                return (since.map { attemptStarted.timeIntervalSince($0) } ?? 0, state.start(attemptStarted))
-            }
+            let silent = silence.withLock { $0.since(attemptStarted) }.map { attemptStarted.timeIntervalSince($0) } ?? 0
             var idle = settings.deadline > 0 ? max(1, min(settings.timeout, settings.deadline - silent)) : settings.timeout
             if ProcessSignals.received != nil, !ProcessSignals.drains {
                 // Stopping on a signal: what runs now is clean-up (a lock given back), worth a
@@ -134,6 +136,8 @@ final class S3Client: Sendable {
                 idle = max(1, min(idle, finishBy.timeIntervalSinceNow))
             }
             let lines = signedHeaders(extra, signer: signer, method: method, key: key, query: query, payloadHash: payloadHash)
+            // In flight from here (nothing between this and the outcome below throws).
+            let attemptID = silence.withLock { $0.start(attemptStarted) }
             let outcome = perform(method: method, url: url, headers: lines, body: body, idle: idle)
             if case .answered = outcome { silence.withLock { $0.answered(attemptID, Date()) } } else {
                 silence.withLock { $0.failed(attemptID) }
