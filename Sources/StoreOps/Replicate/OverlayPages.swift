@@ -135,15 +135,7 @@ final class OverlayPages {
 
     /// Fills `buffer` from the scratch file at `offset` (a short read, or an end before it, is 74).
     private func readAll(_ buffer: UnsafeMutableRawBufferPointer, at offset: off_t) throws {
-        var done = 0
-        while done < buffer.count {
-            let read = pread(fd, buffer.baseAddress! + done, buffer.count - done, offset + off_t(done))
-            if read < 0, errno == EINTR { continue }
-            guard read > 0 else {
-                throw StoreOpsError.posix(read < 0 ? errno : EIO, doing: "reading the point's scratch file in \(folder ?? "?") back", side: .output)
-            }
-            done += read
-        }
+        try FileSystem.readAll(fd, buffer, at: offset, doing: "reading the point's scratch file in \(folder ?? "?") back")
     }
 
     /// An unnamed file in `folder`, or one whose name is removed at once.

@@ -30,6 +30,19 @@ public enum FileSystem {
         }
     }
 
+    /// Fills `buffer` from `fd` at `offset` (pread(2), short reads and EINTR retried), from any
+    /// thread; an error or an end before it is filled is an I/O error `doing` names.
+    static func readAll(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, at offset: off_t, doing: String,
+                        side: StoreOpsError.Side = .output) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, offset + off_t(done))
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { throw StoreOpsError.posix(n < 0 ? errno : EIO, doing: doing, side: side) }
+            done += n
+        }
+    }
+
     /// Free bytes and inodes available to an unprivileged writer on the volume holding `path`.
     public struct Space: Sendable, Codable, Equatable {
         public var availableBytes: UInt64

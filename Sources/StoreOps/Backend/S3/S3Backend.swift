@@ -65,8 +65,9 @@ public final class S3Backend: RepositoryBackend {
 
 
     public func read(_ key: String) throws -> Data? {
-        let cached = S3ObjectCache.handles(key) ? cache : nil
-        if let cached, let prefix = S3ObjectCache.prefix(of: key), listed.withLock({ $0[prefix]?.contains(key) ?? false }), let copy = cached.read(key) {
+        let prefix = S3ObjectCache.prefix(of: key)
+        let cached = prefix == nil ? nil : cache
+        if let cached, let prefix, listed.withLock({ $0[prefix]?.contains(key) ?? false }), let copy = cached.read(key) {
             S3Traffic.cacheHit()
             return copy
         }

@@ -121,9 +121,15 @@ final class PageSpill: @unchecked Sendable {
     /// After each backup step: paces the copy's writeback.
     func advance() { writeBehind?.advance() }
 
+    /// Page 1 as the sink kept it, and the copy's length in pages, once `complete`.
+    private(set) var page1: [UInt8] = []
+    private(set) var pageCount = 0
+
     /// The copy is complete: page 1 (as the sink kept it) and the file's length. The copy is a
     /// whole database from here on.
     func complete(page1: [UInt8], pageCount: Int) throws {
+        self.page1 = page1
+        self.pageCount = pageCount
         try page1.withUnsafeBytes { try write($0, at: 0) }
         guard ftruncate(fd, off_t(pageCount) * off_t(pageSize)) == 0 else {
             throw StoreOpsError.posix(errno, doing: "writing the scratch copy \(file.tempPath)", side: .output)
@@ -132,22 +138,14 @@ final class PageSpill: @unchecked Sendable {
     }
 
     private func write(_ bytes: UnsafeRawBufferPointer, at offset: off_t) throws {
-        var done = 0
-        while done < bytes.count {
-            let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, offset + off_t(done))
-            if n < 0, errno == EINTR { continue }
-            guard n > 0 else {
-                throw StoreOpsError.posix(n < 0 ? errno : EIO, doing: "writing the scratch copy \(file.tempPath) (a first snapshot's pages on their way; TMPDIR)", side: .output)
-            }
-            done += n
-        }
+        try FileSystem.writeAll(fd, bytes, at: offset, path: "the scratch copy \(file.tempPath) (a first snapshot's pages on their way; TMPDIR)")
     }
 
     // MARK: - After it
 
-    /// Streams pages 2…`pageCount` from the copy, in order, a megabyte at a time, leaving out
-    /// `skipping` (the lock-byte page, which the caller streams).
-    func stream(into stream: PageStream, pageCount: Int, skipping: Int, progress: StepHandler?) throws {
+    /// Streams pages 2…`pageCount` from the complete copy, in order, a megabyte at a time,
+    /// leaving out `skipping` (the lock-byte page, which the caller streams with page 1).
+    func stream(into stream: PageStream, skipping: Int, progress: StepHandler?) throws {
         let runPages = max(1, (1 << 20) / pageSize)
         var buffer = [UInt8](repeating: 0, count: runPages * pageSize)
         let started = Date()
@@ -157,13 +155,8 @@ final class PageSpill: @unchecked Sendable {
             let count = min(runPages, pageCount - page + 1)
             let length = count * pageSize
             try buffer.withUnsafeMutableBytes { raw in
-                var done = 0
-                while done < length {
-                    let n = pread(fd, raw.baseAddress! + done, length - done, off_t(page - 1) * off_t(pageSize) + off_t(done))
-                    if n < 0, errno == EINTR { continue }
-                    guard n > 0 else { throw StoreOpsError.posix(n < 0 ? errno : EIO, doing: "reading back the scratch copy \(file.tempPath)", side: .output) }
-                    done += n
-                }
+                try FileSystem.readAll(fd, UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), at: off_t(page - 1) * off_t(pageSize),
+                                       doing: "reading back the scratch copy \(file.tempPath)")
                 for i in 0..<count where page + i != skipping {
                     guard stream.receive(page: UInt32(page + i), bytes: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(raw)[(i * pageSize)..<((i + 1) * pageSize)])) else { break }
                 }
@@ -179,14 +172,11 @@ final class PageSpill: @unchecked Sendable {
     /// while the pages are packed; `checkResult` waits for them.
     func startCheck() {
         checkGroup.enter()
-        let path = file.tempPath
         DispatchQueue.global().async { [self] in
             IOPace.politeThread()
             defer { checkGroup.leave() }
-            let outcome = Result { () -> (Manifest.Verification, Manifest.CoreDataFacts?) in
-                let copy = try StoreConnection.open(path, access: .readOnly, busyTimeout: 1, label: "storectl.spill-check")
-                defer { try? copy.close() }
-                return try copy.inDatabase { db in
+            let outcome = Result {
+                try onCopy { db -> (Manifest.Verification, Manifest.CoreDataFacts?) in
                     let verification = try Verifier.verify(db, level: .quick)
                     return (verification, verification.ok ? try ConsistentCopy.coreDataFacts(db) : nil)
                 }

@@ -222,8 +222,8 @@ final class PagedSnapshotWork {
         if let spill, let stream {
             // The store is no longer held: the copy is checked while its last pages are packed.
             spill.startCheck()
-            try spill.stream(into: stream, pageCount: spillPageCount, skipping: LockState.pendingByte / pageSize + 1, progress: progress)
-            try finishStream(stream, page1: spillPage1, pageCount: spillPageCount, pageSize: pageSize)
+            try spill.stream(into: stream, skipping: LockState.pendingByte / pageSize + 1, progress: progress)
+            try finishStream(stream, page1: spill.page1, pageCount: spill.pageCount, pageSize: pageSize)
             SnapshotCreate.logger.debug("pages packed from the scratch copy", metadata: ["ms": "\(Int(Date().timeIntervalSince(startedAt) * 1000))"])
             let outcome = spill.checkResult()
             try spill.onCopy { db in try checkSource(db, parallel: outcome) }
@@ -235,8 +235,6 @@ final class PagedSnapshotWork {
 
     /// Whether a first snapshot may go through a scratch copy (tests turn it off to compare).
     var spillAllowed = ProcessInfo.processInfo.environment["STORECTL_TEST_NO_SPILL"] == nil
-    private var spillPage1: [UInt8] = []
-    private var spillPageCount = 0
 
     /// The backup API into `spill` (page by page, paced like a backup's), inside the read transaction.
     private func copyThroughSpill(_ src: Database, _ spill: PageSpill, info: StoreInfo, options: inout ConsistentCopy.Options,
@@ -256,9 +254,7 @@ final class PagedSnapshotWork {
             throw error
         }
         guard let page1 = sink.page1() else { throw StoreOpsError(.failure, "the streamed copy of \(store.path) has no page 1") }
-        spillPage1 = page1
-        spillPageCount = sink.pageCount(pageSize: info.pageSize)
-        try spill.complete(page1: page1, pageCount: spillPageCount)
+        try spill.complete(page1: page1, pageCount: sink.pageCount(pageSize: info.pageSize))
     }
 
     /// Page 1 and the lock-byte page after the others, then the map is final. The lock-byte page
