@@ -92,9 +92,11 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             lines.append("  applied \(String(format: "%04d", applied.version))_\(applied.name) in \(Format.duration(applied.seconds))")
         }
         if let changes = report.changes {
-            lines.append("  changed: \(changes.text)" + (report.othersWrote == true ? " (with what other processes wrote during the run: --force)" : ""))
+            let mixed = report.othersWrote == true && report.attributed != true
+            lines.append("  changed: \(changes.text)" + (mixed ? " (with what other processes wrote during the run: --force)" : ""))
         }
-        if report.othersWrote == true {
+        if let others = report.others { lines.append("  other processes changed meanwhile (not the migrations'): \(others.text)") }
+        if report.othersWrote == true, report.attributed != true {
             for outside in report.undeclared ?? [] { lines.append("  not declared, perhaps another process's: \(outside)") }
         }
         if let checked = report.checked { lines.append("  checked: \(checked.joined(separator: ", "))") }

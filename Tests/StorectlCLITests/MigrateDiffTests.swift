@@ -87,7 +87,7 @@ struct MigrateDiffTests {
         #expect(report.failure?.contains("The declaration names what the store does not have: Categroy.ZNAME") == true, "\(report.failure ?? "")")
     }
 
-    @Test("--force under a live writer: its commits are not held against the declaration (no rollback discarding them); the report says the diff holds another process's writes; without --force the same store is refused (75)")
+    @Test("--force under a live writer: its commits are told from the migrations' changes row by row (pre-update hook) and not held against the declaration; the migrations' own undeclared change still rolls back; without --force the same store is refused (75)")
     func forceUnderWriter() throws {
         // --force with nobody else writing: nothing to excuse, the declaration holds.
         var files = Self.declared
@@ -113,9 +113,31 @@ struct MigrateDiffTests {
         #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
         let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
         #expect(report.result == "migrated" && report.othersWrote == true, "\(report.result) \(String(describing: report.othersWrote))")
+        // The writer's inserts are told from the migrations' changes, row by row.
+        #expect(report.attributed == true && report.undeclared == nil)
+        let added = report.others?.entities.filter { $0.table == "ZITEM" }.reduce(0) { $0 + $1.added } ?? 0
+        #expect(added > 0, "the writer's objects: \(report.others?.text ?? "none")")
+        #expect(report.changes?.entities.allSatisfy { $0.table != "ZITEM" || ($0.added == 0 && $0.attributes.keys.sorted() == ["ZPRIORITYLABEL"]) } == true,
+                "the migrations' own: \(report.changes?.text ?? "")")
         let history = try DatabaseQueue(path: f.store).read { try MigrationHistory.changes($0, version: 2) }
-        #expect(history?.contains("other processes wrote during the run") == true, "\(history ?? "nil")")
+        #expect(history?.contains("other processes meanwhile: ") == true, "\(history ?? "nil")")
         #expect(try DatabaseQueue(path: f.store).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZPRIORITYLABEL IS NULL AND Z_PK <= 2000") } == 0)
+
+        // An undeclared change of the migrations' own is held against them while the app writes:
+        // rolled back (before, with the app writing, it was only listed and the run passed).
+        var undeclared = Self.declared
+        undeclared["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        let g = try fixture(undeclared)
+        let gReady = g.folder.file("writer-ready")
+        let gWriter = try ChildProcess.Running(Binaries.lab, ["writer", g.store, "--interval-ms", "3", "--ready-file", gReady])
+        defer { gWriter.signal(SIGTERM); _ = gWriter.wait() }
+        #expect(ChildProcess.waitFor(file: gReady))
+        let held = try g.migrate(["--force", "--json"])
+        #expect(held.status == 3, "\(held.stdout)\(held.stderr)")
+        let heldReport = try JSON.decoder().decode(Migrate.Report.self, from: Data(held.stdout.utf8))
+        #expect(heldReport.othersWrote == true && heldReport.attributed == true)
+        #expect(heldReport.undeclared?.count == 1 && heldReport.undeclared?.first?.hasPrefix("Category (ZCATEGORY): ZNAME changed in") == true,
+                "only the migration's own change, not the writer's objects: \(heldReport.undeclared ?? [])")
     }
 
     @Test("--dry-run --at rehearses on a point replicate recorded (planned from the point's own history, behind the store's), prints what it would change, and changes neither the store nor the repository's listing; --at without --dry-run is 64")

@@ -155,6 +155,20 @@ extension StoreDiff {
         let filter: Set<String>
         var entities: [String: EntityChanges] = [:]
         var links: [String: LinkChanges] = [:]
+        /// With `Options.written`: what another process changed (rows and columns the migration's
+        /// connection did not write), kept apart.
+        var otherEntities: [String: EntityChanges] = [:]
+        var otherLinks: [String: LinkChanges] = [:]
+        /// The table being compared: whether its rows can be told apart by who wrote them.
+        private var attribution: Attribution = .mine
+
+        enum Attribution {
+            /// Every difference is the migration's (no record of its writes, or one that cannot
+            /// be placed in this table).
+            case mine
+            /// The record of this table's writes, and its columns as SQLite numbers them.
+            case rows(WrittenRows.Table, columns: [String])
+        }
         var bookkeeping = Bookkeeping()
         var removedKeys: [String: [Int64]] = [:]
         var references: [Reference] = []
@@ -196,10 +210,60 @@ extension StoreDiff {
                 let keyA = a.layouts[table].flatMap { $0.withoutRowid ? $0.primaryKey : nil }
                 let keyB = b.layouts[table].flatMap { $0.withoutRowid ? $0.primaryKey : nil }
                 let keyColumns = keyA != nil && keyA == keyB ? keyA?.count ?? 0 : 0
+                attribution = Self.attribution(of: table, written: options.keys.isEmpty ? options.written : nil, a: a, b: b,
+                                               rootA: rootsA[table], rootB: rootsB[table])
                 try diff.compare(rootA: rootsA[table], rootB: rootsB[table], keyColumns: keyColumns) { change in
                     try self.record(table, kind: kind, change, sameLayout: sameLayout)
                 }
             }
+        }
+
+        /// A table's rows are told apart by who wrote them only when the record can be placed in
+        /// it: the same b-tree on both sides (a table rebuilt, made, renamed or dropped by the
+        /// migrations is theirs as a whole), rowids (not WITHOUT ROWID), and the first side's
+        /// columns still numbered as they were (`ADD COLUMN` appends; a dropped column renumbers).
+        static func attribution(of table: String, written: WrittenRows?, a: DiffSchema, b: DiffSchema, rootA: UInt32?, rootB: UInt32?) -> Attribution {
+            guard let written, !written.overflowed, let rootA, rootA == rootB,
+                  let layoutA = a.layouts[table], let layoutB = b.layouts[table], !layoutA.withoutRowid, !layoutB.withoutRowid,
+                  layoutB.columns.count >= layoutA.columns.count,
+                  zip(layoutA.columns, layoutB.columns).allSatisfy({ $0.caseInsensitiveCompare($1) == .orderedSame }) else { return .mine }
+            return .rows(written.table(table) ?? WrittenRows.Table(), columns: layoutB.columns.map { $0.lowercased() })
+        }
+
+        /// Splits a row's change into the migration's part and another process's: a row added or
+        /// removed is the migration's if its connection inserted or deleted it; a changed row's
+        /// columns each go to the migration if it changed that column of the row.
+        private func split(_ table: String, rowid: Int64, _ before: [String: SQLitePages.Value]?, _ after: [String: SQLitePages.Value]?)
+            -> (mine: ([String: SQLitePages.Value]?, [String: SQLitePages.Value]?)?, others: ([String: SQLitePages.Value]?, [String: SQLitePages.Value]?)?) {
+            guard case .rows(let written, let columns) = attribution else { return ((before, after), nil) }
+            guard let before, let after else {
+                return written.rows.contains(rowid) ? ((before, after), nil) : (nil, (before, after))
+            }
+            let defaults = b.layouts[table].map { Dictionary(zip($0.columns, $0.defaults), uniquingKeysWith: { x, _ in x }) } ?? [:]
+            var mine: [String] = [], others: [String] = []
+            for column in after.keys {
+                let old = before[column] ?? defaults[column] ?? .null
+                guard old != (after[column] ?? .null) else { continue }
+                if written.wrote(rowid, column: columns.firstIndex(of: column.lowercased())) { mine.append(column) } else { others.append(column) }
+            }
+            if others.isEmpty { return ((before, after), nil) }
+            if mine.isEmpty { return (nil, (before, after)) }
+            // Each part: the row as it was with that part's columns changed.
+            var mineAfter = after, othersAfter = after
+            for column in others { mineAfter[column] = before[column] ?? defaults[column] ?? .null }
+            for column in mine { othersAfter[column] = before[column] ?? defaults[column] ?? .null }
+            return ((before, mineAfter), (before, othersAfter))
+        }
+
+        /// Records into the other process's tallies.
+        private mutating func asOthers(_ body: (inout Collector) throws -> Void) rethrows {
+            swap(&entities, &otherEntities)
+            swap(&links, &otherLinks)
+            defer {
+                swap(&entities, &otherEntities)
+                swap(&links, &otherLinks)
+            }
+            try body(&self)
         }
 
         private func decode(_ payload: [UInt8]?, table: String, rowid: Int64, side: DiffSchema, encoding: Int, what: String) throws -> [String: SQLitePages.Value]? {
@@ -219,22 +283,34 @@ extension StoreDiff {
                 try recordRow(table, entity: nil, change, before, after, labels: nil)
             case .join(let relationship):
                 guard wanted(relationship.split(separator: ".").first.map(String.init) ?? "", table: table) else { return }
-                // Taken out of the dictionary while it changes: a copy left in it would make every
-                // append copy the whole list (quadratic in the links).
-                var entry = links.removeValue(forKey: table) ?? LinkChanges(relationship: relationship, table: table)
-                if let before, before != after { entry.removed += 1; addLink(&entry, "removed", before) }
-                if let after, before != after { entry.added += 1; addLink(&entry, "added", after) }
-                links[table] = entry
+                if case .rows(let written, _) = attribution, !written.touched(change.rowid) {
+                    asOthers { $0.recordLink(table, relationship: relationship, before, after) }
+                } else {
+                    recordLink(table, relationship: relationship, before, after)
+                }
             case .entity:
                 let labels = after != nil ? labelsB : labelsA
                 let values = after ?? before ?? [:]
                 let entValue = values.first { $0.key.uppercased() == "Z_ENT" }?.value
                 var entityName = table
                 if case .integer(let ent)? = entValue, let name = labels.entityByEnt[Int(ent)] { entityName = name }
-                try recordRow(table, entity: entityName, change, before, after, labels: labels.columns[table])
+                let (mine, others) = split(table, rowid: change.rowid, before, after)
+                if let mine { try recordRow(table, entity: entityName, change, mine.0, mine.1, labels: labels.columns[table]) }
+                if let others { try asOthers { try $0.recordRow(table, entity: entityName, change, others.0, others.1, labels: labels.columns[table]) } }
             case .plain:
-                try recordRow(table, entity: nil, change, before, after, labels: nil)
+                let (mine, others) = split(table, rowid: change.rowid, before, after)
+                if let mine { try recordRow(table, entity: nil, change, mine.0, mine.1, labels: nil) }
+                if let others { try asOthers { try $0.recordRow(table, entity: nil, change, others.0, others.1, labels: nil) } }
             }
+        }
+
+        private mutating func recordLink(_ table: String, relationship: String, _ before: [String: SQLitePages.Value]?, _ after: [String: SQLitePages.Value]?) {
+            // Taken out of the dictionary while it changes: a copy left in it would make every
+            // append copy the whole list (quadratic in the links).
+            var entry = links.removeValue(forKey: table) ?? LinkChanges(relationship: relationship, table: table)
+            if let before, before != after { entry.removed += 1; addLink(&entry, "removed", before) }
+            if let after, before != after { entry.added += 1; addLink(&entry, "added", after) }
+            links[table] = entry
         }
 
         /// `--entity` names that are neither an entity nor a table on either side are a usage error

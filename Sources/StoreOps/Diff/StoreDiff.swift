@@ -35,6 +35,9 @@ public enum StoreDiff {
         public var bookkeeping = false
         /// Where a live store's consistent copy is made when its `-wal` holds pages (default: TMPDIR).
         public var scratch: String?
+        /// What one connection wrote between the sides (a migration's, `WriteRecorder`): the
+        /// differences it did not write are another process's, reported in `Report.others`.
+        public var written: WrittenRows?
         /// Values shortened for people (text to 60 characters); JSON keeps up to 4 KiB.
         public var shortValues = true
         /// Compare the external-data folders too (a migration's rehearsal compares two copies of
@@ -73,6 +76,9 @@ public enum StoreDiff {
         /// Objects added or removed whose `--key` attribute is NULL (so not matched by it), by
         /// "Entity.attribute"; also said as a warning.
         public var keyless: [String: Int] = [:]
+        /// With `Options.written`: what other processes changed (rows, and columns of rows, the
+        /// recorded connection did not write); `entities` and `links` then hold only its changes.
+        public var others: Others?
         public var stats: Stats
         /// For checks of the result (not printed): the Z_PKs of removed objects per table, and the
         /// to-one references the second side added or changed, whatever `limit` listed.
@@ -80,7 +86,20 @@ public enum StoreDiff {
         public var newReferences: [Reference] = []
 
         enum CodingKeys: String, CodingKey {
-            case a, b, same, schema, model, entities, links, externalData, bookkeeping, keyless, stats
+            case a, b, same, schema, model, entities, links, externalData, bookkeeping, keyless, others, stats
+        }
+    }
+
+    public struct Others: Sendable, Codable {
+        public var entities: [EntityChanges]
+        public var links: [LinkChanges]
+
+        public var summary: Summary {
+            Summary(same: entities.isEmpty && links.isEmpty, schema: [], model: [],
+                    entities: entities.map { .init(name: $0.entity ?? $0.table, table: $0.table, added: $0.added, removed: $0.removed,
+                                                   changed: $0.changed, attributes: $0.attributes) },
+                    links: links.map { .init(relationship: $0.relationship, added: $0.added, removed: $0.removed) },
+                    externalFiles: 0)
         }
     }
 
@@ -320,13 +339,18 @@ public enum StoreDiff {
         let schema = schemaChanges(schemaA.entries, schemaB.entries)
         let model = modelChanges(schemaA.coreData, schemaB.coreData)
         let external = options.externalData ? try externalChanges(options, pagesA, pagesB) : []
-        var entities = collector.entities.values.filter { $0.added + $0.removed + $0.changed > 0 }
-        entities.sort { ($0.entity ?? $0.table, $0.table) < ($1.entity ?? $1.table, $1.table) }
-        let links = collector.links.values.filter { $0.added + $0.removed > 0 }.sorted { $0.relationship < $1.relationship }
-        let same = schema.isEmpty && model.isEmpty && entities.isEmpty && links.isEmpty && external.isEmpty
+        func sorted(_ entities: [String: EntityChanges]) -> [EntityChanges] {
+            entities.values.filter { $0.added + $0.removed + $0.changed > 0 }.sorted { ($0.entity ?? $0.table, $0.table) < ($1.entity ?? $1.table, $1.table) }
+        }
+        func sorted(_ links: [String: LinkChanges]) -> [LinkChanges] {
+            links.values.filter { $0.added + $0.removed > 0 }.sorted { $0.relationship < $1.relationship }
+        }
+        let entities = sorted(collector.entities), links = sorted(collector.links)
+        let others = options.written == nil ? nil : Others(entities: sorted(collector.otherEntities), links: sorted(collector.otherLinks))
+        let same = schema.isEmpty && model.isEmpty && entities.isEmpty && links.isEmpty && external.isEmpty && others?.summary.same != false
         return Report(
             a: summaryA, b: summaryB, same: same, schema: schema, model: model, entities: entities, links: links,
-            externalData: external, bookkeeping: collector.bookkeeping, keyless: collector.keyless,
+            externalData: external, bookkeeping: collector.bookkeeping, keyless: collector.keyless, others: others,
             stats: Stats(method: diff.method, pagesRead: pagesA.pagesRead + pagesB.pagesRead,
                          framesRead: [pagesA, pagesB].reduce(0) { $0 + (($1 as? RepositoryPages)?.framesRead ?? 0) },
                          leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,

@@ -92,9 +92,15 @@ public enum Migrate {
         /// Names a declaration gives that are no entity or table of the store before or after
         /// (a typo: the change it meant is then "not declared"), with the closest name.
         public var unknownDeclared: [String]?
-        /// `--force` only: another process committed to the store during the run, so the diff
-        /// (`changes`) holds its writes too and cannot tell them from the migrations'.
+        /// `--force` only: another process committed to the store during the run. The migrations'
+        /// connection records the rows and columns it writes (SQLite's pre-update hook), so
+        /// `changes` holds only what they changed and `others` what other processes did; when
+        /// the record could not be kept (`attributed` false), `changes` holds both.
         public var othersWrote: Bool?
+        /// `--force` only: what other processes changed during the run (not held against a declaration).
+        public var others: StoreDiff.Summary?
+        /// `--force` only: whether each difference was attributed to the migrations or to others.
+        public var attributed: Bool?
         /// `--dry-run --at`: the point the rehearsal started from, and its time.
         public var rehearsedPoint: String?
         public var rehearsedPointTime: Date?
@@ -199,6 +205,13 @@ public enum Migrate {
         /// `--force`: `PRAGMA data_version` of the run's connection when it was opened (before the
         /// safety snapshot); it changes only when another connection commits.
         var dataVersion: Int?
+        /// `--force`: the rows and columns the migrations' connection writes.
+        var recorder: WriteRecorder?
+
+        deinit {
+            // The hook is removed while its connection is open (the two go in no set order).
+            if let recorder, let queue { _ = try? queue.inDatabase { _ in recorder.stop() } }
+        }
 
         init(store: StoreFile, migrations: [Migration], options: Options) {
             self.store = store
@@ -432,6 +445,7 @@ public enum Migrate {
             let queue = try self.queue ?? StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
             self.queue = queue
             report.countsBefore = try queue.inDatabase { try CoreDataCensus.countsByEntity($0) }
+            if options.force, recorder == nil { recorder = try queue.inDatabase { WriteRecorder($0) } }
             for migration in migrations where report.plan.pending.contains(where: { $0.version == migration.version }) {
                 try pipeline.checkpoint()
                 let started = Date()
@@ -484,8 +498,16 @@ public enum Migrate {
                 var diffOptions = StoreDiff.Options(a: .snapshot(snapshot), b: .file(store.path))
                 diffOptions.repository = report.repository
                 diffOptions.limit = 0
+                if let recorder {
+                    let written = try queue.inDatabase { _ in recorder.stop() }
+                    if !written.overflowed { diffOptions.written = written }
+                    report.attributed = !written.overflowed
+                    self.recorder = nil
+                }
                 let diff = try StoreDiff.run(diffOptions, repository: hold.repository)
                 report.changes = diff.summary
+                if let others = diff.others?.summary, !others.same { report.others = others }
+                let attributed = diff.others != nil
                 touched = Migrate.touchedTables(diff)
                 newIndexes = Set(diff.schema.filter { $0.type == "index" && $0.change != "removed" }.map(\.name))
                 if let declared {
@@ -494,7 +516,7 @@ public enum Migrate {
                     let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
                     if !unknown.isEmpty { report.unknownDeclared = unknown }
                     let outside = StoreDiff.undeclared(diff, declared: declared)
-                    if !outside.isEmpty, report.othersWrote == true {
+                    if !outside.isEmpty, report.othersWrote == true, !attributed {
                         // Another process wrote meanwhile (--force): these may be its rows, not
                         // the migrations'. Listed; a rollback would discard its writes.
                         report.undeclared = outside
@@ -513,7 +535,8 @@ public enum Migrate {
                                         hint: "the migration removed objects others still refer to, or wrote keys that do not exist")
                 }
                 if let last = report.applied.last {
-                    let text = diff.summary.text + (report.othersWrote == true ? " (with what other processes wrote during the run: --force)" : "")
+                    let text = attributed ? diff.summary.text + (report.others.map { "; other processes meanwhile: \($0.text)" } ?? "")
+                        : diff.summary.text + (report.othersWrote == true ? " (with what other processes wrote during the run: --force)" : "")
                     try queue.inDatabase { db in try MigrationHistory.recordChanges(db, version: last.version, text: text) }
                 }
             }
@@ -560,14 +583,21 @@ public enum Migrate {
             }
         }
 
-        func finish() throws {
+        /// The recorder's hook goes before its connection closes (it is the connection's).
+        func closeQueue() {
+            if let recorder, let queue { _ = try? queue.inDatabase { _ in recorder.stop() } }
+            recorder = nil
             try? queue?.close()
+        }
+
+        func finish() throws {
+            closeQueue()
             FaultInjection.reach("before-journal-removal")
             try MigrationJournal.remove(store)
         }
 
         func rollBack(in hold: RepositoryHold?) -> StoreOpsError? {
-            try? queue?.close()
+            closeQueue()
             guard let snapshot = report.snapshot else { return nil }   // stopped before anything changed
             let info = Migrate.rollBack(store: store, hold: hold, snapshot: snapshot)
             report.rollback = info
@@ -579,7 +609,7 @@ public enum Migrate {
         /// The report of a walk; what failed before anything changed is thrown, as bad input is.
         func report(after walked: Walked<Session>) throws -> Report {
             let unchanged = walked.ending.outcome == .failed && nothingCommitted()
-            try? queue?.close()
+            closeQueue()
             report.stages = walked.stages
             report.ending = walked.ending
             let error = walked.ending.error
