@@ -78,3 +78,11 @@ int storectl_row_changed(sqlite3 *db, int column) {
     }
     }
 }
+
+unsigned long long storectl_row_changed_mask(sqlite3 *db, int columns) {
+    unsigned long long mask = 0;
+    for (int column = 0; column < columns; column++) {
+        if (storectl_row_changed(db, column)) mask |= 1ULL << (column < 63 ? column : 63);
+    }
+    return mask;
+}

@@ -129,6 +129,10 @@ struct SnapshotCLITests {
             #expect(direct < 0.3, "no room for the copy: streamed as before, \(direct) left")
             #expect(try FileManager.default.contentsOfDirectory(atPath: small.path).isEmpty)
         }
+        // A misspelt setting is a usage error before anything is read, not the memory rule in silence.
+        let misspelt = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", try folder.repository("misspelt")],
+                                            environment: ProcessInfo.processInfo.environment.merging(["STORECTL_SPILL_CACHE": "yes"]) { $1 })
+        #expect(misspelt.status == 64 && misspelt.stderr.contains("STORECTL_SPILL_CACHE=yes: it takes on or off"), "\(misspelt.status) \(misspelt.stderr)")
     }
 
     @Test("repo init, then create, list, show, verify, restore, prune: output and exit statuses")

@@ -66,5 +66,8 @@ int storectl_row_old(sqlite3 *db, int column, sqlite3_int64 *value);
 int storectl_row_new(sqlite3 *db, int column, sqlite3_int64 *value);
 /// During an UPDATE's callback: 1 when the column's new value differs from its old one.
 int storectl_row_changed(sqlite3 *db, int column);
+/// During an UPDATE's callback: bit i set when column i (i < 63) changed, bit 63 when any column
+/// from 63 on did (one call a row instead of one a column).
+unsigned long long storectl_row_changed_mask(sqlite3 *db, int columns);
 
 #endif

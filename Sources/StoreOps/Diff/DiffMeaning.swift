@@ -166,8 +166,9 @@ extension StoreDiff {
             /// Every difference is the migration's (no record of its writes, or one that cannot
             /// be placed in this table).
             case mine
-            /// The record of this table's writes, and its columns as SQLite numbers them.
-            case rows(WrittenRows.Table, columns: [String])
+            /// The record of this table's writes, its columns as SQLite numbers them (by name as
+            /// the second side's layout spells them), and their declared defaults.
+            case rows(WrittenRows.Table, columns: [String: Int], defaults: [String: SQLitePages.Value])
         }
         var bookkeeping = Bookkeeping()
         var removedKeys: [String: [Int64]] = [:]
@@ -227,7 +228,9 @@ extension StoreDiff {
                   let layoutA = a.layouts[table], let layoutB = b.layouts[table], !layoutA.withoutRowid, !layoutB.withoutRowid,
                   layoutB.columns.count >= layoutA.columns.count,
                   zip(layoutA.columns, layoutB.columns).allSatisfy({ $0.caseInsensitiveCompare($1) == .orderedSame }) else { return .mine }
-            return .rows(written.table(table) ?? WrittenRows.Table(), columns: layoutB.columns.map { $0.lowercased() })
+            return .rows(written.table(table) ?? WrittenRows.Table(),
+                         columns: Dictionary(layoutB.columns.enumerated().map { ($1, $0) }, uniquingKeysWith: { x, _ in x }),
+                         defaults: Dictionary(zip(layoutB.columns, layoutB.defaults), uniquingKeysWith: { x, _ in x }))
         }
 
         /// Splits a row's change into the migration's part and another process's: a row added or
@@ -235,16 +238,16 @@ extension StoreDiff {
         /// columns each go to the migration if it changed that column of the row.
         private func split(_ table: String, rowid: Int64, _ before: [String: SQLitePages.Value]?, _ after: [String: SQLitePages.Value]?)
             -> (mine: ([String: SQLitePages.Value]?, [String: SQLitePages.Value]?)?, others: ([String: SQLitePages.Value]?, [String: SQLitePages.Value]?)?) {
-            guard case .rows(let written, let columns) = attribution else { return ((before, after), nil) }
+            guard case .rows(let written, let columns, let defaults) = attribution else { return ((before, after), nil) }
             guard let before, let after else {
                 return written.rows.contains(rowid) ? ((before, after), nil) : (nil, (before, after))
             }
-            let defaults = b.layouts[table].map { Dictionary(zip($0.columns, $0.defaults), uniquingKeysWith: { x, _ in x }) } ?? [:]
+            if written.rows.contains(rowid) { return ((before, after), nil) }
             var mine: [String] = [], others: [String] = []
-            for column in after.keys {
+            for (column, new) in after {
                 let old = before[column] ?? defaults[column] ?? .null
-                guard old != (after[column] ?? .null) else { continue }
-                if written.wrote(rowid, column: columns.firstIndex(of: column.lowercased())) { mine.append(column) } else { others.append(column) }
+                guard old != new else { continue }
+                if written.wrote(rowid, column: columns[column]) { mine.append(column) } else { others.append(column) }
             }
             if others.isEmpty { return ((before, after), nil) }
             if mine.isEmpty { return (nil, (before, after)) }
@@ -283,7 +286,7 @@ extension StoreDiff {
                 try recordRow(table, entity: nil, change, before, after, labels: nil)
             case .join(let relationship):
                 guard wanted(relationship.split(separator: ".").first.map(String.init) ?? "", table: table) else { return }
-                if case .rows(let written, _) = attribution, !written.touched(change.rowid) {
+                if case .rows(let written, _, _) = attribution, !written.touched(change.rowid) {
                     asOthers { $0.recordLink(table, relationship: relationship, before, after) }
                 } else {
                     recordLink(table, relationship: relationship, before, after)

@@ -36,7 +36,8 @@ public struct WrittenRows: Sendable {
     public struct Table: Sendable {
         /// Rows inserted or deleted (an update that changed a rowid: both rowids).
         var rows = RowSet()
-        /// Per column (SQLite's numbering, from 0), the rows whose value in it an update changed.
+        /// Per column (SQLite's numbering, from 0; 63 stands for every column from 63 on), the rows
+        /// whose value in it an update changed.
         var columns: [Int: RowSet] = [:]
 
         /// This connection inserted or deleted the row, or changed that column of it (nil: a
@@ -44,7 +45,7 @@ public struct WrittenRows: Sendable {
         func wrote(_ rowid: Int64, column: Int?) -> Bool {
             if rows.contains(rowid) { return true }
             guard let column else { return true }
-            return columns[column]?.contains(rowid) == true
+            return columns[min(column, 63)]?.contains(rowid) == true   // 63: any column from 63 on
         }
 
         /// This connection wrote the row in any way.
@@ -73,8 +74,20 @@ final class WriteRecorder {
         var written = WrittenRows()
         var tablePointer: UnsafePointer<CChar>?
         var table = ""
+        /// The table being written, out of `written.tables` while it is (no lookup per row).
+        var current = WrittenRows.Table()
         var mainPointer: UnsafePointer<CChar>?
         var isMain = false
+
+        func put() {
+            if !table.isEmpty, !written.overflowed { written.tables[table] = current }
+        }
+
+        func take(_ name: String) {
+            put()
+            table = name
+            current = written.tables.removeValue(forKey: name) ?? WrittenRows.Table()
+        }
     }
 
     private let box = Box()
@@ -95,23 +108,25 @@ final class WriteRecorder {
             guard box.isMain else { return }   // TEMP and attached databases are not the store
             if change.table != box.tablePointer {
                 box.tablePointer = change.table
-                box.table = change.table.map { String(cString: $0).lowercased() } ?? ""
+                let name = change.table.map { String(cString: $0).lowercased() } ?? ""
+                if name != box.table { box.take(name) }
             }
             var added = 0
-            var table = box.written.tables.removeValue(forKey: box.table) ?? WrittenRows.Table()
-            defer { if !box.written.overflowed { box.written.tables[box.table] = table } }
             switch change.op {
             case SQLITE_INSERT:
-                if table.rows.insert(change.new_key) { added += 1 }
+                if box.current.rows.insert(change.new_key) { added += 1 }
             case SQLITE_DELETE:
-                if table.rows.insert(change.old_key) { added += 1 }
+                if box.current.rows.insert(change.old_key) { added += 1 }
             default:
                 if change.old_key != change.new_key {
-                    if table.rows.insert(change.old_key) { added += 1 }
-                    if table.rows.insert(change.new_key) { added += 1 }
+                    if box.current.rows.insert(change.old_key) { added += 1 }
+                    if box.current.rows.insert(change.new_key) { added += 1 }
                 } else {
-                    for column in 0..<Int(change.columns) where storectl_row_changed(change.db, Int32(column)) != 0 {
-                        if table.columns[column, default: WrittenRows.RowSet()].insert(change.old_key) { added += 1 }
+                    var mask = storectl_row_changed_mask(change.db, change.columns)
+                    while mask != 0 {
+                        let column = mask.trailingZeroBitCount
+                        mask &= mask - 1
+                        if box.current.columns[column, default: WrittenRows.RowSet()].insert(change.old_key) { added += 1 }
                     }
                 }
             }
@@ -119,6 +134,7 @@ final class WriteRecorder {
             if box.written.chunkCount > WrittenRows.limit {
                 box.written.overflowed = true
                 box.written.tables = [:]
+                box.current = WrittenRows.Table()
             }
         }, Unmanaged.passUnretained(box).toOpaque())
         if watch == nil { return nil }
@@ -129,7 +145,10 @@ final class WriteRecorder {
     /// Stops watching; what was written.
     @discardableResult
     func stop() -> WrittenRows {
-        if let watch { storectl_watch_end(watch) }
+        if let watch {
+            storectl_watch_end(watch)
+            box.put()
+        }
         watch = nil
         return box.written
     }

@@ -66,11 +66,7 @@ final class PageSpill: @unchecked Sendable {
     /// available): the kernel then writes none of them back, and no writer is throttled for them.
     /// `STORECTL_SPILL_CACHE=off|on` decides instead (tests, benchmarks).
     static func fitsInPageCache(_ bytes: UInt64, environment: [String: String] = ProcessInfo.processInfo.environment) -> Bool {
-        switch environment["STORECTL_SPILL_CACHE"] {
-        case "off": return false
-        case "on": return true
-        default: break
-        }
+        if let chosen = (try? setting(environment: environment)) ?? nil { return chosen }
         func number(_ path: String) -> UInt64? {
             (try? String(contentsOfFile: path, encoding: .ascii)).flatMap { UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
         }
@@ -83,6 +79,19 @@ final class PageSpill: @unchecked Sendable {
             threshold = kilobytes * 1024 / 100 * ratio
         }
         return bytes <= threshold / 2
+    }
+
+    /// `STORECTL_SPILL_CACHE`: `on` keeps a scratch copy in the page cache, `off` writes it back
+    /// paced, unset lets the memory rule decide; anything else is a usage error (64), not ignored.
+    static func setting(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Bool? {
+        switch environment["STORECTL_SPILL_CACHE"] {
+        case nil, "": return nil
+        case "on": return true
+        case "off": return false
+        case let other?:
+            throw StoreOpsError(.usage, "STORECTL_SPILL_CACHE=\(other): it takes on or off",
+                                hint: "on keeps a first snapshot's scratch copy in the page cache, off writes it back paced; unset, the memory available decides")
+        }
     }
 
     deinit {

@@ -155,6 +155,7 @@ final class PagedSnapshotWork {
             }
             return
         }
+        _ = try PageSpill.setting()   // a misspelt setting is said before anything is read
         let before = SourceFingerprint.take(store)
         var after: SourceFingerprint??
         defer {
