@@ -308,7 +308,9 @@ final class WalFollower {
     private var lastIndex: [UInt8]?
 
     /// What was committed since the cursor.
-    func capture() throws -> Capture {
+    /// - Parameter holding: called inside the pinned read after commits were read (a base being
+    ///   packed takes a new boundary hold there).
+    func capture(holding: (() -> Void)? = nil) throws -> Capture {
         guard cursor != nil else { return .gap("no base") }
         // Taken before the read: a commit made after the wal-index was read is not claimed.
         let readAt = Date()
@@ -323,7 +325,12 @@ final class WalFollower {
         do {
             return try pinned { index, time in
                 let capture = try read(index, time)
-                if case .commits = capture { lastIndex = index.raw + index.raw } else { lastIndex = nil }
+                if case .commits = capture {
+                    lastIndex = index.raw + index.raw
+                    holding?()
+                } else {
+                    lastIndex = nil
+                }
                 return capture
             }
         } catch NotFollowable.reason(let why) {

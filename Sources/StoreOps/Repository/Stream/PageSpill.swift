@@ -150,7 +150,40 @@ final class PageSpill: @unchecked Sendable {
         try FileSystem.writeAll(fd, bytes, at: offset, path: "the scratch copy \(file.tempPath) (a first snapshot's pages on their way; TMPDIR)")
     }
 
+    /// A base of `storectl replicate`: the store's state as its pinned read hands it over (`read`:
+    /// pages in order, a megabyte at a time, page 1 as a self-contained database has it), written
+    /// to the copy at its place; the copy is complete after it.
+    func fill(pageCount: Int, read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws {
+        let runPages = max(1, (1 << 20) / pageSize)
+        var buffer = [UInt8](repeating: 0, count: runPages * pageSize)
+        var page = 1
+        while page <= pageCount {
+            try ProcessSignals.checkpoint("copying the pages of the store")
+            let count = min(runPages, pageCount - page + 1)
+            let length = count * pageSize
+            try buffer.withUnsafeMutableBytes { raw in
+                let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
+                try read(page, count, slice)
+                try write(UnsafeRawBufferPointer(slice), at: off_t(page - 1) * off_t(pageSize))
+                if page == 1 { page1 = Array(UnsafeRawBufferPointer(slice)[0..<pageSize]) }
+            }
+            advance()
+            page += count
+        }
+        self.pageCount = pageCount
+        guard ftruncate(fd, off_t(pageCount) * off_t(pageSize)) == 0 else {
+            throw StoreOpsError.posix(errno, doing: "writing the scratch copy \(file.tempPath)", side: .output)
+        }
+        writeBehind?.drain()
+    }
+
     // MARK: - After it
+
+    /// Pages `first`… of the complete copy into `buffer` (a base's pages, read back to be packed).
+    func read(_ first: Int, _ count: Int, _ buffer: UnsafeMutableRawBufferPointer) throws {
+        try FileSystem.readAll(fd, UnsafeMutableRawBufferPointer(rebasing: buffer[0..<(count * pageSize)]), at: off_t(first - 1) * off_t(pageSize),
+                               doing: "reading back the scratch copy \(file.tempPath)")
+    }
 
     /// Streams pages 2…`pageCount` from the complete copy, in order, a megabyte at a time,
     /// leaving out `skipping` (the lock-byte page, which the caller streams with page 1).
