@@ -10,6 +10,7 @@ struct storectl_watch {
     sqlite3 *db;
     storectl_row_fn each;
     void *context;
+    int replaced;
 };
 
 static void on_change(void *context, sqlite3 *db, int op, const char *schema, const char *table,
@@ -26,8 +27,17 @@ storectl_watch *storectl_watch_start(sqlite3 *db, storectl_row_fn each, void *co
     storectl_watch *watch = calloc(1, sizeof(storectl_watch));
     if (watch == NULL) return NULL;
     watch->db = db; watch->each = each; watch->context = context;
-    sqlite3_preupdate_hook(db, on_change, watch);
+    watch->replaced = sqlite3_preupdate_hook(db, on_change, watch) != NULL;
     return watch;
+}
+
+int storectl_watch_replaced(const storectl_watch *watch) { return watch == NULL ? 0 : watch->replaced; }
+
+int storectl_watch_end_checked(storectl_watch *watch) {
+    if (watch == NULL) return 0;
+    int ours = sqlite3_preupdate_hook(watch->db, NULL, NULL) == watch;
+    free(watch);
+    return ours;
 }
 
 void storectl_watch_end(storectl_watch *watch) {

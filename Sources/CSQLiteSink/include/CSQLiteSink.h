@@ -60,6 +60,11 @@ typedef void (*storectl_row_fn)(void *context, const storectl_row_change *change
 /// pre-update hook; NULL when out of memory).
 storectl_watch *storectl_watch_start(sqlite3 *db, storectl_row_fn each, void *context);
 void storectl_watch_end(storectl_watch *watch);
+/// `storectl_watch_end`, saying whether the watch was still the connection's pre-update hook
+/// (0: another hook replaced it meanwhile, and changes after that were not seen), and whether
+/// another hook was set before the watch began (`replaced`: it is not put back).
+int storectl_watch_end_checked(storectl_watch *watch);
+int storectl_watch_replaced(const storectl_watch *watch);
 /// A column's old / new value during the callback: its SQLite type (0: not readable) and, for
 /// integers, the value.
 int storectl_row_old(sqlite3 *db, int column, sqlite3_int64 *value);

@@ -220,11 +220,11 @@ extension StoreDiff {
         }
 
         /// A table's rows are told apart by who wrote them only when the record can be placed in
-        /// it: the same b-tree on both sides (a table rebuilt, made, renamed or dropped by the
-        /// migrations is theirs as a whole), rowids (not WITHOUT ROWID), and the first side's
-        /// columns still numbered as they were (`ADD COLUMN` appends; a dropped column renumbers).
+        /// it: not rewritten by the migrations' schema changes (made, dropped, renamed, rebuilt, a
+        /// column dropped or renamed: theirs as a whole), on both sides, rowids (not WITHOUT
+        /// ROWID), and the first side's columns still numbered as they were (`ADD COLUMN` appends).
         static func attribution(of table: String, written: WrittenRows?, a: DiffSchema, b: DiffSchema, rootA: UInt32?, rootB: UInt32?) -> Attribution {
-            guard let written, !written.overflowed, let rootA, rootA == rootB,
+            guard let written, !written.overflowed, !written.rewritten.contains(table.lowercased()), rootA != nil, rootB != nil,
                   let layoutA = a.layouts[table], let layoutB = b.layouts[table], !layoutA.withoutRowid, !layoutB.withoutRowid,
                   layoutB.columns.count >= layoutA.columns.count,
                   zip(layoutA.columns, layoutB.columns).allSatisfy({ $0.caseInsensitiveCompare($1) == .orderedSame }) else { return .mine }
@@ -240,7 +240,18 @@ extension StoreDiff {
             -> (mine: ([String: SQLitePages.Value]?, [String: SQLitePages.Value]?)?, others: ([String: SQLitePages.Value]?, [String: SQLitePages.Value]?)?) {
             guard case .rows(let written, let columns, let defaults) = attribution else { return ((before, after), nil) }
             guard let before, let after else {
-                return written.rows.contains(rowid) ? ((before, after), nil) : (nil, (before, after))
+                if written.rows.contains(rowid) { return ((before, after), nil) }
+                // An object another process added that the migrations then updated: the object
+                // is the other's, the columns the migrations wrote are theirs (from the default).
+                if let after {
+                    let wrote = after.keys.filter { column in columns[column].map { written.columns[min($0, 63)]?.contains(rowid) == true } ?? false }
+                    if !wrote.isEmpty {
+                        var was = after
+                        for column in wrote { was[column] = defaults[column] ?? .null }
+                        if was != after { return ((was, after), (nil, after)) }
+                    }
+                }
+                return (nil, (before, after))
             }
             if written.rows.contains(rowid) { return ((before, after), nil) }
             var mine: [String] = [], others: [String] = []

@@ -451,7 +451,7 @@ public enum Migrate {
                 let started = Date()
                 if migration.noTransaction { changed = true }
                 do {
-                    try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline) }
+                    try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline, recorder: recorder) }
                 } catch let error as StoreOpsError where error.status == .ioError {
                     let full = StoreOpsError(error.kind, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
                                              + "SQLite's journal go there), then migrate again")
@@ -498,13 +498,28 @@ public enum Migrate {
                 var diffOptions = StoreDiff.Options(a: .snapshot(snapshot), b: .file(store.path))
                 diffOptions.repository = report.repository
                 diffOptions.limit = 0
+                var written: WrittenRows?
                 if let recorder {
-                    let written = try queue.inDatabase { _ in recorder.stop() }
-                    if !written.overflowed { diffOptions.written = written }
-                    report.attributed = !written.overflowed
+                    written = try queue.inDatabase { _ in recorder.stop() }
+                    if written?.overflowed == false { diffOptions.written = written }
                     self.recorder = nil
                 }
-                let diff = try StoreDiff.run(diffOptions, repository: hold.repository)
+                var diff = try StoreDiff.run(diffOptions, repository: hold.repository)
+                // Told apart only when another process did commit (asked again after the diff's
+                // read): else a difference the record does not place is the migrations', as
+                // without --force.
+                if report.othersWrote != true, let before = dataVersion,
+                   let now = try? queue.inDatabase({ try Int.fetchOne($0, sql: "PRAGMA data_version") }), now != before {
+                    report.othersWrote = true
+                }
+                if report.othersWrote != true, diffOptions.written != nil {
+                    if diff.others?.summary.same == false {
+                        diffOptions.written = nil
+                        diff = try StoreDiff.run(diffOptions, repository: hold.repository)
+                    }
+                    diff.others = nil
+                }
+                if written != nil, report.othersWrote == true { report.attributed = diff.others != nil }
                 report.changes = diff.summary
                 if let others = diff.others?.summary, !others.same { report.others = others }
                 let attributed = diff.others != nil
@@ -688,7 +703,10 @@ public enum Migrate {
     }
 
     /// One migration in one transaction, with its history row and its checks inside it.
-    static func apply(_ migration: Migration, db: Database, snapshot: String?, pipeline: Pipeline) throws {
+    /// - Parameter recorder: `--force`: what the migrations' connection writes; each statement's
+    ///   schema change is noted (the tables it rewrote), and what the hook cannot see (a migration
+    ///   outside a transaction, Swift code that changed the schema) gives the record up.
+    static func apply(_ migration: Migration, db: Database, snapshot: String?, pipeline: Pipeline, recorder: WriteRecorder? = nil) throws {
         let label = "\(String(format: "%04d", migration.version))_\(migration.name)"
         let started = Date()
         // SQLite's procedure for schema changes (https://sqlite.org/lang_altertable.html#otheralter):
@@ -698,16 +716,17 @@ public enum Migrate {
         defer { try? db.execute(sql: "PRAGMA foreign_keys = \(foreignKeys ? "ON" : "OFF")") }
         do {
             if !migration.noTransaction { try db.execute(sql: "BEGIN IMMEDIATE") }
+            if migration.noTransaction { recorder?.giveUp() }   // VACUUM and the like rewrite rows unseen
             let before = try entityCounts(db)
-            try migration.willMigrate?(db)
+            if let recorder, let code = migration.willMigrate { try recorder.run(code, in: db) } else { try migration.willMigrate?(db) }
             pipeline.note("apply \(label)")
             for (index, statement) in migration.statements.enumerated() {
                 if migration.noTransaction { try pipeline.checkpoint() }
                 pipeline.step(ProgressUpdate(phase: "apply \(label)", done: UInt64(index), total: UInt64(migration.statements.count),
                                              unit: .statements, bytes: 0, startedAt: started))
-                try db.execute(sql: statement)
+                if let recorder { try recorder.execute(statement, in: db) } else { try db.execute(sql: statement) }
             }
-            try migration.didMigrate?(db)
+            if let recorder, let code = migration.didMigrate { try recorder.run(code, in: db) } else { try migration.didMigrate?(db) }
             pipeline.note("\(label): foreign_key_check, checks, counts")
             let violations = try StoreConnection.foreignKeyViolations(db)
             guard violations.count == 0 else {

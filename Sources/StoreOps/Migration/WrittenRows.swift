@@ -56,8 +56,14 @@ public struct WrittenRows: Sendable {
 
     /// By table name, lowercased (SQLite's names are case-insensitive).
     var tables: [String: Table] = [:]
-    /// Too many chunks to keep: nothing can be attributed to another process.
+    /// Too many chunks to keep, or a write the hook may not have seen (another pre-update hook
+    /// replaced it; a migration run outside a transaction, as VACUUM is; a schema change that
+    /// cannot be placed): nothing can be attributed to another process.
     public internal(set) var overflowed = false
+    /// Tables whose rows the migrations changed in ways the hook does not report one by one
+    /// (made, dropped or renamed, rebuilt under the same name, a column dropped or renamed: SQLite
+    /// rewrites those rows without the hook), by lowercased name: theirs as a whole.
+    var rewritten: Set<String> = []
     /// Chunks kept, over every table and column.
     var chunkCount = 0
     static let limit = 16_384   // 8 MiB of bits
@@ -65,6 +71,57 @@ public struct WrittenRows: Sendable {
     public init() {}
 
     func table(_ name: String) -> Table? { tables[name.lowercased()] }
+
+    /// The schema as the recorder compares it around each migration statement.
+    struct Schema: Equatable {
+        struct Table: Equatable {
+            var rootPage: Int64
+            var sql: String
+            var columns: [String]
+        }
+        var version: Int
+        /// Tables by lowercased name.
+        var tables: [String: Table]
+        /// Every entry (tables, indexes, triggers, views): type, name, root page and SQL.
+        var entries: [String]
+
+        static func read(_ db: Database) throws -> Schema {
+            var tables: [String: Table] = [:]
+            var entries: [String] = []
+            for row in try Row.fetchAll(db, sql: "SELECT type, name, rootpage, sql FROM main.sqlite_master ORDER BY type, name") {
+                let type: String = row[0] ?? "", name: String = row[1] ?? "", root: Int64 = row[2] ?? 0, sql: String = row[3] ?? ""
+                entries.append("\(type)\u{0}\(name)\u{0}\(root)\u{0}\(sql)")
+                guard type == "table" else { continue }
+                let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [name]).map { $0.lowercased() }
+                tables[name.lowercased()] = Table(rootPage: root, sql: sql, columns: columns)
+            }
+            return Schema(version: try Int.fetchOne(db, sql: "PRAGMA main.schema_version") ?? 0, tables: tables, entries: entries)
+        }
+    }
+
+    /// What one schema change did to the tables: made, dropped, renamed or rebuilt ones (their
+    /// SQL changed other than by columns added at the end) are rewritten; one whose SQL and
+    /// columns are the same is not (auto-vacuum moves a table's root page when another is
+    /// dropped). A changed schema version with nothing to show for it (a table dropped and made
+    /// again the same in one statement) cannot be placed.
+    mutating func note(schemaChange before: Schema, _ after: Schema) {
+        guard before.version != after.version else { return }
+        if before.entries == after.entries {
+            overflowed = true
+            tables = [:]
+            return
+        }
+        for name in Set(before.tables.keys).union(after.tables.keys) {
+            guard let old = before.tables[name], let new = after.tables[name] else {
+                rewritten.insert(name)
+                continue
+            }
+            if old.sql == new.sql && old.columns == new.columns { continue }
+            let added = new.columns.count > old.columns.count && Array(new.columns.prefix(old.columns.count)) == old.columns
+            if added && old.rootPage == new.rootPage { continue }   // ALTER TABLE ADD COLUMN: no row rewritten
+            rewritten.insert(name)
+        }
+    }
 }
 
 /// Records what one connection writes, from `start` to `stop` (SQLite's pre-update hook; it
@@ -72,12 +129,13 @@ public struct WrittenRows: Sendable {
 final class WriteRecorder {
     private final class Box {
         var written = WrittenRows()
-        var tablePointer: UnsafePointer<CChar>?
+        /// The name of the table being written, as SQLite spells it (compared at every row:
+        /// SQLite frees and remakes its names when the schema changes, so an address seen before
+        /// may name another table now).
+        var tableBytes: [CChar] = [0]
         var table = ""
         /// The table being written, out of `written.tables` while it is (no lookup per row).
         var current = WrittenRows.Table()
-        var mainPointer: UnsafePointer<CChar>?
-        var isMain = false
 
         func put() {
             if !table.isEmpty, !written.overflowed { written.tables[table] = current }
@@ -100,15 +158,11 @@ final class WriteRecorder {
             let box = Unmanaged<Box>.fromOpaque(context).takeUnretainedValue()
             guard !box.written.overflowed else { return }
             let change = raw.pointee
-            // The names point into SQLite's schema: one String per table, not per row.
-            if change.schema != box.mainPointer {
-                box.mainPointer = change.schema
-                box.isMain = change.schema.map { strcmp($0, "main") == 0 } ?? false
-            }
-            guard box.isMain else { return }   // TEMP and attached databases are not the store
-            if change.table != box.tablePointer {
-                box.tablePointer = change.table
-                let name = change.table.map { String(cString: $0).lowercased() } ?? ""
+            guard let schema = change.schema, strcmp(schema, "main") == 0 else { return }   // TEMP and attached databases are not the store
+            guard let table = change.table else { return }
+            if strcmp(table, box.tableBytes) != 0 {
+                box.tableBytes = Array(UnsafeBufferPointer(start: table, count: strlen(table) + 1))
+                let name = String(cString: table).lowercased()
                 if name != box.table { box.take(name) }
             }
             var added = 0
@@ -142,12 +196,49 @@ final class WriteRecorder {
 
     deinit { stop() }
 
+    /// The schema after the last statement run through `execute`.
+    private var schema: WrittenRows.Schema?
+
+    /// Runs one migration statement on the recorded connection, noting the tables its schema
+    /// change rewrote (`WrittenRows.note(schemaChange:)`), if it made one.
+    func execute(_ sql: String, in db: Database) throws {
+        let before = try schema ?? WrittenRows.Schema.read(db)
+        schema = before
+        try db.execute(sql: sql)
+        guard try Int.fetchOne(db, sql: "PRAGMA main.schema_version") != before.version else { return }
+        let after = try WrittenRows.Schema.read(db)
+        schema = after
+        box.put()
+        box.written.note(schemaChange: before, after)
+        box.current = box.written.tables.removeValue(forKey: box.table) ?? WrittenRows.Table()
+    }
+
+    /// Runs a migration's code (not SQL) on the recorded connection: if it changed the schema,
+    /// what it rewrote cannot be placed, and the record is given up.
+    func run(_ body: (Database) throws -> Void, in db: Database) throws {
+        let before = try schema ?? WrittenRows.Schema.read(db)
+        try body(db)
+        let version = try Int.fetchOne(db, sql: "PRAGMA main.schema_version")
+        schema = version == before.version ? before : nil
+        if version != before.version { giveUp() }
+    }
+
+    /// Every difference is the migrations' (a write the hook cannot report: VACUUM, a
+    /// migration's Swift code that changed the schema).
+    func giveUp() {
+        box.written.overflowed = true
+        box.written.tables = [:]
+        box.current = WrittenRows.Table()
+    }
+
     /// Stops watching; what was written.
     @discardableResult
     func stop() -> WrittenRows {
         if let watch {
-            storectl_watch_end(watch)
+            let replaced = storectl_watch_replaced(watch) != 0
+            let ours = storectl_watch_end_checked(watch) != 0
             box.put()
+            if replaced || !ours { giveUp() }   // another hook was or became the connection's
         }
         watch = nil
         return box.written

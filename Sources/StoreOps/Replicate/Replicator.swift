@@ -145,6 +145,7 @@ public enum Replicate {
             throw StoreOpsError(.usage, "--sync-interval must be between 0.05 s and 1 h")
         }
         guard !options.stores.isEmpty else { throw StoreOpsError(.usage, "name at least one store to follow") }
+        _ = try PageSpill.setting()   // a base's scratch copy: a misspelt setting is said, not ignored
         // A signal starts a drain (what was read is written, by `finishBy`), not an abort.
         ProcessSignals.drains = true
         defer { ProcessSignals.drains = false }

@@ -141,6 +141,7 @@ final class PagedSnapshotWork {
     /// Streams the store's pages into packs while its snapshot is held, then checks the source
     /// inside the same read transaction.
     func copy(timeout: TimeInterval, progress: StepHandler?) throws {
+        _ = try PageSpill.setting()   // a misspelt setting is said, not ignored
         if reusesParent, let parent {
             // Unchanged since the parent (checked in `prepare`, under the same locks): its pages.
             pageSize = parent.pages.pageSize
@@ -155,7 +156,6 @@ final class PagedSnapshotWork {
             }
             return
         }
-        _ = try PageSpill.setting()   // a misspelt setting is said before anything is read
         let before = SourceFingerprint.take(store)
         var after: SourceFingerprint??
         defer {
