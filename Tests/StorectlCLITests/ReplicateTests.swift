@@ -16,9 +16,9 @@ struct ReplicateTests {
         let environment: [String: String]
     }
 
-    func world(encrypted: Bool = false) throws -> World {
+    func world(encrypted: Bool = false, items: Int = 2_000) throws -> World {
         let folder = try TempFolder("storectl-replicate")
-        let store = try makeStore(folder, items: 2_000)
+        let store = try makeStore(folder, items: items)
         let repo = try folder.repository("repo", encrypted: encrypted)
         return World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"),
                      environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
@@ -1087,6 +1087,50 @@ struct ReplicateTests {
         #expect(checked.wrong.isEmpty, "\(checked.wrong)")
         #expect(checked.refused.allSatisfy { $0.contains("gap") } && checked.refused.count <= 2 * 5 + 2, "\(checked.refused)")
         #expect(checked.restored >= times.count - 12, "\(checked.refused)")
+    }
+
+    @Test("a first base packed from a scratch copy: the app's -wal is held only while the pages are copied (its RESTART checkpoints get through while the base is packed at zstd 19; not so when it is packed from its read), the commits read meanwhile open the chain, and random points restore exactly; no copy is left")
+    func baseThroughScratchCopy() throws {
+        /// The app's longest run of refused RESTART checkpoints (one every 10 ms) while replicate
+        /// takes its first base under a writer, and the world.
+        func run(_ environment: [String: String]) throws -> (longest: Double, world: World, scratch: String) {
+            let w = try world(items: 60_000)
+            let scratch = w.folder.file("scratch")
+            try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false)
+            let writer = try churn(w, seconds: 4, ["--seed", "41", "--max-interval-ms", "4"])
+            usleep(300_000)
+            let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", w.store, "--repo", w.repo, "--quiet", "--json", "--level", "19", "--for", "5s"],
+                                                    environment: w.environment.merging(["TMPDIR": scratch]) { $1 }.merging(environment) { $1 })
+            let app = try DatabaseQueue(path: w.store)
+            defer { try? app.close() }
+            var refusedSince: Date?
+            var longest = 0.0
+            while follower.isRunning {
+                let busy = try app.writeWithoutTransaction { try Int.fetchOne($0, sql: "PRAGMA wal_checkpoint(RESTART)") } ?? 0
+                if busy != 0 {
+                    refusedSince = refusedSince ?? Date()
+                } else if let since = refusedSince {
+                    longest = max(longest, Date().timeIntervalSince(since))
+                    refusedSince = nil
+                }
+                usleep(10_000)
+            }
+            let result = follower.wait()
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(writer.wait().status == 0)
+            let stats = try summary(result)
+            #expect(stats.bases.count >= 1 && stats.points > 0, "\(stats.bases) \(stats.points)")
+            return (longest, w, scratch)
+        }
+        let spilled = try run([:])
+        let streamed = try run(["STORECTL_TEST_NO_SPILL": "1"])
+        #expect(streamed.longest > 1.0, "packing at zstd 19 from the base's read held the -wal for \(streamed.longest) s: too short to tell the two apart")
+        #expect(spilled.longest < streamed.longest / 2, "the -wal was held for \(spilled.longest) s with the scratch copy, \(streamed.longest) s without")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spilled.scratch).isEmpty, "the scratch copy is removed")
+        let checked = try check(spilled.world, times: try randomTimes(spilled.world, count: 20, seed: 43))
+        #expect(checked.wrong.isEmpty, "\(checked.wrong)")
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", spilled.world.repo, "--points"], environment: spilled.world.environment).stdout
+        #expect(checked.restored >= 10, "\(checked.refused) \(listed)")
     }
 
     @Test("a base prepared slowly (a bucket's lock and catalog: 800 ms here) while the app checkpoints every 100 pages: what the app committed meanwhile is read just before the base's own read, so every base continues its chain (no gap at a boundary); the points either side restore exactly")

@@ -979,7 +979,6 @@ public enum Replicate {
                 // found meanwhile (needed once the new chain is open).
                 var baseCursor: WalCursor?
                 var early: [(commits: [WalCommit], at: Date, cursor: WalCursor)] = []
-                var readWhilePacking = true
                 var afterBase: (kind: String, reason: String, change: UInt32?)?
                 do {
                     let image = try replica.follower.image(catchingUp: kind == "compaction" ? rewindTo : nil) { pageSize, pageCount, _, read in
@@ -992,6 +991,8 @@ public enum Replicate {
                             let copy = try PageSpill(scratch: spillTo, id: work.id, pageSize: pageSize, pageCount: pageCount)
                             spilled = (copy, source)
                             try copy.fill(pageCount: pageCount, read: read)
+                            Replicate.logger.debug("a base's pages copied", metadata: ["store": "\(replica.store.path)", "copy": "\(copy.file.tempPath)",
+                                                                                      "kept": copy.inPageCache ? "in the page cache" : "written back as made"])
                         } else {
                             try work.copyPages(pageSize: pageSize, pageCount: pageCount, source: source, read: read, progress: nil)
                         }
@@ -1015,30 +1016,69 @@ public enum Replicate {
                         }
                     }
                     if let spilled {
-                        // The store is no longer held: its pages are packed from the copy, while
-                        // what the app commits is read as usual (kept for the new chain), each
-                        // read moving the boundary hold up to it, so the -wal is not held either.
+                        // The store is no longer held: its pages are packed from the copy on one
+                        // lane while the other reads what the app commits as usual (woken by the
+                        // -wal's writes; kept for the new chain). The boundary hold goes with the
+                        // first of those reads (any reader holds the -wal: it cannot restart under
+                        // it), and a last read after the packing takes a new one, held while the
+                        // base is committed, as before.
                         baseCursor = replica.follower.cursor
-                        var lastRead = Date()
-                        try work.copyPages(pageSize: spilled.copy.pageSize, pageCount: spilled.copy.pageCount, source: spilled.source,
-                                           read: spilled.copy.read, progress: { _ in
-                            guard readWhilePacking, Date().timeIntervalSince(lastRead) >= self.options.pollInterval else { return }
-                            lastRead = Date()
-                            var hold: ReadHold?
-                            switch try? replica.follower.capture(holding: { hold = try? ReadHold(path: replica.store.path, busyMilliseconds: 100) }) {
-                            case .commits(let commits, let at)?:
-                                if let cursor = replica.follower.cursor, !commits.isEmpty { early.append((commits, at, cursor)) }
-                                if let hold { boundary = hold }
-                            case .gap(let why)?:
-                                readWhilePacking = false
-                                afterBase = ("gap", why, nil)
-                            case .wholeRead(let why, let change)?:
-                                readWhilePacking = false
-                                afterBase = ("continued", why, change)
-                            case nil:
-                                readWhilePacking = false   // the loop reads again after the base
+                        final class Reads: @unchecked Sendable {
+                            let lock = NSLock()
+                            var packed = false
+                            var early: [(commits: [WalCommit], at: Date, cursor: WalCursor)] = []
+                            var reading = true
+                            var afterBase: (kind: String, reason: String, change: UInt32?)?
+                            var boundary: ReadHold?
+                            let replica: Replica
+                            let work: PagedSnapshotWork
+                            let copy: PageSpill
+                            let source: Manifest.Source
+                            init(replica: Replica, work: PagedSnapshotWork, copy: PageSpill, source: Manifest.Source, boundary: ReadHold?) {
+                                self.replica = replica; self.work = work; self.copy = copy; self.source = source; self.boundary = boundary
+                            }
+                            /// One read of the app's commits (on the reading lane, then once more after the packing).
+                            func read(holding: Bool) {
+                                guard reading else { return }
+                                var hold: ReadHold?
+                                let outcome = try? replica.follower.capture(holding: holding ? { hold = try? ReadHold(path: self.replica.store.path, busyMilliseconds: 100) } : nil)
+                                switch outcome {
+                                case .commits(let commits, let at)?:
+                                    if let cursor = replica.follower.cursor, !commits.isEmpty { early.append((commits, at, cursor)) }
+                                    if holding { if let hold { boundary = hold } } else { boundary = nil }
+                                case .gap(let why)?:
+                                    reading = false
+                                    afterBase = ("gap", why, nil)
+                                case .wholeRead(let why, let change)?:
+                                    reading = false
+                                    afterBase = ("continued", why, change)
+                                case nil:
+                                    reading = false   // the loop reads again after the base
+                                }
+                            }
+                        }
+                        let reads = Reads(replica: replica, work: work, copy: spilled.copy, source: spilled.source, boundary: boundary)
+                        boundary = nil
+                        let poll = options.pollInterval
+                        _ = try inParallel({
+                            defer { reads.lock.withLock { reads.packed = true } }
+                            try reads.work.copyPages(pageSize: reads.copy.pageSize, pageCount: reads.copy.pageCount, source: reads.source,
+                                                     read: reads.copy.read, progress: nil)
+                        }, {
+                            let watcher = FolderWatcher(folders: [reads.replica.store.folder])
+                            while !reads.lock.withLock({ reads.packed }), reads.reading {
+                                reads.read(holding: false)
+                                watcher.wait(seconds: poll)
                             }
                         })
+                        reads.read(holding: true)
+                        early = reads.early
+                        afterBase = reads.afterBase
+                        boundary = reads.boundary
+                        Replicate.logger.debug("a base packed from its scratch copy", metadata: ["store": "\(replica.store.path)",
+                                               "commits read meanwhile": "\(early.reduce(0) { $0 + $1.commits.count })", "reads": "\(early.count)"])
+                        // Nothing new at that last read: a hold taken now is at that state.
+                        if boundary == nil, reads.reading { boundary = try? ReadHold(path: replica.store.path, busyMilliseconds: 100) }
                         spilled.copy.close()
                     }
                     try work.check()
