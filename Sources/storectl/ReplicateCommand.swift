@@ -34,7 +34,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "Merge a chain's segments into one object once the oldest is this old (e.g. 1m, the default; 0 never): a restore reads fewer objects.") var mergeInterval: String?
     @Option(parsing: .unconditional, help: "While a store is idle, confirm this often that no commit came since its last point (e.g. 1m, the default; 0 never): restores answer a time up to the last confirmation.") var heartbeat: String?
     @Option(parsing: .unconditional, help: "Stop after this long (e.g. 10m) instead of waiting for a signal.") var `for`: String?
-    @Option(parsing: .unconditional, help: "zstd's level for bases and segments (1-19, default 3).") var level: Int?
+    @Option(parsing: .unconditional, help: "zstd's level for the pages of bases and milestones (1-19, default 3; segments use 3).") var level: Int?
     @Flag(help: "Print the summary as JSON when it stops.") var json = false
     @Flag(help: "Say nothing while following (the summary is still printed at the end).") var quiet = false
     @Option(help: "Rewrite this JSON file every sync interval with each store's figures (for `replicate status`).") var statusFile: String?

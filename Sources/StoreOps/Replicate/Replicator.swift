@@ -19,16 +19,15 @@ public enum Replicate {
     /// pinned read. A base read whole pins the store's state while every page is hashed (and, for
     /// a first base, compressed): 5.4 s for the 1.2 GiB bench store, its app's `-wal` growing
     /// from 4 to 41 MiB meanwhile. With a copy, the pin lasts as long as writing the pages to it.
-    /// A copy is made when it stays in the page cache (`PageSpill.fitsInPageCache`: never
-    /// written, so it costs no disk), or for a first base, whose packing takes longest, when
-    /// `TMPDIR` has room (written back paced, as a first snapshot's); else streamed as before.
-    /// `STORECTL_TEST_NO_SPILL=1` streams always (tests, benchmarks).
-    static func baseScratch(_ store: StoreFile, firstBase: Bool) -> String? {
+    /// A copy is made only when it stays in the page cache (`PageSpill.fitsInPageCache`: never
+    /// written, so it costs no disk; a larger one, written back, is not measured here) and
+    /// `TMPDIR` has room; else streamed as before. `STORECTL_TEST_NO_SPILL=1` streams always.
+    static func baseScratch(_ store: StoreFile) -> String? {
         guard ProcessInfo.processInfo.environment["STORECTL_TEST_NO_SPILL"] == nil else { return nil }
         let bytes = (FileSystem.size(of: store.path) ?? 0) + (FileSystem.size(of: store.walPath) ?? 0)
         let scratch = FileSystem.absolute(NSTemporaryDirectory())
         PageSpill.removeStale(in: scratch)   // copies of bases whose process was killed
-        guard firstBase || PageSpill.fitsInPageCache(bytes), PageSpill.fits(bytes, in: scratch) else { return nil }
+        guard PageSpill.fitsInPageCache(bytes), PageSpill.fits(bytes, in: scratch) else { return nil }
         return scratch
     }
 
@@ -967,11 +966,14 @@ public enum Replicate {
                     case .wholeRead(let why, let change): (kind, reason, expectingChange) = ("continued", why, change)
                     }
                 }
+                // The catch-up starts where the reads so far ended (the capture just above moved
+                // the cursor: from `rewindTo` it would read those commits twice).
+                let catchUpFrom = replica.follower.cursor
                 let time: Date
                 var boundary: ReadHold?
                 // The pinned read lasts as long as copying the pages into a scratch copy, not as
                 // long as hashing and packing them: the app's -wal cannot be reset under it.
-                let spillTo = Replicate.baseScratch(replica.store, firstBase: work.parent == nil)
+                let spillTo = Replicate.baseScratch(replica.store)
                 var spilled: (copy: PageSpill, source: Manifest.Source)?
                 defer { spilled?.copy.close() }
                 // Read while a spilled base is packed: the base's own cursor, the app's commits
@@ -981,13 +983,15 @@ public enum Replicate {
                 var early: [(commits: [WalCommit], at: Date, cursor: WalCursor)] = []
                 var afterBase: (kind: String, reason: String, change: UInt32?)?
                 do {
-                    let image = try replica.follower.image(catchingUp: kind == "compaction" ? rewindTo : nil) { pageSize, pageCount, _, read in
+                    let image = try replica.follower.image(catchingUp: kind == "compaction" ? catchUpFrom : nil) { pageSize, pageCount, _, read in
                         let source = Manifest.Source(path: replica.store.path, journalMode: "wal", pageSize: pageSize, pageCount: pageCount,
                                                      fileBytes: FileSystem.size(of: replica.store.path) ?? 0,
                                                      walBytes: FileSystem.size(of: replica.store.walPath) ?? 0)
                         spilled?.copy.close()   // a read the -wal's restart made start again
                         spilled = nil
                         if let spillTo, PagedSnapshotRecord.isPageSize(pageSize), pageCount > 0 {
+                            // The external-data files the pages name, read now as they are.
+                            try work.prepareCopy(pageSize: pageSize, pageCount: pageCount)
                             let copy = try PageSpill(scratch: spillTo, id: work.id, pageSize: pageSize, pageCount: pageCount)
                             spilled = (copy, source)
                             try copy.fill(pageCount: pageCount, read: read)
@@ -1030,22 +1034,39 @@ public enum Replicate {
                             var reading = true
                             var afterBase: (kind: String, reason: String, change: UInt32?)?
                             var boundary: ReadHold?
+                            /// The pages held in `early`: past the spool's limit they are dropped and a gap follows.
+                            var bytes = 0
+                            let limit: Int
                             let replica: Replica
                             let work: PagedSnapshotWork
                             let copy: PageSpill
                             let source: Manifest.Source
-                            init(replica: Replica, work: PagedSnapshotWork, copy: PageSpill, source: Manifest.Source, boundary: ReadHold?) {
-                                self.replica = replica; self.work = work; self.copy = copy; self.source = source; self.boundary = boundary
+                            init(replica: Replica, work: PagedSnapshotWork, copy: PageSpill, source: Manifest.Source, boundary: ReadHold?, limit: Int) {
+                                self.replica = replica; self.work = work; self.copy = copy; self.source = source; self.boundary = boundary; self.limit = limit
                             }
-                            /// One read of the app's commits (on the reading lane, then once more after the packing).
-                            func read(holding: Bool) {
-                                guard reading else { return }
+                            /// One read of the app's commits (on the reading thread, then once more after the
+                            /// packing); with `holding`, whether it took the hold.
+                            @discardableResult
+                            func read(holding: Bool) -> Bool {
+                                guard reading else { return false }
                                 var hold: ReadHold?
                                 let outcome = try? replica.follower.capture(holding: holding ? { hold = try? ReadHold(path: self.replica.store.path, busyMilliseconds: 100) } : nil)
                                 switch outcome {
                                 case .commits(let commits, let at)?:
-                                    if let cursor = replica.follower.cursor, !commits.isEmpty { early.append((commits, at, cursor)) }
-                                    if holding { if let hold { boundary = hold } } else { boundary = nil }
+                                    if let cursor = replica.follower.cursor, !commits.isEmpty {
+                                        early.append((commits, at, cursor))
+                                        bytes += commits.reduce(0) { $0 + $1.pages.reduce(0) { $0 + $1.1.count } }
+                                        if bytes > limit {
+                                            reading = false
+                                            early = []
+                                            afterBase = ("gap", "more than \(Format.bytes(UInt64(limit))) of commits were read while a base was packed", nil)
+                                            return false
+                                        }
+                                    }
+                                    if !holding { boundary = nil } else if let hold {
+                                        boundary = hold
+                                        return true
+                                    }
                                 case .gap(let why)?:
                                     reading = false
                                     afterBase = ("gap", why, nil)
@@ -1053,32 +1074,46 @@ public enum Replicate {
                                     reading = false
                                     afterBase = ("continued", why, change)
                                 case nil:
-                                    reading = false   // the loop reads again after the base
+                                    break   // a read that failed (busy): the next one tries again
                                 }
+                                return false
                             }
                         }
-                        let reads = Reads(replica: replica, work: work, copy: spilled.copy, source: spilled.source, boundary: boundary)
+                        let reads = Reads(replica: replica, work: work, copy: spilled.copy, source: spilled.source, boundary: boundary, limit: spoolLimit)
                         boundary = nil
                         let poll = options.pollInterval
-                        _ = try inParallel({
-                            defer { reads.lock.withLock { reads.packed = true } }
-                            try reads.work.copyPages(pageSize: reads.copy.pageSize, pageCount: reads.copy.pageCount, source: reads.source,
-                                                     read: reads.copy.read, progress: nil)
-                        }, {
+                        // A thread of its own (not a shared pool's lane, which one core would run only after the packing).
+                        let readingDone = DispatchSemaphore(value: 0)
+                        let reader = Thread {
+                            defer { readingDone.signal() }
                             let watcher = FolderWatcher(folders: [reads.replica.store.folder])
                             while !reads.lock.withLock({ reads.packed }), reads.reading {
                                 reads.read(holding: false)
                                 watcher.wait(seconds: poll)
                             }
-                        })
-                        reads.read(holding: true)
+                        }
+                        reader.start()
+                        do {
+                            defer {
+                                reads.lock.withLock { reads.packed = true }
+                                readingDone.wait()
+                            }
+                            try reads.work.copyPages(pageSize: reads.copy.pageSize, pageCount: reads.copy.pageCount, source: reads.source,
+                                                     read: reads.copy.read, progress: nil, externalDataPacked: true)
+                        } catch {
+                            (early, afterBase) = (reads.early, reads.afterBase)   // kept by a failed compaction's old chain
+                            throw error
+                        }
+                        // The last read takes the hold kept while the base is committed (a few tries: a read can be busy).
+                        var held = false
+                        for _ in 0..<3 where reads.reading && !held { held = reads.read(holding: true) }
                         early = reads.early
                         afterBase = reads.afterBase
                         boundary = reads.boundary
                         Replicate.logger.debug("a base packed from its scratch copy", metadata: ["store": "\(replica.store.path)",
                                                "commits read meanwhile": "\(early.reduce(0) { $0 + $1.commits.count })", "reads": "\(early.count)"])
-                        // Nothing new at that last read: a hold taken now is at that state.
-                        if boundary == nil, reads.reading { boundary = try? ReadHold(path: replica.store.path, busyMilliseconds: 100) }
+                        // No read got one: a hold taken now still keeps the -wal from restarting from here on.
+                        if !held, boundary == nil, afterBase == nil { boundary = try? ReadHold(path: replica.store.path, busyMilliseconds: 100) }
                         spilled.copy.close()
                     }
                     try work.check()
@@ -1088,12 +1123,23 @@ public enum Replicate {
                     if replica.pending.count > pendingBefore { replica.pending.removeLast(replica.pending.count - pendingBefore) }
                     // The catch-up's files are carried again with it (at worst twice, never lost).
                     replica.external = externalBefore
-                    replica.follower.rewind(to: rewindTo)
+                    if kind == "compaction", !early.isEmpty, afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
+                        // The old chain goes on (it ends at the base's state): what was read while
+                        // the base was packed is its next commits, not read again (the app may
+                        // have restarted the -wal meanwhile).
+                        for batch in early {
+                            guard add(batch.commits, at: batch.at, to: replica, cursor: batch.cursor) else { break }
+                            confirm(replica, at: batch.at)
+                        }
+                    } else {
+                        replica.follower.rewind(to: rewindTo)
+                    }
                     throw error
                 }
                 guard let record = work.record, let cursor = baseCursor ?? replica.follower.cursor else { throw StoreOpsError(.failure, "the base was not recorded") }
                 let previous = replica.chain
                 let afterTime = replica.lastDurableTime
+                let (nextBefore, baseTimeBefore, lastTimeBefore) = (replica.next, replica.baseTime, replica.lastTime)
                 merge(replica, now: true)   // the old chain's last segments
                 replica.chain = record.id
                 replica.baseTime = time
@@ -1111,6 +1157,7 @@ public enum Replicate {
                     // A base no chain opens is only a snapshot; take it back rather than leave one per retry.
                     try? repository.backend.remove(PagedSnapshotRecord.key(record.id), point: "replicate.opening.undo")
                     replica.chain = previous
+                    (replica.next, replica.baseTime, replica.lastTime) = (nextBefore, baseTimeBefore, lastTimeBefore)
                     replica.follower.rewind(to: rewindTo)
                     throw error
                 }
@@ -1130,6 +1177,8 @@ public enum Replicate {
                     confirm(replica, at: batch.at)
                 }
                 if let afterBase, replica.needsBase == nil { replica.needsBase = afterBase }
+                // A base follows at once (no capture clears the hold on that way): nothing to hold for.
+                if replica.needsBase != nil { replica.boundaryHold = nil }
                 // The chain's milestones start over from its new base (on the merge thread, after the old chain's last merges).
                 let chainID = record.id
                 merges.async { [self] in self.milestoneParents[replica.key] = PointMilestone.Parent(chain: chainID, point: 0, record: record, map: nil) }

@@ -315,7 +315,8 @@ final class WalFollower {
         // Taken before the read: a commit made after the wal-index was read is not claimed.
         let readAt = Date()
         let now = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)
-        if let now, let lastIndex, now == lastIndex, changeTrusted { return .commits([], at: readAt) }
+        // (Not when a hold is to be taken: it must be taken inside a pinned read, at the cursor's state.)
+        if holding == nil, let now, let lastIndex, now == lastIndex, changeTrusted { return .commits([], at: readAt) }
         guard let identity = FileSystem.identity(of: store.path) else { return .gap("\(store.path) is gone") }
         if let databaseIdentity, databaseIdentity != identity {
             close()   // the next base opens the new file

@@ -335,16 +335,8 @@ final class PagedSnapshotWork {
     /// transaction lasts only as long as the read: no `quick_check` here (a point is checked when
     /// it is restored), so the manifest says `verify.level: none`.
     func copyPages(pageSize: Int, pageCount: Int, source: Manifest.Source,
-                   read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void, progress: StepHandler?) throws {
-        guard PagedSnapshotRecord.isPageSize(pageSize), pageCount > 0 else {
-            throw StoreOpsError(.badData, "\(store.path) has page size \(pageSize) and \(pageCount) pages: not a database to follow")
-        }
-        self.pageSize = pageSize
-        if parent?.pages.pageSize != pageSize {
-            parent = nil
-            parentMap = nil
-        }
-        try packExternalData()
+                   read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void, progress: StepHandler?, externalDataPacked: Bool = false) throws {
+        try prepareCopy(pageSize: pageSize, pageCount: pageCount, packExternalData: !externalDataPacked)
         let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [], expectedPages: pageCount)
         self.stream = stream
         let started = Date()
@@ -415,7 +407,23 @@ final class PagedSnapshotWork {
     }
 
     /// The external-data files, chunked (1 MiB), while the snapshot is held.
+    /// The page size (a parent of another one is dropped) and, unless already done, the store's
+    /// external-data files: a base going through a scratch copy packs them inside its pinned read
+    /// (the files its pages name), its pages after it.
+    func prepareCopy(pageSize: Int, pageCount: Int, packExternalData pack: Bool = true) throws {
+        guard PagedSnapshotRecord.isPageSize(pageSize), pageCount > 0 else {
+            throw StoreOpsError(.badData, "\(store.path) has page size \(pageSize) and \(pageCount) pages: not a database to follow")
+        }
+        self.pageSize = pageSize
+        if parent?.pages.pageSize != pageSize {
+            parent = nil
+            parentMap = nil
+        }
+        if pack { try packExternalData() }
+    }
+
     private func packExternalData() throws {
+        files = []   // a read made again (the -wal restarted under it) lists the files again, once
         let source = store.externalDataPath
         guard FileSystem.kind(of: source) == .directory else { return }
         if let bad = FileSystem.nonUTF8Names(under: source).first {
