@@ -244,7 +244,7 @@ extension StoreDiff {
                 // An object another process added that the migrations then updated: the object
                 // is the other's, the columns the migrations wrote are theirs (from the default).
                 if let after {
-                    let wrote = after.keys.filter { column in columns[column].map { written.columns[min($0, 63)]?.contains(rowid) == true } ?? false }
+                    let wrote = after.keys.filter { column in columns[column].map { written.wrote(rowid, column: $0) } ?? false }
                     if !wrote.isEmpty {
                         var was = after
                         for column in wrote { was[column] = defaults[column] ?? .null }

@@ -55,10 +55,7 @@ public enum StoreDiff {
     public struct Report: Sendable, Codable {
         public var summary: Summary {
             Summary(same: same, schema: schema.map { "\($0.change) \($0.type) \($0.name)" }, model: model,
-                    entities: entities.map { .init(name: $0.entity ?? $0.table, table: $0.table, added: $0.added, removed: $0.removed,
-                                                   changed: $0.changed, attributes: $0.attributes) },
-                    links: links.map { .init(relationship: $0.relationship, added: $0.added, removed: $0.removed) },
-                    externalFiles: externalData.count)
+                    entities: entities.map(Summary.Entity.init), links: links.map(Summary.Links.init), externalFiles: externalData.count)
         }
         public var a: SideSummary
         public var b: SideSummary
@@ -96,10 +93,7 @@ public enum StoreDiff {
 
         public var summary: Summary {
             Summary(same: entities.isEmpty && links.isEmpty, schema: [], model: [],
-                    entities: entities.map { .init(name: $0.entity ?? $0.table, table: $0.table, added: $0.added, removed: $0.removed,
-                                                   changed: $0.changed, attributes: $0.attributes) },
-                    links: links.map { .init(relationship: $0.relationship, added: $0.added, removed: $0.removed) },
-                    externalFiles: 0)
+                    entities: entities.map(Summary.Entity.init), links: links.map(Summary.Links.init), externalFiles: 0)
         }
     }
 
@@ -370,11 +364,17 @@ public enum StoreDiff {
             public var changed: Int
             /// Changed objects per attribute or relationship.
             public var attributes: [String: Int]
+
+            init(_ e: EntityChanges) {
+                (name, table, added, removed, changed, attributes) = (e.entity ?? e.table, e.table, e.added, e.removed, e.changed, e.attributes)
+            }
         }
         public struct Links: Sendable, Codable, Equatable {
             public var relationship: String
             public var added: Int
             public var removed: Int
+
+            init(_ l: LinkChanges) { (relationship, added, removed) = (l.relationship, l.added, l.removed) }
         }
         public var same: Bool
         public var schema: [String]

@@ -6,8 +6,8 @@ import GRDB
 /// changed, as SQLite's pre-update hook reports them. Under `--force` the app writes while the
 /// migrations run, so the diff of the pre-migrate snapshot with the result holds the app's writes
 /// too; a difference is the migration's when its connection inserted or deleted that row, or
-/// changed that column of it (its statements, triggers and declared `ON DELETE` actions alike),
-/// and another process's otherwise (`StoreDiff.Options.written`).
+/// changed that column of it (its statements, triggers and Swift stages alike), and another
+/// process's otherwise (`StoreDiff.Options.written`).
 ///
 /// A dense rowid range (Core Data's `Z_PK`) costs a bit a row per column written: 4,000,000 rows
 /// updated in one column are 500 KB. Past `limit` chunks (rowids scattered far apart) the record
@@ -72,6 +72,12 @@ public struct WrittenRows: Sendable {
 
     func table(_ name: String) -> Table? { tables[name.lowercased()] }
 
+    /// Nothing can be attributed any more: every difference is the migrations'.
+    mutating func giveUp() {
+        overflowed = true
+        tables = [:]
+    }
+
     /// The schema as the recorder compares it around each migration statement.
     struct Schema: Equatable {
         struct Table: Equatable {
@@ -106,11 +112,7 @@ public struct WrittenRows: Sendable {
     /// again the same in one statement) cannot be placed.
     mutating func note(schemaChange before: Schema, _ after: Schema) {
         guard before.version != after.version else { return }
-        if before.entries == after.entries {
-            overflowed = true
-            tables = [:]
-            return
-        }
+        if before.entries == after.entries { return giveUp() }
         for name in Set(before.tables.keys).union(after.tables.keys) {
             guard let old = before.tables[name], let new = after.tables[name] else {
                 rewritten.insert(name)
@@ -186,8 +188,7 @@ final class WriteRecorder {
             }
             box.written.chunkCount += added
             if box.written.chunkCount > WrittenRows.limit {
-                box.written.overflowed = true
-                box.written.tables = [:]
+                box.written.giveUp()
                 box.current = WrittenRows.Table()
             }
         }, Unmanaged.passUnretained(box).toOpaque())
@@ -226,8 +227,7 @@ final class WriteRecorder {
     /// Every difference is the migrations' (a write the hook cannot report: VACUUM, a
     /// migration's Swift code that changed the schema).
     func giveUp() {
-        box.written.overflowed = true
-        box.written.tables = [:]
+        box.written.giveUp()
         box.current = WrittenRows.Table()
     }
 

@@ -976,12 +976,10 @@ public enum Replicate {
                 let spillTo = Replicate.baseScratch(replica.store)
                 var spilled: (copy: PageSpill, source: Manifest.Source)?
                 defer { spilled?.copy.close() }
-                // Read while a spilled base is packed: the base's own cursor, the app's commits
-                // since (each read's commits and the cursor after them), and a gap or whole read
-                // found meanwhile (needed once the new chain is open).
+                // A base packed from its copy: its own cursor, and what was read of the app's
+                // commits meanwhile (needed once the new chain is open, or by the old one).
                 var baseCursor: WalCursor?
-                var early: [(commits: [WalCommit], at: Date, cursor: WalCursor)] = []
-                var afterBase: (kind: String, reason: String, change: UInt32?)?
+                var packing: BaseReads?
                 do {
                     let image = try replica.follower.image(catchingUp: kind == "compaction" ? catchUpFrom : nil) { pageSize, pageCount, _, read in
                         let source = Manifest.Source(path: replica.store.path, journalMode: "wal", pageSize: pageSize, pageCount: pageCount,
@@ -1027,59 +1025,8 @@ public enum Replicate {
                         // it), and a last read after the packing takes a new one, held while the
                         // base is committed, as before.
                         baseCursor = replica.follower.cursor
-                        final class Reads: @unchecked Sendable {
-                            let lock = NSLock()
-                            var packed = false
-                            var early: [(commits: [WalCommit], at: Date, cursor: WalCursor)] = []
-                            var reading = true
-                            var afterBase: (kind: String, reason: String, change: UInt32?)?
-                            var boundary: ReadHold?
-                            /// The pages held in `early`: past the spool's limit they are dropped and a gap follows.
-                            var bytes = 0
-                            let limit: Int
-                            let replica: Replica
-                            let work: PagedSnapshotWork
-                            let copy: PageSpill
-                            let source: Manifest.Source
-                            init(replica: Replica, work: PagedSnapshotWork, copy: PageSpill, source: Manifest.Source, boundary: ReadHold?, limit: Int) {
-                                self.replica = replica; self.work = work; self.copy = copy; self.source = source; self.boundary = boundary; self.limit = limit
-                            }
-                            /// One read of the app's commits (on the reading thread, then once more after the
-                            /// packing); with `holding`, whether it took the hold.
-                            @discardableResult
-                            func read(holding: Bool) -> Bool {
-                                guard reading else { return false }
-                                var hold: ReadHold?
-                                let outcome = try? replica.follower.capture(holding: holding ? { hold = try? ReadHold(path: self.replica.store.path, busyMilliseconds: 100) } : nil)
-                                switch outcome {
-                                case .commits(let commits, let at)?:
-                                    if let cursor = replica.follower.cursor, !commits.isEmpty {
-                                        early.append((commits, at, cursor))
-                                        bytes += commits.reduce(0) { $0 + $1.pages.reduce(0) { $0 + $1.1.count } }
-                                        if bytes > limit {
-                                            reading = false
-                                            early = []
-                                            afterBase = ("gap", "more than \(Format.bytes(UInt64(limit))) of commits were read while a base was packed", nil)
-                                            return false
-                                        }
-                                    }
-                                    if !holding { boundary = nil } else if let hold {
-                                        boundary = hold
-                                        return true
-                                    }
-                                case .gap(let why)?:
-                                    reading = false
-                                    afterBase = ("gap", why, nil)
-                                case .wholeRead(let why, let change)?:
-                                    reading = false
-                                    afterBase = ("continued", why, change)
-                                case nil:
-                                    break   // a read that failed (busy): the next one tries again
-                                }
-                                return false
-                            }
-                        }
-                        let reads = Reads(replica: replica, work: work, copy: spilled.copy, source: spilled.source, boundary: boundary, limit: spoolLimit)
+                        let reads = BaseReads(replica: replica, boundary: boundary, limit: spoolLimit)
+                        packing = reads
                         boundary = nil
                         let poll = options.pollInterval
                         // A thread of its own (not a shared pool's lane, which one core would run only after the packing).
@@ -1098,22 +1045,17 @@ public enum Replicate {
                                 reads.lock.withLock { reads.packed = true }
                                 readingDone.wait()
                             }
-                            try reads.work.copyPages(pageSize: reads.copy.pageSize, pageCount: reads.copy.pageCount, source: reads.source,
-                                                     read: reads.copy.read, progress: nil, externalDataPacked: true)
-                        } catch {
-                            (early, afterBase) = (reads.early, reads.afterBase)   // kept by a failed compaction's old chain
-                            throw error
+                            try work.copyPages(pageSize: spilled.copy.pageSize, pageCount: spilled.copy.pageCount, source: spilled.source,
+                                               read: spilled.copy.read, progress: nil, externalDataPacked: true)
                         }
                         // The last read takes the hold kept while the base is committed (a few tries: a read can be busy).
                         var held = false
                         for _ in 0..<3 where reads.reading && !held { held = reads.read(holding: true) }
-                        early = reads.early
-                        afterBase = reads.afterBase
                         boundary = reads.boundary
                         Replicate.logger.debug("a base packed from its scratch copy", metadata: ["store": "\(replica.store.path)",
-                                               "commits read meanwhile": "\(early.reduce(0) { $0 + $1.commits.count })", "reads": "\(early.count)"])
+                                               "commits read meanwhile": "\(reads.early.reduce(0) { $0 + $1.commits.count })", "reads": "\(reads.early.count)"])
                         // No read got one: a hold taken now still keeps the -wal from restarting from here on.
-                        if !held, boundary == nil, afterBase == nil { boundary = try? ReadHold(path: replica.store.path, busyMilliseconds: 100) }
+                        if !held, boundary == nil, reads.afterBase == nil { boundary = try? ReadHold(path: replica.store.path, busyMilliseconds: 100) }
                         spilled.copy.close()
                     }
                     try work.check()
@@ -1123,7 +1065,7 @@ public enum Replicate {
                     if replica.pending.count > pendingBefore { replica.pending.removeLast(replica.pending.count - pendingBefore) }
                     // The catch-up's files are carried again with it (at worst twice, never lost).
                     replica.external = externalBefore
-                    if kind == "compaction", !early.isEmpty, afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
+                    if kind == "compaction", let early = packing?.early, !early.isEmpty, packing?.afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
                         // The old chain goes on (it ends at the base's state): what was read while
                         // the base was packed is its next commits, not read again (the app may
                         // have restarted the -wal meanwhile).
@@ -1172,11 +1114,11 @@ public enum Replicate {
                 replica.needsBase = nil
                 replica.boundaryHold = boundary
                 // What was read while the base was packed opens the new chain.
-                for batch in early {
+                for batch in packing?.early ?? [] {
                     guard add(batch.commits, at: batch.at, to: replica, cursor: batch.cursor) else { break }
                     confirm(replica, at: batch.at)
                 }
-                if let afterBase, replica.needsBase == nil { replica.needsBase = afterBase }
+                if let afterBase = packing?.afterBase, replica.needsBase == nil { replica.needsBase = afterBase }
                 // A base follows at once (no capture clears the hold on that way): nothing to hold for.
                 if replica.needsBase != nil { replica.boundaryHold = nil }
                 // The chain's milestones start over from its new base (on the merge thread, after the old chain's last merges).
@@ -1195,6 +1137,60 @@ public enum Replicate {
                 replica.retryAfter = Date().addingTimeInterval(max(1, options.syncInterval))
             }
         }
+    }
+}
+
+/// What a base packed from its scratch copy reads of the app's commits meanwhile (on a thread of
+/// its own, then once more after the packing), for the new chain.
+private final class BaseReads: @unchecked Sendable {
+    let lock = NSLock()
+    var packed = false
+    var early: [(commits: [WalCommit], at: Date, cursor: WalCursor)] = []
+    var reading = true
+    var afterBase: (kind: String, reason: String, change: UInt32?)?
+    var boundary: ReadHold?
+    /// The pages held in `early`: past the spool's limit they are dropped and a gap follows.
+    var bytes = 0
+    let limit: Int
+    let replica: Replicate.Replica
+
+    init(replica: Replicate.Replica, boundary: ReadHold?, limit: Int) {
+        (self.replica, self.boundary, self.limit) = (replica, boundary, limit)
+    }
+
+    /// One read of the app's commits (on the reading thread, then once more after the
+    /// packing); with `holding`, whether it took the hold.
+    @discardableResult
+    func read(holding: Bool) -> Bool {
+        guard reading else { return false }
+        var hold: ReadHold?
+        let outcome = try? replica.follower.capture(holding: holding ? { hold = try? ReadHold(path: self.replica.store.path, busyMilliseconds: 100) } : nil)
+        switch outcome {
+        case .commits(let commits, let at)?:
+            if let cursor = replica.follower.cursor, !commits.isEmpty {
+                early.append((commits, at, cursor))
+                bytes += commits.reduce(0) { $0 + $1.pages.reduce(0) { $0 + $1.1.count } }
+                if bytes > limit {
+                    reading = false
+                    early = []
+                    afterBase = ("gap", "more than \(Format.bytes(UInt64(limit))) of commits were read while a base was packed", nil)
+                    return false
+                }
+            }
+            if !holding { boundary = nil } else if let hold {
+                boundary = hold
+                return true
+            }
+        case .gap(let why)?:
+            reading = false
+            afterBase = ("gap", why, nil)
+        case .wholeRead(let why, let change)?:
+            reading = false
+            afterBase = ("continued", why, change)
+        case nil:
+            break   // a read that failed (busy): the next one tries again
+        }
+        return false
     }
 }
 

@@ -154,27 +154,29 @@ final class PageSpill: @unchecked Sendable {
     /// pages in order, a megabyte at a time, page 1 as a self-contained database has it), written
     /// to the copy at its place; the copy is complete after it.
     func fill(pageCount: Int, read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws {
+        var first: [UInt8] = []
+        try inRuns(from: 1, through: pageCount, doing: "copying the pages of the store") { page, count, run in
+            try read(page, count, run)
+            try write(UnsafeRawBufferPointer(run), at: off_t(page - 1) * off_t(pageSize))
+            if page == 1 { first = Array(UnsafeRawBufferPointer(run)[0..<pageSize]) }
+            advance()
+        }
+        try complete(page1: first, pageCount: pageCount)
+    }
+
+    /// Pages `first`…`last` a megabyte at a time: `body(page, count, run)` with a buffer of
+    /// `count` pages from `page` on.
+    private func inRuns(from first: Int, through last: Int, doing: String,
+                        _ body: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void) throws {
         let runPages = max(1, (1 << 20) / pageSize)
         var buffer = [UInt8](repeating: 0, count: runPages * pageSize)
-        var page = 1
-        while page <= pageCount {
-            try ProcessSignals.checkpoint("copying the pages of the store")
-            let count = min(runPages, pageCount - page + 1)
-            let length = count * pageSize
-            try buffer.withUnsafeMutableBytes { raw in
-                let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<length])
-                try read(page, count, slice)
-                try write(UnsafeRawBufferPointer(slice), at: off_t(page - 1) * off_t(pageSize))
-                if page == 1 { page1 = Array(UnsafeRawBufferPointer(slice)[0..<pageSize]) }
-            }
-            advance()
+        var page = first
+        while page <= last {
+            try ProcessSignals.checkpoint(doing)
+            let count = min(runPages, last - page + 1)
+            try buffer.withUnsafeMutableBytes { raw in try body(page, count, UnsafeMutableRawBufferPointer(rebasing: raw[0..<(count * pageSize)])) }
             page += count
         }
-        self.pageCount = pageCount
-        guard ftruncate(fd, off_t(pageCount) * off_t(pageSize)) == 0 else {
-            throw StoreOpsError.posix(errno, doing: "writing the scratch copy \(file.tempPath)", side: .output)
-        }
-        writeBehind?.drain()
     }
 
     // MARK: - After it
@@ -188,25 +190,15 @@ final class PageSpill: @unchecked Sendable {
     /// Streams pages 2…`pageCount` from the complete copy, in order, a megabyte at a time,
     /// leaving out `skipping` (the lock-byte page, which the caller streams with page 1).
     func stream(into stream: PageStream, skipping: Int, progress: StepHandler?) throws {
-        let runPages = max(1, (1 << 20) / pageSize)
-        var buffer = [UInt8](repeating: 0, count: runPages * pageSize)
         let started = Date()
-        var page = 2
-        while page <= pageCount {
-            try ProcessSignals.checkpoint("packing the pages of the scratch copy")
-            let count = min(runPages, pageCount - page + 1)
-            let length = count * pageSize
-            try buffer.withUnsafeMutableBytes { raw in
-                try FileSystem.readAll(fd, UnsafeMutableRawBufferPointer(rebasing: raw[0..<length]), at: off_t(page - 1) * off_t(pageSize),
-                                       doing: "reading back the scratch copy \(file.tempPath)")
-                for i in 0..<count where page + i != skipping {
-                    guard stream.receive(page: UInt32(page + i), bytes: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(raw)[(i * pageSize)..<((i + 1) * pageSize)])) else { break }
-                }
+        try inRuns(from: 2, through: pageCount, doing: "packing the pages of the scratch copy") { page, count, run in
+            try read(page, count, run)
+            for i in 0..<count where page + i != skipping {
+                guard stream.receive(page: UInt32(page + i), bytes: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(run)[(i * pageSize)..<((i + 1) * pageSize)])) else { break }
             }
             if let failure = stream.error { throw failure }
-            page += count
-            progress?(ProgressUpdate(phase: "pages", done: UInt64(page - 1), total: UInt64(pageCount), unit: .pages,
-                                     bytes: UInt64(page - 1) * UInt64(pageSize), startedAt: started))
+            progress?(ProgressUpdate(phase: "pages", done: UInt64(page + count - 1), total: UInt64(pageCount), unit: .pages,
+                                     bytes: UInt64(page + count - 1) * UInt64(pageSize), startedAt: started))
         }
     }
 
