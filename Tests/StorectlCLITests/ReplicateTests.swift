@@ -1481,7 +1481,7 @@ struct ReplicateTests {
         #expect(verify.status == 65 && verify.stdout.contains("has segments but no opening segment"), "\(verify.status) \(verify.stdout)")
     }
 
-    @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66")
+    @Test("a store not in WAL mode is refused (65) with what to do; a store and a repository that do not exist are 66; bad durations and --level values are 64")
     func refusals() throws {
         let folder = try TempFolder("storectl-replicate")
         var options = SampleStore.Options()
@@ -1504,6 +1504,12 @@ struct ReplicateTests {
         #expect(negative.status == 64 && negative.stderr.contains("negative"), "\(negative.stderr)")
         let zero = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--sync-interval", "0"])
         #expect(zero.status == 64 && zero.stderr.contains("more than zero"), "\(zero.stderr)")
+        for level in ["0", "20", "-3"] {
+            let bad = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--level=\(level)", "--for", "1s"])
+            #expect(bad.status == 64 && bad.stderr.contains("--level \(level) is out of range"), "\(bad.stderr)")
+        }
+        let words = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--level", "high", "--for", "1s"])
+        #expect(words.status == 64, "\(words.stderr)")
         let badTime = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "yesterday", "--to", folder.file("x.sqlite")])
         #expect(badTime.status == 64, "\(badTime.stderr)")
         let noPoints = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", "-1m", "--to", folder.file("x.sqlite")])
