@@ -63,8 +63,9 @@ struct KeyRemoveCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() throws {
-        try RepositoryKeys.remove(.init(location: repo, password: password.source, wait: wait), id: id)
-        print(json ? jsonReport(["removed": id]) : "removed key \(id)")
+        // The whole id (the argument may be its start).
+        let removed = try RepositoryKeys.remove(.init(location: repo, password: password.source, wait: wait), id: id)
+        print(json ? jsonReport(["removed": removed]) : "removed key \(removed)")
     }
 }
 

@@ -36,6 +36,11 @@ struct MigrateDiffTests {
         #expect(items.allSatisfy { $0.attributes.keys.sorted() == ["ZPRIORITYLABEL"] })
         #expect(changes.entities.contains { $0.table == "numbers" && $0.added == 3 })
         #expect(changes.schema.contains("added table numbers"))
+        // The summary's keys are the diff's: `entity` for an entity (Item, or its subentity), none for a plain table.
+        let raw = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        let rawEntities = try #require((raw["changes"] as? [String: Any])?["entities"] as? [[String: Any]])
+        #expect(rawEntities.contains { $0["table"] as? String == "ZITEM" && ($0["entity"] as? String)?.isEmpty == false }, "\(rawEntities)")
+        #expect(rawEntities.contains { $0["table"] as? String == "numbers" && $0["entity"] == nil && $0["name"] == nil }, "\(rawEntities)")
         #expect(report.undeclared == nil)
         #expect(report.unknownDeclared == nil, "a table the migration makes is a name it may declare: \(report.unknownDeclared ?? [])")
         #expect(report.checked?.contains("quick_check(ZITEM)") == true && report.checked?.contains("quick_check(numbers)") == true

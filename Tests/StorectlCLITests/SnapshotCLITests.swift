@@ -215,6 +215,30 @@ struct SnapshotCLITests {
         #expect(try cli("key", "add", "--repo", repo, "--new-password-file", folder.file("second")).status == 0)
         #expect(try cli("key", "list", "--repo", repo).stdout.split(separator: "\n").count == 2)
         #expect(try cli("snapshot", "list", "--repo", repo, password: folder.file("second")).status == 0)
+        // `key remove` by the start of an id: keys are added (each with its own password, a cheap
+        // scrypt) until two ids start alike (at most 16 more); that start names both: 64, listing
+        // them, nothing removed. A start naming one removes it, and the whole id is printed.
+        var keys = RepositoryKeys.Options(location: repo, password: .file(password))
+        keys.kdfN = 1 << 10
+        func keyIDs() throws -> [String] { try RepositoryKeys.list(keys).map(\.id) }
+        var shared: String?
+        for n in 0..<16 where shared == nil {
+            try Data("extra-\(n)\n".utf8).write(to: URL(fileURLWithPath: folder.file("extra-\(n)")))
+            keys.newPassword = .file(folder.file("extra-\(n)"))
+            _ = try RepositoryKeys.add(keys)
+            shared = Dictionary(grouping: try keyIDs().map { String($0.prefix(1)) }, by: { $0 }).first { $0.value.count > 1 }?.key
+        }
+        let start = try #require(shared)
+        let keysBefore = try keyIDs()
+        let ambiguous = try cli("key", "remove", "--repo", repo, start.uppercased())
+        #expect(ambiguous.status == 64 && ambiguous.stderr.contains("starts") && keysBefore.filter { $0.hasPrefix(start) }.allSatisfy { ambiguous.stderr.contains($0) },
+                "\(ambiguous.status) \(ambiguous.stderr)")
+        #expect(try keyIDs() == keysBefore, "an ambiguous start removes nothing")
+        let current = try #require(try RepositoryKeys.list(keys).first { $0.current }?.id)
+        let unique = try #require(keysBefore.last { $0 != current })
+        let removed = try cli("key", "remove", "--repo", repo, String(unique.prefix(8)).uppercased())
+        let keysAfter = try keyIDs()
+        #expect(removed.status == 0 && removed.stdout == "removed key \(unique)\n" && !keysAfter.contains(unique), "\(removed.stdout)\(removed.stderr)")
 
         let plain = folder.file("plain")
         #expect(try cli("repo", "init", "--repo", plain, "--insecure-no-encryption").status == 0)

@@ -356,17 +356,22 @@ public enum StoreDiff {
 
     /// What changed, in counts: for a migration's report and history row.
     public struct Summary: Sendable, Codable, Equatable {
+        /// Keys as in the diff's own JSON (`entity` for a Core Data entity, absent for a plain
+        /// table; `table` always).
         public struct Entity: Sendable, Codable, Equatable {
-            public var name: String
+            /// The Core Data entity (nil: a plain table).
+            public var entity: String?
             public var table: String
             public var added: Int
             public var removed: Int
             public var changed: Int
             /// Changed objects per attribute or relationship.
             public var attributes: [String: Int]
+            /// The entity, or the table of a plain store.
+            public var name: String { entity ?? table }
 
             init(_ e: EntityChanges) {
-                (name, table, added, removed, changed, attributes) = (e.entity ?? e.table, e.table, e.added, e.removed, e.changed, e.attributes)
+                (entity, table, added, removed, changed, attributes) = (e.entity, e.table, e.added, e.removed, e.changed, e.attributes)
             }
         }
         public struct Links: Sendable, Codable, Equatable {

@@ -77,7 +77,9 @@ public enum RepositoryKeys {
 
     /// Removes a key (never the one used to open the repository, so one that works always stays).
     /// `id`: a key's id or the start of one (as snapshot ids are given), naming one key.
-    public static func remove(_ options: Options, id given: String) throws {
+    /// Returns the whole id of the key removed.
+    @discardableResult
+    public static func remove(_ options: Options, id given: String) throws -> String {
         try change(options, "key remove") { repository in
             let lowered = given.lowercased()
             guard (1...16).contains(lowered.count), lowered.allSatisfy(\.isHexDigit) else {
@@ -101,6 +103,7 @@ public enum RepositoryKeys {
                 throw StoreOpsError(.noInput, "the repository \(repository.location) has no key \(id)", hint: "`storectl key list` shows them")
             }
             try repository.backend.remove("keys/\(id)", point: "key.remove")
+            return id
         }
     }
 
