@@ -137,6 +137,57 @@ int storectl_idle_thread(void) {
     return storectl_sched(0, 5, 0, 0);
 }
 
+int storectl_thread_is_idle(int tid) {
+#if defined(__linux__) && defined(SYS_sched_getattr)
+    struct {
+        unsigned int size, policy;
+        unsigned long long flags;
+        int nice;
+        unsigned int priority;
+        unsigned long long runtime, deadline, period;
+    } attr = { 0 };
+    if (syscall(SYS_sched_getattr, tid, &attr, sizeof(attr), 0) != 0) return 0;
+    return attr.policy == 5;   /* SCHED_IDLE */
+#else
+    (void)tid;
+    return 0;
+#endif
+}
+
+static __thread int storectl_kept = 0;
+static __thread unsigned int storectl_kept_policy = 0;
+static __thread int storectl_kept_nice = 0;
+
+int storectl_keep_thread_sched(void) {
+#if defined(__linux__) && defined(SYS_sched_getattr)
+    struct {
+        unsigned int size, policy;
+        unsigned long long flags;
+        int nice;
+        unsigned int priority;
+        unsigned long long runtime, deadline, period;
+    } attr = { 0 };
+    if (storectl_kept) return 0;   /* the first state is the one to go back to */
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0) return -1;
+    /* A thread made by a polite one (dispatch makes its pool's threads from the thread that
+       queues work) is born in the idle class: what it goes back to is the normal class. */
+    storectl_kept_policy = attr.policy == 5 ? 0 : attr.policy;
+    storectl_kept_nice = attr.policy == 5 ? 0 : attr.nice;
+    storectl_kept = 1;
+    return 0;
+#else
+    return -1;
+#endif
+}
+
+int storectl_thread_sched_kept(void) { return storectl_kept; }
+
+int storectl_restore_thread_sched(void) {
+    if (!storectl_kept) return 0;
+    storectl_kept = 0;
+    return storectl_sched(0, storectl_kept_policy, storectl_kept_nice, 0);
+}
+
 void storectl_tune_malloc(int arenas, int mmap_threshold) {
 #if defined(__GLIBC__)
     mallopt(M_ARENA_MAX, arenas);

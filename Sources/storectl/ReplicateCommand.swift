@@ -35,6 +35,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "While a store is idle, confirm this often that no commit came since its last point (e.g. 1m, the default; 0 never): restores answer a time up to the last confirmation.") var heartbeat: String?
     @Option(parsing: .unconditional, help: "Stop after this long (e.g. 10m) instead of waiting for a signal.") var `for`: String?
     @Option(parsing: .unconditional, help: "zstd's level for the pages of bases and milestones (1-19, default 3; segments use 3).") var level: Int?
+    @Flag(help: "Make bases at full speed: their hashing and compressing not in the idle CPU class (the app's commits may wait for a core behind them).") var noPace = false
     @Flag(help: "Print the summary as JSON when it stops.") var json = false
     @Flag(help: "Say nothing while following (the summary is still printed at the end).") var quiet = false
     @Option(help: "Rewrite this JSON file every sync interval with each store's figures (for `replicate status`).") var statusFile: String?
@@ -60,6 +61,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         options.duration = try `for`.map { try duration($0, "--for", allowZero: false) }
         if let heartbeat { options.heartbeatInterval = try duration(heartbeat, "--heartbeat", allowZero: true) }
         if let level { options.level = try Compression.zstd.validatedLevel(level) }
+        options.pace = !noPace
         if statusFile != nil || metrics != nil { options.outputsNamedIn = nil }
         if let statusFile { options.statusFile = statusFile }
         if let metrics { options.metricsFolder = metrics }

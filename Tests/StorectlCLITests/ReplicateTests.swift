@@ -1137,6 +1137,52 @@ struct ReplicateTests {
         #expect(times.count >= 5 && checked.restored >= min(times.count, 20) / 2, "\(checked.refused) \(listed)")
     }
 
+    @Test("a base's hashing and compressing run in the idle CPU class (the app keeps its cores) and its threads leave it when the base is in; the loop's own work after it never runs there; --no-pace: no thread in it",
+          .enabled(if: StarvationGuardSupport.idleClassExpected))
+    func baseLanesInIdleClass() throws {
+        /// Each thread of `pid`: its scheduling policy (5: SCHED_IDLE) and nice value (/proc/PID/task/TID/stat, fields 41 and 19).
+        func threads(_ pid: Int32) -> [(tid: Int32, policy: Int, nice: Int)] {
+            let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return tids.compactMap { name in
+                guard let tid = Int32(name), let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(name)/stat", encoding: .utf8) else { return nil }
+                let fields = stat[(stat.lastIndex(of: ")") ?? stat.startIndex)...].split(separator: " ")
+                guard fields.count > 39, let nice = Int(fields[17]), let policy = Int(fields[39]) else { return nil }
+                return (tid, policy, nice)
+            }
+        }
+        func run(_ extra: [String]) throws -> (during: Int, after: [String]) {
+            let w = try world(items: 60_000)
+            let writer = try churn(w, seconds: 6, ["--seed", "7", "--max-interval-ms", "4"])
+            let follower = try replicate(w, ["--level", "19", "--for", "8s"] + extra)
+            var during = 0   // samples with a thread polite (idle class, or nice 10 if the guard raised it)
+            var based = false
+            var polls = 0
+            while follower.isRunning, !based {
+                during += threads(follower.pid).contains { $0.policy == 5 || $0.nice > 0 } ? 1 : 0
+                polls += 1
+                if polls % 20 == 0, let points = try? StorePoints.list(repository: w.repo, password: .file(w.folder.file("password"))), !points.isEmpty { based = true }
+                usleep(5_000)
+            }
+            #expect(based, "the base was never in")
+            // The loop's work after the base (reading the app's commits, segments, merges) on threads that packed it.
+            // (Dispatch's own threads may run at a negative nice: not ours to lower.)
+            var after: [String] = []
+            for _ in 0..<40 where follower.isRunning {
+                after += threads(follower.pid).filter { $0.policy == 5 || $0.nice > 0 }.map { "thread \($0.tid): policy \($0.policy), nice \($0.nice)" }
+                usleep(25_000)
+            }
+            let result = follower.wait()
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(writer.wait().status == 0)
+            return (during, after)
+        }
+        let paced = try run([])
+        #expect(paced.during > 0, "no thread of the base was seen in the idle class")
+        #expect(paced.after.isEmpty, "\(Set(paced.after).sorted())")
+        let full = try run(["--no-pace"])
+        #expect(full.during == 0 && full.after.isEmpty, "\(full.during) \(Set(full.after).sorted())")
+    }
+
     @Test("a base prepared slowly (a bucket's lock and catalog: 800 ms here) while the app checkpoints every 100 pages: what the app committed meanwhile is read just before the base's own read, so every base continues its chain (no gap at a boundary); the points either side restore exactly")
     func slowBasePreparation() throws {
         let world = try world()

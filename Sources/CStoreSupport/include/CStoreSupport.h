@@ -28,6 +28,17 @@ int storectl_polite_thread(int tid, int nice_value, unsigned long long slice_ns)
 /// other thread wants it). 0, or -1 with errno (ENOSYS where there is no such class).
 int storectl_idle_thread(void);
 
+/// Whether thread `tid` of this process (0: the calling thread) is in the idle scheduling class.
+int storectl_thread_is_idle(int tid);
+
+/// The calling thread's scheduling (policy and nice) kept in a thread-local before it is made
+/// polite for a scope (`IOPace.politely`): 0, or -1 when it could not be read (nothing kept).
+int storectl_keep_thread_sched(void);
+/// Whether the calling thread has scheduling kept (it was made polite for a scope).
+int storectl_thread_sched_kept(void);
+/// Puts back the kept scheduling, if any, and forgets it: 0, or -1 with errno.
+int storectl_restore_thread_sched(void);
+
 /// With --json, a crash (a trap, an abort, a bad access) must still leave a JSON error on stdout:
 /// installs handlers for SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE and SIGSEGV (on an alternate
 /// stack) that write `{"ok":false,"status":128+N,"message":...}` with write(2), then restore the

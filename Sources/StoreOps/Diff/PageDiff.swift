@@ -495,6 +495,7 @@ final class ReadAhead: @unchecked Sendable {
         let reader = Reader(read)
         let thread = Thread { [self] in
             IOPace.politeThread()
+            defer { IOPace.ordinaryThread() }
             for i in batches.indices {
                 condition.lock()
                 while !cancelled && i > taking + 1 { condition.wait() }

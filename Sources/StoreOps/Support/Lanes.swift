@@ -8,6 +8,7 @@ public func inParallel<A: Sendable, B: Sendable>(_ a: @Sendable () throws -> A, 
     let results = Mutex<(a: Result<A, any Error>?, b: Result<B, any Error>?)>((nil, nil))
     DispatchQueue.concurrentPerform(iterations: 2) { lane in
         IOPace.politeThread()
+        defer { IOPace.ordinaryThread() }   // a lane may be the caller's own thread
         if lane == 0 {
             let value = Result { try a() }
             results.withLock { $0.a = value }
@@ -34,6 +35,7 @@ public func onLanes(_ count: Int, _ body: (Int) -> Void) {
             group.enter()
             let thread = Thread {
                 IOPace.politeThread()
+                defer { IOPace.ordinaryThread() }
                 box.work?(lane)
                 group.leave()
             }

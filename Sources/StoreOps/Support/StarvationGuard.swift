@@ -10,10 +10,11 @@ import Synchronization
 /// the app keeps busy, a copy there would get nearly nothing and never end, holding its read
 /// transaction (the store's -wal grows). So a thread of its own, in the normal class, reads every
 /// thread's scheduler statistics (`/proc/self/task/*/schedstat`: time run, time spent waiting for
-/// a core) four times a second; when, over the last second, this process's threads waited for a
-/// core more than half a second and ran less than a tenth of one, it moves every thread to nice
-/// 10 with a 0.1 ms slice, for the rest of the run, and new threads start there too. Threads that
-/// wait on the disk or the network do not count as waiting for a core.
+/// a core) four times a second; when, over the last second, this process's threads in the idle
+/// class waited for a core more than half a second and ran less than a tenth of one, it moves
+/// them to nice 10 with a 0.1 ms slice, for the rest of the run, and new polite threads start
+/// there too. Threads that wait on the disk or the network do not count as waiting for a core;
+/// threads of the normal class (the guard's own, replicate's loop) neither count nor move.
 ///
 /// Threads are put in the idle class only where the guard can watch and can take them out again:
 /// the statistics readable (and not all zero: delay accounting off), and leaving the class
@@ -72,18 +73,20 @@ enum StarvationGuard {
     }
 
     /// Each live thread's run and wait times, in nanoseconds, by thread id; nil when unreadable.
-    static func sample() -> [Int32: (run: UInt64, wait: UInt64)]? {
+    /// `idleOnly`: only the threads in the idle class now (the copy's: a process polite only
+    /// for a scope, replicate, keeps its main loop in the normal class), possibly none.
+    static func sample(idleOnly: Bool = false) -> [Int32: (run: UInt64, wait: UInt64)]? {
         guard let tids = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return nil }
         var times: [Int32: (run: UInt64, wait: UInt64)] = [:]
         for name in tids {
             // "run_ns wait_ns timeslices\n"; a thread that ended meanwhile is skipped.
-            guard let tid = Int32(name),
+            guard let tid = Int32(name), !idleOnly || storectl_thread_is_idle(tid) != 0,
                   let text = try? String(contentsOfFile: "/proc/self/task/\(name)/schedstat", encoding: .ascii) else { continue }
             let fields = text.split(separator: " ")
             guard fields.count >= 2, let run = UInt64(fields[0]), let wait = UInt64(fields[1]) else { continue }
             times[tid] = (run, wait)
         }
-        return times.isEmpty ? nil : times
+        return times.isEmpty && !idleOnly ? nil : times
     }
 
     /// Whether samples `from` -> `to`, `seconds` apart, show a process starved of CPU: over the
@@ -103,7 +106,7 @@ enum StarvationGuard {
         var samples: [[Int32: (run: UInt64, wait: UInt64)]] = []
         while true {
             Thread.sleep(forTimeInterval: period)
-            guard let now = sample() else { continue }
+            guard let now = sample(idleOnly: true) else { continue }
             samples.append(now)
             if samples.count > window + 1 { samples.removeFirst() }
             guard samples.count == window + 1,
@@ -113,13 +116,22 @@ enum StarvationGuard {
         }
     }
 
-    /// Every thread of the process to nice 10 with a 0.1 ms slice, and new ones after them.
+    /// Every thread of the process in the idle class back in the normal one (nice 0).
+    static func leaveIdleClass() {
+        let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        for tid in tids.compactMap({ Int32($0) }) where storectl_thread_is_idle(tid) != 0 {
+            _ = storectl_polite_thread(tid, 0, 0)
+        }
+    }
+
+    /// Every thread of the process in the idle class to nice 10 with a 0.1 ms slice, and new
+    /// ones after them.
     static func raise() {
         state.withLock { $0 = .raised }
         let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
         var moved = 0
         var failed = 0
-        for tid in tids.compactMap({ Int32($0) }) {
+        for tid in tids.compactMap({ Int32($0) }) where storectl_thread_is_idle(tid) != 0 {
             if IOPace.niceThread(tid) { moved += 1 } else { failed += 1 }
         }
         let metadata: Logger.Metadata = ["threads": "\(moved)", "failed": "\(failed)"]

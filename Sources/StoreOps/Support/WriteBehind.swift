@@ -42,6 +42,29 @@ public struct IOPace: Sendable, Equatable {
     }
 
     private static let polite = Mutex(false)
+    /// `politely` scopes open now (replicate: its bases' work, not its main loop).
+    private static let scopes = Mutex(0)
+
+    /// Runs `body` with the lanes it starts polite (below) though the process is not: a long-
+    /// running process whose own loop must keep the normal class (replicate, which reads the
+    /// app's commits as they come) does the heavy work of a base this way. A lane that became
+    /// polite for the scope goes back to the normal class when its work item ends
+    /// (`ordinaryThread`): pool threads are shared with the loop's other work.
+    public static func politely<T>(_ body: () throws -> T) rethrows -> T {
+        StarvationGuard.start()
+        scopes.withLock { $0 += 1 }
+        defer {
+            let last = scopes.withLock { value -> Bool in
+                value -= 1
+                return value == 0
+            }
+            // A thread made by a polite one is born polite (dispatch makes its pool's threads from
+            // the thread that queues work) and may never run polite work to be put back after:
+            // with no scope left, every thread still in the idle class goes back to the normal one.
+            if last, !polite.withLock({ $0 }) { StarvationGuard.leaveIdleClass() }
+        }
+        return try body()
+    }
 
     /// Makes the calling thread yield the CPU to the app, when `configure(paced: true)`: the idle
     /// scheduling class (SCHED_IDLE), so it runs only on a core no other thread wants. Measured on
@@ -54,12 +77,24 @@ public struct IOPace: Sendable, Equatable {
     /// ones), as it also does where it cannot watch. Every lane calls this as it starts (a thread's
     /// scheduling is its own).
     public static func politeThread() {
-        guard polite.withLock({ $0 }) else { return }
+        let whole = polite.withLock { $0 }
+        guard whole || scopes.withLock({ $0 > 0 }) else { return }
+        // For a scope: what the thread had is kept, to go back to (unknown: it stays as it is).
+        if !whole, storectl_keep_thread_sched() != 0 { return }
         if StarvationGuard.watching {
             _ = storectl_idle_thread()
         } else {
             niceThread(0)
         }
+    }
+
+    /// Where a lane's work item ends: a thread made polite for a `politely` scope back to the
+    /// class and nice value it had (leaving the idle class or nice 10 needs CAP_SYS_NICE or an
+    /// RLIMIT_NICE of 20, which the guard checked before it put any thread in the idle class;
+    /// without, a thread at nice 10 stays there). Nothing for a process that is polite as a whole.
+    public static func ordinaryThread() {
+        guard storectl_thread_sched_kept() != 0 else { return }
+        _ = storectl_restore_thread_sched()
     }
 
     /// Thread `tid` (0: the calling one) at nice 10 with a 0.1 ms slice; whether it worked.

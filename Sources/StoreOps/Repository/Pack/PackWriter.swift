@@ -104,7 +104,7 @@ final class PackWriter: @unchecked Sendable {
         ioSlots.wait()
         io.async(flags: barrier ? .barrier : []) {
             IOPace.politeThread()
-            defer { self.ioSlots.signal() }
+            defer { IOPace.ordinaryThread(); self.ioSlots.signal() }
             guard self.ioFailure.withLock({ self.ioError == nil }) else { return }
             do {
                 let staged = try self.repository.backend.stage(key, bytes.take(), point: point)

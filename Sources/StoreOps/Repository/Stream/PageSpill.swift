@@ -208,7 +208,7 @@ final class PageSpill: @unchecked Sendable {
         checkGroup.enter()
         DispatchQueue.global().async { [self] in
             IOPace.politeThread()
-            defer { checkGroup.leave() }
+            defer { IOPace.ordinaryThread(); checkGroup.leave() }
             let outcome = Result {
                 try onCopy { db -> (Manifest.Verification, Manifest.CoreDataFacts?) in
                     let verification = try Verifier.verify(db, level: .quick)

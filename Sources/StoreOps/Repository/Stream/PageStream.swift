@@ -107,6 +107,7 @@ final class PageStream: @unchecked Sendable {
         queue.async {
             IOPace.politeThread()
             defer {
+                IOPace.ordinaryThread()
                 self.slots.signal()
                 self.group.leave()
             }

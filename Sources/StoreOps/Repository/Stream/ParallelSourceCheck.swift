@@ -47,6 +47,7 @@ final class ParallelSourceCheck: @unchecked Sendable {
         DispatchQueue.global().async {
             IOPace.politeThread()
             defer {
+                IOPace.ordinaryThread()
                 try? queue.close()
                 self.group.leave()
             }
