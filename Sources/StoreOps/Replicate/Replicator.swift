@@ -49,8 +49,9 @@ public enum Replicate {
         /// restore replays at most that much on top of a snapshot; needs digests.
         public var milestones = true
         public var level: Int?
-        /// A base's lanes (hashing, compressing, writing packs) in the idle class, so the app's
-        /// commits never wait for a core behind them (`IOPace.politely`); false: full speed.
+        /// A base packed from its scratch copy (no read held) does so on lanes in the idle class,
+        /// so the app's commits never wait for a core behind them (`IOPace.politely`); false:
+        /// full speed. (A base streamed from its read always runs at full speed: it holds the -wal.)
         public var pace = true
         /// The most -wal a read takes in at once (see `WalFollower.catchUpLimit`).
         public var catchUpLimit = 256 << 20
@@ -944,18 +945,7 @@ public enum Replicate {
         /// A new chain: a base read from the store (an incremental snapshot) and its opening segment.
         /// A base every interval ("compaction") continues the chain only if the commits since its
         /// last point, read in the base's own pinned read, are written to it first.
-        /// The base's hashing, compressing and writing on lanes in the idle class (`IOPace.politely`):
-        /// the app keeps the cores it wants (this loop stays in the normal class: it reads the
-        /// app's commits meanwhile); `--no-pace`: at full speed.
         func makeBase(_ replica: Replica, kind: String, reason: String, expectingChange: UInt32? = nil) {
-            if options.pace {
-                IOPace.politely { makeBaseNow(replica, kind: kind, reason: reason, expectingChange: expectingChange) }
-            } else {
-                makeBaseNow(replica, kind: kind, reason: reason, expectingChange: expectingChange)
-            }
-        }
-
-        private func makeBaseNow(_ replica: Replica, kind: String, reason: String, expectingChange: UInt32?) {
             var kind = kind
             var reason = reason
             var expectingChange = expectingChange
@@ -1059,11 +1049,24 @@ public enum Replicate {
                                 reads.lock.withLock { reads.packed = true }
                                 readingDone.wait()
                             }
-                            // This thread reads the copy into the packing lanes: polite too (no read is held).
-                            IOPace.politeThread()
-                            defer { IOPace.ordinaryThread() }
-                            try work.copyPages(pageSize: spilled.copy.pageSize, pageCount: spilled.copy.pageCount, source: spilled.source,
-                                               read: spilled.copy.read, progress: nil, externalDataPacked: true)
+                            // Packed from the copy, no read held: the hashing, compressing and
+                            // writing on lanes in the idle class (`IOPace.politely`), this thread
+                            // too (it reads the copy into them), so the app keeps the cores it
+                            // wants; the reading thread and the loop stay in the normal class.
+                            // (A base streamed from its read is not: that would hold the -wal longer.)
+                            let pack = {
+                                try work.copyPages(pageSize: spilled.copy.pageSize, pageCount: spilled.copy.pageCount, source: spilled.source,
+                                                   read: spilled.copy.read, progress: nil, externalDataPacked: true)
+                            }
+                            if options.pace {
+                                try IOPace.politely {
+                                    IOPace.politeThread()
+                                    defer { IOPace.ordinaryThread() }
+                                    try pack()
+                                }
+                            } else {
+                                try pack()
+                            }
                         }
                         // The last read takes the hold kept while the base is committed (a few tries: a read can be busy).
                         var held = false
