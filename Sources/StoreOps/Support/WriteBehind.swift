@@ -79,8 +79,10 @@ public struct IOPace: Sendable, Equatable {
     public static func politeThread() {
         let whole = polite.withLock { $0 }
         guard whole || scopes.withLock({ $0 > 0 }) else { return }
-        // For a scope: what the thread had is kept, to go back to (unknown: it stays as it is).
-        if !whole, storectl_keep_thread_sched() != 0 { return }
+        // For a scope, only where threads can be put back (the guard watches only then: see
+        // `StarvationGuard`): else a pool thread would stay at nice 10 for the loop's later work.
+        // What the thread had is kept, to go back to (unknown: it stays as it is).
+        if !whole, !StarvationGuard.watching || storectl_keep_thread_sched() != 0 { return }
         if StarvationGuard.watching {
             _ = storectl_idle_thread()
         } else {
@@ -89,9 +91,9 @@ public struct IOPace: Sendable, Equatable {
     }
 
     /// Where a lane's work item ends: a thread made polite for a `politely` scope back to the
-    /// class and nice value it had (leaving the idle class or nice 10 needs CAP_SYS_NICE or an
-    /// RLIMIT_NICE of 20, which the guard checked before it put any thread in the idle class;
-    /// without, a thread at nice 10 stays there). Nothing for a process that is polite as a whole.
+    /// class and nice value it had (leaving the idle class needs CAP_SYS_NICE or an RLIMIT_NICE
+    /// of 20, which the guard checked before watching; without them no thread is made polite for
+    /// a scope, and a base runs at full speed). Nothing for a process that is polite as a whole.
     public static func ordinaryThread() {
         guard storectl_thread_sched_kept() != 0 else { return }
         _ = storectl_restore_thread_sched()
