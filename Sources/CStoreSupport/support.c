@@ -107,15 +107,18 @@ long long storectl_copy_range(int from, long long from_offset, int to, long long
 #endif
 }
 
+/* struct sched_attr as sched_setattr(2) and sched_getattr(2) take it (SCHED_ATTR_SIZE_VER0). */
+struct storectl_sched_attr {
+    unsigned int size, policy;
+    unsigned long long flags;
+    int nice;
+    unsigned int priority;
+    unsigned long long runtime, deadline, period;
+};
+
 static int storectl_sched(int tid, unsigned int policy, int nice_value, unsigned long long slice_ns) {
 #if defined(__linux__) && defined(SYS_sched_setattr)
-    struct {
-        unsigned int size, policy;
-        unsigned long long flags;
-        int nice;
-        unsigned int priority;
-        unsigned long long runtime, deadline, period;
-    } attr = { 0 };
+    struct storectl_sched_attr attr = { 0 };
     attr.size = sizeof(attr);   /* SCHED_ATTR_SIZE_VER0: 48 bytes */
     attr.policy = policy;       /* 0 SCHED_OTHER, 5 SCHED_IDLE */
     attr.nice = nice_value;
@@ -137,21 +140,25 @@ int storectl_idle_thread(void) {
     return storectl_sched(0, 5, 0, 0);
 }
 
-int storectl_thread_is_idle(int tid) {
+/* Thread `tid`'s policy and nice value: 0, or -1 (errno) where they cannot be read. */
+static int storectl_get_sched(int tid, unsigned int *policy, int *nice_value) {
 #if defined(__linux__) && defined(SYS_sched_getattr)
-    struct {
-        unsigned int size, policy;
-        unsigned long long flags;
-        int nice;
-        unsigned int priority;
-        unsigned long long runtime, deadline, period;
-    } attr = { 0 };
-    if (syscall(SYS_sched_getattr, tid, &attr, sizeof(attr), 0) != 0) return 0;
-    return attr.policy == 5;   /* SCHED_IDLE */
-#else
-    (void)tid;
+    struct storectl_sched_attr attr = { 0 };
+    if (syscall(SYS_sched_getattr, tid, &attr, sizeof(attr), 0) != 0) return -1;
+    *policy = attr.policy;
+    *nice_value = attr.nice;
     return 0;
+#else
+    (void)tid; (void)policy; (void)nice_value;
+    errno = ENOSYS;
+    return -1;
 #endif
+}
+
+int storectl_thread_is_idle(int tid) {
+    unsigned int policy = 0;
+    int nice_value = 0;
+    return storectl_get_sched(tid, &policy, &nice_value) == 0 && policy == 5;   /* SCHED_IDLE */
 }
 
 static __thread int storectl_kept = 0;
@@ -159,28 +166,17 @@ static __thread unsigned int storectl_kept_policy = 0;
 static __thread int storectl_kept_nice = 0;
 
 int storectl_keep_thread_sched(void) {
-#if defined(__linux__) && defined(SYS_sched_getattr)
-    struct {
-        unsigned int size, policy;
-        unsigned long long flags;
-        int nice;
-        unsigned int priority;
-        unsigned long long runtime, deadline, period;
-    } attr = { 0 };
+    unsigned int policy = 0;
+    int nice_value = 0;
     if (storectl_kept) return 0;   /* the first state is the one to go back to */
-    if (syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0) return -1;
+    if (storectl_get_sched(0, &policy, &nice_value) != 0) return -1;
     /* A thread made by a polite one (dispatch makes its pool's threads from the thread that
        queues work) is born in the idle class: what it goes back to is the normal class. */
-    storectl_kept_policy = attr.policy == 5 ? 0 : attr.policy;
-    storectl_kept_nice = attr.policy == 5 ? 0 : attr.nice;
+    storectl_kept_policy = policy == 5 ? 0 : policy;
+    storectl_kept_nice = policy == 5 ? 0 : nice_value;
     storectl_kept = 1;
     return 0;
-#else
-    return -1;
-#endif
 }
-
-int storectl_thread_sched_kept(void) { return storectl_kept; }
 
 int storectl_restore_thread_sched(void) {
     if (!storectl_kept) return 0;

@@ -34,9 +34,7 @@ int storectl_thread_is_idle(int tid);
 /// The calling thread's scheduling (policy and nice) kept in a thread-local before it is made
 /// polite for a scope (`IOPace.politely`): 0, or -1 when it could not be read (nothing kept).
 int storectl_keep_thread_sched(void);
-/// Whether the calling thread has scheduling kept (it was made polite for a scope).
-int storectl_thread_sched_kept(void);
-/// Puts back the kept scheduling, if any, and forgets it: 0, or -1 with errno.
+/// Puts back the kept scheduling, if any (none: nothing done, 0), and forgets it: 0, or -1 with errno.
 int storectl_restore_thread_sched(void);
 
 /// With --json, a crash (a trap, an abort, a bad access) must still leave a JSON error on stdout:

@@ -1058,15 +1058,7 @@ public enum Replicate {
                                 try work.copyPages(pageSize: spilled.copy.pageSize, pageCount: spilled.copy.pageCount, source: spilled.source,
                                                    read: spilled.copy.read, progress: nil, externalDataPacked: true)
                             }
-                            if options.pace {
-                                try IOPace.politely {
-                                    IOPace.politeThread()
-                                    defer { IOPace.ordinaryThread() }
-                                    try pack()
-                                }
-                            } else {
-                                try pack()
-                            }
+                            if options.pace { try IOPace.politely(pack) } else { try pack() }
                         }
                         // The last read takes the hold kept while the base is committed (a few tries: a read can be busy).
                         var held = false

@@ -116,22 +116,24 @@ enum StarvationGuard {
         }
     }
 
+    /// The threads of this process in the idle class now.
+    static func idleThreads() -> [Int32] {
+        let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tids.compactMap { Int32($0) }.filter { storectl_thread_is_idle($0) != 0 }
+    }
+
     /// Every thread of the process in the idle class back in the normal one (nice 0).
     static func leaveIdleClass() {
-        let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        for tid in tids.compactMap({ Int32($0) }) where storectl_thread_is_idle(tid) != 0 {
-            _ = storectl_polite_thread(tid, 0, 0)
-        }
+        for tid in idleThreads() { _ = storectl_polite_thread(tid, 0, 0) }
     }
 
     /// Every thread of the process in the idle class to nice 10 with a 0.1 ms slice, and new
     /// ones after them.
     static func raise() {
         state.withLock { $0 = .raised }
-        let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
         var moved = 0
         var failed = 0
-        for tid in tids.compactMap({ Int32($0) }) where storectl_thread_is_idle(tid) != 0 {
+        for tid in idleThreads() {
             if IOPace.niceThread(tid) { moved += 1 } else { failed += 1 }
         }
         let metadata: Logger.Metadata = ["threads": "\(moved)", "failed": "\(failed)"]

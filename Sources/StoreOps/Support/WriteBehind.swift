@@ -45,11 +45,11 @@ public struct IOPace: Sendable, Equatable {
     /// `politely` scopes open now (replicate: its bases' work, not its main loop).
     private static let scopes = Mutex(0)
 
-    /// Runs `body` with the lanes it starts polite (below) though the process is not: a long-
-    /// running process whose own loop must keep the normal class (replicate, which reads the
-    /// app's commits as they come) does the heavy work of a base this way. A lane that became
-    /// polite for the scope goes back to the normal class when its work item ends
-    /// (`ordinaryThread`): pool threads are shared with the loop's other work.
+    /// Runs `body` polite (below), on the calling thread and the lanes it starts, though the
+    /// process is not: a long-running process whose own loop must keep the normal class
+    /// (replicate, which reads the app's commits as they come) does the heavy work of a base this
+    /// way. Each thread goes back to what it had when its work item ends (`ordinaryThread`): pool
+    /// threads are shared with the loop's other work, and the caller goes on with it.
     public static func politely<T>(_ body: () throws -> T) rethrows -> T {
         StarvationGuard.start()
         scopes.withLock { $0 += 1 }
@@ -63,6 +63,8 @@ public struct IOPace: Sendable, Equatable {
             // with no scope left, every thread still in the idle class goes back to the normal one.
             if last, !polite.withLock({ $0 }) { StarvationGuard.leaveIdleClass() }
         }
+        politeThread()
+        defer { ordinaryThread() }
         return try body()
     }
 
@@ -79,11 +81,12 @@ public struct IOPace: Sendable, Equatable {
     public static func politeThread() {
         let whole = polite.withLock { $0 }
         guard whole || scopes.withLock({ $0 > 0 }) else { return }
+        let watching = StarvationGuard.watching
         // For a scope, only where threads can be put back (the guard watches only then: see
         // `StarvationGuard`): else a pool thread would stay at nice 10 for the loop's later work.
         // What the thread had is kept, to go back to (unknown: it stays as it is).
-        if !whole, !StarvationGuard.watching || storectl_keep_thread_sched() != 0 { return }
-        if StarvationGuard.watching {
+        if !whole, !watching || storectl_keep_thread_sched() != 0 { return }
+        if watching {
             _ = storectl_idle_thread()
         } else {
             niceThread(0)
@@ -95,7 +98,6 @@ public struct IOPace: Sendable, Equatable {
     /// of 20, which the guard checked before watching; without them no thread is made polite for
     /// a scope, and a base runs at full speed). Nothing for a process that is polite as a whole.
     public static func ordinaryThread() {
-        guard storectl_thread_sched_kept() != 0 else { return }
         _ = storectl_restore_thread_sched()
     }
 
