@@ -48,6 +48,12 @@ struct PointSegment: Codable, Equatable {
     var cursor: WalCursor
     var databaseIdentity: [UInt64]?
     var walIdentity: [UInt64]?
+    /// The database file's size, modification and change times (ns) and the coarse clock (ns),
+    /// from a stat taken just before the read that found the store at `cursor` with nothing
+    /// committed after it (`DatabaseFileState`). A follower resumed at an empty -wal compares the
+    /// file with it: equal, nothing was written while no follower ran. Absent in segments a
+    /// storectl before it wrote, and where no such read preceded the segment.
+    var databaseState: [Int64]?
     var commits: [Commit]
     /// The opening segment: why the chain began.
     var opening: Opening?

@@ -297,6 +297,7 @@ public enum Replicate {
                                        cursor: cursor, databaseIdentity: ids.database.map { [$0.dev, $0.ino] },
                                        walIdentity: ids.wal.map { [$0.dev, $0.ino] }, commits: commits, opening: nil, closed: nil, baseTime: nil)
             if external != nil, level < PointTimeline.stoppedLevel { segment.externalData = true }
+            if let confirmed = follower.confirmedState, confirmed.cursor.samePosition(as: cursor) { segment.databaseState = confirmed.state.recorded }
             return segment
         }
     }
@@ -386,7 +387,13 @@ public enum Replicate {
             ProcessSignals.finishBy = Date().addingTimeInterval(options.drainSeconds)
             defer { ProcessSignals.finishBy = nil }
             for replica in replicas {
-                if replica.needsBase == nil { capture(replica) }
+                if replica.needsBase == nil {
+                    // The stop marker records the database file's state for the next run to
+                    // compare (`DatabaseFileState`): a file written in the clock's present tick
+                    // could not tell a later write apart, so the last read waits for the next one.
+                    replica.follower.waitForDistinctTimes()
+                    capture(replica)
+                }
                 finishUploads()
                 replica.uploadRetryAfter = .distantPast
                 flush(replica)
@@ -463,6 +470,23 @@ public enum Replicate {
             return summary
         }
 
+        /// The database file's state the chain's last confirmation recorded (its stop marker, its
+        /// newest alive marker, or its last segment, whichever is latest), when it was recorded at
+        /// the cursor the chain resumes from; nil otherwise (a marker that cannot be read included).
+        func confirmingState(_ chain: PointTimeline.Chain, last: PointSegment) -> DatabaseFileState? {
+            let until = chain.confirmedUntil
+            var source = last
+            if until > chain.lastTime {
+                let stop = chain.markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == chain.points - 1 && $0.firstTime == until ? $0 : nil }
+                guard let name = stop ?? chain.alive.last(where: { $0.to == chain.points - 1 && $0.lastTime == until }),
+                      let sealed = try? repository.backend.read(name.key),
+                      let (marker, _, _) = try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) else { return nil }
+                source = marker
+            }
+            guard source.cursor.samePosition(as: last.cursor) else { return nil }
+            return DatabaseFileState(recorded: source.databaseState)
+        }
+
         /// Takes up the store's newest chain where its last durable segment left off, if the
         /// -wal still continues it; otherwise the first step makes a base.
         func resume(_ replica: Replica) {
@@ -477,7 +501,8 @@ public enum Replicate {
                 // The page count it had then (growth before the cursor may still be in the -wal only).
                 let pages = segment.commits.last.map { Int($0.pageCount) } ?? ((try? repository.record(chain.id))?.pages.pageCount ?? 0)
                 replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity), pages: pages,
-                                        confirmed: Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000))
+                                        confirmed: Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000),
+                                        state: confirmingState(chain, last: segment))
                 replica.chain = chain.id
                 replica.baseTime = Date(timeIntervalSince1970: Double(chain.baseTime) / 1000)
                 replica.next = last.to + 1

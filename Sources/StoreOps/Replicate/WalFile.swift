@@ -161,6 +161,11 @@ struct WalCursor: Codable, Equatable, Sendable {
     }
 
     func sameGeneration(salt1: UInt32, salt2: UInt32) -> Bool { self.salt1 == salt1 && self.salt2 == salt2 }
+
+    /// The same place in the same generation (the commit counter aside: it is learnt later).
+    func samePosition(as other: WalCursor) -> Bool {
+        salt1 == other.salt1 && salt2 == other.salt2 && frame == other.frame && checksum == other.checksum
+    }
 }
 
 /// Frames read from a -wal: the commits among them, each with the pages its frames wrote (the

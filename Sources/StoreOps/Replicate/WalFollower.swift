@@ -72,6 +72,23 @@ final class WalFollower {
         wal = WalFileReader(path: store.walPath)
     }
 
+    /// The database file's state from a stat taken just before the last read that found the
+    /// store at `cursor` with nothing committed after it (nil: no such read since the cursor was
+    /// set otherwise). A segment written at that cursor records it (`PointSegment.databaseState`).
+    private(set) var confirmedState: (cursor: WalCursor, state: DatabaseFileState)?
+
+    /// The state a resumed chain's last confirmation recorded (`resume`).
+    private var resumedState: DatabaseFileState?
+
+    /// Waits (at most 50 ms) until the database file's times are before the coarse clock's
+    /// present tick, so that the state the next read records tells any later write apart.
+    func waitForDistinctTimes() {
+        for _ in 0..<10 {
+            guard let state = DatabaseFileState(of: store.path), !state.distinguishesLaterWrites else { return }
+            usleep(5_000)
+        }
+    }
+
     deinit { close() }
 
     func close() {
@@ -79,6 +96,7 @@ final class WalFollower {
         connection = nil
         connectionIdentity = nil
         changeTrusted = false
+        confirmedState = nil
         wal.close()
     }
 
@@ -87,13 +105,16 @@ final class WalFollower {
     ///   base): growth in the -wal before the cursor counts toward what the store may hold.
     /// - Parameter confirmed: the chain's last confirmation (its stop, newest point or alive
     ///   marker): the database file held its state then.
+    /// - Parameter state: the database file's state that confirmation recorded, if it did.
     func resume(at cursor: WalCursor, databaseIdentity: (dev: UInt64, ino: UInt64)?, walIdentity: (dev: UInt64, ino: UInt64)?, pages: Int = 0,
-                confirmed: Date? = nil) {
+                confirmed: Date? = nil, state: DatabaseFileState? = nil) {
         self.cursor = cursor
         knownPages = pages
         self.databaseIdentity = databaseIdentity
         self.walIdentity = walIdentity
         resumedAfter = confirmed
+        resumedState = state
+        confirmedState = nil
         changeTrusted = false
     }
 
@@ -106,6 +127,7 @@ final class WalFollower {
     func rewind(to cursor: WalCursor?) {
         self.cursor = cursor
         lastIndex = nil
+        confirmedState = nil
     }
 
     enum Capture {
@@ -285,6 +307,7 @@ final class WalFollower {
             }
             cursor.change = index.change
             self.cursor = cursor
+            confirmedState = nil
             changeTrusted = true
             knownPages = pageCount
             databaseIdentity = identity
@@ -311,12 +334,18 @@ final class WalFollower {
     /// - Parameter holding: called inside the pinned read after commits were read (a base being
     ///   packed takes a new boundary hold there).
     func capture(holding: (() -> Void)? = nil) throws -> Capture {
-        guard cursor != nil else { return .gap("no base") }
-        // Taken before the read: a commit made after the wal-index was read is not claimed.
+        guard let before = cursor else { return .gap("no base") }
+        // Taken before the read: a commit made after the wal-index was read is not claimed, and
+        // a write to the database file after the read changes the state recorded.
         let readAt = Date()
+        let state = DatabaseFileState(of: store.path)
         let now = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)
         // (Not when a hold is to be taken: it must be taken inside a pinned read, at the cursor's state.)
-        if holding == nil, let now, let lastIndex, now == lastIndex, changeTrusted { return .commits([], at: readAt) }
+        if holding == nil, let now, let lastIndex, now == lastIndex, changeTrusted {
+            confirmedState = state.map { (before, $0) }
+            return .commits([], at: readAt)
+        }
+        confirmedState = nil
         guard let identity = FileSystem.identity(of: store.path) else { return .gap("\(store.path) is gone") }
         if let databaseIdentity, databaseIdentity != identity {
             close()   // the next base opens the new file
@@ -328,6 +357,7 @@ final class WalFollower {
                 let capture = try read(index, time)
                 if case .commits = capture {
                     lastIndex = index.raw + index.raw
+                    if let cursor = self.cursor { confirmedState = state.map { (cursor, $0) } }
                     holding?()
                 } else {
                     lastIndex = nil
@@ -364,8 +394,17 @@ final class WalFollower {
             // Taken up with an empty -wal, as it was at the stop: an app that committed, then
             // checkpointed and closed its last connection meanwhile (the -wal emptied or removed,
             // its wal-index made again) leaves no frame to read, only a database file written
-            // since. Its modification time says so; unchanged, nothing was committed.
-            if !changeTrusted, cursor.frame == 0, let after = resumedAfter {
+            // since. The file's state as the last confirmation recorded it says so, whatever the
+            // clock did meanwhile: the same size, modification and change times, nothing was
+            // written. (Where none was recorded, or the file was written too close to that stat
+            // for its times to tell a later write apart: a modification time after that
+            // confirmation.)
+            if !changeTrusted, cursor.frame == 0, let recorded = resumedState, recorded.distinguishesLaterWrites {
+                guard let now = DatabaseFileState(of: store.path) else { return .gap("\(store.path) cannot be read (\(String(cString: strerror(errno))))") }
+                if !now.sameFile(as: recorded) {
+                    return .gap("the store's file was written while storectl was not following it (\(now.differences(from: recorded))), and its -wal holds no frame of what was committed")
+                }
+            } else if !changeTrusted, cursor.frame == 0, let after = resumedAfter {
                 var info = stat()
                 guard stat(store.path, &info) == 0 else { return .gap("\(store.path) cannot be read (\(String(cString: strerror(errno))))") }
                 let modified = Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
@@ -474,4 +513,57 @@ final class WalFollower {
         changeTrusted = true
         return .commits(tail + fresh, at: time)
     }
+}
+
+/// A database file's size, modification and change times, as a stat gave them, and the coarse
+/// clock when it was taken (ns since 1970). Two equal states of one file (its identity is checked
+/// apart) mean it was not written in between, whatever the clock did, provided a write after the
+/// first stat could not have been given the times it already had: the kernel stamps a write with
+/// its coarse clock, so a file last written before the coarse clock's present tick gets a later
+/// time from any later write (`distinguishesLaterWrites`). `utimensat` sets the modification
+/// time but not the change time.
+struct DatabaseFileState: Equatable, Sendable {
+    var size: Int64
+    var modified: Int64
+    var changed: Int64
+    var takenAt: Int64
+
+    init?(of path: String) {
+        var clock = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &clock)
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        size = Int64(info.st_size)
+        modified = Self.ns(info.st_mtim)
+        changed = Self.ns(info.st_ctim)
+        takenAt = Self.ns(clock)
+    }
+
+    init?(recorded fields: [Int64]?) {
+        guard let fields, fields.count == 4 else { return nil }
+        size = fields[0]; modified = fields[1]; changed = fields[2]; takenAt = fields[3]
+    }
+
+    var recorded: [Int64] { [size, modified, changed, takenAt] }
+
+    static func ns(_ t: timespec) -> Int64 { Int64(t.tv_sec) &* 1_000_000_000 &+ Int64(t.tv_nsec) }
+
+    /// The file's times were before the coarse clock's tick when this was taken: a later write
+    /// is stamped later (a write in that same tick could have been given the same times).
+    var distinguishesLaterWrites: Bool { max(modified, changed) < takenAt }
+
+    func sameFile(as other: DatabaseFileState) -> Bool {
+        size == other.size && modified == other.modified && changed == other.changed
+    }
+
+    /// What differs from `other`, for a message.
+    func differences(from other: DatabaseFileState) -> String {
+        var out: [String] = []
+        if size != other.size { out.append("its size went from \(Format.bytes(Int(other.size))) to \(Format.bytes(Int(size)))") }
+        if modified != other.modified { out.append("modified at \(Timestamp.iso(Self.date(modified))), recorded \(Timestamp.iso(Self.date(other.modified)))") }
+        if changed != other.changed { out.append("its inode changed at \(Timestamp.iso(Self.date(changed))), recorded \(Timestamp.iso(Self.date(other.changed)))") }
+        return out.joined(separator: "; ")
+    }
+
+    static func date(_ ns: Int64) -> Date { Date(timeIntervalSince1970: Double(ns) / 1e9) }
 }

@@ -75,12 +75,20 @@ final class S3Client: Sendable {
         var summary: String { "HTTP \(status)\(code.map { " \($0)" } ?? "")\(message.map { ": \($0)" } ?? "")" }
     }
 
-    init(settings: S3Settings, bucket: String, location: String) {
+    /// When a stopping process must be done (`ProcessSignals.finishBy`; a test gives its own).
+    private let finishBy: @Sendable () -> Date?
+
+    init(settings: S3Settings, bucket: String, location: String, finishBy: @escaping @Sendable () -> Date? = { ProcessSignals.finishBy }) {
         self.settings = settings
         self.bucket = bucket
         self.location = location
+        self.finishBy = finishBy
         handles = HandlePool(keep: settings.parallel + 2)
     }
+
+    /// Since when the endpoint has answered nothing, as the attempts failed or in flight show
+    /// (nil: nothing is waiting and nothing failed since the last answer).
+    var silentSince: Date? { silence.withLock { $0.since(Date()) } }
 
     /// The URL path (unencoded) of an object key, or of the bucket when `key` is nil.
     func path(_ key: String?) -> String {
@@ -127,7 +135,7 @@ final class S3Client: Sendable {
                 // few seconds, not a full timeout against a server that answers nothing.
                 idle = min(idle, 3)
             }
-            if let finishBy = ProcessSignals.finishBy {
+            if let finishBy = finishBy() {
                 // The stop's time has come: no new attempt (each would wait out its timeout).
                 guard finishBy.timeIntervalSinceNow > 0 else {
                     throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) not tried: the process is stopping"

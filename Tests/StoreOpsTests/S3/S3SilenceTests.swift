@@ -1,0 +1,54 @@
+import Foundation
+import Testing
+@testable import StoreOps
+
+/// The silence every request of a client shares (`S3Client.Silence`): how long the endpoint has
+/// answered nothing, which shortens each attempt's wait toward the deadline. An attempt counts
+/// only once it is sent.
+@Suite("S3: the shared silence of a client's requests")
+struct S3SilenceTests {
+    /// A loopback port nothing listens on (bound, then closed): connections to it are refused at once.
+    func closedPort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        #expect(bound)
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    func client(port: Int, finishBy: @escaping @Sendable () -> Date?) -> S3Client {
+        var settings = S3Settings(credentials: .init(accessKey: "test", secretKey: "test"), credentialSource: "test", region: "us-east-1",
+                                  endpoint: "http://127.0.0.1:\(port)", pathStyle: true, parallel: 1, retries: 0, timeout: 5,
+                                  multipartThreshold: 0, partSize: 0)
+        settings.backoff = 0.01
+        return S3Client(settings: settings, bucket: "bucket", location: "s3://bucket", finishBy: finishBy)
+    }
+
+    @Test("a request refused because the process is stopping was never sent: it leaves the client's silence as it was (it stayed counted as in flight, and every later request got a 1 s timeout after a quiet spell); one sent and refused by the endpoint counts from when it was sent")
+    func refusedBeforeSending() throws {
+        let port = try closedPort()
+        let stopping = client(port: port, finishBy: { Date().addingTimeInterval(-1) })
+        #expect(stopping.silentSince == nil)
+        do {
+            _ = try stopping.send("GET", method: "GET", key: "k", what: "k")
+            Issue.record("a request was tried by a process past its stop")
+        } catch let error as StoreOpsError {
+            #expect(error.status.rawValue == 74 && error.message.contains("not tried: the process is stopping"), "\(error.message)")
+        }
+        #expect(stopping.silentSince == nil, "a request never sent counts as waiting since \(String(describing: stopping.silentSince))")
+
+        let running = client(port: port, finishBy: { nil })
+        let before = Date()
+        #expect(throws: StoreOpsError.self) { _ = try running.send("GET", method: "GET", key: "k", what: "k") }
+        let since = try #require(running.silentSince)
+        #expect(since >= before.addingTimeInterval(-0.001) && since <= Date(), "\(since) vs \(before)")
+    }
+}
