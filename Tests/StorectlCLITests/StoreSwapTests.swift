@@ -78,6 +78,31 @@ struct StoreSwapTests {
         #expect(FileSystem.kind(of: scratch + ".storectl-lock") == .missing && FileSystem.kind(of: fixture.out + "/.storectl-lock") == .missing)
     }
 
+    @Test("a restore killed after its database was put in place (no SHA-256 of it is taken: every page was checked against its id): recovery verifies the file in place is the one staged by its inode, size and modification time, for --to and --in-place of a WAL store alike; a file written since is not verified")
+    func recoveryVerifiesTheInstalledFile() throws {
+        for written in [false, true] {
+            let fixture = try Scenarios.storeWithSnapshot()
+            let copy = fixture.folder.file("copy.sqlite")
+            for (target, args) in [(fixture.store, ["--in-place", fixture.store]), (copy, ["--to", copy])] {
+                let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot] + args, ["STORECTL_FAULT_POINT": "swap.sync-folder"])
+                #expect(killed.status == 137, "\(killed.stderr)")
+                let journal = try JSON.decoder().decode(StoreSwap.Journal.self, from: Data(contentsOf: URL(fileURLWithPath: StoreSwap.journalPath(for: target))))
+                #expect(journal.expectedSHA256 == nil && journal.expectedFile?.count == 2, "\(journal)")
+                if written {
+                    let handle = try #require(FileHandle(forWritingAtPath: target))
+                    try handle.seekToEnd()
+                    try handle.write(contentsOf: Data(repeating: 0, count: 4096))
+                    try handle.close()
+                }
+                let recovered = try fixture.run(["recover", target, "--json"])
+                #expect(recovered.status == 0, "\(recovered.stderr)")
+                let swap = try #require(try JSON.decoder().decode(Recovery.Result.self, from: Data(recovered.stdout.utf8)).swap)
+                #expect(swap.direction == "forward" && swap.verified == !written, "\(target) written: \(written): \(swap)")
+                if !written { #expect(try fixture.run(["preflight", target]).status == 0) }
+            }
+        }
+    }
+
     @Test("the app wrote to the store after the crash and before recovery: the restore finishes, what the app wrote is kept beside it")
     func appWroteInBetween() throws {
         let fixture = try Scenarios.storeWithSnapshot()

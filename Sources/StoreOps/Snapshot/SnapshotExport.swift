@@ -90,7 +90,7 @@ public enum SnapshotExport {
         var manifest = staging.snapshot.manifest
         let sha = try PagedExtraction.run(staging.snapshot, repository: repository,
                                           into: .init(database: staging.database.tempPath, externalFolder: staging.files?.tempPath),
-                                          level: .quick, progress: progress)
+                                          level: .quick, progress: progress) ?? ""
         progress?(.stage("archive (zstd)"))
         let fd = open(staging.archive.tempPath, O_WRONLY | O_TRUNC | O_CLOEXEC)
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(staging.archive.tempPath)", side: .output) }

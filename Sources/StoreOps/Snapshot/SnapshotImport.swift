@@ -168,7 +168,7 @@ public enum SnapshotImport {
     /// - Parameter heldBefore: the repository held the snapshot before this run: other bytes are
     ///   the archive's (or damage to the copy there), not what this run wrote.
     static func verify(_ record: PagedSnapshotRecord, in repository: PagedRepository, expected: String, scratch: Scratch, heldBefore: Bool = false) throws {
-        let sha = try PagedExtraction.run(record, repository: repository, into: try scratch.targets(for: "verify"), level: .quick)
+        let sha = try PagedExtraction.run(record, repository: repository, into: try scratch.targets(for: "verify"), level: .quick) ?? ""
         if heldBefore, sha != expected {
             throw StoreOpsError(.badData, "\(repository.location) already holds snapshot \(record.id), and its database differs from this archive's (sha256 \(sha.prefix(12))… there, \(expected.prefix(12))… in the archive): not imported",
                                 hint: "ids are unique in a repository: import it into another repository; `storectl repo check --read-data --repo \(repository.location)` tells whether the copy there is damaged")

@@ -90,8 +90,8 @@ public enum SnapshotRestore {
         /// `quick_check of the restored database`, or (a snapshot restored page for page, its
         /// source checked when it was taken) `quick_check when the snapshot was taken`.
         public var databaseCheck = ""
-        /// The database was checked against the snapshot's SHA-256 and integrity check before the
-        /// swap, and the file in place is that file (same inode).
+        /// Every page of the database was checked against the snapshot's content ids, and its
+        /// integrity checked, before the swap; the file in place is that file (same inode).
         public var verified: Bool
         /// An interrupted swap of this path that was finished first.
         public var recovered: StoreSwap.Outcome?
@@ -162,8 +162,6 @@ public enum SnapshotRestore {
         var externalFiles: Int
         var externalFilesNote: String?
         var journalMode: String
-        /// The SHA-256 of the staged database before its journal mode was set.
-        var sha256: String
         var databaseCheck: String
     }
 
@@ -205,8 +203,8 @@ public enum SnapshotRestore {
         let started = Date()
         let checkedWhenTaken = overlay == nil && snapshot.manifest.verify.ok && snapshot.manifest.verify.level != .none
         let level: VerifyLevel = checkedWhenTaken && !check ? .none : .quick
-        let sha256 = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: externalFolder),
-                                             level: level, overlay: overlay, progress: progress)
+        try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: externalFolder),
+                                level: level, overlay: overlay, fileHash: false, progress: progress)
         logger.debug("unpacked and checked", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
         if journalMode == "wal" { try switchToWAL(database.tempPath) }
         progress?(.stage("sync"))
@@ -219,7 +217,7 @@ public enum SnapshotRestore {
         }
         let taken = snapshot.manifest.verify.level == .full ? "integrity_check" : "quick_check"
         return Staged(database: database, support: support, externalFiles: record.externalData?.files.count ?? 0,
-                      externalFilesNote: note, journalMode: journalMode, sha256: sha256,
+                      externalFilesNote: note, journalMode: journalMode,
                       databaseCheck: level == .none ? "\(taken) when the snapshot was taken" : "quick_check of the restored database")
     }
 
@@ -253,12 +251,10 @@ public enum SnapshotRestore {
             throw StoreOpsError(.cannotCreate, "\(support) already exists: the restored store's external data would go there",
                                 hint: "restore to another name, or move that folder away first")
         }
-        // `--to` writes the snapshot's database byte for byte (journal_mode=delete): its SHA-256
-        // is the manifest's, so the file can be checked without storectl.
+        // `--to` writes the snapshot's database byte for byte (journal_mode=delete).
         let staged = try stage(snapshot, from: repository, at: path, journalMode: "delete", overlay: overlay, check: check, progress: progress)
         let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
-        _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard,
-                                        expectedSHA256: staged.sha256))
+        _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard))
         return Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
                       externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: "delete",
                       databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record)
@@ -378,7 +374,6 @@ public enum SnapshotRestore {
             outcome = try StoreSwap.perform(.init(
                 operation: options.clearsMigrationJournal ? "rollback" : "restore", target: store.path, installs: installs,
                 replacing: replacing.filter { StoreSwap.lstatIdentity($0.path) != nil }, keepOld: keep,
-                expectedSHA256: staged.journalMode == "delete" ? staged.sha256 : nil,
                 followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
         }
 

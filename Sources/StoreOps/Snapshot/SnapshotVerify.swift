@@ -144,7 +144,7 @@ public enum SnapshotVerify {
             let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
             defer { database.discard() }
             _ = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: nil), level: level,
-                                        progress: progress.map { handler in { event in
+                                        fileHash: false, progress: progress.map { handler in { event in
                                       if case .stage(let name) = event { handler(.stage("\(id)\(count) \(name)")) } else { handler(event) } } })
         } catch let error as StoreOpsError where error.status == .badData {
             problem = error.message

@@ -71,6 +71,11 @@ public enum StoreSwap {
         /// SHA-256 of the new database, checked once it is in place.
         public var expectedSHA256: String?
         public var followups: [Followup]
+        /// The staged database's size and modification time (ns) when the record was written
+        /// (its device and inode are its install step's): a recovery checks that the file in place
+        /// is that one, unwritten since, where no SHA-256 was given (absent in records an older
+        /// storectl wrote). The caller verified its content before the swap.
+        public var expectedFile: [Int64]?
     }
 
     /// A file to install: a staged temp artifact and its final name.
@@ -158,9 +163,10 @@ public enum StoreSwap {
             steps.append(Step(kind: .install, role: install.role, from: install.staged.tempPath, to: install.finalPath,
                               device: id.dev, inode: id.ino))
         }
-        let journal = Journal(operation: plan.operation, pid: getpid(), host: ProcessInfo.processInfo.hostName,
+        var journal = Journal(operation: plan.operation, pid: getpid(), host: ProcessInfo.processInfo.hostName,
                               startedAt: Timestamp.now(), target: plan.target, aside: aside, steps: steps,
                               keepOld: plan.keepOld, expectedSHA256: plan.expectedSHA256, followups: plan.followups)
+        if let database = plan.installs.first(where: { $0.finalPath == plan.target }) { journal.expectedFile = fileState(database.staged.tempPath) }
         let lockFD = try writeJournal(journal)
         defer { close(lockFD) }
         for install in plan.installs { install.staged.handOver() }   // the record owns them now
@@ -271,6 +277,12 @@ public enum StoreSwap {
             // snapshot stage recovers under its own connection), and closing a descriptor of it
             // would drop that connection's locks.
             verified = (try? FileProbe.shared.sha256(of: journal.target)) == expected
+        } else if checkingHash, let expected = journal.expectedFile,
+                  let install = journal.steps.first(where: { $0.kind == .install && $0.to == journal.target }) {
+            // The file staged (its device and inode), neither grown nor written since (a rename
+            // changes neither its size nor its modification time).
+            let identity = lstatIdentity(journal.target)
+            verified = identity?.dev == install.device && identity?.ino == install.inode && fileState(journal.target) == expected
         }
         var kept: [String] = []
         // What others wrote in the way is kept beside the store whatever becomes of the old files,
@@ -337,6 +349,13 @@ public enum StoreSwap {
     static func holds(_ path: String, _ step: Step) -> Bool {
         guard let id = lstatIdentity(path) else { return false }
         return id.dev == step.device && id.ino == step.inode
+    }
+
+    /// A file's size and modification time (ns), as `Journal.expectedFile` records them.
+    static func fileState(_ path: String) -> [Int64]? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return [Int64(info.st_size), Int64(info.st_mtim.tv_sec) &* 1_000_000_000 &+ Int64(info.st_mtim.tv_nsec)]
     }
 
     static func lstatIdentity(_ path: String) -> (dev: UInt64, ino: UInt64)? {

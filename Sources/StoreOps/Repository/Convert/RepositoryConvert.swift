@@ -169,7 +169,7 @@ public enum RepositoryConvert {
                 let external = record.files.reduce(UInt64(0)) { $0 &+ min($1.bytes, 1 << 50) }
                 let (bytes, overflow) = record.manifest.database.bytes.addingReportingOverflow(external)
                 out.append(OldSnapshot(id: record.id, manifest: record.manifest, bytes: overflow ? .max : bytes) { targets in
-                    try PagedExtraction.run(record, repository: paged, into: targets, level: .quick)
+                    try PagedExtraction.run(record, repository: paged, into: targets, level: .quick, fileHash: false)
                 })
             }
         }

@@ -12,11 +12,15 @@ import Synchronization
 /// Memory: the map (32 bytes a page), the pages by id (12), which ids were found (1), the frames
 /// to read, and the frames being read.
 enum PagedExtraction {
-    /// - Returns: the SHA-256 of the reassembled database.
+    /// - Parameter fileHash: also the whole file's SHA-256 (an export's manifest, an import's
+    ///   comparison). Every page is checked against its id either way, which proves the file is
+    ///   the snapshot's; the SHA-256 is a second pass over every byte, as costly as the ids, and a
+    ///   restore needs none (its swap's record names the file by inode, size and mtime).
+    /// - Returns: the SHA-256 of the reassembled database (nil: not asked for).
     /// - Throws: 65 naming the snapshot and the object when anything is missing or damaged.
     @discardableResult
     static func run(_ record: PagedSnapshotRecord, repository: PagedRepository, into targets: SnapshotExtraction.Targets,
-                    level: VerifyLevel, overlay: PointOverlay? = nil, progress: ProgressHandler? = nil) throws -> String {
+                    level: VerifyLevel, overlay: PointOverlay? = nil, fileHash: Bool = true, progress: ProgressHandler? = nil) throws -> String? {
         let context = "snapshot \(record.id)"
         var check = SnapshotExtraction.Damage(id: record.id, repository: repository.location,
                                               hint: "`storectl repo check --repo \(repository.location) --read-data` names what else it reaches; "
@@ -62,13 +66,19 @@ enum PagedExtraction {
         let pageSize = record.pages.pageSize
         progress?(.stage(level == .none ? "page hashes" : level == .full ? "integrity_check and page hashes" : "quick_check and page hashes"))
         let pages = PageCheck(path: targets.database, ids: ids, pageSize: pageSize, repository: repository, context: context)
+        // Without the SHA-256: both lanes check ids from the end, the second from the start of
+        // the integrity check, and the file's size is checked apart.
+        if !fileHash { try pages.checkSize() }
         let (result, sha) = try inParallel({ () throws -> Manifest.Verification in
                                                let result = level == .none ? Manifest.Verification(level: .none, ok: true, messages: [])
                                                                            : try SnapshotVerify.checkDatabase(targets.database, level: level)
                                                try pages.checkFromEnd()
                                                return result
                                            },
-                                           { try pages.hashAndCheckFromStart() })
+                                           { () throws -> String? in
+                                               guard fileHash else { try pages.checkFromEnd(); return nil }
+                                               return try pages.hashAndCheckFromStart()
+                                           })
         stage("checked and hashed")
         guard result.ok else {
             throw StoreOpsError(.badData, "\(context): the database it reassembles to fails \(level == .full ? "integrity_check" : "quick_check"): \(result.messages.prefix(3).joined(separator: "; "))")
@@ -241,6 +251,16 @@ enum PagedExtraction {
                 throw StoreOpsError(.ioError, "\(path) ends before its page \(page + 1): it was cut short while being restored")
             }
             return sha
+        }
+
+        /// The file holds exactly the pages it was restored as (`hashAndCheckFromStart` finds it
+        /// too, reading it whole).
+        func checkSize() throws {
+            let expected = UInt64(ids.count) * UInt64(pageSize)
+            guard let size = FileSystem.size(of: path) else { throw StoreOpsError.posix(errno, doing: "reading \(path) back", side: .output) }
+            guard size == expected else {
+                throw StoreOpsError(.ioError, "\(path) is \(Format.bytes(size)), not the \(ids.count) pages of \(pageSize) bytes it was restored as")
+            }
         }
 
         /// Checks the ids of the last chunks not yet claimed, one after another back to the front.
