@@ -349,31 +349,67 @@ final class RepositoryPages: DiffPages {
         }
         // Every blob of every index is looked up in each side's table: the tables and what is
         // filled in are taken out of the sides for the scan (a class's properties in this loop
-        // cost an access check and a retain each, more than the lookups themselves).
-        let tables = pending.map { PagesByID($0.ids) }
-        var frameOf = pending.map { [UInt32](repeating: 0, count: $0.pageCount) }
-        var blobOf = pending.map { [UInt16](repeating: 0, count: $0.pageCount) }
-        var frames = pending.map { _ in [(pack: ContentID, frame: FrameEntry)]() }
-        _ = try RepositoryIndex.scan(repository) { _, pack, contents in
-            for frame in contents.frames {
-                var listed: UInt64 = 0   // the sides this frame is listed for
-                for (b, blob) in frame.blobs.enumerated() where blob.type == .page && b <= Int(UInt16.max) {
-                    for s in tables.indices {
-                        guard var page = tables[s].first(blob.id), frameOf[s][page] == 0 else { continue }
-                        if listed & (1 << UInt64(s)) == 0 {
-                            frames[s].append((pack, frame))
-                            listed |= 1 << UInt64(s)
-                        }
-                        while true {   // every page with this id (pages repeat: empty ones, copies)
-                            frameOf[s][page] = UInt32(frames[s].count)
-                            blobOf[s][page] = UInt16(b)
-                            guard let next = tables[s].next(after: page) else { break }
-                            page = next
+        // cost an access check and a retain each, more than the lookups themselves). Each side
+        // is its own work (its table, its arrays): the sides are looked up on lanes of their
+        // own, a batch of packs at a time, in the scan's order (as one lane would).
+        final class Side: @unchecked Sendable {   // one lane's at a time
+            let table: PagesByID
+            var frameOf: [UInt32]
+            var blobOf: [UInt16]
+            var frames: [(pack: ContentID, frame: FrameEntry)] = []
+            init(_ pages: RepositoryPages) {
+                table = PagesByID(pages.ids)
+                frameOf = [UInt32](repeating: 0, count: pages.pageCount)
+                blobOf = [UInt16](repeating: 0, count: pages.pageCount)
+            }
+            func visit(_ packs: [(ContentID, PackContents)]) {
+                // Out of the object for the loop (see above), uniquely held, then back.
+                let table = self.table
+                var frameOf = self.frameOf, blobOf = self.blobOf, frames = self.frames
+                self.frameOf = []; self.blobOf = []; self.frames = []
+                defer { self.frameOf = frameOf; self.blobOf = blobOf; self.frames = frames }
+                for (pack, contents) in packs {
+                    for frame in contents.frames {
+                        var listed = false
+                        for (b, blob) in frame.blobs.enumerated() where blob.type == .page && b <= Int(UInt16.max) {
+                            guard var page = table.first(blob.id), frameOf[page] == 0 else { continue }
+                            if !listed {
+                                frames.append((pack, frame))
+                                listed = true
+                            }
+                            while true {   // every page with this id (pages repeat: empty ones, copies)
+                                frameOf[page] = UInt32(frames.count)
+                                blobOf[page] = UInt16(b)
+                                guard let next = table.next(after: page) else { break }
+                                page = next
+                            }
                         }
                     }
                 }
             }
         }
+        let work = Mutex<[Side?]>(Array(repeating: nil, count: pending.count))
+        onLanes(min(2, pending.count)) { lane in
+            for s in stride(from: lane, to: pending.count, by: 2) {
+                let side = Side(pending[s])
+                work.withLock { $0[s] = side }
+            }
+        }
+        let sides = work.withLock { $0.compactMap { $0 } }
+        var batch: [(ContentID, PackContents)] = []
+        func visit() {
+            let packs = batch
+            batch.removeAll(keepingCapacity: true)
+            onLanes(min(2, sides.count)) { lane in
+                for s in stride(from: lane, to: sides.count, by: 2) { sides[s].visit(packs) }
+            }
+        }
+        _ = try RepositoryIndex.scan(repository) { _, pack, contents in
+            batch.append((pack, contents))
+            if batch.count >= 64 { visit() }
+        }
+        if !batch.isEmpty { visit() }
+        let frameOf = sides.map(\.frameOf), blobOf = sides.map(\.blobOf), frames = sides.map(\.frames)
         for (s, side) in pending.enumerated() {
             var unlocated: [UInt32: ContentID] = [:]
             for p in frameOf[s].indices where frameOf[s][p] == 0 { unlocated[UInt32(p + 1)] = side.ids[p] }
