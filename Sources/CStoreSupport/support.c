@@ -184,6 +184,31 @@ int storectl_restore_thread_sched(void) {
     return storectl_sched(0, storectl_kept_policy, storectl_kept_nice, 0);
 }
 
+/* Whether Linux lets a thread of this process leave the idle class for the normal one at nice 0:
+   an RLIMIT_NICE of 20 (or unlimited), or CAP_SYS_NICE in the effective set. 1, 0, or -1 when
+   it cannot be told (then a probe on a thread says). */
+int storectl_may_leave_idle_class(void) {
+#if defined(__linux__)
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NICE, &limit) == 0 && (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= 20)) return 1;
+    FILE *status = fopen("/proc/self/status", "re");
+    if (status == NULL) return -1;
+    char line[256];
+    int answer = -1;
+    while (fgets(line, sizeof line, status) != NULL) {
+        if (strncmp(line, "CapEff:", 7) == 0) {
+            unsigned long long caps = strtoull(line + 7, NULL, 16);
+            answer = (int)((caps >> 23) & 1);   /* CAP_SYS_NICE */
+            break;
+        }
+    }
+    fclose(status);
+    return answer;
+#else
+    return -1;
+#endif
+}
+
 void storectl_tune_malloc(int arenas, int mmap_threshold) {
 #if defined(__GLIBC__)
     mallopt(M_ARENA_MAX, arenas);

@@ -37,6 +37,10 @@ int storectl_keep_thread_sched(void);
 /// Puts back the kept scheduling, if any (none: nothing done, 0), and forgets it: 0, or -1 with errno.
 int storectl_restore_thread_sched(void);
 
+/// Whether a thread of this process may leave the idle scheduling class for the normal one at
+/// nice 0 (an RLIMIT_NICE of 20, or CAP_SYS_NICE): 1, 0, or -1 when it cannot be told.
+int storectl_may_leave_idle_class(void);
+
 /// With --json, a crash (a trap, an abort, a bad access) must still leave a JSON error on stdout:
 /// installs handlers for SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE and SIGSEGV (on an alternate
 /// stack) that write `{"ok":false,"status":128+N,"message":...}` with write(2), then restore the

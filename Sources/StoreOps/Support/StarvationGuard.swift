@@ -23,7 +23,7 @@ import Synchronization
 /// Otherwise they run at nice 10 with the 0.1 ms slice, as before the idle class was used.
 enum StarvationGuard {
     private static let state = Mutex(State.off)
-    private enum State { case off, watching, raised }
+    private enum State { case off, watching, raised, unavailable }
 
     static let logger = Logger(label: "storectl.pace")
 
@@ -34,14 +34,15 @@ enum StarvationGuard {
     /// True while threads may be put in the idle class.
     static var watching: Bool { state.withLock { $0 == .watching } }
 
-    /// Starts watching, once per process, where it can (above).
+    /// Starts watching, once per process, where it can (above). Where it cannot, it is not tried
+    /// again (replicate starts it at every base).
     static func start() {
         guard state.withLock({ $0 == .off }) else { return }
         let usable = sample()?.values.contains { $0.run > 0 } == true && canLeaveIdleClass()
-        let started = usable && state.withLock { value -> Bool in
+        let started = state.withLock { value -> Bool in
             guard value == .off else { return false }
-            value = .watching
-            return true
+            value = usable ? .watching : .unavailable
+            return usable
         }
         logger.debug("paced threads", metadata: ["class": "\(started ? "idle, watched" : "nice 10")"])
         guard started else { return }
@@ -58,6 +59,9 @@ enum StarvationGuard {
     /// Whether a thread of this process can enter the idle class and leave it again: tried on a
     /// thread of its own, which ends either way.
     static func canLeaveIdleClass() -> Bool {
+        // Where the rules say no (an ordinary user), no thread is put there to find out: it could
+        // not come back, and on cores others keep busy it would wait long for a core to end on.
+        guard storectl_may_leave_idle_class() != 0 else { return false }
         let result = Mutex(false)
         let done = DispatchSemaphore(value: 0)
         let thread = Thread {
