@@ -51,4 +51,33 @@ struct S3SilenceTests {
         let since = try #require(running.silentSince)
         #expect(since >= before.addingTimeInterval(-0.001) && since <= Date(), "\(since) vs \(before)")
     }
+
+    @Test("the silence is the earliest failed attempt's wait, in whatever order they fail: a short attempt started late (given the deadline's rest) that fails before the long one started first does not move the silence later (CI: the first thread retried and ended 7.08 s in with a 4 s deadline)")
+    func earliestFailedAttemptCounts() {
+        let zero = Date(timeIntervalSince1970: 1_000_000)
+        var silence = S3Client.Silence()
+        silence.movedAt = { nil }
+        let first = silence.start(zero)
+        let second = silence.start(zero.addingTimeInterval(2.5))
+        #expect(silence.since(zero.addingTimeInterval(3)) == zero)
+        silence.failed(second)   // its 1.5 s ran out first
+        #expect(silence.since(zero.addingTimeInterval(4.5)) == zero, "the first attempt still waits since 0")
+        silence.failed(first)
+        #expect(silence.since(zero.addingTimeInterval(5)) == zero, "silent since \(String(describing: silence.since(zero.addingTimeInterval(5)))), not since 0")
+        // Bytes that moved after an attempt began: that attempt waits only since then.
+        var moving = S3Client.Silence()
+        moving.movedAt = { zero.addingTimeInterval(1) }
+        let waiting = moving.start(zero)
+        #expect(moving.since(zero.addingTimeInterval(2)) == zero.addingTimeInterval(1))
+        moving.failed(waiting)
+        #expect(moving.failedSince == zero.addingTimeInterval(1))
+        // An answer ends the silence; an attempt still in flight waits from the answer on.
+        let later = moving.start(zero.addingTimeInterval(2))
+        let answered = moving.start(zero.addingTimeInterval(2))
+        moving.movedAt = { nil }
+        moving.answered(answered, zero.addingTimeInterval(3))
+        #expect(moving.failedSince == nil && moving.since(zero.addingTimeInterval(4)) == zero.addingTimeInterval(3))
+        moving.failed(later)
+        #expect(moving.since(zero.addingTimeInterval(5)) == zero.addingTimeInterval(3))
+    }
 }

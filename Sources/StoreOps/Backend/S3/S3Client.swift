@@ -27,23 +27,29 @@ final class S3Client: Sendable {
     private let silence = Mutex(Silence())
 
     struct Silence {
-        /// The start of the first attempt that failed since the last answer (nil: none failed).
+        /// Since when the attempts that failed since the last answer had waited: the earliest
+        /// (nil: none failed).
         var failedSince: Date?
         /// When each attempt in flight started waiting (its start, or the last answer after it).
         var waiting: [Int: Date] = [:]
         var nextAttempt = 0
+        /// When any transfer last moved a byte (libcurl's process-wide record; a test gives its own).
+        var movedAt: @Sendable () -> Date? = Silence.lastMoved
 
         /// Since when nothing was answered, as far as the attempts failed or in flight show. An
         /// attempt in flight waits only since any transfer last moved a byte (a long upload's
         /// bytes flowing, or an answer's, show the endpoint alive).
         func since(_ now: Date) -> Date? {
-            let inFlight = waiting.values.min().map(Self.sinceMoved)
+            let inFlight = waiting.values.min().map(sinceMoved)
             return [failedSince, inFlight].compactMap { $0 }.min().map { min($0, now) }
         }
         /// `start`, or when a transfer last moved a byte, whichever is later.
-        static func sinceMoved(_ start: Date) -> Date {
+        func sinceMoved(_ start: Date) -> Date {
+            movedAt().map { max(start, $0) } ?? start
+        }
+        @Sendable static func lastMoved() -> Date? {
             let moved = storectl_http_moved_at()
-            return moved > 0 ? max(start, Date(timeIntervalSince1970: Double(moved) / 1000)) : start
+            return moved > 0 ? Date(timeIntervalSince1970: Double(moved) / 1000) : nil
         }
         mutating func start(_ now: Date) -> Int {
             nextAttempt += 1
@@ -57,9 +63,11 @@ final class S3Client: Sendable {
             for key in waiting.keys { waiting[key] = now }
         }
         /// An attempt that got no answer: silent since it began, or since its (or any) bytes last
-        /// moved (an upload that streamed for minutes, then lost its connection).
+        /// moved (an upload that streamed for minutes, then lost its connection). The earliest of
+        /// the failed attempts counts, whatever order they failed in: a short attempt started
+        /// late (given the deadline's rest) often fails before the long one started first.
         mutating func failed(_ attempt: Int) {
-            if failedSince == nil { failedSince = waiting[attempt].map(Self.sinceMoved) }
+            if let waited = waiting[attempt].map(sinceMoved) { failedSince = min(failedSince ?? waited, waited) }
             waiting[attempt] = nil
         }
     }
