@@ -317,6 +317,12 @@ struct SnapshotCLITests {
         #expect(both.status == .badData && both.error?.message.contains("could not check snapshot b: server unreachable") == true)
         #expect(SnapshotVerify.ending(of: [ok, stopped]).status == .ioError)
         #expect(SnapshotVerify.ending(of: [ok]).status == .ok)
+        // Checked, not recorded: the status of what stopped the record (74 unless it said otherwise).
+        var unrecorded = ok
+        unrecorded.unrecorded = "the repository's folder is gone"
+        #expect(SnapshotVerify.ending(of: [unrecorded]).status == .ioError)
+        unrecorded.unrecordedStatus = 66
+        #expect(SnapshotVerify.ending(of: [ok, unrecorded]).status == .noInput)
     }
 
     @Test("verify with no room left for the \"last verified\" record: the snapshot is called ok and NOT RECORDED (74), not NOT CHECKED; with room, it is recorded", .enabled(if: TempMount.isAvailable))
@@ -339,7 +345,7 @@ struct SnapshotCLITests {
         #expect(!full.stdout.contains("NOT CHECKED") && !FileManager.default.fileExists(atPath: repo + "/verified/\(id).json"))
         let json = try storectl("snapshot", "verify", "--repo", repo, id, "--json")
         let outcomes = try JSON.decoder().decode([SnapshotVerify.Outcome].self, from: Data(json.stdout.utf8))
-        #expect(json.status == 74 && outcomes.count == 1 && outcomes[0].ok && outcomes[0].status == nil && outcomes[0].unrecorded != nil, "\(json.stdout)")
+        #expect(json.status == 74 && outcomes.count == 1 && outcomes[0].ok && outcomes[0].status == nil && outcomes[0].unrecorded != nil && outcomes[0].unrecordedStatus == 74, "\(json.stdout)")
         try FileManager.default.removeItem(atPath: filler)
         let roomy = try storectl("snapshot", "verify", "--repo", repo, id)
         #expect(roomy.status == 0 && !roomy.stdout.contains("NOT RECORDED") && FileManager.default.fileExists(atPath: repo + "/verified/\(id).json"), "\(roomy.stdout)")

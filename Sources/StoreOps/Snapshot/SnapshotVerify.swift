@@ -42,6 +42,8 @@ public enum SnapshotVerify {
         /// Set when the snapshot was checked but its "last verified" record could not be written
         /// (the repository went away after reading it): why. `ok` is still the check's verdict.
         public var unrecorded: String?
+        /// The exit status of what stopped the record (74 I/O, 66 the repository's folder gone).
+        public var unrecordedStatus: Int32?
 
         public init(id: String, ok: Bool, problem: String? = nil, seconds: Double, points: Int? = nil, store: String? = nil, status: Int32? = nil) {
             self.id = id
@@ -150,6 +152,7 @@ public enum SnapshotVerify {
             problem = error.message
         }
         var unrecorded: String?
+        var unrecordedStatus: Int32?
         do {
             try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
         } catch {
@@ -157,9 +160,11 @@ public enum SnapshotVerify {
             // snapshot found intact and not recorded is not "not checked").
             guard let stop = stopsVerification(error) else { throw error }
             unrecorded = stop.message
+            unrecordedStatus = stop.status.rawValue
         }
         var outcome = Outcome(id: id, ok: problem == nil, problem: problem, seconds: Date().timeIntervalSince(started))
         outcome.unrecorded = unrecorded
+        outcome.unrecordedStatus = unrecordedStatus
         return outcome
     }
 
@@ -211,7 +216,7 @@ public enum SnapshotVerify {
         if let first = unrecorded.first, stopped == nil {
             parts.append("checked, but the \"last verified\" record of \(unrecorded.map(\.id).joined(separator: ", ")) could not be written: \(first.unrecorded ?? "")")
         }
-        let status: ExitStatus = damaged.isEmpty && chains.isEmpty ? ExitStatus(rawValue: stopped?.status ?? ExitStatus.ioError.rawValue) : .badData
+        let status: ExitStatus = damaged.isEmpty && chains.isEmpty ? ExitStatus(rawValue: stopped?.status ?? unrecorded.first?.unrecordedStatus ?? ExitStatus.ioError.rawValue) : .badData
         return Ending(.failed, error: StoreOpsError(status: status, parts.joined(separator: "; "),
                                                     hint: stopped == nil && unrecorded.isEmpty ? nil : "the outcomes above were checked; run it again once the repository can be read"
                                                         + (unrecorded.isEmpty ? "" : " (prune keeps a store's newest snapshot recorded as verified)")))
