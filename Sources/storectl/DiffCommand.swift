@@ -148,8 +148,9 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             if e.unlisted > 0, !countsOnly { lines.append("  … and \(Format.count(e.unlisted)) more (--limit, --json)") }
         }
         for l in r.links {
-            lines.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed")
-            for link in l.links { lines.append("  \(link.change == "added" ? "+" : "-") \(link.link)") }
+            lines.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed"
+                         + (l.reordered > 0 ? ", \(l.reordered) reordered" : ""))
+            for link in l.links { lines.append("  \(link.change == "added" ? "+" : link.change == "removed" ? "-" : "~") \(link.link)") }
             if l.unlisted > 0 { lines.append("  … and \(Format.count(l.unlisted)) more") }
         }
         if !r.externalData.isEmpty {

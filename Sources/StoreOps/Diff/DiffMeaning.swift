@@ -80,7 +80,10 @@ extension StoreDiff {
                             continue
                         }
                         if c.hasPrefix("Z_FOK_") {
-                            labels[column] = .order(String(column.dropFirst(6)).lowercased())
+                            // The position of this object in its to-one's ordered inverse, named
+                            // after the to-one as the model spells it (`parentFolder`).
+                            let suffix = String(c.dropFirst(6))
+                            labels[column] = .order(model.flatMap { Self.relationship(suffix, owners: owners, model: $0) }?.name ?? suffix.lowercased())
                             continue
                         }
                         if let model, let attribute = Self.attribute(c, owners: owners, model: model) {
@@ -115,6 +118,16 @@ extension StoreDiff {
                         if c == base { return attribute }
                         if c.hasPrefix(base), c.dropFirst(base.count).allSatisfy(\.isNumber), c.count > base.count { return attribute }
                     }
+                }
+            }
+            return nil
+        }
+
+        /// The relationship of `owners` (or of their superentities) whose name is `upper` in capitals.
+        static func relationship(_ upper: String, owners: [CoreDataEntity], model: CoreDataModel) -> CoreDataModel.Relationship? {
+            for owner in owners {
+                for ancestor in model.ancestors(of: owner.name) {
+                    if let found = model.relationships.first(where: { $0.entity == ancestor && $0.name.uppercased() == upper }) { return found }
                 }
             }
             return nil
@@ -322,9 +335,16 @@ extension StoreDiff {
             // Taken out of the dictionary while it changes: a copy left in it would make every
             // append copy the whole list (quadratic in the links).
             var entry = links.removeValue(forKey: table) ?? LinkChanges(relationship: relationship, table: table)
+            defer { links[table] = entry }
+            // The same two objects, only their position in an ordered many-to-many (`Z_FOK_…`) moved.
+            if let before, let after, before != after,
+               before.filter({ !$0.key.uppercased().hasPrefix("Z_FOK_") }) == after.filter({ !$0.key.uppercased().hasPrefix("Z_FOK_") }) {
+                entry.reordered += 1
+                addLink(&entry, "reordered", after, before: before)
+                return
+            }
             if let before, before != after { entry.removed += 1; addLink(&entry, "removed", before) }
             if let after, before != after { entry.added += 1; addLink(&entry, "added", after) }
-            links[table] = entry
         }
 
         /// `--entity` names that are neither an entity nor a table on either side are a usage error
@@ -417,7 +437,9 @@ extension StoreDiff {
             return false
         }
 
-        private func addLink(_ entry: inout LinkChanges, _ change: String, _ values: [String: SQLitePages.Value]) {
+        /// `before`: a reordered link's row as it was (its positions shown, before → after).
+        private func addLink(_ entry: inout LinkChanges, _ change: String, _ values: [String: SQLitePages.Value],
+                             before: [String: SQLitePages.Value]? = nil) {
             if let limit = options.limit, entry.links.count >= limit { entry.unlisted += 1; return }
             let labels = labelsB.coreData ? labelsB : labelsA
             let ends = values.keys.sorted().compactMap { column -> String? in
@@ -427,7 +449,13 @@ extension StoreDiff {
                 let entity = Int(digits).flatMap { labels.entityByEnt[$0] } ?? column
                 return "\(entity) \(render(values[column] ?? .null, type: nil))"
             }
-            entry.links.append(LinkChange(change: change, link: ends.joined(separator: " ↔ ")))
+            var link = ends.joined(separator: " ↔ ")
+            if let before {
+                let moved = values.keys.sorted().filter { $0.uppercased().hasPrefix("Z_FOK_") && before[$0] != values[$0] }
+                link += " (position " + moved.map { "\(render(before[$0] ?? .null, type: nil)) → \(render(values[$0] ?? .null, type: nil))" }
+                    .joined(separator: ", ") + ")"
+            }
+            entry.links.append(LinkChange(change: change, link: link))
         }
 
         /// The column holding the `--key` attribute of `entity` (or of one of its superentities), if any.

@@ -28,8 +28,8 @@ final class DiffSchema {
 
     static let bookkeepingTables: Set<String> = ["Z_PRIMARYKEY", "Z_METADATA", "Z_MODELCACHE"]
 
-    /// - Parameter rowsOf: the decoded rows of a table of this side, by name (for the bookkeeping tables).
-    init(entries: [PageDiff.SchemaEntry], rowsOf: (PageDiff.SchemaEntry) throws -> [[SQLitePages.Value]]) throws {
+    /// - Parameter rowsOf: the rowids and decoded records of a table of this side (for the bookkeeping tables).
+    init(entries: [PageDiff.SchemaEntry], rowsOf: (PageDiff.SchemaEntry) throws -> [(Int64, [SQLitePages.Value])]) throws {
         self.entries = entries
         let queue = try DatabaseQueue()
         var layouts: [String: Layout] = [:]
@@ -87,8 +87,13 @@ final class DiffSchema {
                 let names = layout.columns.map { quoteIdentifier($0) }.joined(separator: ", ")
                 let marks = Array(repeating: "?", count: layout.columns.count).joined(separator: ", ")
                 let statement = try db.makeStatement(sql: "INSERT INTO \(quoteIdentifier(entry.name)) (\(names)) VALUES (\(marks))")
-                for values in try rowsOf(entry) {
-                    let padded = (0..<layout.columns.count).map { $0 < values.count ? values[$0] : layout.defaults[$0] }
+                for (rowid, values) in try rowsOf(entry) {
+                    // An INTEGER PRIMARY KEY (Z_PRIMARYKEY's Z_ENT) is the rowid, stored as NULL in
+                    // the record: inserted as NULL it would be numbered anew (16001 became 21).
+                    let padded = (0..<layout.columns.count).map { i -> SQLitePages.Value in
+                        let value = i < values.count ? values[i] : layout.defaults[i]
+                        return i == layout.rowidAlias && value == .null ? .integer(rowid) : value
+                    }
                     try statement.execute(arguments: StatementArguments(padded.map(Self.databaseValue)))
                 }
             }

@@ -163,11 +163,14 @@ public enum StoreDiff {
         public var table: String
         public var added = 0
         public var removed = 0
+        /// Links of an ordered many-to-many whose position changed (the same two objects).
+        public var reordered = 0
         public var links: [LinkChange] = []
         public var unlisted = 0
     }
 
     public struct LinkChange: Sendable, Codable {
+        /// "added", "removed" or "reordered".
         public var change: String
         public var link: String
     }
@@ -304,10 +307,12 @@ public enum StoreDiff {
         stage("sides open")
         let diff = try PageDiff(pagesA, pagesB)
         stage("pages compared, schemas read")
-        func decoded(_ onA: Bool) -> (PageDiff.SchemaEntry) throws -> [[SQLitePages.Value]] {
+        func decoded(_ onA: Bool) -> (PageDiff.SchemaEntry) throws -> [(Int64, [SQLitePages.Value])] {
             { entry in
                 let encoding = onA ? diff.headerA.textEncoding : diff.headerB.textEncoding
-                return try diff.allRows(onA: onA, root: entry.rootPage).map { try SQLitePages.record($0.1, encoding: encoding, what: "\((onA ? diff.a : diff.b).what): table \(entry.name)") }
+                return try diff.allRows(onA: onA, root: entry.rootPage).map {
+                    ($0.0, try SQLitePages.record($0.1, encoding: encoding, what: "\((onA ? diff.a : diff.b).what): table \(entry.name)"))
+                }
             }
         }
         let schemaA = try DiffSchema(entries: diff.schemaA, rowsOf: decoded(true))
@@ -337,7 +342,7 @@ public enum StoreDiff {
             entities.values.filter { $0.added + $0.removed + $0.changed > 0 }.sorted { ($0.entity ?? $0.table, $0.table) < ($1.entity ?? $1.table, $1.table) }
         }
         func sorted(_ links: [String: LinkChanges]) -> [LinkChanges] {
-            links.values.filter { $0.added + $0.removed > 0 }.sorted { $0.relationship < $1.relationship }
+            links.values.filter { $0.added + $0.removed + $0.reordered > 0 }.sorted { $0.relationship < $1.relationship }
         }
         let entities = sorted(collector.entities), links = sorted(collector.links)
         let others = options.written == nil ? nil : Others(entities: sorted(collector.otherEntities), links: sorted(collector.otherLinks))
@@ -378,8 +383,14 @@ public enum StoreDiff {
             public var relationship: String
             public var added: Int
             public var removed: Int
+            /// Links whose position changed (nil: none; absent from summaries written before it).
+            public var reordered: Int?
 
-            init(_ l: LinkChanges) { (relationship, added, removed) = (l.relationship, l.added, l.removed) }
+            init(_ l: LinkChanges) {
+                (relationship, added, removed) = (l.relationship, l.added, l.removed)
+                reordered = l.reordered > 0 ? l.reordered : nil
+            }
+            var text: String { "\(added) links added, \(removed) removed" + (reordered.map { ", \($0) reordered" } ?? "") }
         }
         public var same: Bool
         public var schema: [String]
@@ -400,7 +411,7 @@ public enum StoreDiff {
                 }
                 parts.append("\(e.name): \(counts.joined(separator: ", "))")
             }
-            for l in links { parts.append("\(l.relationship): \(l.added) links added, \(l.removed) removed") }
+            for l in links { parts.append("\(l.relationship): \(l.text)") }
             if !schema.isEmpty { parts.append("schema: " + schema.joined(separator: ", ")) }
             if !model.isEmpty { parts.append("model: " + model.joined(separator: "; ")) }
             if externalFiles > 0 { parts.append("external data: \(externalFiles) files") }
@@ -427,7 +438,9 @@ public enum StoreDiff {
             guard !allows(scopes) else { continue }
             if e.added > 0 { out.append("\(label): \(e.added) added") }
             if e.removed > 0 { out.append("\(label): \(e.removed) removed") }
-            for (name, count) in e.attributes.sorted(by: { $0.key < $1.key }) where !allows(scopes, name) {
+            // A position in an ordered relationship ("parentFolder (order)") is the relationship's.
+            for (name, count) in e.attributes.sorted(by: { $0.key < $1.key })
+            where !allows(scopes, name) && !(name.hasSuffix(" (order)") && allows(scopes, String(name.dropLast(" (order)".count)))) {
                 out.append("\(label): \(name) changed in \(count) object\(count == 1 ? "" : "s")")
             }
         }
@@ -435,7 +448,7 @@ public enum StoreDiff {
             let owner = String(l.relationship.split(separator: ".").first ?? "")
             let member = l.relationship.split(separator: ".").dropFirst().first.map(String.init)
             guard !allows([owner, l.table], member) else { continue }
-            out.append("\(l.relationship) (\(l.table)): \(l.added) links added, \(l.removed) removed")
+            out.append("\(l.relationship) (\(l.table)): \(l.added) links added, \(l.removed) removed" + (l.reordered > 0 ? ", \(l.reordered) reordered" : ""))
         }
         return out
     }

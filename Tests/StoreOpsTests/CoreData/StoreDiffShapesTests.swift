@@ -1,0 +1,159 @@
+import Foundation
+import GRDB
+import StoreLab
+@testable import StoreOps
+import Testing
+
+/// What `storectl diff` says of each kind of Core Data change, one by one: a to-one moved, a blob
+/// replaced, an ordered relationship's positions, a to-many without an inverse, the bookkeeping
+/// it leaves out unless asked (Z_OPT bumps, persistent history), and the model's own changes.
+@Suite("diff: each kind of Core Data change")
+struct StoreDiffShapesTests {
+    func edit(_ path: String, _ sql: String, _ arguments: StatementArguments = []) throws {
+        let queue = try DatabaseQueue(path: path)
+        try queue.write { try $0.execute(sql: sql, arguments: arguments) }
+        try queue.close()
+    }
+
+    func pair(_ fixture: Fixture, _ folder: TempFolder) throws -> (String, String) {
+        let other = try TempFolder()
+        let a = try fixture.copy(into: folder)
+        let b = folder.file("edited-" + FileSystem.name(of: a))
+        let copied = try fixture.copy(into: other)
+        for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: copied + suffix) {
+            try FileManager.default.moveItem(atPath: copied + suffix, toPath: b + suffix)
+        }
+        return (a, b)
+    }
+
+    func diff(_ a: String, _ b: String, bookkeeping: Bool = false) throws -> StoreDiff.Report {
+        var options = StoreDiff.Options(a: .file(a), b: .file(b))
+        options.bookkeeping = bookkeeping
+        return try StoreDiff.run(options)
+    }
+
+    @Test("Notes: a note moved to another folder is the relationship `folder` (ICFolder 1 → ICFolder 25) and a new reference; a blob replaced is shown by size and SHA-256; a Z_OPT bump and a persistent-history row (ATRANSACTION, entity 16002) are counted, not listed, unless --bookkeeping")
+    func toOneBlobAndBookkeeping() throws {
+        let folder = try TempFolder()
+        let (a, b) = try pair(.notes, folder)
+        let (note, other, blob, folders) = try DatabaseQueue(path: a).read { db in
+            let notes = try Int64.fetchAll(db, sql: """
+                SELECT Z_PK FROM ZICCLOUDSYNCINGOBJECT WHERE Z_ENT = (SELECT Z_ENT FROM Z_PRIMARYKEY WHERE Z_NAME = 'ICNote')
+                AND ZFOLDER IS NOT NULL AND ZREPLICAIDTONOTESVERSIONDATA IS NOT NULL ORDER BY Z_PK
+                """)
+            let folders = try Int64.fetchAll(db, sql: "SELECT Z_PK FROM ZICCLOUDSYNCINGOBJECT WHERE Z_ENT = (SELECT Z_ENT FROM Z_PRIMARYKEY WHERE Z_NAME = 'ICFolder') ORDER BY Z_PK")
+            let blob = try Data.fetchOne(db, sql: "SELECT ZREPLICAIDTONOTESVERSIONDATA FROM ZICCLOUDSYNCINGOBJECT WHERE Z_PK = ?", arguments: [notes.first])
+            return (notes.first, notes.dropFirst().first, blob, folders)
+        }
+        let pk = try #require(note), bumped = try #require(other), old = try #require(blob)
+        let folderBefore = try DatabaseQueue(path: a).read { try Int64.fetchOne($0, sql: "SELECT ZFOLDER FROM ZICCLOUDSYNCINGOBJECT WHERE Z_PK = ?", arguments: [pk]) }
+        let target = try #require(folders.first { $0 != folderBefore })
+        try edit(b, """
+            UPDATE ZICCLOUDSYNCINGOBJECT SET ZFOLDER = ?, ZREPLICAIDTONOTESVERSIONDATA = x'00010203' WHERE Z_PK = ?;
+            UPDATE ZICCLOUDSYNCINGOBJECT SET Z_OPT = Z_OPT + 1 WHERE Z_PK = ?;
+            INSERT INTO ATRANSACTION (Z_ENT, Z_OPT, ZAUTHOR) VALUES (16002, 1, 'test');
+            """, [target, pk, bumped])
+
+        let report = try diff(a, b)
+        #expect(!report.same && report.entities.count == 1, "\(report.entities.map { $0.entity ?? $0.table })")
+        let notes = try #require(report.entities.first { $0.entity == "ICNote" })
+        #expect(notes.changed == 1 && notes.attributes == ["folder": 1, "replicaIDToNotesVersionData": 1], "\(notes.attributes)")
+        let values = try #require(notes.objects.first { $0.object == "ICNote \(pk)" }?.values)
+        let moved = try #require(values.first { $0.name == "folder" })
+        #expect(moved.before == "ICFolder \(folderBefore ?? -1)" && moved.after == "ICFolder \(target)", "\(moved)")
+        let digest = Hashing.sha256Digest(old).map { String(format: "%02x", $0) }.joined().prefix(12)
+        let replaced = try #require(values.first { $0.name == "replicaIDToNotesVersionData" })
+        #expect(replaced.before == "<\(old.count) bytes, sha256 \(digest)…>", "\(replaced)")
+        #expect(replaced.after == "<4 bytes, sha256 054edec1d021…>", "\(replaced)")
+        #expect(report.newReferences.contains { $0.relationship == "ICNote.folder" && $0.key == target && $0.destinationTable == "ZICCLOUDSYNCINGOBJECT" })
+        // Left out, counted: the bump and the history row (before, ATRANSACTION was listed as an
+        // entity of its own: Z_PRIMARYKEY's Z_ENT, the rowid, was read as NULL and renumbered).
+        #expect(report.bookkeeping.optBumps == 1 && report.bookkeeping.rows == 1 && report.bookkeeping.tables == ["ATRANSACTION"], "\(report.bookkeeping)")
+        #expect(!report.bookkeeping.shown)
+
+        let shown = try diff(a, b, bookkeeping: true)
+        #expect(shown.bookkeeping.shown)
+        let history = try #require(shown.entities.first { $0.table == "ATRANSACTION" })
+        #expect(history.entity == nil && history.added == 1, "a bookkeeping table is listed as a table: \(history)")
+        let notesShown = try #require(shown.entities.first { $0.entity == "ICNote" })
+        #expect(notesShown.changed == 2 && notesShown.attributes["Z_OPT"] == 1, "\(notesShown.attributes)")
+        #expect(notesShown.objects.first { $0.object == "ICNote \(bumped)" }?.values.map(\.name) == ["Z_OPT"])
+    }
+
+    @Test("Photos: an ordered relationship's position column is named after the relationship (`parentFolder (order)`); a link of an ordered many-to-many only moved is one link reordered with its positions, not one removed and one added; declaring the relationship allows both")
+    func orderedRelationships() throws {
+        let folder = try TempFolder()
+        let (a, b) = try pair(.photos, folder)
+        let (album, position, link) = try DatabaseQueue(path: a).read { db in
+            let album = try Row.fetchOne(db, sql: "SELECT Z_PK, Z_FOK_PARENTFOLDER FROM ZGENERICALBUM WHERE Z_FOK_PARENTFOLDER IS NOT NULL ORDER BY Z_PK LIMIT 1")
+            let link = try Row.fetchOne(db, sql: "SELECT rowid, Z_26ALBUMS, Z_34ASSETS, Z_FOK_34ASSETS FROM Z_26ASSETS ORDER BY rowid LIMIT 1")
+            return (album?[0] as Int64?, album?[1] as Int64?, link)
+        }
+        let pk = try #require(album), was = try #require(position), row = try #require(link)
+        let (rowid, albumOfLink, asset, order): (Int64, Int64, Int64, Int64) = (row[0], row[1], row[2], row[3])
+        try edit(b, """
+            UPDATE ZGENERICALBUM SET Z_FOK_PARENTFOLDER = Z_FOK_PARENTFOLDER + 7 WHERE Z_PK = ?;
+            UPDATE Z_26ASSETS SET Z_FOK_34ASSETS = Z_FOK_34ASSETS + 1000 WHERE rowid = ?;
+            """, [pk, rowid])
+        let report = try diff(a, b)
+        let albums = report.entities.filter { $0.table == "ZGENERICALBUM" }
+        #expect(albums.count == 1 && albums.first?.attributes == ["parentFolder (order)": 1], "\(albums.map(\.attributes))")
+        let moved = try #require(albums.first?.objects.first)
+        #expect(moved.values.count == 1 && moved.values.first?.before == "\(was)" && moved.values.first?.after == "\(was + 7)", "\(moved)")
+        let links = try #require(report.links.first { $0.table == "Z_26ASSETS" })
+        #expect(links.added == 0 && links.removed == 0 && links.reordered == 1, "\(links)")
+        #expect(links.links.map(\.change) == ["reordered"])
+        #expect(links.links.first?.link.hasSuffix("Album \(albumOfLink) ↔ GenericAsset \(asset) (position \(order) → \(order + 1000))") == true
+                || links.links.first?.link.contains("(position \(order) → \(order + 1000))") == true, "\(links.links)")
+        #expect(report.summary.text.contains("\(links.relationship): 0 links added, 0 removed, 1 reordered"), "\(report.summary.text)")
+        // Declared: the to-one (its position goes with it) and the many-to-many.
+        let lineage = albums.first?.lineage ?? []
+        #expect(lineage.contains("GenericAlbum"))
+        #expect(StoreDiff.undeclared(report, declared: ["GenericAlbum.parentFolder", links.relationship]).isEmpty,
+                "\(StoreDiff.undeclared(report, declared: ["GenericAlbum.parentFolder", links.relationship]))")
+        let undeclared = StoreDiff.undeclared(report, declared: [])
+        #expect(undeclared.contains { $0.contains("parentFolder (order) changed in 1 object") } && undeclared.contains { $0.hasSuffix("1 reordered") }, "\(undeclared)")
+
+        // A link removed and another added stay what they are.
+        try edit(b, "DELETE FROM Z_26ASSETS WHERE rowid = ?", [rowid])
+        let removed = try #require(try diff(a, b).links.first { $0.table == "Z_26ASSETS" })
+        #expect(removed.removed == 1 && removed.added == 0 && removed.reordered == 0, "\(removed)")
+    }
+
+    @Test("a to-many without an inverse (the hidden column Z1ASSETCONTRIBUTORS of the destination) is named after its owner's relationship: LibraryScope.assetContributors, LibraryScope 1 → LibraryScope 2")
+    func toManyWithoutInverse() throws {
+        let store = try PhotosShapedStore()
+        let b = store.folder.file("b.sqlite")
+        try FileManager.default.copyItem(atPath: store.path, toPath: b)
+        try edit(b, "UPDATE ZGENERICASSET SET Z1ASSETCONTRIBUTORS = 2 WHERE Z_PK = 1")
+        let report = try diff(store.path, b)
+        let assets = try #require(report.entities.first { $0.table == "ZGENERICASSET" })
+        #expect(assets.entity == "Asset" && assets.changed == 1 && assets.attributes == ["LibraryScope.assetContributors": 1], "\(assets)")
+        let value = try #require(assets.objects.first?.values.first)
+        #expect(value.before == "LibraryScope 1" && value.after == "LibraryScope 2", "\(value)")
+        #expect(report.model.isEmpty && report.schema.isEmpty)
+    }
+
+    @Test("the model: a delete rule changed in Z_MODELCACHE and an entity's version hash changed in Z_METADATA are named (relationship, before → after; which entity's hash); the rows alone are the same")
+    func modelChanges() throws {
+        let cascade = try PhotosShapedStore(contributorsRule: .cascade)
+        let nullify = try PhotosShapedStore(contributorsRule: .nullify)
+        // The version hashes of the second: one entity's hash changed.
+        let plist = try DatabaseQueue(path: nullify.path).read { try Data.fetchOne($0, sql: "SELECT Z_PLIST FROM Z_METADATA") }
+        let stored = try #require(plist)
+        var metadata = try #require(try PropertyListSerialization.propertyList(from: stored, format: nil) as? [String: Any])
+        var hashes = try #require(metadata["NSStoreModelVersionHashes"] as? [String: Data])
+        let entity = try #require(hashes.keys.sorted().first)
+        hashes[entity] = Data(repeating: 7, count: 32)
+        metadata["NSStoreModelVersionHashes"] = hashes
+        try edit(nullify.path, "UPDATE Z_METADATA SET Z_PLIST = ?", [try PropertyListSerialization.data(fromPropertyList: metadata, format: .binary, options: 0)])
+
+        let report = try diff(cascade.path, nullify.path)
+        #expect(!report.same && report.entities.isEmpty && report.links.isEmpty && report.schema.isEmpty, "\(report.summary.text)")
+        #expect(report.model.contains("version hash changed: \(entity)"), "\(report.model)")
+        #expect(report.model.contains { $0.hasPrefix("relationship LibraryScope.assetContributors: ") && $0.contains("delete rule cascade → ") && $0.hasSuffix("delete rule nullify") },
+                "\(report.model)")
+        #expect(report.model.count == 2, "nothing else in the model differs: \(report.model)")
+        #expect(report.summary.text.contains("model: "), "\(report.summary.text)")
+    }
+}
