@@ -456,6 +456,87 @@ struct ReplicateTests {
         #expect(seq == lastSeq)
     }
 
+    /// The Prometheus textfile's samples, by metric name (one store: one sample each).
+    func prometheus(_ path: String) throws -> [String: Double] {
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        var samples: [String: Double] = [:]
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let brace = parts[0].firstIndex(of: "{"), let value = Double(parts[1]) else {
+                Issue.record("not a Prometheus sample line: \(line)")
+                continue
+            }
+            samples[String(parts[0][..<brace])] = value
+        }
+        return samples
+    }
+
+    @Test("metrics and status say what the run did: while following, storectl_replicate_up 1 and a last durable time within the run; after SIGTERM up 0, and points, segments, bases, gaps, bytes and requests equal the run's own summary (bytes at least what the repository grew by, requests at least the objects it holds now); replicate status --status-file shows the same figures and the repository's points")
+    func metricsAndStatusFigures() throws {
+        let world = try world()
+        let metrics = world.folder.file("metrics"), statusFile = world.folder.file("replicate.status.json")
+        try FileManager.default.createDirectory(atPath: metrics, withIntermediateDirectories: true)
+        func repositoryFiles() -> [String: Int] {
+            var files: [String: Int] = [:]
+            for path in FileManager.default.subpaths(atPath: world.repo) ?? [] {
+                let full = world.repo + "/" + path
+                var isFolder: ObjCBool = false
+                guard FileManager.default.fileExists(atPath: full, isDirectory: &isFolder), !isFolder.boolValue else { continue }
+                files[path] = ((try? FileManager.default.attributesOfItem(atPath: full))?[.size] as? Int) ?? 0
+            }
+            return files
+        }
+        let before = repositoryFiles()
+        let started = Date()
+        let follower = try replicate(world, ["--sync-interval", "300ms", "--metrics", metrics, "--status-file", statusFile])
+        #expect(waitForBase(world))
+        let writer = try churn(world, seconds: 2)
+        #expect(writer.wait().status == 0)
+        usleep(1_000_000)
+        let file = ReplicateMetrics.file(folder: metrics, store: world.store)
+        let live = try prometheus(file)
+        #expect(live["storectl_replicate_up"] == 1, "\(live)")
+        let durable = live["storectl_replicate_last_durable_timestamp_seconds"] ?? 0
+        #expect(durable >= started.timeIntervalSince1970 && durable <= Date().timeIntervalSince1970, "\(durable) vs the run from \(started.timeIntervalSince1970)")
+        #expect((live["storectl_replicate_points_total"] ?? 0) > 0 && (live["storectl_replicate_requests_total"] ?? 0) > 0, "\(live)")
+
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        let summary = try summary(stopped)
+        let after = try prometheus(file)
+        #expect(after.count == 12, "every metric once: \(after.keys.sorted())")
+        #expect(after["storectl_replicate_up"] == 0)
+        #expect(after["storectl_replicate_points_total"] == Double(summary.points) && summary.points > 0)
+        #expect(after["storectl_replicate_segments_total"] == Double(summary.segments) && summary.segments > 0)
+        #expect(after["storectl_replicate_bases_total"] == Double(summary.bases.count) && summary.bases.count >= 1)
+        #expect(after["storectl_replicate_gaps_total"] == Double(summary.gaps.count))
+        #expect(after["storectl_replicate_digests_total"] == Double(summary.digests) && after["storectl_replicate_milestones_total"] == Double(summary.milestones))
+        #expect(after["storectl_replicate_uploaded_bytes_total"] == Double(summary.uploadedBytes))
+        #expect(after["storectl_replicate_requests_total"] == Double(summary.requests))
+        #expect(after["storectl_replicate_last_durable_timestamp_seconds"].map { abs($0 - (summary.lastDurable?.timeIntervalSince1970 ?? 0)) < 0.002 } == true)
+        let p99 = after["storectl_replicate_lag_p99_seconds"] ?? -1, max = after["storectl_replicate_lag_max_seconds"] ?? -1
+        #expect(p99 > 0 && p99 <= max && max < 10, "lag p99 \(p99), max \(max)")
+        // What the repository holds now was written by this run (merged segments replaced their
+        // parts, so it wrote more than is left), one request or more per object.
+        let now = repositoryFiles()
+        let added = now.filter { before[$0.key] == nil }
+        let grown = added.values.reduce(0, +)
+        #expect(summary.uploadedBytes >= UInt64(grown) && grown > 0, "\(summary.uploadedBytes) bytes uploaded, \(grown) added to the repository")
+        #expect(summary.requests >= added.count, "\(summary.requests) requests, \(added.count) new objects: \(added.keys.sorted())")
+
+        let status = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", world.repo, "--status-file", statusFile, "--json"],
+                                          environment: world.environment)
+        #expect(status.status == 0, "\(status.stderr)")
+        let report = try JSON.decoder().decode(ReplicateStatus.Report.self, from: Data(status.stdout.utf8))
+        #expect(report.state == "stopped" && report.stores.count == 1, "\(status.stdout)")
+        let shown = try #require(report.stores.first)
+        #expect(shown.live?.points == summary.points && shown.live?.uploadedBytes == summary.uploadedBytes && shown.live?.requests == summary.requests)
+        #expect(shown.points >= summary.points && shown.gaps == summary.gaps.count && shown.chains == summary.bases.count, "\(status.stdout)")
+        #expect(shown.newestPoint.map { abs($0.timeIntervalSince1970 - (summary.lastDurable?.timeIntervalSince1970 ?? 0)) < 0.002 } == true,
+                "newest point \(String(describing: shown.newestPoint)), last durable \(String(describing: summary.lastDurable))")
+    }
+
     @Test("SIGTERM while the repository cannot be written (its disk full): replicate says how many commits it read and did not write, exits 74 within the drain, writes no stop marker; status shows them waiting and why; a restore after the last durable point is refused (66), at it gives its content; with room again the next run exits 0",
           .enabled(if: TempMount.isAvailable))
     func drainThatCannotWrite() throws {
