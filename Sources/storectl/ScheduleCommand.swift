@@ -69,12 +69,27 @@ struct ScheduleCommand: ParsableCommand {
 
     struct Install: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Merge the policies' jobs into a user's crontab (crontab -), replacing only storectl's block.")
+            abstract: "Merge the policies' jobs into a user's crontab (crontab -), replacing only storectl's block; or, with --systemd, write their systemd units.",
+            discussion: "--systemd writes what `schedule systemd` writes (a .service and .timer per job, a service per [replicate]) into --output (default /etc/systemd/system) and prints the systemctl line that enables them.")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
         @Option(help: "Whose crontab (default: yours; another user's needs root).") var user: String?
         @Flag(help: "Install even when a job would fail now (e.g. the store is deployed later). Not recommended.") var skipChecks = false
+        @Flag(help: "Write systemd units (timers, and a service per [replicate]) instead of crontab lines.") var systemd = false
+        @Option(help: "With --systemd: the folder for the units.") var output: String?
+
+        func validate() throws {
+            if systemd, user != nil { throw ValidationError("--user is for the crontab; systemd units run as root unless the policy's unit says otherwise") }
+            if !systemd, output != nil { throw ValidationError("--output is for --systemd (the units' folder)") }
+        }
 
         func run() throws {
+            if systemd {
+                let written = try Systemd.write(policies: policies, output: output ?? "/etc/systemd/system", skipChecks: skipChecks)
+                for path in written { print(path) }
+                let enable = written.map { FileSystem.name(of: $0) }.filter { $0.hasSuffix(".timer") || $0.hasSuffix("-replicate.service") }
+                print("then: systemctl daemon-reload && systemctl enable --now \(enable.joined(separator: " "))")
+                return
+            }
             let loaded = try policies.map(Policy.load)
             let jobs = Crontab.jobs(loaded)
             guard !jobs.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain)") }
@@ -88,7 +103,7 @@ struct ScheduleCommand: ParsableCommand {
             try Crontab.write(merged, user: user)
             print("installed \(jobs.count) job\(jobs.count == 1 ? "" : "s") in the crontab of \(user ?? "the current user")")
             for policy in loaded where policy.replicate != nil {
-                FileHandle.standardError.write(Data("storectl: note: [replicate] of \(policy.file) is a service, not a cron job: `storectl schedule systemd --policy \(policy.file) --output /etc/systemd/system`\n".utf8))
+                FileHandle.standardError.write(Data("storectl: note: [replicate] of \(policy.file) is a service, not a cron job: `storectl schedule install --systemd --policy \(policy.file)`\n".utf8))
             }
         }
     }
@@ -118,6 +133,11 @@ struct ScheduleCommand: ParsableCommand {
         @Flag(help: "Write the units even when a job would fail now (see `storectl policy check`).") var skipChecks = false
 
         func run() throws {
+            for path in try Self.write(policies: policies, output: output, skipChecks: skipChecks) { print(path) }
+        }
+
+        /// Writes the policies' units into `output`; their paths.
+        static func write(policies: [String], output: String, skipChecks: Bool) throws -> [String] {
             let loaded = try policies.map(Policy.load)
             try ReadinessText.requireReady(loaded, skip: skipChecks, replicateService: true)
             let jobs = Crontab.jobs(loaded)
@@ -126,7 +146,7 @@ struct ScheduleCommand: ParsableCommand {
                 + SystemdUnits.replicateUnits(loaded, executable: ScheduleCommand.executable)
             guard !units.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain) and have no [replicate]") }
             try SystemdUnits.write(units, to: FileSystem.absolute(output))
-            for unit in units { print((FileSystem.absolute(output) as NSString).appendingPathComponent(unit.name)) }
+            return units.map { (FileSystem.absolute(output) as NSString).appendingPathComponent($0.name) }
         }
     }
 }

@@ -96,6 +96,22 @@ struct ScheduleCLITests {
         let written = try storectl("schedule", "systemd", "--policy", ready, "--output", units)
         #expect(written.status == 0, "\(written.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: units) == ["storectl-ready-replicate.service"])
+        // `schedule install --systemd` writes the same unit and says how to enable it; the same
+        // checks first (nothing written for a policy whose service would fail); --user is the crontab's.
+        let installed = folder.file("installed")
+        try FileManager.default.createDirectory(atPath: installed, withIntermediateDirectories: false)
+        let install = try storectl("schedule", "install", "--systemd", "--policy", ready, "--output", installed)
+        #expect(install.status == 0 && install.stdout.contains("systemctl daemon-reload && systemctl enable --now storectl-ready-replicate.service"), "\(install.stdout) \(install.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: installed) == ["storectl-ready-replicate.service"])
+        #expect(try String(contentsOfFile: installed + "/storectl-ready-replicate.service", encoding: .utf8)
+                == (try String(contentsOfFile: units + "/storectl-ready-replicate.service", encoding: .utf8)))
+        let refusedFolder = folder.file("refused")
+        try FileManager.default.createDirectory(atPath: refusedFolder, withIntermediateDirectories: false)
+        let refused = try storectl("schedule", "install", "--systemd", "--policy", cases[0].0, "--output", refusedFolder, environment: shell)
+        #expect(refused.status == 2 && refused.stderr.contains("the replicate service would fail"), "\(refused.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: refusedFolder).isEmpty)
+        let mixed = try storectl("schedule", "install", "--systemd", "--user", "nobody", "--policy", ready)
+        #expect(mixed.status == 64, "\(mixed.status) \(mixed.stderr)")
         let checked = try storectl("policy", "check", ready)
         #expect(checked.status == 0 && checked.stdout.contains("ready to run snapshot, the replicate service: store, repository (password ok), replicate)"), "\(checked.stdout)")
     }
