@@ -40,6 +40,8 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Say nothing while following (the summary is still printed at the end).") var quiet = false
     @Option(help: "Rewrite this JSON file every sync interval with each store's figures (for `replicate status`).") var statusFile: String?
     @Option(help: "Write Prometheus metrics into this folder (node_exporter's textfile collector) every sync interval.") var metrics: String?
+    @Option(help: "Where commits wait while the repository cannot be written, past 64 MiB in memory (default: TMPDIR).") var spool: String?
+    @Option(parsing: .unconditional, help: "The most commits that wait (e.g. 4GiB; default 1GiB); past it they are dropped and a gap recorded.") var spoolLimit: String?
 
     func validate() throws {
         if policy.isEmpty, stores.isEmpty || repo == nil { throw ValidationError("name the stores and --repo, or --policy FILE") }
@@ -65,6 +67,8 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         if statusFile != nil || metrics != nil { options.outputsNamedIn = nil }
         if let statusFile { options.statusFile = statusFile }
         if let metrics { options.metricsFolder = metrics }
+        if let spool { options.spoolFolder = spool }
+        if let spoolLimit { options.spoolLimit = try Self.size(spoolLimit, "--spool-limit") }
         let say: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("storectl replicate: \(line)\n".utf8)) }
         let summary = try Replicate.run(options, events: quiet || json ? nil : say)
         let failure = Self.failure(of: summary)
@@ -114,6 +118,13 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
             if store.notFollowed != nil { line += "; NOT FOLLOWED (below)" }
             print(line)
         }
+    }
+
+    static func size(_ text: String, _ option: String) throws -> Int {
+        guard let bytes = ByteSize.parse(text) else {
+            throw StoreOpsError(.usage, "\(option) \(text.debugDescription) is not a size of at least 4 KiB", hint: "write e.g. 4GiB, 500M or 1G")
+        }
+        return Int(clamping: bytes)
     }
 
     private func duration(_ text: String, _ option: String, allowZero: Bool) throws -> TimeInterval {

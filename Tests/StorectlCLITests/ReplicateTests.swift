@@ -593,6 +593,87 @@ struct ReplicateTests {
         try app.close()
     }
 
+    @Test("the repository's disk full while the app writes: the commits wait, past the memory bound in an unnamed spool file (nothing left in the folder), and go out a segment after another once there is room: no gap for it, and random points restore exactly; with a --spool-limit they outgrow, they are dropped and a gap recorded, and the store's state after it restores",
+          .enabled(if: TempMount.isAvailable))
+    func spoolWhileRepositoryFull() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let mount = try #require(TempMount(kilobytes: 96 * 1024))
+        let world = World(folder: folder, store: try makeStore(folder, items: 2_000), repo: mount.file("repo"), log: folder.file("churn.log"),
+                          environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_TEST_SPOOL_MEMORY_BYTES": "65536",
+                                        "STORECTL_TEST_SEGMENT_BYTES": "262144", "STORECTL_REPLICATE_DRAIN_SECONDS": "10"])
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", world.repo, "--insecure-no-encryption"]).status == 0)
+        let spool = folder.file("spool")
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+        let status = folder.file("status.json")
+        /// A follower, once it follows the store (its chain taken up or begun: the status file says so).
+        func follow(_ extra: [String] = []) throws -> ChildProcess.Running {
+            try? FileManager.default.removeItem(atPath: status)
+            let running = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--sync-interval", "200ms",
+                                                                      "--heartbeat", "0", "--merge-interval", "0", "--spool", spool, "--status-file", status] + extra,
+                                                   environment: world.environment)
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline {
+                if let data = FileManager.default.contents(atPath: status), let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data),
+                   live.stores.first?.chain != nil { break }
+                usleep(50_000)
+            }
+            return running
+        }
+        let filler = mount.file("filler")
+        func fill() throws { _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(filler)' 2>/dev/null"]) }
+        /// Waits until the repository's newest point is the writer's last commit.
+        func caughtUp() throws -> Bool {
+            let last = try ChurnLoad.readLog(world.log).values.map(\.returned).max() ?? 0
+            let deadline = Date().addingTimeInterval(40)
+            while Date() < deadline {
+                if let newest = try? StorePoints.list(repository: world.repo).first?.newestPoint, newest.timeIntervalSince1970 >= last - 0.01 { return true }
+                usleep(100_000)
+            }
+            return false
+        }
+
+        let follower = try follow()
+        try fill()
+        let writer = try churn(world, seconds: 2)
+        #expect(writer.wait().status == 0)
+        usleep(500_000)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty, "the spool file has no name")
+        try FileManager.default.removeItem(atPath: filler)
+        #expect(try caughtUp(), "the waiting commits were written once there was room")
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        let stats = try summary(stopped)
+        #expect((stats.spooledPeakBytes ?? 0) > 65536 && stats.spooledBytes == 0, "spooled \(String(describing: stats.spooledPeakBytes)) at most, \(String(describing: stats.spooledBytes)) left")
+        #expect(!stats.gaps.contains { $0.reason.contains("waited") || $0.reason.contains("spool") }, "\(stats.gaps)")
+        #expect(stats.segments > 3, "the backlog went out in segments: \(stats.segments)")
+        let commits = try ChurnLoad.readLog(world.log).count
+        #expect(Double(stats.points) >= Double(commits) * 0.95, "\(stats.points) points of \(commits) commits")
+        let checked = try check(world, times: try randomTimes(world, count: 12, seed: 5))
+        #expect(checked.wrong.isEmpty && checked.restored + checked.refused.count == 12 && checked.restored >= 10, "\(checked.wrong) \(checked.refused)")
+
+        // A limit the waiting commits outgrow: dropped, a gap, and the state after it restores.
+        try FileManager.default.removeItem(atPath: world.log)
+        let limited = try follow(["--spool-limit", "256KiB"])
+        try fill()
+        let more = try churn(world, seconds: 1.5)
+        #expect(more.wait().status == 0)
+        usleep(500_000)
+        try FileManager.default.removeItem(atPath: filler)
+        #expect(try caughtUp(), "a new base after the gap holds the last commit")
+        limited.signal(SIGTERM)
+        let ended = limited.wait()
+        #expect(ended.status == 0, "\(ended.stderr)")
+        let gapped = try summary(ended)
+        #expect(gapped.gaps.contains { $0.reason.contains("more than 256.0 KiB of commits waited") }, "\(gapped.gaps)")
+        // The gap runs to the new base (after the writer's last commit); the chain after it is
+        // covered up to the stop's last read.
+        let covered = try #require(try StorePoints.list(repository: world.repo).first?.spans.last { $0.kind == "covered" }?.to)
+        let after = try check(world, times: [covered])
+        #expect(after.wrong.isEmpty && after.restored == 1, "\(after.wrong) \(after.refused)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
+    }
+
     @Test("alive markers: an idle store's follower confirms (--heartbeat) that no commit came since its last point, so a time after that point and before the marker restores it; after kill -9 nothing confirms the time after the last marker: listed as unconfirmed, and a restore there is refused (66) even though the app committed since")
     func heartbeatBoundsWhatIsClaimed() throws {
         let world = try world()
@@ -726,7 +807,7 @@ struct ReplicateTests {
         #expect(again.status == 0, "\(again.stderr)")
     }
 
-    @Test("--status-file and --metrics are checked before anything is followed: the store itself, a file that is not a status file, a folder that does not exist are refused (73), the files unchanged; a status file a run wrote is rewritten by the next")
+    @Test("--status-file, --metrics and --spool are checked before anything is followed: the store itself, a file that is not a status file, a folder that does not exist are refused (73), the files unchanged; a status file a run wrote is rewritten by the next")
     func outputsAreCheckedFirst() throws {
         let world = try world()
         let note = world.folder.file("notes.txt")
@@ -734,10 +815,13 @@ struct ReplicateTests {
         let storeBytes = try Data(contentsOf: URL(fileURLWithPath: world.store))
         for (extra, what) in [(["--status-file", world.store], "the store"), (["--status-file", note], "a text file"),
                               (["--status-file", world.folder.file("nodir/s.json")], "a missing folder"),
-                              (["--metrics", world.folder.file("nometrics")], "a missing metrics folder")] {
+                              (["--metrics", world.folder.file("nometrics")], "a missing metrics folder"),
+                              (["--spool", world.folder.file("nospool")], "a missing spool folder")] {
             let run = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s"] + extra, environment: world.environment)
             #expect(run.status == 73 && run.stderr.contains("hint:"), "\(what): \(run.status) \(run.stderr)")
         }
+        let badLimit = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--spool-limit", "lots"], environment: world.environment)
+        #expect(badLimit.status == 64 && badLimit.stderr.contains("--spool-limit"), "\(badLimit.status) \(badLimit.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: world.store)) == storeBytes)
         #expect(try String(contentsOfFile: note, encoding: .utf8) == "mine\n")
         let status = world.folder.file("status.json")

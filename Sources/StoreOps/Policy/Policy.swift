@@ -27,6 +27,9 @@ public struct Policy: Sendable {
         public var statusFile: String?
         /// Defaults to `[schedule] metrics`.
         public var metrics: String?
+        /// Where commits wait while the repository cannot be written (`Replicate.Options.spoolFolder`).
+        public var spool: String?
+        public var spoolLimit: UInt64?
     }
 
     public struct StoreSection: Sendable {

@@ -94,10 +94,15 @@ extension Policy {
         if snapshot == nil { section.problem("sync_interval", "[replicate] needs a [snapshot] section naming the repository the points go to") }
         let status = section.string("status_file").map { resolve($0, in: folder) }
         let metrics = section.string("metrics").map { resolve($0, in: folder) } ?? schedule?.metrics
-        section.finish(known: ["sync_interval", "base_interval", "merge_interval", "heartbeat", "keep_points", "keep_point_minutes", "keep_point_bases", "status_file", "metrics"])
+        let spool = section.string("spool").map { resolve($0, in: folder) }
+        let spoolLimit = section.size("spool_limit")
+        section.finish(known: ["sync_interval", "base_interval", "merge_interval", "heartbeat", "keep_points", "keep_point_minutes", "keep_point_bases", "status_file", "metrics",
+                               "spool", "spool_limit"])
         var parsed = ReplicateSection(syncInterval: sync, baseInterval: base, mergeInterval: merge, keepPoints: keep, keepPointMinutes: minutes, keepPointBases: bases,
                                       statusFile: status, metrics: metrics)
         parsed.heartbeat = heartbeat
+        parsed.spool = spool
+        parsed.spoolLimit = spoolLimit
         return parsed
     }
 

@@ -89,15 +89,11 @@ final class TableReader {
             return UInt64(number)
         }
         guard let text = value.string else { wrongType(key, value, expected: "a size such as \"10MiB\""); return nil }
-        let units: [(String, UInt64)] = [("GIB", 1 << 30), ("MIB", 1 << 20), ("KIB", 1 << 10), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10), ("B", 1)]
-        let upper = text.uppercased().trimmingCharacters(in: .whitespaces)
-        guard let (unit, factor) = units.first(where: { upper.hasSuffix($0.0) }),
-              let number = UInt64(upper.dropLast(unit.count).trimmingCharacters(in: .whitespaces)), number > 0,
-              number.multipliedReportingOverflow(by: factor).overflow == false, number * factor >= 4096 else {
+        guard let bytes = ByteSize.parse(text) else {
             problem(key, "\(text.debugDescription) is not a size of at least 4 KiB; write e.g. \"10MiB\", \"500K\" or \"1G\"")
             return nil
         }
-        return number * factor
+        return bytes
     }
 
     func duration(_ key: String, allowZero: Bool = false, maximum: TimeInterval = DurationText.maximumSeconds) -> DurationText? {
@@ -145,5 +141,18 @@ final class TableReader {
         for key in table.keys.sorted() where !used.contains(key) {
             problem(key, "unknown key; expected one of: \(known.joined(separator: ", "))")
         }
+    }
+}
+
+/// A size as people write it: "10MiB", "500K", "1G" (binary units), "4096B".
+public enum ByteSize {
+    /// The bytes, or nil when `text` is not a size of at least 4 KiB.
+    public static func parse(_ text: String) -> UInt64? {
+        let units: [(String, UInt64)] = [("GIB", 1 << 30), ("MIB", 1 << 20), ("KIB", 1 << 10), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10), ("B", 1)]
+        let upper = text.uppercased().trimmingCharacters(in: .whitespaces)
+        guard let (unit, factor) = units.first(where: { upper.hasSuffix($0.0) }),
+              let number = UInt64(upper.dropLast(unit.count).trimmingCharacters(in: .whitespaces)), number > 0,
+              number.multipliedReportingOverflow(by: factor).overflow == false, number * factor >= 4096 else { return nil }
+        return number * factor
     }
 }

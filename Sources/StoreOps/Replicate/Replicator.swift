@@ -73,6 +73,15 @@ public enum Replicate {
         public var outputsNamedIn: String?
         /// A folder of node_exporter's textfile collector: one `.prom` file per store, every sync.
         public var metricsFolder: String?
+        /// Where the commits that wait for a repository that cannot be written go past
+        /// `spoolMemory` (`CommitSpool`; nil: the system's temp folder, `TMPDIR`).
+        public var spoolFolder: String?
+        /// The most commits (their pages' bytes, in memory and in the spool file together) that
+        /// wait; past it they are dropped and a gap recorded.
+        public var spoolLimit = 1 << 30
+        /// The waiting commits kept in memory before the oldest go to the spool file.
+        /// `STORECTL_TEST_SPOOL_MEMORY_BYTES` sets it (tests).
+        public var spoolMemory = ProcessInfo.processInfo.environment["STORECTL_TEST_SPOOL_MEMORY_BYTES"].flatMap(Int.init) ?? 64 << 20
 
         public init(stores: [String], repository: String) {
             self.stores = stores
@@ -95,6 +104,10 @@ public enum Replicate {
         public var gaps: [Gap] = []
         public var uploadedBytes: UInt64 = 0
         public var requests = 0
+        /// Bytes of waiting commits in the spool file now (`CommitSpool`), and the most this run
+        /// (both nil while nothing went to it).
+        public var spooledBytes: Int?
+        public var spooledPeakBytes: Int?
         public var lastDurable: Date?
         /// Seconds from seeing a commit to its segment being durable: the largest, and the 99th percentile.
         public var maxLagSeconds: Double = 0
@@ -227,6 +240,12 @@ public enum Replicate {
                                     hint: "create it (mkdir -p \(folder)), the folder node_exporter's --collector.textfile.directory names")
             }
         }
+        if let folder = options.spoolFolder {
+            guard FileSystem.kind(of: folder) == .directory, access(folder, W_OK) == 0 else {
+                throw StoreOpsError(.cannotCreate, "\(options.outputsNamedIn.map { "[replicate] spool \(folder) (\($0))" } ?? "--spool \(folder)"): not a writable folder",
+                                    hint: "create it (mkdir -p \(folder)) on a volume with room for --spool-limit of waiting commits")
+            }
+        }
     }
 
     // MARK: - One store
@@ -240,8 +259,13 @@ public enum Replicate {
         var baseTime = Date()
         /// The next point number of the chain.
         var next = 1
-        /// Commits read and not yet durable, each with the cursor after the read that found it.
-        var pending: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)] = []
+        /// Commits read and not yet durable, each with the cursor after the read that found it;
+        /// `spooled`: its pages are in the spool file, not in `pages`.
+        var pending: [Waiting] = []
+        /// The waiting commits' pages past the memory bound (`CommitSpool`), made at first need.
+        var spool: CommitSpool?
+        /// The bytes of the pending commits' pages in the spool file (`pendingBytes`: in memory).
+        var spooledBytes = 0
         /// The newest point's time in this chain (ms): times never go back within a chain, even
         /// when the clock does.
         var lastTime: Int64 = 0
@@ -261,8 +285,12 @@ public enum Replicate {
         var lastHeartbeat: Int64 = 0
         let aliveKeys = Mutex<[String]>([])
         /// The batch the uploader is writing.
-        var inFlight: (batch: [(commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor)], seen: [Date], from: Int, to: Int, bytes: Int,
+        /// `putBack`: the batch as it goes back in front of `pending` if the write fails (its
+        /// spooled commits still in the spool file); `bytes`/`spooled`: its share of the bounds.
+        var inFlight: (batch: [Waiting], putBack: [Waiting], seen: [Date], from: Int, to: Int, bytes: Int, spooled: Int,
                        name: SegmentName, sealed: Data, segment: PointSegment)?
+        /// Whether a spool reference is kept anywhere (the spool file may be emptied when not).
+        var refersToSpool: Bool { spooledBytes > 0 || inFlight?.putBack.contains { $0.spooled != nil } == true }
         /// Durable level-0 segments of the chain not merged yet (as sealed), consecutive, oldest first.
         var mergeable: [(name: SegmentName, sealed: Data)] = []
         var mergeableBytes = 0
@@ -306,14 +334,22 @@ public enum Replicate {
 
     // MARK: - The loop
 
+    /// A commit read and not yet durable (see `Replica.pending`).
+    typealias Waiting = (commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor, spooled: CommitSpool.Ref?)
+
     final class Loop: @unchecked Sendable {
         let options: Options
         let repository: PagedRepository
         let replicas: [Replica]
         let events: (@Sendable (String) -> Void)?
         let zstd: ZstdFrames
-        /// Commits held in memory for a repository that cannot be written to, before a gap is recorded instead.
-        let spoolLimit = 256 << 20
+        /// Commits held for a repository that cannot be written to (in memory and the spool
+        /// file), before a gap is recorded instead.
+        var spoolLimit: Int { options.spoolLimit }
+        /// The most page bytes one segment takes from what waits (at least one read's commits):
+        /// a backlog goes out a segment at a time, read back from the spool as it goes.
+        /// `STORECTL_TEST_SEGMENT_BYTES` sets it (tests).
+        static let segmentBytes = ProcessInfo.processInfo.environment["STORECTL_TEST_SEGMENT_BYTES"].flatMap(Int.init) ?? 16 << 20
         static let captureSpacing: TimeInterval = 0
         let uploads = DispatchQueue(label: "storectl.replicate.upload")
         /// Merges run on their own thread: a point's upload never waits for one.
@@ -365,6 +401,11 @@ public enum Replicate {
                 let began = Date()
                 settleUploads()
                 for replica in replicas { step(replica) }
+                // A backlog (the repository answers again) goes out a segment after another, not
+                // one a sync interval.
+                for replica in replicas where !replica.uploading && (replica.spooledBytes > 0 || replica.pendingBytes >= Self.segmentBytes) {
+                    flush(replica)
+                }
                 if Date() >= nextSync {
                     for replica in replicas {
                         flush(replica)
@@ -394,10 +435,7 @@ public enum Replicate {
                     replica.follower.waitForDistinctTimes()
                     capture(replica)
                 }
-                finishUploads()
-                replica.uploadRetryAfter = .distantPast
-                flush(replica)
-                finishUploads()
+                flushAll(replica)
                 merge(replica, now: true)
                 if replica.pending.isEmpty, let chain = replica.chain, let cursor = replica.follower.cursor {
                     let now = Replicate.ms(Date())
@@ -566,10 +604,7 @@ public enum Replicate {
                 // The old chain's last commits go first (now: a base read later than needed would
                 // hold commits no point holds); the new chain begins after them.
                 for _ in 0..<3 where replica.uploading || !replica.pending.isEmpty {
-                    finishUploads()
-                    replica.uploadRetryAfter = .distantPast
-                    flush(replica)
-                    finishUploads()
+                    flushAll(replica)
                 }
                 guard !replica.uploading, replica.pending.isEmpty else {
                     // Not written: a base every interval waits for the repository (tried again
@@ -661,20 +696,53 @@ public enum Replicate {
                     replica.pendingBytes += content.count
                     bytes.append(content)
                 }
-                replica.pending.append((PointSegment.Commit(time: time, frame: commit.frame, pageCount: commit.pageCount, pages: pages, ids: ids), bytes, cursor))
+                replica.pending.append((PointSegment.Commit(time: time, frame: commit.frame, pageCount: commit.pageCount, pages: pages, ids: ids), bytes, cursor, nil))
                 replica.seenAt.append(at)
             }
             replica.pendingCursor = cursor
-            if replica.pendingBytes + (replica.inFlight?.bytes ?? 0) > spoolLimit {
-                say("\(replica.store.path): \(Format.bytes(UInt64(replica.pendingBytes))) of commits could not be written; they are dropped and a gap recorded")
+            var full: String?
+            if replica.pendingBytes + replica.spooledBytes + (replica.inFlight?.bytes ?? 0) > spoolLimit {
+                full = "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)"
+            } else if replica.pendingBytes > options.spoolMemory {
+                full = spoolOut(replica)
+            }
+            if let full {
+                say("\(replica.store.path): \(Format.bytes(UInt64(replica.pendingBytes + replica.spooledBytes))) of commits could not be written; they are dropped and a gap recorded")
                 replica.pending = []
                 replica.seenAt = []
                 replica.pendingBytes = 0
-                replica.needsBase = ("gap", "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)", nil)
+                replica.spooledBytes = 0
+                if !replica.refersToSpool { replica.spool?.reset() }
+                if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = 0 }
+                replica.needsBase = ("gap", full, nil)
                 replica.confirmedTime = replica.lastDurableTime
                 return false
             }
             return true
+        }
+
+        /// Moves the oldest waiting commits held in memory to the spool file until half the
+        /// memory bound is left; why not, when the spool file cannot take them (nil: done).
+        func spoolOut(_ replica: Replica) -> String? {
+            let folder = FileSystem.absolute(options.spoolFolder ?? NSTemporaryDirectory())
+            let spool = replica.spool ?? CommitSpool(folder: folder)
+            replica.spool = spool
+            for k in replica.pending.indices where replica.pending[k].spooled == nil {
+                guard replica.pendingBytes > options.spoolMemory / 2 else { break }
+                let pages = replica.pending[k].pages
+                do {
+                    let ref = try spool.append(pages)
+                    replica.pending[k].spooled = ref
+                    replica.pending[k].pages = []
+                    replica.pendingBytes -= ref.bytes
+                    replica.spooledBytes += ref.bytes
+                } catch {
+                    return "the commits waiting for the repository could not be spooled to \(folder) (\(describe(error)))"
+                }
+            }
+            replica.summary.spooledBytes = replica.spooledBytes
+            replica.summary.spooledPeakBytes = max(replica.summary.spooledPeakBytes ?? 0, replica.spooledBytes)
+            return nil
         }
 
         /// Hands the store's new commits to the uploader as one segment (a point is durable once
@@ -682,10 +750,32 @@ public enum Replicate {
         /// while the repository is slow or away; what waits is bounded by `spoolLimit`.
         func flush(_ replica: Replica) {
             settleUploads()
-            guard !replica.uploading, let cursor = replica.pending.last?.cursor, replica.chain != nil,
+            guard !replica.uploading, !replica.pending.isEmpty, replica.chain != nil,
                   Date() >= replica.uploadRetryAfter else { return }
-            var batch = replica.pending
-            let seen = replica.seenAt
+            // A segment's worth from the front, cut only where a read's commits end (a segment's
+            // cursor is its last read's: a resume there must find every commit before it written).
+            var taken = 0, takenBytes = 0
+            while taken < replica.pending.count {
+                let entry = replica.pending[taken]
+                if taken > 0, takenBytes >= Self.segmentBytes, entry.cursor != replica.pending[taken - 1].cursor { break }
+                takenBytes += entry.spooled?.bytes ?? entry.pages.reduce(0) { $0 + $1.count }
+                taken += 1
+            }
+            let original = Array(replica.pending[0..<taken])
+            var batch = original
+            do {
+                for k in batch.indices {
+                    guard let ref = batch[k].spooled else { continue }
+                    guard let spool = replica.spool else { throw StoreOpsError(.failure, "no spool file") }
+                    batch[k].pages = try spool.read(ref)
+                }
+            } catch {
+                Replicate.logger.warning("reading waiting commits back from the spool failed; tried again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+                return
+            }
+            let cursor = batch[batch.count - 1].cursor
+            let seen = Array(replica.seenAt.prefix(taken))
+            var filesAdded = false
             // The external-data folder, read after every commit of the batch was: a file that
             // appeared goes with its first commit (a commit naming it came after it was written),
             // one that went with its last (the points before may still name it).
@@ -702,6 +792,7 @@ public enum Replicate {
                         }
                         batch[0].commit.files = (batch[0].commit.files ?? []) + change.added.map(\.file)
                         batch[0].pages += change.added.map(\.bytes)
+                        filesAdded = true
                         // Not counted against the spool's bound for commits (a scan reads at most 64 MiB of files at once).
                         replica.summary.filesAdded += change.added.count
                     }
@@ -718,22 +809,42 @@ public enum Replicate {
                         batch[batch.count - 1].commit.removed = (batch[batch.count - 1].commit.removed ?? []) + change.removed
                         replica.summary.filesRemoved += change.removed.count
                     }
-                    replica.pending = batch
+                }
+            }
+            // As the batch goes back if its write fails: the scan's changes kept, spooled commits
+            // left in the spool (the first in memory when it carries files the scan found).
+            var putBack = batch
+            var memoryBytes = 0, spooled = 0
+            for k in putBack.indices {
+                if let ref = original[k].spooled, !(k == 0 && filesAdded) {
+                    putBack[k].pages = []
+                    putBack[k].spooled = ref
+                    spooled += ref.bytes
+                } else {
+                    putBack[k].spooled = nil
+                    memoryBytes += putBack[k].pages.reduce(0) { $0 + $1.count }
                 }
             }
             let from = replica.next, to = replica.next + batch.count - 1
             let segment = replica.segment(level: 0, from: from, to: to, cursor: cursor, commits: batch.map(\.commit))
             let sealed: Data
+            let inMemory = original.reduce(0) { $0 + ($1.spooled == nil ? $1.pages.reduce(0) { $0 + $1.count } : 0) }
+            let wasSpooled = original.reduce(0) { $0 + ($1.spooled?.bytes ?? 0) }
             do { sealed = try segment.seal(pages: batch.flatMap(\.pages), sealer: repository.sealer, zstd: zstd) } catch {
                 Replicate.logger.warning("sealing points failed", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+                // Kept as the scan left them (the files it found go with them next time).
+                replica.pending.replaceSubrange(0..<taken, with: putBack)
+                replica.pendingBytes += memoryBytes - inMemory
+                replica.spooledBytes += spooled - wasSpooled
                 return
             }
-            replica.pending = []
-            replica.seenAt = []
+            replica.pending.removeFirst(taken)
+            replica.seenAt.removeFirst(min(taken, replica.seenAt.count))
+            replica.pendingBytes -= inMemory
+            replica.spooledBytes -= wasSpooled
             var template = segment
             template.commits = []
-            replica.inFlight = (batch, seen, from, to, replica.pendingBytes, segment.name, sealed, template)
-            replica.pendingBytes = 0
+            replica.inFlight = (batch, putBack, seen, from, to, memoryBytes, spooled, segment.name, sealed, template)
             replica.uploading = true
             let name = segment.name
             uploads.async { [self] in
@@ -768,6 +879,8 @@ public enum Replicate {
                         replica.lastDurableTime = last
                     }
                     replica.next = flight.to + 1
+                    if !replica.refersToSpool { replica.spool?.reset() }
+                    if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = replica.spooledBytes }
                     replica.uploadFailures = 0
                     replica.summary.lastError = nil
                     offer(replica, name: flight.name, sealed: flight.sealed) { digest in
@@ -780,9 +893,10 @@ public enum Replicate {
                     }
                 case .failure(let error):
                     // Back in front of what came since, numbered again at the next try.
-                    replica.pending = flight.batch + replica.pending
+                    replica.pending = flight.putBack + replica.pending
                     replica.seenAt = flight.seen + replica.seenAt
                     replica.pendingBytes += flight.bytes
+                    replica.spooledBytes += flight.spooled
                     replica.uploadFailures += 1
                     replica.summary.lastError = describe(error)
                     replica.uploadRetryAfter = Date().addingTimeInterval(min(30, 0.5 * Double(1 << min(6, replica.uploadFailures))))
@@ -937,6 +1051,20 @@ public enum Replicate {
             merge(replica, now: true)
         }
 
+        /// Writes what waits, a segment after another, until nothing does, a write fails, or the
+        /// stop's time comes (a backlog read back from the spool is more than one segment).
+        func flushAll(_ replica: Replica) {
+            finishUploads()
+            replica.uploadRetryAfter = .distantPast
+            while !replica.pending.isEmpty {
+                let before = replica.pending.count
+                flush(replica)
+                finishUploads()
+                if replica.pending.count >= before { break }
+                if let finishBy = ProcessSignals.finishBy, Date() >= finishBy { break }
+            }
+        }
+
         /// Waits for the uploads under way (the drain at the end).
         func finishUploads() {
             uploads.sync {}
@@ -958,10 +1086,7 @@ public enum Replicate {
 
         /// Writes what waits now (the old chain's last commits before a new chain opens).
         func flushNow(_ replica: Replica) throws {
-            finishUploads()
-            replica.uploadRetryAfter = .distantPast
-            flush(replica)
-            finishUploads()
+            flushAll(replica)
             guard replica.pending.isEmpty, !replica.uploading else {
                 throw StoreOpsError(.ioError, "the chain's last commits could not be written to \(repository.location)")
             }
@@ -1099,7 +1224,13 @@ public enum Replicate {
                     try work.commit()
                 } catch {
                     work.abandon()
-                    if replica.pending.count > pendingBefore { replica.pending.removeLast(replica.pending.count - pendingBefore) }
+                    if replica.pending.count > pendingBefore {
+                        let dropped = replica.pending[pendingBefore...]
+                        replica.pendingBytes -= dropped.reduce(0) { $0 + ($1.spooled == nil ? $1.pages.reduce(0) { $0 + $1.count } : 0) }
+                        replica.spooledBytes -= dropped.reduce(0) { $0 + ($1.spooled?.bytes ?? 0) }
+                        replica.pending.removeLast(replica.pending.count - pendingBefore)
+                        if replica.seenAt.count > pendingBefore { replica.seenAt.removeLast(replica.seenAt.count - pendingBefore) }
+                    }
                     // The catch-up's files are carried again with it (at worst twice, never lost).
                     replica.external = externalBefore
                     if kind == "compaction", let early = packing?.early, !early.isEmpty, packing?.afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
@@ -1126,6 +1257,9 @@ public enum Replicate {
                 replica.pending = []
                 replica.seenAt = []
                 replica.pendingBytes = 0
+                replica.spooledBytes = 0
+                if !replica.refersToSpool { replica.spool?.reset() }
+                if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = 0 }
                 replica.pendingCursor = cursor
                 replica.lastTime = Replicate.ms(time)
                 var opening = replica.segment(level: 0, from: 0, to: 0, cursor: cursor, commits: [])
@@ -1296,6 +1430,8 @@ extension Replicate.Options {
             options.heartbeatInterval = section.heartbeat.seconds
             options.statusFile = section.statusFile
             options.metricsFolder = section.metrics
+            options.spoolFolder = section.spool
+            if let limit = section.spoolLimit { options.spoolLimit = Int(clamping: limit) }
             options.outputsNamedIn = policies.filter { $0.replicate != nil }.map(\.file).joined(separator: ", ")
         }
         return options

@@ -157,11 +157,14 @@ struct PolicyTests {
             merge_interval = "0"
             heartbeat = "15s"
             status_file = "status.json"
+            spool = "spool"
+            spool_limit = "4GiB"
             [schedule]
             metrics = "metrics"
             """, in: folder)
         let policy = try Policy.load(path)
         let section = try #require(policy.replicate)
+        #expect(section.spool == folder.file("spool") && section.spoolLimit == 4 << 30)
         #expect(section.syncInterval.seconds == 0.5 && section.baseInterval.seconds == 3600)
         #expect(section.keepPoints.seconds == 86_400 && section.keepPointBases.seconds == 30 * 86_400)
         #expect(section.metrics == folder.file("metrics") && section.statusFile == folder.file("status.json"))
@@ -170,6 +173,10 @@ struct PolicyTests {
         #expect(options.password == .file(folder.file("pw")) && options.syncInterval == 0.5 && options.statusFile == folder.file("status.json"))
         #expect(options.mergeInterval == 0 && section.mergeInterval.text == "0")
         #expect(options.heartbeatInterval == 15 && section.heartbeat.text == "15s")
+        #expect(options.spoolFolder == folder.file("spool") && options.spoolLimit == 4 << 30)
+        let badLimit = try writePolicy("[store]\npath = \"b.sqlite\"\n[snapshot]\nrepository = \"snaps\"\n[replicate]\nspool_limit = \"lots\"", in: folder, name: "bad.toml")
+        let refused = #expect(throws: StoreOpsError.self) { try Policy.load(badLimit) }
+        #expect(refused?.status == .badData && refused?.message.contains("spool_limit") == true && refused?.message.contains("not a size") == true, "\(refused?.message ?? "")")
         let units = SystemdUnits.replicateUnits([policy], executable: "/usr/bin/storectl")
         #expect(units.map(\.name) == ["storectl-policy-replicate.service"])
         #expect(units.first?.contents.contains("ExecStart=/usr/bin/storectl replicate --policy \(path) --quiet") == true, "\(units.first?.contents ?? "")")
