@@ -128,6 +128,8 @@ struct CrashScenario: Sendable, CustomTestStringConvertible {
     /// The traced points killed at (all by default). A scenario whose repetitions follow the
     /// clock (a heartbeat) keeps the first ones, which every run reaches.
     var kills: @Sendable (String) -> Bool = { _ in true }
+    /// Points an uninterrupted run must reach (what the scenario is there for).
+    var reaches: [String] = []
 
     var testDescription: String { name }
 }
@@ -143,6 +145,7 @@ func exhaust(_ scenario: CrashScenario) throws -> Int {
     let post = try scenario.observe(traced)
     let points = ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init).filter(scenario.kills)
     #expect(points.count >= scenario.minimumPoints, "\(scenario.name): \(points)")
+    for point in scenario.reaches { #expect(points.contains { $0.hasPrefix(point + "#") }, "\(scenario.name) never reached \(point): \(points)") }
 
     for (index, point) in points.enumerated() {
         let fixture = try scenario.setup()
@@ -226,7 +229,7 @@ enum Scenarios {
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
     static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert,
-                                         replicateBase, replicateResume, replicateMerge, replicateAlive, pointRestore]
+                                         replicateBase, replicateResume, replicateSpooled, replicateMerge, replicateAlive, pointRestore]
 
     /// `snapshot restore --at --to` of a point whose segment carries an external-data file the
     /// chain's base does not have (written, then a commit naming it, then followed). The world is
@@ -321,6 +324,22 @@ enum Scenarios {
         observe: { try newestPoint($0) },
         next: { fixture, index in try ok(fixture, replicating(fixture), index) },
         finally: { fixture, point in try expectNewestIsStore(fixture, point) })
+
+    /// The same with every waiting commit's pages in the spool file (no memory for them), read
+    /// back for the segment: the spool file's creation is a fault point too, and nothing of it is
+    /// left behind.
+    static let replicateSpooled: CrashScenario = {
+        var scenario = replicateResume
+        scenario.name = "replicate (resume, commits through the spool file)"
+        let setup = scenario.setup
+        scenario.setup = {
+            let fixture = try setup()
+            fixture.environment["STORECTL_TEST_SPOOL_MEMORY_BYTES"] = "0"
+            return fixture
+        }
+        scenario.reaches = ["replicate.spool.create"]
+        return scenario
+    }()
 
     /// `replicate` taking up a chain after commits it has not seen: the resume marker, the
     /// segment with the commits, the stop marker. Killed anywhere, the next run takes the chain

@@ -179,6 +179,8 @@ public enum Replicate {
             replicas.append(replica)
         }
         try checkOutputs(options)
+        // A spool file named for a moment (file systems without O_TMPFILE) by a follower killed then.
+        _ = PendingFile.removeStale(in: FileSystem.absolute(options.spoolFolder ?? NSTemporaryDirectory()), prefix: "storectl-replicate-spool")
         let repository = try PagedRepository.open(at: options.repository, password: options.password, missing: .initHint)
         // One follower per store and repository: a second one would write the same chain's
         // points under the same names as the first (seen by a user: "already exists with other
