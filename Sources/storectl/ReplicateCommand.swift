@@ -70,8 +70,12 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         if let spool { options.spoolFolder = spool }
         if let spoolLimit { options.spoolLimit = try Self.size(spoolLimit, "--spool-limit") }
         let say: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("storectl replicate: \(line)\n".utf8)) }
+        let started = Date()
         let summary = try Replicate.run(options, events: quiet || json ? nil : say)
         let failure = Self.failure(of: summary)
+        for problem in ReplicateJobLog.append(summary, logs: options.jobLogs, start: started, exitCode: failure?.status.rawValue ?? 0, error: failure?.message) {
+            FileHandle.standardError.write(Data("storectl: warning: \(problem)\n".utf8))
+        }
         if json {
             // One JSON document, success or not: the summary, with the failure's status, message
             // and hint beside it (`ok` false) when the run ends in one.

@@ -674,6 +674,37 @@ struct ReplicateTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
     }
 
+    @Test("replicate --policy appends its line to the policy's JSON job log when it stops: job replicate, the store and policy, ok and 0, what it did (a base, the points of the commit made meanwhile, bytes and requests), stopped by its --for")
+    func jobLogLine() throws {
+        let world = try world()
+        let policy = world.folder.file("tasks.toml")
+        try Data("""
+            [store]
+            path = "\(FileSystem.name(of: world.store))"
+            [snapshot]
+            repository = "\(FileSystem.name(of: world.repo))"
+            password_file = "password"
+            [replicate]
+            sync_interval = "200ms"
+            heartbeat = "0"
+            [schedule]
+            log = "jobs.jsonl"
+            """.utf8).write(to: URL(fileURLWithPath: policy))
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", "--policy", policy, "--for", "2s", "--quiet"])
+        #expect(waitForBase(world))
+        try commitAndClose(world.store, title: "logged")
+        let ended = follower.wait()
+        #expect(ended.status == 0, "\(ended.stderr)")
+        let text = try String(contentsOfFile: world.folder.file("jobs.jsonl"), encoding: .utf8)
+        let lines = text.split(separator: "\n")
+        #expect(lines.count == 1, "\(text)")
+        let record = try JSON.decoder().decode(ReplicateJobLog.Record.self, from: Data(String(lines.first ?? "").utf8))
+        #expect(record.job == "replicate" && record.store == world.store && record.policy == policy, "\(record)")
+        #expect(record.outcome == "ok" && record.exitCode == 0 && record.stoppedBy == "duration" && record.error == nil, "\(record)")
+        #expect(record.bases == 1 && record.points >= 1 && record.segments >= 1 && record.uploadedBytes > 0 && record.requests > 0, "\(record)")
+        #expect(record.durationSeconds >= 2 && record.durationSeconds < 30 && record.unwritten == nil)
+    }
+
     @Test("alive markers: an idle store's follower confirms (--heartbeat) that no commit came since its last point, so a time after that point and before the marker restores it; after kill -9 nothing confirms the time after the last marker: listed as unconfirmed, and a restore there is refused (66) even though the app committed since")
     func heartbeatBoundsWhatIsClaimed() throws {
         let world = try world()

@@ -83,6 +83,17 @@ public enum Replicate {
         /// `STORECTL_TEST_SPOOL_MEMORY_BYTES` sets it (tests).
         public var spoolMemory = ProcessInfo.processInfo.environment["STORECTL_TEST_SPOOL_MEMORY_BYTES"].flatMap(Int.init) ?? 64 << 20
 
+        /// Each store's policy's JSON job log (`--policy` with `[schedule] log`), by store path:
+        /// the CLI appends the run's line there when it stops (`ReplicateJobLog`).
+        public var jobLogs: [String: JobLog] = [:]
+
+        public struct JobLog: Sendable {
+            public var path: String
+            public var policy: String
+            public var maxBytes: UInt64
+            public var keep: Int
+        }
+
         public init(stores: [String], repository: String) {
             self.stores = stores
             self.repository = repository
@@ -1425,6 +1436,10 @@ extension Replicate.Options {
         }
         var options = Replicate.Options(stores: policies.map(\.store.path), repository: repository ?? "")
         options.password = first.snapshot?.password ?? .resolve(file: nil)
+        for policy in policies {
+            guard let schedule = policy.schedule, let log = schedule.log else { continue }
+            options.jobLogs[policy.store.path] = .init(path: log, policy: policy.file, maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
+        }
         if let section = policies.compactMap(\.replicate).first {
             options.syncInterval = section.syncInterval.seconds
             options.baseInterval = section.baseInterval.seconds
