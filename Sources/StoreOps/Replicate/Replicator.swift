@@ -610,7 +610,9 @@ public enum Replicate {
             // moment with nothing pending and no upload under way, flushing at every wake
             // meanwhile: beside a busy app that wrote a tiny segment per commit read, for most of
             // the interval (24,621 segments in 8 minutes with a base every minute).
-            if replica.needsBase == nil, Date().timeIntervalSince(replica.baseTime) >= options.baseInterval, Date() >= replica.uploadRetryAfter {
+            // Nor while a backlog goes out (the catch-up flush empties it, reading the -wal between segments).
+            if replica.needsBase == nil, Date().timeIntervalSince(replica.baseTime) >= options.baseInterval, Date() >= replica.uploadRetryAfter,
+               replica.spooledBytes == 0, replica.pendingBytes < Self.segmentBytes {
                 replica.needsBase = ("compaction", "a new base every \(Format.duration(options.baseInterval))", nil)
             }
             if let need = replica.needsBase {
@@ -714,7 +716,7 @@ public enum Replicate {
             }
             replica.pendingCursor = cursor
             var full: String?
-            if replica.pendingBytes + replica.spooledBytes + (replica.inFlight?.bytes ?? 0) > spoolLimit {
+            if replica.pendingBytes + replica.spooledBytes + (replica.inFlight.map { $0.bytes + $0.spooled } ?? 0) > spoolLimit {
                 full = "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)"
             } else if replica.pendingBytes > options.spoolMemory {
                 full = spoolOut(replica)
@@ -761,7 +763,9 @@ public enum Replicate {
         /// Hands the store's new commits to the uploader as one segment (a point is durable once
         /// it is written). One upload per store at a time, on its own thread: reading goes on
         /// while the repository is slow or away; what waits is bounded by `spoolLimit`.
-        func flush(_ replica: Replica) {
+        /// - Parameter whole: everything that waits in one segment (a base's catch-up, which must be
+        ///   written all or not at all: the follower rewinds before it when it is not).
+        func flush(_ replica: Replica, whole: Bool = false) {
             settleUploads()
             guard !replica.uploading, !replica.pending.isEmpty, replica.chain != nil,
                   Date() >= replica.uploadRetryAfter else { return }
@@ -770,7 +774,7 @@ public enum Replicate {
             var taken = 0, takenBytes = 0
             while taken < replica.pending.count {
                 let entry = replica.pending[taken]
-                if taken > 0, takenBytes >= Self.segmentBytes, entry.cursor != replica.pending[taken - 1].cursor { break }
+                if !whole, taken > 0, takenBytes >= Self.segmentBytes, entry.cursor != replica.pending[taken - 1].cursor { break }
                 takenBytes += entry.spooled?.bytes ?? entry.pages.reduce(0) { $0 + $1.count }
                 taken += 1
             }
@@ -784,6 +788,7 @@ public enum Replicate {
                 }
             } catch {
                 Replicate.logger.warning("reading waiting commits back from the spool failed; tried again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+                replica.uploadRetryAfter = Date().addingTimeInterval(1)
                 return
             }
             let cursor = batch[batch.count - 1].cursor
@@ -803,6 +808,10 @@ public enum Replicate {
                             batch[k].commit.removed?.removeAll { names.contains($0) }
                             if batch[k].commit.removed?.isEmpty == true { batch[k].commit.removed = nil }
                         }
+                        for k in replica.pending.indices.dropFirst(taken) where replica.pending[k].commit.removed != nil {
+                            replica.pending[k].commit.removed?.removeAll { names.contains($0) }
+                            if replica.pending[k].commit.removed?.isEmpty == true { replica.pending[k].commit.removed = nil }
+                        }
                         batch[0].commit.files = (batch[0].commit.files ?? []) + change.added.map(\.file)
                         batch[0].pages += change.added.map(\.bytes)
                         filesAdded = true
@@ -819,7 +828,14 @@ public enum Replicate {
                         }
                     }
                     if !change.removed.isEmpty {
-                        batch[batch.count - 1].commit.removed = (batch[batch.count - 1].commit.removed ?? []) + change.removed
+                        // With the last commit read (the scan came after it): later commits than
+                        // this segment's may still name the file, so it goes with the last that waits.
+                        if taken < replica.pending.count {
+                            let last = replica.pending.count - 1
+                            replica.pending[last].commit.removed = (replica.pending[last].commit.removed ?? []) + change.removed
+                        } else {
+                            batch[batch.count - 1].commit.removed = (batch[batch.count - 1].commit.removed ?? []) + change.removed
+                        }
                         replica.summary.filesRemoved += change.removed.count
                     }
                 }
@@ -849,6 +865,7 @@ public enum Replicate {
                 replica.pending.replaceSubrange(0..<taken, with: putBack)
                 replica.pendingBytes += memoryBytes - inMemory
                 replica.spooledBytes += spooled - wasSpooled
+                replica.uploadRetryAfter = Date().addingTimeInterval(1)
                 return
             }
             replica.pending.removeFirst(taken)
@@ -1075,6 +1092,7 @@ public enum Replicate {
                 finishUploads()
                 if replica.pending.count >= before { break }
                 if let finishBy = ProcessSignals.finishBy, Date() >= finishBy { break }
+                if ProcessSignals.received != nil, ProcessSignals.finishBy == nil { break }   // the loop drains it, within its time
             }
         }
 
@@ -1099,7 +1117,10 @@ public enum Replicate {
 
         /// Writes what waits now (the old chain's last commits before a new chain opens).
         func flushNow(_ replica: Replica) throws {
-            flushAll(replica)
+            finishUploads()
+            replica.uploadRetryAfter = .distantPast
+            flush(replica, whole: true)
+            finishUploads()
             guard replica.pending.isEmpty, !replica.uploading else {
                 throw StoreOpsError(.ioError, "the chain's last commits could not be written to \(repository.location)")
             }
@@ -1192,7 +1213,7 @@ public enum Replicate {
                         // it), and a last read after the packing takes a new one, held while the
                         // base is committed, as before.
                         baseCursor = replica.follower.cursor
-                        let reads = BaseReads(replica: replica, boundary: boundary, limit: spoolLimit)
+                        let reads = BaseReads(replica: replica, boundary: boundary, limit: min(spoolLimit, 256 << 20))
                         packing = reads
                         boundary = nil
                         let poll = options.pollInterval
