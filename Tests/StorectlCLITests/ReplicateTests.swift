@@ -632,18 +632,23 @@ struct ReplicateTests {
             return false
         }
 
-        let follower = try follow()
-        try fill()
-        let writer = try churn(world, seconds: 2)
-        #expect(writer.wait().status == 0)
-        usleep(500_000)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty, "the spool file has no name")
-        try FileManager.default.removeItem(atPath: filler)
-        #expect(try caughtUp(), "the waiting commits were written once there was room")
-        follower.signal(SIGTERM)
-        let stopped = follower.wait()
-        #expect(stopped.status == 0, "\(stopped.stderr)")
-        let stats = try summary(stopped)
+        /// The app writes for `seconds` while the repository's disk is full; then there is room,
+        /// the follower catches up (`caughtUp`: what it says) and is stopped cleanly. Its summary.
+        func outage(_ follower: ChildProcess.Running, seconds: Double, caughtUp says: String) throws -> Replicate.StoreSummary {
+            try fill()
+            let writer = try churn(world, seconds: seconds)
+            #expect(writer.wait().status == 0)
+            usleep(500_000)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty, "the spool file has no name")
+            try FileManager.default.removeItem(atPath: filler)
+            #expect(try caughtUp(), "\(says)")
+            follower.signal(SIGTERM)
+            let stopped = follower.wait()
+            #expect(stopped.status == 0, "\(stopped.stderr)")
+            return try summary(stopped)
+        }
+
+        let stats = try outage(try follow(), seconds: 2, caughtUp: "the waiting commits were written once there was room")
         #expect((stats.spooledPeakBytes ?? 0) > 65536 && stats.spooledBytes == 0, "spooled \(String(describing: stats.spooledPeakBytes)) at most, \(String(describing: stats.spooledBytes)) left")
         #expect(!stats.gaps.contains { $0.reason.contains("waited") || $0.reason.contains("spool") }, "\(stats.gaps)")
         #expect(stats.segments > 3, "the backlog went out in segments: \(stats.segments)")
@@ -654,17 +659,7 @@ struct ReplicateTests {
 
         // A limit the waiting commits outgrow: dropped, a gap, and the state after it restores.
         try FileManager.default.removeItem(atPath: world.log)
-        let limited = try follow(["--spool-limit", "256KiB"])
-        try fill()
-        let more = try churn(world, seconds: 1.5)
-        #expect(more.wait().status == 0)
-        usleep(500_000)
-        try FileManager.default.removeItem(atPath: filler)
-        #expect(try caughtUp(), "a new base after the gap holds the last commit")
-        limited.signal(SIGTERM)
-        let ended = limited.wait()
-        #expect(ended.status == 0, "\(ended.stderr)")
-        let gapped = try summary(ended)
+        let gapped = try outage(try follow(["--spool-limit", "256KiB"]), seconds: 1.5, caughtUp: "a new base after the gap holds the last commit")
         #expect(gapped.gaps.contains { $0.reason.contains("more than 256.0 KiB of commits waited") }, "\(gapped.gaps)")
         // The gap runs to the new base (after the writer's last commit); the chain after it is
         // covered up to the stop's last read.

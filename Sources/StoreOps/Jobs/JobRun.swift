@@ -171,7 +171,7 @@ public enum JobRun {
     /// Appends one JSON line; a single write(2) on an O_APPEND descriptor, so concurrent runs'
     /// lines never interleave.
     /// Returns what went wrong, or nil.
-    static func appendLog(_ record: Record, to path: String) -> String? {
+    static func appendLog(_ record: some Encodable, to path: String) -> String? {
         guard var data = try? JSON.encode(record, pretty: false) else { return "the job log line cannot be encoded" }
         data.append(0x0A)
         let fd: Int32

@@ -44,16 +44,7 @@ public enum ReplicateJobLog {
                                 uploadedBytes: store.uploadedBytes, requests: store.requests, unwritten: unwritten > 0 ? unwritten : nil,
                                 error: failed ? (store.notFollowed ?? error) : nil)
             LogRotation.rotateIfNeeded(log.path, maxBytes: log.maxBytes, keep: log.keep)
-            guard var data = try? JSON.encode(record, pretty: false) else { problems.append("the job log line of \(store.store) cannot be encoded"); continue }
-            data.append(0x0A)
-            do {
-                let fd = try FileSystem.openCreating(log.path, mode: 0o640, flags: O_WRONLY | O_APPEND, point: "joblog.create")
-                defer { close(fd) }
-                let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                if written != data.count { problems.append("cannot append to the job log \(log.path): \(written < 0 ? String(cString: strerror(errno)) : "short write")") }
-            } catch {
-                problems.append("cannot append to the job log \(log.path): \((StoreOpsError.wrapping(error) ?? StoreOpsError(.cannotCreate, "\(error)")).message)")
-            }
+            if let problem = JobRun.appendLog(record, to: log.path) { problems.append(problem) }
         }
         return problems
     }

@@ -79,6 +79,8 @@ public enum Replicate {
         /// The most commits (their pages' bytes, in memory and in the spool file together) that
         /// wait; past it they are dropped and a gap recorded.
         public var spoolLimit = 1 << 30
+        /// `spoolFolder`, or the system's temp folder, absolute.
+        var resolvedSpoolFolder: String { FileSystem.absolute(spoolFolder ?? NSTemporaryDirectory()) }
         /// The waiting commits kept in memory before the oldest go to the spool file.
         /// `STORECTL_TEST_SPOOL_MEMORY_BYTES` sets it (tests).
         public var spoolMemory = ProcessInfo.processInfo.environment["STORECTL_TEST_SPOOL_MEMORY_BYTES"].flatMap(Int.init) ?? 64 << 20
@@ -191,7 +193,7 @@ public enum Replicate {
         }
         try checkOutputs(options)
         // A spool file named for a moment (file systems without O_TMPFILE) by a follower killed then.
-        _ = PendingFile.removeStale(in: FileSystem.absolute(options.spoolFolder ?? NSTemporaryDirectory()), prefix: "storectl-replicate-spool")
+        _ = PendingFile.removeStale(in: options.resolvedSpoolFolder, prefix: "storectl-replicate-spool")
         let repository = try PagedRepository.open(at: options.repository, password: options.password, missing: .initHint)
         // One follower per store and repository: a second one would write the same chain's
         // points under the same names as the first (seen by a user: "already exists with other
@@ -349,6 +351,13 @@ public enum Replicate {
 
     /// A commit read and not yet durable (see `Replica.pending`).
     typealias Waiting = (commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor, spooled: CommitSpool.Ref?)
+
+    /// The page bytes of waiting commits, held in memory and in the spool file.
+    static func held(_ entries: some Sequence<Waiting>) -> (memory: Int, spooled: Int) {
+        entries.reduce(into: (memory: 0, spooled: 0)) { total, entry in
+            if let ref = entry.spooled { total.spooled += ref.bytes } else { total.memory += entry.pages.reduce(0) { $0 + $1.count } }
+        }
+    }
 
     final class Loop: @unchecked Sendable {
         let options: Options
@@ -739,8 +748,7 @@ public enum Replicate {
         /// Moves the oldest waiting commits held in memory to the spool file until half the
         /// memory bound is left; why not, when the spool file cannot take them (nil: done).
         func spoolOut(_ replica: Replica) -> String? {
-            let folder = FileSystem.absolute(options.spoolFolder ?? NSTemporaryDirectory())
-            let spool = replica.spool ?? CommitSpool(folder: folder)
+            let spool = replica.spool ?? CommitSpool(folder: options.resolvedSpoolFolder)
             replica.spool = spool
             for k in replica.pending.indices where replica.pending[k].spooled == nil {
                 guard replica.pendingBytes > options.spoolMemory / 2 else { break }
@@ -752,7 +760,7 @@ public enum Replicate {
                     replica.pendingBytes -= ref.bytes
                     replica.spooledBytes += ref.bytes
                 } catch {
-                    return "the commits waiting for the repository could not be spooled to \(folder) (\(describe(error)))"
+                    return "the commits waiting for the repository could not be spooled to \(spool.folder) (\(describe(error)))"
                 }
             }
             replica.summary.spooledBytes = replica.spooledBytes
@@ -775,7 +783,7 @@ public enum Replicate {
             while taken < replica.pending.count {
                 let entry = replica.pending[taken]
                 if !whole, taken > 0, takenBytes >= Self.segmentBytes, entry.cursor != replica.pending[taken - 1].cursor { break }
-                takenBytes += entry.spooled?.bytes ?? entry.pages.reduce(0) { $0 + $1.count }
+                takenBytes += entry.spooled?.bytes ?? Replicate.held([entry]).memory
                 taken += 1
             }
             let original = Array(replica.pending[0..<taken])
@@ -843,22 +851,19 @@ public enum Replicate {
             // As the batch goes back if its write fails: the scan's changes kept, spooled commits
             // left in the spool (the first in memory when it carries files the scan found).
             var putBack = batch
-            var memoryBytes = 0, spooled = 0
             for k in putBack.indices {
                 if let ref = original[k].spooled, !(k == 0 && filesAdded) {
                     putBack[k].pages = []
                     putBack[k].spooled = ref
-                    spooled += ref.bytes
                 } else {
                     putBack[k].spooled = nil
-                    memoryBytes += putBack[k].pages.reduce(0) { $0 + $1.count }
                 }
             }
+            let (memoryBytes, spooled) = Replicate.held(putBack)
             let from = replica.next, to = replica.next + batch.count - 1
             let segment = replica.segment(level: 0, from: from, to: to, cursor: cursor, commits: batch.map(\.commit))
             let sealed: Data
-            let inMemory = original.reduce(0) { $0 + ($1.spooled == nil ? $1.pages.reduce(0) { $0 + $1.count } : 0) }
-            let wasSpooled = original.reduce(0) { $0 + ($1.spooled?.bytes ?? 0) }
+            let (inMemory, wasSpooled) = Replicate.held(original)
             do { sealed = try segment.seal(pages: batch.flatMap(\.pages), sealer: repository.sealer, zstd: zstd) } catch {
                 Replicate.logger.warning("sealing points failed", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
                 // Kept as the scan left them (the files it found go with them next time).
@@ -1259,9 +1264,9 @@ public enum Replicate {
                 } catch {
                     work.abandon()
                     if replica.pending.count > pendingBefore {
-                        let dropped = replica.pending[pendingBefore...]
-                        replica.pendingBytes -= dropped.reduce(0) { $0 + ($1.spooled == nil ? $1.pages.reduce(0) { $0 + $1.count } : 0) }
-                        replica.spooledBytes -= dropped.reduce(0) { $0 + ($1.spooled?.bytes ?? 0) }
+                        let dropped = Replicate.held(replica.pending[pendingBefore...])
+                        replica.pendingBytes -= dropped.memory
+                        replica.spooledBytes -= dropped.spooled
                         replica.pending.removeLast(replica.pending.count - pendingBefore)
                         if replica.seenAt.count > pendingBefore { replica.seenAt.removeLast(replica.seenAt.count - pendingBefore) }
                     }
