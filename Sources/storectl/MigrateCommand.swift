@@ -87,7 +87,9 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             break
         }
         lines.append("migrate \(report.store): version \(plan.current) -> \(plan.target)")
-        if let snapshot = report.snapshot { lines.append("  snapshot \(snapshot) (pre-migrate, verified)") }
+        if let snapshot = report.snapshot {
+            lines.append("  snapshot \(snapshot) (pre-migrate, verified\(report.snapshotPoint.map { "; made from replicate's point \($0), the store as it was" } ?? ""))")
+        }
         for applied in report.applied {
             lines.append("  applied \(String(format: "%04d", applied.version))_\(applied.name) in \(Format.duration(applied.seconds))")
         }
@@ -191,6 +193,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         }
         print("rolled back \(FileSystem.absolute(store)) to \(at == nil ? "snapshot" : "point") \(result.restored) (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"
+              + (result.safetySnapshotPoint.map { " (made from replicate's point \($0))" } ?? "")
               + (result.clearedInterruptedMigration ? "; the interrupted migration is cleared" : ""))
     }
 }

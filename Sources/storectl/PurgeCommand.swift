@@ -38,7 +38,9 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
 
     static func render(_ report: Purge.Report) -> String {
         var lines = ["purge \(report.store)\(report.dryRun ? " (dry run: nothing changed)" : "")"]
-        if let snapshot = report.snapshot { lines.append("  snapshot first: \(snapshot) (verified)") }
+        if let snapshot = report.snapshot {
+            lines.append("  snapshot first: \(snapshot) (verified\(report.snapshotPoint.map { "; made from replicate's point \($0), the store as it was" } ?? ""))")
+        }
         if let check = report.snapshotCheck { lines.append("  \(check)") }
         if let note = report.dryRunNote { lines.append("  note: \(note)") }
         for breaker in report.tripped { lines.append("  REFUSED by the circuit breaker: \(breaker); nothing was deleted") }

@@ -49,7 +49,9 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         var line = "restored \(result.id) to \(result.restoredTo)"
         if let point = result.point, let time = result.pointTime { line = "restored point \(point) (\(Timestamp.iso(time))) to \(result.restoredTo)" }
         if result.externalFiles > 0 { line += " with \(Format.plural(result.externalFiles, "external file", "external files"))" }
-        if let safety = result.safetySnapshot { line += "; the previous store is snapshot \(safety) (tag pre-restore)" }
+        if let safety = result.safetySnapshot {
+            line += "; the previous store is snapshot \(safety) (tag pre-restore\(result.safetySnapshotPoint.map { "; made from replicate's point \($0)" } ?? ""))"
+        }
         if !result.movedAside.isEmpty { line += "; the previous files were kept at \(result.movedAside.joined(separator: ", "))" }
         if !result.removedSidecars.isEmpty { line += "; removed \(result.removedSidecars.map { String($0.split(separator: "-").last ?? "") }.joined(separator: ", "))" }
         print(line)

@@ -78,6 +78,9 @@ public enum Migrate {
         /// or "stopped" (the kill switch or a signal before anything changed: nothing to roll back).
         public var result: String
         public var snapshot: String?
+        /// The pre-migrate snapshot was made from this point of `storectl replicate`, the store's
+        /// state then, instead of reading the store (`PointSnapshot`).
+        public var snapshotPoint: String?
         public var snapshotEstimateBytes: UInt64?
         public var applied: [Applied] = []
         public var stages: [StageTiming] = []
@@ -383,17 +386,21 @@ public enum Migrate {
             if let queue { dataVersion = try queue.inDatabase { try Int.fetchOne($0, sql: "PRAGMA data_version") } }
             let created: SnapshotCreate.Result
             do {
+                // Another process may commit while the run goes on (--force): the snapshot is then
+                // read (its data_version above says when), never taken from a point.
                 created = try SnapshotCreate.inside(pipeline, tags: ["pre-migrate", "version-\(report.plan.current)"], level: nil,
-                                                    progress: { pipeline.step($0) })
+                                                    fromPoint: !options.force, progress: { pipeline.step($0) })
             } catch let error as StoreOpsError where error.check != nil {
                 // The preflight's own check, run by the snapshot (see preflight()): refused as preflight refuses.
                 throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  \(error.check ?? ""): \(error.message)",
                                     hint: error.hint)
             }
-            if created.unchanged {
-                // Nothing committed since the store's last snapshot: this one is that one's (no page
-                // read, so no check ran now). The preflight left quick_check to the snapshot: run it.
-                pipeline.note("quick_check (the safety snapshot read no page)")
+            report.snapshotPoint = created.point
+            if created.unchanged || created.point != nil {
+                // Nothing committed since the store's last snapshot: this one is that one's; or it
+                // was made from replicate's point of the store as it is (no page read, so no check
+                // ran now). The preflight left quick_check to the snapshot: run it.
+                pipeline.note(created.point.map { "snapshot made from point \($0); quick_check" } ?? "quick_check (the safety snapshot read no page)")
                 let messages = try Migrate.readOnly(store, timeout: options.timeout) { db in
                     do { return try StoreConnection.integrityMessages(db, pragma: "quick_check") } catch {
                         let failed = StoreOpsError.sqlite(error, doing: "quick_check of \(store.path)")

@@ -29,6 +29,9 @@ public enum Rollback {
     public struct Result: Sendable, Codable {
         public var restored: String
         public var safetySnapshot: String?
+        /// The safety snapshot was made from this point of `storectl replicate` (the store's state
+        /// then), not by reading the store.
+        public var safetySnapshotPoint: String?
         /// An interrupted migration's journal was found and cleared.
         public var clearedInterruptedMigration: Bool
         /// The store's version (highest applied migration) after the rollback.
@@ -77,7 +80,7 @@ public enum Rollback {
         let walked = pipeline.walk(road)
         let (plan, result) = try walked.get()
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
-        return Result(restored: plan.id, safetySnapshot: result?.safetySnapshot, clearedInterruptedMigration: plan.journal != nil,
+        return Result(restored: plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
                       version: version, verified: result?.verified ?? true, stages: walked.stages, nothingToRollBack: result == nil)
     }
 

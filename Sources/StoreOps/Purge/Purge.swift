@@ -63,6 +63,9 @@ public enum Purge {
         public var dryRun: Bool
         /// The snapshot taken first (and verified), if the policy asks for one.
         public var snapshot: String?
+        /// That snapshot was made from this point of `storectl replicate` (the store's state then),
+        /// not by reading the store (`PointSnapshot`).
+        public var snapshotPoint: String?
         /// In a dry run: the repository the run would snapshot into first, opened.
         public var snapshotCheck: String?
         /// In a dry run: why its counts may differ from the run's (nil: it ran the purge on a copy).
@@ -272,7 +275,8 @@ public enum Purge {
         /// The policy's snapshot, verified: if either fails, nothing is deleted.
         func snapshot(_ section: Policy.SnapshotSection, in pipeline: Pipeline) throws -> String {
             let created = try SnapshotCreate.inside(pipeline, tags: section.tags.isEmpty ? ["pre-purge"] : section.tags, level: section.level,
-                                                    progress: { pipeline.step($0) })
+                                                    fromPoint: true, progress: { pipeline.step($0) })
+            report.snapshotPoint = created.point
             if let problem = try SnapshotVerify.justMade(created, in: try pipeline.repository) {
                 throw StoreOpsError(.badData, "the pre-purge snapshot \(created.id) failed verification (\(problem)); nothing was deleted")
             }

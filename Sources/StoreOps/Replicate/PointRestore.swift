@@ -209,11 +209,14 @@ public enum PointRestore {
     /// - Parameter scratch: where the point's pages go past the memory budget (`OverlayPages`).
     /// - Parameter inPlace: the store a restore in place replaces (whose points are meant when no
     ///   store is named).
-    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, inPlace: String? = nil) throws -> Target {
+    /// - Parameter point: an exact point instead of the newest at `at`: its store's key and number
+    ///   (`at` is then that point's time; what comes after it at the same millisecond is left out).
+    static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, inPlace: String? = nil,
+                        point exact: (key: String, number: Int)? = nil) throws -> Target {
         var skipping: Set<SegmentName> = []
         while true {
             do {
-                return try resolve(repository, at: at, store: store, host: host, scratch: scratch, inPlace: inPlace, skipping: skipping)
+                return try resolve(repository, at: at, store: store, host: host, scratch: scratch, inPlace: inPlace, exact: exact, skipping: skipping)
             } catch let unusable as DigestUnusable {
                 SnapshotRestore.logger.warning("a digest of points cannot be read; the points it spans are read instead", metadata: [
                     "digest": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
@@ -227,14 +230,16 @@ public enum PointRestore {
     }
 
     static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, inPlace: String?,
-                        skipping: Set<SegmentName>) throws -> Target {
+                        exact: (key: String, number: Int)? = nil, skipping: Set<SegmentName>) throws -> Target {
         let started = Date()
         func stage(_ what: String, _ metadata: Logger.Metadata = [:]) {
             SnapshotRestore.logger.debug("\(what)", metadata: metadata.merging(["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"]) { a, _ in a })
         }
         let timeline = try PointTimeline.load(repository)
         stage("points listed")
-        let key = try storeKey(repository, timeline: timeline, store: store, host: host, inPlace: inPlace)
+        let key = try exact?.key ?? storeKey(repository, timeline: timeline, store: store, host: host, inPlace: inPlace)
+        // An exact point: nothing numbered after it is applied, whatever its time.
+        let through = exact?.number ?? Int.max
         let chains = timeline.chains(of: key)
         let t = Replicate.ms(at)
         let when = Timestamp.iso(at)
@@ -284,7 +289,7 @@ public enum PointRestore {
         // The latest milestone at or before the point, when the chain has one: the restore replays
         // only what came after it (`PointMilestone`).
         var start: (name: SegmentName, record: PagedSnapshotRecord)?
-        if !ignoreMilestones, let name = PointMilestone.usable(chain.milestones.filter { !skipping.contains($0) },
+        if !ignoreMilestones, let name = PointMilestone.usable(chain.milestones.filter { !skipping.contains($0) && $0.to <= through },
                                                                    segments: Array(chain.segments.dropFirst()), time: t) {
             do {
                 let record = try PointMilestone.record(name, in: repository)
@@ -307,7 +312,7 @@ public enum PointRestore {
         // applied in order: memory stays a window's worth.
         let segments = Array(chain.segments.dropFirst().prefix { $0.firstTime <= t }.filter { $0.from > point })
         // Digests instead of what they span, where they fit (`PointDigest.plan`).
-        let wanted = ignoreDigests ? segments : PointDigest.plan(chain.digests.filter { !skipping.contains($0) && $0.from > point }, segments: segments, time: t)
+        let wanted = ignoreDigests ? segments : PointDigest.plan(chain.digests.filter { !skipping.contains($0) && $0.from > point && $0.to <= through }, segments: segments, time: t)
         let window = max(4, repository.backend.parallelReads * 4)
         var fetched: [Int: Data] = [:]
         func sealed(_ index: Int) throws -> Data {
@@ -409,15 +414,15 @@ public enum PointRestore {
                 var lastVersion: [UInt32: Int] = [:]
                 if segment.commits.count > 1 {
                     var flat = 0
-                    for commit in segment.commits {
-                        if commit.time > t { break }
+                    for (k, commit) in segment.commits.enumerated() {
+                        if commit.time > t || (commit.point ?? (segment.from + k)) > through { break }
                         for (i, page) in commit.pages.enumerated() where Int(page) <= Int(commit.pageCount) && page >= 1 { lastVersion[page] = flat + i }
                         flat += commit.pages.count
                     }
                 }
                 var next = 0
                 for (k, commit) in segment.commits.enumerated() {
-                    if commit.time > t { break reading }
+                    if commit.time > t || (commit.point ?? (segment.from + k)) > through { break reading }
                     files.apply(commit, of: segment, name: name, index: &carriedIndex)
                     let pageCount = Int(commit.pageCount)
                     // A digest: the pages its span dropped (and did not write again) are gone.

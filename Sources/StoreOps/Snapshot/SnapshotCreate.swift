@@ -50,6 +50,9 @@ public enum SnapshotCreate {
         /// Nothing was committed to the store since the parent: its pages and check were reused,
         /// no page was read.
         public var unchanged = false
+        /// Made from this point of `storectl replicate` (`<chain>@<n>`), the store's state when
+        /// the snapshot was taken, not from the store: no page was read (`PointSnapshot`).
+        public var point: String?
     }
 
     static let logger = Logger(label: "storectl.snapshot")
@@ -108,13 +111,16 @@ public enum SnapshotCreate {
     /// A safety snapshot taken in another road's snapshot stage (migrate, purge, a scheduled job):
     /// the store's lock and the repository's are that road's, taken in its lock stage; no road of
     /// its own is walked.
-    static func inside(_ pipeline: Pipeline, tags: [String], level: Int?, progress: StepHandler?) throws -> Result {
+    /// With `fromPoint`, the store's newest point of `storectl replicate` is taken instead of
+    /// reading the store when it provably is the store's state now (`PointSnapshot`; `point` in
+    /// the result says so): then no page was read and no check of the store ran.
+    static func inside(_ pipeline: Pipeline, tags: [String], level: Int?, fromPoint: Bool = false, progress: StepHandler?) throws -> Result {
         guard let store = pipeline.store, let hold = pipeline.hold else {
             throw StoreOpsError(.failure, "\(pipeline.operation): a safety snapshot needs the store and the repository locked")
         }
         try validate(tags: tags)
         var result = try create(store: store, in: hold, tags: tags, level: try Compression.zstd.validatedLevel(level),
-                                timeout: 60, checkFreeSpace: true, progress: progress)
+                                timeout: 60, checkFreeSpace: true, fromPoint: fromPoint, progress: progress)
         result.removedStray = hold.removedStray
         return result
     }
@@ -122,7 +128,8 @@ public enum SnapshotCreate {
     /// Creates the snapshot; the caller holds the repository (and the store's lock): a restore's
     /// safety snapshot.
     static func create(store: StoreFile, in hold: RepositoryHold, tags: [String], level: Int?,
-                       timeout: TimeInterval, checkFreeSpace: Bool, progress: StepHandler?) throws -> Result {
+                       timeout: TimeInterval, checkFreeSpace: Bool, fromPoint: Bool = false, progress: StepHandler?) throws -> Result {
+        if fromPoint, !PointSnapshot.disabled, let made = PointSnapshot.make(store: store, in: hold, tags: tags, level: level) { return made }
         let work = try makeWork(store: store, in: hold.repository, tags: tags, level: level)
         do {
             try work.copy(timeout: timeout, checkFreeSpace: checkFreeSpace, progress: progress)

@@ -74,6 +74,9 @@ public enum SnapshotRestore {
         public var restoredTo: String
         /// In place: the `pre-restore` snapshot of the store as it was.
         public var safetySnapshot: String?
+        /// That snapshot was made from this point of `storectl replicate` (the store's state then),
+        /// not by reading the store (`PointSnapshot`).
+        public var safetySnapshotPoint: String?
         /// In place: where the previous store's files were kept (a damaged store with --force, a
         /// migration's failed state, sidecars found without their store).
         public var movedAside: [String]
@@ -274,6 +277,7 @@ public enum SnapshotRestore {
         var exists = false
         var keep: StoreSwap.KeepOld = .discard
         var safety: String?
+        var safetyPoint: String?
         var outcome: StoreSwap.Outcome?
         var recovered: StoreSwap.Outcome?
         var progress: ProgressHandler?
@@ -345,9 +349,10 @@ public enum SnapshotRestore {
                 guard let hold else { break }
                 do {
                     let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"],
-                                                            level: nil, timeout: options.timeout,
-                                                            checkFreeSpace: true, progress: progress.map { handler in { handler(.step($0)) } })
+                                                            level: nil, timeout: options.timeout, checkFreeSpace: true, fromPoint: true,
+                                                            progress: progress.map { handler in { handler(.step($0)) } })
                     safety = created.id
+                    safetyPoint = created.point
                 } catch let error as StoreOpsError where error.status == .badData {
                     guard options.force else {
                         throw StoreOpsError(.badData, "the current store cannot be snapshotted (\(error.message)); nothing was changed",
@@ -380,7 +385,7 @@ public enum SnapshotRestore {
         func result() throws -> Result {
             guard let outcome, let staged, let record else { throw StoreOpsError(.failure, "the restore did not finish") }
             let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
-            return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, movedAside: outcome.kept,
+            return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, safetySnapshotPoint: safetyPoint, movedAside: outcome.kept,
                           removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
                           externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode,
                           databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,

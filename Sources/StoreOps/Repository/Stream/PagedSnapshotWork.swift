@@ -37,7 +37,7 @@ final class PagedSnapshotWork {
     private var verification: Manifest.Verification?
     private var coreData: Manifest.CoreDataFacts?
     private var files: [PagedSnapshotRecord.FileChunks] = []
-    private var finalIDs: [ContentID] = []
+    private(set) var finalIDs: [ContentID] = []
     private var newFileChunks = Set<ContentID>()
     private(set) var record: PagedSnapshotRecord?
     private var committed = false
@@ -118,6 +118,16 @@ final class PagedSnapshotWork {
     /// page's bytes) over them; the page count `pageCount`. A page that neither gives fails it
     /// (nothing is recorded).
     func copyMilestone(pageSize: Int, pageCount: Int, keep: Int, pages: [(page: UInt32, bytes: [UInt8])], source: Manifest.Source) throws {
+        var bytes: [UInt32: [UInt8]] = [:]
+        for (page, content) in pages { bytes[page] = content }
+        try copyMilestone(pageSize: pageSize, pageCount: pageCount, keep: keep, pages: pages.map(\.page), source: source) { bytes[$0] ?? [] }
+    }
+
+    /// The same, each page's bytes read when it is stored (`read`), so they need not all be in
+    /// memory at once (a snapshot made from a point: `PointSnapshot`).
+    func copyMilestone(pageSize: Int, pageCount: Int, keep: Int, pages: [UInt32], source: Manifest.Source,
+                       verification note: String = "pages as the app committed them (checked when restored)",
+                       read: (UInt32) throws -> [UInt8]) throws {
         guard let parentMap, let parent, parent.pages.pageSize == pageSize, pageCount > 0 else {
             throw StoreOpsError(.failure, "a milestone needs its parent's map with the same page size")
         }
@@ -125,13 +135,14 @@ final class PagedSnapshotWork {
         let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap.ids, expectedPages: pageCount)
         self.stream = stream
         stream.keepParent(through: min(keep, pageCount, parentMap.ids.count))
-        for (page, bytes) in pages where Int(page) <= pageCount && page >= 1 {
+        for page in pages where Int(page) <= pageCount && page >= 1 {
+            let bytes = try read(page)
             guard bytes.count == pageSize else { throw StoreOpsError(.badData, "page \(page) of a milestone is \(bytes.count) bytes, not \(pageSize)") }
             guard bytes.withUnsafeBytes({ stream.receive(page: page, bytes: $0) }) else { break }
         }
         try stream.drain()
         finalIDs = try stream.finalIDs(pageCount: pageCount)
-        verification = Manifest.Verification(level: .none, ok: true, messages: ["pages as the app committed them (checked when restored)"])
+        verification = Manifest.Verification(level: .none, ok: true, messages: [note])
         coreData = nil
         copied = ConsistentCopy.Copied(source: source, startedAt: startedAt, steps: 0, restarts: 0, busyRetries: 0)
     }
