@@ -1215,6 +1215,67 @@ struct ReplicateTests {
         #expect(try ChildProcess.run(Binaries.storectl, ["rollback", world.store, "--repo", world.repo, "--at", "-1s", "--to", "x"]).status == 64)
     }
 
+    @Test("safety snapshots from the follower's point: right after the app's last commit (perhaps not yet durable: the check waits for it), migrate's pre-migrate snapshot, rollback's and restore --in-place's of the state they replace are made from replicate's newest point, no page of the store read, and each restores to exactly the state it replaced; with the follower stopped (SIGSTOP) and one commit more, the point is not the store: the store is read and its snapshot holds that commit")
+    func safetySnapshotsFromPoints() throws {
+        let world = try world()
+        let follower = try replicate(world, ["--sync-interval", "500ms"])
+        #expect(waitForBase(world))
+        let migrations = world.folder.file("migrations")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: true)
+        try "UPDATE ZITEM SET ZTITLE = 'migrated' WHERE Z_PK = 1;\n".write(toFile: migrations + "/0001_title.sql", atomically: true, encoding: .utf8)
+        func run(_ arguments: [String]) throws -> ChildProcess.Result {
+            try ChildProcess.run(Binaries.storectl, arguments, environment: world.environment)
+        }
+        /// The snapshot's content, restored to a file.
+        func content(of id: String) throws -> String {
+            let target = world.folder.file("check-\(id).sqlite")
+            let restored = try run(["snapshot", "restore", "--repo", world.repo, id, "--to", target])
+            #expect(restored.status == 0, "\(restored.stderr)")
+            return try StoreState.digest(target, journalMode: false)
+        }
+        _ = try churn(world, seconds: 1.0, ["--seed", "12"]).wait()
+        // At once: the writer's last commits may not be durable yet (a segment every 500 ms).
+        let before = try StoreState.digest(world.store, journalMode: false)
+        let migrated = try run(["migrate", world.store, "--migrations", migrations, "--repo", world.repo, "--json"])
+        #expect(migrated.status == 0, "\(migrated.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(migrated.stdout.utf8))
+        #expect(report.snapshotPoint != nil, "the pre-migrate snapshot was read from the store: \(migrated.stdout)")
+        #expect(try content(of: try #require(report.snapshot)) == before)
+        let after = try StoreState.digest(world.store, journalMode: false)
+        #expect(after != before)
+        let rolled = try run(["rollback", world.store, "--repo", world.repo, "--json"])
+        #expect(rolled.status == 0, "\(rolled.stderr)")
+        let rollback = try JSON.decoder().decode(Rollback.Result.self, from: Data(rolled.stdout.utf8))
+        #expect(rollback.safetySnapshotPoint != nil, "the state before the rollback was read from the store: \(rolled.stdout)")
+        #expect(try content(of: try #require(rollback.safetySnapshot)) == after)
+        #expect(try StoreState.digest(world.store, journalMode: false) == before)
+        // A restore in place, once the follower has taken up the store the rollback put there.
+        usleep(1_500_000)
+        let restored = try run(["snapshot", "restore", "--repo", world.repo, rollback.safetySnapshot ?? "", "--in-place", world.store, "--json"])
+        #expect(restored.status == 0, "\(restored.stderr)")
+        let restore = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restored.stdout.utf8))
+        #expect(restore.safetySnapshotPoint != nil, "\(restored.stdout)")
+        #expect(try content(of: try #require(restore.safetySnapshot)) == before)
+        #expect(try StoreState.digest(world.store, journalMode: false) == after)
+        // A commit the follower makes a point of, then (the follower stopped) one more in the same
+        // -wal generation: its newest point is not the store.
+        let queue = try DatabaseQueue(path: world.store)
+        try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'followed' WHERE Z_PK = 2") }
+        usleep(1_500_000)
+        follower.signal(SIGSTOP)
+        try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'unfollowed' WHERE Z_PK = 2") }
+        try queue.close()
+        let unfollowed = try StoreState.digest(world.store, journalMode: false)
+        let again = try run(["rollback", world.store, "--repo", world.repo, "--json"])
+        follower.signal(SIGCONT)
+        #expect(again.status == 0, "\(again.stderr)")
+        let second = try JSON.decoder().decode(Rollback.Result.self, from: Data(again.stdout.utf8))
+        #expect(second.safetySnapshotPoint == nil, "a point that is not the store was used: \(again.stdout)")
+        #expect(try content(of: try #require(second.safetySnapshot)) == unfollowed)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+    }
+
     @Test("prune thins an older chain to the last commit of each period (one segment, written before the ones it replaces go): listed as thinned, every kept point restores exactly, the check reads clean; then to its base alone")
     func thinning() throws {
         let world = try world()
