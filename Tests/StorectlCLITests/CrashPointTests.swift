@@ -17,6 +17,9 @@ final class CrashFixture: @unchecked Sendable {
     var extra: [String: String] = [:]
     /// A connection the fixture keeps open (an app that stays up while storectl comes and goes).
     var app: DatabaseQueue?
+    /// A `storectl replicate` that follows the store while the operation runs (stopped when the
+    /// fixture goes, at the latest).
+    var follower: ChildProcess.Running?
     /// The repository's password (it is encrypted).
     let password: PasswordSource
     /// The repository in a folder, or in a bucket of the shared SeaweedFS server (format 2).
@@ -61,6 +64,15 @@ final class CrashFixture: @unchecked Sendable {
     func addExternalFile() throws {
         let path = (StoreFile(unchecked: store).externalDataPath as NSString).appendingPathComponent("ADDED-AFTER-SNAPSHOT")
         try Data("added".utf8).write(to: URL(fileURLWithPath: path))
+    }
+
+    deinit { stopFollower() }
+
+    func stopFollower() {
+        guard let follower else { return }
+        follower.signal(SIGTERM)
+        _ = follower.wait()
+        self.follower = nil
     }
 
     func run(_ arguments: [String], _ environment: [String: String] = [:]) throws -> ChildProcess.Result {
@@ -717,6 +729,37 @@ enum Scenarios {
                 if index % 2 == 0 { try ok(fixture, ["recover", fixture.store], index) }
                 try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo], index)
             }),
+        CrashScenario(
+            name: "rollback (its safety snapshot made from replicate's point, the follower running)",
+            setup: {
+                let fixture = try CrashFixture()
+                try writeMigrations(fixture, failing: false)
+                var options = Migrate.Options(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo)
+                options.password = fixture.password
+                #expect(try Migrate.run(options).status == .ok)
+                fixture.follower = try ChildProcess.Running(Binaries.storectl, ["replicate", fixture.store, "--repo", fixture.repo, "--quiet", "--for", "60s",
+                                                                                "--sync-interval", "100ms", "--merge-interval", "0"],
+                                                            environment: fixture.environment.merging(["TMPDIR": fixture.temp, "STORECTL_PASSWORD_FILE": fixture.folder.file("password")]) { $1 })
+                // The app's commit after the base: the point the safety snapshot is made from has pages of its own.
+                var waited = 0
+                while (try? StorePoints.list(repository: fixture.repo, password: fixture.password))?.isEmpty ?? true, waited < 300 { usleep(50_000); waited += 1 }
+                let app = try DatabaseQueue(path: fixture.store)
+                try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'followed ' || Z_PK WHERE Z_PK <= 40") }
+                try app.close()
+                // Up to 30 s for the follower to make it durable (it takes 100 ms unless the machine is loaded).
+                fixture.environment["STORECTL_POINT_WAIT"] = "30"
+                return fixture
+            },
+            command: { ["rollback", $0.store, "--repo", $0.repo] },
+            observe: { try $0.digest() },
+            // The rest of the run is the rollback scenario's.
+            afterKill: { fixture, _ in fixture.stopFollower() },
+            next: { fixture, index in
+                if index % 2 == 0 { try ok(fixture, ["recover", fixture.store], index) }
+                try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo], index)
+            },
+            kills: { $0.hasPrefix("pack.write") || $0.hasPrefix("index.write") || $0.hasPrefix("snapshot.from-point.") },
+            reaches: ["pack.write.rename", "snapshot.from-point.record.rename"]),
         CrashScenario(
             name: "purge (snapshot first)",
             setup: {

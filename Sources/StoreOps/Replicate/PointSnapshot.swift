@@ -170,6 +170,7 @@ enum PointSnapshot {
         for p in 0..<ids.count where p >= keep || ids[p] != map.ids[p] { changed.append(UInt32(p + 1)) }
         let work = PagedSnapshotWork(store: store, repository: repository, tags: tags, level: level, reuseUnchanged: false)
         work.takeParent(parent, map: map)
+        work.recordPoint = "snapshot.from-point.record"
         let source = Manifest.Source(path: store.path, journalMode: "wal", pageSize: pageSize, pageCount: ids.count,
                                      fileBytes: UInt64(ids.count) * UInt64(pageSize), walBytes: 0)
         do {
