@@ -1748,6 +1748,38 @@ struct ReplicateTests {
         #expect(third.status == 0 && third.stderr.contains("resumed chain"), "\(third.stderr)")
     }
 
+    @Test("the page size changed while replicate was stopped (the app left WAL mode, set 8192-byte pages, VACUUMed, came back): the next run records a gap and a new base in the new page size, never a chain mixing them; a time after its commit restores the new file (8192-byte pages, the commit in it), a time before the gap the old one")
+    func pageSizeChangedWhileStopped() throws {
+        let world = try world()
+        let args = ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--sync-interval", "200ms"]
+        try commitAndClose(world.store, title: "4096-byte pages")
+        #expect(try ChildProcess.run(Binaries.storectl, args, environment: world.environment).status == 0)
+        let before = Timestamp.iso(Date().addingTimeInterval(-0.1))
+        usleep(300_000)
+        let queue = try DatabaseQueue(path: world.store)
+        try queue.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA journal_mode = DELETE")
+            try db.execute(sql: "PRAGMA page_size = 8192")
+            try db.execute(sql: "VACUUM")
+            try db.execute(sql: "PRAGMA journal_mode = WAL")
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = '8192-byte pages' WHERE Z_PK = 1")
+        }
+        #expect(try queue.read { try Int.fetchOne($0, sql: "PRAGMA page_size") } == 8192)
+        try queue.close()
+        let second = try ChildProcess.run(Binaries.storectl, args, environment: world.environment)
+        #expect(second.status == 0 && second.stderr.contains("gap:") && !second.stderr.contains("resumed chain"), "\(second.stderr)")
+        let after = Timestamp.iso(Date().addingTimeInterval(-0.3))
+        for (at, title, pageSize) in [(after, "8192-byte pages", 8192), (before, "4096-byte pages", 4096)] {
+            let restored = world.folder.file("r-\(pageSize).sqlite")
+            let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", restored], environment: world.environment)
+            #expect(restore.status == 0, "\(restore.stderr)")
+            let (read, size) = try DatabaseQueue(path: restored).read { db in
+                (try String.fetchOne(db, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1"), try Int.fetchOne(db, sql: "PRAGMA page_size"))
+            }
+            #expect(read == title && size == pageSize, "\(at): \(read ?? "-"), \(size ?? 0)-byte pages")
+        }
+    }
+
     @Test("prune that removes a chain of points says so: its lines under a header naming their store (not the last snapshot group's), and the summary counts the chain with its base (it said kept 0, removed 0)")
     func pruneReportsChains() throws {
         let world = try world()
