@@ -700,6 +700,60 @@ struct ReplicateTests {
         #expect(record.durationSeconds >= 2 && record.durationSeconds < 30 && record.unwritten == nil)
     }
 
+    @Test("run maintain thins points by the policy's [replicate] keep_points: an older chain (a gap began a newer one) keeps the last commit of each minute once its commits are older than keep_points, listed as thinned, and its kept point restores the content the writer logged; the newest chain is left whole")
+    func maintainThinsByPolicy() throws {
+        let world = try world()
+        let policy = world.folder.file("tasks.toml")
+        try Data("""
+            [store]
+            path = "\(FileSystem.name(of: world.store))"
+            [snapshot]
+            repository = "\(FileSystem.name(of: world.repo))"
+            password_file = "password"
+            [[purge]]
+            name = "items"
+            entity = "Item"
+            deleted_flag = "ZISDELETED"
+            deleted_at = "ZDELETEDAT"
+            time_format = "coredata"
+            retention = "36500d"
+            [snapshot.retention]
+            keep_last = 5
+            [replicate]
+            sync_interval = "200ms"
+            heartbeat = "0"
+            keep_points = "1s"
+            keep_point_minutes = "1d"
+            keep_point_bases = "2d"
+            """.utf8).write(to: URL(fileURLWithPath: policy))
+        var follower = try ChildProcess.Running(Binaries.storectl, ["replicate", "--policy", policy, "--quiet"])
+        #expect(waitForBase(world))
+        _ = try churn(world, seconds: 1, ["--seed", "21"]).wait()
+        usleep(800_000)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        let logged = try ChurnLoad.readLog(world.log)
+        // Commits truncated away while nobody follows: a gap, and a second chain.
+        let queue = try DatabaseQueue(path: world.store)
+        try queue.inDatabase { db in
+            try db.execute(sql: "INSERT INTO churn (v, n) VALUES ('unseen', 1)")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        try queue.close()
+        follower = try ChildProcess.Running(Binaries.storectl, ["replicate", "--policy", policy, "--for", "1s", "--quiet"])
+        #expect(follower.wait().status == 0)
+        usleep(1_100_000)   // the first chain's commits are older than keep_points
+        let maintained = try ChildProcess.run(Binaries.storectl, ["run", "maintain", "--policy", policy])
+        #expect(maintained.status == 0, "\(maintained.stdout) \(maintained.stderr)")
+        let stores = try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password")))
+        let kinds = stores.first?.spans.map(\.kind) ?? []
+        #expect(kinds.first == "thinned" && kinds.contains("covered"), "\(stores)")
+        // The first chain keeps the minute's last commit: the writer's last, or the one before it if the stop came first.
+        let last = try #require(logged.values.map(\.returned).max())
+        let checked = try check(world, times: [Date(timeIntervalSince1970: last + 0.5)])
+        #expect(checked.restored == 1 && checked.wrong.isEmpty, "\(checked)")
+    }
+
     @Test("alive markers: an idle store's follower confirms (--heartbeat) that no commit came since its last point, so a time after that point and before the marker restores it; after kill -9 nothing confirms the time after the last marker: listed as unconfirmed, and a restore there is refused (66) even though the app committed since")
     func heartbeatBoundsWhatIsClaimed() throws {
         let world = try world()
