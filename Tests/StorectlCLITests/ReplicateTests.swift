@@ -700,7 +700,7 @@ struct ReplicateTests {
         #expect(record.durationSeconds >= 2 && record.durationSeconds < 30 && record.unwritten == nil)
     }
 
-    @Test("run maintain thins points by the policy's [replicate] keep_points: an older chain (a gap began a newer one) keeps the last commit of each minute once its commits are older than keep_points, listed as thinned, and its kept point restores the content the writer logged; the newest chain is left whole")
+    @Test("run maintain thins points by the policy's [replicate] keep_points (a policy with no [[purge]] rules: maintain snapshots, prunes and thins, and skips its purge step): an older chain (a gap began a newer one) keeps the last commit of each minute once its commits are older than keep_points, listed as thinned, and its kept point restores the content the writer logged; the newest chain is left whole")
     func maintainThinsByPolicy() throws {
         let world = try world()
         let policy = world.folder.file("tasks.toml")
@@ -710,13 +710,6 @@ struct ReplicateTests {
             [snapshot]
             repository = "\(FileSystem.name(of: world.repo))"
             password_file = "password"
-            [[purge]]
-            name = "items"
-            entity = "Item"
-            deleted_flag = "ZISDELETED"
-            deleted_at = "ZDELETEDAT"
-            time_format = "coredata"
-            retention = "36500d"
             [snapshot.retention]
             keep_last = 5
             [replicate]
@@ -743,6 +736,7 @@ struct ReplicateTests {
         follower = try ChildProcess.Running(Binaries.storectl, ["replicate", "--policy", policy, "--for", "1s", "--quiet"])
         #expect(follower.wait().status == 0)
         usleep(1_100_000)   // the first chain's commits are older than keep_points
+        #expect(try ChildProcess.run(Binaries.storectl, ["policy", "check", policy]).status == 0)
         let maintained = try ChildProcess.run(Binaries.storectl, ["run", "maintain", "--policy", policy])
         #expect(maintained.status == 0, "\(maintained.stdout) \(maintained.stderr)")
         let stores = try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password")))

@@ -83,10 +83,10 @@ public enum JobReadiness {
 
         checkStore(policy, jobs: jobs, into: &report)
 
-        // Purge rules: purge and maintain purge.
-        if jobs.contains(where: { $0 != .snapshot }), policy.rules.isEmpty {
-            problem("rules", "\(policy.file) has no [[purge]] rules, and \(jobs.filter { $0 != .snapshot }.map(\.rawValue).joined(separator: " and ")) purges",
-                    hint: "add a [[purge]] table, or schedule snapshot instead", .badData, jobs: jobs.filter { $0 != .snapshot })
+        // Purge rules: purge purges (maintain's purge step is skipped without them).
+        if jobs.contains(.purge), policy.rules.isEmpty {
+            problem("rules", "\(policy.file) has no [[purge]] rules, and purge purges",
+                    hint: "add a [[purge]] table, or schedule snapshot and maintain instead", .badData, jobs: [.purge])
         }
 
         // The repository, when a job opens it.

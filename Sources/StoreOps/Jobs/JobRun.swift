@@ -164,6 +164,8 @@ public enum JobRun {
             let pruned = try SnapshotPrune.run(options)
             add("prune", pruned.stages)
             record.prunedSnapshots = pruned.removed
+            // A store that is only snapshotted (and followed) has nothing to purge: maintain ends here.
+            guard !policy.rules.isEmpty else { return .ok }
             return try purge(skipSnapshot: true)
         }
     }
