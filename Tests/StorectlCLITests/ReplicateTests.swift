@@ -1796,6 +1796,36 @@ struct ReplicateTests {
         #expect(third.status == 0 && third.stderr.contains("resumed chain"), "\(third.stderr)")
     }
 
+    @Test("a commit in the -wal that the wal-index does not show (an app killed after writing its commit's frames, before updating the index: the next connection recovers it from the file) makes the follower's newest point stale: a restore in place's safety snapshot reads the store and holds that commit")
+    func pointStaleBehindTheWalIndex() throws {
+        let world = try world()
+        let created = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", world.store, "--repo", world.repo, "--json"], environment: world.environment)
+        #expect(created.status == 0, "\(created.stderr)")
+        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(created.stdout.utf8)).id
+        // Commits only in the -wal (the app killed), followed by a run that stops cleanly: its last point is the store.
+        #expect(try ChildProcess.run(Binaries.lab, ["wal-commits", world.store, "--count", "5"]).status != 0)
+        #expect(try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--sync-interval", "200ms"],
+                                     environment: world.environment).status == 0)
+        let shm = world.store + "-shm"
+        let index = try #require(FileManager.default.contents(atPath: shm)).prefix(136)
+        // Five more commits, the app killed; then its wal-index header as it was before them, as
+        // if it had died after writing their frames and before the index said so.
+        #expect(try ChildProcess.run(Binaries.lab, ["wal-commits", world.store, "--count", "5"]).status != 0)
+        let handle = try #require(FileHandle(forUpdatingAtPath: shm))
+        try handle.seek(toOffset: 0)
+        handle.write(Data(index))
+        try handle.close()
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, snapshot, "--in-place", world.store, "--json"], environment: world.environment)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restored.stdout.utf8))
+        #expect(result.safetySnapshotPoint == nil, "the point was used although the -wal holds later commits: \(restored.stdout)")
+        let kept = world.folder.file("kept.sqlite")
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, result.safetySnapshot ?? "", "--to", kept], environment: world.environment).status == 0)
+        // The ten commits appended " +0" … " +4" twice to the titles of rows 1, 8, …: the second round's are in.
+        let title = try DatabaseQueue(path: kept).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } ?? ""
+        #expect(title.components(separatedBy: " +0").count == 3, "\(title)")
+    }
+
     @Test("the page size changed while replicate was stopped (the app left WAL mode, set 8192-byte pages, VACUUMed, came back): the next run records a gap and a new base in the new page size, never a chain mixing them; a time after its commit restores the new file (8192-byte pages, the commit in it), a time before the gap the old one")
     func pageSizeChangedWhileStopped() throws {
         let world = try world()

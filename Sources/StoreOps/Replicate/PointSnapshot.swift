@@ -125,6 +125,30 @@ enum PointSnapshot {
         if let wal = FileSystem.identity(of: store.walPath) {
             guard same(segment.walIdentity, wal) else { return .failure(Stale("the -wal is not the one the point was read from")) }
         } else if cursor.frame != 0 { return .failure(Stale("the -wal is gone")) }
+        // The wal-index can lag the -wal itself: an app killed after writing a commit's frames
+        // and before updating the index leaves a commit the next connection recovers from the
+        // file (and an app in exclusive locking mode keeps its index in memory). No commit may
+        // follow the point in the -wal.
+        let wal = WalFileReader(path: store.walPath)
+        defer { wal.close() }
+        if try wal.open() {
+            var from: WalCursor?
+            if cursor.headerRead {
+                guard try wal.frameIntact(cursor), let header = try wal.header(), header.salt1 == cursor.salt1, header.salt2 == cursor.salt2 else {
+                    return .failure(Stale("the -wal is not at the point's frame any more"))
+                }
+                from = cursor
+            } else if let header = try wal.header() {
+                from = WalCursor(header: header)
+            }
+            if let from {
+                // (Without its pages a walk counts no commits; its cursor moves to the last one.)
+                let walk = try wal.walk(from: from, limit: nil, keepPages: false)
+                if walk.cursor.frame > from.frame {
+                    return .failure(Stale("the -wal holds commits after the point (to frame \(walk.cursor.frame)) that the wal-index does not show"))
+                }
+            }
+        }
         let time = segment.commits.last?.time ?? last.lastTime
         return .success(Fresh(key: key, chain: chain.id, number: last.to, time: time))
     }

@@ -1435,11 +1435,12 @@ final class FolderWatcher {
 
     /// Sleeps `seconds`, or less when a file named in `urgent` is written meanwhile. Returns
     /// whether anything in the folders changed meanwhile (then no event is left to wait for: the
-    /// caller reads at once). Without inotify: a plain sleep, and true.
+    /// caller reads at once). Without inotify: a plain sleep, and false (the caller's poll
+    /// interval paces the reads, as before).
     func pause(seconds: TimeInterval, unlessWritten urgent: Set<String>) -> Bool {
         guard fd >= 0 else {
             usleep(UInt32(max(0, seconds) * 1_000_000))
-            return true
+            return false
         }
         let end = Date().addingTimeInterval(seconds)
         var changed = false
