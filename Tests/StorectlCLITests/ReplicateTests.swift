@@ -36,6 +36,17 @@ struct ReplicateTests {
         try queue.close()
     }
 
+    /// A commit made while nobody follows, then truncated out of the -wal: the next run records a
+    /// gap and starts a second chain.
+    func commitUnseen(_ store: String) throws {
+        let queue = try DatabaseQueue(path: store)
+        try queue.inDatabase { db in
+            try db.execute(sql: "INSERT INTO churn (v, n) VALUES ('unseen', 1)")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        try queue.close()
+    }
+
     func churn(_ world: World, seconds: Double, _ extra: [String] = []) throws -> ChildProcess.Running {
         try ChildProcess.Running(Binaries.lab, ["churn", world.store, "--log", world.log, "--duration", "\(seconds)"] + extra)
     }
@@ -727,12 +738,7 @@ struct ReplicateTests {
         #expect(follower.wait().status == 0)
         let logged = try ChurnLoad.readLog(world.log)
         // Commits truncated away while nobody follows: a gap, and a second chain.
-        let queue = try DatabaseQueue(path: world.store)
-        try queue.inDatabase { db in
-            try db.execute(sql: "INSERT INTO churn (v, n) VALUES ('unseen', 1)")
-            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-        }
-        try queue.close()
+        try commitUnseen(world.store)
         follower = try ChildProcess.Running(Binaries.storectl, ["replicate", "--policy", policy, "--for", "1s", "--quiet"])
         #expect(follower.wait().status == 0)
         usleep(1_100_000)   // the first chain's commits are older than keep_points
@@ -1061,12 +1067,7 @@ struct ReplicateTests {
         #expect(follower.wait().status == 0)
         let gapStart = Date()
         // Commits storectl never sees: checkpointed into the database and the -wal truncated.
-        let queue = try DatabaseQueue(path: world.store)
-        try queue.inDatabase { db in
-            try db.execute(sql: "INSERT INTO churn (v, n) VALUES ('unseen', 1)")
-            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-        }
-        try queue.close()
+        try commitUnseen(world.store)
         usleep(300_000)
         follower = try replicate(world)
         let insideGap = Date()
@@ -1335,12 +1336,7 @@ struct ReplicateTests {
         #expect(follower.wait().status == 0)
         let firstLog = try ChurnLoad.readLog(world.log)
         // A gap (commits truncated away while stopped) starts a second chain: the first is no longer the newest.
-        let queue = try DatabaseQueue(path: world.store)
-        try queue.inDatabase { db in
-            try db.execute(sql: "INSERT INTO churn (v, n) VALUES ('unseen', 1)")
-            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-        }
-        try queue.close()
+        try commitUnseen(world.store)
         follower = try replicate(world)
         usleep(1_500_000)
         follower.signal(SIGTERM)

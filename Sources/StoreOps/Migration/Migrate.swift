@@ -401,18 +401,7 @@ public enum Migrate {
                 // was made from replicate's point of the store as it is (no page read, so no check
                 // ran now). The preflight left quick_check to the snapshot: run it.
                 pipeline.note(created.point.map { "snapshot made from point \($0); quick_check" } ?? "quick_check (the safety snapshot read no page)")
-                let messages = try Migrate.readOnly(store, timeout: options.timeout) { db in
-                    do { return try StoreConnection.integrityMessages(db, pragma: "quick_check") } catch {
-                        let failed = StoreOpsError.sqlite(error, doing: "quick_check of \(store.path)")
-                        guard failed.kind == .badData else { throw failed }
-                        return [failed.message]
-                    }
-                }
-                guard messages == ["ok"] else {
-                    throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  integrity.quick_check: \(store.path) fails quick_check: "
-                                        + messages.prefix(3).joined(separator: "; "),
-                                        hint: "the store itself is damaged: run `storectl preflight --full \(store.path)`")
-                }
+                try Migrate.quickCheck(store, timeout: options.timeout, refused: "nothing was changed")
             }
             if let problem = try SnapshotVerify.justMade(created, in: try pipeline.repository) {
                 throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(problem)); nothing was changed")
@@ -838,6 +827,23 @@ public enum Migrate {
             let closest = known.min { (RepositoryLocation.editDistance($0.lowercased(), scope.lowercased()), $0) < (RepositoryLocation.editDistance($1.lowercased(), scope.lowercased()), $1) }
             let near = closest.flatMap { RepositoryLocation.editDistance($0.lowercased(), scope.lowercased()) <= max(2, scope.count / 3) ? $0 : nil }
             return "\(name): no entity or table \(scope)" + (near.map { " (did you mean \($0)?)" } ?? "")
+        }
+    }
+
+    /// `quick_check` of the store, where a safety snapshot read no page of it (so checked nothing):
+    /// 2, as the preflight refuses, naming the first problems and saying `refused`.
+    static func quickCheck(_ store: StoreFile, timeout: TimeInterval, refused: String) throws {
+        let messages = try readOnly(store, timeout: timeout) { db in
+            do { return try StoreConnection.integrityMessages(db, pragma: "quick_check") } catch {
+                let failed = StoreOpsError.sqlite(error, doing: "quick_check of \(store.path)")
+                guard failed.kind == .badData else { throw failed }
+                return [failed.message]
+            }
+        }
+        guard messages == ["ok"] else {
+            throw StoreOpsError(.checksFailed, "preflight failed; \(refused):\n  integrity.quick_check: \(store.path) fails quick_check: "
+                                + messages.prefix(3).joined(separator: "; "),
+                                hint: "the store itself is damaged: run `storectl preflight --full \(store.path)`")
         }
     }
 

@@ -280,17 +280,7 @@ public enum Purge {
             if created.point != nil, let store = pipeline.store {
                 // No page of the store was read, so nothing checked it: quick_check, as the
                 // snapshot's read would have, before anything is deleted.
-                let messages = try Migrate.readOnly(store, timeout: 30) { db in
-                    do { return try StoreConnection.integrityMessages(db, pragma: "quick_check") } catch {
-                        let failed = StoreOpsError.sqlite(error, doing: "quick_check of \(store.path)")
-                        guard failed.kind == .badData else { throw failed }
-                        return [failed.message]
-                    }
-                }
-                guard messages == ["ok"] else {
-                    throw StoreOpsError(.checksFailed, "preflight failed; nothing was deleted:\n  integrity.quick_check: \(store.path) fails quick_check: \(messages.prefix(3).joined(separator: "; "))",
-                                        hint: "the store itself is damaged: run `storectl preflight --full \(store.path)`")
-                }
+                try Migrate.quickCheck(store, timeout: 30, refused: "nothing was deleted")
             }
             if let problem = try SnapshotVerify.justMade(created, in: try pipeline.repository) {
                 throw StoreOpsError(.badData, "the pre-purge snapshot \(created.id) failed verification (\(problem)); nothing was deleted")

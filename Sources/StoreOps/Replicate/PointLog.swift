@@ -498,6 +498,25 @@ public struct PointTimeline: Sendable {
         /// Stopped cleanly (its last marker a stop): no follower is expected to add to it.
         public var stopped: Bool { markers.last?.level == PointTimeline.stoppedLevel }
 
+        /// The database file's state the chain's last confirmation recorded (its stop marker, its
+        /// newest alive marker, or its last segment `last`, whichever is latest), when it was
+        /// recorded at `last`'s cursor; nil otherwise (a marker that cannot be read included).
+        /// What a resumed follower, and a safety snapshot taken from the chain's last point,
+        /// hold the file against.
+        func confirmingState(last: PointSegment, in repository: PagedRepository, zstd: ZstdFrames) -> DatabaseFileState? {
+            let until = confirmedUntil
+            var source = last
+            if until > lastTime {
+                let stop = markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == points - 1 && $0.firstTime == until ? $0 : nil }
+                guard let name = stop ?? alive.last(where: { $0.to == points - 1 && $0.lastTime == until }),
+                      let sealed = try? repository.backend.read(name.key),
+                      let (marker, _, _) = try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) else { return nil }
+                source = marker
+            }
+            guard source.cursor.samePosition(as: last.cursor) else { return nil }
+            return DatabaseFileState(recorded: source.databaseState)
+        }
+
         /// The spans of this chain in which no commit is claimed: from a clean stop to the next
         /// resume (or on), and each resume's span; `point`: the chain's last point before it;
         /// `stopped`: it began with a clean stop (else the follower was killed or its machine

@@ -25,7 +25,7 @@ import Logging
 /// parent, the pages the commits since then wrote over it, stored where the repository lacks
 /// them; the ids it computes must equal the point's, or nothing is recorded.
 enum PointSnapshot {
-    static let logger = Logger(label: "storectl.snapshot")
+    static var logger: Logger { SnapshotCreate.logger }
 
     /// Seconds to wait for a running follower to make the store's last commit durable
     /// (`STORECTL_POINT_WAIT`, 0 to 60; default 3: three sync intervals at the default).
@@ -88,7 +88,7 @@ enum PointSnapshot {
         guard StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) else { return .failure(Stale("the store is not in WAL mode")) }
         let locks = try LockState.read(store, walMode: true)
         if let pid = locks.writerPID ?? locks.openByPID { return .failure(Stale("pid \(pid) has the store open")) }
-        guard let index = (try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)).flatMap(WalFormat.IndexHeader.parse) else {
+        guard let index = WalFormat.IndexHeader.current(of: store) else {
             return .failure(Stale("the wal-index cannot be read"))
         }
         let path = FileSystem.absolute(store.path)
@@ -106,7 +106,7 @@ enum PointSnapshot {
             // wal-index may have been made again since, as empty as it was, over a file written
             // meanwhile. The file's size and times, as recorded then, must still be its own.
             guard cursor.frame == 0, index.lastFrame == 0,
-                  let recorded = confirmedState(chain, last: last, segment: segment, in: repository, zstd: zstd), recorded.distinguishesLaterWrites,
+                  let recorded = chain.confirmingState(last: segment, in: repository, zstd: zstd), recorded.distinguishesLaterWrites,
                   let now = DatabaseFileState(of: store.path), now.sameFile(as: recorded) else {
                 return .failure(Stale("point \(chain.id)@\(last.to) was read from the file alone, and the file's state then is not known to be its state now"))
             }
@@ -151,20 +151,6 @@ enum PointSnapshot {
         }
         let time = segment.commits.last?.time ?? last.lastTime
         return .success(Fresh(key: key, chain: chain.id, number: last.to, time: time))
-    }
-
-    /// The database file's state the chain's follower recorded at its last point (in the
-    /// segment, or in the stop or alive marker written after it at the same position).
-    static func confirmedState(_ chain: PointTimeline.Chain, last: SegmentName, segment: PointSegment, in repository: PagedRepository, zstd: ZstdFrames) -> DatabaseFileState? {
-        let markers = (chain.markers.filter { $0.level == PointTimeline.stoppedLevel } + chain.alive).filter { $0.to == last.to }
-            .sorted { $0.lastTime > $1.lastTime }
-        for name in markers {
-            guard let sealed = try? repository.backend.read(name.key),
-                  let (marker, _, _) = try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location),
-                  marker.cursor.samePosition(as: segment.cursor), let state = DatabaseFileState(recorded: marker.databaseState) else { continue }
-            return state
-        }
-        return DatabaseFileState(recorded: segment.databaseState)
     }
 
     struct Stale: Error { var reason: String; init(_ reason: String) { self.reason = reason } }

@@ -541,22 +541,6 @@ public enum Replicate {
             return summary
         }
 
-        /// The database file's state the chain's last confirmation recorded (its stop marker, its
-        /// newest alive marker, or its last segment, whichever is latest), when it was recorded at
-        /// the cursor the chain resumes from; nil otherwise (a marker that cannot be read included).
-        func confirmingState(_ chain: PointTimeline.Chain, last: PointSegment) -> DatabaseFileState? {
-            let until = chain.confirmedUntil
-            var source = last
-            if until > chain.lastTime {
-                let stop = chain.markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == chain.points - 1 && $0.firstTime == until ? $0 : nil }
-                guard let name = stop ?? chain.alive.last(where: { $0.to == chain.points - 1 && $0.lastTime == until }),
-                      let sealed = try? repository.backend.read(name.key),
-                      let (marker, _, _) = try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) else { return nil }
-                source = marker
-            }
-            guard source.cursor.samePosition(as: last.cursor) else { return nil }
-            return DatabaseFileState(recorded: source.databaseState)
-        }
 
         /// Takes up the store's newest chain where its last durable segment left off, if the
         /// -wal still continues it; otherwise the first step makes a base.
@@ -573,7 +557,7 @@ public enum Replicate {
                 let pages = segment.commits.last.map { Int($0.pageCount) } ?? ((try? repository.record(chain.id))?.pages.pageCount ?? 0)
                 replica.follower.resume(at: segment.cursor, databaseIdentity: identity(segment.databaseIdentity), walIdentity: identity(segment.walIdentity), pages: pages,
                                         confirmed: Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000),
-                                        state: confirmingState(chain, last: segment))
+                                        state: chain.confirmingState(last: segment, in: repository, zstd: zstd))
                 replica.chain = chain.id
                 replica.baseTime = Date(timeIntervalSince1970: Double(chain.baseTime) / 1000)
                 replica.next = last.to + 1

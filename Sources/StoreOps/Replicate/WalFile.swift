@@ -87,6 +87,11 @@ enum WalFormat {
         var salt2: UInt32
         var raw: [UInt8]
 
+        /// The store's wal-index header as its -shm holds it now (nil: no -shm, or the copies disagree).
+        static func current(of store: StoreFile) -> IndexHeader? {
+            (try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)).flatMap(parse)
+        }
+
         static func parse(_ bytes: [UInt8]) -> IndexHeader? {
             guard bytes.count >= 96, bytes[0..<48] == bytes[48..<96], bytes[12] == 1 else { return nil }
             let raw = Int(ne16(bytes, 14))

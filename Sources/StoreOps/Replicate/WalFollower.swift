@@ -146,9 +146,7 @@ final class WalFollower {
 
     // MARK: - The pinned read
 
-    private func indexHeader() -> WalFormat.IndexHeader? {
-        (try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)).flatMap(WalFormat.IndexHeader.parse)
-    }
+    private func indexHeader() -> WalFormat.IndexHeader? { WalFormat.IndexHeader.current(of: store) }
 
     /// The file (device, inode) the connection was opened on.
     private var connectionIdentity: (dev: UInt64, ino: UInt64)?
