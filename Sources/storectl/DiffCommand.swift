@@ -151,7 +151,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             lines.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed"
                          + (l.reordered > 0 ? ", \(l.reordered) reordered" : ""))
             for link in l.links { lines.append("  \(link.change == "added" ? "+" : link.change == "removed" ? "-" : "~") \(link.link)") }
-            if l.unlisted > 0 { lines.append("  … and \(Format.count(l.unlisted)) more") }
+            if l.unlisted > 0, !countsOnly { lines.append("  … and \(Format.count(l.unlisted)) more (--limit, --json)") }
         }
         if !r.externalData.isEmpty {
             lines.append("external data: \(Format.plural(r.externalData.count, "file", "files")) \(r.externalData.count == 1 ? "differs" : "differ")")

@@ -51,8 +51,8 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         progress?.0.finish()
         print(json ? jsonReport(report) : Self.render(report))
         try Finished.check(report.ending)
-        // A rehearsal that changed what the migrations do not declare: the real run would fail.
-        if report.dryRun, report.undeclared?.isEmpty == false { throw Finished(status: .checksFailed) }
+        // A rehearsal that failed, or changed what the migrations do not declare: the real run would fail.
+        if report.dryRun, report.undeclared?.isEmpty == false || report.rehearsalFailure != nil { throw Finished(status: .checksFailed) }
     }
 
     static func render(_ report: Migrate.Report) -> String {
@@ -78,6 +78,11 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             }
             if let point = report.rehearsedPoint {
                 lines.append("  rehearsed on point \(point)\(report.rehearsedPointTime.map { " (\(Timestamp.iso($0)))" } ?? "") of \(report.repository)")
+            }
+            if let failure = report.rehearsalFailure {
+                lines.append("  FAILS ON A COPY: \(failure)")
+                if let hint = report.failureHint { lines.append("  hint: \(hint)") }
+                lines.append("  the real run would stop there (with --rollback-on-failure it rolls back to its snapshot, exit 3); the store is unchanged")
             }
             if let changes = report.changes { lines.append("  on a copy it changes: \(changes.text)") }
             for outside in report.undeclared ?? [] { lines.append("  NOT DECLARED: \(outside)") }

@@ -134,7 +134,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
     private func duration(_ text: String, _ option: String, allowZero: Bool) throws -> TimeInterval {
         switch DurationText.parse(text, allowZero: allowZero) {
         case .success(let value): return value.seconds
-        case .failure(let error): throw ValidationError("\(option) \(text): \(error.problem)")
+        case .failure(let error): throw ValidationError("\(option) \(text) \(error.problem)")
         }
     }
 }

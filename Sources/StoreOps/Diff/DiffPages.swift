@@ -207,13 +207,8 @@ final class ReadHold {
             let mapped = StoreOpsError.fromResultCode(rc, message: message, doing: doing).kind
             let status: StoreOpsError.Kind = mapped == .busy || mapped == .badData ? mapped : .ioError
             var detail = ""
-            if status == .badData, let header = try? FileProbe.shared.header(of: path), header.count >= 100, let size = FileSystem.size(of: path) {
-                // The in-header page count (valid when its version-valid-for number is the change counter).
-                let pageSize = StoreFile.pageSize(fromHeader: header)
-                let pages = header[24..<28] == header[92..<96] ? UInt64(WalFormat.be32(header, 28)) : 0
-                if pageSize > 0, pages * UInt64(pageSize) > size, FileSystem.kind(of: path + "-wal") == .missing {
-                    detail = "; it is truncated: its header counts \(Format.count(Int(pages))) pages of \(pageSize) bytes, the file holds \(Format.bytes(size))"
-                }
+            if status == .badData, let short = StoreFile.shortfall(of: path) {
+                detail = "; it is truncated: its header counts \(Format.count(Int(short.pages))) pages of \(short.pageSize) bytes, the file holds \(Format.bytes(short.size))"
             }
             let hint: String? = status == .busy ? "another process holds the store's lock; try again"
                 : status == .badData ? "`storectl preflight --full \(path)` says what is damaged; restore it from a backup or snapshot" : nil

@@ -261,7 +261,7 @@ final class PageDiff {
         let perPage = header.usable - 4
         let needed = (cell.payloadSize - cell.localSize + perPage - 1) / perPage
         guard needed <= side.pageCount else {
-            throw StoreOpsError(.badData, "\(side.what): a cell of page \(page.number) claims \(cell.payloadSize) bytes, more than the file holds")
+            throw SQLitePages.damaged(side.what, "a cell of page \(page.number) claims \(cell.payloadSize) bytes, more than the file holds")
         }
         out.reserveCapacity(cell.payloadSize)
         var next = cell.overflow

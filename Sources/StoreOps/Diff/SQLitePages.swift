@@ -5,6 +5,14 @@ import Foundation
 /// reads bytes that came from outside: a damaged page is an error naming it (exit 65), never a
 /// trap.
 enum SQLitePages {
+    /// A page or record that cannot be what it claims: the side (a store, a backup, a snapshot's
+    /// page) is damaged. Says so, and where to look.
+    static func damaged(_ what: String, _ detail: String) -> StoreOpsError {
+        StoreOpsError(.badData, "\(what) is damaged: \(detail)",
+                      hint: "`storectl preflight --full FILE` says which tables of a store or backup are damaged (`storectl snapshot verify ID` for a snapshot); "
+                          + "restore it from a backup, a snapshot or a point")
+    }
+
     /// What page 1's first 100 bytes say.
     struct Header: Sendable, Equatable {
         var pageSize: Int
@@ -24,11 +32,11 @@ enum SQLitePages {
             let raw = Int(be16(page, 16))
             let pageSize = raw == 1 ? 65_536 : raw
             guard pageSize >= 512, pageSize <= 65_536, pageSize & (pageSize - 1) == 0 else {
-                throw StoreOpsError(.badData, "\(what): its header gives page size \(raw)")
+                throw SQLitePages.damaged(what, "its header gives page size \(raw)")
             }
             let reserved = Int(page[20])
             guard pageSize - reserved >= 480 else {
-                throw StoreOpsError(.badData, "\(what): its header reserves \(reserved) bytes of each \(pageSize)-byte page, more than SQLite allows")
+                throw SQLitePages.damaged(what, "its header reserves \(reserved) bytes of each \(pageSize)-byte page, more than SQLite allows")
             }
             let encoding = Int(be32(page, 56))
             return Header(pageSize: pageSize, usable: pageSize - reserved, textEncoding: encoding == 0 ? 1 : encoding,
@@ -60,16 +68,16 @@ enum SQLitePages {
             self.what = what
             headerOffset = number == 1 ? 100 : 0
             guard bytes.count >= usable else {
-                throw StoreOpsError(.badData, "\(what): page \(number) is \(bytes.count) bytes, shorter than its header's page size")
+                throw SQLitePages.damaged(what, "page \(number) is \(bytes.count) bytes, shorter than its header's page size")
             }
             guard bytes.count >= headerOffset + 12, let kind = PageKind(rawValue: bytes[headerOffset]) else {
-                throw StoreOpsError(.badData, "\(what): page \(number) is not a b-tree page (type byte \(bytes.count > headerOffset ? String(bytes[headerOffset]) : "missing"))")
+                throw SQLitePages.damaged(what, "page \(number) is not a b-tree page (type byte \(bytes.count > headerOffset ? String(bytes[headerOffset]) : "missing"))")
             }
             self.kind = kind
             cellCount = Int(be16(bytes, headerOffset + 3))
             let pointers = headerOffset + (kind.isLeaf ? 8 : 12)
             guard pointers + 2 * cellCount <= usable else {
-                throw StoreOpsError(.badData, "\(what): page \(number) claims \(cellCount) cells, more than fit")
+                throw SQLitePages.damaged(what, "page \(number) claims \(cellCount) cells, more than fit")
             }
         }
 
@@ -77,7 +85,7 @@ enum SQLitePages {
         func cellOffset(_ i: Int) throws -> Int {
             let offset = Int(be16(bytes, headerOffset + (kind.isLeaf ? 8 : 12) + 2 * i))
             guard offset >= headerOffset + 8, offset < usable else {
-                throw StoreOpsError(.badData, "\(what): cell \(i) of page \(number) points outside the page (\(offset))")
+                throw SQLitePages.damaged(what, "cell \(i) of page \(number) points outside the page (\(offset))")
             }
             return offset
         }
@@ -89,7 +97,7 @@ enum SQLitePages {
             out.reserveCapacity(cellCount + 1)
             for i in 0..<cellCount {
                 let offset = try cellOffset(i)
-                guard offset + 4 <= usable else { throw StoreOpsError(.badData, "\(what): cell \(i) of page \(number) is cut short") }
+                guard offset + 4 <= usable else { throw SQLitePages.damaged(what, "cell \(i) of page \(number) is cut short") }
                 out.append(be32(bytes, offset))
             }
             out.append(be32(bytes, headerOffset + 8))
@@ -109,15 +117,15 @@ enum SQLitePages {
         func cell(_ i: Int) throws -> Cell {
             var at = try cellOffset(i)
             if kind == .indexInterior { at += 4 }
-            guard kind != .tableInterior else { throw StoreOpsError(.badData, "\(what): page \(number) holds no rows") }
+            guard kind != .tableInterior else { throw SQLitePages.damaged(what, "page \(number) holds no rows") }
             let size = try varint(bytes, &at, limit: usable, what: what)
-            guard size >= 0, size <= 1 << 31 else { throw StoreOpsError(.badData, "\(what): a cell of page \(number) claims \(size) bytes") }
+            guard size >= 0, size <= 1 << 31 else { throw SQLitePages.damaged(what, "a cell of page \(number) claims \(size) bytes") }
             var rowid: Int64 = 0
             if kind == .tableLeaf { rowid = try varint(bytes, &at, limit: usable, what: what) }
             let payload = Int(size)
             let local = SQLitePages.localSize(payload: payload, usable: usable, table: kind == .tableLeaf)
             guard at + local + (local < payload ? 4 : 0) <= usable else {
-                throw StoreOpsError(.badData, "\(what): a cell of page \(number) runs past the page's end")
+                throw SQLitePages.damaged(what, "a cell of page \(number) runs past the page's end")
             }
             let overflow = local < payload ? be32(bytes, at + local) : 0
             return Cell(rowid: rowid, payloadSize: payload, localStart: at, localSize: local, overflow: overflow)
@@ -146,7 +154,7 @@ enum SQLitePages {
     static func record(_ payload: [UInt8], encoding: Int, what: String) throws -> [Value] {
         var at = 0
         let headerSize = try varint(payload, &at, limit: payload.count, what: what)
-        guard headerSize >= 1, headerSize <= payload.count else { throw StoreOpsError(.badData, "\(what): a record's header claims \(headerSize) bytes") }
+        guard headerSize >= 1, headerSize <= payload.count else { throw SQLitePages.damaged(what, "a record's header claims \(headerSize) bytes") }
         var types: [Int64] = []
         while at < Int(headerSize) { types.append(try varint(payload, &at, limit: Int(headerSize), what: what)) }
         var body = Int(headerSize)
@@ -160,10 +168,10 @@ enum SQLitePages {
             case 5: length = 6
             case 6, 7: length = 8
             case 12...: length = Int((type - 12) / 2)
-            default: throw StoreOpsError(.badData, "\(what): a record uses serial type \(type), which SQLite does not")
+            default: throw SQLitePages.damaged(what, "a record uses serial type \(type), which SQLite does not")
             }
             // Compared without adding (a length near Int.max must not overflow).
-            guard length >= 0, length <= payload.count - body else { throw StoreOpsError(.badData, "\(what): a record's values run past its end") }
+            guard length >= 0, length <= payload.count - body else { throw SQLitePages.damaged(what, "a record's values run past its end") }
             switch type {
             case 0: values.append(.null)
             case 8: values.append(.integer(0))
@@ -211,7 +219,7 @@ enum SQLitePages {
     static func varint(_ bytes: [UInt8], _ at: inout Int, limit: Int, what: String) throws -> Int64 {
         var value: UInt64 = 0
         for i in 0..<9 {
-            guard at < limit, at < bytes.count else { throw StoreOpsError(.badData, "\(what): a varint runs past its page") }
+            guard at < limit, at < bytes.count else { throw SQLitePages.damaged(what, "a varint runs past its page") }
             let byte = bytes[at]
             at += 1
             if i == 8 { return Int64(bitPattern: (value << 8) | UInt64(byte)) }

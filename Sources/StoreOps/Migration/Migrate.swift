@@ -104,6 +104,9 @@ public enum Migrate {
         public var others: StoreDiff.Summary?
         /// `--force` only: whether each difference was attributed to the migrations or to others.
         public var attributed: Bool?
+        /// `--dry-run`: the migration that failed on the copy and why (the real run would fail
+        /// there: roll back with --rollback-on-failure, 3, else 1). The exit is 2, the plan printed.
+        public var rehearsalFailure: String?
         /// `--dry-run --at`: the point the rehearsal started from, and its time.
         public var rehearsedPoint: String?
         public var rehearsedPointTime: Date?
@@ -327,11 +330,22 @@ public enum Migrate {
             }
             let queue = try StoreConnection.open(after, access: .readWrite, busyTimeout: options.timeout, side: .output, label: "storectl.migrate-dry-run")
             let pipeline = Pipeline(operation: "migrate --dry-run")
+            var current: Migration?
             do {
                 for migration in migrations where report.plan.pending.contains(where: { $0.version == migration.version }) {
+                    current = migration
                     try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: nil, pipeline: pipeline) }
                 }
                 try queue.close()
+            } catch let error as StoreOpsError where current != nil && Self.isFinding(error) {
+                // What the rehearsal is there to find: a migration that fails (its SQL, its checks, a
+                // data-loss guard). The plan is still the answer, with the failure; a copy that could
+                // not be written or a signal is the run's own failure.
+                try? queue.close()
+                let name = current.map { String(format: "%04d_%@", $0.version, $0.name) } ?? "?"
+                report.rehearsalFailure = "\(name): \(error.message)"
+                report.failureHint = error.hint
+                return
             } catch let error as StoreOpsError {
                 try? queue.close()
                 throw StoreOpsError(error.kind, "on a copy of the store (dry run; the store is unchanged): \(error.message)", hint: error.hint)
@@ -349,6 +363,15 @@ public enum Migrate {
                     .union((try? Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout, Migrate.names)) ?? [])
                 let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
                 if !unknown.isEmpty { report.unknownDeclared = unknown }
+            }
+        }
+
+        /// A failure of a migration on the rehearsal's copy that the real run would meet too (its
+        /// SQL, its checks, a guard), not the copy's own trouble (space, I/O, a lock, a signal).
+        static func isFinding(_ error: StoreOpsError) -> Bool {
+            switch error.kind {
+            case .noSpace, .ioError, .busy, .unreachable, .signal: return false
+            default: return true
             }
         }
 

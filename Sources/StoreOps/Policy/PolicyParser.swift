@@ -67,7 +67,9 @@ extension Policy {
         reader.finish(known: ["store", "purge", "snapshot", "schedule", "replicate"])
 
         guard sink.problems.isEmpty, let storeSection else {
-            return .failure(PolicyProblems(file: file, problems: sink.problems))
+            // Unknown keys first: a misspelt section or key is usually why something is "missing".
+            let unknown = sink.problems.filter { $0.message.hasPrefix("unknown key") }
+            return .failure(PolicyProblems(file: file, problems: unknown + sink.problems.filter { !$0.message.hasPrefix("unknown key") }))
         }
         return .success(Policy(file: file, store: storeSection, rules: rules, snapshot: snapshot, schedule: schedule, replicate: replicate))
     }

@@ -139,7 +139,10 @@ final class TableReader {
     /// Reports every key not read as unknown, naming the keys this table accepts.
     func finish(known: [String]) {
         for key in table.keys.sorted() where !used.contains(key) {
-            problem(key, "unknown key; expected one of: \(known.joined(separator: ", "))")
+            // A typo ("snapshto") names the key it was meant to be.
+            let near = known.filter { !table.keys.contains($0) }.min { RepositoryLocation.editDistance(key, $0) < RepositoryLocation.editDistance(key, $1) }
+            let meant = near.flatMap { RepositoryLocation.editDistance(key, $0) <= 2 ? "did you mean \"\($0)\"? " : nil } ?? ""
+            problem(key, "unknown key; \(meant)expected one of: \(known.joined(separator: ", "))")
         }
     }
 }

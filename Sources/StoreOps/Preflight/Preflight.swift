@@ -76,13 +76,29 @@ public enum Preflight {
                                 advice: journal.advice))
         }
 
-        let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: options.timeout, label: "storectl.preflight")
-        defer { try? queue.close() }
         var entities: [CoreDataCensus.EntityCount]?
+        func report() -> PreflightReport {
+            PreflightReport(store: store.path, operation: options.operation, destination: destination, checks: checks,
+                            entities: entities, startedAt: startedAt, durationSeconds: Date().timeIntervalSince(startedAt))
+        }
+        let queue: DatabaseQueue
+        do {
+            queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: options.timeout, label: "storectl.preflight")
+        } catch {
+            // A SQLite file SQLite cannot open (its schema unreadable, the file cut short): what
+            // preflight is there to say, as a failed check, not an error that sends the operator back here.
+            guard let damaged = unreadable(store, error) else { throw error }
+            checks.append(damaged)
+            return report()
+        }
+        defer { try? queue.close() }
         try queue.inDatabase { db in
             let info: StoreInfo
             do { info = try StoreInfo.read(db, store: store) } catch {
-                throw StoreOpsError.sqlite(error, doing: "reading \(store.path)")
+                guard let damaged = unreadable(store, error) else { throw StoreOpsError.sqlite(error, doing: "reading \(store.path)") }
+                checks.append(damaged)
+                checks.append(contentsOf: integrityChecks(db, full: options.full, progress: progress))
+                return
             }
             checks.append(contentsOf: stateChecks(info, store: store, locks: locks))
             checks.append(contentsOf: try spaceChecks(info, store: store, operation: options.operation, destination: destination))
@@ -93,8 +109,31 @@ public enum Preflight {
             checks.append(contentsOf: coreData.checks)
             entities = coreData.entities
         }
-        return PreflightReport(store: store.path, operation: options.operation, destination: destination, checks: checks,
-                               entities: entities, startedAt: startedAt, durationSeconds: Date().timeIntervalSince(startedAt))
+        return report()
+    }
+
+    /// The failed check for a store whose SQLite header is there but which SQLite reports damaged
+    /// (SQLITE_CORRUPT) when opening or reading it; nil for any other error (not a SQLite file at
+    /// all is 65, a lock 75, as before). Says when the file is shorter than its header claims.
+    static func unreadable(_ store: StoreFile, _ error: Error) -> Check? {
+        let corrupt: Bool
+        switch error {
+        case let error as DatabaseError: corrupt = error.resultCode == .SQLITE_CORRUPT
+        case let error as StoreOpsError: corrupt = error.kind == .badData && error.message.contains("malformed")
+        default: corrupt = false
+        }
+        guard corrupt, let header = try? FileProbe.shared.header(of: store.path), header.count == 100,
+              header.starts(with: Array("SQLite format 3\u{0}".utf8)) else { return nil }
+        let message = (error as? StoreOpsError)?.message ?? StoreOpsError.sqlite(error, doing: "opening \(store.path)").message
+        var details = [message]
+        var summary = "SQLite cannot read the store: it is damaged"
+        if let short = StoreFile.shortfall(of: store.path) {
+            summary = "SQLite cannot read the store: the file is cut short (\(Format.bytes(short.size)); its header counts "
+                + "\(Format.plural(Int(short.pages), "page", "pages")) of \(Format.bytes(short.pageSize)), \(Format.bytes(short.pages * UInt64(short.pageSize))))"
+            details.append("a copy that stopped early, or a disk that filled while it was written")
+        }
+        return Check("store.readable", .fail, summary, details: details,
+                     advice: "do not migrate or purge it; restore it from a backup, a snapshot or a point (`storectl snapshot restore --at TIME --in-place`)")
     }
 
     // MARK: - Locks
@@ -217,8 +256,27 @@ public enum Preflight {
                     : Check(id, .fail, "\(Format.plural(messages.count, "problem", "problems"))\(messages.count >= 20 ? " (the first 20)" : "")", details: messages,
                             advice: "the store is damaged: do not migrate or purge it; restore from a backup", figures: figures))
             } catch {
-                checks.append(Check(id, .fail, "could not run: \(StoreOpsError.sqlite(error, doing: pragma).message)",
-                                    advice: "the store is damaged or unreadable"))
+                // SQLite gave up part way (a page it cannot walk): the check table by table says which
+                // tables are damaged and which read whole.
+                let whole = (error as? DatabaseError)?.message ?? StoreOpsError.sqlite(error, doing: pragma).message
+                let tables = (try? String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) ?? []
+                var details: [String] = [], damaged: [String] = []
+                for table in tables {
+                    do {
+                        let messages = try StoreConnection.integrityMessages(db, pragma: pragma, table: table)
+                        guard messages != ["ok"] else { continue }
+                        damaged.append(table)
+                        details += messages.prefix(5).map { "\(table): \($0)" }
+                    } catch {
+                        damaged.append(table)
+                        details.append("\(table): \((error as? DatabaseError)?.message ?? StoreOpsError.sqlite(error, doing: "\(pragma)(\(table))").message)")
+                    }
+                }
+                let summary = tables.isEmpty ? "could not run: \(whole)"
+                    : "SQLite stopped on damage (\(whole)); table by table: \(damaged.isEmpty ? "every table reads" : "damaged: \(damaged.joined(separator: ", "))"), \(Format.plural(tables.count - damaged.count, "other table", "other tables")) ok"
+                checks.append(Check(id, .fail, summary, details: details,
+                                    advice: "the store is damaged: do not migrate or purge it; restore from a backup, a snapshot or a point",
+                                    figures: ["damagedTables": .array(damaged.map { .string($0) })]))
             }
         }
         run("integrity.quick_check", "quick_check")
@@ -287,7 +345,7 @@ public enum Preflight {
                         advice: "Core Data would reuse existing primary keys or fail to read them; the store was edited outside Core Data")).with(figures)
         } catch {
             return Check("coredata.z_max", .fail, "could not check: \(StoreOpsError.sqlite(error, doing: "reading the primary keys").message)",
-                         advice: "the store is damaged or unreadable: `storectl preflight --full` shows what is wrong")
+                         advice: "the store is damaged or unreadable: the integrity checks say where (`--full` runs them all)")
         }
     }
 
@@ -309,7 +367,7 @@ public enum Preflight {
                         advice: "these rows point at objects that no longer exist; Core Data faults on them")).with(figures)
         } catch {
             return Check("coredata.orphans", .fail, "could not check: \(StoreOpsError.sqlite(error, doing: "reading the to-one references").message)",
-                         advice: "the store is damaged or unreadable: `storectl preflight --full` shows what is wrong")
+                         advice: "the store is damaged or unreadable: the integrity checks say where (`--full` runs them all)")
         }
     }
 

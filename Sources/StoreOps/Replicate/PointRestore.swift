@@ -534,7 +534,7 @@ extension PointRestore {
         if trimmed.hasPrefix("-") {
             switch DurationText.parse(String(trimmed.dropFirst()), allowZero: true) {
             case .success(let duration): return now.addingTimeInterval(-duration.seconds)
-            case .failure(let error): throw StoreOpsError(.usage, "--at \(text): \(error.problem)", hint: "write a time like 2026-11-24T19:30:00Z or a duration before now like -5m")
+            case .failure(let error): throw StoreOpsError(.usage, "--at \(text) \(error.problem)", hint: "write a time like 2026-11-24T19:30:00Z or a duration before now like -5m")
             }
         }
         // RFC 3339 allows a space for the "T" (section 5.6), and `snapshot list` prints times so.

@@ -43,6 +43,11 @@ public struct RepositoryConfig: Sendable, Codable, Equatable {
         guard let data = try backend.read(key) else { return nil }
         struct Header: Decodable { var format: String?; var version: Int? }
         guard let header = try? JSON.decoder().decode(Header.self, from: data), header.format == "storectl-repository" else {
+            // storectl's own config that no longer reads (cut short, bytes changed): damage, not a wrong --repo.
+            if (try? JSONSerialization.jsonObject(with: data)) == nil, data.range(of: Data("\"storectl-repository\"".utf8)) != nil {
+                throw StoreOpsError(.badData, "\(backend.describe(key)) is damaged: it is a storectl repository's configuration that no longer reads as JSON (cut short or changed)",
+                                    hint: "every command reads it first: put back a copy of this file (it never changes after `repo init`: a backup of the repository, or another copy of it)")
+            }
             throw StoreOpsError(.badData, "\(backend.describe(key)) is not a storectl repository configuration", hint: "check --repo")
         }
         guard let version = header.version, version <= PagedRepository.formatVersion else {

@@ -289,6 +289,12 @@ public enum SnapshotRestore {
 
         func walk(progress: ProgressHandler?) throws -> Result {
             defer { hold?.release() }
+            // No store, nothing to finish (a swap record would put one back) and none asked for:
+            // refused before the lock stage, which would leave its lock file beside the missing store.
+            if !options.create, FileSystem.kind(of: store.path) == .missing, !StoreSwap.pending(target: store.path) {
+                throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
+                                    hint: "check the path, or pass --create to restore a store there")
+            }
             let pipeline = Pipeline(operation: options.clearsMigrationJournal ? "rollback" : "snapshot restore", store: store, progress: progress)
             var road = Road<InPlace>(lock: options.jobLockHeld ? .held : .exclusive, wait: options.wait, actName: "swap") { _ in
                 try self.swap()

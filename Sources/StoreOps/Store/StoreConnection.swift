@@ -73,8 +73,20 @@ public enum StoreConnection {
     }
 
     /// Runs a `PRAGMA <name>_check`-style statement and returns its messages (["ok"] when clean).
+    /// One message a line: SQLite can return several problems in one row, joined by newlines under
+    /// a "*** in database main ***" heading, which is left out.
     public static func integrityMessages(_ db: Database, pragma: String, limit: Int = 20) throws -> [String] {
-        try String.fetchAll(db, sql: "PRAGMA \(pragma)(\(limit))")
+        lines(try String.fetchAll(db, sql: "PRAGMA \(pragma)(\(limit))"))
+    }
+
+    /// `PRAGMA <pragma>(table)` for one table the schema names (quoted), one message a line.
+    public static func integrityMessages(_ db: Database, pragma: String, table: String) throws -> [String] {
+        lines(try String.fetchAll(db, sql: "PRAGMA \(pragma)(\(table.quotedDatabaseIdentifier))"))
+    }
+
+    static func lines(_ rows: [String]) -> [String] {
+        rows.flatMap { $0.split(separator: "\n", omittingEmptySubsequences: true).map(String.init) }
+            .filter { !($0.hasPrefix("*** in database ") && $0.hasSuffix(" ***")) }
     }
 
     /// Rows reported by `PRAGMA foreign_key_check`, rendered as text.

@@ -86,6 +86,18 @@ public struct StoreFile: Sendable, Hashable {
         return raw == 1 ? 65536 : raw
     }
 
+    /// When the file at `path` is shorter than its header says: the header's page count (valid when
+    /// its version-valid-for number is the change counter) times its page size is more than the
+    /// file holds, and there is no `-wal` that could hold the rest. nil otherwise.
+    public static func shortfall(of path: String) -> (pages: UInt64, pageSize: Int, size: UInt64)? {
+        guard let header = try? FileProbe.shared.header(of: path), header.count >= 100, let size = FileSystem.size(of: path),
+              FileSystem.kind(of: path + "-wal") == .missing || FileSystem.size(of: path + "-wal") == 0 else { return nil }
+        let pageSize = pageSize(fromHeader: header)
+        let pages = header[24..<28] == header[92..<96] ? UInt64(WalFormat.be32(header, 28)) : 0
+        guard pageSize > 0, pages * UInt64(pageSize) > size else { return nil }
+        return (pages, pageSize, size)
+    }
+
     /// True when the header's read/write versions say WAL (bytes 18 and 19 equal 2).
     public static func isWALHeader(_ header: [UInt8]) -> Bool {
         header.count >= 20 && header[18] == 2 && header[19] == 2

@@ -1,0 +1,165 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// What a new operator met trying storectl (a helper's session): damaged stores preflight could not
+/// report on, messages that said less than they should, a rehearsal that hid its plan, a lock file
+/// left beside a store that was not there.
+@Suite("damaged and mistaken input, as a new operator meets it")
+struct DamagedInputTests {
+    /// A checkpointed copy of a fresh store (no -wal): its pages are all in the file.
+    func checkpointed(_ folder: TempFolder) throws -> String {
+        let store = try makeStore(folder)
+        let queue = try DatabaseQueue(path: store)
+        try queue.writeWithoutTransaction { _ = try $0.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        try queue.close()
+        return store
+    }
+
+    /// `count` bytes of `byte` written at `offset` of `page` (1-based, the file's page size).
+    func damage(_ path: String, page: Int, offset: Int, byte: UInt8 = 0xFF, count: Int = 64) throws {
+        let header = try FileProbe.shared.header(of: path)
+        let pageSize = StoreFile.pageSize(fromHeader: header)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64((page - 1) * pageSize + offset))
+        try handle.write(contentsOf: Data(repeating: byte, count: count))
+    }
+
+    @Test("preflight of a store cut short (SQLite cannot read its schema) reports a failed check saying so, 2, not a 65 whose hint is to run preflight")
+    func preflightOfATruncatedStore() throws {
+        let folder = try TempFolder()
+        let store = try checkpointed(folder)
+        let data = try Data(contentsOf: URL(fileURLWithPath: store))
+        let cut = folder.file("Cut.sqlite")
+        try data.prefix(data.count / 2 + 100).write(to: URL(fileURLWithPath: cut))
+
+        let result = try ChildProcess.run(Binaries.storectl, ["preflight", "--full", cut])
+        #expect(result.status == 2, "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("fail  store.readable") && result.stdout.contains("the file is cut short"), "\(result.stdout)")
+        #expect(!result.stderr.contains("preflight --full"), "\(result.stderr)")
+        let json = try ChildProcess.run(Binaries.storectl, ["preflight", cut, "--json"])
+        #expect(json.status == 2 && json.stdout.contains("\"store.readable\""), "\(json.stdout) \(json.stderr)")
+
+        // A file that is not SQLite at all stays bad input.
+        let text = folder.file("notes.txt")
+        try Data("not a database, only text\n".utf8).write(to: URL(fileURLWithPath: text))
+        #expect(try ChildProcess.run(Binaries.storectl, ["preflight", text]).status == 65)
+    }
+
+    @Test("preflight --full of a store whose table's root page is damaged, where SQLite's whole-file checks stop: table by table, that table named, the others read")
+    func preflightTableByTable() throws {
+        let folder = try TempFolder()
+        let store = try checkpointed(folder)
+        // Page 3 is Z_METADATA's root in this store: its b-tree header overwritten.
+        try damage(store, page: 3, offset: 0)
+
+        let result = try ChildProcess.run(Binaries.storectl, ["preflight", "--full", store])
+        #expect(result.status == 2, "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("SQLite stopped on damage (database disk image is malformed); table by table: damaged: Z_METADATA, 7 other tables ok"), "\(result.stdout)")
+        let json = try ChildProcess.run(Binaries.storectl, ["preflight", "--full", store, "--json"])
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any], "\(json.stdout)")
+        let checks = report["checks"] as? [[String: Any]] ?? []
+        for id in ["integrity.quick_check", "integrity.integrity_check"] {
+            let check = try #require(checks.first { $0["id"] as? String == id }, "\(json.stdout)")
+            #expect((check["figures"] as? [String: Any])?["damagedTables"] as? [String] == ["Z_METADATA"], "\(check)")
+        }
+    }
+
+    @Test("preflight of a leaf page with damaged cell pointers: SQLite's messages one a line (it returns them as one row), counted as such")
+    func preflightOneMessageALine() throws {
+        let folder = try TempFolder()
+        let store = try checkpointed(folder)
+        // Page 20 is a leaf of ZITEM in this store: its cell pointers overwritten.
+        try damage(store, page: 20, offset: 8)
+        let json = try ChildProcess.run(Binaries.storectl, ["preflight", store, "--json"])
+        #expect(json.status == 2, "\(json.stdout) \(json.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any], "\(json.stdout)")
+        let check = try #require((report["checks"] as? [[String: Any]] ?? []).first { $0["id"] as? String == "integrity.quick_check" }, "\(json.stdout)")
+        let details = check["details"] as? [String] ?? []
+        #expect(details.count == 20 && details.allSatisfy { $0.hasPrefix("On tree page 20 cell ") && !$0.contains("\n") }, "\(details)")
+        #expect(check["summary"] as? String == "20 problems (the first 20)", "\(check)")
+    }
+
+    @Test("diff of a store with a damaged page says the side is damaged, with a hint (65)")
+    func diffOfADamagedStore() throws {
+        let folder = try TempFolder()
+        let store = try checkpointed(folder)
+        let damaged = folder.file("Damaged.sqlite")
+        try FileManager.default.copyItem(atPath: store, toPath: damaged)
+        try damage(damaged, page: 20, offset: 8)
+        let result = try ChildProcess.run(Binaries.storectl, ["diff", store, damaged])
+        #expect(result.status == 65, "\(result.stdout) \(result.stderr)")
+        #expect(result.stderr.contains("Damaged.sqlite is damaged: ") && result.stderr.contains("hint: `storectl preflight --full FILE`"), "\(result.stderr)")
+    }
+
+    @Test("restore --in-place of a store that is not there: 66, and no lock file left beside the missing store")
+    func restoreInPlaceOfNothing() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let repo = try folder.repository("snaps", encrypted: true)
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        let made = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--json"], environment: environment)
+        let id = try #require(try JSONSerialization.jsonObject(with: Data(made.stdout.utf8)) as? [String: Any])["id"] as? String ?? ""
+        let missing = folder.file("nope.sqlite")
+        let result = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, id, "--in-place", missing], environment: environment)
+        #expect(result.status == 66 && result.stderr.contains("nothing was changed"), "\(result.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasPrefix("nope") } == [], "left beside it")
+    }
+
+    @Test("migrate --dry-run of a migration that fails on the copy: the plan, the failure, 2; the store unchanged")
+    func rehearsalThatFails() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let repo = try folder.repository("snaps", encrypted: true)
+        let migrations = folder.file("migrations")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        try Data("ALTER TABLE ZITEM ADD COLUMN ZLABEL VARCHAR;".utf8).write(to: URL(fileURLWithPath: migrations + "/0001_label.sql"))
+        try Data("INSERT INTO no_such_table VALUES (1);".utf8).write(to: URL(fileURLWithPath: migrations + "/0002_broken.sql"))
+        let before = try StoreState.digest(store)
+        let result = try ChildProcess.run(Binaries.storectl, ["migrate", store, "--migrations", migrations, "--repo", repo, "--dry-run"],
+                                          environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
+        #expect(result.status == 2, "\(result.stdout) \(result.stderr)")
+        #expect(result.stdout.contains("plan for ") && result.stdout.contains("0002_broken") && result.stdout.contains("FAILS ON A COPY: 0002_broken: "),
+                "\(result.stdout)")
+        #expect(try StoreState.digest(store) == before)
+    }
+
+    @Test("a repository's config cut short is damaged (65, put a copy back), not \"not a repository: check --repo\"")
+    func configCutShort() throws {
+        let folder = try TempFolder()
+        let repo = try folder.repository("snaps", encrypted: true)
+        let config = repo + "/config"
+        let data = try Data(contentsOf: URL(fileURLWithPath: config))
+        try FileManager.default.removeItem(atPath: config)
+        try data.prefix(data.count / 2).write(to: URL(fileURLWithPath: config))
+        let result = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo], environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
+        #expect(result.status == 65 && result.stderr.contains("config is damaged") && result.stderr.contains("put back a copy"), "\(result.stderr)")
+    }
+
+    @Test("a misspelt policy section is the first problem named, with the name it was meant to be; --at with an unknown unit reads as a sentence")
+    func mistakesNamedFirst() throws {
+        let folder = try TempFolder()
+        _ = try makeStore(folder)
+        let policy = folder.file("policy.toml")
+        try Data("""
+            [store]
+            path = "Tasks.sqlite"
+
+            [schedule]
+            snapshot = "hourly"
+
+            [snapshto]
+            repository = "snaps"
+            """.utf8).write(to: URL(fileURLWithPath: policy))
+        let result = try ChildProcess.run(Binaries.storectl, ["policy", "check", policy])
+        #expect(result.status == 65, "\(result.stdout) \(result.stderr)")
+        let problems = (result.stdout + result.stderr).split(separator: "\n").filter { $0.contains("policy.toml:") || $0.contains(": missing") || $0.contains("unknown key") }
+        #expect(problems.first?.contains("snapshto: unknown key; did you mean \"snapshot\"?") == true, "\(result.stdout) \(result.stderr)")
+
+        let at = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", folder.file("snaps"), "--at", "-5x", "--to", folder.file("r.sqlite")])
+        #expect(at.status == 64 && at.stderr.contains("--at -5x has an unknown unit 'x'"), "\(at.stderr)")
+    }
+}
