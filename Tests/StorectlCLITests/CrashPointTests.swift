@@ -95,16 +95,20 @@ final class CrashFixture: @unchecked Sendable {
         return found
     }
 
-    /// Every listed snapshot verifies, every blob is indexed, and nothing temporary is left. (A
-    /// format-1 repository is a convert's source: only read, checked by that scenario.)
+    /// Every listed snapshot verifies; after the next run, also every blob is indexed and nothing
+    /// temporary is left. (A format-1 repository is a convert's source: only read, checked by that
+    /// scenario.) Right after the kill only the verify runs: `repo check` takes the repository and
+    /// removes what a dead run left (its lock, packs no index names), which is the next run's to
+    /// meet and clean, not the test's.
     func expectRepositoryClean(_ point: String, _ phase: String) throws {
         guard place == .s3 || FileSystem.kind(of: (repo as NSString).appendingPathComponent("config")) == .file else { return }
         let verify = try run(["snapshot", "verify", "--repo", repo, "--all"])
         #expect(verify.status == 0, "\(point) \(phase): a listed snapshot does not verify: \(verify.stdout) \(verify.stderr)")
+        guard phase == "after the next run" else { return }
         // A damaged catalog entry (a record that does not open) fails both the verify and the check.
         let check = try run(["repo", "check", "--repo", repo, "--json"])
         #expect(check.status == 0, "\(point) \(phase): repo check: \(check.stdout) \(check.stderr)")
-        if phase == "after the next run" { #expect(leftovers([repo]).isEmpty, "\(point): \(leftovers([repo]))") }
+        #expect(leftovers([repo]).isEmpty, "\(point): \(leftovers([repo]))")
     }
 
     /// SHA-256 of every file under `path` but the flock file.
