@@ -29,7 +29,10 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
         print(json ? jsonReport(report) : Self.render(report))
         // On stderr also with --json (the report is on stdout): a failure always says so.
         if report.ending.outcome == .stopped, let reason = report.ending.stop {
-            FileHandle.standardError.write(Data("storectl: purge stopped: \(reason); finished batches are committed, the rest is untouched\n".utf8))
+            // Stopped before a batch ran (a kill switch already thrown) changed nothing: said so, not "finished batches are committed".
+            let batches = report.rules.reduce(0) { $0 + $1.batches }
+            let done = batches == 0 ? "no batch ran: nothing was changed" : "the \(Format.plural(batches, "finished batch is", "finished batches are")) committed, the rest is untouched"
+            FileHandle.standardError.write(Data("storectl: purge stopped: \(reason); \(done)\n".utf8))
         } else if [.failed, .checksFailed].contains(report.ending.outcome), let error = report.ending.error {
             FileHandle.standardError.write(Data("storectl: \(error.message)\(error.hint.map { "\n  hint: \($0)" } ?? "")\n".utf8))
         }

@@ -29,7 +29,7 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
             if !swap.kept.isEmpty { line += "; the previous files are kept at \(swap.kept.joined(separator: ", "))" }
             if !swap.intruders.isEmpty { line += "; files found in the way were kept: \(swap.intruders.joined(separator: ", "))" }
             print(line)
-        } else if result.inFolder == nil {
+        } else if result.inFolder == nil, result.removedTemporaryFiles.isEmpty {
             print("nothing to recover at \(result.path)")
         }
         if !result.removedTemporaryFiles.isEmpty {

@@ -163,3 +163,85 @@ struct DamagedInputTests {
         #expect(at.status == 64 && at.stderr.contains("--at -5x has an unknown unit 'x'"), "\(at.stderr)")
     }
 }
+
+/// The second helper's session (interruptions, the kill switch, busy stores, full disks, jobs).
+@Suite("stops, locks and kill switches, as a new operator meets them")
+struct OperatorStopTests {
+    func purgePolicy(_ folder: TempFolder, store: String) throws -> String {
+        let path = folder.file("purge.toml")
+        try Data("""
+            [store]
+            path = "\(store)"
+            busy_timeout = "1s"
+            [[purge]]
+            name = "items"
+            entity = "Item"
+            deleted_flag = "ZISDELETED"
+            deleted_at = "ZDELETEDAT"
+            time_format = "coredata"
+            retention = "30d"
+            """.utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    @Test("replicate stopped by SIGTERM while its first base is made: a stop (0) that says nothing is protected yet, not \"never followed\" (143)")
+    func stoppedDuringFirstBase() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let store = try makeStore(folder, items: 60_000)
+        let repo = try folder.repository("repo")
+        // zstd 19 makes the base take seconds; SIGTERM comes while it is made.
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--level", "19", "--for", "60s",
+                                                                    "--status-file", folder.file("status.json")],
+                                                environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
+        usleep(700_000)
+        follower.signal(SIGTERM)
+        let result = follower.wait()
+        #expect(result.status == 0, "\(result.status) \(result.stderr)")
+        #expect(result.stderr.contains("stopped by SIGTERM while its first base was made: nothing of it is protected yet") && !result.stderr.contains("never followed"),
+                "\(result.stderr)")
+        let status = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", folder.file("status.json"), "--repo", repo],
+                                          environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
+        #expect(!status.stdout.contains("NOT FOLLOWED"), "\(status.stdout)")
+    }
+
+    @Test("purge against a store another process holds locked: 75 whose hint names the policy's busy_timeout (purge has no --timeout)")
+    func purgeBusyHint() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, journalMode: "delete")
+        let policy = try purgePolicy(folder, store: store)
+        let ready = folder.file("held")
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "exclusive", "--seconds", "6", "--ready-file", ready])
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        var waited = 0
+        while FileSystem.kind(of: ready) == .missing, waited < 200 { usleep(25_000); waited += 1 }
+        let result = try ChildProcess.run(Binaries.storectl, ["purge", "--policy", policy])
+        #expect(result.status == 75, "\(result.status) \(result.stderr)")
+        #expect(result.stderr.contains("busy_timeout (1s) in \(policy)") && !result.stderr.contains("--timeout"), "\(result.stderr)")
+    }
+
+    @Test("purge with the kill switch already thrown: says nothing was changed (not \"finished batches are committed\"); --json names the switch plainly")
+    func purgeStoppedBeforeABatch() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let policy = try purgePolicy(folder, store: store)
+        #expect(try ChildProcess.run(Binaries.storectl, ["killswitch", "engage", store]).status == 0)
+        let result = try ChildProcess.run(Binaries.storectl, ["purge", "--policy", policy])
+        #expect(result.stderr.contains("no batch ran: nothing was changed") && !result.stderr.contains("finished batches are committed"), "\(result.status) \(result.stderr)")
+        let json = try ChildProcess.run(Binaries.storectl, ["purge", "--policy", policy, "--json"])
+        #expect(json.stdout.contains("\"killSwitch\" : \"\(store).storectl-killswitch\"") && !json.stdout.contains("_0"), "\(json.stdout)")
+        // An ending recorded before this change (the compiler's form) still reads.
+        let old = try JSON.decoder().decode(StopReason.self, from: Data(#"{"killSwitch":{"_0":"/s.storectl-killswitch"}}"#.utf8))
+        #expect(old == .killSwitch("/s.storectl-killswitch"))
+        #expect(try JSON.decoder().decode(StopReason.self, from: try JSON.encoder().encode(StopReason.signal(15))) == .signal(15))
+    }
+
+    @Test("recover of a folder where it removed a dead run's temporary file says so, not also \"nothing to recover\"")
+    func recoverSaysWhatItDid() throws {
+        let folder = try TempFolder()
+        let stale = folder.file(".b.sqlite.tmp-storectl-999999-dead")
+        try Data("x".utf8).write(to: URL(fileURLWithPath: stale))
+        let target = folder.file("b.sqlite")
+        let result = try ChildProcess.run(Binaries.storectl, ["recover", target])
+        #expect(result.stdout.contains("removed 1 temporary file of dead storectl runs") && !result.stdout.contains("nothing to recover"), "\(result.status) \(result.stdout) \(result.stderr)")
+    }
+}

@@ -105,14 +105,28 @@ public enum Purge {
         guard !policy.rules.isEmpty else {
             throw StoreOpsError(.badData, "\(policy.file) has no [[purge]] rules", hint: "add a [[purge]] table, see Policies/README.md")
         }
-        if options.dryRun, !options.inScratchCopy {
-            if let report = try dryRunOnCopy(policy, store: store, options: options, progress: progress) { return report }
-            var report = try run(policy, store: store, options: options, progress: progress)
-            report.dryRunNote = "no room for a scratch copy in \(FileSystem.absolute(NSTemporaryDirectory())) (TMPDIR): each rule was counted "
-                + "against the store as it is, so a rule after another may count rows that one deletes first"
-            return report
+        do {
+            if options.dryRun, !options.inScratchCopy {
+                if let report = try dryRunOnCopy(policy, store: store, options: options, progress: progress) { return report }
+                var report = try run(policy, store: store, options: options, progress: progress)
+                report.dryRunNote = "no room for a scratch copy in \(FileSystem.absolute(NSTemporaryDirectory())) (TMPDIR): each rule was counted "
+                    + "against the store as it is, so a rule after another may count rows that one deletes first"
+                return report
+            }
+            return try run(policy, store: store, options: options, progress: progress)
+        } catch var error as StoreOpsError {
+            // The generic hints name options purge does not have: its wait is the policy's, and the
+            // volume that filled is the store's.
+            switch error.kind {
+            case .busy:
+                error.hint = "another process held the store's lock longer than [store] busy_timeout (\(policy.store.busyTimeout.text)) in \(policy.file); "
+                    + "try again later, or raise busy_timeout"
+            case .noSpace:
+                error.hint = "free space on the store's volume (\(store.folder)) and in TMPDIR; the batches committed before are kept, the rest is untouched"
+            default: break
+            }
+            throw error
         }
-        return try run(policy, store: store, options: options, progress: progress)
     }
 
     /// The dry run: the purge itself, run on a scratch copy of the store in the temp folder (the

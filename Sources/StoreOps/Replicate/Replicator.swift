@@ -1332,6 +1332,15 @@ public enum Replicate {
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: record.externalFileSet.mapValues(\.bytes))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
             } catch {
+                // Stopped (SIGTERM, SIGINT) while the base was made: a stop asked for, not a store
+                // that could not be followed; the run ends as any stop does (0), saying so.
+                if case .signal? = StoreOpsError.wrapping(error)?.kind, ProcessSignals.received != nil {
+                    say("\(replica.store.path): stopped by \(ProcessSignals.name(ProcessSignals.received ?? SIGTERM)) while its "
+                        + (replica.summary.bases.isEmpty && !replica.summary.resumed ? "first base was made: nothing of it is protected yet; the next run makes it"
+                           : "base was made: the next run makes it"))
+                    replica.retryAfter = Date().addingTimeInterval(max(1, options.syncInterval))
+                    return
+                }
                 // Never followed in this run: no base made, no chain taken up (a resume that
                 // found a gap or failed sets the chain, yet follows nothing).
                 if replica.summary.bases.isEmpty, !replica.summary.resumed {

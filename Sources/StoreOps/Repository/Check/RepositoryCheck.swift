@@ -53,7 +53,8 @@ public enum RepositoryCheck {
         if !hold.removedStray.isEmpty {
             // Taking the repository cleans up what dead runs left (a killed writer's or prune's
             // packs no index lists, unfinished uploads): said, not done in silence.
-            let shown = hold.removedStray.prefix(5).map { repository.backend.describe($0) }.joined(separator: ", ")
+            // Some come back described already (a path, an s3:// name), some as keys.
+            let shown = hold.removedStray.prefix(5).map { $0.hasPrefix("/") || $0.contains("://") ? $0 : repository.backend.describe($0) }.joined(separator: ", ")
             report.notes.insert("removed \(Format.plural(hold.removedStray.count, "object", "objects")) a dead run left (no index or snapshot uses them): \(shown)\(hold.removedStray.count > 5 ? ", and \(hold.removedStray.count - 5) more" : "")", at: 0)
         }
         return report
