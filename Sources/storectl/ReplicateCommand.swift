@@ -96,7 +96,8 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
     /// a missing file, with the first such store's status, each named), or commits read and never
     /// written; nil when every commit read is in a point.
     static func failure(of summary: Replicate.Summary) -> StoreOpsError? {
-        let unfollowed = summary.stores.filter { $0.notFollowed != nil }
+        // Status 0: stopped (SIGTERM) while the first base was made, as asked; said, not a failure.
+        let unfollowed = summary.stores.filter { $0.notFollowed != nil && $0.notFollowedStatus != 0 }
         if let first = unfollowed.first {
             return StoreOpsError(status: ExitStatus(rawValue: first.notFollowedStatus ?? ExitStatus.failure.rawValue),
                                  unfollowed.map { "never followed \($0.store): \($0.notFollowed ?? "")" }.joined(separator: "; "),

@@ -184,7 +184,7 @@ struct OperatorStopTests {
         return path
     }
 
-    @Test("replicate stopped by SIGTERM while its first base is made: a stop (0) that says nothing is protected yet, not \"never followed\" (143)")
+    @Test("replicate stopped by SIGTERM while its first base is made: a stop (0) that says nothing is protected yet, not \"never followed\" (143); the status file still says it is not followed")
     func stoppedDuringFirstBase() throws {
         let folder = try TempFolder("storectl-replicate")
         let store = try makeStore(folder, items: 60_000)
@@ -201,7 +201,7 @@ struct OperatorStopTests {
                 "\(result.stderr)")
         let status = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", folder.file("status.json"), "--repo", repo],
                                           environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
-        #expect(!status.stdout.contains("NOT FOLLOWED"), "\(status.stdout)")
+        #expect(status.stdout.contains("NOT FOLLOWED: stopped by SIGTERM while its first base was made"), "\(status.stdout)")
     }
 
     @Test("purge against a store another process holds locked: 75 whose hint names the policy's busy_timeout (purge has no --timeout)")

@@ -344,7 +344,10 @@ public enum Migrate {
                 try? queue.close()
                 let name = current.map { String(format: "%04d_%@", $0.version, $0.name) } ?? "?"
                 report.rehearsalFailure = "\(name): \(error.message)"
+                report.failure = "the rehearsal on a copy failed at \(name): \(error.message)"
                 report.failureHint = error.hint
+                // The run ends 2 (what a check that found a problem ends with), the plan printed.
+                report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: error.hint))
                 return
             } catch let error as StoreOpsError {
                 try? queue.close()
@@ -369,10 +372,7 @@ public enum Migrate {
         /// A failure of a migration on the rehearsal's copy that the real run would meet too (its
         /// SQL, its checks, a guard), not the copy's own trouble (space, I/O, a lock, a signal).
         static func isFinding(_ error: StoreOpsError) -> Bool {
-            switch error.kind {
-            case .noSpace, .ioError, .busy, .unreachable, .signal: return false
-            default: return true
-            }
+            [.failure, .badData, .checksFailed].contains(error.kind)
         }
 
         /// Under the lock: nobody else has the store open, no interrupted run, the plan again,

@@ -119,7 +119,9 @@ public enum Preflight {
         let corrupt: Bool
         switch error {
         case let error as DatabaseError: corrupt = error.resultCode == .SQLITE_CORRUPT
-        case let error as StoreOpsError: corrupt = error.kind == .badData && error.message.contains("malformed")
+        case let error as StoreOpsError:
+            // StoreConnection.open maps SQLITE_CORRUPT to this wording (a schema a newer SQLite wrote is "malformed database schema": not damage).
+            corrupt = error.kind == .badData && error.message.contains("(database disk image is malformed)")
         default: corrupt = false
         }
         guard corrupt, let header = try? FileProbe.shared.header(of: store.path), header.count == 100,
@@ -133,7 +135,7 @@ public enum Preflight {
             details.append("a copy that stopped early, or a disk that filled while it was written")
         }
         return Check("store.readable", .fail, summary, details: details,
-                     advice: "do not migrate or purge it; restore it from a backup, a snapshot or a point (`storectl snapshot restore --at TIME --in-place`)")
+                     advice: "do not migrate or purge it; restore it from a backup, a snapshot or a point (`storectl snapshot restore --repo REPO --at TIME --in-place \(store.path)`)")
     }
 
     // MARK: - Locks
@@ -255,28 +257,36 @@ public enum Preflight {
                     ? Check(id, .ok, "ok", figures: figures)
                     : Check(id, .fail, "\(Format.plural(messages.count, "problem", "problems"))\(messages.count >= 20 ? " (the first 20)" : "")", details: messages,
                             advice: "the store is damaged: do not migrate or purge it; restore from a backup", figures: figures))
-            } catch {
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
                 // SQLite gave up part way (a page it cannot walk): the check table by table says which
-                // tables are damaged and which read whole.
-                let whole = (error as? DatabaseError)?.message ?? StoreOpsError.sqlite(error, doing: pragma).message
+                // tables are damaged and which read whole. (Busy, I/O, a signal: "could not run", below.)
+                let stopped = error.message ?? StoreOpsError.sqlite(error, doing: pragma).message
                 let tables = (try? String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) ?? []
-                var details: [String] = [], damaged: [String] = []
+                var details: [String] = [], damaged: [String] = [], whole = 0
                 for table in tables {
                     do {
                         let messages = try StoreConnection.integrityMessages(db, pragma: pragma, table: table)
-                        guard messages != ["ok"] else { continue }
+                        guard messages != ["ok"] else { whole += 1; continue }
                         damaged.append(table)
                         details += messages.prefix(5).map { "\(table): \($0)" }
-                    } catch {
+                    } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
                         damaged.append(table)
-                        details.append("\(table): \((error as? DatabaseError)?.message ?? StoreOpsError.sqlite(error, doing: "\(pragma)(\(table))").message)")
+                        details.append("\(table): \(error.message ?? StoreOpsError.sqlite(error, doing: "\(pragma)(\(table))").message)")
+                    } catch {
+                        // Busy, I/O, a signal: not this table's damage; the tables after it are not checked.
+                        details.append("\(table) and the tables after it not checked: \(StoreOpsError.sqlite(error, doing: "\(pragma)(\(table))").message)")
+                        break
                     }
                 }
-                let summary = tables.isEmpty ? "could not run: \(whole)"
-                    : "SQLite stopped on damage (\(whole)); table by table: \(damaged.isEmpty ? "every table reads" : "damaged: \(damaged.joined(separator: ", "))"), \(Format.plural(tables.count - damaged.count, "other table", "other tables")) ok"
+                let summary = tables.isEmpty ? "could not run: \(stopped)"
+                    : "SQLite stopped on damage (\(stopped)); table by table: " + (damaged.isEmpty ? "\(Format.plural(whole, "table", "tables")) ok"
+                        : "damaged: \(damaged.joined(separator: ", ")), \(Format.plural(whole, "other table", "other tables")) ok")
                 checks.append(Check(id, .fail, summary, details: details,
                                     advice: "the store is damaged: do not migrate or purge it; restore from a backup, a snapshot or a point",
                                     figures: ["damagedTables": .array(damaged.map { .string($0) })]))
+            } catch {
+                checks.append(Check(id, .fail, "could not run: \(StoreOpsError.sqlite(error, doing: pragma).message)",
+                                    advice: "the store is damaged or unreadable"))
             }
         }
         run("integrity.quick_check", "quick_check")

@@ -115,15 +115,16 @@ public enum Purge {
             }
             return try run(policy, store: store, options: options, progress: progress)
         } catch var error as StoreOpsError {
-            // The generic hints name options purge does not have: its wait is the policy's, and the
-            // volume that filled is the store's.
-            switch error.kind {
-            case .busy:
+            // SQLite's busy and full errors carry generic hints naming what purge does not have (a
+            // --timeout, a destination): its wait is the policy's, the volume that filled the store's
+            // (or TMPDIR's, for a dry run's copy). A lock held by another storectl job, or the
+            // repository's, keeps its own hint.
+            if error.kind == .busy, error.message.contains("the store is busy") {
                 error.hint = "another process held the store's lock longer than [store] busy_timeout (\(policy.store.busyTimeout.text)) in \(policy.file); "
                     + "try again later, or raise busy_timeout"
-            case .noSpace:
-                error.hint = "free space on the store's volume (\(store.folder)) and in TMPDIR; the batches committed before are kept, the rest is untouched"
-            default: break
+            } else if [.noSpace, .ioError].contains(error.kind), error.message.contains("no space left") {
+                error.hint = options.dryRun ? "free space in TMPDIR (\(FileSystem.absolute(NSTemporaryDirectory()))), where the dry run copies the store; nothing was changed"
+                    : "free space on the store's volume (\(store.folder)); the batches committed before are kept, the rest is untouched"
             }
             throw error
         }

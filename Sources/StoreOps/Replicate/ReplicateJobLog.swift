@@ -37,12 +37,12 @@ public enum ReplicateJobLog {
         for store in summary.stores {
             guard let log = logs[store.store] ?? logs[FileSystem.absolute(store.store)] else { continue }
             let unwritten = summary.state == "stopped" ? (store.waiting ?? 0) : 0
-            let failed = store.notFollowed != nil || unwritten > 0
+            let failed = (store.notFollowed != nil && store.notFollowedStatus != 0) || unwritten > 0
             let record = Record(start: start, end: end, durationSeconds: end.timeIntervalSince(start), store: store.store, policy: log.policy,
                                 outcome: failed ? "failed" : "ok", exitCode: failed ? exitCode : 0, stoppedBy: summary.stoppedBy,
                                 points: store.points, segments: store.segments, bases: store.bases.count, gaps: store.gaps,
                                 uploadedBytes: store.uploadedBytes, requests: store.requests, unwritten: unwritten > 0 ? unwritten : nil,
-                                error: failed ? (store.notFollowed ?? error) : nil)
+                                error: failed ? (store.notFollowed ?? error) : store.notFollowed)
             LogRotation.rotateIfNeeded(log.path, maxBytes: log.maxBytes, keep: log.keep)
             if let problem = JobRun.appendLog(record, to: log.path) { problems.append(problem) }
         }

@@ -145,7 +145,8 @@ public enum Replicate {
         /// Why no chain follows the store (its first base failed, and is retried), while it lasts:
         /// none of its commits is protected. At the end of a run, the command fails with it.
         public var notFollowed: String?
-        /// The exit status that failure maps to (65 a damaged store, 75 a busy one, …).
+        /// The exit status that failure maps to (65 a damaged store, 75 a busy one, …); 0 when the
+        /// run was stopped (SIGTERM, SIGINT) while the first base was made: said, not a failure.
         public var notFollowedStatus: Int32?
     }
 
@@ -1334,10 +1335,17 @@ public enum Replicate {
             } catch {
                 // Stopped (SIGTERM, SIGINT) while the base was made: a stop asked for, not a store
                 // that could not be followed; the run ends as any stop does (0), saying so.
-                if case .signal? = StoreOpsError.wrapping(error)?.kind, ProcessSignals.received != nil {
-                    say("\(replica.store.path): stopped by \(ProcessSignals.name(ProcessSignals.received ?? SIGTERM)) while its "
-                        + (replica.summary.bases.isEmpty && !replica.summary.resumed ? "first base was made: nothing of it is protected yet; the next run makes it"
-                           : "base was made: the next run makes it"))
+                if case .signal? = StoreOpsError.wrapping(error)?.kind, let signal = ProcessSignals.received {
+                    let first = replica.summary.bases.isEmpty && !replica.summary.resumed
+                    let why = "stopped by \(ProcessSignals.name(signal)) while its \(first ? "first " : "")base was made"
+                        + (first ? ": nothing of it is protected yet; the next run makes it" : ": the next run makes it")
+                    say("\(replica.store.path): \(why)")
+                    // Still not followed, and the status file, the job log and the metrics say so; with
+                    // status 0 it does not make the run a failure (a stop was asked for).
+                    if first {
+                        replica.summary.notFollowed = why
+                        replica.summary.notFollowedStatus = 0
+                    }
                     replica.retryAfter = Date().addingTimeInterval(max(1, options.syncInterval))
                     return
                 }
