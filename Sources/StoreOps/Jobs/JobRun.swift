@@ -139,7 +139,10 @@ public enum JobRun {
             add("purge", report.stages)
             record.rowsPurged = report.rules.reduce(0) { $0 + $1.deleted }
             record.rowsKeptByDeny = report.rules.reduce(0) { $0 + $1.denied }
-            if let id = report.snapshot { record.snapshotId = id }
+            if let id = report.snapshot {
+                record.snapshotId = id
+                record.snapshotBytes = report.snapshotBytes
+            }
             return report.ending   // a circuit breaker's refusal included: the purge's walk ended it
         }
         switch job {

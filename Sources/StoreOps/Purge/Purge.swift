@@ -63,6 +63,8 @@ public enum Purge {
         public var dryRun: Bool
         /// The snapshot taken first (and verified), if the policy asks for one.
         public var snapshot: String?
+        /// What that snapshot added to the repository (the job log's `snapshotBytes`, the metrics').
+        public var snapshotBytes: UInt64?
         /// That snapshot was made from this point of `storectl replicate` (the store's state then),
         /// not by reading the store (`PointSnapshot`).
         public var snapshotPoint: String?
@@ -292,6 +294,7 @@ public enum Purge {
             let created = try SnapshotCreate.inside(pipeline, tags: section.tags.isEmpty ? ["pre-purge"] : section.tags, level: section.level,
                                                     fromPoint: true, progress: { pipeline.step($0) })
             report.snapshotPoint = created.point
+            report.snapshotBytes = created.record.snapshot?.archive?.bytes ?? created.addedBytes
             if created.point != nil, let store = pipeline.store {
                 // No page of the store was read, so nothing checked it: quick_check, as the
                 // snapshot's read would have, before anything is deleted.

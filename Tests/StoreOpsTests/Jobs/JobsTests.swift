@@ -176,6 +176,20 @@ struct JobRunTests {
         #expect(log.count == 1 && log[0].job == .maintain && log[0].snapshotBytes == 0)
     }
 
+    @Test("a scheduled purge whose policy snapshots first: its job-log line and its metrics carry the snapshot's id and size (the size was missing, the metric 0)")
+    func purgeSnapshotBytes() throws {
+        let fixture = try ScheduledFixture()
+        let policy = try String(contentsOfFile: fixture.policy, encoding: .utf8)
+        #expect(policy.contains("[snapshot]\n"))
+        try Data(policy.replacingOccurrences(of: "[snapshot]\n", with: "[snapshot]\nbefore_purge = true\n").utf8).write(to: URL(fileURLWithPath: fixture.policy))
+        let record = JobRun.run(.init(job: .purge, policy: fixture.policy))
+        #expect(record.exitCode == 0, "\(record.error ?? "")")
+        let bytes = try #require(record.snapshotBytes, "no snapshotBytes: \(record)")
+        #expect(record.snapshotId != nil && bytes > 0)
+        let metrics = try String(contentsOfFile: Metrics.file(folder: fixture.folder.file("metrics"), store: fixture.store, job: .purge), encoding: .utf8)
+        #expect(metrics.contains("storectl_snapshot_bytes{job=\"purge\",store=\"\(fixture.store)\"} \(bytes)\n"), "\(metrics)")
+    }
+
     @Test("the metrics file: names, labels, values, atomic replacement; last success and the counter carry over")
     func metrics() throws {
         let fixture = try ScheduledFixture()
