@@ -112,9 +112,9 @@ public enum Preflight {
         return report()
     }
 
-    /// The failed check for a store whose SQLite header is there but which SQLite reports damaged
-    /// (SQLITE_CORRUPT) when opening or reading it; nil for any other error (not a SQLite file at
-    /// all is 65, a lock 75, as before). Says when the file is shorter than its header claims.
+    /// The failed check for a store SQLite reports damaged (SQLITE_CORRUPT) when opening or reading
+    /// it; nil for any other error (a lock stays 75). Its header is SQLite's: `StoreFile(existing:)`
+    /// refused anything else (65). Says when the file is shorter than its header claims.
     static func unreadable(_ store: StoreFile, _ error: Error) -> Check? {
         let corrupt: Bool
         switch error {
@@ -124,8 +124,7 @@ public enum Preflight {
             corrupt = error.kind == .badData && error.message.contains("(database disk image is malformed)")
         default: corrupt = false
         }
-        guard corrupt, let header = try? FileProbe.shared.header(of: store.path), header.count == 100,
-              header.starts(with: Array("SQLite format 3\u{0}".utf8)) else { return nil }
+        guard corrupt else { return nil }
         let message = (error as? StoreOpsError)?.message ?? StoreOpsError.sqlite(error, doing: "opening \(store.path)").message
         var details = [message]
         var summary = "SQLite cannot read the store: it is damaged"
@@ -258,32 +257,8 @@ public enum Preflight {
                     : Check(id, .fail, "\(Format.plural(messages.count, "problem", "problems"))\(messages.count >= 20 ? " (the first 20)" : "")", details: messages,
                             advice: "the store is damaged: do not migrate or purge it; restore from a backup", figures: figures))
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
-                // SQLite gave up part way (a page it cannot walk): the check table by table says which
-                // tables are damaged and which read whole. (Busy, I/O, a signal: "could not run", below.)
-                let stopped = error.message ?? StoreOpsError.sqlite(error, doing: pragma).message
-                let tables = (try? String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) ?? []
-                var details: [String] = [], damaged: [String] = [], whole = 0
-                for table in tables {
-                    do {
-                        let messages = try StoreConnection.integrityMessages(db, pragma: pragma, table: table)
-                        guard messages != ["ok"] else { whole += 1; continue }
-                        damaged.append(table)
-                        details += messages.prefix(5).map { "\(table): \($0)" }
-                    } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
-                        damaged.append(table)
-                        details.append("\(table): \(error.message ?? StoreOpsError.sqlite(error, doing: "\(pragma)(\(table))").message)")
-                    } catch {
-                        // Busy, I/O, a signal: not this table's damage; the tables after it are not checked.
-                        details.append("\(table) and the tables after it not checked: \(StoreOpsError.sqlite(error, doing: "\(pragma)(\(table))").message)")
-                        break
-                    }
-                }
-                let summary = tables.isEmpty ? "could not run: \(stopped)"
-                    : "SQLite stopped on damage (\(stopped)); table by table: " + (damaged.isEmpty ? "\(Format.plural(whole, "table", "tables")) ok"
-                        : "damaged: \(damaged.joined(separator: ", ")), \(Format.plural(whole, "other table", "other tables")) ok")
-                checks.append(Check(id, .fail, summary, details: details,
-                                    advice: "the store is damaged: do not migrate or purge it; restore from a backup, a snapshot or a point",
-                                    figures: ["damagedTables": .array(damaged.map { .string($0) })]))
+                // SQLite gave up part way (a page it cannot walk). Busy, I/O, a signal: "could not run", below.
+                checks.append(tableByTable(db, id: id, pragma: pragma, stopped: error.message ?? StoreOpsError.sqlite(error, doing: pragma).message))
             } catch {
                 checks.append(Check(id, .fail, "could not run: \(StoreOpsError.sqlite(error, doing: pragma).message)",
                                     advice: "the store is damaged or unreadable"))
@@ -304,6 +279,34 @@ public enum Preflight {
             checks.append(Check("integrity.foreign_key_check", .fail, "could not run: \(error)"))
         }
         return checks
+    }
+
+    /// `id`'s check run table by table after SQLite stopped on damage over the whole file: which
+    /// tables are damaged and which read whole (names from `sqlite_master`, quoted). A busy store,
+    /// an I/O error or a signal on a table is not that table's damage: the walk stops there, saying so.
+    static func tableByTable(_ db: Database, id: String, pragma: String, stopped: String) -> Check {
+        let tables = (try? String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) ?? []
+        guard !tables.isEmpty else { return Check(id, .fail, "could not run: \(stopped)", advice: "the store is damaged or unreadable") }
+        var details: [String] = [], damaged: [String] = [], whole = 0
+        for table in tables {
+            do {
+                let messages = try StoreConnection.integrityMessages(db, pragma: pragma, table: table)
+                guard messages != ["ok"] else { whole += 1; continue }
+                damaged.append(table)
+                details += messages.prefix(5).map { "\(table): \($0)" }
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CORRUPT {
+                damaged.append(table)
+                details.append("\(table): \(error.message ?? StoreOpsError.sqlite(error, doing: "\(pragma)(\(table))").message)")
+            } catch {
+                details.append("\(table) and the tables after it not checked: \(StoreOpsError.sqlite(error, doing: "\(pragma)(\(table))").message)")
+                break
+            }
+        }
+        let found = damaged.isEmpty ? "\(Format.plural(whole, "table", "tables")) ok"
+            : "damaged: \(damaged.joined(separator: ", ")), \(Format.plural(whole, "other table", "other tables")) ok"
+        return Check(id, .fail, "SQLite stopped on damage (\(stopped)); table by table: \(found)", details: details,
+                     advice: "the store is damaged: do not migrate or purge it; restore from a backup, a snapshot or a point",
+                     figures: ["damagedTables": .array(damaged.map { .string($0) })])
     }
 
     // MARK: - Core Data
