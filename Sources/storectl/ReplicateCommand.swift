@@ -107,6 +107,10 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
             return StoreOpsError(.ioError, "stopped with \(Format.plural(summary.unwritten, "commit", "commits")) read but not written to \(summary.repository): no point holds them",
                                  hint: "the lines above name each store and where its points end; the next run takes the store up from there (a gap, unless the -wal still holds those commits)")
         }
+        if summary.kept > 0 {
+            return StoreOpsError(.ioError, "stopped with \(Format.plural(summary.kept, "point", "points")) not written to \(summary.repository): kept on this machine (the spool folder's storectl-outbox-*), restores do not see them yet",
+                                 hint: "the next `storectl replicate` of the same store into the same repository, with the same --spool, writes them first")
+        }
         return nil
     }
 
@@ -120,6 +124,8 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
                 if store.filesNotCarried > 0 { line += ", \(store.filesNotCarried) NOT carried (see the warnings)" }
             }
             line += String(format: ", lag p99 %.2f s, max %.2f s", store.p99LagSeconds, store.maxLagSeconds)
+            if let sent = store.keptSent, sent > 0 { line += "; \(Format.plural(sent, "point", "points")) an earlier run kept written first" }
+            if let kept = store.keptPoints, kept > 0 { line += "; \(Format.plural(kept, "point", "points")) KEPT on this machine, not in the repository yet" }
             if store.notFollowed != nil { line += "; NOT FOLLOWED (below)" }
             print(line)
         }
@@ -181,6 +187,9 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                 line += "; this run: \(Format.plural(live.points, "point", "points"))" + String(format: ", lag p99 %.2f s, max %.2f s, ", live.p99LagSeconds, live.maxLagSeconds)
                 line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"
                 if let why = live.notFollowed { line += "; NOT FOLLOWED: \(why)" }
+                if let kept = live.keptPoints, kept > 0 {
+                    line += "; \(Format.plural(kept, "point", "points")) KEPT on this machine, not in the repository yet (the next write, or the next run, sends them first)"
+                }
                 if let waiting = live.waiting, waiting > 0 {
                     if report.state == "stopped" {
                         // The run is over: they will not be written (the next run records a gap

@@ -321,7 +321,7 @@ enum Scenarios {
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
     static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert,
-                                         replicateBase, replicateResume, replicateSpooled, replicateMerge, replicateAlive, pointRestore]
+                                         replicateBase, replicateResume, replicateSpooled, replicateOutbox, replicateMerge, replicateAlive, pointRestore]
 
     /// `snapshot restore --at --to` of a point whose segment carries an external-data file the
     /// chain's base does not have (written, then a commit naming it, then followed). The world is
@@ -430,6 +430,22 @@ enum Scenarios {
             return fixture
         }
         scenario.reaches = ["replicate.spool.create"]
+        return scenario
+    }()
+
+    /// The same with every segment going through the outbox (kept on disk, written, its file
+    /// removed), as while the repository fails: killed anywhere, the next run writes what was
+    /// kept first (or finds it written and removes the file) and takes the chain up after it.
+    static let replicateOutbox: CrashScenario = {
+        var scenario = replicateResume
+        scenario.name = "replicate (resume, segments through the outbox)"
+        let setup = scenario.setup
+        scenario.setup = {
+            let fixture = try setup()
+            fixture.environment["STORECTL_TEST_OUTBOX_ALWAYS"] = "1"
+            return fixture
+        }
+        scenario.reaches = ["replicate.outbox.rename", "replicate.outbox.remove"]
         return scenario
     }()
 

@@ -604,7 +604,7 @@ struct ReplicateTests {
         try app.close()
     }
 
-    @Test("the repository's disk full while the app writes: the commits wait, past the memory bound in an unnamed spool file (nothing left in the folder), and go out a segment after another once there is room: no gap for it, and random points restore exactly; with a --spool-limit they outgrow, they are dropped and a gap recorded, and the store's state after it restores",
+    @Test("the repository's disk full while the app writes: what is read is kept in the outbox a segment at a time and goes out in order once there is room: no gap for it, and random points restore exactly; a follower killed -9 during the outage loses nothing: the next run writes what it kept first and takes the chain up after it; with a --spool-limit they outgrow, they are dropped and a gap recorded, and the store's state after it restores",
           .enabled(if: TempMount.isAvailable))
     func spoolWhileRepositoryFull() throws {
         let folder = try TempFolder("storectl-replicate")
@@ -630,6 +630,18 @@ struct ReplicateTests {
             }
             return running
         }
+        /// Nothing in the spool folder but the outbox's folder (the spool file has no name, the outbox's temporaries are gone).
+        func temporaries() throws -> Bool {
+            let names = try FileManager.default.contentsOfDirectory(atPath: spool)
+            return names.allSatisfy { $0.hasPrefix("storectl-outbox-") }
+                && names.allSatisfy { ((try? FileManager.default.contentsOfDirectory(atPath: spool + "/" + $0)) ?? []).allSatisfy { !$0.contains(".tmp-storectl-") } }
+        }
+        /// The segments kept in the outbox now.
+        func kept() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: spool)) ?? []).flatMap { outbox in
+                ((try? FileManager.default.contentsOfDirectory(atPath: spool + "/" + outbox)) ?? []).filter { !$0.hasPrefix(".") }
+            }
+        }
         let filler = mount.file("filler")
         func fill() throws { _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(filler)' 2>/dev/null"]) }
         /// Waits until the repository's newest point is the writer's last commit.
@@ -650,7 +662,7 @@ struct ReplicateTests {
             let writer = try churn(world, seconds: seconds)
             #expect(writer.wait().status == 0)
             usleep(500_000)
-            #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty, "the spool file has no name")
+            #expect(try temporaries(), "the spool file has no name")
             try FileManager.default.removeItem(atPath: filler)
             #expect(try caughtUp(), "\(says)")
             follower.signal(SIGTERM)
@@ -660,24 +672,54 @@ struct ReplicateTests {
         }
 
         let stats = try outage(try follow(), seconds: 2, caughtUp: "the waiting commits were written once there was room")
-        #expect((stats.spooledPeakBytes ?? 0) > 65536 && stats.spooledBytes == 0, "spooled \(String(describing: stats.spooledPeakBytes)) at most, \(String(describing: stats.spooledBytes)) left")
+        // While the repository failed, what was read went to the outbox a segment at a time (numbered, sealed, fsynced).
+        #expect((stats.keptPeakPoints ?? 0) > 0 && stats.keptPoints == 0, "kept \(String(describing: stats.keptPeakPoints)) at most, \(String(describing: stats.keptPoints)) left")
         #expect(!stats.gaps.contains { $0.reason.contains("waited") || $0.reason.contains("spool") }, "\(stats.gaps)")
         #expect(stats.segments > 3, "the backlog went out in segments: \(stats.segments)")
+        #expect(kept().isEmpty, "every kept segment was removed once written: \(kept())")
         let commits = try ChurnLoad.readLog(world.log).count
         #expect(Double(stats.points) >= Double(commits) * 0.95, "\(stats.points) points of \(commits) commits")
         let checked = try check(world, times: try randomTimes(world, count: 12, seed: 5))
         #expect(checked.wrong.isEmpty && checked.restored + checked.refused.count == 12 && checked.restored >= 10, "\(checked.wrong) \(checked.refused)")
 
+        // Killed (-9) during an outage, and the app checkpoints its -wal away before a follower
+        // runs again: what it kept is on disk, the next run writes it first, so every commit
+        // before the kill restores; the gap is only the time no follower ran (before the
+        // outbox, the whole outage was a gap: the commits it had read were in memory).
+        try FileManager.default.removeItem(atPath: world.log)
+        let killed = try follow()
+        try fill()
+        let writer = try churn(world, seconds: 1.5)
+        #expect(writer.wait().status == 0)
+        usleep(800_000)   // the last reads kept (a sync interval is 200 ms)
+        #expect(!kept().isEmpty, "segments kept while the repository was full")
+        killed.signal(SIGKILL)
+        _ = killed.wait()
+        let app = try DatabaseQueue(path: world.store)
+        try app.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        try app.close()
+        try FileManager.default.removeItem(atPath: filler)
+        let next = try follow()
+        #expect(try caughtUp(), "the kept points were written by the next run")
+        next.signal(SIGTERM)
+        let nextRun = next.wait()
+        #expect(nextRun.status == 0, "\(nextRun.stderr)")
+        let after = try summary(nextRun)
+        #expect((after.keptSent ?? 0) > 0 && after.gaps.count == 1, "sent \(String(describing: after.keptSent)), gaps \(after.gaps)")
+        #expect(kept().isEmpty, "\(kept())")
+        let beforeKill = try check(world, times: try randomTimes(world, count: 12, seed: 9))
+        #expect(beforeKill.wrong.isEmpty && beforeKill.restored == 12, "every commit before the kill restores: \(beforeKill.wrong) \(beforeKill.refused)")
+
         // A limit the waiting commits outgrow: dropped, a gap, and the state after it restores.
         try FileManager.default.removeItem(atPath: world.log)
-        let gapped = try outage(try follow(["--spool-limit", "256KiB"]), seconds: 1.5, caughtUp: "a new base after the gap holds the last commit")
+        let gapped = try outage(try follow(["--spool-limit", "256KiB"]), seconds: 4, caughtUp: "a new base after the gap holds the last commit")
         #expect(gapped.gaps.contains { $0.reason.contains("more than 256.0 KiB of commits waited") }, "\(gapped.gaps)")
         // The gap runs to the new base (after the writer's last commit); the chain after it is
         // covered up to the stop's last read.
         let covered = try #require(try StorePoints.list(repository: world.repo).first?.spans.last { $0.kind == "covered" }?.to)
-        let after = try check(world, times: [covered])
-        #expect(after.wrong.isEmpty && after.restored == 1, "\(after.wrong) \(after.refused)")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
+        let last = try check(world, times: [covered])
+        #expect(last.wrong.isEmpty && last.restored == 1, "\(last.wrong) \(last.refused)")
+        #expect(try temporaries() && kept().isEmpty)
     }
 
     @Test("replicate --policy appends its line to the policy's JSON job log when it stops: job replicate, the store and policy, ok and 0, what it did (a base, the points of the commit made meanwhile, bytes and requests), stopped by its --for")

@@ -231,7 +231,8 @@ public final class Pipeline {
             // A statement interrupted by a signal (the progress handler) is a stop like one at a safe point.
             let stop = (error as? Stop)?.reason ?? ProcessSignals.received.map { StopReason.signal($0) }
             // A road that rolls back does so on a stop (its report says what became of the store).
-            let cause = (error as? Stop).flatMap { said($0, changed: rollsBack || $0.stage != road.actName, snapshot: walked.snapshot != nil) }
+            let cause = (error as? Stop).flatMap { said($0, changed: rollsBack || $0.stage != road.actName, snapshot: walked.snapshot != nil,
+                                                         kept: rollsBack ? nil : road.keptAfterAct) }
                 ?? (error is Stop ? nil : StoreOpsError.wrapping(error))
             var ending = stop.map { Ending(.stopped, stop: $0, error: cause, rollsBack: rollsBack) } ?? Self.ending(error, rollsBack: rollsBack)
             if let failureKind = road.failureKind, stop == nil, let own = StoreOpsError.wrapping(error) {
@@ -255,10 +256,11 @@ public final class Pipeline {
 
     /// What a stop at a stage's start says: the operation, the stage, why, and, when it came
     /// before the act of a road that does not roll back, that it changed nothing.
-    /// `changed`: no such claim can be made.
-    func said(_ stop: Stop, changed: Bool, snapshot: Bool) -> StoreOpsError? {
+    /// `changed`: no such claim can be made; `kept`: what a road that changed the store and does
+    /// not roll back keeps (`PlannedRoad.keptAfterAct`).
+    func said(_ stop: Stop, changed: Bool, snapshot: Bool, kept: String? = nil) -> StoreOpsError? {
         guard let stage = stop.stage else { return nil }
-        let state = changed ? "" : snapshot ? "; the store was not changed (the snapshot taken stays)" : "; nothing was changed"
+        let state = changed ? kept.map { "; \($0)" } ?? "" : snapshot ? "; the store was not changed (the snapshot taken stays)" : "; nothing was changed"
         let status: ExitStatus = if case .signal(let number) = stop.reason { .signal(number) } else { .failure }
         return StoreOpsError(status: status, "\(operation) stopped before its \(stage) stage: \(stop.reason)\(state)")
     }

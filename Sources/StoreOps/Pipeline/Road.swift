@@ -37,6 +37,10 @@ public struct PlannedRoad<Plan, Value> {
     public var failureKind: ((StoreOpsError) -> StoreOpsError.Kind)?
     /// Removes what an unfinished plan wrote (a snapshot's packs), when the walk did not end ok.
     public var abandon: ((Plan) -> Void)?
+    /// What a stop after the act (before verify or commit) leaves in place, for a road whose act
+    /// commits as it goes and does not roll back (purge: "the batches it committed are kept");
+    /// said after the stop's reason. Nil: nothing is claimed.
+    public var keptAfterAct: String?
 
     /// A road whose preflight makes the plan its act carries out.
     public init(lock: Pipeline.LockMode, wait: Bool = false, actName: String,

@@ -206,7 +206,10 @@ public enum Purge {
                 road.snapshot = { pipeline, _ in try session.snapshot(section, in: pipeline) }
             }
         }
-        if !options.dryRun { road.verify = { _, session in try session.verifyAfter() } }
+        if !options.dryRun {
+            road.verify = { _, session in try session.verifyAfter() }
+            road.keptAfterAct = "the batches it committed are kept (the check after them did not run: `storectl preflight` checks the store)"
+        }
         // A stop at a safe point ends the batches without throwing (what was deleted is verified
         // first); deny rules are known once the batches ran.
         road.settle = { _, session in

@@ -7,9 +7,10 @@ import Foundation
 /// its commits are read from the `-wal` as always.
 ///
 /// The file has no name (O_TMPFILE; where the file system cannot make one, a name removed at
-/// once): nothing is left behind whatever ends the process, and a follower killed during an
-/// outage records a gap at its next start, as it would have with the commits in memory. The file
-/// is emptied (truncated) whenever no waiting commit is in it any more.
+/// once): nothing is left behind whatever ends the process. It holds what waits between two
+/// syncs: once a write to the repository has failed, each sync keeps what waits in the outbox
+/// (`SegmentOutbox`), sealed and fsynced, which a follower killed meanwhile does not lose. The
+/// file is emptied (truncated) whenever no waiting commit is in it any more.
 final class CommitSpool {
     /// Where a waiting commit's pages are in the file.
     struct Ref: Sendable, Equatable {

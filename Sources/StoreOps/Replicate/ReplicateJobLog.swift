@@ -37,7 +37,8 @@ public enum ReplicateJobLog {
         for store in summary.stores {
             guard let log = logs[store.store] ?? logs[FileSystem.absolute(store.store)] else { continue }
             let unwritten = summary.state == "stopped" ? (store.waiting ?? 0) : 0
-            let failed = (store.notFollowed != nil && store.notFollowedStatus != 0) || unwritten > 0
+            let kept = summary.state == "stopped" ? (store.keptPoints ?? 0) : 0
+            let failed = (store.notFollowed != nil && store.notFollowedStatus != 0) || unwritten > 0 || kept > 0
             let record = Record(start: start, end: end, durationSeconds: end.timeIntervalSince(start), store: store.store, policy: log.policy,
                                 outcome: failed ? "failed" : "ok", exitCode: failed ? exitCode : 0, stoppedBy: summary.stoppedBy,
                                 points: store.points, segments: store.segments, bases: store.bases.count, gaps: store.gaps,

@@ -121,6 +121,12 @@ public enum Replicate {
         /// (both nil while nothing went to it).
         public var spooledBytes: Int?
         public var spooledPeakBytes: Int?
+        /// Points kept in the outbox (`SegmentOutbox`: the repository did not take them), now and
+        /// the most this run (nil while nothing went there), and those an earlier run kept that
+        /// this one wrote at its start.
+        public var keptPoints: Int?
+        public var keptPeakPoints: Int?
+        public var keptSent: Int?
         public var lastDurable: Date?
         /// Seconds from seeing a commit to its segment being durable: the largest, and the 99th percentile.
         public var maxLagSeconds: Double = 0
@@ -156,6 +162,9 @@ public enum Replicate {
         public var stoppedBy: String
         /// Commits read but never written (every store's), when it stopped: points end before them.
         public var unwritten: Int { state == "stopped" ? stores.reduce(0) { $0 + ($1.waiting ?? 0) } : 0 }
+        /// Points kept in the outbox and not written to the repository (every store's), when it
+        /// stopped: the next run writes them first.
+        public var kept: Int { state == "stopped" ? stores.reduce(0) { $0 + ($1.keptPoints ?? 0) } : 0 }
         /// While following: "following"; at the end: "stopped".
         public var state = "stopped"
         /// The repository's id (its follow locks are named after it): `replicate status` tells a
@@ -282,6 +291,13 @@ public enum Replicate {
         var spool: CommitSpool?
         /// The bytes of the pending commits' pages in the spool file (`pendingBytes`: in memory).
         var spooledBytes = 0
+        /// Sealed segments the repository did not take, kept in the outbox (`SegmentOutbox`),
+        /// oldest first: they go out before anything else (their points are numbered).
+        var parked: [Parked] = []
+        var parkedBytes: Int { parked.reduce(0) { $0 + $1.bytes } }
+        var parkedPoints: Int { parked.reduce(0) { $0 + $1.name.to - $1.name.from + 1 } }
+        /// The kept segment being written (its sealed bytes, offered to the merge once durable).
+        var sendingParked: Data?
         /// The newest point's time in this chain (ms): times never go back within a chain, even
         /// when the clock does.
         var lastTime: Int64 = 0
@@ -303,8 +319,10 @@ public enum Replicate {
         /// The batch the uploader is writing.
         /// `putBack`: the batch as it goes back in front of `pending` if the write fails (its
         /// spooled commits still in the spool file); `bytes`/`spooled`: its share of the bounds.
+        /// `parkable`: kept in the outbox if its write fails (not a base's catch-up, which is
+        /// written whole or not at all).
         var inFlight: (batch: [Waiting], putBack: [Waiting], seen: [Date], from: Int, to: Int, bytes: Int, spooled: Int,
-                       name: SegmentName, sealed: Data, segment: PointSegment)?
+                       name: SegmentName, sealed: Data, segment: PointSegment, parkable: Bool)?
         /// Whether a spool reference is kept anywhere (the spool file may be emptied when not).
         var refersToSpool: Bool { spooledBytes > 0 || inFlight?.putBack.contains { $0.spooled != nil } == true }
         /// Durable level-0 segments of the chain not merged yet (as sealed), consecutive, oldest first.
@@ -350,6 +368,14 @@ public enum Replicate {
 
     // MARK: - The loop
 
+    /// A segment kept in the outbox (see `Replica.parked`); `seen`: when its commits were read.
+    struct Parked {
+        var name: SegmentName
+        var path: String
+        var bytes: Int
+        var seen: [Date]
+    }
+
     /// A commit read and not yet durable (see `Replica.pending`).
     typealias Waiting = (commit: PointSegment.Commit, pages: [[UInt8]], cursor: WalCursor, spooled: CommitSpool.Ref?)
 
@@ -378,6 +404,10 @@ public enum Replicate {
         /// the wal-index and the files' states; at 500 commits a second that was most of the
         /// follower's CPU: 15-17% of a core at 0 ms, 6-7% at 20 ms, the writer's p99 the same).
         /// A commit after a quiet spell is still read at once. `STORECTL_TEST_CAPTURE_SPACING_MS`.
+        /// Every segment through the outbox (kept, then written, then removed): the crash tests' way to reach its fault points.
+        static let parkAlways = ProcessInfo.processInfo.environment["STORECTL_TEST_OUTBOX_ALWAYS"] == "1"
+        /// Segments the repository did not take (`SegmentOutbox`).
+        let outbox: SegmentOutbox
         static let captureSpacing: TimeInterval = ProcessInfo.processInfo.environment["STORECTL_TEST_CAPTURE_SPACING_MS"].flatMap(Double.init).map { $0 / 1000 } ?? 0.020
         let uploads = DispatchQueue(label: "storectl.replicate.upload")
         /// Merges run on their own thread: a point's upload never waits for one.
@@ -407,6 +437,7 @@ public enum Replicate {
             self.events = events
             zstd = try ZstdFrames(level: 3)
             mergeZstd = try ZstdFrames(level: 3)
+            outbox = SegmentOutbox(spoolFolder: options.resolvedSpoolFolder, repositoryID: repository.config.id)
         }
 
         func say(_ text: String) {
@@ -415,6 +446,7 @@ public enum Replicate {
         }
 
         func run() throws -> Summary {
+            for replica in replicas { try sendOutbox(replica) }
             for replica in replicas { resume(replica) }
             let watcher = FolderWatcher(folders: Array(Set(replicas.map { FileSystem.parent(of: $0.store.path) })))
             let databaseNames = Set(replicas.map { FileSystem.name(of: $0.store.path) })
@@ -432,7 +464,8 @@ public enum Replicate {
                 for replica in replicas { step(replica) }
                 // A backlog (the repository answers again) goes out a segment after another, not
                 // one a sync interval.
-                for replica in replicas where !replica.uploading && (replica.spooledBytes > 0 || replica.pendingBytes >= Self.segmentBytes) {
+                for replica in replicas where !replica.uploading && (replica.spooledBytes > 0 || replica.pendingBytes >= Self.segmentBytes
+                                                                     || (!replica.parked.isEmpty && Date() >= replica.uploadRetryAfter)) {
                     flush(replica)
                 }
                 if Date() >= nextSync {
@@ -471,7 +504,7 @@ public enum Replicate {
                 }
                 flushAll(replica)
                 merge(replica, now: true)
-                if replica.pending.isEmpty, let chain = replica.chain, let cursor = replica.follower.cursor {
+                if replica.pending.isEmpty, replica.parked.isEmpty, let chain = replica.chain, let cursor = replica.follower.cursor {
                     let now = Replicate.ms(Date())
                     var marker = replica.segment(level: PointTimeline.stoppedLevel, from: replica.next - 1, to: replica.next - 1, cursor: cursor, commits: [])
                     marker.closed = true
@@ -485,15 +518,26 @@ public enum Replicate {
                 replica.follower.close()
             }
             merges.sync {}
-            let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil }
+            let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil || !$0.parked.isEmpty }
             if unwritten.isEmpty {
                 if stoppedBy != "duration" { say("stopped by \(stoppedBy); every commit seen was written") }
             } else {
                 for replica in unwritten {
+                    let why = replica.summary.lastError ?? "the repository could not be written"
+                    var parts: [String] = []
+                    let kept = replica.parkedPoints
+                    if kept > 0 {
+                        parts.append("\(Format.plural(kept, "point", "points")) not written to \(repository.location) (\(why)) \(kept == 1 ? "is" : "are") kept in \(outbox.folder): "
+                                     + "the next `storectl replicate` of this store into this repository writes them first")
+                    }
                     let count = replica.pending.count + (replica.inFlight?.batch.count ?? 0)
-                    let last = replica.lastDurableTime.map { "its points end at \(Timestamp.iso(PointRestore.date($0)))" } ?? "no point of this run is durable"
-                    let text = "\(replica.store.path): \(Format.plural(count, "commit", "commits")) read but NOT written to \(repository.location) (\(replica.summary.lastError ?? "the repository could not be written")): \(last), and no later time is claimed"
-                    if events != nil { say(text) } else { Replicate.logger.error("\(text)") }
+                    if count > 0 {
+                        let last = kept > 0 ? "the kept points end before them"
+                            : replica.lastDurableTime.map { "its points end at \(Timestamp.iso(PointRestore.date($0)))" } ?? "no point of this run is durable"
+                        parts.append("\(Format.plural(count, "commit", "commits")) read but NOT written to \(repository.location) (\(why)): \(last), and no later time is claimed")
+                    }
+                    let text = "\(replica.store.path): " + parts.joined(separator: "; ")
+                    if events != nil { say(text) } else if count > 0 { Replicate.logger.error("\(text)") } else { Replicate.logger.warning("\(text)") }
                 }
             }
             return report(state: "stopped", stoppedBy: stoppedBy)
@@ -536,6 +580,7 @@ public enum Replicate {
                 summary.requests += extra.requests
             }
             summary.waiting = replica.pending.count + (replica.inFlight?.batch.count ?? 0)
+            if replica.parked.isEmpty == false || summary.keptPoints != nil { summary.keptPoints = replica.parkedPoints }
             let sorted = replica.lags.sorted()
             summary.maxLagSeconds = sorted.last ?? 0
             summary.p99LagSeconds = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
@@ -617,16 +662,16 @@ public enum Replicate {
             // the interval (24,621 segments in 8 minutes with a base every minute).
             // Nor while a backlog goes out (the catch-up flush empties it, reading the -wal between segments).
             if replica.needsBase == nil, Date().timeIntervalSince(replica.baseTime) >= options.baseInterval, Date() >= replica.uploadRetryAfter,
-               replica.spooledBytes == 0, replica.pendingBytes < Self.segmentBytes {
+               replica.spooledBytes == 0, replica.parked.isEmpty, replica.pendingBytes < Self.segmentBytes {
                 replica.needsBase = ("compaction", "a new base every \(Format.duration(options.baseInterval))", nil)
             }
             if let need = replica.needsBase {
                 // The old chain's last commits go first (now: a base read later than needed would
                 // hold commits no point holds); the new chain begins after them.
-                for _ in 0..<3 where replica.uploading || !replica.pending.isEmpty {
+                for _ in 0..<3 where replica.uploading || !replica.pending.isEmpty || !replica.parked.isEmpty {
                     flushAll(replica)
                 }
-                guard !replica.uploading, replica.pending.isEmpty else {
+                guard !replica.uploading, replica.pending.isEmpty, replica.parked.isEmpty else {
                     // Not written: a base every interval waits for the repository (tried again
                     // once uploads succeed); a gap's base keeps being needed.
                     if need.kind == "compaction" { replica.needsBase = nil }
@@ -666,7 +711,7 @@ public enum Replicate {
         /// may not have written what it read). Written on the upload thread after the points
         /// before it; the previous marker of the chain is removed once the new one is durable.
         func heartbeat(_ replica: Replica) {
-            guard options.heartbeatInterval > 0, let chain = replica.chain, replica.needsBase == nil, replica.pending.isEmpty,
+            guard options.heartbeatInterval > 0, let chain = replica.chain, replica.needsBase == nil, replica.pending.isEmpty, replica.parked.isEmpty,
                   !replica.uploading, replica.inFlight == nil, let confirmed = replica.confirmedTime,
                   let cursor = replica.follower.cursor, confirmed > max(replica.lastDurableTime ?? 0, replica.lastHeartbeat),
                   confirmed - replica.lastHeartbeat >= Int64(options.heartbeatInterval * 1000) else { return }
@@ -721,7 +766,7 @@ public enum Replicate {
             }
             replica.pendingCursor = cursor
             var full: String?
-            if replica.pendingBytes + replica.spooledBytes + (replica.inFlight.map { $0.bytes + $0.spooled } ?? 0) > spoolLimit {
+            if replica.pendingBytes + replica.spooledBytes + replica.parkedBytes + (replica.inFlight.map { $0.bytes + $0.spooled } ?? 0) > spoolLimit {
                 full = "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)"
             } else if replica.pendingBytes > options.spoolMemory {
                 full = spoolOut(replica)
@@ -771,8 +816,18 @@ public enum Replicate {
         ///   written all or not at all: the follower rewinds before it when it is not).
         func flush(_ replica: Replica, whole: Bool = false) {
             settleUploads()
-            guard !replica.uploading, !replica.pending.isEmpty, replica.chain != nil,
-                  Date() >= replica.uploadRetryAfter else { return }
+            guard !replica.uploading, replica.chain != nil else { return }
+            let retrying = Date() < replica.uploadRetryAfter
+            // What the repository did not take goes first, in order.
+            if !replica.parked.isEmpty, !retrying {
+                sendParked(replica)
+                return
+            }
+            // While the repository fails (and behind kept segments), what waits is kept in the
+            // outbox a segment at a time, numbered, instead of in memory; not a base's catch-up
+            // (written whole or not at all: the follower rewinds before it when it is not).
+            let park = !whole && (retrying || !replica.parked.isEmpty || Self.parkAlways)
+            guard !replica.pending.isEmpty, !retrying || park else { return }
             // A segment's worth from the front, cut only where a read's commits end (a segment's
             // cursor is its last read's: a resume there must find every commit before it written).
             var taken = 0, takenBytes = 0
@@ -869,13 +924,36 @@ public enum Replicate {
                 replica.uploadRetryAfter = Date().addingTimeInterval(1)
                 return
             }
+            if park {
+                do {
+                    let path = try outbox.keep(segment.name, sealed)
+                    replica.pending.removeFirst(taken)
+                    replica.seenAt.removeFirst(min(taken, replica.seenAt.count))
+                    replica.pendingBytes -= inMemory
+                    replica.spooledBytes -= wasSpooled
+                    replica.parked.append(Parked(name: segment.name, path: path, bytes: sealed.count, seen: seen))
+                    replica.next = to + 1
+                    parkedChanged(replica)
+                    return
+                } catch {
+                    Replicate.logger.warning("keeping points in the outbox failed", metadata: [
+                        "store": "\(replica.store.path)", "folder": "\(outbox.folder)", "error": "\(describe(error))"])
+                    if retrying {
+                        // They wait in memory (and the spool file) as before, for the next try.
+                        replica.pending.replaceSubrange(0..<taken, with: putBack)
+                        replica.pendingBytes += memoryBytes - inMemory
+                        replica.spooledBytes += spooled - wasSpooled
+                        return
+                    }
+                }
+            }
             replica.pending.removeFirst(taken)
             replica.seenAt.removeFirst(min(taken, replica.seenAt.count))
             replica.pendingBytes -= inMemory
             replica.spooledBytes -= wasSpooled
             var template = segment
             template.commits = []
-            replica.inFlight = (batch, putBack, seen, from, to, memoryBytes, spooled, segment.name, sealed, template)
+            replica.inFlight = (batch, putBack, seen, from, to, memoryBytes, spooled, segment.name, sealed, template, !whole)
             replica.uploading = true
             let name = segment.name
             uploads.async { [self] in
@@ -894,6 +972,11 @@ public enum Replicate {
             let done = completed.withLock { list -> [(Replica, Result<Int, any Error>)] in defer { list = [] }; return list }
             for (replica, outcome) in done {
                 replica.uploading = false
+                if let sealed = replica.sendingParked {
+                    replica.sendingParked = nil
+                    settleParked(replica, outcome, sealed: sealed)
+                    continue
+                }
                 guard let flight = replica.inFlight else { continue }
                 replica.inFlight = nil
                 switch outcome {
@@ -923,17 +1006,160 @@ public enum Replicate {
                         }
                     }
                 case .failure(let error):
-                    // Back in front of what came since, numbered again at the next try.
-                    replica.pending = flight.putBack + replica.pending
-                    replica.seenAt = flight.seen + replica.seenAt
-                    replica.pendingBytes += flight.bytes
-                    replica.spooledBytes += flight.spooled
-                    replica.uploadFailures += 1
-                    replica.summary.lastError = describe(error)
-                    replica.uploadRetryAfter = Date().addingTimeInterval(min(30, 0.5 * Double(1 << min(6, replica.uploadFailures))))
-                    Replicate.logger.warning("writing points failed; they wait for the next try", metadata: [
-                        "store": "\(replica.store.path)", "waiting": "\(replica.pending.count)", "error": "\(describe(error))"])
+                    if flight.parkable, let path = try? outbox.keep(flight.name, flight.sealed) {
+                        // Kept on disk as it is, numbered: it goes out first once the repository answers.
+                        replica.parked.append(Parked(name: flight.name, path: path, bytes: flight.sealed.count, seen: flight.seen))
+                        replica.next = flight.to + 1
+                        if !replica.refersToSpool { replica.spool?.reset() }
+                        parkedChanged(replica)
+                    } else {
+                        // Back in front of what came since, numbered again at the next try.
+                        replica.pending = flight.putBack + replica.pending
+                        replica.seenAt = flight.seen + replica.seenAt
+                        replica.pendingBytes += flight.bytes
+                        replica.spooledBytes += flight.spooled
+                    }
+                    failed(replica, error)
                 }
+            }
+        }
+
+        /// An upload failed: tried again after a pause that grows with each failure in a row (at most 30 s).
+        func failed(_ replica: Replica, _ error: any Error) {
+            replica.uploadFailures += 1
+            replica.summary.lastError = describe(error)
+            replica.uploadRetryAfter = Date().addingTimeInterval(min(30, 0.5 * Double(1 << min(6, replica.uploadFailures))))
+            Replicate.logger.warning("writing points failed; they wait for the next try", metadata: [
+                "store": "\(replica.store.path)", "waiting": "\(replica.pending.count)", "kept": "\(replica.parkedPoints)", "error": "\(describe(error))"])
+        }
+
+        /// The status's count of kept points (`Replica.parked`), once anything was kept.
+        func parkedChanged(_ replica: Replica) {
+            let points = replica.parkedPoints
+            guard points > 0 || replica.summary.keptPoints != nil else { return }
+            replica.summary.keptPoints = points
+            replica.summary.keptPeakPoints = max(replica.summary.keptPeakPoints ?? 0, points)
+        }
+
+        /// Writes the oldest kept segment (`Replica.parked`); `settleParked` takes the outcome.
+        func sendParked(_ replica: Replica) {
+            guard let item = replica.parked.first else { return }
+            let sealed: Data
+            do { sealed = try outbox.read(item.path) } catch {
+                // Gone or unreadable: the points after it cannot follow on from it. What was kept
+                // and what waits is dropped, a gap recorded, and a new base follows.
+                let why = "the points kept in \(item.path) cannot be read (\(describe(error)))"
+                say("\(replica.store.path): \(why); they and the commits after them are dropped and a gap recorded")
+                for later in replica.parked { try? outbox.remove(later.path) }
+                replica.parked = []
+                parkedChanged(replica)
+                replica.pending = []
+                replica.seenAt = []
+                replica.pendingBytes = 0
+                replica.spooledBytes = 0
+                if !replica.refersToSpool { replica.spool?.reset() }
+                replica.needsBase = ("gap", why, nil)
+                replica.confirmedTime = replica.lastDurableTime
+                return
+            }
+            replica.sendingParked = sealed
+            replica.uploading = true
+            uploads.async { [self] in
+                let outcome: Result<Int, any Error> = Result {
+                    let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                    defer { hold.release() }
+                    try repository.backend.write(item.name.key, sealed, point: "replicate.segment")
+                    return sealed.count
+                }
+                completed.withLock { $0.append((replica, outcome)) }
+            }
+        }
+
+        /// A kept segment written (its points durable, its file removed), or not (tried again).
+        func settleParked(_ replica: Replica, _ outcome: Result<Int, any Error>, sealed: Data) {
+            guard let item = replica.parked.first else { return }
+            switch outcome {
+            case .success(let bytes):
+                replica.parked.removeFirst()
+                do { try outbox.remove(item.path) } catch {
+                    // The next start finds the same object written and removes the file then.
+                    Replicate.logger.warning("removing a kept segment that was written failed", metadata: ["file": "\(item.path)", "error": "\(describe(error))"])
+                }
+                let now = Date()
+                for seen in item.seen { replica.lags.append(now.timeIntervalSince(seen)) }
+                if replica.lags.count > 100_000 { replica.lags.removeFirst(replica.lags.count - 100_000) }
+                replica.summary.points += item.name.to - item.name.from + 1
+                replica.summary.segments += 1
+                replica.summary.uploadedBytes += UInt64(bytes)
+                replica.summary.requests += 1
+                replica.summary.lastDurable = Date(timeIntervalSince1970: Double(item.name.lastTime) / 1000)
+                replica.lastDurableTime = item.name.lastTime
+                replica.uploadFailures = 0
+                replica.summary.lastError = nil
+                parkedChanged(replica)
+                // Merged with the rest (its commits' pages are not in memory: that merge has no digest).
+                offer(replica, name: item.name, sealed: sealed)
+            case .failure(let error):
+                failed(replica, error)
+            }
+        }
+
+        /// At the start: the segments an earlier run kept in the outbox (the repository did not
+        /// take them) are written first, each where it continues its chain in the repository;
+        /// `resume` then takes the chain up after them. One that cannot continue its chain (the
+        /// chain was pruned, or followed on by a run that did not see the outbox) is removed,
+        /// and said. When the repository does not take them the run ends (74): they stay for
+        /// the next start, and nothing is followed meanwhile (following on would number points
+        /// the kept ones hold).
+        func sendOutbox(_ replica: Replica) throws {
+            let kept = outbox.kept(store: replica.key)
+            guard !kept.isEmpty else { return }
+            var next: [String: Int] = [:]
+            for chain in try PointTimeline.load(repository, store: replica.key).chains(of: replica.key) { next[chain.id] = chain.points }
+            var sent = 0, points = 0
+            var dropped: [String] = []
+            for item in kept {
+                guard let sealed = try? outbox.read(item.path) else {
+                    dropped.append(FileSystem.name(of: item.path))
+                    try? outbox.remove(item.path)
+                    continue
+                }
+                if let expected = next[item.name.chain], expected > item.name.to, try repository.backend.read(item.name.key) == sealed {
+                    try outbox.remove(item.path)   // written by the run that kept it, which was stopped before it removed the file
+                    continue
+                }
+                guard next[item.name.chain] == item.name.from,
+                      (try? PointSegment.openAll(sealed, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil else {
+                    dropped.append(FileSystem.name(of: item.path))
+                    try outbox.remove(item.path)
+                    continue
+                }
+                do {
+                    let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                    defer { hold.release() }
+                    try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
+                } catch {
+                    let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
+                    let left = kept.count - sent - dropped.count
+                    throw StoreOpsError(cause.kind, "\(replica.store.path): \(Format.plural(left, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
+                                        + "could not be written to \(repository.location): \(cause.message)",
+                                        hint: "they stay there and go out first at the next start; nothing was followed")
+                }
+                try outbox.remove(item.path)
+                next[item.name.chain] = item.name.to + 1
+                sent += 1
+                points += item.name.to - item.name.from + 1
+                replica.summary.uploadedBytes += UInt64(sealed.count)
+                replica.summary.requests += 1
+            }
+            if points > 0 {
+                replica.summary.keptSent = points
+                say("\(replica.store.path): \(Format.plural(points, "point", "points")) an earlier run kept while the repository did not take them written (\(Format.plural(sent, "segment", "segments")))")
+            }
+            if !dropped.isEmpty {
+                let text = "\(replica.store.path): \(Format.plural(dropped.count, "kept segment does", "kept segments do")) not continue \(dropped.count == 1 ? "its" : "their") chain in \(repository.location) "
+                    + "(the chain was pruned, or followed on by a run that did not see \(outbox.folder)) and \(dropped.count == 1 ? "was" : "were") removed: \(dropped.joined(separator: ", "))"
+                if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
             }
         }
 
@@ -1087,11 +1313,13 @@ public enum Replicate {
         func flushAll(_ replica: Replica) {
             finishUploads()
             replica.uploadRetryAfter = .distantPast
-            while !replica.pending.isEmpty {
-                let before = replica.pending.count
+            while !replica.pending.isEmpty || !replica.parked.isEmpty {
+                let before = (replica.pending.count, replica.parked.count)
                 flush(replica)
                 finishUploads()
-                if replica.pending.count >= before { break }
+                // Progress: fewer waiting, or fewer kept with none waiting more (a kept one written,
+                // or what waited kept when the repository failed).
+                if replica.pending.count >= before.0 && replica.parked.count >= before.1 { break }
                 if let finishBy = ProcessSignals.finishBy, Date() >= finishBy { break }
                 if ProcessSignals.received != nil, ProcessSignals.finishBy == nil { break }   // the loop drains it, within its time
             }

@@ -1,4 +1,5 @@
 import Foundation
+import StoreLab
 @testable import StoreOps
 import Testing
 
@@ -81,5 +82,32 @@ struct ExitMapTests {
             let ending = Pipeline.ending(error, rollsBack: rollsBack)
             #expect(ending.outcome == outcome && ending.status.rawValue == status, "\(error): \(ending.outcome) \(ending.status)")
         }
+    }
+
+    @Test("a stop between the act and verify: a road that commits as it goes says what it keeps; one whose act leaves nothing says nothing was changed only before its act")
+    func stopAfterTheAct() throws {
+        let folder = try TempFolder("storectl-road")
+        let store = StoreFile(unchecked: folder.file("Tasks.sqlite"))
+        let thrown = folder.file("stop")
+        func walk(kept: String?) -> Ending {
+            let pipeline = Pipeline(operation: "purge", store: store, killSwitch: KillSwitch(store: store, extra: thrown))
+            var road = Road<Int>(lock: .none, actName: "purge") { _ in
+                // The kill switch thrown while the act's last batch ran: the next stage's start sees it.
+                FileManager.default.createFile(atPath: thrown, contents: Data())
+                return 1
+            }
+            road.verify = { (_: Pipeline, _: Int) in Issue.record("the verify stage ran after the stop") }
+            road.keptAfterAct = kept
+            defer { try? FileManager.default.removeItem(atPath: thrown) }
+            return pipeline.walk(road).ending
+        }
+        let keeping = walk(kept: "the batches it committed are kept")
+        #expect(keeping.outcome == .stopped && keeping.status.rawValue == 1)
+        let message = keeping.error?.message ?? "no message"
+        #expect(message.hasPrefix("purge stopped before its verify stage: the kill switch \(thrown) was thrown") && message.hasSuffix("; the batches it committed are kept"),
+                "\(message)")
+        // Without a claim, none is made (it cannot say "nothing was changed" after an act).
+        let silent = walk(kept: nil).error?.message ?? "no message"
+        #expect(silent.hasPrefix("purge stopped before its verify stage") && !silent.contains("nothing was changed") && !silent.contains("kept"), "\(silent)")
     }
 }
