@@ -188,7 +188,8 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                 line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"
                 if let why = live.notFollowed { line += "; NOT FOLLOWED: \(why)" }
                 if let kept = live.keptPoints, kept > 0 {
-                    line += "; \(Format.plural(kept, "point", "points")) KEPT on this machine, not in the repository yet (the next write, or the next run, sends them first)"
+                    line += "; \(Format.plural(kept, "point", "points")) KEPT on this machine, not in the repository yet ("
+                        + (live.lastError.map { "writing them failed: \($0); " } ?? "") + "the next write, or the next run, sends them first)"
                 }
                 if let waiting = live.waiting, waiting > 0 {
                     if report.state == "stopped" {

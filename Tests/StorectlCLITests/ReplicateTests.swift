@@ -516,8 +516,8 @@ struct ReplicateTests {
         #expect(stopped.status == 0, "\(stopped.stderr)")
         let summary = try summary(stopped)
         let after = try prometheus(file)
-        #expect(after.count == 12, "every metric once: \(after.keys.sorted())")
-        #expect(after["storectl_replicate_up"] == 0)
+        #expect(after.count == 13, "every metric once: \(after.keys.sorted())")
+        #expect(after["storectl_replicate_up"] == 0 && after["storectl_replicate_kept_points"] == 0)
         #expect(after["storectl_replicate_points_total"] == Double(summary.points) && summary.points > 0)
         #expect(after["storectl_replicate_segments_total"] == Double(summary.segments) && summary.segments > 0)
         #expect(after["storectl_replicate_bases_total"] == Double(summary.bases.count) && summary.bases.count >= 1)
@@ -548,7 +548,7 @@ struct ReplicateTests {
                 "newest point \(String(describing: shown.newestPoint)), last durable \(String(describing: summary.lastDurable))")
     }
 
-    @Test("SIGTERM while the repository cannot be written (its disk full): replicate says how many commits it read and did not write, exits 74 within the drain, writes no stop marker; status shows them waiting and why; a restore after the last durable point is refused (66), at it gives its content; with room again the next run exits 0",
+    @Test("SIGTERM while the repository cannot be written (its disk full): replicate keeps what it read in the outbox, says how many points are kept and where, exits 74 within the drain, writes no stop marker; status shows them kept and why; a restore after the last durable point is refused (66), at it gives its content; with room again the next run writes the kept points first and exits 0",
           .enabled(if: TempMount.isAvailable))
     func drainThatCannotWrite() throws {
         let folder = try TempFolder("storectl-replicate")
@@ -578,13 +578,13 @@ struct ReplicateTests {
         usleep(1_000_000)
         let committed = Timestamp.iso(Date())
         let shown = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status])
-        #expect(shown.status == 0 && shown.stdout.contains("3 commits read and NOT durable yet (writing them failed:") && shown.stdout.contains("no space left"),
+        #expect(shown.status == 0 && shown.stdout.contains("3 points KEPT on this machine, not in the repository yet") && shown.stdout.contains("no space left"),
                 "\(shown.status) \(shown.stdout) \(shown.stderr)")
         let signalled = Date()
         follower.signal(SIGTERM)
         let stopped = follower.wait()
         #expect(stopped.status == 74 && Date().timeIntervalSince(signalled) < 8, "\(stopped.status) after \(Date().timeIntervalSince(signalled)) s: \(stopped.stderr)")
-        #expect(stopped.stderr.contains("3 commits read but NOT written") && stopped.stderr.contains("no later time is claimed"), "\(stopped.stderr)")
+        #expect(stopped.stderr.contains("3 points not written to") && stopped.stderr.contains("are kept in") && stopped.stderr.contains("storectl-outbox-"), "\(stopped.stderr)")
         #expect(!stopped.stderr.contains("every commit seen was written"))
         // A restore too takes a (shared) lock object in the repository: room for it first.
         try FileManager.default.removeItem(atPath: mount.file("filler"))
@@ -596,8 +596,9 @@ struct ReplicateTests {
         let durable = Timestamp.iso(Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000))
         #expect(try restored(at: durable, "durable.sqlite").title == "before")
         // The next run takes the store up (the app's connection keeps its -wal) and stops cleanly.
-        let next = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--for", "2s", "--heartbeat", "0"])
+        let next = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--json", "--for", "2s", "--heartbeat", "0"])
         #expect(next.status == 0, "\(next.stderr)")
+        #expect(try summary(next).keptSent == 3, "the kept points went first: \(next.stdout)")
         let ended = try #require(PointTimeline.load(repository).chains.last)
         #expect(ended.stopped)
         #expect(try restored(at: Timestamp.iso(Date(timeIntervalSince1970: Double(ended.confirmedUntil) / 1000)), "after.sqlite").title == "after-3")

@@ -25,6 +25,8 @@ public enum ReplicateMetrics {
             ("storectl_replicate_gaps_total", "counter", "Gaps recorded by this run (continuity could not be proven).", Double(store.gaps.count)),
             ("storectl_replicate_uploaded_bytes_total", "counter", "Bytes written to the repository by this run.", Double(store.uploadedBytes)),
             ("storectl_replicate_requests_total", "counter", "Requests to the repository by this run (writes, and the read-backs of merges and digests).", Double(store.requests)),
+            ("storectl_replicate_kept_points", "gauge", "Points kept on this machine (the outbox in the spool folder) because the repository did not take them: restores do not see them yet.",
+             Double(store.keptPoints ?? 0)),
         ]
         var text = ""
         for (name, type, help, value) in metrics {
@@ -90,6 +92,9 @@ public enum ReplicateStatus {
             if live.notFollowed != nil { problems.append("\(store.store) is not followed") }
             if report.state == "stopped", let waiting = live.waiting, waiting > 0 {
                 problems.append("\(store.store): \(Format.plural(waiting, "commit was", "commits were")) read and never written")
+            }
+            if report.state == "stopped", let kept = live.keptPoints, kept > 0 {
+                problems.append("\(store.store): \(Format.plural(kept, "point is", "points are")) kept on this machine, not in the repository (the next run writes them first)")
             }
         }
         guard !problems.isEmpty else { return .ok }
