@@ -321,7 +321,7 @@ enum Scenarios {
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
     static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert,
-                                         replicateBase, replicateResume, replicateSpooled, replicateOutbox, replicateMerge, replicateAlive, pointRestore]
+                                         replicateBase, replicateResume, replicateSpooled, replicateOutbox, replicateKept, replicateMerge, replicateAlive, pointRestore]
 
     /// `snapshot restore --at --to` of a point whose segment carries an external-data file the
     /// chain's base does not have (written, then a commit naming it, then followed). The world is
@@ -446,6 +446,24 @@ enum Scenarios {
             return fixture
         }
         scenario.reaches = ["replicate.outbox.rename", "replicate.outbox.remove"]
+        return scenario
+    }()
+
+    /// A start with a segment an earlier run kept (killed after keeping it, before writing it):
+    /// the write of what was kept and the removal of its file, then the chain taken up after it.
+    static let replicateKept: CrashScenario = {
+        var scenario = replicateOutbox
+        scenario.name = "replicate (a start with a kept segment: written first, its file removed)"
+        let setup = scenario.setup
+        scenario.setup = {
+            let fixture = try setup()
+            let killed = try fixture.run(replicating(fixture), ["STORECTL_FAULT_POINT": "replicate.outbox.sync-folder#1"])
+            #expect(killed.status == 137, "the run that keeps a segment was not killed: \(killed.status) \(killed.stderr)")
+            let kept = (FileManager.default.subpaths(atPath: fixture.temp) ?? []).filter { $0.hasPrefix("storectl-outbox-") && $0.split(separator: "/").count == 2 }
+            #expect(kept.count == 1, "one segment kept: \(kept)")
+            return fixture
+        }
+        scenario.reaches = ["replicate.outbox.send.rename", "replicate.outbox.remove"]
         return scenario
     }()
 

@@ -490,9 +490,17 @@ public struct PointTimeline: Sendable {
         /// How far the chain is known to cover: its last point, a clean stop at it, or the
         /// newest alive marker at it (no commit came before that time).
         public var confirmedUntil: Int64 {
-            let stop = markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == points - 1 ? $0.firstTime : nil }
+            // The newest clean stop at the last point, also when a resume came after it and was
+            // killed before it wrote a point (the stop's claim stands; the listing said so and
+            // restore refused it).
+            let stop = lastStop?.firstTime
             let heard = alive.filter { $0.to == points - 1 }.map(\.lastTime).max()
             return max(lastTime, stop ?? 0, heard ?? 0)
+        }
+
+        /// The newest stop marker at the chain's last point.
+        var lastStop: SegmentName? {
+            markers.filter { $0.level == PointTimeline.stoppedLevel && $0.to == points - 1 }.max { $0.firstTime < $1.firstTime }
         }
 
         /// Stopped cleanly (its last marker a stop): no follower is expected to add to it.
@@ -507,7 +515,7 @@ public struct PointTimeline: Sendable {
             let until = confirmedUntil
             var source = last
             if until > lastTime {
-                let stop = markers.last.flatMap { $0.level == PointTimeline.stoppedLevel && $0.to == points - 1 && $0.firstTime == until ? $0 : nil }
+                let stop = lastStop.flatMap { $0.firstTime == until ? $0 : nil }
                 guard let name = stop ?? alive.last(where: { $0.to == points - 1 && $0.lastTime == until }),
                       let sealed = try? repository.backend.read(name.key),
                       let (marker, _, _) = try? PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) else { return nil }
@@ -677,8 +685,11 @@ public struct StorePoints: Sendable, Codable {
                     guard let to = span.to else { from = .max; break }
                     from = to
                 }
-                if from != .max {
-                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(max(from, chain.confirmedUntil)),
+                // Not after a resume nothing confirmed since (a follower killed between its resume
+                // marker and its first segment): the store at the resume held commits no point
+                // holds, and restore refuses that time (the listing said "covered" there).
+                if from != .max, chain.confirmedUntil >= from {
+                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(chain.confirmedUntil),
                                              points: perSpan ? max(0, chain.points - 1 - before) : nil, chain: chain.id))
                 }
                 if !perSpan, let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) { entry?.spans[index].points = points + 1 }
