@@ -503,6 +503,7 @@ public enum Replicate {
                     capture(replica)
                 }
                 flushAll(replica)
+                keepWaiting(replica)
                 merge(replica, now: true)
                 if replica.pending.isEmpty, replica.parked.isEmpty, let chain = replica.chain, let cursor = replica.follower.cursor {
                     let now = Replicate.ms(Date())
@@ -666,6 +667,12 @@ public enum Replicate {
                 replica.needsBase = ("compaction", "a new base every \(Format.duration(options.baseInterval))", nil)
             }
             if let need = replica.needsBase {
+                // Kept segments wait for a repository that failed: the pause holds (the main loop
+                // sends them once it is over), rather than three tries every poll.
+                if !replica.parked.isEmpty, Date() < replica.uploadRetryAfter {
+                    if need.kind == "compaction" { replica.needsBase = nil }
+                    return
+                }
                 // The old chain's last commits go first (now: a base read later than needed would
                 // hold commits no point holds); the new chain begins after them.
                 for _ in 0..<3 where replica.uploading || !replica.pending.isEmpty || !replica.parked.isEmpty {
@@ -933,6 +940,8 @@ public enum Replicate {
                     replica.spooledBytes -= wasSpooled
                     replica.parked.append(Parked(name: segment.name, path: path, bytes: sealed.count, seen: seen))
                     replica.next = to + 1
+                    if !replica.refersToSpool { replica.spool?.reset() }
+                    if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = replica.spooledBytes }
                     parkedChanged(replica)
                     return
                 } catch {
@@ -1046,11 +1055,18 @@ public enum Replicate {
             guard let item = replica.parked.first else { return }
             let sealed: Data
             do { sealed = try outbox.read(item.path) } catch {
-                // Gone or unreadable: the points after it cannot follow on from it. What was kept
-                // and what waits is dropped, a gap recorded, and a new base follows.
-                let why = "the points kept in \(item.path) cannot be read (\(describe(error)))"
+                // A read that failed (no descriptor, an I/O error) is tried again after the pause.
+                guard FileSystem.kind(of: item.path) == .missing else {
+                    failed(replica, error)
+                    return
+                }
+                // Gone: the points after it cannot follow on from it. What was kept and what
+                // waits is dropped, a gap recorded, and a new base follows; the chain's next
+                // point is this one's again (nothing after it was written).
+                let why = "the points kept in \(item.path) are gone"
                 say("\(replica.store.path): \(why); they and the commits after them are dropped and a gap recorded")
                 for later in replica.parked { try? outbox.remove(later.path) }
+                replica.next = item.name.from
                 replica.parked = []
                 parkedChanged(replica)
                 replica.pending = []
@@ -1068,7 +1084,16 @@ public enum Replicate {
                 let outcome: Result<Int, any Error> = Result {
                     let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
                     defer { hold.release() }
-                    try repository.backend.write(item.name.key, sealed, point: "replicate.segment")
+                    do {
+                        try repository.backend.write(item.name.key, sealed, point: "replicate.segment")
+                    } catch {
+                        // A write reported failed that had stored the object (its answer lost),
+                        // then this cut sealed again: the object there, opening as this very
+                        // segment (same chain, points and times), is what this one holds.
+                        guard let there = try? repository.backend.read(item.name.key), let zstd = try? ZstdFrames(level: 1),
+                              (try? PointSegment.openAll(there, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil
+                        else { throw error }
+                    }
                     return sealed.count
                 }
                 completed.withLock { $0.append((replica, outcome)) }
@@ -1119,13 +1144,18 @@ public enum Replicate {
             var sent = 0, points = 0
             var dropped: [String] = []
             for item in kept {
-                guard let sealed = try? outbox.read(item.path) else {
-                    dropped.append(FileSystem.name(of: item.path))
-                    try? outbox.remove(item.path)
+                let sealed: Data
+                do { sealed = try outbox.read(item.path) } catch {
+                    guard FileSystem.kind(of: item.path) == .missing else {
+                        throw StoreOpsError(.ioError, "\(replica.store.path): the points an earlier run kept in \(item.path) cannot be read (\((error as? StoreOpsError)?.message ?? "\(error)"))",
+                                            hint: "they stay there and go out first at the next start; nothing was followed")
+                    }
                     continue
                 }
-                if let expected = next[item.name.chain], expected > item.name.to, try repository.backend.read(item.name.key) == sealed {
-                    try outbox.remove(item.path)   // written by the run that kept it, which was stopped before it removed the file
+                if let expected = next[item.name.chain], expected > item.name.to {
+                    // The chain holds these points already: written by the run that kept them (it
+                    // was stopped before it removed the file), and maybe merged since.
+                    try outbox.remove(item.path)
                     continue
                 }
                 guard next[item.name.chain] == item.name.from,
@@ -1140,7 +1170,7 @@ public enum Replicate {
                     try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
                 } catch {
                     let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
-                    let left = kept.count - sent - dropped.count
+                    let left = kept.count - (kept.firstIndex { $0.path == item.path } ?? 0)
                     throw StoreOpsError(cause.kind, "\(replica.store.path): \(Format.plural(left, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
                                         + "could not be written to \(repository.location): \(cause.message)",
                                         hint: "they stay there and go out first at the next start; nothing was followed")
@@ -1151,6 +1181,9 @@ public enum Replicate {
                 points += item.name.to - item.name.from + 1
                 replica.summary.uploadedBytes += UInt64(sealed.count)
                 replica.summary.requests += 1
+                replica.summary.points += item.name.to - item.name.from + 1
+                replica.summary.segments += 1
+                replica.summary.lastDurable = Date(timeIntervalSince1970: Double(item.name.lastTime) / 1000)
             }
             if points > 0 {
                 replica.summary.keptSent = points
@@ -1322,6 +1355,21 @@ public enum Replicate {
                 if replica.pending.count >= before.0 && replica.parked.count >= before.1 { break }
                 if let finishBy = ProcessSignals.finishBy, Date() >= finishBy { break }
                 if ProcessSignals.received != nil, ProcessSignals.finishBy == nil { break }   // the loop drains it, within its time
+            }
+        }
+
+        /// The drain's last step: what still waits (the repository failed, or the drain's time ran
+        /// out) is kept in the outbox, whatever the time: keeping is local and quick, and the
+        /// next run writes it first. Not before a chain exists (nothing can be numbered).
+        func keepWaiting(_ replica: Replica) {
+            guard replica.chain != nil, !replica.pending.isEmpty, !replica.uploading else { return }
+            let pause = replica.uploadRetryAfter
+            replica.uploadRetryAfter = .distantFuture   // `flush` keeps rather than writes
+            defer { replica.uploadRetryAfter = pause }
+            while !replica.pending.isEmpty {
+                let before = replica.pending.count
+                flush(replica)
+                if replica.pending.count >= before { break }   // the outbox cannot take them: said as unwritten
             }
         }
 
