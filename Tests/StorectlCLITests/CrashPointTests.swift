@@ -124,6 +124,21 @@ final class CrashFixture: @unchecked Sendable {
 
 /// An operation and what must hold when it is killed at any of its fault points.
 struct CrashScenario: Sendable, CustomTestStringConvertible {
+    /// This scenario under another name, its world prepared further by `prepare` after its own
+    /// setup, and the points an uninterrupted run must reach.
+    func variant(_ name: String, reaches: [String], _ prepare: @escaping @Sendable (CrashFixture) throws -> Void) -> CrashScenario {
+        var scenario = self
+        scenario.name = name
+        scenario.reaches = reaches
+        let setup = self.setup
+        scenario.setup = {
+            let fixture = try setup()
+            try prepare(fixture)
+            return fixture
+        }
+        return scenario
+    }
+
     var name: String
     /// Builds the world before the operation.
     var setup: @Sendable () throws -> CrashFixture
@@ -420,52 +435,27 @@ enum Scenarios {
     /// The same with every waiting commit's pages in the spool file (no memory for them), read
     /// back for the segment: the spool file's creation is a fault point too, and nothing of it is
     /// left behind.
-    static let replicateSpooled: CrashScenario = {
-        var scenario = replicateResume
-        scenario.name = "replicate (resume, commits through the spool file)"
-        let setup = scenario.setup
-        scenario.setup = {
-            let fixture = try setup()
-            fixture.environment["STORECTL_TEST_SPOOL_MEMORY_BYTES"] = "0"
-            return fixture
-        }
-        scenario.reaches = ["replicate.spool.create"]
-        return scenario
-    }()
+    static let replicateSpooled = replicateResume.variant("replicate (resume, commits through the spool file)", reaches: ["replicate.spool.create"]) {
+        $0.environment["STORECTL_TEST_SPOOL_MEMORY_BYTES"] = "0"
+    }
 
     /// The same with every segment going through the outbox (kept on disk, written, its file
     /// removed), as while the repository fails: killed anywhere, the next run writes what was
     /// kept first (or finds it written and removes the file) and takes the chain up after it.
-    static let replicateOutbox: CrashScenario = {
-        var scenario = replicateResume
-        scenario.name = "replicate (resume, segments through the outbox)"
-        let setup = scenario.setup
-        scenario.setup = {
-            let fixture = try setup()
-            fixture.environment["STORECTL_TEST_OUTBOX_ALWAYS"] = "1"
-            return fixture
-        }
-        scenario.reaches = ["replicate.outbox.rename", "replicate.outbox.remove"]
-        return scenario
-    }()
+    static let replicateOutbox = replicateResume.variant("replicate (resume, segments through the outbox)",
+                                                         reaches: ["replicate.outbox.rename", "replicate.outbox.remove"]) {
+        $0.environment["STORECTL_TEST_OUTBOX_ALWAYS"] = "1"
+    }
 
     /// A start with a segment an earlier run kept (killed after keeping it, before writing it):
     /// the write of what was kept and the removal of its file, then the chain taken up after it.
-    static let replicateKept: CrashScenario = {
-        var scenario = replicateOutbox
-        scenario.name = "replicate (a start with a kept segment: written first, its file removed)"
-        let setup = scenario.setup
-        scenario.setup = {
-            let fixture = try setup()
-            let killed = try fixture.run(replicating(fixture), ["STORECTL_FAULT_POINT": "replicate.outbox.sync-folder#1"])
-            #expect(killed.status == 137, "the run that keeps a segment was not killed: \(killed.status) \(killed.stderr)")
-            let kept = (FileManager.default.subpaths(atPath: fixture.temp) ?? []).filter { $0.hasPrefix("storectl-outbox-") && $0.split(separator: "/").count == 2 }
-            #expect(kept.count == 1, "one segment kept: \(kept)")
-            return fixture
-        }
-        scenario.reaches = ["replicate.outbox.send.rename", "replicate.outbox.remove"]
-        return scenario
-    }()
+    static let replicateKept = replicateOutbox.variant("replicate (a start with a kept segment: written first, its file removed)",
+                                                       reaches: ["replicate.outbox.send.rename", "replicate.outbox.remove"]) { fixture in
+        let killed = try fixture.run(replicating(fixture), ["STORECTL_FAULT_POINT": "replicate.outbox.sync-folder#1"])
+        #expect(killed.status == 137, "the run that keeps a segment was not killed: \(killed.status) \(killed.stderr)")
+        let kept = (FileManager.default.subpaths(atPath: fixture.temp) ?? []).filter { $0.hasPrefix("storectl-outbox-") && $0.split(separator: "/").count == 2 }
+        #expect(kept.count == 1, "one segment kept: \(kept)")
+    }
 
     /// `replicate` taking up a chain after commits it has not seen: the resume marker, the
     /// segment with the commits, the stop marker. Killed anywhere, the next run takes the chain

@@ -581,7 +581,6 @@ public enum Replicate {
                 summary.requests += extra.requests
             }
             summary.waiting = replica.pending.count + (replica.inFlight?.batch.count ?? 0)
-            if replica.parked.isEmpty == false || summary.keptPoints != nil { summary.keptPoints = replica.parkedPoints }
             let sorted = replica.lags.sorted()
             summary.maxLagSeconds = sorted.last ?? 0
             summary.p99LagSeconds = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
@@ -780,17 +779,23 @@ public enum Replicate {
             }
             if let full {
                 say("\(replica.store.path): \(Format.bytes(UInt64(replica.pendingBytes + replica.spooledBytes))) of commits could not be written; they are dropped and a gap recorded")
-                replica.pending = []
-                replica.seenAt = []
-                replica.pendingBytes = 0
-                replica.spooledBytes = 0
-                if !replica.refersToSpool { replica.spool?.reset() }
-                if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = 0 }
-                replica.needsBase = ("gap", full, nil)
-                replica.confirmedTime = replica.lastDurableTime
+                dropWaiting(replica, gap: full)
                 return false
             }
             return true
+        }
+
+        /// Drops the commits that wait; a gap follows (a new base, `why` recorded), and nothing
+        /// after the last durable point is claimed.
+        func dropWaiting(_ replica: Replica, gap why: String) {
+            replica.pending = []
+            replica.seenAt = []
+            replica.pendingBytes = 0
+            replica.spooledBytes = 0
+            if !replica.refersToSpool { replica.spool?.reset() }
+            if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = 0 }
+            replica.needsBase = ("gap", why, nil)
+            replica.confirmedTime = replica.lastDurableTime
         }
 
         /// Moves the oldest waiting commits held in memory to the spool file until half the
@@ -938,11 +943,7 @@ public enum Replicate {
                     replica.seenAt.removeFirst(min(taken, replica.seenAt.count))
                     replica.pendingBytes -= inMemory
                     replica.spooledBytes -= wasSpooled
-                    replica.parked.append(Parked(name: segment.name, path: path, bytes: sealed.count, seen: seen))
-                    replica.next = to + 1
-                    if !replica.refersToSpool { replica.spool?.reset() }
-                    if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = replica.spooledBytes }
-                    parkedChanged(replica)
+                    kept(replica, Parked(name: segment.name, path: path, bytes: sealed.count, seen: seen))
                     return
                 } catch {
                     Replicate.logger.warning("keeping points in the outbox failed", metadata: [
@@ -1017,10 +1018,7 @@ public enum Replicate {
                 case .failure(let error):
                     if flight.parkable, let path = try? outbox.keep(flight.name, flight.sealed) {
                         // Kept on disk as it is, numbered: it goes out first once the repository answers.
-                        replica.parked.append(Parked(name: flight.name, path: path, bytes: flight.sealed.count, seen: flight.seen))
-                        replica.next = flight.to + 1
-                        if !replica.refersToSpool { replica.spool?.reset() }
-                        parkedChanged(replica)
+                        kept(replica, Parked(name: flight.name, path: path, bytes: flight.sealed.count, seen: flight.seen))
                     } else {
                         // Back in front of what came since, numbered again at the next try.
                         replica.pending = flight.putBack + replica.pending
@@ -1040,6 +1038,16 @@ public enum Replicate {
             replica.uploadRetryAfter = Date().addingTimeInterval(min(30, 0.5 * Double(1 << min(6, replica.uploadFailures))))
             Replicate.logger.warning("writing points failed; they wait for the next try", metadata: [
                 "store": "\(replica.store.path)", "waiting": "\(replica.pending.count)", "kept": "\(replica.parkedPoints)", "error": "\(describe(error))"])
+        }
+
+        /// A segment written to the outbox joins `Replica.parked`: its points are numbered, and the
+        /// commits it holds no longer need the spool file.
+        func kept(_ replica: Replica, _ item: Parked) {
+            replica.parked.append(item)
+            replica.next = item.name.to + 1
+            if !replica.refersToSpool { replica.spool?.reset() }
+            if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = replica.spooledBytes }
+            parkedChanged(replica)
         }
 
         /// The status's count of kept points (`Replica.parked`), once anything was kept.
@@ -1069,13 +1077,7 @@ public enum Replicate {
                 replica.next = item.name.from
                 replica.parked = []
                 parkedChanged(replica)
-                replica.pending = []
-                replica.seenAt = []
-                replica.pendingBytes = 0
-                replica.spooledBytes = 0
-                if !replica.refersToSpool { replica.spool?.reset() }
-                replica.needsBase = ("gap", why, nil)
-                replica.confirmedTime = replica.lastDurableTime
+                dropWaiting(replica, gap: why)
                 return
             }
             replica.sendingParked = sealed
