@@ -607,6 +607,44 @@ struct ReplicateTests {
         try app.close()
     }
 
+    @Test("a segment's write that stored it but lost its answer, with no outbox to keep it (a file where its folder goes): the same point cut again is recognised as the object already there, not refused at every try as another object under its key (it was, until another commit came); the run exits 0 and the commit restores")
+    func lostAnswerWithoutOutbox() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let store = try makeStore(folder, items: 100)
+        let repo = folder.file("repo")
+        // Encrypted: a segment sealed again has other bytes (a new nonce) under the same key.
+        let password = try folder.passwordFile()
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--password-file", password]).status == 0)
+        let repository = try PagedRepository.open(at: repo, password: .file(password))
+        let spool = folder.file("spool")
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+        // The outbox's folder cannot be made: keeping the failed segment fails, so it goes back to wait.
+        let outbox = (spool as NSString).appendingPathComponent("storectl-outbox-\(repository.config.id.prefix(12))")
+        #expect(FileManager.default.createFile(atPath: outbox, contents: Data("in the way".utf8)))
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--json", "--for", "8s", "--sync-interval", "200ms",
+                                                                    "--heartbeat", "0", "--merge-interval", "0", "--spool", spool],
+                                                environment: ["STORECTL_TEST_LOST_ANSWER": "replicate.segment#1", "STORECTL_PASSWORD_FILE": password])
+        let deadline = Date().addingTimeInterval(30)
+        while (try? StorePoints.list(repository: repo, password: .file(password)))?.isEmpty != false, Date() < deadline { usleep(50_000) }
+        let app = try DatabaseQueue(path: store)
+        // One commit, then quiet: each retry cuts exactly the same point (the same key) as the
+        // lost write (a later commit would make a longer cut under another key, which the chain
+        // takes over the lost one).
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'one' WHERE Z_PK = 1") }
+        let ran = follower.wait()
+        #expect(ran.status == 0, "\(ran.stderr)")
+        #expect(ran.stderr.contains("STORECTL_TEST_LOST_ANSWER"), "the answer was lost: \(ran.stderr)")
+        #expect(ran.stderr.components(separatedBy: "keeping points in the outbox failed").count == 2, "said once, not at every sync: \(ran.stderr)")
+        let done = try summary(ran)
+        #expect(done.points == 1 && done.waiting == 0, "\(ran.stdout)")
+        let chain = try #require(PointTimeline.load(repository).chains.last)
+        #expect(chain.stopped && chain.points == 2, "\(chain.segments.map(\.key))")
+        let restored = folder.file("restored.sqlite")
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--password-file", password, "--at", Timestamp.iso(Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000)), "--to", restored]).status == 0)
+        #expect(try read(restored) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "one")
+        try app.close()
+    }
+
     @Test("the repository's disk full while the app writes: what is read is kept in the outbox a segment at a time and goes out in order once there is room: no gap for it, and random points restore exactly; a follower killed -9 during the outage loses nothing: the next run writes what it kept first and takes the chain up after it; with a --spool-limit they outgrow, they are dropped and a gap recorded, and the store's state after it restores",
           .enabled(if: TempMount.isAvailable))
     func spoolWhileRepositoryFull() throws {
@@ -680,6 +718,7 @@ struct ReplicateTests {
         #expect(!stats.gaps.contains { $0.reason.contains("waited") || $0.reason.contains("spool") }, "\(stats.gaps)")
         #expect(stats.segments > 3, "the backlog went out in segments: \(stats.segments)")
         #expect(kept().isEmpty, "every kept segment was removed once written: \(kept())")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: spool)) == [], "the outbox's folder goes once empty")
         let commits = try ChurnLoad.readLog(world.log).count
         #expect(Double(stats.points) >= Double(commits) * 0.95, "\(stats.points) points of \(commits) commits")
         let checked = try check(world, times: try randomTimes(world, count: 12, seed: 5))
@@ -710,6 +749,7 @@ struct ReplicateTests {
         let after = try summary(nextRun)
         #expect((after.keptSent ?? 0) > 0 && after.gaps.count == 1, "sent \(String(describing: after.keptSent)), gaps \(after.gaps)")
         #expect(kept().isEmpty, "\(kept())")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: spool)) == [], "the outbox's folder goes once empty")
         let beforeKill = try check(world, times: try randomTimes(world, count: 12, seed: 9))
         #expect(beforeKill.wrong.isEmpty && beforeKill.restored == 12, "every commit before the kill restores: \(beforeKill.wrong) \(beforeKill.refused)")
 

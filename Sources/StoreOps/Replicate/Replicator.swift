@@ -296,6 +296,8 @@ public enum Replicate {
         var parked: [Parked] = []
         var parkedBytes: Int { parked.reduce(0) { $0 + $1.bytes } }
         var parkedPoints: Int { parked.reduce(0) { $0 + $1.name.to - $1.name.from + 1 } }
+        /// Why keeping in the outbox last failed (said once until it is different or keeping works).
+        var outboxFailure: String?
         /// The kept segment being written (its sealed bytes, offered to the merge once durable).
         var sendingParked: Data?
         /// The newest point's time in this chain (ms): times never go back within a chain, even
@@ -946,8 +948,13 @@ public enum Replicate {
                     kept(replica, Parked(name: segment.name, path: path, bytes: sealed.count, seen: seen))
                     return
                 } catch {
-                    Replicate.logger.warning("keeping points in the outbox failed", metadata: [
-                        "store": "\(replica.store.path)", "folder": "\(outbox.folder)", "error": "\(describe(error))"])
+                    // Said once (and again when the cause changes), not at every sync it fails.
+                    let cause = describe(error)
+                    if replica.outboxFailure != cause {
+                        replica.outboxFailure = cause
+                        Replicate.logger.warning("keeping points in the outbox failed; they wait in memory and in the spool file", metadata: [
+                            "store": "\(replica.store.path)", "folder": "\(outbox.folder)", "error": "\(cause)"])
+                    }
                     if retrying {
                         // They wait in memory (and the spool file) as before, for the next try.
                         replica.pending.replaceSubrange(0..<taken, with: putBack)
@@ -968,12 +975,32 @@ public enum Replicate {
             let name = segment.name
             uploads.async { [self] in
                 let outcome: Result<Int, any Error> = Result {
-                    let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
-                    defer { hold.release() }
-                    try repository.backend.write(name.key, sealed, point: "replicate.segment")
+                    try writeSegment(name, sealed)
                     return sealed.count
                 }
                 completed.withLock { $0.append((replica, outcome)) }
+            }
+        }
+
+        /// Writes a level-0 segment (on the uploader's queue). A write reported failed that had
+        /// stored the object (its answer lost), then the same cut sealed again (a new nonce, so
+        /// other bytes under the same key): the object there, opening as this very segment (same
+        /// chain, points and times), is what this one holds, and counts as written. Without
+        /// this, a batch put back after such a failure (the outbox could not keep it) and cut
+        /// again the same way would be refused as "exists with other content" at every try.
+        func writeSegment(_ name: SegmentName, _ sealed: Data) throws {
+            let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+            defer { hold.release() }
+            do {
+                try repository.backend.write(name.key, sealed, point: "replicate.segment")
+            } catch {
+                guard let there = try? repository.backend.read(name.key), let zstd = try? ZstdFrames(level: 1),
+                      (try? PointSegment.openAll(there, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil
+                else { throw error }
+            }
+            // The test hook: written, but the answer lost and the server gone before it could be read back.
+            if FaultInjection.answerLost("replicate.segment") {
+                throw StoreOpsError(.ioError, "the answer to writing \(name.key) was lost (STORECTL_TEST_LOST_ANSWER)")
             }
         }
 
@@ -1043,6 +1070,7 @@ public enum Replicate {
         /// A segment written to the outbox joins `Replica.parked`: its points are numbered, and the
         /// commits it holds no longer need the spool file.
         func kept(_ replica: Replica, _ item: Parked) {
+            replica.outboxFailure = nil
             replica.parked.append(item)
             replica.next = item.name.to + 1
             if !replica.refersToSpool { replica.spool?.reset() }
@@ -1084,18 +1112,7 @@ public enum Replicate {
             replica.uploading = true
             uploads.async { [self] in
                 let outcome: Result<Int, any Error> = Result {
-                    let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
-                    defer { hold.release() }
-                    do {
-                        try repository.backend.write(item.name.key, sealed, point: "replicate.segment")
-                    } catch {
-                        // A write reported failed that had stored the object (its answer lost),
-                        // then this cut sealed again: the object there, opening as this very
-                        // segment (same chain, points and times), is what this one holds.
-                        guard let there = try? repository.backend.read(item.name.key), let zstd = try? ZstdFrames(level: 1),
-                              (try? PointSegment.openAll(there, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil
-                        else { throw error }
-                    }
+                    try writeSegment(item.name, sealed)
                     return sealed.count
                 }
                 completed.withLock { $0.append((replica, outcome)) }
@@ -1112,6 +1129,7 @@ public enum Replicate {
                     // The next start finds the same object written and removes the file then.
                     Replicate.logger.warning("removing a kept segment that was written failed", metadata: ["file": "\(item.path)", "error": "\(describe(error))"])
                 }
+                if replica.parked.isEmpty { outbox.removeIfEmpty() }
                 let now = Date()
                 for seen in item.seen { replica.lags.append(now.timeIntervalSince(seen)) }
                 if replica.lags.count > 100_000 { replica.lags.removeFirst(replica.lags.count - 100_000) }
@@ -1187,6 +1205,7 @@ public enum Replicate {
                 replica.summary.segments += 1
                 replica.summary.lastDurable = Date(timeIntervalSince1970: Double(item.name.lastTime) / 1000)
             }
+            outbox.removeIfEmpty()
             if points > 0 {
                 replica.summary.keptSent = points
                 say("\(replica.store.path): \(Format.plural(points, "point", "points")) an earlier run kept while the repository did not take them written (\(Format.plural(sent, "segment", "segments")))")

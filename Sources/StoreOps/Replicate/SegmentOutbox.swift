@@ -71,4 +71,11 @@ final class SegmentOutbox {
     func remove(_ path: String) throws {
         try FileSystem.removeFile(path, point: "replicate.outbox.remove")
     }
+
+    /// Removes the folder once nothing is kept in it (an outage over leaves no trace). A folder
+    /// with anything in it (another run's segment or temporary file) stays; a run that keeps a
+    /// segment as it goes makes it again.
+    func removeIfEmpty() {
+        FileSystem.removeEmptyDirectory(folder, point: "replicate.outbox.remove-folder")
+    }
 }

@@ -31,6 +31,29 @@ public enum FaultInjection {
 
     private static let counts = Mutex<[String: Int]>([:])
 
+    /// A third hook, for a write whose answer is lost (the object stored, the caller told it
+    /// failed, as through a connection cut after the server did the request):
+    /// `STORECTL_TEST_LOST_ANSWER=name` or `name#k` makes `answerLost(name)` true the first (k-th)
+    /// time it is asked; the caller then throws as the failed write would.
+    private static let lostAnswer: (name: String, occurrence: Int)? = {
+        guard let spec = ProcessInfo.processInfo.environment["STORECTL_TEST_LOST_ANSWER"], !spec.isEmpty else { return nil }
+        if let hash = spec.lastIndex(of: "#"), let k = Int(spec[spec.index(after: hash)...]), k > 0 {
+            return (String(spec[..<hash]), k)
+        }
+        return (spec, 1)
+    }()
+    private static let answers = Mutex<[String: Int]>([:])
+
+    /// Whether the answer to the write just done at `name` is to be lost (see `lostAnswer`).
+    public static func answerLost(_ name: String) -> Bool {
+        guard let lostAnswer, lostAnswer.name == name else { return false }
+        let k = answers.withLock { table -> Int in
+            table[name, default: 0] += 1
+            return table[name] ?? 0
+        }
+        return k == lostAnswer.occurrence
+    }
+
     /// True when either hook is set (callers never need to check; `reach` is cheap either way).
     public static var isActive: Bool { target != nil || traceFD != nil }
 
