@@ -88,7 +88,8 @@ public enum SampleStore {
                     var title = "Item \(pk):"
                     for _ in 0..<4 { title += " " + words[Int(rng.next() % UInt64(words.count))] }
                     var body = ""
-                    while body.count < options.bodyLength { body += words[Int(rng.next() % UInt64(words.count))] + " " }
+                    // utf8.count (the words are ASCII): a String's count walks it whole, and this loop ran it for every word.
+                    while body.utf8.count < options.bodyLength { body += words[Int(rng.next() % UInt64(words.count))] + " " }
                     try item.execute(arguments: [pk, ent, isDeleted ? 1 : 0, Int(rng.next() % 4), categoryPK, createdAt,
                                                  deletedAt, ent == 3 ? createdAt + 7 * 86_400 : nil, title, body])
                     if pk % 10 == 0 {

@@ -193,13 +193,21 @@ struct ReplicateTests {
         let world = try world()
         let follower = try replicate(world, ["--sync-interval", "200ms", "--merge-interval", "300ms"])
         #expect(waitForBase(world))
-        let wrote = try churn(world, seconds: 12, ["--checkpoint-every", "60", "--vacuum-every", "250", "--autocheckpoint", "100", "--seed", "23"]).wait()
+        // 12 s of commits, longer (up to 30 s) until the follower has written two milestones: on a
+        // loaded machine an early gap (a TRUNCATE that won the race) left one chain too short for two.
+        let writer = try churn(world, seconds: 30, ["--checkpoint-every", "60", "--vacuum-every", "250", "--autocheckpoint", "100", "--seed", "23"])
+        let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
+        let began = Date()
+        usleep(12_000_000)
+        while writer.isRunning, Date().timeIntervalSince(began) < 30,
+              ((try? PointTimeline.load(repository).chains.flatMap(\.milestones).count) ?? 0) < 2 { usleep(500_000) }
+        writer.signal(SIGTERM)
+        let wrote = writer.wait()
         #expect(wrote.status == 0, "\(wrote.stderr)")
         usleep(1_000_000)
         follower.signal(SIGTERM)
         let followed = follower.wait()
         #expect(followed.status == 0, "\(followed.stderr)")
-        let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
         let chains = try PointTimeline.load(repository).chains
         let digests = chains.flatMap(\.digests)
         // The summary counts what the merge thread wrote.
