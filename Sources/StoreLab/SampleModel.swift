@@ -1,3 +1,4 @@
+import Synchronization
 import Foundation
 import StoreOps
 
@@ -66,7 +67,19 @@ public enum SampleModel {
     }
 
     /// `Z_METADATA.Z_PLIST`: a binary property list like Core Data writes.
+    /// Made once per uuid per process, as the model cache is: the serializer writes the
+    /// dictionaries in no fixed order, and stores made by one process must be identical byte for
+    /// byte (a crash test's fixtures, made again for each run, are compared by content).
     public static func metadataPlist(uuid: String) throws -> Data {
+        if let made = madePlists.withLock({ $0[uuid] }) { return made }
+        let made = try makeMetadataPlist(uuid: uuid)
+        madePlists.withLock { $0[uuid] = made }
+        return made
+    }
+
+    private static let madePlists = Mutex<[String: Data]>([:])
+
+    private static func makeMetadataPlist(uuid: String) throws -> Data {
         linkArrayBridging()
         let plist: [String: Any] = [
             "NSStoreType": "SQLite",
