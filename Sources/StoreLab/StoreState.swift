@@ -20,17 +20,9 @@ public enum StoreState {
             for table in tables {
                 text += "## \(table)\n"
                 // storectl's migration history: what was applied, not when or by which run.
-                let columns = table == MigrationHistory.table ? ["version", "name", "sha256"]
-                    : try Row.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [table]).map { $0[0] as String }
-                guard !columns.isEmpty else { continue }
-                // Each row as one line SQLite writes (quote() is exact for every type: text
-                // escaped, blobs in hex, reals round-tripping), the lines of a table as one value:
-                // a row at a time in Swift (a debug build's GRDB rows as strings) was most of the
-                // test process's own CPU.
-                let line = columns.map { "quote(\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
-                let order = table == MigrationHistory.table ? "version" : "rowid"
-                let sql = "SELECT group_concat(line, char(10)) FROM (SELECT \(line) AS line FROM \(quoteIdentifier(table)) ORDER BY \(order))"
-                if let rows = try String.fetchOne(db, sql: sql) { text += rows + "\n" }
+                text += table == MigrationHistory.table
+                    ? try rows(db, table: table, columns: ["version", "name", "sha256"], order: "version")
+                    : try rows(db, table: table)
             }
             return text
         }
@@ -39,6 +31,19 @@ public enum StoreState {
             text += "external \(name) \(try Hashing.sha256(ofFile: (external as NSString).appendingPathComponent(name)))\n"
         }
         return Hashing.sha256(Data(text.utf8))
+    }
+
+    /// A table's rows as text, a line each (`columns`, default all, in `order`), for digests:
+    /// each line written by SQLite (quote() is exact for every type: text escaped, blobs in hex,
+    /// reals round-tripping), the table as one value. A row at a time in Swift (a debug build's
+    /// GRDB rows as strings, which also gave blobs by size only) was most of the test process's
+    /// own CPU.
+    public static func rows(_ db: Database, table: String, columns: [String]? = nil, order: String = "rowid") throws -> String {
+        let names = try columns ?? Row.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [table]).map { $0[0] as String }
+        guard !names.isEmpty else { return "" }
+        let line = names.map { "quote(\(quoteIdentifier($0)))" }.joined(separator: " || ',' || ")
+        let sql = "SELECT group_concat(line, char(10)) FROM (SELECT \(line) AS line FROM \(quoteIdentifier(table)) ORDER BY \(order))"
+        return try String.fetchOne(db, sql: sql).map { $0 + "\n" } ?? ""
     }
 
     /// Commits `count` small updates (one transaction each) to a WAL store and leaves them in its

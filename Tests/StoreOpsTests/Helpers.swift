@@ -57,7 +57,7 @@ func logicalDigest(_ path: String) throws -> String {
         let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
         for table in tables {
             text += "## \(table)\n"
-            for row in try Row.fetchAll(db, sql: "SELECT * FROM \(quoteIdentifier(table)) ORDER BY rowid") { text += "\(row)\n" }
+            text += try StoreState.rows(db, table: table)
         }
         return Hashing.sha256(Data(text.utf8))
     }

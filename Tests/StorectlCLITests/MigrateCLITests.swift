@@ -173,7 +173,7 @@ func storeDigest(_ path: String) throws -> String {
         for row in try Row.fetchAll(db, sql: "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name") {
             text += "\(row)\n"
             guard (row["type"] as String) == "table" else { continue }
-            for data in try Row.fetchAll(db, sql: "SELECT * FROM \(quoteIdentifier(row["name"])) ORDER BY rowid") { text += "\(data)\n" }
+            text += try StoreState.rows(db, table: row["name"])
         }
         return Hashing.sha256(Data(text.utf8))
     }
