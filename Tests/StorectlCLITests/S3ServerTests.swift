@@ -6,18 +6,8 @@ import Testing
 /// What only a bucket has: multipart uploads, conditional writes, the server going away, a
 /// network that drops and refuses requests. Everything else about S3 repositories is the format-2
 /// suite, which runs on both backends.
-@Suite("S3: a real SeaweedFS server, faults between it and storectl", .enabled(if: Place.all.contains(.s3)))
+@Suite("S3: a real SeaweedFS server, faults between it and storectl", .enabled(if: Place.all.contains(.s3)), .serialized)
 struct S3ServerTests {
-    /// The suite's tests run one at a time (some time requests and restarts against the server),
-    /// on a thread of their own from the start of the run: as a `.serialized` suite of
-    /// synchronous tests they ran last, after every other suite (Swift Testing queued each next
-    /// test behind the tests waiting for the pool's two threads), and were the run's last minute.
-    static let thread: TestThreads? = { if #available(macOS 15.0, *) { TestThreads(count: 1, name: "storectl-s3-server-test") } else { nil } }()
-
-    func onOwnThread(_ body: () throws -> Void) async throws {
-        if #available(macOS 15.0, *), let thread = Self.thread { try await thread.run(body) } else { try body() }
-    }
-
     func repository(_ folder: TempFolder, _ label: String = "repo") throws -> String {
         var options = RepositoryInit.Options(location: try SharedS3.newLocation(label), password: .file(try folder.passwordFile()))
         options.kdfN = 1 << 10
@@ -48,8 +38,7 @@ struct S3ServerTests {
     }
 
     @Test("large objects go up in parts and read back whole; an immutable object is never replaced; a dead run's unfinished upload is aborted by the next run alone")
-    func multipartAndConditional() async throws { try await onOwnThread(multipartAndConditionalBody) }
-    func multipartAndConditionalBody() throws {
+    func multipartAndConditional() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let (bucket, prefix) = try S3Backend.parse(repo)
@@ -87,8 +76,7 @@ struct S3ServerTests {
     }
 
     @Test("indexes and snapshot records are read from the local cache once seen: a second snapshot GETs neither; a damaged copy is dropped and fetched again; a pruned record's copy goes")
-    func objectCache() async throws { try await onOwnThread(objectCacheBody) }
-    func objectCacheBody() throws {
+    func objectCache() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let store = try sampleStore(in: folder, items: 2_000)
@@ -138,8 +126,7 @@ struct S3ServerTests {
     }
 
     @Test("bad input for a bucket repository: each a clear message and its status, nothing written")
-    func badInput() async throws { try await onOwnThread(badInputBody) }
-    func badInputBody() throws {
+    func badInput() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let backend = try S3Backend(url: repo)
@@ -170,8 +157,7 @@ struct S3ServerTests {
     }
 
     @Test("the server unreachable: 74 naming the repository, after the retries; the store untouched, nothing left behind")
-    func unreachable() async throws { try await onOwnThread(unreachableBody) }
-    func unreachableBody() throws {
+    func unreachable() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let store = try sampleStore(in: folder, items: 500)
@@ -194,8 +180,7 @@ struct S3ServerTests {
     }
 
     @Test("an endpoint that accepts connections and never answers: 74 once the deadline passes (not after every retry's full timeout), the message's times are wall times")
-    func silentEndpoint() async throws { try await onOwnThread(silentEndpointBody) }
-    func silentEndpointBody() throws {
+    func silentEndpoint() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let (listener, port) = try silentListener(folder)
@@ -213,8 +198,7 @@ struct S3ServerTests {
     }
 
     @Test("Ctrl-C or SIGTERM while a request waits for an endpoint that accepts connections and never answers: the command stops within seconds (130, 143), not after the request's 30 s timeout")
-    func signalWhileEndpointIsSilent() async throws { try await onOwnThread(signalWhileEndpointIsSilentBody) }
-    func signalWhileEndpointIsSilentBody() throws {
+    func signalWhileEndpointIsSilent() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let (listener, port) = try silentListener(folder)
@@ -235,8 +219,7 @@ struct S3ServerTests {
     }
 
     @Test("the deadline holds across parallel requests: one that starts while another has waited for an answer gets the deadline's rest, not a whole timeout")
-    func deadlineAcrossParallelRequests() async throws { try await onOwnThread(deadlineAcrossParallelRequestsBody) }
-    func deadlineAcrossParallelRequestsBody() throws {
+    func deadlineAcrossParallelRequests() throws {
         let folder = try TempFolder()
         let (listener, port) = try silentListener(folder)
         defer { listener.signal(SIGKILL); _ = listener.wait() }
@@ -254,8 +237,7 @@ struct S3ServerTests {
     }
 
     @Test("a proxy that answers 503 SlowDown, cuts connections mid-request, damages bodies and loses answers to requests the server did: create and restore succeed through retries; the repository checks clean")
-    func faultyNetwork() async throws { try await onOwnThread(faultyNetworkBody) }
-    func faultyNetworkBody() throws {
+    func faultyNetwork() throws {
         let folder = try TempFolder()
         let repo = try repository(folder)
         let store = try sampleStore(in: folder, items: 20_000)
@@ -276,8 +258,7 @@ struct S3ServerTests {
     }
 
     @Test("https: an endpoint whose certificate AWS_CA_BUNDLE names carries a whole round trip; untrusted, it is 74 at once naming TLS and AWS_CA_BUNDLE; a bundle that is not a file is 66")
-    func tls() async throws { try await onOwnThread(tlsBody) }
-    func tlsBody() throws {
+    func tls() throws {
         guard let probe = try? ChildProcess.run("/usr/bin/python3", ["-c", "import cryptography"]), probe.status == 0 else {
             try #require(ProcessInfo.processInfo.environment["STORECTL_REQUIRE_S3"] == nil, "python3-cryptography is missing (make test installs it)")
             return
@@ -312,8 +293,7 @@ struct S3ServerTests {
     }
 
     @Test("the server killed and restarted mid-snapshot: the run completes through its retries or exits 74 with nothing listed; the next run and the check are clean")
-    func serverRestart() async throws { try await onOwnThread(serverRestartBody) }
-    func serverRestartBody() throws {
+    func serverRestart() throws {
         let folder = try TempFolder()
         let server = try SeaweedServer()
         try server.createBucket("restart")
