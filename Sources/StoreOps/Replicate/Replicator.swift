@@ -787,15 +787,20 @@ public enum Replicate {
             return true
         }
 
-        /// Drops the commits that wait; a gap follows (a new base, `why` recorded), and nothing
-        /// after the last durable point is claimed.
-        func dropWaiting(_ replica: Replica, gap why: String) {
+        /// Forgets the commits that wait (memory, spool file and the status's count of it).
+        func clearWaiting(_ replica: Replica) {
             replica.pending = []
             replica.seenAt = []
             replica.pendingBytes = 0
             replica.spooledBytes = 0
             if !replica.refersToSpool { replica.spool?.reset() }
             if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = 0 }
+        }
+
+        /// Drops the commits that wait; a gap follows (a new base, `why` recorded), and nothing
+        /// after the last durable point is claimed.
+        func dropWaiting(_ replica: Replica, gap why: String) {
+            clearWaiting(replica)
             replica.needsBase = ("gap", why, nil)
             replica.confirmedTime = replica.lastDurableTime
         }
@@ -1586,12 +1591,7 @@ public enum Replicate {
                 replica.chain = record.id
                 replica.baseTime = time
                 replica.next = 1
-                replica.pending = []
-                replica.seenAt = []
-                replica.pendingBytes = 0
-                replica.spooledBytes = 0
-                if !replica.refersToSpool { replica.spool?.reset() }
-                if replica.summary.spooledBytes != nil { replica.summary.spooledBytes = 0 }
+                clearWaiting(replica)
                 replica.pendingCursor = cursor
                 replica.lastTime = Replicate.ms(time)
                 var opening = replica.segment(level: 0, from: 0, to: 0, cursor: cursor, commits: [])

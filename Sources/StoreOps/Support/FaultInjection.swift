@@ -15,13 +15,16 @@ import Synchronization
 /// The file-system primitives in `FileSystem` take the point name as a required argument, so no
 /// durable step can be written without one (a test also scans the sources for raw calls).
 public enum FaultInjection {
-    private static let target: (name: String, occurrence: Int)? = {
-        guard let spec = ProcessInfo.processInfo.environment["STORECTL_FAULT_POINT"], !spec.isEmpty else { return nil }
+    private static let target = point(named: "STORECTL_FAULT_POINT")
+
+    /// `name` or `name#k` from the environment variable `variable` (k: the k-th time, 1 if not given).
+    private static func point(named variable: String) -> (name: String, occurrence: Int)? {
+        guard let spec = ProcessInfo.processInfo.environment[variable], !spec.isEmpty else { return nil }
         if let hash = spec.lastIndex(of: "#"), let k = Int(spec[spec.index(after: hash)...]), k > 0 {
             return (String(spec[..<hash]), k)
         }
         return (spec, 1)
-    }()
+    }
 
     private static let traceFD: Int32? = {
         guard let path = ProcessInfo.processInfo.environment["STORECTL_FAULT_TRACE"], !path.isEmpty else { return nil }
@@ -35,13 +38,7 @@ public enum FaultInjection {
     /// failed, as through a connection cut after the server did the request):
     /// `STORECTL_TEST_LOST_ANSWER=name` or `name#k` makes `answerLost(name)` true the first (k-th)
     /// time it is asked; the caller then throws as the failed write would.
-    private static let lostAnswer: (name: String, occurrence: Int)? = {
-        guard let spec = ProcessInfo.processInfo.environment["STORECTL_TEST_LOST_ANSWER"], !spec.isEmpty else { return nil }
-        if let hash = spec.lastIndex(of: "#"), let k = Int(spec[spec.index(after: hash)...]), k > 0 {
-            return (String(spec[..<hash]), k)
-        }
-        return (spec, 1)
-    }()
+    private static let lostAnswer = point(named: "STORECTL_TEST_LOST_ANSWER")
     private static let answers = Mutex<[String: Int]>([:])
 
     /// Whether the answer to the write just done at `name` is to be lost (see `lostAnswer`).
