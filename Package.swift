@@ -38,11 +38,11 @@ let package = Package(
             name: "CSQLiteSink",
             dependencies: [.product(name: "GRDBSQLite", package: "GRDB.swift")]),
 
-        // HTTP for S3 repositories: libcurl's easy interface, one blocking request per call
-        // (the package then depends on libcurl4).
+        // HTTP for S3 repositories: libcurl's easy interface, one blocking request per call.
+        // libcurl is loaded (dlopen) by the first request, not linked: see http.c. The package
+        // still depends on libcurl4 (packaging/debian-control.sh), the build on its headers.
         .target(
-            name: "CHTTP",
-            linkerSettings: [.linkedLibrary("curl")]),
+            name: "CHTTP"),
 
         // The library that does the work.
         .target(

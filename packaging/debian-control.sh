@@ -15,8 +15,9 @@ package_of() {   # the package owning a library file, trying the paths dpkg may 
   return 1
 }
 
+# libcurl.so.4 is loaded by the first S3 request (dlopen), not linked: not in NEEDED, still needed.
 depends=()
-for soname in $(objdump -p "$binary" | awk '/NEEDED/ { print $2 }'); do
+for soname in $(objdump -p "$binary" | awk '/NEEDED/ { print $2 }') libcurl.so.4; do
   path=$(ldconfig -p | awk -v lib="$soname" '$1 == lib && !found { print $NF; found = 1 }')
   [ -n "$path" ] || { echo "debian-control.sh: $soname not found by ldconfig" >&2; exit 1; }
   pkg=$(package_of "$path")

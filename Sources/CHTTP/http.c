@@ -1,6 +1,9 @@
 #include "CHTTP.h"
 
+// Called through pointers (below): no type-checking macros in the way.
+#define CURL_DISABLE_TYPECHECK 1
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,19 +37,70 @@ void storectl_http_signalled(void) { atomic_store(&signalled_at_ms, now_ms()); }
 void storectl_http_signal_cleared(void) { atomic_store(&signalled_at_ms, 0); }
 void storectl_http_draining(int on) { atomic_store(&draining, on); }
 
+// libcurl is loaded by the first S3 request, not linked: linked, it and the thirty-odd libraries
+// it needs (TLS, Kerberos, LDAP, SSH, IDN...) were loaded and bound at every start of storectl,
+// about 6 ms of each (an empty program linked with it starts in 7.3 ms, without in 1.1 ms), and
+// most runs never reach S3. The package still depends on libcurl4.
+static struct {
+    CURLcode (*global_init)(long);
+    CURL *(*easy_init)(void);
+    void (*easy_cleanup)(CURL *);
+    void (*easy_reset)(CURL *);
+    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+    CURLcode (*easy_perform)(CURL *);
+    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+    const char *(*easy_strerror)(CURLcode);
+    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+    void (*slist_free_all)(struct curl_slist *);
+} lib;
+
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static int global_ok = 0;
+static char unavailable[240];   // why libcurl cannot be used ("" when it can, or before trying)
 
-static void global_init(void) { global_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK; }
+static void global_init(void) {
+    void *handle = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *why = dlerror();
+        snprintf(unavailable, sizeof unavailable, "libcurl.so.4 could not be loaded (%s): install the libcurl4 package", why ? why : "not found");
+        return;
+    }
+#define BIND(field, name) \
+    if (!(*(void **)&lib.field = dlsym(handle, name))) { \
+        snprintf(unavailable, sizeof unavailable, "libcurl.so.4 has no %s: not a libcurl storectl can use (install the libcurl4 package)", name); \
+        return; \
+    }
+    BIND(global_init, "curl_global_init")
+    BIND(easy_init, "curl_easy_init")
+    BIND(easy_cleanup, "curl_easy_cleanup")
+    BIND(easy_reset, "curl_easy_reset")
+    BIND(easy_setopt, "curl_easy_setopt")
+    BIND(easy_perform, "curl_easy_perform")
+    BIND(easy_getinfo, "curl_easy_getinfo")
+    BIND(easy_strerror, "curl_easy_strerror")
+    BIND(slist_append, "curl_slist_append")
+    BIND(slist_free_all, "curl_slist_free_all")
+#undef BIND
+    if (lib.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(unavailable, sizeof unavailable, "libcurl could not be initialised");
+        return;
+    }
+    global_ok = 1;
+}
+
+const char *storectl_http_unavailable(void) {
+    pthread_once(&global_once, global_init);
+    return global_ok ? NULL : unavailable;
+}
 
 void *storectl_http_new(void) {
     pthread_once(&global_once, global_init);
     if (!global_ok) return NULL;
-    return curl_easy_init();
+    return lib.easy_init();
 }
 
 void storectl_http_free(void *handle) {
-    if (handle) curl_easy_cleanup((CURL *)handle);
+    if (handle && global_ok) lib.easy_cleanup((CURL *)handle);
 }
 
 void storectl_http_response_free(storectl_http_response *out) {
@@ -164,60 +218,60 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
     CURL *curl = handle;
     if (!curl) {
         out->error_code = STORECTL_HTTP_OTHER;
-        snprintf(out->error, sizeof out->error, "libcurl could not be initialised");
+        snprintf(out->error, sizeof out->error, "%s", global_ok ? "libcurl could not make a handle" : unavailable);
         return out->error_code;
     }
-    curl_easy_reset(curl);   // every option back to its default; the connections stay open
+    lib.easy_reset(curl);   // every option back to its default; the connections stay open
 
     struct curl_slist *list = NULL;
     for (size_t i = 0; i < count; i++) {
-        struct curl_slist *longer = curl_slist_append(list, headers[i]);
-        if (!longer) { curl_slist_free_all(list); out->error_code = STORECTL_HTTP_OTHER; snprintf(out->error, sizeof out->error, "out of memory"); return out->error_code; }
+        struct curl_slist *longer = lib.slist_append(list, headers[i]);
+        if (!longer) { lib.slist_free_all(list); out->error_code = STORECTL_HTTP_OTHER; snprintf(out->error, sizeof out->error, "out of memory"); return out->error_code; }
         list = longer;
     }
     // No "Expect: 100-continue" round trip before a body; no form content type of curl's own.
-    list = curl_slist_append(list, "Expect:");
-    list = curl_slist_append(list, "Accept:");
+    list = lib.slist_append(list, "Expect:");
+    list = lib.slist_append(list, "Accept:");
     int has_type = 0;
     for (size_t i = 0; i < count; i++) if (strncasecmp(headers[i], "content-type:", 13) == 0) has_type = 1;
-    if (!has_type) list = curl_slist_append(list, "Content-Type:");
+    if (!has_type) list = lib.slist_append(list, "Content-Type:");
 
     char error[CURL_ERROR_SIZE];
     error[0] = 0;
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);             // threads: no SIGALRM for timeouts
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
-    curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);       // a redirect is reported, not followed
-    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, idle_seconds);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, idle_seconds);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, total_ms);
-    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &exchange);
-    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 256L * 1024);    // fewer, larger reads of big bodies
-    curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
-    if (ca_file) curl_easy_setopt(curl, CURLOPT_CAINFO, ca_file);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &exchange);
-    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &exchange);
+    lib.easy_setopt(curl, CURLOPT_URL, url);
+    lib.easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+    lib.easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);             // threads: no SIGALRM for timeouts
+    lib.easy_setopt(curl, CURLOPT_HTTPHEADER, list);
+    lib.easy_setopt(curl, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    lib.easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);       // a redirect is reported, not followed
+    lib.easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, idle_seconds);
+    lib.easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    lib.easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, idle_seconds);
+    lib.easy_setopt(curl, CURLOPT_TIMEOUT_MS, total_ms);
+    lib.easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+    lib.easy_setopt(curl, CURLOPT_XFERINFODATA, &exchange);
+    lib.easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    lib.easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
+    lib.easy_setopt(curl, CURLOPT_BUFFERSIZE, 256L * 1024);    // fewer, larger reads of big bodies
+    lib.easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+    if (ca_file) lib.easy_setopt(curl, CURLOPT_CAINFO, ca_file);
+    lib.easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    lib.easy_setopt(curl, CURLOPT_WRITEDATA, &exchange);
+    lib.easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+    lib.easy_setopt(curl, CURLOPT_HEADERDATA, &exchange);
 
     if (strcmp(method, "HEAD") == 0) {
-        curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+        lib.easy_setopt(curl, CURLOPT_NOBODY, 1L);
     } else if (strcmp(method, "GET") == 0) {
-        curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+        lib.easy_setopt(curl, CURLOPT_HTTPGET, 1L);
     } else if (body_length == 0 && strcmp(method, "DELETE") == 0) {
-        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+        lib.easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
     } else {
         // The body goes out from the caller's memory as it is (no copy), with its length.
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_length);
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body_length > 0 ? body : "");
-        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+        lib.easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_length);
+        lib.easy_setopt(curl, CURLOPT_POSTFIELDS, body_length > 0 ? body : "");
+        lib.easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
     }
 
     // A peer that closes the connection must not kill the process with SIGPIPE (libcurl sends
@@ -227,7 +281,7 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
     sigemptyset(&pipe_only);
     sigaddset(&pipe_only, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
-    CURLcode code = curl_easy_perform(curl);
+    CURLcode code = lib.easy_perform(curl);
     sigset_t pending;
     if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
         struct timespec now = { 0, 0 };
@@ -235,8 +289,8 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
     }
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
 
-    curl_slist_free_all(list);
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &out->status);
+    lib.slist_free_all(list);
+    lib.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &out->status);
     if (exchange.too_large) {
         out->error_code = STORECTL_HTTP_TOO_LARGE;
         snprintf(out->error, sizeof out->error, "the answer is over %zu bytes", max_body);
@@ -248,7 +302,7 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
         out->status = 0;
     } else if (code != CURLE_OK) {
         out->error_code = classify(code);
-        snprintf(out->error, sizeof out->error, "%s", error[0] ? error : curl_easy_strerror(code));
+        snprintf(out->error, sizeof out->error, "%s", error[0] ? error : lib.easy_strerror(code));
         out->status = 0;
     }
     return out->error_code;

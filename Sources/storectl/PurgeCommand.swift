@@ -93,6 +93,7 @@ struct KillswitchCommand: ParsableCommand {
         subcommands: [Engage.self, Release.self, Status.self])
 
     struct Engage: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "engage", abstract: "Create <store>.storectl-killswitch: purges and migrations stop at their next safe point.")
         @Argument(help: "The store.") var store: String
         @Option(help: "Why (recorded in the file).") var reason: String = ""
         func run() throws {
@@ -102,6 +103,7 @@ struct KillswitchCommand: ParsableCommand {
     }
 
     struct Release: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "release", abstract: "Remove the kill switch (a leftover one of a deleted store too).")
         @Argument(help: "The store.") var store: String
         func run() throws {
             let released = KillSwitch.release(StoreFile(unchecked: store))
@@ -110,6 +112,7 @@ struct KillswitchCommand: ParsableCommand {
     }
 
     struct Status: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "status", abstract: "Say whether the kill switch is engaged, and why.")
         @Argument(help: "The store.") var store: String
         func run() throws {
             // A store that does not exist has no switch to report on: 66, not "not engaged" (release

@@ -33,7 +33,7 @@ struct ScheduleCommand: ParsableCommand {
     }
 
     struct Show: ParsableCommand, JSONOutput {
-        static let configuration = CommandConfiguration(abstract: "List the jobs with their cron expressions and next 5 runs (local time and UTC).")
+        static let configuration = CommandConfiguration(commandName: "show", abstract: "List the jobs with their cron expressions and next 5 runs (local time and UTC).")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
         @Option(parsing: .unconditional, help: "How many next runs to show (1 to 1000).") var count = 5
         @Flag(help: "Print as JSON.") var json = false
@@ -69,6 +69,7 @@ struct ScheduleCommand: ParsableCommand {
 
     struct Install: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "install",
             abstract: "Merge the policies' jobs into a user's crontab (crontab -), replacing only storectl's block; or, with --systemd, write their systemd units.",
             discussion: "--systemd writes what `schedule systemd` writes (a .service and .timer per job, a service per [replicate]) into --output (default /etc/systemd/system) and prints the systemctl line that enables them.")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
@@ -109,7 +110,7 @@ struct ScheduleCommand: ParsableCommand {
     }
 
     struct Uninstall: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Remove storectl's block from a user's crontab, leaving other lines alone.")
+        static let configuration = CommandConfiguration(commandName: "uninstall", abstract: "Remove storectl's block from a user's crontab, leaving other lines alone.")
         @Option(help: "Whose crontab (default: yours).") var user: String?
 
         func run() throws {
@@ -126,6 +127,7 @@ struct ScheduleCommand: ParsableCommand {
 
     struct Systemd: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "systemd",
             abstract: "Write a .service and a .timer per job into a folder (e.g. /etc/systemd/system).",
             discussion: "Then: systemctl daemon-reload && systemctl enable --now storectl-<policy>-<job>.timer")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]

@@ -31,7 +31,9 @@ enum {
     STORECTL_HTTP_TOO_LARGE = 7,   ///< the body grew past `max_body`: the transfer was stopped
 };
 
-/// A new handle, or NULL when libcurl cannot make one.
+/// NULL when libcurl is loaded and initialised (the first call loads it), else why it cannot be.
+const char *storectl_http_unavailable(void);
+/// A new handle, or NULL when libcurl cannot make one (or is unavailable).
 void *storectl_http_new(void);
 void storectl_http_free(void *handle);
 

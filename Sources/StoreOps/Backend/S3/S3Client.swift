@@ -119,6 +119,10 @@ final class S3Client: Sendable {
     /// server: SeaweedFS 4.48 accepts a wrong one).
     func send(_ kind: String, method: String, key: String?, query: [(String, String)] = [], headers extra: [String: String] = [:],
               body: Data = Data(), checksum: Bool = false, what: String) throws -> Response {
+        // libcurl is loaded by the first request: without it no request can be made, so none is tried.
+        if let unavailable = storectl_http_unavailable() {
+            throw StoreOpsError(.failure, "\(what): \(String(cString: unavailable))")
+        }
         let digest = Hashing.sha256Digest(body)
         let payloadHash = body.isEmpty ? SigV4.emptyPayload : digest.map { String(format: "%02x", $0) }.joined()
         var extra = extra
