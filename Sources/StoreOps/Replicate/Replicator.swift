@@ -148,6 +148,10 @@ public enum Replicate {
         public var waiting: Int?
         /// The last failure to write points, while it lasts (nil once a write succeeds).
         public var lastError: String?
+        /// Commits were dropped (more waited than the spool limit): why, until the new base that
+        /// records the gap is in. Said while the repository still cannot be written, so an
+        /// operator learns of the gap then, not only once it is over.
+        public var gapPending: String?
         /// Why no chain follows the store (its first base failed, and is retried), while it lasts:
         /// none of its commits is protected. At the end of a run, the command fails with it.
         public var notFollowed: String?
@@ -802,6 +806,7 @@ public enum Replicate {
         func dropWaiting(_ replica: Replica, gap why: String) {
             clearWaiting(replica)
             replica.needsBase = ("gap", why, nil)
+            replica.summary.gapPending = why
             replica.confirmedTime = replica.lastDurableTime
         }
 
@@ -1612,6 +1617,7 @@ public enum Replicate {
                 replica.summary.notFollowed = nil
                 replica.summary.notFollowedStatus = nil
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
+                replica.summary.gapPending = nil
                 replica.lastDurableTime = Replicate.ms(time)
                 replica.confirmedTime = Replicate.ms(time)
                 replica.needsBase = nil
