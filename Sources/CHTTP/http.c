@@ -62,12 +62,14 @@ static void global_init(void) {
     void *handle = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *why = dlerror();
-        snprintf(unavailable, sizeof unavailable, "libcurl.so.4 could not be loaded (%s): install the libcurl4 package", why ? why : "not found");
+        snprintf(unavailable, sizeof unavailable, "S3 needs libcurl (install libcurl4): libcurl.so.4 could not be loaded: %s", why ? why : "not found");
         return;
     }
 #define BIND(field, name) \
-    if (!(*(void **)&lib.field = dlsym(handle, name))) { \
-        snprintf(unavailable, sizeof unavailable, "libcurl.so.4 has no %s: not a libcurl storectl can use (install the libcurl4 package)", name); \
+    if (!(lib.field = (__typeof__(lib.field))dlsym(handle, name))) { \
+        snprintf(unavailable, sizeof unavailable, "S3 needs libcurl (install libcurl4): libcurl.so.4 has no %s", name); \
+        dlclose(handle); \
+        memset(&lib, 0, sizeof lib); \
         return; \
     }
     BIND(global_init, "curl_global_init")
@@ -82,8 +84,8 @@ static void global_init(void) {
     BIND(slist_free_all, "curl_slist_free_all")
 #undef BIND
     if (lib.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        snprintf(unavailable, sizeof unavailable, "libcurl could not be initialised");
-        return;
+        snprintf(unavailable, sizeof unavailable, "libcurl could not be initialised (curl_global_init failed)");
+        return;   // libcurl stays loaded: what it initialised may still refer to it
     }
     global_ok = 1;
 }

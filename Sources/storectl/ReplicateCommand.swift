@@ -187,7 +187,11 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                 line += "; this run: \(Format.plural(live.points, "point", "points"))" + String(format: ", lag p99 %.2f s, max %.2f s, ", live.p99LagSeconds, live.maxLagSeconds)
                 line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"
                 if let why = live.notFollowed { line += "; NOT FOLLOWED: \(why)" }
-                if let why = live.gapPending { line += "; A GAP: commits were dropped (\(why)); the next base, once the repository takes it, records it" }
+                if let why = live.gapPending {
+                    line += "; A GAP: commits were dropped (\(why)); " + (report.state == "stopped"
+                        ? "the run stopped before recording it: the next run records a gap unless the -wal still holds them"
+                        : "the next base, once the repository takes it, records it")
+                }
                 if let kept = live.keptPoints, kept > 0 {
                     line += "; \(Format.plural(kept, "point", "points")) KEPT on this machine, not in the repository yet ("
                         + (live.lastError.map { "writing them failed: \($0); " } ?? "") + "the next write, or the next run, sends them first)"

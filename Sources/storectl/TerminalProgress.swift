@@ -155,10 +155,11 @@ func reflow(_ text: String) -> String {
     var paragraphs: [String] = []
     var current = ""
     // The standard library's splitting, not Foundation's (every command's help is reflowed at
-    // each start, to build the command tree: Foundation's bridging cost 1.5 ms of a start).
-    for part in text.split(separator: "\n", omittingEmptySubsequences: false) {
-        let line = String(part)
-        if line.allSatisfy(\.isWhitespace) {
+    // each start, to build the command tree: Foundation's bridging cost 1.5 ms of a start). On
+    // scalars, as Foundation split ("\r\n" is one Character) and judged blank lines (spaces and tabs).
+    for part in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false) {
+        let line = String(Substring(part))
+        if part.allSatisfy({ $0 == "\t" || $0.properties.generalCategory == .spaceSeparator }) {
             if !current.isEmpty { paragraphs.append(current); current = "" }
             paragraphs.append("")
         } else if line.hasPrefix(" ") || line.hasPrefix("- ") || line.hasPrefix("* ") || line == line.uppercased() && line.count > 3 {

@@ -86,10 +86,11 @@ if [ "${STORECTL_DEB_INSTALL_TEST:-}" = 1 ] && [ "$(id -u)" -eq 0 ]; then
     s3() { AWS_ACCESS_KEY_ID=a AWS_SECRET_ACCESS_KEY=b AWS_ENDPOINT_URL=http://127.0.0.1:9 storectl snapshot list --repo s3://bucket/p 2> /tmp/s3.err; }
     status=0; s3 || status=\$?
     [ \$status -eq 74 ] && grep -q 'connection refused' /tmp/s3.err || { echo \"S3 through libcurl: \$status\"; cat /tmp/s3.err; exit 1; }
-    dpkg --remove --force-depends libcurl4 > /dev/null 2>&1
+    curl_package=\$(dpkg -S libcurl.so.4 | head -n 1 | cut -d: -f1)   # libcurl4, or libcurl4t64 on newer suites
+    dpkg --remove --force-depends \"\$curl_package\" > /dev/null
     storectl snapshot verify --repo /tmp/snaps --all > /dev/null
     status=0; s3 || status=\$?
-    [ \$status -eq 1 ] && grep -q 'install the libcurl4 package' /tmp/s3.err || { echo \"S3 without libcurl: \$status\"; cat /tmp/s3.err; exit 1; }
+    [ \$status -eq 1 ] && grep -q 'S3 needs libcurl (install libcurl4)' /tmp/s3.err || { echo \"S3 without libcurl: \$status\"; cat /tmp/s3.err; exit 1; }
     DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq storectl > /dev/null
     [ ! -e /usr/bin/storectl ] && [ ! -e /usr/share/man/man1/storectl.1 ]" || fail "the package in a clean Debian root"
   umount "$chroot_dir/proc"
