@@ -730,11 +730,10 @@ struct ReplicateTests {
             return false
         }
 
-        /// The app writes for `seconds` while the repository's disk is full; then there is room,
-        /// the follower catches up (`caughtUp`: what it says) and is stopped cleanly. Its summary.
-        /// The repository full while the app writes for `seconds`, or, with `until`, for as long
-        /// as it takes (at most 30 s) for the follower's status file to show what `until` wants:
-        /// how much the writer commits in a given time depends on the machine's load.
+        /// The app writes for `seconds` while the repository's disk is full (with `until`: at least
+        /// that, and on until the follower's status file shows what `until` wants, at most 30 s, as
+        /// how much the writer commits in a given time depends on the machine's load); then there
+        /// is room, the follower catches up (`caughtUp`: what it says) and is stopped cleanly. Its summary.
         func outage(_ follower: ChildProcess.Running, seconds: Double, caughtUp says: String,
                     until: ((Replicate.StoreSummary) -> Bool)? = nil) throws -> Replicate.StoreSummary {
             try fill()

@@ -148,9 +148,9 @@ public enum Replicate {
         public var waiting: Int?
         /// The last failure to write points, while it lasts (nil once a write succeeds).
         public var lastError: String?
-        /// Commits were dropped (more waited than the spool limit): why, until the new base that
-        /// records the gap is in. Said while the repository still cannot be written, so an
-        /// operator learns of the gap then, not only once it is over.
+        /// Commits were dropped (`dropWaiting`: more waited than the spool limit, the spool file
+        /// could not take them, kept points were lost): why, until the new base that records the
+        /// gap is in, so an operator learns of the gap while the outage lasts, not once it is over.
         public var gapPending: String?
         /// Why no chain follows the store (its first base failed, and is retried), while it lasts:
         /// none of its commits is protected. At the end of a run, the command fails with it.
