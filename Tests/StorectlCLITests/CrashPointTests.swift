@@ -260,6 +260,7 @@ func exhaust(_ scenario: CrashScenario) throws -> Int {
         lap("afterKill")
         try scenario.next(fixture, index)
         lap("next")
+        fixture.extra["newestPoint"] = nil   // what `observe` finds now, `finally` may reuse (`expectNewestIsStore`)
         let state = try scenario.observe(fixture)
         lap("observe")
         #expect(state == pre || state == post, "\(scenario.name): killed at \(point), the state after the next run is neither before nor after")
@@ -386,8 +387,15 @@ enum Scenarios {
             #expect(FileSystem.kind(of: fixture.out + "/again.sqlite") == .file, "\(point): the next restore made its file")
         })
 
-    /// The newest point the repository holds, restored and digested ("none" without points).
+    /// The newest point the repository holds, restored and digested ("none" without points);
+    /// kept in `extra["newestPoint"]` until the next observation (nothing writes in between).
     static func newestPoint(_ fixture: CrashFixture) throws -> String {
+        let found = try restoredNewestPoint(fixture)
+        fixture.extra["newestPoint"] = found
+        return found
+    }
+
+    private static func restoredNewestPoint(_ fixture: CrashFixture) throws -> String {
         let stores = try StorePoints.list(repository: fixture.repo, password: fixture.password)
         guard let span = stores.first?.spans.last(where: { $0.kind == "covered" }), let to = span.to else { return "none" }
         let target = fixture.out + "/point-\(UUID().uuidString.prefix(8)).sqlite"
@@ -415,7 +423,8 @@ enum Scenarios {
 
     /// After the next run the newest point is the store as it is.
     static func expectNewestIsStore(_ fixture: CrashFixture, _ point: String) throws {
-        let newest = try newestPoint(fixture), store = try fixture.digest(journalMode: false)
+        // The observation just made after the next run when it was this one (a restore less a point).
+        let newest = try fixture.extra["newestPoint"] ?? newestPoint(fixture), store = try fixture.digest(journalMode: false)
         #expect(newest == store, "\(point): the newest point is the store")
     }
 

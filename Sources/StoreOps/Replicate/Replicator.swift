@@ -492,8 +492,11 @@ public enum Replicate {
                 if spent < Self.captureSpacing {
                     changed = watcher.pause(seconds: Self.captureSpacing - spent, unlessWritten: databaseNames)
                 }
-                let wait = min(options.pollInterval, max(0.001, nextSync.timeIntervalSinceNow))
-                if !changed { watcher.wait(seconds: wait) }
+                // Until the next poll or sync, and no later than the end of `--for` (a run of
+                // 100 ms lasted a whole poll interval, 250 ms).
+                var wait = min(options.pollInterval, nextSync.timeIntervalSinceNow)
+                if let duration = options.duration { wait = min(wait, duration - Date().timeIntervalSince(started)) }
+                if !changed { watcher.wait(seconds: max(0.001, wait)) }
             }
             // Drain: what was committed up to now, written; each chain marked stopped. Bounded
             // (systemd's stop timeout is 30 s by default): requests retry until then, no later.
@@ -1527,9 +1530,9 @@ public enum Replicate {
                         let poll = options.pollInterval
                         // A thread of its own (not a shared pool's lane, which one core would run only after the packing).
                         let readingDone = DispatchSemaphore(value: 0)
+                        let watcher = FolderWatcher(folders: [reads.replica.store.folder])
                         let reader = Thread {
                             defer { readingDone.signal() }
-                            let watcher = FolderWatcher(folders: [reads.replica.store.folder])
                             while !reads.lock.withLock({ reads.packed }), reads.reading {
                                 reads.read(holding: false)
                                 watcher.wait(seconds: poll)
@@ -1539,6 +1542,7 @@ public enum Replicate {
                         do {
                             defer {
                                 reads.lock.withLock { reads.packed = true }
+                                watcher.wake()   // the reader ends now, not after its poll interval (250 ms a base)
                                 readingDone.wait()
                             }
                             // Packed from the copy, no read held: the hashing, compressing and
@@ -1720,22 +1724,48 @@ private final class BaseReads: @unchecked Sendable {
 }
 
 /// Wakes the loop when something changes in the stores' folders (inotify: the -wal is written at
-/// every commit), or after a timeout.
-final class FolderWatcher {
-    private var fd: Int32 = -1
+/// every commit), or after a timeout, or when another thread calls `wake()`.
+final class FolderWatcher: @unchecked Sendable {
+    private let fd: Int32
+    /// A pipe `wake()` writes to and `wait` polls beside the folders: a thread waiting out its
+    /// poll interval ends at once when there is no more to wait for (a base's packing done),
+    /// not up to a whole interval later.
+    private let wakeRead: Int32, wakeWrite: Int32
 
     init(folders: [String]) {
-        fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        guard fd >= 0 else { return }
-        let mask = UInt32(IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_CLOSE_WRITE)
-        for folder in folders where inotify_add_watch(fd, folder, mask) < 0 {
-            Glibc.close(fd)
-            fd = -1
-            return
+        var descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        if descriptor >= 0 {
+            let mask = UInt32(IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_CLOSE_WRITE)
+            for folder in folders where inotify_add_watch(descriptor, folder, mask) < 0 {
+                Glibc.close(descriptor)
+                descriptor = -1
+                break
+            }
         }
+        fd = descriptor
+        var ends: [Int32] = [-1, -1]
+        if pipe(&ends) == 0 {
+            for end in ends {
+                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+            }
+        } else {
+            ends = [-1, -1]
+        }
+        wakeRead = ends[0]
+        wakeWrite = ends[1]
     }
 
-    deinit { if fd >= 0 { Glibc.close(fd) } }
+    deinit {
+        for descriptor in [fd, wakeRead, wakeWrite] where descriptor >= 0 { Glibc.close(descriptor) }
+    }
+
+    /// Ends a `wait` under way in another thread (or the next one) at once.
+    func wake() {
+        guard wakeWrite >= 0 else { return }
+        var byte: UInt8 = 1
+        _ = Glibc.write(wakeWrite, &byte, 1)
+    }
 
     /// Sleeps `seconds`, or less when a file named in `urgent` is written meanwhile. Returns
     /// whether anything in the folders changed meanwhile (then no event is left to wait for: the
@@ -1771,15 +1801,19 @@ final class FolderWatcher {
         }
     }
 
+    /// Waits until something in the folders changes, `wake()` is called, or `seconds` pass
+    /// (without inotify: until a wake or the time).
     func wait(seconds: TimeInterval) {
-        guard fd >= 0 else {
+        var entries = [fd, wakeRead].filter { $0 >= 0 }.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        guard !entries.isEmpty else {
             usleep(UInt32(max(0, seconds) * 1_000_000))
             return
         }
-        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        _ = poll(&entry, 1, Int32(max(1, (seconds * 1000).rounded(.up))))
+        _ = poll(&entries, nfds_t(entries.count), Int32(max(1, (seconds * 1000).rounded(.up))))
         var buffer = [UInt8](repeating: 0, count: 8192)
-        while read(fd, &buffer, buffer.count) > 0 {}
+        for descriptor in [fd, wakeRead] where descriptor >= 0 {
+            while read(descriptor, &buffer, buffer.count) > 0 {}
+        }
     }
 }
 
