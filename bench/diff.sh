@@ -4,7 +4,9 @@
 #     (compares the maps' content ids, decodes only the leaves that differ) against sqldiff on the
 #     two restored files (which reads both whole);
 #   - the two restored files: `storectl diff A B` against sqldiff A B.
-# Checks that storectl reports exactly $UPDATES changed objects. Prints seconds, peak RSS, ratios.
+# Checks that storectl reports exactly $UPDATES changed objects. Prints seconds, peak RSS, peak
+# anonymous memory (what the command allocated, without the executable's code mapped from the page
+# cache: bench/peakmem.py says why both), ratios.
 #
 #   bash bench/diff.sh              # 1 GiB store, 5,000 updates
 #   ITEMS=20000 UPDATES=200 bash bench/diff.sh
@@ -39,34 +41,37 @@ count_changed() {   # the number of changed objects in a diff's JSON
 }
 
 # REPEAT rounds, the three commands alternating; medians (sqldiff's time alone moved 3.5-6 s between runs).
-SNAP_T=(); FILE_T=(); SQLDIFF_T=(); SNAP_M=(); FILE_M=(); SQLDIFF_M=()
+SNAP_T=(); FILE_T=(); SQLDIFF_T=(); SNAP_M=(); FILE_M=(); SQLDIFF_M=(); SNAP_A=(); FILE_A=(); SQLDIFF_A=()
+rss() { awk '{ printf "%.1f", $1 / 1024 }' "$OUT/rss"; }    # peak RSS, MiB
+anon() { awk '{ printf "%.1f", $2 / 1024 }' "$OUT/rss"; }   # peak anonymous memory, MiB
 for round in $(seq "$REPEAT"); do
   settle
-  t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff --repo "$WORK/repo" "$A" "$B" --json > "$WORK/snapshots.json"; st=$?
-  SNAP_T+=("$(echo "$(now) - $t0" | bc -l)"); SNAP_M+=("$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')")
+  t0=$(now); python3 bench/peakmem.py "$OUT/rss" "$BIN/storectl" diff --repo "$WORK/repo" "$A" "$B" --json > "$WORK/snapshots.json"; st=$?
+  SNAP_T+=("$(echo "$(now) - $t0" | bc -l)"); SNAP_M+=("$(rss)"); SNAP_A+=("$(anon)")
   [ "$st" = 2 ] || { echo "storectl diff of the snapshots exited $st" >&2; strict_fail diff; }
 
   settle
-  t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" "$BIN/storectl" diff "$WORK/a.sqlite" "$WORK/b.sqlite" --json > "$WORK/files.json"; st=$?
-  FILE_T+=("$(echo "$(now) - $t0" | bc -l)"); FILE_M+=("$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')")
+  t0=$(now); python3 bench/peakmem.py "$OUT/rss" "$BIN/storectl" diff "$WORK/a.sqlite" "$WORK/b.sqlite" --json > "$WORK/files.json"; st=$?
+  FILE_T+=("$(echo "$(now) - $t0" | bc -l)"); FILE_M+=("$(rss)"); FILE_A+=("$(anon)")
   [ "$st" = 2 ] || { echo "storectl diff of the files exited $st" >&2; strict_fail diff; }
 
   settle
-  t0=$(now); /usr/bin/time -f "%M" -o "$OUT/rss" sqldiff "$WORK/a.sqlite" "$WORK/b.sqlite" > "$WORK/sqldiff.sql"; st=$?
-  SQLDIFF_T+=("$(echo "$(now) - $t0" | bc -l)"); SQLDIFF_M+=("$(tail -1 "$OUT/rss" | awk '{ printf "%.1f", $1 / 1024 }')")
+  t0=$(now); python3 bench/peakmem.py "$OUT/rss" sqldiff "$WORK/a.sqlite" "$WORK/b.sqlite" > "$WORK/sqldiff.sql"; st=$?
+  SQLDIFF_T+=("$(echo "$(now) - $t0" | bc -l)"); SQLDIFF_M+=("$(rss)"); SQLDIFF_A+=("$(anon)")
   [ "$st" = 0 ] || { echo "sqldiff exited $st" >&2; strict_fail diff; }
 done
 SNAP_S=$(median "${SNAP_T[@]}"); FILE_S=$(median "${FILE_T[@]}"); SQLDIFF_S=$(median "${SQLDIFF_T[@]}")
 SNAP_RSS=$(median "${SNAP_M[@]}"); FILE_RSS=$(median "${FILE_M[@]}"); SQLDIFF_RSS=$(median "${SQLDIFF_M[@]}")
+SNAP_ANON=$(median "${SNAP_A[@]}"); FILE_ANON=$(median "${FILE_A[@]}"); SQLDIFF_ANON=$(median "${SQLDIFF_A[@]}")
 SNAP_CHANGED=$(count_changed "$WORK/snapshots.json")
 FILE_CHANGED=$(count_changed "$WORK/files.json")
 SQLDIFF_LINES=$(grep -c '^UPDATE "ZITEM"\|^UPDATE ZITEM' "$WORK/sqldiff.sql")
 echo "$REPEAT rounds, medians; seconds per round: snapshots ${SNAP_T[*]}; files ${FILE_T[*]}; sqldiff ${SQLDIFF_T[*]}" | sed -E 's/([0-9]*\.[0-9]{2})[0-9]*/\1/g'
 
-printf '%-44s %8s %9s %s\n' "" seconds "peak MiB" "changed objects"
-printf '%-44s %8.2f %9s %s\n' "storectl diff, two snapshots (content ids)" "$SNAP_S" "$SNAP_RSS" "$SNAP_CHANGED"
-printf '%-44s %8.2f %9s %s\n' "storectl diff, the two restored files" "$FILE_S" "$FILE_RSS" "$FILE_CHANGED"
-printf '%-44s %8.2f %9s %s\n' "sqldiff, the two restored files" "$SQLDIFF_S" "$SQLDIFF_RSS" "$SQLDIFF_LINES UPDATE statements"
+printf '%-44s %8s %9s %9s %s\n' "" seconds "peak MiB" "anon MiB" "changed objects"
+printf '%-44s %8.2f %9s %9s %s\n' "storectl diff, two snapshots (content ids)" "$SNAP_S" "$SNAP_RSS" "$SNAP_ANON" "$SNAP_CHANGED"
+printf '%-44s %8.2f %9s %9s %s\n' "storectl diff, the two restored files" "$FILE_S" "$FILE_RSS" "$FILE_ANON" "$FILE_CHANGED"
+printf '%-44s %8.2f %9s %9s %s\n' "sqldiff, the two restored files" "$SQLDIFF_S" "$SQLDIFF_RSS" "$SQLDIFF_ANON" "$SQLDIFF_LINES UPDATE statements"
 echo "ratios: snapshots $(echo "$SNAP_S / $SQLDIFF_S" | bc -l | cut -c1-5)x sqldiff; files $(echo "$FILE_S / $SQLDIFF_S" | bc -l | cut -c1-5)x sqldiff"
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stats"]; print("snapshots: %d leaf pages decoded, %d skipped; files: " % (s["leavesDecoded"], s["leavesSkipped"]), end="")' "$WORK/snapshots.json"
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["stats"]; print("%d decoded, %d skipped" % (s["leavesDecoded"], s["leavesSkipped"]))' "$WORK/files.json"
