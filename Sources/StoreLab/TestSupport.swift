@@ -133,6 +133,8 @@ public enum ChildProcess {
             let out = try TempFolder("storectl-child")
             self.out = out
             var variables = ProcessInfo.processInfo.environment
+            // Keys the children write cost scrypt N 2^10, not 2^15 (see `KeyFile.defaultN`).
+            if variables["STORECTL_TEST_KDF_N"] == nil { variables["STORECTL_TEST_KDF_N"] = "1024" }
             if let environment { variables.merge(environment) { $1 } }
             let argv = [executable] + arguments
             let envp = variables.map { "\($0.key)=\($0.value)" }

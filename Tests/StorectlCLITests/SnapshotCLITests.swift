@@ -148,6 +148,11 @@ struct SnapshotCLITests {
         let made = try cli("repo", "init", "--repo", repo)
         #expect(made.status == 0 && made.stdout.hasPrefix("created repository \(repo): format 2, encrypted (AES-256-GCM)"), "\(made.stdout)\(made.stderr)")
         #expect(try cli("repo", "init", "--repo", repo).status == 73, "never over an existing repository")
+        // The key the child wrote costs what the tests ask for (STORECTL_TEST_KDF_N, 2^10), not 2^15.
+        let keyNames = try FileManager.default.contentsOfDirectory(atPath: repo + "/keys")
+        #expect(keyNames.count == 1)
+        let key = try JSON.decoder().decode(KeyFile.self, from: Data(contentsOf: URL(fileURLWithPath: repo + "/keys/" + (keyNames.first ?? ""))))
+        #expect(key.kdf.n == (ProcessInfo.processInfo.environment["STORECTL_TEST_KDF_N"].flatMap(Int.init) ?? 1 << 10))
         let created = try cli("snapshot", "create", store, "--repo", repo, "--tag", "nightly")
         #expect(created.status == 0, "\(created.stderr)")
         #expect(created.stdout.hasPrefix("snapshot 2") && created.stdout.contains("quick_check ok") && created.stdout.contains("tags nightly"))

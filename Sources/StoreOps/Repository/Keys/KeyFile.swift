@@ -29,12 +29,23 @@ public struct KeyFile: Sendable, Codable, Equatable {
     public var sealed: String
 
     /// scrypt's cost: N = 2^15, r = 8, p = 1 (about 32 MiB and a tenth of a second), as restic uses.
-    public static let defaultN = 1 << 15
+    ///
+    /// The tests' child processes lower it with `STORECTL_TEST_KDF_N` (a power of two from
+    /// `minimumN` to 2^15; anything else is ignored): a repository the tests make with `repo init`
+    /// is opened by many storectl runs, and at 2^15 each paid 0.1 s of CPU and 32 MiB (44 CPU
+    /// seconds of a suite run, 1,422 runs). It only ever lowers the cost of keys *written*; what a
+    /// key file asks for is read from the file.
+    public static let defaultN: Int = {
+        let standard = 1 << 15
+        guard let text = ProcessInfo.processInfo.environment["STORECTL_TEST_KDF_N"], let n = Int(text),
+              n >= minimumN, n <= standard, n & (n - 1) == 0 else { return standard }
+        return n
+    }()
     /// The most a key file may ask for: what `repo init` and `key add` write (N 2^15, r 8, p 1:
     /// 32 MiB). Anyone who can write the repository's `keys/` could otherwise make every command,
     /// every scheduled job, allocate gigabytes and spin for half a minute before "wrong password"
     /// (N 2^22 took 4.2 GB and 17-25 s). Larger values are refused as a damaged key file.
-    public static let maximumN = defaultN, maximumR = 8, maximumP = 1
+    public static let maximumN = 1 << 15, maximumR = 8, maximumP = 1
     /// The fewest: below N 2^10 a key file protects nothing (tests use 2^10).
     public static let minimumN = 1 << 10
 
