@@ -294,3 +294,38 @@ int storectl_wait_child(int pid, int timeout_ms, int *status) {
     }
     return 0;
 }
+
+int storectl_finish_stdout(void) {
+    errno = 0;
+    if (fflush(stdout) != 0) return errno != 0 ? errno : EIO;
+    return ferror(stdout) ? EIO : 0;
+}
+
+#include <time.h>
+#include <stdatomic.h>
+
+static atomic_long continued_count = 0;
+static atomic_int continued_installed = 0;
+
+static void storectl_on_continue(int signo) {
+    (void)signo;
+    atomic_fetch_add(&continued_count, 1);
+}
+
+long storectl_continued_count(void) {
+    if (atomic_exchange(&continued_installed, 1) == 0) {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = storectl_on_continue;
+        sigemptyset(&action.sa_mask);
+        action.sa_flags = SA_RESTART;
+        sigaction(SIGCONT, &action, NULL);
+    }
+    return atomic_load(&continued_count);
+}
+
+long long storectl_suspended_ns(void) {
+    struct timespec boot, mono;
+    if (clock_gettime(CLOCK_BOOTTIME, &boot) != 0 || clock_gettime(CLOCK_MONOTONIC, &mono) != 0) return 0;
+    return ((long long)boot.tv_sec - mono.tv_sec) * 1000000000LL + ((long long)boot.tv_nsec - mono.tv_nsec);
+}

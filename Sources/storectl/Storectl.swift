@@ -58,6 +58,8 @@ struct Storectl: ParsableCommand {
                 Foundation.exit(ExitStatus.usage.rawValue)
             }
             try parsed.run()
+            let status = finishOutput(0)
+            if status != 0 { Foundation.exit(status) }
         } catch {
             exit(with: error, json: (command as? JSONOutput)?.json ?? CommandLine.arguments.contains("--json"), command: command)
         }
@@ -81,7 +83,7 @@ struct Storectl: ParsableCommand {
     static func exit(with error: any Error, json: Bool, command: (any ParsableCommand)? = nil) -> Never {
         TerminalProgress.clearForText()
         // A report was printed; the library's ending decided the status.
-        if let finished = error as? Finished { Foundation.exit(finished.status.rawValue) }
+        if let finished = error as? Finished { Foundation.exit(finishOutput(finished.status.rawValue)) }
         guard let failure = StoreOpsError.wrapping(error) ?? argumentError(error, command: command) else {
             // --help, --version (0) and explicit ExitCode results.
             Storectl.exit(withError: error)
@@ -90,7 +92,18 @@ struct Storectl: ParsableCommand {
             print(jsonReport(ErrorReport(status: failure.status.rawValue, message: failure.message, hint: failure.hint)))
         }
         FileHandle.standardError.write(Data("storectl: \(failure)\n".utf8))
-        Foundation.exit(failure.status.rawValue)
+        Foundation.exit(finishOutput(failure.status.rawValue))
+    }
+
+    /// Output that could not be written (stdout on a full disk, `/dev/full`) is an I/O error
+    /// (74), said on stderr: a report or `--json` lost must not end as a silent 0 (same) or 2
+    /// (different). A failure's own status (65, 75, a rollback's 3 or 4) is kept: it says more.
+    static func finishOutput(_ status: Int32) -> Int32 {
+        let failed = storectl_finish_stdout()
+        guard failed != 0 else { return status }
+        let why = String(cString: strerror(failed))
+        FileHandle.standardError.write(Data("storectl: cannot write the output to stdout: \(why)\n  hint: check where stdout goes (a full disk, a file it cannot grow)\n".utf8))
+        return status == 0 || status == ExitStatus.checksFailed.rawValue ? ExitStatus.ioError.rawValue : status
     }
 }
 

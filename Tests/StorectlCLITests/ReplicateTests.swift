@@ -1236,6 +1236,47 @@ struct ReplicateTests {
         #expect(try read(world.folder.file("after.sqlite")) { try Int.fetchOne($0, sql: "SELECT count(*) FROM churn WHERE v = 'unseen'") } == 1)
     }
 
+    @Test("replicate stopped with SIGSTOP while the app commits, then continued (an operator's Ctrl-Z): the commits it finds then cannot be dated, so the span is a gap with its reason and a new base, never points dated at the continue; a time inside it is refused (66), the points either side restore")
+    func stoppedAndContinuedIsAGap() throws {
+        let world = try world()
+        let follower = try replicate(world)
+        #expect(waitForBase(world))
+        _ = try churn(world, seconds: 0.3).wait()
+        usleep(600_000)
+        follower.signal(SIGSTOP)
+        let stoppedAt = Date()
+        usleep(300_000)
+        // Committed while the follower cannot read: the -wal keeps it (no checkpoint).
+        let queue = try DatabaseQueue(path: world.store)
+        try queue.inDatabase { db in try db.execute(sql: "INSERT INTO churn (v, n) VALUES ('while stopped', 1)") }
+        try queue.close()
+        let committedAt = Date()
+        usleep(1_500_000)
+        follower.signal(SIGCONT)
+        usleep(1_500_000)
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.gaps.count == 1 && stats.gaps.first?.reason.contains("stopped (SIGSTOP") == true, "\(stats.gaps)")
+        let spans = try #require(try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first?.spans)
+        let gap = try #require(spans.first { $0.kind == "gap" }, "\(spans)")
+        #expect(gap.from <= stoppedAt && (gap.to ?? .distantPast) > committedAt, "\(spans)")
+        // A second after the commit, while the follower was stopped: not claimed (before: the
+        // state before the commit, with exit 0).
+        let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(committedAt.addingTimeInterval(0.5)),
+                                                               "--to", world.folder.file("stopped.sqlite")], environment: world.environment)
+        #expect(refused.status == 66 && refused.stderr.contains("gap"), "\(refused.stderr)")
+        let before = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(gap.from),
+                                                              "--to", world.folder.file("before.sqlite")], environment: world.environment)
+        #expect(before.status == 0, "\(before.stderr)")
+        #expect(try read(world.folder.file("before.sqlite")) { try Int.fetchOne($0, sql: "SELECT count(*) FROM churn WHERE v = 'while stopped'") } == 0)
+        let after = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(try #require(gap.to)),
+                                                             "--to", world.folder.file("after.sqlite")], environment: world.environment)
+        #expect(after.status == 0, "\(after.stderr)")
+        #expect(try read(world.folder.file("after.sqlite")) { try Int.fetchOne($0, sql: "SELECT count(*) FROM churn WHERE v = 'while stopped'") } == 1)
+    }
+
     @Test("into SeaweedFS, with the server killed for 3 s mid-stream and restarted: the app's commits never fail, replicate keeps reading while it cannot write, then catches up; every point restores exactly; status file and metrics are written", .enabled(if: Place.all.contains(.s3)))
     func serverGoesAway() throws {
         let folder = try TempFolder("storectl-replicate")

@@ -51,6 +51,17 @@ void storectl_install_crash_report(void);
 /// mmapped (M_MMAP_THRESHOLD: freed big blocks go back to the system at once); a no-op elsewhere.
 void storectl_tune_malloc(int arenas, int mmap_threshold);
 
+/// Flushes stdout: 0 when everything printed reached it, else the errno of the failure (EIO when
+/// an earlier write failed and the stream only remembers that it did).
+int storectl_finish_stdout(void);
+
+/// Counts SIGCONTs from the first call on (a handler that only counts: stopping and continuing
+/// are the kernel's as before); how many came so far.
+long storectl_continued_count(void);
+
+/// CLOCK_BOOTTIME minus CLOCK_MONOTONIC (ns): grows by the time the machine was suspended.
+long long storectl_suspended_ns(void);
+
 /// Keeps up to `bytes` of freed memory at the top of each malloc arena instead of giving it back
 /// at once (mallopt M_TRIM_THRESHOLD); a no-op elsewhere.
 void storectl_keep_freed_memory(int bytes);

@@ -1,4 +1,5 @@
 import Foundation
+import CStoreSupport
 import Logging
 import Synchronization
 
@@ -317,6 +318,9 @@ public enum Replicate {
         /// A commit made after it was not read, so it is never claimed (a stop marker at the time
         /// of the stop claimed the commits between the last read and the stop: seen by a user).
         var confirmedTime: Int64?
+        /// The process's stops (SIGCONT received) and the machine's time suspended, as this
+        /// store's reads last saw them (`stalled`).
+        var pauses = Pauses.now
         var needsBase: (kind: String, reason: String, change: UInt32?)? = ("start", "storectl began following the store", nil)
         /// The confirmed time (ms) the last alive marker named (`heartbeat`), and the chain's
         /// alive markers in the repository (the upload thread's: the newest stays).
@@ -651,6 +655,7 @@ public enum Replicate {
                     marker.span = [name.firstTime, name.lastTime]
                     try writeMarker(marker, name: name, replica: replica)
                     say("\(replica.store.path): resumed chain \(chain.id) at point \(last.to) (\(Format.plural(commits.count, "commit", "commits")) since)")
+                    replica.pauses = Pauses.now   // the resume marker says it was not following until now
                     if add(commits, at: at, to: replica) { confirm(replica, at: at) }
                 }
             } catch {
@@ -752,6 +757,26 @@ public enum Replicate {
             }
         }
 
+        /// A commit is dated by the read that finds it: it came after the read before. When that
+        /// read is long past (the follower was stopped with SIGSTOP or Ctrl-Z, its machine or
+        /// container suspended, or it was starved), the commits found could have come at any
+        /// time since, and dated now a restore in between would answer an older state as the
+        /// store's: why they cannot be dated (nil: the read before is recent enough, within
+        /// `stallLimit`).
+        func stalled(_ replica: Replica) -> String? {
+            let now = Pauses.now
+            defer { replica.pauses = now }
+            let since = replica.confirmedTime.map { " since \(Timestamp.iso(Date(timeIntervalSince1970: Double($0) / 1000)))" } ?? ""
+            if now.continued != replica.pauses.continued {
+                return "storectl replicate was stopped (SIGSTOP, SIGTSTP: Ctrl-Z) and continued\(since): the commits found cannot be dated"
+            }
+            let suspended = Double(now.suspendedNanoseconds - replica.pauses.suspendedNanoseconds) / 1e9
+            if suspended > 0.5 {
+                return "the machine was suspended for \(Format.duration(suspended))\(since): the commits found cannot be dated"
+            }
+            return nil
+        }
+
         /// Records that every commit before `at` was read (see `Replica.confirmedTime`).
         func confirm(_ replica: Replica, at: Date) {
             replica.confirmedTime = max(replica.confirmedTime ?? 0, Replicate.ms(at))
@@ -762,6 +787,13 @@ public enum Replicate {
         @discardableResult
         func add(_ commits: [WalCommit], at: Date, to replica: Replica, cursor after: WalCursor? = nil) -> Bool {
             guard !commits.isEmpty, let cursor = after ?? replica.follower.cursor else { return true }
+            if let why = stalled(replica) {
+                // Not dated: a gap (a base follows), never points at the wrong time.
+                say("\(replica.store.path): \(why); a new base follows")
+                replica.needsBase = ("gap", why, nil)
+                replica.summary.gapPending = why
+                return false
+            }
             let time = max(Replicate.ms(at), replica.lastTime)
             replica.lastTime = time
             for commit in commits {
@@ -1460,7 +1492,9 @@ public enum Replicate {
                 // minutes into SeaweedFS with a base every 5 minutes, before this).
                 if kind == "compaction" {
                     switch try replica.follower.capture() {
-                    case .commits(let commits, let at): if add(commits, at: at, to: replica) { confirm(replica, at: at) }
+                    case .commits(let commits, let at):
+                        if add(commits, at: at, to: replica) { confirm(replica, at: at) }
+                        else if let need = replica.needsBase, need.kind == "gap" { (kind, reason) = ("gap", need.reason) }
                     case .gap(let why): (kind, reason) = ("gap", why)
                     case .wholeRead(let why, let change): (kind, reason, expectingChange) = ("continued", why, change)
                     }
@@ -1870,4 +1904,14 @@ enum ReplicateTesting {
     /// longer (a slow bucket), so a test can make the app's checkpoints run inside that window.
     static let basePrepareDelay: useconds_t? = ProcessInfo.processInfo.environment["STORECTL_TEST_BASE_PREPARE_DELAY_MS"]
         .flatMap { UInt32($0) }.map { $0 * 1000 }
+}
+
+/// What `Replicator.stalled` compares: SIGCONTs received (the process was stopped and continued)
+/// and the machine's time suspended (CLOCK_BOOTTIME ahead of CLOCK_MONOTONIC). A stopped or
+/// suspended follower reads nothing, and the commits it finds next came at unknown times.
+/// (A container frozen by its cgroup gets no signal and no clock jump: not detected.)
+struct Pauses: Equatable {
+    var continued: Int
+    var suspendedNanoseconds: Int64
+    static var now: Pauses { Pauses(continued: Int(storectl_continued_count()), suspendedNanoseconds: storectl_suspended_ns()) }
 }
