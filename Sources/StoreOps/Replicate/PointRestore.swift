@@ -547,6 +547,11 @@ extension PointRestore {
         if candidate.count > 11, candidate.prefix(10).allSatisfy({ $0.isASCII && ($0.isNumber || $0 == "-") }) {
             candidate = candidate.replacingOccurrences(of: "t", with: "T").replacingOccurrences(of: "z", with: "Z")
         }
+        if let field = outOfRange(candidate) {
+            // Parsed leniently a 47th hour is two days later, 30 February is 2 March: a typo must
+            // not restore (or roll back to) another moment.
+            throw StoreOpsError(.usage, "--at \(text) is not a time: its \(field) is out of range", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
+        }
         guard let date = Timestamp.parseISO(candidate) else {
             if Timestamp.parseISO(candidate + "Z") != nil {
                 throw StoreOpsError(.usage, "--at \(text) has no time zone", hint: "add Z for UTC (\(candidate)Z) or an offset such as +01:00")
@@ -554,5 +559,36 @@ extension PointRestore {
             throw StoreOpsError(.usage, "--at \(text) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
         return date
+    }
+
+    /// The field of an RFC 3339 time that is out of range (a month 13, 30 February, hour 24,
+    /// minute or second 60, an offset past 23:59), or nil (in range, or not shaped so at all:
+    /// the parser says that).
+    static func outOfRange(_ text: String) -> String? {
+        let digits = Array(text.utf8)
+        func number(_ start: Int, _ count: Int) -> Int? {
+            guard start + count <= digits.count else { return nil }
+            var value = 0
+            for byte in digits[start..<(start + count)] {
+                guard byte >= 48, byte <= 57 else { return nil }
+                value = value * 10 + Int(byte - 48)
+            }
+            return value
+        }
+        guard digits.count >= 19, let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
+              let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2) else { return nil }
+        guard (1...12).contains(month) else { return "month" }
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        let days = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1]
+        guard (1...days).contains(day) else { return "day" }
+        guard hour <= 23 else { return "hour" }
+        guard minute <= 59 else { return "minute" }
+        guard second <= 59, digits.count == 19 || !(48...57).contains(digits[19]) else { return "second" }
+        // The offset: the last six characters, ±hh:mm.
+        if let sign = digits.last.flatMap({ _ in digits.count >= 25 ? digits[digits.count - 6] : nil }), sign == 43 || sign == 45,
+           let offsetHours = number(digits.count - 5, 2), let offsetMinutes = number(digits.count - 2, 2) {
+            guard offsetHours <= 23, offsetMinutes <= 59 else { return "offset" }
+        }
+        return nil
     }
 }
