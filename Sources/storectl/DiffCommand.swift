@@ -14,7 +14,8 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             changed with before and after values, many-to-many links, external-data files, and the model's entities,
             attributes, relationships, constraints and version hashes from Z_MODELCACHE; Core Data's bookkeeping (Z_OPT
             bumps, Z_PRIMARYKEY, persistent history) is counted but left out unless --bookkeeping. For a plain SQLite
-            store: the schema, then rows by rowid.
+            store: the schema (and user_version, application_id), then rows by primary key (a TEXT or composite one too;
+            --key table.column names another), or by rowid when there is none.
 
             Read-only on every side. Only pages that differ are decoded: two snapshots of one repository are compared by
             their maps' content ids without reading unchanged pages. A live store is read in one read transaction (from a
@@ -112,7 +113,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             lines.append("schema: \(Format.plural(r.schema.count, "change", "changes"))")
             for change in r.schema {
                 let mark = change.change == "added" ? "+" : change.change == "removed" ? "-" : "~"
-                lines.append("  \(mark) \(change.type) \(change.name)")
+                lines.append("  \(mark) \(change.type) \(change.name)" + (change.type == "pragma" ? " \(change.before ?? "") → \(change.after ?? "")" : ""))
             }
         }
         if !r.model.isEmpty {

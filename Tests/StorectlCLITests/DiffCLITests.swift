@@ -356,4 +356,81 @@ struct DiffCLITests {
         let same = try storectl("diff", "--repo", repo, "--at", after, store)
         #expect(same.status == 0, "\(same.stdout)\(same.stderr)")
     }
+
+    @Test("a plain store's rows are paired by their primary key when it is not the rowid: INSERT OR REPLACE (a new rowid) is one row changed, a delete and an insert reusing a rowid are one removed and one added (a TEXT key, a composite one); --key table.column pairs by another column; user_version is a schema change; control characters and quotes in values are escaped; stdout that cannot be written is 74")
+    func plainKeysAndOutput() throws {
+        let folder = try TempFolder()
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        try write(a, """
+            CREATE TABLE u (email TEXT PRIMARY KEY, name TEXT);
+            INSERT INTO u VALUES ('a@x', 'A'), ('b@x', 'B'), ('c@x', 'C');
+            CREATE TABLE c (x INTEGER, y TEXT, v TEXT, PRIMARY KEY (x, y));
+            INSERT INTO c VALUES (1, 'a', 'one'), (2, 'b', 'two');
+            CREATE TABLE t (id INTEGER PRIMARY KEY, code TEXT, v TEXT);
+            INSERT INTO t VALUES (1, 'k1', 'v1'), (2, 'k2', 'v2');
+            """)
+        _ = try ChildProcess.run("/bin/cp", [a, b])
+        try write(b, """
+            INSERT OR REPLACE INTO u VALUES ('a@x', 'A2');
+            DELETE FROM u WHERE email = 'c@x'; INSERT INTO u VALUES ('d@x', 'D');
+            DELETE FROM c WHERE x = 2; INSERT INTO c VALUES (3, 'c', 'three'); INSERT OR REPLACE INTO c VALUES (1, 'a', 'uno');
+            DELETE FROM t; INSERT INTO t VALUES (1, 'k2', 'v2'), (2, 'k1', 'v1 changed');
+            PRAGMA user_version = 7;
+            """)
+        let run = try storectl("diff", a, b, "--json")
+        #expect(run.status == 2, "\(run.stderr)")
+        let result = try report(run)
+        func objects(_ table: String) -> [String] {
+            (result.entities.first { $0.table == table }?.objects ?? []).map { "\($0.change) \($0.object)" }.sorted()
+        }
+        #expect(objects("u") == ["added email \"d@x\"", "changed email \"a@x\"", "removed email \"c@x\""], "\(objects("u"))")
+        #expect(objects("c") == ["added x 3, y \"c\"", "changed x 1, y \"a\"", "removed x 2, y \"b\""], "\(objects("c"))")
+        #expect(result.entities.first { $0.table == "u" }?.objects.first { $0.change == "changed" }?.values.map { "\($0.name) \($0.before ?? "") → \($0.after ?? "")" } == ["name \"A\" → \"A2\""])
+        #expect(result.schema.contains { $0.type == "pragma" && $0.name == "user_version" && $0.before == "0" && $0.after == "7" }, "\(result.schema)")
+        // By rowid, t's two rows swapped codes; by --key t.code, k1's value changed and k2 is the same.
+        #expect(objects("t") == ["changed id 1", "changed id 2"], "\(objects("t"))")
+        let keyed = try report(try storectl("diff", a, b, "--json", "--key", "t.code"))
+        let t = keyed.entities.first { $0.table == "t" }
+        #expect(t?.changed == 1 && t?.added == 0 && t?.removed == 0 && t?.objects.first?.values.map(\.name) == ["v"], "\(String(describing: t))")
+
+        // A value that would move the cursor or recolour the terminal is shown escaped.
+        try write(b, "UPDATE t SET v = char(13) || 'over' || char(27) || '[31m' || '\"q\\' WHERE id = 1")
+        let text = try storectl("diff", a, b)
+        #expect(text.stdout.contains(#""\rover\u{1b}[31m\"q\\""#) && !text.stdout.contains("\u{1b}"), "\(text.stdout)")
+
+        // Output that cannot be written: 74 and why, not a silent 2 (or 0).
+        for sides in [[a, b], [a, a]] {
+            let full = try ChildProcess.run("/bin/sh", ["-c", "\"$0\" diff \"$1\" \"$2\" > /dev/full", Binaries.storectl] + sides)
+            #expect(full.status == 74 && full.stderr.contains("cannot write the output"), "\(full.status) \(full.stderr)")
+        }
+    }
+
+    @Test("Core Data: an object whose Z_ENT changed is one object removed (of the old entity) and one added (of the new), not a changed attribute; --key with a relationship or Z_PK is 64; a --key value two objects share matches neither and is said")
+    func entityChangeAndKeys() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 200)
+        let before = folder.file("before.sqlite")
+        _ = try ChildProcess.run("/bin/cp", [store, before])
+        let entities = try DatabaseQueue(path: store).read { try Row.fetchAll($0, sql: "SELECT Z_ENT, Z_NAME FROM Z_PRIMARYKEY WHERE Z_NAME IN ('Task', 'Note')") }
+        let byName = Dictionary(uniqueKeysWithValues: entities.map { (($0["Z_NAME"] as String?) ?? "", ($0["Z_ENT"] as Int?) ?? 0) })
+        let task = try #require(byName["Task"]), note = try #require(byName["Note"])
+        let pk = try #require(try DatabaseQueue(path: store).read { try Int64.fetchOne($0, sql: "SELECT Z_PK FROM ZITEM WHERE Z_ENT = ? ORDER BY Z_PK LIMIT 1", arguments: [task]) })
+        try write(store, "UPDATE ZITEM SET Z_ENT = ? WHERE Z_PK = ?", arguments: [note, pk])
+        let result = try report(try storectl("diff", before, store, "--json"))
+        let changes = result.entities.map { "\($0.entity ?? $0.table): +\($0.added) -\($0.removed) ~\($0.changed)" }.sorted()
+        #expect(changes == ["Note: +1 -0 ~0", "Task: +0 -1 ~0"], "\(changes)")
+
+        let relationship = try storectl("diff", before, store, "--key", "Item.category")
+        #expect(relationship.status == 64 && relationship.stderr.contains("is a relationship"), "\(relationship.stderr)")
+        #expect(try storectl("diff", before, store, "--key", "Item.Z_PK").status == 64)
+
+        // Renumbered objects whose --key value (a priority) others share: not matched by it, said.
+        let renumbered = folder.file("renumbered.sqlite")
+        _ = try ChildProcess.run("/bin/cp", [before, renumbered])
+        try write(renumbered, "UPDATE ZITEM SET Z_PK = Z_PK + 100000 WHERE Z_PK <= 20")
+        let shared = try storectl("diff", before, renumbered, "--json", "--key", "Item.priority")
+        let sharedReport = try report(shared)
+        #expect(shared.stderr.contains("share") && !sharedReport.ambiguousKeys.isEmpty, "\(shared.stderr) \(sharedReport.ambiguousKeys)")
+        #expect(sharedReport.entities.reduce(0) { $0 + $1.changed } == 0, "no object is paired by a shared value")
+    }
 }

@@ -186,15 +186,25 @@ extension StoreDiff {
         var bookkeeping = Bookkeeping()
         var removedKeys: [String: [Int64]] = [:]
         var references: [Reference] = []
+        /// A plain table's columns its rows are paired by, when not the rowid: `--key table.column`,
+        /// else its declared PRIMARY KEY when that is not the rowid (a TEXT or composite key; both
+        /// sides declaring the same). `INSERT OR REPLACE` gives a row a new rowid, and a delete and
+        /// an insert may reuse one: paired by rowid, a changed row would read as one removed and
+        /// one added, or two unrelated rows as one changed.
+        private var plainKeys: [String: [String]] = [:]
         /// Objects added or removed of entities matched by a key attribute (`--key`), matched at the end.
         private var pending: [String: (added: [Stashed], removed: [Stashed])] = [:]
         /// Objects added or removed whose `--key` attribute is NULL (not matched by it), by
         /// "Entity.attribute": said, so a key no object has is not taken for "nothing renumbered".
         private(set) var keyless: [String: Int] = [:]
+        /// Objects added or removed whose `--key` value another object added (or removed) shares,
+        /// by "Entity.attribute": not matched by it (pairing them would be a guess), and said.
+        private(set) var ambiguous: [String: Int] = [:]
 
         struct Stashed {
             var table: String
-            var entity: String
+            /// nil: a plain table's row, paired by its key (`plainKeys`).
+            var entity: String?
             var rowid: Int64
             var key: SQLitePages.Value
             var values: [String: SQLitePages.Value]
@@ -210,6 +220,41 @@ extension StoreDiff {
             labelsB = Labels(b)
             filter = Set(options.entities.map { $0.lowercased() })
             bookkeeping.shown = options.bookkeeping
+            for table in Set(a.layouts.keys).intersection(b.layouts.keys) where labelsA.tables[table] ?? .plain == .plain && labelsB.tables[table] ?? .plain == .plain {
+                guard let keyA = Self.plainKey(table, side: a, keys: options.keys), let keyB = Self.plainKey(table, side: b, keys: options.keys),
+                      keyA.map({ $0.lowercased() }) == keyB.map({ $0.lowercased() }) else { continue }
+                plainKeys[table] = keyB
+            }
+        }
+
+        /// See `plainKeys`.
+        static func plainKey(_ table: String, side: DiffSchema, keys: [String]) -> [String]? {
+            guard let layout = side.layouts[table], !layout.withoutRowid else { return nil }
+            for key in keys {
+                let parts = key.split(separator: ".", maxSplits: 1).map(String.init)
+                guard parts.count == 2, parts[0].caseInsensitiveCompare(table) == .orderedSame else { continue }
+                if let column = layout.columns.first(where: { $0.caseInsensitiveCompare(parts[1]) == .orderedSame }) { return [column] }
+            }
+            guard !layout.primaryKey.isEmpty, layout.rowidAlias == nil else { return nil }
+            return layout.primaryKey
+        }
+
+        /// A plain row's key for pairing (`plainKeys`): the column's value, or the columns' values
+        /// in one text with their types (1 and '1' are different keys); nil when a part is NULL
+        /// (SQLite lets rows of such a key share NULLs: not a key to pair by).
+        static func plainKeyValue(_ row: [String: SQLitePages.Value], columns: [String]) -> SQLitePages.Value? {
+            let values = columns.map { row[$0] ?? .null }
+            guard !values.contains(.null) else { return nil }
+            if values.count == 1 { return values[0] }
+            return .text(values.map { value -> String in
+                switch value {
+                case .null: return "n"
+                case .integer(let n): return "i\(n)"
+                case .real(let d): return "r\(d.bitPattern)"
+                case .text(let t): return "t\(t.utf8.count):\(t)"
+                case .blob(let b): return "b\(b.count):" + b.map { String(format: "%02x", $0) }.joined()
+                }
+            }.joined(separator: "\u{0}"))
         }
 
         mutating func compareTables() throws {
@@ -309,21 +354,34 @@ extension StoreDiff {
                 guard options.bookkeeping else { return }
                 try recordRow(table, entity: nil, change, before, after, labels: nil)
             case .join(let relationship):
-                guard wanted(relationship.split(separator: ".").first.map(String.init) ?? "", table: table) else { return }
+                // A link is both ends': `--entity` of the declaring entity or of its destination shows it.
+                let parts = relationship.split(separator: ".", maxSplits: 1).map(String.init)
+                let destination = parts.count < 2 ? nil : [b, a].lazy.compactMap {
+                    $0.coreData?.model?.relationships.first { $0.entity == parts[0] && $0.name == parts[1] }?.destination
+                }.first
+                guard wanted(parts.first ?? "", table: table) || destination.map({ wanted($0, table: table) }) == true else { return }
                 if case .rows(let written, _, _) = attribution, !written.touched(change.rowid) {
                     asOthers { $0.recordLink(table, relationship: relationship, before, after) }
                 } else {
                     recordLink(table, relationship: relationship, before, after)
                 }
             case .entity:
-                let labels = after != nil ? labelsB : labelsA
-                let values = after ?? before ?? [:]
-                let entValue = values.first { $0.key.uppercased() == "Z_ENT" }?.value
-                var entityName = table
-                if case .integer(let ent)? = entValue, let name = labels.entityByEnt[Int(ent)] { entityName = name }
-                let (mine, others) = split(table, rowid: change.rowid, before, after)
-                if let mine { try recordRow(table, entity: entityName, change, mine.0, mine.1, labels: labels.columns[table]) }
-                if let others { try asOthers { try $0.recordRow(table, entity: entityName, change, others.0, others.1, labels: labels.columns[table]) } }
+                func entityName(_ values: [String: SQLitePages.Value], _ labels: Labels) -> String {
+                    if case .integer(let ent)? = values.first(where: { $0.key.uppercased() == "Z_ENT" })?.value,
+                       let name = labels.entityByEnt[Int(ent)] { return name }
+                    return table
+                }
+                // An object is Z_ENT and Z_PK: a row whose Z_ENT changed is one object removed and
+                // another added (of the other entity), not a changed attribute.
+                var sides = [(before, after)]
+                if let before, let after, entityName(before, labelsA) != entityName(after, labelsB) { sides = [(before, nil), (nil, after)] }
+                for (was, now) in sides {
+                    let labels = now != nil ? labelsB : labelsA
+                    let name = entityName(now ?? was ?? [:], labels)
+                    let (mine, others) = split(table, rowid: change.rowid, was, now)
+                    if let mine { try recordRow(table, entity: name, change, mine.0, mine.1, labels: labels.columns[table]) }
+                    if let others { try asOthers { try $0.recordRow(table, entity: name, change, others.0, others.1, labels: labels.columns[table]) } }
+                }
             case .plain:
                 let (mine, others) = split(table, rowid: change.rowid, before, after)
                 if let mine { try recordRow(table, entity: nil, change, mine.0, mine.1, labels: nil) }
@@ -404,7 +462,17 @@ extension StoreDiff {
                             }
                         }
                         if labels.columns[table] == nil { attributes.formUnion(side.layouts[table]?.columns ?? []) }
-                        if Self.column(named: parts[1], labels: labels.columns[table], columns: side.layouts[table]?.columns ?? []) != nil { found = true }
+                        if let column = Self.column(named: parts[1], labels: labels.columns[table], columns: side.layouts[table]?.columns ?? []) {
+                            switch labels.columns[table]?[column] {
+                            case .toOne(let name, let destination)?:
+                                throw StoreOpsError(.usage, "--key \(key): \(name) is a relationship (to \(destination)), not an attribute",
+                                                    hint: "name an attribute every object has its own value of (a UUID)")
+                            case .identity?, .entity?, .opt?:
+                                throw StoreOpsError(.usage, "--key \(key): \(column) is Core Data's bookkeeping, not an attribute",
+                                                    hint: "objects are matched by Z_PK without --key; name an attribute every object has its own value of (a UUID)")
+                            default: found = true
+                            }
+                        }
                     }
                 }
                 guard entityKnown else {
@@ -458,6 +526,15 @@ extension StoreDiff {
             entry.links.append(LinkChange(change: change, link: link))
         }
 
+        /// The `--key` (or primary key) column a stashed object was matched by, for messages.
+        private func keyColumnName(_ item: Stashed) -> String {
+            let side = b.layouts[item.table] != nil ? b : a
+            if let entity = item.entity {
+                return keyColumn(entity: entity, table: item.table, labels: item.labels, side: side) ?? "key"
+            }
+            return (plainKeys[item.table] ?? []).joined(separator: ", ")
+        }
+
         /// The column holding the `--key` attribute of `entity` (or of one of its superentities), if any.
         private func keyColumn(entity: String, table: String, labels: [String: Labels.Column]?, side: DiffSchema) -> String? {
             let lineage = side.coreData?.model?.ancestors(of: entity) ?? [entity]
@@ -475,8 +552,19 @@ extension StoreDiff {
             for (_, group) in pending.sorted(by: { $0.key < $1.key }) {
                 var removed: [SQLitePages.Value: [Stashed]] = [:]
                 for item in group.removed { removed[item.key, default: []].append(item) }
+                var addedCount: [SQLitePages.Value: Int] = [:]
+                for item in group.added { addedCount[item.key, default: 0] += 1 }
+                // A value two objects on one side share is no identity: those objects are listed
+                // as added and removed, unmatched.
+                var shared = Set(addedCount.filter { $0.value > 1 }.keys)
+                shared.formUnion(removed.filter { $0.value.count > 1 }.keys)
+                if !shared.isEmpty, let first = group.added.first ?? group.removed.first {
+                    let count = group.added.filter { shared.contains($0.key) }.count + group.removed.filter { shared.contains($0.key) }.count
+                    let column = first.labels.flatMap { labels in labels.first { $0.key == keyColumnName(first) }?.value.name } ?? keyColumnName(first)
+                    ambiguous["\(first.entity ?? first.table).\(column)", default: 0] += count
+                }
                 for item in group.added {
-                    if let match = removed[item.key]?.popLast() {
+                    if !shared.contains(item.key), let match = removed[item.key]?.popLast() {
                         try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
                                       match.values, item.values, labels: item.labels, matchedKey: item.key)
                     } else {
@@ -496,6 +584,21 @@ extension StoreDiff {
                                         _ after: [String: SQLitePages.Value]?, labels: [String: Labels.Column]?,
                                         matchedKey: SQLitePages.Value? = nil) throws {
             guard wanted(entity ?? table, table: table) else { return }
+            if matchedKey == nil, entity == nil, let columns = plainKeys[table] {
+                let was = before.flatMap { Self.plainKeyValue($0, columns: columns) }, now = after.flatMap { Self.plainKeyValue($0, columns: columns) }
+                if let before, let after, let was, let now, was != now {
+                    // One rowid, two rows (one deleted, another inserted in its place): each paired by its key.
+                    try recordRow(table, entity: nil, change, before, nil, labels: labels)
+                    try recordRow(table, entity: nil, change, nil, after, labels: labels)
+                    return
+                }
+                if (before == nil) != (after == nil), let key = was ?? now, let row = after ?? before {
+                    let item = Stashed(table: table, entity: nil, rowid: change.rowid, key: key, values: row, labels: labels)
+                    if after != nil { pending["\u{0}\(table)", default: ([], [])].added.append(item) }
+                    else { pending["\u{0}\(table)", default: ([], [])].removed.append(item) }
+                    return
+                }
+            }
             if matchedKey == nil, let entity, (before == nil) != (after == nil),
                let column = keyColumn(entity: entity, table: table, labels: labels, side: after != nil ? b : a),
                let row = after ?? before, (row[column] ?? .null) == .null {
@@ -520,10 +623,19 @@ extension StoreDiff {
             }
             let layout = (after != nil ? b : a).layouts[table]
             var object = objectName(entity: entity, rowid: change.rowid, values: after ?? before ?? [:], layout: layout)
-            if let matchedKey, matchedKey != .null, let before, let after {
+            if let entity, let matchedKey, matchedKey != .null, let before, let after {
                 let old = before.first { $0.key.uppercased() == "Z_PK" }.map { render($0.value, type: nil) } ?? "?"
                 let new = after.first { $0.key.uppercased() == "Z_PK" }.map { render($0.value, type: nil) } ?? "?"
                 object = "\(entity ?? table) \(render(matchedKey, type: nil)) (Z_PK \(old) → \(new))"
+            }
+            // A plain row paired by --key whose INTEGER PRIMARY KEY changed: renumbered, named by its key.
+            var renumberedAlias: String?
+            if entity == nil, let matchedKey, matchedKey != .null, let before, let after, let alias = layout?.rowidAlias,
+               let aliasName = layout?.columns[alias], let columns = plainKeys[table], !columns.contains(aliasName) {
+                renumberedAlias = aliasName
+                if before[aliasName] != after[aliasName] {
+                    object = "\(columns.joined(separator: ", ")) \(render(matchedKey, type: nil)) (\(aliasName) \(render(before[aliasName] ?? .null, type: nil)) → \(render(after[aliasName] ?? .null, type: nil)))"
+                }
             }
             var values: [ValueChange] = []
             let kind: String
@@ -535,20 +647,23 @@ extension StoreDiff {
                 let defaults = b.layouts[table].map { Dictionary(zip($0.columns, $0.defaults), uniquingKeysWith: { x, _ in x }) } ?? [:]
                 for column in after.keys.sorted() {
                     let old = before[column] ?? defaults[column] ?? .null, new = after[column] ?? .null
-                    guard old != new else { continue }
+                    guard old != new, column != renumberedAlias || options.bookkeeping else { continue }
                     let label = labels?[column] ?? .plain(column)
                     if label == .opt && !options.bookkeeping { continue }
                     if label == .identity && matchedKey != nil && !options.bookkeeping { continue }   // matched by key: its Z_PK was renumbered
                     meaningful = true
-                    if case .text(let x) = old, case .text(let y) = new, options.shortValues, max(x.count, y.count) > 60 {
-                        // Long texts are shown from a little before where they first differ.
-                        let (a, b) = Self.window(x, y)
+                    if label.name.caseInsensitiveCompare(column) != .orderedSame, entry.columns[label.name] == nil { entry.columns[label.name] = column }
+                    if case .text(let x) = old, case .text(let y) = new, max(x.count, y.count) > (options.shortValues ? 60 : 4096) {
+                        // Long texts are shown from a little before where they first differ (the
+                        // first 4,096 characters of two texts that differ after them would read the same).
+                        let (a, b) = options.shortValues ? Self.window(x, y) : Self.window(x, y, width: 4096, lead: 200)
                         values.append(ValueChange(name: label.name, before: a, after: b))
                     } else {
                         values.append(ValueChange(name: label.name, before: render(old, label: label), after: render(new, label: label)))
                     }
                 }
                 guard meaningful else {
+                    if entity == nil { return }   // a plain row paired by its key, only its rowid changed
                     let renumbered = matchedKey.map { $0 != .null } == true
                         && before.first(where: { $0.key.uppercased() == "Z_PK" })?.value != after.first(where: { $0.key.uppercased() == "Z_PK" })?.value
                     if renumbered { bookkeeping.renumbered += 1 } else if before != after { bookkeeping.optBumps += 1 }
@@ -623,19 +738,40 @@ extension StoreDiff {
             }
         }
 
-        /// Two long texts shown around their first difference: up to 60 characters each, from 20
-        /// before it, with their lengths.
-        static func window(_ x: String, _ y: String) -> (String, String) {
+        /// Two long texts shown around their first difference: up to `width` characters each, from
+        /// `lead` before it, with their lengths.
+        static func window(_ x: String, _ y: String, width: Int = 60, lead: Int = 20) -> (String, String) {
             let a = Array(x), b = Array(y)
             var first = 0
             while first < a.count, first < b.count, a[first] == b[first] { first += 1 }
-            let start = max(0, first - 20)
+            let start = max(0, first - lead)
             func show(_ c: [Character]) -> String {
-                let end = min(c.count, start + 60)
+                let end = min(c.count, start + width)
                 let body = start < end ? String(c[start..<end]) : ""
-                return "\(start > 0 ? "…" : "")\"\(body)\"\(end < c.count ? "…" : "") (\(c.count) characters)"
+                return "\(start > 0 ? "…" : "")\(quoted(body))\(end < c.count ? "…" : "") (\(c.count) characters)"
             }
             return (show(a), show(b))
+        }
+
+        /// Text from a store, quoted for a terminal: a quote and a backslash escaped, and every
+        /// control character (a newline, a carriage return that would overwrite the line, an
+        /// escape sequence that would recolour or retitle the terminal, C1 controls) and the
+        /// invisible marks that reorder text (bidirectional overrides) shown as escapes.
+        static func quoted(_ text: some StringProtocol) -> String {
+            var out = "\""
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case "\u{0}"..."\u{1F}", "\u{7F}"..."\u{9F}", "\u{200E}", "\u{200F}", "\u{202A}"..."\u{202E}", "\u{2066}"..."\u{2069}":
+                    out += "\\u{" + String(scalar.value, radix: 16) + "}"
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            return out + "\""
         }
 
         /// A value for people: dates (Core Data's seconds since 2001) as UTC times, text quoted and
@@ -652,8 +788,8 @@ extension StoreDiff {
                 return String(d)
             case .text(let t):
                 let max = options.shortValues ? 60 : 4096
-                if t.count > max { return "\"\(t.prefix(max))…\" (\(t.count) characters)" }
-                return "\"\(t)\""
+                if t.count > max { return "\(Self.quoted(t.prefix(max)))… (\(t.count) characters)" }
+                return Self.quoted(t)
             case .blob(let bytes):
                 let digest = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined().prefix(12)
                 return "<\(bytes.count) bytes, sha256 \(digest)…>"

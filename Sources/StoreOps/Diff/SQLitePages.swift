@@ -24,6 +24,10 @@ enum SQLitePages {
         var freelistCount: UInt32
         /// Non-zero in auto-vacuum stores (pointer-map pages).
         var largestRootPage: UInt32
+        /// `PRAGMA user_version` and `PRAGMA application_id` (many apps keep their schema's
+        /// version in the first).
+        var userVersion: Int32 = 0
+        var applicationID: Int32 = 0
 
         static func parse(_ page: [UInt8], what: String) throws -> Header {
             guard page.count >= 100, page.starts(with: Array("SQLite format 3\0".utf8)) else {
@@ -40,7 +44,8 @@ enum SQLitePages {
             }
             let encoding = Int(be32(page, 56))
             return Header(pageSize: pageSize, usable: pageSize - reserved, textEncoding: encoding == 0 ? 1 : encoding,
-                          freelistTrunk: be32(page, 32), freelistCount: be32(page, 36), largestRootPage: be32(page, 52))
+                          freelistTrunk: be32(page, 32), freelistCount: be32(page, 36), largestRootPage: be32(page, 52),
+                          userVersion: Int32(bitPattern: be32(page, 60)), applicationID: Int32(bitPattern: be32(page, 68)))
         }
     }
 

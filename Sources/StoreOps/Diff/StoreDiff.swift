@@ -73,6 +73,10 @@ public enum StoreDiff {
         /// Objects added or removed whose `--key` attribute is NULL (so not matched by it), by
         /// "Entity.attribute"; also said as a warning.
         public var keyless: [String: Int] = [:]
+        /// Objects added or removed whose key value (`--key`, or a plain table's primary key)
+        /// another object of the same side shares (so not matched by it), by "Entity.attribute";
+        /// also said as a warning.
+        public var ambiguousKeys: [String: Int] = [:]
         /// With `Options.written`: what other processes changed (rows, and columns of rows, the
         /// recorded connection did not write); `entities` and `links` then hold only its changes.
         public var others: Others?
@@ -83,7 +87,7 @@ public enum StoreDiff {
         public var newReferences: [Reference] = []
 
         enum CodingKeys: String, CodingKey {
-            case a, b, same, schema, model, entities, links, externalData, bookkeeping, keyless, others, stats
+            case a, b, same, schema, model, entities, links, externalData, bookkeeping, keyless, ambiguousKeys, others, stats
         }
     }
 
@@ -138,6 +142,9 @@ public enum StoreDiff {
         public var changed = 0
         /// Changed objects per attribute or relationship name.
         public var attributes: [String: Int] = [:]
+        /// The column of each attribute or relationship in `attributes` whose column is named
+        /// otherwise (`title`: `ZTITLE1`): a declaration may name either.
+        public var columns: [String: String] = [:]
         public var objects: [ObjectChange] = []
         /// Objects changed beyond `limit` (counted, not listed).
         public var unlisted = 0
@@ -334,8 +341,27 @@ public enum StoreDiff {
         for (key, count) in collector.keyless.sorted(by: { $0.key < $1.key }) {
             logger.warning("--key \(key): \(Format.plural(count, "object", "objects")) added or removed \(count == 1 ? "has" : "have") no value for it (NULL), so \(count == 1 ? "is" : "are") not matched by it; name an attribute every object has (a UUID)")
         }
+        for (key, count) in collector.ambiguous.sorted(by: { $0.key < $1.key }) {
+            logger.warning("--key \(key): \(Format.plural(count, "object", "objects")) added or removed share \(count == 1 ? "its" : "their") value with another object of the same side, so \(count == 1 ? "is" : "are") not matched by it; name an attribute each object has its own value of (a UUID)")
+        }
         stage("differences accounted for")
-        let schema = schemaChanges(schemaA.entries, schemaB.entries)
+        var schema = schemaChanges(schemaA.entries, schemaB.entries)
+        for (name, x, y) in [("user_version", diff.headerA.userVersion, diff.headerB.userVersion),
+                             ("application_id", diff.headerA.applicationID, diff.headerB.applicationID)] where x != y {
+            schema.append(SchemaChange(change: "changed", type: "pragma", name: name, table: "", before: String(x), after: String(y)))
+        }
+        if !options.entities.isEmpty {
+            // --entity: the schema changes of those entities' tables (and of tables named) only.
+            let named = Set(options.entities.map { $0.lowercased() })
+            var tables = named
+            for store in [schemaA.coreData, schemaB.coreData].compactMap({ $0 }) {
+                for entity in store.entities {
+                    let lineage = store.model?.ancestors(of: entity.name) ?? [entity.name]
+                    if let table = entity.table, lineage.contains(where: { named.contains($0.lowercased()) }) { tables.insert(table.lowercased()) }
+                }
+            }
+            schema = schema.filter { tables.contains($0.table.lowercased()) }
+        }
         let model = modelChanges(schemaA.coreData, schemaB.coreData)
         let external = options.externalData ? try externalChanges(options, pagesA, pagesB) : []
         func sorted(_ entities: [String: EntityChanges]) -> [EntityChanges] {
@@ -349,7 +375,7 @@ public enum StoreDiff {
         let same = schema.isEmpty && model.isEmpty && entities.isEmpty && links.isEmpty && external.isEmpty && others?.summary.same != false
         return Report(
             a: summaryA, b: summaryB, same: same, schema: schema, model: model, entities: entities, links: links,
-            externalData: external, bookkeeping: collector.bookkeeping, keyless: collector.keyless, others: others,
+            externalData: external, bookkeeping: collector.bookkeeping, keyless: collector.keyless, ambiguousKeys: collector.ambiguous, others: others,
             stats: Stats(method: diff.method, pagesRead: pagesA.pagesRead + pagesB.pagesRead,
                          framesRead: [pagesA, pagesB].reduce(0) { $0 + (($1 as? RepositoryPages)?.framesRead ?? 0) },
                          leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,
@@ -440,7 +466,8 @@ public enum StoreDiff {
             if e.removed > 0 { out.append("\(label): \(e.removed) removed") }
             // A position in an ordered relationship ("parentFolder (order)") is the relationship's.
             for (name, count) in e.attributes.sorted(by: { $0.key < $1.key })
-            where !allows(scopes, name) && !(name.hasSuffix(" (order)") && allows(scopes, String(name.dropLast(" (order)".count)))) {
+            where !allows(scopes, name) && !(e.columns[name].map { allows(scopes, $0) } ?? false)
+                && !(name.hasSuffix(" (order)") && allows(scopes, String(name.dropLast(" (order)".count)))) {
                 out.append("\(label): \(name) changed in \(count) object\(count == 1 ? "" : "s")")
             }
         }

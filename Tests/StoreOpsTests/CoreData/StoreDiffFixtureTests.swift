@@ -46,6 +46,12 @@ struct StoreDiffFixtureTests {
         let note = try #require(report.entities.first { $0.entity == "ICNote" }, "\(report.entities.map { $0.entity ?? $0.table })")
         #expect(note.changed == 1 && note.removed == 1 && note.added == 0)
         #expect(note.attributes == ["title": 1])
+        // A declaration may name the attribute as the model does or as its column (ZTITLE1, not ZTITLE).
+        var onlyTitle = report
+        onlyTitle.entities = report.entities.map { var e = $0; e.removed = 0; return e }
+        #expect(StoreDiff.undeclared(onlyTitle, declared: ["ICNote.title"]).isEmpty)
+        #expect(StoreDiff.undeclared(onlyTitle, declared: ["ICNote.ZTITLE1"]).isEmpty, "\(StoreDiff.undeclared(onlyTitle, declared: ["ICNote.ZTITLE1"]))")
+        #expect(StoreDiff.undeclared(onlyTitle, declared: ["ICNote.snippet"]) == ["ICNote (ZICCLOUDSYNCINGOBJECT): title changed in 1 object"])
         let changed = try #require(note.objects.first { $0.change == "changed" })
         #expect(changed.object == "ICNote \(notes[0])")
         #expect(changed.values.first?.after == "\"Changed by the test\"")
