@@ -364,7 +364,8 @@ public enum Migrate {
                 if !outside.isEmpty { report.undeclared = outside }
                 let known = ((try? Migrate.readOnly(StoreFile(unchecked: before), timeout: options.timeout, Migrate.names)) ?? [])
                     .union((try? Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout, Migrate.names)) ?? [])
-                let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
+                // Both sides are at hand: a member the migration removed is still known.
+                let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known, members: true)
                 if !unknown.isEmpty { report.unknownDeclared = unknown }
             }
         }
@@ -832,24 +833,70 @@ public enum Migrate {
 
     static func entityCounts(_ db: Database) throws -> [String: Int]? { try CoreDataCensus.countsByEntity(db) }
 
-    /// The tables of a store and, for a Core Data store, its entities: what a declaration may name.
+    /// The tables of a store and, for a Core Data store, its entities: what a declaration may name;
+    /// and their members as `scope.member`: every table's columns, every entity's table's columns
+    /// and, with a model cache, the attributes and relationships of the entities sharing that
+    /// table. Without a model, a join table `Z_<n><NAME>` makes `*.<NAME>` (any entity's).
     static func names(_ db: Database) throws -> Set<String> {
         let tables = Set(try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'"))
+        var names = tables
+        var columns: [String: [String]] = [:]
+        for table in tables {
+            let list = ((try? db.columns(in: table)) ?? []).map(\.name)
+            columns[table] = list
+            for column in list { names.insert("\(table).\(column)") }
+        }
         // Core Data's entities by name from Z_PRIMARYKEY (one row each), not a count of every table.
-        let entities = tables.contains("Z_PRIMARYKEY") ? ((try? String.fetchAll(db, sql: "SELECT Z_NAME FROM Z_PRIMARYKEY WHERE Z_NAME IS NOT NULL")) ?? []) : []
-        return tables.union(entities)
+        guard tables.contains("Z_PRIMARYKEY"), let store = try? CoreDataStore.read(db) else {
+            let entities = tables.contains("Z_PRIMARYKEY") ? ((try? String.fetchAll(db, sql: "SELECT Z_NAME FROM Z_PRIMARYKEY WHERE Z_NAME IS NOT NULL")) ?? []) : []
+            return names.union(entities)
+        }
+        var membersOfTable: [String: Set<String>] = [:]
+        if let model = store.model {
+            let tableOf = Dictionary(store.entities.compactMap { e in e.table.map { (e.name, $0) } }, uniquingKeysWith: { x, _ in x })
+            for a in model.attributes { if let t = tableOf[a.entity] { membersOfTable[t, default: []].insert(a.name) } }
+            for r in model.relationships { if let t = tableOf[r.entity] { membersOfTable[t, default: []].insert(r.name) } }
+        } else {
+            for table in tables where table.hasPrefix("Z_") {
+                let rest = table.dropFirst(2)
+                let digits = rest.prefix { $0.isASCII && $0.isNumber }
+                if !digits.isEmpty, digits.count < rest.count { names.insert("*.\(rest.dropFirst(digits.count))") }
+            }
+        }
+        for entity in store.entities where !entity.name.isEmpty {
+            names.insert(entity.name)
+            guard let table = entity.table else { continue }
+            for column in columns[table] ?? [] { names.insert("\(entity.name).\(column)") }
+            for member in membersOfTable[table] ?? [] { names.insert("\(entity.name).\(member)") }
+        }
+        return names
     }
 
     /// The declared names (`Entity`, `Entity.attribute`, `table.column`) whose entity or table is
-    /// none of `known` (case aside), each with the closest known name when one is near.
-    static func unknown(_ declared: Set<String>, known: Set<String>) -> [String] {
+    /// none of `known` (case aside), each with the closest known name when one is near; with
+    /// `members`, also those whose entity or table is known but has no such attribute,
+    /// relationship or column (`known` holds them as `scope.member`, see `names`).
+    static func unknown(_ declared: Set<String>, known: Set<String>, members: Bool = false) -> [String] {
+        let scopes = known.filter { !$0.contains(".") }
         let lowered = Set(known.map { $0.lowercased() })
+        func closest(_ name: String, among: [String]) -> String? {
+            let target = name.lowercased()
+            let best = among.min { (RepositoryLocation.editDistance($0.lowercased(), target), $0) < (RepositoryLocation.editDistance($1.lowercased(), target), $1) }
+            return best.flatMap { RepositoryLocation.editDistance($0.lowercased(), target) <= max(2, name.count / 3) ? $0 : nil }
+        }
         return declared.sorted().compactMap { name in
-            let scope = String(name.split(separator: ".").first ?? Substring(name))
-            guard !lowered.contains(scope.lowercased()) else { return nil }
-            let closest = known.min { (RepositoryLocation.editDistance($0.lowercased(), scope.lowercased()), $0) < (RepositoryLocation.editDistance($1.lowercased(), scope.lowercased()), $1) }
-            let near = closest.flatMap { RepositoryLocation.editDistance($0.lowercased(), scope.lowercased()) <= max(2, scope.count / 3) ? $0 : nil }
-            return "\(name): no entity or table \(scope)" + (near.map { " (did you mean \($0)?)" } ?? "")
+            let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
+            let scope = parts.first ?? name
+            guard lowered.contains(scope.lowercased()) else {
+                return "\(name): no entity or table \(scope)" + (closest(scope, among: Array(scopes)).map { " (did you mean \($0)?)" } ?? "")
+            }
+            // A hidden to-many (`Asset.LibraryScope.assetContributors`) or an order column
+            // (`parentFolder (order)`), as the diff names them, is not checked.
+            guard members, parts.count == 2, !parts[1].contains("."), !parts[1].contains(" (") else { return nil }
+            let member = parts[1], prefix = scope.lowercased() + "."
+            let own = known.filter { $0.lowercased().hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
+            guard !own.isEmpty, !lowered.contains(name.lowercased()), !lowered.contains("*." + member.lowercased()) else { return nil }
+            return "\(name): \(scope) has no attribute, relationship or column \(member)" + (closest(member, among: own.sorted()).map { " (did you mean \(scope).\($0)?)" } ?? "")
         }
     }
 
