@@ -33,12 +33,12 @@ public enum SampleModel {
     ]
 
     public static let relationships: [CoreDataModel.Relationship] = [
-        .init(entity: "Category", name: "items", destination: "Item", inverse: "category", isToMany: true, deleteRule: .nullify),
-        .init(entity: "Item", name: "category", destination: "Category", inverse: "items", isToMany: false, deleteRule: .nullify),
-        .init(entity: "Item", name: "attachments", destination: "Attachment", inverse: "item", isToMany: true, deleteRule: .cascade),
-        .init(entity: "Attachment", name: "item", destination: "Item", inverse: "attachments", isToMany: false, deleteRule: .nullify),
-        .init(entity: "Item", name: "tags", destination: "Tag", inverse: "items", isToMany: true, deleteRule: .nullify),
-        .init(entity: "Tag", name: "items", destination: "Item", inverse: "tags", isToMany: true, deleteRule: .deny),
+        .init(entity: "Category", name: "items", destination: "Item", inverse: "category", isToMany: true, deleteRule: .nullify, isOptional: true),
+        .init(entity: "Item", name: "category", destination: "Category", inverse: "items", isToMany: false, deleteRule: .nullify, isOptional: true),
+        .init(entity: "Item", name: "attachments", destination: "Attachment", inverse: "item", isToMany: true, deleteRule: .cascade, isOptional: true),
+        .init(entity: "Attachment", name: "item", destination: "Item", inverse: "attachments", isToMany: false, deleteRule: .nullify, isOptional: true),
+        .init(entity: "Item", name: "tags", destination: "Tag", inverse: "items", isToMany: true, deleteRule: .nullify, isOptional: true),
+        .init(entity: "Tag", name: "items", destination: "Item", inverse: "tags", isToMany: true, deleteRule: .deny, isOptional: true),
     ]
 
     public static let schema = """
@@ -124,7 +124,7 @@ public enum SampleModel {
             for r in relationships {
                 for sub in descendants(r.entity) {
                     all.append(.init(entity: sub, name: r.name, destination: r.destination, inverse: r.inverse,
-                                     isToMany: r.isToMany, deleteRule: r.deleteRule))
+                                     isToMany: r.isToMany, deleteRule: r.deleteRule, isOptional: r.isOptional))
                 }
             }
         }
@@ -208,7 +208,7 @@ final class ArchivedRelationship: NSObject, NSCoding {
         coder.encode(description_.deleteRule.rawValue, forKey: "NSDeleteRule")
         coder.encode(description_.isToMany ? 0 : 1, forKey: "NSMaxCount")
         coder.encode(0, forKey: "NSMinCount")
-        coder.encode(true, forKey: "NSIsOptional")
+        coder.encode(description_.isOptional ?? true, forKey: "NSIsOptional")
     }
 }
 

@@ -107,7 +107,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         lines.append("a: \(side(r.a))")
         lines.append("b: \(side(r.b))")
         if r.same {
-            lines.append("same" + (r.bookkeeping.rows + r.bookkeeping.optBumps + r.bookkeeping.renumbered > 0 ? " (" + bookkeepingLine(r.bookkeeping) + ")" : ""))
+            lines.append("same" + (r.bookkeeping.rows + r.bookkeeping.optBumps + r.bookkeeping.renumbered + r.bookkeeping.references > 0 ? " (" + bookkeepingLine(r.bookkeeping) + ")" : ""))
         }
         if !r.schema.isEmpty {
             lines.append("schema: \(Format.plural(r.schema.count, "change", "changes"))")
@@ -160,7 +160,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
                 lines.append("  \(f.change == "added" ? "+" : f.change == "removed" ? "-" : "~") \(f.path) (\(f.before.map { Format.bytes($0) } ?? "-") → \(f.after.map { Format.bytes($0) } ?? "-"))")
             }
         }
-        if !r.same, r.bookkeeping.rows + r.bookkeeping.optBumps + r.bookkeeping.renumbered > 0, !r.bookkeeping.shown {
+        if !r.same, r.bookkeeping.rows + r.bookkeeping.optBumps + r.bookkeeping.renumbered + r.bookkeeping.references > 0, !r.bookkeeping.shown {
             lines.append(bookkeepingLine(r.bookkeeping))
         }
         var tail = "compared by \(r.stats.method): \(Format.count(r.stats.leavesDecoded)) leaf pages decoded, \(Format.count(r.stats.leavesSkipped)) skipped as the same"
@@ -175,6 +175,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         if b.rows > 0 { parts.append("\(Format.plural(b.rows, "bookkeeping row", "bookkeeping rows")) (\(b.tables.joined(separator: ", ")))") }
         if b.optBumps > 0 { parts.append("\(Format.plural(b.optBumps, "Z_OPT bump", "Z_OPT bumps"))") }
         if b.renumbered > 0 { parts.append("\(Format.plural(b.renumbered, "object", "objects")) renumbered under --key") }
+        if b.references > 0 { parts.append("\(Format.plural(b.references, "object or link", "objects and links")) changed only by pointing at renumbered objects") }
         return parts.joined(separator: " and ") + (b.shown ? "" : " left out: --bookkeeping shows them")
     }
 }

@@ -233,6 +233,32 @@ struct DiffCLITests {
         #expect(zone.status == 64 && zone.stderr.contains("no time zone"), "\(zone.stderr)")
     }
 
+    @Test("a rollback-mode store with a hot journal (a writer killed mid-transaction after its cache spilled into the file): 74 naming the journal and how to roll it back, not SQLite's \"attempt to write a readonly database\"; once rolled back, the same as before the transaction (0)")
+    func hotJournal() throws {
+        let folder = try TempFolder()
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        for path in [a, b] {
+            try write(path, "PRAGMA journal_mode = DELETE; CREATE TABLE t (x BLOB); WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 3000) INSERT INTO t SELECT zeroblob(100) FROM c")
+        }
+        let crash = """
+            import os, signal, sqlite3, sys
+            c = sqlite3.connect(sys.argv[1], isolation_level=None)
+            c.execute('PRAGMA cache_size = 2')
+            c.execute('BEGIN')
+            c.execute('UPDATE t SET x = randomblob(100)')
+            os.kill(os.getpid(), signal.SIGKILL)
+            """
+        let killed = try ChildProcess.run("/usr/bin/python3", ["-c", crash, b])
+        #expect(killed.status != 0)
+        try #require((FileSystem.size(of: b + "-journal") ?? 0) > 0, "no hot journal was left")
+        let run = try storectl("diff", a, b)
+        #expect(run.status == 74 && run.stderr.contains("hot rollback journal") && run.stderr.contains("\(b)-journal") && run.stderr.contains("PRAGMA quick_check"), "\(run.status) \(run.stderr)")
+        let rolled = try ChildProcess.run("/usr/bin/python3", ["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA quick_check').fetchall(); c.close()", b])
+        #expect(rolled.status == 0, "\(rolled.stderr)")
+        let after = try storectl("diff", a, b)
+        #expect(after.status == 0, "\(after.status) \(after.stdout) \(after.stderr)")
+    }
+
     @Test("diff of a live store against its snapshot 8 times under a writer committing every 2 ms: every run exits 2, and the rows it reports added are exactly a prefix of the writer's commits that includes all committed before it started")
     func underWriter() throws {
         let folder = try TempFolder()

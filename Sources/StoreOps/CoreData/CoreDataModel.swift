@@ -28,9 +28,12 @@ public struct CoreDataModel: Sendable, Equatable {
         public var isToMany: Bool
         public var isOrdered: Bool
         public var deleteRule: DeleteRule
+        /// NSIsOptional (a required to-one must be set; a required to-many needs one object or
+        /// more); nil where it was not known (a model described before this was read).
+        public var isOptional: Bool?
 
         public init(entity: String, name: String, destination: String, inverse: String?,
-                    isToMany: Bool, isOrdered: Bool = false, deleteRule: DeleteRule) {
+                    isToMany: Bool, isOrdered: Bool = false, deleteRule: DeleteRule, isOptional: Bool? = nil) {
             self.entity = entity
             self.name = name
             self.destination = destination
@@ -38,6 +41,7 @@ public struct CoreDataModel: Sendable, Equatable {
             self.isToMany = isToMany
             self.isOrdered = isOrdered
             self.deleteRule = deleteRule
+            self.isOptional = isOptional
         }
     }
 
@@ -153,7 +157,8 @@ public struct CoreDataModel: Sendable, Equatable {
                 inverse: archive.string(object["_NSInverseRelationshipName"]),
                 isToMany: maxCount != 1,
                 isOrdered: (object["NSIsOrdered"] as? Bool) ?? false,
-                deleteRule: rule))
+                deleteRule: rule,
+                isOptional: (object["NSIsOptional"] as? Bool) ?? true))
         }
         relationships.sort { ($0.entity, $0.name) < ($1.entity, $1.name) }
         var attributes: [Attribute] = []

@@ -200,6 +200,21 @@ extension StoreDiff {
         /// Objects added or removed whose `--key` value another object added (or removed) shares,
         /// by "Entity.attribute": not matched by it (pairing them would be a guess), and said.
         private(set) var ambiguous: [String: Int] = [:]
+        /// Rows not held for pairing once `Options.pairingBudget` was spent, by "Entity.attribute"
+        /// or "table.column" (see `StoreDiff.Report.unpaired`).
+        private(set) var unpaired: [String: Int] = [:]
+        /// What the held rows take, roughly (see `Stashed.bytes`).
+        private var heldBytes = 0
+        /// With `--key` on a Core Data store: objects renumbered (matched by key), by table: old
+        /// Z_PK → new. Filled by `matchKeys`; references to them are compared through it.
+        private var renumber: [String: [Int64: Int64]] = [:]
+        /// With `--key` on a Core Data store: the tables of the entities matched by key (where
+        /// objects may be renumbered). Changed objects whose references into them changed, and
+        /// many-to-many links with an end in them, are held until `renumber` is known (a
+        /// reference to a renumbered object is not a change).
+        private var keyedTables: Set<String> = []
+        private var heldObjects: [(table: String, entity: String, rowid: Int64, before: [String: SQLitePages.Value], after: [String: SQLitePages.Value], labels: [String: Labels.Column])] = []
+        private var heldLinks: [String: (relationship: String, removed: [[String: SQLitePages.Value]], added: [[String: SQLitePages.Value]])] = [:]
 
         struct Stashed {
             var table: String
@@ -209,6 +224,61 @@ extension StoreDiff {
             var key: SQLitePages.Value
             var values: [String: SQLitePages.Value]
             var labels: [String: Labels.Column]?
+
+            /// Roughly what the row takes in memory: its values and a dictionary entry each.
+            var bytes: Int { Self.bytes(values) }
+
+            static func bytes(_ values: [String: SQLitePages.Value]) -> Int {
+                values.reduce(96) { sum, entry in
+                    let payload: Int = switch entry.value {
+                    case .text(let t): t.utf8.count
+                    case .blob(let b): b.count
+                    default: 0
+                    }
+                    return sum + 64 + entry.key.utf8.count + payload
+                }
+            }
+        }
+
+        /// Takes `size` bytes of the pairing budget, if it has them; else counts the row as
+        /// `unpaired` under `what`.
+        private mutating func holdOrCount(_ what: String, _ size: Int) -> Bool {
+            guard heldBytes + size <= options.pairingBudget else {
+                unpaired[what, default: 0] += 1
+                return false
+            }
+            heldBytes += size
+            return true
+        }
+
+        /// The table of the objects a reference column points at: a to-one's destination, a
+        /// hidden to-many's owner.
+        private func referencedTable(_ label: Labels.Column) -> String? {
+            let entity: String
+            switch label {
+            case .toOne(_, let destination): entity = destination
+            case .hiddenToMany(let owner, _): entity = owner
+            default: return nil
+            }
+            return b.coreData?.entity(named: entity)?.table ?? a.coreData?.entity(named: entity)?.table ?? entity
+        }
+
+        /// A join table's column's objects' table: `Z_<ent><NAME>` names the entity by number.
+        private func joinColumnTable(_ column: String) -> String? {
+            let upper = column.uppercased()
+            guard upper.hasPrefix("Z_"), !upper.hasPrefix("Z_FOK_") else { return nil }
+            let digits = upper.dropFirst(2).prefix { $0.isASCII && $0.isNumber }
+            guard let ent = Int(digits) else { return nil }
+            return b.coreData?.entity(ent: ent)?.table ?? a.coreData?.entity(ent: ent)?.table
+        }
+
+        /// Holds a row for pairing by key, unless the budget is spent (then false: the caller
+        /// records it as it is).
+        private mutating func hold(_ item: Stashed, group: String, added: Bool) -> Bool {
+            let column = item.labels.flatMap { labels in labels.first { $0.key == keyColumnName(item) }?.value.name } ?? keyColumnName(item)
+            guard holdOrCount("\(item.entity ?? item.table).\(column)", item.bytes) else { return false }
+            if added { pending[group, default: ([], [])].added.append(item) } else { pending[group, default: ([], [])].removed.append(item) }
+            return true
         }
 
         init(options: Options, a: DiffSchema, b: DiffSchema, diff: PageDiff) {
@@ -220,6 +290,14 @@ extension StoreDiff {
             labelsB = Labels(b)
             filter = Set(options.entities.map { $0.lowercased() })
             bookkeeping.shown = options.bookkeeping
+            for key in options.keys {
+                guard let name = key.split(separator: ".", maxSplits: 1).first.map(String.init) else { continue }
+                for store in [a.coreData, b.coreData].compactMap({ $0 }) {
+                    for entity in store.entities where entity.name.caseInsensitiveCompare(name) == .orderedSame {
+                        if let table = entity.table { keyedTables.insert(table) }
+                    }
+                }
+            }
             for table in Set(a.layouts.keys).intersection(b.layouts.keys) where labelsA.tables[table] ?? .plain == .plain && labelsB.tables[table] ?? .plain == .plain {
                 guard let keyA = Self.plainKey(table, side: a, keys: options.keys), let keyB = Self.plainKey(table, side: b, keys: options.keys),
                       keyA.map({ $0.lowercased() }) == keyB.map({ $0.lowercased() }) else { continue }
@@ -362,6 +440,15 @@ extension StoreDiff {
                 guard wanted(parts.first ?? "", table: table) || destination.map({ wanted($0, table: table) }) == true else { return }
                 if case .rows(let written, _, _) = attribution, !written.touched(change.rowid) {
                     asOthers { $0.recordLink(table, relationship: relationship, before, after) }
+                } else if !keyedTables.isEmpty, [before, after].contains(where: { row in
+                              row?.keys.contains { joinColumnTable($0).map(keyedTables.contains) == true } == true }),
+                          holdOrCount("\(relationship) (links)", (before.map(Stashed.bytes) ?? 0) + (after.map(Stashed.bytes) ?? 0)) {
+                    // Its ends may be renumbered objects (known at the end, `matchKeys`). Taken
+                    // out of the dictionary while it grows (see `links`).
+                    var held = heldLinks.removeValue(forKey: table) ?? (relationship, [], [])
+                    if let before, before != after { held.removed.append(before) }
+                    if let after, before != after { held.added.append(after) }
+                    heldLinks[table] = held
                 } else {
                     recordLink(table, relationship: relationship, before, after)
                 }
@@ -549,6 +636,8 @@ extension StoreDiff {
         /// Matches the stashed objects of keyed entities: an object removed and one added with the
         /// same key are the same object (its Z_PK renumbered), compared attribute by attribute.
         mutating func matchKeys() throws {
+            // First every group's pairs (and so every renumbered object), then what they record.
+            var groups: [(pairs: [(Stashed, Stashed)], added: [Stashed], removed: [Stashed])] = []
             for (_, group) in pending.sorted(by: { $0.key < $1.key }) {
                 var removed: [SQLitePages.Value: [Stashed]] = [:]
                 for item in group.removed { removed[item.key, default: []].append(item) }
@@ -563,21 +652,75 @@ extension StoreDiff {
                     let column = first.labels.flatMap { labels in labels.first { $0.key == keyColumnName(first) }?.value.name } ?? keyColumnName(first)
                     ambiguous["\(first.entity ?? first.table).\(column)", default: 0] += count
                 }
+                var pairs: [(Stashed, Stashed)] = [], added: [Stashed] = []
                 for item in group.added {
                     if !shared.contains(item.key), let match = removed[item.key]?.popLast() {
-                        try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
-                                      match.values, item.values, labels: item.labels, matchedKey: item.key)
+                        pairs.append((match, item))
+                        if item.entity != nil, case .integer(let old)? = match.values.first(where: { $0.key.uppercased() == "Z_PK" })?.value,
+                           case .integer(let new)? = item.values.first(where: { $0.key.uppercased() == "Z_PK" })?.value, old != new {
+                            renumber[item.table, default: [:]][old] = new
+                        }
                     } else {
-                        try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
-                                      nil, item.values, labels: item.labels, matchedKey: .null)
+                        added.append(item)
                     }
                 }
-                for item in removed.values.flatMap({ $0 }).sorted(by: { $0.rowid < $1.rowid }) {
+                groups.append((pairs, added, removed.values.flatMap { $0 }.sorted { $0.rowid < $1.rowid }))
+            }
+            pending = [:]
+            for group in groups {
+                for (match, item) in group.pairs {
+                    try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
+                                  match.values, item.values, labels: item.labels, matchedKey: item.key)
+                }
+                for item in group.added {
+                    try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
+                                  nil, item.values, labels: item.labels, matchedKey: .null)
+                }
+                for item in group.removed {
                     try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
                                   item.values, nil, labels: item.labels, matchedKey: .null)
                 }
             }
-            pending = [:]
+            // Objects held for their references, compared through `renumber` now.
+            let objects = heldObjects
+            heldObjects = []
+            for o in objects {
+                try recordRow(o.table, entity: o.entity, PageDiff.RowChange(rowid: o.rowid, before: nil, after: nil), o.before, o.after,
+                              labels: o.labels, matchedKey: .null)
+            }
+            // Links: one removed and one added that are the same two objects once renumbered are
+            // no change; the same two objects in another position are reordered.
+            for (table, held) in heldLinks.sorted(by: { $0.key < $1.key }) {
+                func objects(_ row: [String: SQLitePages.Value]) -> [String: SQLitePages.Value] { row.filter { !$0.key.uppercased().hasPrefix("Z_FOK_") } }
+                var added: [[String: SQLitePages.Value]: [[String: SQLitePages.Value]]] = [:]
+                for row in held.added { added[objects(row), default: []].append(row) }
+                var removedLeft: [[String: SQLitePages.Value]] = []
+                for row in held.removed {
+                    var translated = row
+                    for (column, value) in row {
+                        if case .integer(let old) = value, let target = joinColumnTable(column), let new = renumber[target]?[old] { translated[column] = .integer(new) }
+                    }
+                    if let match = added[objects(translated)]?.popLast() {
+                        if match == translated {
+                            if translated != row { bookkeeping.references += 1 }
+                        } else {
+                            recordLink(table, relationship: held.relationship, translated, match)
+                        }
+                    } else {
+                        removedLeft.append(row)
+                    }
+                }
+                for row in removedLeft { recordLink(table, relationship: held.relationship, row, nil) }
+                for row in held.added {
+                    if var list = added[objects(row)], let i = list.firstIndex(of: row) {
+                        list.remove(at: i)
+                        added[objects(row)] = list
+                        recordLink(table, relationship: held.relationship, nil, row)
+                    }
+                }
+            }
+            heldLinks = [:]
+            heldBytes = 0
         }
 
         private mutating func recordRow(_ table: String, entity: String?, _ change: PageDiff.RowChange, _ before: [String: SQLitePages.Value]?,
@@ -594,10 +737,16 @@ extension StoreDiff {
                 }
                 if (before == nil) != (after == nil), let key = was ?? now, let row = after ?? before {
                     let item = Stashed(table: table, entity: nil, rowid: change.rowid, key: key, values: row, labels: labels)
-                    if after != nil { pending["\u{0}\(table)", default: ([], [])].added.append(item) }
-                    else { pending["\u{0}\(table)", default: ([], [])].removed.append(item) }
-                    return
+                    if hold(item, group: "\u{0}\(table)", added: after != nil) { return }
+                    return try recordRow(table, entity: nil, change, before, after, labels: labels, matchedKey: .null)
                 }
+            }
+            if matchedKey == nil, !keyedTables.isEmpty, let entity, let before, let after, let labels,
+               labels.contains(where: { referencedTable($0.value).map(keyedTables.contains) == true && before[$0.key] != after[$0.key] }),
+               holdOrCount("\(entity) (references)", Stashed.bytes(before) + Stashed.bytes(after)) {
+                // A reference changed: perhaps only because the object it points at was renumbered.
+                heldObjects.append((table, entity, change.rowid, before, after, labels))
+                return
             }
             if matchedKey == nil, let entity, (before == nil) != (after == nil),
                let column = keyColumn(entity: entity, table: table, labels: labels, side: after != nil ? b : a),
@@ -608,9 +757,8 @@ extension StoreDiff {
                let column = keyColumn(entity: entity, table: table, labels: labels, side: after != nil ? b : a),
                let row = after ?? before, let value = row[column], value != .null {
                 let item = Stashed(table: table, entity: entity, rowid: change.rowid, key: value, values: row, labels: labels)
-                if after != nil { pending["\(entity)\u{0}\(table)", default: ([], [])].added.append(item) }
-                else { pending["\(entity)\u{0}\(table)", default: ([], [])].removed.append(item) }
-                return
+                if hold(item, group: "\(entity)\u{0}\(table)", added: after != nil) { return }
+                return try recordRow(table, entity: entity, change, before, after, labels: labels, matchedKey: .null)
             }
             let key = entity.map { "\($0)\u{0}\(table)" } ?? table
             // Taken out of the dictionary while it changes (see `links` above), put back on every way out.
@@ -642,6 +790,7 @@ extension StoreDiff {
             if let before, let after {
                 kind = "changed"
                 var meaningful = false
+                var throughRenumbered = false
                 // A column only the second side has (added by ALTER TABLE) reads as its default
                 // before; one only the first side has (dropped) is a schema change alone.
                 let defaults = b.layouts[table].map { Dictionary(zip($0.columns, $0.defaults), uniquingKeysWith: { x, _ in x }) } ?? [:]
@@ -650,6 +799,11 @@ extension StoreDiff {
                     guard old != new, column != renumberedAlias || options.bookkeeping else { continue }
                     let label = labels?[column] ?? .plain(column)
                     if label == .opt && !options.bookkeeping { continue }
+                    // A reference to an object renumbered under --key: the same object.
+                    if case .integer(let o) = old, case .integer(let n) = new, let target = referencedTable(label), renumber[target]?[o] == n {
+                        throughRenumbered = true
+                        continue
+                    }
                     if label == .identity && matchedKey != nil && !options.bookkeeping { continue }   // matched by key: its Z_PK was renumbered
                     meaningful = true
                     if label.name.caseInsensitiveCompare(column) != .orderedSame, entry.columns[label.name] == nil { entry.columns[label.name] = column }
@@ -666,7 +820,7 @@ extension StoreDiff {
                     if entity == nil { return }   // a plain row paired by its key, only its rowid changed
                     let renumbered = matchedKey.map { $0 != .null } == true
                         && before.first(where: { $0.key.uppercased() == "Z_PK" })?.value != after.first(where: { $0.key.uppercased() == "Z_PK" })?.value
-                    if renumbered { bookkeeping.renumbered += 1 } else if before != after { bookkeeping.optBumps += 1 }
+                    if renumbered { bookkeeping.renumbered += 1 } else if throughRenumbered { bookkeeping.references += 1 } else if before != after { bookkeeping.optBumps += 1 }
                     return
                 }
                 entry.changed += 1

@@ -43,6 +43,11 @@ public enum StoreDiff {
         /// Compare the external-data folders too (a migration's rehearsal compares two copies of
         /// one database, which SQL cannot give external files: it leaves them out).
         public var externalData = true
+        /// How many bytes of rows added or removed the diff holds to pair them by key (`--key`, a
+        /// plain table's primary key) at the end; rows beyond it are listed as they are (added,
+        /// removed), not paired, and a warning says how many. A VACUUM renumbers the rowids of a
+        /// table without INTEGER PRIMARY KEY: every row of it would otherwise be held.
+        public var pairingBudget = 128 << 20
 
         public init(a: Side, b: Side) {
             self.a = a
@@ -77,6 +82,10 @@ public enum StoreDiff {
         /// another object of the same side shares (so not matched by it), by "Entity.attribute";
         /// also said as a warning.
         public var ambiguousKeys: [String: Int] = [:]
+        /// Rows added or removed that were not held for pairing by key (`Options.pairingBudget`
+        /// was spent), by "Entity.attribute" or "table.column": listed as added or removed; also
+        /// said as a warning.
+        public var unpaired: [String: Int] = [:]
         /// With `Options.written`: what other processes changed (rows, and columns of rows, the
         /// recorded connection did not write); `entities` and `links` then hold only its changes.
         public var others: Others?
@@ -87,7 +96,7 @@ public enum StoreDiff {
         public var newReferences: [Reference] = []
 
         enum CodingKeys: String, CodingKey {
-            case a, b, same, schema, model, entities, links, externalData, bookkeeping, keyless, ambiguousKeys, others, stats
+            case a, b, same, schema, model, entities, links, externalData, bookkeeping, keyless, ambiguousKeys, unpaired, others, stats
         }
     }
 
@@ -197,6 +206,9 @@ public enum StoreDiff {
         public var optBumps = 0
         /// Objects matched by `--key` whose only change is their Z_PK (renumbered).
         public var renumbered = 0
+        /// Objects and many-to-many links whose only change is that an object they point at was
+        /// renumbered under `--key` (the same object, a new Z_PK).
+        public var references = 0
         /// Listed in `entities` (--bookkeeping), or only counted here.
         public var shown = false
     }
@@ -344,6 +356,9 @@ public enum StoreDiff {
         for (key, count) in collector.ambiguous.sorted(by: { $0.key < $1.key }) {
             logger.warning("--key \(key): \(Format.plural(count, "object", "objects")) added or removed share \(count == 1 ? "its" : "their") value with another object of the same side, so \(count == 1 ? "is" : "are") not matched by it; name an attribute each object has its own value of (a UUID)")
         }
+        for (key, count) in collector.unpaired.sorted(by: { $0.key < $1.key }) {
+            logger.warning("\(key): \(Format.plural(count, "row", "rows")) \(count == 1 ? "is" : "are") listed as \(count == 1 ? "it is" : "they are"), not held to be paired by key: the rows held reached \(Format.bytes(UInt64(options.pairingBudget))) (a row whose key moved may show as one removed and one added, a reference to a renumbered object as a change)")
+        }
         stage("differences accounted for")
         var schema = schemaChanges(schemaA.entries, schemaB.entries)
         for (name, x, y) in [("user_version", diff.headerA.userVersion, diff.headerB.userVersion),
@@ -375,7 +390,7 @@ public enum StoreDiff {
         let same = schema.isEmpty && model.isEmpty && entities.isEmpty && links.isEmpty && external.isEmpty && others?.summary.same != false
         return Report(
             a: summaryA, b: summaryB, same: same, schema: schema, model: model, entities: entities, links: links,
-            externalData: external, bookkeeping: collector.bookkeeping, keyless: collector.keyless, ambiguousKeys: collector.ambiguous, others: others,
+            externalData: external, bookkeeping: collector.bookkeeping, keyless: collector.keyless, ambiguousKeys: collector.ambiguous, unpaired: collector.unpaired, others: others,
             stats: Stats(method: diff.method, pagesRead: pagesA.pagesRead + pagesB.pagesRead,
                          framesRead: [pagesA, pagesB].reduce(0) { $0 + (($1 as? RepositoryPages)?.framesRead ?? 0) },
                          leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,
@@ -531,7 +546,8 @@ public enum StoreDiff {
             }
         }
         func describe(_ r: CoreDataModel.Relationship) -> String {
-            "\(r.isToMany ? (r.isOrdered ? "ordered to-many" : "to-many") : "to-one") \(r.destination), inverse \(r.inverse ?? "none"), delete rule \(r.deleteRule.name)"
+            let optional = r.isOptional.map { $0 ? ", optional" : ", required" } ?? ""
+            return "\(r.isToMany ? (r.isOrdered ? "ordered to-many" : "to-many") : "to-one") \(r.destination), inverse \(r.inverse ?? "none"), delete rule \(r.deleteRule.name)\(optional)"
         }
         let relA = Dictionary(ma.relationships.map { ("\($0.entity).\($0.name)", $0) }, uniquingKeysWith: { x, _ in x })
         let relB = Dictionary(mb.relationships.map { ("\($0.entity).\($0.name)", $0) }, uniquingKeysWith: { x, _ in x })

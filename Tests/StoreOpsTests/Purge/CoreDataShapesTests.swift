@@ -20,12 +20,13 @@ struct PhotosShapedStore {
         .init(ent: 35, name: "Asset", superEnt: 34),
     ]
 
-    init(contributorsRule: CoreDataModel.DeleteRule = .cascade, inheritedCopies: Bool = true, trigger: String? = nil) throws {
+    init(contributorsRule: CoreDataModel.DeleteRule = .cascade, inheritedCopies: Bool = true, trigger: String? = nil, albumsOptional: Bool = true) throws {
         folder = try TempFolder()
         path = folder.file("Photos.sqlite")
         let relationships: [CoreDataModel.Relationship] = [
             .init(entity: "Album", name: "assets", destination: "GenericAsset", inverse: "albums", isToMany: true, deleteRule: .nullify),
-            .init(entity: "GenericAsset", name: "albums", destination: "Album", inverse: "assets", isToMany: true, deleteRule: .nullify),
+            .init(entity: "GenericAsset", name: "albums", destination: "Album", inverse: "assets", isToMany: true, deleteRule: .nullify,
+                  isOptional: albumsOptional),
             .init(entity: "LibraryScope", name: "assetContributors", destination: "GenericAsset", inverse: nil, isToMany: true,
                   deleteRule: contributorsRule),
         ]
