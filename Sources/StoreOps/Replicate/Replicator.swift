@@ -202,6 +202,14 @@ public enum Replicate {
                                     hint: "switch it with `PRAGMA journal_mode=WAL` (the app's next open keeps it), or take scheduled snapshots instead")
             }
             guard !replicas.contains(where: { $0.store.path == store.path }) else { continue }
+            // The one-follower lock and the -wal are found by this name: a follower of another
+            // name of the same file (a hard link) is not seen by it, nor does it see the -wal
+            // of an app that opens that other name.
+            var file = stat()
+            if stat(store.path, &file) == 0, file.st_nlink > 1 {
+                logger.warning("the store file has \(file.st_nlink) hard links: this follows the -wal of \(store.path) and is one follower only under this name; every process must open the store by one name",
+                               metadata: ["store": "\(store.path)"])
+            }
             let replica = Replica(store: store)
             replica.follower.catchUpLimit = options.catchUpLimit
             replicas.append(replica)
@@ -303,6 +311,9 @@ public enum Replicate {
         var parkedPoints: Int { parked.reduce(0) { $0 + $1.name.to - $1.name.from + 1 } }
         /// Why keeping in the outbox last failed (said once until it is different or keeping works).
         var outboxFailure: String?
+        /// Why making a base last failed, and how many tries failed in a row (said once until it
+        /// is different; the base that works says how many tries it took).
+        var baseFailure: (cause: String, tries: Int)?
         /// The kept segment being written (its sealed bytes, offered to the merge once durable).
         var sendingParked: Data?
         /// The newest point's time in this chain (ms): times never go back within a chain, even
@@ -1673,6 +1684,10 @@ public enum Replicate {
                 merges.async { [self] in self.milestoneParents[replica.key] = PointMilestone.Parent(chain: chainID, point: 0, record: record, map: nil) }
                 replica.external = ExternalFolderWatch(folder: replica.store.externalDataPath, known: record.externalFileSet.mapValues(\.bytes))
                 say("\(replica.store.path): base \(record.id) (\(kind): \(reason)), \(Format.bytes(record.added.storedBytes)) added")
+                if let failed = replica.baseFailure {
+                    Replicate.logger.notice("a base was made after \(Format.plural(failed.tries, "failed try", "failed tries"))", metadata: ["store": "\(replica.store.path)", "base": "\(record.id)"])
+                    replica.baseFailure = nil
+                }
             } catch {
                 // Stopped (SIGTERM, SIGINT) while the base was made: a stop asked for, not a store
                 // that could not be followed; the run ends as any stop does (0), saying so.
@@ -1696,7 +1711,14 @@ public enum Replicate {
                     replica.summary.notFollowed = "its first base failed: \(describe(error))"
                     replica.summary.notFollowedStatus = StoreOpsError.wrapping(error)?.status.rawValue ?? ExitStatus.failure.rawValue
                 }
-                Replicate.logger.warning("making a base failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])
+                // Said once for each cause (a store that stays unreadable would otherwise log
+                // every sync interval); the count goes on.
+                let cause = describe(error)
+                if replica.baseFailure?.cause != cause {
+                    Replicate.logger.warning("making a base failed; trying again every \(Format.duration(max(1, options.syncInterval))) (said again only when the cause changes)",
+                                             metadata: ["store": "\(replica.store.path)", "error": "\(cause)"])
+                }
+                replica.baseFailure = (cause, (replica.baseFailure?.tries ?? 0) + 1)
                 replica.retryAfter = Date().addingTimeInterval(max(1, options.syncInterval))
             }
         }
