@@ -281,6 +281,14 @@ struct PreflightCLITests {
         let report = try JSON.decoder().decode(PreflightReport.self, from: Data(json.stdout.utf8))
         #expect(report.operation == .snapshot)
         #expect(report.check("integrity.integrity_check")?.status == .ok)
+        #expect(report.check("store.links") == nil, "said only for a file with more than one name")
+
+        // A second name for the same file (a hard link): a warning naming the count, still 0.
+        #expect(link(store, folder.file("Other.sqlite")) == 0)
+        let linked = try storectl("preflight", store, "--json")
+        #expect(linked.status == 0, "\(linked.stdout)")
+        let warned = try JSON.decoder().decode(PreflightReport.self, from: Data(linked.stdout.utf8)).check("store.links")
+        #expect(warned?.status == .warn && warned?.figures["links"] == .int(2) && warned?.advice?.contains("same name") == true, "\(String(describing: warned))")
     }
 
     @Test("a failed check: exit 2 and the failing line")

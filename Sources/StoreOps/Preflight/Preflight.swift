@@ -187,6 +187,16 @@ public enum Preflight {
             "\(Format.bytes(info.logicalBytes)) (\(Format.count(info.pageCount)) pages x \(Format.count(info.pageSize)) B), file \(Format.bytes(info.fileBytes)), SQLite \(info.sqliteVersion)").with(["pageSize": .int(info.pageSize), "pageCount": .int(info.pageCount),
                    "logicalBytes": .int(info.logicalBytes), "fileBytes": .int(info.fileBytes), "sqliteVersion": .text(info.sqliteVersion)]))
         checks.append(Check("store.user_version", .ok, "\(info.userVersion)", figures: ["userVersion": .int(info.userVersion)]))
+        // SQLite finds a database's -wal and -journal by its name: two names for one file (hard
+        // links) mean two processes can use different journals for it, and one's crash leaves
+        // the other reading a half-written file (https://sqlite.org/howtocorrupt.html, 2.5).
+        // Said only when there is more than one.
+        var info_ = stat()
+        if stat(store.path, &info_) == 0, info_.st_nlink > 1 {
+            checks.append(Check("store.links", .warn, "the store file has \(info_.st_nlink) hard links (names)",
+                                advice: "SQLite finds the -wal and -journal by name: every process must open the store by the same name, and a follower (replicate) by another name does not see the app's -wal; remove the other names",
+                                figures: ["links": .int(Int(info_.st_nlink))]))
+        }
 
         let freeBytes = UInt64(info.freelistCount) * UInt64(info.pageSize)
         let freelist = "\(Format.count(info.freelistCount)) free pages (\(Format.percent(info.freelistRatio)), \(Format.bytes(freeBytes)))"
