@@ -813,7 +813,11 @@ extension StoreDiff {
                         let (a, b) = options.shortValues ? Self.window(x, y) : Self.window(x, y, width: 4096, lead: 200)
                         values.append(ValueChange(name: label.name, before: a, after: b))
                     } else {
-                        values.append(ValueChange(name: label.name, before: render(old, label: label), after: render(new, label: label)))
+                        var was = render(old, label: label)
+                        // An object renumbered under --key is named with its new number too:
+                        // "Category 1 (now 1001) → Category 1002" moved, not "1 → 1002".
+                        if case .integer(let o) = old, let target = referencedTable(label), let now = renumber[target]?[o] { was += " (now \(now))" }
+                        values.append(ValueChange(name: label.name, before: was, after: render(new, label: label)))
                     }
                 }
                 guard meaningful else {

@@ -213,6 +213,8 @@ struct StoreDiffShapesTests {
         let items = report.entities.filter { $0.table == "ZITEM" }
         #expect(items.reduce(0) { $0 + $1.changed } == 1 && items.allSatisfy { $0.added == 0 && $0.removed == 0 }, "\(items.map { "\($0.entity ?? "") \($0.changed) \($0.added) \($0.removed)" })")
         #expect(items.flatMap(\.objects).first?.values.map(\.name) == ["category"], "\(items.flatMap(\.objects))")
+        // The old number is named with what it became: the object moved from Category 1 (now 1001) to 1002.
+        #expect(items.flatMap(\.objects).first?.values.first.map { "\($0.before ?? "") → \($0.after ?? "")" } == "Category 1 (now 1001) → Category 1002", "\(items.flatMap(\.objects))")
         let tagLinks = try #require(report.links.first { $0.table == "Z_2TAGS" })
         #expect(tagLinks.removed == 1 && tagLinks.added == 0 && tagLinks.reordered == 0, "\(tagLinks.removed) \(tagLinks.added)")
         #expect(report.bookkeeping.references == (withCategory - 1) + (links - 1), "\(report.bookkeeping.references) of \(withCategory - 1) + \(links - 1)")
