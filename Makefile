@@ -52,7 +52,7 @@ $(WEED):
 seaweedfs: $(WEED)
 
 # A run still going after TEST_WATCHDOG seconds prints every thread's stack and fails (the suite
-# takes about 9 minutes on 2 cores); a child process running over 600 s is killed the same way.
+# takes about 6 minutes on 2 cores); a child process running over 600 s is killed the same way.
 # The tests run storectl and storectl-lab as child processes thousands of times (every fault point
 # of every operation): they run the static release build of this same tree (built here first),
 # which starts and runs several times faster than the debug build; TEST_BINARIES=debug runs the
