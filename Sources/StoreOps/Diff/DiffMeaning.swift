@@ -726,7 +726,11 @@ extension StoreDiff {
         private mutating func recordRow(_ table: String, entity: String?, _ change: PageDiff.RowChange, _ before: [String: SQLitePages.Value]?,
                                         _ after: [String: SQLitePages.Value]?, labels: [String: Labels.Column]?,
                                         matchedKey: SQLitePages.Value? = nil) throws {
-            guard wanted(entity ?? table, table: table) else { return }
+            // With --key, the objects of a keyed entity's table are paired (and their renumbering
+            // learnt) whatever --entity shows: a reference from a shown object to one renumbered
+            // must compare through it. Those not shown are dropped once paired (`matchedKey` set).
+            let shown = wanted(entity ?? table, table: table)
+            guard shown || (matchedKey == nil && keyedTables.contains(table)) else { return }
             if matchedKey == nil, entity == nil, let columns = plainKeys[table] {
                 let was = before.flatMap { Self.plainKeyValue($0, columns: columns) }, now = after.flatMap { Self.plainKeyValue($0, columns: columns) }
                 if let before, let after, let was, let now, was != now {
@@ -741,14 +745,16 @@ extension StoreDiff {
                     return try recordRow(table, entity: nil, change, before, after, labels: labels, matchedKey: .null)
                 }
             }
-            if matchedKey == nil, !keyedTables.isEmpty, let entity, let before, let after, let labels,
-               labels.contains(where: { referencedTable($0.value).map(keyedTables.contains) == true && before[$0.key] != after[$0.key] }),
-               holdOrCount("\(entity) (references)", Stashed.bytes(before) + Stashed.bytes(after)) {
-                // A reference changed: perhaps only because the object it points at was renumbered.
-                heldObjects.append((table, entity, change.rowid, before, after, labels))
+            // One Z_PK, two objects (a renumbering reused the number: shifted, swapped): each is
+            // paired by its key, as a plain table's rows are.
+            if matchedKey == nil, let entity, let before, let after,
+               let column = keyColumn(entity: entity, table: table, labels: labels, side: b),
+               (before[column] ?? .null) != (after[column] ?? .null) {
+                try recordRow(table, entity: entity, change, before, nil, labels: labels)
+                try recordRow(table, entity: entity, change, nil, after, labels: labels)
                 return
             }
-            if matchedKey == nil, let entity, (before == nil) != (after == nil),
+            if matchedKey == nil, shown, let entity, (before == nil) != (after == nil),
                let column = keyColumn(entity: entity, table: table, labels: labels, side: after != nil ? b : a),
                let row = after ?? before, (row[column] ?? .null) == .null {
                 keyless["\(entity).\(labels?[column]?.name ?? column)", default: 0] += 1
@@ -759,6 +765,14 @@ extension StoreDiff {
                 let item = Stashed(table: table, entity: entity, rowid: change.rowid, key: value, values: row, labels: labels)
                 if hold(item, group: "\(entity)\u{0}\(table)", added: after != nil) { return }
                 return try recordRow(table, entity: entity, change, before, after, labels: labels, matchedKey: .null)
+            }
+            guard shown else { return }
+            if matchedKey == nil, !keyedTables.isEmpty, let entity, let before, let after, let labels,
+               labels.contains(where: { referencedTable($0.value).map(keyedTables.contains) == true && before[$0.key] != after[$0.key] }),
+               holdOrCount("\(entity) (references)", Stashed.bytes(before) + Stashed.bytes(after)) {
+                // A reference changed: perhaps only because the object it points at was renumbered.
+                heldObjects.append((table, entity, change.rowid, before, after, labels))
+                return
             }
             let key = entity.map { "\($0)\u{0}\(table)" } ?? table
             // Taken out of the dictionary while it changes (see `links` above), put back on every way out.

@@ -431,7 +431,7 @@ public enum StoreDiff {
                 (relationship, added, removed) = (l.relationship, l.added, l.removed)
                 reordered = l.reordered > 0 ? l.reordered : nil
             }
-            var text: String { "\(added) links added, \(removed) removed" + (reordered.map { ", \($0) reordered" } ?? "") }
+            var text: String { "\(Format.plural(added, "link", "links")) added, \(removed) removed" + (reordered.map { ", \($0) reordered" } ?? "") }
         }
         public var same: Bool
         public var schema: [String]
@@ -490,7 +490,7 @@ public enum StoreDiff {
             let owner = String(l.relationship.split(separator: ".").first ?? "")
             let member = l.relationship.split(separator: ".").dropFirst().first.map(String.init)
             guard !allows([owner, l.table], member) else { continue }
-            out.append("\(l.relationship) (\(l.table)): \(l.added) links added, \(l.removed) removed" + (l.reordered > 0 ? ", \(l.reordered) reordered" : ""))
+            out.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed" + (l.reordered > 0 ? ", \(l.reordered) reordered" : ""))
         }
         return out
     }

@@ -895,7 +895,10 @@ public enum Migrate {
             guard members, parts.count == 2, !parts[1].contains("."), !parts[1].contains(" (") else { return nil }
             let member = parts[1], prefix = scope.lowercased() + "."
             let own = known.filter { $0.lowercased().hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
-            guard !own.isEmpty, !lowered.contains(name.lowercased()), !lowered.contains("*." + member.lowercased()) else { return nil }
+            // An attribute as the model names it, where the model is not at hand: its column is
+            // Core Data's "Z" + the name upper-cased (`Item.title`: ZTITLE), as the diff matches it.
+            guard !own.isEmpty, !lowered.contains(name.lowercased()), !lowered.contains(prefix + "z" + member.lowercased()),
+                  !lowered.contains("*." + member.lowercased()) else { return nil }
             return "\(name): \(scope) has no attribute, relationship or column \(member)" + (closest(member, among: own.sorted()).map { " (did you mean \(scope).\($0)?)" } ?? "")
         }
     }

@@ -218,6 +218,25 @@ struct StoreDiffShapesTests {
         let tagLinks = try #require(report.links.first { $0.table == "Z_2TAGS" })
         #expect(tagLinks.removed == 1 && tagLinks.added == 0 && tagLinks.reordered == 0, "\(tagLinks.removed) \(tagLinks.added)")
         #expect(report.bookkeeping.references == (withCategory - 1) + (links - 1), "\(report.bookkeeping.references) of \(withCategory - 1) + \(links - 1)")
+        // --entity shows part of the same result: the renumbering of entities it does not show
+        // still counts (a Task's category compared through Category's renumbering).
+        options.entities = ["Task"]
+        let tasks = try StoreDiff.run(options)
+        #expect(tasks.entities.map(\.entity) == ["Task"] && tasks.entities.first?.changed == items.first { $0.entity == "Task" }?.changed,
+                "\(tasks.entities.map { "\($0.entity ?? "") \($0.changed)" })")
+        options.entities = []
+        // Numbers reused: Categories 1 and 2 swap their Z_PKs (the items follow). Each Z_PK then
+        // holds another object on each side: paired by the key, the same store.
+        let c = folder.file("c.sqlite")
+        try FileManager.default.copyItem(atPath: a, toPath: c)
+        try edit(c, """
+            UPDATE ZCATEGORY SET Z_PK = -1 WHERE Z_PK = 1; UPDATE ZCATEGORY SET Z_PK = 1 WHERE Z_PK = 2; UPDATE ZCATEGORY SET Z_PK = 2 WHERE Z_PK = -1;
+            UPDATE ZITEM SET ZCATEGORY = CASE ZCATEGORY WHEN 1 THEN 2 WHEN 2 THEN 1 ELSE ZCATEGORY END;
+            """)
+        options.b = .file(c)
+        let swapped = try StoreDiff.run(options)
+        #expect(swapped.same && swapped.bookkeeping.renumbered == 2 && swapped.bookkeeping.references > 0,
+                "\(swapped.entities.map { "\($0.entity ?? "") \($0.changed) \($0.added) \($0.removed)" }) \(swapped.bookkeeping)")
         // Without --key every reference is a change (and every tag and category removed and added).
         let unkeyed = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(b)))
         #expect((unkeyed.links.first { $0.table == "Z_2TAGS" }?.added ?? 0) == links - 1)
