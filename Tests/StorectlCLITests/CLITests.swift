@@ -291,6 +291,28 @@ struct PreflightCLITests {
         #expect(warned?.status == .warn && warned?.figures["links"] == .int(2) && warned?.advice?.contains("same name") == true, "\(String(describing: warned))")
     }
 
+    @Test("a rollback-mode store with a hot journal (a writer killed mid-transaction after its cache spilled into the file): preflight fails store.journal saying so (2), backup says what it is and how to roll it back (74), not \"permission denied\" (66); once rolled back, preflight passes")
+    func hotJournal() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, journalMode: "delete")
+        let crash = """
+            import os, signal, sqlite3, sys
+            c = sqlite3.connect(sys.argv[1], isolation_level=None)
+            c.execute('PRAGMA cache_size = 2')
+            c.execute('BEGIN')
+            c.execute("UPDATE ZITEM SET ZTITLE = ZTITLE || ' (edited)'")
+            os.kill(os.getpid(), signal.SIGKILL)
+            """
+        _ = try ChildProcess.run("/usr/bin/python3", ["-c", crash, store])
+        try #require((FileSystem.size(of: store + "-journal") ?? 0) > 0, "no hot journal was left")
+        let checked = try storectl("preflight", store)
+        #expect(checked.status == 2 && checked.stdout.contains("fail  store.journal") && checked.stdout.contains("hot rollback journal"), "\(checked.status) \(checked.stdout) \(checked.stderr)")
+        let backup = try storectl("backup", store, "--output", folder.file("copy.sqlite"))
+        #expect(backup.status == 74 && backup.stderr.contains("hot rollback journal") && backup.stderr.contains("PRAGMA quick_check"), "\(backup.status) \(backup.stderr)")
+        _ = try ChildProcess.run("/usr/bin/python3", ["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA quick_check').fetchall(); c.close()", store])
+        #expect(try storectl("preflight", store).status == 0)
+    }
+
     @Test("a failed check: exit 2 and the failing line")
     func failing() throws {
         let folder = try TempFolder()

@@ -87,7 +87,7 @@ public enum Preflight {
         } catch {
             // A SQLite file SQLite cannot open (its schema unreadable, the file cut short): what
             // preflight is there to say, as a failed check, not an error that sends the operator back here.
-            guard let damaged = unreadable(store, error) else { throw error }
+            guard let damaged = unreadable(store, error) ?? hotJournal(store, error) else { throw error }
             checks.append(damaged)
             return report()
         }
@@ -95,6 +95,10 @@ public enum Preflight {
         try queue.inDatabase { db in
             let info: StoreInfo
             do { info = try StoreInfo.read(db, store: store) } catch {
+                if let hot = hotJournal(store, error) {
+                    checks.append(hot)
+                    return
+                }
                 guard let damaged = unreadable(store, error) else { throw StoreOpsError.sqlite(error, doing: "reading \(store.path)") }
                 checks.append(damaged)
                 checks.append(contentsOf: integrityChecks(db, full: options.full, progress: progress))
@@ -110,6 +114,21 @@ public enum Preflight {
             entities = coreData.entities
         }
         return report()
+    }
+
+    /// The failed check for a rollback-mode store with a hot journal (a writer stopped
+    /// mid-transaction): nothing can be read read-only until a read-write open rolls it back.
+    static func hotJournal(_ store: StoreFile, _ error: Error) -> Check? {
+        let hot = switch error {
+        case let error as DatabaseError: error.extendedResultCode.rawValue == StoreOpsError.hotJournalCode
+        case let error as StoreOpsError: error.message.contains(StoreOpsError.hotJournalText)
+        default: false
+        }
+        guard hot else { return nil }
+        let bytes = FileSystem.size(of: store.journalPath) ?? 0
+        return Check("store.journal", .fail, "hot rollback journal of \(Format.bytes(bytes)) present: a writer stopped mid-transaction, and nothing can be read read-only until it is rolled back",
+                     advice: "the app's next open rolls it back (or, as the store's owner, `sqlite3 \(store.path) 'PRAGMA quick_check'`); then run this again. Copy the store only with its -journal",
+                     figures: ["journalBytes": .int(Int(bytes))])
     }
 
     /// The failed check for a store SQLite reports damaged (SQLITE_CORRUPT) when opening or reading

@@ -85,6 +85,11 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
         return fromResultCode(dbError.extendedResultCode.rawValue, message: text, doing: doing, side: side)
     }
 
+    /// SQLITE_READONLY_ROLLBACK: a read-only connection met a hot rollback journal.
+    public static let hotJournalCode = SQLITE_READONLY | (3 << 8)
+    /// What such an error says (the preflight recognises it by this).
+    static let hotJournalText = "the store has a hot rollback journal (its -journal) left by a writer that stopped mid-transaction, and a read-only open cannot roll it back"
+
     /// The error any library failure becomes at the command line: itself, a SQLite error with its
     /// documented status, or a failure (1) carrying its text.
     public static func wrapping(_ error: any Error, doing: String = "storectl") -> StoreOpsError? {
@@ -102,6 +107,10 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
 
     /// Builds the error for a raw SQLite result code (for C API calls GRDB does not wrap).
     public static func fromResultCode(_ code: Int32, message: String, doing: String, side: Side = .input) -> StoreOpsError {
+        if code == hotJournalCode {
+            return StoreOpsError(.ioError, "\(doing): \(hotJournalText)",
+                                 hint: "the app's next open rolls it back; or, as the store's owner, `sqlite3 STORE 'PRAGMA quick_check'` does (any read-write open does); then run this again")
+        }
         switch code & 0xff {
         case SQLITE_BUSY, SQLITE_LOCKED:
             return StoreOpsError(.busy, "\(doing): the store is busy (\(message))",
