@@ -98,6 +98,18 @@ struct MigrateDiffTests {
         #expect(report.failure?.contains("The declaration names what the store does not have: Categroy.ZNAME") == true, "\(report.failure ?? "")")
     }
 
+    @Test("links of a many-to-many are covered by a declaration of either end: the declaring relationship (Item.tags), its inverse (Tag.items), either entity; a third entity does not cover them")
+    func linksByEitherEnd() throws {
+        for (declaration, covered) in [("Item.tags", true), ("Tag.items", true), ("Tag", true), ("Item", true), ("Category", false)] {
+            var files = Self.declared
+            files["0003_link.sql"] = "-- storectl: changes \(declaration)\nINSERT INTO Z_2TAGS VALUES (1, 3);"
+            let f = try fixture(files)
+            let rehearsal = try f.migrate(["--dry-run"])
+            #expect(rehearsal.stdout.contains("NOT DECLARED: Item.tags") != covered && rehearsal.status == (covered ? 0 : 2),
+                    "\(declaration): \(rehearsal.status) \(rehearsal.stdout)")
+        }
+    }
+
     @Test("--force under a live writer: its commits are told from the migrations' changes row by row (pre-update hook) and not held against the declaration; the migrations' own undeclared change still rolls back; without --force the same store is refused (75)")
     func forceUnderWriter() throws {
         // --force with nobody else writing: nothing to excuse, the declaration holds.

@@ -479,7 +479,14 @@ extension StoreDiff {
         private mutating func recordLink(_ table: String, relationship: String, _ before: [String: SQLitePages.Value]?, _ after: [String: SQLitePages.Value]?) {
             // Taken out of the dictionary while it changes: a copy left in it would make every
             // append copy the whole list (quadratic in the links).
-            var entry = links.removeValue(forKey: table) ?? LinkChanges(relationship: relationship, table: table)
+            var entry = links.removeValue(forKey: table) ?? {
+                var made = LinkChanges(relationship: relationship, table: table)
+                let parts = relationship.split(separator: ".", maxSplits: 1).map(String.init)
+                if parts.count == 2, let r = [b, a].lazy.compactMap({ $0.coreData?.model?.relationships.first { $0.entity == parts[0] && $0.name == parts[1] } }).first {
+                    made.inverse = r.inverse.map { "\(r.destination).\($0)" } ?? r.destination
+                }
+                return made
+            }()
             defer { links[table] = entry }
             // The same two objects, only their position in an ordered many-to-many (`Z_FOK_…`) moved.
             if let before, let after, before != after,

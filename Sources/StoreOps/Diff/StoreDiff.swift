@@ -177,6 +177,10 @@ public enum StoreDiff {
         /// "Entity.relationship".
         public var relationship: String
         public var table: String
+        /// The other end as the model names it, "Destination.inverse" (or "Destination" alone
+        /// when the relationship has no inverse); nil without a model. A declaration of either
+        /// end covers the links, as `--entity` of either end shows them.
+        public var inverse: String?
         public var added = 0
         public var removed = 0
         /// Links of an ordered many-to-many whose position changed (the same two objects).
@@ -490,6 +494,10 @@ public enum StoreDiff {
             let owner = String(l.relationship.split(separator: ".").first ?? "")
             let member = l.relationship.split(separator: ".").dropFirst().first.map(String.init)
             guard !allows([owner, l.table], member) else { continue }
+            if let inverse = l.inverse {
+                let parts = inverse.split(separator: ".", maxSplits: 1).map(String.init)
+                if allows([parts[0]], parts.count > 1 ? parts[1] : nil) { continue }
+            }
             out.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed" + (l.reordered > 0 ? ", \(l.reordered) reordered" : ""))
         }
         return out
