@@ -418,6 +418,12 @@ struct DiffCLITests {
         let keyed = try report(try storectl("diff", a, b, "--json", "--key", "t.code"))
         let t = keyed.entities.first { $0.table == "t" }
         #expect(t?.changed == 1 && t?.added == 0 && t?.removed == 0 && t?.objects.first?.values.map(\.name) == ["v"], "\(String(describing: t))")
+        // A row added with no value for the key is not paired by it, and said (JSON: keyless).
+        let nulls = folder.file("nulls.sqlite")
+        _ = try ChildProcess.run("/bin/cp", [b, nulls])
+        try write(nulls, "INSERT INTO t VALUES (3, NULL, 'v3')")
+        let keyless = try report(try storectl("diff", a, nulls, "--json", "--key", "t.code"))
+        #expect(keyless.keyless == ["t.code": 1] && keyless.entities.first { $0.table == "t" }?.added == 1, "\(keyless.keyless)")
 
         // A value that would move the cursor or recolour the terminal is shown escaped.
         try write(b, "UPDATE t SET v = char(13) || 'over' || char(27) || '[31m' || '\"q\\' WHERE id = 1")
@@ -449,6 +455,8 @@ struct DiffCLITests {
         let relationship = try storectl("diff", before, store, "--key", "Item.category")
         #expect(relationship.status == 64 && relationship.stderr.contains("is a relationship"), "\(relationship.stderr)")
         #expect(try storectl("diff", before, store, "--key", "Item.Z_PK").status == 64)
+        let toMany = try storectl("diff", before, store, "--key", "Item.tags")
+        #expect(toMany.status == 64 && toMany.stderr.contains("tags is a relationship (to-many to Tag)"), "\(toMany.stderr)")
 
         // Renumbered objects whose --key value (a priority) others share: not matched by it, said.
         let renumbered = folder.file("renumbered.sqlite")

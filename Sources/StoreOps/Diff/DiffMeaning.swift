@@ -575,6 +575,16 @@ extension StoreDiff {
                                         hint: names.isEmpty ? "name a table of the store" : "entities: " + names.prefix(40).joined(separator: ", "))
                 }
                 guard found else {
+                    // A to-many relationship has no column of its own to name.
+                    for side in [a, b] {
+                        guard let model = side.coreData?.model,
+                              let entity = model.superentity.keys.first(where: { $0.caseInsensitiveCompare(parts[0]) == .orderedSame }) else { continue }
+                        let lineage = Set(model.ancestors(of: entity))
+                        if let r = model.relationships.first(where: { lineage.contains($0.entity) && $0.name.caseInsensitiveCompare(parts[1]) == .orderedSame }) {
+                            throw StoreOpsError(.usage, "--key \(key): \(r.name) is a relationship (\(r.isToMany ? "to-many" : "to-one") to \(r.destination)), not an attribute",
+                                                hint: "name an attribute every object has its own value of (a UUID)")
+                        }
+                    }
                     // The model's attributes of the entity and its superentities, when there is a
                     // model (a table's columns hold its sibling entities' too); else the columns.
                     var own = Set<String>()
@@ -750,6 +760,11 @@ extension StoreDiff {
                     let item = Stashed(table: table, entity: nil, rowid: change.rowid, key: key, values: row, labels: labels)
                     if hold(item, group: "\u{0}\(table)", added: after != nil) { return }
                     return try recordRow(table, entity: nil, change, before, after, labels: labels, matchedKey: .null)
+                }
+                // A row added or removed with no value for its key (NULL) is not paired by it: said,
+                // as an entity's keyless objects are (a plain table's own key counts only when named).
+                if (before == nil) != (after == nil), was == nil, now == nil, options.keys.contains(where: { $0.lowercased().hasPrefix(table.lowercased() + ".") }) {
+                    keyless["\(table).\(columns.joined(separator: ", "))", default: 0] += 1
                 }
             }
             // One Z_PK, two objects (a renumbering reused the number: shifted, swapped): each is
