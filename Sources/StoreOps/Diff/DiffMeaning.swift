@@ -769,9 +769,11 @@ extension StoreDiff {
             }
             // One Z_PK, two objects (a renumbering reused the number: shifted, swapped): each is
             // paired by its key, as a plain table's rows are.
+            // (Both values known: a key column the first side lacks, or a key set where it was
+            // NULL, is the same object gaining it.)
             if matchedKey == nil, let entity, let before, let after,
                let column = keyColumn(entity: entity, table: table, labels: labels, side: b),
-               (before[column] ?? .null) != (after[column] ?? .null) {
+               let was = before[column], was != .null, let now = after[column], now != .null, was != now {
                 try recordRow(table, entity: entity, change, before, nil, labels: labels)
                 try recordRow(table, entity: entity, change, nil, after, labels: labels)
                 return

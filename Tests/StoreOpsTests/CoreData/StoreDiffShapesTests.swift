@@ -237,6 +237,18 @@ struct StoreDiffShapesTests {
         let swapped = try StoreDiff.run(options)
         #expect(swapped.same && swapped.bookkeeping.renumbered == 2 && swapped.bookkeeping.references > 0,
                 "\(swapped.entities.map { "\($0.entity ?? "") \($0.changed) \($0.added) \($0.removed)" }) \(swapped.bookkeeping)")
+        // A key the first side does not have yet (a column added, then filled): the same objects
+        // gaining it, changed, not removed and added.
+        let d = folder.file("d.sqlite")
+        try FileManager.default.copyItem(atPath: a, toPath: d)
+        try edit(d, "ALTER TABLE ZCATEGORY ADD COLUMN ZUUID VARCHAR; UPDATE ZCATEGORY SET ZUUID = 'u-' || Z_PK")
+        options.b = .file(d)
+        options.keys = ["Category.ZUUID"]
+        let gained = try StoreDiff.run(options)
+        let gainedCategories = gained.entities.first { $0.table == "ZCATEGORY" }
+        #expect(gainedCategories?.changed == categories && gainedCategories?.added == 0 && gainedCategories?.removed == 0,
+                "\(String(describing: gainedCategories.map { ($0.changed, $0.added, $0.removed) }))")
+        options.keys = ["Tag.name", "Category.name"]
         // Without --key every reference is a change (and every tag and category removed and added).
         let unkeyed = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(b)))
         #expect((unkeyed.links.first { $0.table == "Z_2TAGS" }?.added ?? 0) == links - 1)
