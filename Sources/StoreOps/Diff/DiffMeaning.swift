@@ -208,6 +208,12 @@ extension StoreDiff {
         /// With `--key` on a Core Data store: objects renumbered (matched by key), by table: old
         /// Z_PK → new. Filled by `matchKeys`; references to them are compared through it.
         private var renumber: [String: [Int64: Int64]] = [:]
+        /// The new numbers of `renumber`, by table: a reference to one of them that was not itself
+        /// renumbered named an object no longer there.
+        private var renumberedTo: [String: Set<Int64>] = [:]
+        /// Tables where a renumbered object took a number another object had (a shift, a swap):
+        /// objects the diff did not otherwise compare may point at another object now (warned).
+        private(set) var reusedNumbers: [String: Int] = [:]
         /// With `--key` on a Core Data store: the tables of the entities matched by key (where
         /// objects may be renumbered). Changed objects whose references into them changed, and
         /// many-to-many links with an end in them, are held until `renumber` is known (a
@@ -684,6 +690,11 @@ extension StoreDiff {
                 groups.append((pairs, added, removed.values.flatMap { $0 }.sorted { $0.rowid < $1.rowid }))
             }
             pending = [:]
+            for (table, map) in renumber {
+                renumberedTo[table] = Set(map.values)
+                let reused = Set(map.values).intersection(map.keys).count
+                if reused > 0 { reusedNumbers[table] = reused }
+            }
             for group in groups {
                 for (match, item) in group.pairs {
                     try recordRow(item.table, entity: item.entity, PageDiff.RowChange(rowid: item.rowid, before: nil, after: nil),
@@ -792,7 +803,8 @@ extension StoreDiff {
             }
             guard shown else { return }
             if matchedKey == nil, !keyedTables.isEmpty, let entity, let before, let after, let labels,
-               labels.contains(where: { referencedTable($0.value).map(keyedTables.contains) == true && before[$0.key] != after[$0.key] }),
+               labels.contains(where: { referencedTable($0.value).map(keyedTables.contains) == true
+                   && ((before[$0.key] ?? .null) != .null || (after[$0.key] ?? .null) != .null) }),
                holdOrCount("\(entity) (references)", Stashed.bytes(before) + Stashed.bytes(after)) {
                 // A reference changed: perhaps only because the object it points at was renumbered.
                 heldObjects.append((table, entity, change.rowid, before, after, labels))
@@ -834,14 +846,21 @@ extension StoreDiff {
                 let defaults = b.layouts[table].map { Dictionary(zip($0.columns, $0.defaults), uniquingKeysWith: { x, _ in x }) } ?? [:]
                 for column in after.keys.sorted() {
                     let old = before[column] ?? defaults[column] ?? .null, new = after[column] ?? .null
-                    guard old != new, column != renumberedAlias || options.bookkeeping else { continue }
                     let label = labels?[column] ?? .plain(column)
-                    if label == .opt && !options.bookkeeping { continue }
-                    // A reference to an object renumbered under --key: the same object.
-                    if case .integer(let o) = old, case .integer(let n) = new, let target = referencedTable(label), renumber[target]?[o] == n {
-                        throughRenumbered = true
-                        continue
+                    if case .integer(let o) = old, let target = referencedTable(label), let map = renumber[target], !map.isEmpty {
+                        // A reference into a table whose objects were renumbered under --key: the
+                        // object it named is now at its new number (or, when another object took
+                        // the number and it was not renumbered, no longer there); the same number
+                        // may name another object.
+                        let now: Int64? = map[o] ?? (renumberedTo[target]?.contains(o) == true ? nil : o)
+                        if case .integer(let n) = new, now == n {
+                            if o != n { throughRenumbered = true }
+                            continue
+                        }
+                    } else {
+                        guard old != new, column != renumberedAlias || options.bookkeeping else { continue }
                     }
+                    if label == .opt && !options.bookkeeping { continue }
                     if label == .identity && matchedKey != nil && !options.bookkeeping { continue }   // matched by key: its Z_PK was renumbered
                     meaningful = true
                     if label.name.caseInsensitiveCompare(column) != .orderedSame, entry.columns[label.name] == nil { entry.columns[label.name] = column }
@@ -854,7 +873,10 @@ extension StoreDiff {
                         var was = render(old, label: label)
                         // An object renumbered under --key is named with its new number too:
                         // "Category 1 (now 1001) → Category 1002" moved, not "1 → 1002".
-                        if case .integer(let o) = old, let target = referencedTable(label), let now = renumber[target]?[o] { was += " (now \(now))" }
+                        if case .integer(let o) = old, let target = referencedTable(label) {
+                            if let now = renumber[target]?[o] { was += " (now \(now))" }
+                            else if renumberedTo[target]?.contains(o) == true { was += " (another object is \(o) now)" }
+                        }
                         values.append(ValueChange(name: label.name, before: was, after: render(new, label: label)))
                     }
                 }

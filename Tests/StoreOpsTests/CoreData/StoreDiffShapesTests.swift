@@ -237,6 +237,20 @@ struct StoreDiffShapesTests {
         let swapped = try StoreDiff.run(options)
         #expect(swapped.same && swapped.bookkeeping.renumbered == 2 && swapped.bookkeeping.references > 0,
                 "\(swapped.entities.map { "\($0.entity ?? "") \($0.changed) \($0.added) \($0.removed)" }) \(swapped.bookkeeping)")
+        // The same swap with the items left as they were: an item compared (its title changed)
+        // whose category number stayed 1 now names the other category, a change; the others the
+        // diff does not compare (their rows are the same bytes): warned, not checked.
+        let e = folder.file("e.sqlite")
+        try FileManager.default.copyItem(atPath: a, toPath: e)
+        try edit(e, """
+            UPDATE ZCATEGORY SET Z_PK = -1 WHERE Z_PK = 1; UPDATE ZCATEGORY SET Z_PK = 1 WHERE Z_PK = 2; UPDATE ZCATEGORY SET Z_PK = 2 WHERE Z_PK = -1;
+            UPDATE ZITEM SET ZTITLE = ZTITLE || ' (edited)' WHERE Z_PK = \(moved);
+            """)
+        options.b = .file(e)
+        let stale = try StoreDiff.run(options)
+        let edited = stale.entities.filter { $0.table == "ZITEM" }.flatMap(\.objects)
+        #expect(edited.count == 1 && edited.first?.values.map(\.name).sorted() == ["ZTITLE", "category"], "\(edited)")
+        #expect(edited.first?.values.first { $0.name == "category" }.map { "\($0.before ?? "") → \($0.after ?? "")" } == "Category 1 (now 2) → Category 1", "\(edited)")
         // A key the first side does not have yet (a column added, then filled): the same objects
         // gaining it, changed, not removed and added.
         let d = folder.file("d.sqlite")
