@@ -16,6 +16,23 @@ func makeStore(_ folder: TempFolder, items: Int = 2_000, journalMode: String = "
     return path
 }
 
+/// Leaves a hot rollback journal beside a rollback-mode store: a writer (python3's sqlite3) runs
+/// `update` in a transaction with a two-page cache, so its changes spill into the file, and is
+/// killed (SIGKILL) before it commits.
+func leaveHotJournal(_ store: String, update: String) throws {
+    let crash = """
+        import os, signal, sqlite3, sys
+        c = sqlite3.connect(sys.argv[1], isolation_level=None)
+        c.execute('PRAGMA cache_size = 2')
+        c.execute('BEGIN')
+        c.execute(sys.argv[2])
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    let killed = try ChildProcess.run("/usr/bin/python3", ["-c", crash, store, update])
+    #expect(killed.status != 0)
+    try #require((FileSystem.size(of: store + "-journal") ?? 0) > 0, "no hot journal was left")
+}
+
 /// Where a paced copy's threads are expected in the idle class: CAP_SYS_NICE (the guard can take
 /// them out again) and scheduler statistics readable and counting.
 enum StarvationGuardSupport {
@@ -295,16 +312,7 @@ struct PreflightCLITests {
     func hotJournal() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder, journalMode: "delete")
-        let crash = """
-            import os, signal, sqlite3, sys
-            c = sqlite3.connect(sys.argv[1], isolation_level=None)
-            c.execute('PRAGMA cache_size = 2')
-            c.execute('BEGIN')
-            c.execute("UPDATE ZITEM SET ZTITLE = ZTITLE || ' (edited)'")
-            os.kill(os.getpid(), signal.SIGKILL)
-            """
-        _ = try ChildProcess.run("/usr/bin/python3", ["-c", crash, store])
-        try #require((FileSystem.size(of: store + "-journal") ?? 0) > 0, "no hot journal was left")
+        try leaveHotJournal(store, update: "UPDATE ZITEM SET ZTITLE = ZTITLE || ' (edited)'")
         let checked = try storectl("preflight", store)
         #expect(checked.status == 2 && checked.stdout.contains("fail  store.journal") && checked.stdout.contains("hot rollback journal"), "\(checked.status) \(checked.stdout) \(checked.stderr)")
         let backup = try storectl("backup", store, "--output", folder.file("copy.sqlite"))

@@ -249,10 +249,16 @@ extension StoreDiff {
         /// Takes `size` bytes of the pairing budget, if it has them; else counts the row as
         /// `unpaired` under `what`.
         private mutating func holdOrCount(_ what: String, _ size: Int) -> Bool {
-            guard heldBytes + size <= options.pairingBudget else {
+            guard take(size) else {
                 unpaired[what, default: 0] += 1
                 return false
             }
+            return true
+        }
+
+        /// Takes `size` bytes of the pairing budget, if it has them.
+        private mutating func take(_ size: Int) -> Bool {
+            guard heldBytes + size <= options.pairingBudget else { return false }
             heldBytes += size
             return true
         }
@@ -281,8 +287,12 @@ extension StoreDiff {
         /// Holds a row for pairing by key, unless the budget is spent (then false: the caller
         /// records it as it is).
         private mutating func hold(_ item: Stashed, group: String, added: Bool) -> Bool {
-            let column = item.labels.flatMap { labels in labels.first { $0.key == keyColumnName(item) }?.value.name } ?? keyColumnName(item)
-            guard holdOrCount("\(item.entity ?? item.table).\(column)", item.bytes) else { return false }
+            guard take(item.bytes) else {
+                // Named only for a row over the budget (not for every row held).
+                let column = keyColumnName(item)
+                unpaired["\(item.entity ?? item.table).\(item.labels?[column]?.name ?? column)", default: 0] += 1
+                return false
+            }
             if added { pending[group, default: ([], [])].added.append(item) } else { pending[group, default: ([], [])].removed.append(item) }
             return true
         }
@@ -672,7 +682,8 @@ extension StoreDiff {
                 shared.formUnion(removed.filter { $0.value.count > 1 }.keys)
                 if !shared.isEmpty, let first = group.added.first ?? group.removed.first {
                     let count = group.added.filter { shared.contains($0.key) }.count + group.removed.filter { shared.contains($0.key) }.count
-                    let column = first.labels.flatMap { labels in labels.first { $0.key == keyColumnName(first) }?.value.name } ?? keyColumnName(first)
+                    let key = keyColumnName(first)
+                    let column = first.labels?[key]?.name ?? key
                     ambiguous["\(first.entity ?? first.table).\(column)", default: 0] += count
                 }
                 var pairs: [(Stashed, Stashed)] = [], added: [Stashed] = []

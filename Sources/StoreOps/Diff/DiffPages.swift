@@ -202,12 +202,8 @@ final class ReadHold {
         func fail(_ rc: Int32, _ doing: String) -> StoreOpsError {
             if [SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM].contains(rc & 0xff), let problem = StoreConnection.sidecarProblem(path) { return problem }
             // A hot rollback journal (a writer stopped mid-transaction): a read-only open must roll
-            // it back before anything is read, and cannot (SQLITE_READONLY_ROLLBACK, 3 << 8 | 8).
-            if rc & 0xff == SQLITE_READONLY, handle.map({ sqlite3_extended_errcode($0) }) == SQLITE_READONLY | (3 << 8),
-               let journal = FileSystem.size(of: path + "-journal") {
-                return StoreOpsError(.ioError, "\(doing) \(path): it has a hot rollback journal (\(path)-journal, \(Format.bytes(journal))) left by a writer that stopped mid-transaction, and a read-only open cannot roll it back",
-                                     hint: "the app's next open rolls it back; or, as the store's owner, `sqlite3 \(path) 'PRAGMA quick_check'` does (any read-write open does); then run the diff again")
-            }
+            // it back before anything is read, and cannot. Only the extended code says so.
+            if handle.map({ sqlite3_extended_errcode($0) }) == StoreOpsError.hotJournalCode { return .hotJournal("\(doing) \(path)", store: path) }
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             // The shared mapping decides busy and bad data (a header SQLite will not read included);
             // anything else reading a file is an I/O error here.

@@ -210,11 +210,11 @@ public enum Preflight {
         // links) mean two processes can use different journals for it, and one's crash leaves
         // the other reading a half-written file (https://sqlite.org/howtocorrupt.html, 2.5).
         // Said only when there is more than one.
-        var info_ = stat()
-        if stat(store.path, &info_) == 0, info_.st_nlink > 1 {
-            checks.append(Check("store.links", .warn, "the store file has \(info_.st_nlink) hard links (names)",
+        var file = stat()
+        if stat(store.path, &file) == 0, file.st_nlink > 1 {
+            checks.append(Check("store.links", .warn, "the store file has \(file.st_nlink) hard links (names)",
                                 advice: "SQLite finds the -wal and -journal by name: every process must open the store by the same name, and a follower (replicate) by another name does not see the app's -wal; remove the other names",
-                                figures: ["links": .int(Int(info_.st_nlink))]))
+                                figures: ["links": .int(Int(file.st_nlink))]))
         }
 
         let freeBytes = UInt64(info.freelistCount) * UInt64(info.pageSize)

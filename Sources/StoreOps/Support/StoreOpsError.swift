@@ -88,7 +88,15 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
     /// SQLITE_READONLY_ROLLBACK: a read-only connection met a hot rollback journal.
     public static let hotJournalCode = SQLITE_READONLY | (3 << 8)
     /// What such an error says (the preflight recognises it by this).
-    static let hotJournalText = "the store has a hot rollback journal (its -journal) left by a writer that stopped mid-transaction, and a read-only open cannot roll it back"
+    static let hotJournalText = "left by a writer that stopped mid-transaction, and a read-only open cannot roll it back"
+
+    /// The error for a read-only open that met a hot rollback journal (74): what it is and how to
+    /// roll it back; `store` names the journal and its size where the caller knows the path.
+    static func hotJournal(_ doing: String, store: String? = nil) -> StoreOpsError {
+        let journal = store.map { path in "\(path)-journal" + (FileSystem.size(of: path + "-journal").map { ", \(Format.bytes($0))" } ?? "") } ?? "its -journal"
+        return StoreOpsError(.ioError, "\(doing): the store has a hot rollback journal (\(journal)) \(hotJournalText)",
+                             hint: "the app's next open rolls it back; or, as the store's owner, `sqlite3 \(store ?? "STORE") 'PRAGMA quick_check'` does (any read-write open does); then run this again")
+    }
 
     /// The error any library failure becomes at the command line: itself, a SQLite error with its
     /// documented status, or a failure (1) carrying its text.
@@ -107,10 +115,7 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
 
     /// Builds the error for a raw SQLite result code (for C API calls GRDB does not wrap).
     public static func fromResultCode(_ code: Int32, message: String, doing: String, side: Side = .input) -> StoreOpsError {
-        if code == hotJournalCode {
-            return StoreOpsError(.ioError, "\(doing): \(hotJournalText)",
-                                 hint: "the app's next open rolls it back; or, as the store's owner, `sqlite3 STORE 'PRAGMA quick_check'` does (any read-write open does); then run this again")
-        }
+        if code == hotJournalCode { return hotJournal(doing) }
         switch code & 0xff {
         case SQLITE_BUSY, SQLITE_LOCKED:
             return StoreOpsError(.busy, "\(doing): the store is busy (\(message))",
