@@ -641,6 +641,91 @@ struct ReplicateTests {
         try app.close()
     }
 
+    @Test("two stores, one with points an earlier run kept that cannot be written at the start (its kept file cannot be read): the other store is followed meanwhile, the first is not (said once); a run that ends so ends 74 naming it, the kept file left; once it can be read, the same run writes the kept points first and follows the store, and they restore",
+          .enabled(if: TempMount.isAvailable))
+    func keptPointsBlockOneStoreOnly() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let other = try TempFolder("storectl-replicate")
+        let store = try makeStore(folder, items: 300), second = try makeStore(other, items: 300)
+        let mount = try #require(TempMount(kilobytes: 4096))
+        let repo = mount.file("repo")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
+        let spool = folder.file("spool")
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+        let environment = ["STORECTL_REPLICATE_DRAIN_SECONDS": "3"]
+        // The first store's follower keeps points while the repository's disk is full, and is stopped.
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--sync-interval", "200ms",
+                                                                    "--heartbeat", "0", "--merge-interval", "0", "--spool", spool], environment: environment)
+        let app = try DatabaseQueue(path: store), secondApp = try DatabaseQueue(path: second)
+        func title(_ queue: DatabaseQueue, _ text: String) throws {
+            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ?, ZBODY = hex(randomblob(3000)) WHERE Z_PK = 1", arguments: [text]) }
+        }
+        var deadline = Date().addingTimeInterval(30)
+        while (try? StorePoints.list(repository: repo))?.isEmpty != false, Date() < deadline { usleep(50_000) }
+        _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(mount.file("filler"))' 2>/dev/null"])
+        for k in 1...2 { try title(app, "kept-\(k)"); usleep(400_000) }
+        usleep(600_000)
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.status == 74 && stopped.stderr.contains("kept in"), "\(stopped.status) \(stopped.stderr)")
+        // How many it kept (a first one may have fitted on the disk before it was full).
+        let keptPoints = try #require(stopped.stderr.firstMatch(of: /(\d+) points? not written to/).flatMap { Int($0.1) }, "\(stopped.stderr)")
+        try FileManager.default.removeItem(atPath: mount.file("filler"))
+        let kept = ((try? FileManager.default.subpathsOfDirectory(atPath: spool)) ?? []).filter { $0.split(separator: "/").count == 2 && !$0.contains("/.") }.sorted()
+        // The oldest (the files sort by chain, then point; it goes out first) cannot be read: a
+        // folder where the file was (read(2) fails whoever runs the tests).
+        let keptFile = (spool as NSString).appendingPathComponent(try #require(kept.first, "a kept segment in \(spool)"))
+        let saved = try Data(contentsOf: URL(fileURLWithPath: keptFile))
+        try FileManager.default.removeItem(atPath: keptFile)
+        try FileManager.default.createDirectory(atPath: keptFile, withIntermediateDirectories: false)
+
+        func stores(_ run: ChildProcess.Result) throws -> [String: Replicate.StoreSummary] {
+            let decoded = try JSON.decoder().decode(Replicate.Summary.self, from: Data(run.stdout.utf8))
+            return Dictionary(decoded.stores.map { ($0.store, $0) }, uniquingKeysWith: { a, _ in a })
+        }
+        let both = ["replicate", store, second, "--repo", repo, "--json", "--sync-interval", "200ms", "--heartbeat", "0", "--merge-interval", "0", "--spool", spool]
+        // Ends with the file still unreadable: the second store was followed, the first not.
+        let blocked = try ChildProcess.Running(Binaries.storectl, both + ["--for", "3s"], environment: environment)
+        usleep(1_500_000)
+        try title(secondApp, "second-1")
+        let ended = blocked.wait()
+        #expect(ended.status == 74, "\(ended.status) \(ended.stderr)")
+        #expect(ended.stderr.contains("never followed \(store)") && ended.stderr.contains("cannot be read") && !ended.stderr.contains("never followed \(second)"), "\(ended.stderr)")
+        #expect(ended.stderr.components(separatedBy: "it is not followed until they are").count == 2, "said once, not at every try: \(ended.stderr)")
+        let first = try stores(ended)
+        #expect(first[second]?.bases.count == 1 && (first[second]?.points ?? 0) >= 1 && first[second]?.notFollowed == nil, "\(ended.stdout)")
+        #expect(first[store]?.notFollowed?.contains("cannot be read") == true && first[store]?.bases.isEmpty == true && first[store]?.resumed == false && (first[store]?.keptSent ?? 0) == 0, "\(ended.stdout)")
+        #expect(FileSystem.kind(of: keptFile) == .directory, "the kept segment is left as it is")
+
+        // Readable again while a run goes on: it writes the kept points first, then follows the store.
+        let later = try ChildProcess.Running(Binaries.storectl, both + ["--for", "5s"], environment: environment)
+        usleep(1_200_000)
+        try FileManager.default.removeItem(atPath: keptFile)
+        #expect(FileManager.default.createFile(atPath: keptFile, contents: saved))
+        deadline = Date().addingTimeInterval(4)
+        while FileSystem.kind(of: keptFile) != .missing, Date() < deadline { usleep(50_000) }
+        try title(app, "after")
+        let done = later.wait()
+        #expect(done.status == 0, "\(done.status) \(done.stderr)")
+        let next = try stores(done)
+        #expect(next[store]?.keptSent == keptPoints && next[store]?.resumed == true && next[store]?.notFollowed == nil, "\(done.stdout)")
+        #expect(next[second]?.resumed == true && next[second]?.notFollowed == nil, "\(done.stdout)")
+        // Every point of the first store's chain restores: the kept two, then what came after.
+        let repository = try PagedRepository.open(at: repo, password: .resolve(file: nil))
+        // The first store's chain is the older one (its base was made by the first run).
+        let chains = try PointTimeline.load(repository).chains
+        #expect(chains.count == 2, "one chain a store, each taken up: \(chains.map(\.id))")
+        let chain = try #require(chains.min { $0.baseTime < $1.baseTime })
+        #expect(chain.stopped && chain.points >= 2 + keptPoints, "the base, the kept, the resume and what came after: \(chain.segments.map(\.key))")
+        let restored = folder.file("restored.sqlite")
+        let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--store", store, "--to", restored,
+                                                               "--at", Timestamp.iso(Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000))])
+        #expect(restore.status == 0, "\(restore.stderr)")
+        #expect(try read(restored) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "after")
+        try app.close()
+        try secondApp.close()
+    }
+
     @Test("a segment's write that stored it but lost its answer, with no outbox to keep it (a file where its folder goes): the same point cut again is recognised as the object already there, not refused at every try as another object under its key (it was, until another commit came); the run exits 0 and the commit restores")
     func lostAnswerWithoutOutbox() throws {
         let folder = try TempFolder("storectl-replicate")

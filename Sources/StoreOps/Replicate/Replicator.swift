@@ -314,6 +314,11 @@ public enum Replicate {
         /// Why making a base last failed, and how many tries failed in a row (said once until it
         /// is different; the base that works says how many tries it took).
         var baseFailure: (cause: String, tries: Int)?
+        /// The segments an earlier run kept could not be written at the start (`start`): why (said
+        /// once until it is different), and how many tries failed. Until they are written the
+        /// store is not followed (its next points are numbered after them); the run's other
+        /// stores are. Tried again, backing off up to 30 s.
+        var outboxStart: (cause: String, tries: Int)?
         /// The kept segment being written (its sealed bytes, offered to the merge once durable).
         var sendingParked: Data?
         /// The newest point's time in this chain (ms): times never go back within a chain, even
@@ -467,8 +472,7 @@ public enum Replicate {
         }
 
         func run() throws -> Summary {
-            for replica in replicas { try sendOutbox(replica) }
-            for replica in replicas { resume(replica) }
+            for replica in replicas { start(replica) }
             let watcher = FolderWatcher(folders: Array(Set(replicas.map { FileSystem.parent(of: $0.store.path) })))
             let databaseNames = Set(replicas.map { FileSystem.name(of: $0.store.path) })
             let started = Date()
@@ -680,6 +684,10 @@ public enum Replicate {
 
         func step(_ replica: Replica) {
             guard Date() >= replica.retryAfter else { return }
+            if replica.outboxStart != nil {
+                start(replica)
+                return
+            }
             // A base every interval, unless the repository is failing (the commits are spooled
             // meanwhile; the base follows once they are written). It used to wait here for a
             // moment with nothing pending and no upload under way, flushing at every wake
@@ -1205,26 +1213,65 @@ public enum Replicate {
             }
         }
 
+        /// A store's start: what an earlier run kept goes out first (`sendOutbox`), then the chain
+        /// is taken up (`resume`). When the kept segments cannot be written (the repository's
+        /// disk is full, a kept file cannot be read), the store is not followed until they are
+        /// (following on would number points the kept ones hold), and is tried again, backing
+        /// off up to 30 s; the run's other stores are followed meanwhile. Before, the whole run
+        /// ended (74) and followed nothing: one store's outbox left every other store of a
+        /// service unprotected, at every restart.
+        func start(_ replica: Replica) {
+            do {
+                try sendOutbox(replica)
+            } catch {
+                let failure = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
+                let tries = (replica.outboxStart?.tries ?? 0) + 1
+                let pause = min(30, 0.5 * Double(1 << min(6, tries)))
+                if replica.outboxStart?.cause != failure.message {
+                    let text = "\(replica.store.path): \(failure.message); it is not followed until they are (tried again, backing off up to 30 s)"
+                        + (replicas.count > 1 ? "; the other stores are followed" : "")
+                    if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
+                }
+                replica.outboxStart = (failure.message, tries)
+                replica.summary.notFollowed = "\(failure.message) (they stay there and go out first once the repository takes them)"
+                replica.summary.notFollowedStatus = failure.status.rawValue
+                replica.retryAfter = Date().addingTimeInterval(pause)
+                return
+            }
+            if let failed = replica.outboxStart {
+                Replicate.logger.notice("the points an earlier run kept were written after \(Format.plural(failed.tries, "failed try", "failed tries")); following the store",
+                                        metadata: ["store": "\(replica.store.path)"])
+                replica.outboxStart = nil
+                replica.summary.notFollowed = nil
+                replica.summary.notFollowedStatus = nil
+            }
+            resume(replica)
+        }
+
         /// At the start: the segments an earlier run kept in the outbox (the repository did not
         /// take them) are written first, each where it continues its chain in the repository;
         /// `resume` then takes the chain up after them. One that cannot continue its chain (the
         /// chain was pruned, or followed on by a run that did not see the outbox) is removed,
-        /// and said. When the repository does not take them the run ends (74): they stay for
-        /// the next start, and nothing is followed meanwhile (following on would number points
-        /// the kept ones hold).
+        /// and said. When the repository does not take them this throws (`start` tries again):
+        /// what is left stays in the outbox.
         func sendOutbox(_ replica: Replica) throws {
             let kept = outbox.kept(store: replica.key)
             guard !kept.isEmpty else { return }
             var next: [String: Int] = [:]
-            for chain in try PointTimeline.load(repository, store: replica.key).chains(of: replica.key) { next[chain.id] = chain.points }
+            let timeline: PointTimeline
+            do { timeline = try PointTimeline.load(repository, store: replica.key) } catch {
+                let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
+                throw StoreOpsError(cause.kind, "\(Format.plural(kept.count, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
+                                    + "cannot go out: the store's points in \(repository.location) cannot be read (\(cause.message))")
+            }
+            for chain in timeline.chains(of: replica.key) { next[chain.id] = chain.points }
             var sent = 0, points = 0
             var dropped: [String] = []
             for item in kept {
                 let sealed: Data
                 do { sealed = try outbox.read(item.path) } catch {
                     guard FileSystem.kind(of: item.path) == .missing else {
-                        throw StoreOpsError(.ioError, "\(replica.store.path): the points an earlier run kept in \(item.path) cannot be read (\((error as? StoreOpsError)?.message ?? "\(error)"))",
-                                            hint: "they stay there and go out first at the next start; nothing was followed")
+                        throw StoreOpsError(.ioError, "the points an earlier run kept in \(item.path) cannot be read (\((error as? StoreOpsError)?.message ?? "\(error)"))")
                     }
                     continue
                 }
@@ -1247,9 +1294,8 @@ public enum Replicate {
                 } catch {
                     let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
                     let left = kept.count - (kept.firstIndex { $0.path == item.path } ?? 0)
-                    throw StoreOpsError(cause.kind, "\(replica.store.path): \(Format.plural(left, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
-                                        + "could not be written to \(repository.location): \(cause.message)",
-                                        hint: "they stay there and go out first at the next start; nothing was followed")
+                    throw StoreOpsError(cause.kind, "\(Format.plural(left, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
+                                        + "could not be written to \(repository.location): \(cause.message)")
                 }
                 try outbox.remove(item.path)
                 next[item.name.chain] = item.name.to + 1

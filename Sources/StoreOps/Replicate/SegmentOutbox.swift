@@ -61,10 +61,18 @@ final class SegmentOutbox {
         .sorted { ($0.0.chain, $0.0.from) < ($1.0.chain, $1.0.from) }
     }
 
+    /// A kept segment's bytes; a failure names its errno (the same at every try: the start
+    /// says a kept segment that cannot be read once, not once per errno left over).
     func read(_ path: String) throws -> Data {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw StoreOpsError.posix(errno == 0 ? EIO : errno, doing: "reading the kept segment \(path)", side: .input)
-        }
+        let doing = "reading the kept segment \(path)"
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: doing, side: .input) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw StoreOpsError.posix(errno, doing: doing, side: .input) }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw StoreOpsError.posix(info.st_mode & S_IFMT == S_IFDIR ? EISDIR : EINVAL, doing: doing, side: .input) }
+        var data = Data(count: Int(info.st_size))
+        try data.withUnsafeMutableBytes { try FileSystem.readAll(fd, $0, at: 0, doing: doing, side: .input) }
         return data
     }
 
