@@ -28,8 +28,8 @@ struct DiffCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditionalSingleValue, help: "A side that is the point in time recorded at or before TIME (RFC 3339, or before now: -5m); twice for two points.") var at: [String] = []
     @Option(help: "The snapshot repository (for snapshot ids and points).") var repo: String?
     @OptionGroup var password: PasswordOption
-    @Option(help: "With --at: the store whose points (when the repository has points of several).") var store: String?
-    @Option(help: "With --at and --store: the host that followed it (default: this one).") var host: String?
+    @Option(help: "With --at: the store whose points (when the repository has points of several).") var store: [String] = []
+    @Option(help: "With --at and --store: the host that followed it (default: this one).") var host: [String] = []
     @Option(help: "Only these entities or tables (repeat, or separate with commas).") var entity: [String] = []
     @Option(help: ArgumentHelp("Match the objects of an entity by this attribute (e.g. a UUID) instead of Z_PK, for stores whose keys were renumbered (repeat for several).",
                                valueName: "Entity.attribute")) var key: [String] = []
@@ -39,10 +39,16 @@ struct DiffCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Print every difference as JSON.") var json = false
 
     func validate() throws {
+        guard !ValidationGate.off else { return }
         guard at.count + sides.count == 2 else {
             throw ValidationError("name two sides: two files or snapshot ids, or --at TIME and one of them, or --at twice (got \(at.count + sides.count))")
         }
         if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more") }
+        // Both --at sides are points of one store: a second --store was silently the one used.
+        for (name, values) in [("--store", store), ("--host", host)] where values.count > 1 {
+            throw ValidationError("\(name) given \(values.count) times (\(values.joined(separator: ", "))): both points of a diff are of one store; "
+                                  + "to compare two stores' points, restore one (`storectl snapshot restore --at TIME --store S --to FILE`) and diff the file against the other's --at")
+        }
         // A blank side (an unset variable) would otherwise be the current folder.
         if sides.contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
             throw ValidationError("a blank side: name a store, a backup file, or a snapshot id with --repo")
@@ -79,8 +85,8 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         var options = StoreDiff.Options(a: resolved[0], b: resolved[1])
         options.repository = repo
         options.password = password.source
-        options.pointStore = store
-        options.pointHost = host
+        options.pointStore = store.first
+        options.pointHost = host.first
         options.entities = entity.flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }.filter { !$0.isEmpty }
         options.limit = limit ?? (json ? nil : 10)
         options.bookkeeping = bookkeeping

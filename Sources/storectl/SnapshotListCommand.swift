@@ -44,7 +44,10 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
                 let to = span.to.map { time($0) } ?? "…"
                 let what: String
                 switch span.kind {
-                case "covered": what = "every commit" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
+                case "covered":
+                    // A span with no commit in it (followed while the app was idle) is no "every commit: 0 points".
+                    what = span.points == 0 ? "no commit (followed, the app idle) in chain \(span.chain ?? "")"
+                        : "every commit" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
                 case "thinned": what = "the last commit of each minute" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
                 case "gap", "unconfirmed": what = span.reason ?? ""
                 default: what = span.reason ?? "storectl replicate was stopped"

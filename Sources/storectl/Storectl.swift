@@ -47,7 +47,7 @@ struct Storectl: ParsableCommand {
         var command: (any ParsableCommand)?
         do {
             try checkArgumentsAreUTF8()
-            var parsed = try parseAsRoot()
+            var parsed = try parseWithTypos()
             command = parsed
             let kind = type(of: parsed)
             if !kind.configuration.subcommands.isEmpty, kind.configuration.defaultSubcommand == nil {
@@ -62,6 +62,60 @@ struct Storectl: ParsableCommand {
             if status != 0 { Foundation.exit(status) }
         } catch {
             exit(with: error, json: (command as? JSONOutput)?.json ?? CommandLine.arguments.contains("--json"), command: command)
+        }
+    }
+
+    /// `parseAsRoot`, except that a mistyped option is named as such. ArgumentParser runs a
+    /// command's `validate()` before it reports an unknown option or an extra argument, so
+    /// `restore --at -1m --stor A.sqlite --to x` (a typo of --store, its value then taken as the
+    /// snapshot id) was reported as "pass a snapshot id or --at TIME (not both)", the typo never
+    /// named (found by a helper trying storectl as a new user). A validation failure is parsed
+    /// again with the commands' checks off: an unknown option or unexpected argument found then
+    /// is what is reported; otherwise the validation's own message.
+    static func parseWithTypos() throws -> any ParsableCommand {
+        try checkSubcommandNames(Array(CommandLine.arguments.dropFirst()))
+        do {
+            return try parseAsRoot()
+        } catch let first where exitCode(for: first) == .validationFailure {
+            ValidationGate.off = true
+            defer { ValidationGate.off = false }
+            do { _ = try parseAsRoot() } catch let typo where exitCode(for: typo) == .validationFailure {
+                throw typo
+            } catch {}
+            throw first
+        }
+    }
+
+    /// A mistyped subcommand, named as one. ArgumentParser said `unexpected argument 'lst'` for
+    /// `storectl snapshot lst`, and `unknown option '--repo'` when options followed, blaming a
+    /// right word; `storectl replicate stats --repo R` (follow is replicate's default) went on to
+    /// follow a store named "stats" and ended 66 "no such file". Walks the subcommands named
+    /// first: a word that names none where one is needed, or (under a default subcommand) a word
+    /// with no "/" that is no file and is a letter or two from a subcommand's name, is a usage
+    /// error (64) naming the closest subcommand.
+    static func checkSubcommandNames(_ arguments: [String]) throws {
+        var command: any ParsableCommand.Type = Storectl.self
+        var path = ["storectl"]
+        for word in arguments {
+            let subcommands = command.configuration.subcommands
+            guard !word.hasPrefix("-"), word != "help", !subcommands.isEmpty else { return }
+            if let next = subcommands.first(where: { $0._commandName == word || $0.configuration.aliases.contains(word) }) {
+                command = next
+                path.append(word)
+                continue
+            }
+            let names = subcommands.map { $0._commandName }
+            let closest = names.map { ($0, RepositoryLocation.editDistance($0, word)) }.min { $0.1 < $1.1 }
+            let near = closest.flatMap { $0.1 <= 2 && word.count >= 3 ? $0.0 : nil }
+            if command.configuration.defaultSubcommand != nil {
+                // Most likely the default subcommand's argument (a store's path): only a near miss
+                // that names no file is taken for a mistyped subcommand.
+                guard let near, !word.contains("/"), FileSystem.kind(of: word) == .missing else { return }
+                throw StoreOpsError(.usage, "'\(word)' is neither a file nor a subcommand of `\(path.joined(separator: " "))`: did you mean `\(path.joined(separator: " ")) \(near)`?",
+                                    hint: "see `\(path.joined(separator: " ")) --help`")
+            }
+            throw StoreOpsError(.usage, "`\(path.joined(separator: " "))` has no subcommand '\(word)'" + (near.map { ": did you mean `\(path.joined(separator: " ")) \($0)`?" } ?? " (it has \(names.joined(separator: ", ")))"),
+                                hint: "see `\(path.joined(separator: " ")) --help`")
         }
     }
 
@@ -128,6 +182,12 @@ extension Storectl {
         if let usage { message += "\n  usage: \(usage)" }
         return StoreOpsError(.usage, message, hint: "see `\(name) --help`")
     }
+}
+
+/// Off while `parseWithTypos` looks for a mistyped option behind a validation failure: every
+/// command's `validate()` returns at once then. Only the main thread parses, before anything runs.
+enum ValidationGate {
+    nonisolated(unsafe) static var off = false
 }
 
 /// Commands with a `--json` flag: errors are then also reported as JSON on stdout.

@@ -105,6 +105,33 @@ struct BadInputTests {
         #expect(prune.stdout.contains("damaged"), "\(prune.stdout)")
     }
 
+    /// Found by a helper trying storectl as a new user: each was reported as another error, the word typed never named.
+    @Test("a mistyped option or subcommand is named as such (64), not as the complaint it causes; a repeated diff --store is refused; --at durations without their minus say how to write them; a missing password file says so and where its name came from",
+          arguments: [
+            (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-1m", "--stor", "A.sqlite", "--to", "x.sqlite"], 64, "unknown option '--stor'. Did you mean '--store'?"),
+            (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-1m", "--store", "A.sqlite", "--too", "x.sqlite"], 64, "unknown option '--too'. Did you mean '--to'?"),
+            (["snapshot", "restore", "--repo", "/nonexistent", "--to", "x.sqlite"], 64, "pass a snapshot id or --at TIME"),
+            (["replicate", "stats", "--repo", "/nonexistent"], 64, "did you mean `storectl replicate status`?"),
+            (["snapshot", "lst", "--repo", "/nonexistent"], 64, "`storectl snapshot` has no subcommand 'lst': did you mean `storectl snapshot list`?"),
+            (["bakup", "Tasks.sqlite"], 64, "did you mean `storectl backup`?"),
+            (["diff", "--repo", "/nonexistent", "--store", "a.sqlite", "--at", "-1m", "--store", "b.sqlite", "--at", "-2m"], 64, "--store given 2 times (a.sqlite, b.sqlite)"),
+            (["snapshot", "restore", "--repo", "/nonexistent", "--at", "10s", "--to", "x.sqlite"], 64, "a time before now is written -10s"),
+            (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-10", "--to", "x.sqlite"], 64, "has no unit (write e.g. -10s"),
+            (["snapshot", "list", "--repo", "/nonexistent-password-test"], 66, "the password file /nonexistent-pw (named by STORECTL_PASSWORD_FILE) does not exist"),
+          ] as [([String], Int32, String)])
+    func namedTypos(_ arguments: [String], _ status: Int32, _ message: String) throws {
+        let folder = try TempFolder()
+        let repo = folder.file("repo")
+        // A real repository for the password case (the file is read when one is opened).
+        if arguments.contains("/nonexistent-password-test") {
+            #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]).status == 0)
+        }
+        let given = arguments.map { $0 == "/nonexistent-password-test" ? repo : $0 }
+        let result = try ChildProcess.run(Binaries.storectl, given, environment: ["STORECTL_PASSWORD_FILE": "/nonexistent-pw"], currentDirectory: folder.path)
+        #expect(result.status == status, "\(given): \(result.status) \(result.stderr)")
+        #expect(result.stderr.contains(message), "\(given): \(result.stderr)")
+    }
+
     @Test("schedule show --count outside 1...1000 is refused at once (64)", arguments: ["0", "-1", "99999999"])
     func scheduleCount(_ count: String) throws {
         let folder = try TempFolder()

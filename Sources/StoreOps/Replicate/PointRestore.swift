@@ -129,7 +129,9 @@ public enum PointRestore {
         if let store {
             let key = PointSegment.storeKey(host: host ?? ProcessInfo.processInfo.hostName, path: FileSystem.absolute(store))
             guard timeline.chains.contains(where: { $0.store == key }) else {
-                throw StoreOpsError(.noInput, "\(repository.location) holds no points of \(FileSystem.absolute(store))\(host.map { " from host \($0)" } ?? "")",
+                let stores = StorePoints.names(in: repository)
+                throw StoreOpsError(.noInput, "\(repository.location) holds no points of \(FileSystem.absolute(store))\(host.map { " from host \($0)" } ?? "")"
+                                    + (stores.isEmpty ? "" : "; its points are of " + Format.list(stores)),
                                     hint: "`storectl snapshot list --repo \(repository.location)` shows each store's points")
             }
             return key
@@ -245,7 +247,10 @@ public enum PointRestore {
         let when = Timestamp.iso(at)
         guard let chain = chains.last(where: { $0.baseTime <= t }) else {
             let first = chains.first.map { " (the first is at \(Timestamp.iso(date($0.baseTime))))" } ?? ""
-            throw StoreOpsError(.noInput, "no point of this store at or before \(when)\(first)",
+            // The store named (a user trying two sides' times could not tell which store this was).
+            let named = store.map { FileSystem.absolute($0) } ?? inPlace.map { FileSystem.absolute($0) }
+            let label = named ?? StorePoints.names(in: repository).first ?? "this store"
+            throw StoreOpsError(.noInput, "no point of \(label) at or before \(when)\(first)",
                                 hint: "`storectl snapshot list --repo \(repository.location)` shows the points")
         }
         // After a chain's last point and before the next chain's base: the next chain says whether
@@ -534,8 +539,18 @@ extension PointRestore {
         if trimmed.hasPrefix("-") {
             switch DurationText.parse(String(trimmed.dropFirst()), allowZero: true) {
             case .success(let duration): return now.addingTimeInterval(-duration.seconds)
-            case .failure(let error): throw StoreOpsError(.usage, "--at \(text) \(error.problem)", hint: "write a time like 2026-11-24T19:30:00Z or a duration before now like -5m")
+            case .failure(let error):
+                // DurationText's own example ("write e.g. 10d") is a duration, which --at takes with a minus.
+                var problem = error.problem
+                if let number = Int(trimmed.dropFirst()) { problem = "has no unit (write e.g. -\(number)s, -\(number)m or -\(number)h)" }
+                throw StoreOpsError(.usage, "--at \(text.debugDescription) \(problem)", hint: "write a time like 2026-11-24T19:30:00Z or a duration before now like -5m")
             }
+        }
+        // A duration without its minus (10s, +10s): a time before now is meant, and written -10s.
+        if case .success = DurationText.parse(String(trimmed.drop { $0 == "+" }), allowZero: true), trimmed.first?.isNumber == true || trimmed.hasPrefix("+") {
+            let duration = String(trimmed.drop { $0 == "+" })
+            throw StoreOpsError(.usage, "--at \(text.debugDescription) is a duration, not a time: a time before now is written -\(duration)",
+                                hint: "write -\(duration) (that long before now), or a time like 2026-11-24T19:30:00Z")
         }
         // RFC 3339 allows a space for the "T" (section 5.6), and `snapshot list` prints times so.
         var candidate = trimmed
@@ -550,13 +565,13 @@ extension PointRestore {
         if let field = outOfRange(candidate) {
             // Parsed leniently a 47th hour is two days later, 30 February is 2 March: a typo must
             // not restore (or roll back to) another moment.
-            throw StoreOpsError(.usage, "--at \(text) is not a time: its \(field) is out of range", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
+            throw StoreOpsError(.usage, "--at \(text.debugDescription) is not a time: its \(field) is out of range", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
         guard let date = Timestamp.parseISO(candidate) else {
             if Timestamp.parseISO(candidate + "Z") != nil {
-                throw StoreOpsError(.usage, "--at \(text) has no time zone", hint: "add Z for UTC (\(candidate)Z) or an offset such as +01:00")
+                throw StoreOpsError(.usage, "--at \(text.debugDescription) has no time zone", hint: "add Z for UTC (\(candidate)Z) or an offset such as +01:00")
             }
-            throw StoreOpsError(.usage, "--at \(text) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
+            throw StoreOpsError(.usage, "--at \(text.debugDescription) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
         return date
     }

@@ -98,7 +98,7 @@ public enum RepositoryLocation {
             .prefix(5).map { (parent as NSString).appendingPathComponent($0) }
     }
 
-    static func editDistance(_ a: String, _ b: String) -> Int {
+    public static func editDistance(_ a: String, _ b: String) -> Int {
         let a = Array(a), b = Array(b)
         guard !a.isEmpty else { return b.count }
         var previous = Array(0...b.count)

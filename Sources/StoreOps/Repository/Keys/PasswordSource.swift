@@ -57,8 +57,23 @@ public enum PasswordSource: Sendable, Hashable {
         let text: String
         switch self {
         case .file(let path):
-            guard let data = FileManager.default.contents(atPath: FileSystem.absolute(path)) else {
-                throw StoreOpsError(.noInput, "the password file \(FileSystem.absolute(path)) cannot be read", hint: "check the path and its permissions")
+            let absolute = FileSystem.absolute(path)
+            guard let data = FileManager.default.contents(atPath: absolute) else {
+                // What is wrong with it, and where its name came from when that is the environment
+                // (a variable set long ago is not where one looks first).
+                let why: String
+                switch FileSystem.kind(of: absolute) {
+                case .missing: why = "does not exist"
+                case .directory: why = "is a folder, not a file"
+                default:
+                    let fd = open(absolute, O_RDONLY | O_CLOEXEC)
+                    let code = fd < 0 ? errno : EIO
+                    if fd >= 0 { close(fd) }
+                    why = "cannot be read (\(String(cString: strerror(code))))"
+                }
+                let fromEnvironment = ProcessInfo.processInfo.environment["STORECTL_PASSWORD_FILE"].map { !$0.isEmpty && FileSystem.absolute($0) == absolute } ?? false
+                throw StoreOpsError(.noInput, "the password file \(absolute)\(fromEnvironment ? " (named by STORECTL_PASSWORD_FILE)" : "") \(why)",
+                                    hint: fromEnvironment ? "fix the path in STORECTL_PASSWORD_FILE, or pass --password-file" : "check the path and its permissions")
             }
             text = String(decoding: data, as: UTF8.self)
         case .command(let command, let folder):
