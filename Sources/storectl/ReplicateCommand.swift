@@ -117,8 +117,12 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
 
     private func printSummary(_ summary: Replicate.Summary) {
         for store in summary.stores {
-            var line = "\(store.store): \(Format.plural(store.points, "point", "points")) in \(Format.plural(store.segments, "segment", "segments"))"
-            if !store.bases.isEmpty { line += ", \(Format.plural(store.bases.count, "base", "bases"))" }
+            // Points as `snapshot list` and `replicate status` count them: a base is a point too
+            // (point 0 of its chain); "2 points, 1 base" beside the list's "3 points" read as a
+            // point lost (a helper trying it as a new user).
+            var line = "\(store.store): \(Format.plural(store.points + store.bases.count, "point", "points")) ("
+            if !store.bases.isEmpty { line += "\(Format.plural(store.bases.count, "base", "bases")), " }
+            line += "\(Format.plural(store.points, "commit", "commits")) in \(Format.plural(store.segments, "segment", "segments")))"
             if !store.gaps.isEmpty { line += ", \(Format.plural(store.gaps.count, "gap", "gaps"))" }
             if store.filesAdded + store.filesRemoved + store.filesNotCarried > 0 {
                 line += ", external-data files \(store.filesAdded) added, \(store.filesRemoved) removed"
@@ -185,7 +189,7 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                 line += "points in the repository not known"
             }
             if let live = store.live {
-                line += "; this run: \(Format.plural(live.points, "point", "points"))" + String(format: ", lag p99 %.2f s, max %.2f s, ", live.p99LagSeconds, live.maxLagSeconds)
+                line += "; this run: \(Format.plural(live.points + live.bases.count, "point", "points"))" + String(format: ", lag p99 %.2f s, max %.2f s, ", live.p99LagSeconds, live.maxLagSeconds)
                 line += "\(Format.bytes(live.uploadedBytes)) in \(Format.plural(live.requests, "request", "requests")), \(Format.plural(live.bases.count, "base", "bases")), \(Format.plural(live.gaps.count, "gap", "gaps"))"
                 if let why = live.notFollowed { line += "; NOT FOLLOWED: \(why)" }
                 if let why = live.gapPending {
@@ -198,7 +202,12 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                         + (live.lastError.map { "writing them failed: \($0); " } ?? "") + "the next write, or the next run, sends them first)"
                 }
                 if let waiting = live.waiting, waiting > 0 {
-                    if report.state == "stopped" {
+                    if report.gone == true {
+                        // The status file is as of its last sync: what the dead process wrote after
+                        // it is in the repository (the newest point above), not "not durable yet".
+                        line += "; \(Format.plural(waiting, "commit was", "commits were")) waiting at its last status (\(report.updatedAt.map { Timestamp.iso($0) } ?? "?")): "
+                            + (report.repositoryError == nil ? "the newest point above is the last it wrote" : "whether it wrote them before it died, the repository says")
+                    } else if report.state == "stopped" {
                         // The run is over: they will not be written (the next run records a gap
                         // unless the -wal still holds them).
                         line += "; \(Format.plural(waiting, "commit", "commits")) read and NEVER WRITTEN (the run stopped\(live.lastError.map { ": \($0)" } ?? ""))"

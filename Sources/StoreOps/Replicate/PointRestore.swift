@@ -535,6 +535,8 @@ extension PointRestore {
     /// fractions of a second), a duration before now (`-5m`, `-1h30m`, `-250ms`), or `now`.
     public static func parseTime(_ text: String, now: Date = Date()) throws -> Date {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
+        // Quoted only where it would not show as itself (empty, or with spaces).
+        let shown = text.isEmpty || text.contains(" ") ? text.debugDescription : text
         if trimmed.lowercased() == "now" { return now }   // what the README's operators type (the same as -0s)
         if trimmed.hasPrefix("-") {
             switch DurationText.parse(String(trimmed.dropFirst()), allowZero: true) {
@@ -543,13 +545,13 @@ extension PointRestore {
                 // DurationText's own example ("write e.g. 10d") is a duration, which --at takes with a minus.
                 var problem = error.problem
                 if let number = Int(trimmed.dropFirst()) { problem = "has no unit (write e.g. -\(number)s, -\(number)m or -\(number)h)" }
-                throw StoreOpsError(.usage, "--at \(text.debugDescription) \(problem)", hint: "write a time like 2026-11-24T19:30:00Z or a duration before now like -5m")
+                throw StoreOpsError(.usage, "--at \(shown) \(problem)", hint: "write a time like 2026-11-24T19:30:00Z or a duration before now like -5m")
             }
         }
         // A duration without its minus (10s, +10s): a time before now is meant, and written -10s.
         if case .success = DurationText.parse(String(trimmed.drop { $0 == "+" }), allowZero: true), trimmed.first?.isNumber == true || trimmed.hasPrefix("+") {
             let duration = String(trimmed.drop { $0 == "+" })
-            throw StoreOpsError(.usage, "--at \(text.debugDescription) is a duration, not a time: a time before now is written -\(duration)",
+            throw StoreOpsError(.usage, "--at \(shown) is a duration, not a time: a time before now is written -\(duration)",
                                 hint: "write -\(duration) (that long before now), or a time like 2026-11-24T19:30:00Z")
         }
         // RFC 3339 allows a space for the "T" (section 5.6), and `snapshot list` prints times so.
@@ -565,13 +567,13 @@ extension PointRestore {
         if let field = outOfRange(candidate) {
             // Parsed leniently a 47th hour is two days later, 30 February is 2 March: a typo must
             // not restore (or roll back to) another moment.
-            throw StoreOpsError(.usage, "--at \(text.debugDescription) is not a time: its \(field) is out of range", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
+            throw StoreOpsError(.usage, "--at \(shown) is not a time: its \(field) is out of range", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
         guard let date = Timestamp.parseISO(candidate) else {
             if Timestamp.parseISO(candidate + "Z") != nil {
-                throw StoreOpsError(.usage, "--at \(text.debugDescription) has no time zone", hint: "add Z for UTC (\(candidate)Z) or an offset such as +01:00")
+                throw StoreOpsError(.usage, "--at \(shown) has no time zone", hint: "add Z for UTC (\(candidate)Z) or an offset such as +01:00")
             }
-            throw StoreOpsError(.usage, "--at \(text.debugDescription) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
+            throw StoreOpsError(.usage, "--at \(shown) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
         return date
     }

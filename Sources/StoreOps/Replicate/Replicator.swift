@@ -657,7 +657,10 @@ public enum Replicate {
                 try takeUpMerges(chain, replica: replica)
                 switch try replica.follower.capture() {
                 case .gap(let why), .wholeRead(let why, _):
-                    replica.needsBase = ("gap", why, nil)
+                    // A chain with no stop marker last: its follower was killed (or its machine
+                    // went down); said with the gap, as a clean stop is ("storectl was stopped, then").
+                    let unclean = chain.stopped ? "" : "storectl replicate was not running (killed, or its machine went down), then: "
+                    replica.needsBase = ("gap", unclean + why, nil)
                 case .commits(let commits, let at):
                     replica.needsBase = nil
                     replica.summary.resumed = true
