@@ -169,7 +169,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         if !r.same, r.bookkeeping.rows + r.bookkeeping.optBumps + r.bookkeeping.renumbered + r.bookkeeping.references > 0, !r.bookkeeping.shown {
             lines.append(bookkeepingLine(r.bookkeeping))
         }
-        var tail = "compared by \(r.stats.method): \(Format.count(r.stats.leavesDecoded)) leaf pages decoded, \(Format.count(r.stats.leavesSkipped)) skipped as the same"
+        var tail = "compared by \(r.stats.method): \(Format.count(r.stats.leavesDecoded)) leaf pages decoded, \(Format.count(r.stats.leavesSkipped)) skipped as the same (both sides counted)"
         tail += ", \(String(format: "%.2f", r.stats.seconds)) s"
         if let fallback = r.stats.fallback { tail += " (\(fallback))" }
         lines.append(tail)

@@ -290,7 +290,7 @@ public enum StoreDiff {
                 let target = try PointRestore.resolve(repository, at: time, store: options.pointStore, host: options.pointHost, scratch: scratch)
                 let name = target.point.map { "point \($0)" } ?? "snapshot \(target.record.id)"
                 let pages = try RepositoryPages(record: target.record, overlay: target.overlay, repository: repository, what: name)
-                return (pages, SideSummary(name: "\(target.point ?? target.record.id) (\(Timestamp.iso(target.time ?? time)))", kind: "point",
+                return (pages, SideSummary(name: "\(target.point ?? target.record.id) at \(Timestamp.iso(target.time ?? time))", kind: "point",
                                            pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
             }
         }
