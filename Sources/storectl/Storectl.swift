@@ -80,10 +80,48 @@ struct Storectl: ParsableCommand {
             ValidationGate.off = true
             defer { ValidationGate.off = false }
             do { _ = try parseAsRoot() } catch let typo where exitCode(for: typo) == .validationFailure {
+                // A required option mistyped fails decoding ("missing expected argument
+                // '--policy <policy>'") before ArgumentParser looks for unknown options: looked
+                // for here (`purge --polcy FILE`, found by a helper).
+                if let unknown = unknownOption(Array(CommandLine.arguments.dropFirst())) { throw unknown }
                 throw typo
             } catch {}
             throw first
         }
+    }
+
+    /// The first `--name` the command named by `arguments` does not know (its help lists every
+    /// option it takes), as ArgumentParser says it, with the nearest known one; nil when none.
+    static func unknownOption(_ arguments: [String]) -> StoreOpsError? {
+        var command: any ParsableCommand.Type = Storectl.self
+        var words = arguments[...]
+        while let word = words.first, !word.hasPrefix("-") {
+            guard let next = command.configuration.subcommands.first(where: { $0._commandName == word || $0.configuration.aliases.contains(word) }) else { break }
+            command = next
+            words = words.dropFirst()
+        }
+        if let fallback = command.configuration.defaultSubcommand { command = fallback }
+        let help = helpMessage(for: command, columns: 10_000)
+        guard let pattern = try? Regex("--[a-z0-9][a-z0-9-]*") else { return nil }
+        var known = Set(help.matches(of: pattern).map { String(help[$0.range]) })
+        known.formUnion(["--help", "--version"])
+        for word in words {
+            if word == "--" { break }
+            guard word.hasPrefix("--"), word.count > 2 else { continue }
+            let name = String(word.split(separator: "=", maxSplits: 1).first ?? "")
+            guard !known.contains(name) else { continue }
+            var nearest: (name: String, distance: Int)?
+            for option in known.sorted() {
+                let distance = RepositoryLocation.editDistance(option, name)
+                if distance < (nearest?.distance ?? Int.max) { nearest = (option, distance) }
+            }
+            var message = "unknown option '\(name)'"
+            if let nearest, nearest.distance <= 3 { message += ". Did you mean '\(nearest.name)'?" }
+            let usage = usageString(for: command)
+            let commandName = usage.split(separator: " ").prefix { w in !w.hasPrefix("<") && !w.hasPrefix("[") && !w.hasPrefix("-") }.joined(separator: " ")
+            return StoreOpsError(.usage, message + "\n  usage: \(usage)", hint: "see `\(commandName) --help`")
+        }
+        return nil
     }
 
     /// A mistyped subcommand, named as one. ArgumentParser said `unexpected argument 'lst'` for

@@ -114,6 +114,9 @@ struct BadInputTests {
             (["replicate", "stats", "--repo", "/nonexistent"], 64, "did you mean `storectl replicate status`?"),
             (["snapshot", "lst", "--repo", "/nonexistent"], 64, "`storectl snapshot` has no subcommand 'lst': did you mean `storectl snapshot list`?"),
             (["bakup", "Tasks.sqlite"], 64, "did you mean `storectl backup`?"),
+            // A required option mistyped: ArgumentParser said "missing expected argument '--policy <policy>'".
+            (["purge", "--polcy", "tasks.toml"], 64, "unknown option '--polcy'. Did you mean '--policy'?"),
+            (["migrate", "Tasks.sqlite", "--migration", "migrations", "--repo", "snaps"], 64, "unknown option '--migration'. Did you mean '--migrations'?"),
             (["diff", "--repo", "/nonexistent", "--store", "a.sqlite", "--at", "-1m", "--store", "b.sqlite", "--at", "-2m"], 64, "--store given 2 times (a.sqlite, b.sqlite)"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "10s", "--to", "x.sqlite"], 64, "a time before now is written -10s"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-10", "--to", "x.sqlite"], 64, "has no unit (write e.g. -10s"),
@@ -130,6 +133,21 @@ struct BadInputTests {
         let result = try ChildProcess.run(Binaries.storectl, given, environment: ["STORECTL_PASSWORD_FILE": "/nonexistent-pw"], currentDirectory: folder.path)
         #expect(result.status == status, "\(given): \(result.status) \(result.stderr)")
         #expect(result.stderr.contains(message), "\(given): \(result.stderr)")
+    }
+
+    @Test("a scheduled run of a policy that names no password, with none in the environment and no terminal: 64 saying what the policy lacks, not only that there is no terminal")
+    func scheduledRunWithoutPassword() throws {
+        let folder = try TempFolder()
+        _ = try store(folder)
+        let password = try folder.passwordFile()
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", folder.file("snaps")], environment: ["STORECTL_PASSWORD_FILE": password]).status == 0)
+        let policy = folder.file("p.toml")
+        try Data("[store]\npath = \"Tasks.sqlite\"\n\n[snapshot]\nrepository = \"snaps\"\n".utf8).write(to: URL(fileURLWithPath: policy))
+        // setsid: no controlling terminal, as under cron or systemd (and no prompt if the tests have one).
+        let run = try ChildProcess.run("/usr/bin/setsid", ["--wait", Binaries.storectl, "run", "snapshot", "--policy", policy],
+                                       environment: ["STORECTL_PASSWORD_FILE": "", "STORECTL_PASSWORD_COMMAND": ""])
+        #expect(run.status == 64, "\(run.status) \(run.stderr)")
+        #expect(run.stderr.contains("the policy names no password_file or password_command under [snapshot]"), "\(run.stderr)")
     }
 
     @Test("schedule show --count outside 1...1000 is refused at once (64)", arguments: ["0", "-1", "99999999"])

@@ -53,7 +53,15 @@ public struct Policy: Sendable {
         public var passwordSource: PasswordSource?
 
         /// The password source scheduled and manual runs of this policy use.
-        public var password: PasswordSource { passwordSource ?? .resolve(file: nil) }
+        /// With none named anywhere and no terminal (cron, systemd), the failure names the policy's
+        /// fix, not only "there is no terminal to ask on" (what cron mailed; found by a helper).
+        public var password: PasswordSource {
+            if let passwordSource { return passwordSource }
+            let resolved = PasswordSource.resolve(file: nil)
+            guard case .prompt = resolved, !PasswordSource.terminalAvailable else { return resolved }
+            return .unavailable("the policy names no password_file or password_command under [snapshot], STORECTL_PASSWORD_FILE and "
+                                + "STORECTL_PASSWORD_COMMAND are not set, and there is no terminal to ask on")
+        }
     }
 
     public struct ScheduleSection: Sendable {

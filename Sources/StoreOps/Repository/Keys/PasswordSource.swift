@@ -157,6 +157,14 @@ public enum PasswordSource: Sendable, Hashable {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// Whether a prompt could ask (this process has a controlling terminal).
+    public static var terminalAvailable: Bool {
+        let fd = open("/dev/tty", O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        close(fd)
+        return true
+    }
+
     /// Asks on /dev/tty with echo off.
     static func prompt(_ question: String, confirm: Bool) throws -> String {
         let fd = open("/dev/tty", O_RDWR | O_CLOEXEC)
