@@ -46,6 +46,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
         }
         if let check = report.snapshotCheck { lines.append("  \(check)") }
         if let note = report.dryRunNote { lines.append("  note: \(note)") }
+        for reason in report.wouldStop { lines.append("  NOW A RUN WOULD NOT GO: \(reason)") }
         for breaker in report.tripped { lines.append("  REFUSED by the circuit breaker: \(breaker); nothing was deleted") }
         for rule in report.rules {
             let cutoff = rule.cutoff.map { ", deleted before \(Timestamp.iso($0))" } ?? ""

@@ -72,6 +72,10 @@ public enum Purge {
         public var snapshotCheck: String?
         /// In a dry run: why its counts may differ from the run's (nil: it ran the purge on a copy).
         public var dryRunNote: String?
+        /// In a dry run: what would stop the real run if it started now (an engaged kill switch,
+        /// another job holding the store's lock). The dry run takes no lock and changes nothing,
+        /// so neither stops it; it said "ok" where the run would end 1 or 75 (found by a helper).
+        public var wouldStop: [String] = []
         public var rules: [RuleReport] = []
         /// Circuit breakers that refused the run (nothing was deleted).
         public var tripped: [String] = []
@@ -109,10 +113,14 @@ public enum Purge {
         }
         do {
             if options.dryRun, !options.inScratchCopy {
-                if let report = try dryRunOnCopy(policy, store: store, options: options, progress: progress) { return report }
+                if var report = try dryRunOnCopy(policy, store: store, options: options, progress: progress) {
+                    report.wouldStop = wouldStop(store, killSwitch: options.killSwitch)
+                    return report
+                }
                 var report = try run(policy, store: store, options: options, progress: progress)
                 report.dryRunNote = "no room for a scratch copy in \(FileSystem.absolute(NSTemporaryDirectory())) (TMPDIR): each rule was counted "
                     + "against the store as it is, so a rule after another may count rows that one deletes first"
+                report.wouldStop = wouldStop(store, killSwitch: options.killSwitch)
                 return report
             }
             return try run(policy, store: store, options: options, progress: progress)
@@ -130,6 +138,18 @@ public enum Purge {
             }
             throw error
         }
+    }
+
+    /// What would stop a real run of this purge now (see `Report.wouldStop`).
+    static func wouldStop(_ store: StoreFile, killSwitch extra: String?) -> [String] {
+        var found: [String] = []
+        if let engaged = KillSwitch(store: store, extra: extra).engaged {
+            found.append("the kill switch \(engaged) is engaged: the run would stop before its first batch (`storectl killswitch release \(store.path)` lets it go on)")
+        }
+        if let holder = JobLock.currentHolder(path: store.jobLockPath) {
+            found.append("another job (\(holder.job), pid \(holder.pid)) holds the store's job lock: the run would be skipped (75) until it ends")
+        }
+        return found
     }
 
     /// The dry run: the purge itself, run on a scratch copy of the store in the temp folder (the
