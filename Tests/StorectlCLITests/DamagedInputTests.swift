@@ -122,8 +122,16 @@ struct DamagedInputTests {
         let result = try ChildProcess.run(Binaries.storectl, ["migrate", store, "--migrations", migrations, "--repo", repo, "--dry-run"],
                                           environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
         #expect(result.status == 2, "\(result.stdout) \(result.stderr)")
-        #expect(result.stdout.contains("plan for ") && result.stdout.contains("0002_broken") && result.stdout.contains("FAILS ON A COPY: 0002_broken: "),
-                "\(result.stdout)")
+        // The file and statement that failed, named once.
+        #expect(result.stdout.contains("plan for ") && result.stdout.contains("FAILS ON A COPY: 0002_broken.sql statement 1 of 1 (`INSERT INTO no_such_table VALUES (1);`): ")
+                && result.stdout.contains("no such table: no_such_table") && !result.stdout.contains("0002_broken: 0002_broken"), "\(result.stdout)")
+        // A failure in the checks file is named as one.
+        try Data("SELEC 1;".utf8).write(to: URL(fileURLWithPath: migrations + "/0001_label.verify.sql"))
+        try FileManager.default.removeItem(atPath: migrations + "/0002_broken.sql")
+        let checks = try ChildProcess.run(Binaries.storectl, ["migrate", store, "--migrations", migrations, "--repo", repo, "--dry-run"],
+                                          environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
+        #expect(checks.status == 2 && checks.stdout.contains("FAILS ON A COPY: 0001_label.verify.sql check 1 of 1 (`SELEC 1;`): ") && checks.stdout.contains("syntax error"),
+                "\(checks.stdout) \(checks.stderr)")
         #expect(try StoreState.digest(store) == before)
     }
 

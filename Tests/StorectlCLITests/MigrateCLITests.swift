@@ -67,7 +67,7 @@ struct MigrateCLITests {
         for options in [[], ["--rollback-on-failure"]] {
             let first = try fixture.migrate(options)
             #expect(first.status == 1, "\(options): \(first.stdout)")
-            #expect(first.stdout.contains("FAILED: 0004_bad: ") && first.stdout.contains("nothing was committed") && !first.stdout.contains("storectl rollback"),
+            #expect(first.stdout.contains("FAILED: 0004_bad.sql statement 1 of 1 (`INSERT INTO nowhere VALUES (1);`): ") && first.stdout.contains("nothing was committed") && !first.stdout.contains("storectl rollback"),
                     "\(first.stdout)")
             #expect(try storeDigest(fixture.store) == before)
             let status = try storectl("migrate", "status", fixture.store, "--migrations", fixture.migrations)
@@ -78,7 +78,7 @@ struct MigrateCLITests {
         try Data("UPDATE ZCATEGORY SET ZNAME = ZNAME;".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_touch.sql"))
         let stopped = try fixture.migrate()
         #expect(stopped.status == 1)
-        #expect(stopped.stdout.contains("FAILED: 0005_bad: ") && stopped.stdout.contains("storectl rollback \(fixture.store) --repo "))
+        #expect(stopped.stdout.contains("FAILED: 0005_bad.sql statement 1 of 1") && stopped.stdout.contains("storectl rollback \(fixture.store) --repo "))
         // 0004 is applied now; 0006 commits, then 0007 fails.
         try Data("UPDATE ZCATEGORY SET ZCOLOR = ZCOLOR;".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0006_touch.sql"))
         try FileManager.default.moveItem(atPath: fixture.migrations + "/0005_bad.sql", toPath: fixture.migrations + "/0007_bad.sql")

@@ -343,8 +343,10 @@ public enum Migrate {
                 // not be written or a signal is the run's own failure.
                 try? queue.close()
                 let name = current.map { String(format: "%04d_%@", $0.version, $0.name) } ?? "?"
-                report.rehearsalFailure = "\(name): \(error.message)"
-                report.failure = "the rehearsal on a copy failed at \(name): \(error.message)"
+                // The message names the migration already when it comes from it ("0002_bad.sql statement 2 …").
+                let message = error.message.hasPrefix(name) ? error.message : "\(name): \(error.message)"
+                report.rehearsalFailure = message
+                report.failure = "the rehearsal on a copy failed: \(message)"
                 report.failureHint = error.hint
                 // The run ends 2 (what a check that found a problem ends with), the plan printed.
                 report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: error.hint))
@@ -744,7 +746,12 @@ public enum Migrate {
                 if migration.noTransaction { try pipeline.checkpoint() }
                 pipeline.step(ProgressUpdate(phase: "apply \(label)", done: UInt64(index), total: UInt64(migration.statements.count),
                                              unit: .statements, bytes: 0, startedAt: started))
-                if let recorder { try recorder.execute(statement, in: db) } else { try db.execute(sql: statement) }
+                do {
+                    if let recorder { try recorder.execute(statement, in: db) } else { try db.execute(sql: statement) }
+                } catch let error as DatabaseError {
+                    // Which file and statement (a migration of forty statements said only `near "UPDAT"`; found by a helper).
+                    throw StoreOpsError.sqlite(error, doing: "\(label).sql statement \(index + 1) of \(migration.statements.count) (`\(Self.opening(of: statement))`)", side: .output)
+                }
             }
             if let recorder, let code = migration.didMigrate { try recorder.run(code, in: db) } else { try migration.didMigrate?(db) }
             pipeline.note("\(label): foreign_key_check, checks, counts")
@@ -753,7 +760,11 @@ public enum Migrate {
                 throw StoreOpsError(.badData, "\(label) leaves \(violations.count) row(s) whose foreign keys point nowhere: \(violations.samples.prefix(3).joined(separator: ", "))")
             }
             for (index, check) in migration.checks.enumerated() {
-                let rows = try Row.fetchAll(db, sql: check)
+                let rows: [Row]
+                do { rows = try Row.fetchAll(db, sql: check) } catch let error as DatabaseError {
+                    // A failure in the checks file, not the migration (it said `0002_v: near "SELEC"`).
+                    throw StoreOpsError.sqlite(error, doing: "\(label).verify.sql check \(index + 1) of \(migration.checks.count) (`\(Self.opening(of: check))`)", side: .output)
+                }
                 let value: DatabaseValue? = rows.first.flatMap { $0.databaseValues.first }
                 let passed = rows.count == 1 && (value.flatMap { Bool.fromDatabaseValue($0) } ?? false)
                 guard passed else {
@@ -781,6 +792,12 @@ public enum Migrate {
             if let own = error as? StoreOpsError { throw StoreOpsError(own.kind, own.message.hasPrefix(label) ? own.message : "\(label): \(own.message)", hint: own.hint) }
             throw StoreOpsError.sqlite(error, doing: label, side: .output)
         }
+    }
+
+    /// A statement's first words, whitespace collapsed, for a message naming it.
+    static func opening(of statement: String) -> String {
+        let words = statement.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        return words.count > 60 ? String(words.prefix(60)) + "…" : words
     }
 
     /// Restores the snapshot in place, as a stage of migrate's road (which holds the store's lock
