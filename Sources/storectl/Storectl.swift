@@ -101,10 +101,11 @@ struct Storectl: ParsableCommand {
             words = words.dropFirst()
         }
         if let fallback = command.configuration.defaultSubcommand { command = fallback }
-        let help = helpMessage(for: command, columns: 10_000)
+        // Hidden options too (`repo init --format`): a usage error beside one named it "unknown" (found by a reviewing helper).
+        let help = helpMessage(for: command, includeHidden: true, columns: 10_000)
         guard let pattern = try? Regex("--[a-z0-9][a-z0-9-]*") else { return nil }
         var known = Set(help.matches(of: pattern).map { String(help[$0.range]) })
-        known.formUnion(["--help", "--version"])
+        known.formUnion(["--help", "--version", "--generate-completion-script", "--experimental-dump-help"])
         for word in words {
             if word == "--" { break }
             guard word.hasPrefix("--"), word.count > 2 else { continue }

@@ -693,15 +693,19 @@ struct ReplicateTests {
         #expect(ended.stderr.contains("never followed \(store)") && ended.stderr.contains("cannot be read") && !ended.stderr.contains("never followed \(second)"), "\(ended.stderr)")
         #expect(ended.stderr.components(separatedBy: "it is not followed until they are").count == 2, "said once, not at every try: \(ended.stderr)")
         let first = try stores(ended)
-        #expect(first[second]?.bases.count == 1 && (first[second]?.points ?? 0) >= 1 && first[second]?.notFollowed == nil, "\(ended.stdout)")
+        // (Its commit may be read by its base or after it, as the machine's load decides: the base is what says it was followed.)
+        #expect(first[second]?.bases.count == 1 && first[second]?.notFollowed == nil, "\(ended.stdout)")
         #expect(first[store]?.notFollowed?.contains("cannot be read") == true && first[store]?.bases.isEmpty == true && first[store]?.resumed == false && (first[store]?.keptSent ?? 0) == 0, "\(ended.stdout)")
         #expect(FileSystem.kind(of: keptFile) == .directory, "the kept segment is left as it is")
 
         // Readable again while a run goes on: it writes the kept points first, then follows the store.
         let later = try ChildProcess.Running(Binaries.storectl, both + ["--for", "5s"], environment: environment)
         usleep(1_200_000)
-        try FileManager.default.removeItem(atPath: keptFile)
-        #expect(FileManager.default.createFile(atPath: keptFile, contents: saved))
+        // Put back by two renames (a retry reading between a removal and a create would find
+        // nothing there, skip it, and drop the next segment as not continuing its chain).
+        let staged = folder.file("staged-segment")
+        #expect(FileManager.default.createFile(atPath: staged, contents: saved))
+        #expect(rename(keptFile, folder.file("unreadable-aside")) == 0 && rename(staged, keptFile) == 0)
         deadline = Date().addingTimeInterval(4)
         while FileSystem.kind(of: keptFile) != .missing, Date() < deadline { usleep(50_000) }
         try title(app, "after")

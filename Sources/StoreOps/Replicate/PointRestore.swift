@@ -249,7 +249,8 @@ public enum PointRestore {
             let first = chains.first.map { " (the first is at \(Timestamp.iso(date($0.baseTime))))" } ?? ""
             // The store named (a user trying two sides' times could not tell which store this was).
             let named = store.map { FileSystem.absolute($0) } ?? inPlace.map { FileSystem.absolute($0) }
-            let label = named ?? StorePoints.names(in: repository).first ?? "this store"
+            let stores = named == nil ? StorePoints.names(in: repository) : []
+            let label = named ?? (stores.count == 1 ? stores[0] : "this store")
             throw StoreOpsError(.noInput, "no point of \(label) at or before \(when)\(first)",
                                 hint: "`storectl snapshot list --repo \(repository.location)` shows the points")
         }

@@ -549,7 +549,12 @@ public enum Replicate {
             merges.sync {}
             let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil || !$0.parked.isEmpty }
             if unwritten.isEmpty {
-                if stoppedBy != "duration" { say("stopped by \(stoppedBy); every commit seen was written") }
+                // A store still waiting for its kept points was not followed: nothing of it was "seen".
+                let waiting = replicas.filter { $0.outboxStart != nil }.map(\.store.path)
+                if stoppedBy != "duration" {
+                    say("stopped by \(stoppedBy); every commit seen was written"
+                        + (waiting.isEmpty ? "" : "; NOT followed (the points an earlier run kept could not be written first): " + waiting.joined(separator: ", ")))
+                }
             } else {
                 for replica in unwritten {
                     let why = replica.summary.lastError ?? "the repository could not be written"
@@ -1230,20 +1235,24 @@ public enum Replicate {
                 let failure = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
                 let tries = (replica.outboxStart?.tries ?? 0) + 1
                 let pause = min(30, 0.5 * Double(1 << min(6, tries)))
-                if replica.outboxStart?.cause != failure.message {
+                // The cause without the names that change at every try (a lock object's random id
+                // in "writing …/locks/9f3a…: no space left"): said once while it is the same.
+                let cause = "\(failure.kind): " + failure.message.replacing(/[0-9a-f]{8,}/, with: "#")
+                if replica.outboxStart?.cause != cause {
                     let text = "\(replica.store.path): \(failure.message); it is not followed until they are (tried again, backing off up to 30 s)"
                         + (replicas.count > 1 ? "; the other stores are followed" : "")
                     if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
                 }
-                replica.outboxStart = (failure.message, tries)
+                replica.outboxStart = (cause, tries)
                 replica.summary.notFollowed = "\(failure.message) (they stay there and go out first once the repository takes them)"
                 replica.summary.notFollowedStatus = failure.status.rawValue
                 replica.retryAfter = Date().addingTimeInterval(pause)
                 return
             }
             if let failed = replica.outboxStart {
-                Replicate.logger.notice("the points an earlier run kept were written after \(Format.plural(failed.tries, "failed try", "failed tries")); following the store",
-                                        metadata: ["store": "\(replica.store.path)"])
+                // At the level its failure was said (a journal at the default level showed "not followed" and never its end).
+                let text = "\(replica.store.path): the points an earlier run kept were written after \(Format.plural(failed.tries, "failed try", "failed tries")); the store is followed"
+                if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
                 replica.outboxStart = nil
                 replica.summary.notFollowed = nil
                 replica.summary.notFollowedStatus = nil
@@ -1270,56 +1279,68 @@ public enum Replicate {
             for chain in timeline.chains(of: replica.key) { next[chain.id] = chain.points }
             var sent = 0, points = 0
             var dropped: [String] = []
-            for item in kept {
-                let sealed: Data
-                do { sealed = try outbox.read(item.path) } catch {
-                    guard FileSystem.kind(of: item.path) == .missing else {
-                        throw StoreOpsError(.ioError, "the points an earlier run kept in \(item.path) cannot be read (\((error as? StoreOpsError)?.message ?? "\(error)"))")
+            /// What went out and what was dropped, said (also before a failure stops the rest:
+            /// the segments written and removed before it are not said again by the next try).
+            func announce() {
+                if points > 0 {
+                    replica.summary.keptSent = (replica.summary.keptSent ?? 0) + points
+                    say("\(replica.store.path): \(Format.plural(points, "point", "points")) an earlier run kept while the repository did not take them written (\(Format.plural(sent, "segment", "segments")))")
+                    (points, sent) = (0, 0)
+                }
+                if !dropped.isEmpty {
+                    let text = "\(replica.store.path): \(Format.plural(dropped.count, "kept segment does", "kept segments do")) not continue \(dropped.count == 1 ? "its" : "their") chain in \(repository.location) "
+                        + "(the chain was pruned, or followed on by a run that did not see \(outbox.folder)) and \(dropped.count == 1 ? "was" : "were") removed: \(dropped.joined(separator: ", "))"
+                    if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
+                    dropped = []
+                }
+            }
+            do {
+                for item in kept {
+                    let sealed: Data
+                    do { sealed = try outbox.read(item.path) } catch {
+                        guard FileSystem.kind(of: item.path) == .missing else {
+                            throw StoreOpsError(.ioError, "the points an earlier run kept in \(item.path) cannot be read (\((error as? StoreOpsError)?.message ?? "\(error)"))")
+                        }
+                        continue
                     }
-                    continue
-                }
-                if let expected = next[item.name.chain], expected > item.name.to {
-                    // The chain holds these points already: written by the run that kept them (it
-                    // was stopped before it removed the file), and maybe merged since.
+                    if let expected = next[item.name.chain], expected > item.name.to {
+                        // The chain holds these points already: written by the run that kept them (it
+                        // was stopped before it removed the file), and maybe merged since.
+                        try outbox.remove(item.path)
+                        continue
+                    }
+                    guard next[item.name.chain] == item.name.from,
+                          (try? PointSegment.openAll(sealed, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil else {
+                        dropped.append(FileSystem.name(of: item.path))
+                        try outbox.remove(item.path)
+                        continue
+                    }
+                    do {
+                        let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                        defer { hold.release() }
+                        try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
+                    } catch {
+                        let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
+                        let left = kept.count - (kept.firstIndex { $0.path == item.path } ?? 0)
+                        throw StoreOpsError(cause.kind, "\(Format.plural(left, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
+                                            + "could not be written to \(repository.location): \(cause.message)")
+                    }
                     try outbox.remove(item.path)
-                    continue
+                    next[item.name.chain] = item.name.to + 1
+                    sent += 1
+                    points += item.name.to - item.name.from + 1
+                    replica.summary.uploadedBytes += UInt64(sealed.count)
+                    replica.summary.requests += 1
+                    replica.summary.points += item.name.to - item.name.from + 1
+                    replica.summary.segments += 1
+                    replica.summary.lastDurable = Date(timeIntervalSince1970: Double(item.name.lastTime) / 1000)
                 }
-                guard next[item.name.chain] == item.name.from,
-                      (try? PointSegment.openAll(sealed, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil else {
-                    dropped.append(FileSystem.name(of: item.path))
-                    try outbox.remove(item.path)
-                    continue
-                }
-                do {
-                    let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
-                    defer { hold.release() }
-                    try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
-                } catch {
-                    let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
-                    let left = kept.count - (kept.firstIndex { $0.path == item.path } ?? 0)
-                    throw StoreOpsError(cause.kind, "\(Format.plural(left, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
-                                        + "could not be written to \(repository.location): \(cause.message)")
-                }
-                try outbox.remove(item.path)
-                next[item.name.chain] = item.name.to + 1
-                sent += 1
-                points += item.name.to - item.name.from + 1
-                replica.summary.uploadedBytes += UInt64(sealed.count)
-                replica.summary.requests += 1
-                replica.summary.points += item.name.to - item.name.from + 1
-                replica.summary.segments += 1
-                replica.summary.lastDurable = Date(timeIntervalSince1970: Double(item.name.lastTime) / 1000)
+            } catch {
+                announce()
+                throw error
             }
             outbox.removeIfEmpty()
-            if points > 0 {
-                replica.summary.keptSent = points
-                say("\(replica.store.path): \(Format.plural(points, "point", "points")) an earlier run kept while the repository did not take them written (\(Format.plural(sent, "segment", "segments")))")
-            }
-            if !dropped.isEmpty {
-                let text = "\(replica.store.path): \(Format.plural(dropped.count, "kept segment does", "kept segments do")) not continue \(dropped.count == 1 ? "its" : "their") chain in \(repository.location) "
-                    + "(the chain was pruned, or followed on by a run that did not see \(outbox.folder)) and \(dropped.count == 1 ? "was" : "were") removed: \(dropped.joined(separator: ", "))"
-                if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
-            }
+            announce()
         }
 
         /// A durable level-0 segment, held for the chain's next merge. A merge's members are
