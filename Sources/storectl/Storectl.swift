@@ -96,7 +96,7 @@ struct Storectl: ParsableCommand {
         var command: any ParsableCommand.Type = Storectl.self
         var words = arguments[...]
         while let word = words.first, !word.hasPrefix("-") {
-            guard let next = command.configuration.subcommands.first(where: { $0._commandName == word || $0.configuration.aliases.contains(word) }) else { break }
+            guard let next = subcommand(word, of: command) else { break }
             command = next
             words = words.dropFirst()
         }
@@ -119,10 +119,19 @@ struct Storectl: ParsableCommand {
             var message = "unknown option '\(name)'"
             if let nearest, nearest.distance <= 3 { message += ". Did you mean '\(nearest.name)'?" }
             let usage = usageString(for: command)
-            let commandName = usage.split(separator: " ").prefix { w in !w.hasPrefix("<") && !w.hasPrefix("[") && !w.hasPrefix("-") }.joined(separator: " ")
-            return StoreOpsError(.usage, message + "\n  usage: \(usage)", hint: "see `\(commandName) --help`")
+            return StoreOpsError(.usage, message + "\n  usage: \(usage)", hint: "see `\(commandName(ofUsage: usage)) --help`")
         }
         return nil
+    }
+
+    /// The subcommand of `command` that `word` names (its name or an alias).
+    static func subcommand(_ word: String, of command: any ParsableCommand.Type) -> (any ParsableCommand.Type)? {
+        command.configuration.subcommands.first { $0._commandName == word || $0.configuration.aliases.contains(word) }
+    }
+
+    /// The command a usage line is for: its words before the first argument or option.
+    static func commandName(ofUsage usage: String) -> String {
+        usage.split(separator: " ").prefix { word in !word.hasPrefix("<") && !word.hasPrefix("[") && !word.hasPrefix("-") }.joined(separator: " ")
     }
 
     /// A mistyped subcommand, named as one. ArgumentParser said `unexpected argument 'lst'` for
@@ -138,7 +147,7 @@ struct Storectl: ParsableCommand {
         for word in arguments {
             let subcommands = command.configuration.subcommands
             guard !word.hasPrefix("-"), word != "help", !subcommands.isEmpty else { return }
-            if let next = subcommands.first(where: { $0._commandName == word || $0.configuration.aliases.contains(word) }) {
+            if let next = subcommand(word, of: command) {
                 command = next
                 path.append(word)
                 continue
@@ -215,9 +224,7 @@ extension Storectl {
         // ArgumentParser names in its own message (a parse error).
         let usage = command.map { usageString(for: type(of: $0)) }
             ?? fullMessage(for: error).components(separatedBy: "\n").first { $0.hasPrefix("Usage: ") }.map { String($0.dropFirst("Usage: ".count)) }
-        let name = usage.map { text in
-            text.split(separator: " ").prefix { word in !word.hasPrefix("<") && !word.hasPrefix("[") && !word.hasPrefix("-") }.joined(separator: " ")
-        } ?? "storectl"
+        let name = usage.map(commandName(ofUsage:)) ?? "storectl"
         if let usage { message += "\n  usage: \(usage)" }
         return StoreOpsError(.usage, message, hint: "see `\(name) --help`")
     }

@@ -113,13 +113,14 @@ public enum Purge {
         }
         do {
             if options.dryRun, !options.inScratchCopy {
-                if var report = try dryRunOnCopy(policy, store: store, options: options, progress: progress) {
-                    report.wouldStop = wouldStop(store, killSwitch: options.killSwitch)
-                    return report
+                var report: Report
+                if let onCopy = try dryRunOnCopy(policy, store: store, options: options, progress: progress) {
+                    report = onCopy
+                } else {
+                    report = try run(policy, store: store, options: options, progress: progress)
+                    report.dryRunNote = "no room for a scratch copy in \(FileSystem.absolute(NSTemporaryDirectory())) (TMPDIR): each rule was counted "
+                        + "against the store as it is, so a rule after another may count rows that one deletes first"
                 }
-                var report = try run(policy, store: store, options: options, progress: progress)
-                report.dryRunNote = "no room for a scratch copy in \(FileSystem.absolute(NSTemporaryDirectory())) (TMPDIR): each rule was counted "
-                    + "against the store as it is, so a rule after another may count rows that one deletes first"
                 report.wouldStop = wouldStop(store, killSwitch: options.killSwitch)
                 return report
             }
