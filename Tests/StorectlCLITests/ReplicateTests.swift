@@ -641,6 +641,28 @@ struct ReplicateTests {
         try app.close()
     }
 
+    /// A follower of `store` that keeps points in `spool`'s outbox while the repository's disk
+    /// (on `mount`) is full, stopped (74); the disk then has room again. How many points it kept.
+    func keepPoints(store: String, app: DatabaseQueue, repo: String, mount: TempMount, spool: String) throws -> Int {
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--sync-interval", "200ms",
+                                                                    "--heartbeat", "0", "--merge-interval", "0", "--spool", spool],
+                                                environment: ["STORECTL_REPLICATE_DRAIN_SECONDS": "3"])
+        let deadline = Date().addingTimeInterval(30)
+        while (try? StorePoints.list(repository: repo))?.isEmpty != false, Date() < deadline { usleep(50_000) }
+        _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(mount.file("filler"))' 2>/dev/null"])
+        for k in 1...2 {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ?, ZBODY = hex(randomblob(3000)) WHERE Z_PK = 1", arguments: ["kept-\(k)"]) }
+            usleep(400_000)
+        }
+        usleep(600_000)
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.status == 74 && stopped.stderr.contains("kept in"), "\(stopped.status) \(stopped.stderr)")
+        try FileManager.default.removeItem(atPath: mount.file("filler"))
+        // How many it kept (a first one may have fitted on the disk before it was full).
+        return try #require(stopped.stderr.firstMatch(of: /(\d+) points? not written to/).flatMap { Int($0.1) }, "\(stopped.stderr)")
+    }
+
     @Test("two stores, one with points an earlier run kept that cannot be written at the start (its kept file cannot be read): the other store is followed meanwhile, the first is not (said once); a run that ends so ends 74 naming it, the kept file left; once it can be read, the same run writes the kept points first and follows the store, and they restore",
           .enabled(if: TempMount.isAvailable))
     func keptPointsBlockOneStoreOnly() throws {
@@ -653,24 +675,11 @@ struct ReplicateTests {
         let spool = folder.file("spool")
         try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
         let environment = ["STORECTL_REPLICATE_DRAIN_SECONDS": "3"]
-        // The first store's follower keeps points while the repository's disk is full, and is stopped.
-        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--sync-interval", "200ms",
-                                                                    "--heartbeat", "0", "--merge-interval", "0", "--spool", spool], environment: environment)
         let app = try DatabaseQueue(path: store), secondApp = try DatabaseQueue(path: second)
         func title(_ queue: DatabaseQueue, _ text: String) throws {
             try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ?, ZBODY = hex(randomblob(3000)) WHERE Z_PK = 1", arguments: [text]) }
         }
-        var deadline = Date().addingTimeInterval(30)
-        while (try? StorePoints.list(repository: repo))?.isEmpty != false, Date() < deadline { usleep(50_000) }
-        _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(mount.file("filler"))' 2>/dev/null"])
-        for k in 1...2 { try title(app, "kept-\(k)"); usleep(400_000) }
-        usleep(600_000)
-        follower.signal(SIGTERM)
-        let stopped = follower.wait()
-        #expect(stopped.status == 74 && stopped.stderr.contains("kept in"), "\(stopped.status) \(stopped.stderr)")
-        // How many it kept (a first one may have fitted on the disk before it was full).
-        let keptPoints = try #require(stopped.stderr.firstMatch(of: /(\d+) points? not written to/).flatMap { Int($0.1) }, "\(stopped.stderr)")
-        try FileManager.default.removeItem(atPath: mount.file("filler"))
+        let keptPoints = try keepPoints(store: store, app: app, repo: repo, mount: mount, spool: spool)
         let kept = ((try? FileManager.default.subpathsOfDirectory(atPath: spool)) ?? []).filter { $0.split(separator: "/").count == 2 && !$0.contains("/.") }.sorted()
         // The oldest (the files sort by chain, then point; it goes out first) cannot be read: a
         // folder where the file was (read(2) fails whoever runs the tests).
@@ -706,7 +715,7 @@ struct ReplicateTests {
         let staged = folder.file("staged-segment")
         #expect(FileManager.default.createFile(atPath: staged, contents: saved))
         #expect(rename(keptFile, folder.file("unreadable-aside")) == 0 && rename(staged, keptFile) == 0)
-        deadline = Date().addingTimeInterval(4)
+        let deadline = Date().addingTimeInterval(4)
         while FileSystem.kind(of: keptFile) != .missing, Date() < deadline { usleep(50_000) }
         try title(app, "after")
         let done = later.wait()
@@ -726,6 +735,76 @@ struct ReplicateTests {
                                                                "--at", Timestamp.iso(Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000))])
         #expect(restore.status == 0, "\(restore.stderr)")
         #expect(try read(restored) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "after")
+        try app.close()
+        try secondApp.close()
+    }
+
+    @Test("two stores, one with points an earlier run kept that take long to go out (a test pause of 2.5 s before each): the other store is taken up and followed at once, its commit durable while the kept points still go out (they went out on the main loop, before the next store's start, and held every store unread meanwhile); then the first store is followed, and both restore",
+          .enabled(if: TempMount.isAvailable))
+    func keptBacklogBesideOtherStores() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let other = try TempFolder("storectl-replicate")
+        let store = try makeStore(folder, items: 300), second = try makeStore(other, items: 300)
+        let mount = try #require(TempMount(kilobytes: 4096))
+        let repo = mount.file("repo")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
+        let spool = folder.file("spool")
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+        let app = try DatabaseQueue(path: store), secondApp = try DatabaseQueue(path: second)
+        let keptPoints = try keepPoints(store: store, app: app, repo: repo, mount: mount, spool: spool)
+        func keptFiles() -> [String] {
+            ((try? FileManager.default.subpathsOfDirectory(atPath: spool)) ?? []).filter { $0.split(separator: "/").count == 2 && !$0.contains("/.") }
+        }
+        let keptBefore = keptFiles().count
+        #expect(keptBefore > 0)
+        // Stopped while the backlog goes out: the rest stays kept, no failure, the store not followed.
+        let stopped = try ChildProcess.Running(Binaries.storectl, ["replicate", store, second, "--repo", repo, "--json", "--sync-interval", "200ms",
+                                                                   "--heartbeat", "0", "--merge-interval", "0", "--spool", spool],
+                                               environment: ["STORECTL_REPLICATE_DRAIN_SECONDS": "3", "STORECTL_TEST_OUTBOX_SEND_DELAY_MS": "4000"])
+        usleep(1_000_000)
+        stopped.signal(SIGTERM)
+        let stop = stopped.wait()
+        #expect(stop.status == 0, "\(stop.status) \(stop.stderr)")
+        let atStop = try JSON.decoder().decode(Replicate.Summary.self, from: Data(stop.stdout.utf8)).stores.first { $0.store == store }
+        #expect(atStop?.notFollowed?.contains("the run stopped while the points an earlier run kept were being written") == true && atStop?.notFollowedStatus == 0
+                && (atStop?.keptSent ?? 0) == 0, "\(stop.stdout)")
+        #expect(keptFiles().count == keptBefore, "the kept segments stay for the next run")
+        // The first store is named first: its start used to come before the second's.
+        let run = try ChildProcess.Running(Binaries.storectl, ["replicate", store, second, "--repo", repo, "--json", "--for", "8s", "--sync-interval", "200ms",
+                                                               "--heartbeat", "0", "--merge-interval", "0", "--spool", spool],
+                                           environment: ["STORECTL_REPLICATE_DRAIN_SECONDS": "3", "STORECTL_TEST_OUTBOX_SEND_DELAY_MS": "2500"])
+        let launched = Date()
+        usleep(500_000)
+        try secondApp.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'beside' WHERE Z_PK = 1") }
+        let committed = Date()
+        // The second store's commit is durable while the first's kept points wait to go out.
+        var durableBeside: Date?
+        let deadline = Date().addingTimeInterval(6)
+        while durableBeside == nil, Date() < deadline {
+            let newest = (try? StorePoints.list(repository: repo))?.first { $0.store == second }?.newestPoint
+            if let newest, newest >= committed.addingTimeInterval(-0.001) { durableBeside = Date() } else { usleep(50_000) }
+        }
+        let stillKept = keptFiles().count
+        let ended = run.wait()
+        #expect(ended.status == 0, "\(ended.status) \(ended.stderr)")
+        let durable = try #require(durableBeside, "the second store's commit was not durable within 6 s: \(ended.stderr)")
+        #expect(stillKept > 0, "the second store's commit was durable \(durable.timeIntervalSince(launched)) s in, after the kept points had gone out")
+        #expect(durable.timeIntervalSince(launched) < 2.4, "\(durable.timeIntervalSince(launched)) s")
+        let decoded = try JSON.decoder().decode(Replicate.Summary.self, from: Data(ended.stdout.utf8))
+        let first = try #require(decoded.stores.first { $0.store == store }), beside = try #require(decoded.stores.first { $0.store == second })
+        #expect(first.keptSent == keptPoints && first.notFollowed == nil && first.resumed, "\(ended.stdout)")
+        // (Its base was made by the stopped run: taken up here.)
+        #expect(beside.notFollowed == nil && beside.resumed, "\(ended.stdout)")
+        #expect(keptFiles().isEmpty)
+        // The second store's point restores its commit; the first store's newest restores its last kept point.
+        let points = try StorePoints.list(repository: repo)
+        for (path, title) in [(second, "beside"), (store, "kept-2")] {
+            let newest = try #require(points.first { $0.store == path }?.newestPoint)
+            let restored = folder.file("restored-\(title).sqlite")
+            let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--store", path, "--to", restored, "--at", Timestamp.iso(newest)])
+            #expect(restore.status == 0, "\(restore.stderr)")
+            #expect(try read(restored) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == title)
+        }
         try app.close()
         try secondApp.close()
     }

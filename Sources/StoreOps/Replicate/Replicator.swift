@@ -319,6 +319,10 @@ public enum Replicate {
         /// store is not followed (its next points are numbered after them); the run's other
         /// stores are. Tried again, backing off up to 30 s.
         var outboxStart: (cause: String, tries: Int)?
+        /// Its start (`sendOutbox`) runs on the `starts` thread: the main loop leaves it alone.
+        var starting = false
+        /// The run stopped while its start wrote them (the rest stay kept for the next run).
+        var startStopped = false
         /// The kept segment being written (its sealed bytes, offered to the merge once durable).
         var sendingParked: Data?
         /// The newest point's time in this chain (ms): times never go back within a chain, even
@@ -441,6 +445,14 @@ public enum Replicate {
         /// The merge thread's own compressor (digests are sealed there).
         let mergeZstd: ZstdFrames
         let completed = Mutex<[(Replica, Result<Int, any Error>)]>([])
+        /// Stores' starts that write what an earlier run kept (`start`), and what they did.
+        let starts = DispatchQueue(label: "storectl.replicate.start")
+        let startsDone = Mutex<[(Replica, OutboxSent)]>([])
+        /// The run is stopping (a start's writing of kept segments ends between two).
+        let stopping = Atomic<Bool>(false)
+        /// `STORECTL_TEST_OUTBOX_SEND_DELAY_MS`: a pause before each kept segment a start writes
+        /// (tests: a long backlog going out while the run's other stores are followed).
+        static let outboxSendDelay = ProcessInfo.processInfo.environment["STORECTL_TEST_OUTBOX_SEND_DELAY_MS"].flatMap(UInt32.init).map { $0 * 1000 }
         /// What the merge thread wrote, per store key: merges, digests, bytes, requests.
         let background = Mutex<[String: (merges: Int, digests: Int, milestones: Int, bytes: UInt64, requests: Int)]>([:])
 
@@ -486,6 +498,7 @@ public enum Replicate {
                 if let duration = options.duration, Date().timeIntervalSince(started) >= duration { break }
                 let began = Date()
                 settleUploads()
+                settleStarts()
                 for replica in replicas { step(replica) }
                 // A backlog (the repository answers again) goes out a segment after another, not
                 // one a sync interval.
@@ -519,9 +532,13 @@ public enum Replicate {
             }
             // Drain: what was committed up to now, written; each chain marked stopped. Bounded
             // (systemd's stop timeout is 30 s by default): requests retry until then, no later.
+            stopping.store(true, ordering: .relaxed)
             ProcessSignals.acknowledge()
             ProcessSignals.finishBy = Date().addingTimeInterval(options.drainSeconds)
             defer { ProcessSignals.finishBy = nil }
+            // A start writing kept segments ends after the one it writes (by the drain's time).
+            starts.sync {}
+            settleStarts()
             for replica in replicas {
                 if replica.needsBase == nil {
                     // The stop marker records the database file's state for the next run to
@@ -550,10 +567,10 @@ public enum Replicate {
             let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil || !$0.parked.isEmpty }
             if unwritten.isEmpty {
                 // A store still waiting for its kept points was not followed: nothing of it was "seen".
-                let waiting = replicas.filter { $0.outboxStart != nil }.map(\.store.path)
+                let waiting = replicas.filter { $0.outboxStart != nil || $0.startStopped }.map(\.store.path)
                 if stoppedBy != "duration" {
                     say("stopped by \(stoppedBy); every commit seen was written"
-                        + (waiting.isEmpty ? "" : "; NOT followed (the points an earlier run kept could not be written first): " + waiting.joined(separator: ", ")))
+                        + (waiting.isEmpty ? "" : "; NOT followed (the points an earlier run kept had not all been written yet): " + waiting.joined(separator: ", ")))
                 }
             } else {
                 for replica in unwritten {
@@ -691,7 +708,7 @@ public enum Replicate {
         }
 
         func step(_ replica: Replica) {
-            guard Date() >= replica.retryAfter else { return }
+            guard !replica.starting, Date() >= replica.retryAfter else { return }
             if replica.outboxStart != nil {
                 start(replica)
                 return
@@ -1222,80 +1239,139 @@ public enum Replicate {
         }
 
         /// A store's start: what an earlier run kept goes out first (`sendOutbox`), then the chain
-        /// is taken up (`resume`). When the kept segments cannot be written (the repository's
-        /// disk is full, a kept file cannot be read), the store is not followed until they are
-        /// (following on would number points the kept ones hold), and is tried again, backing
-        /// off up to 30 s; the run's other stores are followed meanwhile. Before, the whole run
-        /// ended (74) and followed nothing: one store's outbox left every other store of a
-        /// service unprotected, at every restart.
+        /// is taken up (`resume`). The kept segments are written on a thread of their own
+        /// (`starts`): up to the spool's bound (1 GiB) of them after a long outage, minutes over a
+        /// slow link, or a full S3 deadline a try while the server is away; written on the main
+        /// loop, that held every other store of the run unread meanwhile (their -wal's frames
+        /// checkpointed away unread: gaps), and the run's first store held back the others' start.
+        /// The store itself is not followed until they are written (following on would number
+        /// points the kept ones hold). When they cannot be (the repository's disk is full, a kept
+        /// file cannot be read), it is tried again, backing off up to 30 s; the run's other
+        /// stores are followed meanwhile.
         func start(_ replica: Replica) {
-            do {
-                try sendOutbox(replica)
-            } catch {
-                let failure = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
-                let tries = (replica.outboxStart?.tries ?? 0) + 1
-                let pause = min(30, 0.5 * Double(1 << min(6, tries)))
-                // The cause without the names that change at every try (a lock object's random id
-                // in "writing …/locks/9f3a…: no space left"): said once while it is the same.
-                let cause = "\(failure.kind): " + failure.message.replacing(/[0-9a-f]{8,}/, with: "#")
-                if replica.outboxStart?.cause != cause {
-                    let text = "\(replica.store.path): \(failure.message); it is not followed until they are (tried again, backing off up to 30 s)"
-                        + (replicas.count > 1 ? "; the other stores are followed" : "")
-                    if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
-                }
-                replica.outboxStart = (cause, tries)
-                replica.summary.notFollowed = "\(failure.message) (they stay there and go out first once the repository takes them)"
-                replica.summary.notFollowedStatus = failure.status.rawValue
-                replica.retryAfter = Date().addingTimeInterval(pause)
+            guard !replica.starting else { return }
+            let kept = outbox.kept(store: replica.key)
+            if kept.isEmpty, replica.outboxStart == nil {
+                resume(replica)
                 return
             }
-            if let failed = replica.outboxStart {
-                // At the level its failure was said (a journal at the default level showed "not followed" and never its end).
-                let text = "\(replica.store.path): the points an earlier run kept were written after \(Format.plural(failed.tries, "failed try", "failed tries")); the store is followed"
-                if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
-                replica.outboxStart = nil
-                replica.summary.notFollowed = nil
-                replica.summary.notFollowedStatus = nil
+            replica.starting = true
+            if replica.outboxStart == nil {
+                // Said in the status file and `replicate status` meanwhile (not a failure).
+                replica.summary.notFollowed = "writing the \(Format.plural(kept.count, "segment", "segments")) of points an earlier run kept in \(outbox.folder) first"
+                replica.summary.notFollowedStatus = 0
             }
-            resume(replica)
+            let key = replica.key, store = replica.store.path
+            starts.async { [self] in
+                let sent = sendOutbox(key: key, store: store)
+                startsDone.withLock { $0.append((replica, sent)) }
+            }
         }
 
-        /// At the start: the segments an earlier run kept in the outbox (the repository did not
-        /// take them) are written first, each where it continues its chain in the repository;
-        /// `resume` then takes the chain up after them. One that cannot continue its chain (the
-        /// chain was pruned, or followed on by a run that did not see the outbox) is removed,
-        /// and said. When the repository does not take them this throws (`start` tries again):
-        /// what is left stays in the outbox.
-        func sendOutbox(_ replica: Replica) throws {
-            let kept = outbox.kept(store: replica.key)
-            guard !kept.isEmpty else { return }
-            var next: [String: Int] = [:]
-            let timeline: PointTimeline
-            do { timeline = try PointTimeline.load(repository, store: replica.key) } catch {
-                let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
-                throw StoreOpsError(cause.kind, "\(Format.plural(kept.count, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
-                                    + "cannot go out: the store's points in \(repository.location) cannot be read (\(cause.message))")
-            }
-            for chain in timeline.chains(of: replica.key) { next[chain.id] = chain.points }
-            var sent = 0, points = 0
+        /// What a start's `sendOutbox` did, taken in by the main loop (`settleStarts`).
+        struct OutboxSent {
+            var sent = 0, points = 0, bytes: UInt64 = 0
+            var lastDurable: Int64?
+            /// Kept segments that did not continue their chain, removed (their file names).
             var dropped: [String] = []
-            /// What went out and what was dropped, said (also before a failure stops the rest:
-            /// the segments written and removed before it are not said again by the next try).
-            func announce() {
-                if points > 0 {
-                    replica.summary.keptSent = (replica.summary.keptSent ?? 0) + points
-                    say("\(replica.store.path): \(Format.plural(points, "point", "points")) an earlier run kept while the repository did not take them written (\(Format.plural(sent, "segment", "segments")))")
-                    (points, sent) = (0, 0)
+            var failure: (any Error)?
+            /// Ended by the run's stop: between two segments, or a request under way failed
+            /// after a signal (the rest stay kept).
+            var stopped = false
+        }
+
+        /// Takes in the starts that finished: their kept points counted and said, then the store
+        /// followed (`resume`), or its failure said and tried again (see `start`). A start the
+        /// run's stop ended leaves the store not followed and its kept points where they are for
+        /// the next run: no failure, unless an earlier try failed.
+        func settleStarts() {
+            let done = startsDone.withLock { list -> [(Replica, OutboxSent)] in defer { list = [] }; return list }
+            for (replica, sent) in done {
+                replica.starting = false
+                if sent.points > 0 {
+                    replica.summary.keptSent = (replica.summary.keptSent ?? 0) + sent.points
+                    replica.summary.uploadedBytes += sent.bytes
+                    replica.summary.requests += sent.sent
+                    replica.summary.points += sent.points
+                    replica.summary.segments += sent.sent
+                    if let last = sent.lastDurable { replica.summary.lastDurable = Date(timeIntervalSince1970: Double(last) / 1000) }
+                    say("\(replica.store.path): \(Format.plural(sent.points, "point", "points")) an earlier run kept while the repository did not take them written (\(Format.plural(sent.sent, "segment", "segments")))")
                 }
-                if !dropped.isEmpty {
-                    let text = "\(replica.store.path): \(Format.plural(dropped.count, "kept segment does", "kept segments do")) not continue \(dropped.count == 1 ? "its" : "their") chain in \(repository.location) "
-                        + "(the chain was pruned, or followed on by a run that did not see \(outbox.folder)) and \(dropped.count == 1 ? "was" : "were") removed: \(dropped.joined(separator: ", "))"
+                if !sent.dropped.isEmpty {
+                    let count = sent.dropped.count
+                    let text = "\(replica.store.path): \(Format.plural(count, "kept segment does", "kept segments do")) not continue \(count == 1 ? "its" : "their") chain in \(repository.location) "
+                        + "(the chain was pruned, or followed on by a run that did not see \(outbox.folder)) and \(count == 1 ? "was" : "were") removed: \(sent.dropped.joined(separator: ", "))"
                     if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
-                    dropped = []
                 }
+                // A store whose earlier tries failed keeps their failure (what the run ends with).
+                if sent.stopped, replica.outboxStart == nil {
+                    let left = outbox.kept(store: replica.key).count
+                    replica.summary.notFollowed = "the run stopped while the points an earlier run kept were being written: "
+                        + "\(Format.plural(left, "segment stays", "segments stay")) in \(outbox.folder), written first by the next run"
+                    replica.summary.notFollowedStatus = 0
+                    replica.startStopped = true
+                    continue
+                }
+                if sent.stopped, sent.failure == nil { continue }
+                if let error = sent.failure {
+                    let failure = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
+                    let tries = (replica.outboxStart?.tries ?? 0) + 1
+                    let pause = min(30, 0.5 * Double(1 << min(6, tries)))
+                    // The cause without the names that change at every try (a lock object's random id
+                    // in "writing …/locks/9f3a…: no space left"): said once while it is the same.
+                    let cause = "\(failure.kind): " + failure.message.replacing(/[0-9a-f]{8,}/, with: "#")
+                    if replica.outboxStart?.cause != cause {
+                        let text = "\(replica.store.path): \(failure.message); it is not followed until they are (tried again, backing off up to 30 s)"
+                            + (replicas.count > 1 ? "; the other stores are followed" : "")
+                        if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
+                    }
+                    replica.outboxStart = (cause, tries)
+                    replica.summary.notFollowed = "\(failure.message) (they stay there and go out first once the repository takes them)"
+                    replica.summary.notFollowedStatus = failure.status.rawValue
+                    replica.retryAfter = Date().addingTimeInterval(pause)
+                    continue
+                }
+                if let failed = replica.outboxStart {
+                    // At the level its failure was said (a journal at the default level showed "not followed" and never its end).
+                    let text = "\(replica.store.path): the points an earlier run kept were written after \(Format.plural(failed.tries, "failed try", "failed tries")); the store is followed"
+                    if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
+                    replica.outboxStart = nil
+                }
+                replica.summary.notFollowed = nil
+                replica.summary.notFollowedStatus = nil
+                outbox.removeIfEmpty()
+                resume(replica)
             }
+        }
+
+        /// At the start (on the `starts` thread: it touches no replica): the segments an earlier
+        /// run kept in the outbox (the repository did not take them) are written first, each where
+        /// it continues its chain in the repository; `resume` then takes the chain up after them.
+        /// One that cannot continue its chain (the chain was pruned, or followed on by a run that
+        /// did not see the outbox) is removed, and said. When the repository does not take them
+        /// the failure is returned (`settleStarts` tries again): what is left stays in the outbox;
+        /// what was written and removed before it is counted. The run's stop ends it between two
+        /// segments.
+        func sendOutbox(key: String, store: String) -> OutboxSent {
+            var result = OutboxSent()
+            let kept = outbox.kept(store: key)
+            guard !kept.isEmpty else { return result }
             do {
-                for item in kept {
+                let zstd = try ZstdFrames(level: 1)
+                var next: [String: Int] = [:]
+                let timeline: PointTimeline
+                do { timeline = try PointTimeline.load(repository, store: key) } catch {
+                    let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
+                    throw StoreOpsError(cause.kind, "\(Format.plural(kept.count, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
+                                        + "cannot go out: the store's points in \(repository.location) cannot be read (\(cause.message))")
+                }
+                for chain in timeline.chains(of: key) { next[chain.id] = chain.points }
+                for (k, item) in kept.enumerated() {
+                    if let delay = Self.outboxSendDelay { usleep(delay) }
+                    if stopping.load(ordering: .relaxed) {
+                        result.stopped = true
+                        return result
+                    }
                     let sealed: Data
                     do { sealed = try outbox.read(item.path) } catch {
                         guard FileSystem.kind(of: item.path) == .missing else {
@@ -1311,7 +1387,7 @@ public enum Replicate {
                     }
                     guard next[item.name.chain] == item.name.from,
                           (try? PointSegment.openAll(sealed, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil else {
-                        dropped.append(FileSystem.name(of: item.path))
+                        result.dropped.append(FileSystem.name(of: item.path))
                         try outbox.remove(item.path)
                         continue
                     }
@@ -1321,26 +1397,22 @@ public enum Replicate {
                         try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
                     } catch {
                         let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
-                        let left = kept.count - (kept.firstIndex { $0.path == item.path } ?? 0)
-                        throw StoreOpsError(cause.kind, "\(Format.plural(left, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
+                        throw StoreOpsError(cause.kind, "\(Format.plural(kept.count - k, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
                                             + "could not be written to \(repository.location): \(cause.message)")
                     }
                     try outbox.remove(item.path)
                     next[item.name.chain] = item.name.to + 1
-                    sent += 1
-                    points += item.name.to - item.name.from + 1
-                    replica.summary.uploadedBytes += UInt64(sealed.count)
-                    replica.summary.requests += 1
-                    replica.summary.points += item.name.to - item.name.from + 1
-                    replica.summary.segments += 1
-                    replica.summary.lastDurable = Date(timeIntervalSince1970: Double(item.name.lastTime) / 1000)
+                    result.sent += 1
+                    result.points += item.name.to - item.name.from + 1
+                    result.bytes += UInt64(sealed.count)
+                    result.lastDurable = item.name.lastTime
                 }
             } catch {
-                announce()
-                throw error
+                result.failure = error
+                // A signal ends a request under way (it failed for that, most likely).
+                result.stopped = stopping.load(ordering: .relaxed) || ProcessSignals.received != nil
             }
-            outbox.removeIfEmpty()
-            announce()
+            return result
         }
 
         /// A durable level-0 segment, held for the chain's next merge. A merge's members are
