@@ -40,6 +40,10 @@ public final class JobLock {
     public static func acquire(path: String, job: String, wait: Bool = false, shared: Bool = false) throws -> JobLock {
         let fd = try FileSystem.openCreating(path, mode: 0o600, flags: O_RDWR, point: "joblock.create")
         let mode = shared ? LOCK_SH : LOCK_EX
+        // Taken by someone else for an instant is not busy: `isHeld` (preflight, purge's dry run,
+        // `replicate status`) takes the lock to learn whether it is free, and a job starting in
+        // that microsecond failed 75. Tried again for up to 50 ms before it counts as busy.
+        var retryUntil: Date?
         while flock(fd, wait ? mode : (mode | LOCK_NB)) != 0 {
             let err = errno
             if err == EINTR {
@@ -47,6 +51,11 @@ public final class JobLock {
                     close(fd)
                     throw StoreOpsError(.signal(signal), "interrupted while waiting for the job lock \(path)")
                 }
+                continue
+            }
+            if err == EWOULDBLOCK, Date() < (retryUntil ?? .distantFuture) {
+                if retryUntil == nil { retryUntil = Date().addingTimeInterval(0.05) }
+                usleep(2_000)
                 continue
             }
             close(fd)
@@ -67,7 +76,8 @@ public final class JobLock {
     }
 
     /// Whether anyone holds the lock at `path` right now; nil when that cannot be known (no such
-    /// file, or one this user cannot open).
+    /// file, or one this user cannot open). It takes the lock for an instant to learn that (a job
+    /// that meets it there tries again for a moment: `acquire`).
     public static func isHeld(path: String) -> Bool? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import StoreLab
 import StoreOps
 import Testing
@@ -82,6 +83,35 @@ struct SupportTests {
         _ = holder.wait()
         let again = try JobLock.acquire(path: path, job: "purge")
         again.release()
+    }
+
+    @Test("a job starting while another process asks whether the lock is held (preflight, purge's dry run, replicate status take it for an instant) is not told busy: 1,000 takes beside a prober in a tight loop all succeed (before, a take that met the probe failed 75)")
+    func jobLockBesideProbes() throws {
+        let folder = try TempFolder()
+        let path = folder.file("store.sqlite.storectl-lock")
+        try JobLock.acquire(path: path, job: "create").release()
+        let stop = Atomic<Bool>(false)
+        let probes = Atomic<Int>(0)
+        let prober = Thread {
+            while !stop.load(ordering: .relaxed) {
+                _ = JobLock.isHeld(path: path)
+                probes.add(1, ordering: .relaxed)
+            }
+        }
+        prober.start()
+        defer { stop.store(true, ordering: .relaxed) }
+        while probes.load(ordering: .relaxed) < 100 { usleep(1_000) }
+        var busy = 0
+        for k in 0..<1_000 {
+            do { try JobLock.acquire(path: path, job: "purge", shared: k % 2 == 0).release() } catch is JobLock.Busy { busy += 1 }
+        }
+        #expect(busy == 0, "\(busy) of 1,000 takes were told busy beside \(probes.load(ordering: .relaxed)) probes")
+        // A real holder is still busy at once (within the moment a take waits).
+        let lock = try JobLock.acquire(path: path, job: "migrate")
+        let started = Date()
+        #expect(throws: JobLock.Busy.self) { try JobLock.acquire(path: path, job: "purge") }
+        #expect(Date().timeIntervalSince(started) < 1)
+        lock.release()
     }
 
     @Test("figures for humans", arguments: [
