@@ -896,11 +896,7 @@ public enum Migrate {
     static func unknown(_ declared: Set<String>, known: Set<String>, members: Bool = false) -> [String] {
         let scopes = known.filter { !$0.contains(".") }
         let lowered = Set(known.map { $0.lowercased() })
-        func closest(_ name: String, among: [String]) -> String? {
-            let target = name.lowercased()
-            let best = among.min { (RepositoryLocation.editDistance($0.lowercased(), target), $0) < (RepositoryLocation.editDistance($1.lowercased(), target), $1) }
-            return best.flatMap { RepositoryLocation.editDistance($0.lowercased(), target) <= max(2, name.count / 3) ? $0 : nil }
-        }
+        func closest(_ name: String, among: [String]) -> String? { Format.nearest(name, among: among) }
         return declared.sorted().compactMap { name in
             let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
             let scope = parts.first ?? name

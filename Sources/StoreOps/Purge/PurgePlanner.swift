@@ -67,7 +67,7 @@ public enum PurgePlanner {
         func column(_ key: String, _ name: String?) -> String?? {
             guard let name else { return .some(nil) }
             guard let real = columns.first(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) else {
-                problem(key, "no column \(name.debugDescription) in \(table); columns: \(columns.joined(separator: ", "))")
+                problem(key, "no column \(name.debugDescription) in \(table)\(Format.didYouMean(name, among: columns)); columns: \(columns.joined(separator: ", "))")
                 return nil
             }
             return .some(real)
@@ -102,7 +102,7 @@ public enum PurgePlanner {
         switch rule.target {
         case .table(let name):
             guard let real = schema.table(name) else {
-                problem("table", "no table \(name.debugDescription) in \(policy.store.path); tables: \(schema.tableNames.joined(separator: ", "))")
+                problem("table", "no table \(name.debugDescription) in \(policy.store.path)\(Format.didYouMean(name, among: schema.tableNames)); tables: \(schema.tableNames.joined(separator: ", "))")
                 return nil
             }
             return (real, [], nil)
@@ -112,7 +112,7 @@ public enum PurgePlanner {
                 return nil
             }
             guard let entity = coreData.entity(named: name) else {
-                problem("entity", "no entity \(name.debugDescription) in Z_PRIMARYKEY; entities: \(coreData.entities.map(\.name).joined(separator: ", "))")
+                problem("entity", "no entity \(name.debugDescription) in Z_PRIMARYKEY\(Format.didYouMean(name, among: coreData.entities.map(\.name))); entities: \(coreData.entities.map(\.name).joined(separator: ", "))")
                 return nil
             }
             guard let real = entity.table else {

@@ -2,6 +2,19 @@ import Foundation
 
 /// Human-readable figures for tables and one-line summaries.
 public enum Format {
+    /// The name among `names` closest to `name` (case aside), when it is near enough to be what
+    /// was meant (at most 2 edits, or a third of the name's length): for "did you mean".
+    public static func nearest(_ name: String, among names: some Sequence<String>) -> String? {
+        let target = name.lowercased()
+        let best = names.min { (RepositoryLocation.editDistance($0.lowercased(), target), $0) < (RepositoryLocation.editDistance($1.lowercased(), target), $1) }
+        return best.flatMap { RepositoryLocation.editDistance($0.lowercased(), target) <= max(2, name.count / 3) ? $0 : nil }
+    }
+
+    /// " (did you mean "X"?)" for `nearest`, or "".
+    public static func didYouMean(_ name: String, among names: some Sequence<String>) -> String {
+        nearest(name, among: names).map { " (did you mean \($0.debugDescription)?)" } ?? ""
+    }
+
     /// 1536 -> "1.5 KiB"; exact bytes below 1 KiB.
     public static func bytes(_ value: UInt64) -> String {
         let units = ["B", "KiB", "MiB", "GiB", "TiB"]

@@ -214,7 +214,11 @@ struct PolicySchemaTests {
         ("table = \"ZNOPE\"\ndeleted_flag = \"ZISDELETED\"", "no table \"ZNOPE\""),
         ("table = \"ZITEM\"\ndeleted_flag = \"ZISDELETED) OR 1=1 --\"", "no column \"ZISDELETED) OR 1=1 --\" in ZITEM"),
         ("table = \"ZITEM\"\ndeleted_flag = \"ZGONE\"", "no column \"ZGONE\" in ZITEM"),
-        ("entity = \"Robot\"\ndeleted_flag = \"ZISDELETED\"", "no entity \"Robot\" in Z_PRIMARYKEY"),
+        ("entity = \"Robot\"\ndeleted_flag = \"ZISDELETED\"", "no entity \"Robot\" in Z_PRIMARYKEY; entities:"),
+        // A near name is offered (a typo among fifty entities is hard to spot in the list).
+        ("entity = \"Itme\"\ndeleted_flag = \"ZISDELETED\"", "no entity \"Itme\" in Z_PRIMARYKEY (did you mean \"Item\"?); entities:"),
+        ("table = \"ZITEM\"\ndeleted_flag = \"ZISDELETD\"", "no column \"ZISDELETD\" in ZITEM (did you mean \"ZISDELETED\"?); columns:"),
+        ("table = \"ZITME\"\ndeleted_flag = \"ZISDELETED\"", "(did you mean \"ZITEM\"?); tables:"),
         ("table = \"Z_PRIMARYKEY\"\ndeleted_flag = \"Z_MAX\"", "is Core Data's, SQLite's or storectl's own bookkeeping"),
         ("table = \"Z_METADATA\"\ndeleted_flag = \"Z_VERSION\"", "bookkeeping"),
         ("table = \"sqlite_master\"\ndeleted_flag = \"rootpage\"", "no table"),
