@@ -170,3 +170,9 @@ int storectl_sink_open(storectl_sink *sink, sqlite3 **db) {
     snprintf(name, sizeof name, "storectl-sink:%p", (void *)sink);
     return sqlite3_open_v2(name, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, "storectl-sink");
 }
+
+/* A connection whose close must not checkpoint the store or delete its -wal/-shm by name
+ * (SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, a variadic call Swift cannot make). */
+int storectl_db_no_checkpoint_on_close(sqlite3 *db) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
+}

@@ -23,6 +23,10 @@ public enum WriteLoad {
         public var commitLog: String?
         /// `PRAGMA wal_autocheckpoint` of the writer's connection (SQLite's default: 1000 pages).
         public var autocheckpoint: Int?
+        /// Open the store for each commit and close it after (a CLI, a script, a request): each
+        /// title then ends with " #n", the commit's number in this run, and the commit log's key
+        /// is n (the store's keys restart after an in-place restore; n does not).
+        public var reopen = false
         public init() {}
     }
 
@@ -73,7 +77,7 @@ public enum WriteLoad {
         var config = Configuration()
         config.busyMode = .timeout(options.busyTimeout)
         config.label = "storectl-lab.writer"
-        let queue = try DatabaseQueue(path: path, configuration: config)
+        var queue = try DatabaseQueue(path: path, configuration: config)
         if let pages = options.autocheckpoint {
             try queue.inDatabase { try $0.execute(sql: "PRAGMA wal_autocheckpoint = \(pages)") }
         }
@@ -100,10 +104,15 @@ public enum WriteLoad {
         var next = start
         var ready = false
         let payload = Data(repeating: 0xA5, count: 200)
+        var number: Int64 = 0
+        if options.reopen { try queue.close() }
         while ProcessSignals.received == nil {
             if let duration = options.duration, Date().timeIntervalSince(start) >= duration { break }
             let began = Date()
+            number += 1
             do {
+                if options.reopen { queue = try DatabaseQueue(path: path, configuration: config) }
+                defer { if options.reopen { try? queue.close() } }
                 let key = try queue.inDatabase { db -> Int64 in
                     try db.execute(sql: "BEGIN IMMEDIATE")
                     do {
@@ -114,9 +123,9 @@ public enum WriteLoad {
                             try db.execute(sql: """
                                 INSERT INTO ZITEM (Z_PK, Z_ENT, Z_OPT, ZISDELETED, ZPRIORITY, ZCATEGORY, ZCREATEDAT, ZTITLE, ZBODY)
                                 VALUES (?, 3, 1, 0, 1, 1, ?, ?, ?)
-                                """, arguments: [pk, now, "written by the load \(pk)", String(repeating: "x", count: 150)])
+                                """, arguments: [pk, now, "written by the load \(pk)" + (options.reopen ? " #\(number)" : ""), String(repeating: "x", count: 150)])
                             try db.execute(sql: "UPDATE Z_PRIMARYKEY SET Z_MAX = ? WHERE Z_ENT = 2", arguments: [pk])
-                            key = Int64(pk)
+                            key = options.reopen ? number : Int64(pk)
                         } else {
                             try db.execute(sql: "INSERT INTO lab_load (at, payload) VALUES (?, ?)",
                                            arguments: [Date().timeIntervalSince1970, payload])

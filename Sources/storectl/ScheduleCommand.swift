@@ -38,6 +38,11 @@ struct ScheduleCommand: ParsableCommand {
         @Option(parsing: .unconditional, help: "How many next runs to show (1 to 1000).") var count = 5
         @Flag(help: "Print as JSON.") var json = false
 
+        func validate() throws {
+            guard !ValidationGate.off else { return }
+            guard (1...1000).contains(count) else { throw ValidationError("--count \(count): expected 1 to 1000 next runs") }
+        }
+
         func run() throws {
             let entries = try ScheduleEntry.list(policies: policies, count: count)
             if json { print(jsonReport(entries)); return }

@@ -150,7 +150,7 @@ struct BadInputTests {
         #expect(run.stderr.contains("the policy names no password_file or password_command under [snapshot]"), "\(run.stderr)")
     }
 
-    @Test("schedule show --count outside 1...1000 is refused at once (64)", arguments: ["0", "-1", "99999999"])
+    @Test("schedule show --count outside 1...1000 is refused at once (64), with the usage line", arguments: ["0", "-1", "99999999"])
     func scheduleCount(_ count: String) throws {
         let folder = try TempFolder()
         _ = try store(folder)
@@ -161,6 +161,8 @@ struct BadInputTests {
         let result = try storectl("schedule", "show", "--policy", policy, "--count", count)
         #expect(result.status == 64, "\(result.stderr)")
         #expect(result.stderr.contains("1 to 1000"), "\(result.stderr)")
+        // As every usage error: the command's usage line (it had none: thrown by the library).
+        #expect(result.stderr.contains("usage: storectl schedule show --policy"), "\(result.stderr)")
         #expect(Date().timeIntervalSince(started) < 5)
     }
 

@@ -412,6 +412,59 @@ struct SnapshotCLITests {
                 && typo.stderr.contains("its stores: \(store)"), "\(typo.stderr)")
     }
 
+    @Test("restore --in-place beside an app that opens the store for each commit: every commit the app was told succeeded is in a pre-restore safety snapshot or in the store afterwards (the store's write lock is held from the safety snapshot through the swap, and a process that opened the store meanwhile stops the swap: 75, nothing changed); each restore ends 0 or 75; with the app stopped it ends 0")
+    func inPlaceBesideReopeningWriter() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 2_000)
+        let repo = try folder.repository()
+        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(first.status == 0, "\(first.stderr)")
+        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let log = folder.file("commits.log"), ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "15", "--reopen", "--ready-file", ready, "--commit-log", log])
+        #expect(ChildProcess.waitFor(file: ready))
+        var safeties: [String] = [], statuses: [Int32] = []
+        for _ in 1...10 {
+            let restore = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--json")
+            statuses.append(restore.status)
+            if restore.status == 0 {
+                let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
+                if let safety = result.safetySnapshot { safeties.append(safety) }
+            } else {
+                #expect(restore.status == 75 && restore.stderr.contains("nothing was changed"), "\(restore.status) \(restore.stderr)")
+                // A refusal after the safety snapshot keeps it: it may hold commits too.
+                if let id = restore.stderr.firstMatch(of: /the safety snapshot (\S+) stays/)?.1 { safeties.append(String(id)) }
+            }
+            usleep(150_000)
+        }
+        writer.signal(SIGTERM)
+        let stats = writer.wait()
+        #expect(stats.status == 0, "\(stats.stderr)")
+        // Every commit number the app was told succeeded, and where each one is now.
+        let acknowledged = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
+        func numbers(_ path: String) throws -> Set<Int> {
+            let queue = try DatabaseQueue(path: path, configuration: { var c = Configuration(); c.readonly = true; return c }())
+            defer { try? queue.close() }
+            let titles = try queue.read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
+            return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+        }
+        var kept = try numbers(store)
+        for (k, safety) in safeties.enumerated() {
+            let copy = folder.file("safety-\(k).sqlite")
+            let restored = try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy)
+            #expect(restored.status == 0, "\(restored.stderr)")
+            kept.formUnion(try numbers(copy))
+        }
+        let lost = acknowledged.subtracting(kept).sorted()
+        #expect(acknowledged.count > 50, "the app kept committing: \(acknowledged.count)")
+        #expect(lost.isEmpty, "\(lost.count) of \(acknowledged.count) acknowledged commits are in no safety snapshot and not in the store: \(lost.prefix(10)); statuses \(statuses)")
+        #expect(statuses.allSatisfy { $0 == 0 || $0 == 75 }, "\(statuses)")
+        // The app stopped: the restore goes through.
+        let quiet = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
+        #expect(quiet.status == 0, "\(quiet.stderr)")
+        #expect(try numbers(store).isEmpty)
+    }
+
     @Test("kill -9 during a first snapshot leaves nothing listed; the next create removes what it wrote", arguments: [0.05, 0.2, 0.5])
     func killedMidCreate(_ delay: Double) throws {
         let folder = try TempFolder()

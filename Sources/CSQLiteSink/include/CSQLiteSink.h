@@ -75,4 +75,7 @@ int storectl_row_changed(sqlite3 *db, int column);
 /// from 63 on did (one call a row instead of one a column).
 unsigned long long storectl_row_changed_mask(sqlite3 *db, int columns);
 
+/* Closing `db` will not checkpoint the store nor delete its -wal/-shm (SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE). */
+int storectl_db_no_checkpoint_on_close(sqlite3 *db);
+
 #endif

@@ -281,6 +281,8 @@ public enum SnapshotRestore {
         var outcome: StoreSwap.Outcome?
         var recovered: StoreSwap.Outcome?
         var progress: ProgressHandler?
+        /// The store's write lock, from before the current store is kept until the swap is done.
+        var gate: WriteGate?
 
         init(store: StoreFile, options: Options) {
             self.store = store
@@ -288,7 +290,10 @@ public enum SnapshotRestore {
         }
 
         func walk(progress: ProgressHandler?) throws -> Result {
-            defer { hold?.release() }
+            defer {
+                gate?.release()
+                hold?.release()
+            }
             // No store, nothing to finish (a swap record would put one back) and none asked for:
             // refused before the lock stage, which would leave its lock file beside the missing store.
             if !options.create, FileSystem.kind(of: store.path) == .missing, !StoreSwap.pending(target: store.path) {
@@ -348,6 +353,17 @@ public enum SnapshotRestore {
 
         /// How the current store is kept: a safety snapshot, or renamed aside. Returns the snapshot's id.
         func keepCurrent() throws -> String {
+            // No commit from here to the swap: what the app was told is committed is in the safety
+            // snapshot (or the store moved aside), or comes after the swap, in the restored store.
+            // A store SQLite cannot lock as a store (damaged) has no gate: --force moves it aside.
+            if exists {
+                do { gate = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch let error as StoreOpsError where error.status == .badData {
+                    guard options.force else {
+                        throw StoreOpsError(.badData, "the current store cannot be locked (\(error.message)); nothing was changed",
+                                            hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
+                    }
+                }
+            }
             switch options.keepCurrent {
             case .moveAside(let suffix):
                 keep = .rename(suffix: suffix)
@@ -379,6 +395,14 @@ public enum SnapshotRestore {
             var replacing: [(path: String, role: String)] = [(store.walPath, "wal"), (store.shmPath, "shm"), (store.journalPath, "journal")]
             if exists { replacing.append((store.path, "database")) }
             replacing.append((store.supportPath, "support"))
+            // Opened meanwhile (a process that opens the store for each write, waiting for the
+            // gate to commit): swapped now, it would commit to the replaced files once the gate
+            // is gone. Nothing is changed; the safety snapshot stays.
+            if exists, !options.force, let pid = try LockState.otherUser(of: store) {
+                throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed"
+                                    + (safety.map { " (the safety snapshot \($0) stays)" } ?? ""),
+                                    hint: "stop the app first, or pass --force (the app must then open the store again)")
+            }
             var installs: [StoreSwap.Install] = []
             if let support = staged.support { installs.append(.init(support, role: "support")) }
             installs.append(.init(staged.database, role: "database"))
@@ -386,6 +410,8 @@ public enum SnapshotRestore {
                 operation: options.clearsMigrationJournal ? "rollback" : "restore", target: store.path, installs: installs,
                 replacing: replacing.filter { StoreSwap.lstatIdentity($0.path) != nil }, keepOld: keep,
                 followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
+            gate?.release()
+            gate = nil
         }
 
         func result() throws -> Result {

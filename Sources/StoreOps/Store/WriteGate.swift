@@ -1,0 +1,59 @@
+import Foundation
+import CSQLiteSink
+import GRDBSQLite
+
+/// The store's own write lock, held through SQLite (`BEGIN IMMEDIATE` on a connection of its own)
+/// while an in-place restore keeps the current store and swaps the restored one in: no other
+/// process can commit between the safety snapshot and the swap, so every commit the app was
+/// told succeeded is in the safety snapshot, or made after the swap, in the restored store.
+///
+/// Without it, an app that opens the store for each write (a CLI, a PHP request, a cron script)
+/// committed between the two, unseen by the "is it open?" check made before them: the safety
+/// snapshot did not hold the commit and the swap threw it away (a new user's trial lost 2 of 10
+/// restores' worth so). Readers are not held back (WAL mode; in rollback mode the lock is
+/// RESERVED, which readers do not wait on).
+///
+/// Its connection never checkpoints or deletes the -wal/-shm when it closes: it closes after the
+/// swap, when those names may already be the restored store's (SQLite deletes them by name).
+final class WriteGate {
+    private var db: OpaquePointer?
+    let path: String
+
+    /// - Parameter busyMilliseconds: how long to wait for a commit under way to finish.
+    init(path: String, busyMilliseconds: Int32) throws {
+        self.path = path
+        var handle: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
+        guard rc == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(handle)
+            throw StoreOpsError.fromResultCode(rc, message: message, doing: "opening \(path) to hold its write lock")
+        }
+        db = handle
+        _ = storectl_db_no_checkpoint_on_close(handle)
+        var persist: Int32 = 1
+        _ = sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &persist)
+        sqlite3_busy_timeout(handle, busyMilliseconds)
+        let begun = sqlite3_exec(handle, "BEGIN IMMEDIATE", nil, nil, nil)
+        guard begun == SQLITE_OK else {
+            let message = String(cString: sqlite3_errmsg(handle))
+            sqlite3_close_v2(handle)
+            db = nil
+            if begun & 0xff == SQLITE_BUSY || begun & 0xff == SQLITE_LOCKED {
+                throw StoreOpsError(.busy, "another process kept writing to \(path) for \(Format.duration(Double(busyMilliseconds) / 1000)); nothing was changed",
+                                    hint: "try again when the app is idle, or raise --timeout")
+            }
+            throw StoreOpsError.fromResultCode(begun, message: message, doing: "taking the write lock of \(path)")
+        }
+    }
+
+    /// Lets go of the lock (nothing was written: the transaction is rolled back) and closes.
+    func release() {
+        guard let db else { return }
+        sqlite3_exec(db, "ROLLBACK", nil, nil, nil)
+        sqlite3_close_v2(db)
+        self.db = nil
+    }
+
+    deinit { release() }
+}
