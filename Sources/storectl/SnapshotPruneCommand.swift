@@ -65,7 +65,14 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         for tag in result.unmatchedTags {
             FileHandle.standardError.write(Data("storectl: warning: no snapshot carries the tag \(tag.debugDescription) (--keep-tag keeps none by it)\n".utf8))
         }
-        if json { print(jsonReport(result)); return }
+        // Records pruned, but no data collected (a damaged index or record): the space stays taken
+        // until `repo repair`; a scheduled prune that ended 0 so looked healthy. 65 after the report.
+        let uncollected = !dryRun && result.garbage?.skipped != nil
+        if json {
+            print(jsonReport(result))
+            if uncollected { throw Finished(status: .badData) }
+            return
+        }
         var group: String?
         for decision in result.decisions where dryRun || !decision.keep {
             if decision.group != group {
@@ -85,11 +92,15 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             let verb = decision.action == "keep" ? "keep  " : (dryRun ? (decision.action == "bases" ? "thin to its base" : decision.action) : done[decision.action] ?? decision.action)
             print("\(verb) points \(Timestamp.iso(decision.from)) to \(Timestamp.iso(decision.to)) of \(decision.store) (chain \(decision.chain))  \(decision.reason)")
         }
+        // Under a header of their own: after the last store's group they read as that store's
+        // (which store a damaged entry is of cannot be read from it).
+        if !result.damaged.isEmpty { print("damaged catalog entries (of no store that can be told)") }
         for entry in result.damaged {
             print("keep   \(entry.id)  its catalog entry is damaged, so it is never pruned: \(entry.problem)")
         }
         let kept = result.decisions.filter(\.keep).count
-        var summary = "\(dryRun ? "would keep" : "kept") \(kept), \(dryRun ? "would remove" : "removed") \(result.decisions.count - kept)"
+        var summary = "\(dryRun ? "would keep" : "kept") \(kept)" + (result.damaged.isEmpty ? "" : " (and \(result.damaged.count) damaged)")
+            + ", \(dryRun ? "would remove" : "removed") \(result.decisions.count - kept)"
         // A chain's base goes with its points (it is not among the snapshots decided above).
         let chains = result.points.filter { $0.action == "remove" }.count, thinned = result.points.filter { $0.action == "thin" || $0.action == "bases" }.count
         if chains + thinned > 0 {
@@ -109,5 +120,6 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             }
         }
         print(summary)
+        if uncollected { throw Finished(status: .badData) }
     }
 }

@@ -147,6 +147,65 @@ struct DamagedInputTests {
         #expect(result.status == 65 && result.stderr.contains("config is damaged") && result.stderr.contains("put back a copy"), "\(result.stderr)")
     }
 
+    @Test("a prune whose data cannot be collected (an index is damaged) removes the records it was asked to and says so, and ends 65, not 0 (a scheduled prune looked healthy while nothing was freed); its dry run ends 0")
+    func pruneWithDamagedIndex() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 500)
+        let repo = try folder.repository("snaps")
+        for k in 1...3 {
+            let queue = try DatabaseQueue(path: store)
+            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["round \(k)"]) }
+            try queue.close()
+            #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo]).status == 0)
+        }
+        let index = try #require(FileManager.default.subpaths(atPath: repo + "/index")?.filter { !$0.hasPrefix(".") && FileSystem.kind(of: repo + "/index/" + $0) == .file }.sorted().first)
+        let path = repo + "/index/" + index
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        for i in stride(from: bytes.count / 2, to: min(bytes.count, bytes.count / 2 + 16), by: 1) { bytes[i] ^= 0xFF }
+        try FileManager.default.removeItem(atPath: path)
+        try bytes.write(to: URL(fileURLWithPath: path))
+        let dry = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1", "--dry-run"])
+        #expect(dry.status == 0 && dry.stdout.contains("no data collected"), "\(dry.status) \(dry.stdout) \(dry.stderr)")
+        let pruned = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1"])
+        #expect(pruned.status == 65, "\(pruned.status) \(pruned.stdout) \(pruned.stderr)")
+        #expect(pruned.stdout.contains("removed 2") && pruned.stdout.contains("no data collected") && pruned.stdout.contains("repo repair"), "\(pruned.stdout)")
+        let json = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1", "--json"])
+        #expect(json.status == 65 && json.stdout.contains("repo repair"), "\(json.status) \(json.stdout)")
+        // Repaired, the prune collects and ends 0.
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "repair", "--repo", repo]).status == 0)
+        let after = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1"])
+        #expect(after.status == 0 && after.stdout.contains("freed"), "\(after.status) \(after.stdout) \(after.stderr)")
+        // A damaged record is listed under a header of its own (after the last store's group it
+        // read as that store's), and counted apart.
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo]).status == 0)
+        let records = (try FileManager.default.contentsOfDirectory(atPath: repo + "/snapshots")).filter { !$0.hasPrefix(".") }.sorted()
+        let record = repo + "/snapshots/" + (try #require(records.first))
+        var recordBytes = try Data(contentsOf: URL(fileURLWithPath: record))
+        for i in 20..<36 where i < recordBytes.count { recordBytes[i] ^= 0xFF }
+        try FileManager.default.removeItem(atPath: record)
+        try recordBytes.write(to: URL(fileURLWithPath: record))
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1", "--dry-run"])
+        let lines = listed.stdout.split(separator: "\n").map(String.init)
+        let header = lines.firstIndex { $0.hasPrefix("damaged catalog entries") }, entry = lines.firstIndex { $0.contains("its catalog entry is damaged") }
+        #expect(header != nil && entry != nil && header! < entry!, "\(listed.stdout)")
+        #expect(listed.stdout.contains("(and 1 damaged)"), "\(listed.stdout)")
+    }
+
+    @Test("a prune on a repository whose volume is full cannot take its lock (74): it says the volume is full, what prune needs, and not to delete files in the repository by hand (it said only \"free space on the destination volume\", to an operator running the command that frees it)",
+          .enabled(if: TempMount.isAvailable))
+    func pruneOnAFullVolume() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 300)
+        let mount = try #require(TempMount(kilobytes: 4096))
+        let repo = mount.file("repo")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo]).status == 0)
+        _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(mount.file("filler"))' 2>/dev/null"])
+        let pruned = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1"])
+        #expect(pruned.status == 74, "\(pruned.status) \(pruned.stderr)")
+        #expect(pruned.stderr.contains("the repository's volume is full: snapshot prune cannot write its lock") && pruned.stderr.contains("Never delete files inside the repository"), "\(pruned.stderr)")
+    }
+
     @Test("a misspelt policy section is the first problem named, with the name it was meant to be; --at with an unknown unit reads as a sentence")
     func mistakesNamedFirst() throws {
         let folder = try TempFolder()

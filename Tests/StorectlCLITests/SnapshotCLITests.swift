@@ -6,7 +6,7 @@ import Testing
 
 @Suite("storectl snapshot, end to end")
 struct SnapshotCLITests {
-    @Test("a store nothing was committed to since its last snapshot: the next snapshot reads no page (same map, same check), restores to the same content; a commit or a changed external file takes the full path again; so does an app that closes the store between snapshots")
+    @Test("a store nothing was committed to since its last snapshot: the next snapshot reads no page (same map, same check), restores to the same content; a commit or a changed external file takes the full path again; so does an app that closes the store between snapshots, and a write whose file time was put back")
     func unchangedStore() throws {
         let folder = try TempFolder()
         var options = SampleStore.Options()
@@ -70,6 +70,27 @@ struct SnapshotCLITests {
         let copy = folder.file("after-close.sqlite")
         #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, changed.id, "--to", copy]).status == 0)
         #expect(try DatabaseQueue(path: copy).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 5") } == "closed again")
+        // A write whose file time is put back (`touch -d`, a copy that keeps times): the size and
+        // the modification time are as before, the status change time is not (it was "unchanged,
+        // no page read" and held the old title: found by a helper trying it as a new user).
+        Thread.sleep(forTimeInterval: 0.2)
+        _ = try create()
+        #expect(try create().unchanged)
+        var before = stat()
+        #expect(stat(store, &before) == 0)
+        let backdated = try DatabaseQueue(path: store)
+        try backdated.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'time put back' WHERE Z_PK = 5") }
+        try backdated.close()
+        var times = [before.st_atim, before.st_mtim]
+        #expect(utimensat(AT_FDCWD, store, &times, 0) == 0)
+        var after = stat()
+        #expect(stat(store, &after) == 0 && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec && after.st_size == before.st_size)
+        Thread.sleep(forTimeInterval: 0.2)
+        let putBack = try create()
+        #expect(!putBack.unchanged, "written, its time put back")
+        let backdatedCopy = folder.file("time-put-back.sqlite")
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, putBack.id, "--to", backdatedCopy]).status == 0)
+        #expect(try DatabaseQueue(path: backdatedCopy).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 5") } == "time put back")
     }
 
     @Test("a first snapshot of a live store holds the app's -wal only while it copies the pages: the app's TRUNCATE checkpoint succeeds while the snapshot still packs (not so when it streams from the read transaction, as with no room for the scratch copy); each restores to the store's content and leaves no scratch copy")

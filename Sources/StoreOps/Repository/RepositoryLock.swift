@@ -60,7 +60,12 @@ public final class RepositoryLock: @unchecked Sendable {
                                 user: UserName.current,
                                 exclusive: exclusive, operation: operation, created: now, refreshed: now)
             let lock = RepositoryLock(backend: backend, key: "locks/\(id)", record: record)
-            try backend.write(lock.key, try JSON.encode(record), point: "lock.write")
+            do { try backend.write(lock.key, try JSON.encode(record), point: "lock.write") } catch let error as StoreOpsError where error.kind == .noSpace {
+                // Even a prune, the command that frees space, needs a little room first: its lock,
+                // then a new index of what stays, before a pack may be deleted.
+                throw StoreOpsError(.noSpace, "the repository's volume is full: \(operation) cannot write its lock (\(error.message))",
+                                    hint: "free a few MiB on that volume outside the repository (or grow it); then `storectl snapshot prune` can remove snapshots and delete their packs. Never delete files inside the repository by hand")
+            }
             let conflicts = try lock.conflicts(removingStale: removingStale)
             guard let first = conflicts.first else {
                 lock.startRefreshing()

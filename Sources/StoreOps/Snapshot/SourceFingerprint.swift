@@ -17,6 +17,11 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
     var changeCounter: UInt32?
     var fileBytes: UInt64?
     var modifiedNanoseconds: Int64?
+    /// The file's status change time (ns): a write moves it, and nothing can set it back, where
+    /// the modification time can be (`touch -d`, a copy keeping times: a store written and its
+    /// time put back was "unchanged (no page read)" and its snapshot held the old content). nil
+    /// in records made before it was kept (then never equal: read once).
+    var statusChangedNanoseconds: Int64?
     /// SHA-256 of every external-data file's relative path, size and modification time (nil: no folder).
     var external: String?
     /// When it was taken (seconds since 1970); not compared.
@@ -25,6 +30,7 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
     static func == (a: SourceFingerprint, b: SourceFingerprint) -> Bool {
         a.device == b.device && a.inode == b.inode && a.walIndex == b.walIndex && a.changeCounter == b.changeCounter
             && a.fileBytes == b.fileBytes && a.modifiedNanoseconds == b.modifiedNanoseconds && a.external == b.external
+            && a.statusChangedNanoseconds != nil && a.statusChangedNanoseconds == b.statusChangedNanoseconds
     }
 
     /// Whether a store found in this state later may be taken to be unchanged since. With no
@@ -37,7 +43,9 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
     /// same: never trusted (such a store is read again by each snapshot).
     var settled: Bool {
         guard walIndex == "empty" else { return true }
-        guard let takenAt, let modified = modifiedNanoseconds, modified % 1_000_000_000 != 0 else { return false }
+        // The later of the two times (a write moves both; the status change time cannot be set back).
+        guard let takenAt, let modified = max(modifiedNanoseconds ?? 0, statusChangedNanoseconds ?? 0) as Int64?, modified > 0,
+              modified % 1_000_000_000 != 0 else { return false }
         return takenAt - Double(modified) / 1e9 >= 0.1
     }
 
@@ -64,11 +72,13 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
         // the -wal and -shm, and the next open builds a new wal-index whose counter starts again.
         print.fileBytes = UInt64(info.st_size)
         print.modifiedNanoseconds = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        print.statusChangedNanoseconds = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
         if StoreFile.isWALHeader(header) {
             if walBefore == 0 {
                 var again = stat()
                 guard walBytes(store) == 0, stat(store.path, &again) == 0, again.st_ino == info.st_ino, again.st_size == info.st_size,
-                      again.st_mtim.tv_sec == info.st_mtim.tv_sec, again.st_mtim.tv_nsec == info.st_mtim.tv_nsec else { return nil }
+                      again.st_mtim.tv_sec == info.st_mtim.tv_sec, again.st_mtim.tv_nsec == info.st_mtim.tv_nsec,
+                      again.st_ctim.tv_sec == info.st_ctim.tv_sec, again.st_ctim.tv_nsec == info.st_ctim.tv_nsec else { return nil }
                 // No -wal, or an empty one: no frame anywhere, so the database file alone is the
                 // content (its identity, size and time). The wal-index says nothing more: an app
                 // that closes the store removes both, and the next open builds a new one, so

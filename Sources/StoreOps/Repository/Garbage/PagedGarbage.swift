@@ -60,7 +60,7 @@ public enum PagedGarbage {
         // Everything the index says, pack by pack (a pack listed twice is one pack).
         let (index, indexDamage) = try readIndex(repository)
         guard indexDamage.isEmpty else {
-            return .skipped("an index is damaged (\(indexDamage.map { "\($0.key): \($0.problem)" }.joined(separator: "; "))): run `storectl repo repair` first; no data was removed")
+            return .skipped("an index is damaged (\(indexDamage.map(\.described).joined(separator: "; "))): run `storectl repo repair` first; no data was removed")
         }
         // A snapshot needing what no index lists (an index lost or damaged on disk) means the
         // unindexed packs may hold it: nothing is removed until `repo repair` re-indexes them.

@@ -59,6 +59,8 @@ enum RepositoryIndex {
     struct Damaged: Sendable {
         var key: String
         var problem: String
+        /// The problem, naming the index once (a decoding error names it already).
+        var described: String { problem.contains(key) ? problem : "\(key) \(problem)" }
     }
 
     /// Calls `visit` with every pack every readable index lists, and returns the index files

@@ -197,7 +197,7 @@ enum BlobLocator {
 
     static func missingBlob(_ id: ContentID, type: BlobType, context: String, repository: PagedRepository,
                             damaged: [RepositoryIndex.Damaged]) -> StoreOpsError {
-        let because = damaged.isEmpty ? "" : " (unreadable index: \(damaged.map { "\($0.key) \($0.problem)" }.joined(separator: "; ")))"
+        let because = damaged.isEmpty ? "" : " (unreadable index: \(damaged.map(\.described).joined(separator: "; ")))"
         return StoreOpsError(.badData, "\(context): its \(type.name) \(id.hex.prefix(16))… is in no index of \(repository.location)\(because)",
                              hint: "`storectl repo check --repo \(repository.location)` lists what is missing; restore another snapshot")
     }
