@@ -67,7 +67,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         }
         // Records pruned, but no data collected (a damaged index or record): the space stays taken
         // until `repo repair`; a scheduled prune that ended 0 so looked healthy. 65 after the report.
-        let uncollected = !dryRun && result.garbage?.skipped != nil
+        let uncollected = !dryRun && result.garbage?.needsRepair == true
         if json {
             print(jsonReport(result))
             if uncollected { throw Finished(status: .badData) }

@@ -117,11 +117,18 @@ struct Storectl: ParsableCommand {
                 if distance < (nearest?.distance ?? Int.max) { nearest = (option, distance) }
             }
             var message = "unknown option '\(name)'"
-            if let nearest, nearest.distance <= 3 { message += ". Did you mean '\(nearest.name)'?" }
+            if let nearest, nearOption(name, nearest.name) { message += ". Did you mean '\(nearest.name)'?" }
             let usage = usageString(for: command)
             return StoreOpsError(.usage, message + "\n  usage: \(usage)", hint: "see `\(commandName(ofUsage: usage)) --help`")
         }
         return nil
+    }
+
+    /// Whether `known` is near enough to the unknown option `typed` to be what was meant: at most
+    /// a third of the name's letters edited (at least one): `--polcy`, `--stor`, `--migration`
+    /// yes, `--quiet` for `--wait` no.
+    static func nearOption(_ typed: String, _ known: String) -> Bool {
+        RepositoryLocation.editDistance(known, typed) <= max(1, (typed.count - 2) / 3)
     }
 
     /// The subcommand of `command` that `word` names (its name or an alias).
@@ -186,9 +193,16 @@ struct Storectl: ParsableCommand {
         TerminalProgress.clearForText()
         // A report was printed; the library's ending decided the status.
         if let finished = error as? Finished { Foundation.exit(finishOutput(finished.status.rawValue)) }
-        guard let failure = StoreOpsError.wrapping(error) ?? argumentError(error, command: command) else {
+        guard var failure = StoreOpsError.wrapping(error) ?? argumentError(error, command: command) else {
             // --help, --version (0) and explicit ExitCode results.
             Storectl.exit(withError: error)
+        }
+        // A usage error the library found in a value (`--keep-within 3x`, `--level 25`) is said as
+        // ArgumentParser's are: the command's usage line and its --help.
+        if failure.status == .usage, !failure.message.contains("\n  usage: "), let command {
+            let usage = usageString(for: type(of: command))
+            failure.message += "\n  usage: \(usage)"
+            failure.hint = failure.hint ?? "see `\(commandName(ofUsage: usage)) --help`"
         }
         if json {
             print(jsonReport(ErrorReport(status: failure.status.rawValue, message: failure.message, hint: failure.hint)))
@@ -219,6 +233,11 @@ extension Storectl {
         if message.hasPrefix("Error: ") { message.removeFirst("Error: ".count) }
         if let first = message.first, first.isUppercase, message.dropFirst().first?.isLowercase == true {
             message = first.lowercased() + message.dropFirst()
+        }
+        // ArgumentParser offers the nearest option however far it is (`--quiet`: "did you mean
+        // '--wait'?"): kept only when it is near (`nearOption`).
+        if let match = message.firstMatch(of: /unknown option '(--[^']+)'\. Did you mean '(--[^']+)'\?/), !nearOption(String(match.1), String(match.2)) {
+            message.replaceSubrange(match.range, with: "unknown option '\(match.1)'")
         }
         // The usage of the command that was parsed (a ValidationError from its run), else the one
         // ArgumentParser names in its own message (a parse error).

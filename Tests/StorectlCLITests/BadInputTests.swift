@@ -117,6 +117,9 @@ struct BadInputTests {
             // A required option mistyped: ArgumentParser said "missing expected argument '--policy <policy>'".
             (["purge", "--polcy", "tasks.toml"], 64, "unknown option '--polcy'. Did you mean '--policy'?"),
             (["migrate", "Tasks.sqlite", "--migration", "migrations", "--repo", "snaps"], 64, "unknown option '--migration'. Did you mean '--migrations'?"),
+            // No far-fetched guess (replicate's --quiet on snapshot create was "did you mean '--wait'?").
+            (["snapshot", "create", "Tasks.sqlite", "--repo", "/nonexistent", "--quiet"], 64, "unknown option '--quiet'\n"),
+            (["snapshot", "create", "Tasks.sqlite", "--quiet"], 64, "unknown option '--quiet'\n"),
             (["diff", "--repo", "/nonexistent", "--store", "a.sqlite", "--at", "-1m", "--store", "b.sqlite", "--at", "-2m"], 64, "--store given 2 times (a.sqlite, b.sqlite)"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "10s", "--to", "x.sqlite"], 64, "a time before now is written -10s"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-10", "--to", "x.sqlite"], 64, "has no unit (write e.g. -10s"),
@@ -407,6 +410,8 @@ struct SmallerAnswerTests {
             (["snapshot", "create", store, "--repo", repo, "--level", "-7"], 64, "out of range"),
             (["migrate", "apply", store, "--migrations", folder.file("migrations"), "--repo", repo, "--to", "-1"], 64, "out of range"),
             (["snapshot", "prune", "--repo", repo, "--keep-within", "-1d"], 64, "is negative"),
+            (["snapshot", "prune", "--repo", repo, "--keep-within", "3x"], 64, "unknown unit 'x'"),
+            (["snapshot", "create", store, "--repo", repo, "--level", "25"], 64, "out of range"),
             (["run", "purge", "--policy", folder.file("none.toml"), "--jitter", "-5m"], 64, "is negative"),
             (["migrate", "status", store, "--migrations", folder.file("migrations/0001_a.sql")], 66, "is a file, not a folder"),
             (["rollback", folder.file("missing.sqlite"), "--repo", repo], 66, "no such store"),
@@ -416,6 +421,9 @@ struct SmallerAnswerTests {
         ] as [([String], Int32, String)] {
             let result = try ChildProcess.run(Binaries.storectl, arguments, environment: environment)
             #expect(result.status == status && result.stderr.contains(message), "\(arguments.prefix(3)): \(result.status) \(result.stderr)")
+            // Every usage error, ArgumentParser's or the library's, has the usage line and a hint
+            // (`--keep-within 3x`, `--level 25` had neither: found by a helper).
+            if status == 64 { #expect(result.stderr.contains("\n  usage: storectl ") && result.stderr.contains("\n  hint: "), "\(arguments.prefix(3)): \(result.stderr)") }
         }
         #expect(FileSystem.kind(of: folder.file("missing.sqlite.storectl-lock")) == .missing, "rollback left no lock file beside a missing store")
         #expect(FileSystem.kind(of: folder.file("notes.txt.storectl-killswitch")) == .missing)

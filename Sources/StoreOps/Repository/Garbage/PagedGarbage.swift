@@ -23,6 +23,11 @@ public enum PagedGarbage {
         public var keptBytes: UInt64 = 0
         /// Why nothing was collected, when nothing could be.
         public var skipped: String?
+        /// The reason is damage `repo repair` puts right (an index damaged or lost): the prune
+        /// ends 65 until it is run. A damaged record (or one a newer storectl wrote) is not: it
+        /// is said, and the prune ends 0 (a repository shared with a newer storectl would fail
+        /// every night otherwise).
+        public var needsRepair = false
     }
 
     /// A pack is repacked when less than this share of its bytes is alive.
@@ -35,6 +40,7 @@ public enum PagedGarbage {
         case .skipped(let why):
             var report = Report()
             report.skipped = why
+            report.needsRepair = why.contains("storectl repo repair")
             return report
         case .planned(let plan):
             var report = plan.report(dryRun: dryRun)
