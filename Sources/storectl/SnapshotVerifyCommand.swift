@@ -26,28 +26,31 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
         var options = SnapshotVerify.Options(repository: repo, ids: ids, all: all, full: full, scratch: scratch)
         options.password = password.source
         let progress = TerminalProgress.handler("snapshot verify", quiet: json)
-        let outcomes = try SnapshotVerify.run(options, progress: progress?.1)
-        progress?.0.finish()
-        if json {
-            print(jsonReport(outcomes))
-        } else {
-            for outcome in outcomes {
-                let problem = (outcome.problem ?? "").replacingOccurrences(of: "snapshot \(outcome.id): ", with: "")
-                if outcome.status != nil {
-                    // The repository could not be read here: not damage; the run stopped.
-                    let what = outcome.points == nil ? outcome.id : "points of chain \(outcome.id)"
-                    print("NOT CHECKED \(what): \(problem)")
-                    continue
-                }
-                if let points = outcome.points {
-                    let what = "points of \(outcome.store ?? "a store"), chain \(outcome.id) (\(Format.plural(points, "point", "points")))"
-                    print(outcome.ok ? "ok      \(what)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(what): \(problem)")
-                    continue
-                }
-                let unrecorded = outcome.unrecorded.map { "; NOT RECORDED as verified: \($0)" } ?? ""
-                print((outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(problem)") + unrecorded)
+        if !json {
+            // Each verdict as it is known (a long --all said nothing until its end), above the progress line.
+            let shown = progress?.0
+            options.each = { outcome in
+                if let shown { shown.interject(Self.line(outcome)) } else { print(Self.line(outcome)) }
             }
         }
+        let outcomes = try SnapshotVerify.run(options, progress: progress?.1)
+        progress?.0.finish()
+        if json { print(jsonReport(outcomes)) }
         try Finished.check(SnapshotVerify.ending(of: outcomes))
+    }
+
+    static func line(_ outcome: SnapshotVerify.Outcome) -> String {
+        let problem = (outcome.problem ?? "").replacingOccurrences(of: "snapshot \(outcome.id): ", with: "")
+        if outcome.status != nil {
+            // The repository could not be read here: not damage; the run stopped.
+            let what = outcome.points == nil ? outcome.id : "points of chain \(outcome.id)"
+            return "NOT CHECKED \(what): \(problem)"
+        }
+        if let points = outcome.points {
+            let what = "points of \(outcome.store ?? "a store"), chain \(outcome.id) (\(Format.plural(points, "point", "points")))"
+            return outcome.ok ? "ok      \(what)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(what): \(problem)"
+        }
+        let unrecorded = outcome.unrecorded.map { "; NOT RECORDED as verified: \($0)" } ?? ""
+        return (outcome.ok ? "ok      \(outcome.id)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(outcome.id): \(problem)") + unrecorded
     }
 }

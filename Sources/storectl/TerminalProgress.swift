@@ -136,6 +136,17 @@ final class TerminalProgress: @unchecked Sendable {
         drawn = true
     }
 
+    /// A line of the command's report printed now (stdout), above the progress line, which is
+    /// drawn again below it.
+    func interject(_ text: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        if drawn { FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8)) }
+        print(text)
+        fflush(nil)   // every stream: stdout is not reachable from here under strict concurrency
+        if drawn { draw(force: true) }
+    }
+
     /// Stops drawing and clears the line.
     func finish() {
         lock.lock()

@@ -111,5 +111,20 @@ struct ProgressTests {
         let failing = ([Binaries.storectl, "backup", world.store, "-o", world.folder.file("exists.sqlite")].map(quoted)).joined(separator: " ")
         let failed = try ChildProcess.run("/usr/bin/script", ["-qec", failing, "/dev/null"], environment: ["TERM": "xterm"])
         #expect(failed.stdout.contains("backup  preflight\r\u{1B}[2Kstorectl: \(world.folder.file("exists.sqlite")) already exists"), "\(failed.stdout)")
+        // verify --all says each verdict as it comes, above the line (it printed them all at the
+        // end of a long run: found by a helper): the first snapshot's before the second's stages.
+        var ids: [String] = []
+        for _ in 0..<2 {
+            let created = try world.run(["snapshot", "create", world.store, "--repo", world.repository, "--json"], progress: nil)
+            ids.append(try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(created.stdout.utf8)).id)
+        }
+        let verifying = ([Binaries.storectl, "snapshot", "verify", "--repo", world.repository, "--all"].map(quoted)).joined(separator: " ")
+        let verified = try ChildProcess.run("/usr/bin/script", ["-qec", verifying, "/dev/null"], environment: ["TERM": "xterm", "STORECTL_PASSWORD_FILE": world.password])
+        #expect(verified.status == 0, "\(verified.stdout)")
+        // (In the order verify takes them, whichever that is.)
+        let first = try #require(verified.stdout.range(of: "ok      "), "\(verified.stdout)")
+        let second = try #require(verified.stdout.range(of: " (2 of 2)"), "\(verified.stdout)")
+        #expect(first.lowerBound < second.lowerBound, "\(verified.stdout)")
+        #expect(ids.allSatisfy { verified.stdout.contains("\r\u{1B}[2Kok      \($0)") }, "the line is cleared before each verdict: \(verified.stdout)")
     }
 }

@@ -15,6 +15,9 @@ public enum SnapshotVerify {
         public var scratch: String?
         /// Where an encrypted repository's password comes from.
         public var password: PasswordSource = .resolve(file: nil)
+        /// Called with each outcome as it is known (a terminal shows each verdict as it comes,
+        /// not all of them at the end of a long run); `run` returns them all too.
+        public var each: (@Sendable (Outcome) -> Void)?
 
         public init(repository: String, ids: [String] = [], all: Bool = false, full: Bool = false, scratch: String? = nil) {
             self.repository = repository
@@ -102,28 +105,33 @@ public enum SnapshotVerify {
         PendingFile.removeStale(in: scratch, prefix: scratchPrefix)
         let level: VerifyLevel = options.full ? .full : .quick
         var outcomes: [Outcome] = []
+        func add(_ more: [Outcome]) {
+            outcomes += more
+            for outcome in more { options.each?(outcome) }
+        }
         for (n, snapshot) in records.enumerated() {
             let id = snapshot.id
             let started = Date()
             do {
-                outcomes.append(try verify(snapshot, in: repository, scratch: scratch, level: level,
-                                           count: records.count > 1 ? " (\(n + 1) of \(records.count))" : "", progress: progress))
+                add([try verify(snapshot, in: repository, scratch: scratch, level: level,
+                                count: records.count > 1 ? " (\(n + 1) of \(records.count))" : "", progress: progress)])
             } catch {
                 guard let stop = stopsVerification(error) else { throw error }
                 // The repository cannot be read (or the scratch folder is full): what was checked
                 // is reported, this snapshot is not called damaged, the rest is named as not checked.
-                outcomes.append(Outcome(id: id, ok: false, problem: stop.message + notReached(records.count - n - 1, points: options.all),
-                                        seconds: Date().timeIntervalSince(started), status: stop.status.rawValue))
+                add([Outcome(id: id, ok: false, problem: stop.message + notReached(records.count - n - 1, points: options.all),
+                             seconds: Date().timeIntervalSince(started), status: stop.status.rawValue)])
                 // Damage already known (catalog entries that do not open) is reported all the same.
-                return outcomes + (options.all ? damagedOutcomes(damaged) : [])
+                add(options.all ? damagedOutcomes(damaged) : [])
+                return outcomes
             }
         }
         if options.all {
             // Damaged catalog entries are part of "all": reported, never skipped silently.
-            outcomes += damagedOutcomes(damaged)
+            add(damagedOutcomes(damaged))
             // So are the points: every segment of every chain read, authenticated, each page
             // checked against its id (what `repo check --read-data` does for them).
-            outcomes += try verifyPoints(in: repository, progress: progress)
+            add(try verifyPoints(in: repository, progress: progress))
         }
         return outcomes
     }

@@ -216,7 +216,10 @@ final class S3Client: Sendable {
         guard attempt <= settings.retries, !pastDeadline else {
             // Both figures are wall time: this request's attempts, and how long the endpoint has
             // answered nothing at all (any request of this run).
-            let why = pastDeadline ? "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s (deadline \(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)" : ""
+            // The next try's wait would have passed the deadline: said so, not as if it had come.
+            let why = !pastDeadline ? "" : silentFor >= settings.deadline
+                ? "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s (deadline \(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)"
+                : "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s, and the next try would come after the deadline (\(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)"
             throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
                                 hint: "check that the endpoint is up and reachable from this host; nothing was changed in the store, and the next run cleans up what this one left")
         }
