@@ -403,6 +403,14 @@ public enum SnapshotRestore {
                                     + (safety.map { " (the safety snapshot \($0) stays)" } ?? ""),
                                     hint: "stop the app first, or pass --force (the app must then open the store again)")
             }
+            // The replaced store's -shm, held open across the swap: a process that opens the store
+            // between that check and the swap's renames (the fsyncs take milliseconds) waits for
+            // the gate on the old files, and commits there once it is gone. Every connection holds
+            // a read lock on the -shm's DMS byte while open: the gate is held until none but ours
+            // is left on the old one (a client that opens the store for each write gives up when
+            // its busy timeout passes: an error it sees, not a commit lost), or `timeout` passes.
+            let oldShm = gate != nil && !options.force && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
+            defer { if oldShm >= 0 { close(oldShm) } }
             var installs: [StoreSwap.Install] = []
             if let support = staged.support { installs.append(.init(support, role: "support")) }
             installs.append(.init(staged.database, role: "database"))
@@ -410,6 +418,18 @@ public enum SnapshotRestore {
                 operation: options.clearsMigrationJournal ? "rollback" : "restore", target: store.path, installs: installs,
                 replacing: replacing.filter { StoreSwap.lstatIdentity($0.path) != nil }, keepOld: keep,
                 followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
+            if oldShm >= 0 {
+                let until = Date().addingTimeInterval(options.timeout)
+                var holder = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1)
+                while holder != nil, Date() < until {
+                    usleep(10_000)
+                    holder = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1)
+                }
+                if let holder {
+                    SnapshotRestore.logger.warning("a process still has the replaced store open after the restore; its commits from now on go to the replaced files: restart it",
+                                           metadata: ["store": "\(store.path)", "pid": "\(holder)", "waited": "\(Format.duration(options.timeout))"])
+                }
+            }
             gate?.release()
             gate = nil
         }

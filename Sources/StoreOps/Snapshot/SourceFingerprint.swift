@@ -43,9 +43,9 @@ struct SourceFingerprint: Codable, Equatable, Sendable {
     /// same: never trusted (such a store is read again by each snapshot).
     var settled: Bool {
         guard walIndex == "empty" else { return true }
-        // The later of the two times (a write moves both; the status change time cannot be set back).
-        guard let takenAt, let modified = max(modifiedNanoseconds ?? 0, statusChangedNanoseconds ?? 0) as Int64?, modified > 0,
-              modified % 1_000_000_000 != 0 else { return false }
+        // (The modification time: a write moves both; a status change time newer than it comes
+        // from a chmod or a time set by hand, and a write after it moves the modification time.)
+        guard let takenAt, let modified = modifiedNanoseconds, modified % 1_000_000_000 != 0 else { return false }
         return takenAt - Double(modified) / 1e9 >= 0.1
     }
 

@@ -69,6 +69,18 @@ public final class FileProbe: Sendable {
     }
 
     /// The process holding a lock that conflicts with `type` on bytes `start..<start+length`, if any.
+    /// `conflictingHolder` on a descriptor the caller holds (a file whose path may since name
+    /// another file); nil also when the probe fails.
+    static func conflictingHolder(fd: Int32, type: Int32, start: Int, length: Int) -> Int32? {
+        var lock = flock()
+        lock.l_type = Int16(type)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = off_t(start)
+        lock.l_len = off_t(length)
+        guard fcntl(fd, F_GETLK, &lock) == 0 else { return nil }
+        return lock.l_type == Int16(F_UNLCK) ? nil : lock.l_pid
+    }
+
     func conflictingHolder(path: String, type: Int32, start: Int, length: Int) throws -> Int32? {
         let fd = try descriptor(for: path)
         var lock = flock()

@@ -307,8 +307,18 @@ public enum StoreSwap {
         case .discard:
             FileSystem.remove(journal.aside, point: "swap.discard-old")
         case .rename(let suffix):
-            for step in journal.steps where step.kind != .install && holds(step.to, step) {
-                let keptPath = try freeName(keptName(step.from, target: journal.target, suffix: suffix))
+            let moving = journal.steps.filter { $0.kind != .install && holds($0.to, $0) }
+            // One suffix for the set, free for every one of its names: `<store><suffix>-2` keeps
+            // its -wal as `<store><suffix>-2-wal`, the name SQLite pairs with it (each name made
+            // free on its own gave `<store><suffix>-wal-2`, a -wal SQLite never reads with its
+            // database: a second failed migration in one second lost its commits so).
+            var free = suffix, n = 1
+            while n < 1000, moving.contains(where: { lstatIdentity(keptName($0.from, target: journal.target, suffix: free)) != nil }) {
+                n += 1
+                free = "\(suffix)-\(n)"
+            }
+            for step in moving {
+                let keptPath = try freeName(keptName(step.from, target: journal.target, suffix: free))
                 try FileSystem.rename(step.to, keptPath, point: "swap.keep.\(step.role)")
                 kept.append(keptPath)
             }

@@ -118,6 +118,23 @@ struct MigrateTests {
         #expect(kept.hasPrefix(fixture.store + ".failed-migration-"))
         #expect(!kept.hasSuffix("-wal") && !kept.hasSuffix("-shm"), "the database file is named, not a sidecar")
         #expect(try readStore(kept) { try MigrationHistory.version($0) } == 1)
+        // Its name taken (a failure earlier in the same second): the set gets one suffix, so its
+        // -wal is `<kept>-2-wal`, the name SQLite reads with it (it was `<kept>-wal-2`, never read:
+        // found by a helper, whose second failed migration in a second kept its commits there).
+        let now = Date()
+        for second in 0..<10 {
+            let taken = fixture.store + ".failed-migration-" + Timestamp.compact(now.addingTimeInterval(Double(second)))
+            if !FileManager.default.fileExists(atPath: taken) { #expect(FileManager.default.createFile(atPath: taken, contents: Data("taken".utf8))) }
+        }
+        let again = try Migrate.run(fixture.options(rollback: true))
+        #expect(again.status == .rolledBack)
+        let second = try #require(again.rollback?.failedStateKeptAt)
+        #expect(second.hasSuffix("-2"), "\(second)")
+        let folder = FileSystem.parent(of: fixture.store)
+        let names = try FileManager.default.contentsOfDirectory(atPath: folder)
+        #expect(!names.contains { $0.contains("-wal-") || $0.contains("-shm-") }, "\(names.sorted())")
+        if FileSystem.kind(of: kept + "-wal") == .file { #expect(FileSystem.kind(of: second + "-wal") == .file, "\(names.sorted())") }
+        #expect(try readStore(second) { try MigrationHistory.version($0) } == 1)
     }
 
     @Test("the rollback itself fails (the snapshot was damaged meanwhile): exit 4, the store untouched at the last good migration, the journal kept")

@@ -404,6 +404,13 @@ struct PagedRepositoryTests {
         #expect(run.status == 2 && run.stdout.contains("DAMAGED     index") && run.stdout.contains("not counted"), "\(run.status) \(run.stdout) \(run.stderr)")
         let json = try ChildProcess.run(Binaries.storectl, ["repo", "stats", "--repo", fixture.repo, "--json"])
         #expect(json.status == 2 && json.stdout.contains("\"damaged\""), "\(json.stdout)")
+        // A damaged record: not among the snapshots counted, named once (it was counted, and named twice).
+        try fixture.replace(key, with: data)
+        let second = try fixture.create()
+        try fixture.replace("snapshots/" + second.id, with: Data(#"{"format":"storectl-manifest","formatVersion":99}"#.utf8))
+        let record = try ChildProcess.run(Binaries.storectl, ["repo", "stats", "--repo", fixture.repo])
+        #expect(record.status == 2 && record.stdout.contains("snapshots   1,"), "\(record.stdout)")
+        #expect(record.stdout.components(separatedBy: second.id).count == 2, "named once: \(record.stdout)")
     }
 
     @Test("a record restore refuses (page size 0, 1000, 2^31; an external file named '..', or recorded at a size its chunks do not hold) is damage to repo check --read-data too (2, naming it), and to verify and prune's collector")

@@ -33,7 +33,8 @@ public enum RepositoryStats {
         let repository = try PagedRepository.open(at: location, password: password)
         let (records, damaged) = try repository.catalog()
         var report = Report(location: repository.location, format: PagedRepository.formatVersion, encrypted: repository.config.isEncrypted)
-        report.snapshots = records.count + damaged.count
+        // The snapshots whose records open (a damaged one is listed apart, "not counted").
+        report.snapshots = records.count
         report.logicalBytes = records.reduce(0) { $0 + $1.manifest.database.bytes + ($1.manifest.externalData?.totalBytes ?? 0) }
         let backend = repository.backend
         let packs = try backend.list("data/")
@@ -43,7 +44,7 @@ public enum RepositoryStats {
         report.indexes = indexes.count
         report.storedBytes = (packs + indexes + snapshots).reduce(0) { $0 + $1.size }
         var seen = Set<ContentID>()
-        report.damaged = damaged.map { "snapshot record \($0.file) \($0.problem)" }
+        report.damaged = damaged.map { $0.problem.contains($0.file) ? $0.problem : "snapshot record \($0.file) \($0.problem)" }
         var blobBytes: UInt64 = 0
         var byType: [String: Int] = [:]
         let unreadable = try RepositoryIndex.scan(repository) { _, _, contents in
