@@ -59,5 +59,8 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         if !result.removedSidecars.isEmpty { line += "; removed \(result.removedSidecars.map { String($0.split(separator: "-").last ?? "") }.joined(separator: ", "))" }
         print(line)
         if let note = result.externalFilesNote { print("note: \(note)") }
+        if let pid = result.replacedStillOpenBy {
+            print("WARNING: pid \(pid) still had the replaced store open when the restore let go of its lock: its commits from now on go to the replaced files; restart it")
+        }
     }
 }

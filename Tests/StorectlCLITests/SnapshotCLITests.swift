@@ -442,10 +442,10 @@ struct SnapshotCLITests {
         #expect(first.status == 0, "\(first.stderr)")
         let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
         let log = folder.file("commits.log"), ready = folder.file("ready")
-        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "15", "--reopen", "--ready-file", ready, "--commit-log", log])
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "60", "--reopen", "--ready-file", ready, "--commit-log", log])
         #expect(ChildProcess.waitFor(file: ready))
         var safeties: [String] = [], statuses: [Int32] = []
-        for _ in 1...10 {
+        for _ in 1...12 {
             let restore = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--json")
             statuses.append(restore.status)
             if restore.status == 0 {
@@ -477,9 +477,11 @@ struct SnapshotCLITests {
             kept.formUnion(try numbers(copy))
         }
         let lost = acknowledged.subtracting(kept).sorted()
-        #expect(acknowledged.count > 50, "the app kept committing: \(acknowledged.count)")
+        #expect(acknowledged.count > 20, "the app kept committing: \(acknowledged.count)")
         #expect(lost.isEmpty, "\(lost.count) of \(acknowledged.count) acknowledged commits are in no safety snapshot and not in the store: \(lost.prefix(10)); statuses \(statuses)")
         #expect(statuses.allSatisfy { $0 == 0 || $0 == 75 }, "\(statuses)")
+        // Some went through beside it (the swap itself ran under the app, not only refusals).
+        #expect(statuses.contains(0), "\(statuses)")
         // The app stopped: the restore goes through.
         let quiet = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
         #expect(quiet.status == 0, "\(quiet.stderr)")

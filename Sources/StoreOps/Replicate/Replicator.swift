@@ -536,9 +536,8 @@ public enum Replicate {
             ProcessSignals.acknowledge()
             ProcessSignals.finishBy = Date().addingTimeInterval(options.drainSeconds)
             defer { ProcessSignals.finishBy = nil }
-            // A start writing kept segments ends after the one it writes (by the drain's time).
-            starts.sync {}
-            settleStarts()
+            // A start writing kept segments ends after the one it writes; the other stores are
+            // drained first (one kept segment over a slow link could use the drain's time).
             for replica in replicas {
                 if replica.needsBase == nil {
                     // The stop marker records the database file's state for the next run to
@@ -563,6 +562,8 @@ public enum Replicate {
                 }
                 replica.follower.close()
             }
+            starts.sync {}
+            settleStarts(draining: true)
             merges.sync {}
             let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil || !$0.parked.isEmpty }
             if unwritten.isEmpty {
@@ -1284,7 +1285,9 @@ public enum Replicate {
         /// followed (`resume`), or its failure said and tried again (see `start`). A start the
         /// run's stop ended leaves the store not followed and its kept points where they are for
         /// the next run: no failure, unless an earlier try failed.
-        func settleStarts() {
+        /// - Parameter draining: the run is stopping and its stores are drained: a start that
+        ///   finished is not followed on (its kept points are written; the next run takes it up).
+        func settleStarts(draining: Bool = false) {
             let done = startsDone.withLock { list -> [(Replica, OutboxSent)] in defer { list = [] }; return list }
             for (replica, sent) in done {
                 replica.starting = false
@@ -1303,16 +1306,21 @@ public enum Replicate {
                         + "(the chain was pruned, or followed on by a run that did not see \(outbox.folder)) and \(count == 1 ? "was" : "were") removed: \(sent.dropped.joined(separator: ", "))"
                     if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
                 }
-                // A store whose earlier tries failed keeps their failure (what the run ends with).
-                if sent.stopped, replica.outboxStart == nil {
+                // A store whose earlier tries failed, stopped before this one wrote anything, keeps
+                // their failure (what the run ends with); one that wrote some, or finished as the
+                // run stopped, is no failure.
+                if sent.stopped, replica.outboxStart != nil, sent.sent == 0 { continue }
+                if sent.stopped || (draining && sent.failure == nil) {
+                    replica.outboxStart = nil
                     let left = outbox.kept(store: replica.key).count
-                    replica.summary.notFollowed = "the run stopped while the points an earlier run kept were being written: "
-                        + "\(Format.plural(left, "segment stays", "segments stay")) in \(outbox.folder), written first by the next run"
+                    replica.summary.notFollowed = left == 0
+                        ? "the run stopped as the points an earlier run kept were written: the next run takes the store up"
+                        : "the run stopped while the points an earlier run kept were being written: "
+                            + "\(Format.plural(left, "segment stays", "segments stay")) in \(outbox.folder), written first by the next run"
                     replica.summary.notFollowedStatus = 0
                     replica.startStopped = true
                     continue
                 }
-                if sent.stopped, sent.failure == nil { continue }
                 if let error = sent.failure {
                     let failure = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
                     let tries = (replica.outboxStart?.tries ?? 0) + 1

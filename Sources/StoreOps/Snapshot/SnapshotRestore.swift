@@ -106,6 +106,10 @@ public enum SnapshotRestore {
         public var pointReads: PointReads?
         /// In place: how long each stage took (lock, preflight, snapshot, swap).
         public var stages: [StageTiming] = []
+        /// In place: a process that still had the replaced store open when the restore let its
+        /// lock go (after a minute, or a signal): its commits from then on go to the replaced
+        /// files; restart it.
+        public var replacedStillOpenBy: Int32?
     }
 
     /// Verifies the snapshot while unpacking it beside the target, checks the database, then
@@ -283,6 +287,8 @@ public enum SnapshotRestore {
         var progress: ProgressHandler?
         /// The store's write lock, from before the current store is kept until the swap is done.
         var gate: WriteGate?
+        /// A process still on the replaced files when the restore let the lock go (`swap`).
+        var stillOpenBy: Int32?
 
         init(store: StoreFile, options: Options) {
             self.store = store
@@ -355,13 +361,21 @@ public enum SnapshotRestore {
         func keepCurrent() throws -> String {
             // No commit from here to the swap: what the app was told is committed is in the safety
             // snapshot (or the store moved aside), or comes after the swap, in the restored store.
-            // A store SQLite cannot lock as a store (damaged) has no gate: --force moves it aside.
-            if exists {
-                do { gate = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch let error as StoreOpsError where error.status == .badData {
+            // Only when the current store's files are discarded after the swap (a safety snapshot
+            // holds them): moved aside (a migration's rollback keeps its failed state so), a commit
+            // made meanwhile stays in the kept files, and a rollback must not fail for a lock
+            // (it renamed aside without one before). With --force, a store that cannot be locked
+            // (damaged, busy, not writable by this user) is restored without it, as before.
+            if exists, case .snapshot = options.keepCurrent {
+                do { gate = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch let error as StoreOpsError {
                     guard options.force else {
-                        throw StoreOpsError(.badData, "the current store cannot be locked (\(error.message)); nothing was changed",
-                                            hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
+                        if error.status == .badData {
+                            throw StoreOpsError(.badData, "the current store cannot be locked (\(error.message)); nothing was changed",
+                                                hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
+                        }
+                        throw error
                     }
+                    SnapshotRestore.logger.warning("the store's write lock could not be taken; restored without it (--force)", metadata: ["store": "\(store.path)", "error": "\(error.message)"])
                 }
             }
             switch options.keepCurrent {
@@ -410,7 +424,13 @@ public enum SnapshotRestore {
             // is left on the old one (a client that opens the store for each write gives up when
             // its busy timeout passes: an error it sees, not a commit lost), or `timeout` passes.
             let oldShm = gate != nil && !options.force && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
-            defer { if oldShm >= 0 { close(oldShm) } }
+            // Closing any descriptor of a file drops every fcntl lock this process holds on it:
+            // the gate's (its write lock, its DMS byte) goes first, on every path.
+            defer {
+                gate?.release()
+                gate = nil
+                if oldShm >= 0 { close(oldShm) }
+            }
             var installs: [StoreSwap.Install] = []
             if let support = staged.support { installs.append(.init(support, role: "support")) }
             installs.append(.init(staged.database, role: "database"))
@@ -421,27 +441,28 @@ public enum SnapshotRestore {
             if oldShm >= 0 {
                 let until = Date().addingTimeInterval(options.timeout)
                 var holder = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1)
-                while holder != nil, Date() < until {
+                while holder != nil, Date() < until, ProcessSignals.received == nil {
                     usleep(10_000)
                     holder = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1)
                 }
                 if let holder {
+                    stillOpenBy = holder
                     SnapshotRestore.logger.warning("a process still has the replaced store open after the restore; its commits from now on go to the replaced files: restart it",
-                                           metadata: ["store": "\(store.path)", "pid": "\(holder)", "waited": "\(Format.duration(options.timeout))"])
+                                                   metadata: ["store": "\(store.path)", "pid": "\(holder)"])
                 }
             }
-            gate?.release()
-            gate = nil
         }
 
         func result() throws -> Result {
             guard let outcome, let staged, let record else { throw StoreOpsError(.failure, "the restore did not finish") }
             let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
-            return Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, safetySnapshotPoint: safetyPoint, movedAside: outcome.kept,
-                          removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
-                          externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode,
-                          databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
-                          point: target?.point, pointTime: target?.time, pointReads: target?.reads)
+            var result = Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, safetySnapshotPoint: safetyPoint, movedAside: outcome.kept,
+                                removedSidecars: keep == .discard ? outcome.replaced.filter { sidecars.contains($0) } : [],
+                                externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode,
+                                databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
+                                point: target?.point, pointTime: target?.time, pointReads: target?.reads)
+            result.replacedStillOpenBy = stillOpenBy
+            return result
         }
     }
 }
