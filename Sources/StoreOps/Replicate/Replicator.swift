@@ -532,13 +532,16 @@ public enum Replicate {
             }
             // Drain: what was committed up to now, written; each chain marked stopped. Bounded
             // (systemd's stop timeout is 30 s by default): requests retry until then, no later.
-            stopping.store(true, ordering: .relaxed)
+            // A signal ends a start's backlog between two segments; the end of `--for` does not
+            // (what an earlier run kept goes out, and the store is taken up, as before).
+            if stoppedBy != "duration" { stopping.store(true, ordering: .relaxed) }
             ProcessSignals.acknowledge()
             ProcessSignals.finishBy = Date().addingTimeInterval(options.drainSeconds)
             defer { ProcessSignals.finishBy = nil }
-            // A start writing kept segments ends after the one it writes; the other stores are
-            // drained first (one kept segment over a slow link could use the drain's time).
-            for replica in replicas {
+            // The stores not starting are drained first (one kept segment over a slow link could
+            // use the drain's time); then the starts are waited for, and a store a start took up
+            // is drained in turn.
+            func drain(_ replica: Replica) {
                 if replica.needsBase == nil {
                     // The stop marker records the database file's state for the next run to
                     // compare (`DatabaseFileState`): a file written in the clock's present tick
@@ -562,8 +565,11 @@ public enum Replicate {
                 }
                 replica.follower.close()
             }
+            let starting = replicas.filter(\.starting)
+            for replica in replicas where !replica.starting { drain(replica) }
             starts.sync {}
-            settleStarts(draining: true)
+            settleStarts()
+            for replica in starting { drain(replica) }
             merges.sync {}
             let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil || !$0.parked.isEmpty }
             if unwritten.isEmpty {
@@ -1285,9 +1291,7 @@ public enum Replicate {
         /// followed (`resume`), or its failure said and tried again (see `start`). A start the
         /// run's stop ended leaves the store not followed and its kept points where they are for
         /// the next run: no failure, unless an earlier try failed.
-        /// - Parameter draining: the run is stopping and its stores are drained: a start that
-        ///   finished is not followed on (its kept points are written; the next run takes it up).
-        func settleStarts(draining: Bool = false) {
+        func settleStarts() {
             let done = startsDone.withLock { list -> [(Replica, OutboxSent)] in defer { list = [] }; return list }
             for (replica, sent) in done {
                 replica.starting = false
@@ -1310,7 +1314,7 @@ public enum Replicate {
                 // their failure (what the run ends with); one that wrote some, or finished as the
                 // run stopped, is no failure.
                 if sent.stopped, replica.outboxStart != nil, sent.sent == 0 { continue }
-                if sent.stopped || (draining && sent.failure == nil) {
+                if sent.stopped {
                     replica.outboxStart = nil
                     let left = outbox.kept(store: replica.key).count
                     replica.summary.notFollowed = left == 0
