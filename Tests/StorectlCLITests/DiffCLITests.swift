@@ -282,6 +282,29 @@ struct DiffCLITests {
         #expect(failures.isEmpty, "\(failures)")
     }
 
+    @Test("a live store whose -wal is non-empty but every frame of it checkpointed (SQLite keeps the file's length) is read in place, not copied, and says exactly what changed; a commit not yet checkpointed makes it read a consistent copy again")
+    func checkpointedWalReadInPlace() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 3_000)
+        let repo = try folder.repository()
+        let base = try snapshot(store, repo)
+        // The app: a connection held open, WAL mode, that commits and checkpoints (PASSIVE) as SQLite's autocheckpoint does.
+        let app = try DatabaseQueue(path: store)
+        defer { try? app.close() }
+        try app.writeWithoutTransaction { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'first ' || Z_PK WHERE Z_PK <= 40")
+            _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
+        }
+        #expect(((try? FileManager.default.attributesOfItem(atPath: store + "-wal")[.size] as? Int) ?? 0) > 32, "the -wal keeps its length")
+        let inPlace = try report(try storectl("diff", "--repo", repo, base, store, "--json"))
+        #expect(inPlace.b.copied == false, "every frame is in the file: read in place")
+        #expect(inPlace.entities.flatMap(\.objects).filter { $0.change == "changed" }.count == 40)
+        try app.writeWithoutTransaction { db in try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'second ' || Z_PK WHERE Z_PK > 40 AND Z_PK <= 45") }
+        let copied = try report(try storectl("diff", "--repo", repo, base, store, "--json"))
+        #expect(copied.b.copied == true, "a commit only the -wal holds: a consistent copy")
+        #expect(copied.entities.flatMap(\.objects).filter { $0.change == "changed" }.count == 45)
+    }
+
     @Test("damaged pages never crash it: 40 copies of the Notes store, each with 16 random bytes written over a random page, diffed against the original: every run exits 0, 2 or 65, and a 65 names the file or the page")
     func damagedPages() throws {
         let folder = try TempFolder()

@@ -98,7 +98,7 @@ struct MigrateCLITests {
     }
 
     static let points = ["after-lock", "after-snapshot", "after-journal", "after-commit-1", "before-commit-2",
-                         "after-commit-3", "before-verify", "before-journal-removal"]
+                         "after-commit-3", "before-verify", "after-migrations-commit", "before-journal-removal"]
 
     @Test("kill -9 at any point: the next run says what happened; storectl rollback restores the pre-migrate state", arguments: points)
     func killed(_ point: String) throws {

@@ -163,6 +163,48 @@ struct MigrateDiffTests {
                 "only the migration's own change, not the writer's objects: \(heldReport.undeclared ?? [])")
     }
 
+    @Test("an app that opens the store for each write (the preflight cannot see it) commits during a declared migration: its commits wait for the run's write lock, none is taken for the migrations' change, rolled back or lost; one that fails its declaration rolls back, and the app's commits land on the restored store", arguments: [false, true])
+    func besideReopeningWriter(_ failing: Bool) throws {
+        var statuses: [Int32] = [], acknowledged = 0
+        var files = Self.declared
+        if failing { files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);" }
+        for run in 1...6 {
+            let f = try fixture(files)
+            let log = f.folder.file("commits.log"), ready = f.folder.file("writer-ready")
+            let writer = try ChildProcess.Running(Binaries.lab, ["writer", f.store, "--interval-ms", "\(10 + 5 * run)", "--reopen", "--ready-file", ready, "--commit-log", log])
+            #expect(ChildProcess.waitFor(file: ready))
+            usleep(100_000)
+            let migrated = try f.migrate(["--json"])
+            statuses.append(migrated.status)
+            usleep(100_000)
+            writer.signal(SIGTERM)
+            let stats = writer.wait()
+            #expect(stats.status == 0, "\(stats.stderr)")
+            if migrated.status == (failing ? 3 : 0) {
+                let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(migrated.stdout.utf8))
+                #expect(report.othersWrote == nil, "the app's commits waited for the run")
+                if failing {
+                    #expect(report.undeclared == ["Category (ZCATEGORY): ZNAME changed in 10 of 10"] || report.undeclared?.count == 1,
+                            "only the migration's own change: \(report.undeclared ?? [])")
+                } else {
+                    #expect(report.undeclared == nil, "the app's commits are not the migrations' change: \(report.undeclared ?? [])")
+                    #expect(report.changes?.entities.allSatisfy { $0.table != "ZITEM" || $0.added == 0 } == true, "\(report.changes?.text ?? "")")
+                }
+            } else {
+                #expect(migrated.status == 75 && migrated.stderr.contains("nothing was changed"), "\(migrated.status) \(migrated.stdout)\(migrated.stderr)")
+            }
+            // Every commit the app was told succeeded is in the store.
+            let numbers = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
+            acknowledged += numbers.count
+            let titles = try DatabaseQueue(path: f.store).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
+            let kept = Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+            let lost = numbers.subtracting(kept).sorted()
+            #expect(lost.isEmpty, "run \(run): \(lost.count) of \(numbers.count) acknowledged commits are not in the store: \(lost.prefix(10)); status \(migrated.status)")
+        }
+        #expect(acknowledged > 30, "the app kept committing: \(acknowledged)")
+        #expect(statuses.contains(failing ? 3 : 0), "\(statuses)")
+    }
+
     @Test("--dry-run --at rehearses on a point replicate recorded (planned from the point's own history, behind the store's), prints what it would change, and changes neither the store nor the repository's listing; --at without --dry-run is 64")
     func dryRunAtPoint() throws {
         let f = try fixture(Self.declared)

@@ -43,8 +43,11 @@ final class FilePages: DiffPages {
         if hold {
             let held = try ReadHold(path: path)
             // Read after the transaction started: a -wal still empty now was empty when it
-            // started (while it lasts no checkpoint can reset a -wal it reads from).
-            if held.journalMode == "wal", FileSystem.size(of: path + "-wal") ?? 0 > 32 { throw NeedsCopy() }
+            // started (while it lasts no checkpoint can reset a -wal it reads from). One whose
+            // every frame is checkpointed into the file (most live stores between writes: SQLite
+            // keeps the -wal's length) holds nothing the file does not.
+            if held.journalMode == "wal", FileSystem.size(of: path + "-wal") ?? 0 > 32,
+               !WalFormat.IndexHeader.backfilled(of: StoreFile(unchecked: path)) { throw NeedsCopy() }
             connection = held
         }
         self.connection = connection

@@ -213,6 +213,20 @@ public enum Migrate {
         var dataVersion: Int?
         /// `--force`: the rows and columns the migrations' connection writes.
         var recorder: WriteRecorder?
+        /// Without `--force`, the store's write lock is held by the run's connection (`BEGIN
+        /// IMMEDIATE`) from before the safety snapshot to the end of the verify stage, and each
+        /// migration runs inside it: an app that opens the store for each write (the preflight
+        /// cannot see it) waits for the run to commit, or sees its busy timeout pass; its commits
+        /// are never taken for the migrations' change, rolled back with them or lost.
+        var gated: Bool { !options.force }
+        /// Migrations applied inside the lock's transaction and not yet committed (each in a
+        /// savepoint of its own): they are committed together, with the lock kept, when the verify
+        /// stage begins, before a migration without a transaction, or when one fails (the store
+        /// then stays at its last good migration, as when each committed on its own).
+        var pending = 0
+        /// The connection's `foreign_keys` before the run set it off (it is a no-op inside a
+        /// transaction, and migrations run inside the lock's).
+        var foreignKeys: Bool?
 
         deinit {
             // The hook is removed while its connection is open (the two go in no set order).
@@ -386,12 +400,11 @@ public enum Migrate {
                                     hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
                                         + "against a schema it does not know (--force migrates anyway)")
             }
-            if options.force {
-                // The connection the migrations run on, opened now: what another process commits
-                // after the snapshot stage starts moves its data_version (read there), so the
-                // verify stage knows whether the diff holds writes that are not the migrations'.
-                self.queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
-            }
+            // The connection the migrations run on, opened now: what another process commits
+            // after the snapshot stage starts moves its data_version (read there), so the verify
+            // stage knows whether the diff holds writes that are not the migrations'; without
+            // --force it holds the store's write lock from then on (`gate()`).
+            self.queue = try StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate", holdsTransactions: gated)
             try makePlan(checkingJournal: true)
             // A repository in a bucket: the space checks are the store's own volume's.
             let folder = S3Backend.isS3(report.repository) ? store.folder
@@ -399,7 +412,14 @@ public enum Migrate {
             // quick_check and the entity counts: the safety snapshot's, next (one read of the file, not two).
             let preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true, force: options.force))
             guard preflight.passed else {
-                let failed = preflight.checks.filter { $0.status == .fail }.map { "\($0.id): \($0.summary)" }
+                let failing = preflight.checks.filter { $0.status == .fail }
+                // The app opened the store since the check above: busy (75), as that check says.
+                if failing.allSatisfy({ $0.id == "lock.writer" }), let first = failing.first {
+                    throw StoreOpsError(.busy, "\(store.path): \(first.summary); nothing was changed",
+                                        hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
+                                            + "against a schema it does not know (--force migrates anyway)")
+                }
+                let failed = failing.map { "\($0.id): \($0.summary)" }
                 throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  " + failed.joined(separator: "\n  "),
                                     hint: "storectl preflight \(store.path) --for migrate --dest \(folder) shows every check")
             }
@@ -407,6 +427,8 @@ public enum Migrate {
 
         /// A verified snapshot, or nothing changes; then the crash journal names it.
         func snapshot(_ pipeline: Pipeline) throws -> String {
+            // The write lock first (without --force): no other commit from here to the end of verify.
+            if gated { try gate(first: true) }
             // Just before the snapshot's read: a commit in between is in the snapshot and counted
             // here too (a moment's window); one after it is in the diff and counted.
             if let queue { dataVersion = try queue.inDatabase { try Int.fetchOne($0, sql: "PRAGMA data_version") } }
@@ -441,9 +463,73 @@ public enum Migrate {
             return created.id
         }
 
-        /// A migration committed, or one without a transaction started: the store may differ from
-        /// the safety snapshot.
+        /// Takes the store's write lock on the run's connection (`BEGIN IMMEDIATE`), unless it is
+        /// held: before the safety snapshot (`first`), and after a migration that runs without a
+        /// transaction. `foreign_keys` goes off first: it cannot change inside the transaction the
+        /// migrations run in.
+        func gate(first: Bool = false) throws {
+            guard let queue else { return }
+            try queue.inDatabase { db in
+                guard !db.isInsideTransaction else { return }
+                if foreignKeys == nil {
+                    foreignKeys = try Bool.fetchOne(db, sql: "PRAGMA foreign_keys") ?? false
+                    try db.execute(sql: "PRAGMA foreign_keys = OFF")
+                    // A commit would checkpoint after it let the lock go (milliseconds with the lock
+                    // free): the verify stage checkpoints instead.
+                    try db.execute(sql: "PRAGMA wal_autocheckpoint = 0")
+                }
+                do {
+                    try db.execute(sql: "BEGIN IMMEDIATE")
+                } catch let error as DatabaseError where [.SQLITE_BUSY, .SQLITE_LOCKED].contains(error.resultCode) {
+                    throw StoreOpsError(.busy, "another process kept writing to \(store.path) for \(Format.duration(options.timeout))"
+                                        + (first ? "; nothing was changed" : " between two migrations"),
+                                        hint: first ? "stop the app first (it writes to the store), or raise --timeout"
+                                            : "stop the app first: it writes to the store while it is migrated")
+                }
+            }
+        }
+
+        /// Lets the write lock go: what the run wrote in it is committed (`commit`) or not.
+        func ungate(commit: Bool) throws {
+            guard let queue else { return }
+            try queue.inDatabase { db in
+                defer { pending = 0 }
+                guard db.isInsideTransaction else { return }
+                try db.execute(sql: commit ? "COMMIT" : "ROLLBACK")
+            }
+        }
+
+        /// Commits the pending migrations and takes the lock again in the same call into SQLite
+        /// (`COMMIT; BEGIN IMMEDIATE`): another process can take it only in the microseconds
+        /// between the two, and a commit it makes then is seen by `data_version`. When SQLite
+        /// rolled the whole transaction back (an interrupt, a full disk), what was pending went
+        /// with it: those migrations are no longer counted as applied.
+        func commitKeepingLock() throws {
+            guard let queue else { return }
+            try queue.inDatabase { db in
+                defer { pending = 0 }
+                guard db.isInsideTransaction else {
+                    if pending > 0 {
+                        report.applied.removeLast(min(pending, report.applied.count))
+                        if !durable { changed = false }
+                    }
+                    try db.execute(sql: "BEGIN IMMEDIATE")
+                    return
+                }
+                let rc = sqlite3_exec(db.sqliteConnection, "COMMIT; BEGIN IMMEDIATE", nil, nil, nil)
+                guard rc == SQLITE_OK else {
+                    let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
+                    throw StoreOpsError.fromResultCode(rc, message: message, doing: "committing the migrations")
+                }
+                if pending > 0 { durable = true }
+            }
+        }
+
+        /// A migration committed (or applied, its commit pending), or one without a transaction
+        /// started: the store may differ from the safety snapshot.
         private var changed = false
+        /// Something the run applied was committed.
+        private var durable = false
         private var provedUnchanged: Bool?
 
         /// Provably nothing was committed: no migration committed, none without a transaction began,
@@ -453,7 +539,10 @@ public enum Migrate {
         func nothingCommitted() -> Bool {
             if let provedUnchanged { return provedUnchanged }
             var proved = !changed
+            if proved, pending > 0 { proved = false }
             if proved, let queue {
+                // Nothing of the migrations' in it: the write lock's transaction is let go.
+                if gated { try? ungate(commit: false) }
                 proved = (try? queue.inDatabase { db in
                     try !db.isInsideTransaction && MigrationHistory.version(db) == report.plan.current
                 }) ?? false
@@ -464,22 +553,33 @@ public enum Migrate {
 
         /// Each pending migration in its own transaction; the kill switch and signals between them.
         func apply(_ pipeline: Pipeline) throws {
-            let queue = try self.queue ?? StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate")
+            let queue = try self.queue ?? StoreConnection.open(store.path, access: .readWrite, busyTimeout: options.timeout, label: "storectl.migrate", holdsTransactions: gated)
             self.queue = queue
             report.countsBefore = try queue.inDatabase { try CoreDataCensus.countsByEntity($0) }
             if options.force, recorder == nil { recorder = try queue.inDatabase { WriteRecorder($0) } }
             for migration in migrations where report.plan.pending.contains(where: { $0.version == migration.version }) {
                 try pipeline.checkpoint()
                 let started = Date()
-                if migration.noTransaction { changed = true }
+                // VACUUM and the like cannot run in a transaction: the lock goes for it (said in the README).
+                if migration.noTransaction {
+                    if pending > 0 { try commitKeepingLock() }
+                    try ungate(commit: true)
+                    changed = true
+                    durable = true
+                }
                 do {
                     try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline, recorder: recorder) }
-                } catch let error as StoreOpsError where error.status == .ioError {
-                    let full = StoreOpsError(error.kind, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
-                                             + "SQLite's journal go there), then migrate again")
-                    throw full
+                } catch {
+                    // The ones before it are committed (the store at its last good migration), the lock kept.
+                    if gated, !(error is Pipeline.Stop) { try? commitKeepingLock() }
+                    if let error = error as? StoreOpsError, error.status == .ioError {
+                        throw StoreOpsError(error.kind, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
+                                            + "SQLite's journal go there), then migrate again")
+                    }
+                    throw error
                 }
                 changed = true
+                if migration.noTransaction { try gate() } else if gated { pending += 1 } else { durable = true }
                 report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
                 pipeline.note("applied \(String(format: "%04d", migration.version))_\(migration.name)")
                 FaultInjection.reach("after-commit-\(migration.version)")
@@ -510,12 +610,24 @@ public enum Migrate {
                 }
                 // Emptying the -wal lets the diff read the file itself; a reader the app holds
                 // (--force) would keep TRUNCATE waiting for the whole busy timeout, so it gets a
-                // fifth of a second and the diff reads a consistent copy instead.
+                // fifth of a second and the diff reads a consistent copy instead. Under the run's
+                // lock the migrations are committed with the lock kept, and a connection of its
+                // own checkpoints every frame into the file (PASSIVE: it needs no write lock); the
+                // diff reads a -wal so checkpointed as the file itself.
                 let timeout = Int32(min(options.timeout * 1000, Double(Int32.max)))
-                _ = try? queue.inDatabase { db in
-                    sqlite3_busy_timeout(db.sqliteConnection, 200)
-                    defer { sqlite3_busy_timeout(db.sqliteConnection, timeout) }
-                    try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+                if gated {
+                    try commitKeepingLock()
+                    FaultInjection.reach("after-migrations-commit")
+                    if let checkpointer = try? StoreConnection.open(store.path, access: .readWrite, busyTimeout: 0.2, label: "storectl.migrate-checkpoint") {
+                        _ = try? checkpointer.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+                        try? checkpointer.close()
+                    }
+                } else {
+                    _ = try? queue.inDatabase { db in
+                        sqlite3_busy_timeout(db.sqliteConnection, 200)
+                        defer { sqlite3_busy_timeout(db.sqliteConnection, timeout) }
+                        try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+                    }
                 }
                 var diffOptions = StoreDiff.Options(a: .snapshot(snapshot), b: .file(store.path))
                 diffOptions.repository = report.repository
@@ -553,14 +665,19 @@ public enum Migrate {
                     let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
                     if !unknown.isEmpty { report.unknownDeclared = unknown }
                     let outside = StoreDiff.undeclared(diff, declared: declared)
-                    if !outside.isEmpty, report.othersWrote == true, !attributed {
+                    // Without --force another process could commit only in the microseconds the
+                    // run's lock was let go (a migration without a transaction, the commit before
+                    // verify): that is not held to excuse a change (fail closed, rolled back).
+                    if !outside.isEmpty, report.othersWrote == true, !attributed, options.force {
                         // Another process wrote meanwhile (--force): these may be its rows, not
                         // the migrations'. Listed; a rollback would discard its writes.
                         report.undeclared = outside
                         pipeline.note("not held against the declaration: another process wrote during the run (--force)")
                     } else if !outside.isEmpty {
                         report.undeclared = outside
-                        throw StoreOpsError(.checksFailed, "the migrations changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
+                        let others = report.othersWrote == true && !attributed
+                            ? " (another process also committed to the store during the run, while its write lock was let go: some of this may be its writes, which the rollback keeps in the failed state)" : ""
+                        throw StoreOpsError(.checksFailed, "the migrations changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`)\(others): "
                                             + outside.prefix(5).joined(separator: "; ") + (outside.count > 5 ? "; and \(outside.count - 5) more" : "")
                                             + (unknown.isEmpty ? "" : ". The declaration names what the store does not have: " + unknown.joined(separator: "; ")),
                                             hint: "declare it in the migration (`-- storectl: changes Entity.attribute`), or fix the migration")
@@ -620,23 +737,43 @@ public enum Migrate {
             }
         }
 
-        /// The recorder's hook goes before its connection closes (it is the connection's).
+        /// The recorder's hook goes before its connection closes (it is the connection's); what
+        /// is left uncommitted in the write lock's transaction is not wanted (a failed verify's
+        /// history note), and `foreign_keys` is put back.
         func closeQueue() {
             if let recorder, let queue { _ = try? queue.inDatabase { _ in recorder.stop() } }
             recorder = nil
+            try? ungate(commit: false)
+            if let foreignKeys, let queue { _ = try? queue.inDatabase { try $0.execute(sql: "PRAGMA foreign_keys = \(foreignKeys ? "ON" : "OFF")") } }
             try? queue?.close()
         }
 
         func finish() throws {
+            // The verify stage's history note, and the lock let go: the app's waiting commits go on,
+            // on the migrated store.
+            try ungate(commit: true)
             closeQueue()
             FaultInjection.reach("before-journal-removal")
             try MigrationJournal.remove(store)
         }
 
         func rollBack(in hold: RepositoryHold?) -> StoreOpsError? {
+            // The run's write lock is handed to the rollback (a connection of its own, opened while
+            // the run's still holds it, takes it the moment the run's lets go): an app that opens
+            // the store for each write commits to the restored store, not to the failed state
+            // moved aside (the restore's staging takes seconds for a large store).
+            var handOver: WriteGate?
+            if gated, report.snapshot != nil {
+                handOver = try? WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000), take: false)
+            }
+            if let recorder, let queue { _ = try? queue.inDatabase { _ in recorder.stop() } }
+            recorder = nil
+            try? ungate(commit: false)
+            do { try handOver?.take() } catch { handOver = nil }
             closeQueue()
             guard let snapshot = report.snapshot else { return nil }   // stopped before anything changed
-            let info = Migrate.rollBack(store: store, hold: hold, snapshot: snapshot)
+            let info = Migrate.rollBack(store: store, hold: hold, snapshot: snapshot, gate: handOver)
+            handOver?.release()
             report.rollback = info
             guard info.error == nil, info.verified else { return StoreOpsError(.rollbackFailed, info.error ?? "the rollback could not be checked") }
             try? MigrationJournal.remove(store)
@@ -733,11 +870,15 @@ public enum Migrate {
         let started = Date()
         // SQLite's procedure for schema changes (https://sqlite.org/lang_altertable.html#otheralter):
         // foreign keys off outside the transaction, foreign_key_check before commit, restore after.
+        // Inside the run's write lock (migrate without --force), the transaction is begun and
+        // foreign keys are off already (see `Session.gate`): the migration is a savepoint in it,
+        // committed with the others (`Session.commitKeepingLock`).
+        let gated = db.isInsideTransaction
         let foreignKeys = try Bool.fetchOne(db, sql: "PRAGMA foreign_keys") ?? false
-        try db.execute(sql: "PRAGMA foreign_keys = OFF")
-        defer { try? db.execute(sql: "PRAGMA foreign_keys = \(foreignKeys ? "ON" : "OFF")") }
+        if !gated { try db.execute(sql: "PRAGMA foreign_keys = OFF") }
+        defer { if !gated { try? db.execute(sql: "PRAGMA foreign_keys = \(foreignKeys ? "ON" : "OFF")") } }
         do {
-            if !migration.noTransaction { try db.execute(sql: "BEGIN IMMEDIATE") }
+            if !migration.noTransaction { try db.execute(sql: gated ? "SAVEPOINT storectl_migration" : "BEGIN IMMEDIATE") }
             if migration.noTransaction { recorder?.giveUp() }   // VACUUM and the like rewrite rows unseen
             let before = try entityCounts(db)
             if let recorder, let code = migration.willMigrate { try recorder.run(code, in: db) } else { try migration.willMigrate?(db) }
@@ -785,9 +926,21 @@ public enum Migrate {
                                                   appliedAt: Timestamp.now(), durationMs: Int(Date().timeIntervalSince(started) * 1000),
                                                   snapshotId: snapshot))
             FaultInjection.reach("before-commit-\(migration.version)")
-            if !migration.noTransaction { try db.execute(sql: "COMMIT") }
+            if !migration.noTransaction { try db.execute(sql: gated ? "RELEASE storectl_migration" : "COMMIT") }
         } catch {
-            if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
+            if gated {
+                if db.isInsideTransaction {
+                    // This migration's changes go; the ones before it and the lock stay.
+                    try? db.execute(sql: "ROLLBACK TO storectl_migration")
+                    try? db.execute(sql: "RELEASE storectl_migration")
+                } else {
+                    // SQLite rolled the whole transaction back (an interrupt, a full disk): the
+                    // lock again at once (a rollback to the safety snapshot may follow).
+                    try? db.execute(sql: "BEGIN IMMEDIATE")
+                }
+            } else if db.isInsideTransaction {
+                try? db.execute(sql: "ROLLBACK")
+            }
             if error is Pipeline.Stop { throw error }
             if let own = error as? StoreOpsError { throw StoreOpsError(own.kind, own.message.hasPrefix(label) ? own.message : "\(label): \(own.message)", hint: own.hint) }
             throw StoreOpsError.sqlite(error, doing: label, side: .output)
@@ -803,7 +956,8 @@ public enum Migrate {
     /// Restores the snapshot in place, as a stage of migrate's road (which holds the store's lock
     /// and the repository), and checks the store's SHA-256 against the snapshot's: the
     /// pre-migration content, byte for byte.
-    static func rollBack(store: StoreFile, hold: RepositoryHold?, snapshot: String) -> RollbackInfo {
+    /// - Parameter gate: the store's write lock, held until the swap is done (see `Session.rollBack`).
+    static func rollBack(store: StoreFile, hold: RepositoryHold?, snapshot: String, gate: WriteGate? = nil) -> RollbackInfo {
         let started = Date()
         var info = RollbackInfo(snapshotId: snapshot, seconds: 0, verified: false)
         let identity = FileSystem.identity(of: store.path)
@@ -814,6 +968,7 @@ public enum Migrate {
             // The failed state is evidence only: renamed aside (instant) rather than snapshotted.
             options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
             options.clearsMigrationJournal = true
+            options.gate = gate
             let result = try SnapshotRestore.inPlace(options, in: hold)
             // The database file's kept name: `<store>.failed-migration-<time>`, its -wal and -shm
             // beside it with their suffix, the external-data folder under its own name.

@@ -92,6 +92,16 @@ enum WalFormat {
             (try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)).flatMap(parse)
         }
 
+        /// Every frame of the store's -wal is in its database file (the checkpoint info's
+        /// `nBackfill`, after the two header copies, equals the header's last frame): a reader
+        /// whose transaction began before this was read sees exactly the database file, and no
+        /// checkpoint can change it while that reader lasts (a checkpoint backfills no frame past
+        /// a reader's mark, nor any frame while a reader of the file alone holds its read lock).
+        static func backfilled(of store: StoreFile) -> Bool {
+            guard let bytes = try? FileProbe.shared.read(store.shmPath, count: 100, at: 0), let header = parse(bytes) else { return false }
+            return ne32(bytes, 96) == header.lastFrame
+        }
+
         static func parse(_ bytes: [UInt8]) -> IndexHeader? {
             guard bytes.count >= 96, bytes[0..<48] == bytes[48..<96], bytes[12] == 1 else { return nil }
             let raw = Int(ne16(bytes, 14))

@@ -40,6 +40,10 @@ public enum SnapshotRestore {
         /// Run `quick_check` on the restored database even when the snapshot's source passed it
         /// when the snapshot was taken (`--check`); every page is checked against its content id either way.
         public var check = false
+        /// The store's write lock, taken by the caller (migrate's rollback, from its own run's
+        /// lock): held until the swap is done and the replaced files' other openers are gone, as
+        /// an in-place restore without `--force` does with the lock it takes itself.
+        var gate: WriteGate?
 
         public enum KeepCurrent: Sendable, Equatable {
             /// A safety snapshot (tag pre-restore) in the repository.
@@ -366,7 +370,8 @@ public enum SnapshotRestore {
             // made meanwhile stays in the kept files, and a rollback must not fail for a lock
             // (it renamed aside without one before). With --force, a store that cannot be locked
             // (damaged, busy, not writable by this user) is restored without it, as before.
-            if exists, case .snapshot = options.keepCurrent {
+            if let held = options.gate { gate = held }
+            if exists, gate == nil, case .snapshot = options.keepCurrent {
                 do { gate = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch let error as StoreOpsError {
                     guard options.force else {
                         if error.status == .badData {
@@ -423,7 +428,7 @@ public enum SnapshotRestore {
             // a read lock on the -shm's DMS byte while open: the gate is held until none but ours
             // is left on the old one (a client that opens the store for each write gives up when
             // its busy timeout passes: an error it sees, not a commit lost), or `timeout` passes.
-            let oldShm = gate != nil && !options.force && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
+            let oldShm = gate != nil && (!options.force || options.gate != nil) && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
             // Closing any descriptor of a file drops every fcntl lock this process holds on it:
             // the gate's (its write lock, its DMS byte) goes first, on every path.
             defer {

@@ -16,8 +16,11 @@ public enum StoreConnection {
     ///   - busyTimeout: how long SQLite waits on another process's lock before SQLITE_BUSY.
     ///   - side: whether failures to open are about an input (66) or an output (73).
     public static func open(_ path: String, access: Access, busyTimeout: TimeInterval = 5,
-                            side: StoreOpsError.Side = .input, label: String = "storectl") throws -> DatabaseQueue {
+                            side: StoreOpsError.Side = .input, label: String = "storectl",
+                            holdsTransactions: Bool = false) throws -> DatabaseQueue {
         var config = Configuration()
+        // migrate keeps the store's write lock (a transaction) across its stages.
+        config.allowsUnsafeTransactions = holdsTransactions
         config.readonly = access == .readOnly
         config.busyMode = .timeout(busyTimeout)
         config.label = label

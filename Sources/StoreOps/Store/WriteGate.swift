@@ -15,13 +15,19 @@ import GRDBSQLite
 ///
 /// Its connection never checkpoints or deletes the -wal/-shm when it closes: it closes after the
 /// swap, when those names may already be the restored store's (SQLite deletes them by name).
-final class WriteGate {
+final class WriteGate: @unchecked Sendable {
     private var db: OpaquePointer?
     let path: String
 
-    /// - Parameter busyMilliseconds: how long to wait for a commit under way to finish.
-    init(path: String, busyMilliseconds: Int32) throws {
+    private let busyMilliseconds: Int32
+
+    /// - Parameters:
+    ///   - busyMilliseconds: how long to wait for a commit under way to finish.
+    ///   - take: take the lock now; false opens the connection only (`take()` later: migrate
+    ///     opens it while its own connection still holds the lock, then hands the lock over).
+    init(path: String, busyMilliseconds: Int32, take: Bool = true) throws {
         self.path = path
+        self.busyMilliseconds = busyMilliseconds
         var handle: OpaquePointer?
         let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
         guard rc == SQLITE_OK, let handle else {
@@ -34,6 +40,12 @@ final class WriteGate {
         var persist: Int32 = 1
         _ = sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &persist)
         sqlite3_busy_timeout(handle, busyMilliseconds)
+        if take { try self.take() }
+    }
+
+    /// Takes the lock (`BEGIN IMMEDIATE`); on failure the connection is closed.
+    func take() throws {
+        guard let handle = db else { throw StoreOpsError(.failure, "the write lock's connection to \(path) is closed") }
         let begun = sqlite3_exec(handle, "BEGIN IMMEDIATE", nil, nil, nil)
         guard begun == SQLITE_OK else {
             let message = String(cString: sqlite3_errmsg(handle))
