@@ -37,10 +37,10 @@ public enum PagedGarbage {
     public static func collect(_ repository: PagedRepository, dryRun: Bool, excluding: Set<String> = [],
                                progress: StepHandler? = nil) throws -> Report {
         switch try survey(repository, excluding: excluding) {
-        case .skipped(let why):
+        case .skipped(let why, let repairable):
             var report = Report()
             report.skipped = why
-            report.needsRepair = why.contains("storectl repo repair")
+            report.needsRepair = repairable
             return report
         case .planned(let plan):
             var report = plan.report(dryRun: dryRun)
@@ -49,10 +49,11 @@ public enum PagedGarbage {
         }
     }
 
-    /// What `survey` found: a plan, or why no data may be removed.
+    /// What `survey` found: a plan, or why no data may be removed and whether `repo repair`
+    /// puts that right.
     enum Survey {
         case planned(GarbagePlan)
-        case skipped(String)
+        case skipped(String, repairable: Bool)
     }
 
     /// Reads what the plan is made from (records, indexes, the live blobs, `data/`), refusing when
@@ -61,21 +62,21 @@ public enum PagedGarbage {
         var (records, damaged) = try repository.catalog()
         records.removeAll { excluding.contains($0.id) }
         guard damaged.isEmpty else {
-            return .skipped("\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) damaged (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown, so no data was removed")
+            return .skipped("\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) damaged (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown, so no data was removed", repairable: false)
         }
         // Everything the index says, pack by pack (a pack listed twice is one pack).
         let (index, indexDamage) = try readIndex(repository)
         guard indexDamage.isEmpty else {
-            return .skipped("an index is damaged (\(indexDamage.map(\.described).joined(separator: "; "))): run `storectl repo repair` first; no data was removed")
+            return .skipped("an index is damaged (\(indexDamage.map(\.described).joined(separator: "; "))): run `storectl repo repair` first; no data was removed", repairable: true)
         }
         // A snapshot needing what no index lists (an index lost or damaged on disk) means the
         // unindexed packs may hold it: nothing is removed until `repo repair` re-indexes them.
         let live: Set<ContentID>
         do { live = try liveBlobs(records, packs: index.packs, repository: repository) } catch let error as StoreOpsError where error.status == .badData {
-            return .skipped("\(error.message): run `storectl repo repair` first; no data was removed")
+            return .skipped("\(error.message): run `storectl repo repair` first; no data was removed", repairable: true)
         }
         if let missing = index.firstUnlisted(live) {
-            return .skipped("a snapshot needs blob \(missing.hex.prefix(16))…, which no index lists: run `storectl repo repair` first; no data was removed")
+            return .skipped("a snapshot needs blob \(missing.hex.prefix(16))…, which no index lists: run `storectl repo repair` first; no data was removed", repairable: true)
         }
         let stored = Dictionary(uniqueKeysWithValues: try repository.backend.list("data/").map { ($0.key, $0.size) })
         return .planned(GarbagePlan.make(index: index, live: live, stored: stored))
