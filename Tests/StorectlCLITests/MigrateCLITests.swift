@@ -121,6 +121,29 @@ struct MigrateCLITests {
         #expect(try fixture.migrate().status == 0, "and the migration can run again")
     }
 
+    @Test("a rollback killed just after its failed state's -wal got its kept name, beside an older kept -wal that has the plain name: recovery keeps the database under the suffix the run chose, so the two stay a pair (it chose again, and paired the database with the older -wal)")
+    func keptSetStaysPairedAfterRecovery() throws {
+        let fixture = try MigrationCLIFixture()
+        try Data("UPDATE ZCATEGORY SET ZNAME = upper(ZNAME);\nSELECT * FROM no_such_table;".utf8)
+            .write(to: URL(fileURLWithPath: (fixture.migrations as NSString).appendingPathComponent("0003_upper_categories.sql")))
+        // An earlier failed state's -wal, kept without its database, under every name this run may pick.
+        let started = Date()
+        for second in 0..<30 {
+            try Data("an older kept -wal".utf8).write(to: URL(fileURLWithPath: fixture.store + ".failed-migration-\(Timestamp.compact(started.addingTimeInterval(Double(second))))-wal"))
+        }
+        let killed = try fixture.migrate(["--rollback-on-failure"], environment: ["STORECTL_FAULT_POINT": "swap.keep.wal"])
+        #expect(killed.status == 137, "\(killed.stdout)\(killed.stderr)")
+        let recovered = try storectl("recover", fixture.store)
+        #expect(recovered.status == 0, "\(recovered.stdout)\(recovered.stderr)")
+        let folder = FileSystem.parent(of: fixture.store), name = FileSystem.name(of: fixture.store)
+        let kept = try FileManager.default.contentsOfDirectory(atPath: folder)
+            .filter { $0.hasPrefix(name + ".failed-migration-") && !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }
+        #expect(kept.count == 1, "\(kept)")
+        let wal = (folder as NSString).appendingPathComponent((kept.first ?? "") + "-wal")
+        let walBytes = (try? Data(contentsOf: URL(fileURLWithPath: wal))) ?? Data()
+        #expect(!walBytes.isEmpty && walBytes != Data("an older kept -wal".utf8), "the kept database's -wal is the run's own: \(kept)")
+    }
+
     @Test("SIGTERM (at a safe point or inside a long statement), or `storectl killswitch engage` from another process, mid-run: rolled back, exit 3",
           arguments: ["SIGTERM", "SIGTERM in a statement", "engage"])
     func stoppedMidRun(_ how: String) throws {

@@ -312,8 +312,15 @@ public enum StoreSwap {
             // its -wal as `<store><suffix>-2-wal`, the name SQLite pairs with it (each name made
             // free on its own gave `<store><suffix>-wal-2`, a -wal SQLite never reads with its
             // database: a second failed migration in one second lost its commits so).
+            // A recovery finds the suffix the interrupted run chose: a kept name that already holds
+            // its own step's file (moved there before the crash) is no conflict, so the first free
+            // candidate is the same (each set's database and -wal stay paired under one suffix).
+            let aside = journal.steps.filter { $0.kind != .install }
             var free = suffix, n = 1
-            while n < 1000, moving.contains(where: { lstatIdentity(keptName($0.from, target: journal.target, suffix: free)) != nil }) {
+            while n < 1000, aside.contains(where: { step in
+                let name = keptName(step.from, target: journal.target, suffix: free)
+                return lstatIdentity(name) != nil && !holds(name, step)
+            }) {
                 n += 1
                 free = "\(suffix)-\(n)"
             }
