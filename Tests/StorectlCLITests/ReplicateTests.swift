@@ -641,6 +641,32 @@ struct ReplicateTests {
         try app.close()
     }
 
+    /// Two stores, their apps, and a repository on a 4 MiB disk; the first store's follower
+    /// stopped with points kept in `spool` (`keepPoints`).
+    struct KeptWorld {
+        let folder: TempFolder, other: TempFolder
+        let store: String, second: String
+        let mount: TempMount
+        let repo: String, spool: String
+        let app: DatabaseQueue, secondApp: DatabaseQueue
+        let keptPoints: Int
+
+        init(_ tests: ReplicateTests) throws {
+            folder = try TempFolder("storectl-replicate")
+            other = try TempFolder("storectl-replicate")
+            store = try makeStore(folder, items: 300)
+            second = try makeStore(other, items: 300)
+            mount = try #require(TempMount(kilobytes: 4096))
+            repo = mount.file("repo")
+            #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
+            spool = folder.file("spool")
+            try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+            app = try DatabaseQueue(path: store)
+            secondApp = try DatabaseQueue(path: second)
+            keptPoints = try tests.keepPoints(store: store, app: app, repo: repo, mount: mount, spool: spool)
+        }
+    }
+
     /// A follower of `store` that keeps points in `spool`'s outbox while the repository's disk
     /// (on `mount`) is full, stopped (74); the disk then has room again. How many points it kept.
     func keepPoints(store: String, app: DatabaseQueue, repo: String, mount: TempMount, spool: String) throws -> Int {
@@ -666,20 +692,13 @@ struct ReplicateTests {
     @Test("two stores, one with points an earlier run kept that cannot be written at the start (its kept file cannot be read): the other store is followed meanwhile, the first is not (said once); a run that ends so ends 74 naming it, the kept file left; once it can be read, the same run writes the kept points first and follows the store, and they restore",
           .enabled(if: TempMount.isAvailable))
     func keptPointsBlockOneStoreOnly() throws {
-        let folder = try TempFolder("storectl-replicate")
-        let other = try TempFolder("storectl-replicate")
-        let store = try makeStore(folder, items: 300), second = try makeStore(other, items: 300)
-        let mount = try #require(TempMount(kilobytes: 4096))
-        let repo = mount.file("repo")
-        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
-        let spool = folder.file("spool")
-        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+        let world = try KeptWorld(self)
+        let folder = world.folder, store = world.store, second = world.second, repo = world.repo, spool = world.spool
+        let app = world.app, secondApp = world.secondApp, keptPoints = world.keptPoints
         let environment = ["STORECTL_REPLICATE_DRAIN_SECONDS": "3"]
-        let app = try DatabaseQueue(path: store), secondApp = try DatabaseQueue(path: second)
         func title(_ queue: DatabaseQueue, _ text: String) throws {
             try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ?, ZBODY = hex(randomblob(3000)) WHERE Z_PK = 1", arguments: [text]) }
         }
-        let keptPoints = try keepPoints(store: store, app: app, repo: repo, mount: mount, spool: spool)
         let kept = ((try? FileManager.default.subpathsOfDirectory(atPath: spool)) ?? []).filter { $0.split(separator: "/").count == 2 && !$0.contains("/.") }.sorted()
         // The oldest (the files sort by chain, then point; it goes out first) cannot be read: a
         // folder where the file was (read(2) fails whoever runs the tests).
@@ -742,16 +761,9 @@ struct ReplicateTests {
     @Test("two stores, one with points an earlier run kept that take long to go out (a test pause of 2.5 s before each): the other store is taken up and followed at once, its commit durable while the kept points still go out (they went out on the main loop, before the next store's start, and held every store unread meanwhile); then the first store is followed, and both restore",
           .enabled(if: TempMount.isAvailable))
     func keptBacklogBesideOtherStores() throws {
-        let folder = try TempFolder("storectl-replicate")
-        let other = try TempFolder("storectl-replicate")
-        let store = try makeStore(folder, items: 300), second = try makeStore(other, items: 300)
-        let mount = try #require(TempMount(kilobytes: 4096))
-        let repo = mount.file("repo")
-        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
-        let spool = folder.file("spool")
-        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
-        let app = try DatabaseQueue(path: store), secondApp = try DatabaseQueue(path: second)
-        let keptPoints = try keepPoints(store: store, app: app, repo: repo, mount: mount, spool: spool)
+        let world = try KeptWorld(self)
+        let folder = world.folder, store = world.store, second = world.second, repo = world.repo, spool = world.spool
+        let app = world.app, secondApp = world.secondApp, keptPoints = world.keptPoints
         func keptFiles() -> [String] {
             ((try? FileManager.default.subpathsOfDirectory(atPath: spool)) ?? []).filter { $0.split(separator: "/").count == 2 && !$0.contains("/.") }
         }
