@@ -98,7 +98,7 @@ struct MigrateCLITests {
     }
 
     static let points = ["after-lock", "after-snapshot", "after-journal", "after-commit-1", "before-commit-2",
-                         "after-commit-3", "before-verify", "after-migrations-commit", "before-journal-removal"]
+                         "after-commit-3", "before-verify", "before-journal-removal"]
 
     @Test("kill -9 at any point: the next run says what happened; storectl rollback restores the pre-migrate state", arguments: points)
     func killed(_ point: String) throws {
@@ -119,6 +119,21 @@ struct MigrateCLITests {
         }
         #expect(try storeDigest(fixture.store) == original, "back to (or still at) the state before the migration")
         #expect(try fixture.migrate().status == 0, "and the migration can run again")
+    }
+
+    @Test("a migration without a transaction (VACUUM) between two others, with and without --force: migrated, each applied once; without --force the run's write lock is taken again after it")
+    func noTransactionBetweenOthers() throws {
+        for force in [false, true] {
+            let fixture = try MigrationCLIFixture()
+            try Data("-- storectl: no-transaction\nVACUUM;".utf8)
+                .write(to: URL(fileURLWithPath: (fixture.migrations as NSString).appendingPathComponent("0002_numbers.sql")))
+            let run = try fixture.migrate(force ? ["--force", "--json"] : ["--json"])
+            #expect(run.status == 0, "force \(force): \(run.stdout)\(run.stderr)")
+            let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
+            #expect(report.applied.map(\.version) == [1, 2, 3], "\(report.applied)")
+            #expect(try DatabaseQueue(path: fixture.store).read { try MigrationHistory.version($0) } == 3)
+            #expect(!FileManager.default.fileExists(atPath: fixture.journal))
+        }
     }
 
     @Test("a rollback killed just after its failed state's -wal got its kept name, beside an older kept -wal that has the plain name: recovery keeps the database under the suffix the run chose, so the two stay a pair (it chose again, and paired the database with the older -wal)")

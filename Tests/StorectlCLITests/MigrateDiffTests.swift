@@ -168,10 +168,12 @@ struct MigrateDiffTests {
         var statuses: [Int32] = [], acknowledged = 0
         var files = Self.declared
         if failing { files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);" }
-        for run in 1...6 {
+        // Until four runs went through (a run that finds the app's connection open is refused, 75:
+        // more often on a loaded machine), at most ten.
+        for run in 1...10 where statuses.filter({ $0 != 75 }).count < 4 {
             let f = try fixture(files)
             let log = f.folder.file("commits.log"), ready = f.folder.file("writer-ready")
-            let writer = try ChildProcess.Running(Binaries.lab, ["writer", f.store, "--interval-ms", "\(10 + 5 * run)", "--reopen", "--ready-file", ready, "--commit-log", log])
+            let writer = try ChildProcess.Running(Binaries.lab, ["writer", f.store, "--interval-ms", "\(10 + 3 * run)", "--reopen", "--ready-file", ready, "--commit-log", log])
             #expect(ChildProcess.waitFor(file: ready))
             usleep(100_000)
             let migrated = try f.migrate(["--json"])
@@ -202,7 +204,7 @@ struct MigrateDiffTests {
             #expect(lost.isEmpty, "run \(run): \(lost.count) of \(numbers.count) acknowledged commits are not in the store: \(lost.prefix(10)); status \(migrated.status)")
         }
         #expect(acknowledged > 30, "the app kept committing: \(acknowledged)")
-        #expect(statuses.contains(failing ? 3 : 0), "\(statuses)")
+        #expect(statuses.filter { $0 == (failing ? 3 : 0) }.count >= 2, "\(statuses)")
     }
 
     @Test("--dry-run --at rehearses on a point replicate recorded (planned from the point's own history, behind the store's), prints what it would change, and changes neither the store nor the repository's listing; --at without --dry-run is 64")

@@ -28,6 +28,10 @@ final class FilePages: DiffPages {
     let pageCount: Int
     private(set) var pagesRead = 0
     fileprivate let fd: Int32
+    /// False for a live store's file: read through `FileProbe`'s kept descriptor, never closed
+    /// (closing one would drop every fcntl lock this process holds on the file: the read hold's,
+    /// and the write lock `migrate` holds while its verify stage runs this diff).
+    private let ownsDescriptor: Bool
     private let connection: ReadHold?
 
     /// Why a file cannot be read as it is (its `-wal` holds committed pages): the caller reads a
@@ -51,17 +55,19 @@ final class FilePages: DiffPages {
             connection = held
         }
         self.connection = connection
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        ownsDescriptor = !hold
+        let fd = hold ? try FileProbe.shared.descriptor(for: path) : open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .input) }
+        func closeOwn() { if !hold { close(fd) } }
         var first = [UInt8](repeating: 0, count: 100)
         let got = first.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 100, 0) }
         guard got == 100 else {
-            close(fd)
+            closeOwn()
             throw StoreOpsError(.badData, "\(what) is not a SQLite database (\(got < 0 ? "unreadable" : "\(got) bytes"))")
         }
         let header: SQLitePages.Header
         do { header = try SQLitePages.Header.parse(first, what: what) } catch {
-            close(fd)
+            closeOwn()
             throw error
         }
         self.fd = fd
@@ -71,13 +77,13 @@ final class FilePages: DiffPages {
         pageCount = Int(info.st_size) / header.pageSize
         // SQLite's own limit (page numbers are 32 bits); checked before anything is sized by it.
         guard pageCount < Int(UInt32.max) else {
-            close(fd)
+            closeOwn()
             throw StoreOpsError(.badData, "\(what) has \(pageCount) pages, more than SQLite's page numbers can address")
         }
     }
 
     deinit {
-        close(fd)
+        if ownsDescriptor { close(fd) }
         _ = connection
     }
 

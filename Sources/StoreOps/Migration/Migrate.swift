@@ -95,14 +95,16 @@ public enum Migrate {
         /// Names a declaration gives that are no entity or table of the store before or after
         /// (a typo: the change it meant is then "not declared"), with the closest name.
         public var unknownDeclared: [String]?
-        /// `--force` only: another process committed to the store during the run. The migrations'
+        /// Another process committed to the store during the run (`--force`; without it, only in
+        /// the microseconds the run's write lock is free: after a commit, or for a migration
+        /// without a transaction). The migrations'
         /// connection records the rows and columns it writes (SQLite's pre-update hook), so
         /// `changes` holds only what they changed and `others` what other processes did; when
         /// the record could not be kept (`attributed` false), `changes` holds both.
         public var othersWrote: Bool?
-        /// `--force` only: what other processes changed during the run (not held against a declaration).
+        /// What other processes changed during the run (`--force`: not held against a declaration).
         public var others: StoreDiff.Summary?
-        /// `--force` only: whether each difference was attributed to the migrations or to others.
+        /// Whether each difference was attributed to the migrations or to others (`--force` records it).
         public var attributed: Bool?
         /// `--dry-run`: the migration that failed on the copy and why (the real run would fail
         /// there: roll back with --rollback-on-failure, 3, else 1). The exit is 2, the plan printed.
@@ -219,11 +221,6 @@ public enum Migrate {
         /// cannot see it) waits for the run to commit, or sees its busy timeout pass; its commits
         /// are never taken for the migrations' change, rolled back with them or lost.
         var gated: Bool { !options.force }
-        /// Migrations applied inside the lock's transaction and not yet committed (each in a
-        /// savepoint of its own): they are committed together, with the lock kept, when the verify
-        /// stage begins, before a migration without a transaction, or when one fails (the store
-        /// then stays at its last good migration, as when each committed on its own).
-        var pending = 0
         /// The connection's `foreign_keys` before the run set it off (it is a no-op inside a
         /// transaction, and migrations run inside the lock's).
         var foreignKeys: Bool?
@@ -464,14 +461,16 @@ public enum Migrate {
         }
 
         /// Takes the store's write lock on the run's connection (`BEGIN IMMEDIATE`), unless it is
-        /// held: before the safety snapshot (`first`), and after a migration that runs without a
-        /// transaction. `foreign_keys` goes off first: it cannot change inside the transaction the
-        /// migrations run in.
+        /// held (or `--force`): before the safety snapshot (`first`), and after a migration that
+        /// runs without a transaction. `foreign_keys` goes off first: it cannot change inside the
+        /// transaction the migrations run in.
         func gate(first: Bool = false) throws {
-            guard let queue else { return }
+            guard gated, let queue else { return }
             try queue.inDatabase { db in
                 guard !db.isInsideTransaction else { return }
                 if foreignKeys == nil {
+                    // A wait for the lock that SIGTERM or the kill switch's signal ends.
+                    if let connection = db.sqliteConnection { WriteGate.waitForLock(connection, milliseconds: Int32(min(options.timeout, 3600) * 1000)) }
                     foreignKeys = try Bool.fetchOne(db, sql: "PRAGMA foreign_keys") ?? false
                     try db.execute(sql: "PRAGMA foreign_keys = OFF")
                     // A commit would checkpoint after it let the lock go (milliseconds with the lock
@@ -493,43 +492,14 @@ public enum Migrate {
         func ungate(commit: Bool) throws {
             guard let queue else { return }
             try queue.inDatabase { db in
-                defer { pending = 0 }
                 guard db.isInsideTransaction else { return }
                 try db.execute(sql: commit ? "COMMIT" : "ROLLBACK")
             }
         }
 
-        /// Commits the pending migrations and takes the lock again in the same call into SQLite
-        /// (`COMMIT; BEGIN IMMEDIATE`): another process can take it only in the microseconds
-        /// between the two, and a commit it makes then is seen by `data_version`. When SQLite
-        /// rolled the whole transaction back (an interrupt, a full disk), what was pending went
-        /// with it: those migrations are no longer counted as applied.
-        func commitKeepingLock() throws {
-            guard let queue else { return }
-            try queue.inDatabase { db in
-                defer { pending = 0 }
-                guard db.isInsideTransaction else {
-                    if pending > 0 {
-                        report.applied.removeLast(min(pending, report.applied.count))
-                        if !durable { changed = false }
-                    }
-                    try db.execute(sql: "BEGIN IMMEDIATE")
-                    return
-                }
-                let rc = sqlite3_exec(db.sqliteConnection, "COMMIT; BEGIN IMMEDIATE", nil, nil, nil)
-                guard rc == SQLITE_OK else {
-                    let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
-                    throw StoreOpsError.fromResultCode(rc, message: message, doing: "committing the migrations")
-                }
-                if pending > 0 { durable = true }
-            }
-        }
-
-        /// A migration committed (or applied, its commit pending), or one without a transaction
-        /// started: the store may differ from the safety snapshot.
+        /// A migration committed, or one without a transaction started: the store may differ from
+        /// the safety snapshot.
         private var changed = false
-        /// Something the run applied was committed.
-        private var durable = false
         private var provedUnchanged: Bool?
 
         /// Provably nothing was committed: no migration committed, none without a transaction began,
@@ -539,7 +509,6 @@ public enum Migrate {
         func nothingCommitted() -> Bool {
             if let provedUnchanged { return provedUnchanged }
             var proved = !changed
-            if proved, pending > 0 { proved = false }
             if proved, let queue {
                 // Nothing of the migrations' in it: the write lock's transaction is let go.
                 if gated { try? ungate(commit: false) }
@@ -561,26 +530,19 @@ public enum Migrate {
                 try pipeline.checkpoint()
                 let started = Date()
                 // VACUUM and the like cannot run in a transaction: the lock goes for it (said in the README).
-                if migration.noTransaction {
-                    if pending > 0 { try commitKeepingLock() }
-                    try ungate(commit: true)
-                    changed = true
-                    durable = true
-                }
+                if migration.noTransaction { try ungate(commit: true) }
+                if migration.noTransaction { changed = true }
                 do {
                     try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline, recorder: recorder) }
-                } catch {
-                    // The ones before it are committed (the store at its last good migration), the lock kept.
-                    if gated, !(error is Pipeline.Stop) { try? commitKeepingLock() }
-                    if let error = error as? StoreOpsError, error.status == .ioError {
-                        throw StoreOpsError(error.kind, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
-                                            + "SQLite's journal go there), then migrate again")
-                    }
-                    throw error
+                } catch let error as StoreOpsError where error.status == .ioError {
+                    let full = StoreOpsError(error.kind, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
+                                             + "SQLite's journal go there), then migrate again")
+                    throw full
                 }
                 changed = true
-                if migration.noTransaction { try gate() } else if gated { pending += 1 } else { durable = true }
                 report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
+                // Taken again at the commit (see `Migrate.relock`); waited for here when another process got it first.
+                try gate()
                 pipeline.note("applied \(String(format: "%04d", migration.version))_\(migration.name)")
                 FaultInjection.reach("after-commit-\(migration.version)")
             }
@@ -611,13 +573,11 @@ public enum Migrate {
                 // Emptying the -wal lets the diff read the file itself; a reader the app holds
                 // (--force) would keep TRUNCATE waiting for the whole busy timeout, so it gets a
                 // fifth of a second and the diff reads a consistent copy instead. Under the run's
-                // lock the migrations are committed with the lock kept, and a connection of its
-                // own checkpoints every frame into the file (PASSIVE: it needs no write lock); the
+                // lock (a checkpoint cannot run inside its transaction) a connection of its own
+                // checkpoints every frame into the file (PASSIVE: it needs no write lock); the
                 // diff reads a -wal so checkpointed as the file itself.
                 let timeout = Int32(min(options.timeout * 1000, Double(Int32.max)))
                 if gated {
-                    try commitKeepingLock()
-                    FaultInjection.reach("after-migrations-commit")
                     if let checkpointer = try? StoreConnection.open(store.path, access: .readWrite, busyTimeout: 0.2, label: "storectl.migrate-checkpoint") {
                         _ = try? checkpointer.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
                         try? checkpointer.close()
@@ -690,7 +650,7 @@ public enum Migrate {
                 }
                 if let last = report.applied.last {
                     let text = attributed ? diff.summary.text + (report.others.map { "; other processes meanwhile: \($0.text)" } ?? "")
-                        : diff.summary.text + (report.othersWrote == true ? " (with what other processes wrote during the run: --force)" : "")
+                        : diff.summary.text + (report.othersWrote == true ? " (with what other processes wrote during the run\(options.force ? ": --force" : "")" + ")" : "")
                     try queue.inDatabase { db in try MigrationHistory.recordChanges(db, version: last.version, text: text) }
                 }
             }
@@ -772,7 +732,7 @@ public enum Migrate {
             do { try handOver?.take() } catch { handOver = nil }
             closeQueue()
             guard let snapshot = report.snapshot else { return nil }   // stopped before anything changed
-            let info = Migrate.rollBack(store: store, hold: hold, snapshot: snapshot, gate: handOver)
+            let info = Migrate.rollBack(store: store, hold: hold, snapshot: snapshot, gate: handOver, timeout: options.timeout)
             handOver?.release()
             report.rollback = info
             guard info.error == nil, info.verified else { return StoreOpsError(.rollbackFailed, info.error ?? "the rollback could not be checked") }
@@ -871,14 +831,17 @@ public enum Migrate {
         // SQLite's procedure for schema changes (https://sqlite.org/lang_altertable.html#otheralter):
         // foreign keys off outside the transaction, foreign_key_check before commit, restore after.
         // Inside the run's write lock (migrate without --force), the transaction is begun and
-        // foreign keys are off already (see `Session.gate`): the migration is a savepoint in it,
-        // committed with the others (`Session.commitKeepingLock`).
+        // foreign keys are off already (see `Session.gate`); the migration commits and the lock is
+        // taken again in one call into SQLite (`COMMIT; BEGIN IMMEDIATE`): another process can
+        // take it only in the microseconds between the two (GRDB's commit and a second call gave
+        // a writer committing every 3 ms the lock in 1 run of 20), and a commit it makes then is
+        // seen by `data_version` at the verify stage.
         let gated = db.isInsideTransaction
         let foreignKeys = try Bool.fetchOne(db, sql: "PRAGMA foreign_keys") ?? false
         if !gated { try db.execute(sql: "PRAGMA foreign_keys = OFF") }
         defer { if !gated { try? db.execute(sql: "PRAGMA foreign_keys = \(foreignKeys ? "ON" : "OFF")") } }
         do {
-            if !migration.noTransaction { try db.execute(sql: gated ? "SAVEPOINT storectl_migration" : "BEGIN IMMEDIATE") }
+            if !migration.noTransaction, !gated { try db.execute(sql: "BEGIN IMMEDIATE") }
             if migration.noTransaction { recorder?.giveUp() }   // VACUUM and the like rewrite rows unseen
             let before = try entityCounts(db)
             if let recorder, let code = migration.willMigrate { try recorder.run(code, in: db) } else { try migration.willMigrate?(db) }
@@ -926,18 +889,17 @@ public enum Migrate {
                                                   appliedAt: Timestamp.now(), durationMs: Int(Date().timeIntervalSince(started) * 1000),
                                                   snapshotId: snapshot))
             FaultInjection.reach("before-commit-\(migration.version)")
-            if !migration.noTransaction { try db.execute(sql: gated ? "RELEASE storectl_migration" : "COMMIT") }
+            if gated {
+                try relock(db, "COMMIT", doing: "\(label): committing")
+            } else if !migration.noTransaction {
+                try db.execute(sql: "COMMIT")
+            }
         } catch {
             if gated {
-                if db.isInsideTransaction {
-                    // This migration's changes go; the ones before it and the lock stay.
-                    try? db.execute(sql: "ROLLBACK TO storectl_migration")
-                    try? db.execute(sql: "RELEASE storectl_migration")
-                } else {
-                    // SQLite rolled the whole transaction back (an interrupt, a full disk): the
-                    // lock again at once (a rollback to the safety snapshot may follow).
-                    try? db.execute(sql: "BEGIN IMMEDIATE")
-                }
+                // This migration's changes go, the lock stays (a rollback to the safety snapshot
+                // may follow); when SQLite rolled the transaction back itself (an interrupt, a full
+                // disk, a failed commit), the lock again at once.
+                if db.isInsideTransaction { try? relock(db, "ROLLBACK", doing: "\(label): rolling back") } else { try? db.execute(sql: "BEGIN IMMEDIATE") }
             } else if db.isInsideTransaction {
                 try? db.execute(sql: "ROLLBACK")
             }
@@ -945,6 +907,23 @@ public enum Migrate {
             if let own = error as? StoreOpsError { throw StoreOpsError(own.kind, own.message.hasPrefix(label) ? own.message : "\(label): \(own.message)", hint: own.hint) }
             throw StoreOpsError.sqlite(error, doing: label, side: .output)
         }
+    }
+
+    /// Ends the transaction (`end`: COMMIT or ROLLBACK) and takes the write lock again at once,
+    /// straight through SQLite's C API, so that the lock is free only between the two calls
+    /// (microseconds). A failed end is thrown, once any transaction it left open is rolled back
+    /// and the lock taken again if it can be; a lock not taken again is left to the caller's
+    /// `Session.gate()`, which waits for it and says who holds it.
+    static func relock(_ db: Database, _ end: String, doing: String) throws {
+        let connection = db.sqliteConnection
+        let rc = sqlite3_exec(connection, end, nil, nil, nil)
+        guard rc == SQLITE_OK else {
+            let message = String(cString: sqlite3_errmsg(connection))
+            if sqlite3_get_autocommit(connection) == 0 { sqlite3_exec(connection, "ROLLBACK", nil, nil, nil) }
+            sqlite3_exec(connection, "BEGIN IMMEDIATE", nil, nil, nil)
+            throw StoreOpsError.fromResultCode(rc, message: message, doing: doing)
+        }
+        sqlite3_exec(connection, "BEGIN IMMEDIATE", nil, nil, nil)
     }
 
     /// A statement's first words, whitespace collapsed, for a message naming it.
@@ -957,7 +936,7 @@ public enum Migrate {
     /// and the repository), and checks the store's SHA-256 against the snapshot's: the
     /// pre-migration content, byte for byte.
     /// - Parameter gate: the store's write lock, held until the swap is done (see `Session.rollBack`).
-    static func rollBack(store: StoreFile, hold: RepositoryHold?, snapshot: String, gate: WriteGate? = nil) -> RollbackInfo {
+    static func rollBack(store: StoreFile, hold: RepositoryHold?, snapshot: String, gate: WriteGate? = nil, timeout: TimeInterval = 60) -> RollbackInfo {
         let started = Date()
         var info = RollbackInfo(snapshotId: snapshot, seconds: 0, verified: false)
         let identity = FileSystem.identity(of: store.path)
@@ -969,6 +948,7 @@ public enum Migrate {
             options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
             options.clearsMigrationJournal = true
             options.gate = gate
+            options.timeout = timeout
             let result = try SnapshotRestore.inPlace(options, in: hold)
             // The database file's kept name: `<store>.failed-migration-<time>`, its -wal and -shm
             // beside it with their suffix, the external-data folder under its own name.

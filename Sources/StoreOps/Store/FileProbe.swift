@@ -15,7 +15,9 @@ public final class FileProbe: Sendable {
     private struct Key: Hashable { var dev: UInt64; var ino: UInt64 }
     private let descriptors = Mutex<[Key: Int32]>([:])
 
-    private func descriptor(for path: String) throws -> Int32 {
+    /// The descriptor this probe keeps for `path`'s file (opened now if it has none): for a reader
+    /// that must not close one (`FilePages` reading a live store beside this process's connections).
+    func descriptor(for path: String) throws -> Int32 {
         guard let id = FileSystem.identity(of: path) else {
             throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .input)
         }

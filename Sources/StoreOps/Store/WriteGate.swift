@@ -39,8 +39,20 @@ final class WriteGate: @unchecked Sendable {
         _ = storectl_db_no_checkpoint_on_close(handle)
         var persist: Int32 = 1
         _ = sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &persist)
-        sqlite3_busy_timeout(handle, busyMilliseconds)
+        WriteGate.waitForLock(handle, milliseconds: busyMilliseconds)
         if take { try self.take() }
+    }
+
+    /// SQLite's busy handler for a wait on the store's lock that a signal ends (SQLite's own
+    /// `busy_timeout` sleeps through SIGTERM for the whole timeout): tries again every 2 ms until
+    /// `milliseconds` have passed.
+    static func waitForLock(_ connection: OpaquePointer, milliseconds: Int32) {
+        sqlite3_busy_handler(connection, { context, count in
+            let limit = Int(bitPattern: context)
+            if ProcessSignals.received != nil || Int(count) * 2 >= limit { return 0 }
+            usleep(2_000)
+            return 1
+        }, UnsafeMutableRawPointer(bitPattern: max(1, Int(milliseconds))))
     }
 
     /// Takes the lock (`BEGIN IMMEDIATE`); on failure the connection is closed.
