@@ -100,7 +100,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         }
         if let changes = report.changes {
             let mixed = report.othersWrote == true && report.attributed != true
-            lines.append("  changed: \(changes.text)" + (mixed ? " (with what other processes wrote during the run: --force)" : ""))
+            lines.append("  changed: \(changes.text)" + (mixed ? " (with what other processes wrote during the run)" : ""))
         }
         if let others = report.others { lines.append("  other processes changed meanwhile (not the migrations'): \(others.text)") }
         if report.othersWrote == true, report.attributed != true {
@@ -112,7 +112,14 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         if let rollback = report.rollback {
             if rollback.error == nil {
                 lines.append("  rolled back to \(rollback.snapshotId) in \(Format.duration(rollback.seconds)); the store is the pre-migration snapshot (checked before the swap)")
-                if let kept = rollback.failedStateKeptAt { lines.append("  the failed state is kept at \(kept)") }
+                if let kept = rollback.failedStateKeptAt {
+                    lines.append("  the failed state is kept at \(kept)")
+                    // What the app committed during the run is there, not in the restored store.
+                    if report.othersWrote == true {
+                        lines.append("  WARNING: another process committed to the store during the run"
+                                     + (report.others.map { " (\($0.text))" } ?? "") + "; those commits are in the failed state kept at \(kept), not in the restored store")
+                    }
+                }
             } else {
                 lines.append("  ROLLBACK FAILED: \(rollback.error!)")
                 if rollback.storeUntouched == true {

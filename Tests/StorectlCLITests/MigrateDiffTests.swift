@@ -207,6 +207,58 @@ struct MigrateDiffTests {
         #expect(statuses.filter { $0 == (failing ? 3 : 0) }.count >= 2, "\(statuses)")
     }
 
+    @Test("a SQL error while declared migrations are applied follows --rollback-on-failure as without a declaration: without it the store stays at its last good migration (exit 1, the rollback command given); with it, rolled back (3)")
+    func declaredSQLErrorFollowsTheFlag() throws {
+        var files = Self.declared
+        files["0002_numbers.sql"] = "-- storectl: changes numbers\nCREATE TABLE numbers (x INTEGER);\nINSERT INTO no_such_table VALUES (1);"
+        let f = try fixture(files)
+        let failed = try f.migrate(["--json"])
+        #expect(failed.status == 1, "\(failed.stdout)\(failed.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(failed.stdout.utf8))
+        #expect(report.result == "failed" && report.rollback == nil && report.rollbackCommand != nil, "\(report.result)")
+        #expect(try DatabaseQueue(path: f.store).read { try MigrationHistory.version($0) } == 1)
+        let g = try fixture(files)
+        let rolled = try g.migrate(["--json", "--rollback-on-failure"])
+        #expect(rolled.status == 3, "\(rolled.stdout)\(rolled.stderr)")
+        #expect(try DatabaseQueue(path: g.store).read { try MigrationHistory.version($0) } == 0)
+    }
+
+    @Test("SIGTERM while a rollback waits, after its swap, for the app's connection on the replaced store to give up: the wait goes on, and the app's waiting commit never lands in the kept failed state (it did in every such run)")
+    func rollbackWaitOutlastsSigterm() throws {
+        var files = Self.declared
+        files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        var stopped = 0
+        for _ in 1...4 where stopped < 2 {
+            let f = try fixture(files)
+            let log = f.folder.file("commits.log"), ready = f.folder.file("writer-ready")
+            let writer = try ChildProcess.Running(Binaries.lab, ["writer", f.store, "--interval-ms", "20", "--reopen", "--ready-file", ready, "--commit-log", log])
+            #expect(ChildProcess.waitFor(file: ready))
+            usleep(100_000)
+            let running = try ChildProcess.Running(Binaries.storectl, ["migrate", f.store, "--migrations", f.migrations, "--repo", f.repo])
+            // The swap is done once the failed state has its kept name; SIGTERM then.
+            let deadline = Date().addingTimeInterval(30)
+            var swapped = false
+            while !swapped, Date() < deadline, running.isRunning {
+                swapped = ((try? FileManager.default.contentsOfDirectory(atPath: f.folder.path)) ?? []).contains { $0.contains(".failed-migration-") }
+                if !swapped { usleep(5_000) }
+            }
+            if swapped, running.isRunning {
+                usleep(100_000)
+                running.signal(SIGTERM)
+                stopped += 1
+            }
+            let result = running.wait()
+            writer.signal(SIGTERM)
+            #expect(writer.wait().status == 0)
+            #expect([3, 75].contains(result.status), "\(result.status) \(result.stdout)\(result.stderr)")
+            let numbers = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
+            let titles = try DatabaseQueue(path: f.store).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
+            let lost = numbers.subtracting(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } }).sorted()
+            #expect(lost.isEmpty, "\(lost.count) of \(numbers.count) acknowledged commits are not in the store: \(lost.prefix(10)); status \(result.status)")
+        }
+        #expect(stopped > 0, "a rollback was stopped during its wait")
+    }
+
     @Test("--dry-run --at rehearses on a point replicate recorded (planned from the point's own history, behind the store's), prints what it would change, and changes neither the store nor the repository's listing; --at without --dry-run is 64")
     func dryRunAtPoint() throws {
         let f = try fixture(Self.declared)

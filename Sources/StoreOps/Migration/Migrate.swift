@@ -192,9 +192,12 @@ public enum Migrate {
         road.commit = { _, session in try session.finish() }
         road.commitName = nil
         road.rollback = { pipeline, _ in session.rollBack(in: pipeline.hold) }
-        // Migrations that declare what they change roll back when they change something else.
+        // Migrations that declare what they change are verified by meaning, and a verify stage
+        // that fails (a change they do not declare, a relationship left dangling) rolls them back;
+        // a failure while they are applied (a SQL error) rolls back with --rollback-on-failure
+        // only, as without a declaration (the store at its last good migration, exit 1).
         road.rollbackOnFailure = options.rollbackOnFailure || session.declared != nil
-        road.rollbackNeeded = { !session.nothingCommitted() }
+        road.rollbackNeeded = { (options.rollbackOnFailure || session.verifying) && !session.nothingCommitted() }
         // A failure leaves the store at its last good migration (1); a full disk before anything
         // committed keeps its own status (74): the store is exactly as it was.
         road.failureKind = { error in
@@ -500,6 +503,8 @@ public enum Migrate {
         /// A migration committed, or one without a transaction started: the store may differ from
         /// the safety snapshot.
         private var changed = false
+        /// The verify stage began: with declarations, its failure rolls the run back.
+        var verifying = false
         private var provedUnchanged: Bool?
 
         /// Provably nothing was committed: no migration committed, none without a transaction began,
@@ -565,6 +570,9 @@ public enum Migrate {
             guard let queue else { return }
             var touched: [String]?
             var newIndexes = Set<String>()
+            verifying = true
+            // The kill switch and signals are heeded here too (the diff of a large store takes seconds).
+            try pipeline.checkpoint()
             if let snapshot = report.snapshot, let hold = pipeline.hold {
                 pipeline.note("diff against the pre-migrate snapshot")
                 if let before = dataVersion, let now = try? queue.inDatabase({ try Int.fetchOne($0, sql: "PRAGMA data_version") }), now != before {
@@ -599,6 +607,7 @@ public enum Migrate {
                     self.recorder = nil
                 }
                 var diff = try StoreDiff.run(diffOptions, repository: hold.repository)
+                try pipeline.checkpoint()
                 // Told apart only when another process did commit (asked again after the diff's
                 // read): else a difference the record does not place is the migrations', as
                 // without --force.

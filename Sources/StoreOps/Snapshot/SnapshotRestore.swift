@@ -446,7 +446,14 @@ public enum SnapshotRestore {
             if oldShm >= 0 {
                 let until = Date().addingTimeInterval(options.timeout)
                 var holder = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1)
-                while holder != nil, Date() < until, ProcessSignals.received == nil {
+                // Not cut short by SIGTERM: let go now, the lock would let such a client's commit
+                // land in the replaced files, lost with them (a trial lost one in each of 6 rollbacks
+                // stopped so). The wait ends when it gives up (its busy timeout) or at `timeout`.
+                if holder != nil {
+                    SnapshotRestore.logger.notice("waiting for another process to let go of the replaced store (its commit would be lost)",
+                                                  metadata: ["store": "\(store.path)", "pid": "\(holder ?? 0)", "timeout": "\(options.timeout)"])
+                }
+                while holder != nil, Date() < until {
                     usleep(10_000)
                     holder = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1)
                 }
