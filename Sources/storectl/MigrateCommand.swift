@@ -34,6 +34,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Flag(help: "Migrate although another process has the store open (a rollback discards its later writes).") var force = false
     @Flag(help: "Verify with integrity_check of the whole file, not quick_check of the tables the migrations touched.") var fullCheck = false
     @Option(help: "Where --dry-run makes its two scratch copies of the store (default: TMPDIR).") var scratch: String?
+    @Option(parsing: .unconditional, help: "Seconds to wait for the store's write lock (a commit of the app's under way), and for the app's connections on the replaced store to give up after a rollback's swap.") var timeout: Double = 30
     @Option(parsing: .unconditional, help: "With --dry-run: rehearse on the point `storectl replicate` recorded of the store at or before this time (RFC 3339, or -5m), in --repo, not on a copy of the store as it is.") var at: String?
     @Flag(help: "Print the report as JSON.") var json = false
 
@@ -42,6 +43,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         var options = Migrate.Options(store: store, migrations: migrations, repository: repo, to: to, rollbackOnFailure: rollbackOnFailure,
                                       dryRun: dryRun, killSwitch: killSwitch, resume: resume)
         options.force = force
+        options.timeout = timeout
         options.password = password.source
         options.fullCheck = fullCheck
         options.scratch = scratch
@@ -112,6 +114,10 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         if let rollback = report.rollback {
             if rollback.error == nil {
                 lines.append("  rolled back to \(rollback.snapshotId) in \(Format.duration(rollback.seconds)); the store is the pre-migration snapshot (checked before the swap)")
+                if let pid = rollback.replacedStillOpenBy {
+                    lines.append("  WARNING: pid \(pid) still had the replaced store open when the rollback let go of its lock (--timeout); "
+                                 + "what it commits from now on goes to the kept failed state: restart it")
+                }
                 if let kept = rollback.failedStateKeptAt {
                     lines.append("  the failed state is kept at \(kept)")
                     // What the app committed during the run is there, not in the restored store.

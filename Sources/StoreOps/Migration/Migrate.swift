@@ -67,6 +67,9 @@ public enum Migrate {
         /// still in place), and then the store's version (its last fully applied migration).
         public var storeUntouched: Bool?
         public var versionNow: Int?
+        /// A process still had the replaced store open when the rollback let go of the store's
+        /// lock (`--timeout` passed): what it commits goes to the kept failed state.
+        public var replacedStillOpenBy: Int32?
     }
 
     public struct Report: Sendable, Codable {
@@ -483,6 +486,8 @@ public enum Migrate {
                 do {
                     try db.execute(sql: "BEGIN IMMEDIATE")
                 } catch let error as DatabaseError where [.SQLITE_BUSY, .SQLITE_LOCKED].contains(error.resultCode) {
+                    // The wait ended on a signal: a stop, not a busy store.
+                    if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                     throw StoreOpsError(.busy, "another process kept writing to \(store.path) for \(Format.duration(options.timeout))"
                                         + (first ? "; nothing was changed" : " between two migrations"),
                                         hint: first ? "stop the app first (it writes to the store), or raise --timeout"
@@ -548,10 +553,26 @@ public enum Migrate {
                 report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
                 // Taken again at the commit (see `Migrate.relock`); waited for here when another process got it first.
                 try gate()
+                if gated, !migration.noTransaction { try checkpointKeepingLock(queue) }
                 pipeline.note("applied \(String(format: "%04d", migration.version))_\(migration.name)")
                 FaultInjection.reach("after-commit-\(migration.version)")
             }
             FaultInjection.reach("before-verify")
+        }
+
+        /// Under the run's lock nothing checkpoints (autocheckpoint is off: it would run with the
+        /// lock let go), so the -wal would hold every migration's pages until verify (three that
+        /// each rewrite 4 GB: 12 GB of -wal, where the space check counted one store). After each
+        /// migration a connection of its own checkpoints (PASSIVE: no write lock needed), and the
+        /// run's transaction begins again (empty: `ROLLBACK`, then `BEGIN IMMEDIATE`, microseconds
+        /// apart) so that it reads a -wal wholly checkpointed, and the next migration's first write
+        /// starts the -wal over from its beginning.
+        func checkpointKeepingLock(_ queue: DatabaseQueue) throws {
+            guard let checkpointer = try? StoreConnection.open(store.path, access: .readWrite, busyTimeout: 0.2, label: "storectl.migrate-checkpoint") else { return }
+            _ = try? checkpointer.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+            try? checkpointer.close()
+            try queue.inDatabase { db in if db.isInsideTransaction { try Migrate.relock(db, "ROLLBACK", doing: "taking the store's lock again") } }
+            try gate()
         }
 
         /// What the pending migrations declare they change (their union), or nil when none declares.
@@ -727,6 +748,13 @@ public enum Migrate {
         }
 
         func rollBack(in hold: RepositoryHold?) -> StoreOpsError? {
+            // Another process committed during the run (a no-transaction migration lets go of the
+            // lock; --force takes none): asked now, before the rollback moves its commits aside
+            // with the failed state, so the report can say so.
+            if report.othersWrote != true, let before = dataVersion, let queue,
+               let now = try? queue.inDatabase({ try Int.fetchOne($0, sql: "PRAGMA data_version") }), now != before {
+                report.othersWrote = true
+            }
             // The run's write lock is handed to the rollback (a connection of its own, opened while
             // the run's still holds it, takes it the moment the run's lets go): an app that opens
             // the store for each write commits to the restored store, not to the failed state
@@ -965,6 +993,7 @@ public enum Migrate {
                 kept.hasPrefix(store.path + ".failed-migration-") && !["-wal", "-shm", "-journal"].contains { kept.hasSuffix($0) }
             } ?? result.movedAside.first
             info.verified = result.verified
+            info.replacedStillOpenBy = result.replacedStillOpenBy
         } catch {
             info.error = (error as? StoreOpsError)?.message ?? "\(error)"
             if let identity, let now = FileSystem.identity(of: store.path), identity == now {

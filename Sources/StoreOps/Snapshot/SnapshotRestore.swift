@@ -445,7 +445,13 @@ public enum SnapshotRestore {
                 followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
             if oldShm >= 0 {
                 let until = Date().addingTimeInterval(options.timeout)
-                var holder = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1)
+                // A `storectl replicate` follower only reads (it reopens the store within a moment):
+                // it is not waited for.
+                func other() -> Int32? {
+                    guard let pid = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1) else { return nil }
+                    return LockState.isFollower(pid) ? nil : pid
+                }
+                var holder = other()
                 // Not cut short by SIGTERM: let go now, the lock would let such a client's commit
                 // land in the replaced files, lost with them (a trial lost one in each of 6 rollbacks
                 // stopped so). The wait ends when it gives up (its busy timeout) or at `timeout`.
@@ -455,7 +461,7 @@ public enum SnapshotRestore {
                 }
                 while holder != nil, Date() < until {
                     usleep(10_000)
-                    holder = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1)
+                    holder = other()
                 }
                 if let holder {
                     stillOpenBy = holder
