@@ -1906,9 +1906,11 @@ struct ReplicateTests {
         #expect(stats.bases.count >= 2, "\(stats.bases.count) bases")   // the first, and at least one boundary
         // A -wal checkpointed twice between two ordinary reads is still a gap (on two loaded
         // cores; recorded as such); none at a boundary. (Without the read just before the base's,
-        // two runs in three here had one.)
+        // two runs in three here had one.) The app's -wal starts over some 27 times in these 4 s
+        // (a poller of its header counted them): a follower that lost continuity at most of them
+        // would have far more than 4 gaps (CI on two loaded cores has seen 3).
         #expect(!stats.gaps.contains { $0.reason.contains("when the new base was read") }, "\(stats.gaps)")
-        #expect(stats.gaps.count <= 2 && stats.gaps.allSatisfy { $0.reason.contains("checkpointed away") || $0.reason.contains("truncated") }, "\(stats.gaps)")
+        #expect(stats.gaps.count <= 4 && stats.gaps.allSatisfy { $0.reason.contains("checkpointed away") || $0.reason.contains("truncated") }, "\(stats.gaps)")
         let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
         var times: [Date] = []
         for chain in try PointTimeline.load(repository).chains.dropFirst() {

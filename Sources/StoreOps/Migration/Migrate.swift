@@ -467,9 +467,10 @@ public enum Migrate {
         }
 
         /// Takes the store's write lock on the run's connection (`BEGIN IMMEDIATE`), unless it is
-        /// held (or `--force`): before the safety snapshot (`first`), and after a migration that
-        /// runs without a transaction. `foreign_keys` goes off first: it cannot change inside the
-        /// transaction the migrations run in.
+        /// held (or `--force`): before the safety snapshot (`first`), and after each migration
+        /// (when `relock` lost it to another process, or the migration ran without a
+        /// transaction). `foreign_keys` goes off first: it cannot change inside the transaction
+        /// the migrations run in.
         func gate(first: Bool = false) throws {
             guard gated, let queue else { return }
             try queue.inDatabase { db in
@@ -540,8 +541,10 @@ public enum Migrate {
                 try pipeline.checkpoint()
                 let started = Date()
                 // VACUUM and the like cannot run in a transaction: the lock goes for it (said in the README).
-                if migration.noTransaction { try ungate(commit: true) }
-                if migration.noTransaction { changed = true }
+                if migration.noTransaction {
+                    try ungate(commit: true)
+                    changed = true
+                }
                 do {
                     try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline, recorder: recorder) }
                 } catch let error as StoreOpsError where error.status == .ioError {
@@ -568,11 +571,19 @@ public enum Migrate {
         /// apart) so that it reads a -wal wholly checkpointed, and the next migration's first write
         /// starts the -wal over from its beginning.
         func checkpointKeepingLock(_ queue: DatabaseQueue) throws {
-            guard let checkpointer = try? StoreConnection.open(store.path, access: .readWrite, busyTimeout: 0.2, label: "storectl.migrate-checkpoint") else { return }
-            _ = try? checkpointer.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
-            try? checkpointer.close()
+            guard passiveCheckpoint() else { return }
             try queue.inDatabase { db in if db.isInsideTransaction { try Migrate.relock(db, "ROLLBACK", doing: "taking the store's lock again") } }
             try gate()
+        }
+
+        /// A PASSIVE checkpoint through a connection of its own (the run's holds the lock's
+        /// transaction, in which no checkpoint can run); false when it could not be opened.
+        @discardableResult
+        func passiveCheckpoint() -> Bool {
+            guard let checkpointer = try? StoreConnection.open(store.path, access: .readWrite, busyTimeout: 0.2, label: "storectl.migrate-checkpoint") else { return false }
+            _ = try? checkpointer.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+            try? checkpointer.close()
+            return true
         }
 
         /// What the pending migrations declare they change (their union), or nil when none declares.
@@ -607,10 +618,7 @@ public enum Migrate {
                 // diff reads a -wal so checkpointed as the file itself.
                 let timeout = Int32(min(options.timeout * 1000, Double(Int32.max)))
                 if gated {
-                    if let checkpointer = try? StoreConnection.open(store.path, access: .readWrite, busyTimeout: 0.2, label: "storectl.migrate-checkpoint") {
-                        _ = try? checkpointer.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
-                        try? checkpointer.close()
-                    }
+                    passiveCheckpoint()
                 } else {
                     _ = try? queue.inDatabase { db in
                         sqlite3_busy_timeout(db.sqliteConnection, 200)
@@ -869,9 +877,9 @@ public enum Migrate {
         // foreign keys off outside the transaction, foreign_key_check before commit, restore after.
         // Inside the run's write lock (migrate without --force), the transaction is begun and
         // foreign keys are off already (see `Session.gate`); the migration commits and the lock is
-        // taken again in one call into SQLite (`COMMIT; BEGIN IMMEDIATE`): another process can
-        // take it only in the microseconds between the two (GRDB's commit and a second call gave
-        // a writer committing every 3 ms the lock in 1 run of 20), and a commit it makes then is
+        // taken again at once through SQLite's C API (`relock`): another process can take it only
+        // in the microseconds between the two (a commit through GRDB and a second call gave a
+        // writer committing every 3 ms the lock in 1 run of 20), and a commit it makes then is
         // seen by `data_version` at the verify stage.
         let gated = db.isInsideTransaction
         let foreignKeys = try Bool.fetchOne(db, sql: "PRAGMA foreign_keys") ?? false
