@@ -452,9 +452,7 @@ struct SnapshotCLITests {
                 let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
                 if let safety = result.safetySnapshot { safeties.append(safety) }
             } else {
-                #expect(restore.status == 75 && restore.stderr.contains("nothing was changed"), "\(restore.status) \(restore.stderr)")
-                // A refusal after the safety snapshot keeps it: it may hold commits too.
-                if let id = restore.stderr.firstMatch(of: /the safety snapshot (\S+) stays/)?.1 { safeties.append(String(id)) }
+                #expect(restore.status == 75 && restore.stderr.contains("nothing was changed") && !restore.stderr.contains("stays"), "\(restore.status) \(restore.stderr)")
             }
             usleep(150_000)
         }
@@ -480,12 +478,53 @@ struct SnapshotCLITests {
         #expect(acknowledged.count > 20, "the app kept committing: \(acknowledged.count)")
         #expect(lost.isEmpty, "\(lost.count) of \(acknowledged.count) acknowledged commits are in no safety snapshot and not in the store: \(lost.prefix(10)); statuses \(statuses)")
         #expect(statuses.allSatisfy { $0 == 0 || $0 == 75 }, "\(statuses)")
+        // A refusal takes its safety snapshot back (the store was not changed; the next attempt
+        // takes its own): the repository holds the first snapshot and one per restore made.
+        #expect(try SnapshotSummary.list(repository: repo).count == 1 + safeties.count, "\(statuses)")
         // Some went through beside it (the swap itself ran under the app, not only refusals).
         #expect(statuses.contains(0), "\(statuses)")
         // The app stopped: the restore goes through.
         let quiet = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
         #expect(quiet.status == 0, "\(quiet.stderr)")
         #expect(try numbers(store).isEmpty)
+    }
+
+    @Test("restore --in-place refused because a per-write app opened the store meanwhile, killed -9 just as it takes back its safety snapshot (fault point restore.safety.forget): the store is untouched, the snapshot gone, the repository clean, and the next restore goes through")
+    func killedTakingBackSafety() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 2_000)
+        let repo = try folder.repository()
+        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(first.status == 0, "\(first.stderr)")
+        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let log = folder.file("commits.log"), ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "20", "--reopen", "--ready-file", ready, "--commit-log", log])
+        #expect(ChildProcess.waitFor(file: ready))
+        var statuses: [Int32] = []
+        while statuses.last != 137, statuses.count < 40 {
+            let restore = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store,
+                                       environment: ["STORECTL_FAULT_POINT": "restore.safety.forget"])
+            statuses.append(restore.status)
+        }
+        writer.signal(SIGTERM)
+        #expect(writer.wait().status == 0)
+        try #require(statuses.last == 137, "no attempt was refused after its safety snapshot: \(statuses)")
+        // Killed after the record's removal: no snapshot of the attempt, and (when no attempt went
+        // through) every commit the app was told succeeded still in the store.
+        let made = statuses.filter { $0 == 0 }.count
+        #expect(try SnapshotSummary.list(repository: repo).count == 1 + made, "\(statuses)")
+        if made == 0 {
+            let acknowledged = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
+            let titles = try DatabaseQueue(path: store).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
+            let inStore = Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+            #expect(!acknowledged.isEmpty && acknowledged.isSubset(of: inStore), "\(acknowledged.subtracting(inStore).sorted().prefix(10))")
+        }
+        let check = try storectl("repo", "check", "--repo", repo)
+        #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+        let integrity = try DatabaseQueue(path: store).read { try String.fetchOne($0, sql: "PRAGMA integrity_check") }
+        #expect(integrity == "ok")
+        let again = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
+        #expect(again.status == 0, "\(again.stderr)")
     }
 
     @Test("kill -9 during a first snapshot leaves nothing listed; the next create removes what it wrote", arguments: [0.05, 0.2, 0.5])

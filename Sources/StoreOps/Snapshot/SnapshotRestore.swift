@@ -416,10 +416,21 @@ public enum SnapshotRestore {
             replacing.append((store.supportPath, "support"))
             // Opened meanwhile (a process that opens the store for each write, waiting for the
             // gate to commit): swapped now, it would commit to the replaced files once the gate
-            // is gone. Nothing is changed; the safety snapshot stays.
+            // is gone. Nothing is changed, so the safety snapshot is taken back: the store holds
+            // all it holds and more (the next attempt takes its own), and `rollback --wait` beside
+            // such an app would otherwise leave one per attempt (a trial counted 54).
             if exists, !options.force, let pid = try LockState.otherUser(of: store) {
-                throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed"
-                                    + (safety.map { " (the safety snapshot \($0) stays)" } ?? ""),
+                var kept = ""
+                if let id = safety, let hold {
+                    do {
+                        try hold.repository.backend.remove(PagedSnapshotRecord.key(id), point: "restore.safety.forget")
+                        safety = nil
+                        safetyPoint = nil
+                    } catch {
+                        kept = " (its safety snapshot \(id) stays: it could not be removed: \(error))"
+                    }
+                }
+                throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed" + kept,
                                     hint: "stop the app first, or pass --force (the app must then open the store again)")
             }
             // The replaced store's -shm, held open across the swap: a process that opens the store
