@@ -305,6 +305,21 @@ struct DiffCLITests {
         #expect(copied.entities.flatMap(\.objects).filter { $0.change == "changed" }.count == 45)
     }
 
+    @Test("a file longer than its header's page count (grown in chunks, as with SQLITE_FCNTL_CHUNK_SIZE: zero pages at its end) counts the pages SQLite counts, and is the same as the file without them")
+    func fileGrownInChunks() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 500)
+        try DatabaseQueue(path: store).writeWithoutTransaction { _ = try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        let pages = try DatabaseQueue(path: store).read { try Int.fetchOne($0, sql: "PRAGMA page_count") } ?? 0
+        let grown = folder.file("grown.sqlite")
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: store))
+        bytes.append(Data(count: 16 * 4096))
+        try bytes.write(to: URL(fileURLWithPath: grown))
+        let run = try storectl("diff", store, grown)
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        #expect(run.stdout.contains("a: \(store) (\(pages) pages") && run.stdout.contains("b: \(grown) (\(pages) pages"), "\(pages): \(run.stdout)")
+    }
+
     @Test("damaged pages never crash it: 40 copies of the Notes store, each with 16 random bytes written over a random page, diffed against the original: every run exits 0, 2 or 65, and a 65 names the file or the page")
     func damagedPages() throws {
         let folder = try TempFolder()

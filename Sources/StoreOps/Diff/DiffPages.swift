@@ -74,7 +74,10 @@ final class FilePages: DiffPages {
         pageSize = header.pageSize
         var info = stat()
         fstat(fd, &info)
-        pageCount = Int(info.st_size) / header.pageSize
+        // The header's count, as SQLite reads it, when the file holds that many pages (a file
+        // grown in chunks is longer); else the file's length.
+        let filePages = Int(info.st_size) / header.pageSize
+        pageCount = header.databaseSize.map { Int($0) <= filePages ? Int($0) : filePages } ?? filePages
         // SQLite's own limit (page numbers are 32 bits); checked before anything is sized by it.
         guard pageCount < Int(UInt32.max) else {
             closeOwn()

@@ -28,6 +28,10 @@ enum SQLitePages {
         /// version in the first).
         var userVersion: Int32 = 0
         var applicationID: Int32 = 0
+        /// The header's page count, when SQLite would trust it (non-zero, and written by the same
+        /// change as the header's change counter); the file may be longer (an app that sets
+        /// `SQLITE_FCNTL_CHUNK_SIZE` grows it in chunks).
+        var databaseSize: UInt32?
 
         static func parse(_ page: [UInt8], what: String) throws -> Header {
             guard page.count >= 100, page.starts(with: Array("SQLite format 3\0".utf8)) else {
@@ -45,7 +49,8 @@ enum SQLitePages {
             let encoding = Int(be32(page, 56))
             return Header(pageSize: pageSize, usable: pageSize - reserved, textEncoding: encoding == 0 ? 1 : encoding,
                           freelistTrunk: be32(page, 32), freelistCount: be32(page, 36), largestRootPage: be32(page, 52),
-                          userVersion: Int32(bitPattern: be32(page, 60)), applicationID: Int32(bitPattern: be32(page, 68)))
+                          userVersion: Int32(bitPattern: be32(page, 60)), applicationID: Int32(bitPattern: be32(page, 68)),
+                          databaseSize: be32(page, 28) != 0 && be32(page, 24) == be32(page, 92) ? be32(page, 28) : nil)
         }
     }
 

@@ -471,10 +471,25 @@ public enum Migrate {
         /// (when `relock` lost it to another process, or the migration ran without a
         /// transaction). `foreign_keys` goes off first: it cannot change inside the transaction
         /// the migrations run in.
-        func gate(first: Bool = false) throws {
+        /// - Parameter waitedOut: the lock was waited for already (a migration's `BEGIN IMMEDIATE`
+        ///   after its commit got no lock within `--timeout`): not waited for a second time.
+        func gate(first: Bool = false, waitedOut: Bool = false) throws {
             guard gated, let queue else { return }
             try queue.inDatabase { db in
                 guard !db.isInsideTransaction else { return }
+                if waitedOut, let connection = db.sqliteConnection {
+                    // Once more without waiting (a failure that was not a busy store is said as itself).
+                    sqlite3_busy_handler(connection, nil, nil)
+                    let rc = sqlite3_exec(connection, "BEGIN IMMEDIATE", nil, nil, nil)
+                    WriteGate.waitForLock(connection, milliseconds: Int32(min(options.timeout, 3600) * 1000))
+                    if rc == SQLITE_OK { return }
+                    guard rc & 0xff == SQLITE_BUSY || rc & 0xff == SQLITE_LOCKED else {
+                        throw StoreOpsError.fromResultCode(rc, message: String(cString: sqlite3_errmsg(connection)), doing: "taking the store's lock again")
+                    }
+                    if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+                    throw StoreOpsError(.busy, "another process kept writing to \(store.path) for \(Format.duration(options.timeout)) between two migrations",
+                                        hint: "stop the app first: it writes to the store while it is migrated")
+                }
                 if foreignKeys == nil {
                     // A wait for the lock that SIGTERM or the kill switch's signal ends.
                     if let connection = db.sqliteConnection { WriteGate.waitForLock(connection, milliseconds: Int32(min(options.timeout, 3600) * 1000)) }
@@ -540,11 +555,9 @@ public enum Migrate {
             for migration in migrations where report.plan.pending.contains(where: { $0.version == migration.version }) {
                 try pipeline.checkpoint()
                 let started = Date()
-                // VACUUM and the like cannot run in a transaction: the lock goes for it (said in the README).
-                if migration.noTransaction {
-                    try ungate(commit: true)
-                    changed = true
-                }
+                // VACUUM and the like cannot run in a transaction: the lock goes for its statements
+                // (see `Migrate.apply`; said in the README).
+                if migration.noTransaction { changed = true }
                 do {
                     try queue.inDatabase { try Migrate.apply(migration, db: $0, snapshot: report.snapshot, pipeline: pipeline, recorder: recorder) }
                 } catch let error as StoreOpsError where error.status == .ioError {
@@ -554,9 +567,10 @@ public enum Migrate {
                 }
                 changed = true
                 report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
-                // Taken again at the commit (see `Migrate.relock`); waited for here when another process got it first.
-                try gate()
-                if gated, !migration.noTransaction { try checkpointKeepingLock(queue) }
+                // Taken again at the commit (see `Migrate.relock`), waiting for it as long as
+                // `--timeout` when another process got it first: without it now, that wait ran out.
+                try gate(waitedOut: gated && !(try queue.inDatabase { $0.isInsideTransaction }))
+                if gated { try checkpointKeepingLock(queue) }
                 pipeline.note("applied \(String(format: "%04d", migration.version))_\(migration.name)")
                 FaultInjection.reach("after-commit-\(migration.version)")
             }
@@ -891,17 +905,32 @@ public enum Migrate {
             let before = try entityCounts(db)
             if let recorder, let code = migration.willMigrate { try recorder.run(code, in: db) } else { try migration.willMigrate?(db) }
             pipeline.note("apply \(label)")
+            // Without a transaction (VACUUM cannot run in one) inside the run's lock: it is let go
+            // just before the first statement and taken again just after the last, each statement
+            // straight through SQLite's C API, so another process can commit only in the
+            // microseconds between two calls (the whole migration's run through GRDB, with the
+            // lock let go around it, let a per-write app in for 4 of 17 VACUUM migrations).
+            let unlocked = gated && migration.noTransaction
+            if unlocked { try exec(db, "COMMIT", doing: "\(label): letting the store's lock go for a migration without a transaction") }
             for (index, statement) in migration.statements.enumerated() {
                 if migration.noTransaction { try pipeline.checkpoint() }
                 pipeline.step(ProgressUpdate(phase: "apply \(label)", done: UInt64(index), total: UInt64(migration.statements.count),
                                              unit: .statements, bytes: 0, startedAt: started))
                 do {
-                    if let recorder { try recorder.execute(statement, in: db) } else { try db.execute(sql: statement) }
+                    if unlocked {
+                        let rc = sqlite3_exec(db.sqliteConnection, statement, nil, nil, nil)
+                        if rc != SQLITE_OK {
+                            throw DatabaseError(resultCode: ResultCode(rawValue: rc), message: String(cString: sqlite3_errmsg(db.sqliteConnection)), sql: statement)
+                        }
+                    } else if let recorder { try recorder.execute(statement, in: db) } else { try db.execute(sql: statement) }
                 } catch let error as DatabaseError {
                     // Which file and statement (a migration of forty statements said only `near "UPDAT"`; found by a helper).
                     throw StoreOpsError.sqlite(error, doing: "\(label).sql statement \(index + 1) of \(migration.statements.count) (`\(Self.opening(of: statement))`)", side: .output)
                 }
             }
+            // Taken again at once; when another process holds it, `Session.gate()` waits for it
+            // after this migration (its checks and history row are then written without it).
+            if unlocked { sqlite3_exec(db.sqliteConnection, "BEGIN IMMEDIATE", nil, nil, nil) }
             if let recorder, let code = migration.didMigrate { try recorder.run(code, in: db) } else { try migration.didMigrate?(db) }
             pipeline.note("\(label): foreign_key_check, checks, counts")
             let violations = try StoreConnection.foreignKeyViolations(db)
@@ -935,7 +964,7 @@ public enum Migrate {
                                                   snapshotId: snapshot))
             FaultInjection.reach("before-commit-\(migration.version)")
             if gated {
-                try relock(db, "COMMIT", doing: "\(label): committing")
+                if db.isInsideTransaction { try relock(db, "COMMIT", doing: "\(label): committing") }
             } else if !migration.noTransaction {
                 try db.execute(sql: "COMMIT")
             }
@@ -959,6 +988,12 @@ public enum Migrate {
     /// (microseconds). A failed end is thrown, once any transaction it left open is rolled back
     /// and the lock taken again if it can be; a lock not taken again is left to the caller's
     /// `Session.gate()`, which waits for it and says who holds it.
+    /// One statement straight through SQLite's C API (no GRDB work around it); its error thrown.
+    static func exec(_ db: Database, _ sql: String, doing: String) throws {
+        let rc = sqlite3_exec(db.sqliteConnection, sql, nil, nil, nil)
+        guard rc == SQLITE_OK else { throw StoreOpsError.fromResultCode(rc, message: String(cString: sqlite3_errmsg(db.sqliteConnection)), doing: doing) }
+    }
+
     static func relock(_ db: Database, _ end: String, doing: String) throws {
         let connection = db.sqliteConnection
         let rc = sqlite3_exec(connection, end, nil, nil, nil)
