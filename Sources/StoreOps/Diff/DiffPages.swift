@@ -74,10 +74,14 @@ final class FilePages: DiffPages {
         pageSize = header.pageSize
         var info = stat()
         fstat(fd, &info)
-        // The header's count, as SQLite reads it, when the file holds that many pages (a file
-        // grown in chunks is longer); else the file's length.
+        // The header's count, as SQLite reads it (a file grown in chunks is longer); else the
+        // file's length. A count past the file's end is a damaged store, to SQLite too.
         let filePages = Int(info.st_size) / header.pageSize
-        pageCount = header.databaseSize.map { Int($0) <= filePages ? Int($0) : filePages } ?? filePages
+        if let counted = header.databaseSize, Int(counted) > filePages {
+            closeOwn()
+            throw SQLitePages.damaged(what, "its header counts \(counted) pages, the file holds \(filePages)")
+        }
+        pageCount = header.databaseSize.map { Int($0) } ?? filePages
         // SQLite's own limit (page numbers are 32 bits); checked before anything is sized by it.
         guard pageCount < Int(UInt32.max) else {
             closeOwn()

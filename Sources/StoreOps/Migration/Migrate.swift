@@ -487,7 +487,7 @@ public enum Migrate {
                         throw StoreOpsError.fromResultCode(rc, message: String(cString: sqlite3_errmsg(connection)), doing: "taking the store's lock again")
                     }
                     if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
-                    throw StoreOpsError(.busy, "another process kept writing to \(store.path) for \(Format.duration(options.timeout)) between two migrations",
+                    throw StoreOpsError(.busy, "another process kept writing to \(store.path) for \(Format.duration(options.timeout)) after a migration",
                                         hint: "stop the app first: it writes to the store while it is migrated")
                 }
                 if foreignKeys == nil {
@@ -505,7 +505,7 @@ public enum Migrate {
                     // The wait ended on a signal: a stop, not a busy store.
                     if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                     throw StoreOpsError(.busy, "another process kept writing to \(store.path) for \(Format.duration(options.timeout))"
-                                        + (first ? "; nothing was changed" : " between two migrations"),
+                                        + (first ? "; nothing was changed" : " after a migration"),
                                         hint: first ? "stop the app first (it writes to the store), or raise --timeout"
                                             : "stop the app first: it writes to the store while it is migrated")
                 }
@@ -587,7 +587,8 @@ public enum Migrate {
         func checkpointKeepingLock(_ queue: DatabaseQueue) throws {
             guard passiveCheckpoint() else { return }
             try queue.inDatabase { db in if db.isInsideTransaction { try Migrate.relock(db, "ROLLBACK", doing: "taking the store's lock again") } }
-            try gate()
+            // Without it now, the relock's wait (as long as `--timeout`) ran out: not waited for again.
+            try gate(waitedOut: !(try queue.inDatabase { $0.isInsideTransaction }))
         }
 
         /// A PASSIVE checkpoint through a connection of its own (the run's holds the lock's
@@ -896,6 +897,8 @@ public enum Migrate {
         // writer committing every 3 ms the lock in 1 run of 20), and a commit it makes then is
         // seen by `data_version` at the verify stage.
         let gated = db.isInsideTransaction
+        /// The lock was waited for as long as `--timeout` and not got: not waited for again here.
+        var lockWaitedOut = false
         let foreignKeys = try Bool.fetchOne(db, sql: "PRAGMA foreign_keys") ?? false
         if !gated { try db.execute(sql: "PRAGMA foreign_keys = OFF") }
         defer { if !gated { try? db.execute(sql: "PRAGMA foreign_keys = \(foreignKeys ? "ON" : "OFF")") } }
@@ -928,9 +931,22 @@ public enum Migrate {
                     throw StoreOpsError.sqlite(error, doing: "\(label).sql statement \(index + 1) of \(migration.statements.count) (`\(Self.opening(of: statement))`)", side: .output)
                 }
             }
-            // Taken again at once; when another process holds it, `Session.gate()` waits for it
-            // after this migration (its checks and history row are then written without it).
-            if unlocked { sqlite3_exec(db.sqliteConnection, "BEGIN IMMEDIATE", nil, nil, nil) }
+            if unlocked {
+                // The statements changed the schema behind GRDB's back (its cache is read by the checks below).
+                db.clearSchemaCache()
+                // Taken again at once (waiting as long as `--timeout`): the checks and the history
+                // row are written inside it. Not taken: the migration fails as a busy store.
+                let rc = sqlite3_exec(db.sqliteConnection, "BEGIN IMMEDIATE", nil, nil, nil)
+                if rc != SQLITE_OK {
+                    lockWaitedOut = true
+                    if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+                    guard rc & 0xff == SQLITE_BUSY || rc & 0xff == SQLITE_LOCKED else {
+                        throw StoreOpsError.fromResultCode(rc, message: String(cString: sqlite3_errmsg(db.sqliteConnection)), doing: "\(label): taking the store's lock again")
+                    }
+                    throw StoreOpsError(.busy, "another process kept writing to the store after the migration's statements, for as long as --timeout; the migration's statements are committed, its history row is not",
+                                        hint: "stop the app first: it writes to the store while it is migrated")
+                }
+            }
             if let recorder, let code = migration.didMigrate { try recorder.run(code, in: db) } else { try migration.didMigrate?(db) }
             pipeline.note("\(label): foreign_key_check, checks, counts")
             let violations = try StoreConnection.foreignKeyViolations(db)
@@ -973,7 +989,7 @@ public enum Migrate {
                 // This migration's changes go, the lock stays (a rollback to the safety snapshot
                 // may follow); when SQLite rolled the transaction back itself (an interrupt, a full
                 // disk, a failed commit), the lock again at once.
-                if db.isInsideTransaction { try? relock(db, "ROLLBACK", doing: "\(label): rolling back") } else { try? db.execute(sql: "BEGIN IMMEDIATE") }
+                if db.isInsideTransaction { try? relock(db, "ROLLBACK", doing: "\(label): rolling back") } else if !lockWaitedOut { try? db.execute(sql: "BEGIN IMMEDIATE") }
             } else if db.isInsideTransaction {
                 try? db.execute(sql: "ROLLBACK")
             }
@@ -983,17 +999,17 @@ public enum Migrate {
         }
     }
 
-    /// Ends the transaction (`end`: COMMIT or ROLLBACK) and takes the write lock again at once,
-    /// straight through SQLite's C API, so that the lock is free only between the two calls
-    /// (microseconds). A failed end is thrown, once any transaction it left open is rolled back
-    /// and the lock taken again if it can be; a lock not taken again is left to the caller's
-    /// `Session.gate()`, which waits for it and says who holds it.
     /// One statement straight through SQLite's C API (no GRDB work around it); its error thrown.
     static func exec(_ db: Database, _ sql: String, doing: String) throws {
         let rc = sqlite3_exec(db.sqliteConnection, sql, nil, nil, nil)
         guard rc == SQLITE_OK else { throw StoreOpsError.fromResultCode(rc, message: String(cString: sqlite3_errmsg(db.sqliteConnection)), doing: doing) }
     }
 
+    /// Ends the transaction (`end`: COMMIT or ROLLBACK) and takes the write lock again at once,
+    /// straight through SQLite's C API, so that the lock is free only between the two calls
+    /// (microseconds). A failed end is thrown, once any transaction it left open is rolled back
+    /// and the lock taken again if it can be; a lock not taken again is left to the caller's
+    /// `Session.gate(waitedOut:)`, which tries once more without waiting again and says why.
     static func relock(_ db: Database, _ end: String, doing: String) throws {
         let connection = db.sqliteConnection
         let rc = sqlite3_exec(connection, end, nil, nil, nil)

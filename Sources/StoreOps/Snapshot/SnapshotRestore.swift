@@ -427,7 +427,7 @@ public enum SnapshotRestore {
                         safety = nil
                         safetyPoint = nil
                     } catch {
-                        kept = " (its safety snapshot \(id) stays: it could not be removed: \(error))"
+                        kept = " (its safety snapshot \(id) stays: it could not be removed: \((error as? StoreOpsError)?.message ?? "\(error)"))"
                     }
                 }
                 throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed" + kept,
