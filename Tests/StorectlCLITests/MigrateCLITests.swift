@@ -136,6 +136,33 @@ struct MigrateCLITests {
         }
     }
 
+    @Test("under the run's write lock the -wal starts over once it holds more than the threshold (checkpointed after the migration, the run's transaction begun again): three migrations that each rewrite every item leave a -wal of about one migration's pages, not three")
+    func walStartsOverUnderTheLock() throws {
+        func peakWal(threshold: Int) throws -> Int {
+            let fixture = try MigrationCLIFixture(items: 20_000)
+            for name in try FileManager.default.contentsOfDirectory(atPath: fixture.migrations) {
+                try FileManager.default.removeItem(atPath: (fixture.migrations as NSString).appendingPathComponent(name))
+            }
+            for k in 1...3 {
+                try Data("UPDATE ZITEM SET ZTITLE = ZTITLE || '\(k)';".utf8)
+                    .write(to: URL(fileURLWithPath: (fixture.migrations as NSString).appendingPathComponent("000\(k)_rewrite.sql")))
+            }
+            let running = try ChildProcess.Running(Binaries.storectl, ["migrate", fixture.store, "--migrations", fixture.migrations, "--repo", fixture.repo],
+                                                   environment: ["STORECTL_TEST_WAL_RESTART_BYTES": "\(threshold)"])
+            // SQLite keeps the -wal's length while the store is open: its largest size is the most it held.
+            var peak = 0
+            while running.isRunning {
+                peak = max(peak, Int(FileSystem.size(of: fixture.store + "-wal") ?? 0))
+                usleep(1_000)
+            }
+            let run = running.wait()
+            #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+            return peak
+        }
+        let restarting = try peakWal(threshold: 1), growing = try peakWal(threshold: 1 << 40)
+        #expect(restarting > 0 && restarting * 2 < growing, "-wal \(restarting) bytes starting over after each migration, \(growing) never")
+    }
+
     @Test("a rollback killed just after its failed state's -wal got its kept name, beside an older kept -wal that has the plain name: recovery keeps the database under the suffix the run chose, so the two stay a pair (it chose again, and paired the database with the older -wal)")
     func keptSetStaysPairedAfterRecovery() throws {
         let fixture = try MigrationCLIFixture()

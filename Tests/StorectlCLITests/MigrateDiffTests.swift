@@ -167,7 +167,7 @@ struct MigrateDiffTests {
           arguments: ["passes", "fails its declaration", "runs VACUUM without a transaction"])
     func besideReopeningWriter(_ kind: String) throws {
         let failing = kind == "fails its declaration"
-        var statuses: [Int32] = [], acknowledged = 0
+        var statuses: [Int32] = [], acknowledged = 0, slips = 0
         var files = Self.declared
         if failing { files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);" }
         if kind.hasPrefix("runs VACUUM") { files["0003_vacuum.sql"] = "-- storectl: no-transaction\nVACUUM;" }
@@ -185,7 +185,15 @@ struct MigrateDiffTests {
             writer.signal(SIGTERM)
             let stats = writer.wait()
             #expect(stats.status == 0, "\(stats.stderr)")
-            if migrated.status == (failing ? 3 : 0) {
+            // The lock is free for microseconds between a migration's commit and the next
+            // `BEGIN IMMEDIATE`; an app waiting for it gets in there only when this process is
+            // preempted just then (twice in some 100 runs, with the three cases of this test at
+            // once on two cores). Seen (`othersWrote`), it excuses nothing: rolled back, and what the app
+            // committed then is in the kept failed state, as documented.
+            let slipped = migrated.status == 3 && (try? JSON.decoder().decode(Migrate.Report.self, from: Data(migrated.stdout.utf8)))?.othersWrote == true
+            if slipped {
+                slips += 1
+            } else if migrated.status == (failing ? 3 : 0) {
                 let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(migrated.stdout.utf8))
                 #expect(report.othersWrote == nil, "the app's commits waited for the run")
                 if failing {
@@ -198,16 +206,28 @@ struct MigrateDiffTests {
             } else {
                 #expect(migrated.status == 75 && migrated.stderr.contains("nothing was changed"), "\(migrated.status) \(migrated.stdout)\(migrated.stderr)")
             }
-            // Every commit the app was told succeeded is in the store.
+            // Every commit the app was told succeeded is in the store (or, after a slip, in the kept failed state).
             let numbers = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
             acknowledged += numbers.count
-            let titles = try DatabaseQueue(path: f.store).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
-            let kept = Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+            func written(_ path: String) throws -> Set<Int> {
+                let titles = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
+                return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+            }
+            var kept = try written(f.store)
+            if slipped {
+                let name = FileSystem.name(of: f.store)
+                for file in try FileManager.default.contentsOfDirectory(atPath: f.folder.path)
+                where file.hasPrefix(name + ".failed-migration-") && !file.hasSuffix("-wal") && !file.hasSuffix("-shm") {
+                    kept.formUnion(try written(f.folder.file(file)))
+                }
+            }
             let lost = numbers.subtracting(kept).sorted()
             #expect(lost.isEmpty, "run \(run): \(lost.count) of \(numbers.count) acknowledged commits are not in the store: \(lost.prefix(10)); status \(migrated.status)")
         }
         #expect(acknowledged > 30, "the app kept committing: \(acknowledged)")
         #expect(statuses.filter { $0 == (failing ? 3 : 0) }.count >= 2, "\(statuses)")
+        // Before the lock, 5 runs of 6 lost the app's commits so; a slip stays rare.
+        #expect(slips <= 1, "the app got in \(slips) times: \(statuses)")
     }
 
     @Test("a SQL error while declared migrations are applied follows --rollback-on-failure as without a declaration: without it the store stays at its last good migration (exit 1, the rollback command given); with it, rolled back (3)")

@@ -583,8 +583,13 @@ public enum Migrate {
         /// migration a connection of its own checkpoints (PASSIVE: no write lock needed), and the
         /// run's transaction begins again (empty: `ROLLBACK`, then `BEGIN IMMEDIATE`, microseconds
         /// apart) so that it reads a -wal wholly checkpointed, and the next migration's first write
-        /// starts the -wal over from its beginning.
+        /// starts the -wal over from its beginning. Only once the -wal holds `walRestartBytes`:
+        /// each relock is a moment the lock is free (microseconds; under load, when the process
+        /// is preempted between the two calls, longer: an app waiting for the lock got in there
+        /// twice in some 100 runs beside per-write apps, three runs at once on two cores), and most migrations write far less.
         func checkpointKeepingLock(_ queue: DatabaseQueue) throws {
+            if let header = WalFormat.IndexHeader.current(of: store),
+               Int(header.lastFrame) * (header.pageSize + 24) < Migrate.walRestartBytes { return }
             guard passiveCheckpoint() else { return }
             try queue.inDatabase { db in if db.isInsideTransaction { try Migrate.relock(db, "ROLLBACK", doing: "taking the store's lock again") } }
             // Without it now, the relock's wait (as long as `--timeout`) ran out: not waited for again.
@@ -998,6 +1003,10 @@ public enum Migrate {
             throw StoreOpsError.sqlite(error, doing: label, side: .output)
         }
     }
+
+    /// What migrate's -wal may hold before a checkpoint lets it start over (`checkpointKeepingLock`).
+    /// (`STORECTL_TEST_WAL_RESTART_BYTES` sets it for a test.)
+    static let walRestartBytes = ProcessInfo.processInfo.environment["STORECTL_TEST_WAL_RESTART_BYTES"].flatMap { Int($0) } ?? 64 << 20
 
     /// One statement straight through SQLite's C API (no GRDB work around it); its error thrown.
     static func exec(_ db: Database, _ sql: String, doing: String) throws {
