@@ -489,6 +489,55 @@ struct SnapshotCLITests {
         #expect(try numbers(store).isEmpty)
     }
 
+    @Test("restore --in-place --force beside an app that opens the store for each commit: every commit the app was told succeeded is in the pre-restore safety snapshot or in the store (each such restore lost the commit the app was waiting to make); past an app that keeps the store open it waits at most 10 s for it, then says to restart it")
+    func inPlaceForcedBesideApps() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 2_000)
+        let repo = try folder.repository()
+        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(first.status == 0, "\(first.stderr)")
+        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let log = folder.file("commits.log"), ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "20", "--reopen", "--ready-file", ready, "--commit-log", log])
+        #expect(ChildProcess.waitFor(file: ready))
+        var safeties: [String] = []
+        for _ in 1...2 {
+            let restore = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--force", "--json")
+            #expect(restore.status == 0, "\(restore.stderr)")
+            if let result = try? JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8)), let safety = result.safetySnapshot {
+                safeties.append(safety)
+            }
+            usleep(100_000)
+        }
+        writer.signal(SIGTERM)
+        #expect(writer.wait().status == 0)
+        let acknowledged = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
+        func numbers(_ path: String) throws -> Set<Int> {
+            let titles = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
+            return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+        }
+        var kept = try numbers(store)
+        for (k, safety) in safeties.enumerated() {
+            let copy = folder.file("safety-\(k).sqlite")
+            #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
+            kept.formUnion(try numbers(copy))
+        }
+        #expect(safeties.count == 2 && acknowledged.count > 10, "\(safeties.count) safety snapshots, \(acknowledged.count) commits")
+        #expect(acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted())")
+
+        // An app that keeps the store open (a read transaction held): waited for 10 s at most, then named.
+        let held = folder.file("held")
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "read", "--seconds", "60", "--ready-file", held])
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        #expect(ChildProcess.waitFor(file: held))
+        let started = Date()
+        let forced = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--force")
+        let took = Date().timeIntervalSince(started)
+        #expect(forced.status == 0, "\(forced.stderr)")
+        #expect(forced.stdout.contains("WARNING: pid \(holder.pid) still had the replaced store open"), "\(forced.stdout)")
+        #expect(took >= 9.5 && took < 30, "\(took) s")
+    }
+
     @Test("restore --in-place refused because a per-write app opened the store meanwhile, killed -9 just as it takes back its safety snapshot (fault point restore.safety.forget): the store is untouched, the snapshot gone, the repository clean, and the next restore goes through")
     func killedTakingBackSafety() throws {
         let folder = try TempFolder()
