@@ -206,6 +206,11 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         let result = try Rollback.run(options, progress: progress?.1)
         progress?.0.finish()
         if json { print(jsonReport(result)); return }
+        if result.interruptedRunCommittedNothing {
+            print("nothing to roll back: the interrupted migration of \(FileSystem.absolute(store)) committed none of its migrations (version \(result.version), as before it); "
+                  + "the interrupted migration is cleared; to restore its snapshot anyway: --to ID")
+            return
+        }
         if result.nothingToRollBack {
             print("nothing to roll back: no migration has been applied to \(FileSystem.absolute(store)) (version 0); to restore a snapshot anyway: --to ID")
             return

@@ -121,6 +121,34 @@ struct MigrateCLITests {
         #expect(try fixture.migrate().status == 0, "and the migration can run again")
     }
 
+    @Test("killed before its first migration committed, beside an app that went on committing: rollback restores nothing (the run committed nothing; restoring its snapshot would take the app's commits out of the store), clears the journal, and says so; with a no-transaction migration pending it cannot prove that and restores")
+    func interruptedBeforeAnyCommit() throws {
+        for noTransaction in [false, true] {
+            let fixture = try MigrationCLIFixture()
+            if noTransaction {
+                try Data("-- storectl: no-transaction\nVACUUM;".utf8)
+                    .write(to: URL(fileURLWithPath: (fixture.migrations as NSString).appendingPathComponent("0002_numbers.sql")))
+            }
+            let killed = try fixture.migrate(environment: ["STORECTL_FAULT_POINT": "after-journal"])
+            #expect(killed.status == 137, "\(killed.stderr)")
+            // The app, after the kill: a commit of its own.
+            try DatabaseQueue(path: fixture.store).write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'the app wrote this' WHERE Z_PK = 1") }
+            let rollback = try storectl("rollback", fixture.store, "--repo", fixture.repo, "--json")
+            #expect(rollback.status == 0, "\(rollback.stderr)")
+            let result = try JSON.decoder().decode(Rollback.Result.self, from: Data(rollback.stdout.utf8))
+            #expect(result.interruptedRunCommittedNothing == !noTransaction && result.clearedInterruptedMigration)
+            #expect((result.safetySnapshot == nil) == !noTransaction, "a restore makes a safety snapshot; none without one")
+            let title = try DatabaseQueue(path: fixture.store).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
+            #expect((title == "the app wrote this") == !noTransaction, "\(noTransaction): \(title ?? "")")
+            #expect(!FileManager.default.fileExists(atPath: fixture.journal))
+            #expect(try fixture.migrate().status == 0, "and the migration can run again")
+        }
+        let text = try MigrationCLIFixture()
+        #expect(try text.migrate(environment: ["STORECTL_FAULT_POINT": "after-journal"]).status == 137)
+        let said = try storectl("rollback", text.store, "--repo", text.repo)
+        #expect(said.status == 0 && said.stdout.contains("committed none of its migrations (version 0, as before it); the interrupted migration is cleared"), "\(said.stdout)")
+    }
+
     @Test("a migration without a transaction (VACUUM) between two others, with and without --force: migrated, each applied once; without --force the run's write lock is taken again after it")
     func noTransactionBetweenOthers() throws {
         for force in [false, true] {

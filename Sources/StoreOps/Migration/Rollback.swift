@@ -43,6 +43,10 @@ public enum Rollback {
         /// done (exit 0, as `migrate` says "up to date"; a rollback killed after its swap is
         /// finished by the next run's recovery and then finds this).
         public var nothingToRollBack = false
+        /// The interrupted migration committed nothing (the store's version is the one it started
+        /// from, and none of its migrations runs without a transaction): the store is as it was
+        /// before the run, with what the app wrote since; the journal is cleared, nothing restored.
+        public var interruptedRunCommittedNothing = false
     }
 
     /// - Throws: 66 when there is no pre-migrate snapshot of the store, 75 when the store is in
@@ -81,7 +85,8 @@ public enum Rollback {
         let (plan, result) = try walked.get()
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
         return Result(restored: plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
-                      version: version, verified: result?.verified ?? true, stages: walked.stages, nothingToRollBack: result == nil)
+                      version: version, verified: result?.verified ?? true, stages: walked.stages, nothingToRollBack: result == nil,
+                      interruptedRunCommittedNothing: plan.committedNothing)
     }
 
     /// What the preflight hands the act: the snapshot to go back to, staged and checked beside the
@@ -90,10 +95,16 @@ public enum Rollback {
         var id: String
         var journal: MigrationJournal?
         var restore: SnapshotRestore.InPlace?
+        var committedNothing = false
     }
 
     static func prepare(_ options: Options, store: StoreFile, in pipeline: Pipeline, progress: ProgressHandler?) throws -> Plan {
         let journal = MigrationJournal.read(store)
+        // Restoring the run's snapshot would take out of the store what the app committed since
+        // (a trial: 43 of 48 commits moved into the safety snapshot) to undo nothing.
+        if options.to == nil, options.at == nil, let journal, committedNothing(journal, store: store) {
+            return Plan(id: "", journal: journal, restore: nil, committedNothing: true)
+        }
         var id = ""
         if options.at == nil {
             guard let target = try target(options, store: store, journal: journal, in: try pipeline.repository) else {
@@ -113,6 +124,19 @@ public enum Rollback {
         inPlace.hold = pipeline.hold
         try inPlace.check()
         return Plan(id: options.at == nil ? id : inPlace.target?.point ?? "", journal: journal, restore: inPlace)
+    }
+
+    /// Whether the interrupted run provably committed nothing: each migration writes its history
+    /// row in its own transaction, so a version still the run's first says none committed, unless
+    /// one runs without a transaction (its statements commit one by one). Not proven (false)
+    /// when the run's migrations folder cannot be read or lacks its last version.
+    static func committedNothing(_ journal: MigrationJournal, store: StoreFile) -> Bool {
+        guard let folder = journal.migrations, let all = try? Migration.load(folder: folder),
+              all.contains(where: { $0.version == journal.toVersion }) else { return false }
+        let pending = all.filter { $0.version > journal.fromVersion && $0.version <= journal.toVersion }
+        guard !pending.contains(where: \.noTransaction) else { return false }
+        guard let version = try? Migrate.readOnly(store, timeout: 10, { try MigrationHistory.version($0) }) else { return false }
+        return version == journal.fromVersion
     }
 
     /// The snapshot to go back to: `--to`, else the interrupted migration's, else the one taken
