@@ -538,6 +538,57 @@ struct SnapshotCLITests {
         #expect(took >= 9.5 && took < 30, "\(took) s")
     }
 
+    @Test("restore --in-place --wait waits for the app's connections to close (refused at once without it), and beside an app that opens the store for each commit takes the lock and the safety snapshot again until none opened meanwhile: each restore goes through, one safety snapshot each, no acknowledged commit lost")
+    func inPlaceWaitsForTheApp() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 2_000)
+        let repo = try folder.repository()
+        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(first.status == 0, "\(first.stderr)")
+        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        // Open for 2 s: refused at once; with --wait, restored once it closed.
+        let held = folder.file("held")
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "read", "--seconds", "2", "--ready-file", held])
+        #expect(ChildProcess.waitFor(file: held))
+        let refused = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
+        #expect(refused.status == 75 && refused.stderr.contains("is open by another process (pid \(holder.pid))"), "\(refused.stderr)")
+        let started = Date()
+        let waited = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--wait")
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(Date().timeIntervalSince(started) > 0.5, "it waited for the holder")
+        _ = holder.wait()
+
+        let log = folder.file("commits.log"), ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "150", "--reopen", "--ready-file", ready, "--commit-log", log])
+        #expect(ChildProcess.waitFor(file: ready))
+        var safeties: [String] = [], statuses: [Int32] = []
+        for _ in 1...3 {
+            let restore = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--wait", "--json")
+            statuses.append(restore.status)
+            if let result = try? JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8)), let safety = result.safetySnapshot {
+                safeties.append(safety)
+            }
+            usleep(200_000)
+        }
+        writer.signal(SIGTERM)
+        #expect(writer.wait().status == 0)
+        #expect(statuses == [0, 0, 0], "\(statuses)")
+        let acknowledged = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
+        func numbers(_ path: String) throws -> Set<Int> {
+            let titles = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
+            return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+        }
+        var kept = try numbers(store)
+        for (k, safety) in safeties.enumerated() {
+            let copy = folder.file("safety-\(k).sqlite")
+            #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
+            kept.formUnion(try numbers(copy))
+        }
+        #expect(acknowledged.count > 3 && acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted()) of \(acknowledged.count)")
+        // The first snapshot, the held-open restore's safety snapshot, and one per restore here.
+        #expect(try SnapshotSummary.list(repository: repo).count == 2 + safeties.count, "\(safeties)")
+    }
+
     @Test("restore --in-place refused because a per-write app opened the store meanwhile, killed -9 just as it takes back its safety snapshot (fault point restore.safety.forget): the store is untouched, the snapshot gone, the repository clean, and the next restore goes through")
     func killedTakingBackSafety() throws {
         let folder = try TempFolder()

@@ -345,8 +345,10 @@ public enum SnapshotRestore {
                 throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
                                     hint: "check the path, or pass --create to restore a store there")
             }
+            if exists, !options.force, options.wait { waitUntilClosed() }
             if exists, !options.force, let pid = try LockState.otherUser(of: store) {
-                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
+                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
+                                    + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
                                     hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
             }
             let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
@@ -359,6 +361,21 @@ public enum SnapshotRestore {
                 if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
             }
             self.staged = staged
+        }
+
+        /// With `--wait`: when the app's connections went away (`timeout` from the first wait at
+        /// most, shared by every wait of the restore).
+        private var waitDeadline: Date?
+
+        /// With `--wait`, until no other process has the store open (its connections closed), or
+        /// the restore's `timeout` passed; a `storectl replicate` follower does not count.
+        func waitUntilClosed() {
+            let deadline = waitDeadline ?? Date().addingTimeInterval(options.timeout)
+            waitDeadline = deadline
+            while Date() < deadline, ProcessSignals.received == nil,
+                  let pid = try? LockState.otherUser(of: store), !LockState.isFollower(pid) {
+                usleep(20_000)
+            }
         }
 
         /// How the current store is kept: a safety snapshot, or renamed aside. Returns the snapshot's id.
@@ -408,6 +425,21 @@ public enum SnapshotRestore {
             return safety ?? ""
         }
 
+        /// Takes back the safety snapshot of an attempt that changed nothing (the store holds all it
+        /// holds); the error when it could not be removed (it then stays).
+        @discardableResult
+        func forgetSafety() -> String? {
+            guard let id = safety, let hold else { return nil }
+            do {
+                try hold.repository.backend.remove(PagedSnapshotRecord.key(id), point: "restore.safety.forget")
+                safety = nil
+                safetyPoint = nil
+                return nil
+            } catch {
+                return "\(id): \((error as? StoreOpsError)?.message ?? "\(error)")"
+            }
+        }
+
         /// One journaled swap of the database, its sidecars and the external data.
         func swap() throws {
             guard let staged, record != nil else { throw StoreOpsError(.failure, "nothing was staged") }
@@ -419,18 +451,20 @@ public enum SnapshotRestore {
             // is gone. Nothing is changed, so the safety snapshot is taken back: the store holds
             // all it holds and more (the next attempt takes its own), and `rollback --wait` beside
             // such an app would otherwise leave one per attempt (a trial counted 54).
+            // With --wait: the lock and the snapshot let go, until the store is closed again, then
+            // both taken anew (the staged snapshot stays good); at most the restore's timeout.
+            while exists, !options.force, options.wait, options.gate == nil, try LockState.otherUser(of: store) != nil {
+                forgetSafety()
+                gate?.release()
+                gate = nil
+                waitUntilClosed()
+                guard let deadline = waitDeadline, Date() < deadline, ProcessSignals.received == nil else { break }
+                _ = try keepCurrent()
+            }
             if exists, !options.force, let pid = try LockState.otherUser(of: store) {
-                var kept = ""
-                if let id = safety, let hold {
-                    do {
-                        try hold.repository.backend.remove(PagedSnapshotRecord.key(id), point: "restore.safety.forget")
-                        safety = nil
-                        safetyPoint = nil
-                    } catch {
-                        kept = " (its safety snapshot \(id) stays: it could not be removed: \((error as? StoreOpsError)?.message ?? "\(error)"))"
-                    }
-                }
-                throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed" + kept,
+                let kept = forgetSafety().map { " (its safety snapshot stays: it could not be removed: \($0))" } ?? ""
+                throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed"
+                                    + kept + (options.wait ? " (waited \(Format.duration(options.timeout)) for it to close the store)" : ""),
                                     hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
             }
             // The replaced store's -shm, held open across the swap: a process that opens the store
