@@ -190,7 +190,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
     @Option(help: "The snapshot to restore (id or unique prefix).") var to: String?
     @Option(parsing: .unconditional, help: "Instead: the point in time `storectl replicate` recorded of the store at or before this time (RFC 3339, or -5m).") var at: String?
     @Flag(help: "Go ahead although another process has the store open.") var force = false
-    @Flag(help: "Wait for locks instead of exiting 75.") var wait = false
+    @Flag(help: "Wait for locks, and up to a minute for the app to close the store, instead of exiting 75.") var wait = false
     @Flag(help: "Print the result as JSON.") var json = false
 
     func validate() throws {

@@ -26,7 +26,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     @Option(help: "Restore in place of this store.") var inPlace: String?
     @Flag(help: "In place: go ahead although the store is open; move a damaged store aside instead of snapshotting it.") var force = false
     @Flag(help: "In place: restore although no store exists at that path (otherwise exit 66).") var create = false
-    @Flag(help: "Wait for locks instead of exiting 75.") var wait = false
+    @Flag(help: "Wait for locks, and (in place) up to a minute for the app to close the store, instead of exiting 75.") var wait = false
     @Flag(help: "Run quick_check on the restored database even when the snapshot's source passed it when the snapshot was taken (every page is checked against its content id either way).") var check = false
     @Flag(help: "Print the result as JSON.") var json = false
 
