@@ -32,6 +32,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
     @Option(help: "A kill-switch file: when it exists, stop at the next safe point and roll back.") var killSwitch: String?
     @Flag(help: "After an interrupted migration: keep the store as it is and go on.") var resume = false
     @Flag(help: "Migrate although another process has the store open (a rollback discards its later writes).") var force = false
+    @Flag(help: "Wait for the store's job lock, and up to --timeout for the app to close the store, instead of exiting 75.") var wait = false
     @Flag(help: "Verify with integrity_check of the whole file, not quick_check of the tables the migrations touched.") var fullCheck = false
     @Option(help: "Where --dry-run makes its two scratch copies of the store (default: TMPDIR).") var scratch: String?
     @Option(parsing: .unconditional, help: "Seconds to wait for the store's write lock (a commit of the app's under way), and for the app's connections on the replaced store to give up after a rollback's swap.") var timeout: Double = 30
@@ -43,6 +44,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         var options = Migrate.Options(store: store, migrations: migrations, repository: repo, to: to, rollbackOnFailure: rollbackOnFailure,
                                       dryRun: dryRun, killSwitch: killSwitch, resume: resume)
         options.force = force
+        options.wait = wait
         options.timeout = timeout
         options.password = password.source
         options.fullCheck = fullCheck

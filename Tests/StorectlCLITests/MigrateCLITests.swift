@@ -149,6 +149,24 @@ struct MigrateCLITests {
         #expect(said.status == 0 && said.stdout.contains("committed none of its migrations (version 0, as before it); the interrupted migration is cleared"), "\(said.stdout)")
     }
 
+    @Test("migrate --wait waits for the app's connections to close (75 at once without it), up to --timeout; past it, 75 all the same")
+    func waitsForTheApp() throws {
+        let fixture = try MigrationCLIFixture()
+        let held = fixture.folder.file("held")
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", fixture.store, "--mode", "read", "--seconds", "2", "--ready-file", held])
+        #expect(ChildProcess.waitFor(file: held))
+        let refused = try fixture.migrate()
+        #expect(refused.status == 75 && refused.stderr.contains("pid \(holder.pid)"), "\(refused.stderr)")
+        let short = try fixture.migrate(["--wait", "--timeout", "0.3"])
+        #expect(short.status == 75, "\(short.stdout)\(short.stderr)")
+        let started = Date()
+        let waited = try fixture.migrate(["--wait"])
+        #expect(waited.status == 0, "\(waited.stdout)\(waited.stderr)")
+        #expect(Date().timeIntervalSince(started) > 0.5, "it waited for the holder")
+        _ = holder.wait()
+        #expect(try DatabaseQueue(path: fixture.store).read { try MigrationHistory.version($0) } == 3)
+    }
+
     @Test("a migration without a transaction (VACUUM) between two others, with and without --force: migrated, each applied once; without --force the run's write lock is taken again after it")
     func noTransactionBetweenOthers() throws {
         for force in [false, true] {

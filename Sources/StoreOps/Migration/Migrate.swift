@@ -25,6 +25,9 @@ public enum Migrate {
         /// Migrate although another process has the store open (its writes after the snapshot
         /// are lost if the migration rolls back).
         public var force = false
+        /// Wait for the store's job lock, and up to `timeout` for the app's connections to close
+        /// (an app that opens the store for each write), instead of exiting 75.
+        public var wait = false
         /// Where an encrypted repository's password comes from.
         public var password: PasswordSource = .resolve(file: nil)
         /// Verify with `integrity_check` of the whole file, not only of the tables the run touched.
@@ -183,7 +186,7 @@ public enum Migrate {
         }
         let killSwitch = KillSwitch(store: store, extra: options.killSwitch)
         let pipeline = Pipeline(operation: "migrate", store: store, killSwitch: killSwitch, progress: progress)
-        var road = Road<Session>(lock: .exclusive, actName: "apply") { pipeline in
+        var road = Road<Session>(lock: .exclusive, wait: options.wait, actName: "apply") { pipeline in
             try session.apply(pipeline)
             return session
         }
@@ -398,6 +401,7 @@ public enum Migrate {
         /// Under the lock: nobody else has the store open, no interrupted run, the plan again,
         /// and preflight's checks (space for the snapshot, integrity, locks).
         func preflight() throws {
+            if !options.force, options.wait { waitUntilClosed() }
             if !options.force, let pid = try LockState.otherUser(of: store) {
                 throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
                                     hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
@@ -413,7 +417,13 @@ public enum Migrate {
             let folder = S3Backend.isS3(report.repository) ? store.folder
                 : FileSystem.kind(of: report.repository) == .directory ? report.repository : FileSystem.parent(of: report.repository)
             // quick_check and the entity counts: the safety snapshot's, next (one read of the file, not two).
-            let preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true, force: options.force))
+            var preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true, force: options.force))
+            // With --wait, an app that opened the store since the check above is waited for too.
+            while options.wait, !preflight.passed, preflight.checks.filter({ $0.status == .fail }).allSatisfy({ $0.id == "lock.writer" }),
+                  let deadline = waitDeadline, Date() < deadline, ProcessSignals.received == nil {
+                waitUntilClosed()
+                preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true, force: options.force))
+            }
             guard preflight.passed else {
                 let failing = preflight.checks.filter { $0.status == .fail }
                 // The app opened the store since the check above: busy (75), as that check says.
@@ -425,6 +435,19 @@ public enum Migrate {
                 let failed = failing.map { "\($0.id): \($0.summary)" }
                 throw StoreOpsError(.checksFailed, "preflight failed; nothing was changed:\n  " + failed.joined(separator: "\n  "),
                                     hint: "storectl preflight \(store.path) --for migrate --dest \(folder) shows every check")
+            }
+        }
+
+        /// With --wait: when the app's connections went away (`--timeout` from the first wait).
+        private var waitDeadline: Date?
+
+        /// Until no other process has the store open, or `--timeout` passed since the first wait.
+        func waitUntilClosed() {
+            let deadline = waitDeadline ?? Date().addingTimeInterval(options.timeout)
+            waitDeadline = deadline
+            while Date() < deadline, ProcessSignals.received == nil,
+                  let pid = try? LockState.otherUser(of: store), !LockState.isFollower(pid) {
+                usleep(20_000)
             }
         }
 
