@@ -403,7 +403,8 @@ public enum Migrate {
         func preflight() throws {
             if !options.force, options.wait { waitUntilClosed() }
             if !options.force, let pid = try LockState.otherUser(of: store) {
-                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid)); nothing was changed",
+                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
+                                    + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
                                     hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
                                         + "against a schema it does not know (--force migrates anyway)")
             }
@@ -428,7 +429,11 @@ public enum Migrate {
                 let failing = preflight.checks.filter { $0.status == .fail }
                 // The app opened the store since the check above: busy (75), as that check says.
                 if failing.allSatisfy({ $0.id == "lock.writer" }), let first = failing.first {
-                    throw StoreOpsError(.busy, "\(store.path): \(first.summary); nothing was changed",
+                    // Said as the first check says it (one wording for one refusal).
+                    let open = (try? LockState.otherUser(of: store)).map { "\(store.path) is open by another process (pid \($0))" }
+                        ?? "\(store.path): \(first.summary)"
+                    throw StoreOpsError(.busy, open + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "")
+                                        + "; nothing was changed",
                                         hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "
                                             + "against a schema it does not know (--force migrates anyway)")
                 }
