@@ -458,7 +458,12 @@ public enum SnapshotRestore {
                 gate?.release()
                 gate = nil
                 waitUntilClosed()
-                guard let deadline = waitDeadline, Date() < deadline, ProcessSignals.received == nil else { break }
+                // Neither the lock nor a safety snapshot is held now: never on to the swap from here.
+                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+                guard let deadline = waitDeadline, Date() < deadline else {
+                    throw StoreOpsError(.busy, "\(store.path) was opened by another process while the restore ran, and kept open for the \(Format.duration(options.timeout)) it waited; nothing was changed",
+                                        hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
+                }
                 _ = try keepCurrent()
             }
             if exists, !options.force, let pid = try LockState.otherUser(of: store) {
