@@ -209,7 +209,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         progress?.0.finish()
         if json { print(jsonReport(result)); return }
         if result.interruptedRunCommittedNothing {
-            print("nothing to roll back: the interrupted migration of \(FileSystem.absolute(store)) committed none of its migrations (version \(result.version), as before it); "
+            print("nothing to roll back: \(FileSystem.absolute(store)) is at version \(result.version), where the interrupted migration started (none of its migrations is in it); "
                   + "the interrupted migration is cleared; to restore its snapshot anyway: --to ID")
             return
         }

@@ -146,7 +146,7 @@ struct MigrateCLITests {
         let text = try MigrationCLIFixture()
         #expect(try text.migrate(environment: ["STORECTL_FAULT_POINT": "after-journal"]).status == 137)
         let said = try storectl("rollback", text.store, "--repo", text.repo)
-        #expect(said.status == 0 && said.stdout.contains("committed none of its migrations (version 0, as before it); the interrupted migration is cleared"), "\(said.stdout)")
+        #expect(said.status == 0 && said.stdout.contains("is at version 0, where the interrupted migration started (none of its migrations is in it); the interrupted migration is cleared"), "\(said.stdout)")
     }
 
     @Test("migrate --wait waits for the app's connections to close (75 at once without it), up to --timeout; past it, 75 all the same")

@@ -401,7 +401,10 @@ public enum Migrate {
         /// Under the lock: nobody else has the store open, no interrupted run, the plan again,
         /// and preflight's checks (space for the snapshot, integrity, locks).
         func preflight() throws {
-            if !options.force, options.wait { waitUntilClosed() }
+            if !options.force, options.wait {
+                waitUntilClosed()
+                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+            }
             if !options.force, let pid = try LockState.otherUser(of: store) {
                 throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
                                     + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
@@ -423,6 +426,7 @@ public enum Migrate {
             while options.wait, !preflight.passed, preflight.checks.filter({ $0.status == .fail }).allSatisfy({ $0.id == "lock.writer" }),
                   let deadline = waitDeadline, Date() < deadline, ProcessSignals.received == nil {
                 waitUntilClosed()
+                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                 preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true, force: options.force))
             }
             guard preflight.passed else {
@@ -489,7 +493,8 @@ public enum Migrate {
             FaultInjection.reach("after-snapshot")
             try MigrationJournal(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Timestamp.now(), store: store.path,
                                  repository: report.repository, snapshotId: created.id, fromVersion: report.plan.current,
-                                 toVersion: report.plan.target, migrations: options.migrations.map { FileSystem.absolute($0) }).write(store)
+                                 toVersion: report.plan.target, migrations: options.migrations.map { FileSystem.absolute($0) },
+                                 noTransactionPending: migrations.contains { m in m.noTransaction && report.plan.pending.contains { $0.version == m.version } }).write(store)
             FaultInjection.reach("after-journal")
             return created.id
         }

@@ -14,6 +14,9 @@ public struct MigrationJournal: Sendable, Codable, Equatable {
     public var toVersion: Int
     /// The migrations folder the run was given (absent in journals of older versions).
     public var migrations: String?
+    /// Whether a pending migration runs without a transaction (its statements commit one by
+    /// one, so the history's version proves nothing about it); absent in older journals.
+    public var noTransactionPending: Bool? = nil
 
     public static func path(for store: StoreFile) -> String { store.path + ".storectl-migration.json" }
 

@@ -85,7 +85,7 @@ public enum Rollback {
         let (plan, result) = try walked.get()
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
         return Result(restored: plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
-                      version: version, verified: result?.verified ?? true, stages: walked.stages, nothingToRollBack: result == nil,
+                      version: version, verified: result?.verified ?? true, stages: walked.stages, nothingToRollBack: result == nil && !plan.committedNothing,
                       interruptedRunCommittedNothing: plan.committedNothing)
     }
 
@@ -126,15 +126,13 @@ public enum Rollback {
         return Plan(id: options.at == nil ? id : inPlace.target?.point ?? "", journal: journal, restore: inPlace)
     }
 
-    /// Whether the interrupted run provably committed nothing: each migration writes its history
-    /// row in its own transaction, so a version still the run's first says none committed, unless
-    /// one runs without a transaction (its statements commit one by one). Not proven (false)
-    /// when the run's migrations folder cannot be read or lacks its last version.
+    /// Whether the store holds nothing of the interrupted run: each migration writes its history
+    /// row in its own transaction, so a version still the run's first says none committed (or a
+    /// rollback of it already swapped the snapshot in), unless one runs without a transaction (its
+    /// statements commit one by one): the journal says so, as the run had it (a journal of an older
+    /// version, without it: not proven).
     static func committedNothing(_ journal: MigrationJournal, store: StoreFile) -> Bool {
-        guard let folder = journal.migrations, let all = try? Migration.load(folder: folder),
-              all.contains(where: { $0.version == journal.toVersion }) else { return false }
-        let pending = all.filter { $0.version > journal.fromVersion && $0.version <= journal.toVersion }
-        guard !pending.contains(where: \.noTransaction) else { return false }
+        guard journal.noTransactionPending == false else { return false }
         guard let version = try? Migrate.readOnly(store, timeout: 10, { try MigrationHistory.version($0) }) else { return false }
         return version == journal.fromVersion
     }

@@ -345,7 +345,10 @@ public enum SnapshotRestore {
                 throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
                                     hint: "check the path, or pass --create to restore a store there")
             }
-            if exists, !options.force, options.wait { waitUntilClosed() }
+            if exists, !options.force, options.wait {
+                waitUntilClosed(until: Date().addingTimeInterval(options.timeout))
+                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+            }
             if exists, !options.force, let pid = try LockState.otherUser(of: store) {
                 throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
                                     + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
@@ -363,17 +366,17 @@ public enum SnapshotRestore {
             self.staged = staged
         }
 
-        /// With `--wait`: when the app's connections went away (`timeout` from the first wait at
-        /// most, shared by every wait of the restore).
-        private var waitDeadline: Date?
+        /// Another process that has the store open, a `storectl replicate` follower aside (it
+        /// only reads, and opens the store again within a moment).
+        func otherOpener() -> Int32? {
+            guard let pid = try? LockState.otherUser(of: store), !LockState.isFollower(pid) else { return nil }
+            return pid
+        }
 
         /// With `--wait`, until no other process has the store open (its connections closed), or
-        /// the restore's `timeout` passed; a `storectl replicate` follower does not count.
-        func waitUntilClosed() {
-            let deadline = waitDeadline ?? Date().addingTimeInterval(options.timeout)
-            waitDeadline = deadline
-            while Date() < deadline, ProcessSignals.received == nil,
-                  let pid = try? LockState.otherUser(of: store), !LockState.isFollower(pid) {
+        /// `until`, or a signal.
+        func waitUntilClosed(until: Date) {
+            while Date() < until, ProcessSignals.received == nil, otherOpener() != nil {
                 usleep(20_000)
             }
         }
@@ -453,14 +456,18 @@ public enum SnapshotRestore {
             // such an app would otherwise leave one per attempt (a trial counted 54).
             // With --wait: the lock and the snapshot let go, until the store is closed again, then
             // both taken anew (the staged snapshot stays good); at most the restore's timeout.
-            while exists, !options.force, options.wait, options.gate == nil, try LockState.otherUser(of: store) != nil {
+            // Its own deadline: staging a large snapshot may take longer than `timeout` itself.
+            var deadline: Date?
+            while exists, !options.force, options.wait, options.gate == nil, otherOpener() != nil {
                 forgetSafety()
                 gate?.release()
                 gate = nil
-                waitUntilClosed()
+                let until = deadline ?? Date().addingTimeInterval(options.timeout)
+                deadline = until
+                waitUntilClosed(until: until)
                 // Neither the lock nor a safety snapshot is held now: never on to the swap from here.
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
-                guard let deadline = waitDeadline, Date() < deadline else {
+                guard Date() < until else {
                     throw StoreOpsError(.busy, "\(store.path) was opened by another process while the restore ran, and kept open for the \(Format.duration(options.timeout)) it waited; nothing was changed",
                                         hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
@@ -468,8 +475,7 @@ public enum SnapshotRestore {
             }
             if exists, !options.force, let pid = try LockState.otherUser(of: store) {
                 let kept = forgetSafety().map { " (its safety snapshot stays: it could not be removed: \($0))" } ?? ""
-                throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed"
-                                    + kept + (options.wait ? " (waited \(Format.duration(options.timeout)) for it to close the store)" : ""),
+                throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed" + kept,
                                     hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
             }
             // The replaced store's -shm, held open across the swap: a process that opens the store
