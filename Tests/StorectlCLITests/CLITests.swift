@@ -16,6 +16,19 @@ func makeStore(_ folder: TempFolder, items: Int = 2_000, journalMode: String = "
     return path
 }
 
+/// The numbers of the commits `storectl-lab writer --reopen --commit-log LOG` was told succeeded.
+func acknowledgedCommits(_ log: String) throws -> Set<Int> {
+    Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
+}
+
+/// The numbers of that writer's commits a store (or a restored copy) holds: its titles end " #n".
+func writerCommits(in path: String) throws -> Set<Int> {
+    let queue = try DatabaseQueue(path: path, configuration: { var c = Configuration(); c.readonly = true; return c }())
+    defer { try? queue.close() }
+    let titles = try queue.read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
+    return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+}
+
 /// Leaves a hot rollback journal beside a rollback-mode store: a writer (python3's sqlite3) runs
 /// `update` in a transaction with a two-page cache, so its changes spill into the file, and is
 /// killed (SIGKILL) before it commits.

@@ -207,18 +207,14 @@ struct MigrateDiffTests {
                 #expect(migrated.status == 75 && migrated.stderr.contains("nothing was changed"), "\(migrated.status) \(migrated.stdout)\(migrated.stderr)")
             }
             // Every commit the app was told succeeded is in the store (or, after a slip, in the kept failed state).
-            let numbers = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
+            let numbers = try acknowledgedCommits(log)
             acknowledged += numbers.count
-            func written(_ path: String) throws -> Set<Int> {
-                let titles = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
-                return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
-            }
-            var kept = try written(f.store)
+            var kept = try writerCommits(in: f.store)
             if slipped {
                 let name = FileSystem.name(of: f.store)
                 for file in try FileManager.default.contentsOfDirectory(atPath: f.folder.path)
                 where file.hasPrefix(name + ".failed-migration-") && !file.hasSuffix("-wal") && !file.hasSuffix("-shm") {
-                    kept.formUnion(try written(f.folder.file(file)))
+                    kept.formUnion(try writerCommits(in: f.folder.file(file)))
                 }
             }
             let lost = numbers.subtracting(kept).sorted()
@@ -274,9 +270,8 @@ struct MigrateDiffTests {
             writer.signal(SIGTERM)
             #expect(writer.wait().status == 0)
             #expect([3, 75].contains(result.status), "\(result.status) \(result.stdout)\(result.stderr)")
-            let numbers = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
-            let titles = try DatabaseQueue(path: f.store).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
-            let lost = numbers.subtracting(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } }).sorted()
+            let numbers = try acknowledgedCommits(log)
+            let lost = numbers.subtracting(try writerCommits(in: f.store)).sorted()
             #expect(lost.isEmpty, "\(lost.count) of \(numbers.count) acknowledged commits are not in the store: \(lost.prefix(10)); status \(result.status)")
         }
         #expect(stopped > 0, "a rollback was stopped during its wait")

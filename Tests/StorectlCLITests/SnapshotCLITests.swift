@@ -460,19 +460,13 @@ struct SnapshotCLITests {
         let stats = writer.wait()
         #expect(stats.status == 0, "\(stats.stderr)")
         // Every commit number the app was told succeeded, and where each one is now.
-        let acknowledged = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
-        func numbers(_ path: String) throws -> Set<Int> {
-            let queue = try DatabaseQueue(path: path, configuration: { var c = Configuration(); c.readonly = true; return c }())
-            defer { try? queue.close() }
-            let titles = try queue.read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
-            return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
-        }
-        var kept = try numbers(store)
+        let acknowledged = try acknowledgedCommits(log)
+        var kept = try writerCommits(in: store)
         for (k, safety) in safeties.enumerated() {
             let copy = folder.file("safety-\(k).sqlite")
             let restored = try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy)
             #expect(restored.status == 0, "\(restored.stderr)")
-            kept.formUnion(try numbers(copy))
+            kept.formUnion(try writerCommits(in: copy))
         }
         let lost = acknowledged.subtracting(kept).sorted()
         #expect(acknowledged.count > 20, "the app kept committing: \(acknowledged.count)")
@@ -486,7 +480,7 @@ struct SnapshotCLITests {
         // The app stopped: the restore goes through.
         let quiet = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
         #expect(quiet.status == 0, "\(quiet.stderr)")
-        #expect(try numbers(store).isEmpty)
+        #expect(try writerCommits(in: store).isEmpty)
     }
 
     @Test("restore --in-place --force beside an app that opens the store for each commit: every commit the app was told succeeded is in the pre-restore safety snapshot or in the store (each such restore lost the commit the app was waiting to make); past an app that keeps the store open it waits at most 10 s for it, then says to restart it")
@@ -511,16 +505,12 @@ struct SnapshotCLITests {
         }
         writer.signal(SIGTERM)
         #expect(writer.wait().status == 0)
-        let acknowledged = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
-        func numbers(_ path: String) throws -> Set<Int> {
-            let titles = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
-            return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
-        }
-        var kept = try numbers(store)
+        let acknowledged = try acknowledgedCommits(log)
+        var kept = try writerCommits(in: store)
         for (k, safety) in safeties.enumerated() {
             let copy = folder.file("safety-\(k).sqlite")
             #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
-            kept.formUnion(try numbers(copy))
+            kept.formUnion(try writerCommits(in: copy))
         }
         #expect(safeties.count == 2 && acknowledged.count > 10, "\(safeties.count) safety snapshots, \(acknowledged.count) commits")
         #expect(acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted())")
@@ -573,16 +563,12 @@ struct SnapshotCLITests {
         writer.signal(SIGTERM)
         #expect(writer.wait().status == 0)
         #expect(statuses == [0, 0, 0], "\(statuses)")
-        let acknowledged = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
-        func numbers(_ path: String) throws -> Set<Int> {
-            let titles = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
-            return Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
-        }
-        var kept = try numbers(store)
+        let acknowledged = try acknowledgedCommits(log)
+        var kept = try writerCommits(in: store)
         for (k, safety) in safeties.enumerated() {
             let copy = folder.file("safety-\(k).sqlite")
             #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
-            kept.formUnion(try numbers(copy))
+            kept.formUnion(try writerCommits(in: copy))
         }
         #expect(acknowledged.count > 3 && acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted()) of \(acknowledged.count)")
         // The first snapshot, the held-open restore's safety snapshot, and one per restore here.
@@ -614,9 +600,8 @@ struct SnapshotCLITests {
         let made = statuses.filter { $0 == 0 }.count
         #expect(try SnapshotSummary.list(repository: repo).count == 1 + made, "\(statuses)")
         if made == 0 {
-            let acknowledged = Set(try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { $0.split(separator: " ").first.flatMap { Int($0) } })
-            let titles = try DatabaseQueue(path: store).read { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE ZTITLE LIKE 'written by the load % #%'") }
-            let inStore = Set(titles.compactMap { $0.firstMatch(of: /#(\d+)$/).flatMap { Int($0.1) } })
+            let acknowledged = try acknowledgedCommits(log)
+            let inStore = try writerCommits(in: store)
             #expect(!acknowledged.isEmpty && acknowledged.isSubset(of: inStore), "\(acknowledged.subtracting(inStore).sorted().prefix(10))")
         }
         let check = try storectl("repo", "check", "--repo", repo)

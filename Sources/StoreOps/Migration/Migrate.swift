@@ -454,10 +454,7 @@ public enum Migrate {
         func waitUntilClosed() {
             let deadline = waitDeadline ?? Date().addingTimeInterval(options.timeout)
             waitDeadline = deadline
-            while Date() < deadline, ProcessSignals.received == nil,
-                  let pid = try? LockState.otherUser(of: store), !LockState.isFollower(pid) {
-                usleep(20_000)
-            }
+            LockState.waitUntilClosed(store, until: deadline)
         }
 
         /// A verified snapshot, or nothing changes; then the crash journal names it.

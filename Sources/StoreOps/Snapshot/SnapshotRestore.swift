@@ -346,7 +346,7 @@ public enum SnapshotRestore {
                                     hint: "check the path, or pass --create to restore a store there")
             }
             if exists, !options.force, options.wait {
-                waitUntilClosed(until: Date().addingTimeInterval(options.timeout))
+                LockState.waitUntilClosed(store, until: Date().addingTimeInterval(options.timeout))
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             }
             if exists, !options.force, let pid = try LockState.otherUser(of: store) {
@@ -364,21 +364,6 @@ public enum SnapshotRestore {
                 if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
             }
             self.staged = staged
-        }
-
-        /// Another process that has the store open, a `storectl replicate` follower aside (it
-        /// only reads, and opens the store again within a moment).
-        func otherOpener() -> Int32? {
-            guard let pid = try? LockState.otherUser(of: store), !LockState.isFollower(pid) else { return nil }
-            return pid
-        }
-
-        /// With `--wait`, until no other process has the store open (its connections closed), or
-        /// `until`, or a signal.
-        func waitUntilClosed(until: Date) {
-            while Date() < until, ProcessSignals.received == nil, otherOpener() != nil {
-                usleep(20_000)
-            }
         }
 
         /// How the current store is kept: a safety snapshot, or renamed aside. Returns the snapshot's id.
@@ -458,13 +443,13 @@ public enum SnapshotRestore {
             // both taken anew (the staged snapshot stays good); at most the restore's timeout.
             // Its own deadline: staging a large snapshot may take longer than `timeout` itself.
             var deadline: Date?
-            while exists, !options.force, options.wait, options.gate == nil, otherOpener() != nil {
+            while exists, !options.force, options.wait, options.gate == nil, LockState.otherOpener(of: store) != nil {
                 forgetSafety()
                 gate?.release()
                 gate = nil
                 let until = deadline ?? Date().addingTimeInterval(options.timeout)
                 deadline = until
-                waitUntilClosed(until: until)
+                LockState.waitUntilClosed(store, until: until)
                 // Neither the lock nor a safety snapshot is held now: never on to the swap from here.
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                 guard Date() < until else {

@@ -83,6 +83,20 @@ public struct LockState: Sendable, Codable, Equatable {
         return pids
     }
 
+    /// Another process that has the store open, a `storectl replicate` follower aside (it only
+    /// reads, and opens the store again within a moment): what `--wait` waits for.
+    static func otherOpener(of store: StoreFile) -> Int32? {
+        guard let pid = try? otherUser(of: store), !isFollower(pid) else { return nil }
+        return pid
+    }
+
+    /// Until no other process has the store open (`otherOpener`), or `until`, or a signal.
+    static func waitUntilClosed(_ store: StoreFile, until: Date) {
+        while Date() < until, ProcessSignals.received == nil, otherOpener(of: store) != nil {
+            usleep(20_000)
+        }
+    }
+
     /// Another process writing to the store or (WAL mode) having it open, if any: what an
     /// in-place restore or a migration must not run under.
     public static func otherUser(of store: StoreFile) throws -> Int32? {
