@@ -43,6 +43,8 @@ final class PageDiff {
     private(set) var leavesDecoded = 0
     /// Set when a differing page could not be accounted for and the tables were compared leaf by leaf.
     private(set) var fellBackReason: String?
+    /// Seconds spent reading leaves (the first side's, the second's waited for), for the debug log.
+    private(set) var leafReadSeconds = 0.0
 
     // Accounting: the pages each side's walks and decoding explained.
     private var explainedA = PageSet()
@@ -237,7 +239,9 @@ final class PageDiff {
         while start < leaves.count {
             let batch = Array(leaves[start..<min(leaves.count, start + 512)])
             start += batch.count
+            let t = Date()
             let bytes = try already ?? side.read(batch)
+            leafReadSeconds += Date().timeIntervalSince(t)
             for number in batch {
                 guard let raw = bytes[number] else { throw StoreOpsError(.badData, "\(side.what): page \(number) could not be read") }
                 let page = try SQLitePages.BTreePage(number: number, bytes: raw, usable: header.usable, what: side.what)
@@ -372,7 +376,9 @@ final class PageDiff {
         func fillB() throws {
             guard indexB >= pendingB.count, nextLeafB < leavesB.count else { return }
             let batch = batchesB[takenB]
+            let t = Date()
             let bytes = try ahead?.take(takenB)
+            leafReadSeconds += Date().timeIntervalSince(t)
             takenB += 1
             nextLeafB += batch.count
             pendingB.removeAll(keepingCapacity: true)
