@@ -295,6 +295,11 @@ final class RepositoryPages: DiffPages {
     private var located = false
     private(set) var pagesRead = 0
     private(set) var framesRead = 0
+    /// Plaintext bytes decompressed to read them (only the chunks holding the pages needed).
+    private(set) var bytesDecompressed = 0
+    /// The snapshot's b-tree interior pages as its record lists them (`InteriorPages`), when it
+    /// does and no point's pages lie over it.
+    private let interiorHint: Bitset?
     /// Pages kept by `prefetch`: interior b-tree pages (read again and again by the walks), and
     /// the pages it was asked for (each decoded once), compressed: the bench pair's 5,300 kept
     /// leaves grew the resident set by 26 MiB as they are, by 8-15 MiB compressed, for about
@@ -341,6 +346,7 @@ final class RepositoryPages: DiffPages {
         guard ids.count < Int(UInt32.max) else { throw StoreOpsError(.badData, "\(what): its map lists \(ids.count) pages, more than SQLite can address") }
         pageCount = ids.count
         self.overlay = overlay?.pages
+        interiorHint = overlay == nil && record.pages.pageCount == ids.count ? record.interior?.bitset(pageCount: ids.count) : nil
         files = overlay?.fileSet(base: record) ?? record.externalFileSet
     }
 
@@ -463,15 +469,31 @@ final class RepositoryPages: DiffPages {
             var pages: [UInt32] = []
             let also: Bitset
             let standIn: RepositoryPages?   // only when a file stands in (`sharedWithStandIn`)
+            let hint: Bitset?   // the record's interior pages: then only the pages needed are looked at
+
+            /// With the record's list, whether page `n` is needed (else every page is looked at).
+            @inline(__always)
+            func needs(_ n: UInt32) -> Bool {
+                guard let hint else { return true }
+                return also[Int(n)] || hint[Int(n)] && standIn?.sharedWithStandIn(n) != true
+            }
         }
         var lookups: [Lookup] = []
         for side in sides {
             let pages = side.pages
-            var wanted = [Bool](repeating: pages.standIn == nil, count: pages.frames.count)
-            if pages.standIn != nil {
-                // Only the frames holding a page the file does not have (the rest are read from it).
-                for p in 0..<pages.pageCount where pages.frameOf[p] > 0 && !pages.sharedWithStandIn(UInt32(p + 1)) {
-                    wanted[Int(pages.frameOf[p]) - 1] = true
+            var also = Bitset(count: pages.pageCount + 1)
+            for page in side.also where Int(page) <= pages.pageCount { also[Int(page)] = true }
+            let hint = pages.interiorHint
+            var wanted = [Bool](repeating: pages.standIn == nil && hint == nil, count: pages.frames.count)
+            if pages.standIn != nil || hint != nil {
+                // Only the frames holding a page needed: one that differs, or an interior page
+                // (all of them without the record's list) the file does not have (those it has
+                // are read from it).
+                for p in 0..<pages.pageCount where pages.frameOf[p] > 0 {
+                    let n = p + 1
+                    if also[n] || (hint?[n] ?? true) && !pages.sharedWithStandIn(UInt32(n)) {
+                        wanted[Int(pages.frameOf[p]) - 1] = true
+                    }
                 }
             }
             var inList = [Int32](repeating: -1, count: pages.frames.count)
@@ -482,9 +504,8 @@ final class RepositoryPages: DiffPages {
                 inList[f] = Int32(list.count)
                 list.append(item)
             }
-            var also = Bitset(count: pages.pageCount + 1)
-            for page in side.also where Int(page) <= pages.pageCount { also[Int(page)] = true }
-            lookups.append(Lookup(pageSize: pages.pageSize, blobOf: pages.blobOf, inList: inList, also: also, standIn: pages.standIn == nil ? nil : pages))
+            lookups.append(Lookup(pageSize: pages.pageSize, blobOf: pages.blobOf, inList: inList, also: also,
+                                  standIn: pages.standIn == nil ? nil : pages, hint: hint))
         }
         // Each side's pages by the member of `list` holding them (a counting sort).
         for (s, side) in sides.enumerated() {
@@ -507,6 +528,22 @@ final class RepositoryPages: DiffPages {
             lookups[s].pages = pages
             lookups[s].inList = []
         }
+        // What of each frame is decompressed: the chunks holding the pages needed, when every
+        // side reading it knows its interior pages; else all of it.
+        var ranges = [[Range<Int>]?](repeating: [], count: list.count)
+        for lookup in lookups {
+            for m in list.indices where ranges[m] != nil {
+                let pages = lookup.pages[Int(lookup.start[m])..<Int(lookup.start[m + 1])]
+                guard !pages.isEmpty else { continue }
+                guard lookup.hint != nil else { ranges[m] = nil; continue }
+                for number in pages where lookup.needs(number) {
+                    let b = Int(lookup.blobOf[Int(number) - 1])
+                    guard b < list[m].frame.blobs.count else { continue }
+                    let blob = list[m].frame.blobs[b]
+                    ranges[m]?.append(Int(blob.offset)..<(Int(blob.offset) + Int(blob.length)))
+                }
+            }
+        }
         // Read in pack order.
         let order = list.indices.sorted { list[$0].pack == list[$1].pack ? list[$0].frame.offset < list[$1].frame.offset : list[$0].pack < list[$1].pack }
         let sorted = order.map { list[$0] }
@@ -517,7 +554,7 @@ final class RepositoryPages: DiffPages {
             init() throws { zstd = try ZstdFrames(level: 1) }
         }
         let packers = Mutex<[Packer]>([])   // one a lane, reused
-        try BlobLocator.readOnLanes(sorted, repository: repository, checkpoint: "comparing") { index, plain in
+        let decompressed = try BlobLocator.readOnLanes(sorted, repository: repository, checkpoint: "comparing", only: { ranges[order[$0]] }) { index, plain in
             let m = order[index]
             var found: [[UInt32: [UInt8]]] = Array(repeating: [:], count: sides.count)
             var foundPacked: [[UInt32: Data]] = Array(repeating: [:], count: sides.count)
@@ -532,6 +569,7 @@ final class RepositoryPages: DiffPages {
                     let lookup = lookups[s]
                     for i in Int(lookup.start[m])..<Int(lookup.start[m + 1]) {
                         let number = lookup.pages[i]
+                        guard lookup.needs(number) else { continue }   // not decompressed
                         let b = Int(lookup.blobOf[Int(number) - 1])
                         guard b < frame.blobs.count else { continue }
                         let blob = frame.blobs[b]
@@ -561,7 +599,10 @@ final class RepositoryPages: DiffPages {
         for (s, side) in sides.enumerated() {
             side.pages.cache.merge(all[s]) { a, _ in a }
             side.pages.packed.merge(allPacked[s]) { a, _ in a }
-            if s == 0 { side.pages.framesRead += list.count }   // one pass for both sides: counted once
+            if s == 0 {   // one pass for both sides: counted once
+                side.pages.framesRead += list.count
+                side.pages.bytesDecompressed += decompressed
+            }
             side.pages.pagesRead += all[s].count + allPacked[s].count
         }
     }
@@ -606,7 +647,14 @@ final class RepositoryPages: DiffPages {
         let results = Mutex<[UInt32: [UInt8]]>([:])
         let repository = self.repository
         let pageSize = self.pageSize
-        try BlobLocator.readOnLanes(list, repository: repository, checkpoint: "comparing") { member, plain in
+        let ranges: [[Range<Int>]] = order.indices.map { member in
+            (wanted[order[member]] ?? []).compactMap { entry in
+                guard entry.blob < list[member].frame.blobs.count else { return nil }
+                let blob = list[member].frame.blobs[entry.blob]
+                return Int(blob.offset)..<(Int(blob.offset) + Int(blob.length))
+            }
+        }
+        bytesDecompressed += try BlobLocator.readOnLanes(list, repository: repository, checkpoint: "comparing", only: { ranges[$0] }) { member, plain in
             var got: [(UInt32, [UInt8])] = []
             for (page, b) in wanted[order[member]] ?? [] {
                 let blob = list[member].frame.blobs[b]

@@ -221,8 +221,11 @@ public enum StoreDiff {
         /// How pages were found equal: "content ids" (one repository) or "bytes".
         public var method: String
         public var pagesRead: Int
-        /// Frames of a repository read (each decompressed whole) for the pages it had to give.
+        /// Frames of a repository read for the pages it had to give.
         public var framesRead: Int
+        /// Bytes of those frames decompressed: only the chunks holding pages needed, where the
+        /// snapshot's record lists its interior pages (`InteriorPages`); every byte otherwise.
+        public var bytesDecompressed: Int?
         public var leavesSkipped: Int
         public var leavesDecoded: Int
         /// Why every leaf was compared (a differing page nothing explained), when it happened.
@@ -348,7 +351,8 @@ public enum StoreDiff {
         var collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
         try collector.checkFilter()
         try collector.compareTables()
-        stage("tables compared")
+        logger.debug("tables compared", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "memory": "\(ProcessMemory.text())",
+                                                   "leaves read (ms)": "\(Int(diff.leafReadSeconds * 1000))"])
         if try !diff.accountForDifferences() {
             collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
             try collector.compareTables()
@@ -400,6 +404,7 @@ public enum StoreDiff {
             externalData: external, bookkeeping: collector.bookkeeping, keyless: collector.keyless, ambiguousKeys: collector.ambiguous, unpaired: collector.unpaired, others: others,
             stats: Stats(method: diff.method, pagesRead: pagesA.pagesRead + pagesB.pagesRead,
                          framesRead: [pagesA, pagesB].reduce(0) { $0 + (($1 as? RepositoryPages)?.framesRead ?? 0) },
+                         bytesDecompressed: [pagesA, pagesB].reduce(0) { $0 + (($1 as? RepositoryPages)?.bytesDecompressed ?? 0) },
                          leavesSkipped: diff.leavesSkipped, leavesDecoded: diff.leavesDecoded, fallback: diff.fellBackReason,
                          seconds: Date().timeIntervalSince(started)),
             removedKeys: collector.removedKeys, newReferences: collector.references)

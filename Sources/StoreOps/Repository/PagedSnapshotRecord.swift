@@ -10,7 +10,8 @@ import Foundation
 ///              "delta": id | null, "deltaCount", "digest" },
 ///   "files": [ { "path", "bytes", "sha256", "chunks": [ids] } ],
 ///   "parent": "<snapshot id>" | null,
-///   "added": { "blobs", "rawBytes", "storedBytes" } }
+///   "added": { "blobs", "rawBytes", "storedBytes" },
+///   "interior": { "pages", "gaps" } (optional: `InteriorPages`) }
 /// ```
 public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
     public var format = "storectl-snapshot"
@@ -27,6 +28,9 @@ public struct PagedSnapshotRecord: Sendable, Codable, Equatable {
     /// A milestone of `storectl replicate` (`PointMilestone`): the state of its chain at one
     /// point, made from the repository (its parent's map and a digest's pages), not from the store.
     public var milestone: Milestone?
+    /// Its b-tree interior pages, for `storectl diff` (absent in records made before it existed
+    /// and where it is not known: see `InteriorPages`).
+    var interior: InteriorPages?
 
     public struct Milestone: Sendable, Codable, Equatable {
         /// The chain's id (its base's snapshot id).

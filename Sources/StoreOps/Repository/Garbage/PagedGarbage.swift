@@ -133,27 +133,32 @@ public enum PagedGarbage {
         return (writer.indexesWritten, writer.storedBytes)
     }
 
-    /// One repacked pack's carried blobs into `writer`, in frames of about `PageStream.frameBytes`.
+    /// One repacked pack's carried blobs into `writer`, in frames of about `PageStream.frameBytes`
+    /// compressed in chunks, b-tree interior pages in frames of their own (as `PageStream` packs
+    /// them: a diff reads those frames and only the chunks it needs of the others).
     private static func copy(_ pack: GarbagePlan.Pack, into writer: PackWriter, repository: PagedRepository, zstd: ZstdFrames) throws {
-        var pending: [(BlobType, ContentID, Data)] = []
-        var pendingBytes = 0
-        func flush() throws {
-            guard !pending.isEmpty else { return }
-            try writer.add(try SealedFrame.make(blobs: pending, zstd: zstd, sealer: repository.sealer))
-            pending = []
-            pendingBytes = 0
+        var pending: [[(BlobType, ContentID, Data)]] = [[], []]   // other blobs, interior pages
+        var pendingBytes = [0, 0]
+        func flush(_ k: Int) throws {
+            guard !pending[k].isEmpty else { return }
+            try writer.add(try SealedFrame.make(blobs: pending[k], zstd: zstd, sealer: repository.sealer, chunkBytes: PageStream.chunkBytes))
+            pending[k] = []
+            pendingBytes[k] = 0
         }
         for carry in pack.carry {
             let plain = try BlobLocator.readFrame(carry.frame, pack: pack.id, repository: repository, zstd: zstd)
             for blob in carry.blobs {
                 let bytes = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer,
                                                     what: "pack \(repository.backend.describe(PackBuilder.key(pack.id)))")
-                pending.append((blob.type, blob.id, bytes))
-                pendingBytes += bytes.count
-                if pendingBytes >= PageStream.frameBytes { try flush() }
+                // Page 1 cannot be told from its content (its header comes first): with the rest.
+                let k = blob.type == .page && bytes.withUnsafeBytes({ InteriorPages.looksInterior($0, page: 2) }) ? 1 : 0
+                pending[k].append((blob.type, blob.id, bytes))
+                pendingBytes[k] += bytes.count
+                if pendingBytes[k] >= PageStream.frameBytes { try flush(k) }
             }
         }
-        try flush()
+        try flush(1)
+        try flush(0)
     }
 
     /// Removes the packs no index lists, left by writers that died before indexing them, when no

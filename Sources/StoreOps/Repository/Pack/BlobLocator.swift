@@ -76,32 +76,42 @@ enum BlobLocator {
     /// once; `body(member, plaintext)` runs on the lane that read it (its `Data` is valid only during
     /// the call). The first error stops every lane and is thrown; `checkpoint` names what a signal
     /// interrupts (checked before each read).
+    ///
+    /// `only`: for a frame (its index in `frames`), the plaintext byte ranges `body` reads; only
+    /// the chunks holding them are decompressed (nil: the whole frame). Returns the plaintext
+    /// bytes decompressed.
+    @discardableResult
     static func readOnLanes(_ frames: [(pack: ContentID, frame: FrameEntry)], repository: PagedRepository, checkpoint: String,
-                            _ body: (Int, Data) throws -> Void) throws {
+                            only: ((Int) -> [Range<Int>]?)? = nil, _ body: (Int, Data) throws -> Void) throws -> Int {
         let spans = spans(frames)
         let next = Mutex(0)
         let failure = Mutex<(any Error)?>(nil)
+        let decompressed = Mutex(0)
         onLanes(min(repository.backend.parallelReads, max(1, spans.count))) { _ in
+            var zstd: ZstdFrames?
+            defer { if let zstd { decompressed.withLock { $0 += zstd.bytesDecompressed } } }
             do {
-                let zstd = try ZstdFrames(level: 3)
+                zstd = try ZstdFrames(level: 3)
                 let buffer = ReadBuffer()
-                while failure.withLock({ $0 == nil }) {
+                while failure.withLock({ $0 == nil }), let lane = zstd {
                     let i = next.withLock { value -> Int in defer { value += 1 }; return value }
                     guard i < spans.count else { return }
                     try ProcessSignals.checkpoint(checkpoint)
-                    try read(spans[i], frames: frames, repository: repository, zstd: zstd, reusing: buffer, body)
+                    try read(spans[i], frames: frames, repository: repository, zstd: lane, reusing: buffer, only: only, body)
                 }
             } catch {
                 failure.withLock { if $0 == nil { $0 = error } }
             }
         }
         if let error = failure.withLock({ $0 }) { throw error }
+        return decompressed.withLock { $0 }
     }
 
     /// Reads a span and hands each member frame's plaintext to `body`, in memory `zstd` reuses:
     /// the `Data` is valid only during the call (copy out what must outlive it).
     static func read(_ span: Span, frames: [(pack: ContentID, frame: FrameEntry)], repository: PagedRepository, zstd: ZstdFrames,
-                     reusing buffer: ReadBuffer = ReadBuffer(), _ body: (Int, Data) throws -> Void) throws {
+                     reusing buffer: ReadBuffer = ReadBuffer(), only: ((Int) -> [Range<Int>]?)? = nil,
+                     _ body: (Int, Data) throws -> Void) throws {
         try repository.backend.withRange(PackBuilder.key(span.pack), offset: span.offset, length: span.length, reusing: buffer) { data in
             for member in span.members {
                 let frame = frames[member].frame
@@ -111,7 +121,11 @@ enum BlobLocator {
                 }
                 let sealed = data[start..<(start + Int(frame.sealedLength))]
                 let (compressed, what) = try unseal(sealed, frame: frame, pack: span.pack, repository: repository)
-                try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), what: what) { try body(member, $0) }
+                if let wanted = only?(member) {
+                    try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), only: wanted, what: what) { try body(member, $0) }
+                } else {
+                    try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), what: what) { try body(member, $0) }
+                }
             }
         }
     }

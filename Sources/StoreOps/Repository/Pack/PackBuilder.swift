@@ -22,24 +22,25 @@ struct SealedFrame: Sendable {
         return SealedFrame(sealed: sealed, rawLength: UInt32(raw.count), blobs: entries)
     }
 
-    /// The same, for pages of one size laid end to end in `pages` (no copy before compression).
+    /// The same, for pages of one size laid end to end in `pages` (no copy before compression),
+    /// compressed in chunks of whole pages (`PageStream.chunkBytes`).
     static func make(pages: Data, ids: [ContentID], zstd: ZstdFrames, sealer: Sealer) throws -> SealedFrame {
         let size = ids.isEmpty ? 0 : pages.count / ids.count
         let entries = ids.enumerated().map { BlobEntry(type: .page, id: $1, offset: UInt32($0 * size), length: UInt32(size)) }
-        let compressed = try pages.withUnsafeBytes { try zstd.compress($0) }
+        let compressed = try pages.withUnsafeBytes { try zstd.compress($0, chunkBytes: PageStream.chunkBytes(pageSize: size)) }
         let sealed = try sealer.seal(compressed, as: sealer.frameIdentity(ids))
         return SealedFrame(sealed: sealed, rawLength: UInt32(pages.count), blobs: entries)
     }
 
-    /// The same, for blobs held as `Data`.
-    static func make(blobs: [(BlobType, ContentID, Data)], zstd: ZstdFrames, sealer: Sealer) throws -> SealedFrame {
+    /// The same, for blobs held as `Data` (`chunkBytes`: compressed in independent chunks).
+    static func make(blobs: [(BlobType, ContentID, Data)], zstd: ZstdFrames, sealer: Sealer, chunkBytes: Int? = nil) throws -> SealedFrame {
         var raw = Data()
         var entries: [BlobEntry] = []
         for (type, id, bytes) in blobs {
             entries.append(BlobEntry(type: type, id: id, offset: UInt32(raw.count), length: UInt32(bytes.count)))
             raw.append(bytes)
         }
-        let compressed = try raw.withUnsafeBytes { try zstd.compress($0) }
+        let compressed = try raw.withUnsafeBytes { try zstd.compress($0, chunkBytes: chunkBytes) }
         let sealed = try sealer.seal(compressed, as: sealer.frameIdentity(entries.map(\.id)))
         return SealedFrame(sealed: sealed, rawLength: UInt32(raw.count), blobs: entries)
     }

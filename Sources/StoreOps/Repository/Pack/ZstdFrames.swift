@@ -34,17 +34,89 @@ final class ZstdFrames {
         free(scratch)
     }
 
-    func compress(_ input: UnsafeRawBufferPointer) throws -> Data {
+    /// Compresses `input` as one zstd frame or, with `chunkBytes`, as independent zstd frames of
+    /// `chunkBytes` each (the last shorter) laid end to end. Either decompresses in one call
+    /// (zstd reads concatenated frames as one stream: readers that know nothing of chunks read
+    /// them as before); chunks also let a reader that needs a few pages of a frame decompress
+    /// only the chunks holding them (`withDecompressed(_:rawLength:only:what:_:)`).
+    func compress(_ input: UnsafeRawBufferPointer, chunkBytes: Int? = nil) throws -> Data {
         // Into uninitialised memory (a `Data(count:)` would zero the whole bound first), handed
         // to the `Data` without a copy.
-        let bound = ZSTD_compressBound(input.count)
+        let chunk = max(1, min(chunkBytes ?? input.count, input.count))
+        let chunks = max(1, (input.count + chunk - 1) / chunk)
+        let bound = ZSTD_compressBound(chunk) * chunks
         guard let buffer = malloc(max(1, bound)) else { throw StoreOpsError(.failure, "zstd: out of memory") }
-        let written = ZSTD_compress2(compressor, buffer, bound, input.baseAddress, input.count)
-        guard ZSTD_isError(written) == 0 else {
-            free(buffer)
-            throw StoreOpsError(.failure, "zstd: \(String(cString: ZSTD_getErrorName(written)))")
+        var written = 0
+        for c in 0..<chunks {
+            let start = c * chunk, count = min(chunk, input.count - start)
+            let n = ZSTD_compress2(compressor, buffer + written, bound - written, input.baseAddress.map { $0 + start }, count)
+            guard ZSTD_isError(n) == 0 else {
+                free(buffer)
+                throw StoreOpsError(.failure, "zstd: \(String(cString: ZSTD_getErrorName(n)))")
+            }
+            written += n
         }
         return Data(bytesNoCopy: realloc(buffer, max(1, written)) ?? buffer, count: written, deallocator: .free)
+    }
+
+    /// Raw bytes decompressed by this object (`withDecompressed`), for a reader's statistics.
+    private(set) var bytesDecompressed = 0
+
+    /// As `withDecompressed(_:rawLength:what:_:)`, but only the zstd frames (chunks, see
+    /// `compress(_:chunkBytes:)`) holding a byte of `wanted` are decompressed: the rest of the
+    /// plaintext handed to `body` is unwritten and must not be read. A frame written as one
+    /// chunk, or whose chunks do not say their size, is decompressed whole. The chunks must add
+    /// up to `rawLength` (65 naming `what` otherwise).
+    func withDecompressed<R>(_ input: Data, rawLength: Int, only wanted: [Range<Int>], what: String, _ body: (Data) throws -> R) throws -> R {
+        let needed = max(1, rawLength)
+        if scratchBytes < needed {
+            free(scratch)
+            scratch = malloc(needed)
+            scratchBytes = scratch == nil ? 0 : needed
+        }
+        guard let buffer = scratch else { throw StoreOpsError(.failure, "zstd: out of memory") }
+        let sorted = wanted.filter { !$0.isEmpty }.sorted { $0.lowerBound < $1.lowerBound }
+        func damaged(_ why: String) -> StoreOpsError {
+            StoreOpsError(.badData, "\(what) does not decompress (\(why)); it is damaged", hint: Sealer.damagedHint)
+        }
+        // The chunks: where each lies in `input` and in the plaintext.
+        var chunks: [(source: Range<Int>, raw: Range<Int>)] = []
+        let whole: Bool = try input.withUnsafeBytes { source in
+            guard let base = source.baseAddress else { return true }
+            var at = 0, rawAt = 0
+            while at < source.count {
+                let size = ZSTD_findFrameCompressedSize(base + at, source.count - at)
+                guard ZSTD_isError(size) == 0 else { throw damaged(String(cString: ZSTD_getErrorName(size))) }
+                let content = ZSTD_getFrameContentSize(base + at, size)
+                guard content != ZSTD_CONTENTSIZE_UNKNOWN, content != ZSTD_CONTENTSIZE_ERROR,
+                      content <= UInt64(rawLength - rawAt) else { return true }
+                chunks.append((at..<(at + size), rawAt..<(rawAt + Int(content))))
+                at += size
+                rawAt += Int(content)
+            }
+            guard rawAt == rawLength else { throw damaged("its chunks hold \(rawAt) bytes instead of \(rawLength)") }
+            return chunks.count <= 1
+        }
+        if whole {
+            try decompress(input, into: buffer, rawLength: rawLength, what: what)
+            bytesDecompressed += rawLength
+            return try body(Data(bytesNoCopy: buffer, count: rawLength, deallocator: .none))
+        }
+        var w = 0
+        try input.withUnsafeBytes { source in
+            guard let base = source.baseAddress else { return }
+            for chunk in chunks {
+                while w < sorted.count, sorted[w].upperBound <= chunk.raw.lowerBound { w += 1 }
+                guard w < sorted.count, sorted[w].lowerBound < chunk.raw.upperBound else { continue }
+                let produced = ZSTD_decompressDCtx(decompressor, buffer + chunk.raw.lowerBound, chunk.raw.count,
+                                                   base + chunk.source.lowerBound, chunk.source.count)
+                guard ZSTD_isError(produced) == 0, produced == chunk.raw.count else {
+                    throw damaged(ZSTD_isError(produced) != 0 ? String(cString: ZSTD_getErrorName(produced)) : "\(produced) bytes instead of \(chunk.raw.count)")
+                }
+                bytesDecompressed += produced
+            }
+        }
+        return try body(Data(bytesNoCopy: buffer, count: rawLength, deallocator: .none))
     }
 
     /// Decompresses a frame into memory this object reuses and hands it to `body` as a `Data`
@@ -58,6 +130,7 @@ final class ZstdFrames {
         }
         guard let buffer = scratch else { throw StoreOpsError(.failure, "zstd: out of memory") }
         try decompress(input, into: buffer, rawLength: rawLength, what: what)
+        bytesDecompressed += rawLength
         return try body(Data(bytesNoCopy: buffer, count: rawLength, deallocator: .none))
     }
 

@@ -132,7 +132,8 @@ final class PagedSnapshotWork {
             throw StoreOpsError(.failure, "a milestone needs its parent's map with the same page size")
         }
         self.pageSize = pageSize
-        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap.ids, expectedPages: pageCount)
+        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap.ids, expectedPages: pageCount,
+                                parentInterior: parent.interior?.bitset(pageCount: parent.pages.pageCount))
         self.stream = stream
         stream.keepParent(through: min(keep, pageCount, parentMap.ids.count))
         for page in pages where Int(page) <= pageCount && page >= 1 {
@@ -544,6 +545,8 @@ final class PagedSnapshotWork {
                                          added: .init(blobs: writer.blobs, rawBytes: writer.rawBytes, storedBytes: writer.storedBytes))
         record.source = fingerprint
         record.milestone = milestone
+        record.interior = reusesParent ? parent?.interior : stream?.interiorPages(pageCount: pageCount)
+        if ProcessInfo.processInfo.environment["STORECTL_TEST_NO_INTERIOR_PAGES"] != nil { record.interior = nil }   // a record as made before it existed
         try beforeRecord?(record)
         try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: recordPoint)
         committed = true
