@@ -297,8 +297,8 @@ public enum StoreDiff {
                                            pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
             }
         }
-        func stage(_ what: String) {
-            logger.debug("\(what)", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "memory": "\(ProcessMemory.text())"])
+        func stage(_ what: String, _ more: Logger.Metadata = [:]) {
+            logger.debug("\(what)", metadata: more.merging(["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "memory": "\(ProcessMemory.text())"]) { a, _ in a })
         }
         progress?(.stage("reading"))
         let sideA: (any DiffPages, SideSummary), sideB: (any DiffPages, SideSummary)
@@ -351,8 +351,7 @@ public enum StoreDiff {
         var collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
         try collector.checkFilter()
         try collector.compareTables()
-        logger.debug("tables compared", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "memory": "\(ProcessMemory.text())",
-                                                   "leaves read (ms)": "\(Int(diff.leafReadSeconds * 1000))"])
+        stage("tables compared", ["leaves read (ms)": "\(Int(diff.leafReadSeconds * 1000))"])
         if try !diff.accountForDifferences() {
             collector = Collector(options: options, a: schemaA, b: schemaB, diff: diff)
             try collector.compareTables()

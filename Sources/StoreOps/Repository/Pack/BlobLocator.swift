@@ -88,16 +88,15 @@ enum BlobLocator {
         let failure = Mutex<(any Error)?>(nil)
         let decompressed = Mutex(0)
         onLanes(min(repository.backend.parallelReads, max(1, spans.count))) { _ in
-            var zstd: ZstdFrames?
-            defer { if let zstd { decompressed.withLock { $0 += zstd.bytesDecompressed } } }
             do {
-                zstd = try ZstdFrames(level: 3)
+                let zstd = try ZstdFrames(level: 3)
+                defer { decompressed.withLock { $0 += zstd.bytesDecompressed } }
                 let buffer = ReadBuffer()
-                while failure.withLock({ $0 == nil }), let lane = zstd {
+                while failure.withLock({ $0 == nil }) {
                     let i = next.withLock { value -> Int in defer { value += 1 }; return value }
                     guard i < spans.count else { return }
                     try ProcessSignals.checkpoint(checkpoint)
-                    try read(spans[i], frames: frames, repository: repository, zstd: lane, reusing: buffer, only: only, body)
+                    try read(spans[i], frames: frames, repository: repository, zstd: zstd, reusing: buffer, only: only, body)
                 }
             } catch {
                 failure.withLock { if $0 == nil { $0 = error } }
@@ -121,11 +120,7 @@ enum BlobLocator {
                 }
                 let sealed = data[start..<(start + Int(frame.sealedLength))]
                 let (compressed, what) = try unseal(sealed, frame: frame, pack: span.pack, repository: repository)
-                if let wanted = only?(member) {
-                    try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), only: wanted, what: what) { try body(member, $0) }
-                } else {
-                    try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), what: what) { try body(member, $0) }
-                }
+                try zstd.withDecompressed(compressed, rawLength: Int(frame.rawLength), only: only?(member), what: what) { try body(member, $0) }
             }
         }
     }

@@ -38,7 +38,7 @@ final class ZstdFrames {
     /// `chunkBytes` each (the last shorter) laid end to end. Either decompresses in one call
     /// (zstd reads concatenated frames as one stream: readers that know nothing of chunks read
     /// them as before); chunks also let a reader that needs a few pages of a frame decompress
-    /// only the chunks holding them (`withDecompressed(_:rawLength:only:what:_:)`).
+    /// only the chunks holding them (`withDecompressed(_:rawLength:only:what:_:)` with `only`).
     func compress(_ input: UnsafeRawBufferPointer, chunkBytes: Int? = nil) throws -> Data {
         // Into uninitialised memory (a `Data(count:)` would zero the whole bound first), handed
         // to the `Data` without a copy.
@@ -62,12 +62,16 @@ final class ZstdFrames {
     /// Raw bytes decompressed by this object (`withDecompressed`), for a reader's statistics.
     private(set) var bytesDecompressed = 0
 
-    /// As `withDecompressed(_:rawLength:what:_:)`, but only the zstd frames (chunks, see
-    /// `compress(_:chunkBytes:)`) holding a byte of `wanted` are decompressed: the rest of the
-    /// plaintext handed to `body` is unwritten and must not be read. A frame written as one
-    /// chunk, or whose chunks do not say their size, is decompressed whole. The chunks must add
-    /// up to `rawLength` (65 naming `what` otherwise).
-    func withDecompressed<R>(_ input: Data, rawLength: Int, only wanted: [Range<Int>], what: String, _ body: (Data) throws -> R) throws -> R {
+    /// Decompresses a frame into memory this object reuses and hands it to `body` as a `Data`
+    /// that is valid only during the call (whatever outlives it must be copied out).
+    ///
+    /// `wanted`: only the zstd frames (chunks, see `compress(_:chunkBytes:)`) holding a byte of
+    /// these ranges are decompressed, and the rest of the plaintext is unwritten and must not be
+    /// read; a frame written as one chunk, or whose chunks do not say their size, is
+    /// decompressed whole, as with nil. The chunks must add up to `rawLength` (65 naming `what`
+    /// otherwise).
+    func withDecompressed<R>(_ input: Data, rawLength: Int, only wanted: [Range<Int>]? = nil, what: String,
+                             _ body: (Data) throws -> R) throws -> R {
         let needed = max(1, rawLength)
         if scratchBytes < needed {
             free(scratch)
@@ -75,63 +79,58 @@ final class ZstdFrames {
             scratchBytes = scratch == nil ? 0 : needed
         }
         guard let buffer = scratch else { throw StoreOpsError(.failure, "zstd: out of memory") }
-        let sorted = wanted.filter { !$0.isEmpty }.sorted { $0.lowerBound < $1.lowerBound }
-        func damaged(_ why: String) -> StoreOpsError {
-            StoreOpsError(.badData, "\(what) does not decompress (\(why)); it is damaged", hint: Sealer.damagedHint)
-        }
-        // The chunks: where each lies in `input` and in the plaintext.
-        var chunks: [(source: Range<Int>, raw: Range<Int>)] = []
-        let whole: Bool = try input.withUnsafeBytes { source in
-            guard let base = source.baseAddress else { return true }
-            var at = 0, rawAt = 0
-            while at < source.count {
-                let size = ZSTD_findFrameCompressedSize(base + at, source.count - at)
-                guard ZSTD_isError(size) == 0 else { throw damaged(String(cString: ZSTD_getErrorName(size))) }
-                let content = ZSTD_getFrameContentSize(base + at, size)
-                guard content != ZSTD_CONTENTSIZE_UNKNOWN, content != ZSTD_CONTENTSIZE_ERROR,
-                      content <= UInt64(rawLength - rawAt) else { return true }
-                chunks.append((at..<(at + size), rawAt..<(rawAt + Int(content))))
-                at += size
-                rawAt += Int(content)
+        if let wanted, let chunks = try chunks(of: input, rawLength: rawLength, what: what) {
+            let sorted = wanted.filter { !$0.isEmpty }.sorted { $0.lowerBound < $1.lowerBound }
+            var w = 0
+            try input.withUnsafeBytes { source in
+                guard let base = source.baseAddress else { return }
+                for chunk in chunks {
+                    while w < sorted.count, sorted[w].upperBound <= chunk.raw.lowerBound { w += 1 }
+                    guard w < sorted.count, sorted[w].lowerBound < chunk.raw.upperBound else { continue }
+                    let produced = ZSTD_decompressDCtx(decompressor, buffer + chunk.raw.lowerBound, chunk.raw.count,
+                                                       base + chunk.source.lowerBound, chunk.source.count)
+                    try Self.check(produced, expected: chunk.raw.count, what: what)
+                    bytesDecompressed += produced
+                }
             }
-            guard rawAt == rawLength else { throw damaged("its chunks hold \(rawAt) bytes instead of \(rawLength)") }
-            return chunks.count <= 1
-        }
-        if whole {
+        } else {
             try decompress(input, into: buffer, rawLength: rawLength, what: what)
             bytesDecompressed += rawLength
-            return try body(Data(bytesNoCopy: buffer, count: rawLength, deallocator: .none))
-        }
-        var w = 0
-        try input.withUnsafeBytes { source in
-            guard let base = source.baseAddress else { return }
-            for chunk in chunks {
-                while w < sorted.count, sorted[w].upperBound <= chunk.raw.lowerBound { w += 1 }
-                guard w < sorted.count, sorted[w].lowerBound < chunk.raw.upperBound else { continue }
-                let produced = ZSTD_decompressDCtx(decompressor, buffer + chunk.raw.lowerBound, chunk.raw.count,
-                                                   base + chunk.source.lowerBound, chunk.source.count)
-                guard ZSTD_isError(produced) == 0, produced == chunk.raw.count else {
-                    throw damaged(ZSTD_isError(produced) != 0 ? String(cString: ZSTD_getErrorName(produced)) : "\(produced) bytes instead of \(chunk.raw.count)")
-                }
-                bytesDecompressed += produced
-            }
         }
         return try body(Data(bytesNoCopy: buffer, count: rawLength, deallocator: .none))
     }
 
-    /// Decompresses a frame into memory this object reuses and hands it to `body` as a `Data`
-    /// that is valid only during the call (whatever outlives it must be copied out).
-    func withDecompressed<R>(_ input: Data, rawLength: Int, what: String, _ body: (Data) throws -> R) throws -> R {
-        let needed = max(1, rawLength)
-        if scratchBytes < needed {
-            free(scratch)
-            scratch = malloc(needed)
-            scratchBytes = scratch == nil ? 0 : needed
+    /// Where each zstd frame (chunk) of `input` lies in it and in the plaintext; nil when it is
+    /// one chunk or a chunk does not say its size (then it is decompressed whole).
+    private func chunks(of input: Data, rawLength: Int, what: String) throws -> [(source: Range<Int>, raw: Range<Int>)]? {
+        try input.withUnsafeBytes { source in
+            guard let base = source.baseAddress else { return nil }
+            var chunks: [(source: Range<Int>, raw: Range<Int>)] = []
+            var at = 0, rawAt = 0
+            while at < source.count {
+                let size = ZSTD_findFrameCompressedSize(base + at, source.count - at)
+                guard ZSTD_isError(size) == 0 else { throw Self.damaged(what, String(cString: ZSTD_getErrorName(size))) }
+                let content = ZSTD_getFrameContentSize(base + at, size)
+                guard content != ZSTD_CONTENTSIZE_UNKNOWN, content != ZSTD_CONTENTSIZE_ERROR,
+                      content <= UInt64(rawLength - rawAt) else { return nil }
+                chunks.append((at..<(at + size), rawAt..<(rawAt + Int(content))))
+                at += size
+                rawAt += Int(content)
+            }
+            guard rawAt == rawLength else { throw Self.damaged(what, "its chunks hold \(rawAt) bytes instead of \(rawLength)") }
+            return chunks.count > 1 ? chunks : nil
         }
-        guard let buffer = scratch else { throw StoreOpsError(.failure, "zstd: out of memory") }
-        try decompress(input, into: buffer, rawLength: rawLength, what: what)
-        bytesDecompressed += rawLength
-        return try body(Data(bytesNoCopy: buffer, count: rawLength, deallocator: .none))
+    }
+
+    private static func damaged(_ what: String, _ why: String) -> StoreOpsError {
+        StoreOpsError(.badData, "\(what) does not decompress (\(why)); it is damaged", hint: Sealer.damagedHint)
+    }
+
+    /// 65 naming `what` unless zstd produced exactly `expected` bytes.
+    private static func check(_ produced: Int, expected: Int, what: String) throws {
+        guard ZSTD_isError(produced) == 0, produced == expected else {
+            throw damaged(what, ZSTD_isError(produced) != 0 ? String(cString: ZSTD_getErrorName(produced)) : "\(produced) bytes instead of \(expected)")
+        }
     }
 
     /// Decompresses a frame that must hold exactly `rawLength` bytes; anything else is damage
@@ -154,9 +153,6 @@ final class ZstdFrames {
         let produced = input.withUnsafeBytes { source in
             ZSTD_decompressDCtx(decompressor, buffer, rawLength, source.baseAddress, source.count)
         }
-        guard ZSTD_isError(produced) == 0, produced == rawLength else {
-            let why = ZSTD_isError(produced) != 0 ? String(cString: ZSTD_getErrorName(produced)) : "\(produced) bytes instead of \(rawLength)"
-            throw StoreOpsError(.badData, "\(what) does not decompress (\(why)); it is damaged", hint: Sealer.damagedHint)
-        }
+        try Self.check(produced, expected: rawLength, what: what)
     }
 }
