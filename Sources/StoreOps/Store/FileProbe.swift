@@ -18,7 +18,16 @@ public final class FileProbe: Sendable {
     /// The descriptor this probe keeps for `path`'s file (opened now if it has none): for a reader
     /// that must not close one (`FilePages` reading a live store beside this process's connections).
     func descriptor(for path: String) throws -> Int32 {
+        guard let fd = try descriptorIfPresent(for: path) else {
+            throw StoreOpsError.posix(ENOENT, doing: "opening \(path)", side: .input)
+        }
+        return fd
+    }
+
+    /// `descriptor(for:)`, or nil when `path` names no file (removed since the caller looked).
+    func descriptorIfPresent(for path: String) throws -> Int32? {
         guard let id = FileSystem.identity(of: path) else {
+            if errno == ENOENT { return nil }
             throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .input)
         }
         let key = Key(dev: id.dev, ino: id.ino)
@@ -26,6 +35,7 @@ public final class FileProbe: Sendable {
             if let fd = table[key] { return fd }
             let fd = open(path, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else {
+                if errno == ENOENT { return nil }
                 throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .input)
             }
             table[key] = fd
@@ -84,7 +94,11 @@ public final class FileProbe: Sendable {
     }
 
     func conflictingHolder(path: String, type: Int32, start: Int, length: Int) throws -> Int32? {
-        let fd = try descriptor(for: path)
+        try conflictingHolder(fd: try descriptor(for: path), path: path, type: type, start: start, length: length)
+    }
+
+    /// The same through `fd`, a descriptor this probe keeps for `path`.
+    func conflictingHolder(fd: Int32, path: String, type: Int32, start: Int, length: Int) throws -> Int32? {
         var lock = flock()
         lock.l_type = Int16(type)
         lock.l_whence = Int16(SEEK_SET)

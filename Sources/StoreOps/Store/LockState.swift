@@ -19,11 +19,15 @@ public struct LockState: Sendable, Codable, Equatable {
     public static func read(_ store: StoreFile, walMode: Bool) throws -> LockState {
         let probe = FileProbe.shared
         if walMode {
-            guard FileSystem.kind(of: store.shmPath) == .file else { return LockState() }
+            // No -shm: nobody has the store open. The app's last connection removes it as it
+            // closes, so it may go between any look and the next (seen on CI: an app opening the
+            // store for each write made a migration's lock check fail with 66, "opening …-shm"):
+            // gone when opened is the same answer, at that instant.
+            guard FileSystem.kind(of: store.shmPath) == .file, let shm = try probe.descriptorIfPresent(for: store.shmPath) else { return LockState() }
             // A writer holds an exclusive lock on WAL_WRITE_LOCK; a shared query conflicts only with it.
-            let writer = try probe.conflictingHolder(path: store.shmPath, type: Int32(F_RDLCK), start: walWriteLockByte, length: 1)
+            let writer = try probe.conflictingHolder(fd: shm, path: store.shmPath, type: Int32(F_RDLCK), start: walWriteLockByte, length: 1)
             // Every open connection holds a shared lock on the DMS byte; an exclusive query finds one.
-            var open = try probe.conflictingHolder(path: store.shmPath, type: Int32(F_WRLCK), start: walDMSByte, length: 1)
+            var open = try probe.conflictingHolder(fd: shm, path: store.shmPath, type: Int32(F_WRLCK), start: walDMSByte, length: 1)
             // `storectl replicate` keeps a read-only connection open (it never writes, and holds a
             // read transaction only for the milliseconds it copies new frames): it is not the app.
             // F_GETLK names one holder; when that is a follower, every holder is looked at.

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import StoreLab
 @testable import StoreOps
+import Synchronization
 import Testing
 
 /// POSIX advisory locks belong to the process: closing any descriptor of a file drops all of the
@@ -38,5 +39,39 @@ struct WALLockTests {
             #expect(try Int.fetchOne(db, sql: "SELECT count(*) FROM ZITEM WHERE ZTITLE = 'changed'") == 0, "the snapshot still reads its own point in time")
             #expect(try String.fetchOne(db, sql: "PRAGMA quick_check") == "ok")
         }
+    }
+
+    @Test("an -shm removed between the look for it and the lock probe (the app's last connection closing) reads as nobody having the store open, not as an error")
+    func vanishingShmIsNobodyOpen() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 10)
+        let file = try StoreFile(existing: store)
+        let stop = Atomic<Bool>(false)
+        let stopped = DispatchSemaphore(value: 0)
+        let churn = Thread {
+            while !stop.load(ordering: .relaxed) {
+                FileManager.default.createFile(atPath: file.shmPath, contents: Data(count: 32_768))
+                unlink(file.shmPath)
+            }
+            stopped.signal()
+        }
+        churn.start()
+        defer { stop.store(true, ordering: .relaxed); stopped.wait() }
+        // Each -shm the probe opens stays open for the life of the process (see `FileProbe`):
+        // the looks stop after 300 of them, so that this test leaves the process its descriptors.
+        func descriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
+        let before = descriptors()
+        var failures: [String] = [], looks = 0
+        let deadline = Date().addingTimeInterval(3)
+        while Date() < deadline, looks % 64 != 0 || descriptors() < before + 300 {
+            looks += 1
+            do {
+                let state = try LockState.read(file, walMode: true)
+                if state.writerPID != nil || state.openByPID != nil { failures.append("a holder named: \(state)") }
+            } catch {
+                failures.append("\(error)")
+            }
+        }
+        #expect(failures.isEmpty, "\(failures.count) of \(looks) looks failed: \(failures.prefix(3))")
     }
 }
