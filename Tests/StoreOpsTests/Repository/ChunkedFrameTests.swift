@@ -32,7 +32,24 @@ struct ChunkedFrameTests {
         try zstd.withDecompressed(chunked, rawLength: raw.count, only: wanted, what: "test") { plain in
             for range in wanted { #expect(plain[range] == raw[range]) }
         }
-        #expect(zstd.bytesDecompressed - before == 2 * chunk)
+        // Each chunk up to the last page wanted in it: page 3 of the first (4 pages), page 200 of
+        // the fourth, its ninth (9 pages).
+        #expect(chunk == 64 * 4096 && zstd.bytesDecompressed - before == (4 + 9) * 4096)
+        // Pages at a chunk's end, and a range across two chunks: those chunks whole, the same bytes.
+        let across = [63 * 4096..<(65 * 4096), 255 * 4096..<(256 * 4096)]
+        let acrossBefore = zstd.bytesDecompressed
+        try zstd.withDecompressed(chunked, rawLength: raw.count, only: across, what: "test") { plain in
+            for range in across { #expect(plain[range] == raw[range]) }
+        }
+        #expect(zstd.bytesDecompressed - acrossBefore == chunk + 4096 + chunk)
+        // Prefixes and whole chunks of one frame in turn, many times: the context is reset between.
+        for round in 0..<20 {
+            let page = (round * 37) % 256
+            let one = [page * 4096..<((page + 1) * 4096)]
+            try zstd.withDecompressed(chunked, rawLength: raw.count, only: one + across, what: "test") { plain in
+                for range in one + across { #expect(plain[range] == raw[range], "round \(round), page \(page)") }
+            }
+        }
         // A frame of one zstd frame (every frame written before chunks): whole, whatever is wanted.
         let whole = zstd.bytesDecompressed
         try zstd.withDecompressed(single, rawLength: raw.count, only: wanted, what: "test") { plain in

@@ -87,10 +87,23 @@ final class ZstdFrames {
                 for chunk in chunks {
                     while w < sorted.count, sorted[w].upperBound <= chunk.raw.lowerBound { w += 1 }
                     guard w < sorted.count, sorted[w].lowerBound < chunk.raw.upperBound else { continue }
-                    let produced = ZSTD_decompressDCtx(decompressor, buffer + chunk.raw.lowerBound, chunk.raw.count,
-                                                       base + chunk.source.lowerBound, chunk.source.count)
-                    try Self.check(produced, expected: chunk.raw.count, what: what)
-                    bytesDecompressed += produced
+                    // The chunk up to the last wanted byte in it: zstd decodes a chunk block by
+                    // block (up to 128 KiB of plaintext each), so a page in a 256 KiB chunk's
+                    // first half costs half of it.
+                    var end = chunk.raw.lowerBound
+                    for range in sorted[w...] {
+                        guard range.lowerBound < chunk.raw.upperBound else { break }
+                        end = max(end, min(range.upperBound, chunk.raw.upperBound))
+                    }
+                    if end == chunk.raw.upperBound {
+                        let produced = ZSTD_decompressDCtx(decompressor, buffer + chunk.raw.lowerBound, chunk.raw.count,
+                                                           base + chunk.source.lowerBound, chunk.source.count)
+                        try Self.check(produced, expected: chunk.raw.count, what: what)
+                    } else {
+                        try decompressPrefix(base + chunk.source.lowerBound, count: chunk.source.count,
+                                             into: buffer + chunk.raw.lowerBound, prefix: end - chunk.raw.lowerBound, what: what)
+                    }
+                    bytesDecompressed += end - chunk.raw.lowerBound
                 }
             }
         } else {
@@ -98,6 +111,25 @@ final class ZstdFrames {
             bytesDecompressed += rawLength
         }
         return try body(Data(bytesNoCopy: buffer, count: rawLength, deallocator: .none))
+    }
+
+    /// The first `prefix` bytes of the plaintext of the zstd frame at `source` (`count` bytes),
+    /// which holds more: decoded as a stream that stops once they are out. 65 naming `what` when
+    /// the frame is damaged or ends before them.
+    private func decompressPrefix(_ source: UnsafeRawPointer, count: Int, into target: UnsafeMutableRawPointer, prefix: Int, what: String) throws {
+        ZSTD_DCtx_reset(decompressor, ZSTD_reset_session_only)
+        var input = ZSTD_inBuffer(src: source, size: count, pos: 0)
+        var output = ZSTD_outBuffer(dst: target, size: prefix, pos: 0)
+        while output.pos < output.size {
+            let before = (input.pos, output.pos)
+            let left = ZSTD_decompressStream(decompressor, &output, &input)
+            guard ZSTD_isError(left) == 0 else { throw Self.damaged(what, String(cString: ZSTD_getErrorName(left))) }
+            // Done (0), or no progress with all input taken: the frame holds fewer bytes than
+            // its header said.
+            if output.pos < output.size, left == 0 || (input.pos == before.0 && output.pos == before.1) {
+                throw Self.damaged(what, "a chunk ends after \(output.pos) bytes of the \(prefix) wanted")
+            }
+        }
     }
 
     /// Where each zstd frame (chunk) of `input` lies in it and in the plaintext; nil when it is
