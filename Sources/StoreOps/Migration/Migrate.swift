@@ -401,11 +401,14 @@ public enum Migrate {
         /// Under the lock: nobody else has the store open, no interrupted run, the plan again,
         /// and preflight's checks (space for the snapshot, integrity, locks).
         func preflight() throws {
-            if !options.force, options.wait {
-                waitUntilClosed()
-                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
-            }
-            if !options.force, let pid = try LockState.otherUser(of: store) {
+            // With --wait, the look that ends the wait is the one that lets the run go on (a second
+            // look after it refused when the app opened the store between the two).
+            while !options.force, let pid = try LockState.otherUser(of: store) {
+                if options.wait, !LockState.isFollower(pid), Date() < waitDeadline ?? .distantFuture {
+                    waitUntilClosed()
+                    if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+                    continue
+                }
                 throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
                                     + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
                                     hint: "stop the app first: a rollback would discard what it writes after the snapshot, and it would run "

@@ -345,14 +345,17 @@ public enum SnapshotRestore {
                 throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
                                     hint: "check the path, or pass --create to restore a store there")
             }
-            if exists, !options.force, options.wait {
-                LockState.waitUntilClosed(store, until: Date().addingTimeInterval(options.timeout))
+            // With --wait, the look that ends the wait is the one that lets the restore go on (a
+            // second look after it refused when the app opened the store between the two).
+            let until = Date().addingTimeInterval(options.timeout)
+            while exists, !options.force, let pid = try LockState.otherUser(of: store) {
+                guard options.wait, !LockState.isFollower(pid), Date() < until else {
+                    throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
+                                        + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
+                                        hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
+                }
+                LockState.waitUntilClosed(store, until: until)
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
-            }
-            if exists, !options.force, let pid = try LockState.otherUser(of: store) {
-                throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
-                                    + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
-                                    hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
             }
             let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")
@@ -440,10 +443,18 @@ public enum SnapshotRestore {
             // all it holds and more (the next attempt takes its own), and `rollback --wait` beside
             // such an app would otherwise leave one per attempt (a trial counted 54).
             // With --wait: the lock and the snapshot let go, until the store is closed again, then
-            // both taken anew (the staged snapshot stays good); at most the restore's timeout.
-            // Its own deadline: staging a large snapshot may take longer than `timeout` itself.
+            // both taken anew (the staged snapshot stays good), and looked at again: at most the
+            // restore's timeout. (The look that ends the wait is the one that lets the swap go: a
+            // second look after it made a --wait restore fail with 75 when the app opened the
+            // store between the two.) Its own deadline: staging a large snapshot may take longer
+            // than `timeout` itself.
             var deadline: Date?
-            while exists, !options.force, options.wait, options.gate == nil, LockState.otherOpener(of: store) != nil {
+            while exists, !options.force, let pid = try LockState.otherUser(of: store) {
+                guard options.wait, options.gate == nil, !LockState.isFollower(pid) else {
+                    let kept = forgetSafety().map { " (its safety snapshot stays: it could not be removed: \($0))" } ?? ""
+                    throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed" + kept,
+                                        hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
+                }
                 forgetSafety()
                 gate?.release()
                 gate = nil
@@ -457,11 +468,6 @@ public enum SnapshotRestore {
                                         hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
                 _ = try keepCurrent()
-            }
-            if exists, !options.force, let pid = try LockState.otherUser(of: store) {
-                let kept = forgetSafety().map { " (its safety snapshot stays: it could not be removed: \($0))" } ?? ""
-                throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed" + kept,
-                                    hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
             }
             // The replaced store's -shm, held open across the swap: a process that opens the store
             // between that check and the swap's renames (the fsyncs take milliseconds) waits for
