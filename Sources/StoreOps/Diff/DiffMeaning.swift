@@ -365,9 +365,13 @@ extension StoreDiff {
                 let keyColumns = keyA != nil && keyA == keyB ? keyA?.count ?? 0 : 0
                 attribution = Self.attribution(of: table, written: options.keys.isEmpty ? options.written : nil, a: a, b: b,
                                                rootA: rootsA[table], rootB: rootsB[table])
-                try diff.compare(rootA: rootsA[table], rootB: rootsB[table], keyColumns: keyColumns) { change in
+                // Rows decoded and merged on a thread of their own while this one records them.
+                let diff = self.diff, rootA = rootsA[table], rootB = rootsB[table]
+                try RowPipe<PageDiff.RowChange>.run(produce: { emit in
+                    try diff.compare(rootA: rootA, rootB: rootB, keyColumns: keyColumns, emit)
+                }, consume: { change in
                     try self.record(table, kind: kind, change, sameLayout: sameLayout)
-                }
+                })
             }
         }
 
