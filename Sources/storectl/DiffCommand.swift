@@ -49,6 +49,9 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             throw ValidationError("\(name) given \(values.count) times (\(values.joined(separator: ", "))): both points of a diff are of one store; "
                                   + "to compare two stores' points, restore one (`storectl snapshot restore --at TIME --store S --to FILE`) and diff the file against the other's --at")
         }
+        if let repo, repo.trimmingCharacters(in: .whitespaces).isEmpty {
+            throw ValidationError("--repo is blank: name the repository's folder or s3://bucket/prefix (an unset variable gives an empty value)")
+        }
         // A blank side (an unset variable) would otherwise be the current folder.
         if sides.contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
             throw ValidationError("a blank side: name a store, a backup file, or a snapshot id with --repo")

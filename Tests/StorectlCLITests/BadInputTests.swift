@@ -106,12 +106,16 @@ struct BadInputTests {
     }
 
     /// Found by a helper trying storectl as a new user: each was reported as another error, the word typed never named.
-    @Test("a mistyped option or subcommand is named as such (64), not as the complaint it causes; a repeated diff --store is refused; --at durations without their minus say how to write them; a missing password file says so and where its name came from",
+    @Test("a mistyped option or subcommand is named as such (64), not as the complaint it causes; a repeated diff --store is refused; --at durations without their minus say how to write them; a missing password file says so and where its name came from; a blank --repo is 64, not the current folder",
           arguments: [
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-1m", "--stor", "A.sqlite", "--to", "x.sqlite"], 64, "unknown option '--stor'. Did you mean '--store'?"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-1m", "--store", "A.sqlite", "--too", "x.sqlite"], 64, "unknown option '--too'. Did you mean '--to'?"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--to", "x.sqlite"], 64, "pass a snapshot id or --at TIME"),
             (["replicate", "stats", "--repo", "/nonexistent"], 64, "did you mean `storectl replicate status`?"),
+            // A blank --repo (an unset variable) is not the current folder.
+            (["snapshot", "list", "--repo", ""], 64, "--repo is blank"),
+            (["repo", "init", "--repo", " "], 64, "--repo is blank"),
+            (["diff", "--repo", "", "a.sqlite", "b.sqlite"], 64, "--repo is blank"),
             (["snapshot", "lst", "--repo", "/nonexistent"], 64, "`storectl snapshot` has no subcommand 'lst': did you mean `storectl snapshot list`?"),
             (["bakup", "Tasks.sqlite"], 64, "did you mean `storectl backup`?"),
             // A required option mistyped: ArgumentParser said "missing expected argument '--policy <policy>'".

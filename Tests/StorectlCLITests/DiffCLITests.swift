@@ -428,6 +428,15 @@ struct DiffCLITests {
         let external = StoreFile(unchecked: store).externalDataPath
         let names = try FileManager.default.contentsOfDirectory(atPath: external).sorted()
         #expect(names.count == 3)
+        // A store kept aside as storectl keeps one (a migration's failed state: the database as
+        // `<store>.failed-migration-<time>`, its folder as `.<stem>.failed-migration-<time>_SUPPORT`)
+        // has its external data where it was kept: the same, not three files removed.
+        let kept = store + ".failed-migration-20261202T015214Z"
+        try FileManager.default.copyItem(atPath: store, toPath: kept)
+        try FileManager.default.copyItem(atPath: StoreFile(unchecked: store).supportPath, toPath: folder.file(".Tasks.failed-migration-20261202T015214Z_SUPPORT"))
+        let keptRun = try storectl("diff", store, kept, "--json")
+        let keptFiles = try report(keptRun).externalData
+        #expect(keptRun.status == 0 && keptFiles.isEmpty, "\(keptRun.stdout)\(keptRun.stderr)")
         try Data("changed bytes".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(names[0])))
         try FileManager.default.removeItem(atPath: (external as NSString).appendingPathComponent(names[1]))
         try Data("new".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent("NEW-FILE")))

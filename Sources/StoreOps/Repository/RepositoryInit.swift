@@ -28,6 +28,7 @@ public enum RepositoryInit {
 
     /// - Throws: 73 when something is already there, 64 for an empty password.
     public static func run(_ options: Options) throws -> Result {
+        try RepositoryLocation.refuseBlank(options.location)
         if S3Backend.isS3(options.location) { return try initializeRemote(options) }
         let absolute = FileSystem.absolute(options.location)
         let kind = try checkTarget(absolute)

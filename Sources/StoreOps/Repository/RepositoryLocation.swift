@@ -7,6 +7,12 @@ public enum RepositoryLocation {
         S3Backend.isS3(location) ? location : FileSystem.absolute(location)
     }
 
+    /// A blank --repo (an unset variable) is 64, not the current folder.
+    static func refuseBlank(_ location: String) throws {
+        guard location.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { return }
+        throw StoreOpsError(.usage, "--repo is blank", hint: "name the repository's folder or s3://bucket/prefix (an unset variable gives an empty value)")
+    }
+
     /// What to suggest when there is no repository at the location: commands that make snapshots
     /// suggest `repo init`; commands that only read are more likely given a mistyped --repo, so
     /// they are told the repositories that do exist next to it.
@@ -23,6 +29,7 @@ public enum RepositoryLocation {
     /// The backend at `location`, checked to hold a repository of today's format (66 none, 65
     /// something else, or a format-1 repository, with the command that converts it).
     static func backend(_ location: String, missing: Missing) throws -> any RepositoryBackend {
+        try refuseBlank(location)
         if S3Backend.isS3(location) {
             let backend = try S3Backend(url: location)
             guard try backend.read(RepositoryConfig.key) != nil else {

@@ -21,10 +21,23 @@ public struct StoreFile: Sendable, Hashable {
     public var externalDataPath: String { (supportPath as NSString).appendingPathComponent(Self.externalDataFolderName) }
 
     /// The one place the support folder's name is built: `.<stem>_SUPPORT` beside `database`.
+    /// A store storectl kept aside as `<store><suffix>` (a migration's failed state, a damaged or
+    /// replaced store) keeps its folder as `.<stem><suffix>_SUPPORT`: that one when it is there and
+    /// the plain name is not (a diff of the kept state read its attachments as removed).
     public static func supportPath(forDatabase database: String) -> String {
-        let stem = (FileSystem.name(of: database) as NSString).deletingPathExtension
-        return (FileSystem.parent(of: database) as NSString).appendingPathComponent(".\(stem)_SUPPORT")
+        let name = FileSystem.name(of: database), folder = FileSystem.parent(of: database) as NSString
+        let plain = folder.appendingPathComponent(".\((name as NSString).deletingPathExtension)_SUPPORT")
+        for marker in keptSuffixes {
+            guard let at = name.range(of: marker, options: .backwards), at.lowerBound > name.startIndex else { continue }
+            let kept = folder.appendingPathComponent(".\((String(name[..<at.lowerBound]) as NSString).deletingPathExtension)\(name[at.lowerBound...])_SUPPORT")
+            if FileSystem.kind(of: kept) == .directory, FileSystem.kind(of: plain) == .missing { return kept }
+            break
+        }
+        return plain
     }
+
+    /// How storectl names a store it keeps aside: `<store>.failed-migration-<time>` and the like.
+    static let keptSuffixes = [".failed-migration-", ".damaged-", ".orphaned-", ".replaced-"]
 
     public static let externalDataFolderName = "_EXTERNAL_DATA"
 
