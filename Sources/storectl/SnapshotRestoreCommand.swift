@@ -56,6 +56,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
             line += "; the previous store is snapshot \(safety) (tag pre-restore\(result.safetySnapshotPoint.map { "; made from replicate's point \($0)" } ?? ""))"
         }
         if !result.movedAside.isEmpty { line += "; the previous files were kept at \(result.movedAside.joined(separator: ", "))" }
+        if !result.keptUnexpected.isEmpty { line += "; files found in the way (no store's) were kept at \(result.keptUnexpected.joined(separator: ", "))" }
         if !result.removedSidecars.isEmpty { line += "; removed \(result.removedSidecars.map { String($0.split(separator: "-").last ?? "") }.joined(separator: ", "))" }
         print(line)
         if let note = result.externalFilesNote { print("note: \(note)") }

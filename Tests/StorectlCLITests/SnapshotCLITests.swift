@@ -196,6 +196,18 @@ struct SnapshotCLITests {
         let restored = try cli("snapshot", "restore", "--repo", repo, id, "--to", folder.file("copy.sqlite"))
         #expect(restored.status == 0 && restored.stdout.hasPrefix("restored \(id) to \(folder.file("copy.sqlite"))"))
         #expect(try cli("snapshot", "restore", "--repo", repo, id, "--to", "a", "--in-place", "b").status == 64)
+        // A stale -wal where the restored store goes (no database beside it) is kept aside, and said so.
+        let stale = folder.file("stale.sqlite")
+        try Data("left by something else".utf8).write(to: URL(fileURLWithPath: stale + "-wal"))
+        let past = try cli("snapshot", "restore", "--repo", repo, id, "--to", stale, "--json")
+        #expect(past.status == 0, "\(past.stderr)")
+        let kept = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(past.stdout.utf8)).keptUnexpected
+        #expect(kept.count == 1 && kept.first?.hasPrefix(stale + ".unexpected-") == true && kept.first?.hasSuffix("-wal") == true
+                && FileSystem.kind(of: kept.first ?? "") == .file && FileSystem.kind(of: stale + "-wal") == .missing, "\(kept)")
+        try FileManager.default.removeItem(atPath: stale)
+        try Data("left again".utf8).write(to: URL(fileURLWithPath: stale + "-wal"))
+        let said = try cli("snapshot", "restore", "--repo", repo, id, "--to", stale)
+        #expect(said.status == 0 && said.stdout.contains("files found in the way (no store's) were kept at \(stale).unexpected-"), "\(said.stdout)")
         let inPlace = try cli("snapshot", "restore", "--repo", repo, id, "--in-place", store, "--json")
         #expect(inPlace.status == 0)
         let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(inPlace.stdout.utf8))

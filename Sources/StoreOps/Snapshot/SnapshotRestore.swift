@@ -84,6 +84,9 @@ public enum SnapshotRestore {
         /// In place: where the previous store's files were kept (a damaged store with --force, a
         /// migration's failed state, sidecars found without their store).
         public var movedAside: [String]
+        /// Files found in the way that belonged to no store storectl knew (a stale `-wal` beside
+        /// the target of `--to`), kept as `<store>.unexpected-<time>-<name>`.
+        public var keptUnexpected: [String] = []
         /// In place: the old store's -wal/-shm/-journal, discarded once the restored store was in
         /// place (they are in the safety snapshot).
         public var removedSidecars: [String]
@@ -265,10 +268,12 @@ public enum SnapshotRestore {
         // `--to` writes the snapshot's database byte for byte (journal_mode=delete).
         let staged = try stage(snapshot, from: repository, at: path, journalMode: "delete", overlay: overlay, check: check, progress: progress)
         let installs = (staged.support.map { [StoreSwap.Install($0, role: "support")] } ?? []) + [StoreSwap.Install(staged.database, role: "database")]
-        _ = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard))
-        return Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
-                      externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: "delete",
-                      databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record)
+        let outcome = try StoreSwap.perform(.init(operation: "restore", target: path, installs: installs, replacing: [], keepOld: .discard))
+        var result = Result(id: record.snapshot?.id ?? "", restoredTo: path, safetySnapshot: nil, movedAside: [], removedSidecars: [],
+                            externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: "delete",
+                            databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record)
+        result.keptUnexpected = outcome.intruders
+        return result
     }
 
     /// A restore in place, walking the pipeline: lock (the store's, exclusive; then the
@@ -532,6 +537,7 @@ public enum SnapshotRestore {
                                 databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
                                 point: target?.point, pointTime: target?.time, pointReads: target?.reads)
             result.replacedStillOpenBy = stillOpenBy
+            result.keptUnexpected = outcome.intruders
             return result
         }
     }
