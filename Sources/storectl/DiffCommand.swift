@@ -73,6 +73,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         storectl_keep_freed_memory(16 << 20)
         var resolved: [StoreDiff.Side] = try at.map { .point(try PointRestore.parseTime($0)) }
         for side in sides {
+            if FileSystem.kind(of: side) == .missing, let point = SnapshotID.pointLabelGiven(side, repository: repo) { throw point }
             // With --repo, a name that is no file is a snapshot id, unless it cannot be one (ids
             // are digits, T, Z, - and hex): a mistyped store then says "no such file".
             if repo != nil, FileSystem.kind(of: side) == .missing, !side.contains("/"), side.allSatisfy({ "0123456789TZ-abcdef".contains($0) }) {

@@ -201,6 +201,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
     }
 
     func run() throws {
+        if let to, let point = SnapshotID.pointLabelGiven(to, repository: repo) { throw point }
         var options = Rollback.Options(store: store, repository: repo, to: to, force: force, wait: wait)
         options.password = password.source
         options.at = try at.map { try PointRestore.parseTime($0) }

@@ -272,10 +272,11 @@ final class PageDiff {
         var visited = Set<UInt32>()
         while out.count < cell.payloadSize {
             guard next >= 1, Int(next) <= side.pageCount, visited.insert(next).inserted else {
-                throw StoreOpsError(.badData, "\(side.what): an overflow chain from page \(page.number) leads to page \(next) \(visited.contains(next) ? "again (a loop)" : "")")
+                throw SQLitePages.damaged(side.what, "an overflow chain from page \(page.number) leads to page \(next)"
+                                          + (visited.contains(next) ? " again (a loop)" : Int(next) > side.pageCount ? ", past its \(side.pageCount) pages" : ""))
             }
             let bytes = try Self.page(next, of: side)
-            guard bytes.count >= header.usable else { throw StoreOpsError(.badData, "\(side.what): overflow page \(next) is short") }
+            guard bytes.count >= header.usable else { throw SQLitePages.damaged(side.what, "overflow page \(next) is short") }
             explained.insert(next)
             let take = min(cell.payloadSize - out.count, perPage)
             out.append(contentsOf: bytes[4..<(4 + take)])

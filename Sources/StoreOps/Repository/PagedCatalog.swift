@@ -24,6 +24,7 @@ extension PagedRepository {
     /// 65 damaged).
     public func record(_ id: String) throws -> PagedSnapshotRecord {
         guard SnapshotID.isPlausible(id) else {
+            if let point = SnapshotID.pointLabelGiven(id, repository: location) { throw point }
             throw StoreOpsError(.noInput, "\"\(id)\" is not a snapshot id", hint: "`storectl snapshot list --repo \(location)` shows the ids")
         }
         let keys = try backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) }.filter(SnapshotID.isPlausible)
