@@ -276,7 +276,10 @@ struct DiffCLITests {
         let truncated = try storectl("diff", a, cut)
         #expect(truncated.status == 65 && truncated.stderr.contains("truncated") && truncated.stderr.contains("preflight"), "\(truncated.stderr)")
         let scratch = try storectl("diff", a, a, "--scratch", folder.file("none"))
-        #expect(scratch.status == 73 && scratch.stderr.contains("--scratch"), "\(scratch.stderr)")
+        #expect(scratch.status == 73 && scratch.stderr.contains("--scratch") && scratch.stderr.contains("no such folder") && scratch.stderr.contains("mkdir -p"), "\(scratch.stderr)")
+        // A file given where a folder goes is not told to mkdir it.
+        let file = try storectl("diff", a, a, "--scratch", a)
+        #expect(file.status == 73 && file.stderr.contains("a file, not a folder") && !file.stderr.contains("mkdir"), "\(file.stderr)")
         let limit = try storectl("diff", a, a, "--limit", "-1")
         #expect(limit.status == 64 && limit.stderr.contains("0 or more"), "\(limit.stderr)")
         let zone = try storectl("diff", "--repo", folder.file("repo"), "--at", "2026-11-28 15:01:45", a)

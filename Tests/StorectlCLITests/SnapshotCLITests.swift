@@ -192,6 +192,11 @@ struct SnapshotCLITests {
         let verify = try cli("snapshot", "verify", "--repo", repo, "--all")
         #expect(verify.status == 0 && verify.stdout.hasPrefix("ok      \(id)"))
         #expect(try cli("snapshot", "verify", "--repo", repo).status == 64, "ids or --all")
+        // A TMPDIR that is not there is named as where the scratch folder came from.
+        var noTemp = environment
+        noTemp["TMPDIR"] = folder.file("no-such-tmp")
+        let lost = try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", repo, id], environment: noTemp)
+        #expect(lost.status == 73 && lost.stderr.contains("the scratch folder TMPDIR names") && lost.stderr.contains("set TMPDIR"), "\(lost.status) \(lost.stderr)")
 
         let restored = try cli("snapshot", "restore", "--repo", repo, id, "--to", folder.file("copy.sqlite"))
         #expect(restored.status == 0 && restored.stdout.hasPrefix("restored \(id) to \(folder.file("copy.sqlite"))"))

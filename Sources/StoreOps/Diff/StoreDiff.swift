@@ -539,7 +539,7 @@ public enum StoreDiff {
                 let added = Set(a.entities.map(\.name)).symmetricDifference(b.entities.map(\.name))
                 if !added.isEmpty { out.append("entities differ: \(added.sorted().joined(separator: ", ")) (no model cache to say more)") }
             } else {
-                out.append("only one side has a readable model cache")
+                out.append("only the \(a.model == nil ? "second" : "first") side has a readable model cache (Z_MODELCACHE): the model is not compared")
             }
             return out
         }

@@ -55,7 +55,14 @@ public enum FileSystem {
     public static func space(at path: String) throws -> Space {
         var info = statvfs()
         guard statvfs(path, &info) == 0 else {
-            throw StoreOpsError.posix(errno, doing: "reading free space of \(path)", side: .output)
+            var error = StoreOpsError.posix(errno, doing: "reading free space of \(path)", side: .output)
+            // A scratch folder nobody named on the command line comes from TMPDIR: say so.
+            if let tmp = ProcessInfo.processInfo.environment["TMPDIR"], !tmp.isEmpty,
+               absolute(path) == absolute(tmp) || absolute(path).hasPrefix(absolute(tmp) + "/") {
+                error.message += " (the scratch folder TMPDIR names)"
+                error.hint = "set TMPDIR to a folder that exists and has room, or create \(tmp)"
+            }
+            throw error
         }
         let unit = UInt64(info.f_frsize)
         return Space(availableBytes: UInt64(info.f_bavail) * unit,
@@ -93,9 +100,18 @@ public enum FileSystem {
     /// (a scratch folder that is not there surfaced as "reading free space of DIR").
     public static func checkScratch(_ path: String?, option: String = "--scratch") throws {
         guard let path else { return }
-        guard kind(of: path) == .directory, access(path, W_OK) == 0 else {
-            throw StoreOpsError(.cannotCreate, "\(option) \(path): not a writable folder",
+        switch kind(of: path) {
+        case .missing:
+            throw StoreOpsError(.cannotCreate, "\(option) \(path): no such folder",
                                 hint: "create it (mkdir -p \(path)), or name another folder with room for the scratch copy")
+        case .directory:
+            guard access(path, W_OK) == 0 else {
+                throw StoreOpsError(.cannotCreate, "\(option) \(path): a folder this user (uid \(getuid())) cannot write to",
+                                    hint: "name a folder this user can write to, with room for the scratch copy")
+            }
+        default:
+            throw StoreOpsError(.cannotCreate, "\(option) \(path): a file, not a folder",
+                                hint: "name a folder with room for the scratch copy (\(option) takes a folder, not a file)")
         }
     }
 

@@ -208,6 +208,7 @@ enum BlobLocator {
                             damaged: [RepositoryIndex.Damaged]) -> StoreOpsError {
         let because = damaged.isEmpty ? "" : " (unreadable index: \(damaged.map(\.described).joined(separator: "; ")))"
         return StoreOpsError(.badData, "\(context): its \(type.name) \(id.hex.prefix(16))… is in no index of \(repository.location)\(because)",
-                             hint: "`storectl repo check --repo \(repository.location)` lists what is missing; restore another snapshot")
+                             hint: "`storectl repo repair --repo \(repository.location)` rebuilds the indexes from the packs (lost or damaged index files); "
+                                + "`storectl repo check --repo \(repository.location)` lists what is still missing after it; restore another snapshot")
     }
 }
