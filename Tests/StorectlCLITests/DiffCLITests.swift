@@ -473,6 +473,32 @@ struct DiffCLITests {
         #expect(same.status == 0, "\(same.stdout)\(same.stderr)")
     }
 
+    @Test("--json carries each value as stored beside its display form: NULL null, integers and reals numbers, text whole and unescaped, blobs by size and SHA-256; the text report's values stay for people")
+    func typedValues() throws {
+        let folder = try TempFolder()
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        let long = String(repeating: "long text ", count: 100) + "\u{1b}[31m the end"
+        try write(a, "CREATE TABLE v (id INTEGER PRIMARY KEY, n INTEGER, r REAL, s TEXT, x BLOB); INSERT INTO v VALUES (1, 5, 1.5, 'old \"q\"', x'00ff'), (2, 1, NULL, 'gone', NULL);")
+        _ = try ChildProcess.run("/bin/cp", [a, b])
+        try write(b, "UPDATE v SET n = NULL, r = 798123456.25, s = ?, x = x'0102' WHERE id = 1; DELETE FROM v WHERE id = 2;", arguments: [long])
+        let run = try storectl("diff", a, b, "--json")
+        #expect(run.status == 2, "\(run.stderr)")
+        let objects = try report(run).entities.first { $0.table == "v" }?.objects ?? []
+        let changed = try #require(objects.first { $0.change == "changed" })
+        func value(_ name: String) -> StoreDiff.ValueChange? { changed.values.first { $0.name == name } }
+        #expect(value("n")?.beforeValue == .integer(5) && value("n")?.before == "5" && value("n")?.after == "nil")
+        #expect(value("r")?.beforeValue == .real(1.5) && value("r")?.afterValue == .real(798_123_456.25))
+        #expect(value("s")?.beforeValue == .text("old \"q\"") && value("s")?.afterValue == .text(long), "whole, unescaped")
+        #expect(value("s")?.after?.contains("\\u{1b}") == true, "the display form stays escaped: \(value("s")?.after ?? "")")
+        #expect(value("x")?.beforeValue == .blob(bytes: 2, sha256: "06eb7d6a69ee19e5fbdf749018d3d2abfa04bcbd1365db312eb86dc7169389b8"), "\(String(describing: value("x")))")
+        let removed = try #require(objects.first { $0.change == "removed" })
+        #expect(removed.values.first { $0.name == "s" }?.beforeValue == .text("gone") && removed.values.first { $0.name == "s" }?.afterValue == nil)
+        // NULL is JSON null where a side has it, absent where the side has no such value.
+        #expect(run.stdout.contains("\"afterValue\" : null"), "\(run.stdout)")
+        // The text report has no typed values to carry.
+        #expect(try storectl("diff", a, b).status == 2)
+    }
+
     @Test("a plain store's rows are paired by their primary key when it is not the rowid: INSERT OR REPLACE (a new rowid) is one row changed, a delete and an insert reusing a rowid are one removed and one added (a TEXT key, a composite one); --key table.column pairs by another column; user_version is a schema change; control characters and quotes in values are escaped; stdout that cannot be written is 74")
     func plainKeysAndOutput() throws {
         let folder = try TempFolder()

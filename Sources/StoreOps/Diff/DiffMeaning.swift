@@ -883,7 +883,7 @@ extension StoreDiff {
                         // Long texts are shown from a little before where they first differ (the
                         // first 4,096 characters of two texts that differ after them would read the same).
                         let (a, b) = options.shortValues ? Self.window(x, y) : Self.window(x, y, width: 4096, lead: 200)
-                        values.append(ValueChange(name: label.name, before: a, after: b))
+                        values.append(ValueChange(name: label.name, before: a, after: b, beforeValue: typed(old), afterValue: typed(new)))
                     } else {
                         var was = render(old, label: label)
                         // An object renumbered under --key is named with its new number too:
@@ -892,7 +892,7 @@ extension StoreDiff {
                             if let now = renumber[target]?[o] { was += " (now \(now))" }
                             else if renumberedTo[target]?.contains(o) == true { was += " (another object is \(o) now)" }
                         }
-                        values.append(ValueChange(name: label.name, before: was, after: render(new, label: label)))
+                        values.append(ValueChange(name: label.name, before: was, after: render(new, label: label), beforeValue: typed(old), afterValue: typed(new)))
                     }
                 }
                 guard meaningful else {
@@ -912,7 +912,8 @@ extension StoreDiff {
                     let label = labels?[column] ?? .plain(column)
                     if labels != nil, [.identity, .entity, .opt].contains(label) { continue }
                     let text = render(value, label: label)
-                    values.append(ValueChange(name: label.name, before: after == nil ? text : nil, after: after != nil ? text : nil))
+                    values.append(ValueChange(name: label.name, before: after == nil ? text : nil, after: after != nil ? text : nil,
+                                              beforeValue: after == nil ? typed(value) : nil, afterValue: after != nil ? typed(value) : nil))
                 }
                 if after != nil { entry.added += 1 } else { entry.removed += 1 }
             }
@@ -1005,6 +1006,11 @@ extension StoreDiff {
                 }
             }
             return out + "\""
+        }
+
+        /// A value for programs, in `--json` only (the text report has no use for it).
+        func typed(_ value: SQLitePages.Value) -> TypedValue? {
+            options.shortValues ? nil : TypedValue(value)
         }
 
         /// A value for people: dates (Core Data's seconds since 2001) as UTC times, text quoted and

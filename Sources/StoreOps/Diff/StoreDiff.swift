@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 
@@ -169,8 +170,77 @@ public enum StoreDiff {
 
     public struct ValueChange: Sendable, Codable, Equatable {
         public var name: String
+        /// For people: dates as times, text quoted and escaped (long text shortened), blobs by
+        /// size and hash, "nil" for NULL.
         public var before: String?
         public var after: String?
+        /// For programs (`--json`): the stored values as they are (absent where the side has none).
+        public var beforeValue: TypedValue?
+        public var afterValue: TypedValue?
+
+        public init(name: String, before: String?, after: String?, beforeValue: TypedValue? = nil, afterValue: TypedValue? = nil) {
+            self.name = name
+            self.before = before
+            self.after = after
+            self.beforeValue = beforeValue
+            self.afterValue = afterValue
+        }
+    }
+
+    /// A stored value in `--json`, as SQLite holds it: NULL is `null`, an integer or a real a JSON
+    /// number (Core Data's dates are seconds since 2001-01-01, as stored; a real that is not finite
+    /// is the string "inf", "-inf"), text the whole string, a blob `{"bytes": N, "sha256": "…"}`.
+    public enum TypedValue: Sendable, Codable, Equatable {
+        case null
+        case integer(Int64)
+        case real(Double)
+        case text(String)
+        case blob(bytes: Int, sha256: String)
+
+        init(_ value: SQLitePages.Value) {
+            switch value {
+            case .null: self = .null
+            case .integer(let n): self = .integer(n)
+            case .real(let d): self = .real(d)
+            case .text(let t): self = .text(t)
+            case .blob(let b): self = .blob(bytes: b.count, sha256: SHA256.hash(data: b).map { String(format: "%02x", $0) }.joined())
+            }
+        }
+
+        private enum BlobKeys: String, CodingKey { case bytes, sha256 }
+
+        public func encode(to encoder: any Encoder) throws {
+            switch self {
+            case .null:
+                var c = encoder.singleValueContainer()
+                try c.encodeNil()
+            case .integer(let n):
+                var c = encoder.singleValueContainer()
+                try c.encode(n)
+            case .real(let d):
+                var c = encoder.singleValueContainer()
+                if d.isFinite { try c.encode(d) } else { try c.encode(d > 0 ? "inf" : "-inf") }
+            case .text(let t):
+                var c = encoder.singleValueContainer()
+                try c.encode(t)
+            case .blob(let bytes, let sha256):
+                var c = encoder.container(keyedBy: BlobKeys.self)
+                try c.encode(bytes, forKey: .bytes)
+                try c.encode(sha256, forKey: .sha256)
+            }
+        }
+
+        public init(from decoder: any Decoder) throws {
+            if let keyed = try? decoder.container(keyedBy: BlobKeys.self), keyed.contains(.bytes) {
+                self = .blob(bytes: try keyed.decode(Int.self, forKey: .bytes), sha256: try keyed.decode(String.self, forKey: .sha256))
+                return
+            }
+            let c = try decoder.singleValueContainer()
+            if c.decodeNil() { self = .null }
+            else if let n = try? c.decode(Int64.self) { self = .integer(n) }
+            else if let d = try? c.decode(Double.self) { self = .real(d) }
+            else { self = .text(try c.decode(String.self)) }
+        }
     }
 
     public struct LinkChanges: Sendable, Codable {
