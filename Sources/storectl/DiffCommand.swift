@@ -73,7 +73,14 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         storectl_keep_freed_memory(16 << 20)
         var resolved: [StoreDiff.Side] = try at.map { .point(try PointRestore.parseTime($0)) }
         for side in sides {
-            if FileSystem.kind(of: side) == .missing, let point = SnapshotID.pointLabelGiven(side, repository: repo) { throw point }
+            // A point's label (`<chain>@<number>`, as restore and diff print it) is a point.
+            if FileSystem.kind(of: side) == .missing, SnapshotID.pointLabel(side) != nil {
+                guard repo != nil else {
+                    throw StoreOpsError(.usage, "\(side) is a point: it needs --repo", hint: "storectl diff --repo DIR \(side) …")
+                }
+                resolved.append(.snapshot(side))
+                continue
+            }
             // With --repo, a name that is no file is a snapshot id, unless it cannot be one (ids
             // are digits, T, Z, - and hex): a mistyped store then says "no such file".
             if repo != nil, FileSystem.kind(of: side) == .missing, !side.contains("/"), side.allSatisfy({ "0123456789TZ-abcdef".contains($0) }) {

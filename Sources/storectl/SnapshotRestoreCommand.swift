@@ -37,7 +37,6 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     }
 
     func run() throws {
-        if let id, let point = SnapshotID.pointLabelGiven(id, repository: repo) { throw point }
         let target: SnapshotRestore.Target = to.map { .file($0) } ?? .inPlace(inPlace!)
         var options = SnapshotRestore.Options(repository: repo, id: id ?? "", target: target, force: force, wait: wait)
         options.password = password.source

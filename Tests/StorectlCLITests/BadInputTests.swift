@@ -106,7 +106,7 @@ struct BadInputTests {
     }
 
     /// Found by a helper trying storectl as a new user: each was reported as another error, the word typed never named.
-    @Test("a mistyped option or subcommand is named as such (64), not as the complaint it causes; a repeated diff --store is refused; --at durations without their minus say how to write them; a missing password file says so and where its name came from; a blank --repo is 64, not the current folder; a point's label where a snapshot id goes says how to name a point",
+    @Test("a mistyped option or subcommand is named as such (64), not as the complaint it causes; a repeated diff --store is refused; --at durations without their minus say how to write them; a missing password file says so and where its name came from; a blank --repo is 64, not the current folder; a point's label without --repo, or as rollback's --to, says what it needs",
           arguments: [
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-1m", "--stor", "A.sqlite", "--to", "x.sqlite"], 64, "unknown option '--stor'. Did you mean '--store'?"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-1m", "--store", "A.sqlite", "--too", "x.sqlite"], 64, "unknown option '--too'. Did you mean '--to'?"),
@@ -117,8 +117,8 @@ struct BadInputTests {
             (["repo", "init", "--repo", " "], 64, "--repo is blank"),
             (["diff", "--repo", "", "a.sqlite", "b.sqlite"], 64, "--repo is blank"),
             // A point's label, as restore prints it, where a snapshot id goes: how to name a point.
-            (["diff", "--repo", "/nonexistent", "20261202T015131Z-55d10e@1", "b.sqlite"], 64, "is a point (number 1 of the chain based on snapshot 20261202T015131Z-55d10e), not a snapshot id"),
-            (["snapshot", "restore", "--repo", "/nonexistent", "20261202T015131Z-55d10e@2", "--to", "x.sqlite"], 64, "name a point by its time: --at TIME"),
+            (["diff", "20261202T015131Z-55d10e@1", "b.sqlite"], 64, "20261202T015131Z-55d10e@1 is a point: it needs --repo"),
+            (["rollback", "Tasks.sqlite", "--repo", "/nonexistent", "--to", "20261202T015131Z-55d10e@2"], 64, "name a point by its time: --at TIME"),
             (["snapshot", "lst", "--repo", "/nonexistent"], 64, "`storectl snapshot` has no subcommand 'lst': did you mean `storectl snapshot list`?"),
             (["bakup", "Tasks.sqlite"], 64, "did you mean `storectl backup`?"),
             // A required option mistyped: ArgumentParser said "missing expected argument '--policy <policy>'".

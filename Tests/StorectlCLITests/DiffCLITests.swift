@@ -471,6 +471,26 @@ struct DiffCLITests {
         #expect(changed.count == 1 && changed.first?.object.hasSuffix(" 3") == true && changed.first?.values.first?.after == "\"between the points\"", "\(changed)")
         let same = try storectl("diff", "--repo", repo, "--at", after, store)
         #expect(same.status == 0, "\(same.stdout)\(same.stderr)")
+        // The points by their labels, as diff and restore print them (`<chain>@<number>`): the same
+        // two points, the same one change; restored by label, the same content as by time.
+        let labels = [result.a.name, result.b.name].map { String($0.split(separator: " ").first ?? "") }
+        #expect(labels.allSatisfy { SnapshotID.pointLabel($0) != nil }, "\(labels)")
+        let byLabel = try storectl("diff", "--repo", repo, labels[0], labels[1], "--json")
+        #expect(byLabel.status == 2, "\(byLabel.stderr)")
+        let labelled = try report(byLabel)
+        #expect(labelled.a.kind == "point" && labelled.entities.flatMap(\.objects).map(\.object) == changed.map(\.object), "\(labelled.entities)")
+        let fromLabel = folder.file("by-label.sqlite"), fromTime = folder.file("by-time.sqlite")
+        let restored = try storectl("snapshot", "restore", "--repo", repo, labels[1], "--to", fromLabel, "--json")
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restored.stdout.utf8)).point == labels[1])
+        #expect(try storectl("snapshot", "restore", "--repo", repo, "--at", after, "--to", fromTime).status == 0)
+        #expect(try StoreState.digest(fromLabel, journalMode: false) == StoreState.digest(fromTime, journalMode: false))
+        // A number past the chain's last point, or a chain the repository does not have: 66.
+        let chain = labels[1].split(separator: "@")[0]
+        let past = try storectl("snapshot", "restore", "--repo", repo, "\(chain)@99999", "--to", folder.file("past.sqlite"))
+        #expect(past.status == 66 && past.stderr.contains("is not in"), "\(past.stderr)")
+        let none = try storectl("diff", "--repo", repo, "20200101T000000Z-abcdef@1", store)
+        #expect(none.status == 66 && none.stderr.contains("no chain of points based on snapshot 20200101T000000Z-abcdef"), "\(none.stderr)")
     }
 
     @Test("--json carries each value as stored beside its display form: NULL null, integers and reals numbers, text whole and unescaped, blobs by size and SHA-256; the text report's values stay for people")

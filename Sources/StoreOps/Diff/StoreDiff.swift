@@ -352,6 +352,14 @@ public enum StoreDiff {
                     let pages = try FilePages(path: copy, what: path, hold: false)
                     return (pages, SideSummary(name: path, kind: "file", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: true))
                 }
+            case .snapshot(let id) where SnapshotID.pointLabel(id) != nil:
+                // A point named by its label (`<chain>@<number>`, as restore and diff print it).
+                let repository = try repo()
+                let scratch = options.scratch.map { FileSystem.absolute($0) } ?? PointRestore.temporaryFolder
+                let target = try PointRestore.resolve(repository, label: SnapshotID.pointLabel(id) ?? ("", 0), scratch: scratch)
+                let pages = try RepositoryPages(record: target.record, overlay: target.overlay, repository: repository, what: "point \(id)")
+                return (pages, SideSummary(name: "\(id)\(target.time.map { " at \(Timestamp.iso($0))" } ?? "")", kind: "point",
+                                           pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
             case .snapshot(let id):
                 let repository = try repo()
                 let record = try repository.record(id)
@@ -372,7 +380,7 @@ public enum StoreDiff {
         }
         progress?(.stage("reading"))
         let sideA: (any DiffPages, SideSummary), sideB: (any DiffPages, SideSummary)
-        if case .snapshot(let idA) = options.a, case .snapshot(let idB) = options.b {
+        if case .snapshot(let idA) = options.a, case .snapshot(let idB) = options.b, SnapshotID.pointLabel(idA) == nil, SnapshotID.pointLabel(idB) == nil {
             // Two snapshots: their records and maps read at once, one on each core.
             let repository = try repo()
             stage("repository open")

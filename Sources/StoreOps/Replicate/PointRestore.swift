@@ -89,7 +89,8 @@ public enum PointRestore {
 
     /// The snapshot `options.id` names, or with `options.at`, the newest point at or before it.
     static func target(_ options: SnapshotRestore.Options, in repository: PagedRepository) throws -> Target {
-        guard let at = options.at else { return Target(record: try repository.record(options.id)) }
+        let label = options.at == nil ? SnapshotID.pointLabel(options.id) : nil
+        guard options.at != nil || label != nil else { return Target(record: try repository.record(options.id)) }
         // The point's pages beyond the memory budget go to a scratch file beside the restored
         // database (the volume that must have room for it anyway; `diff --at`: TMPDIR).
         let destination: String
@@ -102,9 +103,35 @@ public enum PointRestore {
         case .missing: throw StoreOpsError(.cannotCreate, "the folder \(destination) does not exist", hint: "create it first (storectl makes no folders), or restore --to a file in another folder")
         default: throw StoreOpsError(.cannotCreate, "\(destination) is not a folder")
         }
+        if let label { return try resolve(repository, label: label, scratch: destination) }
         var inPlace: String?
         if case .inPlace(let path) = options.target { inPlace = path }
-        return try resolve(repository, at: at, store: options.pointStore, host: options.pointHost, scratch: destination, inPlace: inPlace)
+        return try resolve(repository, at: options.at ?? Date(), store: options.pointStore, host: options.pointHost, scratch: destination, inPlace: inPlace)
+    }
+
+    /// The point a label names (`<chain>@<number>`, as restore and diff print it): that point
+    /// exactly, of whichever store it is (66 when its chain is not in the repository, or
+    /// retention thinned that point away).
+    static func resolve(_ repository: PagedRepository, label: (chain: String, number: Int), scratch: String) throws -> Target {
+        let name = "\(label.chain)@\(label.number)"
+        let timeline = try PointTimeline.load(repository)
+        guard let chain = timeline.chains.first(where: { $0.id == label.chain }) else {
+            throw StoreOpsError(.noInput, "no chain of points based on snapshot \(label.chain) in \(repository.location) (point \(name))",
+                                hint: "`storectl snapshot list --repo \(repository.location)` shows the points each store has")
+        }
+        // A time at or after the point and within its chain: the end of the segment holding it.
+        let segment = chain.segments.first { $0.from <= label.number && label.number <= $0.to }
+        guard label.number < chain.points, let segment else {
+            throw StoreOpsError(.noInput, "point \(name) is not in \(repository.location): chain \(label.chain) has points 0…\(chain.points - 1)",
+                                hint: "`storectl snapshot list --repo \(repository.location)` shows the points each store has")
+        }
+        let time = label.number == 0 ? chain.baseTime : max(chain.baseTime, segment.lastTime)
+        let target = try resolve(repository, at: date(time), store: nil, host: nil, scratch: scratch, point: (chain.store, label.number))
+        guard target.point == name || (label.number == 0 && target.point == nil && target.record.id == label.chain) else {
+            throw StoreOpsError(.noInput, "point \(name) is no longer in \(repository.location) (retention kept \(target.point ?? target.record.id) before it)",
+                                hint: "restore \(target.point ?? target.record.id), or a point by its time: --at TIME")
+        }
+        return target
     }
 
     /// TMPDIR, or /tmp.

@@ -33,12 +33,19 @@ public enum SnapshotID {
         !text.isEmpty && text.count <= 40 && text.allSatisfy { $0.isASCII && ($0.isHexDigit || $0 == "T" || $0 == "Z" || $0 == "-") }
     }
 
+    /// A point's label, `<chain's base snapshot id>@<number>`, taken apart (nil: not one).
+    public static func pointLabel(_ text: String) -> (chain: String, number: Int)? {
+        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2, isWellFormed(String(parts[0])), parts[1].allSatisfy(\.isASCII), let number = Int(parts[1]), number >= 0 else { return nil }
+        return (String(parts[0]), number)
+    }
+
     /// A point's label as restore and diff print it (`20261122T031500Z-7f3a9c@12`: its chain's
     /// base snapshot and its number there) given where a snapshot id was expected: 64 saying how
     /// a point is named on the command line (by its time), nil for anything else.
     public static func pointLabelGiven(_ text: String, repository: String?) -> StoreOpsError? {
-        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
-        guard parts.count == 2, isWellFormed(String(parts[0])), let number = Int(parts[1]), number >= 0 else { return nil }
+        guard let (chain, number) = pointLabel(text) else { return nil }
+        let parts = [chain, String(number)]
         let list = repository.map { "`storectl snapshot list --repo \($0)`" } ?? "`storectl snapshot list --repo REPO`"
         return StoreOpsError(.usage, "\"\(text)\" is a point (number \(number) of the chain based on snapshot \(parts[0])), not a snapshot id",
                              hint: "name a point by its time: --at TIME (restore and diff print each point's time beside its label; \(list) shows the times each store is covered)")
