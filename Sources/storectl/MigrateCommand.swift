@@ -218,7 +218,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
             print("nothing to roll back: no migration has been applied to \(FileSystem.absolute(store)) (version 0); to restore a snapshot anyway: --to ID")
             return
         }
-        print("rolled back \(FileSystem.absolute(store)) to \(at == nil ? "snapshot" : "point") \(result.restored) (version \(result.version)); "
+        print("rolled back \(FileSystem.absolute(store)) to \(at == nil ? "snapshot" : "point") \(result.restored ?? "-") (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"
               + (result.safetySnapshotPoint.map { " (made from replicate's point \($0))" } ?? "")
               + (result.clearedInterruptedMigration ? "; the interrupted migration is cleared" : ""))

@@ -27,7 +27,9 @@ public enum Rollback {
     }
 
     public struct Result: Sendable, Codable {
-        public var restored: String
+        /// The snapshot (or point) put back; nil when nothing was (`nothingToRollBack`,
+        /// `interruptedRunCommittedNothing`).
+        public var restored: String?
         public var safetySnapshot: String?
         /// The safety snapshot was made from this point of `storectl replicate` (the store's state
         /// then), not by reading the store.
@@ -36,8 +38,8 @@ public enum Rollback {
         public var clearedInterruptedMigration: Bool
         /// The store's version (highest applied migration) after the rollback.
         public var version: Int
-        /// The restored store's SHA-256 equals the snapshot's.
-        public var verified: Bool
+        /// The restored store's SHA-256 equals the snapshot's (nil when nothing was restored).
+        public var verified: Bool?
         public var stages: [StageTiming]
         /// No migration was applied to the store (version 0) and none was interrupted: nothing was
         /// done (exit 0, as `migrate` says "up to date"; a rollback killed after its swap is
@@ -84,8 +86,8 @@ public enum Rollback {
         let walked = pipeline.walk(road)
         let (plan, result) = try walked.get()
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
-        return Result(restored: plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
-                      version: version, verified: result?.verified ?? true, stages: walked.stages, nothingToRollBack: result == nil && !plan.committedNothing,
+        return Result(restored: result == nil ? nil : plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
+                      version: version, verified: result?.verified, stages: walked.stages, nothingToRollBack: result == nil && !plan.committedNothing,
                       interruptedRunCommittedNothing: plan.committedNothing)
     }
 

@@ -435,7 +435,7 @@ struct MigrateTests {
         _ = try Migrate.run(fixture.options())
         let migrated = try logicalDigest(fixture.store)
         let result = try Rollback.run(.init(store: fixture.store, repository: fixture.repo))
-        #expect(result.verified && result.version == 0)
+        #expect(result.verified == true && result.version == 0)
         #expect(try logicalDigest(fixture.store) == original)
         let safety = try #require(result.safetySnapshot)
         let kept = fixture.folder.file("kept.sqlite")
@@ -445,7 +445,7 @@ struct MigrateTests {
         let none = try MigrationFixture()
         let untouched = try logicalDigest(none.store)
         let nothing = try Rollback.run(.init(store: none.store, repository: fixture.repo))
-        #expect(nothing.nothingToRollBack && nothing.restored.isEmpty && nothing.safetySnapshot == nil)
+        #expect(nothing.nothingToRollBack && nothing.restored == nil && nothing.verified == nil && nothing.safetySnapshot == nil)
         #expect(try logicalDigest(none.store) == untouched)
     }
 
