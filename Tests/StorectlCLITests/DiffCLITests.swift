@@ -506,7 +506,8 @@ struct DiffCLITests {
         let objects = try report(run).entities.first { $0.table == "v" }?.objects ?? []
         let changed = try #require(objects.first { $0.change == "changed" })
         func value(_ name: String) -> StoreDiff.ValueChange? { changed.values.first { $0.name == name } }
-        #expect(value("n")?.beforeValue == .integer(5) && value("n")?.before == "5" && value("n")?.after == "nil")
+        #expect(value("n")?.beforeValue == .integer(5) && value("n")?.before == "5" && value("n")?.after == "nil" && value("n")?.afterValue == .null,
+                "a stored NULL reads back as .null, not as no value: \(String(describing: value("n")))")
         #expect(value("r")?.beforeValue == .real(1.5) && value("r")?.afterValue == .real(798_123_456.25))
         #expect(value("s")?.beforeValue == .text("old \"q\"") && value("s")?.afterValue == .text(long), "whole, unescaped")
         #expect(value("s")?.after?.contains("\\u{1b}") == true, "the display form stays escaped: \(value("s")?.after ?? "")")

@@ -185,11 +185,26 @@ public enum StoreDiff {
             self.beforeValue = beforeValue
             self.afterValue = afterValue
         }
+
+        private enum CodingKeys: String, CodingKey { case name, before, after, beforeValue, afterValue }
+
+        /// A stored NULL is `"beforeValue": null`, which is not the key left out (that side has
+        /// no such value): read back as `.null`, not nil.
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            name = try c.decode(String.self, forKey: .name)
+            before = try c.decodeIfPresent(String.self, forKey: .before)
+            after = try c.decodeIfPresent(String.self, forKey: .after)
+            beforeValue = c.contains(.beforeValue) ? try c.decode(TypedValue.self, forKey: .beforeValue) : nil
+            afterValue = c.contains(.afterValue) ? try c.decode(TypedValue.self, forKey: .afterValue) : nil
+        }
     }
 
     /// A stored value in `--json`, as SQLite holds it: NULL is `null`, an integer or a real a JSON
-    /// number (Core Data's dates are seconds since 2001-01-01, as stored; a real that is not finite
-    /// is the string "inf", "-inf"), text the whole string, a blob `{"bytes": N, "sha256": "…"}`.
+    /// number (Core Data's dates are seconds since 2001-01-01, as stored; a real with no fraction
+    /// is written as an integer is, and one that is not finite as the string "inf" or "-inf", so
+    /// a program reads numbers as numbers, not SQLite's storage class), text the whole string, a
+    /// blob `{"bytes": N, "sha256": "…"}`.
     public enum TypedValue: Sendable, Codable, Equatable {
         case null
         case integer(Int64)
@@ -219,7 +234,7 @@ public enum StoreDiff {
                 try c.encode(n)
             case .real(let d):
                 var c = encoder.singleValueContainer()
-                if d.isFinite { try c.encode(d) } else { try c.encode(d > 0 ? "inf" : "-inf") }
+                if d.isFinite { try c.encode(d) } else { try c.encode(d.isNaN ? "nan" : d > 0 ? "inf" : "-inf") }
             case .text(let t):
                 var c = encoder.singleValueContainer()
                 try c.encode(t)

@@ -403,6 +403,9 @@ public enum Migrate {
         func preflight() throws {
             // With --wait, the look that ends the wait is the one that lets the run go on (a second
             // look after it refused when the app opened the store between the two).
+            // The wait's deadline runs from here, whether or not the app has the store open now:
+            // the preflight below waits for one that opens it meanwhile, up to the same deadline.
+            if options.wait, waitDeadline == nil { waitDeadline = Date().addingTimeInterval(options.timeout) }
             while !options.force, let pid = try LockState.otherUser(of: store) {
                 if options.wait, !LockState.isFollower(pid), Date() < waitDeadline ?? .distantFuture {
                     waitUntilClosed()

@@ -126,7 +126,7 @@ public enum PointRestore {
                                 hint: "`storectl snapshot list --repo \(repository.location)` shows the points each store has")
         }
         let time = label.number == 0 ? chain.baseTime : max(chain.baseTime, segment.lastTime)
-        let target = try resolve(repository, at: date(time), store: nil, host: nil, scratch: scratch, point: (chain.store, label.number))
+        let target = try resolve(repository, at: date(time), store: nil, host: nil, scratch: scratch, point: (chain.store, label.number), chain: chain.id)
         guard target.point == name || (label.number == 0 && target.point == nil && target.record.id == label.chain) else {
             throw StoreOpsError(.noInput, "point \(name) is no longer in \(repository.location) (retention kept \(target.point ?? target.record.id) before it)",
                                 hint: "restore \(target.point ?? target.record.id), or a point by its time: --at TIME")
@@ -240,12 +240,13 @@ public enum PointRestore {
     ///   store is named).
     /// - Parameter point: an exact point instead of the newest at `at`: its store's key and number
     ///   (`at` is then that point's time; what comes after it at the same millisecond is left out).
+    /// - Parameter chain: with `point`, the chain it is in (by its base's id), not the one `at` falls in.
     static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, inPlace: String? = nil,
-                        point exact: (key: String, number: Int)? = nil) throws -> Target {
+                        point exact: (key: String, number: Int)? = nil, chain chainID: String? = nil) throws -> Target {
         var skipping: Set<SegmentName> = []
         while true {
             do {
-                return try resolve(repository, at: at, store: store, host: host, scratch: scratch, inPlace: inPlace, exact: exact, skipping: skipping)
+                return try resolve(repository, at: at, store: store, host: host, scratch: scratch, inPlace: inPlace, exact: exact, chainID: chainID, skipping: skipping)
             } catch let unusable as DigestUnusable {
                 SnapshotRestore.logger.warning("a digest of points cannot be read; the points it spans are read instead", metadata: [
                     "digest": "\(repository.backend.describe(unusable.name.key))", "error": "\((unusable.error as? StoreOpsError)?.message ?? "\(unusable.error)")"])
@@ -259,7 +260,7 @@ public enum PointRestore {
     }
 
     static func resolve(_ repository: PagedRepository, at: Date, store: String?, host: String?, scratch: String, inPlace: String?,
-                        exact: (key: String, number: Int)? = nil, skipping: Set<SegmentName>) throws -> Target {
+                        exact: (key: String, number: Int)? = nil, chainID: String? = nil, skipping: Set<SegmentName>) throws -> Target {
         let started = Date()
         func stage(_ what: String, _ metadata: Logger.Metadata = [:]) {
             SnapshotRestore.logger.debug("\(what)", metadata: metadata.merging(["ms": "\(Int(Date().timeIntervalSince(started) * 1000))"]) { a, _ in a })
@@ -272,7 +273,9 @@ public enum PointRestore {
         let chains = timeline.chains(of: key)
         let t = Replicate.ms(at)
         let when = Timestamp.iso(at)
-        guard let chain = chains.last(where: { $0.baseTime <= t }) else {
+        // A chain named (a point's label): that one, also where the next chain's base has the
+        // same time as its last points (a compaction's catch-up commits are stamped so).
+        guard let chain = chainID.map({ id in chains.first { $0.id == id } }) ?? chains.last(where: { $0.baseTime <= t }) else {
             let first = chains.first.map { " (the first is at \(Timestamp.iso(date($0.baseTime))))" } ?? ""
             // The store named (a user trying two sides' times could not tell which store this was).
             let named = store.map { FileSystem.absolute($0) } ?? inPlace.map { FileSystem.absolute($0) }

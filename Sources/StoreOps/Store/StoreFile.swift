@@ -26,25 +26,31 @@ public struct StoreFile: Sendable, Hashable {
     /// the plain name is not (a diff of the kept state read its attachments as removed).
     public static func supportPath(forDatabase database: String) -> String {
         let name = FileSystem.name(of: database), folder = FileSystem.parent(of: database) as NSString
-        let plain = folder.appendingPathComponent(".\((name as NSString).deletingPathExtension)_SUPPORT")
-        for marker in keptSuffixes {
-            guard let at = name.range(of: marker, options: .backwards), at.lowerBound > name.startIndex else { continue }
+        let plain = folder.appendingPathComponent(plainSupportName(name))
+        // The leftmost of storectl's markers in the name: what precedes it is the store's name.
+        let first = keptSuffixes.compactMap { name.range(of: $0) }.filter { $0.lowerBound > name.startIndex }.min { $0.lowerBound < $1.lowerBound }
+        if let at = first {
             let kept = folder.appendingPathComponent(".\((String(name[..<at.lowerBound]) as NSString).deletingPathExtension)\(name[at.lowerBound...])_SUPPORT")
             if FileSystem.kind(of: kept) == .directory, FileSystem.kind(of: plain) == .missing { return kept }
-            break
         }
         return plain
     }
 
-    /// How storectl names a store it keeps aside: `<store>.failed-migration-<time>` and the like.
-    static let keptSuffixes = [".failed-migration-", ".damaged-", ".orphaned-", ".replaced-"]
+    /// `.<stem>_SUPPORT` for a database named `name`, by its name alone.
+    static func plainSupportName(_ name: String) -> String {
+        ".\((name as NSString).deletingPathExtension)_SUPPORT"
+    }
 
     public static let externalDataFolderName = "_EXTERNAL_DATA"
 
-    /// `.<stem>_SUPPORT/_EXTERNAL_DATA`, relative to the database's folder (manifests record it so).
+    /// `.<stem>_SUPPORT/_EXTERNAL_DATA`, relative to the database's folder (manifests record it so),
+    /// by the name alone (no folder is looked at).
     public static func externalDataRelativePath(forDatabaseNamed name: String) -> String {
-        "\(FileSystem.name(of: supportPath(forDatabase: name)))/\(externalDataFolderName)"
+        "\(plainSupportName(FileSystem.name(of: name)))/\(externalDataFolderName)"
     }
+
+    /// How storectl names a store it keeps aside: `<store>.failed-migration-<time>` and the like.
+    static let keptSuffixes = [".failed-migration-", ".damaged-", ".orphaned-", ".replaced-"]
 
     /// `.<stem>_SUPPORT` kept beside a store under another name: `.<stem><suffix>_SUPPORT`.
     static func supportPath(_ path: String, withSuffix suffix: String) -> String? {
