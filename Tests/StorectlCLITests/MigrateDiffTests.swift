@@ -179,7 +179,10 @@ struct MigrateDiffTests {
             let writer = try ChildProcess.Running(Binaries.lab, ["writer", f.store, "--interval-ms", "\(10 + 3 * run)", "--reopen", "--ready-file", ready, "--commit-log", log])
             #expect(ChildProcess.waitFor(file: ready))
             usleep(100_000)
-            let migrated = try f.migrate(["--json"])
+            // Every other run waits for the app (--wait: for a moment no connection of its is
+            // open, then the run's write lock holds its next commit): on a loaded CI machine 9
+            // of 10 runs without it found the app's connection open and were refused.
+            let migrated = try f.migrate(["--json"] + (run % 2 == 0 ? ["--wait"] : []))
             statuses.append(migrated.status)
             usleep(100_000)
             writer.signal(SIGTERM)
