@@ -49,9 +49,6 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             throw ValidationError("\(name) given \(values.count) times (\(values.joined(separator: ", "))): both points of a diff are of one store; "
                                   + "to compare two stores' points, restore one (`storectl snapshot restore --at TIME --store S --to FILE`) and diff the file against the other's --at")
         }
-        if let repo, repo.trimmingCharacters(in: .whitespaces).isEmpty {
-            throw ValidationError("--repo is blank: name the repository's folder or s3://bucket/prefix (an unset variable gives an empty value)")
-        }
         // A blank side (an unset variable) would otherwise be the current folder.
         if sides.contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
             throw ValidationError("a blank side: name a store, a backup file, or a snapshot id with --repo")
@@ -71,6 +68,8 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         // over and over: memory given back after each was 0.1 s of 1.5 s in page faults on the
         // bench store's two snapshots (3 MiB more at peak kept instead).
         storectl_keep_freed_memory(16 << 20)
+        // Refused even where no side needs the repository (two files).
+        if let repo { try RepositoryLocation.refuseBlank(repo) }
         var resolved: [StoreDiff.Side] = try at.map { .point(try PointRestore.parseTime($0)) }
         for side in sides {
             // A point's label (`<chain>@<number>`, as restore and diff print it) is a point.

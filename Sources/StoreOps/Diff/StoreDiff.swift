@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import Logging
 
@@ -218,7 +217,7 @@ public enum StoreDiff {
             case .integer(let n): self = .integer(n)
             case .real(let d): self = .real(d)
             case .text(let t): self = .text(t)
-            case .blob(let b): self = .blob(bytes: b.count, sha256: SHA256.hash(data: b).map { String(format: "%02x", $0) }.joined())
+            case .blob(let b): self = .blob(bytes: b.count, sha256: Hashing.sha256(b))
             }
         }
 
@@ -367,28 +366,30 @@ public enum StoreDiff {
                     let pages = try FilePages(path: copy, what: path, hold: false)
                     return (pages, SideSummary(name: path, kind: "file", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: true))
                 }
-            case .snapshot(let id) where SnapshotID.pointLabel(id) != nil:
-                // A point named by its label (`<chain>@<number>`, as restore and diff print it).
-                let repository = try repo()
-                let scratch = options.scratch.map { FileSystem.absolute($0) } ?? PointRestore.temporaryFolder
-                let target = try PointRestore.resolve(repository, label: SnapshotID.pointLabel(id) ?? ("", 0), scratch: scratch)
-                let pages = try RepositoryPages(record: target.record, overlay: target.overlay, repository: repository, what: "point \(id)")
-                return (pages, SideSummary(name: "\(id)\(target.time.map { " at \(Timestamp.iso($0))" } ?? "")", kind: "point",
-                                           pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
             case .snapshot(let id):
                 let repository = try repo()
+                // A point named by its label (`<chain>@<number>`, as restore and diff print it).
+                if let label = SnapshotID.pointLabel(id) {
+                    return try point(try PointRestore.resolve(repository, label: label, scratch: pointScratch()), in: repository)
+                }
                 let record = try repository.record(id)
                 let pages = try RepositoryPages(record: record, overlay: nil, repository: repository, what: "snapshot \(record.id)")
                 return (pages, SideSummary(name: record.id, kind: "snapshot", pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
             case .point(let time):
                 let repository = try repo()
-                let scratch = options.scratch.map { FileSystem.absolute($0) } ?? PointRestore.temporaryFolder
-                let target = try PointRestore.resolve(repository, at: time, store: options.pointStore, host: options.pointHost, scratch: scratch)
-                let name = target.point.map { "point \($0)" } ?? "snapshot \(target.record.id)"
-                let pages = try RepositoryPages(record: target.record, overlay: target.overlay, repository: repository, what: name)
-                return (pages, SideSummary(name: "\(target.point ?? target.record.id) at \(Timestamp.iso(target.time ?? time))", kind: "point",
-                                           pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
+                return try point(try PointRestore.resolve(repository, at: time, store: options.pointStore, host: options.pointHost, scratch: pointScratch()),
+                                 in: repository, asked: time)
             }
+        }
+        /// Where a point's pages beyond the memory budget go.
+        func pointScratch() -> String { options.scratch.map { FileSystem.absolute($0) } ?? PointRestore.temporaryFolder }
+        /// A point's side: its chain's base with the point's pages over it.
+        func point(_ target: PointRestore.Target, in repository: PagedRepository, asked: Date? = nil) throws -> (any DiffPages, SideSummary) {
+            let name = target.point.map { "point \($0)" } ?? "snapshot \(target.record.id)"
+            let pages = try RepositoryPages(record: target.record, overlay: target.overlay, repository: repository, what: name)
+            let time = (target.time ?? asked).map { " at \(Timestamp.iso($0))" } ?? ""
+            return (pages, SideSummary(name: "\(target.point ?? target.record.id)\(time)", kind: "point",
+                                       pages: pages.pageCount, pageSize: pages.pageSize, coreData: false, copied: false))
         }
         func stage(_ what: String, _ more: Logger.Metadata = [:]) {
             logger.debug("\(what)", metadata: more.merging(["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "memory": "\(ProcessMemory.text())"]) { a, _ in a })

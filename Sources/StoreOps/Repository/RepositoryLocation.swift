@@ -8,7 +8,7 @@ public enum RepositoryLocation {
     }
 
     /// A blank --repo (an unset variable) is 64, not the current folder.
-    static func refuseBlank(_ location: String) throws {
+    public static func refuseBlank(_ location: String) throws {
         guard location.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { return }
         throw StoreOpsError(.usage, "--repo is blank", hint: "name the repository's folder or s3://bucket/prefix (an unset variable gives an empty value)")
     }

@@ -45,9 +45,8 @@ public enum SnapshotID {
     /// a point is named on the command line (by its time), nil for anything else.
     public static func pointLabelGiven(_ text: String, repository: String?) -> StoreOpsError? {
         guard let (chain, number) = pointLabel(text) else { return nil }
-        let parts = [chain, String(number)]
         let list = repository.map { "`storectl snapshot list --repo \($0)`" } ?? "`storectl snapshot list --repo REPO`"
-        return StoreOpsError(.usage, "\"\(text)\" is a point (number \(number) of the chain based on snapshot \(parts[0])), not a snapshot id",
+        return StoreOpsError(.usage, "\"\(text)\" is a point (number \(number) of the chain based on snapshot \(chain)), not a snapshot id",
                              hint: "name a point by its time: --at TIME (restore and diff print each point's time beside its label; \(list) shows the times each store is covered)")
     }
 }

@@ -29,9 +29,9 @@ public struct StoreFile: Sendable, Hashable {
         let plain = folder.appendingPathComponent(plainSupportName(name))
         // The leftmost of storectl's markers in the name: what precedes it is the store's name.
         let first = keptSuffixes.compactMap { name.range(of: $0) }.filter { $0.lowerBound > name.startIndex }.min { $0.lowerBound < $1.lowerBound }
-        if let at = first {
-            let kept = folder.appendingPathComponent(".\((String(name[..<at.lowerBound]) as NSString).deletingPathExtension)\(name[at.lowerBound...])_SUPPORT")
-            if FileSystem.kind(of: kept) == .directory, FileSystem.kind(of: plain) == .missing { return kept }
+        if let at = first, let kept = supportPath(folder.appendingPathComponent(plainSupportName(String(name[..<at.lowerBound]))), withSuffix: String(name[at.lowerBound...])),
+           FileSystem.kind(of: kept) == .directory, FileSystem.kind(of: plain) == .missing {
+            return kept
         }
         return plain
     }
