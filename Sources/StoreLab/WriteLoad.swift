@@ -27,6 +27,9 @@ public enum WriteLoad {
         /// title then ends with " #n", the commit's number in this run, and the commit log's key
         /// is n (the store's keys restart after an in-place restore; n does not).
         public var reopen = false
+        /// Titles end " #n" and the commit log's key is n (the commit's number in this run), as
+        /// with `reopen`, for a connection kept open (the primary key may repeat after a restore).
+        public var numbered = false
         public init() {}
     }
 
@@ -123,9 +126,9 @@ public enum WriteLoad {
                             try db.execute(sql: """
                                 INSERT INTO ZITEM (Z_PK, Z_ENT, Z_OPT, ZISDELETED, ZPRIORITY, ZCATEGORY, ZCREATEDAT, ZTITLE, ZBODY)
                                 VALUES (?, 3, 1, 0, 1, 1, ?, ?, ?)
-                                """, arguments: [pk, now, "written by the load \(pk)" + (options.reopen ? " #\(number)" : ""), String(repeating: "x", count: 150)])
+                                """, arguments: [pk, now, "written by the load \(pk)" + (options.reopen || options.numbered ? " #\(number)" : ""), String(repeating: "x", count: 150)])
                             try db.execute(sql: "UPDATE Z_PRIMARYKEY SET Z_MAX = ? WHERE Z_ENT = 2", arguments: [pk])
-                            key = options.reopen ? number : Int64(pk)
+                            key = options.reopen || options.numbered ? number : Int64(pk)
                         } else {
                             try db.execute(sql: "INSERT INTO lab_load (at, payload) VALUES (?, ?)",
                                            arguments: [Date().timeIntervalSince1970, payload])

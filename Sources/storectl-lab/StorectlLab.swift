@@ -74,10 +74,12 @@ struct Writer: ParsableCommand {
     @Option(help: "Append one line per commit as it returns (\"<key> <unix time>\") to this file.") var commitLog: String?
     @Option(help: "PRAGMA wal_autocheckpoint for the writer (SQLite's default: 1000 pages).") var autocheckpoint: Int?
     @Flag(help: "Open the store for each commit and close it after; titles end \" #n\" and the commit log's key is n.") var reopen = false
+    @Flag(help: "Titles end \" #n\" and the commit log's key is n (n: the commit's number in this run), the store kept open.") var numbered = false
 
     func run() throws {
         var options = WriteLoad.Options()
         options.reopen = reopen
+        options.numbered = numbered
         options.interval = intervalMs / 1000
         options.duration = duration
         options.readyFile = readyFile

@@ -27,6 +27,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     @Flag(help: "In place: go ahead although the store is open; move a damaged store aside instead of snapshotting it.") var force = false
     @Flag(help: "In place: restore although no store exists at that path (otherwise exit 66).") var create = false
     @Flag(help: "Wait for locks, and (in place) up to a minute for the app to close the store, instead of exiting 75.") var wait = false
+    @Flag(help: "In place, beside a running app: write the snapshot into the store through SQLite under its write lock (as sqlite3's .restore does) instead of replacing its files; the app keeps its connections and sees the restored content at its next transaction. WAL stores without external data; the -wal grows to the store's size.") var live = false
     @Flag(help: "Run quick_check on the restored database even when the snapshot's source passed it when the snapshot was taken (every page is checked against its content id either way).") var check = false
     @Flag(help: "Print the result as JSON.") var json = false
 
@@ -34,6 +35,8 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         guard !ValidationGate.off else { return }
         if (to == nil) == (inPlace == nil) { throw ValidationError("pass exactly one of --to PATH or --in-place STORE") }
         if (id == nil) == (at == nil) { throw ValidationError("pass a snapshot id or --at TIME (not both)") }
+        if live, inPlace == nil { throw ValidationError("--live restores in place: pass --in-place STORE") }
+        if live, force || create { throw ValidationError("--live goes ahead beside the app by itself and needs an existing store: not with --\(force ? "force" : "create")") }
     }
 
     func run() throws {
@@ -45,12 +48,16 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         options.pointHost = host
         options.create = create
         options.check = check
+        options.live = live
         let progress = TerminalProgress.handler("snapshot restore", quiet: json)
         let result = try SnapshotRestore.run(options, progress: progress?.1)
         progress?.0.finish()
         if json { print(jsonReport(result)); return }
         var line = "restored \(result.id) to \(result.restoredTo)"
         if let point = result.point, let time = result.pointTime { line = "restored point \(point) (\(Timestamp.iso(time))) to \(result.restoredTo)" }
+        if result.throughSQLite == true {
+            line += " through SQLite (the app's connections stay open; the -wal holds \(Format.bytes(result.walBytes ?? 0))\(result.checkpointed == true ? ", all of it in the database file" : ", not all of it in the database file yet: the app's checkpoints move it"))"
+        }
         if result.externalFiles > 0 { line += " with \(Format.plural(result.externalFiles, "external file", "external files"))" }
         if let safety = result.safetySnapshot {
             line += "; the previous store is snapshot \(safety) (tag pre-restore\(result.safetySnapshotPoint.map { "; made from replicate's point \($0)" } ?? ""))"

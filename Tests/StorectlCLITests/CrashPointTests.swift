@@ -27,13 +27,13 @@ final class CrashFixture: @unchecked Sendable {
     /// Environment of every storectl run besides the password and TMPDIR (the server, S3 knobs).
     var environment: [String: String] = [:]
 
-    init(items: Int = 300, makeRepository: Bool = true, place: Place = .local) throws {
+    init(items: Int = 300, makeRepository: Bool = true, place: Place = .local, externalFiles: Int = 2) throws {
         self.place = place
         folder = try TempFolder("storectl-crash")
         store = folder.file("Tasks.sqlite")
         var options = SampleStore.Options()
         options.items = items
-        options.externalFiles = 2
+        options.externalFiles = externalFiles
         // The same store every time: the state after a killed run is compared with the states before
         // and after an uninterrupted run of another fixture.
         options.now = Date(timeIntervalSince1970: 1_780_000_000)
@@ -336,7 +336,7 @@ enum Scenarios {
 
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
-    static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, pagedPrune(.local), importArchive, convert,
+    static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, restoreLive, pagedPrune(.local), importArchive, convert,
                                          replicateBase, replicateResume, replicateSpooled, replicateOutbox, replicateKept, replicateMerge, replicateAlive, pointRestore]
 
     /// `snapshot restore --at --to` of a point whose segment carries an external-data file the
@@ -725,6 +725,38 @@ enum Scenarios {
             let mode = try readJournalMode(fixture.store)
             #expect(mode == "wal", "\(point): the store is no longer in WAL mode")
         })
+
+    /// `--live`: the snapshot written into the store through SQLite (a store without external
+    /// data; commits only its -wal holds). A kill before the backup's commit frame leaves frames
+    /// no reader uses; after it, the store is the snapshot's. The backup writes a quarter of the
+    /// store at each step here, so that a kill lands between two of them.
+    static let restoreLive = CrashScenario(
+        name: "snapshot restore --in-place --live",
+        setup: {
+            let fixture = try CrashFixture(externalFiles: 0)
+            fixture.snapshot = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password)).id
+            fixture.extra["snapshotContent"] = try fixture.digest(journalMode: false)
+            try fixture.walCommits(150)
+            fixture.environment["STORECTL_TEST_LIVE_CHUNK_PAGES"] = "\(max(1, (FileSystem.size(of: fixture.store) ?? 0) / 4096 / 4))"
+            return fixture
+        },
+        command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store, "--live"] },
+        observe: { try $0.digest() },
+        next: { fixture, index in
+            if index % 2 == 0 {
+                try ok(fixture, ["recover", fixture.store], index)
+                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/later.sqlite"], index)
+            } else {
+                try ok(fixture, ["backup", fixture.store, "--output", fixture.out + "/after.sqlite"], index)
+                try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
+            }
+        },
+        finally: { fixture, point in
+            #expect(try readJournalMode(fixture.store) == "wal", "\(point): the store is no longer in WAL mode")
+            let check = try DatabaseQueue(path: fixture.store).read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }
+            #expect(check == ["ok"], "\(point): \(check)")
+        },
+        reaches: ["restore.live.locked", "restore.live.copying", "restore.live.committed", "restore.live.checkpointed"])
 
     static func pagedPrune(_ place: Place) -> CrashScenario {
         CrashScenario(

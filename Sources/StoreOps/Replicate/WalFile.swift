@@ -314,7 +314,9 @@ final class WalFileReader {
         case limit
     }
 
-    func walk(from cursor: WalCursor, limit: UInt32?, keepPages: Bool = true) throws -> Walk {
+    /// - Parameter firstCommit: stop after the first commit frame (a restore's own transaction,
+    ///   not the app's commits after it).
+    func walk(from cursor: WalCursor, limit: UInt32?, keepPages: Bool = true, firstCommit: Bool = false) throws -> Walk {
         let header = cursor.header
         var walk = Walk(cursor: cursor, end: cursor.frame + 1, endFound: .limit)
         var sum = cursor.checksum
@@ -358,6 +360,7 @@ final class WalFileReader {
                         order = []
                         walk.cursor.frame = frame
                         walk.cursor.checksum = sum
+                        if firstCommit { stop = .limit; return }
                     }
                     at += frameBytes
                 }

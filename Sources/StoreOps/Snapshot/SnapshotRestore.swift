@@ -40,6 +40,9 @@ public enum SnapshotRestore {
         /// Run `quick_check` on the restored database even when the snapshot's source passed it
         /// when the snapshot was taken (`--check`); every page is checked against its content id either way.
         public var check = false
+        /// In place, beside a running app: the snapshot written into the store through SQLite's
+        /// backup API under its write lock (`LiveRestore`), not its files replaced.
+        public var live = false
         /// The store's write lock, taken by the caller (migrate's rollback, from its own run's
         /// lock): held until the swap is done and the replaced files' other openers are gone, as
         /// an in-place restore without `--force` does with the lock it takes itself.
@@ -117,6 +120,11 @@ public enum SnapshotRestore {
         /// lock go (after a minute, or a signal): its commits from then on go to the replaced
         /// files; restart it.
         public var replacedStillOpenBy: Int32?
+        /// `--live`: written into the store through SQLite (no file replaced), what the -wal
+        /// holds after it, and whether a passive checkpoint moved every frame into the file.
+        public var throughSQLite: Bool?
+        public var walBytes: UInt64?
+        public var checkpointed: Bool?
     }
 
     /// Verifies the snapshot while unpacking it beside the target, checks the database, then
@@ -298,6 +306,8 @@ public enum SnapshotRestore {
         var gate: WriteGate?
         /// A process still on the replaced files when the restore let the lock go (`swap`).
         var stillOpenBy: Int32?
+        /// `--live`: what writing through SQLite did (nil until it has).
+        var live: LiveRestore.Outcome?
 
         init(store: StoreFile, options: Options) {
             self.store = store
@@ -353,7 +363,13 @@ public enum SnapshotRestore {
             // With --wait, the look that ends the wait is the one that lets the restore go on (a
             // second look after it refused when the app opened the store between the two).
             let until = Date().addingTimeInterval(options.timeout)
-            while exists, !options.force, let pid = try LockState.otherUser(of: store) {
+            if options.live {
+                guard exists else {
+                    throw StoreOpsError(.usage, "--live restores into an existing store; there is none at \(store.path)", hint: "restore without --live (with --create)")
+                }
+                try LiveRestore.preflight(store: store, record: record)
+            }
+            while exists, !options.force, !options.live, let pid = try LockState.otherUser(of: store) {
                 guard options.wait, !LockState.isFollower(pid), Date() < until else {
                     throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
                                         + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
@@ -362,11 +378,12 @@ public enum SnapshotRestore {
                 LockState.waitUntilClosed(store, until: until)
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             }
-            let journalMode = exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
+            // Through SQLite (--live), the backup API makes the pages WAL pages itself.
+            let journalMode = options.live ? "delete" : exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")
             let staged = try stage(snapshot, from: hold.repository, at: store.path, journalMode: journalMode, overlay: target.overlay,
                                    check: options.check, progress: progress)
-            if exists {
+            if exists, !options.live {
                 // The app's user must be able to open its restored store: same owner and mode as before.
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
                 if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
@@ -436,9 +453,11 @@ public enum SnapshotRestore {
             }
         }
 
-        /// One journaled swap of the database, its sidecars and the external data.
+        /// One journaled swap of the database, its sidecars and the external data; with `--live`,
+        /// the snapshot written into the store through SQLite instead.
         func swap() throws {
             guard let staged, record != nil else { throw StoreOpsError(.failure, "nothing was staged") }
+            if options.live { return try writeThroughSQLite(staged) }
             var replacing: [(path: String, role: String)] = [(store.walPath, "wal"), (store.shmPath, "shm"), (store.journalPath, "journal")]
             if exists { replacing.append((store.path, "database")) }
             replacing.append((store.supportPath, "support"))
@@ -528,7 +547,46 @@ public enum SnapshotRestore {
             }
         }
 
+        /// `--live`: the backup API into the store, under the lock the safety snapshot was taken
+        /// under. A commit that slips in while the lock passes from the gate to the backup (the
+        /// backup's destination may have no transaction open when it starts) is not in that
+        /// safety snapshot: nothing is written then, and it starts again with a new one.
+        func writeThroughSQLite(_ staged: Staged) throws {
+            for attempt in 1...3 {
+                guard let gate else {
+                    throw StoreOpsError(.failure, "the restore does not hold \(store.path)'s write lock")
+                }
+                do {
+                    live = try LiveRestore.apply(staged: staged.database.tempPath, into: store, gate: gate, progress: progress)
+                    self.gate = nil
+                    staged.database.discard()
+                    return
+                } catch is LiveRestore.Interfered {
+                    self.gate = nil
+                    let kept = forgetSafety()
+                    SnapshotRestore.logger.notice("a commit landed while the lock passed to SQLite's backup; nothing was written, trying again with a new safety snapshot",
+                                                  metadata: ["store": "\(store.path)", "attempt": "\(attempt)"])
+                    guard attempt < 3 else {
+                        throw StoreOpsError(.busy, "the app committed in the instant the restore handed its lock to SQLite's backup, three times; nothing was changed"
+                                            + (kept.map { " (a safety snapshot stays: it could not be removed: \($0))" } ?? ""),
+                                            hint: "try again")
+                    }
+                    _ = try keepCurrent()
+                }
+            }
+        }
+
         func result() throws -> Result {
+            if let live, let staged, let record {
+                var result = Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, safetySnapshotPoint: safetyPoint,
+                                    movedAside: [], removedSidecars: [], externalFiles: 0, externalFilesNote: nil, journalMode: "wal",
+                                    databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
+                                    point: target?.point, pointTime: target?.time, pointReads: target?.reads)
+                result.throughSQLite = true
+                result.walBytes = live.walBytes
+                result.checkpointed = live.checkpointed
+                return result
+            }
             guard let outcome, let staged, let record else { throw StoreOpsError(.failure, "the restore did not finish") }
             let sidecars = Set([store.walPath, store.shmPath, store.journalPath])
             var result = Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, safetySnapshotPoint: safetyPoint, movedAside: outcome.kept,

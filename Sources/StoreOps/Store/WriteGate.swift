@@ -71,6 +71,16 @@ final class WriteGate: @unchecked Sendable {
         }
     }
 
+    /// Lets go of the lock (nothing was written) and hands the open connection to the caller, who
+    /// closes it (a restore through SQLite's backup API, whose destination must have no
+    /// transaction open: it takes the lock again at its first step).
+    func handOff() -> OpaquePointer? {
+        guard let handle = db else { return nil }
+        sqlite3_exec(handle, "ROLLBACK", nil, nil, nil)
+        db = nil
+        return handle
+    }
+
     /// Lets go of the lock (nothing was written: the transaction is rolled back) and closes.
     func release() {
         guard let db else { return }

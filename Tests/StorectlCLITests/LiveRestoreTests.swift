@@ -1,0 +1,122 @@
+import Foundation
+import GRDB
+import StoreLab
+import StoreOps
+import Testing
+
+/// `snapshot restore --in-place --live`: the snapshot written into the store through SQLite's
+/// backup API beside a running app (no file replaced).
+@Suite("restore --in-place --live")
+struct LiveRestoreTests {
+    /// A store without external data (`--live` refuses those) and a snapshot of it.
+    func storeWithSnapshot(_ folder: TempFolder, items: Int = 2_000) throws -> (store: String, repo: String, snapshot: String) {
+        let store = folder.file("Tasks.sqlite")
+        let made = try ChildProcess.run(Binaries.lab, ["make-store", store, "--items", "\(items)", "--external-files", "0"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let repo = try folder.repository()
+        let created = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(created.status == 0, "\(created.stderr)")
+        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(created.stdout.utf8)).id
+        return (store, repo, snapshot)
+    }
+
+    @Test("beside an app that keeps the store open and one that opens it for each commit: every restore goes through (none refused), the app sees no error, every commit it was told succeeded is in a safety snapshot or in the store, and what the store held before each restore is gone from it")
+    func besideWriters() throws {
+        for reopen in [false, true] {
+            let folder = try TempFolder()
+            let (store, repo, snapshot) = try storeWithSnapshot(folder)
+            let log = folder.file("commits.log"), ready = folder.file("ready")
+            let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", reopen ? "15" : "3", "--ready-file", ready,
+                                                                 "--commit-log", log, reopen ? "--reopen" : "--numbered"])
+            #expect(ChildProcess.waitFor(file: ready))
+            var safeties: [String] = [], statuses: [Int32] = []
+            for _ in 1...8 {
+                let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live", "--json"])
+                statuses.append(restore.status)
+                #expect(restore.status == 0, "\(restore.stderr)")
+                if restore.status == 0 {
+                    let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
+                    #expect(result.throughSQLite == true && result.verified && result.movedAside.isEmpty)
+                    if let safety = result.safetySnapshot { safeties.append(safety) }
+                }
+                usleep(100_000)
+            }
+            writer.signal(SIGTERM)
+            let stats = writer.wait()
+            #expect(stats.status == 0, "\(stats.stderr)")
+            let report = try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any]
+            #expect(report?["errors"] as? Int == 0, "the app saw errors: \(stats.stdout)")
+            let acknowledged = try acknowledgedCommits(log)
+            let inStore = try writerCommits(in: store)
+            var kept = inStore
+            var last: Set<Int> = []
+            for (k, safety) in safeties.enumerated() {
+                let copy = folder.file("safety-\(k).sqlite")
+                #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
+                last = try writerCommits(in: copy)
+                kept.formUnion(last)
+            }
+            #expect(safeties.count == 8 && acknowledged.count > 40, "reopen \(reopen): \(safeties.count) safety snapshots, \(acknowledged.count) commits")
+            let lost = acknowledged.subtracting(kept).sorted()
+            #expect(lost.isEmpty, "reopen \(reopen): \(lost.count) of \(acknowledged.count) acknowledged commits are in no safety snapshot and not in the store: \(lost.prefix(10))")
+            // The last restore replaced what the store held: none of the commits its safety
+            // snapshot holds is in the store (the snapshot has none of the writer's rows).
+            #expect(!last.isEmpty && last.isDisjoint(with: inStore), "reopen \(reopen): \(last.intersection(inStore).count) rows from before the last restore are still in the store")
+            let check = try DatabaseQueue(path: store).read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }
+            #expect(check == ["ok"])
+            #expect(try readJournalMode(store) == "wal")
+        }
+    }
+
+    @Test("a commit that lands while the lock passes to SQLite's backup: nothing is written, a new safety snapshot holds that commit, and the restore goes through")
+    func commitInTheHandOff() throws {
+        let folder = try TempFolder()
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 300)
+        let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live", "--json"],
+                                           environment: ["STORECTL_TEST_LIVE_SLIP_SQL": "PRAGMA user_version = 4242", "STORECTL_LOG_LEVEL": "notice"])
+        #expect(restore.status == 0, "\(restore.stderr)")
+        #expect(restore.stderr.contains("trying again with a new safety snapshot"), "\(restore.stderr)")
+        let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
+        let safety = try #require(result.safetySnapshot)
+        let copy = folder.file("safety.sqlite")
+        #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
+        #expect(try DatabaseQueue(path: copy).read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == 4242, "the commit is in the safety snapshot")
+        #expect(try DatabaseQueue(path: store).read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == 0, "the store is the snapshot")
+        // The first attempt's safety snapshot was taken back: the snapshot and one safety snapshot.
+        #expect(try SnapshotSummary.list(repository: repo).count == 2)
+    }
+
+    @Test("refused before anything is written, with what to do: a rollback-journal store, a snapshot with external data, no store, and --live with --force, --create or --to")
+    func refusals() throws {
+        let folder = try TempFolder()
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 300)
+        for extra in [["--force"], ["--create"]] {
+            let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live"] + extra)
+            #expect(refused.status == 64 && refused.stderr.contains("--live"), "\(refused.stderr)")
+        }
+        let toFile = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--to", folder.file("x.sqlite"), "--live")
+        #expect(toFile.status == 64 && toFile.stderr.contains("--in-place"), "\(toFile.stderr)")
+        let missing = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", folder.file("none.sqlite"), "--live")
+        #expect(missing.status == 66, "\(missing.stderr)")
+
+        // A rollback-journal store.
+        let rollback = folder.file("Rollback.sqlite")
+        #expect(try ChildProcess.run(Binaries.lab, ["make-store", rollback, "--items", "50", "--external-files", "0", "--journal-mode", "delete"]).status == 0)
+        let taken = try storectl("snapshot", "create", rollback, "--repo", repo, "--json")
+        let rollbackSnapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(taken.stdout.utf8)).id
+        let before = try Hashing.sha256(ofFile: rollback)
+        let journal = try storectl("snapshot", "restore", "--repo", repo, rollbackSnapshot, "--in-place", rollback, "--live")
+        #expect(journal.status == 64 && journal.stderr.contains("rollback-journal mode") && journal.stderr.contains("without --live"), "\(journal.stderr)")
+        #expect(try Hashing.sha256(ofFile: rollback) == before)
+
+        // A snapshot with external data.
+        let withFiles = folder.file("Files.sqlite")
+        #expect(try ChildProcess.run(Binaries.lab, ["make-store", withFiles, "--items", "50", "--external-files", "2"]).status == 0)
+        let filesTaken = try storectl("snapshot", "create", withFiles, "--repo", repo, "--json")
+        let filesSnapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(filesTaken.stdout.utf8)).id
+        let external = try storectl("snapshot", "restore", "--repo", repo, filesSnapshot, "--in-place", withFiles, "--live")
+        #expect(external.status == 64 && external.stderr.contains("external-data"), "\(external.stderr)")
+        // Nothing was kept for these: the snapshot of each store is all the repository holds.
+        #expect(try SnapshotSummary.list(repository: repo).count == 3)
+    }
+}
