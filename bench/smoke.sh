@@ -25,8 +25,9 @@ declare -A KNOBS=(
   [point-history]="DURATION=5 AT=0.5 ROUNDS=1"
   [point-history:reuse]="REUSE=1 AT=0.9 ROUNDS=1"   # the history point-history followed, timed again
   [idle]="DURATION=5"
+  [restore-live]="ROUNDS=1"
 )
-ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff point-history point-history:reuse idle)
+ORDER=(backup snapshot purge migrate memory repository restore-pairs s3 replicate pace replicate-s3 diff point-history point-history:reuse idle restore-live)
 [ $# -gt 0 ] && ORDER=("$@")
 failed=()
 for name in "${ORDER[@]}"; do
