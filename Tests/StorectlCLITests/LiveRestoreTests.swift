@@ -73,7 +73,7 @@ struct LiveRestoreTests {
         let folder = try TempFolder()
         let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 300)
         let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live", "--json"],
-                                           environment: ["STORECTL_TEST_LIVE_SLIP_SQL": "PRAGMA user_version = 4242", "STORECTL_LOG_LEVEL": "notice"])
+                                           environment: ["STORECTL_TEST_LIVE_SLIP_USER_VERSION": "4242", "STORECTL_LOG_LEVEL": "notice"])
         #expect(restore.status == 0, "\(restore.stderr)")
         #expect(restore.stderr.contains("trying again with a new safety snapshot"), "\(restore.stderr)")
         let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
@@ -86,7 +86,7 @@ struct LiveRestoreTests {
         #expect(try SnapshotSummary.list(repository: repo).count == 2)
     }
 
-    @Test("refused before anything is written, with what to do: a rollback-journal store, a snapshot with external data, no store, and --live with --force, --create or --to")
+    @Test("refused before anything is written, with what to do: a rollback-journal store, a snapshot with external data, one in another text encoding, no store, and --live with --force, --create or --to")
     func refusals() throws {
         let folder = try TempFolder()
         let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 300)
@@ -116,7 +116,18 @@ struct LiveRestoreTests {
         let filesSnapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(filesTaken.stdout.utf8)).id
         let external = try storectl("snapshot", "restore", "--repo", repo, filesSnapshot, "--in-place", withFiles, "--live")
         #expect(external.status == 64 && external.stderr.contains("external-data"), "\(external.stderr)")
+        // A snapshot in another text encoding (the app's open connections keep theirs).
+        let wide = folder.file("Wide.sqlite")
+        let queue = try DatabaseQueue(path: wide)
+        try queue.writeWithoutTransaction { try $0.execute(sql: "PRAGMA encoding = 'UTF-16le'; PRAGMA journal_mode = WAL; CREATE TABLE t (x); INSERT INTO t VALUES ('a')") }
+        try queue.close()
+        let wideTaken = try storectl("snapshot", "create", wide, "--repo", repo, "--json")
+        let wideSnapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(wideTaken.stdout.utf8)).id
+        let storeBefore = try Hashing.sha256(ofFile: store)
+        let encoding = try storectl("snapshot", "restore", "--repo", repo, wideSnapshot, "--in-place", store, "--live")
+        #expect(encoding.status == 64 && encoding.stderr.contains("text encoding is UTF-16le") && encoding.stderr.contains("nothing was changed"), "\(encoding.stderr)")
+        #expect(try Hashing.sha256(ofFile: store) == storeBefore)
         // Nothing was kept for these: the snapshot of each store is all the repository holds.
-        #expect(try SnapshotSummary.list(repository: repo).count == 3)
+        #expect(try SnapshotSummary.list(repository: repo).count == 4)
     }
 }

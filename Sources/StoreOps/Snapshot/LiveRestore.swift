@@ -75,9 +75,36 @@ enum LiveRestore {
                                      hint: "free space on that volume first, or stop the app and restore in place without --live")
     }
 
-    /// A test hook: SQL committed from a connection of its own in the window between the lock's
-    /// hand-off and the backup's first step, once a process (`STORECTL_TEST_LIVE_SLIP_SQL`).
-    private static let slip = Mutex<String?>(ProcessInfo.processInfo.environment["STORECTL_TEST_LIVE_SLIP_SQL"])
+    /// The staged copy against the store, before the safety snapshot: what the backup would copy
+    /// (its header's page count, which the backup copies, must be the file's: checked before
+    /// anything is written, not after the commit), and the text encoding (an app's open
+    /// connection keeps the encoding it loaded the schema with, and fails every statement after a
+    /// restore that changed it).
+    static func compatible(staged: String, store: StoreFile) throws {
+        let header = try firstBytes(of: staged)
+        let raw = Int(header[16]) << 8 | Int(header[17])
+        let size = raw == 1 ? 65536 : raw
+        let filePages = Int(FileSystem.size(of: staged) ?? 0) / max(512, size)
+        let counted = Int(WalFormat.be32(header, 28))
+        let valid = header[24..<28] == header[92..<96]
+        guard filePages > 0, !valid || counted == filePages else {
+            throw StoreOpsError(.badData, "the staged snapshot \(staged) holds \(filePages) pages and its header counts \(counted); nothing was changed",
+                                hint: "restore it --to a file and run `sqlite3 FILE 'PRAGMA integrity_check'`")
+        }
+        let current = try FileProbe.shared.header(of: store.path)
+        guard current.count >= 60, current[56..<60] == header[56..<60] else {
+            func name(_ bytes: ArraySlice<UInt8>) -> String {
+                switch bytes.last ?? 0 { case 1: "UTF-8"; case 2: "UTF-16le"; case 3: "UTF-16be"; default: "unknown" }
+            }
+            throw StoreOpsError(.usage, "the snapshot's text encoding is \(name(header[56..<60])) and \(store.path)'s \(name(current.count >= 60 ? current[56..<60] : [])): an app's open connection cannot read a store whose encoding changed under it; nothing was changed",
+                                hint: "stop the app and restore in place without --live")
+        }
+    }
+
+    /// A test hook: `PRAGMA user_version = N` committed from a connection of its own in the window
+    /// between the lock's hand-off and the backup's first step, once a process
+    /// (`STORECTL_TEST_LIVE_SLIP_USER_VERSION=N`).
+    private static let slip = Mutex<Int?>(ProcessInfo.processInfo.environment["STORECTL_TEST_LIVE_SLIP_USER_VERSION"].flatMap { Int($0) })
 
     /// Writes the staged database at `staged` (`pageCount` pages, closed, checked) into `store`,
     /// whose write lock `gate` holds, and verifies what was committed.
@@ -91,9 +118,13 @@ enum LiveRestore {
         }
         guard let handle = gate.handOff() else { throw StoreOpsError(.failure, "the write lock's connection to \(store.path) is closed") }
         defer { sqlite3_close_v2(handle) }
-        if let sql = slip.withLock({ value -> String? in defer { value = nil }; return value }) {
+        // Every commit of this connection durable when it returns, whatever the build's default
+        // (`synchronous=NORMAL` in WAL mode fsyncs at checkpoints only): a restore reported done
+        // must survive a power cut, and its staged copy is gone after it.
+        sqlite3_exec(handle, "PRAGMA synchronous = FULL", nil, nil, nil)
+        if let version = slip.withLock({ value -> Int? in defer { value = nil }; return value }) {
             var other: OpaquePointer?
-            if sqlite3_open_v2(store.path, &other, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK { sqlite3_exec(other, sql, nil, nil, nil) }
+            if sqlite3_open_v2(store.path, &other, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK { sqlite3_exec(other, "PRAGMA user_version = \(version)", nil, nil, nil) }
             sqlite3_close_v2(other)
         }
         var source: OpaquePointer?
@@ -109,7 +140,9 @@ enum LiveRestore {
         }
         var finished = false
         defer { if !finished { sqlite3_backup_finish(backup) } }
-        func failure(_ rc: Int32, _ doing: String) -> StoreOpsError {
+        func failure(_ rc: Int32, _ doing: String) -> Error {
+            // The busy handler gives up on a signal: that is a stop, not another writer.
+            if let signal = ProcessSignals.received { return Pipeline.Stop(reason: .signal(signal)) }
             if rc & 0xff == SQLITE_BUSY || rc & 0xff == SQLITE_LOCKED {
                 return StoreOpsError(.busy, "another process kept writing to \(store.path) while the restore waited for its write lock; nothing was changed",
                                      hint: "try again when the app is idle, or raise --timeout")
@@ -129,7 +162,7 @@ enum LiveRestore {
         let pin = try Pin(store.path)
         let started = Date()
         // 16 MiB a step at 4 KiB pages (a test sets fewer, to kill between two steps).
-        let chunk = Int32(ProcessInfo.processInfo.environment["STORECTL_TEST_LIVE_CHUNK_PAGES"].flatMap { Int32($0) } ?? 4096)
+        let chunk = max(1, ProcessInfo.processInfo.environment["STORECTL_TEST_LIVE_CHUNK_PAGES"].flatMap { Int32($0) } ?? 4096)
         var reported = false
         while true {
             if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }

@@ -388,6 +388,7 @@ public enum SnapshotRestore {
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
                 if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
             }
+            if options.live { try LiveRestore.compatible(staged: staged.database.tempPath, store: store) }
             self.staged = staged
         }
 
@@ -552,6 +553,9 @@ public enum SnapshotRestore {
         /// backup's destination may have no transaction open when it starts) is not in that
         /// safety snapshot: nothing is written then, and it starts again with a new one.
         func writeThroughSQLite(_ staged: Staged) throws {
+            // A caller's lock (migrate's rollback) cannot be taken again after its hand-off.
+            guard options.gate == nil else { throw StoreOpsError(.failure, "a restore through SQLite takes the store's write lock itself") }
+            var unremoved: [String] = []
             for attempt in 1...3 {
                 guard let gate else {
                     throw StoreOpsError(.failure, "the restore does not hold \(store.path)'s write lock")
@@ -563,15 +567,19 @@ public enum SnapshotRestore {
                     return
                 } catch is LiveRestore.Interfered {
                     self.gate = nil
-                    let kept = forgetSafety()
+                    if let kept = forgetSafety() { unremoved.append(kept) }
                     SnapshotRestore.logger.notice("a commit landed while the lock passed to SQLite's backup; nothing was written, trying again with a new safety snapshot",
                                                   metadata: ["store": "\(store.path)", "attempt": "\(attempt)"])
                     guard attempt < 3 else {
                         throw StoreOpsError(.busy, "the app committed in the instant the restore handed its lock to SQLite's backup, three times; nothing was changed"
-                                            + (kept.map { " (a safety snapshot stays: it could not be removed: \($0))" } ?? ""),
+                                            + (unremoved.isEmpty ? "" : " (safety snapshots that could not be removed stay: \(unremoved.joined(separator: "; ")))"),
                                             hint: "try again")
                     }
                     _ = try keepCurrent()
+                    if !unremoved.isEmpty {
+                        SnapshotRestore.logger.warning("an earlier attempt's safety snapshot could not be taken back; it stays in the repository (tag pre-restore)",
+                                                       metadata: ["snapshots": "\(unremoved.joined(separator: "; "))"])
+                    }
                 }
             }
         }
