@@ -68,6 +68,30 @@ struct LiveRestoreTests {
         }
     }
 
+    @Test("a point in time (--at) restored --live holds exactly what the same point restored --to a file holds")
+    func pointInTime() throws {
+        let folder = try TempFolder()
+        let (store, repo, _) = try storeWithSnapshot(folder, items: 500)
+        let ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "10", "--numbered", "--ready-file", ready])
+        #expect(ChildProcess.waitFor(file: ready))
+        let followed = try storectl("replicate", store, "--repo", repo, "--for", "3s", "--quiet")
+        #expect(followed.status == 0, "\(followed.stderr)")
+        writer.signal(SIGTERM)
+        #expect(writer.wait().status == 0)
+        let at = Timestamp.iso(Date().addingTimeInterval(-2))
+        let copy = folder.file("point.sqlite")
+        let toFile = try storectl("snapshot", "restore", "--repo", repo, "--at", at, "--to", copy, "--json")
+        #expect(toFile.status == 0, "\(toFile.stderr)")
+        let live = try storectl("snapshot", "restore", "--repo", repo, "--at", at, "--in-place", store, "--live", "--json")
+        #expect(live.status == 0, "\(live.stderr)")
+        let fileResult = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(toFile.stdout.utf8))
+        let liveResult = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(live.stdout.utf8))
+        #expect(fileResult.point != nil && liveResult.point == fileResult.point, "\(String(describing: fileResult.point)) \(String(describing: liveResult.point))")
+        #expect(try !writerCommits(in: copy).isEmpty, "the point holds some of the writer's commits")
+        #expect(try StoreState.digest(store, journalMode: false) == StoreState.digest(copy, journalMode: false))
+    }
+
     @Test("a commit that lands while the lock passes to SQLite's backup: nothing is written, a new safety snapshot holds that commit, and the restore goes through")
     func commitInTheHandOff() throws {
         let folder = try TempFolder()
