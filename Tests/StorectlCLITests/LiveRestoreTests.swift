@@ -36,7 +36,7 @@ struct LiveRestoreTests {
                 #expect(restore.status == 0, "\(restore.stderr)")
                 if restore.status == 0 {
                     let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
-                    #expect(result.throughSQLite == true && result.verified && result.movedAside.isEmpty)
+                    #expect(result.throughSQLite == true && result.verified && result.movedAside.isEmpty && (result.writeLockSeconds ?? 0) > 0)
                     if let safety = result.safetySnapshot { safeties.append(safety) }
                 }
                 usleep(100_000)

@@ -36,6 +36,9 @@ enum LiveRestore {
         var walBytes: UInt64
         /// Every frame of the `-wal` was in the database file after the checkpoint.
         var checkpointed: Bool
+        /// How long the store's write lock was held (the app's commits waited), from before the
+        /// safety snapshot to the backup's commit.
+        var lockHeld: TimeInterval
     }
 
     /// The first 100 bytes of the staged copy (a private file; stores are read through `FileProbe`).
@@ -116,6 +119,7 @@ enum LiveRestore {
         guard let before = WalFormat.IndexHeader.current(of: store) else {
             throw StoreOpsError(.failure, "\(store.shmPath): its wal-index header cannot be read while the restore holds the write lock")
         }
+        let locked = gate.takenAt ?? Date()
         guard let handle = gate.handOff() else { throw StoreOpsError(.failure, "the write lock's connection to \(store.path) is closed") }
         defer { sqlite3_close_v2(handle) }
         // Every commit of this connection durable when it returns, whatever the build's default
@@ -178,7 +182,8 @@ enum LiveRestore {
         rc = sqlite3_backup_finish(backup)
         guard rc == SQLITE_OK else { throw failure(rc, "committing the snapshot into \(store.path)") }
         FaultInjection.reach("restore.live.committed")
-        logger.debug("written through SQLite", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "pages": "\(pageCount)"])
+        let lockHeld = Date().timeIntervalSince(locked)
+        logger.debug("written through SQLite", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "pages": "\(pageCount)", "lock held (ms)": "\(Int(lockHeld * 1000))"])
         try verify(store: store, from: at, staged: staged, pageCount: pageCount, progress: progress)
         pin.release()
         // Into the database file as far as the app's readers allow, never waiting for them.
@@ -186,7 +191,7 @@ enum LiveRestore {
         let checkpoint = sqlite3_wal_checkpoint_v2(handle, "main", SQLITE_CHECKPOINT_PASSIVE, &logFrames, &backfilled)
         FaultInjection.reach("restore.live.checkpointed")
         return Outcome(pages: pageCount, walBytes: FileSystem.size(of: store.walPath) ?? 0,
-                       checkpointed: checkpoint == SQLITE_OK && logFrames >= 0 && backfilled == logFrames)
+                       checkpointed: checkpoint == SQLITE_OK && logFrames >= 0 && backfilled == logFrames, lockHeld: lockHeld)
     }
 
     /// A read transaction on a connection of its own: while it lasts, no checkpoint backfills a

@@ -125,6 +125,9 @@ public enum SnapshotRestore {
         public var throughSQLite: Bool?
         public var walBytes: UInt64?
         public var checkpointed: Bool?
+        /// `--live`: seconds the store's write lock was held (the app's commits waited at most
+        /// this long), from before the safety snapshot to the commit.
+        public var writeLockSeconds: Double?
     }
 
     /// Verifies the snapshot while unpacking it beside the target, checks the database, then
@@ -593,6 +596,7 @@ public enum SnapshotRestore {
                 result.throughSQLite = true
                 result.walBytes = live.walBytes
                 result.checkpointed = live.checkpointed
+                result.writeLockSeconds = (live.lockHeld * 1000).rounded() / 1000
                 return result
             }
             guard let outcome, let staged, let record else { throw StoreOpsError(.failure, "the restore did not finish") }

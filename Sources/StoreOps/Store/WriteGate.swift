@@ -20,6 +20,8 @@ final class WriteGate: @unchecked Sendable {
     let path: String
 
     private let busyMilliseconds: Int32
+    /// When `take()` last took the lock (how long the app's commits have waited since).
+    private(set) var takenAt: Date?
 
     /// - Parameters:
     ///   - busyMilliseconds: how long to wait for a commit under way to finish.
@@ -69,6 +71,7 @@ final class WriteGate: @unchecked Sendable {
             }
             throw StoreOpsError.fromResultCode(begun, message: message, doing: "taking the write lock of \(path)")
         }
+        takenAt = Date()
     }
 
     /// Lets go of the lock (nothing was written) and hands the open connection to the caller, who
