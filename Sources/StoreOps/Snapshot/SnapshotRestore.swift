@@ -405,6 +405,7 @@ public enum SnapshotRestore {
             // (it renamed aside without one before). With --force, a store that cannot be locked
             // (damaged, busy, not writable by this user) is restored without it, as before.
             if let held = options.gate { gate = held }
+            if options.live, exists, gate == nil, case .snapshot = options.keepCurrent, let early = safetyBeforeTheLock() { return early }
             if exists, gate == nil, case .snapshot = options.keepCurrent {
                 do { gate = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch let error as StoreOpsError {
                     guard options.force else {
@@ -440,6 +441,45 @@ public enum SnapshotRestore {
                 keep = .rename(suffix: ".orphaned-\(Timestamp.compact(Date()))")
             }
             return safety ?? ""
+        }
+
+        /// `--live`: the safety snapshot taken before the store's write lock, so that the app's
+        /// commits wait for the backup's transaction alone, not for the snapshot too. It holds
+        /// the store as it is under the lock when its record's source state (the wal-index's
+        /// commit counter, salts and last frame, the file's identity and times, the external
+        /// data: the same at the start and end of its read) is still the store's once the lock
+        /// is taken: no commit came between. Otherwise (an app committing all the time) it is
+        /// taken back and the caller takes one under the lock, as without `--live`. Nil then, or
+        /// when it could not be made (the caller's own attempt says why).
+        func safetyBeforeTheLock() -> String? {
+            guard let hold else { return nil }
+            let started = Date()
+            let created: SnapshotCreate.Result
+            let print: SourceFingerprint?
+            do {
+                created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"], level: nil,
+                                                    timeout: options.timeout, checkFreeSpace: true, progress: progress.map { handler in { handler(.step($0)) } })
+                print = try hold.repository.record(created.id).source
+            } catch {
+                SnapshotRestore.logger.debug("no safety snapshot before the lock", metadata: ["error": "\((error as? StoreOpsError)?.message ?? "\(error)")"])
+                return nil
+            }
+            safety = created.id
+            do { gate = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch {
+                forgetSafety()
+                return nil
+            }
+            if let print, print.settled, SourceFingerprint.take(store) == print {
+                SnapshotRestore.logger.debug("safety snapshot taken before the write lock: nothing committed since",
+                                             metadata: ["snapshot": "\(created.id)", "ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
+                return created.id
+            }
+            SnapshotRestore.logger.debug("the store changed after the safety snapshot taken before the write lock: taken again under it",
+                                         metadata: ["snapshot": "\(created.id)", "then": "\(print.map { "\($0)" } ?? "not recorded")", "now": "\(SourceFingerprint.take(store).map { "\($0)" } ?? "unknown")"])
+            if let kept = forgetSafety() {
+                SnapshotRestore.logger.warning("a safety snapshot could not be taken back; it stays in the repository (tag pre-restore)", metadata: ["snapshot": "\(kept)"])
+            }
+            return nil
         }
 
         /// Takes back the safety snapshot of an attempt that changed nothing (the store holds all it
