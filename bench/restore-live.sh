@@ -3,6 +3,7 @@
 # it, then ROUNDS rounds, alternating, of
 #   - `snapshot restore --in-place` (the swap; the app stopped first, as it requires),
 #   - `snapshot restore --in-place --live` beside a writer committing every 2 ms,
+#   - `--live` with no app (nothing commits: its safety snapshot is taken before the lock),
 #   - the anchor: the sqlite3 shell's `.restore` of the same snapshot's file beside the same writer
 #     (the backup API alone: no staging, no check, no safety snapshot, no read-back),
 # each on the store as the previous left it. For the two beside the writer: the writer's p50/p99/max
@@ -38,13 +39,14 @@ beside() {
   while [ ! -e "$OUT/ready" ]; do sleep 0.05; done
   sleep 1
   local t0 t1 status
-  t0=$(now); "$@" >/dev/null 2>"$OUT/err"; status=$?; t1=$(now)
+  t0=$(now); "$@" >"$OUT/out.json" 2>"$OUT/err"; status=$?; t1=$(now)
+  local lock; lock=$(tr -d '\n ' < "$OUT/out.json" | grep -o '"writeLockSeconds":[0-9.e+-]*' | cut -d: -f2)
   local wal; wal=$(( $(stat -c %s "$STORE-wal" 2>/dev/null || echo 0) / 1048576 ))   # before the writer's close removes it
   sleep 0.5
   kill -TERM "$writer"; wait "$writer" 2>/dev/null
   [ "$status" -eq 0 ] || { echo "  ($label exited $status: $(head -c 300 "$OUT/err"))"; strict_fail "$label"; }
   local stats; stats=$("$BIN/storectl-lab" latency "$OUT/latency.log" --from "$t0" --to "$(echo "$t1 + 0.5" | bc -l)")
-  echo "$(echo "$t1 - $t0" | bc -l) $(echo "$stats" | field p50Ms) $(echo "$stats" | field p99Ms) $(echo "$stats" | field maxMs) $(tr -d '\n ' < "$OUT/writer.json" | field errors) $wal" >> "$OUT/live.$label"
+  echo "$(echo "$t1 - $t0" | bc -l) $(echo "$stats" | field p50Ms) $(echo "$stats" | field p99Ms) $(echo "$stats" | field maxMs) $(tr -d '\n ' < "$OUT/writer.json" | field errors) $wal ${lock:-0}" >> "$OUT/live.$label"
 }
 alone() {
   sqlite3 "$STORE" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
@@ -53,11 +55,20 @@ alone() {
   echo "$(echo "$(now) - $t0" | bc -l)" >> "$OUT/live.swap"
 }
 
+# idle LABEL: --live with no app (nothing commits: the safety snapshot is taken before the lock)
+idle() {
+  sqlite3 "$STORE" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null; sleep 0.2
+  local t0; t0=$(now)
+  "$BIN/storectl" snapshot restore --repo "$REPO" "$ID" --in-place "$STORE" --live --json >"$OUT/out.json" 2>"$OUT/err" || { echo "  (idle: $(head -c 300 "$OUT/err"))"; strict_fail idle; }
+  echo "$(echo "$(now) - $t0" | bc -l) $(tr -d '\n ' < "$OUT/out.json" | grep -o '"writeLockSeconds":[0-9.e+-]*' | cut -d: -f2)" >> "$OUT/live.idle"
+}
+
 rm -f "$OUT"/live.*
 for round in $(seq "$ROUNDS"); do
   settle; alone
   settle; sqlite3 "$STORE" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
-  beside live "$BIN/storectl" snapshot restore --repo "$REPO" "$ID" --in-place "$STORE" --live
+  beside live "$BIN/storectl" snapshot restore --repo "$REPO" "$ID" --in-place "$STORE" --live --json
+  settle; idle
   settle; sqlite3 "$STORE" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
   beside shell sqlite3 -cmd ".timeout 60000" "$STORE" ".restore $OUT/live-file.sqlite"
 done
@@ -66,8 +77,9 @@ rm -rf "$REPO" "$OUT/live-file.sqlite"
 sqlite3 "$STORE" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
 
 printf '\nstore %s (%s), writer commits every 2 ms (busy timeout 5 s); median of %s rounds\n' "$STORE" "$(du -h "$STORE" | cut -f1)" "$ROUNDS"
-printf '%-44s %8s %8s %8s %9s %7s %8s\n' "" seconds "p50 ms" "p99 ms" "max ms" failed "-wal MiB"
+printf '%-44s %8s %8s %8s %9s %7s %8s %7s\n' "" seconds "p50 ms" "p99 ms" "max ms" failed "-wal MiB" "lock s"
 printf '%-44s %8.2f\n' "restore --in-place (swap, the app stopped)" "$(awk '{ print $1 }' "$OUT/live.swap" | median)"
-printf '%-44s %8.2f %8.2f %8.2f %9.1f %7d %8d\n' "restore --in-place --live (beside the app)" "$(col live 1)" "$(col live 2)" "$(col live 3)" "$(col live 4)" "$(col live 5)" "$(col live 6)"
+printf '%-44s %8.2f %8.2f %8.2f %9.1f %7d %8d %7.2f\n' "restore --in-place --live (beside the app)" "$(col live 1)" "$(col live 2)" "$(col live 3)" "$(col live 4)" "$(col live 5)" "$(col live 6)" "$(col live 7)"
+printf '%-44s %8.2f %8s %8s %9s %7s %8s %7.2f\n' "restore --in-place --live (no app)" "$(col idle 1)" "" "" "" "" "" "$(col idle 2)"
 printf '%-44s %8.2f %8.2f %8.2f %9.1f %7d %8d\n' "sqlite3 .restore (beside the app)" "$(col shell 1)" "$(col shell 2)" "$(col shell 3)" "$(col shell 4)" "$(col shell 5)" "$(col shell 6)"
 printf 'ratio --live / sqlite3 .restore: %.2f\n' "$(echo "$(col live 1) / $(col shell 1)" | bc -l)"

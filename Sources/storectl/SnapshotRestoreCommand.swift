@@ -56,7 +56,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         var line = "restored \(result.id) to \(result.restoredTo)"
         if let point = result.point, let time = result.pointTime { line = "restored point \(point) (\(Timestamp.iso(time))) to \(result.restoredTo)" }
         if result.throughSQLite == true {
-            line += " through SQLite (the app's connections stay open; its commits waited up to \(Format.duration(result.writeLockSeconds ?? 0)); the -wal holds \(Format.bytes(result.walBytes ?? 0))\(result.checkpointed == true ? ", all of it in the database file" : ", not all of it in the database file yet: the app's checkpoints move it"))"
+            line += " through SQLite (the app's connections stay open; its commits waited up to \(Format.duration(result.writeLockSeconds ?? 0)); the -wal holds \(Format.bytes(result.walBytes ?? 0))\(result.checkpointed == true ? ", every frame of it checkpointed" : ", not every frame of it checkpointed yet: the app's checkpoints finish it"))"
         }
         if result.externalFiles > 0 { line += " with \(Format.plural(result.externalFiles, "external file", "external files"))" }
         if let safety = result.safetySnapshot {

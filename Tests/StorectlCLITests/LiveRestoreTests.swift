@@ -148,7 +148,7 @@ struct LiveRestoreTests {
         let toFile = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--to", folder.file("x.sqlite"), "--live")
         #expect(toFile.status == 64 && toFile.stderr.contains("--in-place"), "\(toFile.stderr)")
         let missing = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", folder.file("none.sqlite"), "--live")
-        #expect(missing.status == 66, "\(missing.stderr)")
+        #expect(missing.status == 66 && missing.stderr.contains("without --live, with --create"), "\(missing.stderr)")
 
         // A rollback-journal store.
         let rollback = folder.file("Rollback.sqlite")
@@ -167,6 +167,12 @@ struct LiveRestoreTests {
         let filesSnapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(filesTaken.stdout.utf8)).id
         let external = try storectl("snapshot", "restore", "--repo", repo, filesSnapshot, "--in-place", withFiles, "--live")
         #expect(external.status == 64 && external.stderr.contains("external-data"), "\(external.stderr)")
+        // A store with external-data files, restored from a snapshot without any: its files
+        // could be neither kept (orphans) nor taken away beside the app.
+        let filesBefore = try Hashing.sha256(ofFile: withFiles)
+        let intoFiles = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", withFiles, "--live")
+        #expect(intoFiles.status == 64 && intoFiles.stderr.contains("has external-data files"), "\(intoFiles.stderr)")
+        #expect(try Hashing.sha256(ofFile: withFiles) == filesBefore)
         // A snapshot in another text encoding (the app's open connections keep theirs).
         let wide = folder.file("Wide.sqlite")
         let queue = try DatabaseQueue(path: wide)

@@ -59,6 +59,18 @@ enum LiveRestore {
             throw StoreOpsError(.usage, "--live restores into a store in WAL mode; \(store.path) is in rollback-journal mode",
                                 hint: "stop the app and restore in place without --live")
         }
+        // The store's folder, its -wal and -shm writable by this user (SQLite's backup would fail
+        // at its first step, after the safety snapshot).
+        for (path, what) in [(FileSystem.parent(of: store.path), "its folder"), (store.path, "the store"), (store.walPath, "its -wal"), (store.shmPath, "its -shm")]
+        where FileSystem.kind(of: path) != .missing && access(path, W_OK) != 0 {
+            throw StoreOpsError(.cannotCreate, "\(path) (\(what)) is not writable by \(UserName.current): a restore through SQLite writes into the store",
+                                hint: "run storectl as the store's owner (the app's user)")
+        }
+        let external = store.externalDataPath
+        if FileSystem.kind(of: external) == .directory, !((try? FileManager.default.contentsOfDirectory(atPath: external)) ?? []).isEmpty {
+            throw StoreOpsError(.usage, "\(store.path) has external-data files (\(external)), which a restore through SQLite cannot put back or take away beside the app",
+                                hint: "stop the app and restore in place without --live (its files and folder are swapped together)")
+        }
         if record.externalData != nil {
             throw StoreOpsError(.usage, "the snapshot holds external-data files, which a restore through SQLite cannot put in place beside the app",
                                 hint: "stop the app and restore in place without --live (its files and folder are swapped together)")
@@ -111,7 +123,9 @@ enum LiveRestore {
 
     /// Writes the staged database at `staged` (`pageCount` pages, closed, checked) into `store`,
     /// whose write lock `gate` holds, and verifies what was committed.
-    static func apply(staged: String, into store: StoreFile, gate: WriteGate, progress: ProgressHandler?) throws -> Outcome {
+    /// - Parameter committed: set once the backup's transaction is committed (an error after it
+    ///   is about its read-back or checkpoint: the store is the restored one).
+    static func apply(staged: String, into store: StoreFile, gate: WriteGate, committed: inout Bool, progress: ProgressHandler?) throws -> Outcome {
         // The staged file is the snapshot's database, page for page (the backup copies as many).
         let stagedHeader = try firstBytes(of: staged)
         let raw = Int(stagedHeader[16]) << 8 | Int(stagedHeader[17])
@@ -148,10 +162,11 @@ enum LiveRestore {
             // The busy handler gives up on a signal: that is a stop, not another writer.
             if let signal = ProcessSignals.received { return Pipeline.Stop(reason: .signal(signal)) }
             if rc & 0xff == SQLITE_BUSY || rc & 0xff == SQLITE_LOCKED {
-                return StoreOpsError(.busy, "another process kept writing to \(store.path) while the restore waited for its write lock; nothing was changed",
-                                     hint: "try again when the app is idle, or raise --timeout")
+                return StoreOpsError(.busy, "another process kept writing to \(store.path) while the restore waited for its write lock",
+                                     hint: "try again when the app is idle")
             }
-            return StoreOpsError.fromResultCode(rc, message: String(cString: sqlite3_errmsg(handle)), doing: doing, side: .output)
+            // The backup's own code: the destination connection's message may be another call's.
+            return StoreOpsError.fromResultCode(rc, message: String(cString: sqlite3_errstr(rc)), doing: doing, side: .output)
         }
         // Step 0 copies nothing: it takes the store's write lock (the busy handler the gate set
         // waits for a commit under way) and opens the transaction the pages go into.
@@ -159,7 +174,7 @@ enum LiveRestore {
         guard rc == SQLITE_OK || rc == SQLITE_DONE else { throw failure(rc, "taking \(store.path)'s write lock for the restore") }
         FaultInjection.reach("restore.live.locked")
         guard let at = WalFormat.IndexHeader.current(of: store) else {
-            throw StoreOpsError(.failure, "\(store.shmPath): its wal-index header cannot be read while the restore holds the write lock; nothing was changed")
+            throw StoreOpsError(.failure, "\(store.shmPath): its wal-index header cannot be read while the restore holds the write lock")
         }
         // SQLite adds one to the wal-index's commit counter at every commit and at nothing else.
         guard at.change == before.change else { throw Interfered() }
@@ -181,6 +196,7 @@ enum LiveRestore {
         finished = true
         rc = sqlite3_backup_finish(backup)
         guard rc == SQLITE_OK else { throw failure(rc, "committing the snapshot into \(store.path)") }
+        committed = true
         FaultInjection.reach("restore.live.committed")
         let lockHeld = Date().timeIntervalSince(locked)
         logger.debug("written through SQLite", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "pages": "\(pageCount)", "lock held (ms)": "\(Int(lockHeld * 1000))"])

@@ -326,10 +326,11 @@ public enum SnapshotRestore {
             // refused before the lock stage, which would leave its lock file beside the missing store.
             if !options.create, FileSystem.kind(of: store.path) == .missing, !StoreSwap.pending(target: store.path) {
                 throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
-                                    hint: "check the path, or pass --create to restore a store there")
+                                    hint: options.live ? "check the path; --live writes into an existing store (to make one there, restore without --live, with --create)"
+                                                       : "check the path, or pass --create to restore a store there")
             }
             let pipeline = Pipeline(operation: options.clearsMigrationJournal ? "rollback" : "snapshot restore", store: store, progress: progress)
-            var road = Road<InPlace>(lock: options.jobLockHeld ? .held : .exclusive, wait: options.wait, actName: "swap") { _ in
+            var road = Road<InPlace>(lock: options.jobLockHeld ? .held : .exclusive, wait: options.wait, actName: options.live ? "write" : "swap") { _ in
                 try self.swap()
                 return self
             }
@@ -361,7 +362,8 @@ public enum SnapshotRestore {
             }
             guard exists || options.create else {
                 throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
-                                    hint: "check the path, or pass --create to restore a store there")
+                                    hint: options.live ? "check the path; --live writes into an existing store (to make one there, restore without --live, with --create)"
+                                                       : "check the path, or pass --create to restore a store there")
             }
             // With --wait, the look that ends the wait is the one that lets the restore go on (a
             // second look after it refused when the app opened the store between the two).
@@ -603,11 +605,20 @@ public enum SnapshotRestore {
                 guard let gate else {
                     throw StoreOpsError(.failure, "the restore does not hold \(store.path)'s write lock")
                 }
+                var committed = false
                 do {
-                    live = try LiveRestore.apply(staged: staged.database.tempPath, into: store, gate: gate, progress: progress)
+                    live = try LiveRestore.apply(staged: staged.database.tempPath, into: store, gate: gate, committed: &committed, progress: progress)
                     self.gate = nil
                     staged.database.discard()
                     return
+                } catch let error where !committed && !(error is LiveRestore.Interfered) {
+                    // Nothing was written: the store holds all it holds, so its safety snapshot is
+                    // taken back (as a swap refused at the last moment does).
+                    self.gate = nil
+                    let kept = forgetSafety().map { " (its safety snapshot stays: it could not be removed: \($0))" } ?? ""
+                    guard var said = error as? StoreOpsError else { throw error }
+                    said.message += "; nothing was changed" + kept
+                    throw said
                 } catch is LiveRestore.Interfered {
                     self.gate = nil
                     if let kept = forgetSafety() { unremoved.append(kept) }

@@ -65,9 +65,11 @@ final class WriteGate: @unchecked Sendable {
             let message = String(cString: sqlite3_errmsg(handle))
             sqlite3_close_v2(handle)
             db = nil
+            // The busy handler gives up on a signal: that is a stop, not another writer.
+            if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             if begun & 0xff == SQLITE_BUSY || begun & 0xff == SQLITE_LOCKED {
                 throw StoreOpsError(.busy, "another process kept writing to \(path) for \(Format.duration(Double(busyMilliseconds) / 1000)); nothing was changed",
-                                    hint: "try again when the app is idle, or raise --timeout")
+                                    hint: "try again when the app is idle")
             }
             throw StoreOpsError.fromResultCode(begun, message: message, doing: "taking the write lock of \(path)")
         }
