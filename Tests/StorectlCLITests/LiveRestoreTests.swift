@@ -62,6 +62,7 @@ struct LiveRestoreTests {
             // and the lock: it is taken again under the lock (the claims below hold either way).
             if !reopen { #expect(retaken > 0, "the safety snapshot was never taken again under the lock beside a writer committing every 3 ms") }
             #expect(safeties.count == 8 && acknowledged.count > 40, "reopen \(reopen): \(safeties.count) safety snapshots, \(acknowledged.count) commits")
+            #expect(statuses.allSatisfy { $0 == 0 }, "reopen \(reopen): \(statuses)")
             let lost = acknowledged.subtracting(kept).sorted()
             #expect(lost.isEmpty, "reopen \(reopen): \(lost.count) of \(acknowledged.count) acknowledged commits are in no safety snapshot and not in the store: \(lost.prefix(10))")
             // The last restore replaced what the store held: none of the commits its safety

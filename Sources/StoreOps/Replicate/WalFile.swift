@@ -314,9 +314,9 @@ final class WalFileReader {
         case limit
     }
 
-    /// - Parameter firstCommit: stop after the first commit frame (a restore's own transaction,
-    ///   not the app's commits after it).
-    func walk(from cursor: WalCursor, limit: UInt32?, keepPages: Bool = true, firstCommit: Bool = false) throws -> Walk {
+    /// - Parameter stopAtFirstCommit: stop after the first commit frame (a restore's own
+    ///   transaction, not the app's commits after it), as if `limit` were there.
+    func walk(from cursor: WalCursor, limit: UInt32?, keepPages: Bool = true, stopAtFirstCommit: Bool = false) throws -> Walk {
         let header = cursor.header
         var walk = Walk(cursor: cursor, end: cursor.frame + 1, endFound: .limit)
         var sum = cursor.checksum
@@ -360,7 +360,7 @@ final class WalFileReader {
                         order = []
                         walk.cursor.frame = frame
                         walk.cursor.checksum = sum
-                        if firstCommit { stop = .limit; return }
+                        if stopAtFirstCommit { stop = .limit; return }
                     }
                     at += frameBytes
                 }

@@ -31,13 +31,12 @@ enum LiveRestore {
     struct Interfered: Error {}
 
     struct Outcome: Sendable {
-        var pages: Int
         /// The `-wal`'s size after the restore and its passive checkpoint.
         var walBytes: UInt64
         /// Every frame of the `-wal` was in the database file after the checkpoint.
         var checkpointed: Bool
-        /// How long the store's write lock was held (the app's commits waited), from before the
-        /// safety snapshot to the backup's commit.
+        /// How long the store's write lock was held (the app's commits waited), from its taking
+        /// (before the safety snapshot when that was taken under it) to the backup's commit.
         var lockHeld: TimeInterval
     }
 
@@ -75,9 +74,7 @@ enum LiveRestore {
             throw StoreOpsError(.usage, "the snapshot holds external-data files, which a restore through SQLite cannot put in place beside the app",
                                 hint: "stop the app and restore in place without --live (its files and folder are swapped together)")
         }
-        guard header.count >= 18 else { throw StoreOpsError(.badData, "\(store.path): its header is \(header.count) bytes") }
-        let raw = Int(header[16]) << 8 | Int(header[17])
-        let current = raw == 1 ? 65536 : raw
+        let current = StoreFile.pageSize(fromHeader: header)
         let wanted = record.database.pageSize ?? record.source.pageSize
         guard current == wanted else {
             throw StoreOpsError(.usage, "the snapshot's pages are \(wanted) bytes and \(store.path)'s \(current): SQLite cannot change a WAL store's page size through its backup API",
@@ -90,30 +87,26 @@ enum LiveRestore {
                                      hint: "free space on that volume first, or stop the app and restore in place without --live")
     }
 
-    /// The staged copy against the store, before the safety snapshot: what the backup would copy
-    /// (its header's page count, which the backup copies, must be the file's: checked before
-    /// anything is written, not after the commit), and the text encoding (an app's open
-    /// connection keeps the encoding it loaded the schema with, and fails every statement after a
-    /// restore that changed it).
-    static func compatible(staged: String, store: StoreFile) throws {
-        let header = try firstBytes(of: staged)
-        let raw = Int(header[16]) << 8 | Int(header[17])
-        let size = raw == 1 ? 65536 : raw
-        let filePages = Int(FileSystem.size(of: staged) ?? 0) / max(512, size)
-        let counted = Int(WalFormat.be32(header, 28))
-        let valid = header[24..<28] == header[92..<96]
-        guard filePages > 0, !valid || counted == filePages else {
-            throw StoreOpsError(.badData, "the staged snapshot \(staged) holds \(filePages) pages and its header counts \(counted); nothing was changed",
+    /// The pages the backup will copy from the staged copy, checked against the store before the
+    /// safety snapshot: a header count SQLite trusts must be the file's (the backup copies that
+    /// many: a mismatch would be found only after the commit), and the text encoding must be the
+    /// store's (an app's open connection keeps the encoding it loaded its schema with, and fails
+    /// every statement after a restore that changed it).
+    static func stagedPageCount(_ staged: String, against store: StoreFile) throws -> Int {
+        let header = try SQLitePages.Header.parse(try firstBytes(of: staged), what: "the staged snapshot \(staged)")
+        let filePages = Int(FileSystem.size(of: staged) ?? 0) / header.pageSize
+        guard filePages > 0, header.databaseSize.map({ Int($0) == filePages }) ?? true else {
+            throw StoreOpsError(.badData, "the staged snapshot \(staged) holds \(filePages) pages and its header counts \(header.databaseSize.map { "\($0)" } ?? "none"); nothing was changed",
                                 hint: "restore it --to a file and run `sqlite3 FILE 'PRAGMA integrity_check'`")
         }
-        let current = try FileProbe.shared.header(of: store.path)
-        guard current.count >= 60, current[56..<60] == header[56..<60] else {
-            func name(_ bytes: ArraySlice<UInt8>) -> String {
-                switch bytes.last ?? 0 { case 1: "UTF-8"; case 2: "UTF-16le"; case 3: "UTF-16be"; default: "unknown" }
-            }
-            throw StoreOpsError(.usage, "the snapshot's text encoding is \(name(header[56..<60])) and \(store.path)'s \(name(current.count >= 60 ? current[56..<60] : [])): an app's open connection cannot read a store whose encoding changed under it; nothing was changed",
+        let current = try SQLitePages.Header.parse(try FileProbe.shared.header(of: store.path), what: store.path)
+        guard current.textEncoding == header.textEncoding else {
+            let names = [1: "UTF-8", 2: "UTF-16le", 3: "UTF-16be"]
+            throw StoreOpsError(.usage, "the snapshot's text encoding is \(names[header.textEncoding] ?? "unknown") and \(store.path)'s \(names[current.textEncoding] ?? "unknown"): "
+                                + "an app's open connection cannot read a store whose encoding changed under it; nothing was changed",
                                 hint: "stop the app and restore in place without --live")
         }
+        return filePages
     }
 
     /// A test hook: `PRAGMA user_version = N` committed from a connection of its own in the window
@@ -121,15 +114,14 @@ enum LiveRestore {
     /// (`STORECTL_TEST_LIVE_SLIP_USER_VERSION=N`).
     private static let slip = Mutex<Int?>(ProcessInfo.processInfo.environment["STORECTL_TEST_LIVE_SLIP_USER_VERSION"].flatMap { Int($0) })
 
-    /// Writes the staged database at `staged` (`pageCount` pages, closed, checked) into `store`,
-    /// whose write lock `gate` holds, and verifies what was committed.
-    /// - Parameter committed: set once the backup's transaction is committed (an error after it
-    ///   is about its read-back or checkpoint: the store is the restored one).
-    static func apply(staged: String, into store: StoreFile, gate: WriteGate, committed: inout Bool, progress: ProgressHandler?) throws -> Outcome {
-        // The staged file is the snapshot's database, page for page (the backup copies as many).
-        let stagedHeader = try firstBytes(of: staged)
-        let raw = Int(stagedHeader[16]) << 8 | Int(stagedHeader[17])
-        let pageCount = Int(FileSystem.size(of: staged) ?? 0) / (raw == 1 ? 65536 : max(512, raw))
+    /// Writes the staged database at `staged` (`pageCount` pages: `stagedPageCount`; closed,
+    /// checked) into `store`, whose write lock `gate` holds, and verifies what was committed.
+    /// - Parameters:
+    ///   - committed: set once the backup's transaction is committed (an error after it is about
+    ///     its read-back: the store is the restored one).
+    ///   - safety: the safety snapshot's id, which an error after the commit names.
+    static func apply(staged: String, pageCount: Int, into store: StoreFile, gate: WriteGate, safety: String?,
+                      committed: inout Bool, progress: ProgressHandler?) throws -> Outcome {
         guard let before = WalFormat.IndexHeader.current(of: store) else {
             throw StoreOpsError(.failure, "\(store.shmPath): its wal-index header cannot be read while the restore holds the write lock")
         }
@@ -186,7 +178,8 @@ enum LiveRestore {
         while true {
             if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             rc = sqlite3_backup_step(backup, chunk)
-            if rc == SQLITE_DONE { break }
+            // The step that copies the last page commits the transaction before it returns DONE.
+            if rc == SQLITE_DONE { committed = true; break }
             guard rc == SQLITE_OK else { throw failure(rc, "copying the snapshot into \(store.path)") }
             if !reported { FaultInjection.reach("restore.live.copying"); reported = true }
             let total = Int(sqlite3_backup_pagecount(backup)), left = Int(sqlite3_backup_remaining(backup))
@@ -195,18 +188,22 @@ enum LiveRestore {
         }
         finished = true
         rc = sqlite3_backup_finish(backup)
-        guard rc == SQLITE_OK else { throw failure(rc, "committing the snapshot into \(store.path)") }
-        committed = true
+        guard rc == SQLITE_OK else { throw failure(rc, "finishing SQLite's backup into \(store.path)") }
         FaultInjection.reach("restore.live.committed")
         let lockHeld = Date().timeIntervalSince(locked)
         logger.debug("written through SQLite", metadata: ["ms": "\(Int(Date().timeIntervalSince(started) * 1000))", "pages": "\(pageCount)", "lock held (ms)": "\(Int(lockHeld * 1000))"])
-        try verify(store: store, from: at, staged: staged, pageCount: pageCount, progress: progress)
+        do { try verify(store: store, from: at, staged: staged, pageCount: pageCount, progress: progress) } catch {
+            // Committed: whatever stopped the read-back, the store is no longer what it was.
+            throw StoreOpsError(.failure, "the restore through SQLite was committed into \(store.path), but reading it back failed: \((error as? StoreOpsError)?.message ?? "\(error)")",
+                                hint: safety.map { "the store's state before it is the safety snapshot \($0): restore that (or this snapshot again without --live) with the app stopped" }
+                                    ?? "restore this snapshot again without --live, with the app stopped")
+        }
         pin.release()
         // Into the database file as far as the app's readers allow, never waiting for them.
         var logFrames: Int32 = 0, backfilled: Int32 = 0
         let checkpoint = sqlite3_wal_checkpoint_v2(handle, "main", SQLITE_CHECKPOINT_PASSIVE, &logFrames, &backfilled)
         FaultInjection.reach("restore.live.checkpointed")
-        return Outcome(pages: pageCount, walBytes: FileSystem.size(of: store.walPath) ?? 0,
+        return Outcome(walBytes: FileSystem.size(of: store.walPath) ?? 0,
                        checkpointed: checkpoint == SQLITE_OK && logFrames >= 0 && backfilled == logFrames, lockHeld: lockHeld)
     }
 
@@ -240,18 +237,16 @@ enum LiveRestore {
     }
 
     /// Header bytes of page 1 the backup sets in the store, not copied: the file format versions
-    /// (2 in WAL mode), the change counter, the schema cookie (one more than the store's), and
-    /// the version-valid-for number and SQLite's version that wrote it.
-    static let ownHeaderBytes: [Range<Int>] = [18..<20, 24..<28, 40..<44, 92..<100]
+    /// (2 in WAL mode), the change counter and the page count (the commit frame's count is
+    /// checked instead), the schema cookie (one more than the store's), and the
+    /// version-valid-for number and SQLite's version that wrote it.
+    static let ownHeaderBytes: [Range<Int>] = [18..<20, 24..<32, 40..<44, 92..<100]
 
     /// Reads the transaction just committed back from the `-wal`: its frames follow the chain on
     /// from `at` (or start a new generation: the backup's first write restarted the `-wal`), the
     /// commit frame says `pageCount` pages, and every page's last version in it is the staged one.
     static func verify(store: StoreFile, from at: WalFormat.IndexHeader, staged: String, pageCount: Int, progress: ProgressHandler?) throws {
-        func wrong(_ what: String) -> StoreOpsError {
-            StoreOpsError(.failure, "the restore through SQLite was committed, but \(what)",
-                          hint: "the store's state before it is the safety snapshot: restore that (or this snapshot again without --live) with the app stopped")
-        }
+        func wrong(_ what: String) -> StoreOpsError { StoreOpsError(.failure, what) }
         let reader = WalFileReader(path: store.walPath)
         guard try reader.open(), let header = try reader.header() else { throw wrong("\(store.walPath) is gone") }
         var cursor = WalCursor(header: header)
@@ -259,11 +254,11 @@ enum LiveRestore {
             cursor.frame = at.lastFrame
             cursor.checksum = at.frameChecksum
         }
-        let walk = try reader.walk(from: cursor, limit: nil, keepPages: false, firstCommit: true)
-        guard walk.cursor.frame > cursor.frame else { throw wrong("its commit is not found in \(store.walPath) after frame \(cursor.frame)") }
+        let walk = try reader.walk(from: cursor, limit: nil, keepPages: false, stopAtFirstCommit: true)
+        guard walk.cursor.frame > cursor.frame else { throw wrong("the restore's commit is not found in \(store.walPath) after frame \(cursor.frame)") }
         let commitHeader = try reader.read(count: WalFormat.frameHeaderBytes, at: header.offset(ofFrame: walk.cursor.frame))
         let committedPages = commitHeader.count == WalFormat.frameHeaderBytes ? Int(WalFormat.be32(commitHeader, 4)) : -1
-        guard committedPages == pageCount else { throw wrong("its commit says \(committedPages) pages, the snapshot has \(pageCount)") }
+        guard committedPages == pageCount else { throw wrong("the restore's commit says \(committedPages) pages, the snapshot has \(pageCount)") }
         let fd = open(staged, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(staged)", side: .input) }
         defer { close(fd) }
@@ -275,9 +270,9 @@ enum LiveRestore {
         defer { mine.deallocate(); theirs.deallocate() }
         let started = Date()
         for page in 1...max(1, pageCount) where page != pendingPage {
-            guard let frame = walk.latest[UInt32(page)] else { throw wrong("page \(page) is not among its frames") }
+            guard let frame = walk.latest[UInt32(page)] else { throw wrong("page \(page) is not among the restore's frames") }
             do { try reader.readPage(frame: frame, header: header, into: theirs) } catch is WalFileReader.FrameMoved {
-                throw wrong("its frame \(frame) was rewritten before it was read back")
+                throw wrong("the restore's frame \(frame) was rewritten before it was read back")
             }
             guard pread(fd, mine.baseAddress, size, off_t(page - 1) * off_t(size)) == size else {
                 throw StoreOpsError.posix(errno == 0 ? EIO : errno, doing: "reading page \(page) of \(staged)", side: .input)

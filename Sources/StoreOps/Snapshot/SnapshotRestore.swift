@@ -309,8 +309,10 @@ public enum SnapshotRestore {
         var gate: WriteGate?
         /// A process still on the replaced files when the restore let the lock go (`swap`).
         var stillOpenBy: Int32?
-        /// `--live`: what writing through SQLite did (nil until it has).
-        var live: LiveRestore.Outcome?
+        /// `--live`: the staged copy's pages (checked against the store before the safety
+        /// snapshot), and what writing them through SQLite did (nil until it has).
+        var livePages = 0
+        var liveOutcome: LiveRestore.Outcome?
 
         init(store: StoreFile, options: Options) {
             self.store = store
@@ -393,7 +395,7 @@ public enum SnapshotRestore {
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)
                 if let support = staged.support { try FileSystem.copyOwnership(from: store.path, to: support.tempPath) }
             }
-            if options.live { try LiveRestore.compatible(staged: staged.database.tempPath, store: store) }
+            if options.live { livePages = try LiveRestore.stagedPageCount(staged.database.tempPath, against: store) }
             self.staged = staged
         }
 
@@ -407,16 +409,10 @@ public enum SnapshotRestore {
             // (it renamed aside without one before). With --force, a store that cannot be locked
             // (damaged, busy, not writable by this user) is restored without it, as before.
             if let held = options.gate { gate = held }
-            if options.live, exists, gate == nil, case .snapshot = options.keepCurrent, let early = safetyBeforeTheLock() { return early }
+            if options.live, exists, gate == nil, case .snapshot = options.keepCurrent, let early = try safetyBeforeTheLock() { return early }
             if exists, gate == nil, case .snapshot = options.keepCurrent {
-                do { gate = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch let error as StoreOpsError {
-                    guard options.force else {
-                        if error.status == .badData {
-                            throw StoreOpsError(.badData, "the current store cannot be locked (\(error.message)); nothing was changed",
-                                                hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
-                        }
-                        throw error
-                    }
+                do { gate = try lockStore() } catch let error as StoreOpsError {
+                    guard options.force else { throw error }
                     SnapshotRestore.logger.warning("the store's write lock could not be taken; restored without it (--force)", metadata: ["store": "\(store.path)", "error": "\(error.message)"])
                 }
             }
@@ -426,12 +422,10 @@ public enum SnapshotRestore {
             case .snapshot where exists:
                 guard let hold else { break }
                 do {
-                    let created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"],
-                                                            level: nil, timeout: options.timeout, checkFreeSpace: true, fromPoint: true,
-                                                            progress: progress.map { handler in { handler(.step($0)) } })
+                    let created = try safetySnapshot(in: hold, fromPoint: true)
                     safety = created.id
                     safetyPoint = created.point
-                } catch let error as StoreOpsError where error.status == .badData {
+                } catch let error as StoreOpsError where error.status == .badData && !options.live {
                     guard options.force else {
                         throw StoreOpsError(.badData, "the current store cannot be snapshotted (\(error.message)); nothing was changed",
                                             hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
@@ -453,35 +447,54 @@ public enum SnapshotRestore {
         /// is taken: no commit came between. Otherwise (an app committing all the time) it is
         /// taken back and the caller takes one under the lock, as without `--live`. Nil then, or
         /// when it could not be made (the caller's own attempt says why).
-        func safetyBeforeTheLock() -> String? {
+        func safetyBeforeTheLock() throws -> String? {
             guard let hold else { return nil }
             let started = Date()
-            let created: SnapshotCreate.Result
-            let print: SourceFingerprint?
-            do {
-                created = try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"], level: nil,
-                                                    timeout: options.timeout, checkFreeSpace: true, progress: progress.map { handler in { handler(.step($0)) } })
-                print = try hold.repository.record(created.id).source
-            } catch {
-                SnapshotRestore.logger.debug("no safety snapshot before the lock", metadata: ["error": "\((error as? StoreOpsError)?.message ?? "\(error)")"])
-                return nil
+            func takeBack() {
+                if let kept = forgetSafety() {
+                    SnapshotRestore.logger.warning("a safety snapshot could not be taken back; it stays in the repository (tag pre-restore)", metadata: ["snapshot": "\(kept)"])
+                }
             }
+            let created = try safetySnapshot(in: hold, fromPoint: false)
             safety = created.id
-            do { gate = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch {
-                forgetSafety()
-                return nil
+            let state: SourceFingerprint?
+            do { state = try hold.repository.record(created.id).source } catch {
+                takeBack()
+                throw error
             }
-            if let print, print.settled, SourceFingerprint.take(store) == print {
+            do { gate = try lockStore() } catch {
+                takeBack()
+                throw error
+            }
+            if let state, state.settled, SourceFingerprint.take(store) == state {
                 SnapshotRestore.logger.debug("safety snapshot taken before the write lock: nothing committed since",
                                              metadata: ["snapshot": "\(created.id)", "ms": "\(Int(Date().timeIntervalSince(started) * 1000))"])
                 return created.id
             }
-            SnapshotRestore.logger.debug("the store changed after the safety snapshot taken before the write lock: taken again under it",
-                                         metadata: ["snapshot": "\(created.id)", "then": "\(print.map { "\($0)" } ?? "not recorded")", "now": "\(SourceFingerprint.take(store).map { "\($0)" } ?? "unknown")"])
-            if let kept = forgetSafety() {
-                SnapshotRestore.logger.warning("a safety snapshot could not be taken back; it stays in the repository (tag pre-restore)", metadata: ["snapshot": "\(kept)"])
-            }
+            SnapshotRestore.logger.debug("the store changed after the safety snapshot taken before the write lock: taken again under it", metadata: ["snapshot": "\(created.id)"])
+            takeBack()
             return nil
+        }
+
+        /// The store's write lock (`WriteGate`), a damaged store's failure said as such.
+        func lockStore() throws -> WriteGate {
+            do { return try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000)) } catch let error as StoreOpsError where error.status == .badData && !options.force {
+                throw StoreOpsError(.badData, "the current store cannot be locked (\(error.message)); nothing was changed",
+                                    hint: options.live ? "stop the app and restore without --live, with --force: the damaged store is then moved aside, not deleted"
+                                                       : "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
+            }
+        }
+
+        /// The `pre-restore` snapshot of the store as it is (from `replicate`'s newest point when
+        /// `fromPoint` and one stands for it).
+        func safetySnapshot(in hold: RepositoryHold, fromPoint: Bool) throws -> SnapshotCreate.Result {
+            do {
+                return try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"], level: nil, timeout: options.timeout,
+                                                 checkFreeSpace: true, fromPoint: fromPoint, progress: progress.map { handler in { handler(.step($0)) } })
+            } catch let error as StoreOpsError where error.status == .badData && options.live {
+                throw StoreOpsError(.badData, "the current store cannot be snapshotted (\(error.message)); nothing was changed",
+                                    hint: "stop the app and restore without --live, with --force: the damaged store is then moved aside, not deleted")
+            }
         }
 
         /// Takes back the safety snapshot of an attempt that changed nothing (the store holds all it
@@ -607,7 +620,8 @@ public enum SnapshotRestore {
                 }
                 var committed = false
                 do {
-                    live = try LiveRestore.apply(staged: staged.database.tempPath, into: store, gate: gate, committed: &committed, progress: progress)
+                    liveOutcome = try LiveRestore.apply(staged: staged.database.tempPath, pageCount: livePages, into: store, gate: gate, safety: safety,
+                                                        committed: &committed, progress: progress)
                     self.gate = nil
                     staged.database.discard()
                     return
@@ -629,7 +643,10 @@ public enum SnapshotRestore {
                                             + (unremoved.isEmpty ? "" : " (safety snapshots that could not be removed stay: \(unremoved.joined(separator: "; ")))"),
                                             hint: "try again")
                     }
-                    _ = try keepCurrent()
+                    do { _ = try keepCurrent() } catch var error as StoreOpsError {
+                        error.message += "; nothing was changed" + (unremoved.isEmpty ? "" : " (safety snapshots that could not be removed stay: \(unremoved.joined(separator: "; ")))")
+                        throw error
+                    }
                     if !unremoved.isEmpty {
                         SnapshotRestore.logger.warning("an earlier attempt's safety snapshot could not be taken back; it stays in the repository (tag pre-restore)",
                                                        metadata: ["snapshots": "\(unremoved.joined(separator: "; "))"])
@@ -639,7 +656,7 @@ public enum SnapshotRestore {
         }
 
         func result() throws -> Result {
-            if let live, let staged, let record {
+            if let live = liveOutcome, let staged, let record {
                 var result = Result(id: record.snapshot?.id ?? "", restoredTo: store.path, safetySnapshot: safety, safetySnapshotPoint: safetyPoint,
                                     movedAside: [], removedSidecars: [], externalFiles: 0, externalFilesNote: nil, journalMode: "wal",
                                     databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
