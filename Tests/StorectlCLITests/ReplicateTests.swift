@@ -2213,7 +2213,11 @@ struct ReplicateTests {
         try queue.close()
         let second = try ChildProcess.run(Binaries.storectl, args, environment: world.environment)
         #expect(second.status == 0 && second.stderr.contains("gap:") && !second.stderr.contains("resumed chain"), "\(second.stderr)")
-        let after = Timestamp.iso(Date().addingTimeInterval(-0.3))
+        // The newest point (after the gap: the new base, or a commit after it). Not "0.3 s before
+        // the run ended": on a loaded CI machine the new base's time came later than that (66).
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--points", "--json"], environment: world.environment)
+        let stores = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]] ?? []
+        let after = try #require(stores.first?["newestPoint"] as? String, "\(listed.stdout)")
         for (at, title, pageSize) in [(after, "8192-byte pages", 8192), (before, "4096-byte pages", 4096)] {
             let restored = world.folder.file("r-\(pageSize).sqlite")
             let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", restored], environment: world.environment)
