@@ -705,22 +705,25 @@ enum Scenarios {
             })
     }
 
+    /// After a killed restore in place, the store: the explicit way (`recover`), or simply the
+    /// next command that touches it. The repository: its next writer (here a later restore, or a
+    /// snapshot) cleans it.
+    static func afterRestoreInPlace(_ fixture: CrashFixture, _ index: Int) throws {
+        if index % 2 == 0 {
+            try ok(fixture, ["recover", fixture.store], index)
+            try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/later.sqlite"], index)
+        } else {
+            try ok(fixture, ["backup", fixture.store, "--output", fixture.out + "/after.sqlite"], index)
+            try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
+        }
+    }
+
     static let restoreInPlace = CrashScenario(
         name: "snapshot restore --in-place",
         setup: { try storeChangedSinceSnapshot() },
         command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
         observe: { try $0.digest() },
-        next: { fixture, index in
-            // The store: the explicit way, or simply the next command that touches it. The
-            // repository: its next writer (here a later restore, or a snapshot) cleans it.
-            if index % 2 == 0 {
-                try ok(fixture, ["recover", fixture.store], index)
-                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/later.sqlite"], index)
-            } else {
-                try ok(fixture, ["backup", fixture.store, "--output", fixture.out + "/after.sqlite"], index)
-                try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
-            }
-        },
+        next: afterRestoreInPlace,
         finally: { fixture, point in
             let mode = try readJournalMode(fixture.store)
             #expect(mode == "wal", "\(point): the store is no longer in WAL mode")
@@ -742,15 +745,7 @@ enum Scenarios {
         },
         command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store, "--live"] },
         observe: { try $0.digest() },
-        next: { fixture, index in
-            if index % 2 == 0 {
-                try ok(fixture, ["recover", fixture.store], index)
-                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--to", fixture.out + "/later.sqlite"], index)
-            } else {
-                try ok(fixture, ["backup", fixture.store, "--output", fixture.out + "/after.sqlite"], index)
-                try ok(fixture, ["snapshot", "create", fixture.store, "--repo", fixture.repo], index)
-            }
-        },
+        next: afterRestoreInPlace,
         finally: { fixture, point in
             #expect(try readJournalMode(fixture.store) == "wal", "\(point): the store is no longer in WAL mode")
             let check = try DatabaseQueue(path: fixture.store).read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }

@@ -14,10 +14,14 @@ struct LiveRestoreTests {
         let made = try ChildProcess.run(Binaries.lab, ["make-store", store, "--items", "\(items)", "--external-files", "0"])
         #expect(made.status == 0, "\(made.stderr)")
         let repo = try folder.repository()
+        return (store, repo, try snapshotID(store, repo))
+    }
+
+    /// `storectl snapshot create STORE --repo REPO`'s id.
+    func snapshotID(_ store: String, _ repo: String) throws -> String {
         let created = try storectl("snapshot", "create", store, "--repo", repo, "--json")
         #expect(created.status == 0, "\(created.stderr)")
-        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(created.stdout.utf8)).id
-        return (store, repo, snapshot)
+        return try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(created.stdout.utf8)).id
     }
 
     @Test("beside an app that keeps the store open and one that opens it for each commit: every restore goes through (none refused), the app sees no error, every commit it was told succeeded is in a safety snapshot or in the store, and what the store held before each restore is gone from it")
@@ -154,8 +158,7 @@ struct LiveRestoreTests {
         // A rollback-journal store.
         let rollback = folder.file("Rollback.sqlite")
         #expect(try ChildProcess.run(Binaries.lab, ["make-store", rollback, "--items", "50", "--external-files", "0", "--journal-mode", "delete"]).status == 0)
-        let taken = try storectl("snapshot", "create", rollback, "--repo", repo, "--json")
-        let rollbackSnapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(taken.stdout.utf8)).id
+        let rollbackSnapshot = try snapshotID(rollback, repo)
         let before = try Hashing.sha256(ofFile: rollback)
         let journal = try storectl("snapshot", "restore", "--repo", repo, rollbackSnapshot, "--in-place", rollback, "--live")
         #expect(journal.status == 64 && journal.stderr.contains("rollback-journal mode") && journal.stderr.contains("without --live"), "\(journal.stderr)")
@@ -164,8 +167,7 @@ struct LiveRestoreTests {
         // A snapshot with external data.
         let withFiles = folder.file("Files.sqlite")
         #expect(try ChildProcess.run(Binaries.lab, ["make-store", withFiles, "--items", "50", "--external-files", "2"]).status == 0)
-        let filesTaken = try storectl("snapshot", "create", withFiles, "--repo", repo, "--json")
-        let filesSnapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(filesTaken.stdout.utf8)).id
+        let filesSnapshot = try snapshotID(withFiles, repo)
         let external = try storectl("snapshot", "restore", "--repo", repo, filesSnapshot, "--in-place", withFiles, "--live")
         #expect(external.status == 64 && external.stderr.contains("external-data"), "\(external.stderr)")
         // A store with external-data files, restored from a snapshot without any: its files
@@ -179,8 +181,7 @@ struct LiveRestoreTests {
         let queue = try DatabaseQueue(path: wide)
         try queue.writeWithoutTransaction { try $0.execute(sql: "PRAGMA encoding = 'UTF-16le'; PRAGMA journal_mode = WAL; CREATE TABLE t (x); INSERT INTO t VALUES ('a')") }
         try queue.close()
-        let wideTaken = try storectl("snapshot", "create", wide, "--repo", repo, "--json")
-        let wideSnapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(wideTaken.stdout.utf8)).id
+        let wideSnapshot = try snapshotID(wide, repo)
         let storeBefore = try Hashing.sha256(ofFile: store)
         let encoding = try storectl("snapshot", "restore", "--repo", repo, wideSnapshot, "--in-place", store, "--live")
         #expect(encoding.status == 64 && encoding.stderr.contains("text encoding is UTF-16le") && encoding.stderr.contains("nothing was changed"), "\(encoding.stderr)")
