@@ -133,6 +133,9 @@ struct exchange {
     int too_large;
     long long started_ms;   ///< when the transfer began
     curl_off_t moved;       ///< bytes received and sent so far, as the progress callback last saw
+    long long idle_ms;      ///< no byte either way for this long ends the transfer
+    long long last_ms;      ///< when this transfer last moved a byte (its start before any)
+    int idled;              ///< ended by `idle_ms`
 };
 
 // When a transfer last moved a byte either way (ms since 1970; 0: none yet). A request waiting
@@ -143,17 +146,25 @@ long long storectl_http_moved_at(void) { return atomic_load(&moved_at_ms); }
 static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
     (void)dltotal; (void)ultotal;
     struct exchange *exchange = data;
+    long long now = now_ms();
     if (exchange && dlnow + ulnow != exchange->moved) {
         exchange->moved = dlnow + ulnow;
-        atomic_store(&moved_at_ms, now_ms());
+        exchange->last_ms = now;
+        atomic_store(&moved_at_ms, now);
     }
     long long signalled = atomic_load(&signalled_at_ms);
     // Begun before the signal: cut. Begun after it (a stopping command's clean-up, a lock given
     // back): it runs, within the short time the caller gives it.
     if (signalled != 0 && !atomic_load(&draining) && exchange && exchange->started_ms <= signalled) return 1;
     long long at = atomic_load(&abort_at_ms);
-    if (at == 0) return 0;
-    return now_ms() >= at ? 1 : 0;
+    if (at != 0 && now >= at) return 1;
+    // The idle limit, measured here on the wall clock: libcurl's low-speed check starts counting
+    // only once it has measured a speed, and on a loaded machine ended a 4 s wait after 5.9 s.
+    if (exchange && exchange->idle_ms > 0 && now - exchange->last_ms >= exchange->idle_ms) {
+        exchange->idled = 1;
+        return 1;
+    }
+    return 0;
 }
 
 static size_t on_body(char *data, size_t size, size_t count, void *user) {
@@ -213,10 +224,11 @@ static int classify(CURLcode code) {
 int storectl_http_perform(void *handle, const char *method, const char *url,
                           const char *const *headers, size_t count,
                           const void *body, size_t body_length,
-                          long idle_seconds, long total_ms, const char *ca_file, size_t max_body,
+                          long idle_ms, long total_ms, const char *ca_file, size_t max_body,
                           storectl_http_response *out) {
     memset(out, 0, sizeof *out);
-    struct exchange exchange = { out, strcmp(method, "HEAD") == 0, max_body, 0, now_ms() };
+    long long started = now_ms();
+    struct exchange exchange = { out, strcmp(method, "HEAD") == 0, max_body, 0, started, 0, idle_ms, started, 0 };
     CURL *curl = handle;
     if (!curl) {
         out->error_code = STORECTL_HTTP_OTHER;
@@ -247,9 +259,11 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
     lib.easy_setopt(curl, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     lib.easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);       // a redirect is reported, not followed
     lib.easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-    lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, idle_seconds);
+    lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, idle_ms);
+    // A backstop only: `on_progress` ends an idle transfer at `idle_ms` (libcurl calls it at least
+    // once a second while it waits).
     lib.easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    lib.easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, idle_seconds);
+    lib.easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, (idle_ms + 999) / 1000 + 2);
     lib.easy_setopt(curl, CURLOPT_TIMEOUT_MS, total_ms);
     lib.easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
     lib.easy_setopt(curl, CURLOPT_XFERINFODATA, &exchange);
@@ -296,6 +310,10 @@ int storectl_http_perform(void *handle, const char *method, const char *url,
     if (exchange.too_large) {
         out->error_code = STORECTL_HTTP_TOO_LARGE;
         snprintf(out->error, sizeof out->error, "the answer is over %zu bytes", max_body);
+        out->status = 0;
+    } else if (code == CURLE_ABORTED_BY_CALLBACK && exchange.idled) {
+        out->error_code = STORECTL_HTTP_TIMED_OUT;
+        snprintf(out->error, sizeof out->error, "no byte moved for %.1f s", (double)(now_ms() - exchange.last_ms) / 1000);
         out->status = 0;
     } else if (code == CURLE_ABORTED_BY_CALLBACK) {
         // Only `on_progress` aborts: a signal, or a drain's end (libcurl says "Callback aborted").

@@ -38,7 +38,7 @@ void *storectl_http_new(void);
 void storectl_http_free(void *handle);
 
 /// Sends `method` to `url` with the `count` header lines ("Name: value"), and `body` when
-/// `body_length` > 0 (HEAD asks for no body). `idle_seconds`: give up when no byte moves for this
+/// `body_length` > 0 (HEAD asks for no body). `idle_ms`: give up when no byte moves for this
 /// long (and when connecting takes longer); `total_ms`: give up after this long in all.
 /// `ca_file`: a CA bundle for https (NULL: the system's). `max_body`: the largest answer taken
 /// (a larger one stops the transfer, STORECTL_HTTP_TOO_LARGE). Fills `out`; returns its error_code.
@@ -55,7 +55,7 @@ long long storectl_http_moved_at(void);
 int storectl_http_perform(void *handle, const char *method, const char *url,
                           const char *const *headers, size_t count,
                           const void *body, size_t body_length,
-                          long idle_seconds, long total_ms, const char *ca_file, size_t max_body,
+                          long idle_ms, long total_ms, const char *ca_file, size_t max_body,
                           storectl_http_response *out);
 
 /// Frees what `out` still holds (headers, and the body unless taken: set it to NULL to take it).

@@ -271,7 +271,7 @@ final class S3Client: Sendable {
         let code: Int32 = withCStrings(headers) { lines in
             body.withUnsafeBytes { bytes in
                 storectl_http_perform(handle, method, url, lines, lines.count, bytes.baseAddress, bytes.count,
-                                      Int(idle.rounded(.up)), Int(hardLimit * 1000), settings.caBundle, settings.maxAnswer, &out)
+                                      Int((idle * 1000).rounded(.up)), Int(hardLimit * 1000), settings.caBundle, settings.maxAnswer, &out)
             }
         }
         guard code == Int32(STORECTL_HTTP_OK), out.status > 0 else {
