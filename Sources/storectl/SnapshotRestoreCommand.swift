@@ -20,8 +20,8 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     @OptionGroup var password: PasswordOption
     @Argument(help: "The snapshot id (or a unique prefix); not with --at.") var id: String?
     @Option(parsing: .unconditional, help: "Restore the point in time recorded by `storectl replicate` at or before this time (RFC 3339, or before now: -5m).") var at: String?
-    @Option(help: "With --at: the store whose points (when the repository has points of several).") var store: String?
-    @Option(help: "With --at and --store: the host that followed it (default: this one).") var host: String?
+    @Option(help: "With --at: the store whose points (when the repository has points of several). In place: the store the snapshot is of, to put another store's snapshot there on purpose (otherwise refused, 64).") var store: String?
+    @Option(help: "With --store: the host that followed it, or whose snapshot it is (default: this one).") var host: String?
     @Option(help: "Restore to this new file.") var to: String?
     @Option(help: "Restore in place of this store.") var inPlace: String?
     @Flag(help: "In place: go ahead although the store is open; move a damaged store aside instead of snapshotting it.") var force = false

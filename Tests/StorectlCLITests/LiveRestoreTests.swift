@@ -142,7 +142,39 @@ struct LiveRestoreTests {
         #expect(try SnapshotSummary.list(repository: repo).count == 2)
     }
 
-    @Test("refused before anything is written, with what to do: a rollback-journal store, a snapshot with external data, one in another text encoding, no store, and --live with --force, --create or --to")
+    @Test("SIGTERM while the snapshot is being written into the store, before its commit: 143, the store holds what it held, its safety snapshot is taken back, nothing is left beside it; the next restore goes through")
+    func signalBeforeTheCommit() throws {
+        let folder = try TempFolder()
+        let (store, repo, snapshot) = try storeWithSnapshot(folder)
+        let queue = try DatabaseQueue(path: store)
+        try queue.write { try $0.execute(sql: "PRAGMA user_version = 77; DELETE FROM ZITEM WHERE Z_PK % 3 = 0") }
+        let rows = try queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") }
+        try queue.close()
+        let listing = Set(try FileManager.default.contentsOfDirectory(atPath: folder.path))
+        let trace = folder.file("trace")
+        let running = try ChildProcess.Running(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live"],
+                                               environment: ["STORECTL_TEST_LIVE_CHUNK_PAGES": "2", "STORECTL_TEST_LIVE_STEP_DELAY_MS": "30",
+                                                                                               "STORECTL_FAULT_TRACE": trace])
+        let until = Date().addingTimeInterval(30)
+        while Date() < until, !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("restore.live.copying") { usleep(5_000) }
+        running.signal(SIGTERM)
+        let result = running.wait()
+        #expect(result.status == 143, "\(result.status) \(result.stderr)")
+        #expect(!((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("restore.live.committed"), "stopped before the commit")
+        let after = try DatabaseQueue(path: store)
+        #expect(try after.read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == 77)
+        #expect(try after.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") } == rows)
+        #expect(try after.read { try String.fetchOne($0, sql: "PRAGMA quick_check") } == "ok")
+        try after.close()
+        #expect(try SnapshotSummary.list(repository: repo).count == 1, "the safety snapshot was taken back")
+        let left = Set(try FileManager.default.contentsOfDirectory(atPath: folder.path)).subtracting(listing).subtracting([FileSystem.name(of: store) + "-wal", FileSystem.name(of: store) + "-shm", "trace"])
+        #expect(left.isEmpty, "left beside the store: \(left)")
+        let again = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live")
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try DatabaseQueue(path: store).read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == 0)
+    }
+
+    @Test("refused before anything is written, with what to do: a rollback-journal store, a snapshot with external data, one in another text encoding or page size, a store file this user cannot write (73), no store, and --live with --force, --create or --to")
     func refusals() throws {
         let folder = try TempFolder()
         let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 300)
@@ -173,7 +205,7 @@ struct LiveRestoreTests {
         // A store with external-data files, restored from a snapshot without any: its files
         // could be neither kept (orphans) nor taken away beside the app.
         let filesBefore = try Hashing.sha256(ofFile: withFiles)
-        let intoFiles = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", withFiles, "--live")
+        let intoFiles = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", withFiles, "--live", "--store", store)
         #expect(intoFiles.status == 64 && intoFiles.stderr.contains("has external-data files"), "\(intoFiles.stderr)")
         #expect(try Hashing.sha256(ofFile: withFiles) == filesBefore)
         // A snapshot in another text encoding (the app's open connections keep theirs).
@@ -183,10 +215,35 @@ struct LiveRestoreTests {
         try queue.close()
         let wideSnapshot = try snapshotID(wide, repo)
         let storeBefore = try Hashing.sha256(ofFile: store)
-        let encoding = try storectl("snapshot", "restore", "--repo", repo, wideSnapshot, "--in-place", store, "--live")
+        let encoding = try storectl("snapshot", "restore", "--repo", repo, wideSnapshot, "--in-place", store, "--live", "--store", wide)
         #expect(encoding.status == 64 && encoding.stderr.contains("text encoding is UTF-16le") && encoding.stderr.contains("nothing was changed"), "\(encoding.stderr)")
         #expect(try Hashing.sha256(ofFile: store) == storeBefore)
+        // Another page size (SQLite's backup cannot change a WAL store's).
+        let large = folder.file("Large.sqlite")
+        let largeQueue = try DatabaseQueue(path: large)
+        try largeQueue.writeWithoutTransaction { try $0.execute(sql: "PRAGMA page_size = 8192; PRAGMA journal_mode = WAL; CREATE TABLE t (x); INSERT INTO t VALUES ('a')") }
+        try largeQueue.close()
+        let largeSnapshot = try snapshotID(large, repo)
+        let pages = try storectl("snapshot", "restore", "--repo", repo, largeSnapshot, "--in-place", store, "--live", "--store", large)
+        #expect(pages.status == 64 && pages.stderr.contains("the snapshot's pages are 8192 bytes") && pages.stderr.contains("without --live"), "\(pages.stderr)")
+        #expect(try Hashing.sha256(ofFile: store) == storeBefore)
+        var snapshots = 5
+        // A store file this user cannot write (root writes any file: the file bind-mounted on
+        // itself read-only, its folder writable): 73 before anything is staged.
+        if TempMount.isAvailable {
+            let readOnly = folder.file("ReadOnly.sqlite")
+            #expect(try ChildProcess.run(Binaries.lab, ["make-store", readOnly, "--items", "50", "--external-files", "0"]).status == 0)
+            let readOnlySnapshot = try snapshotID(readOnly, repo)
+            snapshots += 1
+            #expect(try ChildProcess.run("/bin/mount", ["--bind", readOnly, readOnly]).status == 0)
+            defer { _ = try? ChildProcess.run("/bin/umount", ["-l", readOnly]) }
+            #expect(try ChildProcess.run("/bin/mount", ["-o", "remount,ro,bind", readOnly]).status == 0)
+            let unwritable = try storectl("snapshot", "restore", "--repo", repo, readOnlySnapshot, "--in-place", readOnly, "--live")
+            #expect(unwritable.status == 73 && unwritable.stderr.contains("(the store) is not writable by") && unwritable.stderr.contains("the store's owner"),
+                    "\(unwritable.status) \(unwritable.stderr)")
+            #expect(try SnapshotSummary.list(repository: repo).count == snapshots, "no safety snapshot")
+        }
         // Nothing was kept for these: the snapshot of each store is all the repository holds.
-        #expect(try SnapshotSummary.list(repository: repo).count == 4)
+        #expect(try SnapshotSummary.list(repository: repo).count == snapshots)
     }
 }

@@ -238,6 +238,46 @@ struct SnapshotCLITests {
         #expect(pruned.status == 0 && pruned.stdout.contains("kept 1, removed 1"))
     }
 
+    @Test("restore --in-place of another store's snapshot (or its point named by label) is refused (64) naming both stores and --store, before anything is done: the store's bytes unchanged, no safety snapshot; --store naming the snapshot's store lets it through, as does the same store reached through a symlinked folder; with no store there (--create) nothing is replaced and nothing is asked")
+    func inPlaceOfAnotherStore() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let other = folder.file("Other.sqlite")
+        let made = try ChildProcess.run(Binaries.lab, ["make-store", other, "--items", "300", "--journal-mode", "wal"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let repo = folder.file("repo")
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        func cli(_ arguments: String...) throws -> ChildProcess.Result { try ChildProcess.run(Binaries.storectl, arguments, environment: environment) }
+        #expect(try cli("repo", "init", "--repo", repo).status == 0)
+        let created = try cli("snapshot", "create", other, "--repo", repo, "--json")
+        #expect(created.status == 0, "\(created.stderr)")
+        let id = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(created.stdout.utf8)).id
+        func snapshots() throws -> Int { try JSON.decoder().decode([SnapshotSummary].self, from: Data(try cli("snapshot", "list", "--repo", repo, "--json").stdout.utf8)).count }
+        let before = try Data(contentsOf: URL(fileURLWithPath: store))
+        for live in [false, true] {
+            let refused = live ? try cli("snapshot", "restore", "--repo", repo, id, "--in-place", store, "--live")
+                               : try cli("snapshot", "restore", "--repo", repo, id, "--in-place", store)
+            #expect(refused.status == 64 && refused.stderr.contains("\(id) is of \(other), not of \(store)") && refused.stderr.contains("nothing was changed")
+                    && refused.stderr.contains("--store \(other)"), "\(refused.status) \(refused.stderr)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: store)) == before && (try snapshots()) == 1, "refused before anything was done")
+        // Named on purpose: it goes through (a safety snapshot of the replaced store first).
+        let named = try cli("snapshot", "restore", "--repo", repo, id, "--in-place", store, "--store", other, "--json")
+        #expect(named.status == 0, "\(named.stderr)")
+        #expect(try DatabaseQueue(path: store).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") } == 300)
+        #expect(try snapshots() == 2)
+        // The same store through a symlinked folder is the same store.
+        let linked = folder.file("linked")
+        try FileManager.default.createSymbolicLink(atPath: linked, withDestinationPath: folder.path)
+        let again = try cli("snapshot", "create", other, "--repo", repo, "--json")
+        let otherID = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(again.stdout.utf8)).id
+        let viaLink = try cli("snapshot", "restore", "--repo", repo, otherID, "--in-place", linked + "/Other.sqlite")
+        #expect(viaLink.status == 0, "\(viaLink.stderr)")
+        // No store there: nothing is replaced, nothing asked.
+        let fresh = try cli("snapshot", "restore", "--repo", repo, id, "--in-place", folder.file("New.sqlite"), "--create")
+        #expect(fresh.status == 0, "\(fresh.stderr)")
+    }
+
     @Test("format 2 on the command line: a wrong password 77, a plain repository says so on every command, repo check 2 on damage, stats, export, keys")
     func pagedCommands() throws {
         let folder = try TempFolder()

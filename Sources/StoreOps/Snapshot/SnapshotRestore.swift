@@ -362,6 +362,7 @@ public enum SnapshotRestore {
             if !exists, FileSystem.kind(of: store.path) != .missing {
                 throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")
             }
+            if exists, options.at == nil { try checkSameStore(record) }
             guard exists || options.create else {
                 throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
                                     hint: options.live ? "check the path; --live writes into an existing store (to make one there, restore without --live, with --create)"
@@ -397,6 +398,24 @@ public enum SnapshotRestore {
             }
             if options.live { livePages = try LiveRestore.stagedPageCount(staged.database.tempPath, against: store) }
             self.staged = staged
+        }
+
+        /// A snapshot (or a point named by its label) of another store, or of this path on another
+        /// host, would replace this store's data with that store's: refused (64) unless `--store`
+        /// (and `--host`) name the snapshot's store, as a point restored in place must be named.
+        /// `--at` is checked when its point is chosen (`PointRestore.storeKey`); with no store
+        /// here (`--create`) nothing is replaced.
+        func checkSameStore(_ record: Manifest) throws {
+            let here = ProcessInfo.processInfo.hostName
+            let source = record.source.path
+            let samePath = source == store.path || FileSystem.absolute(source) == store.path
+            if samePath, record.host == here { return }
+            if let named = options.pointStore, [source, FileSystem.absolute(source)].contains(StoreFile(unchecked: named).path), (options.pointHost ?? here) == record.host { return }
+            let what = options.id.isEmpty ? "the snapshot" : options.id
+            let of = record.host == here ? source : "\(source) on host \(record.host)"
+            throw StoreOpsError(.usage, "\(what) is of \(of), not of \(store.path)\(samePath ? " on this host (\(here))" : ""): restored in place it would replace this store's data with that store's; nothing was changed",
+                                hint: "to do that on purpose (the store moved, or this machine replaces that one), name the snapshot's store: --store \(source)"
+                                    + (record.host == here ? "" : " --host \(record.host)") + "; or restore --to a new file")
         }
 
         /// How the current store is kept: a safety snapshot, or renamed aside. Returns the snapshot's id.
