@@ -193,17 +193,20 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "Instead: the point in time `storectl replicate` recorded of the store at or before this time (RFC 3339, or -5m).") var at: String?
     @Flag(help: "Go ahead although another process has the store open.") var force = false
     @Flag(help: "Wait for locks, and up to a minute for the app to close the store, instead of exiting 75.") var wait = false
+    @Flag(help: "Beside the running app: write the snapshot into the store through SQLite under its write lock (as `snapshot restore --in-place --live`) instead of replacing its files. WAL stores without external data.") var live = false
     @Flag(help: "Print the result as JSON.") var json = false
 
     func validate() throws {
         guard !ValidationGate.off else { return }
         if to != nil, at != nil { throw ValidationError("give --to ID or --at TIME, not both") }
+        if live, force { throw ValidationError("--live goes ahead beside the app by itself: not with --force") }
     }
 
     func run() throws {
         if let to, let point = SnapshotID.pointLabelGiven(to, repository: repo) { throw point }
         var options = Rollback.Options(store: store, repository: repo, to: to, force: force, wait: wait)
         options.password = password.source
+        options.live = live
         options.at = try at.map { try PointRestore.parseTime($0) }
         let progress = TerminalProgress.handler("rollback", quiet: json)
         let result = try Rollback.run(options, progress: progress?.1)
@@ -221,6 +224,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         print("rolled back \(FileSystem.absolute(store)) to \(at == nil ? "snapshot" : "point") \(result.restored ?? "-") (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"
               + (result.safetySnapshotPoint.map { " (made from replicate's point \($0))" } ?? "")
+              + (result.throughSQLite == true ? "; written through SQLite (the app's connections stay open; its commits waited up to \(Format.duration(result.writeLockSeconds ?? 0)))" : "")
               + (result.clearedInterruptedMigration ? "; the interrupted migration is cleared" : ""))
     }
 }

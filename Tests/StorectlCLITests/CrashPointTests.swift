@@ -872,6 +872,28 @@ enum Scenarios {
                 if index % 2 == 0 { try ok(fixture, ["recover", fixture.store], index) }
                 try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo], index)
             }),
+        // Through SQLite the restore commits before the interrupted migration's journal is
+        // removed: killed between the two, the next rollback sees the store back at the run's
+        // first version and only clears the journal (never restores over newer commits).
+        CrashScenario(
+            name: "rollback --live (an interrupted migration's)",
+            setup: {
+                let fixture = try CrashFixture(externalFiles: 0)
+                try writeMigrations(fixture, failing: false)
+                let killed = try fixture.run(["migrate", fixture.store, "--migrations", fixture.extra["migrations"]!, "--repo", fixture.repo],
+                                             ["STORECTL_FAULT_POINT": "after-commit-1"])
+                #expect(killed.status == 137, "\(killed.stderr)")
+                fixture.environment["STORECTL_TEST_LIVE_CHUNK_PAGES"] = "\(max(1, (FileSystem.size(of: fixture.store) ?? 0) / 4096 / 4))"
+                return fixture
+            },
+            command: { ["rollback", $0.store, "--repo", $0.repo, "--live"] },
+            observe: { try $0.digest() },
+            next: { fixture, index in
+                if index % 2 == 0 { try ok(fixture, ["recover", fixture.store], index) }
+                try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo, "--live"], index)
+                #expect(FileSystem.kind(of: MigrationJournal.path(for: StoreFile(unchecked: fixture.store))) == .missing, "point \(index): the journal is left")
+            },
+            reaches: ["restore.live.committed", "migrate.journal.remove"]),
         CrashScenario(
             name: "rollback (its safety snapshot made from replicate's point, the follower running)",
             setup: {

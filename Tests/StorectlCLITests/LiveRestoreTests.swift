@@ -174,6 +174,66 @@ struct LiveRestoreTests {
         #expect(try DatabaseQueue(path: store).read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == 0)
     }
 
+    @Test("rollback --live beside an app that keeps the store open: the migration is undone (version 0, its column and index gone), the app saw no error, every commit it was told succeeded is in the safety snapshot or the store")
+    func rollbackBesideTheApp() throws {
+        let folder = try TempFolder()
+        let (store, repo, _) = try storeWithSnapshot(folder)
+        let migrations = folder.file("migrations")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        try Data("ALTER TABLE ZITEM ADD COLUMN ZLABEL VARCHAR;\nCREATE INDEX ZITEM_ZLABEL_INDEX ON ZITEM (ZLABEL);\n".utf8).write(to: URL(fileURLWithPath: migrations + "/0001_label.sql"))
+        let migrated = try storectl("migrate", store, "--migrations", migrations, "--repo", repo)
+        #expect(migrated.status == 0, "\(migrated.stderr)")
+        let log = folder.file("commits.log"), ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "3", "--ready-file", ready, "--commit-log", log, "--numbered"])
+        #expect(ChildProcess.waitFor(file: ready))
+        usleep(200_000)
+        let rollback = try storectl("rollback", store, "--repo", repo, "--live", "--json")
+        usleep(200_000)
+        writer.signal(SIGTERM)
+        let stats = writer.wait()
+        #expect(rollback.status == 0, "\(rollback.stderr)")
+        let result = try JSON.decoder().decode(Rollback.Result.self, from: Data(rollback.stdout.utf8))
+        #expect(result.throughSQLite == true && result.verified == true && result.version == 0 && (result.writeLockSeconds ?? 0) > 0, "\(rollback.stdout)")
+        let report = try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any]
+        #expect(stats.status == 0 && report?["errors"] as? Int == 0, "the app saw errors: \(stats.stdout) \(stats.stderr)")
+        let names = try DatabaseQueue(path: store).read { try String.fetchAll($0, sql: "SELECT name FROM pragma_table_info('ZITEM') UNION ALL SELECT name FROM sqlite_master") }
+        #expect(!names.contains("ZLABEL") && !names.contains("ZITEM_ZLABEL_INDEX"), "\(names)")
+        let safety = try #require(result.safetySnapshot)
+        let copy = folder.file("safety.sqlite")
+        #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
+        let acknowledged = try acknowledgedCommits(log)
+        let lost = acknowledged.subtracting(try writerCommits(in: store)).subtracting(try writerCommits(in: copy))
+        #expect(acknowledged.count > 20 && lost.isEmpty, "\(lost.count) of \(acknowledged.count) acknowledged commits lost")
+        #expect(try DatabaseQueue(path: store).read { try String.fetchAll($0, sql: "PRAGMA integrity_check") } == ["ok"])
+    }
+
+    @Test("rollback --live of an interrupted migration: done through SQLite and its journal cleared; a second rollback finds nothing to do (the store is back at the run's first version), however the first ended; a run with a migration outside a transaction is refused (64, nothing changed)")
+    func rollbackInterrupted() throws {
+        for outside in [false, true] {
+            let folder = try TempFolder()
+            let (store, repo, _) = try storeWithSnapshot(folder, items: 300)
+            let migrations = folder.file("migrations")
+            try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+            try Data("ALTER TABLE ZITEM ADD COLUMN ZLABEL VARCHAR;\n".utf8).write(to: URL(fileURLWithPath: migrations + "/0001_label.sql"))
+            try Data(((outside ? "-- storectl: no-transaction\n" : "") + "CREATE INDEX ZITEM_ZLABEL_INDEX ON ZITEM (ZLABEL);\n").utf8).write(to: URL(fileURLWithPath: migrations + "/0002_index.sql"))
+            let killed = try storectl("migrate", store, "--migrations", migrations, "--repo", repo, environment: ["STORECTL_FAULT_POINT": "after-commit-1"])
+            #expect(killed.status == 137, "\(killed.status) \(killed.stderr)")
+            let journal = MigrationJournal.path(for: StoreFile(unchecked: store))
+            #expect(FileSystem.kind(of: journal) == .file)
+            let before = try Hashing.sha256(ofFile: store)
+            let rollback = try storectl("rollback", store, "--repo", repo, "--live")
+            if outside {
+                #expect(rollback.status == 64 && rollback.stderr.contains("outside a transaction") && rollback.stderr.contains("without --live"), "\(rollback.stderr)")
+                #expect(try Hashing.sha256(ofFile: store) == before && FileSystem.kind(of: journal) == .file)
+                continue
+            }
+            #expect(rollback.status == 0 && rollback.stdout.contains("written through SQLite") && rollback.stdout.contains("the interrupted migration is cleared"), "\(rollback.stdout) \(rollback.stderr)")
+            #expect(FileSystem.kind(of: journal) == .missing)
+            let again = try storectl("rollback", store, "--repo", repo, "--live")
+            #expect(again.status == 0 && again.stdout.hasPrefix("nothing to roll back"), "\(again.stdout) \(again.stderr)")
+        }
+    }
+
     @Test("refused before anything is written, with what to do: a rollback-journal store, a snapshot with external data, one in another text encoding or page size, a store file this user cannot write (73), no store, and --live with --force, --create or --to")
     func refusals() throws {
         let folder = try TempFolder()

@@ -16,6 +16,9 @@ public enum Rollback {
         public var wait = false
         /// Where an encrypted repository's password comes from.
         public var password: PasswordSource = .resolve(file: nil)
+        /// Beside the running app: the snapshot written into the store through SQLite under its
+        /// write lock (`snapshot restore --in-place --live`), not its files replaced.
+        public var live = false
 
         public init(store: String, repository: String, to: String? = nil, force: Bool = false, wait: Bool = false) {
             self.store = store
@@ -38,8 +41,12 @@ public enum Rollback {
         public var clearedInterruptedMigration: Bool
         /// The store's version (highest applied migration) after the rollback.
         public var version: Int
-        /// The restored store's SHA-256 equals the snapshot's (nil when nothing was restored).
+        /// The restored store's SHA-256 equals the snapshot's (nil when nothing was restored); with
+        /// `live`, every page read back from the transaction's frames equals the snapshot's.
         public var verified: Bool?
+        /// `--live`: written through SQLite; how long the app's commits could wait for it.
+        public var throughSQLite: Bool?
+        public var writeLockSeconds: Double?
         public var stages: [StageTiming]
         /// No migration was applied to the store (version 0) and none was interrupted: nothing was
         /// done (exit 0, as `migrate` says "up to date"; a rollback killed after its swap is
@@ -73,7 +80,7 @@ public enum Rollback {
         // the interrupted migration's journal removed.
         let pipeline = Pipeline(operation: "rollback", store: store, progress: progress)
         var road = PlannedRoad<Plan, (Plan, SnapshotRestore.Result?)>(
-            lock: .exclusive, wait: options.wait, actName: "swap",
+            lock: .exclusive, wait: options.wait, actName: options.live ? "write" : "swap",
             preflight: { pipeline in try prepare(options, store: store, in: pipeline, progress: progress) },
             act: { _, plan in
                 guard let restore = plan.restore else { return (plan, nil) }
@@ -86,9 +93,12 @@ public enum Rollback {
         let walked = pipeline.walk(road)
         let (plan, result) = try walked.get()
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
-        return Result(restored: result == nil ? nil : plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
-                      version: version, verified: result?.verified, stages: walked.stages, nothingToRollBack: result == nil && !plan.committedNothing,
-                      interruptedRunCommittedNothing: plan.committedNothing)
+        var rolled = Result(restored: result == nil ? nil : plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
+                            version: version, verified: result?.verified, stages: walked.stages, nothingToRollBack: result == nil && !plan.committedNothing,
+                            interruptedRunCommittedNothing: plan.committedNothing)
+        rolled.throughSQLite = result?.throughSQLite
+        rolled.writeLockSeconds = result?.writeLockSeconds
+        return rolled
     }
 
     /// What the preflight hands the act: the snapshot to go back to, staged and checked beside the
@@ -107,6 +117,14 @@ public enum Rollback {
         if options.to == nil, options.at == nil, let journal, committedNothing(journal, store: store) {
             return Plan(id: "", journal: journal, restore: nil, committedNothing: true)
         }
+        // Through SQLite the restore commits before the journal is removed: a kill between the two
+        // leaves the journal, and the next rollback must see from the store that it is done (its
+        // version back at the run's first, `committedNothing`), not restore over the app's newer
+        // commits. A run with a migration outside a transaction cannot be told so.
+        if options.live, let journal, journal.noTransactionPending != false {
+            throw StoreOpsError(.usage, "the interrupted migration of \(store.path) ran statements outside a transaction: after a kill, a rollback through SQLite could not tell from the store whether it had finished; nothing was rolled back",
+                                hint: "stop the app and roll back without --live")
+        }
         var id = ""
         if options.at == nil {
             guard let target = try target(options, store: store, journal: journal, in: try pipeline.repository) else {
@@ -121,6 +139,7 @@ public enum Rollback {
         restore.jobLockHeld = true
         restore.password = options.password
         restore.clearsMigrationJournal = journal != nil
+        restore.live = options.live
         let inPlace = SnapshotRestore.InPlace(store: store, options: restore)
         inPlace.progress = progress
         inPlace.hold = pipeline.hold

@@ -414,8 +414,8 @@ public enum SnapshotRestore {
             let what = options.id.isEmpty ? "the snapshot" : options.id
             let of = record.host == here ? source : "\(source) on host \(record.host)"
             throw StoreOpsError(.usage, "\(what) is of \(of), not of \(store.path)\(samePath ? " on this host (\(here))" : ""): restored in place it would replace this store's data with that store's; nothing was changed",
-                                hint: "to do that on purpose (the store moved, or this machine replaces that one), name the snapshot's store: --store \(source)"
-                                    + (record.host == here ? "" : " --host \(record.host)") + "; or restore --to a new file")
+                                hint: "to do that on purpose (the store moved, or this machine replaces that one), name the snapshot's store: storectl snapshot restore ... --in-place \(store.path) --store \(source)"
+                                    + (record.host == here ? "" : " --host \(record.host)") + "; or restore it --to a new file")
         }
 
         /// How the current store is kept: a safety snapshot, or renamed aside. Returns the snapshot's id.
