@@ -238,7 +238,7 @@ struct SnapshotCLITests {
         #expect(pruned.status == 0 && pruned.stdout.contains("kept 1, removed 1"))
     }
 
-    @Test("restore --in-place of another store's snapshot (or its point named by label) is refused (64) naming both stores and --store, before anything is done: the store's bytes unchanged, no safety snapshot; --store naming the snapshot's store lets it through, as does the same store reached through a symlinked folder; with no store there (--create) nothing is replaced and nothing is asked")
+    @Test("restore --in-place of another store's snapshot is refused (64) naming both stores and --store, before anything is done: the store's bytes unchanged, no safety snapshot; --store naming the snapshot's store lets it through, as does the same store reached through a symlinked folder; with no store there (--create) nothing is replaced and nothing is asked; this path snapshotted on another host needs --host too")
     func inPlaceOfAnotherStore() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder)
@@ -276,6 +276,20 @@ struct SnapshotCLITests {
         // No store there: nothing is replaced, nothing asked.
         let fresh = try cli("snapshot", "restore", "--repo", repo, id, "--in-place", folder.file("New.sqlite"), "--create")
         #expect(fresh.status == 0, "\(fresh.stderr)")
+        // This path, snapshotted on another host (a shared repository): its --host too.
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else { return }
+        let elsewhere = try ChildProcess.run("/usr/bin/unshare", ["-u", "/bin/sh", "-c", "hostname storectl-other-host && exec \"$0\" \"$@\"",
+                                                                  Binaries.storectl, "snapshot", "create", store, "--repo", repo, "--json"], environment: environment)
+        #expect(elsewhere.status == 0, "\(elsewhere.stderr)")
+        let otherHostID = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(elsewhere.stdout.utf8)).id
+        let beforeHost = try Data(contentsOf: URL(fileURLWithPath: store))
+        let hostRefused = try cli("snapshot", "restore", "--repo", repo, otherHostID, "--in-place", store)
+        #expect(hostRefused.status == 64 && hostRefused.stderr.contains("is of \(store) on host storectl-other-host, not of \(store) on this host")
+                && hostRefused.stderr.contains("--store \(store) --host storectl-other-host"), "\(hostRefused.status) \(hostRefused.stderr)")
+        #expect(try cli("snapshot", "restore", "--repo", repo, otherHostID, "--in-place", store, "--store", store).status == 64, "--host is needed too")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: store)) == beforeHost)
+        let hostNamed = try cli("snapshot", "restore", "--repo", repo, otherHostID, "--in-place", store, "--store", store, "--host", "storectl-other-host")
+        #expect(hostNamed.status == 0, "\(hostNamed.stderr)")
     }
 
     @Test("format 2 on the command line: a wrong password 77, a plain repository says so on every command, repo check 2 on damage, stats, export, keys")

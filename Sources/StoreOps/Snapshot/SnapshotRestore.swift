@@ -409,13 +409,16 @@ public enum SnapshotRestore {
             let here = ProcessInfo.processInfo.hostName
             let source = record.source.path
             let samePath = source == store.path || FileSystem.absolute(source) == store.path
-            if samePath, record.host == here { return }
-            if let named = options.pointStore, [source, FileSystem.absolute(source)].contains(StoreFile(unchecked: named).path), (options.pointHost ?? here) == record.host { return }
+            // (A record without a host, which storectl never writes, is judged by its path alone.)
+            let sameHost = record.host.isEmpty || record.host == here
+            if samePath, sameHost { return }
+            if let named = options.pointStore, [source, FileSystem.absolute(source)].contains(StoreFile(unchecked: named).path),
+               sameHost ? options.pointHost == nil || options.pointHost == record.host : options.pointHost == record.host { return }
             let what = options.id.isEmpty ? "the snapshot" : options.id
-            let of = record.host == here ? source : "\(source) on host \(record.host)"
+            let of = sameHost ? source : "\(source) on host \(record.host)"
             throw StoreOpsError(.usage, "\(what) is of \(of), not of \(store.path)\(samePath ? " on this host (\(here))" : ""): restored in place it would replace this store's data with that store's; nothing was changed",
                                 hint: "to do that on purpose (the store moved, or this machine replaces that one), name the snapshot's store: storectl snapshot restore ... --in-place \(store.path) --store \(source)"
-                                    + (record.host == here ? "" : " --host \(record.host)") + "; or restore it --to a new file")
+                                    + (sameHost ? "" : " --host \(record.host)") + "; or restore it --to a new file")
         }
 
         /// How the current store is kept: a safety snapshot, or renamed aside. Returns the snapshot's id.
