@@ -211,6 +211,9 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         let progress = TerminalProgress.handler("rollback", quiet: json)
         let result = try Rollback.run(options, progress: progress?.1)
         progress?.0.finish()
+        if let signal = result.signalAfterCommit {
+            FileHandle.standardError.write(Data("storectl: \(signal) came while the rollback was being committed into the store: too late to stop; it was finished and read back\n".utf8))
+        }
         if json { print(jsonReport(result)); return }
         if result.interruptedRunCommittedNothing {
             print("nothing to roll back: \(FileSystem.absolute(store)) is at version \(result.version), where the interrupted migration started (none of its migrations is in it); "

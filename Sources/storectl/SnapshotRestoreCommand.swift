@@ -1,3 +1,4 @@
+import Foundation
 import ArgumentParser
 import StoreOps
 
@@ -52,6 +53,9 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         let progress = TerminalProgress.handler("snapshot restore", quiet: json)
         let result = try SnapshotRestore.run(options, progress: progress?.1)
         progress?.0.finish()
+        if let signal = result.signalAfterCommit {
+            FileHandle.standardError.write(Data("storectl: \(signal) came while the snapshot was being committed into the store: too late to stop; the restore was finished and read back\n".utf8))
+        }
         if json { print(jsonReport(result)); return }
         var line = "restored \(result.id) to \(result.restoredTo)"
         if let point = result.point, let time = result.pointTime { line = "restored point \(point) (\(Timestamp.iso(time))) to \(result.restoredTo)" }

@@ -142,8 +142,8 @@ struct LiveRestoreTests {
         #expect(try SnapshotSummary.list(repository: repo).count == 2)
     }
 
-    @Test("SIGTERM while the snapshot is being written into the store, before its commit: 143, the store holds what it held, its safety snapshot is taken back, nothing is left beside it; the next restore goes through")
-    func signalBeforeTheCommit() throws {
+    @Test("SIGTERM while the snapshot is being written into the store, before its commit: 143, the store holds what it held, its safety snapshot is taken back, nothing is left beside it; the next restore goes through. Once the last step, which commits, has begun: the restore is finished and read back, exit 0, and it says the signal came too late")
+    func signalBeforeAndAfterTheCommit() throws {
         let folder = try TempFolder()
         let (store, repo, snapshot) = try storeWithSnapshot(folder)
         let queue = try DatabaseQueue(path: store)
@@ -151,27 +151,49 @@ struct LiveRestoreTests {
         let rows = try queue.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") }
         try queue.close()
         let listing = Set(try FileManager.default.contentsOfDirectory(atPath: folder.path))
-        let trace = folder.file("trace")
-        let running = try ChildProcess.Running(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live"],
-                                               environment: ["STORECTL_TEST_LIVE_CHUNK_PAGES": "2", "STORECTL_TEST_LIVE_STEP_DELAY_MS": "30",
-                                                                                               "STORECTL_FAULT_TRACE": trace])
-        let until = Date().addingTimeInterval(30)
-        while Date() < until, !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("restore.live.copying") { usleep(5_000) }
-        running.signal(SIGTERM)
-        let result = running.wait()
-        #expect(result.status == 143, "\(result.status) \(result.stderr)")
-        #expect(!((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("restore.live.committed"), "stopped before the commit")
+        // The signal right after the first of several steps (test hook: SIGTERM at a fault point).
+        let stopped = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live",
+                                   environment: ["STORECTL_TEST_LIVE_CHUNK_PAGES": "8", "STORECTL_TEST_SIGNAL_AT": "restore.live.copying"])
+        #expect(stopped.status == 143, "\(stopped.status) \(stopped.stderr)")
         let after = try DatabaseQueue(path: store)
         #expect(try after.read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == 77)
         #expect(try after.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") } == rows)
         #expect(try after.read { try String.fetchOne($0, sql: "PRAGMA quick_check") } == "ok")
         try after.close()
         #expect(try SnapshotSummary.list(repository: repo).count == 1, "the safety snapshot was taken back")
-        let left = Set(try FileManager.default.contentsOfDirectory(atPath: folder.path)).subtracting(listing).subtracting([FileSystem.name(of: store) + "-wal", FileSystem.name(of: store) + "-shm", "trace"])
+        let left = Set(try FileManager.default.contentsOfDirectory(atPath: folder.path)).subtracting(listing).subtracting([FileSystem.name(of: store) + "-wal", FileSystem.name(of: store) + "-shm"])
         #expect(left.isEmpty, "left beside the store: \(left)")
-        let again = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live")
-        #expect(again.status == 0, "\(again.stderr)")
+        // Past the commit: finished, read back, and said.
+        let late = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live", "--json",
+                                environment: ["STORECTL_TEST_SIGNAL_AT": "restore.live.committed"])
+        #expect(late.status == 0 && late.stderr.contains("SIGTERM came while the snapshot was being committed into the store: too late to stop"), "\(late.status) \(late.stderr)")
+        let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(late.stdout.utf8))
+        #expect(result.signalAfterCommit == "SIGTERM" && result.verified && result.throughSQLite == true)
         #expect(try DatabaseQueue(path: store).read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == 0)
+    }
+
+    @Test("beside `storectl replicate` and an app that keeps the store open, the safety snapshot taken again under the lock waits for the follower's point no longer than reading the store would take: a small store's lock is held for milliseconds, not the point wait's 3 s")
+    func besideReplicate() throws {
+        let folder = try TempFolder()
+        let (store, repo, snapshot) = try storeWithSnapshot(folder)
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--for", "60s", "--sync-interval", "200ms"],
+                                                environment: ["TMPDIR": folder.path])
+        defer { follower.signal(SIGTERM); _ = follower.wait() }
+        let log = folder.file("commits.log"), ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "3", "--ready-file", ready, "--commit-log", log, "--numbered"])
+        #expect(ChildProcess.waitFor(file: ready))
+        var waits: [Double] = []
+        for _ in 1...3 {
+            let restore = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--live", "--json")
+            #expect(restore.status == 0, "\(restore.stderr)")
+            if restore.status == 0 { waits.append(try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8)).writeLockSeconds ?? 99) }
+            usleep(300_000)
+        }
+        writer.signal(SIGTERM)
+        let stats = writer.wait()
+        let report = try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any]
+        #expect(report?["errors"] as? Int == 0, "the app saw errors: \(stats.stdout)")
+        #expect(waits.count == 3 && waits.allSatisfy { $0 < 1.5 }, "the write lock was held \(waits) s")
     }
 
     @Test("rollback --live beside an app that keeps the store open: the migration is undone (version 0, its column and index gone), the app saw no error, every commit it was told succeeded is in the safety snapshot or the store")
@@ -231,6 +253,39 @@ struct LiveRestoreTests {
             #expect(FileSystem.kind(of: journal) == .missing)
             let again = try storectl("rollback", store, "--repo", repo, "--live")
             #expect(again.status == 0 && again.stdout.hasPrefix("nothing to roll back"), "\(again.stdout) \(again.stderr)")
+        }
+    }
+
+    @Test("rollback trusts the snapshot the store's history names wherever the store now is and whatever the host's name (a container recreated, a folder moved), with and without --live; --to another store's snapshot is refused (64), nothing changed")
+    func rollbackOwnSnapshotElsewhere() throws {
+        let folder = try TempFolder()
+        let (store, repo, _) = try storeWithSnapshot(folder, items: 300)
+        let migrations = folder.file("migrations")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        try Data("ALTER TABLE ZITEM ADD COLUMN ZLABEL VARCHAR;\n".utf8).write(to: URL(fileURLWithPath: migrations + "/0001_label.sql"))
+        // Another store's snapshot in the same repository.
+        let other = folder.file("Other.sqlite")
+        #expect(try ChildProcess.run(Binaries.lab, ["make-store", other, "--items", "20", "--external-files", "0"]).status == 0)
+        let otherSnapshot = try snapshotID(other, repo)
+        for live in [false, true] {
+            #expect(try storectl("migrate", store, "--migrations", migrations, "--repo", repo).status == 0)
+            let before = try Hashing.sha256(ofFile: store)
+            let refused = try storectl("rollback", store, "--repo", repo, "--to", otherSnapshot)
+            #expect(refused.status == 64 && refused.stderr.contains("is of \(other), not of \(store)"), "\(refused.stderr)")
+            #expect(try Hashing.sha256(ofFile: store) == before)
+            // Moved to another folder, rolled back on a host of another name.
+            let moved = folder.file("moved-\(live)")
+            try FileManager.default.createDirectory(atPath: moved, withIntermediateDirectories: false)
+            let there = moved + "/Tasks.sqlite"
+            try FileManager.default.moveItem(atPath: store, toPath: there)
+            for sidecar in ["-wal", "-shm"] where FileManager.default.fileExists(atPath: store + sidecar) { try FileManager.default.moveItem(atPath: store + sidecar, toPath: there + sidecar) }
+            let arguments = ["rollback", there, "--repo", repo] + (live ? ["--live"] : [])
+            let rolled = getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare")
+                ? try ChildProcess.run("/usr/bin/unshare", ["-u", "/bin/sh", "-c", "hostname storectl-recreated && exec \"$0\" \"$@\"", Binaries.storectl] + arguments)
+                : try ChildProcess.run(Binaries.storectl, arguments)
+            #expect(rolled.status == 0 && rolled.stdout.contains("(version 0)"), "live \(live): \(rolled.stdout) \(rolled.stderr)")
+            try FileManager.default.moveItem(atPath: there, toPath: store)
+            for sidecar in ["-wal", "-shm"] where FileManager.default.fileExists(atPath: there + sidecar) { try FileManager.default.moveItem(atPath: there + sidecar, toPath: store + sidecar) }
         }
     }
 

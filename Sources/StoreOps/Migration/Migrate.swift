@@ -1088,6 +1088,7 @@ public enum Migrate {
             // The failed state is evidence only: renamed aside (instant) rather than snapshotted.
             options.keepCurrent = .moveAside(suffix: ".failed-migration-\(Timestamp.compact(Date()))")
             options.clearsMigrationJournal = true
+            options.ownSnapshot = true   // the run's own, just taken
             options.gate = gate
             options.timeout = timeout
             let result = try SnapshotRestore.inPlace(options, in: hold)

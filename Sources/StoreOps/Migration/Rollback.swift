@@ -47,6 +47,8 @@ public enum Rollback {
         /// `--live`: written through SQLite; how long the app's commits could wait for it.
         public var throughSQLite: Bool?
         public var writeLockSeconds: Double?
+        /// A signal that came once the restore through SQLite was committing: it was finished.
+        public var signalAfterCommit: String?
         public var stages: [StageTiming]
         /// No migration was applied to the store (version 0) and none was interrupted: nothing was
         /// done (exit 0, as `migrate` says "up to date"; a rollback killed after its swap is
@@ -98,6 +100,7 @@ public enum Rollback {
                             interruptedRunCommittedNothing: plan.committedNothing)
         rolled.throughSQLite = result?.throughSQLite
         rolled.writeLockSeconds = result?.writeLockSeconds
+        rolled.signalAfterCommit = result?.signalAfterCommit
         return rolled
     }
 
@@ -140,6 +143,12 @@ public enum Rollback {
         restore.password = options.password
         restore.clearsMigrationJournal = journal != nil
         restore.live = options.live
+        // The snapshot the store's own journal or history names is its own, wherever the store
+        // and whatever the host's name now.
+        if options.at == nil {
+            let named = [journal?.snapshotId] + ((try? Migrate.readOnly(store, timeout: 10) { try MigrationHistory.read($0) }) ?? []).map(\.snapshotId)
+            restore.ownSnapshot = named.contains(id)
+        }
         let inPlace = SnapshotRestore.InPlace(store: store, options: restore)
         inPlace.progress = progress
         inPlace.hold = pipeline.hold

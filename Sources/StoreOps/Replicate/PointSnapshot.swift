@@ -48,15 +48,26 @@ enum PointSnapshot {
 
     /// Makes the snapshot from the store's fresh point, or returns nil (nothing written) when
     /// there is none or it cannot be used.
-    static func make(store: StoreFile, in hold: RepositoryHold, tags: [String], level: Int?) -> SnapshotCreate.Result? {
+    ///
+    /// `writeLockHeld`: the caller holds the store's write lock (a restore in place, a rollback):
+    /// no app can commit, so an app that has the store open does not disqualify the point; and
+    /// every moment of waiting for the follower is a moment the app's commits wait, so the wait
+    /// is no longer than reading the store would take (at 256 MiB/s: a small store is read at
+    /// once; a trial waited 3 s under the lock to read a 2,000-item store in milliseconds).
+    /// Without it, an app that has the store open (not a follower) ends the wait: while it can
+    /// commit, no point is provably the store's state.
+    static func make(store: StoreFile, in hold: RepositoryHold, tags: [String], level: Int?, writeLockHeld: Bool = false) -> SnapshotCreate.Result? {
         let repository = hold.repository
-        let deadline = Date().addingTimeInterval(wait)
+        var patience = wait
+        if writeLockHeld { patience = min(patience, Double(FileSystem.size(of: store.path) ?? 0) / Double(256 << 20)) }
+        let deadline = Date().addingTimeInterval(patience)
         var found: Result<Fresh, Stale>
         while true {
-            do { found = try find(store, in: repository) } catch {
+            do { found = try find(store, in: repository, writeLockHeld: writeLockHeld) } catch {
                 logger.debug("no point used for the safety snapshot", metadata: ["store": "\(store.path)", "error": "\(error)"])
                 return nil
             }
+            if case .failure(let stale) = found, stale.openByApp { break }
             if case .success = found { break }
             if Date() >= deadline || !followed(store) { break }
             usleep(200_000)
@@ -84,10 +95,11 @@ enum PointSnapshot {
     }
 
     /// The store's newest point, when it is provably the store's state now; else why not.
-    static func find(_ store: StoreFile, in repository: PagedRepository) throws -> Result<Fresh, Stale> {
+    static func find(_ store: StoreFile, in repository: PagedRepository, writeLockHeld: Bool = false) throws -> Result<Fresh, Stale> {
         guard StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) else { return .failure(Stale("the store is not in WAL mode")) }
         let locks = try LockState.read(store, walMode: true)
-        if let pid = locks.writerPID ?? locks.openByPID { return .failure(Stale("pid \(pid) has the store open")) }
+        if let pid = locks.writerPID { return .failure(Stale("pid \(pid) is writing to the store")) }
+        if !writeLockHeld, let pid = locks.openByPID { return .failure(Stale("pid \(pid) has the store open", openByApp: !LockState.isFollower(pid))) }
         guard let index = WalFormat.IndexHeader.current(of: store) else {
             return .failure(Stale("the wal-index cannot be read"))
         }
@@ -153,7 +165,15 @@ enum PointSnapshot {
         return .success(Fresh(key: key, chain: chain.id, number: last.to, time: time))
     }
 
-    struct Stale: Error { var reason: String; init(_ reason: String) { self.reason = reason } }
+    struct Stale: Error {
+        var reason: String
+        /// An app (not a follower) has the store open and may commit: waiting does not help.
+        var openByApp = false
+        init(_ reason: String, openByApp: Bool = false) {
+            self.reason = reason
+            self.openByApp = openByApp
+        }
+    }
 
     /// The point's state as a snapshot record over its base or milestone.
     static func make(from fresh: Fresh, store: StoreFile, in repository: PagedRepository, tags: [String], level: Int?) throws -> SnapshotCreate.Result {

@@ -174,11 +174,8 @@ enum LiveRestore {
         let started = Date()
         // 16 MiB a step at 4 KiB pages (a test sets fewer, to kill between two steps).
         let chunk = max(1, ProcessInfo.processInfo.environment["STORECTL_TEST_LIVE_CHUNK_PAGES"].flatMap { Int32($0) } ?? 4096)
-        // A pause between steps (a test signals the restore while it copies).
-        let pause = ProcessInfo.processInfo.environment["STORECTL_TEST_LIVE_STEP_DELAY_MS"].flatMap { UInt32($0) } ?? 0
         var reported = false
         while true {
-            if pause > 0, reported { usleep(pause * 1000) }
             if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             rc = sqlite3_backup_step(backup, chunk)
             // The step that copies the last page commits the transaction before it returns DONE.

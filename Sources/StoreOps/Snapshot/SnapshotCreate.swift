@@ -128,8 +128,8 @@ public enum SnapshotCreate {
     /// Creates the snapshot; the caller holds the repository (and the store's lock): a restore's
     /// safety snapshot.
     static func create(store: StoreFile, in hold: RepositoryHold, tags: [String], level: Int?,
-                       timeout: TimeInterval, checkFreeSpace: Bool, fromPoint: Bool = false, progress: StepHandler?) throws -> Result {
-        if fromPoint, !PointSnapshot.disabled, let made = PointSnapshot.make(store: store, in: hold, tags: tags, level: level) { return made }
+                       timeout: TimeInterval, checkFreeSpace: Bool, fromPoint: Bool = false, writeLockHeld: Bool = false, progress: StepHandler?) throws -> Result {
+        if fromPoint, !PointSnapshot.disabled, let made = PointSnapshot.make(store: store, in: hold, tags: tags, level: level, writeLockHeld: writeLockHeld) { return made }
         let work = try makeWork(store: store, in: hold.repository, tags: tags, level: level)
         do {
             try work.copy(timeout: timeout, checkFreeSpace: checkFreeSpace, progress: progress)

@@ -43,6 +43,10 @@ public enum SnapshotRestore {
         /// In place, beside a running app: the snapshot written into the store through SQLite's
         /// backup API under its write lock (`LiveRestore`), not its files replaced.
         public var live = false
+        /// The snapshot is the store's own by its migration history or journal (a rollback's): not
+        /// compared with the store's path and host (a container recreated under a new host name,
+        /// a store folder moved, must still roll back).
+        var ownSnapshot = false
         /// The store's write lock, taken by the caller (migrate's rollback, from its own run's
         /// lock): held until the swap is done and the replaced files' other openers are gone, as
         /// an in-place restore without `--force` does with the lock it takes itself.
@@ -128,6 +132,9 @@ public enum SnapshotRestore {
         /// `--live`: seconds the store's write lock was held (the app's commits waited at most
         /// this long), from before the safety snapshot to the commit.
         public var writeLockSeconds: Double?
+        /// `--live`: a signal (SIGINT, SIGTERM) that came once the backup's last step had begun,
+        /// which commits: the restore was finished and read back, not stopped.
+        public var signalAfterCommit: String?
     }
 
     /// Verifies the snapshot while unpacking it beside the target, checks the database, then
@@ -362,7 +369,7 @@ public enum SnapshotRestore {
             if !exists, FileSystem.kind(of: store.path) != .missing {
                 throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")
             }
-            if exists, options.at == nil { try checkSameStore(record) }
+            if exists, options.at == nil, !options.ownSnapshot { try checkSameStore(record) }
             guard exists || options.create else {
                 throw StoreOpsError(.noInput, "no store at \(store.path) to restore in place of; nothing was changed",
                                     hint: options.live ? "check the path; --live writes into an existing store (to make one there, restore without --live, with --create)"
@@ -379,9 +386,13 @@ public enum SnapshotRestore {
             }
             while exists, !options.force, !options.live, let pid = try LockState.otherUser(of: store) {
                 guard options.wait, !LockState.isFollower(pid), Date() < until else {
+                    // A WAL store without external data can be restored beside the app.
+                    let live = (try? StoreFile.isWALHeader(FileProbe.shared.header(of: store.path))) == true && record.externalData == nil
+                        && ((try? FileManager.default.contentsOfDirectory(atPath: store.externalDataPath)) ?? []).isEmpty
                     throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
                                         + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
-                                        hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
+                                        hint: "stop the app first" + (live ? "; or pass --live to write the snapshot into the store through SQLite beside the app (its connections stay open)" : "")
+                                            + "; or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
                 LockState.waitUntilClosed(store, until: until)
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
@@ -512,7 +523,8 @@ public enum SnapshotRestore {
         func safetySnapshot(in hold: RepositoryHold, fromPoint: Bool) throws -> SnapshotCreate.Result {
             do {
                 return try SnapshotCreate.create(store: try StoreFile(existing: store.path), in: hold, tags: ["pre-restore"], level: nil, timeout: options.timeout,
-                                                 checkFreeSpace: true, fromPoint: fromPoint, progress: progress.map { handler in { handler(.step($0)) } })
+                                                 checkFreeSpace: true, fromPoint: fromPoint, writeLockHeld: gate != nil,
+                                                 progress: progress.map { handler in { handler(.step($0)) } })
             } catch let error as StoreOpsError where error.status == .badData && options.live {
                 throw StoreOpsError(.badData, "the current store cannot be snapshotted (\(error.message)); nothing was changed",
                                     hint: "stop the app and restore without --live, with --force: the damaged store is then moved aside, not deleted")
@@ -687,6 +699,7 @@ public enum SnapshotRestore {
                 result.walBytes = live.walBytes
                 result.checkpointed = live.checkpointed
                 result.writeLockSeconds = (live.lockHeld * 1000).rounded() / 1000
+                result.signalAfterCommit = ProcessSignals.received.map(ProcessSignals.name)
                 return result
             }
             guard let outcome, let staged, let record else { throw StoreOpsError(.failure, "the restore did not finish") }

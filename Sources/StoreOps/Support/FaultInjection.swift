@@ -16,6 +16,10 @@ import Synchronization
 /// durable step can be written without one (a test also scans the sources for raw calls).
 public enum FaultInjection {
     private static let target = point(named: "STORECTL_FAULT_POINT")
+    /// A fourth hook: `STORECTL_TEST_SIGNAL_AT=name` (or `name#k`) sends the process SIGTERM
+    /// when it reaches `name`, as an operator's `kill` at that instant would (the process goes on
+    /// and handles it as it handles any SIGTERM).
+    private static let signalTarget = point(named: "STORECTL_TEST_SIGNAL_AT")
 
     /// `name` or `name#k` from the environment variable `variable` (k: the k-th time, 1 if not given).
     private static func point(named variable: String) -> (name: String, occurrence: Int)? {
@@ -52,7 +56,7 @@ public enum FaultInjection {
     }
 
     /// True when either hook is set (callers never need to check; `reach` is cheap either way).
-    public static var isActive: Bool { target != nil || traceFD != nil }
+    public static var isActive: Bool { target != nil || traceFD != nil || signalTarget != nil }
 
     /// A test hook for the crash report: `STORECTL_TEST_CRASH=1` traps here, as a bug would.
     public static func crashIfAsked() {
@@ -64,7 +68,7 @@ public enum FaultInjection {
 
     /// Marks that the process has just completed the step `name`.
     public static func reach(_ name: String) {
-        guard target != nil || traceFD != nil else { return }
+        guard target != nil || traceFD != nil || signalTarget != nil else { return }
         let k = counts.withLock { table -> Int in
             table[name, default: 0] += 1
             return table[name]!
@@ -76,6 +80,12 @@ public enum FaultInjection {
         if let target, target.name == name, target.occurrence == k {
             kill(getpid(), SIGKILL)
             pause()
+        }
+        if let signalTarget, signalTarget.name == name, signalTarget.occurrence == k {
+            kill(getpid(), SIGTERM)
+            // The handler records it (on its own thread): the step after this one sees it.
+            let until = Date().addingTimeInterval(2)
+            while ProcessSignals.received == nil, Date() < until { usleep(1_000) }
         }
     }
 }
