@@ -37,7 +37,8 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         if (to == nil) == (inPlace == nil) { throw ValidationError("pass exactly one of --to PATH or --in-place STORE") }
         if (id == nil) == (at == nil) { throw ValidationError("pass a snapshot id or --at TIME (not both)") }
         if live, inPlace == nil { throw ValidationError("--live restores in place: pass --in-place STORE") }
-        if live, force || create { throw ValidationError("--live goes ahead beside the app by itself and needs an existing store: not with --\(force ? "force" : "create")") }
+        if live, force { throw ValidationError("--live goes ahead beside the app by itself: not with --force") }
+        if live, create { throw ValidationError("--live writes into an existing store: not with --create") }
     }
 
     func run() throws {

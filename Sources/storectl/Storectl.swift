@@ -199,7 +199,7 @@ struct Storectl: ParsableCommand {
         }
         // A usage error the library found in a value (`--keep-within 3x`, `--level 25`) is said as
         // ArgumentParser's are: the command's usage line and its --help.
-        if failure.status == .usage, !failure.message.contains("\n  usage: "), let command {
+        if failure.status == .usage, !failure.refusal, !failure.message.contains("\n  usage: "), let command {
             let usage = usageString(for: type(of: command))
             failure.message += "\n  usage: \(usage)"
             failure.hint = failure.hint ?? "see `\(commandName(ofUsage: usage)) --help`"

@@ -125,8 +125,8 @@ public enum Rollback {
         // version back at the run's first, `committedNothing`), not restore over the app's newer
         // commits. A run with a migration outside a transaction cannot be told so.
         if options.live, let journal, journal.noTransactionPending != false {
-            throw StoreOpsError(.usage, "the interrupted migration of \(store.path) ran statements outside a transaction: after a kill, a rollback through SQLite could not tell from the store whether it had finished; nothing was rolled back",
-                                hint: "stop the app and roll back without --live")
+            throw StoreOpsError.refused("the interrupted migration of \(store.path) has a migration that runs outside a transaction (`-- storectl: no-transaction`): after a kill, a rollback through SQLite could not tell from the store whether it had finished; nothing was rolled back",
+                                        hint: "stop the app and roll back without --live")
         }
         var id = ""
         if options.at == nil {

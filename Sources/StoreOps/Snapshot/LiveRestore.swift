@@ -55,8 +55,8 @@ enum LiveRestore {
     static func preflight(store: StoreFile, record: Manifest) throws {
         let header = try FileProbe.shared.header(of: store.path)
         guard StoreFile.isWALHeader(header) else {
-            throw StoreOpsError(.usage, "--live restores into a store in WAL mode; \(store.path) is in rollback-journal mode",
-                                hint: "stop the app and restore in place without --live")
+            throw StoreOpsError.refused("--live restores into a store in WAL mode; \(store.path) is in rollback-journal mode",
+                                hint: "stop the app and run it again without --live")
         }
         // The store's folder, its -wal and -shm writable by this user (SQLite's backup would fail
         // at its first step, after the safety snapshot).
@@ -67,24 +67,24 @@ enum LiveRestore {
         }
         let external = store.externalDataPath
         if FileSystem.kind(of: external) == .directory, !((try? FileManager.default.contentsOfDirectory(atPath: external)) ?? []).isEmpty {
-            throw StoreOpsError(.usage, "\(store.path) has external-data files (\(external)), which a restore through SQLite cannot put back or take away beside the app",
-                                hint: "stop the app and restore in place without --live (its files and folder are swapped together)")
+            throw StoreOpsError.refused("\(store.path) has external-data files (\(external)), which a restore through SQLite cannot put back or take away beside the app",
+                                hint: "stop the app and run it again without --live (its files and folder are swapped together)")
         }
         if record.externalData != nil {
-            throw StoreOpsError(.usage, "the snapshot holds external-data files, which a restore through SQLite cannot put in place beside the app",
-                                hint: "stop the app and restore in place without --live (its files and folder are swapped together)")
+            throw StoreOpsError.refused("the snapshot holds external-data files, which a restore through SQLite cannot put in place beside the app",
+                                hint: "stop the app and run it again without --live (its files and folder are swapped together)")
         }
         let current = StoreFile.pageSize(fromHeader: header)
         let wanted = record.database.pageSize ?? record.source.pageSize
         guard current == wanted else {
-            throw StoreOpsError(.usage, "the snapshot's pages are \(wanted) bytes and \(store.path)'s \(current): SQLite cannot change a WAL store's page size through its backup API",
-                                hint: "stop the app and restore in place without --live")
+            throw StoreOpsError.refused("the snapshot's pages are \(wanted) bytes and \(store.path)'s \(current): SQLite cannot change a WAL store's page size through its backup API",
+                                hint: "stop the app and run it again without --live")
         }
         // The staged copy, and a -wal that grows to the store's size.
         let bytes = record.database.bytes
         try SpaceRequirement.require(bytes * 2 + SpaceRequirement.margin(bytes), at: FileSystem.parent(of: store.path),
                                      purpose: "a restore through SQLite (the staged copy, and a -wal of the store's size)",
-                                     hint: "free space on that volume first, or stop the app and restore in place without --live")
+                                     hint: "free space on that volume first, or stop the app and run it again without --live")
     }
 
     /// The pages the backup will copy from the staged copy, checked against the store before the
@@ -102,9 +102,9 @@ enum LiveRestore {
         let current = try SQLitePages.Header.parse(try FileProbe.shared.header(of: store.path), what: store.path)
         guard current.textEncoding == header.textEncoding else {
             let names = [1: "UTF-8", 2: "UTF-16le", 3: "UTF-16be"]
-            throw StoreOpsError(.usage, "the snapshot's text encoding is \(names[header.textEncoding] ?? "unknown") and \(store.path)'s \(names[current.textEncoding] ?? "unknown"): "
+            throw StoreOpsError.refused("the snapshot's text encoding is \(names[header.textEncoding] ?? "unknown") and \(store.path)'s \(names[current.textEncoding] ?? "unknown"): "
                                 + "an app's open connection cannot read a store whose encoding changed under it; nothing was changed",
-                                hint: "stop the app and restore in place without --live")
+                                hint: "stop the app and run it again without --live")
         }
         return filePages
     }

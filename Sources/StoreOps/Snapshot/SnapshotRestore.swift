@@ -427,7 +427,7 @@ public enum SnapshotRestore {
                sameHost ? options.pointHost == nil || options.pointHost == record.host : options.pointHost == record.host { return }
             let what = options.id.isEmpty ? "the snapshot" : options.id
             let of = sameHost ? source : "\(source) on host \(record.host)"
-            throw StoreOpsError(.usage, "\(what) is of \(of), not of \(store.path)\(samePath ? " on this host (\(here))" : ""): restored in place it would replace this store's data with that store's; nothing was changed",
+            throw StoreOpsError.refused("\(what) is of \(of), not of \(store.path)\(samePath ? " on this host (\(here))" : ""): restored in place it would replace this store's data with that store's; nothing was changed",
                                 hint: "to do that on purpose (the store moved, or this machine replaces that one), name the snapshot's store: storectl snapshot restore ... --in-place \(store.path) --store \(source)"
                                     + (sameHost ? "" : " --host \(record.host)") + "; or restore it --to a new file")
         }

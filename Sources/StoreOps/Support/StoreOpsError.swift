@@ -45,6 +45,10 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
     /// The preflight check this failure is the finding of, when it is one (`integrity.quick_check`
     /// for a snapshot whose source fails it): a caller that skipped that check can report it as its own.
     public var check: String?
+    /// A usage error (64) that is a refusal of what this store or snapshot cannot take (another
+    /// store's snapshot, `--live` into a rollback-journal store), not a mistyped command line:
+    /// said without the command's usage line.
+    public var refusal = false
     /// The exit status this error ends a run with.
     public var status: ExitStatus { ExitMap.status(of: kind) }
 
@@ -52,6 +56,13 @@ public struct StoreOpsError: Error, CustomStringConvertible, Sendable {
         self.kind = kind
         self.message = message
         self.hint = hint
+    }
+
+    /// A refusal (64, `refusal`): the request is understood, and this store or snapshot cannot take it.
+    public static func refused(_ message: String, hint: String? = nil) -> StoreOpsError {
+        var error = StoreOpsError(.usage, message, hint: hint)
+        error.refusal = true
+        return error
     }
 
     /// An error rebuilt from a recorded status (an `ErrorRecord`, an ending).
