@@ -138,7 +138,7 @@ public enum Rollback {
         var restore = SnapshotRestore.Options(repository: options.repository, id: id, target: .inPlace(store.path),
                                               force: options.force, wait: options.wait)
         restore.at = options.at   // a point of this store instead (`--at`)
-        restore.pointStore = store.path
+        if options.at != nil { restore.pointStore = store.path }
         restore.jobLockHeld = true
         restore.password = options.password
         restore.clearsMigrationJournal = journal != nil

@@ -51,15 +51,18 @@ enum PointSnapshot {
     ///
     /// `writeLockHeld`: the caller holds the store's write lock (a restore in place, a rollback):
     /// no app can commit, so an app that has the store open does not disqualify the point; and
-    /// every moment of waiting for the follower is a moment the app's commits wait, so the wait
-    /// is no longer than reading the store would take (at 256 MiB/s: a small store is read at
-    /// once; a trial waited 3 s under the lock to read a 2,000-item store in milliseconds).
+    /// while one has it open, every moment of waiting for the follower is a moment its commits
+    /// wait, so the wait is no longer than reading the store would take (at 256 MiB/s: a small
+    /// store is read at once; a trial waited 3 s under the lock to read a 2,000-item store in
+    /// milliseconds). With no app there, the wait costs nobody and stays whole.
     /// Without it, an app that has the store open (not a follower) ends the wait: while it can
     /// commit, no point is provably the store's state.
     static func make(store: StoreFile, in hold: RepositoryHold, tags: [String], level: Int?, writeLockHeld: Bool = false) -> SnapshotCreate.Result? {
         let repository = hold.repository
         var patience = wait
-        if writeLockHeld { patience = min(patience, Double(FileSystem.size(of: store.path) ?? 0) / Double(256 << 20)) }
+        if writeLockHeld, let open = (try? LockState.read(store, walMode: true))?.openByPID, !LockState.isFollower(open) {
+            patience = min(patience, Double(FileSystem.size(of: store.path) ?? 0) / Double(256 << 20))
+        }
         let deadline = Date().addingTimeInterval(patience)
         var found: Result<Fresh, Stale>
         while true {

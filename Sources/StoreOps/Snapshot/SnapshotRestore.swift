@@ -426,7 +426,8 @@ public enum SnapshotRestore {
             if let named = options.pointStore, [source, FileSystem.absolute(source)].contains(StoreFile(unchecked: named).path),
                sameHost ? options.pointHost == nil || options.pointHost == record.host : options.pointHost == record.host { return }
             let what = options.id.isEmpty ? "the snapshot" : options.id
-            let of = sameHost ? source : "\(source) on host \(record.host)"
+            let of = (sameHost ? source : "\(source) on host \(record.host)")
+                + (options.pointStore.map { " (--store \($0)\(options.pointHost.map { " --host \($0)" } ?? "") names another)" } ?? "")
             throw StoreOpsError.refused("\(what) is of \(of), not of \(store.path)\(samePath ? " on this host (\(here))" : ""): restored in place it would replace this store's data with that store's; nothing was changed",
                                 hint: "to do that on purpose (the store moved, or this machine replaces that one), name the snapshot's store: storectl snapshot restore ... --in-place \(store.path) --store \(source)"
                                     + (sameHost ? "" : " --host \(record.host)") + "; or restore it --to a new file")
