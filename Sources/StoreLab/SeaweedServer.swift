@@ -7,16 +7,17 @@ import StoreOps
 /// watcher SIGKILLs it), so a killed test run leaves no server behind.
 ///
 /// SeaweedFS facts this follows: every port also opens port + 10000 for gRPC (so ports are
-/// picked below 55535); `-volume.max=0` lets it hold more than one bucket; SIGTERM can take
+/// picked so that both lie below the kernel's ephemeral range: an outgoing connection there took
+/// a gRPC port between the look and weed's bind, and the server never answered, on CI); `-volume.max=0` lets it hold more than one bucket; SIGTERM can take
 /// minutes, so `stop()` waits 3 seconds and then SIGKILLs.
 public final class SeaweedServer: @unchecked Sendable {
     public static let accessKey = "storectltest"
     public static let secretKey = "storectl-test-secret"
 
-    public let port: Int
+    public private(set) var port: Int
     public let folder: TempFolder
     private var watcher: ChildProcess.Running?
-    private let ports: [Int]
+    private var ports: [Int]
 
     /// `weed`: `STORECTL_WEED`, else `.build-tools/seaweedfs/bin/weed` (what `make test`
     /// installs), else the PATH.
@@ -59,7 +60,13 @@ public final class SeaweedServer: @unchecked Sendable {
           "actions":["Admin","Read","Write","List","Tagging"]}]}
         """.utf8).write(to: URL(fileURLWithPath: identities))
         try FileManager.default.createDirectory(atPath: folder.file("data"), withIntermediateDirectories: true)
-        try start(weed: weed, identities: identities)
+        // A server that does not come up (a port taken meanwhile) is tried once more on others.
+        do { try start(weed: weed, identities: identities) } catch {
+            ports = try Self.freePorts(4)
+            port = ports[3]
+            try? FileManager.default.moveItem(atPath: folder.file("weed.log"), toPath: folder.file("weed.first.log"))
+            try start(weed: weed, identities: identities)
+        }
     }
 
     private func start(weed: String, identities: String) throws {
@@ -160,13 +167,18 @@ public final class SeaweedServer: @unchecked Sendable {
         }
     }
 
-    /// `count` ports from 20000–45000 that are free, and whose + 10000 (weed's gRPC) are free too.
+    /// `count` ports that are free, and whose + 10000 (weed's gRPC) are free too, both below the
+    /// ephemeral range (`ip_local_port_range`, 32768 by default: 10000–22767 and their + 10000),
+    /// where no outgoing connection takes one between this look and the server's bind.
     public static func freePorts(_ count: Int) throws -> [Int] {
         var found: [Int] = []
         var attempts = 0
+        let low = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
+            .split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first.flatMap { Int($0) } ?? 32768
+        let range = low - 10_001 >= 14_000 ? 10_000...(low - 10_001) : 20_000...45_000
         while found.count < count, attempts < 500 {
             attempts += 1
-            let candidate = Int.random(in: 20000...45000)
+            let candidate = Int.random(in: range)
             if found.contains(where: { abs($0 - candidate) < 2 || abs($0 + 10000 - candidate) < 2 || abs($0 - 10000 - candidate) < 2 }) { continue }
             if isFree(candidate), isFree(candidate + 10000) { found.append(candidate) }
         }
