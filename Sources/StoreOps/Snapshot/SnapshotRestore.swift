@@ -386,9 +386,8 @@ public enum SnapshotRestore {
             }
             while exists, !options.force, !options.live, let pid = try LockState.otherUser(of: store) {
                 guard options.wait, !LockState.isFollower(pid), Date() < until else {
-                    // A WAL store without external data can be restored beside the app.
-                    let live = (try? StoreFile.isWALHeader(FileProbe.shared.header(of: store.path))) == true && record.externalData == nil
-                        && ((try? FileManager.default.contentsOfDirectory(atPath: store.externalDataPath)) ?? []).isEmpty
+                    // Named where --live's own preflight would let it through.
+                    let live = (try? LiveRestore.preflight(store: store, record: record)) != nil
                     throw StoreOpsError(.busy, "\(store.path) is open by another process (pid \(pid))"
                                         + (options.wait ? " after \(Format.duration(options.timeout)) of waiting for it to close the store" : "") + "; nothing was changed",
                                         hint: "stop the app first" + (live ? "; or pass --live to write the snapshot into the store through SQLite beside the app (its connections stay open)" : "")
