@@ -6,6 +6,10 @@
 #include <unistd.h>
 #include <stdio.h>
 #include <errno.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include "CStoreSupport.h"
 
 int storectl_rename_noreplace(const char *from, const char *to) {
@@ -328,4 +332,37 @@ long long storectl_suspended_ns(void) {
     struct timespec boot, mono;
     if (clock_gettime(CLOCK_BOOTTIME, &boot) != 0 || clock_gettime(CLOCK_MONOTONIC, &mono) != 0) return 0;
     return ((long long)boot.tv_sec - mono.tv_sec) * 1000000000LL + ((long long)boot.tv_nsec - mono.tv_nsec);
+}
+
+int storectl_openers(unsigned long long device, unsigned long long inode, int *out, int max) {
+    DIR *proc = opendir("/proc");
+    if (proc == NULL) return -1;
+    int self = (int)getpid(), found = 0;
+    struct dirent *entry;
+    char path[64];
+    while ((entry = readdir(proc)) != NULL) {
+        char *end = NULL;
+        long pid = strtol(entry->d_name, &end, 10);
+        if (end == entry->d_name || *end != '\0' || pid <= 0 || pid == self) continue;
+        snprintf(path, sizeof path, "/proc/%ld/fd", pid);
+        int fds = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fds < 0) continue;   /* gone, or another user's */
+        DIR *list = fdopendir(fds);
+        if (list == NULL) { close(fds); continue; }
+        struct dirent *fd;
+        while ((fd = readdir(list)) != NULL) {
+            if (fd->d_name[0] == '.') continue;
+            struct stat info;
+            /* stat(2) through the magic link: the open file itself, unlinked or not. */
+            if (fstatat(fds, fd->d_name, &info, 0) != 0) continue;
+            if ((unsigned long long)info.st_dev == device && (unsigned long long)info.st_ino == inode) {
+                if (found < max) out[found] = (int)pid;
+                found++;
+                break;
+            }
+        }
+        closedir(list);
+    }
+    closedir(proc);
+    return found;
 }

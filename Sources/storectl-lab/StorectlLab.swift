@@ -75,9 +75,11 @@ struct Writer: ParsableCommand {
     @Option(help: "PRAGMA wal_autocheckpoint for the writer (SQLite's default: 1000 pages).") var autocheckpoint: Int?
     @Flag(help: "Open the store for each commit and close it after; titles end \" #n\" and the commit log's key is n.") var reopen = false
     @Flag(help: "Titles end \" #n\" and the commit log's key is n (n: the commit's number in this run), the store kept open.") var numbered = false
+    @Option(help: "Seconds a commit waits for the store's lock before it fails (default 5).") var busyTimeout = 5.0
 
     func run() throws {
         var options = WriteLoad.Options()
+        options.busyTimeout = busyTimeout
         options.reopen = reopen
         options.numbered = numbered
         options.interval = intervalMs / 1000

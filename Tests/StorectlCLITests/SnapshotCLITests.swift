@@ -520,7 +520,7 @@ struct SnapshotCLITests {
         let log = folder.file("commits.log"), ready = folder.file("ready")
         let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "60", "--reopen", "--ready-file", ready, "--commit-log", log])
         #expect(ChildProcess.waitFor(file: ready))
-        var safeties: [String] = [], statuses: [Int32] = []
+        var safeties: [String] = [], statuses: [Int32] = [], diag: [String] = []
         for attempt in 1...12 {
             // Every fourth waits for the app (--wait), so that some swaps run beside it however
             // slow the machine: on a loaded CI machine all 12 without --wait were refused.
@@ -530,6 +530,7 @@ struct SnapshotCLITests {
             if restore.status == 0 {
                 let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
                 if let safety = result.safetySnapshot { safeties.append(safety) }
+                diag.append("#\(attempt): unexpected \(result.keptUnexpected) moved \(result.movedAside) still \(String(describing: result.replacedStillOpenBy))")
             } else {
                 #expect(restore.status == 75 && restore.stderr.contains("nothing was changed") && !restore.stderr.contains("stays"), "\(restore.status) \(restore.stderr)")
             }
@@ -549,7 +550,7 @@ struct SnapshotCLITests {
         }
         let lost = acknowledged.subtracting(kept).sorted()
         #expect(acknowledged.count > 20, "the app kept committing: \(acknowledged.count)")
-        #expect(lost.isEmpty, "\(lost.count) of \(acknowledged.count) acknowledged commits are in no safety snapshot and not in the store: \(lost.prefix(10)); statuses \(statuses)")
+        #expect(lost.isEmpty, "\(lost.count) of \(acknowledged.count) acknowledged commits are in no safety snapshot and not in the store: \(lost.prefix(10)); statuses \(statuses) DIAG \(diag) FILES \((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [])")
         #expect(statuses.allSatisfy { $0 == 0 || $0 == 75 }, "\(statuses)")
         // A refusal takes its safety snapshot back (the store was not changed; the next attempt
         // takes its own): the repository holds the first snapshot and one per restore made.
@@ -560,6 +561,48 @@ struct SnapshotCLITests {
         let quiet = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
         #expect(quiet.status == 0, "\(quiet.stderr)")
         #expect(try writerCommits(in: store).isEmpty)
+    }
+
+    @Test("restore --in-place with an app opening the store in the instant between the swap's renames (the swap paused there): its connection cannot start on the replaced file (fenced: it waits, then fails, an error it sees), so no commit it was told succeeded lands in files set aside or pairs the replaced file with the restored store's -wal; the restored store is whole", arguments: ["swap.aside.wal", "swap.aside.shm", "swap.aside.database"])
+    func inPlaceAppBetweenRenames(point: String) throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 2_000)
+        let repo = try folder.repository()
+        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(first.status == 0, "\(first.stderr)")
+        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let log = folder.file("commits.log"), ready = folder.file("ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "20", "--reopen", "--busy-timeout", "0.3",
+                                                             "--ready-file", ready, "--commit-log", log])
+        #expect(ChildProcess.waitFor(file: ready))
+        // --force: past the app (it opens the store every 20 ms). The pause holds the swap
+        // between two renames for longer than the app's busy timeout: the commit it was waiting
+        // to make under the store's write lock fails, and it opens the store again meanwhile.
+        let trace = folder.file("trace")
+        let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--force", "--json"],
+                                           environment: ["STORECTL_TEST_PAUSE_AT": "\(point):1500", "STORECTL_FAULT_TRACE": trace])
+        #expect(try String(contentsOfFile: trace, encoding: .utf8).contains("\(point)#1"), "the swap passed \(point)")
+        usleep(300_000)
+        writer.signal(SIGTERM)
+        let stats = writer.wait()
+        #expect(stats.status == 0, "\(stats.stderr)")
+        #expect(restore.status == 0, "\(restore.stderr)")
+        let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
+        #expect(result.keptUnexpected.isEmpty, "the app wrote beside the swap: \(result.keptUnexpected)")
+        let acknowledged = try acknowledgedCommits(log)
+        var kept = try writerCommits(in: store)
+        if let safety = result.safetySnapshot {
+            let copy = folder.file("safety.sqlite")
+            #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
+            kept.formUnion(try writerCommits(in: copy))
+        }
+        #expect(acknowledged.count > 10, "the app kept committing: \(acknowledged.count)")
+        #expect(acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted())")
+        let check = try DatabaseQueue(path: store).read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }
+        #expect(check == ["ok"], "\(check)")
+        // Nothing beside the store but its own files and the commit log.
+        let names = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { ($0.hasPrefix("Tasks.sqlite.") || $0.hasPrefix(".Tasks.sqlite")) && $0 != "Tasks.sqlite.storectl-lock" }
+        #expect(names.isEmpty, "\(names)")
     }
 
     @Test("restore --in-place --force beside an app that opens the store for each commit: every commit the app was told succeeded is in the pre-restore safety snapshot or in the store (each such restore lost the commit the app was waiting to make); past an app that keeps the store open it waits at most 10 s for it, then says to restart it")

@@ -384,7 +384,7 @@ public enum SnapshotRestore {
                 }
                 try LiveRestore.preflight(store: store, record: record)
             }
-            while exists, !options.force, !options.live, let pid = try LockState.otherUser(of: store) {
+            while exists, !options.force, !options.live, let pid = try LockState.swapBlocker(of: store) {
                 guard options.wait, !LockState.isFollower(pid), Date() < until else {
                     // Named where --live's own preflight would let it through.
                     let live = (try? LiveRestore.preflight(store: store, record: record)) != nil
@@ -393,7 +393,7 @@ public enum SnapshotRestore {
                                         hint: "stop the app first" + (live ? "; or pass --live to write the snapshot into the store through SQLite beside the app (its connections stay open)" : "")
                                             + "; or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
-                LockState.waitUntilClosed(store, until: until)
+                LockState.waitUntilClosed(store, until: until, descriptors: true)
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             }
             // Through SQLite (--live), the backup API makes the pages WAL pages itself.
@@ -565,11 +565,28 @@ public enum SnapshotRestore {
             // second look after it made a --wait restore fail with 75 when the app opened the
             // store between the two.) Its own deadline: staging a large snapshot may take longer
             // than `timeout` itself.
+            // The fence goes up before the look, so that nobody the look did not see can start
+            // on the file it replaces (`OpenFence`); its descriptor is closed after the gate's.
+            let fence = exists && gate != nil ? OpenFence(path: store.path) : nil
+            defer {
+                gate?.release()
+                gate = nil
+                fence?.close()
+            }
+            func blocker() throws -> Int32? {
+                if let fence, !fence.raise() {
+                    // A connection kept taking its SHARED lock for 2 s: someone is on the file
+                    // (0: a process this user cannot see).
+                    return try LockState.swapBlocker(of: store) ?? 0
+                }
+                return try LockState.swapBlocker(of: store)
+            }
             var deadline: Date?
-            while exists, !options.force, let pid = try LockState.otherUser(of: store) {
+            while exists, !options.force, let pid = try blocker() {
+                fence?.lift()
                 guard options.wait, options.gate == nil, !LockState.isFollower(pid) else {
                     let kept = forgetSafety().map { " (its safety snapshot stays: it could not be removed: \($0))" } ?? ""
-                    throw StoreOpsError(.busy, "\(store.path) was opened by another process (pid \(pid)) while the restore ran; nothing was changed" + kept,
+                    throw StoreOpsError(.busy, "\(store.path) was opened by another process\(pid > 0 ? " (pid \(pid))" : "") while the restore ran; nothing was changed" + kept,
                                         hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
                 forgetSafety()
@@ -577,7 +594,7 @@ public enum SnapshotRestore {
                 gate = nil
                 let until = deadline ?? Date().addingTimeInterval(options.timeout)
                 deadline = until
-                LockState.waitUntilClosed(store, until: until)
+                LockState.waitUntilClosed(store, until: until, descriptors: true)
                 // Neither the lock nor a safety snapshot is held now: never on to the swap from here.
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                 guard Date() < until else {
@@ -596,6 +613,8 @@ public enum SnapshotRestore {
             // was waiting to make in every such restore, 6 of 6 in a trial), but for at most 10 s
             // when the operator forced it past an app that keeps the store open: such an app
             // never lets go, and the warning below says to restart it.
+            // --force: not looked at, but fenced all the same.
+            if options.force { fence?.raise() }
             let oldShm = gate != nil && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
             let waitLimit = options.force && options.gate == nil ? min(options.timeout, 10) : options.timeout
             // Closing any descriptor of a file drops every fcntl lock this process holds on it:
@@ -612,13 +631,21 @@ public enum SnapshotRestore {
                 operation: options.clearsMigrationJournal ? "rollback" : "restore", target: store.path, installs: installs,
                 replacing: replacing.filter { StoreSwap.lstatIdentity($0.path) != nil }, keepOld: keep,
                 followups: options.clearsMigrationJournal ? [.removeMigrationJournal] : []))
-            if oldShm >= 0 {
+            if oldShm >= 0 || fence != nil {
                 let until = Date().addingTimeInterval(waitLimit)
                 // A `storectl replicate` follower only reads (it reopens the store within a moment):
-                // it is not waited for.
+                // it is not waited for. Nor is anyone once the fence could not be raised (--force
+                // past a connection that kept taking its lock): the file is theirs then.
+                // A process with the replaced file open and no lock yet (it opened it just before
+                // the renames) is waited for too: fenced, it cannot read; let go, it would pair
+                // that file with the restored store's -wal.
                 func other() -> Int32? {
-                    guard let pid = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1) else { return nil }
-                    return LockState.isFollower(pid) ? nil : pid
+                    if oldShm >= 0, let pid = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1),
+                       !LockState.isFollower(pid) {
+                        return pid
+                    }
+                    guard let fence, fence.raised else { return nil }
+                    return fence.otherOpeners().first
                 }
                 var holder = other()
                 // Not cut short by SIGTERM: let go now, the lock would let such a client's commit

@@ -5,7 +5,7 @@ import Synchronization
 /// (and a few semantic moments, such as a migration's commit) calls `reach(_:)` with its name,
 /// right after the step.
 ///
-/// Two test hooks read the environment once; both are no-ops when unset:
+/// Test hooks read the environment once; both are no-ops when unset:
 /// - `STORECTL_FAULT_TRACE=FILE` appends every point reached to FILE, one `name#k` per line
 ///   (`k`: the k-th time this run reached `name`). A run with it set is how a test lists the
 ///   points of an operation: the list is what the code does, not a table kept beside it.
@@ -20,6 +20,19 @@ public enum FaultInjection {
     /// when it reaches `name`, as an operator's `kill` at that instant would (the process goes on
     /// and handles it as it handles any SIGTERM).
     private static let signalTarget = point(named: "STORECTL_TEST_SIGNAL_AT")
+
+    /// A fifth: `STORECTL_TEST_PAUSE_AT=name:ms` (or `name#k:ms`) sleeps `ms` milliseconds when
+    /// it reaches `name`, so that a test can put another process into the instant after a step
+    /// (an app opening the store between two renames of a swap) every time, not once in a while.
+    private static let pauseTarget: (name: String, occurrence: Int, microseconds: UInt32)? = {
+        guard let spec = ProcessInfo.processInfo.environment["STORECTL_TEST_PAUSE_AT"], let colon = spec.lastIndex(of: ":"),
+              let ms = UInt32(spec[spec.index(after: colon)...]), ms <= 600_000 else { return nil }
+        let place = String(spec[..<colon])
+        if let hash = place.lastIndex(of: "#"), let k = Int(place[place.index(after: hash)...]), k > 0 {
+            return (String(place[..<hash]), k, ms * 1000)
+        }
+        return (place, 1, ms * 1000)
+    }()
 
     /// `name` or `name#k` from the environment variable `variable` (k: the k-th time, 1 if not given).
     private static func point(named variable: String) -> (name: String, occurrence: Int)? {
@@ -68,7 +81,7 @@ public enum FaultInjection {
 
     /// Marks that the process has just completed the step `name`.
     public static func reach(_ name: String) {
-        guard target != nil || traceFD != nil || signalTarget != nil else { return }
+        guard target != nil || traceFD != nil || signalTarget != nil || pauseTarget != nil else { return }
         let k = counts.withLock { table -> Int in
             table[name, default: 0] += 1
             return table[name]!
@@ -81,6 +94,7 @@ public enum FaultInjection {
             kill(getpid(), SIGKILL)
             pause()
         }
+        if let pauseTarget, pauseTarget.name == name, pauseTarget.occurrence == k { usleep(pauseTarget.microseconds) }
         if let signalTarget, signalTarget.name == name, signalTarget.occurrence == k {
             kill(getpid(), SIGTERM)
             // The handler records it (on its own thread): the step after this one sees it.

@@ -1,0 +1,105 @@
+import Foundation
+import CStoreSupport
+
+/// Keeps new SQLite connections off a database file that a swap is about to replace, and tells
+/// who else has the file open at all.
+///
+/// SQLite binds a connection to the database file's inode when it opens it, and to the `-wal`
+/// and `-shm` by name only later, at its first read. A process that opened the store just before
+/// the swap's renames and reads just after them pairs the replaced file with the restored
+/// store's `-wal` and `-shm` (its commits are frames built on the old pages, written into the
+/// new store), or, between the renames, with a fresh `-shm` of its own (its commit lands in
+/// files the swap sets aside: acknowledged, and not in the store). CI lost such a commit once in
+/// many runs; a loaded machine showed it 1 in 8.
+///
+/// Every connection takes a read lock on the file's PENDING byte on its way to its SHARED lock,
+/// before it touches the `-wal` or `-shm` (os_unix.c `unixLock`). A write lock on that byte,
+/// held on the file being replaced, turns every such attempt into SQLITE_BUSY, which the
+/// app's busy handler waits out or reports: an error it sees, not a commit lost. Connections
+/// that already hold SHARED are not affected (WAL mode: they wait on the store's write lock,
+/// which the gate holds, on the old `-shm`, and the restore waits for them to let go).
+///
+/// The descriptor is closed only after the store's other connections of this process (the
+/// gate) are closed: closing any descriptor of a file drops every POSIX lock this process holds
+/// on it, the gate's SHARED lock with it. Letting the fence go (`lift`) only unlocks its byte.
+final class OpenFence {
+    private var fd: Int32
+    let path: String
+    let device: UInt64
+    let inode: UInt64
+    private(set) var raised = false
+
+    /// Opens the file (read-write: a write lock needs it); nil when this user cannot (a store
+    /// file it may not write: no app of this user writes it either).
+    init?(path: String) {
+        let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { Foundation.close(fd); return nil }
+        self.fd = fd
+        self.path = path
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+    }
+
+    /// Takes the write lock on the PENDING byte. A connection taking its SHARED lock holds a read
+    /// lock there for a moment: tried again for up to `seconds`. False when it could not be had.
+    @discardableResult
+    func raise(seconds: Double = 2) -> Bool {
+        guard fd >= 0 else { return false }
+        if raised { return true }
+        let until = Date().addingTimeInterval(seconds)
+        while true {
+            if setLock(Int16(F_WRLCK)) { raised = true; return true }
+            guard errno == EAGAIN || errno == EACCES || errno == EINTR, Date() < until else { return false }
+            usleep(1_000)
+        }
+    }
+
+    /// Unlocks the byte (the descriptor stays open: see the type's comment).
+    func lift() {
+        guard fd >= 0, raised else { return }
+        _ = setLock(Int16(F_UNLCK))
+        raised = false
+    }
+
+    /// Closes the descriptor; call only once this process's other connections to the file are closed.
+    func close() {
+        guard fd >= 0 else { return }
+        Foundation.close(fd)
+        fd = -1
+        raised = false
+    }
+
+    deinit { close() }
+
+    private func setLock(_ type: Int16) -> Bool {
+        var lock = flock()
+        lock.l_type = type
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = off_t(LockState.pendingByte)
+        lock.l_len = 1
+        return fcntl(fd, F_SETLK, &lock) == 0
+    }
+
+    /// Other processes with this file open, `storectl replicate` followers aside (they only read).
+    func otherOpeners() -> [Int32] {
+        OpenFence.openers(device: device, inode: inode).filter { !LockState.isFollower($0) }
+    }
+
+    /// Processes other than this one with a descriptor of `device`/`inode` open (from
+    /// /proc/<pid>/fd: another user's processes are seen only by root).
+    static func openers(device: UInt64, inode: UInt64) -> [Int32] {
+        var pids = [Int32](repeating: 0, count: 64)
+        let found = pids.withUnsafeMutableBufferPointer { storectl_openers(device, inode, $0.baseAddress, Int32($0.count)) }
+        guard found > 0 else { return [] }
+        return Array(pids.prefix(Int(min(found, 64))))
+    }
+
+    /// Other processes (followers aside) with the file at `path` open.
+    static func otherOpeners(of path: String) -> [Int32] {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return [] }
+        return openers(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)).filter { !LockState.isFollower($0) }
+    }
+}
