@@ -73,7 +73,11 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         print(line)
         if let note = result.externalFilesNote { print("note: \(note)") }
         if let pid = result.replacedStillOpenBy {
-            print("WARNING: pid \(pid) still had the replaced store open when the restore let go of its lock: its commits from now on go to the replaced files; restart it")
+            if result.replacedStillOpenDuringSwap == true {
+                print("WARNING: pid \(pid) opened the store during the swap and still had the replaced file open when the restore let go of it: restart it now (its next statement would read the replaced file with the restored store's -wal and could damage the restored store)")
+            } else {
+                print("WARNING: pid \(pid) still had the replaced store open when the restore let go of its lock: its commits from now on go to the replaced files; restart it")
+            }
         }
     }
 }

@@ -124,6 +124,9 @@ public enum SnapshotRestore {
         /// lock go (after a minute, or a signal): its commits from then on go to the replaced
         /// files; restart it.
         public var replacedStillOpenBy: Int32?
+        /// That process opened the store during the swap and had not read from it yet: its next
+        /// statement would read the replaced file with the restored store's -wal (restart it now).
+        public var replacedStillOpenDuringSwap: Bool?
         /// `--live`: written into the store through SQLite (no file replaced), what the -wal
         /// holds after it, and whether a passive checkpoint moved every frame into the file.
         public var throughSQLite: Bool?
@@ -316,6 +319,11 @@ public enum SnapshotRestore {
         var gate: WriteGate?
         /// A process still on the replaced files when the restore let the lock go (`swap`).
         var stillOpenBy: Int32?
+        /// It opened the replaced file after the fence went up and holds no lock on it.
+        var stillOpenFenced = false
+        /// Processes with the store's database file open when the restore began (before staging):
+        /// one found at the swap's look that was not among them opened it meanwhile.
+        var openAtStart = Set<Int32>()
         /// `--live`: the staged copy's pages (checked against the store before the safety
         /// snapshot), and what writing them through SQLite did (nil until it has).
         var livePages = 0
@@ -366,6 +374,8 @@ public enum SnapshotRestore {
             let record = target.overlay?.manifest(of: snapshot) ?? snapshot.manifest
             self.record = record
             exists = FileSystem.kind(of: store.path) == .file
+            // Who has the file open now, long before the swap (`OpenFence`).
+            if exists { openAtStart = Set(OpenFence.otherOpeners(of: store.path)) }
             if !exists, FileSystem.kind(of: store.path) != .missing {
                 throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")
             }
@@ -384,7 +394,7 @@ public enum SnapshotRestore {
                 }
                 try LiveRestore.preflight(store: store, record: record)
             }
-            while exists, !options.force, !options.live, let pid = try LockState.swapBlocker(of: store) {
+            while exists, !options.force, !options.live, let pid = try LockState.otherUser(of: store) {
                 guard options.wait, !LockState.isFollower(pid), Date() < until else {
                     // Named where --live's own preflight would let it through.
                     let live = (try? LiveRestore.preflight(store: store, record: record)) != nil
@@ -393,7 +403,7 @@ public enum SnapshotRestore {
                                         hint: "stop the app first" + (live ? "; or pass --live to write the snapshot into the store through SQLite beside the app (its connections stay open)" : "")
                                             + "; or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
-                LockState.waitUntilClosed(store, until: until, descriptors: true)
+                LockState.waitUntilClosed(store, until: until)
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             }
             // Through SQLite (--live), the backup API makes the pages WAL pages itself.
@@ -573,13 +583,23 @@ public enum SnapshotRestore {
                 gate = nil
                 fence?.close()
             }
+            // Who had the file open when the fence went up, with or without a lock: the wait after
+            // the renames is for those who opened it after that (`OpenFence`).
+            var openedBefore = Set<Int32>()
             func blocker() throws -> Int32? {
-                if let fence, !fence.raise() {
-                    // A connection kept taking its SHARED lock for 2 s: someone is on the file
-                    // (0: a process this user cannot see).
-                    return try LockState.swapBlocker(of: store) ?? 0
-                }
-                return try LockState.swapBlocker(of: store)
+                guard let fence else { return try LockState.otherUser(of: store) }
+                // A connection kept taking its SHARED lock for 2 s: someone is on the file
+                // (0: a process this user cannot see).
+                if !fence.raise() { return try LockState.otherUser(of: store) ?? 0 }
+                if let pid = try LockState.otherUser(of: store) { return pid }
+                // WAL mode: a connection between its SHARED lock and its first look at the -shm
+                // holds no lock there yet (it would open the -wal and -shm by name after the renames).
+                if StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)), let pid = fence.sharedHolder() { return pid }
+                // One that opened the file since the restore began and holds no lock yet (it
+                // opened it just before the fence went up): on its way to a lock.
+                let open = fence.otherOpeners()
+                openedBefore = Set(open)
+                return open.first { !openAtStart.contains($0) }
             }
             var deadline: Date?
             while exists, !options.force, let pid = try blocker() {
@@ -594,7 +614,7 @@ public enum SnapshotRestore {
                 gate = nil
                 let until = deadline ?? Date().addingTimeInterval(options.timeout)
                 deadline = until
-                LockState.waitUntilClosed(store, until: until, descriptors: true)
+                LockState.waitUntilClosed(store, until: until)
                 // Neither the lock nor a safety snapshot is held now: never on to the swap from here.
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                 guard Date() < until else {
@@ -614,7 +634,10 @@ public enum SnapshotRestore {
             // when the operator forced it past an app that keeps the store open: such an app
             // never lets go, and the warning below says to restart it.
             // --force: not looked at, but fenced all the same.
-            if options.force { fence?.raise() }
+            if options.force, let fence {
+                fence.raise()
+                openedBefore = Set(fence.otherOpeners())
+            }
             let oldShm = gate != nil && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
             let waitLimit = options.force && options.gate == nil ? min(options.timeout, 10) : options.timeout
             // Closing any descriptor of a file drops every fcntl lock this process holds on it:
@@ -636,16 +659,20 @@ public enum SnapshotRestore {
                 // A `storectl replicate` follower only reads (it reopens the store within a moment):
                 // it is not waited for. Nor is anyone once the fence could not be raised (--force
                 // past a connection that kept taking its lock): the file is theirs then.
-                // A process with the replaced file open and no lock yet (it opened it just before
-                // the renames) is waited for too: fenced, it cannot read; let go, it would pair
-                // that file with the restored store's -wal.
+                // A process that opened the replaced file after the fence went up is waited for
+                // too: fenced, it cannot read; let go, it would pair that file with the restored
+                // store's -wal. (One that had it open before, holding no lock, is not: a reader of
+                // the file that is not SQLite, or a long-lived process keeping a descriptor.)
                 func other() -> Int32? {
                     if oldShm >= 0, let pid = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1),
                        !LockState.isFollower(pid) {
                         return pid
                     }
+                    return fenced()
+                }
+                func fenced() -> Int32? {
                     guard let fence, fence.raised else { return nil }
-                    return fence.otherOpeners().first
+                    return fence.otherOpeners().first { !openedBefore.contains($0) }
                 }
                 var holder = other()
                 // Not cut short by SIGTERM: let go now, the lock would let such a client's commit
@@ -659,9 +686,22 @@ public enum SnapshotRestore {
                     usleep(10_000)
                     holder = other()
                 }
+                // A fenced opener is waited for the whole --timeout even with --force (whose 10 s
+                // are for an app that keeps the store open): let go, it would pair the replaced
+                // file with the restored store's -wal at its next statement.
+                let fencedUntil = Date().addingTimeInterval(max(0, options.timeout - waitLimit))
+                if holder == nil || holder == fenced() {
+                    while holder != nil, Date() < fencedUntil {
+                        usleep(10_000)
+                        holder = fenced()
+                    }
+                }
                 if let holder {
                     stillOpenBy = holder
-                    SnapshotRestore.logger.warning("a process still has the replaced store open after the restore; its commits from now on go to the replaced files: restart it",
+                    stillOpenFenced = holder == fenced()
+                    SnapshotRestore.logger.warning(stillOpenFenced
+                                                   ? "a process opened the store during the swap and still has the replaced file open: restart it now (its next statement would read the replaced file with the restored store's -wal)"
+                                                   : "a process still has the replaced store open after the restore; its commits from now on go to the replaced files: restart it",
                                                    metadata: ["store": "\(store.path)", "pid": "\(holder)"])
                 }
             }
@@ -737,6 +777,7 @@ public enum SnapshotRestore {
                                 databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
                                 point: target?.point, pointTime: target?.time, pointReads: target?.reads)
             result.replacedStillOpenBy = stillOpenBy
+            if stillOpenBy != nil { result.replacedStillOpenDuringSwap = stillOpenFenced }
             result.keptUnexpected = outcome.intruders
             return result
         }

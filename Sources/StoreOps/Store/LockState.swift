@@ -95,22 +95,10 @@ public struct LockState: Sendable, Codable, Equatable {
     }
 
     /// Until no other process has the store open (`otherOpener`), or `until`, or a signal.
-    /// `descriptors`: a process with the database file open and no lock on it yet counts too
-    /// (`OpenFence`: what a swap of the file must wait for).
-    static func waitUntilClosed(_ store: StoreFile, until: Date, descriptors: Bool = false) {
-        while Date() < until, ProcessSignals.received == nil,
-              otherOpener(of: store) != nil || (descriptors && !OpenFence.otherOpeners(of: store.path).isEmpty) {
+    static func waitUntilClosed(_ store: StoreFile, until: Date) {
+        while Date() < until, ProcessSignals.received == nil, otherOpener(of: store) != nil {
             usleep(20_000)
         }
-    }
-
-    /// What a swap of the store's files must not run under: another process writing to it or
-    /// having it open by SQLite's locks (`otherUser`), or with its database file open at all
-    /// (a connection that has not read yet holds no lock, and would pair the replaced file with
-    /// the restored store's -wal: `OpenFence`). Followers are named only by the locks.
-    static func swapBlocker(of store: StoreFile) throws -> Int32? {
-        if let pid = try otherUser(of: store) { return pid }
-        return OpenFence.otherOpeners(of: store.path).first
     }
 
     /// Another process writing to the store or (WAL mode) having it open, if any: what an

@@ -32,7 +32,7 @@ final class OpenFence {
     /// Opens the file (read-write: a write lock needs it); nil when this user cannot (a store
     /// file it may not write: no app of this user writes it either).
     init?(path: String) {
-        let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+        let fd = open(path, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         var info = stat()
         guard fstat(fd, &info) == 0 else { Foundation.close(fd); return nil }
@@ -82,6 +82,15 @@ final class OpenFence {
         return fcntl(fd, F_SETLK, &lock) == 0
     }
 
+    /// A process (followers aside) holding a SHARED lock on the file: in WAL mode, every connection
+    /// from its first read on, including one that has not looked at the -shm yet.
+    func sharedHolder() -> Int32? {
+        guard fd >= 0, let pid = FileProbe.conflictingHolder(fd: fd, type: Int32(F_WRLCK), start: LockState.pendingByte + 2, length: 510) else { return nil }
+        guard LockState.isFollower(pid) else { return pid }
+        // F_GETLK names one holder: when that is a follower, every holder is looked at.
+        return LockState.holders(of: path, byte: LockState.pendingByte + 2)?.first { $0 != getpid() && !LockState.isFollower($0) }
+    }
+
     /// Other processes with this file open, `storectl replicate` followers aside (they only read).
     func otherOpeners() -> [Int32] {
         OpenFence.openers(device: device, inode: inode).filter { !LockState.isFollower($0) }
@@ -90,10 +99,10 @@ final class OpenFence {
     /// Processes other than this one with a descriptor of `device`/`inode` open (from
     /// /proc/<pid>/fd: another user's processes are seen only by root).
     static func openers(device: UInt64, inode: UInt64) -> [Int32] {
-        var pids = [Int32](repeating: 0, count: 64)
+        var pids = [Int32](repeating: 0, count: 1024)
         let found = pids.withUnsafeMutableBufferPointer { storectl_openers(device, inode, $0.baseAddress, Int32($0.count)) }
         guard found > 0 else { return [] }
-        return Array(pids.prefix(Int(min(found, 64))))
+        return Array(pids.prefix(Int(min(found, 1024))))
     }
 
     /// Other processes (followers aside) with the file at `path` open.
