@@ -512,11 +512,7 @@ struct SnapshotCLITests {
     @Test("restore --in-place beside an app that opens the store for each commit: every commit the app was told succeeded is in a pre-restore safety snapshot or in the store afterwards (the store's write lock is held from the safety snapshot through the swap, and a process that opened the store meanwhile stops the swap: 75, nothing changed); each restore ends 0 or 75; with the app stopped it ends 0")
     func inPlaceBesideReopeningWriter() throws {
         let folder = try TempFolder()
-        let store = try makeStore(folder, items: 2_000)
-        let repo = try folder.repository()
-        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
-        #expect(first.status == 0, "\(first.stderr)")
-        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 2_000)
         let log = folder.file("commits.log"), ready = folder.file("ready")
         let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "60", "--reopen", "--ready-file", ready, "--commit-log", log])
         #expect(ChildProcess.waitFor(file: ready))
@@ -541,13 +537,7 @@ struct SnapshotCLITests {
         #expect(stats.status == 0, "\(stats.stderr)")
         // Every commit number the app was told succeeded, and where each one is now.
         let acknowledged = try acknowledgedCommits(log)
-        var kept = try writerCommits(in: store)
-        for (k, safety) in safeties.enumerated() {
-            let copy = folder.file("safety-\(k).sqlite")
-            let restored = try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy)
-            #expect(restored.status == 0, "\(restored.stderr)")
-            kept.formUnion(try writerCommits(in: copy))
-        }
+        let kept = try writerCommits(in: store, orSafetySnapshots: safeties, of: repo, restoringInto: folder)
         let lost = acknowledged.subtracting(kept).sorted()
         #expect(acknowledged.count > 20, "the app kept committing: \(acknowledged.count)")
         #expect(lost.isEmpty, "\(lost.count) of \(acknowledged.count) acknowledged commits are in no safety snapshot and not in the store: \(lost.prefix(10)); statuses \(statuses) DIAG \(diag) FILES \((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [])")
@@ -566,11 +556,7 @@ struct SnapshotCLITests {
     @Test("restore --in-place with an app opening the store in the instant between the swap's renames (the swap paused there): its connection cannot start on the replaced file (fenced: it waits, then fails, an error it sees), so no commit it was told succeeded lands in files set aside or pairs the replaced file with the restored store's -wal; the restored store is whole", arguments: ["swap.aside.wal", "swap.aside.shm", "swap.aside.database"])
     func inPlaceAppBetweenRenames(point: String) throws {
         let folder = try TempFolder()
-        let store = try makeStore(folder, items: 2_000)
-        let repo = try folder.repository()
-        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
-        #expect(first.status == 0, "\(first.stderr)")
-        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 2_000)
         let log = folder.file("commits.log"), ready = folder.file("ready")
         let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "20", "--reopen", "--busy-timeout", "0.3",
                                                              "--ready-file", ready, "--commit-log", log])
@@ -593,12 +579,7 @@ struct SnapshotCLITests {
         let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restore.stdout.utf8))
         #expect(result.keptUnexpected.isEmpty, "the app wrote beside the swap: \(result.keptUnexpected)")
         let acknowledged = try acknowledgedCommits(log)
-        var kept = try writerCommits(in: store)
-        if let safety = result.safetySnapshot {
-            let copy = folder.file("safety.sqlite")
-            #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
-            kept.formUnion(try writerCommits(in: copy))
-        }
+        let kept = try writerCommits(in: store, orSafetySnapshots: result.safetySnapshot.map { [$0] } ?? [], of: repo, restoringInto: folder)
         #expect(acknowledged.count >= after + 3, "the app kept committing: \(acknowledged.count)")
         #expect(acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted())")
         let check = try DatabaseQueue(path: store).read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }
@@ -611,11 +592,7 @@ struct SnapshotCLITests {
     @Test("restore --in-place, the swap's look at the store: a process that opened the database file since the restore began and holds no lock yet (on its way to its first read) stops the swap (75, nothing changed); so does one holding a SHARED lock and no -shm lock yet (WAL mode); one that kept the file open since before the restore, with no lock (not SQLite), does not", arguments: ["fresh", "shared", "long-held"])
     func inPlaceLookAtOpeners(kind: String) throws {
         let folder = try TempFolder()
-        let store = try makeStore(folder, items: 200)
-        let repo = try folder.repository()
-        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
-        #expect(first.status == 0, "\(first.stderr)")
-        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 200)
         let before = try FileProbe.shared.sha256(of: store)
         // Opens the file (and with "shared" takes a read lock on SQLite's SHARED range, as a
         // connection does before it opens the -shm), says so, and sleeps.
@@ -655,11 +632,7 @@ struct SnapshotCLITests {
     @Test("restore --in-place --force beside an app that opens the store for each commit: every commit the app was told succeeded is in the pre-restore safety snapshot or in the store (each such restore lost the commit the app was waiting to make); past an app that keeps the store open it waits at most 10 s for it, then says to restart it")
     func inPlaceForcedBesideApps() throws {
         let folder = try TempFolder()
-        let store = try makeStore(folder, items: 2_000)
-        let repo = try folder.repository()
-        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
-        #expect(first.status == 0, "\(first.stderr)")
-        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 2_000)
         let log = folder.file("commits.log"), ready = folder.file("ready")
         let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "20", "--reopen", "--ready-file", ready, "--commit-log", log])
         #expect(ChildProcess.waitFor(file: ready))
@@ -675,12 +648,7 @@ struct SnapshotCLITests {
         writer.signal(SIGTERM)
         #expect(writer.wait().status == 0)
         let acknowledged = try acknowledgedCommits(log)
-        var kept = try writerCommits(in: store)
-        for (k, safety) in safeties.enumerated() {
-            let copy = folder.file("safety-\(k).sqlite")
-            #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
-            kept.formUnion(try writerCommits(in: copy))
-        }
+        let kept = try writerCommits(in: store, orSafetySnapshots: safeties, of: repo, restoringInto: folder)
         #expect(safeties.count == 2 && acknowledged.count > 10, "\(safeties.count) safety snapshots, \(acknowledged.count) commits")
         #expect(acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted())")
 
@@ -700,11 +668,7 @@ struct SnapshotCLITests {
     @Test("restore --in-place --wait waits for the app's connections to close (refused at once without it), and beside an app that opens the store for each commit takes the lock and the safety snapshot again until none opened meanwhile: each restore goes through, one safety snapshot each, no acknowledged commit lost")
     func inPlaceWaitsForTheApp() throws {
         let folder = try TempFolder()
-        let store = try makeStore(folder, items: 2_000)
-        let repo = try folder.repository()
-        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
-        #expect(first.status == 0, "\(first.stderr)")
-        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 2_000)
         // Open for 2 s: refused at once; with --wait, restored once it closed.
         let held = folder.file("held")
         let holder = try ChildProcess.Running(Binaries.lab, ["hold", store, "--mode", "read", "--seconds", "2", "--ready-file", held])
@@ -733,12 +697,7 @@ struct SnapshotCLITests {
         #expect(writer.wait().status == 0)
         #expect(statuses == [0, 0, 0], "\(statuses)")
         let acknowledged = try acknowledgedCommits(log)
-        var kept = try writerCommits(in: store)
-        for (k, safety) in safeties.enumerated() {
-            let copy = folder.file("safety-\(k).sqlite")
-            #expect(try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy).status == 0)
-            kept.formUnion(try writerCommits(in: copy))
-        }
+        let kept = try writerCommits(in: store, orSafetySnapshots: safeties, of: repo, restoringInto: folder)
         #expect(acknowledged.count > 3 && acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted()) of \(acknowledged.count)")
         // The first snapshot, the held-open restore's safety snapshot, and one per restore here.
         #expect(try SnapshotSummary.list(repository: repo).count == 2 + safeties.count, "\(safeties)")
@@ -747,11 +706,7 @@ struct SnapshotCLITests {
     @Test("restore --in-place refused because a per-write app opened the store meanwhile, killed -9 just as it takes back its safety snapshot (fault point restore.safety.forget): the store is untouched, the snapshot gone, the repository clean, and the next restore goes through")
     func killedTakingBackSafety() throws {
         let folder = try TempFolder()
-        let store = try makeStore(folder, items: 2_000)
-        let repo = try folder.repository()
-        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
-        #expect(first.status == 0, "\(first.stderr)")
-        let snapshot = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 2_000)
         let log = folder.file("commits.log"), ready = folder.file("ready")
         let writer = try ChildProcess.Running(Binaries.lab, ["writer", store, "--interval-ms", "20", "--reopen", "--ready-file", ready, "--commit-log", log])
         #expect(ChildProcess.waitFor(file: ready))
@@ -847,4 +802,26 @@ struct ExternalSubfolderTests {
         let ran = follower.wait()
         #expect(ran.status == 0 && ran.stderr.contains("later is not carried") && ran.stderr.contains("sub is not carried") && ran.stdout.contains("2 NOT carried"), "\(ran.stdout) \(ran.stderr)")
     }
+}
+
+/// A sample store in `folder`, a repository beside it, and the id of a first snapshot of the store.
+private func storeWithSnapshot(_ folder: TempFolder, items: Int) throws -> (store: String, repo: String, snapshot: String) {
+    let store = try makeStore(folder, items: items)
+    let repo = try folder.repository()
+    let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+    #expect(first.status == 0, "\(first.stderr)")
+    return (store, repo, try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id)
+}
+
+/// The writer's commits held by `store` or by any of the safety snapshots (each restored into
+/// `folder` as `safety-<k>.sqlite`): where every acknowledged commit must be after restores beside it.
+private func writerCommits(in store: String, orSafetySnapshots safeties: [String], of repo: String, restoringInto folder: TempFolder) throws -> Set<Int> {
+    var kept = try writerCommits(in: store)
+    for (k, safety) in safeties.enumerated() {
+        let copy = folder.file("safety-\(k).sqlite")
+        let restored = try storectl("snapshot", "restore", "--repo", repo, safety, "--to", copy)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        kept.formUnion(try writerCommits(in: copy))
+    }
+    return kept
 }
