@@ -334,7 +334,7 @@ long long storectl_suspended_ns(void) {
     return ((long long)boot.tv_sec - mono.tv_sec) * 1000000000LL + ((long long)boot.tv_nsec - mono.tv_nsec);
 }
 
-int storectl_openers(unsigned long long device, unsigned long long inode, int *out, int max) {
+int storectl_open_descriptors(unsigned long long device, unsigned long long inode, int *pids, int *numbers, int max) {
     DIR *proc = opendir("/proc");
     if (proc == NULL) return -1;
     int self = (int)getpid(), found = 0;
@@ -356,9 +356,8 @@ int storectl_openers(unsigned long long device, unsigned long long inode, int *o
             /* stat(2) through the magic link: the open file itself, unlinked or not. */
             if (fstatat(fds, fd->d_name, &info, 0) != 0) continue;
             if ((unsigned long long)info.st_dev == device && (unsigned long long)info.st_ino == inode) {
-                if (found < max) out[found] = (int)pid;
+                if (found < max) { pids[found] = (int)pid; numbers[found] = atoi(fd->d_name); }
                 found++;
-                break;
             }
         }
         closedir(list);

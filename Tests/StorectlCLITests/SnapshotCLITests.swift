@@ -565,6 +565,11 @@ struct SnapshotCLITests {
         // between two renames for longer than the app's busy timeout: the commit it was waiting
         // to make under the store's write lock fails, and it opens the store again meanwhile.
         let trace = folder.file("trace")
+        // Committed before the restore began: in its safety snapshot, never in the restored store
+        // (a connection pairing the replaced file with the restored store's -wal brings the
+        // replaced file's pages, these commits on them, into the restored store).
+        usleep(300_000)
+        let beforeRestore = try acknowledgedCommits(log)
         let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--force", "--json"],
                                            environment: ["STORECTL_TEST_PAUSE_AT": "\(point):1500", "STORECTL_FAULT_TRACE": trace])
         #expect(try String(contentsOfFile: trace, encoding: .utf8).contains("\(point)#1"), "the swap passed \(point)")
@@ -582,6 +587,9 @@ struct SnapshotCLITests {
         let kept = try writerCommits(in: store, orSafetySnapshots: result.safetySnapshot.map { [$0] } ?? [], of: repo, restoringInto: folder)
         #expect(acknowledged.count >= after + 3, "the app kept committing: \(acknowledged.count)")
         #expect(acknowledged.subtracting(kept).isEmpty, "lost: \(acknowledged.subtracting(kept).sorted())")
+        #expect(!beforeRestore.isEmpty)
+        let revived = try writerCommits(in: store).intersection(beforeRestore)
+        #expect(revived.isEmpty, "\(revived.count) of the \(beforeRestore.count) commits made before the restore are in the restored store: \(revived.sorted().prefix(5))")
         let check = try DatabaseQueue(path: store).read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }
         #expect(check == ["ok"], "\(check)")
         // Nothing beside the store but its own files and the commit log.

@@ -80,10 +80,10 @@ int storectl_spawn(const char *path, char *const argv[], char *const envp[], con
 /// child of ours, or already reaped). Uses pidfd_open(2) when the kernel has it.
 int storectl_wait_child(int pid, int timeout_ms, int *status);
 
-/// Processes other than this one with a descriptor open on the file `device`/`inode`, from
+/// The descriptors other processes than this one have open on the file `device`/`inode`, from
 /// /proc/<pid>/fd (processes whose folder this user may not read are not seen). Writes up to
-/// `max` pids to `out` and returns how many there are (it may be more than `max`), or -1 with
-/// errno when /proc cannot be read.
-int storectl_openers(unsigned long long device, unsigned long long inode, int *out, int max);
+/// `max` of them to `pids` and `numbers` (one pair each) and returns how many there are (it may be
+/// more than `max`), or -1 with errno when /proc cannot be read.
+int storectl_open_descriptors(unsigned long long device, unsigned long long inode, int *pids, int *numbers, int max);
 
 #endif

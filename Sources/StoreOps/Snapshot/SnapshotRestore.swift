@@ -583,9 +583,14 @@ public enum SnapshotRestore {
                 gate = nil
                 fence?.close()
             }
-            // Who had the file open when the fence went up, with or without a lock: the wait after
-            // the renames is for those who opened it after that (`OpenFence`).
-            var openedBefore = Set<Int32>()
+            // The descriptors other processes had open on the file when the fence went up, with or
+            // without a lock, and which of those processes had a connection on it (a lock): the
+            // wait after the renames is for a descriptor opened after that, and for a process that
+            // had a connection then and has the file open with none now (it closed that connection
+            // and opened another, fenced, most likely under the same descriptor number: a trial of
+            // a per-write app's busy timeout ending in the swap's milliseconds).
+            var openedBefore = Set<OpenFence.Descriptor>()
+            var connectedBefore = Set<Int32>()
             func blocker() throws -> Int32? {
                 guard let fence else { return try LockState.otherUser(of: store) }
                 // A connection kept taking its SHARED lock for 2 s: someone is on the file
@@ -597,9 +602,10 @@ public enum SnapshotRestore {
                 if StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)), let pid = fence.sharedHolder() { return pid }
                 // One that opened the file since the restore began and holds no lock yet (it
                 // opened it just before the fence went up): on its way to a lock.
-                let open = fence.otherOpeners()
+                let open = fence.otherDescriptors()
                 openedBefore = Set(open)
-                return open.first { !openAtStart.contains($0) }
+                connectedBefore = fence.connected(shm: -1)
+                return open.map(\.pid).first { !openAtStart.contains($0) }
             }
             var deadline: Date?
             while exists, !options.force, let pid = try blocker() {
@@ -634,11 +640,12 @@ public enum SnapshotRestore {
             // when the operator forced it past an app that keeps the store open: such an app
             // never lets go, and the warning below says to restart it.
             // --force: not looked at, but fenced all the same.
+            let oldShm = gate != nil && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
             if options.force, let fence {
                 fence.raise()
-                openedBefore = Set(fence.otherOpeners())
+                openedBefore = Set(fence.otherDescriptors())
+                connectedBefore = fence.connected(shm: oldShm)
             }
-            let oldShm = gate != nil && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
             let waitLimit = options.force && options.gate == nil ? min(options.timeout, 10) : options.timeout
             // Closing any descriptor of a file drops every fcntl lock this process holds on it:
             // the gate's (its write lock, its DMS byte) goes first, on every path.
@@ -672,7 +679,16 @@ public enum SnapshotRestore {
                 }
                 func fenced() -> Int32? {
                     guard let fence, fence.raised else { return nil }
-                    return fence.otherOpeners().first { !openedBefore.contains($0) }
+                    let open = fence.otherDescriptors()
+                    if let fresh = open.first(where: { !openedBefore.contains($0) }) { return fresh.pid }
+                    // WAL mode only: a connection there holds its locks from its first read until
+                    // it closes (with a rollback journal, an idle one holds none, and a fenced one
+                    // would only write to the replaced file, as the warning below says).
+                    guard oldShm >= 0 else { return nil }
+                    let lapsed = Set(open.map(\.pid)).intersection(connectedBefore)
+                    guard !lapsed.isEmpty else { return nil }
+                    let connected = fence.connected(shm: oldShm)
+                    return lapsed.first { !connected.contains($0) }
                 }
                 var holder = other()
                 // Not cut short by SIGTERM: let go now, the lock would let such a client's commit

@@ -67,9 +67,14 @@ public struct LockState: Sendable, Codable, Equatable {
     /// cannot be read: the caller keeps the one holder F_GETLK named).
     static func holders(of path: String, byte: Int) -> [Int32]? {
         var info = stat()
-        guard stat(path, &info) == 0, let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return nil }
+        guard stat(path, &info) == 0 else { return nil }
+        return holders(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), byte: byte)
+    }
+
+    /// `holders(of:byte:)` for the file `device`/`inode` (one renamed or set aside since).
+    static func holders(device dev: UInt64, inode: UInt64, byte: Int) -> [Int32]? {
+        guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return nil }
         // Linux prints the device as major:minor in hex (new encoding: 12-bit major, 20-bit minor).
-        let dev = UInt64(info.st_dev)
         let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & ~UInt64(0xfff))
         let minor = (dev & 0xff) | ((dev >> 12) & ~UInt64(0xff))
         var pids: [Int32] = []
@@ -80,7 +85,7 @@ public struct LockState: Sendable, Codable, Equatable {
             guard fields.count >= 8, fields[1] == "POSIX" || fields[1] == "OFDLCK" else { continue }
             let place = fields[5].split(separator: ":")
             guard place.count == 3, UInt64(place[0], radix: 16) == major, UInt64(place[1], radix: 16) == minor,
-                  UInt64(place[2]) == UInt64(info.st_ino), let pid = Int32(fields[4]), let start = Int(fields[6]) else { continue }
+                  UInt64(place[2]) == inode, let pid = Int32(fields[4]), let start = Int(fields[6]) else { continue }
             let end = fields[7] == "EOF" ? Int.max : Int(fields[7]) ?? -1
             if start <= byte, byte <= end { pids.append(pid) }
         }

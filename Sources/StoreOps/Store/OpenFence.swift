@@ -91,18 +91,51 @@ final class OpenFence {
         return LockState.holders(of: path, byte: LockState.pendingByte + 2)?.first { $0 != getpid() && !LockState.isFollower($0) }
     }
 
+    /// One open descriptor of the file in another process.
+    struct Descriptor: Hashable {
+        let pid: Int32
+        let number: Int32
+    }
+
     /// Other processes with this file open, `storectl replicate` followers aside (they only read).
     func otherOpeners() -> [Int32] {
         OpenFence.openers(device: device, inode: inode).filter { !LockState.isFollower($0) }
     }
 
-    /// Processes other than this one with a descriptor of `device`/`inode` open (from
+    /// The descriptors other processes (followers aside) have open on this file.
+    func otherDescriptors() -> [Descriptor] {
+        OpenFence.descriptors(device: device, inode: inode).filter { !LockState.isFollower($0.pid) }
+    }
+
+    /// Processes (this one aside) with a connection on this file: a lock on its SHARED range, or,
+    /// given the descriptor of its `-shm`, on that file's DMS byte (which every connection in WAL
+    /// mode holds from its first read until it closes). Empty when /proc/locks cannot be read.
+    func connected(shm: Int32) -> Set<Int32> {
+        var pids = Set(LockState.holders(device: device, inode: inode, byte: LockState.pendingByte + 2) ?? [])
+        var info = stat()
+        if shm >= 0, fstat(shm, &info) == 0 {
+            pids.formUnion(LockState.holders(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), byte: LockState.walDMSByte) ?? [])
+        }
+        pids.remove(getpid())
+        return pids
+    }
+
+    /// The descriptors processes other than this one have open on `device`/`inode` (from
     /// /proc/<pid>/fd: another user's processes are seen only by root).
-    static func openers(device: UInt64, inode: UInt64) -> [Int32] {
-        var pids = [Int32](repeating: 0, count: 1024)
-        let found = pids.withUnsafeMutableBufferPointer { storectl_openers(device, inode, $0.baseAddress, Int32($0.count)) }
+    static func descriptors(device: UInt64, inode: UInt64) -> [Descriptor] {
+        let room = 4096
+        var pids = [Int32](repeating: 0, count: room), numbers = [Int32](repeating: 0, count: room)
+        let found = pids.withUnsafeMutableBufferPointer { p in
+            numbers.withUnsafeMutableBufferPointer { n in storectl_open_descriptors(device, inode, p.baseAddress, n.baseAddress, Int32(room)) }
+        }
         guard found > 0 else { return [] }
-        return Array(pids.prefix(Int(min(found, 1024))))
+        return (0..<Int(min(found, Int32(room)))).map { Descriptor(pid: pids[$0], number: numbers[$0]) }
+    }
+
+    /// Processes other than this one with a descriptor of `device`/`inode` open.
+    static func openers(device: UInt64, inode: UInt64) -> [Int32] {
+        var seen = Set<Int32>()
+        return descriptors(device: device, inode: inode).map(\.pid).filter { seen.insert($0).inserted }
     }
 
     /// Other processes (followers aside) with the file at `path` open.
