@@ -597,19 +597,27 @@ struct SnapshotCLITests {
         #expect(names.isEmpty, "\(names)")
     }
 
-    @Test("restore --in-place, the swap's look at the store: a process that opened the database file since the restore began and holds no lock yet (on its way to its first read) stops the swap (75, nothing changed); so does one holding a SHARED lock and no -shm lock yet (WAL mode); one that kept the file open since before the restore, with no lock (not SQLite), does not", arguments: ["fresh", "shared", "long-held"])
+    @Test("restore --in-place, the swap's look at the store: a process that opened the database file since the restore began and holds no lock yet (on its way to its first read) stops the swap (75, nothing changed); so does one holding a SHARED lock and no -shm lock yet (WAL mode); one that kept the file open since before the restore, with no lock (not SQLite), does not; one that had a connection (a lock) when the restore began and, at the look, has the file open with no lock (its next connection, on its way to its first read) does", arguments: ["fresh", "shared", "long-held", "reopened"])
     func inPlaceLookAtOpeners(kind: String) throws {
         let folder = try TempFolder()
         let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 200)
         let before = try FileProbe.shared.sha256(of: store)
         // Opens the file (and with "shared" takes a read lock on SQLite's SHARED range, as a
-        // connection does before it opens the -shm), says so, and sleeps.
+        // connection does before it opens the -shm), says so, and sleeps. "reopened": with the
+        // lock, until told to go on; then closes it (the lock goes with it) and opens the file
+        // again, as a per-write app's next connection does, and holds it with no lock.
         let script = """
             import fcntl, os, sys, time
             fd = os.open(sys.argv[1], os.O_RDONLY)
-            if sys.argv[3] == "shared":
+            if sys.argv[3] in ("shared", "reopened"):
                 fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 510, 0x40000002)
             open(sys.argv[2], "w").write("ready")
+            if sys.argv[3] == "reopened":
+                while not os.path.exists(sys.argv[2] + ".go"):
+                    time.sleep(0.01)
+                os.close(fd)
+                fd = os.open(sys.argv[1], os.O_RDONLY)
+                open(sys.argv[2] + ".again", "w").write("again")
             time.sleep(60)
             """
         let ready = folder.file("opened")
@@ -621,11 +629,16 @@ struct SnapshotCLITests {
         }
         if kind != "fresh" { try startHolder() }
         // "fresh": opened while the restore stages its copy (paused there), after it began.
+        let trace = folder.file("trace")
         let restore = try ChildProcess.Running(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store],
-                                               environment: ["STORECTL_TEST_PAUSE_AT": "restore.database.sync:1500"])
-        if kind == "fresh" {
-            usleep(300_000)
-            try startHolder()
+                                               environment: ["STORECTL_TEST_PAUSE_AT": "restore.database.sync:1500", "STORECTL_FAULT_TRACE": trace])
+        #expect(ChildProcess.waitFor(file: trace))
+        let paused = Date().addingTimeInterval(20)
+        while !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("restore.database.sync#1"), Date() < paused { usleep(10_000) }
+        if kind == "fresh" { try startHolder() }
+        if kind == "reopened" {
+            FileManager.default.createFile(atPath: ready + ".go", contents: Data())
+            #expect(ChildProcess.waitFor(file: ready + ".again"))
         }
         let result = restore.wait()
         if kind == "long-held" {

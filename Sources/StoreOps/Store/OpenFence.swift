@@ -120,6 +120,14 @@ final class OpenFence {
         return pids
     }
 
+    /// Processes with a connection on `store` now: a lock on its SHARED range or its `-shm`'s DMS byte.
+    static func connected(to store: StoreFile) -> Set<Int32> {
+        var pids = Set(LockState.holders(of: store.path, byte: LockState.pendingByte + 2) ?? [])
+        pids.formUnion(LockState.holders(of: store.shmPath, byte: LockState.walDMSByte) ?? [])
+        pids.remove(getpid())
+        return pids
+    }
+
     /// The descriptors processes other than this one have open on `device`/`inode` (from
     /// /proc/<pid>/fd: another user's processes are seen only by root).
     static func descriptors(device: UInt64, inode: UInt64) -> [Descriptor] {
