@@ -28,6 +28,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     @Flag(help: "In place: go ahead although the store is open; move a damaged store aside instead of snapshotting it.") var force = false
     @Flag(help: "In place: restore although no store exists at that path (otherwise exit 66).") var create = false
     @Flag(help: "Wait for locks, and (in place) up to a minute for the app to close the store, instead of exiting 75.") var wait = false
+    @Option(parsing: .unconditional, help: "In place: seconds to wait for the store's write lock, for the app to close the store (--wait), and after the swap for the app's connections on the replaced store to let go (with --force at most 10 s for one that keeps the store open).") var timeout: Double = 60
     @Flag(help: "In place, beside a running app: write the snapshot into the store through SQLite under its write lock (as sqlite3's .restore does) instead of replacing its files; the app keeps its connections and sees the restored content at its next transaction. WAL stores without external data; the -wal grows to the store's size.") var live = false
     @Flag(help: "Run quick_check on the restored database even when the snapshot's source passed it when the snapshot was taken (every page is checked against its content id either way).") var check = false
     @Flag(help: "Print the result as JSON.") var json = false
@@ -44,6 +45,7 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
     func run() throws {
         let target: SnapshotRestore.Target = to.map { .file($0) } ?? .inPlace(inPlace!)
         var options = SnapshotRestore.Options(repository: repo, id: id ?? "", target: target, force: force, wait: wait)
+        options.timeout = timeout
         options.password = password.source
         options.at = try at.map { try PointRestore.parseTime($0) }
         options.pointStore = store

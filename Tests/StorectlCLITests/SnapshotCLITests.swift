@@ -650,6 +650,40 @@ struct SnapshotCLITests {
         }
     }
 
+    @Test("restore --in-place --force past an app that keeps a connection open and opens a second one on the replaced file during the swap (it takes its lock without asking the kernel, past the fence, and opens the -wal by name): the restore waits for that one as for a fenced connection, and says to restart the app now")
+    func inPlaceForcedSecondConnection() throws {
+        let folder = try TempFolder()
+        let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 200)
+        let script = """
+            import os, sqlite3, sys, time
+            first = sqlite3.connect(sys.argv[1])
+            first.execute("SELECT count(*) FROM ZITEM").fetchall()
+            open(sys.argv[2], "w").write("ready")
+            while not os.path.exists(sys.argv[2] + ".go"):
+                time.sleep(0.01)
+            second = sqlite3.connect(sys.argv[1])
+            open(sys.argv[2] + ".again", "w").write("again")
+            time.sleep(60)
+            """
+        let ready = folder.file("connected")
+        let app = try ChildProcess.Running("/usr/bin/python3", ["-c", script, store, ready])
+        defer { app.signal(SIGKILL); _ = app.wait() }
+        #expect(ChildProcess.waitFor(file: ready))
+        let trace = folder.file("trace")
+        // Paused after the -shm is set aside, before the database file is: the second connection
+        // opens the file the restore replaces.
+        let restore = try ChildProcess.Running(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--force", "--timeout", "3", "--json"],
+                                               environment: ["STORECTL_TEST_PAUSE_AT": "swap.aside.shm:1500", "STORECTL_FAULT_TRACE": trace])
+        let paused = Date().addingTimeInterval(30)
+        while !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("swap.aside.shm#1"), Date() < paused, restore.isRunning { usleep(10_000) }
+        FileManager.default.createFile(atPath: ready + ".go", contents: Data())
+        #expect(ChildProcess.waitFor(file: ready + ".again"))
+        let done = restore.wait()
+        #expect(done.status == 0, "\(done.stderr)")
+        let result = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(done.stdout.utf8))
+        #expect(result.replacedStillOpenBy == app.pid && result.replacedStillOpenDuringSwap == true, "\(done.stdout)")
+    }
+
     @Test("restore --in-place --force beside an app that opens the store for each commit: every commit the app was told succeeded is in the pre-restore safety snapshot or in the store (each such restore lost the commit the app was waiting to make); past an app that keeps the store open it waits at most 10 s for it, then says to restart it")
     func inPlaceForcedBesideApps() throws {
         let folder = try TempFolder()

@@ -321,14 +321,14 @@ public enum SnapshotRestore {
         var stillOpenBy: Int32?
         /// It opened the replaced file after the fence went up and holds no lock on it.
         var stillOpenFenced = false
-        /// Processes with the store's database file open and no connection on it (no lock) when the
-        /// restore began (before staging): a reader that is not SQLite, a process that keeps a
-        /// descriptor. One found at the swap's look with no lock that was not among them is on its
-        /// way to its first read. (One that had a connection then and has none at the look opened
-        /// another: a per-write app's next connection, under the same descriptor number, between
-        /// its open and its lock. Exempted by pid, such an app lost a commit to a paired file in
-        /// a loaded test run.)
-        var openAtStart = Set<Int32>()
+        /// The descriptors of the store's database file open, in processes with no connection on it
+        /// (no lock), when the restore began (before staging): a reader that is not SQLite, a
+        /// process that keeps a descriptor (`OpenFence.quietDescriptors`). Any other descriptor
+        /// without a lock, at the swap's look or after the renames, may be a connection on its way
+        /// to its first read. (Exempted by pid, a per-write app whose connection held a lock at
+        /// the start and whose next one sat between its open and its lock at the look lost a
+        /// commit to a paired file in a loaded test run.)
+        var quietAtStart = Set<OpenFence.Descriptor>()
         /// `--live`: the staged copy's pages (checked against the store before the safety
         /// snapshot), and what writing them through SQLite did (nil until it has).
         var livePages = 0
@@ -380,7 +380,7 @@ public enum SnapshotRestore {
             self.record = record
             exists = FileSystem.kind(of: store.path) == .file
             // Who has the file open now, long before the swap (`OpenFence`).
-            if exists { openAtStart = Set(OpenFence.otherOpeners(of: store.path)).subtracting(OpenFence.connected(to: store)) }
+            if exists { quietAtStart = OpenFence.quietDescriptors(of: store) }
             if !exists, FileSystem.kind(of: store.path) != .missing {
                 throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")
             }
@@ -588,14 +588,10 @@ public enum SnapshotRestore {
                 gate = nil
                 fence?.close()
             }
-            // The descriptors other processes had open on the file when the fence went up, with or
-            // without a lock, and which of those processes had a connection on it (a lock): the
-            // wait after the renames is for a descriptor opened after that, and for a process that
-            // had a connection then and has the file open with none now (it closed that connection
-            // and opened another, fenced, most likely under the same descriptor number: a trial of
-            // a per-write app's busy timeout ending in the swap's milliseconds).
+            // The descriptors other processes had open on the file when the fence went up: the
+            // wait after the renames is for one opened after that (see `fenced()`).
             var openedBefore = Set<OpenFence.Descriptor>()
-            var connectedBefore = Set<Int32>()
+            let walMode = exists && StoreFile.isWALHeader((try? FileProbe.shared.header(of: store.path)) ?? [])
             func blocker() throws -> Int32? {
                 guard let fence else { return try LockState.otherUser(of: store) }
                 // A connection kept taking its SHARED lock for 2 s: someone is on the file
@@ -605,12 +601,11 @@ public enum SnapshotRestore {
                 // WAL mode: a connection between its SHARED lock and its first look at the -shm
                 // holds no lock there yet (it would open the -wal and -shm by name after the renames).
                 if StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)), let pid = fence.sharedHolder() { return pid }
-                // One that opened the file since the restore began and holds no lock yet (it
-                // opened it just before the fence went up): on its way to a lock.
+                // A descriptor with no lock that was not a quiet one when the restore began (every
+                // lock holder is refused above): a connection on its way to its first read.
                 let open = fence.otherDescriptors()
                 openedBefore = Set(open)
-                connectedBefore = fence.connected(shm: -1)
-                return open.map(\.pid).first { !openAtStart.contains($0) }
+                return open.first { !quietAtStart.contains($0) }?.pid
             }
             var deadline: Date?
             while exists, !options.force, let pid = try blocker() {
@@ -649,7 +644,6 @@ public enum SnapshotRestore {
             if options.force, let fence {
                 fence.raise()
                 openedBefore = Set(fence.otherDescriptors())
-                connectedBefore = fence.connected(shm: oldShm)
             }
             let waitLimit = options.force && options.gate == nil ? min(options.timeout, 10) : options.timeout
             // Closing any descriptor of a file drops every fcntl lock this process holds on it:
@@ -671,10 +665,6 @@ public enum SnapshotRestore {
                 // A `storectl replicate` follower only reads (it reopens the store within a moment):
                 // it is not waited for. Nor is anyone once the fence could not be raised (--force
                 // past a connection that kept taking its lock): the file is theirs then.
-                // A process that opened the replaced file after the fence went up is waited for
-                // too: fenced, it cannot read; let go, it would pair that file with the restored
-                // store's -wal. (One that had it open before, holding no lock, is not: a reader of
-                // the file that is not SQLite, or a long-lived process keeping a descriptor.)
                 func other() -> Int32? {
                     if oldShm >= 0, let pid = FileProbe.conflictingHolder(fd: oldShm, type: Int32(F_WRLCK), start: LockState.walDMSByte, length: 1),
                        !LockState.isFollower(pid) {
@@ -682,23 +672,27 @@ public enum SnapshotRestore {
                     }
                     return fenced()
                 }
+                // A connection on the replaced file that has not read from it yet: let go, its
+                // first read opens the -wal (and, alone in its process, the -shm) by name, the
+                // restored store's, and pairs them with the replaced file (frames built on its
+                // pages). Fenced, it cannot read: SQLITE_BUSY until it gives up or the fence goes.
+                // - A descriptor opened since the fence went up, in any process (one that has a
+                //   connection on the file takes its SHARED lock without asking the kernel, past
+                //   the fence, and shares that connection's -shm, but opens the -wal by name).
+                // - WAL mode: a descriptor that was not a quiet one when the restore began, in a
+                //   process with no lock on the replaced file now (a connection holds its locks
+                //   from its first read until it closes: what has none has not read; with --force
+                //   no look refused it).
+                // A rollback journal: only the first (an idle connection holds no lock there).
                 func fenced() -> Int32? {
                     guard let fence, fence.raised else { return nil }
                     let open = fence.otherDescriptors()
-                    let fresh = open.filter { !openedBefore.contains($0) }.map(\.pid)
-                    // With a rollback journal: a descriptor opened since (an idle connection holds
-                    // no lock there, and a fenced one would only write to the replaced file, as
-                    // the warning below says).
-                    guard oldShm >= 0 else { return fresh.first }
-                    // WAL mode: a connection holds its locks from its first read until it closes.
-                    // A process with one on the replaced file now is not fenced (its new
-                    // connections share that one's -shm: they cannot pair the files; the wait
-                    // above is for it); one that had one when the fence went up and has none now
-                    // closed it, and what it has open is another.
-                    let suspects = fresh + open.map(\.pid).filter { connectedBefore.contains($0) }
-                    guard !suspects.isEmpty else { return nil }
+                    if let fresh = open.first(where: { !openedBefore.contains($0) }) { return fresh.pid }
+                    guard walMode else { return nil }
+                    let unknown = open.filter { !quietAtStart.contains($0) }
+                    guard !unknown.isEmpty else { return nil }
                     let connected = fence.connected(shm: oldShm)
-                    return suspects.first { !connected.contains($0) }
+                    return unknown.first { !connected.contains($0.pid) }?.pid
                 }
                 var holder = other()
                 // Not cut short by SIGTERM: let go now, the lock would let such a client's commit
@@ -712,23 +706,21 @@ public enum SnapshotRestore {
                     usleep(10_000)
                     holder = other()
                 }
-                // A fenced opener is waited for the whole --timeout even with --force (whose 10 s
-                // are for an app that keeps the store open): let go, it would pair the replaced
-                // file with the restored store's -wal at its next statement.
+                // A fenced connection is waited for the whole --timeout even with --force (whose
+                // 10 s are for an app that keeps the store open), whatever ended the wait above.
                 let fencedUntil = Date().addingTimeInterval(max(0, options.timeout - waitLimit))
-                if holder == nil || holder == fenced() {
-                    while holder != nil, Date() < fencedUntil {
-                        usleep(10_000)
-                        holder = fenced()
-                    }
+                var pairing = fenced()
+                while pairing != nil, Date() < fencedUntil {
+                    usleep(10_000)
+                    pairing = fenced()
                 }
-                if let holder {
-                    stillOpenBy = holder
-                    stillOpenFenced = holder == fenced()
+                if let still = pairing ?? holder {
+                    stillOpenBy = still
+                    stillOpenFenced = pairing != nil
                     SnapshotRestore.logger.warning(stillOpenFenced
                                                    ? "a process opened the store during the swap and still has the replaced file open: restart it now (its next statement would read the replaced file with the restored store's -wal)"
                                                    : "a process still has the replaced store open after the restore; its commits from now on go to the replaced files: restart it",
-                                                   metadata: ["store": "\(store.path)", "pid": "\(holder)"])
+                                                   metadata: ["store": "\(store.path)", "pid": "\(still)"])
                 }
             }
         }

@@ -1,5 +1,7 @@
 import Foundation
 import CStoreSupport
+import Logging
+import Synchronization
 
 /// Keeps new SQLite connections off a database file that a swap is about to replace, and tells
 /// who else has the file open at all.
@@ -21,8 +23,12 @@ import CStoreSupport
 ///
 /// The descriptor is closed only after the store's other connections of this process (the
 /// gate) are closed: closing any descriptor of a file drops every POSIX lock this process holds
-/// on it, the gate's SHARED lock with it. Letting the fence go (`lift`) only unlocks its byte.
+/// on it, the gate's SHARED lock with it (and the gate's close drops the fence's byte: the gate
+/// is closed last, at the end of the swap). Letting the fence go (`lift`) only unlocks its byte.
 final class OpenFence {
+    private static let logger = Logger(label: "storectl.restore")
+    private static let unreadableSaid = Mutex(false)
+
     private var fd: Int32
     let path: String
     let device: UInt64
@@ -97,11 +103,6 @@ final class OpenFence {
         let number: Int32
     }
 
-    /// Other processes with this file open, `storectl replicate` followers aside (they only read).
-    func otherOpeners() -> [Int32] {
-        OpenFence.openers(device: device, inode: inode).filter { !LockState.isFollower($0) }
-    }
-
     /// The descriptors other processes (followers aside) have open on this file.
     func otherDescriptors() -> [Descriptor] {
         OpenFence.descriptors(device: device, inode: inode).filter { !LockState.isFollower($0.pid) }
@@ -128,6 +129,19 @@ final class OpenFence {
         return pids
     }
 
+    /// The descriptors of `store`'s database file in other processes (followers aside) that hold
+    /// no lock on it, looked at before and after the descriptors are listed (a per-write app whose
+    /// connection held a lock at the first look and whose next one, not yet reading, is listed,
+    /// is not quiet).
+    static func quietDescriptors(of store: StoreFile) -> Set<Descriptor> {
+        var info = stat()
+        guard stat(store.path, &info) == 0 else { return [] }
+        let before = connected(to: store)
+        let open = descriptors(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        let after = connected(to: store)
+        return Set(open.filter { !before.contains($0.pid) && !after.contains($0.pid) && !LockState.isFollower($0.pid) })
+    }
+
     /// The descriptors processes other than this one have open on `device`/`inode` (from
     /// /proc/<pid>/fd: another user's processes are seen only by root).
     static func descriptors(device: UInt64, inode: UInt64) -> [Descriptor] {
@@ -136,20 +150,10 @@ final class OpenFence {
         let found = pids.withUnsafeMutableBufferPointer { p in
             numbers.withUnsafeMutableBufferPointer { n in storectl_open_descriptors(device, inode, p.baseAddress, n.baseAddress, Int32(room)) }
         }
+        if found < 0, !unreadableSaid.withLock({ said in defer { said = true }; return said }) {
+            logger.notice("/proc cannot be read: which processes have the store open is not seen (a restore in place waits only for those holding SQLite's locks)")
+        }
         guard found > 0 else { return [] }
         return (0..<Int(min(found, Int32(room)))).map { Descriptor(pid: pids[$0], number: numbers[$0]) }
-    }
-
-    /// Processes other than this one with a descriptor of `device`/`inode` open.
-    static func openers(device: UInt64, inode: UInt64) -> [Int32] {
-        var seen = Set<Int32>()
-        return descriptors(device: device, inode: inode).map(\.pid).filter { seen.insert($0).inserted }
-    }
-
-    /// Other processes (followers aside) with the file at `path` open.
-    static func otherOpeners(of path: String) -> [Int32] {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return [] }
-        return openers(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)).filter { !LockState.isFollower($0) }
     }
 }
