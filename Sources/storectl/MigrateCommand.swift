@@ -208,6 +208,9 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         options.password = password.source
         options.live = live
         options.at = try at.map { try PointRestore.parseTime($0) }
+        // Killed before it says what it did, the next rollback must know it finished.
+        options.keepsIntentUntilSaid = true
+        defer { fflush(nil); Rollback.said(store: store) }   // what it printed out first
         let progress = TerminalProgress.handler("rollback", quiet: json)
         let result = try Rollback.run(options, progress: progress?.1)
         progress?.0.finish()
@@ -218,6 +221,11 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         if result.interruptedRunCommittedNothing {
             print("nothing to roll back: \(FileSystem.absolute(store)) is at version \(result.version), where the interrupted migration started (none of its migrations is in it); "
                   + "the interrupted migration is cleared; to restore its snapshot anyway: --to ID")
+            return
+        }
+        if result.earlierRunFinished {
+            print("already rolled back: \(FileSystem.absolute(store)) is at version \(result.version); an earlier rollback to snapshot \(result.restored ?? "-") "
+                  + "was stopped after it put that snapshot back, before it said so; nothing more was rolled back (to undo the run before as well, run rollback again)")
             return
         }
         if result.nothingToRollBack {

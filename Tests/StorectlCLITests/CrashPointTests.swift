@@ -872,6 +872,35 @@ enum Scenarios {
                 if index % 2 == 0 { try ok(fixture, ["recover", fixture.store], index) }
                 try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo], index)
             }),
+        // Two runs applied: killed after its swap, before it said so, the rollback is run again
+        // by an operator who does not know it finished, and that run must not roll back the run
+        // before too (it did: the store ended at version 0). Its intent file says it is done.
+        // The safety snapshot's pack and index writes are the scenario above's.
+        CrashScenario(
+            name: "rollback (the newer of two runs; run again after a kill)",
+            setup: {
+                let fixture = try CrashFixture()
+                try writeMigrations(fixture, failing: false)
+                var options = Migrate.Options(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo)
+                options.password = fixture.password
+                options.to = 1
+                #expect(try Migrate.run(options).status == .ok)
+                options.to = nil
+                #expect(try Migrate.run(options).status == .ok)
+                return fixture
+            },
+            command: { ["rollback", $0.store, "--repo", $0.repo] },
+            observe: { try $0.digest() },
+            next: { fixture, index in
+                if index % 2 == 0 { try ok(fixture, ["recover", fixture.store], index) }
+                let again = try ok(fixture, ["rollback", fixture.store, "--repo", fixture.repo, "--json"], index)
+                let result = try JSON.decoder().decode(Rollback.Result.self, from: Data(again.stdout.utf8))
+                #expect(result.version == 1, "point \(index): \(again.stdout)")
+            },
+            // Its intent file is removed after it printed what it did: killed there, the same
+            // command again is asked to roll back one more run, and does.
+            kills: { !$0.hasPrefix("pack.") && !$0.hasPrefix("index.") && !$0.hasPrefix("rollback.intent.remove") },
+            reaches: ["rollback.intent.rename", "swap.done"]),
         // Through SQLite the restore commits before the interrupted migration's journal is
         // removed: killed between the two, the next rollback sees the store back at the run's
         // first version and only clears the journal (never restores over newer commits).

@@ -57,6 +57,34 @@ struct MigrateCLITests {
         #expect(try storectl("rollback", fixture.store).status == 64, "--repo is required")
     }
 
+    @Test("a rollback killed after its swap, before it said so, and run again: it says the store is already rolled back (exit 0) instead of rolling back the run before as well; the run after that does roll that one back")
+    func rollbackRunAgainAfterKill() throws {
+        let fixture = try MigrationCLIFixture()
+        #expect(try fixture.migrate(["--to", "1"]).status == 0)
+        #expect(try fixture.migrate().status == 0)
+        let killed = try ChildProcess.run(Binaries.storectl, ["rollback", fixture.store, "--repo", fixture.repo],
+                                          environment: ["STORECTL_FAULT_POINT": "swap.done"])
+        #expect(killed.status == 137, "\(killed.stderr)")
+        let again = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(again.status == 0 && again.stdout.hasPrefix("already rolled back: \(fixture.store) is at version 1;")
+                && again.stdout.contains("nothing more was rolled back"), "\(again.stdout)\(again.stderr)")
+        #expect(FileSystem.kind(of: fixture.store + ".storectl-rollback.json") == .missing)
+        let status = try storectl("migrate", "status", fixture.store, "--migrations", fixture.migrations)
+        #expect(status.stdout.contains("version 1"), "\(status.stdout)")
+        // Asked again, it rolls back the run before.
+        let before = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(before.status == 0 && before.stdout.contains("(version 0)"), "\(before.stdout)\(before.stderr)")
+        // Killed before its swap: the file it left is stale (the version is the one it started
+        // from), and the next run rolls back.
+        #expect(try fixture.migrate().status == 0)
+        let early = try ChildProcess.run(Binaries.storectl, ["rollback", fixture.store, "--repo", fixture.repo],
+                                         environment: ["STORECTL_FAULT_POINT": "rollback.intent.rename"])
+        #expect(early.status == 137 && FileSystem.kind(of: fixture.store + ".storectl-rollback.json") == .file, "\(early.stderr)")
+        let after = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(after.status == 0 && after.stdout.contains("rolled back") && after.stdout.contains("(version 0)"), "\(after.stdout)\(after.stderr)")
+        #expect(FileSystem.kind(of: fixture.store + ".storectl-rollback.json") == .missing)
+    }
+
     @Test("a failure after a migration committed: with --rollback-on-failure exits 3; without it exits 1 and prints the rollback command; when nothing committed, 1 with nothing to roll back and no journal left")
     func failures() throws {
         let fixture = try MigrationCLIFixture()

@@ -19,6 +19,10 @@ public enum Rollback {
         /// Beside the running app: the snapshot written into the store through SQLite under its
         /// write lock (`snapshot restore --in-place --live`), not its files replaced.
         public var live = false
+        /// The caller says what the run did and then calls `said(store:)`, which removes the run's
+        /// `RollbackIntent` (the command line: a kill before its output must leave the file).
+        /// Otherwise it is removed at the end of the run.
+        public var keepsIntentUntilSaid = false
 
         public init(store: String, repository: String, to: String? = nil, force: Bool = false, wait: Bool = false) {
             self.store = store
@@ -58,6 +62,10 @@ public enum Rollback {
         /// from, and none of its migrations runs without a transaction): the store is as it was
         /// before the run, with what the app wrote since; the journal is cleared, nothing restored.
         public var interruptedRunCommittedNothing = false
+        /// An earlier `rollback` to the default target was stopped after its swap, before it said
+        /// so (its `RollbackIntent` was left, and the store's version is below the one it started
+        /// from): nothing more was rolled back; `restored` is the snapshot that run put back.
+        public var earlierRunFinished = false
     }
 
     /// - Throws: 66 when there is no pre-migrate snapshot of the store, 75 when the store is in
@@ -86,22 +94,43 @@ public enum Rollback {
             preflight: { pipeline in try prepare(options, store: store, in: pipeline, progress: progress) },
             act: { _, plan in
                 guard let restore = plan.restore else { return (plan, nil) }
+                if let intent = plan.intent { try intent.write(store) }
                 try restore.swap()
                 return (plan, try restore.result())
             })
         road.repository = .init(options.repository, password: options.password, exclusive: false)
         road.snapshot = { _, plan in try plan.restore?.keepCurrent() ?? "" }
-        road.commit = { _, done in if done.0.journal != nil { try MigrationJournal.remove(store) } }
+        road.commit = { _, done in
+            if done.0.journal != nil { try MigrationJournal.remove(store) }
+            // One an earlier run left (finished, or stopped before its swap), or this run's unless
+            // the caller removes it once it has said what the run did.
+            if !(options.keepsIntentUntilSaid && done.0.intent != nil) { try RollbackIntent.remove(store) }
+        }
         let walked = pipeline.walk(road)
-        let (plan, result) = try walked.get()
+        let plan: Plan, result: SnapshotRestore.Result?
+        do { (plan, result) = try walked.get() } catch {
+            // An error says what happened: the next run starts afresh.
+            RollbackIntent.removeOwn(store)
+            throw error
+        }
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
         var rolled = Result(restored: result == nil ? nil : plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
                             version: version, verified: result?.verified, stages: walked.stages, nothingToRollBack: result == nil && !plan.committedNothing,
                             interruptedRunCommittedNothing: plan.committedNothing)
+        if let earlier = plan.earlier {
+            rolled.restored = earlier.snapshotId
+            rolled.nothingToRollBack = false
+            rolled.earlierRunFinished = true
+        }
         rolled.throughSQLite = result?.throughSQLite
         rolled.writeLockSeconds = result?.writeLockSeconds
         rolled.signalAfterCommit = result?.signalAfterCommit
         return rolled
+    }
+
+    /// After the caller said what the run did (`Options.keepsIntentUntilSaid`): removes its intent file.
+    public static func said(store: String) {
+        RollbackIntent.removeOwn(StoreFile(unchecked: store))
     }
 
     /// What the preflight hands the act: the snapshot to go back to, staged and checked beside the
@@ -111,6 +140,10 @@ public enum Rollback {
         var journal: MigrationJournal?
         var restore: SnapshotRestore.InPlace?
         var committedNothing = false
+        /// Written just before the swap (a rollback to the default target): see `RollbackIntent`.
+        var intent: RollbackIntent?
+        /// The earlier run that `RollbackIntent` says put `id` back (nothing to do now).
+        var earlier: RollbackIntent?
     }
 
     static func prepare(_ options: Options, store: StoreFile, in pipeline: Pipeline, progress: ProgressHandler?) throws -> Plan {
@@ -127,6 +160,16 @@ public enum Rollback {
         if options.live, let journal, journal.noTransactionPending != false {
             throw StoreOpsError.refused("the interrupted migration of \(store.path) has a migration that runs outside a transaction (`-- storectl: no-transaction`): after a kill, a rollback through SQLite could not tell from the store whether it had finished; nothing was rolled back",
                                         hint: "stop the app and roll back without --live")
+        }
+        // A rollback to the default target that was stopped after its swap, before it said so:
+        // the same command again would roll back the run before (the store's history now names
+        // that run's snapshot). Its intent file and a version below the one it started from say
+        // it is done. (A version not below it: stopped before its swap; the file is stale.)
+        let defaultTarget = options.to == nil && options.at == nil && journal == nil
+        var version: Int?
+        if defaultTarget { version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) } }
+        if defaultTarget, let earlier = RollbackIntent.read(store), let version, version < earlier.fromVersion {
+            return Plan(id: earlier.snapshotId, journal: nil, restore: nil, earlier: earlier)
         }
         var id = ""
         if options.at == nil {
@@ -153,7 +196,8 @@ public enum Rollback {
         inPlace.progress = progress
         inPlace.hold = pipeline.hold
         try inPlace.check()
-        return Plan(id: options.at == nil ? id : inPlace.target?.point ?? "", journal: journal, restore: inPlace)
+        let intent = defaultTarget ? version.map { RollbackIntent(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Date(), snapshotId: id, fromVersion: $0) } : nil
+        return Plan(id: options.at == nil ? id : inPlace.target?.point ?? "", journal: journal, restore: inPlace, intent: intent)
     }
 
     /// Whether the store holds nothing of the interrupted run: each migration writes its history
