@@ -597,7 +597,7 @@ struct SnapshotCLITests {
         #expect(names.isEmpty, "\(names)")
     }
 
-    @Test("restore --in-place, the swap's look at the store: a process that opened the database file since the restore began and holds no lock yet (on its way to its first read) stops the swap (75, nothing changed); so does one holding a SHARED lock and no -shm lock yet (WAL mode); one that kept the file open since before the restore, with no lock (not SQLite), does not; one that had a connection (a lock) when the restore began and, at the look, has the file open with no lock (its next connection, on its way to its first read) does", arguments: ["fresh", "shared", "long-held", "reopened"])
+    @Test("restore --in-place, the swap's look at the store: a process that opened the database file since the restore began and holds no lock yet (on its way to its first read) stops the swap (75, nothing changed); so does one holding a SHARED lock and no -shm lock yet (WAL mode); one that kept the file open since before the restore, with no lock (not SQLite), does not; one that had a connection (a lock) when the restore began and, at the look, has the file open with no lock (its next connection, on its way to its first read) does; so does one with no lock at the start that took one while the restore staged its copy (a per-write app caught between its open and its lock at the start)", arguments: ["fresh", "shared", "long-held", "reopened", "locked-meanwhile"])
     func inPlaceLookAtOpeners(kind: String) throws {
         let folder = try TempFolder()
         let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 200)
@@ -612,9 +612,12 @@ struct SnapshotCLITests {
             if sys.argv[3] in ("shared", "reopened"):
                 fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 510, 0x40000002)
             open(sys.argv[2], "w").write("ready")
-            if sys.argv[3] == "reopened":
+            if sys.argv[3] in ("reopened", "locked-meanwhile"):
                 while not os.path.exists(sys.argv[2] + ".go"):
                     time.sleep(0.01)
+                if sys.argv[3] == "locked-meanwhile":
+                    fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 510, 0x40000002)
+                    time.sleep(0.3)
                 os.close(fd)
                 fd = os.open(sys.argv[1], os.O_RDONLY)
                 open(sys.argv[2] + ".again", "w").write("again")
@@ -636,8 +639,8 @@ struct SnapshotCLITests {
         let paused = Date().addingTimeInterval(20)
         while !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("restore.database.sync#1"), Date() < paused { usleep(10_000) }
         if kind == "fresh" { try startHolder() }
-        if kind == "reopened" {
-            FileManager.default.createFile(atPath: ready + ".go", contents: Data())
+        if kind == "reopened" || kind == "locked-meanwhile" {
+            _ = FileManager.default.createFile(atPath: ready + ".go", contents: Data())
             #expect(ChildProcess.waitFor(file: ready + ".again"))
         }
         let result = restore.wait()
@@ -676,7 +679,7 @@ struct SnapshotCLITests {
                                                environment: ["STORECTL_TEST_PAUSE_AT": "swap.aside.shm:1500", "STORECTL_FAULT_TRACE": trace])
         let paused = Date().addingTimeInterval(30)
         while !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("swap.aside.shm#1"), Date() < paused, restore.isRunning { usleep(10_000) }
-        FileManager.default.createFile(atPath: ready + ".go", contents: Data())
+        _ = FileManager.default.createFile(atPath: ready + ".go", contents: Data())
         #expect(ChildProcess.waitFor(file: ready + ".again"))
         let done = restore.wait()
         #expect(done.status == 0, "\(done.stderr)")

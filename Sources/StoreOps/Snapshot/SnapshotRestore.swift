@@ -321,14 +321,13 @@ public enum SnapshotRestore {
         var stillOpenBy: Int32?
         /// It opened the replaced file after the fence went up and holds no lock on it.
         var stillOpenFenced = false
-        /// The descriptors of the store's database file open, in processes with no connection on it
-        /// (no lock), when the restore began (before staging): a reader that is not SQLite, a
-        /// process that keeps a descriptor (`OpenFence.quietDescriptors`). Any other descriptor
-        /// without a lock, at the swap's look or after the renames, may be a connection on its way
-        /// to its first read. (Exempted by pid, a per-write app whose connection held a lock at
-        /// the start and whose next one sat between its open and its lock at the look lost a
-        /// commit to a paired file in a loaded test run.)
-        var quietAtStart = Set<OpenFence.Descriptor>()
+        /// The descriptors of the store's database file kept open without a lock from the restore's
+        /// start on (`QuietDescriptors`). Any other descriptor without a lock, at the swap's look or
+        /// after the renames, may be a connection on its way to its first read. (Exempted by pid,
+        /// a per-write app whose connection held a lock at the start and whose next one sat
+        /// between its open and its lock at the look lost a commit to a paired file in a loaded
+        /// test run.)
+        var quiet: QuietDescriptors?
         /// `--live`: the staged copy's pages (checked against the store before the safety
         /// snapshot), and what writing them through SQLite did (nil until it has).
         var livePages = 0
@@ -380,7 +379,7 @@ public enum SnapshotRestore {
             self.record = record
             exists = FileSystem.kind(of: store.path) == .file
             // Who has the file open now, long before the swap (`OpenFence`).
-            if exists { quietAtStart = OpenFence.quietDescriptors(of: store) }
+            if exists { quiet = QuietDescriptors(store: store) }
             if !exists, FileSystem.kind(of: store.path) != .missing {
                 throw StoreOpsError(.noInput, "\(store.path) is not a regular file", hint: "pass the store's database file")
             }
@@ -587,6 +586,7 @@ public enum SnapshotRestore {
                 gate?.release()
                 gate = nil
                 fence?.close()
+                quiet?.stop()
             }
             // The descriptors other processes had open on the file when the fence went up: the
             // wait after the renames is for one opened after that (see `fenced()`).
@@ -605,7 +605,8 @@ public enum SnapshotRestore {
                 // lock holder is refused above): a connection on its way to its first read.
                 let open = fence.otherDescriptors()
                 openedBefore = Set(open)
-                return open.first { !quietAtStart.contains($0) }?.pid
+                let quietNow = quiet?.settled() ?? []
+                return open.first { !quietNow.contains($0) }?.pid
             }
             var deadline: Date?
             while exists, !options.force, let pid = try blocker() {
@@ -642,6 +643,7 @@ public enum SnapshotRestore {
             // --force: not looked at, but fenced all the same.
             let oldShm = gate != nil && exists ? open(store.shmPath, O_RDONLY | O_CLOEXEC) : -1
             if options.force, let fence {
+                _ = quiet?.settled()
                 fence.raise()
                 openedBefore = Set(fence.otherDescriptors())
             }
@@ -653,6 +655,8 @@ public enum SnapshotRestore {
                 gate = nil
                 if oldShm >= 0 { close(oldShm) }
             }
+            // Looked at on the store's path: stopped before the renames put another file there.
+            quiet?.stop()
             var installs: [StoreSwap.Install] = []
             if let support = staged.support { installs.append(.init(support, role: "support")) }
             installs.append(.init(staged.database, role: "database"))
@@ -689,7 +693,8 @@ public enum SnapshotRestore {
                     let open = fence.otherDescriptors()
                     if let fresh = open.first(where: { !openedBefore.contains($0) }) { return fresh.pid }
                     guard walMode else { return nil }
-                    let unknown = open.filter { !quietAtStart.contains($0) }
+                    let quietNow = quiet?.current ?? []
+                    let unknown = open.filter { !quietNow.contains($0) }
                     guard !unknown.isEmpty else { return nil }
                     let connected = fence.connected(shm: oldShm)
                     return unknown.first { !connected.contains($0.pid) }?.pid

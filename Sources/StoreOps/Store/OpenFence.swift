@@ -129,18 +129,6 @@ final class OpenFence {
         return pids
     }
 
-    /// The descriptors of `store`'s database file in other processes (followers aside) that hold
-    /// no lock on it, looked at before and after the descriptors are listed (a per-write app whose
-    /// connection held a lock at the first look and whose next one, not yet reading, is listed,
-    /// is not quiet).
-    static func quietDescriptors(of store: StoreFile) -> Set<Descriptor> {
-        var info = stat()
-        guard stat(store.path, &info) == 0 else { return [] }
-        let before = connected(to: store)
-        let open = descriptors(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
-        let after = connected(to: store)
-        return Set(open.filter { !before.contains($0.pid) && !after.contains($0.pid) && !LockState.isFollower($0.pid) })
-    }
 
     /// The descriptors processes other than this one have open on `device`/`inode` (from
     /// /proc/<pid>/fd: another user's processes are seen only by root).
@@ -156,4 +144,84 @@ final class OpenFence {
         guard found > 0 else { return [] }
         return (0..<Int(min(found, Int32(room)))).map { Descriptor(pid: pids[$0], number: numbers[$0]) }
     }
+}
+
+/// The descriptors of a store's database file that other processes keep open without a
+/// connection (no lock): a reader that is not SQLite, a process that keeps a descriptor. Such a
+/// descriptor is neither refused nor waited for by an in-place restore.
+///
+/// A per-write app looks the same in any one look: its connection between its open and its
+/// first lock has a descriptor and no lock, and its next connection gets the same descriptor
+/// number. So a descriptor is quiet only while every look, from the restore's start on, finds
+/// it open, on the same file, in a process holding no lock on the store: looked at every 20 ms
+/// (`settle` waits for at least five looks over 100 ms). Taken once, the exemption let a
+/// per-write app's fenced connection through, and the restored store failed `integrity_check`
+/// in a loaded run of the whole suite.
+final class QuietDescriptors: @unchecked Sendable {
+    private let store: StoreFile
+    private let device: UInt64
+    private let inode: UInt64
+    private let state = Mutex<(quiet: Set<OpenFence.Descriptor>, looks: Int, started: Date)>(([], 0, Date()))
+    private let stopping = Atomic<Bool>(false)
+    private let done = DispatchSemaphore(value: 0)
+    private var watching = false
+
+    /// Lists them (the first look) and goes on looking in the background; nil when the file is gone.
+    init?(store: StoreFile) {
+        var info = stat()
+        guard stat(store.path, &info) == 0 else { return nil }
+        self.store = store
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+        let before = OpenFence.connected(to: store)
+        let open = OpenFence.descriptors(device: device, inode: inode)
+        let after = OpenFence.connected(to: store)
+        let quiet = Set(open.filter { !before.contains($0.pid) && !after.contains($0.pid) && !LockState.isFollower($0.pid) })
+        state.withLock { $0 = (quiet, 1, Date()) }
+        guard !quiet.isEmpty else { return }
+        watching = true
+        Thread.detachNewThread { [self] in
+            while !stopping.load(ordering: .relaxed) {
+                usleep(20_000)
+                if look() { break }
+            }
+            done.signal()
+        }
+    }
+
+    /// One look; true when nothing is left to watch.
+    private func look() -> Bool {
+        let connected = OpenFence.connected(to: store)
+        let still = state.withLock { $0.quiet }.filter { descriptor in
+            guard !connected.contains(descriptor.pid) else { return false }
+            var info = stat()
+            return stat("/proc/\(descriptor.pid)/fd/\(descriptor.number)", &info) == 0 && UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
+        }
+        return state.withLock { current in
+            current.quiet.formIntersection(still)
+            current.looks += 1
+            return current.quiet.isEmpty
+        }
+    }
+
+    /// The quiet descriptors now, after at least five looks over 100 ms since the first (waits
+    /// for them, only while there is anything quiet to look at).
+    func settled() -> Set<OpenFence.Descriptor> {
+        while true {
+            let (quiet, looks, started) = state.withLock { ($0.quiet, $0.looks, $0.started) }
+            if quiet.isEmpty || (looks >= 5 && Date().timeIntervalSince(started) >= 0.1) || !watching { return quiet }
+            usleep(10_000)
+        }
+    }
+
+    /// The quiet descriptors now (no wait): after `settled`, the set only shrinks.
+    var current: Set<OpenFence.Descriptor> { state.withLock { $0.quiet } }
+
+    /// Stops looking (the set stays as it is).
+    func stop() {
+        guard watching, !stopping.exchange(true, ordering: .relaxed) else { return }
+        done.wait()
+    }
+
+    deinit { stop() }
 }
