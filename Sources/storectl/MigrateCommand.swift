@@ -208,11 +208,12 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         options.password = password.source
         options.live = live
         options.at = try at.map { try PointRestore.parseTime($0) }
-        // Killed before it says what it did, the next rollback must know it finished.
+        // Killed before it says what it did, the next rollback must know it finished: its intent
+        // file goes once the output is out (an error: the library kept or removed it).
         options.keepsIntentUntilSaid = true
-        defer { fflush(nil); Rollback.said(store: store) }   // what it printed out first
         let progress = TerminalProgress.handler("rollback", quiet: json)
         let result = try Rollback.run(options, progress: progress?.1)
+        defer { fflush(nil); Rollback.said(store: store) }
         progress?.0.finish()
         if let signal = result.signalAfterCommit {
             FileHandle.standardError.write(Data("storectl: \(signal) came while the rollback was being committed into the store: too late to stop; it was finished and read back\n".utf8))

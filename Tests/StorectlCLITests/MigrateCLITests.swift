@@ -83,6 +83,16 @@ struct MigrateCLITests {
         let after = try storectl("rollback", fixture.store, "--repo", fixture.repo)
         #expect(after.status == 0 && after.stdout.contains("rolled back") && after.stdout.contains("(version 0)"), "\(after.stdout)\(after.stderr)")
         #expect(FileSystem.kind(of: fixture.store + ".storectl-rollback.json") == .missing)
+        // Killed after its swap, then the store migrated again (a partial run): the file no
+        // longer describes the store, and the next rollback undoes that run.
+        #expect(try fixture.migrate().status == 0)
+        let swapped = try ChildProcess.run(Binaries.storectl, ["rollback", fixture.store, "--repo", fixture.repo],
+                                           environment: ["STORECTL_FAULT_POINT": "swap.done"])
+        #expect(swapped.status == 137, "\(swapped.stderr)")
+        #expect(try fixture.migrate(["--to", "2"]).status == 0)
+        let migrated = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(migrated.status == 0 && migrated.stdout.hasPrefix("rolled back") && migrated.stdout.contains("(version 0)"), "\(migrated.stdout)\(migrated.stderr)")
+        #expect(FileSystem.kind(of: fixture.store + ".storectl-rollback.json") == .missing)
     }
 
     @Test("a failure after a migration committed: with --rollback-on-failure exits 3; without it exits 1 and prints the rollback command; when nothing committed, 1 with nothing to roll back and no journal left")

@@ -2164,7 +2164,16 @@ struct ReplicateTests {
         try after(world.store)
         let second = try ChildProcess.run(Binaries.storectl, args, environment: world.environment)
         #expect(second.status == 0 && second.stderr.contains("gap: the store's file was written while storectl was not following it") && !second.stderr.contains("resumed chain"), "\(second.stderr)")
-        let at = Timestamp.iso(Date().addingTimeInterval(-0.3))   // inside the second run, before its stop
+        // Inside the second run's covered span (the wall clock minus a margin fell after its
+        // stop on a loaded CI machine: the run's exit came 0.47 s after it).
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--points", "--json"], environment: world.environment)
+        let stores = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]], "\(listed.stdout)")
+        let covered = (stores.first?["spans"] as? [[String: Any]] ?? []).filter { $0["kind"] as? String == "covered" }
+        let dates = ISO8601DateFormatter()
+        dates.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let span = try #require(covered.last, "\(listed.stdout)")
+        let from = try #require((span["from"] as? String).flatMap(dates.date(from:))), to = try #require((span["to"] as? String).flatMap(dates.date(from:)))
+        let at = Timestamp.iso(from.addingTimeInterval(to.timeIntervalSince(from) / 2))
         let restored = world.folder.file("r.sqlite")
         let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", restored], environment: world.environment)
         #expect(restore.status == 0, "\(restore.stderr)")

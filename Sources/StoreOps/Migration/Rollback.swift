@@ -109,8 +109,9 @@ public enum Rollback {
         let walked = pipeline.walk(road)
         let plan: Plan, result: SnapshotRestore.Result?
         do { (plan, result) = try walked.get() } catch {
-            // An error says what happened: the next run starts afresh.
-            RollbackIntent.removeOwn(store)
+            // An error says what happened: the next run starts afresh, unless the swap was done
+            // (an error after it: the next run must not roll back one more run).
+            RollbackIntent.removeOwn(store, unlessSwapped: true)
             throw error
         }
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
@@ -168,7 +169,7 @@ public enum Rollback {
         let defaultTarget = options.to == nil && options.at == nil && journal == nil
         var version: Int?
         if defaultTarget { version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) } }
-        if defaultTarget, let earlier = RollbackIntent.read(store), let version, version < earlier.fromVersion {
+        if defaultTarget, let earlier = RollbackIntent.read(store), let version, !earlier.runnerAlive, earlier.finished(store: store, version: version) {
             return Plan(id: earlier.snapshotId, journal: nil, restore: nil, earlier: earlier)
         }
         var id = ""
@@ -196,7 +197,17 @@ public enum Rollback {
         inPlace.progress = progress
         inPlace.hold = pipeline.hold
         try inPlace.check()
-        let intent = defaultTarget ? version.map { RollbackIntent(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Date(), snapshotId: id, fromVersion: $0) } : nil
+        var intent: RollbackIntent?
+        if defaultTarget, let version {
+            // The version the snapshot puts back: the highest applied before the run it undoes
+            // (the history rows that name its snapshot).
+            let history = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.read($0) }
+            let first = history.filter { $0.snapshotId == id }.map(\.version).min() ?? version
+            let to = history.map(\.version).filter { $0 < first }.max() ?? 0
+            let staged = options.live ? nil : inPlace.staged.flatMap { FileSystem.identity(of: $0.database.tempPath) }
+            intent = RollbackIntent(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Date(), snapshotId: id,
+                                    fromVersion: version, toVersion: to, device: staged?.dev, inode: staged?.ino)
+        }
         return Plan(id: options.at == nil ? id : inPlace.target?.point ?? "", journal: journal, restore: inPlace, intent: intent)
     }
 

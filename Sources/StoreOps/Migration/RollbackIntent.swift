@@ -13,6 +13,28 @@ struct RollbackIntent: Sendable, Codable, Equatable {
     var snapshotId: String
     /// The store's version (its highest applied migration) when that run began.
     var fromVersion: Int
+    /// The version the snapshot puts back (the highest applied before the run it undoes).
+    var toVersion: Int
+    /// The staged database's device and inode, which the swap's rename puts at the store's path
+    /// (nil through SQLite, `--live`: the file stays).
+    var device: UInt64?
+    var inode: UInt64?
+
+    /// Whether the store is as that run left it after its swap: at `toVersion`, below
+    /// `fromVersion`, and (a swap) the very file it installed. A store migrated or restored since
+    /// is not; nor is one the run never swapped (killed before: the file is stale).
+    func finished(store: StoreFile, version: Int) -> Bool {
+        guard version == toVersion, version < fromVersion else { return false }
+        guard let device, let inode else { return true }
+        guard let now = FileSystem.identity(of: store.path) else { return false }
+        return now.dev == device && now.ino == inode
+    }
+
+    /// The run that wrote it is still running (it is about to say what it did; a `rollback
+    /// --wait` that got the store's lock after it must not take its file for a stopped run's).
+    var runnerAlive: Bool {
+        host == ProcessInfo.processInfo.hostName && pid != getpid() && (kill(pid, 0) == 0 || errno == EPERM)
+    }
 
     static func path(for store: StoreFile) -> String { store.path + ".storectl-rollback.json" }
 
@@ -26,9 +48,14 @@ struct RollbackIntent: Sendable, Codable, Equatable {
         try file.commit(replacing: true)
     }
 
-    /// Removes the file if this process wrote it (a run that started meanwhile writes its own).
-    static func removeOwn(_ store: StoreFile) {
+    /// Removes the file if this process wrote it (a run that started meanwhile writes its own);
+    /// with `unlessSwapped`, only while the store is still at the version the run started from
+    /// (an error after the swap leaves it: the next run must know the swap was done).
+    static func removeOwn(_ store: StoreFile, unlessSwapped: Bool = false) {
         guard let intent = read(store), intent.pid == getpid(), intent.host == ProcessInfo.processInfo.hostName else { return }
+        if unlessSwapped {
+            guard let version = try? Migrate.readOnly(store, timeout: 10, { try MigrationHistory.version($0) }), version == intent.fromVersion else { return }
+        }
         try? remove(store)
     }
 

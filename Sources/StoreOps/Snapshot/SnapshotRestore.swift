@@ -304,6 +304,8 @@ public enum SnapshotRestore {
     final class InPlace {
         let store: StoreFile
         let options: Options
+        // A run that ends before its swap (refused, an error, a signal) stops the watch here.
+        deinit { quiet?.stop() }
         var hold: RepositoryHold?
         var target: PointRestore.Target?
         var record: Manifest?
@@ -564,7 +566,10 @@ public enum SnapshotRestore {
         /// the snapshot written into the store through SQLite instead.
         func swap() throws {
             guard let staged, record != nil else { throw StoreOpsError(.failure, "nothing was staged") }
-            if options.live { return try writeThroughSQLite(staged) }
+            if options.live {
+                quiet?.stop()
+                return try writeThroughSQLite(staged)
+            }
             var replacing: [(path: String, role: String)] = [(store.walPath, "wal"), (store.shmPath, "shm"), (store.journalPath, "journal")]
             if exists { replacing.append((store.path, "database")) }
             replacing.append((store.supportPath, "support"))

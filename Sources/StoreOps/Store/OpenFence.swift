@@ -189,14 +189,16 @@ final class QuietDescriptors: @unchecked Sendable {
         }
     }
 
-    /// One look; true when nothing is left to watch.
+    /// One look (the locks read before and after the descriptors); true when nothing is left to watch.
+    @discardableResult
     private func look() -> Bool {
-        let connected = OpenFence.connected(to: store)
-        let still = state.withLock { $0.quiet }.filter { descriptor in
-            guard !connected.contains(descriptor.pid) else { return false }
+        let before = OpenFence.connected(to: store)
+        let open = state.withLock { $0.quiet }.filter { descriptor in
             var info = stat()
             return stat("/proc/\(descriptor.pid)/fd/\(descriptor.number)", &info) == 0 && UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
         }
+        let after = OpenFence.connected(to: store)
+        let still = open.filter { !before.contains($0.pid) && !after.contains($0.pid) }
         return state.withLock { current in
             current.quiet.formIntersection(still)
             current.looks += 1
@@ -205,13 +207,18 @@ final class QuietDescriptors: @unchecked Sendable {
     }
 
     /// The quiet descriptors now, after at least five looks over 100 ms since the first (waits
-    /// for them, only while there is anything quiet to look at).
+    /// for them, only while there is anything quiet to look at), the last one taken here (the
+    /// thread's may be 20 ms old, or more on a loaded machine).
     func settled() -> Set<OpenFence.Descriptor> {
-        while true {
+        guard watching else { return current }
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline, !stopping.load(ordering: .relaxed) {
             let (quiet, looks, started) = state.withLock { ($0.quiet, $0.looks, $0.started) }
-            if quiet.isEmpty || (looks >= 5 && Date().timeIntervalSince(started) >= 0.1) || !watching { return quiet }
+            if quiet.isEmpty || (looks >= 5 && Date().timeIntervalSince(started) >= 0.1) { break }
             usleep(10_000)
         }
+        look()
+        return current
     }
 
     /// The quiet descriptors now (no wait): after `settled`, the set only shrinks.
