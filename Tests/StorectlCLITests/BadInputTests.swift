@@ -243,11 +243,14 @@ struct BadInputTests {
         let folder = try TempFolder()
         let store = try store(folder)
         for arguments in [["backup", store, "-o", folder.file("b.sqlite"), "--timeout=-5"], ["preflight", store, "--timeout", "-5"],
-                          ["snapshot", "create", store, "--repo", folder.file("snaps"), "--timeout", "-5"]] {
+                          ["snapshot", "create", store, "--repo", folder.file("snaps"), "--timeout", "-5"],
+                          ["snapshot", "restore", "--repo", folder.file("snaps"), "ID", "--in-place", store, "--timeout", "-5"]] {
             let result = try ChildProcess.run(Binaries.storectl, arguments)
             #expect(result.status == 64, "\(arguments): \(result.stderr)")
             #expect(result.stderr.contains("--timeout -5: expected seconds"), "\(arguments): \(result.stderr)")
         }
+        let huge = try storectl("snapshot", "restore", "--repo", folder.file("snaps"), "ID", "--in-place", store, "--timeout", "99999999")
+        #expect(huge.status == 64 && huge.stderr.contains("expected seconds from 0 to 604800"), "\(huge.stderr)")
         #expect(!FileManager.default.fileExists(atPath: folder.file("b.sqlite")))
         _ = try SnapshotCreate.run(store: store, options: .init(repository: try folder.repository("snaps")))
         let keep = try storectl("snapshot", "prune", "--repo", folder.file("snaps"), "--keep-last", "-1")

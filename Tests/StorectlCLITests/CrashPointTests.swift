@@ -313,6 +313,19 @@ enum Scenarios {
         "0002_index.sql": "CREATE INDEX ZITEM_ZLABEL_INDEX ON ZITEM (ZLABEL);",
     ]
 
+    /// A store migrated by `migrations`, one run per target (nil: every migration).
+    static func migrated(runs targets: [Int?] = [nil]) throws -> CrashFixture {
+        let fixture = try CrashFixture()
+        try writeMigrations(fixture, failing: false)
+        var options = Migrate.Options(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo)
+        options.password = fixture.password
+        for target in targets {
+            options.to = target
+            #expect(try Migrate.run(options).status == .ok)
+        }
+        return fixture
+    }
+
     static func writeMigrations(_ fixture: CrashFixture, failing: Bool) throws {
         let folder = fixture.folder.file("migrations")
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
@@ -864,15 +877,7 @@ enum Scenarios {
             }),
         CrashScenario(
             name: "rollback",
-            setup: {
-                let fixture = try CrashFixture()
-                try writeMigrations(fixture, failing: false)
-                var options = Migrate.Options(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo)
-                options.password = fixture.password
-                let report = try Migrate.run(options)
-                #expect(report.status == .ok)
-                return fixture
-            },
+            setup: { try migrated() },
             command: { ["rollback", $0.store, "--repo", $0.repo] },
             observe: { try $0.digest() },
             next: { fixture, index in
@@ -886,17 +891,7 @@ enum Scenarios {
         // The safety snapshot's pack and index writes are the scenario above's.
         CrashScenario(
             name: "rollback (the newer of two runs; run again after a kill)",
-            setup: {
-                let fixture = try CrashFixture()
-                try writeMigrations(fixture, failing: false)
-                var options = Migrate.Options(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo)
-                options.password = fixture.password
-                options.to = 1
-                #expect(try Migrate.run(options).status == .ok)
-                options.to = nil
-                #expect(try Migrate.run(options).status == .ok)
-                return fixture
-            },
+            setup: { try migrated(runs: [1, nil]) },
             command: { ["rollback", $0.store, "--repo", $0.repo] },
             observe: { try $0.digest() },
             next: { fixture, index in
@@ -934,11 +929,7 @@ enum Scenarios {
         CrashScenario(
             name: "rollback (its safety snapshot made from replicate's point, the follower running)",
             setup: {
-                let fixture = try CrashFixture()
-                try writeMigrations(fixture, failing: false)
-                var options = Migrate.Options(store: fixture.store, migrations: fixture.extra["migrations"]!, repository: fixture.repo)
-                options.password = fixture.password
-                #expect(try Migrate.run(options).status == .ok)
+                let fixture = try migrated()
                 fixture.follower = try ChildProcess.Running(Binaries.storectl, ["replicate", fixture.store, "--repo", fixture.repo, "--quiet", "--for", "60s",
                                                                                 "--sync-interval", "100ms", "--merge-interval", "0"],
                                                             environment: fixture.environment.merging(["TMPDIR": fixture.temp, "STORECTL_PASSWORD_FILE": fixture.folder.file("password")]) { $1 })

@@ -167,8 +167,8 @@ public enum Rollback {
         // that run's snapshot). Its intent file and a version below the one it started from say
         // it is done. (A version not below it: stopped before its swap; the file is stale.)
         let defaultTarget = options.to == nil && options.at == nil && journal == nil
-        var version: Int?
-        if defaultTarget { version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) } }
+        let history = defaultTarget ? try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.read($0) } : nil
+        let version = history.map { $0.map(\.version).max() ?? 0 }
         if defaultTarget, let earlier = RollbackIntent.read(store), let version, !earlier.runnerAlive, earlier.finished(store: store, version: version) {
             return Plan(id: earlier.snapshotId, journal: nil, restore: nil, earlier: earlier)
         }
@@ -198,10 +198,9 @@ public enum Rollback {
         inPlace.hold = pipeline.hold
         try inPlace.check()
         var intent: RollbackIntent?
-        if defaultTarget, let version {
+        if let history, let version {
             // The version the snapshot puts back: the highest applied before the run it undoes
             // (the history rows that name its snapshot).
-            let history = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.read($0) }
             let first = history.filter { $0.snapshotId == id }.map(\.version).min() ?? version
             let to = history.map(\.version).filter { $0 < first }.max() ?? 0
             let staged = options.live ? nil : inPlace.staged.flatMap { FileSystem.identity(of: $0.database.tempPath) }

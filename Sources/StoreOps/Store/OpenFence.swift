@@ -112,23 +112,23 @@ final class OpenFence {
     /// given the descriptor of its `-shm`, on that file's DMS byte (which every connection in WAL
     /// mode holds from its first read until it closes). Empty when /proc/locks cannot be read.
     func connected(shm: Int32) -> Set<Int32> {
-        var pids = Set(LockState.holders(device: device, inode: inode, byte: LockState.pendingByte + 2) ?? [])
         var info = stat()
-        if shm >= 0, fstat(shm, &info) == 0 {
-            pids.formUnion(LockState.holders(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), byte: LockState.walDMSByte) ?? [])
-        }
-        pids.remove(getpid())
-        return pids
+        let shmFile = shm >= 0 && fstat(shm, &info) == 0 ? (dev: UInt64(info.st_dev), ino: UInt64(info.st_ino)) : nil
+        return OpenFence.connected(database: (device, inode), shm: shmFile)
     }
 
     /// Processes with a connection on `store` now: a lock on its SHARED range or its `-shm`'s DMS byte.
     static func connected(to store: StoreFile) -> Set<Int32> {
-        var pids = Set(LockState.holders(of: store.path, byte: LockState.pendingByte + 2) ?? [])
-        pids.formUnion(LockState.holders(of: store.shmPath, byte: LockState.walDMSByte) ?? [])
+        guard let database = FileSystem.identity(of: store.path) else { return [] }
+        return connected(database: database, shm: FileSystem.identity(of: store.shmPath))
+    }
+
+    private static func connected(database: (dev: UInt64, ino: UInt64), shm: (dev: UInt64, ino: UInt64)?) -> Set<Int32> {
+        var pids = Set(LockState.holders(device: database.dev, inode: database.ino, byte: LockState.pendingByte + 2) ?? [])
+        if let shm { pids.formUnion(LockState.holders(device: shm.dev, inode: shm.ino, byte: LockState.walDMSByte) ?? []) }
         pids.remove(getpid())
         return pids
     }
-
 
     /// The descriptors processes other than this one have open on `device`/`inode` (from
     /// /proc/<pid>/fd: another user's processes are seen only by root).
@@ -168,11 +168,10 @@ final class QuietDescriptors: @unchecked Sendable {
 
     /// Lists them (the first look) and goes on looking in the background; nil when the file is gone.
     init?(store: StoreFile) {
-        var info = stat()
-        guard stat(store.path, &info) == 0 else { return nil }
+        guard let file = FileSystem.identity(of: store.path) else { return nil }
         self.store = store
-        device = UInt64(info.st_dev)
-        inode = UInt64(info.st_ino)
+        device = file.dev
+        inode = file.ino
         let before = OpenFence.connected(to: store)
         let open = OpenFence.descriptors(device: device, inode: inode)
         let after = OpenFence.connected(to: store)
