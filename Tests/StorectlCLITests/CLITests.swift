@@ -9,6 +9,38 @@ func storectl(_ arguments: String..., environment: [String: String]? = nil) thro
     try ChildProcess.run(Binaries.storectl, arguments, environment: environment)
 }
 
+/// Polls `condition` every 100 ms until it holds or `timeout` passes; whether it held. Tests wait
+/// for the state they need this way, never for a fixed time: a loaded CI machine runs a
+/// follower's start, base and uploads several times slower than a quiet one.
+func waitUntil(_ timeout: TimeInterval = 60, _ condition: () throws -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    repeat {
+        if (try? condition()) == true { return true }
+        usleep(100_000)
+    } while Date() < deadline
+    return (try? condition()) == true
+}
+
+/// Waits until process `pid` catches `signal` (its handler is installed: /proc/PID/status's
+/// SigCgt mask), so a signal sent now is handled, not the default action; whether it did.
+func waitForHandler(of signal: Int32, in pid: Int32, timeout: TimeInterval = 30) -> Bool {
+    waitUntil(timeout) {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigCgt:") }),
+              let mask = UInt64(line.dropFirst("SigCgt:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { return false }
+        return mask & (UInt64(1) << UInt64(signal - 1)) != 0
+    }
+}
+
+/// The newest point `snapshot list --points --json` lists for the repository's first store, as
+/// the RFC 3339 text it prints (a point's time: a restore or diff at it finds exactly that point).
+func newestListedPoint(_ repo: String, environment: [String: String]? = nil) -> String? {
+    guard let listed = try? ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo, "--points", "--json"], environment: environment),
+          listed.status == 0,
+          let stores = try? JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]] else { return nil }
+    return stores.first?["newestPoint"] as? String
+}
+
 func makeStore(_ folder: TempFolder, items: Int = 2_000, journalMode: String = "wal") throws -> String {
     let path = folder.file("Tasks.sqlite")
     let made = try ChildProcess.run(Binaries.lab, ["make-store", path, "--items", "\(items)", "--journal-mode", journalMode])
@@ -190,7 +222,10 @@ struct BackupCLITests {
         let out = folder.file("out")
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
         let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", out, "--timeout", "60"])
-        usleep(700_000)
+        // Once it handles the signal (a loaded machine had not installed its handlers 700 ms in),
+        // and a moment more: it waits in its retry loop meanwhile.
+        #expect(waitForHandler(of: signal, in: backup.pid), "no handler within 30 s")
+        usleep(300_000)
         backup.signal(signal)
         let result = backup.wait()
         #expect(result.status == 128 + signal, "\(result.stderr)")
@@ -214,12 +249,18 @@ struct BackupCLITests {
         func scheduling(_ extra: [String]) throws -> (nice: Int?, policy: Int?) {
             let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", folder.file("b\(extra.count).sqlite"), "--timeout", "60"] + extra)
             defer { backup.signal(SIGTERM); _ = backup.wait() }
-            usleep(700_000)
             // /proc/PID/stat: after the command name in parentheses, field N is at N - 2:
             // the 19th is the nice value, the 41st the scheduling policy (5: SCHED_IDLE).
-            let stat = try String(contentsOfFile: "/proc/\(backup.pid)/stat", encoding: .utf8)
-            let fields = stat[(stat.lastIndex(of: ")") ?? stat.startIndex)...].split(separator: " ")
-            return (fields.count > 17 ? Int(fields[17]) : nil, fields.count > 39 ? Int(fields[39]) : nil)
+            func read() throws -> (nice: Int?, policy: Int?) {
+                let stat = try String(contentsOfFile: "/proc/\(backup.pid)/stat", encoding: .utf8)
+                let fields = stat[(stat.lastIndex(of: ")") ?? stat.startIndex)...].split(separator: " ")
+                return (fields.count > 17 ? Int(fields[17]) : nil, fields.count > 39 ? Int(fields[39]) : nil)
+            }
+            // In its retry loop: its handlers are installed before it opens the store; paced, it
+            // leaves the normal class (looked at until it does, a loaded machine is slow to start).
+            #expect(waitForHandler(of: SIGTERM, in: backup.pid), "no handler within 30 s")
+            if extra.isEmpty { _ = waitUntil(20) { let now = try read(); return now.policy != 0 || now.nice != 0 } } else { usleep(500_000) }
+            return try read()
         }
         // The idle class where the guard can watch and take threads out of it (root here, with
         // readable scheduler statistics); nice 10 otherwise.

@@ -256,11 +256,17 @@ struct OperatorStopTests {
         let folder = try TempFolder("storectl-replicate")
         let store = try makeStore(folder, items: 60_000)
         let repo = try folder.repository("repo")
-        // zstd 19 makes the base take seconds; SIGTERM comes while it is made.
+        // zstd 19 makes the base take seconds; SIGTERM comes while it is made: once the trace shows
+        // the base begun (its spill file made), not after a fixed time (a loaded machine had not
+        // begun it, or installed its handlers, 700 ms in).
+        let trace = folder.file("trace")
         let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--level", "19", "--for", "60s",
                                                                     "--status-file", folder.file("status.json")],
-                                                environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
-        usleep(700_000)
+                                                environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_FAULT_TRACE": trace])
+        let begun = Date().addingTimeInterval(60)
+        while Date() < begun, !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("snapshot.spill.create#1") { usleep(20_000) }
+        #expect(((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("snapshot.spill.create#1") && !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("pack.write.rename"),
+                "the base did not begin within 60 s, or was written before the signal")
         follower.signal(SIGTERM)
         let result = follower.wait()
         #expect(result.status == 0, "\(result.status) \(result.stderr)")

@@ -455,13 +455,16 @@ struct DiffCLITests {
         let folder = try TempFolder()
         let store = try makeStore(folder, items: 1_000)
         let repo = try folder.repository()
-        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--for", "4s", "--sync-interval", "200ms", "--quiet"])
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--sync-interval", "200ms", "--quiet"])
         defer { follower.signal(SIGTERM); _ = follower.wait() }
-        Thread.sleep(forTimeInterval: 1.5)
-        let before = Timestamp.iso(Date())
+        // The two points' times from the listing (the base, then the commit's point once it is
+        // in), not the wall clock: a loaded machine made the base after a fixed 1.5 s.
+        #expect(waitUntil { newestListedPoint(repo) != nil }, "no base within 60 s")
+        let before = try #require(newestListedPoint(repo))
         try write(store, "UPDATE ZITEM SET ZTITLE = 'between the points' WHERE Z_PK = 3")
-        Thread.sleep(forTimeInterval: 1.2)
-        let after = Timestamp.iso(Date())
+        #expect(waitUntil { newestListedPoint(repo).map { $0 != before } ?? false }, "the commit's point was not in within 60 s")
+        let after = try #require(newestListedPoint(repo))
+        follower.signal(SIGTERM)
         #expect(follower.wait().status == 0)
         let run = try storectl("diff", "--repo", repo, "--at", before, "--at", after, "--json")
         #expect(run.status == 2, "\(run.stderr)")

@@ -298,9 +298,12 @@ struct MigrateDiffTests {
         for name in ["A0000000-0000-4000-8000-000000000001", "A0000000-0000-4000-8000-000000000002"] {
             try Data("external \(name)".utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(name)))
         }
-        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", f.store, "--repo", f.repo, "--for", "2s", "--sync-interval", "200ms", "--quiet"])
-        Thread.sleep(forTimeInterval: 1.2)
-        let point = Timestamp.iso(Date())
+        // The point: the follower's base, its time from the listing (a time 1.2 s after the start
+        // was before the base on a loaded machine).
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", f.store, "--repo", f.repo, "--sync-interval", "200ms", "--quiet"])
+        #expect(waitUntil { newestListedPoint(f.repo) != nil }, "no base within 60 s")
+        let point = try #require(newestListedPoint(f.repo))
+        follower.signal(SIGTERM)
         #expect(follower.wait().status == 0)
         let first = try f.migrate(["--to", "1"])
         #expect(first.status == 0, "\(first.stdout)\(first.stderr)")

@@ -144,7 +144,7 @@ struct PurgeCLITests {
         let store = try makeStore(folder)
         let path = try policy(folder, store: store)
         let ready = folder.file("locked")
-        let holder = try ChildProcess.Running("/bin/sh", ["-c", "exec 9>>'\(store).storectl-lock' && flock -n 9 && touch '\(ready)' && exec sleep 5"])
+        let holder = try ChildProcess.Running("/bin/sh", ["-c", "exec 9>>'\(store).storectl-lock' && flock -n 9 && touch '\(ready)' && exec sleep 120"])
         defer { holder.signal(SIGKILL); _ = holder.wait() }
         #expect(ChildProcess.waitFor(file: ready))
         let result = try storectl("purge", "--policy", path)

@@ -24,6 +24,13 @@ public enum FaultInjection {
     /// A fifth: `STORECTL_TEST_PAUSE_AT=name:ms` (or `name#k:ms`) sleeps `ms` milliseconds when
     /// it reaches `name`, so that a test can put another process into the instant after a step
     /// (an app opening the store between two renames of a swap) every time, not once in a while.
+    /// With `STORECTL_TEST_PAUSE_UNTIL=FILE` the pause ends as soon as FILE exists (`ms` is then
+    /// a cap): a test gives the other process all the time a loaded machine needs, and no more.
+    private static let pauseUntil: String? = {
+        guard let path = ProcessInfo.processInfo.environment["STORECTL_TEST_PAUSE_UNTIL"], !path.isEmpty else { return nil }
+        return path
+    }()
+
     private static let pauseTarget: (name: String, occurrence: Int, microseconds: UInt32)? = {
         guard let spec = ProcessInfo.processInfo.environment["STORECTL_TEST_PAUSE_AT"], let colon = spec.lastIndex(of: ":"),
               let ms = UInt32(spec[spec.index(after: colon)...]), ms <= 600_000 else { return nil }
@@ -94,7 +101,14 @@ public enum FaultInjection {
             kill(getpid(), SIGKILL)
             pause()
         }
-        if let pauseTarget, pauseTarget.name == name, pauseTarget.occurrence == k { usleep(pauseTarget.microseconds) }
+        if let pauseTarget, pauseTarget.name == name, pauseTarget.occurrence == k {
+            if let pauseUntil {
+                let until = Date().addingTimeInterval(Double(pauseTarget.microseconds) / 1_000_000)
+                while access(pauseUntil, F_OK) != 0, Date() < until { usleep(5_000) }
+            } else {
+                usleep(pauseTarget.microseconds)
+            }
+        }
         if let signalTarget, signalTarget.name == name, signalTarget.occurrence == k {
             kill(getpid(), SIGTERM)
             // The handler records it (on its own thread): the step after this one sees it.

@@ -157,10 +157,12 @@ struct SnapshotRestoreInPlaceTests {
 
     /// The app goes on writing and dies (SIGKILL) with committed frames still in its -wal.
     func appDiesMidWrite(_ fixture: SnapshotFixture) throws {
-        let ready = fixture.folder.file("ready")
-        let writer = try ChildProcess.Running(Binaries.lab, ["writer", fixture.store, "--interval-ms", "1", "--ready-file", ready])
+        let ready = fixture.folder.file("ready"), log = fixture.folder.file("commits.log")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", fixture.store, "--interval-ms", "1", "--ready-file", ready, "--commit-log", log])
         #expect(ChildProcess.waitFor(file: ready))
-        usleep(300_000)
+        // Killed once it has committed (told so, in its log), not after a fixed time.
+        let deadline = Date().addingTimeInterval(30)
+        while ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").count < 20, Date() < deadline { usleep(20_000) }
         writer.signal(SIGKILL)
         _ = writer.wait()
     }

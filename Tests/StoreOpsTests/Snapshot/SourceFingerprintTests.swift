@@ -27,7 +27,9 @@ struct SourceFingerprintTests {
         try queue.close()   // the last connection: checkpointed, -wal and -shm removed
         let store = StoreFile(unchecked: path)
         #expect(FileSystem.kind(of: store.walPath) == .missing)
-        touch(path, secondsAgo: 0.01)
+        // Written "just now": a time half a second ahead stays under 100 ms old however long this
+        // thread is descheduled before the look (10 ms ago was not, once, on a loaded machine).
+        touch(path, secondsAgo: -0.5)
         let fresh = try #require(SourceFingerprint.take(store))
         #expect(fresh.walIndex == "empty" && !fresh.settled, "written within 100 ms: not to be trusted later")
         var whole = [timespec(tv_sec: Int(Date().timeIntervalSince1970) - 5, tv_nsec: 0), timespec(tv_sec: Int(Date().timeIntervalSince1970) - 5, tv_nsec: 0)]
