@@ -42,7 +42,9 @@ public final class JobLock {
         let mode = shared ? LOCK_SH : LOCK_EX
         // Taken by someone else for an instant is not busy: `isHeld` (preflight, purge's dry run,
         // `replicate status`) takes the lock to learn whether it is free, and a job starting in
-        // that microsecond failed 75. Tried again for up to 50 ms before it counts as busy.
+        // that microsecond failed 75. Tried again for up to 500 ms before it counts as busy (50 ms
+        // was not enough on a loaded machine: a prober descheduled while it held the lock for its
+        // look made a job starting then fail; a real holder costs half a second more to report).
         var retryUntil: Date?
         while flock(fd, wait ? mode : (mode | LOCK_NB)) != 0 {
             let err = errno
@@ -54,7 +56,7 @@ public final class JobLock {
                 continue
             }
             if err == EWOULDBLOCK, Date() < (retryUntil ?? .distantFuture) {
-                if retryUntil == nil { retryUntil = Date().addingTimeInterval(0.05) }
+                if retryUntil == nil { retryUntil = Date().addingTimeInterval(0.5) }
                 usleep(2_000)
                 continue
             }
