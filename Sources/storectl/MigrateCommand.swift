@@ -221,7 +221,7 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
         if json { print(jsonReport(result)); return }
         if result.interruptedRunCommittedNothing {
             print("nothing to roll back: \(FileSystem.absolute(store)) is at version \(result.version), where the interrupted migration started (none of its migrations is in it); "
-                  + "the interrupted migration is cleared; to restore its snapshot anyway: --to ID")
+                  + "the interrupted migration is cleared; to restore its snapshot anyway: --to \(result.interruptedRunSnapshot ?? "ID")")
             return
         }
         if result.earlierRunFinished {
@@ -230,7 +230,8 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
             return
         }
         if result.nothingToRollBack {
-            print("nothing to roll back: no migration has been applied to \(FileSystem.absolute(store)) (version 0); to restore a snapshot anyway: --to ID")
+            print("nothing to roll back: no migration has been applied to \(FileSystem.absolute(store)) (version 0); to restore a snapshot anyway: --to ID "
+                  + "(`storectl snapshot list --repo \(repo)` lists them)")
             return
         }
         print("rolled back \(FileSystem.absolute(store)) to \(at == nil ? "snapshot" : "point") \(result.restored ?? "-") (version \(result.version)); "

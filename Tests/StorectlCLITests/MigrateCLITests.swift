@@ -185,6 +185,9 @@ struct MigrateCLITests {
         #expect(try text.migrate(environment: ["STORECTL_FAULT_POINT": "after-journal"]).status == 137)
         let said = try storectl("rollback", text.store, "--repo", text.repo)
         #expect(said.status == 0 && said.stdout.contains("is at version 0, where the interrupted migration started (none of its migrations is in it); the interrupted migration is cleared"), "\(said.stdout)")
+        // The hint names the interrupted run's snapshot, the one `--to` would put back.
+        let named = said.stdout.components(separatedBy: "to restore its snapshot anyway: --to ").last?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+        #expect(try SnapshotSummary.list(repository: text.repo).contains { $0.id == named }, "\(said.stdout)")
     }
 
     @Test("migrate --wait waits for the app's connections to close (75 at once without it), up to --timeout; past it, 75 all the same")

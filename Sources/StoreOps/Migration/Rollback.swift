@@ -62,6 +62,9 @@ public enum Rollback {
         /// from, and none of its migrations runs without a transaction): the store is as it was
         /// before the run, with what the app wrote since; the journal is cleared, nothing restored.
         public var interruptedRunCommittedNothing = false
+        /// With `interruptedRunCommittedNothing`: the interrupted run's pre-migrate snapshot (what
+        /// `--to` would put back, if the operator wants it anyway).
+        public var interruptedRunSnapshot: String?
         /// An earlier `rollback` to the default target was stopped after its swap, before it said
         /// so (its `RollbackIntent` was left, and the store's version is below the one it started
         /// from): nothing more was rolled back; `restored` is the snapshot that run put back.
@@ -118,6 +121,7 @@ public enum Rollback {
         var rolled = Result(restored: result == nil ? nil : plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
                             version: version, verified: result?.verified, stages: walked.stages, nothingToRollBack: result == nil && !plan.committedNothing,
                             interruptedRunCommittedNothing: plan.committedNothing)
+        if plan.committedNothing { rolled.interruptedRunSnapshot = plan.journal?.snapshotId }
         if let earlier = plan.earlier {
             rolled.restored = earlier.snapshotId
             rolled.nothingToRollBack = false
