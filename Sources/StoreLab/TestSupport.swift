@@ -153,6 +153,9 @@ public enum ChildProcess {
         /// What the child has printed on stdout so far.
         public var stdoutSoFar: String { (try? String(contentsOfFile: out.file("stdout"), encoding: .utf8)) ?? "" }
 
+        /// What the child has printed on stderr so far.
+        public var stderrSoFar: String { (try? String(contentsOfFile: out.file("stderr"), encoding: .utf8)) ?? "" }
+
         public func signal(_ number: Int32) {
             if isRunning { kill(pid, number) }
         }

@@ -9,14 +9,14 @@ func storectl(_ arguments: String..., environment: [String: String]? = nil) thro
     try ChildProcess.run(Binaries.storectl, arguments, environment: environment)
 }
 
-/// Polls `condition` every 100 ms until it holds or `timeout` passes; whether it held. Tests wait
+/// Polls `condition` every 200 ms (it may start a process) until it holds or `timeout` passes; whether it held. Tests wait
 /// for the state they need this way, never for a fixed time: a loaded CI machine runs a
 /// follower's start, base and uploads several times slower than a quiet one.
-func waitUntil(_ timeout: TimeInterval = 60, _ condition: () throws -> Bool) -> Bool {
+func waitUntil(_ timeout: TimeInterval = 60, every interval: TimeInterval = 0.2, _ condition: () throws -> Bool) -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     repeat {
         if (try? condition()) == true { return true }
-        usleep(100_000)
+        usleep(useconds_t(interval * 1_000_000))
     } while Date() < deadline
     return (try? condition()) == true
 }

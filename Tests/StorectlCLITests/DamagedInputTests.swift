@@ -262,7 +262,9 @@ struct OperatorStopTests {
         let trace = folder.file("trace")
         let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--level", "19", "--for", "60s",
                                                                     "--status-file", folder.file("status.json")],
-                                                environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_FAULT_TRACE": trace])
+                                                environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_FAULT_TRACE": trace,
+                                                              // (the base through a scratch copy, whose making the trace shows, however busy the page cache)
+                                                              "STORECTL_SPILL_CACHE": "on", "TMPDIR": folder.path])
         let begun = Date().addingTimeInterval(60)
         while Date() < begun, !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("snapshot.spill.create#1") { usleep(20_000) }
         #expect(((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("snapshot.spill.create#1") && !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("pack.write.rename"),

@@ -301,6 +301,7 @@ struct MigrateDiffTests {
         // The point: the follower's base, its time from the listing (a time 1.2 s after the start
         // was before the base on a loaded machine).
         let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", f.store, "--repo", f.repo, "--sync-interval", "200ms", "--quiet"])
+        defer { follower.signal(SIGTERM); _ = follower.wait() }
         #expect(waitUntil { newestListedPoint(f.repo) != nil }, "no base within 60 s")
         let point = try #require(newestListedPoint(f.repo))
         follower.signal(SIGTERM)

@@ -782,7 +782,9 @@ struct ReplicateTests {
 
         // Readable again while a run goes on: it writes the kept points first, then follows the store.
         let later = try ChildProcess.Running(Binaries.storectl, both, environment: environment)
-        usleep(1_200_000)
+        defer { later.signal(SIGTERM); _ = later.wait() }
+        // Once it has found the kept file unreadable (it says so), so the file comes back while it runs.
+        #expect(waitUntil { later.stderrSoFar.contains("cannot be read") }, "the run did not try the kept file within 60 s: \(later.stderrSoFar)")
         // Put back by two renames (a retry reading between a removal and a create would find
         // nothing there, skip it, and drop the next segment as not continuing its chain).
         let staged = folder.file("staged-segment")
@@ -1156,6 +1158,8 @@ struct ReplicateTests {
         let follower = try replicate(world, ["--sync-interval", "200ms", "--heartbeat", "500ms"])
         #expect(waitForBase(world))
         let app = try DatabaseQueue(path: world.store)
+        // (The point of 'one', not the base: the first marker confirms the base as soon as it is in.)
+        let committedAt = Int64(Date().timeIntervalSince1970 * 1000)
         try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'one' WHERE Z_PK = 1") }
         // Wait until the markers confirm at least 1.5 s past the point (on a loaded machine the 500 ms
         // heartbeat slips: CI once saw one marker in 2.5 s), then restore at a time between the point
@@ -1166,9 +1170,9 @@ struct ReplicateTests {
         repeat {
             usleep(200_000)
             chain = try PointTimeline.load(repository).chains.first
-        } while Date() < deadline && (chain.map { $0.confirmedUntil < $0.lastTime + 1_500 } ?? true)
+        } while Date() < deadline && (chain.map { $0.lastTime <= committedAt || $0.confirmedUntil < $0.lastTime + 1_500 } ?? true)
         let found = try #require(chain)
-        #expect(found.confirmedUntil >= found.lastTime + 1_500 && found.alive.count <= 2,
+        #expect(found.lastTime > committedAt && found.confirmedUntil >= found.lastTime + 1_500 && found.alive.count <= 2,
                 "alive \(found.alive.map(\.key)), last point \(found.lastTime)")
         let confirmed = Date(timeIntervalSince1970: Double(found.lastTime + (found.confirmedUntil - found.lastTime) / 2) / 1000)
         let early = try restoreWithCLI(world, at: confirmed, to: world.folder.file("one.sqlite"))
@@ -1782,6 +1786,7 @@ struct ReplicateTests {
         #expect(try content(of: try #require(report.snapshot)) == before)
         let after = try StoreState.digest(world.store, journalMode: false)
         #expect(after != before)
+        let chainsBeforeRollback = chainCount(world)
         let rolled = try run(["rollback", world.store, "--repo", world.repo, "--json"])
         #expect(rolled.status == 0, "\(rolled.stderr)")
         let rollback = try JSON.decoder().decode(Rollback.Result.self, from: Data(rolled.stdout.utf8))
@@ -1789,7 +1794,8 @@ struct ReplicateTests {
         #expect(try content(of: try #require(rollback.safetySnapshot)) == after)
         #expect(try StoreState.digest(world.store, journalMode: false) == before)
         // A restore in place, once the follower has taken up the store the rollback put there.
-        #expect(waitUntil { chainCount(world) >= 2 }, "the follower made no base of the rolled-back store within 60 s")
+        #expect(waitUntil { chainCount(world) > chainsBeforeRollback }, "the follower made no base of the rolled-back store within 60 s")
+        let chainsBeforeRestore = chainCount(world)
         let restored = try run(["snapshot", "restore", "--repo", world.repo, rollback.safetySnapshot ?? "", "--in-place", world.store, "--json"])
         #expect(restored.status == 0, "\(restored.stderr)")
         let restore = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(restored.stdout.utf8))
@@ -1799,7 +1805,7 @@ struct ReplicateTests {
         // A commit the follower makes a point of, then (the follower stopped) one more in the same
         // -wal generation: its newest point is not the store.
         // (Once the follower has taken up the store the restore put there: a third chain.)
-        #expect(waitUntil { chainCount(world) >= 3 }, "the follower made no base of the restored store within 60 s")
+        #expect(waitUntil { chainCount(world) > chainsBeforeRestore }, "the follower made no base of the restored store within 60 s")
         let queue = try DatabaseQueue(path: world.store)
         let beforeCommit = Int64(Date().timeIntervalSince1970 * 1000)
         try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'followed' WHERE Z_PK = 2") }
@@ -2176,7 +2182,8 @@ struct ReplicateTests {
         // The app keeps its connection open until the follower has made its base after the gap (a
         // second chain; on a loaded machine that took longer than the 2.5 s this test once allowed).
         let app = try ChildProcess.Running("/usr/bin/python3", ["-c", after, world.store])
-        #expect(waitUntil { chainCount(world) >= 2 }, "no base after the replaced -wal within 60 s")
+        defer { app.signal(SIGKILL); _ = app.wait() }
+        #expect(waitUntil { app.stdoutSoFar.contains("committed") && chainCount(world) >= 2 }, "no base after the replaced -wal within 60 s")
         app.signal(SIGTERM)
         _ = app.wait()
         follower.signal(SIGTERM)
@@ -2199,6 +2206,7 @@ struct ReplicateTests {
         let world = try world()
         let other = try SampleStore.create(at: world.folder.file("Other.sqlite"), options: { var o = SampleStore.Options(); o.items = 50; return o }()).path
         let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, other, "--repo", world.repo, "--quiet"], environment: world.environment)
+        defer { follower.signal(SIGTERM); _ = follower.wait() }
         let app = try DatabaseQueue(path: world.store)
         // Both bases in, then the commit, then the point that holds it (times from the listing, not
         // the wall clock: a loaded machine makes the bases seconds late).

@@ -572,7 +572,7 @@ struct SnapshotCLITests {
         // (a connection pairing the replaced file with the restored store's -wal brings the
         // replaced file's pages, these commits on them, into the restored store).
         let committing = Date().addingTimeInterval(30)
-        while try acknowledgedCommits(log).count < 5, Date() < committing { usleep(50_000) }
+        while ((try? acknowledgedCommits(log))?.count ?? 0) < 5, Date() < committing { usleep(50_000) }
         let beforeRestore = try acknowledgedCommits(log)
         let restore = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--force", "--json"],
                                            environment: ["STORECTL_TEST_PAUSE_AT": "\(point):1500", "STORECTL_FAULT_TRACE": trace])
@@ -580,7 +580,7 @@ struct SnapshotCLITests {
         // The app goes on, on the restored store (a few commits, however loaded the machine).
         let after = try acknowledgedCommits(log).count
         let deadline = Date().addingTimeInterval(20)
-        while try acknowledgedCommits(log).count < after + 3, Date() < deadline { usleep(50_000) }
+        while ((try? acknowledgedCommits(log))?.count ?? 0) < after + 3, Date() < deadline { usleep(50_000) }
         writer.signal(SIGTERM)
         let stats = writer.wait()
         #expect(stats.status == 0, "\(stats.stderr)")
@@ -869,6 +869,7 @@ struct ExternalSubfolderTests {
         // commit's point is in (waited for: fixed times did not hold on a loaded machine).
         func newestPoint() -> String? { newestListedPoint(repo, environment: environment) }
         let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--sync-interval", "200ms", "--quiet"], environment: environment)
+        defer { follower.signal(SIGTERM); _ = follower.wait() }
         #expect(waitUntil { newestPoint() != nil }, "no base within 60 s")
         let base = newestPoint()
         try FileManager.default.createDirectory(atPath: sub2, withIntermediateDirectories: true)
