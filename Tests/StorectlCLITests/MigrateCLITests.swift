@@ -202,8 +202,10 @@ struct MigrateCLITests {
         #expect(refused.status == 75 && refused.stderr.contains("pid \(holder.pid)"), "\(refused.stderr)")
         let short = try fixture.migrate(["--wait", "--timeout", "0.3"])
         #expect(short.status == 75, "\(short.stdout)\(short.stderr)")
-        let waiting = try ChildProcess.Running(Binaries.storectl, ["migrate", fixture.store, "--migrations", fixture.migrations, "--repo", fixture.repo, "--wait"])
-        usleep(1_000_000)
+        // Its progress line says what it waits for (drawn here with STORECTL_PROGRESS=always).
+        let waiting = try ChildProcess.Running(Binaries.storectl, ["migrate", fixture.store, "--migrations", fixture.migrations, "--repo", fixture.repo, "--wait"],
+                                               environment: ["STORECTL_PROGRESS": "always"])
+        #expect(waitUntil { waiting.stderrSoFar.contains("waiting for the app (pid \(holder.pid)) to close the store, for at most") }, "\(waiting.stderrSoFar)")
         #expect(waiting.isRunning, "it waits while the app has the store open")
         holder.signal(SIGTERM)
         _ = holder.wait()

@@ -745,8 +745,9 @@ struct SnapshotCLITests {
         #expect(ChildProcess.waitFor(file: held))
         let refused = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
         #expect(refused.status == 75 && refused.stderr.contains("is open by another process (pid \(holder.pid))"), "\(refused.stderr)")
-        let waiting = try ChildProcess.Running(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--wait"])
-        usleep(1_000_000)
+        let waiting = try ChildProcess.Running(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--wait"],
+                                               environment: ["STORECTL_PROGRESS": "always"])
+        #expect(waitUntil { waiting.stderrSoFar.contains("waiting for the app (pid \(holder.pid)) to close the store, for at most") }, "\(waiting.stderrSoFar)")
         #expect(waiting.isRunning, "it waits while the app has the store open")
         holder.signal(SIGTERM)
         _ = holder.wait()

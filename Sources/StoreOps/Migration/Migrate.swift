@@ -192,7 +192,7 @@ public enum Migrate {
         }
         // The store alone, then the repository shared (for the safety snapshot, in the lock stage).
         road.repository = .init(options.repository, password: options.password, exclusive: false, missing: .initHint)
-        road.preflight = { _ in try session.preflight() }
+        road.preflight = { pipeline in try session.preflight(pipeline) }
         road.snapshot = { pipeline, _ in try session.snapshot(pipeline) }
         road.verify = { pipeline, session in try session.verify(pipeline) }
         road.commit = { _, session in try session.finish() }
@@ -400,7 +400,7 @@ public enum Migrate {
 
         /// Under the lock: nobody else has the store open, no interrupted run, the plan again,
         /// and preflight's checks (space for the snapshot, integrity, locks).
-        func preflight() throws {
+        func preflight(_ pipeline: Pipeline) throws {
             // With --wait, the look that ends the wait is the one that lets the run go on (a second
             // look after it refused when the app opened the store between the two).
             // The wait's deadline runs from here, whether or not the app has the store open now:
@@ -408,7 +408,7 @@ public enum Migrate {
             if options.wait, waitDeadline == nil { waitDeadline = Date().addingTimeInterval(options.timeout) }
             while !options.force, let pid = try LockState.otherUser(of: store) {
                 if options.wait, !LockState.isFollower(pid), Date() < waitDeadline ?? .distantFuture {
-                    waitUntilClosed()
+                    waitUntilClosed(pipeline)
                     if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                     continue
                 }
@@ -431,7 +431,7 @@ public enum Migrate {
             // With --wait, an app that opened the store since the check above is waited for too.
             while options.wait, !preflight.passed, preflight.checks.filter({ $0.status == .fail }).allSatisfy({ $0.id == "lock.writer" }),
                   let deadline = waitDeadline, Date() < deadline, ProcessSignals.received == nil {
-                waitUntilClosed()
+                waitUntilClosed(pipeline)
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                 preflight = try Preflight.run(store: store.path, options: .init(operation: .migrate, destination: folder, sourceCheckedBySnapshot: true, force: options.force))
             }
@@ -457,10 +457,10 @@ public enum Migrate {
         private var waitDeadline: Date?
 
         /// Until no other process has the store open, or `--timeout` passed since the first wait.
-        func waitUntilClosed() {
+        func waitUntilClosed(_ pipeline: Pipeline) {
             let deadline = waitDeadline ?? Date().addingTimeInterval(options.timeout)
             waitDeadline = deadline
-            LockState.waitUntilClosed(store, until: deadline)
+            LockState.waitUntilClosed(store, until: deadline) { pipeline.note(LockState.waitingNote($0, until: deadline)) }
         }
 
         /// A verified snapshot, or nothing changes; then the crash journal names it.

@@ -409,7 +409,7 @@ public enum SnapshotRestore {
                                         hint: "stop the app first" + (live ? "; or pass --live to write the snapshot into the store through SQLite beside the app (its connections stay open)" : "")
                                             + "; or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
-                LockState.waitUntilClosed(store, until: until)
+                LockState.waitUntilClosed(store, until: until) { [progress] in progress?(.note(LockState.waitingNote($0, until: until))) }
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             }
             // Through SQLite (--live), the backup API makes the pages WAL pages itself.
@@ -626,7 +626,7 @@ public enum SnapshotRestore {
                 gate = nil
                 let until = deadline ?? Date().addingTimeInterval(options.timeout)
                 deadline = until
-                LockState.waitUntilClosed(store, until: until)
+                LockState.waitUntilClosed(store, until: until) { [progress] in progress?(.note(LockState.waitingNote($0, until: until))) }
                 // Neither the lock nor a safety snapshot is held now: never on to the swap from here.
                 if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
                 guard Date() < until else {

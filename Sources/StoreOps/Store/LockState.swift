@@ -100,10 +100,22 @@ public struct LockState: Sendable, Codable, Equatable {
     }
 
     /// Until no other process has the store open (`otherOpener`), or `until`, or a signal.
-    static func waitUntilClosed(_ store: StoreFile, until: Date) {
-        while Date() < until, ProcessSignals.received == nil, otherOpener(of: store) != nil {
+    /// `waiting` is told once, with the first process found, when there is one to wait for (what
+    /// a progress line on a terminal then says while the wait lasts).
+    static func waitUntilClosed(_ store: StoreFile, until: Date, waiting: ((Int32) -> Void)? = nil) {
+        var told = false
+        while Date() < until, ProcessSignals.received == nil, let pid = otherOpener(of: store) {
+            if !told {
+                told = true
+                waiting?(pid)
+            }
             usleep(20_000)
         }
+    }
+
+    /// What an operation waiting for the app (--wait) says while it waits (its progress note).
+    static func waitingNote(_ pid: Int32, until: Date) -> String {
+        "waiting for the app (pid \(pid)) to close the store, for at most \(Format.duration(max(0, until.timeIntervalSinceNow)))"
     }
 
     /// Another process writing to the store or (WAL mode) having it open, if any: what an
