@@ -113,7 +113,8 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             if let skipped = garbage.skipped {
                 summary += "; no data collected: \(skipped)"
             } else {
-                summary += "; \(dryRun ? "would free" : "freed") \(Format.bytes(garbage.freedBytes))"
+                summary += "; \(dryRun ? "would free" : "freed") \(Format.bytes(garbage.freedBytes + result.pointBytes))"
+                    + (result.pointBytes > 0 ? ": points \(Format.bytes(result.pointBytes)), packs \(Format.bytes(garbage.freedBytes))" : "")
                     + (dryRun ? (garbage.unindexedPacks > 0 ? " (and \(Format.plural(garbage.unindexedPacks, "pack", "packs")) no index lists, not counted: "
                                  + "a writer may be filling \(garbage.unindexedPacks == 1 ? "it" : "them"); the prune removes what a dead writer left)" : "")
                        : " (\(Format.plural(garbage.deletedPacks, "pack", "packs")) deleted, \(garbage.repackedPacks) repacked, \(garbage.unindexedPacks) unindexed removed)")

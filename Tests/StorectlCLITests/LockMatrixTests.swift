@@ -66,6 +66,40 @@ struct LockMatrixTests {
         #expect(FileManager.default.fileExists(atPath: world.folder.file("b.sqlite")))
     }
 
+    @Test("a run waiting for the store's job lock (--wait) says on a terminal whose lock it waits for, and SIGINT or SIGTERM ends the wait at once (130 or 143, nothing changed; migrate: stopped, 3); the wait had ignored both until the other job let go (flock restarted after the signal)",
+          arguments: ["backup", "snapshot", "migrate", "restore", "rollback"])
+    func signalEndsLockWait(command: String) throws {
+        let world = try World()
+        let before = try StoreState.digest(world.store)
+        let holder = try world.hold(job: "purge", shared: false, seconds: 120)
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        let backup = world.folder.file("b.sqlite")
+        let arguments: [String] = switch command {
+        case "backup": ["backup", world.store, "-o", backup, "--wait"]
+        case "snapshot": ["snapshot", "create", world.store, "--repo", world.repo, "--wait"]
+        case "migrate": ["migrate", world.store, "--migrations", world.folder.file("migrations"), "--repo", world.repo, "--wait"]
+        case "restore": ["snapshot", "restore", "--repo", world.repo, world.snapshot, "--in-place", world.store, "--wait"]
+        default: ["rollback", world.store, "--repo", world.repo, "--to", world.snapshot, "--wait"]
+        }
+        let run = try ChildProcess.Running(Binaries.storectl, arguments, environment: ["STORECTL_PROGRESS": "always"])
+        defer { if run.isRunning { run.signal(SIGKILL) }; _ = run.wait() }
+        #expect(waitUntil(60) { run.stderrSoFar.contains("waiting for the store's job lock (purge, pid \(holder.pid)") || !run.isRunning },
+                "\(command): \(run.stderrSoFar)")
+        let number = command == "backup" || command == "restore" ? SIGINT : SIGTERM
+        let sent = Date()
+        run.signal(number)
+        #expect(waitUntil(10, every: 0.05) { !run.isRunning }, "\(command) still waits 10 s after the signal")
+        let result = run.wait()
+        #expect(Date().timeIntervalSince(sent) < 10 && holder.isRunning)
+        if command == "migrate" {   // migrate's stop before any change: `stopped`, 3 (README)
+            #expect(result.status == 3 && result.stdout.contains("stopped before any change (nothing to roll back): SIGTERM"), "\(result.status) \(result.stdout) \(result.stderr)")
+        } else {
+            #expect(result.status == 128 + number && result.stderr.contains("nothing was changed"), "\(command): \(result.status) \(result.stderr)")
+        }
+        #expect(try StoreState.digest(world.store) == before)
+        #expect(!FileManager.default.fileExists(atPath: backup))
+    }
+
     @Test("copies run beside each other: two backups and a snapshot at once all succeed")
     func copiesTogether() throws {
         let world = try World()

@@ -2385,7 +2385,7 @@ struct ReplicateTests {
         }
     }
 
-    @Test("prune that removes a chain of points says so: its lines under a header naming their store (not the last snapshot group's), and the summary counts the chain with its base (it said kept 0, removed 0)")
+    @Test("prune that removes a chain of points says so: its lines under a header naming their store (not the last snapshot group's), the summary counts the chain with its base (it said kept 0, removed 0) and the bytes its objects held, with --dry-run too (it said freed 0 B)")
     func pruneReportsChains() throws {
         let world = try world()
         let args = ["replicate", world.store, "--repo", world.repo, "--for", "1500ms", "--sync-interval", "200ms", "--quiet"]
@@ -2401,8 +2401,21 @@ struct ReplicateTests {
         let prune = ["snapshot", "prune", "--repo", world.repo, "--keep-last", "1", "--keep-points", "1s", "--keep-point-minutes", "1s", "--keep-point-bases", "1s"]
         let dry = try ChildProcess.run(Binaries.storectl, prune + ["--dry-run"], environment: world.environment)
         #expect(dry.status == 0 && dry.stdout.contains("points of \(world.store)\nremove points") && dry.stdout.contains("would remove 1 chain of points with its base"), "\(dry.stdout)")
+        // What the chain's objects held is freed and counted (it said "freed 0 B": only packs were).
+        func pointsBytes() -> UInt64 {
+            let root = world.repo + "/points"
+            return (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []).reduce(0) { sum, name in
+                sum + ((try? FileManager.default.attributesOfItem(atPath: root + "/" + name))?[.type] as? FileAttributeType == .typeRegular
+                       ? (((try? FileManager.default.attributesOfItem(atPath: root + "/" + name))?[.size] as? UInt64) ?? 0) : 0)
+            }
+        }
+        let before = pointsBytes()
         let real = try ChildProcess.run(Binaries.storectl, prune, environment: world.environment)
-        #expect(real.status == 0 && real.stdout.contains("removed 1 chain of points with its base"), "\(real.stdout)")
+        let freed = before - min(before, pointsBytes())
+        #expect(freed > 0)
+        #expect(dry.stdout.contains("would free ") && dry.stdout.contains(": points \(Format.bytes(freed)), packs "), "\(dry.stdout)")
+        #expect(real.status == 0 && real.stdout.contains("removed 1 chain of points with its base")
+                && real.stdout.contains(": points \(Format.bytes(freed)), packs "), "\(real.stdout)")
     }
 
     @Test("a resume marker renamed to shorten the span no commit is claimed in (the app committed while no follower ran): a restore inside the real span is 65 naming the marker, not the state before the commit; repo check --read-data finds it")

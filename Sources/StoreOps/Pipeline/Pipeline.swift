@@ -169,14 +169,14 @@ public final class Pipeline {
         case .held:
             try Recovery.prepare(store, lockHeld: true)
         case .exclusive:
-            jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait)
+            jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait) { [progress] in progress?(.note($0)) }
             FaultInjection.reach("after-lock")
             try Recovery.prepare(store, lockHeld: true)
         case .shared:
             // A swap must be finished alone: a reader takes the lock exclusively for that moment,
             // before its shared lock (flock cannot turn one into the other without a gap).
             try Recovery.prepare(store, lockHeld: false)
-            jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, shared: true)
+            jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, shared: true) { [progress] in progress?(.note($0)) }
             if StoreSwap.pending(target: store.path) {   // a swap started and died in that gap
                 throw StoreOpsError(.busy, "\(store.path) is being restored", hint: "try again in a moment")
             }

@@ -49,6 +49,11 @@ public enum SnapshotPrune {
         /// Milestones (`PointMilestone`) that go: their chain's points were thinned or removed,
         /// or no marker names them (a follower killed between the two).
         public var milestones: [String] = []
+        /// Bytes the points' own objects (segments, digests, milestones' markers under `points/`)
+        /// freed, or with --dry-run would free (a chain thinned writes back one commit a minute:
+        /// somewhat less). Packs are counted in `garbage`; a chain's base's pages mostly stay,
+        /// shared with the store's other snapshots.
+        public var pointBytes: UInt64 = 0
     }
 
     /// - Throws: 64 for an empty policy (it would remove everything), 75 when another writer
@@ -123,6 +128,15 @@ public enum SnapshotPrune {
         var expired = Set(decided.decisions.filter { !$0.keep }.map(\.id))
         expired.formUnion(decided.points.filter { $0.action == "remove" }.map(\.chain))
         expired.formUnion(decided.milestones)
+        // What the points' objects hold: garbage collection counts packs, never these.
+        let removing = decided.points.filter { $0.action != "keep" }.flatMap(\.segments)
+        func pointsSize() throws -> [String: UInt64] {
+            Dictionary(try repository.backend.list("points/").map { ($0.key, $0.size) }, uniquingKeysWith: { max($0, $1) })
+        }
+        let sizesBefore = removing.isEmpty ? [:] : try pointsSize()
+        if options.dryRun {
+            result.pointBytes = removing.reduce(0) { $0 + (sizesBefore[$1] ?? 0) }
+        }
         if !options.dryRun {
             // Points first, each chain from its last segment back to its opening: a prune cut
             // short leaves a shorter chain, never a chain with a hole.
@@ -141,6 +155,11 @@ public enum SnapshotPrune {
                 try repository.backend.remove(PagedSnapshotRecord.key(id), point: "prune.record.remove")
                 try? repository.backend.remove(repository.verifiedKey(id), point: "prune.verified.remove")
                 result.removed.append(id)
+            }
+            if !removing.isEmpty {
+                // Before less after: a thinned chain's new segments are counted against it.
+                let before = sizesBefore.values.reduce(0, +), after = try pointsSize().values.reduce(0, +)
+                result.pointBytes = before > after ? before - after : 0
             }
         }
         // A dry run counts what would be freed once the expired records are gone.

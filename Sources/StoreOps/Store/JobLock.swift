@@ -33,11 +33,15 @@ public final class JobLock {
     ///
     /// - Parameters:
     ///   - job: what the holder is doing ("migrate", "purge", ...), recorded for others to read.
-    ///   - wait: block until the lock is free instead of failing at once.
+    ///   - wait: wait until the lock is free instead of failing at once (SIGINT or SIGTERM end
+    ///     the wait: 130 or 143, nothing done).
     ///   - shared: a reader's lock (backup, snapshot create): any number at once, never beside an
     ///     exclusive holder.
+    ///   - waiting: with `wait`, told who holds the lock when the wait begins and about once a
+    ///     second after (a terminal's progress line says so).
     /// - Throws: `Busy` (exit 75, naming the holder) when the lock is taken and `wait` is false.
-    public static func acquire(path: String, job: String, wait: Bool = false, shared: Bool = false) throws -> JobLock {
+    public static func acquire(path: String, job: String, wait: Bool = false, shared: Bool = false,
+                               waiting: ((String) -> Void)? = nil) throws -> JobLock {
         let fd = try FileSystem.openCreating(path, mode: 0o600, flags: O_RDWR, point: "joblock.create")
         let mode = shared ? LOCK_SH : LOCK_EX
         // Taken by someone else for an instant is not busy: `isHeld` (preflight, purge's dry run,
@@ -45,30 +49,49 @@ public final class JobLock {
         // that microsecond failed 75. Tried again for up to 500 ms before it counts as busy (50 ms
         // was not enough on a loaded machine: a prober descheduled while it held the lock for its
         // look made a job starting then fail; a real holder costs half a second more to report).
+        // A wait polls (every 20 ms) instead of blocking in flock(2): the signal handlers restart
+        // an interrupted call (SA_RESTART), so a blocking wait ignored Ctrl-C and SIGTERM until
+        // the other job let go (a new operator's trial: a backup --wait beside a purge).
+        let started = Date()
         var retryUntil: Date?
-        while flock(fd, wait ? mode : (mode | LOCK_NB)) != 0 {
+        var told: Date?
+        while flock(fd, mode | LOCK_NB) != 0 {
             let err = errno
-            if err == EINTR {
-                if let signal = ProcessSignals.received {
-                    close(fd)
-                    throw StoreOpsError(.signal(signal), "interrupted while waiting for the job lock \(path)")
+            if err == EINTR { continue }
+            guard err == EWOULDBLOCK else {
+                close(fd)
+                throw StoreOpsError.posix(err, doing: "locking \(path)", side: .output)
+            }
+            if let signal = ProcessSignals.received {
+                close(fd)
+                throw StoreOpsError(.signal(signal), "interrupted while waiting for the job lock \(path); nothing was changed")
+            }
+            if wait {
+                if let waiting, Date().timeIntervalSince(told ?? .distantPast) >= 1 {
+                    told = Date()
+                    waiting(waitingNote(path: path, holder: readHolder(path: path), since: started))
                 }
+                usleep(20_000)
                 continue
             }
-            if err == EWOULDBLOCK, Date() < (retryUntil ?? .distantFuture) {
+            if Date() < (retryUntil ?? .distantFuture) {
                 if retryUntil == nil { retryUntil = Date().addingTimeInterval(0.5) }
                 usleep(2_000)
                 continue
             }
             close(fd)
-            if err == EWOULDBLOCK {
-                throw Busy(error: busyError(path: path, holder: readHolder(path: path)))
-            }
-            throw StoreOpsError.posix(err, doing: "locking \(path)", side: .output)
+            throw Busy(error: busyError(path: path, holder: readHolder(path: path)))
         }
         let lock = JobLock(path: path, fd: fd, shared: shared)
         lock.record(Holder(pid: getpid(), job: job, since: Timestamp.now()))
         return lock
+    }
+
+    /// What a terminal's progress line says while a run waits for the lock.
+    static func waitingNote(path: String, holder: Holder?, since: Date) -> String {
+        let waited = Format.duration(Date().timeIntervalSince(since))
+        guard let holder else { return "waiting for the store's job lock (another job holds it), \(waited) so far" }
+        return "waiting for the store's job lock (\(holder.job), pid \(holder.pid), since \(Timestamp.iso(holder.since))), \(waited) so far"
     }
 
     /// Who holds the lock at `path` right now, if anyone (does not take it, does not create it).
