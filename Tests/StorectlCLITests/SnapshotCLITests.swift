@@ -735,7 +735,7 @@ struct SnapshotCLITests {
         #expect(took >= 9.5 && took < 30, "\(took) s")
     }
 
-    @Test("restore --in-place --wait waits for the app's connections to close (refused at once without it), and beside an app that opens the store for each commit takes the lock and the safety snapshot again until none opened meanwhile: each restore goes through, one safety snapshot each, no acknowledged commit lost")
+    @Test("restore --in-place --wait waits for the app's connections to close (refused at once without it; SIGTERM ends the wait: 143, saying where and that nothing changed), and beside an app that opens the store for each commit takes the lock and the safety snapshot again until none opened meanwhile: each restore goes through, one safety snapshot each, no acknowledged commit lost")
     func inPlaceWaitsForTheApp() throws {
         let folder = try TempFolder()
         let (store, repo, snapshot) = try storeWithSnapshot(folder, items: 2_000)
@@ -745,6 +745,17 @@ struct SnapshotCLITests {
         #expect(ChildProcess.waitFor(file: held))
         let refused = try storectl("snapshot", "restore", "--repo", repo, snapshot, "--in-place", store)
         #expect(refused.status == 75 && refused.stderr.contains("is open by another process (pid \(holder.pid))"), "\(refused.stderr)")
+        // SIGTERM while it waits: 143, saying where it stopped and that nothing changed (it said
+        // only "stopped: SIGTERM was received").
+        let before = try FileProbe.shared.sha256(of: store)
+        let stopped = try ChildProcess.Running(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--wait"],
+                                               environment: ["STORECTL_PROGRESS": "always"])
+        #expect(waitUntil { stopped.stderrSoFar.contains("waiting for the app (pid \(holder.pid))") || !stopped.isRunning }, "\(stopped.stderrSoFar)")
+        stopped.signal(SIGTERM)
+        let stop = stopped.wait()
+        #expect(stop.status == 143 && stop.stderr.contains("snapshot restore stopped during its preflight stage: SIGTERM was received; nothing was changed"),
+                "\(stop.status) \(stop.stderr)")
+        #expect(try FileProbe.shared.sha256(of: store) == before)
         let waiting = try ChildProcess.Running(Binaries.storectl, ["snapshot", "restore", "--repo", repo, snapshot, "--in-place", store, "--wait"],
                                                environment: ["STORECTL_PROGRESS": "always"])
         #expect(waitUntil { waiting.stderrSoFar.contains("waiting for the app (pid \(holder.pid)) to close the store, for at most") }, "\(waiting.stderrSoFar)")

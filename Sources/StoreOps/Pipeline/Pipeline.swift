@@ -26,10 +26,14 @@ public final class Pipeline {
         public var reason: StopReason
         /// The stage it stopped before, when it stopped at a stage's start.
         public var stage: String?
+        /// Thrown where the run had changed nothing yet (a wait inside a stage, before its act):
+        /// the message says so.
+        public var unchanged: Bool
 
-        public init(reason: StopReason, stage: String? = nil) {
+        public init(reason: StopReason, stage: String? = nil, unchanged: Bool = false) {
             self.reason = reason
             self.stage = stage
+            self.unchanged = unchanged
         }
     }
 
@@ -108,11 +112,15 @@ public final class Pipeline {
 
     // MARK: - Stages
 
+    /// The stage running (or the last one begun).
+    private(set) var current: String?
+
     /// Runs one stage: a stop asked for before it starts ends the run there; its time is recorded.
     @discardableResult
     public func stage<T>(_ name: String, checkingStop: Bool = true, _ body: () throws -> T) throws -> T {
         if checkingStop, let reason = stopRequested { throw Stop(reason: reason, stage: name) }
         progress?(.stage(name))
+        current = name
         let started = Date()
         defer { stages.append(StageTiming(name: name, seconds: Date().timeIntervalSince(started))) }
         return try body()
@@ -213,7 +221,7 @@ public final class Pipeline {
             if let snapshot = road.snapshot { walked.snapshot = try stage("snapshot") { try snapshot(self, plan) } }
         } catch {
             walked.ending = Self.ending(error, rollsBack: rollsBack)
-            if let stop = error as? Stop, let said = said(stop, changed: rollsBack, snapshot: walked.snapshot != nil) {
+            if let stop = error as? Stop, let said = said(stop, changed: rollsBack, snapshot: walked.snapshot != nil) ?? saidWithin(stop) {
                 walked.ending.error = ErrorRecord(said)
             }
             walked.stages = stages
@@ -232,7 +240,7 @@ public final class Pipeline {
             let stop = (error as? Stop)?.reason ?? ProcessSignals.received.map { StopReason.signal($0) }
             // A road that rolls back does so on a stop (its report says what became of the store).
             let cause = (error as? Stop).flatMap { said($0, changed: rollsBack || $0.stage != road.actName, snapshot: walked.snapshot != nil,
-                                                         kept: rollsBack ? nil : road.keptAfterAct) }
+                                                         kept: rollsBack ? nil : road.keptAfterAct) ?? saidWithin($0) }
                 ?? (error is Stop ? nil : StoreOpsError.wrapping(error))
             var ending = stop.map { Ending(.stopped, stop: $0, error: cause, rollsBack: rollsBack) } ?? Self.ending(error, rollsBack: rollsBack)
             if let failureKind = road.failureKind, stop == nil, let own = StoreOpsError.wrapping(error) {
@@ -263,6 +271,14 @@ public final class Pipeline {
         let state = changed ? kept.map { "; \($0)" } ?? "" : snapshot ? "; the store was not changed (the snapshot taken stays)" : "; nothing was changed"
         let status: ExitStatus = if case .signal(let number) = stop.reason { .signal(number) } else { .failure }
         return StoreOpsError(status: status, "\(operation) stopped before its \(stage) stage: \(stop.reason)\(state)")
+    }
+
+    /// What a stop inside a stage that had changed nothing says (it said only `stopped: SIGTERM
+    /// was received`, after `restore --in-place --wait` waited for the app).
+    func saidWithin(_ stop: Stop) -> StoreOpsError? {
+        guard stop.stage == nil, stop.unchanged else { return nil }
+        let status: ExitStatus = if case .signal(let number) = stop.reason { .signal(number) } else { .failure }
+        return StoreOpsError(status: status, "\(operation) stopped during its \(current ?? "first") stage: \(stop.reason); nothing was changed")
     }
 
     static func ending(_ error: any Error, rollsBack: Bool) -> Ending {

@@ -410,7 +410,7 @@ public enum SnapshotRestore {
                                             + "; or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
                 LockState.waitUntilClosed(store, until: until) { [progress] in progress?(.note(LockState.waitingNote($0, until: until))) }
-                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal), unchanged: true) }
             }
             // Through SQLite (--live), the backup API makes the pages WAL pages itself.
             let journalMode = options.live ? "delete" : exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
@@ -628,7 +628,7 @@ public enum SnapshotRestore {
                 deadline = until
                 LockState.waitUntilClosed(store, until: until) { [progress] in progress?(.note(LockState.waitingNote($0, until: until))) }
                 // Neither the lock nor a safety snapshot is held now: never on to the swap from here.
-                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal), unchanged: true) }
                 guard Date() < until else {
                     throw StoreOpsError(.busy, "\(store.path) was opened by another process while the restore ran, and kept open for the \(Format.duration(options.timeout)) it waited; nothing was changed",
                                         hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
