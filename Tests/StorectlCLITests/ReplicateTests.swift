@@ -1756,7 +1756,7 @@ struct ReplicateTests {
         #expect(try ChildProcess.run(Binaries.storectl, ["rollback", world.store, "--repo", world.repo, "--at", "-1s", "--to", "x"]).status == 64)
     }
 
-    @Test("safety snapshots from the follower's point: right after the app's last commit (perhaps not yet durable: the check waits for it), migrate's pre-migrate snapshot, rollback's and restore --in-place's of the state they replace are made from replicate's newest point, no page of the store read, and each restores to exactly the state it replaced; with the follower stopped (SIGSTOP) and one commit more, the point is not the store: the store is read and its snapshot holds that commit")
+    @Test("safety snapshots from the follower's point: right after the app's last commit (perhaps not yet durable: the check waits for it), migrate's pre-migrate snapshot, rollback's and restore --in-place's of the state they replace are made from replicate's newest point, no page of the store read, and each restores to exactly the state it replaced; with the follower stopped (SIGSTOP) and one commit more, the point is not the store: the store is read and its snapshot holds that commit; with no follower running, a point of the unchanged store still serves")
     func safetySnapshotsFromPoints() throws {
         let world = try world()
         let follower = try replicate(world, ["--sync-interval", "500ms"])
@@ -1823,6 +1823,16 @@ struct ReplicateTests {
         #expect(try content(of: try #require(second.safetySnapshot)) == unfollowed)
         follower.signal(SIGTERM)
         #expect(follower.wait().status == 0)
+        // No follower running: a point written before it stopped is still the store while nothing
+        // changed since, and serves (README: "The follower need not be running").
+        let once = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "2s", "--quiet"], environment: world.environment)
+        #expect(once.status == 0, "\(once.stderr)")
+        let current = try StoreState.digest(world.store, journalMode: false)
+        let third = try run(["snapshot", "restore", "--repo", world.repo, try #require(report.snapshot), "--in-place", world.store, "--json"])
+        #expect(third.status == 0, "\(third.stderr)")
+        let thirdResult = try JSON.decoder().decode(SnapshotRestore.Result.self, from: Data(third.stdout.utf8))
+        #expect(thirdResult.safetySnapshotPoint != nil, "a stopped follower's point of the unchanged store was not used: \(third.stdout)")
+        #expect(try content(of: try #require(thirdResult.safetySnapshot)) == current)
     }
 
     @Test("prune thins an older chain to the last commit of each period (one segment, written before the ones it replaces go): listed as thinned, every kept point restores exactly, the check reads clean; then to its base alone")
