@@ -82,10 +82,13 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             }
             // With --repo, a name that is no file is a snapshot id, unless it cannot be one (ids
             // are digits, T, Z, - and hex): a mistyped store then says "no such file".
+            let idShaped = !side.contains("/") && side.count >= 9 && side.prefix(8).allSatisfy(\.isNumber) && Array(side)[8] == "T"
             if repo != nil, FileSystem.kind(of: side) == .missing, !side.contains("/"), side.allSatisfy({ "0123456789TZ-abcdef".contains($0) }) {
                 resolved.append(.snapshot(side))
-            } else if repo == nil, FileSystem.kind(of: side) == .missing, !side.contains("/"),
-                      side.count >= 9, side.prefix(8).allSatisfy(\.isNumber), Array(side)[8] == "T" {
+            } else if let repo, FileSystem.kind(of: side) == .missing, idShaped {
+                // A mistyped id (a letter past f) is not "no such file" (a new user was told to check the store's path).
+                throw StoreOpsError(.noInput, "\"\(side)\" is not a snapshot id, nor a file", hint: "`storectl snapshot list --repo \(repo)` shows the ids")
+            } else if repo == nil, FileSystem.kind(of: side) == .missing, idShaped {
                 throw StoreOpsError(.noInput, "\(side): no such file, and no --repo to find a snapshot of that id in",
                                     hint: "name the repository: storectl diff --repo DIR \(side) …")
             } else {
@@ -156,10 +159,11 @@ struct DiffCommand: ParsableCommand, JSONOutput {
                 // Added and removed objects show their first values (--json has them all), the ones
                 // that say which object it is first (a title, a name, an identifier).
                 let telling = ["title", "name", "identifier", "uuid", "subject"]
-                let pairs = Array(zip(o.values, values))
+                // The key the object is named by is not repeated ("+ id 387: id 387; …").
+                let pairs = Array(zip(o.values, values)).filter { o.change == "changed" || $0.1 != o.object }
                 let says = { (v: StoreDiff.ValueChange) in telling.contains { v.name.lowercased().contains($0) } }
                 let ordered = (pairs.filter { says($0.0) } + pairs.filter { !says($0.0) }).map(\.1)
-                let shown = o.change == "changed" ? values : Array(ordered.prefix(6)) + (values.count > 6 ? ["…"] : [])
+                let shown = o.change == "changed" ? values : Array(ordered.prefix(6)) + (ordered.count > 6 ? ["…"] : [])
                 lines.append("  \(mark) \(o.object)" + (shown.isEmpty ? "" : ": " + shown.joined(separator: "; ")))
             }
             if e.unlisted > 0, !countsOnly { lines.append("  … and \(Format.count(e.unlisted)) more (--limit, --json)") }

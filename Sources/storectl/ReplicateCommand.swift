@@ -17,7 +17,8 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         discussion: reflow("""
             Runs until SIGTERM or SIGINT (or for --for), then writes what it has read and marks each store's points
             stopped. It reads each store's -wal as a file and holds a read transaction only while it reads new frames:
-            it writes nothing to the store, adds no table and takes no part in the app's checkpoints. Every
+            it writes nothing to the store, adds no table and runs no checkpoint (it holds the app's checkpoints back only
+            for those reads, and while a new base is read). Every
             --sync-interval the commits read are written to the repository as one object per store: a point is
             durable from then on. Where it cannot prove that no commit was missed (the -wal truncated or removed before
             its last frames were read, the store replaced, storectl not running), it takes a new base (an incremental

@@ -4,7 +4,7 @@ import StoreOps
 struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "verify",
-        abstract: "Check snapshots: every page and file read back and authenticated, the database rebuilt and its SHA-256 compared, then quick_check.",
+        abstract: "Check snapshots: every page and file read back, authenticated and checked against its content id, the database rebuilt, then quick_check.",
         discussion: "Writes nothing into the repository but each snapshot's \"last verified\" record. Exits 65 if any is damaged.")
 
     @Option(help: "The snapshot repository.") var repo: String

@@ -288,7 +288,7 @@ struct BadInputTests {
         #expect(!FileManager.default.fileExists(atPath: folder.file("b.sqlite")))
     }
 
-    @Test("repositories, keys and export: each bad input is refused with its status, and nothing is made or changed")
+    @Test("repositories, keys and export: each bad input is refused with its status, and nothing is made or changed; a store or a folder that is not a repository given as --repo names the repositories next to it")
     func repositoryCommands() throws {
         let folder = try TempFolder()
         let store = try store(folder)
@@ -329,6 +329,10 @@ struct BadInputTests {
             (["snapshot", "export", "--repo", repo, id, "--output", folder.file("s.zip")], 64, "*.tar.zst"),
             (["snapshot", "export", "--repo", repo, "20000101T000000Z", "--output", folder.file("s.tar.zst")], 66, "no snapshot"),
             (["snapshot", "create", store, "--repo", repo, "--compression", "xz"], 64, "unknown option '--compression'"),
+            (["snapshot", "restore", "--repo", repo, id, "--to", folder.file("full")], 73, "is a folder: --to names the store file the restore makes\n  hint: name a file in it that does not exist yet, e.g. --to \(folder.file("full"))/"),
+            // A store given as --repo: what --repo names, and the repositories beside it (it had no hint).
+            (["snapshot", "list", "--repo", store], 65, "hint: --repo names a repository's folder, not a store; repositories next to it: "),
+            (["snapshot", "list", "--repo", folder.file("full")], 65, "(it has no config)\n  hint: check --repo; repositories next to it: "),
         ] as [([String], Int32, String)] {
             let result = try run(arguments)
             #expect(result.status == status && result.stderr.contains(message), "\(arguments): \(result.status) \(result.stderr)")

@@ -72,6 +72,10 @@ struct DiffCLITests {
         #expect(try storectl("diff", "--repo", repo, first, second, "--entity", "Itme").stderr.contains("Item"), "the hint lists the entities")
         let same = try storectl("diff", "--repo", repo, second, second)
         #expect(same.status == 0 && same.stdout.contains("\nsame"), "\(same.stdout)\(same.stderr)")
+        // A mistyped id (a letter past f): not a snapshot id, with how to list them (it said "no such file", "check the store's path").
+        let typo = String(second.dropLast()) + "X"
+        let mistyped = try storectl("diff", "--repo", repo, first, typo)
+        #expect(mistyped.status == 66 && mistyped.stderr.contains("\"\(typo)\" is not a snapshot id") && mistyped.stderr.contains("snapshot list --repo"), "\(mistyped.stderr)")
         // A file against a snapshot: the store as it is now is the second snapshot.
         let mixed = try storectl("diff", "--repo", repo, second, store)
         #expect(mixed.status == 0, "\(mixed.stdout)\(mixed.stderr)")
@@ -203,7 +207,7 @@ struct DiffCLITests {
         #expect(text.stdout.contains("…\"" + String(repeating: "a", count: 21) + "\" (30000 characters) → …\"" + String(repeating: "a", count: 20) + "b\" (30000 characters)"), "\(text.stdout)")
     }
 
-    @Test("a plain SQLite store: a column and an index added are schema changes, rows by primary key; bad input: not a database 65, missing 66, a snapshot id without --repo 66, one side 64")
+    @Test("a plain SQLite store: a column and an index added are schema changes, rows by primary key, an added row named by its key once; bad input: not a database 65, missing 66, a snapshot id without --repo 66, one side 64")
     func plainAndBadInput() throws {
         let folder = try TempFolder()
         let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
@@ -217,6 +221,10 @@ struct DiffCLITests {
         #expect(Set(result.schema.map { "\($0.change) \($0.type) \($0.name)" }) == ["changed table t", "added index t_n"])
         let rows = try #require(result.entities.first { $0.table == "t" })
         #expect(rows.changed == 1 && rows.objects.first?.object == "code \"y\"" && rows.attributes == ["n": 1], "\(rows)")
+        // An added row is named by its key, which its values do not repeat (it said `+ code "z": code "z"; n 7`).
+        try write(b, "INSERT INTO t (code, n) VALUES ('z', 7)")
+        let added = try storectl("diff", a, b)
+        #expect(added.stdout.contains("  + code \"z\": n 7; note \"none\"\n"), "\(added.stdout)")
         let junk = folder.file("junk.sqlite")
         try Data(repeating: 7, count: 8192).write(to: URL(fileURLWithPath: junk))
         let bad = try storectl("diff", a, junk)

@@ -30,6 +30,15 @@ func scheduledPolicy(_ folder: TempFolder, store: String, snapshot: String = "*/
 
 @Suite("storectl schedule and run, end to end")
 struct ScheduleCLITests {
+    @Test("STORECTL_CRONTAB naming no executable: install says so, naming the path (66; it said cron was not installed)")
+    func crontabStandInMissing() throws {
+        let folder = try TempFolder()
+        let policy = try scheduledPolicy(folder, store: try makeStore(folder))
+        let missing = folder.file("no-such-crontab")
+        let result = try storectl("schedule", "install", "--policy", policy, "--skip-checks", environment: ["STORECTL_CRONTAB": missing])
+        #expect(result.status == 66 && result.stderr.contains("STORECTL_CRONTAB names \(missing), which is not an executable file"), "\(result.status) \(result.stderr)")
+    }
+
     @Test("schedule show lists each job with its next runs in local time and UTC")
     func show() throws {
         let folder = try TempFolder()

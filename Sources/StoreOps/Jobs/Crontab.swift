@@ -112,6 +112,9 @@ public enum Crontab {
         // never the machine's real crontab).
         let override = ProcessInfo.processInfo.environment["STORECTL_CRONTAB"].flatMap { $0.isEmpty ? nil : FileSystem.absolute($0) }
         guard let crontab = (override.map { [$0] } ?? ["/usr/bin/crontab", "/bin/crontab"]).first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            if let override {
+                throw StoreOpsError(.noInput, "STORECTL_CRONTAB names \(override), which is not an executable file", hint: "point it at a crontab command, or unset it to use the system's")
+            }
             throw StoreOpsError(.noInput, "the crontab command is not installed", hint: "install cron (apt-get install cron), or use `storectl schedule systemd`")
         }
         let process = Process()

@@ -50,7 +50,9 @@ public enum RepositoryLocation {
             throw StoreOpsError(.noInput, "there is no snapshot repository at \(absolute)", hint: missingHint(absolute, missing))
         case .directory: break
         default:
-            throw StoreOpsError(.badData, "\(absolute) is not a folder, so not a snapshot repository")
+            // A store's path given as --repo is the usual cause (a new user's trial).
+            throw StoreOpsError(.badData, "\(absolute) is not a folder, so not a snapshot repository",
+                                hint: "--repo names a repository's folder, not a store" + { $0.isEmpty ? "" : "; repositories next to it: " + $0.joined(separator: ", ") }(nearbyRepositories(absolute)))
         }
         if access(absolute, R_OK | X_OK) != 0, errno == EACCES {
             // Not "empty" (its files cannot be listed): a service user other than the one that
@@ -68,7 +70,8 @@ public enum RepositoryLocation {
             if contents.isEmpty {
                 throw StoreOpsError(.noInput, "\(absolute) is an empty folder, not a snapshot repository yet", hint: missingHint(absolute, missing))
             }
-            throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (it has no config)", hint: "check --repo")
+            throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (it has no config)",
+                                hint: missing == .initHint ? "check --repo" : missingHint(absolute, missing))
         }
         return backend
     }

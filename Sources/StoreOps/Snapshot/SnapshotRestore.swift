@@ -277,7 +277,14 @@ public enum SnapshotRestore {
                                  overlay: PointOverlay? = nil, check: Bool = false, progress: ProgressHandler? = nil) throws -> Result {
         let record = overlay?.manifest(of: snapshot) ?? snapshot.manifest
         let recovered = try StoreSwap.recover(target: path)
-        guard FileSystem.kind(of: path) == .missing else {
+        switch FileSystem.kind(of: path) {
+        case .missing: break
+        case .directory:
+            // --to names the file made, not a folder to make it in (a new user's trial got the --in-place hint).
+            let name = FileSystem.name(of: record.source.path)
+            throw StoreOpsError(.cannotCreate, "\(path) is a folder: --to names the store file the restore makes",
+                                hint: "name a file in it that does not exist yet, e.g. --to \((path as NSString).appendingPathComponent(name.isEmpty ? "restored.sqlite" : name))")
+        default:
             throw StoreOpsError(.cannotCreate, "\(path) already exists",
                                 hint: "restore to a new path, or use --in-place to replace a store (with a safety snapshot)")
         }
