@@ -10,6 +10,7 @@ struct StorectlLab: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "storectl-lab",
         abstract: "Sample stores and write load for storectl's demo, tests and benchmarks.",
+        discussion: "Every command stops, as on SIGTERM, when the process that started it exits: a writer started with & ends when the shell or script that started it exits (so that a test or a benchmark that dies leaves no writer behind).",
         subcommands: [MakeStore.self, Writer.self, Churn.self, Hold.self, JobLockHold.self, Latency.self, WALCommits.self, S3Bucket.self, S3Stagger.self])
 
     static func main() {
@@ -64,7 +65,7 @@ struct MakeStore: ParsableCommand {
 
 struct Writer: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Commit a small transaction every --interval-ms until --duration or SIGTERM, then print latency stats as JSON.")
+        abstract: "Commit a small transaction every --interval-ms until --duration or SIGTERM (or its parent process exits), then print latency stats as JSON.")
 
     @Argument var path: String
     @Option var intervalMs = 2.0
@@ -94,7 +95,7 @@ struct Writer: ParsableCommand {
 
 struct Churn: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Insert, update and delete rows at random intervals, logging each commit's content hash (\"<seq> <began> <returned> <sha256>\").")
+        abstract: "Insert, update and delete rows at random intervals (until --duration, SIGTERM, or its parent process exits), logging each commit's content hash (\"<seq> <began> <returned> <sha256>\").")
 
     @Argument var path: String
     @Option var log: String
