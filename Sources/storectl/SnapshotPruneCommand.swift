@@ -111,7 +111,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         }
         if let garbage = result.garbage {
             if let skipped = garbage.skipped {
-                summary += "; no data collected: \(skipped)"
+                summary += (result.pointBytes > 0 ? "; \(dryRun ? "would free" : "freed") points \(Format.bytes(result.pointBytes))" : "") + "; no data collected: \(skipped)"
             } else {
                 summary += "; \(dryRun ? "would free" : "freed") \(Format.bytes(garbage.freedBytes + result.pointBytes))"
                     + (result.pointBytes > 0 ? ": points \(Format.bytes(result.pointBytes)), packs \(Format.bytes(garbage.freedBytes))" : "")

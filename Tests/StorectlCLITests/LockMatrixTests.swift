@@ -94,7 +94,8 @@ struct LockMatrixTests {
         if command == "migrate" {   // migrate's stop before any change: `stopped`, 3 (README)
             #expect(result.status == 3 && result.stdout.contains("stopped before any change (nothing to roll back): SIGTERM"), "\(result.status) \(result.stdout) \(result.stderr)")
         } else {
-            #expect(result.status == 128 + number && result.stderr.contains("nothing was changed"), "\(command): \(result.status) \(result.stderr)")
+            #expect(result.status == 128 + number && result.stderr.contains("stopped during its lock stage: \(number == SIGINT ? "SIGINT" : "SIGTERM") was received; nothing was changed"),
+                    "\(command): \(result.status) \(result.stderr)")
         }
         #expect(try StoreState.digest(world.store) == before)
         #expect(!FileManager.default.fileExists(atPath: backup))

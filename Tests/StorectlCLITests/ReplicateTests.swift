@@ -1474,8 +1474,11 @@ struct ReplicateTests {
         var options = SnapshotPrune.Options(repository: world.repo, policy: RetentionPolicy(), password: .file(world.folder.file("password")))
         options.points = PointRetention(everyCommit: 0.1, minutes: 86_400, bases: 2 * 86_400, explicit: true)
         options.points.period = 0.25
+        let unthinned = pointsBytes(world.repo)
         let pruned = try SnapshotPrune.run(options)
         #expect(pruned.points.map(\.action) == ["thin", "keep"], "\(pruned.points)")
+        // What left points/, the thinned segment written counted against it.
+        #expect(pruned.pointBytes == unthinned - min(unthinned, pointsBytes(world.repo)) && pruned.pointBytes > 0, "\(pruned.pointBytes) of \(unthinned)")
         let thinB = try restored("thin-b.sqlite", at: atB)
         #expect(thinB.title == "with B" && thinB.files == base + [b], "\(thinB.files)")
         #expect(try restored("thin-end.sqlite", at: atResumed).files == [b, c])
@@ -1855,8 +1858,11 @@ struct ReplicateTests {
         var options = SnapshotPrune.Options(repository: world.repo, policy: RetentionPolicy(), password: .file(world.folder.file("password")))
         options.points = PointRetention(everyCommit: 0.1, minutes: 86_400, bases: 2 * 86_400, explicit: true)
         options.points.period = 0.25
+        let unthinned = pointsBytes(world.repo)
         let pruned = try SnapshotPrune.run(options)
         #expect(pruned.points.map(\.action) == ["thin", "keep"], "\(pruned.points)")
+        // What left points/, the thinned segment written counted against it.
+        #expect(pruned.pointBytes == unthinned - min(unthinned, pointsBytes(world.repo)) && pruned.pointBytes > 0, "\(pruned.pointBytes) of \(unthinned)")
         let stores = try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password")))
         #expect(stores.first?.spans.first?.kind == "thinned", "\(stores)")
         let times = try randomTimes(world, count: 20, seed: 17).filter { $0.timeIntervalSince1970 <= (firstLog.values.map(\.returned).max() ?? 0) }
@@ -2395,6 +2401,15 @@ struct ReplicateTests {
         }
     }
 
+    /// The bytes of the files under a local repository's points/.
+    func pointsBytes(_ repo: String) -> UInt64 {
+        let root = repo + "/points"
+        return (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []).reduce(0) { sum, name in
+            let attributes = try? FileManager.default.attributesOfItem(atPath: root + "/" + name)
+            return sum + (attributes?[.type] as? FileAttributeType == .typeRegular ? ((attributes?[.size] as? UInt64) ?? 0) : 0)
+        }
+    }
+
     @Test("prune that removes a chain of points says so: its lines under a header naming their store (not the last snapshot group's), the summary counts the chain with its base (it said kept 0, removed 0) and the bytes its objects held, with --dry-run too (it said freed 0 B)")
     func pruneReportsChains() throws {
         let world = try world()
@@ -2412,16 +2427,9 @@ struct ReplicateTests {
         let dry = try ChildProcess.run(Binaries.storectl, prune + ["--dry-run"], environment: world.environment)
         #expect(dry.status == 0 && dry.stdout.contains("points of \(world.store)\nremove points") && dry.stdout.contains("would remove 1 chain of points with its base"), "\(dry.stdout)")
         // What the chain's objects held is freed and counted (it said "freed 0 B": only packs were).
-        func pointsBytes() -> UInt64 {
-            let root = world.repo + "/points"
-            return (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []).reduce(0) { sum, name in
-                sum + ((try? FileManager.default.attributesOfItem(atPath: root + "/" + name))?[.type] as? FileAttributeType == .typeRegular
-                       ? (((try? FileManager.default.attributesOfItem(atPath: root + "/" + name))?[.size] as? UInt64) ?? 0) : 0)
-            }
-        }
-        let before = pointsBytes()
+        let before = pointsBytes(world.repo)
         let real = try ChildProcess.run(Binaries.storectl, prune, environment: world.environment)
-        let freed = before - min(before, pointsBytes())
+        let freed = before - min(before, pointsBytes(world.repo))
         #expect(freed > 0)
         #expect(dry.stdout.contains("would free ") && dry.stdout.contains(": points \(Format.bytes(freed)), packs "), "\(dry.stdout)")
         #expect(real.status == 0 && real.stdout.contains("removed 1 chain of points with its base")

@@ -177,17 +177,28 @@ public final class Pipeline {
         case .held:
             try Recovery.prepare(store, lockHeld: true)
         case .exclusive:
-            jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait) { [progress] in progress?(.note($0)) }
+            jobLock = try takeJobLock(store, wait: wait, shared: false)
             FaultInjection.reach("after-lock")
             try Recovery.prepare(store, lockHeld: true)
         case .shared:
             // A swap must be finished alone: a reader takes the lock exclusively for that moment,
             // before its shared lock (flock cannot turn one into the other without a gap).
             try Recovery.prepare(store, lockHeld: false)
-            jobLock = try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, shared: true) { [progress] in progress?(.note($0)) }
+            jobLock = try takeJobLock(store, wait: wait, shared: true)
             if StoreSwap.pending(target: store.path) {   // a swap started and died in that gap
                 throw StoreOpsError(.busy, "\(store.path) is being restored", hint: "try again in a moment")
             }
+        }
+    }
+
+    /// The store's job lock; a signal while waiting for it is a stop in the lock stage that changed nothing.
+    private func takeJobLock(_ store: StoreFile, wait: Bool, shared: Bool) throws -> JobLock {
+        do {
+            return try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, shared: shared,
+                                       waiting: progress.map { handler in { handler(.note($0)) } })
+        } catch let error as StoreOpsError {
+            if case .signal(let number) = error.kind { throw Stop(reason: .signal(number), unchanged: true) }
+            throw error
         }
     }
 

@@ -128,26 +128,33 @@ public enum SnapshotPrune {
         var expired = Set(decided.decisions.filter { !$0.keep }.map(\.id))
         expired.formUnion(decided.points.filter { $0.action == "remove" }.map(\.chain))
         expired.formUnion(decided.milestones)
-        // What the points' objects hold: garbage collection counts packs, never these.
+        // What the points' objects hold: garbage collection counts packs, never these. Listed
+        // once, before anything is removed, and only the folders of the chains that change.
         let removing = decided.points.filter { $0.action != "keep" }.flatMap(\.segments)
-        func pointsSize() throws -> [String: UInt64] {
-            Dictionary(try repository.backend.list("points/").map { ($0.key, $0.size) }, uniquingKeysWith: { max($0, $1) })
+        var sizes: [String: UInt64] = [:]
+        for folder in Set(removing.map { key in key.lastIndex(of: "/").map { String(key[...$0]) } ?? key }).sorted() {
+            for (key, size) in try repository.backend.list(folder) { sizes[key] = size }
         }
-        let sizesBefore = removing.isEmpty ? [:] : try pointsSize()
         if options.dryRun {
-            result.pointBytes = removing.reduce(0) { $0 + (sizesBefore[$1] ?? 0) }
+            result.pointBytes = removing.reduce(0) { $0 + (sizes[$1] ?? 0) }
         }
+        var removedBytes: UInt64 = 0, writtenBytes: UInt64 = 0
         if !options.dryRun {
             // Points first, each chain from its last segment back to its opening: a prune cut
             // short leaves a shorter chain, never a chain with a hole.
             for decision in decided.points where decision.action != "keep" {
                 if decision.action == "thin" {
                     let timeline = try PointTimeline.load(repository, store: nil)
-                    guard let chain = timeline.chains.first(where: { $0.id == decision.chain }), try PointThinning.thin(chain, in: repository, period: options.points.period) != nil else { continue }
+                    guard let chain = timeline.chains.first(where: { $0.id == decision.chain }),
+                          let written = try PointThinning.thin(chain, in: repository, period: options.points.period) else { continue }
+                    // The thinned segments written count against what their removal frees.
+                    writtenBytes += written.reduce(0) { $0 + (((try? repository.backend.size($1.key)) ?? nil) ?? 0) }
                 }
                 for key in decision.segments {
                     try ProcessSignals.checkpoint("pruning \(repository.location)")
                     try repository.backend.remove(key, point: "prune.points.remove")
+                    removedBytes += sizes[key] ?? 0
+                    result.pointBytes = removedBytes > writtenBytes ? removedBytes - writtenBytes : 0
                 }
             }
             for id in expired.sorted() {
@@ -155,11 +162,6 @@ public enum SnapshotPrune {
                 try repository.backend.remove(PagedSnapshotRecord.key(id), point: "prune.record.remove")
                 try? repository.backend.remove(repository.verifiedKey(id), point: "prune.verified.remove")
                 result.removed.append(id)
-            }
-            if !removing.isEmpty {
-                // Before less after: a thinned chain's new segments are counted against it.
-                let before = sizesBefore.values.reduce(0, +), after = try pointsSize().values.reduce(0, +)
-                result.pointBytes = before > after ? before - after : 0
             }
         }
         // A dry run counts what would be freed once the expired records are gone.

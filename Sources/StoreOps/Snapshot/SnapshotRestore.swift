@@ -628,14 +628,15 @@ public enum SnapshotRestore {
                     throw StoreOpsError(.busy, "\(store.path) was opened by another process\(pid > 0 ? " (pid \(pid))" : "") while the restore ran; nothing was changed" + kept,
                                         hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
                 }
-                forgetSafety()
+                let unremoved = forgetSafety()
                 gate?.release()
                 gate = nil
                 let until = deadline ?? Date().addingTimeInterval(options.timeout)
                 deadline = until
                 LockState.waitUntilClosed(store, until: until) { [progress] in progress?(.note(LockState.waitingNote($0, until: until))) }
                 // Neither the lock nor a safety snapshot is held now: never on to the swap from here.
-                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal), unchanged: true) }
+                // (A safety snapshot that could not be removed stays: then "nothing was changed" is not said.)
+                if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal), unchanged: unremoved == nil) }
                 guard Date() < until else {
                     throw StoreOpsError(.busy, "\(store.path) was opened by another process while the restore ran, and kept open for the \(Format.duration(options.timeout)) it waited; nothing was changed",
                                         hint: "stop the app first, or pass --force (the app must then open the store again: what it commits to the replaced store before it does is lost)")
