@@ -23,7 +23,8 @@
 #   5. restore at a random point of the writing window (the same fraction of each run's window, AT=
 #      0..1 to choose it): storectl snapshot restore --at vs litestream restore -timestamp
 #      -integrity-check quick (storectl's restore runs quick_check too); which commit each restored
-#      and how far before the asked time it is
+#      and how far before the asked time it is; then a plain restore of the chain's base and the
+#      same point again, alternating for ROUNDS rounds (default 3): the ratio of their medians
 #
 #   bash bench/replicate.sh                          # ITEMS=4000000 DURATION=60 INTERVAL_MS=2 SYNC=1s
 #   ITEMS=400000 DURATION=20 bash bench/replicate.sh
@@ -270,13 +271,22 @@ for tool in storectl litestream; do
     printf '%-46s %8s\n' "$name" "failed ($STATUS)"
   fi
 done
-# The same run's anchor for a point: a plain restore of the chain's base (a format-2 snapshot).
-P=$W/storectl; rm -f "$P"/base.sqlite*; settle
+# The same run's anchor for a point: a plain restore of the chain's base (a format-2 snapshot),
+# timed in ROUNDS rounds (default 3) alternating with the same point again, medians of each: one
+# measurement of each, the point the run's first restore, moved the ratio 1.1-1.4x (stop 74).
+P=$W/storectl
 BASE=$(ls "$P/repo/snapshots" | head -1)
-timed r "$BIN/storectl" snapshot restore --repo "$P/repo" "$BASE" --to "$P/base.sqlite"
-PLAIN=$SECS
-printf '%-46s %8.2f %10s\n' "storectl snapshot restore (the base, plain)" "$PLAIN" "$RSS_MB"
-rm -f "$P"/base.sqlite*
+PLAIN_T=(); POINT_T=()
+for round in $(seq "${ROUNDS:-3}"); do
+  rm -f "$P"/base.sqlite* "$P"/restored.sqlite*; settle
+  timed r "$BIN/storectl" snapshot restore --repo "$P/repo" "$BASE" --to "$P/base.sqlite"; PLAIN_T+=("$SECS"); PLAIN_RSS=$RSS_MB
+  rm -f "$P"/base.sqlite*; settle
+  timed r "$BIN/storectl" snapshot restore --repo "$P/repo" --at "$(rfc "$TS")" --to "$P/restored.sqlite"; POINT_T+=("$SECS")
+done
+PLAIN=$(median "${PLAIN_T[@]}"); POINT=$(median "${POINT_T[@]}")
+printf '%-46s %8.2f %10s  (rounds: %s)\n' "storectl snapshot restore (the base, plain)" "$PLAIN" "$PLAIN_RSS" "${PLAIN_T[*]}"
+printf '%-46s %8.2f %10s  (rounds: %s)\n' "the same point again, alternating with it" "$POINT" "" "${POINT_T[*]}"
+rm -f "$P"/base.sqlite* "$P"/restored.sqlite*
 # The same point with its chain's digests ignored: every commit since the base replayed (as before digests).
 settle
 timed r env STORECTL_TEST_IGNORE_DIGESTS=1 "$BIN/storectl" snapshot restore --repo "$P/repo" --at "$(rfc "$TS")" --to "$P/base.sqlite"
@@ -286,6 +296,6 @@ rm -f "$P"/base.sqlite*
 DIGESTS=$(ls "$P/repo/points"/*/*/ 2>/dev/null | grep -c '^digest-')
 printf 'digests in the repository: %s (%s MiB); storectl at a point / the same with digests ignored %s\n' "$DIGESTS" \
   "$(mib "$(cat "$P"/repo/points/*/*/digest-* 2>/dev/null | wc -c)")" "$(ratio "${RESTORE[storectl]}" "$REPLAY")"
-printf 'ratio storectl / litestream %s; storectl at a point / plain restore %s\n' "$(ratio "${RESTORE[storectl]}" "${RESTORE[litestream]}")" "$(ratio "${RESTORE[storectl]}" "$PLAIN")"
+printf 'ratio storectl / litestream %s; storectl at a point / plain restore %s (medians of the alternating rounds)\n' "$(ratio "${RESTORE[storectl]}" "${RESTORE[litestream]}")" "$(ratio "$POINT" "$PLAIN")"
 printf '(commits: the writer'"'"'s commits in the restored store; before asked: how long before the asked time the last of them returned)\n'
 for tool in none storectl litestream; do rm -f "$W/$tool"/Tasks.sqlite "$W/$tool"/Tasks.sqlite-* "$W/$tool"/restored.sqlite*; done

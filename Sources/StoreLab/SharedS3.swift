@@ -1,5 +1,6 @@
 import Foundation
 import StoreOps
+import Synchronization
 
 /// Where a test's repository lives: a local folder, or a prefix of a bucket on the shared
 /// SeaweedFS server. The repository tests run on both.
@@ -25,7 +26,17 @@ public enum SharedS3 {
         // glibc's setenv may move it under them.
         S3Settings.overrides.withLock { $0.merge(settings(server)) { $1 } }
         try server.createBucket(bucket)
+        running.withLock { $0 = server }
         return server
+    }
+
+    /// The server once started: stopped at the process's exit (its data folder is removed after).
+    private static let running = Mutex<SeaweedServer?>(nil)
+
+    /// Stops the shared server, if one was started, and removes the run's index cache.
+    static func stopAtExit() {
+        running.withLock { $0 }?.stop()
+        try? FileManager.default.removeItem(atPath: cacheFolder)
     }
 
     /// The index cache of every test run's storectl (not the home folder's).

@@ -3,7 +3,9 @@ import Foundation
 import StoreOps
 import Synchronization
 
-/// A temporary folder, removed when the value goes away.
+/// A temporary folder, removed when the value goes away, or when the process exits (a folder
+/// held by a static, a child's output of a process never waited for, the shared server's data:
+/// each test run left ~80 MB in the temporary folder before).
 public final class TempFolder: @unchecked Sendable {
     public let path: String
 
@@ -12,6 +14,29 @@ public final class TempFolder: @unchecked Sendable {
         let base = (NSTemporaryDirectory() as NSString).appendingPathComponent("\(label)-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         path = FileSystem.absolute(base)
+        Self.live.withLock { live in
+            if !Self.sweepRegistered {
+                Self.sweepRegistered = true
+                atexit { TempFolder.sweep() }
+            }
+            live.insert(path)
+        }
+    }
+
+    /// The folders not yet removed; `sweep` removes them at exit (after the shared server stops).
+    private static let live = Mutex<Set<String>>([])
+    nonisolated(unsafe) private static var sweepRegistered = false   // under `live`'s lock
+
+    static func sweep() {
+        SharedS3.stopAtExit()
+        let left = live.withLock { live -> Set<String> in defer { live = [] }; return live }
+        for path in left {
+            // A test that made a folder read-only to see a write refused may not have undone it.
+            if (try? FileManager.default.removeItem(atPath: path)) == nil {
+                makeWritable(path)
+                try? FileManager.default.removeItem(atPath: path)
+            }
+        }
     }
 
     public func file(_ name: String) -> String { (path as NSString).appendingPathComponent(name) }
@@ -48,7 +73,23 @@ public final class TempFolder: @unchecked Sendable {
         ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
     }
 
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+    /// Every folder under `path` readable, writable and searchable by its owner.
+    private static func makeWritable(_ path: String) {
+        chmod(path, 0o700)
+        let files = FileManager.default.enumerator(atPath: path)
+        while let name = files?.nextObject() as? String {
+            let full = (path as NSString).appendingPathComponent(name)
+            var info = stat()
+            if lstat(full, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { chmod(full, 0o700) }
+        }
+    }
+
+    deinit {
+        // Left in `live` when it cannot be removed now: the sweep at exit tries harder.
+        if (try? FileManager.default.removeItem(atPath: path)) != nil || !FileManager.default.fileExists(atPath: path) {
+            _ = Self.live.withLock { $0.remove(path) }
+        }
+    }
 }
 
 /// The repositories earlier builds wrote (`Tests/Fixtures/old-repositories`): what each snapshot

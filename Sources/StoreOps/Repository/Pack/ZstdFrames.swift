@@ -12,13 +12,15 @@ final class ZstdFrames {
     private var scratch: UnsafeMutableRawPointer?
     private var scratchBytes = 0
 
-    init(level: Int) throws {
+    /// - Parameter checksum: write zstd's content checksum (an XXH64 of every byte; what stays in
+    ///   memory for a moment, checked otherwise, does without it).
+    init(level: Int, checksum: Bool = true) throws {
         guard let c = ZSTD_createCCtx(), let d = ZSTD_createDCtx() else { throw StoreOpsError(.failure, "zstd: out of memory") }
         compressor = c
         decompressor = d
         self.level = Int32(level)
         ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, self.level)
-        ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1)
+        ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, checksum ? 1 : 0)
         // Reading, zstd's checksum is not verified (an XXH64 over every byte, about a tenth of
         // the decompression's time): a frame is authenticated as a whole before it is
         // decompressed (AES-GCM; a plain repository's by SHA-256) and every blob taken from it
