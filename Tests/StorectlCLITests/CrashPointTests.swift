@@ -353,7 +353,7 @@ enum Scenarios {
 
     /// The repository's operations first: they hold the longest scenarios (convert's 107 points,
     /// replicate's), and the two threads finish together when the long ones start early.
-    static let all: [CrashScenario] = paged + store + (Place.all.contains(.s3) ? remote : [])
+    static let all: [CrashScenario] = paged + store + small + (Place.all.contains(.s3) ? remote : [])
 
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
@@ -669,6 +669,109 @@ enum Scenarios {
             #expect(brought == (try OldRepositories.expected("format-1").map { "\($0.id) \($0.tags)" }.sorted()), "\(point): ids and tags are the old repository's")
             #expect("\(fixture.files(fixture.repo).sorted { $0.key < $1.key })" == fixture.extra["old"], "\(point): the old repository is only read")
         })
+
+    /// The repository's keys and the store's kill switch: small files whose loss or doubling
+    /// locks an operator out or lets stopped runs go on.
+    static let small: [CrashScenario] = [keyAdd, keyPasswd, exportArchive, killSwitch]
+
+    /// A password file `name` in the fixture's folder.
+    static func writePassword(_ fixture: CrashFixture, _ name: String) throws -> String {
+        let path = fixture.folder.file(name)
+        try Data("the \(name) password\n".utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// Which of these passwords (files in the fixture's folder) open the repository, and how
+    /// many keys it has.
+    static func opens(_ fixture: CrashFixture, _ names: [String]) throws -> String {
+        let keys = try FileManager.default.contentsOfDirectory(atPath: (fixture.repo as NSString).appendingPathComponent("keys")).filter { !$0.hasPrefix(".") }
+        return names.map { name in
+            let opened = (try? PagedRepository.open(at: fixture.repo, password: .file(fixture.folder.file(name)))) != nil
+            return "\(name) \(opened ? "opens" : "does not open")"
+        }.joined(separator: ", ") + "; \(keys.count) keys"
+    }
+
+    static func opensWith(_ fixture: CrashFixture, _ name: String) -> Bool {
+        (try? PagedRepository.open(at: fixture.repo, password: .file(fixture.folder.file(name)))) != nil
+    }
+
+    static let keyAdd = CrashScenario(
+        name: "key add",
+        setup: {
+            let fixture = try CrashFixture()
+            _ = try writePassword(fixture, "second")
+            return fixture
+        },
+        command: { ["key", "add", "--repo", $0.repo, "--new-password-file", $0.folder.file("second")] },
+        minimumPoints: 3,
+        observe: { try opens($0, ["password", "second"]) },
+        next: { fixture, index in
+            // What an operator does: tries the new password, and adds the key again if it does not open.
+            guard !opensWith(fixture, "second") else { return }
+            try ok(fixture, ["key", "add", "--repo", fixture.repo, "--new-password-file", fixture.folder.file("second")], index)
+        },
+        reaches: ["key.add.rename"])
+
+    /// A second key's password changed (the fixture's own password keeps opening the repository
+    /// for the checks every scenario runs). Killed between adding the new key and removing the
+    /// old one, both open: the same command again finishes it.
+    static let keyPasswd = CrashScenario(
+        name: "key passwd",
+        setup: {
+            let fixture = try CrashFixture()
+            _ = try writePassword(fixture, "second")
+            _ = try writePassword(fixture, "third")
+            let added = try fixture.run(["key", "add", "--repo", fixture.repo, "--new-password-file", fixture.folder.file("second")])
+            guard added.status == 0 else { throw StoreOpsError(.failure, "key add: \(added.stderr)") }
+            return fixture
+        },
+        command: { ["key", "passwd", "--repo", $0.repo, "--password-file", $0.folder.file("second"), "--new-password-file", $0.folder.file("third")] },
+        minimumPoints: 3,
+        observe: { try opens($0, ["password", "second", "third"]) },
+        next: { fixture, index in
+            guard opensWith(fixture, "second") else { return }
+            try ok(fixture, ["key", "passwd", "--repo", fixture.repo, "--password-file", fixture.folder.file("second"),
+                             "--new-password-file", fixture.folder.file("third")], index)
+        },
+        reaches: ["key.passwd.add.rename", "key.passwd.remove"])
+
+    /// `snapshot export`: the archive has its name only once complete; the next export replaces
+    /// what a killed one left, and the archive imports.
+    static let exportArchive = CrashScenario(
+        name: "snapshot export",
+        setup: { try storeWithSnapshot() },
+        command: { ["snapshot", "export", "--repo", $0.repo, $0.snapshot, "--output", $0.out + "/one.tar.zst"] },
+        minimumPoints: 3,
+        observe: { FileSystem.kind(of: $0.out + "/one.tar.zst") == .file ? "exported" : "absent" },
+        next: { fixture, index in
+            guard FileSystem.kind(of: fixture.out + "/one.tar.zst") != .file else { return }
+            try ok(fixture, ["snapshot", "export", "--repo", fixture.repo, fixture.snapshot, "--output", fixture.out + "/one.tar.zst"], index)
+        },
+        finally: { fixture, point in
+            let other = try fixture.folder.repository("imported", encrypted: true)
+            let imported = try fixture.run(["snapshot", "import", fixture.out + "/one.tar.zst", "--repo", other])
+            #expect(imported.status == 0, "\(point): the archive does not import: \(imported.stderr)")
+            #expect(try identities(fixture, other) == (try identities(fixture, fixture.repo)), "\(point)")
+        },
+        reaches: ["export.archive.rename"])
+
+    /// `killswitch engage`: the switch is there, durable, or not at all; a killed engage's
+    /// temporary is removed by the next.
+    static let killSwitch = CrashScenario(
+        name: "killswitch engage",
+        setup: { try CrashFixture() },
+        command: { ["killswitch", "engage", $0.store] },
+        minimumPoints: 3,
+        observe: { FileSystem.kind(of: $0.store + ".storectl-killswitch") == .file ? "engaged" : "released" },
+        next: { fixture, index in
+            guard FileSystem.kind(of: fixture.store + ".storectl-killswitch") != .file else { return }
+            try ok(fixture, ["killswitch", "engage", fixture.store], index)
+        },
+        finally: { fixture, point in
+            let text = (try? String(contentsOfFile: fixture.store + ".storectl-killswitch", encoding: .utf8)) ?? ""
+            #expect(text.hasPrefix("engaged "), "\(point): the switch's record is whole: \(text)")
+        },
+        reaches: ["killswitch.rename", "killswitch.sync-folder"])
 
     /// The same in a bucket (restore in place is the local code past the download).
     static let remote: [CrashScenario] = [pagedCreate(.s3), pagedRestore(.s3), pagedPrune(.s3)]
@@ -1128,7 +1231,10 @@ struct CrashPointTests {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Sources/StoreOps").path
         let calls = try Regex(#"(^|[^A-Za-z0-9_.])(unlink|rename|renameat2|mkdir|fsync|fdatasync|link|rmdir)\s*\("#)
-        let words = ["O_CREAT", "removeItem(", "createDirectory(", "createFile(", "Foundation.rename(", "Foundation.link(", "Foundation.unlink("]
+        // Foundation's copies, moves and writes too (a dry run's scratch copy was `copyItem`: no
+        // fault point, and the source's mode instead of 0600).
+        let words = ["O_CREAT", "removeItem(", "createDirectory(", "createFile(", "Foundation.rename(", "Foundation.link(", "Foundation.unlink(",
+                     "copyItem(", "moveItem(", "linkItem(", ".write(to:", "write(toFile:", "replaceItem"]
         let allowed: Set<String> = ["Support/FileSystem.swift", "Support/FaultInjection.swift"]
         var found: [String] = []
         for relative in FileManager.default.subpaths(atPath: root) ?? [] where relative.hasSuffix(".swift") && !allowed.contains(relative) {

@@ -24,7 +24,7 @@ enum BinaryPlistCheck {
             return value
         }
         guard let count64 = uint(trailer + 8, 8), let top64 = uint(trailer + 16, 8), let table64 = uint(trailer + 24, 8),
-              count64 > 0, count64 <= UInt64(bytes.count), top64 < count64, table64 >= 8,
+              count64 > 0, count64 <= UInt64(bytes.count), top64 < count64, table64 >= 8, table64 <= UInt64(trailer),
               table64 + count64 * UInt64(offsetSize) <= UInt64(trailer) else {
             return "a binary plist whose trailer points outside it"
         }

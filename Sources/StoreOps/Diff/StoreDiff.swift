@@ -597,7 +597,7 @@ public enum StoreDiff {
             guard !allows([owner, l.table], member) else { continue }
             if let inverse = l.inverse {
                 let parts = inverse.split(separator: ".", maxSplits: 1).map(String.init)
-                if allows([parts[0]], parts.count > 1 ? parts[1] : nil) { continue }
+                if let entity = parts.first, allows([entity], parts.count > 1 ? parts[1] : nil) { continue }
             }
             out.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed" + (l.reordered > 0 ? ", \(l.reordered) reordered" : ""))
         }

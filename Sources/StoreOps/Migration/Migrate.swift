@@ -342,12 +342,8 @@ public enum Migrate {
             } else {
                 _ = try ConsistentCopy.copy(store, to: before, options: .init(timeout: options.timeout, writeBehind: false))
             }
-            do {
-                _ = FileSystem.remove(after, point: "migrate.dry-run.after.replace")
-                try FileManager.default.copyItem(atPath: before, toPath: after)
-            } catch {
-                throw StoreOpsError(.cannotCreate, "copying \(before) for the dry run: \(error.localizedDescription)")
-            }
+            _ = FileSystem.remove(after, point: "migrate.dry-run.after.replace")
+            try FileSystem.copyNewFile(before, to: after, point: "migrate.dry-run.after.copy")
             let queue = try StoreConnection.open(after, access: .readWrite, busyTimeout: options.timeout, side: .output, label: "storectl.migrate-dry-run")
             let pipeline = Pipeline(operation: "migrate --dry-run")
             var current: Migration?

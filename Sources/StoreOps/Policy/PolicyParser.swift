@@ -44,7 +44,7 @@ extension Policy {
         var storeSection: StoreSection?
         if let store = reader.table("store", required: true) {
             let path = store.string("path", required: true)
-            let busy = store.duration("busy_timeout") ?? DurationText(seconds: 5, text: "5s")
+            let busy = store.duration("busy_timeout", maximum: 7 * 86_400) ?? DurationText(seconds: 5, text: "5s")   // as --timeout: SQLite takes milliseconds as an Int32
             store.finish(known: ["path", "busy_timeout"])
             if let path { storeSection = StoreSection(path: resolve(path, in: folder), busyTimeout: busy) }
         }

@@ -450,7 +450,7 @@ public enum Purge {
             // or more and a waiting commit gets in within a few of its tries.
             // A dry run's scratch copy has no app to make room for.
             let rest = options.inScratchCopy ? 0 : options.dryRun ? target.rule.pause : max(target.rule.pause, lockHeld * Self.yieldFactor)
-            if rest > 0 { usleep(useconds_t(rest * 1_000_000)) }
+            if rest > 0 { Waits.sleep(rest) }
         }
     }
 

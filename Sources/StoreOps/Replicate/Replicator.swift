@@ -1983,7 +1983,7 @@ final class FolderWatcher: @unchecked Sendable {
     /// interval paces the reads, as before).
     func pause(seconds: TimeInterval, unlessWritten urgent: Set<String>) -> Bool {
         guard fd >= 0 else {
-            usleep(UInt32(max(0, seconds) * 1_000_000))
+            Waits.sleep(seconds)
             return false
         }
         let end = Date().addingTimeInterval(seconds)
@@ -1993,7 +1993,7 @@ final class FolderWatcher: @unchecked Sendable {
             let left = end.timeIntervalSinceNow
             guard left > 0 else { return changed }
             var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&entry, 1, Int32(max(1, (left * 1000).rounded(.up)))) > 0 else { continue }
+            guard poll(&entry, 1, Waits.pollMilliseconds(left)) > 0 else { continue }
             while true {
                 let count = read(fd, &buffer, buffer.count)
                 guard count > 0 else { break }
@@ -2016,10 +2016,10 @@ final class FolderWatcher: @unchecked Sendable {
     func wait(seconds: TimeInterval) {
         var entries = [fd, wakeRead].filter { $0 >= 0 }.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
         guard !entries.isEmpty else {
-            usleep(UInt32(max(0, seconds) * 1_000_000))
+            Waits.sleep(seconds)
             return
         }
-        _ = poll(&entries, nfds_t(entries.count), Int32(max(1, (seconds * 1000).rounded(.up))))
+        _ = poll(&entries, nfds_t(entries.count), Waits.pollMilliseconds(seconds))
         var buffer = [UInt8](repeating: 0, count: 8192)
         for descriptor in [fd, wakeRead] where descriptor >= 0 {
             while read(descriptor, &buffer, buffer.count) > 0 {}

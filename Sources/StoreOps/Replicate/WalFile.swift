@@ -98,7 +98,7 @@ enum WalFormat {
         /// checkpoint can change it while that reader lasts (a checkpoint backfills no frame past
         /// a reader's mark, nor any frame while a reader of the file alone holds its read lock).
         static func backfilled(of store: StoreFile) -> Bool {
-            guard let bytes = try? FileProbe.shared.read(store.shmPath, count: 100, at: 0), let header = parse(bytes) else { return false }
+            guard let bytes = try? FileProbe.shared.read(store.shmPath, count: 100, at: 0), bytes.count >= 100, let header = parse(bytes) else { return false }
             return ne32(bytes, 96) == header.lastFrame
         }
 

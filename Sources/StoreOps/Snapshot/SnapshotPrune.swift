@@ -136,7 +136,7 @@ public enum SnapshotPrune {
             for (key, size) in try repository.backend.list(folder) { sizes[key] = size }
         }
         if options.dryRun {
-            result.pointBytes = removing.reduce(0) { $0 + (sizes[$1] ?? 0) }
+            result.pointBytes = removing.saturatingSum { sizes[$0] ?? 0 }
         }
         var removedBytes: UInt64 = 0, writtenBytes: UInt64 = 0
         if !options.dryRun {
@@ -148,12 +148,12 @@ public enum SnapshotPrune {
                     guard let chain = timeline.chains.first(where: { $0.id == decision.chain }),
                           let written = try PointThinning.thin(chain, in: repository, period: options.points.period) else { continue }
                     // The thinned segments written count against what their removal frees.
-                    writtenBytes += written.reduce(0) { $0 + (((try? repository.backend.size($1.key)) ?? nil) ?? 0) }
+                    writtenBytes = writtenBytes.saturatingAdd(written.saturatingSum { ((try? repository.backend.size($0.key)) ?? nil) ?? 0 })
                 }
                 for key in decision.segments {
                     try ProcessSignals.checkpoint("pruning \(repository.location)")
                     try repository.backend.remove(key, point: "prune.points.remove")
-                    removedBytes += sizes[key] ?? 0
+                    removedBytes = removedBytes.saturatingAdd(sizes[key] ?? 0)
                     result.pointBytes = removedBytes > writtenBytes ? removedBytes - writtenBytes : 0
                 }
             }

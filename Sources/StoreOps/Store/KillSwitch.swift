@@ -31,7 +31,17 @@ public struct KillSwitch: Sendable {
         let path = defaultPath(for: store)
         let text = "engaged \(Timestamp.iso(Date())) by pid \(getpid())\(reason.isEmpty ? "" : ": \(reason)")\n"
         if FileSystem.kind(of: path) != .missing { return path }   // already engaged: leave the first record
-        try FileSystem.writeNewFile(path, Data(text.utf8), point: "killswitch.create")
+        // Durable like everything storectl writes (a switch lost to a power cut would let the
+        // runs it stopped go on): a temp name, fsynced, renamed, the folder fsynced. A switch
+        // engaged by another meanwhile is kept (the first record), and so is this run's outcome.
+        PendingFile.removeStale(in: FileSystem.parent(of: path), prefix: FileSystem.name(of: path))   // an engage killed mid-way
+        let file = try PendingFile(finalPath: path, label: "killswitch")
+        try file.write(Data(text.utf8))
+        do {
+            try file.commit()
+        } catch where FileSystem.kind(of: path) != .missing && !file.isCommitted {
+            file.discard()
+        }
         return path
     }
 

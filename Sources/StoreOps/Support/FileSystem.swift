@@ -140,6 +140,39 @@ public enum FileSystem {
         return fd
     }
 
+    /// A new file `to` (mode 0600, created at fault point `point`) holding `from`'s bytes:
+    /// copy_file_range where the kernel can, read and write where it cannot. Not synced: for
+    /// scratch copies that are removed after use (`FileManager.copyItem` kept the source's mode,
+    /// so a dry run's copy of a 0644 store in /tmp was readable by everyone).
+    static func copyNewFile(_ from: String, to: String, point: String) throws {
+        let input = open(from, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input) }
+        defer { close(input) }
+        let output = try create(to, point: point)
+        defer { close(output) }
+        var info = stat()
+        guard fstat(input, &info) == 0 else { throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input) }
+        var done: Int64 = 0
+        let length = Int64(info.st_size)
+        while done < length {
+            let copied = storectl_copy_range(input, done, output, done, min(length - done, 1 << 30))
+            if copied > 0 { done += copied; continue }
+            if copied == 0 { break }   // the file shrank meanwhile
+            guard [EXDEV, ENOSYS, EINVAL, EOPNOTSUPP].contains(errno) else {
+                throw StoreOpsError.posix(errno, doing: "copying \(from) to \(to)", side: .output)
+            }
+            // Read and write the rest.
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            while true {
+                let n = pread(input, &buffer, buffer.count, off_t(done))
+                guard n >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input) }
+                guard n > 0 else { return }
+                try buffer.withUnsafeBytes { try writeAll(output, UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: off_t(done), path: to) }
+                done += Int64(n)
+            }
+        }
+    }
+
     /// A read-write regular file in `folder` with no name (O_TMPFILE, mode 0600): nothing is left
     /// behind, whatever ends the process. Where the file system cannot make one, a file under a
     /// temporary name (`PendingFile`'s, for `fallbackName`) whose name is removed at once; a

@@ -29,6 +29,10 @@ struct BinaryPlistCheckTests {
         #expect(BinaryPlistCheck.problem(Self.plist(objects: [[0xA1, 0x07]])) != nil, "a reference to no object")
         #expect(BinaryPlistCheck.problem(Self.plist(objects: [[0x5F, 0x10, 0x7F, 0x41]])) != nil, "a string longer than the data")
         #expect(BinaryPlistCheck.problem(Self.plist(objects: [[0xA2, 0x01, 0x01], [0x51, 0x41]])) == nil, "an object referred to twice is not a cycle")
+        // An offset table said to begin near 2^64: the bound was a sum that overflowed (a trap).
+        var far = [UInt8](Self.plist(objects: [[0x51, 0x41]]))
+        for i in 0..<8 { far[far.count - 8 + i] = i == 7 ? 0xF0 : 0xFF }
+        #expect(BinaryPlistCheck.problem(Data(far))?.contains("trailer points outside") == true)
         let real: [String: Any] = ["$objects": ["$null", ["a": 1, "b": [1.5, "x", Data([1, 2, 3])]], "é"], "$top": ["root": 1], "$version": 100_000]
         let data = try PropertyListSerialization.data(fromPropertyList: real, format: .binary, options: 0)
         #expect(BinaryPlistCheck.problem(data) == nil)

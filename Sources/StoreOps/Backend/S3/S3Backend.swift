@@ -87,7 +87,7 @@ public final class S3Backend: RepositoryBackend {
                                        what: describe(key))
         switch response.status {
         case 206, 200:
-            let body = response.status == 200 ? response.body.dropFirst(Int(offset)).prefix(length) : response.body
+            let body = response.status == 200 ? response.body.dropFirst(Int(clamping: offset)).prefix(length) : response.body
             guard body.count == length else {
                 throw StoreOpsError(.badData, "\(describe(key)) is damaged: \(length) bytes at \(offset) were asked for and \(body.count) came back; it is shorter than its index says",
                                     hint: Sealer.damagedHint)
@@ -100,10 +100,22 @@ public final class S3Backend: RepositoryBackend {
         }
     }
 
+    /// The largest object S3 stores (5 TiB): a size past it is the server's mistake, refused
+    /// before sums and offsets are made of it.
+    static let largestObject: UInt64 = 5 << 40
+
+    static func checkSize(_ size: UInt64, of key: String, in backend: S3Backend) throws -> UInt64 {
+        guard size <= largestObject else {
+            throw StoreOpsError(.ioError, "\(backend.describe(key)): the server says it is \(size) bytes, more than an S3 object can be (5 TiB)",
+                                hint: "the endpoint \(backend.client.settings.endpoint) does not answer as S3 does")
+        }
+        return size
+    }
+
     public func size(_ key: String) throws -> UInt64? {
         let response = try client.send("HEAD", method: "HEAD", key: objectKey(key), what: describe(key))
         switch response.status {
-        case 200: return response.headers["content-length"].flatMap { UInt64($0) }
+        case 200: return try response.headers["content-length"].flatMap { UInt64($0) }.map { try Self.checkSize($0, of: key, in: self) }
         case 404: return nil
         default: throw unexpected(response, "reading the size of", key)
         }
@@ -212,7 +224,7 @@ public final class S3Backend: RepositoryBackend {
                 guard let key = S3XML.value("Key", in: entry), key.hasPrefix(root) else { continue }
                 let relative = String(key.dropFirst(root.count))
                 guard !relative.isEmpty, !relative.hasSuffix("/") else { continue }
-                out.append((relative, S3XML.value("Size", in: entry).flatMap { UInt64($0) } ?? 0))
+                out.append((relative, try Self.checkSize(S3XML.value("Size", in: entry).flatMap { UInt64($0) } ?? 0, of: relative, in: self)))
             }
             token = nil
             if S3XML.value("IsTruncated", in: text) == "true" {

@@ -35,21 +35,21 @@ public enum RepositoryStats {
         var report = Report(location: repository.location, format: PagedRepository.formatVersion, encrypted: repository.config.isEncrypted)
         // The snapshots whose records open (a damaged one is listed apart, "not counted").
         report.snapshots = records.count
-        report.logicalBytes = records.reduce(0) { $0 + $1.manifest.database.bytes + ($1.manifest.externalData?.totalBytes ?? 0) }
+        report.logicalBytes = records.saturatingSum { $0.manifest.database.bytes.saturatingAdd($0.manifest.externalData?.totalBytes ?? 0) }
         let backend = repository.backend
         let packs = try backend.list("data/")
         let indexes = try backend.list("index/")
         let snapshots = try backend.list("snapshots/")
         report.packs = packs.count
         report.indexes = indexes.count
-        report.storedBytes = (packs + indexes + snapshots).reduce(0) { $0 + $1.size }
+        report.storedBytes = (packs + indexes + snapshots).saturatingSum(\.size)
         var seen = Set<ContentID>()
         report.damaged = damaged.map { $0.problem.contains($0.file) ? $0.problem : "snapshot record \($0.file) \($0.problem)" }
         var blobBytes: UInt64 = 0
         var byType: [String: Int] = [:]
         let unreadable = try RepositoryIndex.scan(repository) { _, _, contents in
             for frame in contents.frames { for blob in frame.blobs where seen.insert(blob.id).inserted {
-                blobBytes += UInt64(blob.length)
+                blobBytes = blobBytes.saturatingAdd(UInt64(blob.length))
                 byType[blob.type.name, default: 0] += 1
             } }
         }

@@ -53,7 +53,10 @@ struct GarbagePlan: Sendable, Equatable {
 
         /// What repacking frees, estimated on raw sizes (a dry run's guess).
         var estimatedFreedBytes: UInt64 {
-            UInt64(Double(storedBytes) * (1 - Double(liveBytes) / Double(max(1, contents.rawBytes))))
+            // The share no blob still uses, within 0...1 whatever a damaged index says.
+            let unused = min(1, max(0, 1 - Double(liveBytes) / Double(max(1, contents.rawBytes))))
+            let estimate = Double(storedBytes) * unused
+            return estimate >= 1.8e19 ? storedBytes : min(storedBytes, UInt64(estimate))
         }
     }
 
@@ -127,11 +130,11 @@ struct GarbagePlan: Sendable, Equatable {
         report.deletedPacks = removed.count
         report.repackedPacks = repacked.count
         report.unindexedPacks = unindexed.count
-        report.keptBytes = kept.reduce(0) { $0 + $1.storedBytes }
+        report.keptBytes = kept.saturatingSum(\.storedBytes)
         // A dry run shares the repository with writers: a pack no index lists may be one being
         // filled, so it is counted (unindexedPacks) but its bytes are not promised.
-        report.freedBytes = removed.reduce(0) { $0 + $1.storedBytes } + (dryRun ? 0 : unindexed.reduce(0) { $0 + $1.storedBytes })
-        for pack in repacked { report.freedBytes += dryRun ? pack.estimatedFreedBytes : pack.storedBytes }
+        report.freedBytes = removed.saturatingSum(\.storedBytes).saturatingAdd(dryRun ? 0 : unindexed.saturatingSum(\.storedBytes))
+        for pack in repacked { report.freedBytes = report.freedBytes.saturatingAdd(dryRun ? pack.estimatedFreedBytes : pack.storedBytes) }
         return report
     }
 }

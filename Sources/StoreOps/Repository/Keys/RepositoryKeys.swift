@@ -62,14 +62,28 @@ public enum RepositoryKeys {
 
     /// Adds a key for a new password; returns its id.
     public static func add(_ options: Options) throws -> String {
-        try change(options, "key add") { repository in try write(repository, options: options, point: "key.add") }
+        try change(options, "key add") { repository in
+            try write(repository, password: try options.newPassword.read(purpose: "new password for \(repository.location)", confirm: true),
+                      options: options, point: "key.add")
+        }
     }
 
     /// Replaces the key this run opened with one for a new password.
     public static func passwd(_ options: Options) throws -> (added: String, removed: String) {
         try change(options, "key passwd") { repository in
             guard let old = repository.keyID else { throw StoreOpsError(.failure, "no key opened \(repository.location)") }
-            let added = try write(repository, options: options, point: "key.passwd.add")
+            let password = try options.newPassword.read(purpose: "new password for \(repository.location)", confirm: true)
+            // A passwd killed between adding the new key and removing the old one left both: the
+            // same command again finishes it (the key the new password opens, to the same master
+            // key, stands in for the one it would add), instead of refusing a second key for it.
+            let added: String
+            if let master = repository.sealer.master, let left = try PagedRepository.keyFiles(repository.backend).keys.first(where: {
+                $0.id != old && (try? $0.open(password: password)) == master
+            }) {
+                added = left.id
+            } else {
+                added = try write(repository, password: password, options: options, point: "key.passwd.add")
+            }
             try repository.backend.remove("keys/\(old)", point: "key.passwd.remove")
             return (added, old)
         }
@@ -107,9 +121,8 @@ public enum RepositoryKeys {
         }
     }
 
-    private static func write(_ repository: PagedRepository, options: Options, point: String) throws -> String {
+    private static func write(_ repository: PagedRepository, password: Data, options: Options, point: String) throws -> String {
         guard let master = repository.sealer.master else { throw StoreOpsError(.failure, "the repository is not open") }
-        let password = try options.newPassword.read(purpose: "new password for \(repository.location)", confirm: true)
         // Two keys for one password would make removing "the old password" leave it working.
         for existing in try PagedRepository.keyFiles(repository.backend).keys where (try? existing.open(password: password)) != nil {
             let which = existing.id == repository.keyID ? "the key this run opened the repository with (\(existing.id))" : "key \(existing.id)"
