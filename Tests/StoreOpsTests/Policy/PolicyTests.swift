@@ -114,6 +114,8 @@ struct PolicyTests {
         ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_flag = \"F\"\nbatch_size = \"500\"",
          "6: purge[0].batch_size: expected an integer, got the string \"500\""),
         ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_flag = \"F\"\nbatch_size = 0", "6: purge[0].batch_size: 0 is out of range; expected 1...100000"),
+        // SQLite takes the busy timeout in milliseconds as an Int32: 30 days trapped in GRDB.
+        ("[store]\npath = \"x.sqlite\"\nbusy_timeout = \"30d\"", "3: store.busy_timeout: \"30d\" is longer than"),
         ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_at = \"D\"\nretention = \"30d\"",
          "purge[0].time_format: missing: how D stores time"),
         ("[store]\npath = \"x.sqlite\"\n[[purge]]\ntable = \"T\"\ndeleted_at = \"D\"\ntime_format = \"epoch\"\nretention = \"1d\"",

@@ -1,0 +1,53 @@
+import Foundation
+import GRDB
+import StoreLab
+@testable import StoreOps
+import Testing
+
+/// Numbers that come from outside (a policy, a server's listing, a store's -shm) converted and
+/// summed without a trap: each of these trapped or read past its array before.
+@Suite("numbers from outside: no trap")
+struct OutsideNumbersTests {
+    @Test("waits longer than usleep's 71 minutes or poll's 24.8 days are bounded, not a trap; NaN and negatives wait nothing")
+    func waits() {
+        #expect(Waits.pollMilliseconds(30 * 86_400) == Int32.max)
+        #expect(Waits.pollMilliseconds(100 * 365 * 86_400) == Int32.max)
+        #expect(Waits.pollMilliseconds(.infinity) == Int32.max)
+        #expect(Waits.pollMilliseconds(.nan) == 1)
+        #expect(Waits.pollMilliseconds(-5) == 1)
+        #expect(Waits.pollMilliseconds(0.0101) == 11)
+        let started = Date()
+        Waits.sleep(-1)
+        Waits.sleep(.nan)
+        Waits.sleep(0.05)
+        let took = Date().timeIntervalSince(started)
+        #expect(took >= 0.045 && took < 1, "\(took)")
+    }
+
+    @Test("byte counts a listing or a record states are summed saturating; an S3 size past 5 TiB is the server's error (74), not a sum")
+    func sums() throws {
+        #expect([UInt64.max - 1, 5, 7].saturatingSum { $0 } == UInt64.max)
+        #expect([1, 2, 3].saturatingSum { UInt64($0) } == 6)
+        #expect(UInt64.max.saturatingAdd(1) == UInt64.max)
+        let settings = try S3Settings.resolve(bucket: "bucket", environment: ["AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"])
+        let backend = S3Backend(bucket: "bucket", prefix: "repo", settings: settings)
+        #expect(try S3Backend.checkSize(5 << 40, of: "data/x", in: backend) == 5 << 40)
+        let error = #expect(throws: StoreOpsError.self) { try S3Backend.checkSize(UInt64.max, of: "data/x", in: backend) }
+        #expect(error?.status == .ioError && error?.message.contains("more than an S3 object can be") == true, "\(String(describing: error))")
+    }
+
+    @Test("a -shm of 98 bytes (the header's two copies, not the checkpoint info) is not read past its end")
+    func shortShm() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 50)
+        let app = try DatabaseQueue(path: store)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'x' WHERE Z_PK = 1") }
+        let shm = try Data(contentsOf: URL(fileURLWithPath: store + "-shm"))
+        try app.close()
+        let copy = folder.file("copy.sqlite")
+        try FileManager.default.copyItem(atPath: store, toPath: copy)
+        try shm.prefix(98).write(to: URL(fileURLWithPath: copy + "-shm"))
+        #expect(WalFormat.IndexHeader.backfilled(of: StoreFile(unchecked: copy)) == false)
+        #expect(WalFormat.IndexHeader.current(of: StoreFile(unchecked: copy)) != nil, "the header itself is whole")
+    }
+}
