@@ -672,7 +672,28 @@ enum Scenarios {
 
     /// The repository's keys and the store's kill switch: small files whose loss or doubling
     /// locks an operator out or lets stopped runs go on.
-    static let small: [CrashScenario] = [keyAdd, keyPasswd, exportArchive, killSwitch]
+    static let small: [CrashScenario] = [keyAdd, keyPasswd, exportArchive, killSwitch, repair]
+
+    /// `repo repair` of a repository with two snapshots' indexes: one new index written, then
+    /// the old ones removed; killed between, both list the packs (still clean) and the next
+    /// repair ends with one.
+    static let repair = CrashScenario(
+        name: "repo repair",
+        setup: {
+            let fixture = try storeWithSnapshot()
+            try fixture.walCommits(20)
+            _ = try SnapshotCreate.run(store: fixture.store, options: .init(repository: fixture.repo, password: fixture.password))
+            return fixture
+        },
+        command: { ["repo", "repair", "--repo", $0.repo] },
+        minimumPoints: 4,
+        observe: { fixture in
+            let indexes = (try? FileManager.default.contentsOfDirectory(atPath: (fixture.repo as NSString).appendingPathComponent("index")))?
+                .filter { !$0.hasPrefix(".") }.count ?? -1
+            return try listed(fixture, fixture.repo) + "; \(indexes == 1 ? "one index" : "several indexes")"
+        },
+        next: { fixture, index in try ok(fixture, ["repo", "repair", "--repo", fixture.repo], index) },
+        reaches: ["repair.index.write.rename", "repair.index.remove"])
 
     /// A password file `name` in the fixture's folder.
     static func writePassword(_ fixture: CrashFixture, _ name: String) throws -> String {
