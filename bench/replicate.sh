@@ -295,7 +295,7 @@ REPLAY=$SECS
 rm -f "$P"/base.sqlite*
 DIGESTS=$(ls "$P/repo/points"/*/*/ 2>/dev/null | grep -c '^digest-')
 printf 'digests in the repository: %s (%s MiB); storectl at a point / the same with digests ignored %s\n' "$DIGESTS" \
-  "$(mib "$(cat "$P"/repo/points/*/*/digest-* 2>/dev/null | wc -c)")" "$(ratio "${RESTORE[storectl]}" "$REPLAY")"
+  "$(mib "$(cat "$P"/repo/points/*/*/digest-* 2>/dev/null | wc -c)")" "$(ratio "$POINT" "$REPLAY")"
 printf 'ratio storectl / litestream %s; storectl at a point / plain restore %s (medians of the alternating rounds)\n' "$(ratio "${RESTORE[storectl]}" "${RESTORE[litestream]}")" "$(ratio "$POINT" "$PLAIN")"
 printf '(commits: the writer'"'"'s commits in the restored store; before asked: how long before the asked time the last of them returned)\n'
 for tool in none storectl litestream; do rm -f "$W/$tool"/Tasks.sqlite "$W/$tool"/Tasks.sqlite-* "$W/$tool"/restored.sqlite*; done

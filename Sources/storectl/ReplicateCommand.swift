@@ -198,11 +198,16 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                         ? "the run stopped before recording it: the next run records a gap unless the -wal still holds them"
                         : "the next base, once the repository takes it, records it")
                 }
-                if let kept = live.keptPoints, kept > 0 {
+                if store.writtenSince == true, (live.keptPoints ?? 0) > 0 || (live.waiting ?? 0) > 0 {
+                    // A later run wrote since this status file: what this run kept went first.
+                    line += "; when this run stopped, \(Format.plural(live.keptPoints ?? 0, "point was", "points were")) kept on this machine"
+                        + ((live.waiting ?? 0) > 0 ? " and \(Format.plural(live.waiting ?? 0, "commit", "commits")) waiting" : "")
+                        + "; a later run has written since (newest point \(store.newestPoint.map { Timestamp.iso($0) } ?? "?")), kept points first: `snapshot list --points` shows any gap"
+                } else if let kept = live.keptPoints, kept > 0 {
                     line += "; \(Format.plural(kept, "point", "points")) KEPT on this machine, not in the repository yet ("
                         + (live.lastError.map { "writing them failed: \($0); " } ?? "") + "the next write, or the next run, sends them first)"
                 }
-                if let waiting = live.waiting, waiting > 0 {
+                if let waiting = live.waiting, waiting > 0, store.writtenSince != true {
                     if report.gone == true {
                         // The status file is as of its last sync: what the dead process wrote after
                         // it is in the repository (the newest point above), not "not durable yet".

@@ -39,7 +39,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
         func time(_ date: Date) -> String { Timestamp.iso(date).replacingOccurrences(of: "T", with: " ") }
         var lines: [String] = []
         for entry in stores {
-            lines.append("points in time of \(entry.store) (\(entry.host)): \(Format.plural(entry.points, "point", "points"))")
+            lines.append("points in time of \(entry.store) (\(entry.host)): \(entry.pointsAtLeast ? "at least " : "")\(Format.plural(entry.points, "point", "points"))")
             for span in entry.spans {
                 let to = span.to.map { time($0) } ?? "…"
                 let what: String
@@ -48,7 +48,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
                     // A span with no commit in it (followed while the app was idle) is no "every commit: 0 points".
                     what = span.points == 0 ? "no commit (followed, the app idle) in chain \(span.chain ?? "")"
                         : "every commit" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
-                case "thinned": what = "the last commit of each minute" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
+                case "thinned": what = "the last commit of each minute" + (span.points.map { ": \(span.pointsAtLeast == true ? "at least " : "")\(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
                 case "gap", "unconfirmed": what = span.reason ?? ""
                 default: what = span.reason ?? "storectl replicate was stopped"
                 }

@@ -47,7 +47,8 @@ struct SnapshotVerifyCommand: ParsableCommand, JSONOutput {
             return "NOT CHECKED \(what): \(problem)"
         }
         if let points = outcome.points {
-            let what = "points of \(outcome.store ?? "a store"), chain \(outcome.id) (\(Format.plural(points, "point", "points")))"
+            let count = outcome.thinned == true ? "points numbered 0 to \(points - 1), thinned to one a minute" : Format.plural(points, "point", "points")
+            let what = "points of \(outcome.store ?? "a store"), chain \(outcome.id) (\(count))"
             return outcome.ok ? "ok      \(what)  (\(Format.duration(outcome.seconds)))" : "DAMAGED \(what): \(problem)"
         }
         let unrecorded = outcome.unrecorded.map { "; NOT RECORDED as verified: \($0)" } ?? ""

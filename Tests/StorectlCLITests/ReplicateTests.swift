@@ -684,10 +684,17 @@ struct ReplicateTests {
         #expect(refused.status == 66 && refused.stderr.contains("the last time the follower of this store confirmed"), "\(refused.status) \(refused.stderr)")
         let durable = Timestamp.iso(Date(timeIntervalSince1970: Double(chain.confirmedUntil) / 1000))
         #expect(try restored(at: durable, "durable.sqlite").title == "before")
+        let kept = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status, "--repo", repo])
+        #expect(kept.status == 2 && kept.stdout.contains("4 points KEPT on this machine"), "\(kept.status) \(kept.stdout) \(kept.stderr)")
         // The next run takes the store up (the app's connection keeps its -wal) and stops cleanly.
         let next = try ChildProcess.run(Binaries.storectl, ["replicate", store, "--repo", repo, "--json", "--for", "2s", "--heartbeat", "0", "--spool", folder.path])
         #expect(next.status == 0, "\(next.stderr)")
         #expect(try summary(next).keptSent == 4, "the kept points went first: \(next.stdout)")
+        // The stopped run's status file, read after the next run wrote them (without a status
+        // file of its own): history, not "KEPT, not in the repository yet" with 2.
+        let after = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status, "--repo", repo])
+        #expect(after.status == 0 && after.stdout.contains("when this run stopped, 4 points were kept on this machine")
+                && after.stdout.contains("a later run has written since") && !after.stdout.contains("KEPT"), "\(after.status) \(after.stdout) \(after.stderr)")
         let ended = try #require(PointTimeline.load(repository).chains.last)
         #expect(ended.stopped)
         #expect(try restored(at: Timestamp.iso(Date(timeIntervalSince1970: Double(ended.confirmedUntil) / 1000)), "after.sqlite").title == "after-4")
@@ -1146,6 +1153,17 @@ struct ReplicateTests {
         let stores = try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password")))
         let kinds = stores.first?.spans.map(\.kind) ?? []
         #expect(kinds.first == "thinned" && kinds.contains("covered"), "\(stores)")
+        // A thinned span's count is a lower bound, said so (it said "1 point" of a chain whose
+        // minutes each kept a commit); verify does not call the numbering a count; status counts
+        // the thinned chain as repo check does.
+        let thinned = try #require(stores.first?.spans.first)
+        #expect(thinned.pointsAtLeast == true && (thinned.points ?? 0) >= 2, "\(thinned)")
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--points"], environment: world.environment)
+        #expect(listed.stdout.contains("the last commit of each minute: at least ") && listed.stdout.contains(": at least "), "\(listed.stdout)")
+        let verified = try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", world.repo, "--all"], environment: world.environment)
+        #expect(verified.status == 0 && verified.stdout.contains("thinned to one a minute"), "\(verified.stdout) \(verified.stderr)")
+        let status = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", world.repo], environment: world.environment)
+        #expect(status.stdout.contains("2 chains"), "\(status.stdout) \(status.stderr)")
         // The first chain keeps the minute's last commit: the writer's last, or the one before it if the stop came first.
         let last = try #require(logged.values.map(\.returned).max())
         let checked = try check(world, times: [Date(timeIntervalSince1970: last + 0.5)])

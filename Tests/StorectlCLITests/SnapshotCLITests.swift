@@ -512,6 +512,27 @@ struct SnapshotCLITests {
                 && typo.stderr.contains("its stores: \(store)"), "\(typo.stderr)")
     }
 
+    @Test("a prune cut short after removing a record (SIGTERM at its first removal; a server gone away takes the same path): the error names the snapshot it removed, never 'nothing was changed'; the same prune again finishes")
+    func pruneCutShort() throws {
+        let folder = try TempFolder()
+        let (store, repo, first) = try storeWithSnapshot(folder, items: 300)
+        for title in ["second", "third"] {
+            try DatabaseQueue(path: store).write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
+            #expect(try storectl("snapshot", "create", store, "--repo", repo).status == 0)
+        }
+        let byTime = try SnapshotSummary.list(repository: repo).sorted { ($0.time, $0.id) < ($1.time, $1.id) }.map(\.id)
+        #expect(byTime.count == 3 && byTime.first == first)
+        let expired = byTime.dropLast().sorted()   // removed in the order of their ids
+        let cut = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1", environment: ["STORECTL_TEST_SIGNAL_AT": "prune.record.remove#1"])
+        #expect(cut.status == 143 && cut.stderr.contains("before that, this prune removed 1 snapshot (\(expired[0]))")
+                && !cut.stderr.contains("nothing was changed"), "\(cut.status) \(cut.stderr)")
+        #expect(try SnapshotSummary.list(repository: repo).map(\.id).sorted() == [expired[1], byTime[2]].sorted())
+        let again = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1")
+        #expect(again.status == 0 && again.stdout.contains("removed \(expired[1])"), "\(again.stdout) \(again.stderr)")
+        #expect(try SnapshotSummary.list(repository: repo).map(\.id) == [byTime[2]])
+        #expect(try storectl("repo", "check", "--repo", repo).status == 0)
+    }
+
     @Test("restore --in-place beside an app that opens the store for each commit: every commit the app was told succeeded is in a pre-restore safety snapshot or in the store afterwards (the store's write lock is held from the safety snapshot through the swap, and a process that opened the store meanwhile stops the swap: 75, nothing changed); each restore ends 0 or 75; with the app stopped it ends 0")
     func inPlaceBesideReopeningWriter() throws {
         let folder = try TempFolder()

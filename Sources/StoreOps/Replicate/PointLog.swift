@@ -606,6 +606,8 @@ public struct StorePoints: Sendable, Codable {
     /// no commit came, until it stopped).
     public var newestPoint: Date?
     public var points: Int { spans.filter { $0.kind == "covered" || $0.kind == "thinned" }.reduce(0) { $0 + ($1.points ?? 0) } }
+    /// `points` is a lower bound (a thinned span's count is).
+    public var pointsAtLeast: Bool { spans.contains { $0.pointsAtLeast == true } }
 
     public struct Span: Sendable, Codable {
         /// "covered" (every commit a point), "thinned" (the last commit of each minute), "gap"
@@ -618,6 +620,10 @@ public struct StorePoints: Sendable, Codable {
         public var points: Int?
         public var chain: String?
         public var reason: String?
+        /// A thinned span's `points` is a lower bound: the base, the points of its segments not
+        /// thinned, and one for each thinned segment (each holds one commit a minute at least;
+        /// how many, only reading it says).
+        public var pointsAtLeast: Bool?
     }
 
     /// Every store's points in the repository.
@@ -692,7 +698,10 @@ public struct StorePoints: Sendable, Codable {
                     entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(chain.confirmedUntil),
                                              points: perSpan ? max(0, chain.points - 1 - before) : nil, chain: chain.id))
                 }
-                if !perSpan, let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) { entry?.spans[index].points = points + 1 }
+                if !perSpan, let index = entry?.spans.firstIndex(where: { $0.chain == chain.id }) {
+                    entry?.spans[index].points = points + 1 + chain.segments.dropFirst().filter { $0.level == PointThinning.level }.count
+                    entry?.spans[index].pointsAtLeast = true
+                }
                 // A stop or resume marker names points the segments found do not reach (a segment
                 // removed or lost): nothing after the last point found is covered, as restore says.
                 if let missing = chain.missingThrough, var spans = entry?.spans[chainStart...].map({ $0 }) {

@@ -51,6 +51,11 @@ public enum ReplicateStatus {
         public var chains: Int
         /// From the status file, when given and about this store.
         public var live: Replicate.StoreSummary?
+        /// The status file is of a stopped run and the repository holds a point of this store
+        /// newer than the last that run made durable: a later run (without this status file) has
+        /// written since, and sends what the stopped one kept first, so its "kept" and "waiting"
+        /// figures are history.
+        public var writtenSince: Bool?
     }
 
     public struct Report: Sendable, Codable {
@@ -90,6 +95,7 @@ public enum ReplicateStatus {
         for store in report.stores {
             guard let live = store.live else { continue }
             if live.notFollowed != nil { problems.append("\(store.store) is not followed") }
+            if store.writtenSince == true { continue }
             if report.state == "stopped", let waiting = live.waiting, waiting > 0 {
                 problems.append("\(store.store): \(Format.plural(waiting, "commit was", "commits were")) read and never written")
             }
@@ -141,10 +147,13 @@ public enum ReplicateStatus {
             return report
         }
         var report = Report(repository: opened.location, stores: stores.map { entry in
-            let covered = entry.spans.filter { $0.kind == "covered" }
-            return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: entry.newestPoint ?? covered.last?.to,
+            let covered = entry.spans.filter { $0.kind == "covered" || $0.kind == "thinned" }   // a thinned chain is a chain (repo check counts it)
+            let newest = entry.newestPoint ?? covered.last?.to
+            return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: newest,
                          gaps: entry.spans.filter { $0.kind == "gap" }.count, chains: Set(covered.compactMap(\.chain)).count,
-                         live: live?.stores.first { $0.store == entry.store })
+                         live: live?.stores.first { $0.store == entry.store },
+                         writtenSince: live?.state == "stopped" && live?.stores.contains { $0.store == entry.store } == true
+                            && (newest ?? .distantPast) > (live?.stores.first { $0.store == entry.store }?.lastDurable ?? .distantFuture) ? true : nil)
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
         // A store the process follows that has no point yet (its first base failed) is listed too.
         for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store == store.store }) {

@@ -139,34 +139,50 @@ public enum SnapshotPrune {
             result.pointBytes = removing.saturatingSum { sizes[$0] ?? 0 }
         }
         var removedBytes: UInt64 = 0, writtenBytes: UInt64 = 0
-        if !options.dryRun {
-            // Points first, each chain from its last segment back to its opening: a prune cut
-            // short leaves a shorter chain, never a chain with a hole.
-            for decision in decided.points where decision.action != "keep" {
-                if decision.action == "thin" {
-                    let timeline = try PointTimeline.load(repository, store: nil)
-                    guard let chain = timeline.chains.first(where: { $0.id == decision.chain }),
-                          let written = try PointThinning.thin(chain, in: repository, period: options.points.period) else { continue }
-                    // The thinned segments written count against what their removal frees.
-                    writtenBytes = writtenBytes.saturatingAdd(written.saturatingSum { ((try? repository.backend.size($0.key)) ?? nil) ?? 0 })
-                }
-                for key in decision.segments {
-                    try ProcessSignals.checkpoint("pruning \(repository.location)")
-                    try repository.backend.remove(key, point: "prune.points.remove")
-                    removedBytes = removedBytes.saturatingAdd(sizes[key] ?? 0)
-                    result.pointBytes = removedBytes > writtenBytes ? removedBytes - writtenBytes : 0
-                }
-            }
-            for id in expired.sorted() {
-                try ProcessSignals.checkpoint("pruning \(repository.location)")
-                try repository.backend.remove(PagedSnapshotRecord.key(id), point: "prune.record.remove")
-                try? repository.backend.remove(repository.verifiedKey(id), point: "prune.verified.remove")
-                result.removed.append(id)
-            }
+        var chainsTouched = 0
+        do {
+            try remove()
+        } catch let error as StoreOpsError where !result.removed.isEmpty || chainsTouched > 0 {
+            // The server went away (or a signal came) part way: what is gone is said, never
+            // "nothing was changed" (an S3 outage's generic hint), so the operator knows which
+            // snapshots no longer restore.
+            let records = result.removed.isEmpty ? "" : "\(Format.plural(result.removed.count, "snapshot", "snapshots")) (\(result.removed.joined(separator: ", ")))"
+            let chains = chainsTouched == 0 ? "" : "\(records.isEmpty ? "" : " and ")points of \(Format.plural(chainsTouched, "chain", "chains")) (thinned or removed)"
+            throw StoreOpsError(error.kind, "\(error.message); before that, this prune removed \(records)\(chains)",
+                                hint: "run the same prune again once the repository answers: it collects what they used (\(error.hint ?? ""))")
         }
-        // A dry run counts what would be freed once the expired records are gone.
-        result.garbage = try PagedGarbage.collect(repository, dryRun: options.dryRun, excluding: options.dryRun ? expired : [],
-                                                  progress: progress)
         return result
+
+        func remove() throws {
+            if !options.dryRun {
+                // Points first, each chain from its last segment back to its opening: a prune cut
+                // short leaves a shorter chain, never a chain with a hole.
+                for decision in decided.points where decision.action != "keep" {
+                    if decision.action == "thin" {
+                        let timeline = try PointTimeline.load(repository, store: nil)
+                        guard let chain = timeline.chains.first(where: { $0.id == decision.chain }),
+                              let written = try PointThinning.thin(chain, in: repository, period: options.points.period) else { continue }
+                        // The thinned segments written count against what their removal frees.
+                        writtenBytes = writtenBytes.saturatingAdd(written.saturatingSum { ((try? repository.backend.size($0.key)) ?? nil) ?? 0 })
+                    }
+                    for (k, key) in decision.segments.enumerated() {
+                        try ProcessSignals.checkpoint("pruning \(repository.location)")
+                        try repository.backend.remove(key, point: "prune.points.remove")
+                        if k == 0 { chainsTouched += 1 }
+                        removedBytes = removedBytes.saturatingAdd(sizes[key] ?? 0)
+                        result.pointBytes = removedBytes > writtenBytes ? removedBytes - writtenBytes : 0
+                    }
+                }
+                for id in expired.sorted() {
+                    try ProcessSignals.checkpoint("pruning \(repository.location)")
+                    try repository.backend.remove(PagedSnapshotRecord.key(id), point: "prune.record.remove")
+                    try? repository.backend.remove(repository.verifiedKey(id), point: "prune.verified.remove")
+                    result.removed.append(id)
+                }
+            }
+            // A dry run counts what would be freed once the expired records are gone.
+            result.garbage = try PagedGarbage.collect(repository, dryRun: options.dryRun, excluding: options.dryRun ? expired : [],
+                                                      progress: progress)
+        }
     }
 }

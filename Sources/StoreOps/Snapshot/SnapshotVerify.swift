@@ -45,6 +45,9 @@ public enum SnapshotVerify {
         /// Set when the snapshot was checked but its "last verified" record could not be written
         /// (the repository went away after reading it): why. `ok` is still the check's verdict.
         public var unrecorded: String?
+        /// A chain of points thinned by prune: `points` is its point numbering (the newest
+        /// point's number + 1), not how many it still holds.
+        public var thinned: Bool?
         /// The exit status of what stopped the record (74 I/O, 66 the repository's folder gone).
         public var unrecordedStatus: Int32?
 
@@ -201,8 +204,10 @@ public enum SnapshotVerify {
                 return outcomes
             }
             let problems = RepositoryCheck.wholeness(of: chain, in: repository, snapshots: snapshots) + read.problems
-            outcomes.append(Outcome(id: chain.id, ok: problems.isEmpty, problem: problems.isEmpty ? nil : problems.joined(separator: "; "),
-                                    seconds: Date().timeIntervalSince(started), points: chain.points, store: read.store))
+            var outcome = Outcome(id: chain.id, ok: problems.isEmpty, problem: problems.isEmpty ? nil : problems.joined(separator: "; "),
+                                  seconds: Date().timeIntervalSince(started), points: chain.points, store: read.store)
+            if chain.segments.contains(where: { $0.level == PointThinning.level }) { outcome.thinned = true }
+            outcomes.append(outcome)
         }
         return outcomes + orphans
     }

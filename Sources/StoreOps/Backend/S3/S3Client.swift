@@ -177,7 +177,7 @@ final class S3Client: Sendable {
             case .untrusted(let problem):
                 // A certificate that is not trusted stays untrusted: no retry.
                 throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what): \(problem) (endpoint \(settings.endpoint))",
-                                    hint: "if the endpoint's certificate is signed by a CA of your own, set AWS_CA_BUNDLE (or ca_bundle in the profile) to a PEM file of it; nothing was changed in the store")
+                                    hint: "if the endpoint's certificate is signed by a CA of your own, set AWS_CA_BUNDLE (or ca_bundle in the profile) to a PEM file of it")
             case .tooLarge:
                 throw StoreOpsError(.badData, "\(location): the answer to \(kind) \(what) is over \(Format.bytes(settings.maxAnswer)), larger than any object storectl writes",
                                     hint: "check --repo: the prefix may hold objects that are not a storectl repository")
@@ -221,7 +221,7 @@ final class S3Client: Sendable {
                 ? "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s (deadline \(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)"
                 : "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s, and the next try would come after the deadline (\(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)"
             throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
-                                hint: "check that the endpoint is up and reachable from this host; nothing was changed in the store, and the next run cleans up what this one left")
+                                hint: "check that the endpoint is up and reachable from this host; the next run cleans up what this one left in the repository")
         }
         let deadline = Date().addingTimeInterval(delay)
         while Date() < deadline {
