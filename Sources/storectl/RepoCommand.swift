@@ -91,7 +91,7 @@ struct RepoStatsCommand: ParsableCommand, JSONOutput {
         var lines = [
             "repository  \(report.location) (format \(report.format), \(report.encrypted ? "encrypted" : "NOT encrypted"))",
             "snapshots   \(report.snapshots), \(Format.bytes(report.logicalBytes)) as whole copies",
-            "stored      \(Format.bytes(report.storedBytes))" + (report.storedBytes > 0 ? String(format: " (%.1fx smaller)", Double(report.logicalBytes) / Double(report.storedBytes)) : ""),
+            "stored      \(Format.bytes(report.storedBytes))" + Format.storedRatio(logical: report.logicalBytes, stored: report.storedBytes),
         ]
         lines.append("packs       \(report.packs), \(Format.plural(report.indexes, "index", "indexes"))")
         let kinds = report.blobsByType.sorted { $0.key < $1.key }.map { "\(Format.count($0.value)) \($0.key)s" }.joined(separator: ", ")

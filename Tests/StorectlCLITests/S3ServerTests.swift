@@ -293,6 +293,45 @@ struct S3ServerTests {
         #expect(missing.status == 66 && missing.stderr.contains("no-such.pem") && missing.stderr.contains("AWS_CA_BUNDLE"), "\(missing.stderr)")
     }
 
+    @Test("the server gone for good mid-snapshot (its index written, its record not): 74 after the record's retries, without a DELETE of every pack it wrote (abandoning stops at the first failure); nothing listed; with the server back the next create and the check are clean")
+    func serverGoneMidSnapshot() throws {
+        let folder = try TempFolder()
+        let server = try SeaweedServer()
+        defer { server.stop() }
+        try server.createBucket("gone")
+        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "TMPDIR": folder.path, "STORECTL_S3_RETRIES": "3"]) { $1 }
+        let repo = "s3://gone/repo"
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        let store = try sampleStore(in: folder, items: 30_000)
+        let trace = folder.file("trace"), resume = folder.file("resume")
+        let create = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--json"], environment: environment.merging([
+            "STORECTL_TEST_PAUSE_AT": "index.write.put#1:60000", "STORECTL_TEST_PAUSE_UNTIL": resume, "STORECTL_FAULT_TRACE": trace]) { $1 })
+        #expect(waitUntil(60) { ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("index.write.put#1") })
+        server.kill()
+        #expect(FileManager.default.createFile(atPath: resume, contents: nil))
+        let started = Date()
+        let result = create.wait()
+        let took = Date().timeIntervalSince(started)
+        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        let requests = (report?["s3"] as? [String: Any])?["requests"] as? [String: Any]
+        let deletes = requests?["DELETE"] as? Int ?? 0, puts = requests?["PUT"] as? Int ?? 0
+        // Counted per attempt (four each here): the index's removal and the lock's. Before, the
+        // index and each pack too, each waiting out its retries (a bucket's 60 s deadline then).
+        #expect(result.status == 74 && deletes <= 8 && puts >= 3, "\(result.status) after \(took) s, \(deletes) DELETEs of \(puts) PUTs: \(result.stdout) \(result.stderr)")
+        try server.restart()
+        // A restarted server answers S3 only once its volume server has joined: waited for.
+        var list = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo, "--json"], environment: environment)
+        _ = waitUntil(60, every: 0.5) {
+            list = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo, "--json"], environment: environment)
+            return list.status == 0
+        }
+        #expect((try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [Any])?.isEmpty == true, "\(list.stdout) \(list.stderr)")
+        let again = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo], environment: environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo, "--read-data"], environment: environment)
+        #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
+    }
+
     @Test("the server killed and restarted mid-snapshot: the run completes through its retries or exits 74 with nothing listed; the next run and the check are clean")
     func serverRestart() throws {
         let folder = try TempFolder()

@@ -52,6 +52,15 @@ public enum Format {
     }
 
     /// 5 -> "5", -5.5 -> "-5.5": a number as typed.
+    /// `repo stats`' " (5.4x smaller)", or " (1.9x larger)" when a repository holds more than
+    /// its snapshots as whole copies (chains of points, packs a prune will collect; it said
+    /// "(0.5x smaller)"); "" when either is 0.
+    public static func storedRatio(logical: UInt64, stored: UInt64) -> String {
+        guard stored > 0, logical > 0 else { return "" }
+        let factor = Double(logical) / Double(stored)
+        return factor >= 1 ? String(format: " (%.1fx smaller)", factor) : String(format: " (%.1fx larger)", 1 / factor)
+    }
+
     public static func number(_ value: Double) -> String {
         value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
     }

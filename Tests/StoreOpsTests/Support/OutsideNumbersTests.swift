@@ -50,4 +50,12 @@ struct OutsideNumbersTests {
         #expect(WalFormat.IndexHeader.backfilled(of: StoreFile(unchecked: copy)) == false)
         #expect(WalFormat.IndexHeader.current(of: StoreFile(unchecked: copy)) != nil, "the header itself is whole")
     }
+
+    @Test("repo stats' ratio says larger when the repository holds more than its snapshots as whole copies")
+    func storedRatio() {
+        #expect(Format.storedRatio(logical: 540, stored: 100) == " (5.4x smaller)")
+        #expect(Format.storedRatio(logical: 405, stored: 757) == " (1.9x larger)")
+        #expect(Format.storedRatio(logical: 0, stored: 10) == "")
+        #expect(Format.storedRatio(logical: 10, stored: 0) == "")
+    }
 }
