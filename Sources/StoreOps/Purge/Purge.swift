@@ -450,7 +450,11 @@ public enum Purge {
             // or more and a waiting commit gets in within a few of its tries.
             // A dry run's scratch copy has no app to make room for.
             let rest = options.inScratchCopy ? 0 : options.dryRun ? target.rule.pause : max(target.rule.pause, lockHeld * Self.yieldFactor)
-            if rest > 0 { Waits.sleep(rest) }
+            // In slices: a long policy `pause` ends at a signal or an engaged kill switch, not after it.
+            let until = Date().addingTimeInterval(rest)
+            while until.timeIntervalSinceNow > 0, pipeline.stopRequested == nil, ProcessSignals.received == nil {
+                Waits.sleep(min(1, until.timeIntervalSinceNow))
+            }
         }
     }
 

@@ -152,8 +152,8 @@ public enum ReplicateStatus {
             return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: newest,
                          gaps: entry.spans.filter { $0.kind == "gap" }.count, chains: Set(covered.compactMap(\.chain)).count,
                          live: live?.stores.first { $0.store == entry.store },
-                         writtenSince: live?.state == "stopped" && live?.stores.contains { $0.store == entry.store } == true
-                            && (newest ?? .distantPast) > (live?.stores.first { $0.store == entry.store }?.lastDurable ?? .distantFuture) ? true : nil)
+                         writtenSince: live?.state == "stopped" && Self.keptWritten(entry, since: live?.stores.first { $0.store == entry.store }?.lastDurable,
+                                                                                 stopped: live?.updatedAt) ? true : nil)
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
         // A store the process follows that has no point yet (its first base failed) is listed too.
         for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store == store.store }) {
@@ -165,6 +165,20 @@ public enum ReplicateStatus {
             report.gone = gone ? true : nil
         }
         return report
+    }
+
+    /// Whether what a stopped run kept (its commits after `lastDurable`, up to its stop) is in the
+    /// repository now: a point newer than `lastDurable`, and every instant from it to the stop (or
+    /// to the newest point) covered, no gap or unfollowed span there. A later run with the same
+    /// spool sends the kept points first and so covers it; one with another spool, or on another
+    /// machine, leaves a gap from `lastDurable`, and the kept points stay a problem (exit 2).
+    static func keptWritten(_ entry: StorePoints, since lastDurable: Date?, stopped: Date?) -> Bool {
+        guard let lastDurable, let stopped, let newest = entry.newestPoint, newest > lastDurable else { return false }
+        let end = min(stopped, newest)
+        return !entry.spans.contains { span in
+            guard span.kind != "covered" && span.kind != "thinned" else { return false }
+            return span.from < end && (span.to ?? .distantFuture) > lastDurable
+        }
     }
 
     /// A follower is gone at once when its follow locks (this host's) exist and none is held any

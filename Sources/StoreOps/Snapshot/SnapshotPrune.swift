@@ -142,14 +142,16 @@ public enum SnapshotPrune {
         var chainsTouched = 0
         do {
             try remove()
-        } catch let error as StoreOpsError where !result.removed.isEmpty || chainsTouched > 0 {
+        } catch where !result.removed.isEmpty || chainsTouched > 0 {
             // The server went away (or a signal came) part way: what is gone is said, never
             // "nothing was changed" (an S3 outage's generic hint), so the operator knows which
             // snapshots no longer restore.
+            let error = StoreOpsError.wrapping(error, doing: "snapshot prune") ?? StoreOpsError(.failure, "\(error)")
             let records = result.removed.isEmpty ? "" : "\(Format.plural(result.removed.count, "snapshot", "snapshots")) (\(result.removed.joined(separator: ", ")))"
             let chains = chainsTouched == 0 ? "" : "\(records.isEmpty ? "" : " and ")points of \(Format.plural(chainsTouched, "chain", "chains")) (thinned or removed)"
+            let again = error.status == .ioError ? "run the same prune again once the repository answers" : "run the same prune again"
             throw StoreOpsError(error.kind, "\(error.message); before that, this prune removed \(records)\(chains)",
-                                hint: "run the same prune again once the repository answers: it collects what they used (\(error.hint ?? ""))")
+                                hint: "\(again): it finishes and collects what they used" + (error.hint.map { " (\($0))" } ?? ""))
         }
         return result
 
@@ -168,7 +170,7 @@ public enum SnapshotPrune {
                     for (k, key) in decision.segments.enumerated() {
                         try ProcessSignals.checkpoint("pruning \(repository.location)")
                         try repository.backend.remove(key, point: "prune.points.remove")
-                        if k == 0 { chainsTouched += 1 }
+                        if k == 0, decision.action != "tidy" { chainsTouched += 1 }   // a tidy loses no point
                         removedBytes = removedBytes.saturatingAdd(sizes[key] ?? 0)
                         result.pointBytes = removedBytes > writtenBytes ? removedBytes - writtenBytes : 0
                     }

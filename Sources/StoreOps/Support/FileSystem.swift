@@ -154,11 +154,12 @@ public enum FileSystem {
         guard fstat(input, &info) == 0 else { throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input) }
         var done: Int64 = 0
         let length = Int64(info.st_size)
-        while done < length {
+        copying: while done < length {
             let copied = storectl_copy_range(input, done, output, done, min(length - done, 1 << 30))
             if copied > 0 { done += copied; continue }
-            if copied == 0 { break }   // the file shrank meanwhile
-            guard [EXDEV, ENOSYS, EINVAL, EOPNOTSUPP].contains(errno) else {
+            // 0 before the end: a file system that cannot copy this way says so with 0 (as Go and
+            // Rust take it); read and write the rest.
+            guard copied == 0 || [EXDEV, ENOSYS, EINVAL, EOPNOTSUPP].contains(errno) else {
                 throw StoreOpsError.posix(errno, doing: "copying \(from) to \(to)", side: .output)
             }
             // Read and write the rest.
@@ -166,10 +167,13 @@ public enum FileSystem {
             while true {
                 let n = pread(input, &buffer, buffer.count, off_t(done))
                 guard n >= 0 else { throw StoreOpsError.posix(errno, doing: "reading \(from)", side: .input) }
-                guard n > 0 else { return }
+                guard n > 0 else { break copying }
                 try buffer.withUnsafeBytes { try writeAll(output, UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: off_t(done), path: to) }
                 done += Int64(n)
             }
+        }
+        guard done == length else {
+            throw StoreOpsError(.ioError, "copying \(from) to \(to): \(done) of \(length) bytes copied", hint: "check the disk and run it again")
         }
     }
 

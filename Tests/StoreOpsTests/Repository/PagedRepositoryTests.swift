@@ -252,6 +252,29 @@ struct PagedRepositoryTests {
         #expect((#expect(throws: StoreOpsError.self) { try fixture.list() })?.status == .wrongPassword, "the old one no longer does")
     }
 
+    @Test("key passwd to a password another key already has: finished (the old key removed) only when that key is this user's on this host and newer than the old one, as a passwd killed between its two steps leaves it; another person's key is refused as before")
+    func passwdTakesUpOnlyItsOwnKey() throws {
+        let fixture = try PagedFixture(place: .local)
+        try fixture.create()
+        let second = fixture.folder.file("second")
+        try Data("second password\n".utf8).write(to: URL(fileURLWithPath: second))
+        var options = RepositoryKeys.Options(location: fixture.repo, password: fixture.password, newPassword: .file(second))
+        options.kdfN = 1 << 10
+        let added = try RepositoryKeys.add(options)
+        let keyPath = fixture.repo + "/keys/" + added
+        let original = try Data(contentsOf: URL(fileURLWithPath: keyPath))
+        var fields = try #require(try JSONSerialization.jsonObject(with: original) as? [String: Any])
+        fields["user"] = "someone-else"
+        try JSONSerialization.data(withJSONObject: fields).write(to: URL(fileURLWithPath: keyPath))
+        let refused = #expect(throws: StoreOpsError.self) { try RepositoryKeys.passwd(options) }
+        #expect(refused?.status == .usage && refused?.message.contains("already opens key \(added)") == true, "\(refused?.message ?? "")")
+        #expect(try RepositoryKeys.list(options).count == 2)
+        try original.write(to: URL(fileURLWithPath: keyPath))
+        let (reused, removed) = try RepositoryKeys.passwd(options)
+        #expect(reused == added && removed != added)
+        #expect(try RepositoryKeys.list(RepositoryKeys.Options(location: fixture.repo, password: .file(second))).map(\.id) == [added])
+    }
+
     @Test("damage is found and named: a flipped pack byte, a truncated pack, a missing pack, a damaged index, a damaged record",
           arguments: ["flip-pack", "truncate-pack", "remove-pack", "flip-index", "flip-record"], Place.all)
     func damage(kind: String, place: Place) throws {

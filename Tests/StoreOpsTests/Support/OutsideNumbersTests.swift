@@ -59,3 +59,22 @@ struct OutsideNumbersTests {
         #expect(Format.storedRatio(logical: 10, stored: 0) == "")
     }
 }
+
+@Suite("replicate status: a stopped run's kept points")
+struct KeptWrittenTests {
+    @Test("kept points count as written only when the repository covers from the run's last durable point to its stop with no gap; a later run with another spool leaves a gap, and they stay a problem")
+    func keptWritten() {
+        let t0 = Date(timeIntervalSince1970: 1_000_000), durable = t0.addingTimeInterval(10), stop = t0.addingTimeInterval(20)
+        func entry(_ spans: [StorePoints.Span], newest: Date) -> StorePoints { StorePoints(store: "s", host: "h", spans: spans, newestPoint: newest) }
+        let whole = StorePoints.Span(kind: "covered", from: t0, to: t0.addingTimeInterval(30), points: 9, chain: "a")
+        #expect(ReplicateStatus.keptWritten(entry([whole], newest: t0.addingTimeInterval(19)), since: durable, stopped: stop))
+        #expect(!ReplicateStatus.keptWritten(entry([whole], newest: durable), since: durable, stopped: stop), "nothing after the last durable point")
+        let first = StorePoints.Span(kind: "covered", from: t0, to: durable, points: 4, chain: "a")
+        let gap = StorePoints.Span(kind: "gap", from: durable, to: t0.addingTimeInterval(25), reason: "commits no point holds")
+        let next = StorePoints.Span(kind: "covered", from: t0.addingTimeInterval(25), to: t0.addingTimeInterval(40), points: 3, chain: "b")
+        #expect(!ReplicateStatus.keptWritten(entry([first, gap, next], newest: t0.addingTimeInterval(40)), since: durable, stopped: stop))
+        let unfollowed = StorePoints.Span(kind: "not followed", from: durable, to: t0.addingTimeInterval(25), reason: "stopped")
+        #expect(!ReplicateStatus.keptWritten(entry([first, unfollowed, next], newest: t0.addingTimeInterval(40)), since: durable, stopped: stop))
+        #expect(!ReplicateStatus.keptWritten(entry([whole], newest: t0.addingTimeInterval(19)), since: nil, stopped: stop))
+    }
+}

@@ -77,8 +77,14 @@ public enum RepositoryKeys {
             // same command again finishes it (the key the new password opens, to the same master
             // key, stands in for the one it would add), instead of refusing a second key for it.
             let added: String
-            if let master = repository.sealer.master, let left = try PagedRepository.keyFiles(repository.backend).keys.first(where: {
-                $0.id != old && (try? $0.open(password: password)) == master
+            // Only a key this user made on this host after the old one: another person's key that
+            // happens to take the same password is refused as before (two people sharing a key
+            // would lose it together at the next passwd or remove).
+            let keys = try PagedRepository.keyFiles(repository.backend).keys
+            let oldCreated = keys.first { $0.id == old }?.created ?? .distantFuture
+            if let master = repository.sealer.master, let left = keys.first(where: {
+                $0.id != old && $0.host == ProcessInfo.processInfo.hostName && $0.user == UserName.current && $0.created >= oldCreated
+                    && (try? $0.open(password: password)) == master
             }) {
                 added = left.id
             } else {

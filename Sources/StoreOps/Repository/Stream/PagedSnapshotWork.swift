@@ -585,8 +585,8 @@ final class PagedSnapshotWork {
     /// The first removal that fails ends it: the repository is not answering (the usual reason a
     /// snapshot did not commit), and each further removal would wait out its own retries (a create
     /// cut by a server gone away took ~50 s more to report it, 35 DELETEs). What is left, packs and
-    /// indexes no record names (an index never outlives the packs it lists: indexes go first), the
-    /// next writer or prune removes.
+    /// indexes no record names (an index never outlives the packs it lists: indexes go first),
+    /// prune removes (a later writer removes packs a dead writer left unindexed).
     func abandon() {
         guard !committed else { return }
         writer.settle()
