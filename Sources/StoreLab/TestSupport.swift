@@ -14,18 +14,14 @@ public final class TempFolder: @unchecked Sendable {
         let base = (NSTemporaryDirectory() as NSString).appendingPathComponent("\(label)-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         path = FileSystem.absolute(base)
-        Self.live.withLock { live in
-            if !Self.sweepRegistered {
-                Self.sweepRegistered = true
-                atexit { TempFolder.sweep() }
-            }
-            live.insert(path)
-        }
+        _ = Self.sweepAtExit
+        _ = Self.live.withLock { $0.insert(path) }
     }
 
     /// The folders not yet removed; `sweep` removes them at exit (after the shared server stops).
     private static let live = Mutex<Set<String>>([])
-    nonisolated(unsafe) private static var sweepRegistered = false   // under `live`'s lock
+    /// Registered once, by the first folder (a static's initialiser runs once, whatever the threads).
+    private static let sweepAtExit: Void = { atexit { TempFolder.sweep() } }()
 
     static func sweep() {
         SharedS3.stopAtExit()

@@ -452,7 +452,7 @@ public enum Purge {
             let rest = options.inScratchCopy ? 0 : options.dryRun ? target.rule.pause : max(target.rule.pause, lockHeld * Self.yieldFactor)
             // In slices: a long policy `pause` ends at a signal or an engaged kill switch, not after it.
             let until = Date().addingTimeInterval(rest)
-            while until.timeIntervalSinceNow > 0, pipeline.stopRequested == nil, ProcessSignals.received == nil {
+            while until.timeIntervalSinceNow > 0, pipeline.stopRequested == nil {
                 Waits.sleep(min(1, until.timeIntervalSinceNow))
             }
         }

@@ -51,10 +51,8 @@ public enum ReplicateStatus {
         public var chains: Int
         /// From the status file, when given and about this store.
         public var live: Replicate.StoreSummary?
-        /// The status file is of a stopped run and the repository holds a point of this store
-        /// newer than the last that run made durable: a later run (without this status file) has
-        /// written since, and sends what the stopped one kept first, so its "kept" and "waiting"
-        /// figures are history.
+        /// The status file is of a stopped run whose kept points a later run (without this status
+        /// file) has written since (`keptWritten`): its "kept" and "waiting" figures are history.
         public var writtenSince: Bool?
     }
 
@@ -147,13 +145,13 @@ public enum ReplicateStatus {
             return report
         }
         var report = Report(repository: opened.location, stores: stores.map { entry in
+            let followed = live?.stores.first { $0.store == entry.store }
             let covered = entry.spans.filter { $0.kind == "covered" || $0.kind == "thinned" }   // a thinned chain is a chain (repo check counts it)
             let newest = entry.newestPoint ?? covered.last?.to
             return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: newest,
                          gaps: entry.spans.filter { $0.kind == "gap" }.count, chains: Set(covered.compactMap(\.chain)).count,
-                         live: live?.stores.first { $0.store == entry.store },
-                         writtenSince: live?.state == "stopped" && Self.keptWritten(entry, since: live?.stores.first { $0.store == entry.store }?.lastDurable,
-                                                                                 stopped: live?.updatedAt) ? true : nil)
+                         live: followed,
+                         writtenSince: live?.state == "stopped" && Self.keptWritten(entry, since: followed?.lastDurable, stopped: live?.updatedAt) ? true : nil)
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
         // A store the process follows that has no point yet (its first base failed) is listed too.
         for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store == store.store }) {

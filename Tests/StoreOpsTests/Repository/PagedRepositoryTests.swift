@@ -220,14 +220,21 @@ struct PagedRepositoryTests {
         #expect(try SnapshotSummary.list(repository: fixture.repo, password: .file(second)).isEmpty)
     }
 
-    @Test("keys: add a second password, open with either, passwd replaces, remove revokes; the current key cannot be removed", arguments: Place.all)
-    func keys(place: Place) throws {
+    /// A repository with a snapshot, a second password in the file `second`, and key options
+    /// whose new password it is (scrypt's cost lowered).
+    static func withSecondPassword(_ place: Place) throws -> (PagedFixture, String, RepositoryKeys.Options) {
         let fixture = try PagedFixture(place: place)
         try fixture.create()
         let second = fixture.folder.file("second")
         try Data("second password\n".utf8).write(to: URL(fileURLWithPath: second))
         var options = RepositoryKeys.Options(location: fixture.repo, password: fixture.password, newPassword: .file(second))
         options.kdfN = 1 << 10
+        return (fixture, second, options)
+    }
+
+    @Test("keys: add a second password, open with either, passwd replaces, remove revokes; the current key cannot be removed", arguments: Place.all)
+    func keys(place: Place) throws {
+        let (fixture, second, options) = try Self.withSecondPassword(place)
         let added = try RepositoryKeys.add(options)
         #expect(try RepositoryKeys.list(options).map(\.id).contains(added))
         #expect(try SnapshotSummary.list(repository: fixture.repo, password: .file(second)).count == 1)
@@ -254,12 +261,7 @@ struct PagedRepositoryTests {
 
     @Test("key passwd to a password another key already has: finished (the old key removed) only when that key is this user's on this host and newer than the old one, as a passwd killed between its two steps leaves it; another person's key is refused as before")
     func passwdTakesUpOnlyItsOwnKey() throws {
-        let fixture = try PagedFixture(place: .local)
-        try fixture.create()
-        let second = fixture.folder.file("second")
-        try Data("second password\n".utf8).write(to: URL(fileURLWithPath: second))
-        var options = RepositoryKeys.Options(location: fixture.repo, password: fixture.password, newPassword: .file(second))
-        options.kdfN = 1 << 10
+        let (fixture, second, options) = try Self.withSecondPassword(.local)
         let added = try RepositoryKeys.add(options)
         let keyPath = fixture.repo + "/keys/" + added
         let original = try Data(contentsOf: URL(fileURLWithPath: keyPath))

@@ -64,7 +64,7 @@ public enum RepositoryKeys {
     public static func add(_ options: Options) throws -> String {
         try change(options, "key add") { repository in
             try write(repository, password: try options.newPassword.read(purpose: "new password for \(repository.location)", confirm: true),
-                      options: options, point: "key.add")
+                      keys: try PagedRepository.keyFiles(repository.backend).keys, options: options, point: "key.add")
         }
     }
 
@@ -74,21 +74,20 @@ public enum RepositoryKeys {
             guard let old = repository.keyID else { throw StoreOpsError(.failure, "no key opened \(repository.location)") }
             let password = try options.newPassword.read(purpose: "new password for \(repository.location)", confirm: true)
             // A passwd killed between adding the new key and removing the old one left both: the
-            // same command again finishes it (the key the new password opens, to the same master
-            // key, stands in for the one it would add), instead of refusing a second key for it.
-            let added: String
-            // Only a key this user made on this host after the old one: another person's key that
-            // happens to take the same password is refused as before (two people sharing a key
-            // would lose it together at the next passwd or remove).
+            // same command again finishes it, the key the new password opens to the same master key
+            // standing in for the one it would add. Only a key this user made on this host after
+            // the old one: another person's key with the same password is refused as before (two
+            // people sharing a key would lose it together at the next passwd or remove).
             let keys = try PagedRepository.keyFiles(repository.backend).keys
             let oldCreated = keys.first { $0.id == old }?.created ?? .distantFuture
+            let added: String
             if let master = repository.sealer.master, let left = keys.first(where: {
                 $0.id != old && $0.host == ProcessInfo.processInfo.hostName && $0.user == UserName.current && $0.created >= oldCreated
                     && (try? $0.open(password: password)) == master
             }) {
                 added = left.id
             } else {
-                added = try write(repository, password: password, options: options, point: "key.passwd.add")
+                added = try write(repository, password: password, keys: keys, options: options, point: "key.passwd.add")
             }
             try repository.backend.remove("keys/\(old)", point: "key.passwd.remove")
             return (added, old)
@@ -127,10 +126,11 @@ public enum RepositoryKeys {
         }
     }
 
-    private static func write(_ repository: PagedRepository, password: Data, options: Options, point: String) throws -> String {
+    /// - Parameter keys: the repository's key files, as the caller listed them.
+    private static func write(_ repository: PagedRepository, password: Data, keys: [KeyFile], options: Options, point: String) throws -> String {
         guard let master = repository.sealer.master else { throw StoreOpsError(.failure, "the repository is not open") }
         // Two keys for one password would make removing "the old password" leave it working.
-        for existing in try PagedRepository.keyFiles(repository.backend).keys where (try? existing.open(password: password)) != nil {
+        for existing in keys where (try? existing.open(password: password)) != nil {
             let which = existing.id == repository.keyID ? "the key this run opened the repository with (\(existing.id))" : "key \(existing.id)"
             throw StoreOpsError(.usage, "the new password already opens \(which); a second key for it is not made",
                                 hint: point == "key.passwd.add" && existing.id == repository.keyID
