@@ -132,7 +132,10 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             lines.append("schema: \(Format.plural(r.schema.count, "change", "changes"))")
             for change in r.schema {
                 let mark = change.change == "added" ? "+" : change.change == "removed" ? "-" : "~"
-                lines.append("  \(mark) \(change.type) \(change.name)" + (change.type == "pragma" ? " \(change.before ?? "") → \(change.after ?? "")" : ""))
+                let columns = [change.columnsAdded.map { "columns added: " + $0.joined(separator: ", ") },
+                               change.columnsRemoved.map { "columns removed: " + $0.joined(separator: ", ") }].compactMap { $0 }
+                lines.append("  \(mark) \(change.type) \(change.name)" + (change.type == "pragma" ? " \(change.before ?? "") → \(change.after ?? "")" : "")
+                             + (columns.isEmpty ? "" : " (" + columns.joined(separator: "; ") + ")"))
             }
         }
         if !r.model.isEmpty {

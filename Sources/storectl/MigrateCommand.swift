@@ -112,6 +112,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         }
         if let checked = report.checked { lines.append("  checked: \(checked.joined(separator: ", "))") }
         if let failure = report.failure { lines.append("  FAILED: \(failure)") }
+        if let unchecked = report.declarationsUnchecked { lines.append("  NOT CHECKED: \(unchecked)") }
         if let hint = report.failureHint { lines.append("  hint: \(hint)") }
         if let rollback = report.rollback {
             if rollback.error == nil {

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import StoreLab
 import StoreOps
+import Synchronization
 import Testing
 
 /// One operation's world: a store with commits that live only in its -wal and external data, a
@@ -227,6 +228,44 @@ final class CrashWorld {
     }
 }
 
+/// Which fault points the scenarios reach, and which the library names.
+enum CrashCoverage {
+    /// Every point an uninterrupted run of a scenario reached (names without `#k`).
+    static let reached = Mutex<Set<String>>([])
+
+    /// Points no scenario kills at, and why that is right. Each is named in the library and
+    /// reached by no uninterrupted scenario run (so a kill there is never tested); the test fails
+    /// when one of these gets a scenario (take it off) or a new point has none (give it one).
+    static let withoutScenario: [String: String] = [:]
+
+    /// The fault points the library names, as patterns over the names a trace lists: the literal
+    /// of every `reach("…")` and `point: "…"`, and every `PendingFile`'s `label: "…"` (its steps
+    /// are `label.create`, `.sync`, `.rename`, …); an interpolation stands for any text. A traced
+    /// name is the pattern's when it is the pattern or a step under it (`pattern.…`).
+    static func named(in root: String) throws -> [String: Regex<AnyRegexOutput>] {
+        let literal = try Regex(#"(?:reach\(|point: |(?:PendingFile|Scratch)\([^"]{0,300}?label: )"((?:[^"\\]|\\.)*)""#)
+        let interpolation = try Regex(#"\\\([^)]*\)"#)
+        var out: [String: Regex<AnyRegexOutput>] = [:]
+        for relative in FileManager.default.subpaths(atPath: root) ?? [] where relative.hasSuffix(".swift") {
+            let text = try String(contentsOfFile: (root as NSString).appendingPathComponent(relative), encoding: .utf8)
+            for match in text.matches(of: literal) {
+                guard let name = match.output[1].substring.map(String.init), !name.isEmpty else { continue }
+                // Built from another name (FileSystem's and PendingFile's own steps): that one is the point.
+                if name.hasPrefix("\\(") { continue }
+                var pattern = ""
+                var rest = Substring(name)
+                while let found = rest.firstMatch(of: interpolation) {
+                    pattern += NSRegularExpression.escapedPattern(for: String(rest[..<found.range.lowerBound])) + ".+"
+                    rest = rest[found.range.upperBound...]
+                }
+                pattern += NSRegularExpression.escapedPattern(for: String(rest))
+                out[name] = try Regex("^" + pattern + #"(\..+)?$"#)
+            }
+        }
+        return out
+    }
+}
+
 /// Lists the fault points an uninterrupted run of `scenario` reaches (the program lists them
 /// itself, through STORECTL_FAULT_TRACE), then kills a fresh run at each one with SIGKILL.
 func exhaust(_ scenario: CrashScenario) throws -> Int {
@@ -237,7 +276,9 @@ func exhaust(_ scenario: CrashScenario) throws -> Int {
     let run = try traced.run(scenario.command(traced), ["STORECTL_FAULT_TRACE": trace])
     #expect(run.status == scenario.status, "\(scenario.name): \(run.stderr)")
     let post = try scenario.observe(traced)
-    let points = ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init).filter(scenario.kills)
+    let traceLines = ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    CrashCoverage.reached.withLock { $0.formUnion(traceLines.map { String($0.split(separator: "#").first ?? "") }) }
+    let points = traceLines.filter(scenario.kills)
     #expect(points.count >= scenario.minimumPoints, "\(scenario.name): \(points)")
     for point in scenario.reaches { #expect(points.contains { $0.hasPrefix(point + "#") }, "\(scenario.name) never reached \(point): \(points)") }
 
@@ -672,7 +713,105 @@ enum Scenarios {
 
     /// The repository's keys and the store's kill switch: small files whose loss or doubling
     /// locks an operator out or lets stopped runs go on.
-    static let small: [CrashScenario] = [keyAdd, keyPasswd, exportArchive, killSwitch, repair]
+    static let small: [CrashScenario] = [keyAdd, keyPasswd, exportArchive, killSwitch, repair, scheduledRun, systemdUnits]
+
+    /// A policy scheduling the fixture's snapshots, with a job log, a metrics folder, and a
+    /// `[replicate]` section (a service unit); its path.
+    static func writeJobPolicy(_ fixture: CrashFixture) throws -> String {
+        let policy = fixture.folder.file("job.toml")
+        try Data("""
+            [store]
+            path = "\(fixture.store)"
+
+            [snapshot]
+            repository = "\(fixture.repo)"
+            password_file = "\(fixture.folder.file("password"))"
+
+            [schedule]
+            snapshot = "15 * * * *"
+            log = "\(fixture.out)/jobs.jsonl"
+            metrics = "\(fixture.out)/metrics"
+            log_max_size = 4096
+            log_keep = 3
+
+            [replicate]
+            sync_interval = "1s"
+
+            """.utf8).write(to: URL(fileURLWithPath: policy))
+        try FileManager.default.createDirectory(atPath: fixture.out + "/metrics", withIntermediateDirectories: false)
+        fixture.extra["policy"] = policy
+        return policy
+    }
+
+    /// The job log's lines, the rotated files' too (oldest first).
+    static func jobLogLines(_ fixture: CrashFixture) -> [String] {
+        let log = fixture.out + "/jobs.jsonl"
+        return ([3, 2, 1].map { "\(log).\($0)" } + [log]).flatMap { path in
+            ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+    }
+
+    /// `run snapshot`, what cron and systemd call: its job lock, the snapshot, the job log (over
+    /// its `log_max_size`, so rotated first, a rotated file shifted) and the metrics file. Killed
+    /// anywhere, the next scheduled run leaves every record written before in the log or its
+    /// rotated files, each line whole JSON, the newest the next run's success, and the metrics
+    /// file whole and saying so.
+    static let scheduledRun = CrashScenario(
+        name: "run snapshot (a scheduled job: its lock, log rotation, metrics)",
+        setup: {
+            let fixture = try CrashFixture()
+            let policy = try writeJobPolicy(fixture)
+            try ok(fixture, ["run", "snapshot", "--policy", policy], 0)
+            // Earlier runs' records: the first run's line, numbered, past the log's size, and a
+            // rotated file before them.
+            let log = fixture.out + "/jobs.jsonl"
+            guard let line = jobLogLines(fixture).last, line.hasPrefix("{") else { throw StoreOpsError(.failure, "the first run wrote no job log line") }
+            func numbered(_ range: Range<Int>) -> String { range.map { "{\"seed\":\($0)," + line.dropFirst() + "\n" }.joined() }
+            try Data(numbered(0..<3).utf8).write(to: URL(fileURLWithPath: log + ".1"))
+            var text = numbered(3..<4)
+            var next = 4
+            while text.utf8.count <= 4096 { text += numbered(next..<(next + 1)); next += 1 }
+            try Data(text.utf8).write(to: URL(fileURLWithPath: log))
+            fixture.extra["seeds"] = "\(next)"
+            try fixture.walCommits(20)
+            return fixture
+        },
+        command: { ["run", "snapshot", "--policy", $0.extra["policy"]!] },
+        observe: { try $0.digest() },
+        next: { fixture, index in try ok(fixture, ["run", "snapshot", "--policy", fixture.extra["policy"]!], index) },
+        finally: { fixture, point in
+            let lines = jobLogLines(fixture)
+            let records = lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            #expect(records.count == lines.count, "\(point): a job log line is not whole JSON: \(lines)")
+            let seeds = Set(records.compactMap { $0["seed"] as? Int })
+            #expect(seeds == Set(0..<(Int(fixture.extra["seeds"] ?? "") ?? -1)), "\(point): records written before the run are missing: \(seeds.sorted())")
+            #expect(records.last?["exitCode"] as? Int == 0 && records.last?["seed"] == nil, "\(point): the last record is not the next run's success: \(lines.last ?? "")")
+            let metrics = (try? FileManager.default.contentsOfDirectory(atPath: fixture.out + "/metrics")) ?? []
+            #expect(metrics.count == 1 && metrics.allSatisfy { $0.hasSuffix("-snapshot.prom") }, "\(point): \(metrics)")
+            let text = metrics.first.flatMap { try? String(contentsOfFile: fixture.out + "/metrics/" + $0, encoding: .utf8) } ?? ""
+            #expect(text.contains("storectl_job_exit_code{") && text.hasSuffix("\n") && text.split(separator: "\n").count == 18, "\(point): the metrics file is not whole: \(text)")
+        },
+        reaches: ["joblock.create", "joblog.rotate.shift", "joblog.rotate", "joblog.create", "metrics.file.rename"])
+
+    /// `schedule systemd`: each unit is in the folder whole or not at all; the same command again
+    /// writes them all.
+    static let systemdUnits = CrashScenario(
+        name: "schedule systemd",
+        setup: {
+            let fixture = try CrashFixture()
+            _ = try writeJobPolicy(fixture)
+            try FileManager.default.createDirectory(atPath: fixture.out + "/units", withIntermediateDirectories: false)
+            return fixture
+        },
+        command: { ["schedule", "systemd", "--policy", $0.extra["policy"]!, "--output", $0.out + "/units"] },
+        minimumPoints: 3,
+        observe: { $0.files($0.out + "/units").sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") },
+        next: { fixture, index in try ok(fixture, ["schedule", "systemd", "--policy", fixture.extra["policy"]!, "--output", fixture.out + "/units"], index) },
+        finally: { fixture, point in
+            let units = fixture.files(fixture.out + "/units").keys.sorted()
+            #expect(units.count == 3 && units.contains { $0.hasSuffix("-replicate.service") }, "\(point): \(units)")
+        },
+        reaches: ["systemd.unit.rename"])
 
     /// `repo repair` of a repository with two snapshots' indexes: one new index written, then
     /// the old ones removed; killed between, both list the packs (still clean) and the next
@@ -1245,6 +1384,17 @@ struct CrashPointTests {
             }
             for await (name, count) in group { print("crash points: \(name): \(count.map(String.init) ?? "failed")") }
         }
+        // Every fault point the library names is killed at by some scenario, or listed with a reason.
+        guard only == nil, Place.all.contains(.s3) else { return }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Sources/StoreOps").path
+        let named = try CrashCoverage.named(in: root)
+        let reached = CrashCoverage.reached.withLock { $0 }
+        let unreached = named.filter { _, pattern in !reached.contains { (try? pattern.wholeMatch(in: $0)) != nil } }.keys.sorted()
+        let missing = unreached.filter { CrashCoverage.withoutScenario[$0] == nil }
+        #expect(missing.isEmpty, "fault points no crash scenario reaches (give each one, or list it in CrashCoverage.withoutScenario with the reason): \(missing)")
+        let covered = CrashCoverage.withoutScenario.keys.filter { !unreached.contains($0) }.sorted()
+        #expect(covered.isEmpty, "listed in CrashCoverage.withoutScenario, but a scenario reaches them now (take them off the list): \(covered)")
     }
 
     @Test("every rename, remove, create and fsync in the library goes through FileSystem, which names a fault point")

@@ -69,7 +69,8 @@ struct DiffCLITests {
             let refused = try storectl("diff", "--repo", repo, first, second, "--entity", bad)
             #expect(refused.status == 64 && refused.stdout.isEmpty, "--entity \(bad.debugDescription): \(refused.status) \(refused.stderr)")
         }
-        #expect(try storectl("diff", "--repo", repo, first, second, "--entity", "Itme").stderr.contains("Item"), "the hint lists the entities")
+        let guessed = try storectl("diff", "--repo", repo, first, second, "--entity", "Itme").stderr
+        #expect(guessed.contains(#"Itme (did you mean "Item"?)"#), "the closest name, and the hint lists the entities: \(guessed)")
         let same = try storectl("diff", "--repo", repo, second, second)
         #expect(same.status == 0 && same.stdout.contains("\nsame"), "\(same.stdout)\(same.stderr)")
         // A mistyped id (a letter past f): not a snapshot id, with how to list them (it said "no such file", "check the store's path").
@@ -561,11 +562,29 @@ struct DiffCLITests {
         #expect(objects("c") == ["added x 3, y \"c\"", "changed x 1, y \"a\"", "removed x 2, y \"b\""], "\(objects("c"))")
         #expect(result.entities.first { $0.table == "u" }?.objects.first { $0.change == "changed" }?.values.map { "\($0.name) \($0.before ?? "") → \($0.after ?? "")" } == ["name \"A\" → \"A2\""])
         #expect(result.schema.contains { $0.type == "pragma" && $0.name == "user_version" && $0.before == "0" && $0.after == "7" }, "\(result.schema)")
+        // A table's columns added and removed are said in the text report, not only `~ table`.
+        let altered = folder.file("altered.sqlite")
+        _ = try ChildProcess.run("/bin/cp", [a, altered])
+        try write(altered, "ALTER TABLE u ADD COLUMN phone TEXT; ALTER TABLE c DROP COLUMN v;")
+        let columns = try storectl("diff", a, altered)
+        #expect(columns.stdout.contains("~ table u (columns added: phone)") && columns.stdout.contains("~ table c (columns removed: v)"), "\(columns.stdout)")
         // By rowid, t's two rows swapped codes; by --key t.code, k1's value changed and k2 is the same.
         #expect(objects("t") == ["changed id 1", "changed id 2"], "\(objects("t"))")
         let keyed = try report(try storectl("diff", a, b, "--json", "--key", "t.code"))
         let t = keyed.entities.first { $0.table == "t" }
         #expect(t?.changed == 1 && t?.added == 0 && t?.removed == 0 && t?.objects.first?.values.map(\.name) == ["v"], "\(String(describing: t))")
+        // A row whose rowid alone changed, paired by --key: counted as renumbered (it was "same"
+        // with nothing said), listed with --bookkeeping.
+        let moved = folder.file("moved.sqlite")
+        _ = try ChildProcess.run("/bin/cp", [a, moved])
+        try write(moved, "UPDATE t SET id = 3 WHERE id = 1")
+        let renumbered = try storectl("diff", a, moved, "--json", "--key", "t.code")
+        let counted = try report(renumbered)
+        #expect(renumbered.status == 0 && counted.same && counted.bookkeeping.renumbered == 1, "\(renumbered.stdout)")
+        let said = try storectl("diff", a, moved, "--key", "t.code")
+        #expect(said.status == 0 && said.stdout.contains("1 object renumbered under --key"), "\(said.stdout)")
+        let listed = try storectl("diff", a, moved, "--key", "t.code", "--bookkeeping")
+        #expect(listed.stdout.contains(#"code "k1" (id 1 → 3)"#), "\(listed.stdout)")
         // A row added with no value for the key is not paired by it, and said (JSON: keyless).
         let nulls = folder.file("nulls.sqlite")
         _ = try ChildProcess.run("/bin/cp", [b, nulls])

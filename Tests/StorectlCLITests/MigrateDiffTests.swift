@@ -80,7 +80,7 @@ struct MigrateDiffTests {
     @Test("a declaration naming an entity the store does not have (a typo) is said, with the closest name, in the dry run and in the failure")
     func declarationTypo() throws {
         var files = Self.declared
-        files["0003_upper_categories.sql"] = "-- storectl: changes Categroy.ZNAME, Item.ZPRIORTY, Item.ZPRIORITYLABEL, Item.title, Category.name\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        files["0003_upper_categories.sql"] = "-- storectl: changes Categroy.ZNAME, Item.ZPRIORTY, Item.ZPRIORITYLABEL, Item.title, Category.isDeleted\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
         let f = try fixture(files)
         let rehearsal = try f.migrate(["--dry-run"])
         #expect(rehearsal.status == 2 && rehearsal.stdout.contains("NOT DECLARED: Category (ZCATEGORY): ZNAME changed in"), "\(rehearsal.stdout)")
@@ -89,8 +89,9 @@ struct MigrateDiffTests {
         // that only the migrated side has, ZPRIORITYLABEL, is not).
         #expect(rehearsal.stdout.contains("DECLARED, NOT IN THE STORE: Item.ZPRIORTY: Item has no attribute, relationship or column ZPRIORTY (did you mean Item.ZPRIORITY?)"), "\(rehearsal.stdout)")
         #expect(!rehearsal.stdout.contains("Item.ZPRIORITYLABEL:"), "\(rehearsal.stdout)")
-        // An attribute as the model names it (`title`, the column ZTITLE) is known, as the diff knows it.
-        #expect(!rehearsal.stdout.contains("Item.title:") && !rehearsal.stdout.contains("Category.name:"), "\(rehearsal.stdout)")
+        // An attribute as the model names it (`title`, the column ZTITLE) is known, as the diff
+        // knows it (`Category.name` would declare ZNAME, the change this run must not declare).
+        #expect(!rehearsal.stdout.contains("Item.title:") && !rehearsal.stdout.contains("Category.isDeleted:"), "\(rehearsal.stdout)")
         let run = try f.migrate(["--json"])
         #expect(run.status == 3, "\(run.stdout)\(run.stderr)")
         let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
@@ -243,6 +244,36 @@ struct MigrateDiffTests {
         let rolled = try g.migrate(["--json", "--rollback-on-failure"])
         #expect(rolled.status == 3, "\(rolled.stdout)\(rolled.stderr)")
         #expect(try DatabaseQueue(path: g.store).read { try MigrationHistory.version($0) } == 0)
+    }
+
+    @Test("a SQL error after a declared migration committed a change it does not declare: the run rolls back (3), the message names both, the store is as before; within its declaration, the store stays at it (1)")
+    func sqlErrorAfterAnUndeclaredChange() throws {
+        var files = Self.declared
+        files["0001_add_priority.sql"] = "-- storectl: changes Item.ZPRIORITYLABEL\nALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;\nUPDATE ZITEM SET ZPRIORITYLABEL = 'p' || ZPRIORITY;\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        files["0002_numbers.sql"] = "-- storectl: changes numbers\nCREATE TABLE numbers (x INTEGER);\nINSERT INTO no_such_table VALUES (1);"
+        let f = try fixture(files)
+        let before = try StoreState.digest(f.store, journalMode: false)
+        let run = try f.migrate(["--json"])
+        #expect(run.status == 3, "\(run.stdout)\(run.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
+        #expect(report.result == "rolled back", "\(report.result)")
+        #expect(report.undeclared?.first?.hasPrefix("Category (ZCATEGORY): ZNAME changed in") == true, "\(report.undeclared ?? [])")
+        #expect(report.failure?.contains("no_such_table") == true && report.failure?.contains("do not declare") == true, "\(report.failure ?? "")")
+        #expect(try StoreState.digest(f.store, journalMode: false) == before, "rolled back to the pre-migrate state")
+        #expect(try DatabaseQueue(path: f.store).read { try MigrationHistory.version($0) } == 0)
+    }
+
+    @Test("a column a migration adds is declared by the attribute it is for (Item.priorityLabel for ZPRIORITYLABEL, the README's example), not by another attribute (Item.priority)")
+    func newColumnByAttributeName() throws {
+        var files = Self.declared
+        files["0001_add_priority.sql"] = "-- storectl: changes Item.priorityLabel\nALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;\nUPDATE ZITEM SET ZPRIORITYLABEL = 'p' || ZPRIORITY;"
+        let f = try fixture(files)
+        let run = try f.migrate()
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        files["0001_add_priority.sql"] = "-- storectl: changes Item.priority\nALTER TABLE ZITEM ADD COLUMN ZPRIORITYLABEL VARCHAR;\nUPDATE ZITEM SET ZPRIORITYLABEL = 'p' || ZPRIORITY;"
+        let g = try fixture(files)
+        let other = try g.migrate()
+        #expect(other.status == 3 && other.stdout.contains("ZPRIORITYLABEL"), "\(other.stdout)\(other.stderr)")
     }
 
     @Test("SIGTERM while a rollback waits, after its swap, for the app's connection on the replaced store to give up: the wait goes on, and the app's waiting commit never lands in the kept failed state (it did in every such run)")

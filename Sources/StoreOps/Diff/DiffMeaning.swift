@@ -519,6 +519,12 @@ extension StoreDiff {
             if let after, before != after { entry.added += 1; addLink(&entry, "added", after) }
         }
 
+        /// Names for a hint: the first 40, then how many more (a list cut short said nothing of
+        /// the rest: Photos' 54 entities stopped at Moment).
+        static func listed(_ names: [String]) -> String {
+            names.prefix(40).joined(separator: ", ") + (names.count > 40 ? " and \(names.count - 40) more" : "")
+        }
+
         /// `--entity` names that are neither an entity nor a table on either side are a usage error
         /// (64), not an empty "same": a misspelt name must not read as "nothing changed".
         func checkFilter() throws {
@@ -531,8 +537,10 @@ extension StoreDiff {
             guard unknown.isEmpty else {
                 let entities = Set(labelsA.entityByEnt.values).union(labelsB.entityByEnt.values).sorted()
                 let tables = Set(known.values).subtracting(entities).filter { !$0.hasPrefix("sqlite_") }.sorted()
-                let listed = (entities.isEmpty ? "" : "entities: " + entities.prefix(40).joined(separator: ", ") + "; ") + "tables: " + tables.prefix(40).joined(separator: ", ")
-                throw StoreOpsError(.usage, "--entity \(unknown.joined(separator: ", ")): no entity or table of that name on either side",
+                let listed = (entities.isEmpty ? "" : "entities: " + Self.listed(entities) + "; ") + "tables: " + Self.listed(tables)
+                let guesses = unknown.map { Format.didYouMean($0, among: entities + tables) }
+                let said = zip(unknown, guesses).map { $0 + $1 }.joined(separator: ", ")
+                throw StoreOpsError(.usage, "--entity \(said): no entity or table of that name on either side",
                                     hint: listed)
             }
         }
@@ -591,8 +599,8 @@ extension StoreDiff {
                 }
                 guard entityKnown else {
                     let names = Set(labelsA.entityByEnt.values).union(labelsB.entityByEnt.values).sorted()
-                    throw StoreOpsError(.usage, "--key \(key): no entity or table \(parts[0]) on either side",
-                                        hint: names.isEmpty ? "name a table of the store" : "entities: " + names.prefix(40).joined(separator: ", "))
+                    throw StoreOpsError(.usage, "--key \(key): no entity or table \(parts[0]) on either side\(Format.didYouMean(String(parts[0]), among: names))",
+                                        hint: names.isEmpty ? "name a table of the store" : "entities: " + Self.listed(names))
                 }
                 guard found else {
                     // A to-many relationship has no column of its own to name.
@@ -896,7 +904,13 @@ extension StoreDiff {
                     }
                 }
                 guard meaningful else {
-                    if entity == nil { return }   // a plain row paired by its key, only its rowid changed
+                    if entity == nil {
+                        // A plain row paired by its key, only its rowid changed: renumbered, counted
+                        // with the bookkeeping as a Core Data object's Z_PK is (it was left out
+                        // uncounted: a diff of a renumbered row said "same", nothing left out).
+                        if let alias = renumberedAlias, before[alias] != after[alias] { bookkeeping.renumbered += 1 }
+                        return
+                    }
                     let renumbered = matchedKey.map { $0 != .null } == true
                         && before.first(where: { $0.key.uppercased() == "Z_PK" })?.value != after.first(where: { $0.key.uppercased() == "Z_PK" })?.value
                     if renumbered { bookkeeping.renumbered += 1 } else if throughRenumbered { bookkeeping.references += 1 } else if before != after { bookkeeping.optBumps += 1 }

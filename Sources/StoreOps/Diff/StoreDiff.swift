@@ -138,6 +138,10 @@ public enum StoreDiff {
         public var table: String
         public var before: String?
         public var after: String?
+        /// A changed table's columns only the second side has, and only the first (what the text
+        /// report says of it: `~ table ZITEM` alone did not say a column, and its values, went).
+        public var columnsAdded: [String]?
+        public var columnsRemoved: [String]?
     }
 
     public struct EntityChanges: Sendable, Codable {
@@ -465,6 +469,12 @@ public enum StoreDiff {
         }
         stage("differences accounted for")
         var schema = schemaChanges(schemaA.entries, schemaB.entries)
+        for k in schema.indices where schema[k].type == "table" && schema[k].change == "changed" {
+            guard let x = schemaA.layouts[schema[k].name]?.columns, let y = schemaB.layouts[schema[k].name]?.columns else { continue }
+            let added = y.filter { !x.contains($0) }, removed = x.filter { !y.contains($0) }
+            if !added.isEmpty { schema[k].columnsAdded = added }
+            if !removed.isEmpty { schema[k].columnsRemoved = removed }
+        }
         for (name, x, y) in [("user_version", diff.headerA.userVersion, diff.headerB.userVersion),
                              ("application_id", diff.headerA.applicationID, diff.headerB.applicationID)] where x != y {
             schema.append(SchemaChange(change: "changed", type: "pragma", name: name, table: "", before: String(x), after: String(y)))
@@ -574,7 +584,13 @@ public enum StoreDiff {
         let names = Set(declared.map { $0.lowercased() })
         func allows(_ scopes: [String], _ member: String? = nil) -> Bool {
             scopes.contains { scope in
-                names.contains(scope.lowercased()) || member.map { names.contains("\(scope.lowercased()).\($0.lowercased())") } == true
+                guard !names.contains(scope.lowercased()) else { return true }
+                guard let member = member?.lowercased() else { return false }
+                // A column the model does not have (a migration added it) is named as the column:
+                // `Item.priorityLabel` declares ZPRIORITYLABEL, Core Data's column for that
+                // attribute (the README's own example failed on its sample store without this).
+                return names.contains("\(scope.lowercased()).\(member)")
+                    || member.hasPrefix("z") && names.contains("\(scope.lowercased()).\(member.dropFirst())")
             }
         }
         var out: [String] = []

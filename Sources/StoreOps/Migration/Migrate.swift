@@ -108,6 +108,9 @@ public enum Migrate {
         /// `changes` holds only what they changed and `others` what other processes did; when
         /// the record could not be kept (`attributed` false), `changes` holds both.
         public var othersWrote: Bool?
+        /// A migration failed after others committed, and their changes could not be checked
+        /// against what they declare (why).
+        public var declarationsUnchecked: String?
         /// What other processes changed during the run (`--force`: not held against a declaration).
         public var others: StoreDiff.Summary?
         /// Whether each difference was attributed to the migrations or to others (`--force` records it).
@@ -596,6 +599,9 @@ public enum Migrate {
                     let full = StoreOpsError(error.kind, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
                                              + "SQLite's journal go there), then migrate again")
                     throw full
+                } catch {
+                    try checkCommittedDeclarations(pipeline, failure: error)
+                    throw error
                 }
                 changed = true
                 report.applied.append(Applied(version: migration.version, name: migration.name, seconds: Date().timeIntervalSince(started)))
@@ -636,6 +642,44 @@ public enum Migrate {
             _ = try? checkpointer.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
             try? checkpointer.close()
             return true
+        }
+
+        /// A migration failed after others of this run committed, without --rollback-on-failure:
+        /// the store stays at the last of them, so what they changed is held against what they
+        /// declare, as the verify stage would have. A change they do not declare rolls the run back
+        /// (as one found at the verify stage does: exit 3); before, it stayed in the store, and the
+        /// next run, which checks only its own migrations, never saw it (found by a helper trying
+        /// the README). Not under --force, where the verify stage tells others' writes apart.
+        func checkCommittedDeclarations(_ pipeline: Pipeline, failure: any Error) throws {
+            guard !options.rollbackOnFailure, !options.force, !report.applied.isEmpty, let queue, let snapshot = report.snapshot, let hold = pipeline.hold else { return }
+            let sets = migrations.filter { m in report.applied.contains { $0.version == m.version } }.compactMap(\.declaredChanges)
+            guard !sets.isEmpty else { return }
+            let declared = sets.reduce(into: Set<String>()) { $0.formUnion($1) }
+            let outside: [String]
+            do {
+                pipeline.note("diff against the pre-migrate snapshot: the migrations that committed before the failure")
+                // Under the run's lock a connection of its own checkpoints (see `verify`).
+                if gated { passiveCheckpoint() }
+                var diffOptions = StoreDiff.Options(a: .snapshot(snapshot), b: .file(store.path))
+                diffOptions.repository = report.repository
+                diffOptions.limit = 0
+                let diff = try StoreDiff.run(diffOptions, repository: hold.repository)
+                outside = StoreDiff.undeclared(diff, declared: declared)
+            } catch {
+                // The check could not be made (a full disk, a signal): the failure is reported as
+                // it is, and says the committed migrations' declarations were not checked.
+                let why = StoreOpsError.wrapping(error)?.message ?? "\(error)"
+                report.declarationsUnchecked = "the changes of the migrations that committed before it were not checked against their declarations: \(why)"
+                return
+            }
+            guard !outside.isEmpty else { return }
+            report.undeclared = outside
+            verifying = true   // what a verify stage's failure does: the run rolls back
+            let said = StoreOpsError.wrapping(failure)
+            throw StoreOpsError(.checksFailed, (said?.message ?? "\(failure)")
+                                + "; and the migrations that committed before it changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
+                                + outside.prefix(5).joined(separator: "; ") + (outside.count > 5 ? "; and \(outside.count - 5) more" : ""),
+                                hint: "declare it in the migration (`-- storectl: changes Entity.attribute`), or fix the migration; then fix the failing one")
         }
 
         /// What the pending migrations declare they change (their union), or nil when none declares.
