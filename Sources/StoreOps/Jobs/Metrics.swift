@@ -41,6 +41,9 @@ public enum Metrics {
         for (name, type, help, value) in metrics {
             text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name)\(labels) \(format(value))\n"
         }
+        // What a run killed between writing its file and renaming it left (the collector ignores
+        // it, but nothing else would ever remove it: found by the crash test).
+        PendingFile.removeStale(in: folder, prefix: FileSystem.name(of: path))
         let pending = try PendingFile(finalPath: path, label: "metrics.file")
         try pending.write(Data(text.utf8))
         chmod(pending.tempPath, 0o644)

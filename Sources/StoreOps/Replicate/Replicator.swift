@@ -271,11 +271,16 @@ public enum Replicate {
             if options.stores.contains(where: { FileSystem.absolute($0) == path }) {
                 throw StoreOpsError(.usage, "\(named) is a store being followed")
             }
+            // A run killed between writing the file and renaming it left its temporary.
+            PendingFile.removeStale(in: folder, prefix: FileSystem.name(of: path))
         }
         if let folder = options.metricsFolder {
             guard FileSystem.kind(of: folder) == .directory, access(folder, W_OK) == 0 else {
                 throw StoreOpsError(.cannotCreate, "\(options.outputsNamedIn.map { "the metrics folder \(folder) (\($0))" } ?? "--metrics \(folder)"): not a writable folder",
                                     hint: "create it (mkdir -p \(folder)), the folder node_exporter's --collector.textfile.directory names")
+            }
+            for store in options.stores {
+                PendingFile.removeStale(in: folder, prefix: FileSystem.name(of: ReplicateMetrics.file(folder: folder, store: FileSystem.absolute(store))))
             }
         }
         if let folder = options.spoolFolder {
