@@ -196,7 +196,9 @@ struct DiffCommand: ParsableCommand, JSONOutput {
     static func bookkeepingLine(_ b: StoreDiff.Bookkeeping) -> String {
         var parts: [String] = []
         if b.rows > 0 { parts.append("\(Format.plural(b.rows, "bookkeeping row", "bookkeeping rows")) (\(b.tables.joined(separator: ", ")))") }
-        if b.optBumps > 0 { parts.append("\(Format.plural(b.optBumps, "Z_OPT bump", "Z_OPT bumps"))") }
+        // Objects whose only change is Z_OPT (a bump beside a real change is that change's: it
+        // said "Z_OPT bumps", which read as every bump, and a new user missed one).
+        if b.optBumps > 0 { parts.append("\(Format.plural(b.optBumps, "object", "objects")) changed only by Z_OPT") }
         if b.renumbered > 0 { parts.append("\(Format.plural(b.renumbered, "object", "objects")) renumbered under --key") }
         if b.references > 0 { parts.append("\(Format.plural(b.references, "object or link", "objects and links")) changed only by pointing at renumbered objects") }
         return parts.joined(separator: " and ") + (b.shown ? "" : " left out: --bookkeeping shows them")

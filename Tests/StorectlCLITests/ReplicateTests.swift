@@ -557,6 +557,25 @@ struct ReplicateTests {
         return samples
     }
 
+    @Test("kill -9 between writing the status file (or the metrics file) and renaming it leaves its temporary; the next start removes it (nothing else ever would)")
+    func killedStatusWriteLeavesNothing() throws {
+        let world = try world()
+        let metrics = world.folder.file("metrics"), statusFile = world.folder.file("replicate.status.json")
+        try FileManager.default.createDirectory(atPath: metrics, withIntermediateDirectories: true)
+        let arguments = ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "300ms", "--metrics", metrics, "--status-file", statusFile]
+        func temporaries() -> [String] {
+            [world.folder.path, metrics].flatMap { folder in ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.contains(".tmp-storectl-") } }
+        }
+        for point in ["replicate.status.create", "replicate.metrics.create"] {
+            let killed = try ChildProcess.run(Binaries.storectl, arguments, environment: world.environment.merging(["STORECTL_FAULT_POINT": point]) { $1 })
+            #expect(killed.status == 137, "\(point): \(killed.stderr)")
+            #expect(temporaries().count == 1, "\(point): \(temporaries())")
+            let next = try ChildProcess.run(Binaries.storectl, arguments, environment: world.environment)
+            #expect(next.status == 0, "\(next.stderr)")
+            #expect(temporaries().isEmpty, "\(point): \(temporaries())")
+        }
+    }
+
     @Test("metrics and status say what the run did: while following, storectl_replicate_up 1 and a last durable time within the run; after SIGTERM up 0, and points, segments, bases, gaps, bytes and requests equal the run's own summary (bytes at least what the repository grew by, requests at least the objects it holds now); replicate status --status-file shows the same figures and the repository's points")
     func metricsAndStatusFigures() throws {
         let world = try world()

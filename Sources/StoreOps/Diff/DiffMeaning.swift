@@ -877,8 +877,12 @@ extension StoreDiff {
                         // may name another object.
                         let now: Int64? = map[o] ?? (renumberedTo[target]?.contains(o) == true ? nil : o)
                         if case .integer(let n) = new, now == n {
-                            if o != n { throughRenumbered = true }
-                            continue
+                            // The same object under its new number: bookkeeping, shown with
+                            // --bookkeeping (counted, it was never listed: a new user's trial).
+                            guard o != n, options.bookkeeping else {
+                                if o != n { throughRenumbered = true }
+                                continue
+                            }
                         }
                     } else {
                         guard old != new, column != renumberedAlias || options.bookkeeping else { continue }

@@ -113,6 +113,22 @@ struct StoreDiffFixtureTests {
         #expect(keyed.bookkeeping.renumbered == count - 1 && keyed.bookkeeping.optBumps == 0,
                 "\(keyed.bookkeeping.renumbered) renumbered, \(keyed.bookkeeping.optBumps) Z_OPT bumps, \(count) notes")
         #expect(keyed.keyless.isEmpty, "\(keyed.keyless)")
+        // Note data pointing at its note under the note's new number: counted with the bookkeeping,
+        // not a change; listed with --bookkeeping (it was counted and never listed).
+        let d = folder.file("references.sqlite")
+        try FileManager.default.copyItem(atPath: b, toPath: d)
+        try edit(d, "UPDATE ZICNOTEDATA SET ZNOTE = ZNOTE + 100000 WHERE ZNOTE IS NOT NULL")
+        let pointing = try DatabaseQueue(path: d).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZICNOTEDATA WHERE ZNOTE IS NOT NULL") } ?? 0
+        var references = StoreDiff.Options(a: .file(a), b: .file(d))
+        references.keys = ["ICNote.identifier"]
+        references.entities = ["ICNoteData"]
+        let counted = try StoreDiff.run(references)
+        #expect(pointing > 0 && counted.entities.allSatisfy { $0.changed == 0 } && counted.bookkeeping.references == pointing,
+                "\(counted.bookkeeping.references) of \(pointing): \(counted.entities.map { "\($0.table) ~\($0.changed)" })")
+        references.bookkeeping = true
+        let listed = try StoreDiff.run(references).entities.filter { $0.table == "ZICNOTEDATA" }
+        #expect(listed.reduce(0) { $0 + $1.changed } == pointing && listed.flatMap(\.objects).allSatisfy { $0.values.contains { $0.before?.contains("(now 1") == true } },
+                "\(listed.flatMap(\.objects).map { "\($0.object): \($0.values.map { "\($0.name) \($0.before ?? "") → \($0.after ?? "")" })" })")
         // A key the added objects have no value for matches nothing: said, not silent.
         let c = folder.file("keyless.sqlite")
         try FileManager.default.copyItem(atPath: b, toPath: c)
