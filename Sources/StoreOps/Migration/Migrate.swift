@@ -651,7 +651,9 @@ public enum Migrate {
         /// next run, which checks only its own migrations, never saw it (found by a helper trying
         /// the README). Not under --force, where the verify stage tells others' writes apart.
         func checkCommittedDeclarations(_ pipeline: Pipeline, failure: any Error) throws {
-            guard !options.rollbackOnFailure, !options.force, !report.applied.isEmpty, let queue, let snapshot = report.snapshot, let hold = pipeline.hold else { return }
+            // A stop (a signal, the kill switch) rolls the run back anyway.
+            guard !(failure is Pipeline.Stop), ProcessSignals.received == nil else { return }
+            guard !options.rollbackOnFailure, !options.force, !report.applied.isEmpty, queue != nil, let snapshot = report.snapshot, let hold = pipeline.hold else { return }
             let sets = migrations.filter { m in report.applied.contains { $0.version == m.version } }.compactMap(\.declaredChanges)
             guard !sets.isEmpty else { return }
             let declared = sets.reduce(into: Set<String>()) { $0.formUnion($1) }
