@@ -582,16 +582,21 @@ public enum StoreDiff {
     /// bookkeeping is never counted.
     public static func undeclared(_ report: Report, declared: Set<String>) -> [String] {
         let names = Set(declared.map { $0.lowercased() })
-        func allows(_ scopes: [String], _ member: String? = nil) -> Bool {
+        func allows(_ scopes: [String], _ member: String? = nil, coreDataColumn: Bool = false) -> Bool {
             scopes.contains { scope in
                 guard !names.contains(scope.lowercased()) else { return true }
                 guard let member = member?.lowercased() else { return false }
-                // A column the model does not have (a migration added it) is named as the column:
-                // `Item.priorityLabel` declares ZPRIORITYLABEL, Core Data's column for that
+                // A Core Data column the model does not have (a migration added it) is named as the
+                // column: `Item.priorityLabel` declares ZPRIORITYLABEL, Core Data's column for that
                 // attribute (the README's own example failed on its sample store without this).
                 return names.contains("\(scope.lowercased()).\(member)")
-                    || member.hasPrefix("z") && names.contains("\(scope.lowercased()).\(member.dropFirst())")
+                    || coreDataColumn && names.contains("\(scope.lowercased()).\(member.dropFirst())")
             }
+        }
+        /// A name the diff gives as a Core Data column (`ZPRIORITYLABEL`), not as the model names an
+        /// attribute (`zOrder`), nor a plain table's column.
+        func isCoreDataColumn(_ name: String, of e: EntityChanges) -> Bool {
+            e.entity != nil && name.count > 1 && name.hasPrefix("Z") && name == name.uppercased()
         }
         var out: [String] = []
         for e in report.entities {
@@ -602,7 +607,7 @@ public enum StoreDiff {
             if e.removed > 0 { out.append("\(label): \(e.removed) removed") }
             // A position in an ordered relationship ("parentFolder (order)") is the relationship's.
             for (name, count) in e.attributes.sorted(by: { $0.key < $1.key })
-            where !allows(scopes, name) && !(e.columns[name].map { allows(scopes, $0) } ?? false)
+            where !allows(scopes, name, coreDataColumn: isCoreDataColumn(name, of: e)) && !(e.columns[name].map { allows(scopes, $0, coreDataColumn: isCoreDataColumn($0, of: e)) } ?? false)
                 && !(name.hasSuffix(" (order)") && allows(scopes, String(name.dropLast(" (order)".count)))) {
                 out.append("\(label): \(name) changed in \(count) object\(count == 1 ? "" : "s")")
             }

@@ -598,9 +598,12 @@ public enum Migrate {
                 } catch let error as StoreOpsError where error.status == .ioError {
                     let full = StoreOpsError(error.kind, error.message, hint: "free space on the volume of \(store.folder) (the migration's changes and "
                                              + "SQLite's journal go there), then migrate again")
+                    if committedDeclare(failing: migration) != nil {
+                        report.declarationsUnchecked = "the changes of the migrations that committed before it were not checked against their declarations (the disk is full)"
+                    }
                     throw full
                 } catch {
-                    try checkCommittedDeclarations(pipeline, failure: error)
+                    try checkCommittedDeclarations(pipeline, failure: error, failing: migration)
                     throw error
                 }
                 changed = true
@@ -650,13 +653,23 @@ public enum Migrate {
         /// (as one found at the verify stage does: exit 3); before, it stayed in the store, and the
         /// next run, which checks only its own migrations, never saw it (found by a helper trying
         /// the README). Not under --force, where the verify stage tells others' writes apart.
-        func checkCommittedDeclarations(_ pipeline: Pipeline, failure: any Error) throws {
+        func checkCommittedDeclarations(_ pipeline: Pipeline, failure: any Error, failing: Migration) throws {
             // A stop (a signal, the kill switch) rolls the run back anyway.
             guard !(failure is Pipeline.Stop), ProcessSignals.received == nil else { return }
-            guard !options.rollbackOnFailure, !options.force, !report.applied.isEmpty, queue != nil, let snapshot = report.snapshot, let hold = pipeline.hold else { return }
-            let sets = migrations.filter { m in report.applied.contains { $0.version == m.version } }.compactMap(\.declaredChanges)
-            guard !sets.isEmpty else { return }
-            let declared = sets.reduce(into: Set<String>()) { $0.formUnion($1) }
+            guard !options.rollbackOnFailure, !options.force, let queue, let snapshot = report.snapshot, let hold = pipeline.hold,
+                  let declared = committedDeclare(failing: failing) else { return }
+            func unchecked(_ why: String) {
+                report.declarationsUnchecked = "the changes of the migrations that committed before it were not checked against their declarations: \(why)"
+            }
+            // Only while the run holds the store: else the diff would hold another process's
+            // commits against the migrations (a lock the failing migration could not take back
+            // for --timeout, with the app writing meanwhile), and roll them back with it.
+            if gated, (try? queue.inDatabase({ $0.isInsideTransaction })) != true {
+                return unchecked("the run no longer holds the store's write lock (another process may have written)")
+            }
+            if let before = dataVersion, let now = try? queue.inDatabase({ try Int.fetchOne($0, sql: "PRAGMA data_version") }), now != before {
+                return unchecked("another process committed to the store during the run, while its write lock was let go; its writes cannot be told from the migrations'")
+            }
             let outside: [String]
             do {
                 pipeline.note("diff against the pre-migrate snapshot: the migrations that committed before the failure")
@@ -670,9 +683,7 @@ public enum Migrate {
             } catch {
                 // The check could not be made (a full disk, a signal): the failure is reported as
                 // it is, and says the committed migrations' declarations were not checked.
-                let why = StoreOpsError.wrapping(error)?.message ?? "\(error)"
-                report.declarationsUnchecked = "the changes of the migrations that committed before it were not checked against their declarations: \(why)"
-                return
+                return unchecked(StoreOpsError.wrapping(error)?.message ?? "\(error)")
             }
             guard !outside.isEmpty else { return }
             report.undeclared = outside
@@ -681,7 +692,18 @@ public enum Migrate {
             throw StoreOpsError(.checksFailed, (said?.message ?? "\(failure)")
                                 + "; and the migrations that committed before it changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
                                 + outside.prefix(5).joined(separator: "; ") + (outside.count > 5 ? "; and \(outside.count - 5) more" : ""),
-                                hint: "declare it in the migration (`-- storectl: changes Entity.attribute`), or fix the migration; then fix the failing one")
+                                hint: "declare it in the migration (`-- storectl: changes Entity.attribute`), or fix the migration"
+                                    + (said?.hint.map { "; for the failing one: \($0)" } ?? "; then fix the failing one"))
+        }
+
+        /// What the migrations of this run that committed declare (their union), or nil when none
+        /// committed or none of them declares: `failing`'s too when it runs without a transaction
+        /// (its statements before the one that failed are committed).
+        func committedDeclare(failing: Migration) -> Set<String>? {
+            var committed = migrations.filter { m in report.applied.contains { $0.version == m.version } }
+            if failing.noTransaction { committed.append(failing) }
+            let sets = committed.compactMap(\.declaredChanges)
+            return sets.isEmpty ? nil : sets.reduce(into: Set<String>()) { $0.formUnion($1) }
         }
 
         /// What the pending migrations declare they change (their union), or nil when none declares.
