@@ -520,6 +520,20 @@ enum Scenarios {
         return app
     }
 
+    /// An app followed by `replicate` without merges, then two more runs after `commitsPerRun`
+    /// commits each: a chain of unmerged segments. The app (left open) and the replicate command.
+    static func followedUnmerged(_ fixture: CrashFixture, commitsPerRun: Int) throws -> (app: DatabaseQueue, replicate: [String]) {
+        let unmerged = ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet", "--merge-interval", "0"]
+        let app = try followedApp(fixture, unmerged)
+        for run in 0..<2 {
+            for k in 0..<commitsPerRun {
+                try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ? WHERE Z_PK = ?", arguments: ["\(run)", k + 1]) }
+            }
+            try ok(fixture, unmerged, 0)
+        }
+        return (app, unmerged)
+    }
+
     /// After the next run the newest point is the store as it is.
     static func expectNewestIsStore(_ fixture: CrashFixture, _ point: String) throws {
         // The observation just made after the next run when it was this one (a restore less a point).
@@ -608,14 +622,7 @@ enum Scenarios {
             let fixture = try CrashFixture()
             fixture.environment["STORECTL_TEST_MILESTONE_RANK"] = "1"
 
-            let unmerged = ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet", "--merge-interval", "0"]
-            let app = try followedApp(fixture, unmerged)
-            for run in 0..<2 {
-                for k in 0..<5 {
-                    try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ? WHERE Z_PK = ?", arguments: ["\(run)", k + 1]) }
-                }
-                try ok(fixture, unmerged, 0)
-            }
+            _ = try followedUnmerged(fixture, commitsPerRun: 5)
             return fixture
         },
         command: { replicating($0) },
@@ -636,6 +643,10 @@ enum Scenarios {
         },
         resets: { [$0.repo] })
 
+    static func thinning(_ fixture: CrashFixture) -> [String] {
+        ["snapshot", "prune", "--repo", fixture.repo, "--keep-last", "5", "--keep-points", "1s", "--keep-point-minutes", "1d", "--keep-point-bases", "2d"]
+    }
+
     /// `snapshot prune --keep-points 1s`: an older chain (a gap began a newer one) thinned to the
     /// last commit of each minute (the thinned segment written, then the segments it replaces
     /// removed); the newest chain is left whole. Killed anywhere, the same prune again ends with
@@ -644,14 +655,7 @@ enum Scenarios {
         name: "snapshot prune --keep-points (an older chain thinned)",
         setup: {
             let fixture = try CrashFixture()
-            let unmerged = ["replicate", fixture.store, "--repo", fixture.repo, "--for", "100ms", "--quiet", "--merge-interval", "0"]
-            let app = try followedApp(fixture, unmerged)
-            for run in 0..<2 {
-                for k in 0..<3 {
-                    try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ? WHERE Z_PK = ?", arguments: ["\(run)", k + 1]) }
-                }
-                try ok(fixture, unmerged, 0)
-            }
+            let (app, unmerged) = try followedUnmerged(fixture, commitsPerRun: 3)
             // Commits no follower saw, the -wal truncated: the next run starts a second chain.
             try app.inDatabase { db in
                 try db.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || 'unseen' WHERE Z_PK = 4")
@@ -664,13 +668,13 @@ enum Scenarios {
             usleep(1_100_000)   // the first chain's commits are older than --keep-points
             return fixture
         },
-        command: { ["snapshot", "prune", "--repo", $0.repo, "--keep-last", "5", "--keep-points", "1s", "--keep-point-minutes", "1d", "--keep-point-bases", "2d"] },
+        command: { thinning($0) },
         observe: { fixture in
             try StorePoints.list(repository: fixture.repo, password: fixture.password).flatMap(\.spans)
                 .map { "\($0.kind) \(Timestamp.iso($0.from))-\($0.to.map(Timestamp.iso) ?? "")" }.joined(separator: ", ")
         },
         next: { fixture, index in
-            try ok(fixture, ["snapshot", "prune", "--repo", fixture.repo, "--keep-last", "5", "--keep-points", "1s", "--keep-point-minutes", "1d", "--keep-point-bases", "2d"], index)
+            try ok(fixture, thinning(fixture), index)
         },
         finally: { fixture, point in
             let spans = try StorePoints.list(repository: fixture.repo, password: fixture.password).flatMap(\.spans).map(\.kind)

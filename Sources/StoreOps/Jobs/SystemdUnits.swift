@@ -129,10 +129,10 @@ public enum SystemdUnits {
         guard FileSystem.kind(of: folder) == .directory else {
             throw StoreOpsError(.cannotCreate, "the output folder \(folder) does not exist", hint: "create it first, or pass another --output (systemd reads /etc/systemd/system)")
         }
+        // A run killed between writing a unit and renaming it left its temporary among the units
+        // (found by the crash test): removed first (every unit's name starts so).
+        PendingFile.removeStale(in: folder, prefix: "storectl-")
         for unit in units {
-            // A run killed between writing a unit and renaming it left its temporary among the
-            // units (found by the crash test): this run's removes it.
-            PendingFile.removeStale(in: folder, prefix: unit.name)
             let file = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(unit.name), label: "systemd.unit")
             try file.write(Data(unit.contents.utf8))
             chmod(file.tempPath, 0o644)

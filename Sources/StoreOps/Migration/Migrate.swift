@@ -702,14 +702,18 @@ public enum Migrate {
         func committedDeclare(failing: Migration) -> Set<String>? {
             var committed = migrations.filter { m in report.applied.contains { $0.version == m.version } }
             if failing.noTransaction { committed.append(failing) }
-            let sets = committed.compactMap(\.declaredChanges)
+            return Self.declarations(of: committed)
+        }
+
+        /// What `migrations` declare they change (their union), or nil when none declares.
+        static func declarations(of migrations: [Migration]) -> Set<String>? {
+            let sets = migrations.compactMap(\.declaredChanges)
             return sets.isEmpty ? nil : sets.reduce(into: Set<String>()) { $0.formUnion($1) }
         }
 
         /// What the pending migrations declare they change (their union), or nil when none declares.
         var declared: Set<String>? {
-            let sets = migrations.filter { m in report.plan.pending.contains { $0.version == m.version } }.compactMap(\.declaredChanges)
-            return sets.isEmpty ? nil : sets.reduce(into: Set<String>()) { $0.formUnion($1) }
+            Self.declarations(of: migrations.filter { m in report.plan.pending.contains { $0.version == m.version } })
         }
 
         /// The meaning first: the diff of the pre-migrate snapshot and the store (its `-wal`
