@@ -173,7 +173,7 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         }
         for l in r.links {
             lines.append("\(l.relationship) (\(l.table)): \(Format.plural(l.added, "link", "links")) added, \(l.removed) removed"
-                         + (l.reordered > 0 ? ", \(l.reordered) reordered" : ""))
+                         + (l.reordered > 0 ? ", \(l.reordered) reordered" : "") + (l.renumbered > 0 ? ", \(l.renumbered) with an end renumbered" : ""))
             for link in l.links { lines.append("  \(link.change == "added" ? "+" : link.change == "removed" ? "-" : "~") \(link.link)") }
             if l.unlisted > 0, !countsOnly { lines.append("  … and \(Format.count(l.unlisted)) more (--limit, --json)") }
         }

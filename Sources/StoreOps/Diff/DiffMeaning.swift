@@ -519,6 +519,16 @@ extension StoreDiff {
             if let after, before != after { entry.added += 1; addLink(&entry, "added", after) }
         }
 
+        /// A many-to-many link whose ends are the same two objects, one renumbered (`--bookkeeping`):
+        /// "Item 1005 ↔ Tag 3 (was Item 5 ↔ Tag 3)".
+        private mutating func recordRenumberedLink(_ table: String, relationship: String, _ before: [String: SQLitePages.Value], _ after: [String: SQLitePages.Value]) {
+            recordLink(table, relationship: relationship, nil, nil)
+            guard var entry = links.removeValue(forKey: table) else { return }
+            defer { links[table] = entry }
+            entry.renumbered += 1
+            addLink(&entry, "renumbered", after, was: before)
+        }
+
         /// Names for a hint: the first 40, then how many more (a list cut short said nothing of
         /// the rest: Photos' 54 entities stopped at Moment).
         static func listed(_ names: [String]) -> String {
@@ -639,17 +649,20 @@ extension StoreDiff {
 
         /// `before`: a reordered link's row as it was (its positions shown, before → after).
         private func addLink(_ entry: inout LinkChanges, _ change: String, _ values: [String: SQLitePages.Value],
-                             before: [String: SQLitePages.Value]? = nil) {
+                             before: [String: SQLitePages.Value]? = nil, was: [String: SQLitePages.Value]? = nil) {
             if let limit = options.limit, entry.links.count >= limit { entry.unlisted += 1; return }
             let labels = labelsB.coreData ? labelsB : labelsA
-            let ends = values.keys.sorted().compactMap { column -> String? in
-                let upper = column.uppercased()
-                guard upper.hasPrefix("Z_"), !upper.hasPrefix("Z_FOK_") else { return nil }
-                let digits = upper.dropFirst(2).prefix { $0.isNumber }
-                let entity = Int(digits).flatMap { labels.entityByEnt[$0] } ?? column
-                return "\(entity) \(render(values[column] ?? .null, type: nil))"
+            func ends(_ values: [String: SQLitePages.Value]) -> String {
+                values.keys.sorted().compactMap { column -> String? in
+                    let upper = column.uppercased()
+                    guard upper.hasPrefix("Z_"), !upper.hasPrefix("Z_FOK_") else { return nil }
+                    let digits = upper.dropFirst(2).prefix { $0.isNumber }
+                    let entity = Int(digits).flatMap { labels.entityByEnt[$0] } ?? column
+                    return "\(entity) \(render(values[column] ?? .null, type: nil))"
+                }.joined(separator: " ↔ ")
             }
-            var link = ends.joined(separator: " ↔ ")
+            var link = ends(values)
+            if let was { link += " (was \(ends(was)))" }
             if let before {
                 let moved = values.keys.sorted().filter { $0.uppercased().hasPrefix("Z_FOK_") && before[$0] != values[$0] }
                 link += " (position " + moved.map { "\(render(before[$0] ?? .null, type: nil)) → \(render(values[$0] ?? .null, type: nil))" }
@@ -753,7 +766,10 @@ extension StoreDiff {
                     }
                     if let match = added[objects(translated)]?.popLast() {
                         if match == translated {
-                            if translated != row { bookkeeping.references += 1 }
+                            // The same two objects, an end renumbered: bookkeeping, listed when asked.
+                            if translated != row {
+                                if options.bookkeeping { recordRenumberedLink(table, relationship: held.relationship, row, match) } else { bookkeeping.references += 1 }
+                            }
                         } else {
                             recordLink(table, relationship: held.relationship, translated, match)
                         }

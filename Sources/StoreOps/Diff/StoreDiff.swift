@@ -273,12 +273,15 @@ public enum StoreDiff {
         public var removed = 0
         /// Links of an ordered many-to-many whose position changed (the same two objects).
         public var reordered = 0
+        /// With `--bookkeeping`: links whose only change is an end renumbered under `--key` (the
+        /// same two objects; without it they are counted in `bookkeeping.references`).
+        public var renumbered = 0
         public var links: [LinkChange] = []
         public var unlisted = 0
     }
 
     public struct LinkChange: Sendable, Codable {
-        /// "added", "removed" or "reordered".
+        /// "added", "removed", "reordered" or (`--bookkeeping`) "renumbered".
         public var change: String
         public var link: String
     }
@@ -497,7 +500,7 @@ public enum StoreDiff {
             entities.values.filter { $0.added + $0.removed + $0.changed > 0 }.sorted { ($0.entity ?? $0.table, $0.table) < ($1.entity ?? $1.table, $1.table) }
         }
         func sorted(_ links: [String: LinkChanges]) -> [LinkChanges] {
-            links.values.filter { $0.added + $0.removed + $0.reordered > 0 }.sorted { $0.relationship < $1.relationship }
+            links.values.filter { $0.added + $0.removed + $0.reordered + $0.renumbered > 0 }.sorted { $0.relationship < $1.relationship }
         }
         let entities = sorted(collector.entities), links = sorted(collector.links)
         let others = options.written == nil ? nil : Others(entities: sorted(collector.otherEntities), links: sorted(collector.otherLinks))

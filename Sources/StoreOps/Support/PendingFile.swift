@@ -85,12 +85,17 @@ public final class PendingFile {
     /// final name is shortened (the temp name adds ~30 bytes), so the temp file can be made
     /// whenever the final name is a valid name.
     static func temporaryPrefix(for finalPath: String) -> String {
+        ".\(shortened(FileSystem.name(of: finalPath)))\(marker)"
+    }
+
+    /// The part of a final name a temporary name keeps: its first 200 bytes, whole characters.
+    static func shortened(_ name: String) -> String {
         var short = ""
-        for character in FileSystem.name(of: finalPath) {
+        for character in name {
             guard short.utf8.count + character.utf8.count <= 200 else { break }
             short.append(character)
         }
-        return ".\(short)\(marker)"
+        return short
     }
 
     /// The temporary files and folders in `finalPath`'s folder made for it, by any process
@@ -111,15 +116,17 @@ public final class PendingFile {
     /// Deletes temp artifacts left in `folder` by storectl processes that no longer run, except
     /// those an interrupted `StoreSwap` still needs (its journal names them).
     ///
-    /// - Parameter prefix: only names that start with `.<prefix>` (a shared folder such as /tmp).
+    /// - Parameter prefix: only names that start with `.<prefix>` (a shared folder such as /tmp);
+    ///   a final name as the prefix is shortened as its temporaries' names are.
     /// - Returns: the paths removed.
     @discardableResult
     public static func removeStale(in folder: String, prefix: String? = nil) -> [String] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
         let protected = StoreSwap.protectedPaths(in: folder)
         var removed: [String] = []
+        let start = prefix.map { "." + shortened($0) }
         for name in names {
-            if let prefix, !name.hasPrefix("." + prefix) { continue }
+            if let start, !name.hasPrefix(start) { continue }
             guard let pid = temporaryOwner(name), !FileSystem.processIsAlive(pid) else { continue }
             let path = (folder as NSString).appendingPathComponent(name)
             guard !protected.contains(path) else { continue }

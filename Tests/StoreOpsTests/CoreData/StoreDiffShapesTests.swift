@@ -218,6 +218,15 @@ struct StoreDiffShapesTests {
         let tagLinks = try #require(report.links.first { $0.table == "Z_2TAGS" })
         #expect(tagLinks.removed == 1 && tagLinks.added == 0 && tagLinks.reordered == 0, "\(tagLinks.removed) \(tagLinks.added)")
         #expect(report.bookkeeping.references == (withCategory - 1) + (links - 1), "\(report.bookkeeping.references) of \(withCategory - 1) + \(links - 1)")
+        // With --bookkeeping those links are listed (they were only counted): the same two
+        // objects, the tag's old number named.
+        options.bookkeeping = true
+        let listed = try #require(try StoreDiff.run(options).links.first { $0.table == "Z_2TAGS" })
+        #expect(listed.renumbered == links - 1 && listed.removed == 1 && listed.added == 0, "\(listed.renumbered) \(listed.removed) \(listed.added)")
+        let shown = listed.links.filter { $0.change == "renumbered" }
+        #expect(shown.count == links - 1 && shown.allSatisfy { $0.link.contains("Tag 10") && $0.link.contains("(was Item ") },
+                "\(shown.prefix(3).map(\.link))")
+        options.bookkeeping = false
         // --entity shows part of the same result: the renumbering of entities it does not show
         // still counts (a Task's category compared through Category's renumbering).
         options.entities = ["Task"]

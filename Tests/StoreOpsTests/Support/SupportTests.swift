@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import StoreLab
-import StoreOps
+@testable import StoreOps
 import Testing
 
 @Suite("support: atomic files, job lock, formatting")
@@ -55,6 +55,20 @@ struct SupportTests {
         let removed = PendingFile.removeStale(in: folder.path)
         #expect(Set(removed.map { FileSystem.name(of: $0) }) == [FileSystem.name(of: dead), FileSystem.name(of: deadWAL)])
         #expect(Set(folder.contents()) == [FileSystem.name(of: live), "keep.sqlite"])
+    }
+
+    @Test("a final name over 200 bytes: its dead temporaries are found by that name as a prefix")
+    func staleTempFilesOfALongName() throws {
+        let folder = try TempFolder()
+        let long = String(repeating: "é", count: 120) + ".prom"   // 245 bytes
+        let other = "other.prom"
+        // A dead run's temporaries of both, made as PendingFile names them (the long one shortened).
+        let dead = "\(PendingFile.temporaryPrefix(for: folder.file(long)))999999999-abc"
+        let deadOther = "\(PendingFile.temporaryPrefix(for: folder.file(other)))999999999-def"
+        #expect(!dead.hasPrefix("." + long))
+        for name in [dead, deadOther] { _ = FileManager.default.createFile(atPath: folder.file(name), contents: Data()) }
+        #expect(PendingFile.removeStale(in: folder.path, prefix: long).map { FileSystem.name(of: $0) } == [dead])
+        #expect(Set(folder.contents()) == [deadOther])
     }
 
     @Test("the job lock: a second taker gets 75 naming the holder; released on exit, even kill -9")
