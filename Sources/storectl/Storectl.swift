@@ -205,7 +205,10 @@ struct Storectl: ParsableCommand {
             failure.hint = failure.hint ?? "see `\(commandName(ofUsage: usage)) --help`"
         }
         if json {
-            print(jsonReport(ErrorReport(status: failure.status.rawValue, message: failure.message, hint: failure.hint)))
+            // The usage line goes in a field of its own: `message` says what was wrong, alone.
+            let parts = failure.message.components(separatedBy: "\n  usage: ")
+            print(jsonReport(ErrorReport(status: failure.status.rawValue, message: parts[0], hint: failure.hint,
+                                         usage: parts.count > 1 ? parts.dropFirst().joined(separator: "\n  usage: ") : nil)))
         }
         FileHandle.standardError.write(Data("storectl: \(failure)\n".utf8))
         Foundation.exit(finishOutput(failure.status.rawValue))
@@ -265,6 +268,8 @@ struct ErrorReport: Encodable {
     var status: Int32
     var message: String
     var hint: String?
+    /// A usage error's usage line (64), apart from `message`.
+    var usage: String?
     var s3 = S3Traffic.sinceStart()
 }
 

@@ -57,6 +57,10 @@ struct HelpTests {
                 && validation.stderr.contains("hint: see `storectl snapshot restore --help`"), "\(validation.stderr)")
         let json = try storectl("purge", "--json")
         #expect(json.status == 64 && json.stdout.contains("\"status\" : 64") && json.stdout.contains("missing expected argument"), "\(json.stdout)")
+        // The usage line in a field of its own, not in the message.
+        let fields = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        #expect((fields?["message"] as? String) == "missing expected argument '--policy <policy>'"
+                && (fields?["usage"] as? String)?.hasPrefix("storectl purge --policy <policy>") == true, "\(json.stdout)")
         for arguments in [["bogus"], ["backup"], ["run", "snapshot", "--policy", "p", "--jitter", "soon"]] {
             let result = try ChildProcess.run(Binaries.storectl, arguments)
             #expect(result.status == 64 && result.stderr.hasPrefix("storectl: ") && !result.stderr.contains("Error:"), "\(arguments): \(result.stderr)")
