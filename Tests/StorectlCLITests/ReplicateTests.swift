@@ -717,6 +717,12 @@ struct ReplicateTests {
         let ended = try #require(PointTimeline.load(repository).chains.last)
         #expect(ended.stopped)
         #expect(try restored(at: Timestamp.iso(Date(timeIntervalSince1970: Double(ended.confirmedUntil) / 1000)), "after.sqlite").title == "after-4")
+        // The stop during the outage was kept after the points and written after them by the
+        // next run: the time until it resumed reads as stopped, not as a follower killed.
+        let spans = try #require(StorePoints.list(repository: repo).first).spans
+        #expect(spans.contains { $0.kind == "not followed" && $0.to != nil && $0.reason == "storectl replicate was stopped" }
+                && !spans.contains { $0.reason?.contains("killed") == true }, "\(spans.map { "\($0.kind) \($0.reason ?? "")" })")
+        #expect(!folder.contents().contains { $0.hasPrefix("storectl-outbox-") }, "\(folder.contents())")
         try app.close()
     }
 

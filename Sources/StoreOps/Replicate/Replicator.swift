@@ -557,7 +557,7 @@ public enum Replicate {
                 flushAll(replica)
                 keepWaiting(replica)
                 merge(replica, now: true)
-                if replica.pending.isEmpty, replica.parked.isEmpty, let chain = replica.chain, let cursor = replica.follower.cursor {
+                if replica.pending.isEmpty, replica.chain != nil, let cursor = replica.follower.cursor {
                     let now = Replicate.ms(Date())
                     var marker = replica.segment(level: PointTimeline.stoppedLevel, from: replica.next - 1, to: replica.next - 1, cursor: cursor, commits: [])
                     marker.closed = true
@@ -565,8 +565,15 @@ public enum Replicate {
                     // committed since was not read; after a gap found and no base made, that
                     // read was before the gap).
                     marker.baseTime = min(now, max(replica.confirmedTime ?? 0, replica.lastDurableTime ?? 0))
-                    _ = chain
-                    try? write(marker, pages: [], replica: replica, point: "replicate.stopped")
+                    // With points kept in the outbox (the repository did not take them), or when
+                    // the repository does not take the marker itself, it is kept there too, after
+                    // them: the next start writes it once they are written, and the stop reads as
+                    // a stop, not as a follower killed (no marker in the repository claims the
+                    // time after its last durable point before then).
+                    let written = replica.parked.isEmpty && (try? write(marker, pages: [], replica: replica, point: "replicate.stopped")) != nil
+                    if !written, let sealed = try? marker.seal(pages: [], sealer: repository.sealer, zstd: zstd, name: marker.name) {
+                        _ = try? outbox.keep(marker.name, sealed)
+                    }
                 }
                 replica.follower.close()
             }
@@ -1270,7 +1277,9 @@ public enum Replicate {
             replica.starting = true
             if replica.outboxStart == nil {
                 // Said in the status file and `replicate status` meanwhile (not a failure).
-                replica.summary.notFollowed = "writing the \(Format.plural(kept.count, "segment", "segments")) of points an earlier run kept in \(outbox.folder) first"
+                let segments = kept.filter { $0.name.level == 0 }.count
+                replica.summary.notFollowed = segments == 0 ? "writing the stop marker an earlier run kept in \(outbox.folder) first"
+                    : "writing the \(Format.plural(segments, "segment", "segments")) of points an earlier run kept in \(outbox.folder) first"
                 replica.summary.notFollowedStatus = 0
             }
             let key = replica.key, store = replica.store.path
@@ -1394,6 +1403,26 @@ public enum Replicate {
                         guard FileSystem.kind(of: item.path) == .missing else {
                             throw StoreOpsError(.ioError, "the points an earlier run kept in \(item.path) cannot be read (\((error as? StoreOpsError)?.message ?? "\(error)"))")
                         }
+                        continue
+                    }
+                    if item.name.level == PointTimeline.stoppedLevel {
+                        // A clean stop's marker, kept after its chain's points (`drain`): written
+                        // when it follows the chain's last point; else (the chain went on, or the
+                        // points before it were dropped) it says nothing true any more.
+                        if next[item.name.chain] == item.name.to + 1,
+                           (try? PointSegment.openAll(sealed, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil {
+                            do {
+                                let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                                defer { hold.release() }
+                                try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
+                            } catch {
+                                let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
+                                throw StoreOpsError(cause.kind, "the stop marker an earlier run kept in \(outbox.folder) could not be written to \(repository.location): \(cause.message)")
+                            }
+                            result.sent += 1
+                            result.bytes += UInt64(sealed.count)
+                        }
+                        try outbox.remove(item.path)
                         continue
                     }
                     if let expected = next[item.name.chain], expected > item.name.to {

@@ -55,10 +55,13 @@ final class SegmentOutbox {
         _ = PendingFile.removeStale(in: folder)
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
         return names.compactMap { file -> (SegmentName, String)? in
-            guard let name = Self.segmentName(ofFile: file), name.store == store, name.level == 0 else { return nil }
+            guard let name = Self.segmentName(ofFile: file), name.store == store,
+                  name.level == 0 || name.level == PointTimeline.stoppedLevel else { return nil }
             return (name, (folder as NSString).appendingPathComponent(file))
         }
-        .sorted { ($0.0.chain, $0.0.from) < ($1.0.chain, $1.0.from) }
+        // A stop marker (`PointTimeline.stoppedLevel`, from its chain's last point) after the
+        // segment ending there.
+        .sorted { ($0.0.chain, $0.0.from, $0.0.level) < ($1.0.chain, $1.0.from, $1.0.level) }
     }
 
     /// A kept segment's bytes; a failure names its errno (the same at every try: the start
