@@ -1130,13 +1130,21 @@ enum Scenarios {
 
     static let restoreInPlace = CrashScenario(
         name: "snapshot restore --in-place",
-        setup: { try storeChangedSinceSnapshot() },
+        setup: {
+            let fixture = try storeChangedSinceSnapshot()
+            // The app's own file in the support folder (in no snapshot): it stays at every point.
+            let own = (StoreFile(unchecked: fixture.store).supportPath as NSString).appendingPathComponent("app-own")
+            try Data("keep".utf8).write(to: URL(fileURLWithPath: own))
+            return fixture
+        },
         command: { ["snapshot", "restore", "--repo", $0.repo, $0.snapshot, "--in-place", $0.store] },
         observe: { try $0.digest() },
         next: afterRestoreInPlace,
         finally: { fixture, point in
             let mode = try readJournalMode(fixture.store)
             #expect(mode == "wal", "\(point): the store is no longer in WAL mode")
+            let own = (StoreFile(unchecked: fixture.store).supportPath as NSString).appendingPathComponent("app-own")
+            #expect(FileManager.default.contents(atPath: own) == Data("keep".utf8), "\(point): the app's own file in the support folder is gone")
         })
 
     /// `--live`: the snapshot written into the store through SQLite (a store without external

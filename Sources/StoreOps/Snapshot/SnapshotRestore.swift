@@ -224,16 +224,27 @@ public enum SnapshotRestore {
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
         try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
         StoreSwap.recoverAll(in: folder)
-        PendingFile.removeStale(in: folder)
+        PendingFile.removeStale(besideStore: StoreFile(unchecked: finalPath))
         let database = try PendingFile(finalPath: finalPath, label: "restore.database")
         var support: PendingFile?
         var externalFolder: String?
         if record.externalData != nil {
-            let pending = try PendingFile(finalPath: StoreFile.supportPath(forDatabase: finalPath), directory: true, label: "restore.support")
-            let inner = (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName)
-            try FileSystem.makeDirectory(inner, point: "restore.support.external-folder")
-            externalFolder = inner
-            support = pending
+            let supportPath = StoreFile.supportPath(forDatabase: finalPath)
+            if FileSystem.kind(of: supportPath) == .directory {
+                // A support folder there already (a restore in place): only its `_EXTERNAL_DATA`
+                // is the snapshot's; whatever else the app keeps in it is not storectl's, is in no
+                // snapshot, and stays (the whole folder was replaced, and those files lost).
+                let pending = try PendingFile(finalPath: (supportPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName),
+                                              directory: true, label: "restore.support")
+                externalFolder = pending.tempPath
+                support = pending
+            } else {
+                let pending = try PendingFile(finalPath: supportPath, directory: true, label: "restore.support")
+                let inner = (pending.tempPath as NSString).appendingPathComponent(StoreFile.externalDataFolderName)
+                try FileSystem.makeDirectory(inner, point: "restore.support.external-folder")
+                externalFolder = inner
+                support = pending
+            }
         }
         let started = Date()
         let checkedWhenTaken = overlay == nil && snapshot.manifest.verify.ok && snapshot.manifest.verify.level != .none
@@ -579,7 +590,9 @@ public enum SnapshotRestore {
             }
             var replacing: [(path: String, role: String)] = [(store.walPath, "wal"), (store.shmPath, "shm"), (store.journalPath, "journal")]
             if exists { replacing.append((store.path, "database")) }
-            replacing.append((store.supportPath, "support"))
+            // Only the external data of a support folder there (`stage`): the rest of it is the
+            // app's, in no snapshot, and stays.
+            replacing.append(FileSystem.kind(of: store.supportPath) == .directory ? (store.externalDataPath, "support") : (store.supportPath, "support"))
             // Opened meanwhile (a process that opens the store for each write, waiting for the
             // gate to commit): swapped now, it would commit to the replaced files once the gate
             // is gone. Nothing is changed, so the safety snapshot is taken back: the store holds

@@ -28,7 +28,7 @@ public enum Recovery {
             defer { lock?.release() }
             outcome = try StoreSwap.recover(target: store.path)
         }
-        PendingFile.removeStale(in: store.folder)
+        PendingFile.removeStale(besideStore: store)
         return outcome
     }
 
@@ -82,7 +82,7 @@ public enum Recovery {
         let lock = try JobLock.acquire(path: store.jobLockPath, job: "recover")
         defer { lock.release() }
         let swap = try StoreSwap.recover(target: store.path)
-        let removed = PendingFile.removeStale(in: store.folder)
+        let removed = PendingFile.removeStale(besideStore: store)
         // Scratch copies of killed verifications (a killed migrate's) and first snapshots in the temp folder.
         removeStaleScratch()
         return Result(path: store.path, swap: swap, removedTemporaryFiles: removed, interruptedMigration: MigrationJournal.read(store))

@@ -118,11 +118,12 @@ public final class PendingFile {
     ///
     /// - Parameter prefix: only names that start with `.<prefix>` (a shared folder such as /tmp);
     ///   a final name as the prefix is shortened as its temporaries' names are.
+    /// - Parameter journalsIn: the folder whose swap records name what must stay (default `folder`).
     /// - Returns: the paths removed.
     @discardableResult
-    public static func removeStale(in folder: String, prefix: String? = nil) -> [String] {
+    public static func removeStale(in folder: String, prefix: String? = nil, journalsIn: String? = nil) -> [String] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
-        let protected = StoreSwap.protectedPaths(in: folder)
+        let protected = StoreSwap.protectedPaths(in: journalsIn ?? folder)
         var removed: [String] = []
         let start = prefix.map { "." + shortened($0) }
         for name in names {
@@ -131,6 +132,17 @@ public final class PendingFile {
             let path = (folder as NSString).appendingPathComponent(name)
             guard !protected.contains(path) else { continue }
             if FileSystem.remove(path, point: "stale.remove") { removed.append(path) }
+        }
+        return removed
+    }
+
+    /// What dead runs left beside a store: in its folder, and a restore's staged external data
+    /// inside its support folder (`SnapshotRestore.stage`).
+    @discardableResult
+    public static func removeStale(besideStore store: StoreFile) -> [String] {
+        var removed = removeStale(in: store.folder)
+        if FileSystem.kind(of: store.supportPath) == .directory {
+            removed += removeStale(in: store.supportPath, prefix: StoreFile.externalDataFolderName, journalsIn: store.folder)
         }
         return removed
     }
