@@ -108,6 +108,40 @@ struct BackupCLITests {
         #expect(result.stdout.contains("(source wal, 6 entities)"))
     }
 
+    @Test("backups beside each other into one folder (three at once, five rounds): each gets its own name (-2, -3 in the same second), each file is its own whole backup with its manifest, nothing set aside as unexpected; two at once to one named file: one makes it, the other is refused (75) naming the run making it")
+    func besideEachOther() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 200)
+        let out = folder.file("backups")
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
+        var made: Set<String> = []
+        for round in 1...5 {
+            let runs = try (0..<3).map { _ in try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", out, "--json"]) }
+            for run in runs {
+                let result = run.wait()
+                #expect(result.status == 0, "round \(round): \(result.stderr)")
+                guard result.status == 0, let decoded = try? JSON.decoder().decode(Backup.Result.self, from: Data(result.stdout.utf8)) else { continue }
+                #expect(!made.contains(decoded.path), "round \(round): two runs said they made \(decoded.path)")
+                made.insert(decoded.path)
+                #expect(decoded.manifest.database.sha256 == (try Hashing.sha256(ofFile: decoded.path)), "\(decoded.path) is not the backup its run made")
+            }
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: out)
+        #expect(made.count == 15 && names.filter { $0.hasSuffix(".sqlite") }.count == 15 && names.filter { $0.hasSuffix(".manifest.json") }.count == 15,
+                "\(made.count) made; \(names.sorted())")
+        #expect(!names.contains { $0.contains("unexpected") || $0.contains("storectl-swap") || $0.contains(".tmp-storectl-") }, "\(names.sorted())")
+        // One named file, two runs at once: never one's backup set aside by the other's.
+        let target = folder.file("one.sqlite")
+        let pair = try (0..<2).map { _ in try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", target]) }
+        let results = pair.map { $0.wait() }
+        #expect(results.filter { $0.status == 0 }.count >= 1, "\(results.map(\.stderr))")
+        for result in results where result.status != 0 {
+            #expect([75, 73].contains(result.status) && (result.stderr.contains("is making") || result.stderr.contains("already exists")), "\(result.status) \(result.stderr)")
+        }
+        let beside = try FileManager.default.contentsOfDirectory(atPath: folder.path)
+        #expect(!beside.contains { $0.contains("unexpected") }, "\(beside)")
+    }
+
     @Test("--json: the result, with the manifest, on stdout")
     func json() throws {
         let folder = try TempFolder()

@@ -99,20 +99,33 @@ public enum Backup {
 
         /// The output's name is free (or may be replaced), and earlier runs' leftovers there are dealt with.
         func prepareOutput() throws {
+            // Backups beside each other into one folder: the name is chosen, and the database's
+            // temporary made, under an flock on the folder, so that a second run sees the first's
+            // live temporary and takes the next name (both took the same name in the same second,
+            // and one's finished backup was set aside as "unexpected" by the other's swap).
+            let requested = FileSystem.absolute(options.output)
+            let folder = FileSystem.kind(of: requested) == .directory ? requested : FileSystem.parent(of: requested)
+            let lock = FolderLock(folder)
+            defer { lock.release() }
             output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
             StoreSwap.recoverAll(in: output.folder)
             PendingFile.removeStale(in: output.folder)
+            if let making = PendingFile.temporaries(of: output.path).lazy.compactMap({ PendingFile.temporaryOwner(FileSystem.name(of: $0)) }).first(where: FileSystem.processIsAlive) {
+                throw StoreOpsError(.busy, "another storectl run (pid \(making)) is making \(output.path)",
+                                    hint: "wait for it to finish, or back up to another name (a folder as --output names each backup)")
+            }
             if !options.overwrite {
                 for path in [manifestPath, supportPath] where StoreSwap.lstatIdentity(path) != nil {
                     throw StoreOpsError(.cannotCreate, "\(path) already exists: the backup's \(path == manifestPath ? "manifest" : "external data") would go there",
                                         hint: "choose another --output, or pass --force to replace that backup")
                 }
             }
+            database = try PendingFile(finalPath: output.path, label: "backup.database")
         }
 
         /// The consistent copy, and the external data copied while its snapshot is held.
         func copy(_ pipeline: Pipeline) throws {
-            let database = try PendingFile(finalPath: output.path, label: "backup.database")
+            let database = try self.database ?? PendingFile(finalPath: output.path, label: "backup.database")
             self.database = database
             let externalSource = store.externalDataPath
             let hasExternal = FileSystem.kind(of: externalSource) == .directory
@@ -187,8 +200,10 @@ public enum Backup {
                 let name = attempt == 1 ? stamp : "\(stamp)-\(attempt)"
                 path = (absolute as NSString).appendingPathComponent("\(name).sqlite")
                 let manifest = (absolute as NSString).appendingPathComponent("\(name).manifest.json")
+                // Also taken: a name another run is making now (its live temporary; `prepareOutput`).
                 let taken = [path, manifest, StoreFile.supportPath(forDatabase: path), StoreSwap.journalPath(for: path)]
                     .contains { StoreSwap.lstatIdentity($0) != nil }
+                    || PendingFile.temporaries(of: path).contains { PendingFile.temporaryOwner(FileSystem.name(of: $0)).map(FileSystem.processIsAlive) == true }
                 if !taken { break }
             }
         }
@@ -223,4 +238,24 @@ public enum Backup {
         guard let x = FileSystem.identity(of: a), let y = FileSystem.identity(of: b) else { return false }
         return x == y
     }
+}
+
+/// An exclusive flock on a folder (its descriptor), held while a name in it is chosen and claimed;
+/// none when the folder cannot be opened (the caller's own checks then say why).
+final class FolderLock {
+    private var fd: Int32
+
+    init(_ folder: String) {
+        fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 {
+            while flock(fd, LOCK_EX) != 0, errno == EINTR {}
+        }
+    }
+
+    func release() {
+        if fd >= 0 { close(fd) }
+        fd = -1
+    }
+
+    deinit { release() }
 }
