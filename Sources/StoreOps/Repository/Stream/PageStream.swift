@@ -8,7 +8,8 @@ import Foundation
 ///
 /// The map starts as the parent snapshot's ids (when there is one): a page whose id equals the
 /// parent's at the same number is unchanged and costs nothing; a page whose content is anywhere
-/// else in the parent or already in this run (`PageTable`) is not stored again.
+/// else in the parent or already in this run (`PageTable`), or in any blob an index of the
+/// repository lists (`indexed`: another store's snapshots), is not stored again.
 ///
 /// B-tree interior pages (`InteriorPages.looksInterior`) are gathered apart from the other new
 /// pages, into frames of their own, and every page's kind is recorded (`interiorPages`): a diff
@@ -56,6 +57,8 @@ final class PageStream: @unchecked Sendable {
     private var interiorBits = Bitset(count: 0)
     /// The parent's (for pages kept from it, `keepParent`); nil: unknown, and so is this map's.
     private let parentInterior: Bitset?
+    /// The blobs the repository's indexes list (sorted): a page found there is not stored again.
+    private let indexed: [IndexedID]
     private var interiorKnown = true
 
     // The backup thread's batch.
@@ -75,7 +78,8 @@ final class PageStream: @unchecked Sendable {
     ///   - parent: the parent snapshot's page ids (page p at p - 1), or empty.
     ///   - expectedPages: the store's page count, to size the map and table once.
     ///   - parentInterior: the parent's interior pages (`InteriorPages`), for pages kept from it.
-    init(sealer: Sealer, writer: PackWriter, level: Int, parent: [ContentID], expectedPages: Int, parentInterior: Bitset? = nil) {
+    init(sealer: Sealer, writer: PackWriter, level: Int, parent: [ContentID], expectedPages: Int, indexed: [IndexedID] = [], parentInterior: Bitset? = nil) {
+        self.indexed = indexed
         self.sealer = sealer
         self.parentInterior = parentInterior
         self.writer = writer
@@ -180,6 +184,9 @@ final class PageStream: @unchecked Sendable {
                 // Look up before the page takes its new id: the page must not find itself.
                 let known = ids.withUnsafeBufferPointer { table.find(id, in: $0) } != nil
                 ids[p - 1] = id
+                // Stored already by another snapshot (another store's, a copy of this one at another
+                // path, this store's before its parent): an index lists it, the map names it.
+                if !known, IndexedID.contains(indexed, id) { continue }
                 if !known {
                     ids.withUnsafeBufferPointer { table.insert(id, page: page, ids: $0) }
                     store.append(i)

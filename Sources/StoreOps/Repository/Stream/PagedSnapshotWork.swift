@@ -29,7 +29,11 @@ final class PagedSnapshotWork {
     let writer: PackWriter
     var parent: PagedSnapshotRecord?
     private var parentMap: PageMap.Loaded?
-    private var indexed: [UInt64] = []
+    /// The page blobs the indexes list, by their first 128 bits (the whole id of a repository
+    /// made now): sorted, 16 bytes a blob. A page found here is not stored again.
+    private var indexed: [IndexedID] = []
+    /// The external-data chunks the indexes list, the same way.
+    private var indexedChunks: [IndexedID] = []
     private var indexDamage: [RepositoryIndex.Damaged] = []
     private var stream: PageStream?
     private var pageSize = 0
@@ -87,12 +91,17 @@ final class PagedSnapshotWork {
         indexDamage = try RepositoryIndex.scan(repository) { _, pack, contents in
             for frame in contents.frames {
                 for blob in frame.blobs {
-                    indexed.append(blob.id.prefix64)
+                    switch blob.type {
+                    case .page: indexed.append(IndexedID(blob.id))
+                    case .fileChunk: indexedChunks.append(IndexedID(blob.id))
+                    default: break
+                    }
                     if wanted.contains(blob.id), locations[blob.id] == nil { locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob) }
                 }
             }
         }
         indexed.sort()
+        indexedChunks.sort()
         guard let parent else { return }
         do {
             parentMap = try BlobLocator.pageMap(of: parent, in: repository, locations: locations, damaged: indexDamage)
@@ -104,13 +113,18 @@ final class PagedSnapshotWork {
         }
     }
 
+    /// Whether an index lists a blob of this id (another store's snapshot, an older one of this
+    /// store's): a page with it is not stored again.
+    func isIndexed(_ id: ContentID) -> Bool { IndexedID.contains(indexed, id) }
+
     /// A milestone's parent, given rather than found: the chain's base or last milestone and its
     /// map (no index is scanned: the parent's blobs count as present, its record being durable
     /// and the follower's shared hold keeping any prune away while this one is written).
     func takeParent(_ record: PagedSnapshotRecord, map: PageMap.Loaded) {
         parent = record
         parentMap = map
-        indexed = (map.ids.map(\.prefix64) + record.files.flatMap { $0.chunks.map(\.prefix64) }).sorted()
+        indexed = map.ids.map(IndexedID.init).sorted()
+        indexedChunks = record.files.flatMap { $0.chunks.map(IndexedID.init) }.sorted()
         files = record.files
     }
 
@@ -132,7 +146,7 @@ final class PagedSnapshotWork {
             throw StoreOpsError(.failure, "a milestone needs its parent's map with the same page size")
         }
         self.pageSize = pageSize
-        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap.ids, expectedPages: pageCount,
+        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap.ids, expectedPages: pageCount, indexed: indexed,
                                 parentInterior: parent.interior?.bitset(pageCount: parent.pages.pageCount))
         self.stream = stream
         stream.keepParent(through: min(keep, pageCount, parentMap.ids.count))
@@ -202,7 +216,7 @@ final class PagedSnapshotWork {
             try self.packExternalData()
         }) { src, info, stats in
             let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [],
-                                    expectedPages: info.pageCount)
+                                    expectedPages: info.pageCount, indexed: self.indexed)
             self.stream = stream
             if spillable, stats.holdingSnapshot {
                 let copy = try PageSpill(scratch: scratch, id: id, pageSize: info.pageSize, pageCount: info.pageCount)
@@ -304,7 +318,7 @@ final class PagedSnapshotWork {
             parentMap = nil
         }
         try packExternalData()
-        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [], expectedPages: pageCount)
+        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [], expectedPages: pageCount, indexed: indexed)
         self.stream = stream
         let started = Date()
         let chunkPages = max(1, (1 << 20) / pageSize)
@@ -349,7 +363,7 @@ final class PagedSnapshotWork {
     func copyPages(pageSize: Int, pageCount: Int, source: Manifest.Source,
                    read: (Int, Int, UnsafeMutableRawBufferPointer) throws -> Void, progress: StepHandler?, externalDataPacked: Bool = false) throws {
         try prepareCopy(pageSize: pageSize, pageCount: pageCount, packExternalData: !externalDataPacked)
-        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [], expectedPages: pageCount)
+        let stream = PageStream(sealer: repository.sealer, writer: writer, level: level, parent: parentMap?.ids ?? [], expectedPages: pageCount, indexed: indexed)
         self.stream = stream
         let started = Date()
         let chunkPages = max(1, (1 << 20) / pageSize)
@@ -461,7 +475,8 @@ final class PagedSnapshotWork {
                 guard !pending.isEmpty else { return }
                 let chunkID = repository.sealer.contentID(pending)
                 chunks.append(chunkID)
-                if !known.contains(chunkID), newFileChunks.insert(chunkID).inserted {
+                // Stored already: by the parent, or by any snapshot an index lists (another store's).
+                if !known.contains(chunkID), !IndexedID.contains(indexedChunks, chunkID), newFileChunks.insert(chunkID).inserted {
                     let frame = try pending.withUnsafeBytes { try SealedFrame.make([(.fileChunk, chunkID, $0)], zstd: zstd, sealer: repository.sealer) }
                     try writer.add(frame)
                 }
@@ -498,12 +513,12 @@ final class PagedSnapshotWork {
             }
             return low < sorted.count && sorted[low] == value
         }
-        func present(_ id: ContentID) -> Bool { contains(written, id.prefix64) || contains(indexed, id.prefix64) }
+        func present(_ id: ContentID) -> Bool { contains(written, id.prefix64) || isIndexed(id) }
         for (p, pageID) in finalIDs.enumerated() where !present(pageID) {
             throw BlobLocator.missingBlob(pageID, type: .page, context: "page \(p + 1) of the new snapshot of \(store.path)",
                                           repository: repository, damaged: indexDamage)
         }
-        for file in files { for chunk in file.chunks where !present(chunk) && !newFileChunks.contains(chunk) {
+        for file in files { for chunk in file.chunks where !contains(written, chunk.prefix64) && !IndexedID.contains(indexedChunks, chunk) && !newFileChunks.contains(chunk) {
             throw BlobLocator.missingBlob(chunk, type: .fileChunk, context: "\(file.path) of the new snapshot", repository: repository, damaged: indexDamage)
         } }
     }
@@ -609,5 +624,26 @@ extension PagedSnapshotWork {
         return SnapshotCreate.Result(id: id, archive: repository.backend.describe(PagedSnapshotRecord.key(id)), record: record.manifest,
                                      addedBytes: record.added.storedBytes, parent: record.parent,
                                      packsWritten: writer.packsWritten.map { PackBuilder.key($0.id) }, removedStray: [], unchanged: reusesParent)
+    }
+}
+
+/// A blob's id as the indexes list it, by its first 128 bits (a repository's whole id since the
+/// 16-byte layout; of an older 32-byte id, 128 bits no two pages share by chance).
+struct IndexedID: Comparable, Sendable {
+    let high: UInt64, low: UInt64
+
+    init(_ id: ContentID) { (high, low) = (id.words.0, id.words.1) }
+
+    static func < (a: IndexedID, b: IndexedID) -> Bool { (a.high, a.low) < (b.high, b.low) }
+
+    /// Whether `sorted` holds `id`.
+    static func contains(_ sorted: [IndexedID], _ id: ContentID) -> Bool {
+        let key = IndexedID(id)
+        var low = 0, high = sorted.count
+        while low < high {
+            let mid = (low + high) / 2
+            if sorted[mid] < key { low = mid + 1 } else { high = mid }
+        }
+        return low < sorted.count && sorted[low] == key
     }
 }
