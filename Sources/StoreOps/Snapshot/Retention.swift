@@ -33,6 +33,23 @@ public enum Retention {
             out[i].keep = true
             out[i].reasons = ["the newest verified snapshot of its store (always kept)"]
         }
+        // Nor is a store left with no snapshot that passed a check (its check when taken counts):
+        // when the rules keep none such of a store, its newest such stays.
+        let byID = Dictionary(snapshots.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        var storesWithOne = Set<String>()
+        var newestChecked: [String: RetentionCandidate] = [:]
+        for decision in out {
+            guard let snapshot = byID[decision.id], snapshot.checked else { continue }
+            let store = "\(snapshot.host)\u{0}\(snapshot.path)"
+            if decision.keep { storesWithOne.insert(store) }
+            if let current = newestChecked[store], (current.time, current.id) >= (snapshot.time, snapshot.id) { continue }
+            newestChecked[store] = snapshot
+        }
+        let rescued = Set(newestChecked.filter { !storesWithOne.contains($0.key) }.values.map(\.id))
+        for i in out.indices where !out[i].keep && rescued.contains(out[i].id) {
+            out[i].keep = true
+            out[i].reasons = ["the newest snapshot of its store that passed its check (a store keeps one at least)"]
+        }
         return out
     }
 

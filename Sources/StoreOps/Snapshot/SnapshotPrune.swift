@@ -103,8 +103,13 @@ public enum SnapshotPrune {
             let manifest = record.manifest
             guard let facts = manifest.snapshot, !bases.contains(facts.id), record.milestone == nil,
                   options.filter.matches(host: manifest.host, path: manifest.source.path) else { return nil }
-            return RetentionCandidate(id: facts.id, time: manifest.startedAt, tags: facts.tags,
-                                      verified: repository.lastVerification(facts.id)?.ok == true, host: manifest.host, path: manifest.source.path)
+            // Checked: its last `snapshot verify` passed, or (never verified since) its check when
+            // it was taken did: a store keeps one such at least (a store whose one snapshot was
+            // never verified lost it to a grouping that pools stores, `--group-by tags`).
+            let last = repository.lastVerification(facts.id)
+            return RetentionCandidate(id: facts.id, time: manifest.startedAt, tags: facts.tags, verified: last?.ok == true,
+                                      checked: last.map(\.ok) ?? (manifest.verify.ok && manifest.verify.level != .none),
+                                      host: manifest.host, path: manifest.source.path)
         }
         if !options.filter.isAll, points.isEmpty,
            !records.contains(where: { options.filter.matches(host: $0.manifest.host, path: $0.manifest.source.path) }) {

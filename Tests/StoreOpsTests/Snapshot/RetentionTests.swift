@@ -101,8 +101,14 @@ struct RetentionTests {
             #expect(Set(decisions.filter(\.keep).map(\.id)) == ["store-a", "store-b"], "\(decisions)")
             #expect(decisions.first { $0.id == "store-a" }?.reasons == ["the newest verified snapshot of its store (always kept)"])
         }
-        // Unverified, the wide grouping's rules decide (what --group-by none is for).
+        // Never verified, but checked when taken: a store keeps one such (--group-by tags removed
+        // a store's only snapshot, which `snapshot verify` had never read).
         a.verified = false
+        let rescued = Retention.apply(.init(last: 1), to: [a, b, c], groupBy: .repository)
+        #expect(rescued.filter(\.keep).map(\.id) == ["store-b", "store-a"], "\(rescued)")
+        #expect(rescued.first { $0.id == "store-a" }?.reasons == ["the newest snapshot of its store that passed its check (a store keeps one at least)"])
+        // Its check failed (or none was made): the wide grouping's rules decide (what --group-by none is for).
+        a.checked = false
         #expect(Retention.apply(.init(last: 1), to: [a, b, c], groupBy: .repository).filter(\.keep).map(\.id) == ["store-b"])
     }
 
