@@ -97,7 +97,9 @@ struct ScheduleCommand: ParsableCommand {
                 print("then: systemctl daemon-reload && systemctl enable --now \(enable.joined(separator: " "))")
                 return
             }
-            let loaded = try policies.map(Policy.load)
+            // A policy named twice is installed once (its jobs ran twice, one of each pair skipped 75).
+            var seen = Set<String>()
+            let loaded = try policies.map(Policy.load).filter { seen.insert($0.file).inserted }
             let jobs = Crontab.jobs(loaded)
             guard !jobs.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain)") }
             if user != nil, !skipChecks {
@@ -106,9 +108,11 @@ struct ScheduleCommand: ParsableCommand {
             }
             try ReadinessText.requireReady(loaded, skip: skipChecks)
             let existing = try Crontab.read(user: user)
-            let merged = try Crontab.merge(existing, block: Crontab.block(jobs, executable: ScheduleCommand.executable))
+            let (merged, kept) = try Crontab.install(jobs, into: existing, executable: ScheduleCommand.executable)
             try Crontab.write(merged, user: user)
-            print("installed \(jobs.count) job\(jobs.count == 1 ? "" : "s") in the crontab of \(user ?? "the current user")")
+            print("installed \(jobs.count) job\(jobs.count == 1 ? "" : "s") in the crontab of \(user ?? "the current user")"
+                  + (kept.isEmpty ? "" : "; kept the jobs of \(kept.count == 1 ? "a policy" : "\(kept.count) policies") installed before: \(kept.joined(separator: ", ")) "
+                     + "(`storectl schedule uninstall --policy FILE` removes one's)"))
             for policy in loaded where policy.replicate != nil {
                 FileHandle.standardError.write(Data("storectl: note: [replicate] of \(policy.file) is a service, not a cron job: `storectl schedule install --systemd --policy \(policy.file)`\n".utf8))
             }
@@ -116,11 +120,23 @@ struct ScheduleCommand: ParsableCommand {
     }
 
     struct Uninstall: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "uninstall", abstract: "Remove storectl's block from a user's crontab, leaving other lines alone.")
+        static let configuration = CommandConfiguration(commandName: "uninstall", abstract: "Remove storectl's block from a user's crontab, leaving other lines alone; with --policy, only those policies' jobs.")
         @Option(help: "Whose crontab (default: yours).") var user: String?
+        @Option(name: .customLong("policy"), help: "Remove only this policy's jobs (repeatable; the path install named).") var policies: [String] = []
 
         func run() throws {
             let existing = try Crontab.read(user: user)
+            if !policies.isEmpty {
+                let named = policies.map(FileSystem.absolute)
+                let (cleaned, removed) = try Crontab.uninstall(named, from: existing)
+                guard !removed.isEmpty else {
+                    throw StoreOpsError(.noInput, "no jobs of \(named.joined(separator: ", ")) in the crontab of \(user ?? "the current user")",
+                                        hint: "`crontab -l` shows the policies storectl's block names")
+                }
+                try Crontab.write(cleaned, user: user)
+                print("removed the jobs of \(removed.joined(separator: ", ")) from the crontab of \(user ?? "the current user")")
+                return
+            }
             let cleaned = try Crontab.remove(existing)
             if cleaned == existing {
                 print("no storectl jobs in the crontab of \(user ?? "the current user")")
@@ -146,7 +162,8 @@ struct ScheduleCommand: ParsableCommand {
 
         /// Writes the policies' units into `output`; their paths.
         static func write(policies: [String], output: String, skipChecks: Bool) throws -> [String] {
-            let loaded = try policies.map(Policy.load)
+            var seen = Set<String>()
+            let loaded = try policies.map(Policy.load).filter { seen.insert($0.file).inserted }
             try ReadinessText.requireReady(loaded, skip: skipChecks, replicateService: true)
             let jobs = Crontab.jobs(loaded)
             try SystemdUnits.refuseNewlines(loaded.flatMap { [$0.file, $0.store.path] })

@@ -142,6 +142,42 @@ struct FirstHourTests {
         #expect(readiness.problems.map(\.status) == [66, 66, 73, 73])
     }
 
+    @Test("schedule refuses what a run would fail on and policy check names: a rule's entity the store lacks (65 at the first purge, installed with 0 before), a store that is not a SQLite database (\"not reachable\" and 0 before), a repository folder the job's user cannot write (73 at the first snapshot)")
+    func scheduleChecksWhatRunsNeed() throws {
+        let world = try World(snapshotLines: "password_file = \"password\"")
+        let good = try String(contentsOfFile: world.policy, encoding: .utf8)
+        func refused(_ check: String, _ words: String, _ arguments: [String] = []) throws {
+            let crontab = try ChildProcess.run(Binaries.storectl, arguments + ["schedule", "crontab", "--policy", world.policy])
+            #expect(crontab.status == 2 && crontab.stderr.contains("  \(check) ") && crontab.stderr.contains(words), "\(check): \(crontab.status) \(crontab.stderr)")
+        }
+        try Data(good.replacingOccurrences(of: "entity = \"Item\"", with: "entity = \"Itme\"").utf8).write(to: URL(fileURLWithPath: world.policy))
+        try refused("rules", "Itme")
+        let named = try storectl("policy", "check", world.policy)
+        #expect(named.status == 65 && named.stdout.contains("Itme"), "\(named.stdout)")
+        try Data(good.utf8).write(to: URL(fileURLWithPath: world.policy))
+        #expect(try storectl("schedule", "crontab", "--policy", world.policy).status == 0)
+        // The store replaced by a text file.
+        let saved = world.folder.file("saved.sqlite")
+        try FileManager.default.moveItem(atPath: world.store, toPath: saved)
+        try Data("hello\n".utf8).write(to: URL(fileURLWithPath: world.store))
+        try refused("store", "is not a SQLite database")
+        let text = try storectl("policy", "check", world.policy)
+        #expect(text.status != 0 && !text.stdout.contains("not reachable") && text.stdout.contains("not a SQLite database"), "\(text.status) \(text.stdout)")
+        try FileManager.default.removeItem(atPath: world.store)
+        try FileManager.default.moveItem(atPath: saved, toPath: world.store)
+        // A repository folder the job's user (nobody) cannot write; everything else theirs.
+        guard getuid() == 0 else { return }
+        _ = try storectl("snapshot", "create", world.store, "--repo", world.repository, "--password-file", world.password)
+        let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", Binaries.storectl]
+        #expect(try ChildProcess.run("/bin/chown", ["-R", "65534:65534", world.folder.path]).status == 0)
+        #expect(try ChildProcess.run("/bin/chmod", ["755", world.folder.path]).status == 0)
+        let data = (world.repository as NSString).appendingPathComponent("data")
+        let sub = try #require(try FileManager.default.contentsOfDirectory(atPath: data).first)
+        #expect(try ChildProcess.run("/bin/chown", ["0:0", (data as NSString).appendingPathComponent(sub)]).status == 0)
+        let crontab = try ChildProcess.run(asNobody[0], Array(asNobody.dropFirst()) + ["schedule", "crontab", "--policy", world.policy])
+        #expect(crontab.status == 2 && crontab.stderr.contains("  repository ") && crontab.stderr.contains("data/\(sub) is not writable"), "\(crontab.status) \(crontab.stderr)")
+    }
+
     @Test("a metrics folder that cannot be written: the run fails (73), says why on stderr and in the job log; the log line is still written")
     func metricsFailLoudly() throws {
         let world = try World(snapshotLines: "password_file = \"password\"", scheduleLines: "log = \"jobs.jsonl\"\nmetrics = \"metrics\"")

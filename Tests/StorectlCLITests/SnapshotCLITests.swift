@@ -914,6 +914,94 @@ struct ExternalSubfolderTests {
         let ran = follower.wait()
         #expect(ran.status == 0 && ran.stderr.contains("later is not carried") && ran.stderr.contains("sub is not carried") && ran.stdout.contains("2 NOT carried"), "\(ran.stdout) \(ran.stderr)")
     }
+
+    @Test("a copy of a store at another path (and another store sharing its pages): its first snapshot stores none of the pages or external-data chunks another store's snapshot stored (they were all stored again), restores exactly, and still does once the other store's snapshots are pruned")
+    func pagesSharedAcrossStores() throws {
+        let folder = try TempFolder("storectl-shared-pages")
+        let store = try makeStore(folder)
+        try addExternalFiles(store, count: 2)
+        let copyFolder = folder.file("copy")
+        try FileManager.default.createDirectory(atPath: copyFolder, withIntermediateDirectories: false)
+        let copy = (copyFolder as NSString).appendingPathComponent(FileSystem.name(of: store))
+        #expect(try ChildProcess.run(Binaries.storectl, ["backup", store, "-o", copy]).status == 0)
+        let repo = try folder.repository("repo")
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        func create(_ path: String) throws -> SnapshotCreate.Result {
+            let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", path, "--repo", repo, "--json"], environment: environment)
+            #expect(run.status == 0, "\(run.stderr)")
+            return try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(run.stdout.utf8))
+        }
+        let first = try create(store), second = try create(copy)
+        let firstAdded = try #require(first.addedBytes), secondAdded = try #require(second.addedBytes)
+        // The second holds only its own map (and the pages that differ: the backup's header).
+        #expect(secondAdded * 10 < firstAdded, "the copy's first snapshot added \(secondAdded) bytes, the store's \(firstAdded)")
+        // A grouping that pools the stores (tags alone) keeps each store's newest snapshot checked
+        // when taken (it removed the older store's only one: "verified" meant `snapshot verify` only).
+        let pooled = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1", "--group-by", "tags"], environment: environment)
+        #expect(pooled.status == 0, "\(pooled.stdout) \(pooled.stderr)")
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo], environment: environment)
+        #expect(listed.stdout.contains(first.id) && listed.stdout.contains(second.id), "\(pooled.stdout)\n\(listed.stdout)")
+        // Every item of the store changed and snapshotted, its first snapshot pruned: the copy's
+        // items' pages are then in no snapshot but the copy's, and its restore reads them from the
+        // packs the store's first snapshot wrote (kept alive by the copy's snapshot).
+        try DatabaseQueue(path: store).write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || ' (changed)'") }
+        _ = try create(store)
+        let pruned = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--store", store, "--keep-last", "1"], environment: environment)
+        #expect(pruned.status == 0 && pruned.stdout.contains(first.id), "\(pruned.stdout) \(pruned.stderr)")
+        let remaining = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo], environment: environment)
+        #expect(!remaining.stdout.contains(first.id) && remaining.stdout.contains(second.id), "\(remaining.stdout)")
+        let target = folder.file("restored.sqlite")
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, second.id, "--to", target], environment: environment)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        let diff = try ChildProcess.run(Binaries.storectl, ["diff", target, copy], environment: environment)
+        #expect(diff.status == 0, "\(diff.stdout) \(diff.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: StoreFile(unchecked: target).externalDataPath).sorted()
+                == (try FileManager.default.contentsOfDirectory(atPath: StoreFile(unchecked: copy).externalDataPath).sorted()))
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo, "--read-data"], environment: environment)
+        #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
+    }
+
+    @Test("restore --in-place replaces the support folder's _EXTERNAL_DATA only: what else the app keeps in .<stem>_SUPPORT (in no snapshot) stays, the external data is the snapshot's, and a store without a support folder gets one")
+    func supportFolderKept() throws {
+        let folder = try TempFolder("storectl-support-kept")
+        let store = try makeStore(folder)
+        try addExternalFiles(store, count: 2)
+        let repo = try folder.repository("repo")
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        let file = StoreFile(unchecked: store)
+        let snapshotFiles = try FileManager.default.contentsOfDirectory(atPath: file.externalDataPath).sorted()
+        try #require(!snapshotFiles.isEmpty)
+        let created = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--json"], environment: environment)
+        let id = try #require(try JSONSerialization.jsonObject(with: Data(created.stdout.utf8)) as? [String: Any])["id"] as? String ?? ""
+        // After the snapshot: the app's own folder in the support folder, and an external file more.
+        let own = (file.supportPath as NSString).appendingPathComponent("other/x")
+        try FileManager.default.createDirectory(atPath: FileSystem.parent(of: own), withIntermediateDirectories: true)
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: own))
+        try Data("new".utf8).write(to: URL(fileURLWithPath: (file.externalDataPath as NSString).appendingPathComponent("later.bin")))
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, id, "--in-place", store], environment: environment)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(FileManager.default.contents(atPath: own) == Data("keep".utf8), "the app's own file in the support folder is gone")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: file.externalDataPath).sorted() == snapshotFiles)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: file.supportPath).sorted() == ["_EXTERNAL_DATA", "other"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.contains("storectl-") && !$0.hasSuffix("storectl-lock") } == [])
+        // No support folder at all: the restore makes it, with the snapshot's files.
+        try FileManager.default.removeItem(atPath: file.supportPath)
+        let again = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, id, "--in-place", store], environment: environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: file.externalDataPath).sorted() == snapshotFiles)
+        let diff = try ChildProcess.run(Binaries.storectl, ["diff", "--repo", repo, id, store], environment: environment)
+        #expect(diff.status == 0, "\(diff.stdout) \(diff.stderr)")
+    }
+}
+
+/// `count` external-data files in the store's `_EXTERNAL_DATA` (no row names them: the folder's
+/// files go with every copy all the same).
+private func addExternalFiles(_ store: String, count: Int) throws {
+    let external = StoreFile(unchecked: store).externalDataPath
+    try FileManager.default.createDirectory(atPath: external, withIntermediateDirectories: true)
+    for k in 0..<count {
+        try Data(String(repeating: "file \(k) ", count: 500).utf8).write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent("0000000\(k)-AAAA-BBBB-CCCC-DDDDDDDDDDDD")))
+    }
 }
 
 /// A sample store in `folder`, a repository beside it, and the id of a first snapshot of the store.

@@ -72,6 +72,54 @@ public enum Crontab {
         return lines.joined(separator: "\n") + "\n"
     }
 
+    /// `existing` with `jobs` installed: its storectl block keeps the jobs of other policies
+    /// installed before (one policy installed after another replaced the first's jobs, silently),
+    /// and those of the policies `jobs` names are replaced. Returns the text and the policies
+    /// whose jobs were kept.
+    public static func install(_ jobs: [Job], into existing: String, executable: String) throws -> (text: String, kept: [String]) {
+        let policies = Set(jobs.map(\.policy))
+        let (others, kept) = try installed(in: existing) { !policies.contains($0) }
+        let block = [begin] + others + Array(self.block(jobs, executable: executable).dropFirst().dropLast()) + [end]
+        return (try merge(existing, block: block), kept)
+    }
+
+    /// `existing` without the jobs of `policies` (the whole block once none is left); the policies
+    /// whose jobs were there.
+    public static func uninstall(_ policies: [String], from existing: String) throws -> (text: String, removed: [String]) {
+        let named = Set(policies)
+        let (others, _) = try installed(in: existing) { !named.contains($0) }
+        let (_, removed) = try installed(in: existing) { named.contains($0) }
+        guard !others.isEmpty else { return (try remove(existing), removed) }
+        return (try merge(existing, block: [begin] + others + [end]), removed)
+    }
+
+    /// The block's job lines (each with its comment) of the policies `keep` accepts, and those
+    /// policies in order.
+    static func installed(in existing: String, keep: (String) -> Bool) throws -> (lines: [String], policies: [String]) {
+        var lines = existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        if lines.last == "" { lines.removeLast() }
+        guard let range = try blockRange(lines) else { return ([], []) }
+        let inner = Array(lines[range].dropFirst().dropLast())
+        var kept: [String] = [], policies: [String] = []
+        var i = 0
+        while i < inner.count {
+            guard let policy = policy(ofComment: inner[i]), i + 1 < inner.count else { i += 1; continue }
+            if keep(policy) {
+                kept += [inner[i], inner[i + 1]]
+                if !policies.contains(policy) { policies.append(policy) }
+            }
+            i += 2
+        }
+        return (kept, policies)
+    }
+
+    /// The policy a job's comment names: `# storectl <job>: <policy> (store <store>)`.
+    static func policy(ofComment line: String) -> String? {
+        guard line.hasPrefix("# storectl "), let colon = line.range(of: ": "), let store = line.range(of: " (store ", options: .backwards),
+              colon.upperBound <= store.lowerBound else { return nil }
+        return String(line[colon.upperBound..<store.lowerBound])
+    }
+
     /// `existing` without its storectl block.
     public static func remove(_ existing: String) throws -> String {
         var lines = existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)

@@ -83,6 +83,22 @@ public enum JobReadiness {
 
         checkStore(policy, jobs: jobs, into: &report)
 
+        // The purge rules' names against the store, as `policy check` resolves them: an entity or
+        // column the store lacks failed purge and maintain at their first run (installed with 0).
+        let purging = jobs.filter { $0 == .purge || $0 == .maintain }
+        if !purging.isEmpty, !policy.rules.isEmpty, !report.problems.contains(where: { $0.check == "store" }) {
+            do {
+                let names = try PolicyCheck.check(policy.file)
+                for line in names.problems {
+                    problem("rules", line, hint: "`storectl policy check \(policy.file)` says the same; fix the policy", .badData, jobs: purging)
+                }
+            } catch let error as StoreOpsError {
+                problem("rules", "the rules' names could not be checked against \(policy.store.path): \(error.message)", hint: error.hint, error.status, jobs: purging)
+            } catch {
+                problem("rules", "the rules' names could not be checked against \(policy.store.path): \(error)", .failure, jobs: purging)
+            }
+        }
+
         // Purge rules: purge purges (maintain's purge step is skipped without them).
         if jobs.contains(.purge), policy.rules.isEmpty {
             problem("rules", "\(policy.file) has no [[purge]] rules, and purge purges",
@@ -140,7 +156,14 @@ public enum JobReadiness {
             problem("store", "the store \(store) does not exist", hint: "check [store] path in \(policy.file)", .noInput)
         case .file:
             let writes = jobs.contains(.purge) || jobs.contains(.maintain)
-            if access(store, R_OK | (writes ? W_OK : 0)) != 0 {
+            var notDatabase: StoreOpsError?
+            if access(store, R_OK) == 0 {
+                do { _ = try StoreFile(existing: store) } catch { notDatabase = error as? StoreOpsError }
+            }
+            if let notDatabase {
+                // A text file, a truncated copy: every job fails on it (65).
+                problem("store", notDatabase.message, hint: notDatabase.hint ?? "check [store] path in \(policy.file)", .badData)
+            } else if access(store, R_OK | (writes ? W_OK : 0)) != 0 {
                 problem("store", "the store \(store) cannot be \(writes ? "read and written" : "read") by this user (\(UserName.current))",
                         hint: "run the job as the store's owner", .cannotCreate)
             } else {
@@ -229,6 +252,13 @@ public enum JobReadiness {
         let source = password(for: policy, context: context)
         do {
             let opened = try PagedRepository.open(at: section.repository, password: source, missing: .initHint)
+            if let local = opened.backend as? LocalBackend, let why = unwritable(repository: local.root) {
+                // Opened (read) by this user, but a job writes: a folder made by another user (a
+                // repository initialised as root, a job as the app's user) failed the first run (73).
+                report.problems.append(Problem(check: "repository", message: "\(section.repository): \(why); a job writes there",
+                                               hint: "run the job as the repository's owner, or give the folder to the user it runs as (chown -R)", status: .cannotCreate))
+                return
+            }
             report.ready.append(opened.config.isEncrypted ? "repository (password ok)" : "repository")
             if case .scheduled = context, S3Backend.isS3(section.repository) {
                 // The bucket answered with this shell's settings; cron and systemd will not have them.
@@ -267,6 +297,18 @@ public enum JobReadiness {
         case .missing: return unwritable(folder: FileSystem.parent(of: file)).map { "cannot be created: its folder \(FileSystem.parent(of: file)) \($0)" }
         default: return "is not a file"
         }
+    }
+
+    /// The first folder of a local repository this user cannot write in (a job makes files in
+    /// each: packs in `data/…`, indexes, records, locks, points), or nil.
+    static func unwritable(repository root: String) -> String? {
+        var folders = [root] + ["data", "index", "snapshots", "locks", "points", "verified"].map { (root as NSString).appendingPathComponent($0) }
+        let data = (root as NSString).appendingPathComponent("data")
+        folders += ((try? FileManager.default.contentsOfDirectory(atPath: data)) ?? []).sorted().map { (data as NSString).appendingPathComponent($0) }
+        for folder in folders where FileSystem.kind(of: folder) == .directory && access(folder, W_OK | X_OK) != 0 {
+            return "the folder \(folder) is not writable by \(UserName.current)"
+        }
+        return nil
     }
 
     static func unwritable(folder: String) -> String? {

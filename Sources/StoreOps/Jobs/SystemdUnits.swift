@@ -119,6 +119,22 @@ public enum SystemdUnits {
         }
     }
 
+    /// The `--policy` argument of a unit's `ExecStart=` line, as written there.
+    static func policyWord(_ contents: String) -> String? {
+        guard let line = contents.split(separator: "\n").first(where: { $0.hasPrefix("ExecStart=") }),
+              let range = line.range(of: " --policy ") else { return nil }
+        let rest = line[range.upperBound...]
+        if rest.hasPrefix("\"") {
+            // Quoted: up to the closing quote not escaped.
+            var word = "", escaped = false
+            for character in rest.dropFirst() {
+                if escaped { word.append(character); escaped = false } else if character == "\\" { escaped = true } else if character == "\"" { return word } else { word.append(character) }
+            }
+            return word
+        }
+        return String(rest.prefix { $0 != " " })
+    }
+
     /// Text in `Description=`: systemd expands `%` specifiers there too.
     public static func text(_ text: String) -> String {
         text.replacingOccurrences(of: "%", with: "%%").replacingOccurrences(of: "\n", with: " ")
@@ -132,6 +148,15 @@ public enum SystemdUnits {
         // A run killed between writing a unit and renaming it left its temporary among the units
         // (found by the crash test): removed first (every unit's name starts so).
         PendingFile.removeStale(in: folder, prefix: "storectl-")
+        // Units are named after the policy file's stem: another policy of the same name (in
+        // another folder) installed before would lose its jobs to this one, silently.
+        for unit in units {
+            let path = (folder as NSString).appendingPathComponent(unit.name)
+            guard let existing = try? String(contentsOfFile: path, encoding: .utf8),
+                  let theirs = policyWord(existing), let ours = policyWord(unit.contents), theirs != ours else { continue }
+            throw StoreOpsError(.cannotCreate, "\(path) is the unit of another policy (\(theirs)): writing this one's (\(ours)) would end that policy's job; nothing was written",
+                                hint: "units are named after the policy file (storectl-<file name>-<job>): rename one of the two files, or remove that policy's units first if it is gone")
+        }
         for unit in units {
             let file = try PendingFile(finalPath: (folder as NSString).appendingPathComponent(unit.name), label: "systemd.unit")
             try file.write(Data(unit.contents.utf8))

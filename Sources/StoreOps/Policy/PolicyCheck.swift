@@ -65,7 +65,13 @@ public enum PolicyCheck {
             return FileResult(file: file, ok: false, problems: error.message.split(separator: "\n").dropFirst().map {
                 $0.trimmingCharacters(in: .whitespaces) }, checkedAgainstStore: false, rules: 0)
         }
-        guard let store = try? StoreFile(existing: policy.store.path) else {
+        let store: StoreFile
+        do { store = try StoreFile(existing: policy.store.path) } catch let error as StoreOpsError where error.status == .badData {
+            // There, and not a SQLite database (a text file, a truncated copy): said, not "not
+            // reachable" with the names unchecked and exit 0.
+            return FileResult(file: policy.file, ok: false, problems: ["\(policy.file): [store] path: \(error.message)"], checkedAgainstStore: false,
+                              rules: policy.rules.count)
+        } catch {
             return FileResult(file: policy.file, ok: true, problems: [], checkedAgainstStore: false, rules: policy.rules.count)
         }
         let queue = try StoreConnection.open(store.path, access: .readOnly, label: "storectl.policy")

@@ -71,6 +71,38 @@ struct CrontabTests {
         #expect(try Crontab.merge("", block: block).hasPrefix(Crontab.begin))
     }
 
+    @Test("install keeps the jobs of another policy installed before (they were replaced, silently); installing a policy again replaces only its own; uninstall --policy removes one's, the block once none is left")
+    func installKeepsOtherPolicies() throws {
+        let first = try ScheduledFixture(), second = try ScheduledFixture()
+        let a = try Policy.load(first.policy), b = try Policy.load(second.policy)
+        let afterA = try Crontab.install(Crontab.jobs([a]), into: foreign, executable: "/usr/bin/storectl")
+        #expect(afterA.kept.isEmpty)
+        let afterB = try Crontab.install(Crontab.jobs([b]), into: afterA.text, executable: "/usr/bin/storectl")
+        #expect(afterB.kept == [a.file], "\(afterB.kept)")
+        for policy in [a, b] { #expect(afterB.text.components(separatedBy: "--policy '\(policy.file)'").count - 1 == Crontab.jobs([policy]).count, "\(afterB.text)") }
+        #expect(afterB.text.hasPrefix(foreign) && afterB.text.components(separatedBy: "# BEGIN storectl").count == 2)
+        let again = try Crontab.install(Crontab.jobs([a]), into: afterB.text, executable: "/usr/bin/storectl")
+        #expect(again.kept == [b.file] && again.text.components(separatedBy: "--policy '\(a.file)'").count - 1 == Crontab.jobs([a]).count, "\(again.text)")
+        let withoutA = try Crontab.uninstall([a.file], from: again.text)
+        #expect(withoutA.removed == [a.file] && !withoutA.text.contains(a.file) && withoutA.text.contains(b.file))
+        #expect(try Crontab.uninstall([b.file], from: withoutA.text).text == foreign)
+    }
+
+    @Test("systemd units of two policies with the same file name (in two folders): the second is refused (73), the first's units left as they were")
+    func systemdUnitsOfAnotherPolicy() throws {
+        let first = try ScheduledFixture(), second = try ScheduledFixture()
+        #expect(FileSystem.name(of: first.policy) == FileSystem.name(of: second.policy))
+        let out = try TempFolder()
+        let unitsA = try SystemdUnits.units(Crontab.jobs([try Policy.load(first.policy)]), executable: "/usr/bin/storectl")
+        try SystemdUnits.write(unitsA, to: out.path)
+        let before = try unitsA.map { try String(contentsOfFile: out.file($0.name), encoding: .utf8) }
+        let unitsB = try SystemdUnits.units(Crontab.jobs([try Policy.load(second.policy)]), executable: "/usr/bin/storectl")
+        let error = #expect(throws: StoreOpsError.self) { try SystemdUnits.write(unitsB, to: out.path) }
+        #expect(error?.status == .cannotCreate && error?.message.contains(first.policy) == true, "\(error?.message ?? "")")
+        #expect(try unitsA.map { try String(contentsOfFile: out.file($0.name), encoding: .utf8) } == before)
+        try SystemdUnits.write(unitsA, to: out.path)   // the same policy again: its own units, replaced
+    }
+
     @Test("a damaged block is refused (65) rather than guessed at")
     func damaged() throws {
         #expect((#expect(throws: StoreOpsError.self) { try Crontab.merge("\(Crontab.begin)\n* * * * * x\n", block: []) })?.status == .badData)
