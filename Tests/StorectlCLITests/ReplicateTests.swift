@@ -1708,6 +1708,59 @@ struct ReplicateTests {
         try app.close()
     }
 
+    @Test("the bucket's server hung while the app commits, then truncates its -wal at every tenth commit: the follower's loop never waits on the writes (the status file rewritten every few tenths of a second throughout; it froze 39 s once a chain broke), what it reads is kept in the outbox at every sync while a kept segment is being tried (it waited in memory meanwhile), and a stop with a broken chain no base followed says the store is NOT protected since its last point",
+          .enabled(if: Place.all.contains(.s3)))
+    func outageKeepsTheLoopGoing() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let server = try SeaweedServer()
+        defer { server.stop() }
+        try server.createBucket("points")
+        let store = try makeStore(folder, items: 300)
+        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_REPLICATE_DRAIN_SECONDS": "3"]) { $1 }
+        let repo = "s3://points/outage"
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        // The server hangs (SIGSTOP: connections accepted, nothing answered); each request is given
+        // up after 3 s without an answer, not retried: every try at writing takes seconds.
+        let slow = environment.merging(["STORECTL_S3_RETRIES": "0", "STORECTL_S3_TIMEOUT": "3", "STORECTL_S3_DEADLINE": "0"]) { $1 }
+        let world = World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"), environment: slow)
+        let status = folder.file("status.json")
+        let follower = try replicate(world, ["--sync-interval", "200ms", "--status-file", status, "--spool", folder.path])
+        #expect(waitForBase(world))
+        server.pause()
+        defer { server.resume() }
+        let app = try DatabaseQueue(path: store)
+        try app.writeWithoutTransaction { try $0.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
+        // What the status file said, and when it changed.
+        var updates: [Date] = [], waitingLate: [Int] = []
+        var lastStamp: Date?
+        let started = Date()
+        func sample() {
+            guard let data = FileManager.default.contents(atPath: status), let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data) else { return }
+            if live.updatedAt != lastStamp { lastStamp = live.updatedAt; updates.append(Date()) }
+            if Date().timeIntervalSince(started) > 9, Date().timeIntervalSince(started) < 14 { waitingLate.append(live.stores.first?.waiting ?? 0) }
+        }
+        // 14 s of commits, 20 a second; from 14 s on, a TRUNCATE checkpoint at every tenth.
+        var k = 0
+        while Date().timeIntervalSince(started) < 20 {
+            k += 1
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1 + ? % 200", arguments: ["outage-\(k)", k]) }
+            if Date().timeIntervalSince(started) > 14, k % 10 == 0 { _ = try app.writeWithoutTransaction { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") } }
+            sample()
+            usleep(50_000)
+        }
+        let gaps = zip(updates, updates.dropFirst()).map { $1.timeIntervalSince($0) }
+        #expect(updates.count > 30 && (gaps.max() ?? 99) < 3, "the status file was rewritten \(updates.count) times; longest pause \(gaps.max() ?? -1) s")
+        // Kept at every sync once a kept segment is being tried: a few syncs' commits in memory at most.
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(!waitingLate.isEmpty && (waitingLate.max() ?? 99) <= 40, "commits waiting in memory 9-14 s into the outage: \(waitingLate); \(stopped.stderr.suffix(3000))")
+        #expect(stopped.status == 74 && stopped.stderr.contains("are kept in"), "\(stopped.status) \(stopped.stderr)")
+        if stopped.stderr.contains("a new base follows") || stopped.stderr.contains("truncated before its last commit") {
+            #expect(stopped.stderr.contains("NOT protected after "), "\(stopped.stderr)")
+        }
+        try app.close()
+    }
+
     @Test("a point's pages past the memory budget go to an unnamed scratch file beside the restore: with a budget of two pages, 12 random points restore byte for byte as with the default budget, diff finds the point and its restore the same, nothing is left in the folder; a volume without room for the scratch file is 74, left empty")
     func pointPagesPastTheBudget() throws {
         let world = try world()

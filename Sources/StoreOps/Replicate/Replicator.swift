@@ -591,6 +591,16 @@ public enum Replicate {
                     say("stopped by \(stoppedBy); every commit seen was written"
                         + (waiting.isEmpty ? "" : "; NOT followed (the points an earlier run kept had not all been written yet): " + waiting.joined(separator: ", ")))
                 }
+                // A store whose chain broke (a gap, a -wal truncated before its last commit was
+                // read) and that no base followed (the repository failing): what the app committed
+                // since its last point is in no point, whatever "every commit seen" says.
+                for replica in replicas where replica.chain != nil && replica.outboxStart == nil && !replica.startStopped {
+                    guard let need = replica.needsBase, need.kind != "compaction", need.kind != "start" else { continue }
+                    let last = replica.lastDurableTime.map { " after \(Timestamp.iso(PointRestore.date($0)))" } ?? ""
+                    let text = "\(replica.store.path): NOT protected\(last): \(need.reason); no base could be made since"
+                        + (replica.baseFailure.map { " (\($0.cause))" } ?? "") + "; the next run makes one"
+                    if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
+                }
             } else {
                 for replica in unwritten {
                     let why = replica.summary.lastError ?? "the repository could not be written"
@@ -747,6 +757,19 @@ public enum Replicate {
                 // sends them once it is over), rather than three tries every poll.
                 if !replica.parked.isEmpty, Date() < replica.uploadRetryAfter {
                     if need.kind == "compaction" { replica.needsBase = nil }
+                    return
+                }
+                // While the repository fails, the old chain's last commits go out on the upload
+                // thread, not here: waiting for them (each try seconds against a server gone away)
+                // held the loop, the status file unwritten and every other store unread, for as
+                // long as segments moved from memory to the outbox (39 s in a trial). The base
+                // follows once they are written.
+                if replica.uploadFailures > 0 || !replica.parked.isEmpty || replica.uploading {
+                    if need.kind == "compaction" {
+                        replica.needsBase = nil
+                    } else if !replica.uploading {
+                        flush(replica)
+                    }
                     return
                 }
                 // The old chain's last commits go first (now: a base read later than needed would
@@ -938,17 +961,21 @@ public enum Replicate {
         ///   written all or not at all: the follower rewinds before it when it is not).
         func flush(_ replica: Replica, whole: Bool = false) {
             settleUploads()
-            guard !replica.uploading, replica.chain != nil else { return }
+            // While a kept segment is being written (tried again and again while the repository
+            // fails: seconds a try), what waits is kept behind it all the same, at every sync: it
+            // waited in memory meanwhile, lost to a kill -9 (a trial: 69 commits, 6 s).
+            let keepingBehind = replica.uploading && replica.sendingParked != nil && !whole
+            guard !replica.uploading || keepingBehind, replica.chain != nil else { return }
             let retrying = Date() < replica.uploadRetryAfter
             // What the repository did not take goes first, in order.
-            if !replica.parked.isEmpty, !retrying {
+            if !keepingBehind, !replica.parked.isEmpty, !retrying {
                 sendParked(replica)
                 return
             }
             // While the repository fails (and behind kept segments), what waits is kept in the
             // outbox a segment at a time, numbered, instead of in memory; not a base's catch-up
             // (written whole or not at all: the follower rewinds before it when it is not).
-            let park = !whole && (retrying || !replica.parked.isEmpty || Self.parkAlways)
+            let park = !whole && (keepingBehind || retrying || !replica.parked.isEmpty || Self.parkAlways)
             guard !replica.pending.isEmpty, !retrying || park else { return }
             // A segment's worth from the front, cut only where a read's commits end (a segment's
             // cursor is its last read's: a resume there must find every commit before it written).
@@ -1903,11 +1930,14 @@ public enum Replicate {
                 // every sync interval); the count goes on.
                 let cause = describe(error)
                 if replica.baseFailure?.cause != cause {
-                    Replicate.logger.warning("making a base failed; trying again every \(Format.duration(max(1, options.syncInterval))) (said again only when the cause changes)",
+                    Replicate.logger.warning("making a base failed; trying again, backing off from \(Format.duration(max(1, options.syncInterval))) to 30 s (said again only when the cause changes)",
                                              metadata: ["store": "\(replica.store.path)", "error": "\(cause)"])
                 }
                 replica.baseFailure = (cause, (replica.baseFailure?.tries ?? 0) + 1)
-                replica.retryAfter = Date().addingTimeInterval(max(1, options.syncInterval))
+                // Backing off (up to 30 s) while it keeps failing: each try against a repository
+                // gone away holds the loop for its retries.
+                let tries = replica.baseFailure?.tries ?? 1
+                replica.retryAfter = Date().addingTimeInterval(min(30, max(1, options.syncInterval) * Double(1 << min(5, tries - 1))))
             }
         }
     }
