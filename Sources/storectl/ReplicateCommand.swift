@@ -176,7 +176,8 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
             print("replicate \(state) (pid \(report.pid.map(String.init) ?? "?"), status written \(when))\(stale)")
         }
         if let problem = report.repositoryError {
-            print(report.repositorySkipped == true ? "repository not read (\(problem)): the status file's figures only; a password (--password-file) lists its points"
+            print(report.repositorySkipped == true ? "repository not read (\(problem)): the status file's figures only; "
+                  + (problem.hasPrefix("no S3 credentials") ? "the bucket's credentials and a password list its points" : "a password (--password-file) lists its points")
                   : "repository NOT READ: \(problem)")
         }
         if report.stores.isEmpty { print("no points in time in \(report.repository)") }

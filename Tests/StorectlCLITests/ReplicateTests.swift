@@ -1698,6 +1698,13 @@ struct ReplicateTests {
         #expect(stopped.status == 74 && took < 15, "\(stopped.status) after \(took) s: \(stopped.stderr)")
         // What it read is kept in the outbox, not lost: the next run writes it first.
         #expect(stopped.stderr.contains("3 points not written to") && stopped.stderr.contains("are kept in") && !stopped.stderr.contains("NOT written"), "\(stopped.stderr)")
+        // A monitoring check with --status-file alone and no S3 credentials: the file's figures, the
+        // repository not read for want of them, no usage error (it was 64).
+        var bare = environment.filter { !["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"].contains($0.key) }
+        bare["AWS_SHARED_CREDENTIALS_FILE"] = folder.file("no-credentials")
+        let monitored = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: bare)
+        #expect(monitored.status == 2 && monitored.stdout.contains("repository not read (no S3 credentials") && monitored.stdout.contains("KEPT"),
+                "\(monitored.status) \(monitored.stdout) \(monitored.stderr)")
         try server.restart()
         var refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", Timestamp.iso(signalled), "--to", folder.file("late.sqlite")], environment: quick)
         for _ in 0..<20 where refused.status == 74 {

@@ -136,7 +136,10 @@ public enum ReplicateStatus {
             }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
             report.repositoryError = error.message
             report.repositoryStatus = error.status.rawValue
-            if repository == nil, error.status == .usage, error.message.hasPrefix("no password") { report.repositorySkipped = true }
+            // Nor S3 credentials (a monitoring check of an S3 repository's follower has none).
+            if repository == nil, error.status == .usage, error.message.hasPrefix("no password") || error.message.hasPrefix("no S3 credentials") {
+                report.repositorySkipped = true
+            }
             if let live, live.state == "following" {
                 let (stale, gone) = staleness(live, repositoryID: live.repositoryID, now: now)
                 report.stale = stale
