@@ -154,6 +154,9 @@ struct FirstHourTests {
         try refused("rules", "Itme")
         let named = try storectl("policy", "check", world.policy)
         #expect(named.status == 65 && named.stdout.contains("Itme"), "\(named.stdout)")
+        // An expression no date matches: it would never run.
+        try Data(good.replacingOccurrences(of: "purge = \"30 3 * * *\"", with: "purge = \"0 0 31 2 *\"").utf8).write(to: URL(fileURLWithPath: world.policy))
+        try refused("schedule", "never runs")
         try Data(good.utf8).write(to: URL(fileURLWithPath: world.policy))
         #expect(try storectl("schedule", "crontab", "--policy", world.policy).status == 0)
         // The store replaced by a text file.
@@ -176,6 +179,21 @@ struct FirstHourTests {
         #expect(try ChildProcess.run("/bin/chown", ["0:0", (data as NSString).appendingPathComponent(sub)]).status == 0)
         let crontab = try ChildProcess.run(asNobody[0], Array(asNobody.dropFirst()) + ["schedule", "crontab", "--policy", world.policy])
         #expect(crontab.status == 2 && crontab.stderr.contains("  repository ") && crontab.stderr.contains("data/\(sub) is not writable"), "\(crontab.status) \(crontab.stderr)")
+    }
+
+    @Test("run maintain in a repository another store's snapshot is writing (its shared lock held, paused 3 s): the prune waits for it and the run ends 0 (it ended 75, the week's prune and purge lost)")
+    func maintainWaitsForAnotherStore() throws {
+        let world = try World(snapshotLines: "password_file = \"password\"")
+        let other = try TempFolder()
+        let otherStore = try makeStore(other, items: 200)
+        let environment = ["STORECTL_PASSWORD_FILE": world.password, "STORECTL_TEST_PAUSE_AT": "pack.write.create#1:3000"]
+        let writing = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", otherStore, "--repo", world.repository], environment: environment)
+        usleep(1_000_000)   // its lock taken, paused at its first pack
+        let started = Date()
+        let maintain = try storectl("run", "maintain", "--policy", world.policy)
+        #expect(maintain.status == 0, "\(maintain.status) \(maintain.stderr)")
+        #expect(Date().timeIntervalSince(started) > 1, "it did not wait: \(Date().timeIntervalSince(started)) s")
+        #expect(writing.wait().status == 0)
     }
 
     @Test("a metrics folder that cannot be written: the run fails (73), says why on stderr and in the job log; the log line is still written")

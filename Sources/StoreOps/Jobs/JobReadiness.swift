@@ -131,6 +131,16 @@ public enum JobReadiness {
             checkReplicate(policy, repositoryChecked: opensRepository && isScheduled(context), into: &report)
         }
 
+        // An expression no date matches (`0 0 31 2 *`): installed, it never ran, and said nothing.
+        if let schedule = policy.schedule {
+            for (job, text) in [(ScheduledJob.snapshot, schedule.snapshot), (.purge, schedule.purge), (.maintain, schedule.maintain)] {
+                guard jobs.contains(job), let text, let expression = try? CronExpression(text),
+                      expression.nextRuns(after: Date(), count: 1).isEmpty else { continue }
+                problem("schedule", "[schedule] \(job.rawValue) = \"\(text)\" never runs: no date matches it",
+                        hint: "check the day and month fields (`storectl schedule show --policy \(policy.file)` lists the next runs)", .usage, jobs: [job])
+            }
+        }
+
         // Where the run reports: its log (and cron's .out beside it) and its metrics.
         if let schedule = policy.schedule {
             if let log = schedule.log {

@@ -125,6 +125,9 @@ public enum JobRun {
                                                  level: section.level)
             options.storeLockHeld = true
             options.password = section.password
+            // A repository shared by several stores: another store's prune holds it alone for a
+            // moment; a scheduled run waits its turn rather than losing its run (75).
+            options.wait = true
             let created = try SnapshotCreate.run(store: store.path, options: options)
             add("snapshot", created.stages)
             record.snapshotId = created.id
@@ -160,6 +163,9 @@ public enum JobRun {
             try between()
             var options = SnapshotPrune.Options(repository: section.repository, policy: retention, password: section.password,
                                                 filter: .init(host: ProcessInfo.processInfo.hostName, path: store.path))
+            // Alone in the repository: it waits for another store's snapshot (shared) to end; the
+            // prune and the purge after it were lost for the week (75) when they met.
+            options.wait = true
             if let replicate = policy.replicate {
                 options.points = PointRetention(everyCommit: replicate.keepPoints.seconds, minutes: replicate.keepPointMinutes.seconds,
                                                 bases: replicate.keepPointBases.seconds, explicit: true)

@@ -44,9 +44,11 @@ struct SharedRepositoryTests {
         #expect(Set(left.map(\.id)) == [newA, onlyB], "the other store's only snapshot is kept")
         #expect(try SnapshotSummary.list(repository: repo, password: password, filter: .init(path: b)).map(\.id) == [onlyB])
         #expect(left.allSatisfy { $0.host == host })
-        // The old behaviour, asked for by name: one group, the newest of all.
+        // One group, the newest of all, asked for by name: still not B's only snapshot (a store is
+        // never left without a snapshot that passed its check; it went before).
         let whole = try prune(.init(last: 1), groupBy: .repository)
-        #expect(whole.removed == [onlyB])
+        #expect(whole.removed.isEmpty && whole.decisions.first { $0.id == onlyB }?.reasons == ["the newest snapshot of its store that passed its check (a store keeps one at least)"],
+                "\(whole.decisions)")
         // Both stores' remaining snapshots restore (prune collected only what was unreferenced).
         var restore = SnapshotRestore.Options(repository: repo, id: newA, target: .file(folder.file("restored.sqlite")))
         restore.password = password

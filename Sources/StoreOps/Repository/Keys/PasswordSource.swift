@@ -58,7 +58,10 @@ public enum PasswordSource: Sendable, Hashable {
         switch self {
         case .file(let path):
             let absolute = FileSystem.absolute(path)
-            guard let data = FileManager.default.contents(atPath: absolute) else {
+            // A pipe (`--password-file <(pass show repo)`) or a device (/dev/null) is read as a
+            // stream: FileManager reads regular files only ("Input/output error" before).
+            let streamed = FileSystem.kind(of: absolute) == .other ? FileHandle(forReadingAtPath: absolute).map { $0.readDataToEndOfFile() } : nil
+            guard let data = streamed ?? FileManager.default.contents(atPath: absolute) else {
                 // What is wrong with it, and where its name came from when that is the environment
                 // (a variable set long ago is not where one looks first).
                 let why: String
