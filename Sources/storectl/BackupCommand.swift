@@ -46,6 +46,10 @@ struct BackupCommand: ParsableCommand, JSONOutput {
         options.wait = wait
         let result = try Backup.run(source: source, options: options, progress: progress?.1)
         progress?.0.finish()
+        if let signal = ProcessSignals.received {
+            // Its swap had begun: finished rather than stopped half way (a signal then said nothing).
+            FileHandle.standardError.write(Data("storectl: \(ProcessSignals.name(signal)) came while the backup was being put in place: too late to stop; it was finished\n".utf8))
+        }
         print(json ? jsonReport(result) : Self.summary(result))
     }
 

@@ -273,6 +273,21 @@ struct BackupCLITests {
         }
     }
 
+    @Test("SIGTERM while the backup is put in place (its swap paused at the folder's fsync): finished, not stopped half way, and said (it said nothing and ended 0)")
+    func signalDuringTheSwap() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 100)
+        let out = folder.file("late.sqlite")
+        let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", out], environment: ["STORECTL_TEST_PAUSE_AT": "swap.sync-folder:2500"])
+        let deadline = Date().addingTimeInterval(30)
+        while FileSystem.kind(of: StoreSwap.journalPath(for: out)) == .missing, Date() < deadline { usleep(20_000) }
+        usleep(300_000)
+        backup.signal(SIGTERM)
+        let result = backup.wait()
+        #expect(result.status == 0 && result.stderr.contains("SIGTERM came while the backup was being put in place: too late to stop; it was finished"), "\(result.status) \(result.stderr)")
+        #expect(FileSystem.kind(of: out) == .file && FileSystem.kind(of: StoreSwap.journalPath(for: out)) == .missing)
+    }
+
     @Test("a backup copies in the idle scheduling class (and paced writes) unless --no-pace")
     func pacedBackupRunsNiced() throws {
         let folder = try TempFolder()

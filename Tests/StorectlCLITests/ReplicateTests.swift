@@ -973,7 +973,7 @@ struct ReplicateTests {
             try? FileManager.default.removeItem(atPath: status)
             let running = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--sync-interval", "200ms",
                                                                       "--heartbeat", "0", "--merge-interval", "0", "--spool", spool, "--status-file", status] + extra,
-                                                   environment: world.environment)
+                                                   environment: world.environment.merging(["STORECTL_TEST_MIN_SPOOL_LIMIT": "4096"]) { $1 })
             let deadline = Date().addingTimeInterval(30)
             while Date() < deadline {
                 if let data = FileManager.default.contents(atPath: status), let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data),
@@ -1098,8 +1098,8 @@ struct ReplicateTests {
         // A limit the waiting commits outgrow: dropped, a gap, and the state after it restores.
         try FileManager.default.removeItem(atPath: world.log)
         let gapped = try outage(try follow(["--spool-limit", "256KiB"]), seconds: 4, caughtUp: "a new base after the gap holds the last commit",
-                                until: { $0.gapPending?.contains("commits waited") == true })
-        #expect(gapped.gaps.contains { $0.reason.contains("more than 256.0 KiB of commits waited") }, "\(gapped.gaps)")
+                                until: { $0.gapPending?.contains("(the spool limit) waited") == true })
+        #expect(gapped.gaps.contains { $0.reason.contains("more than 256.0 KiB of commits (the spool limit) waited") }, "\(gapped.gaps)")
         #expect(gapped.gapPending == nil, "recorded, so no longer pending")
         // The gap runs to the new base (after the writer's last commit); the chain after it is
         // covered up to the stop's last read.
@@ -1357,6 +1357,9 @@ struct ReplicateTests {
         }
         let badLimit = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--spool-limit", "lots"], environment: world.environment)
         #expect(badLimit.status == 64 && badLimit.stderr.contains("--spool-limit"), "\(badLimit.status) \(badLimit.stderr)")
+        // A limit a healthy repository's one sync outgrows: refused, not a gap every second blamed on the repository.
+        let tiny = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "1s", "--spool-limit", "100KiB"], environment: world.environment)
+        #expect(tiny.status == 64 && tiny.stderr.contains("--spool-limit 100.0 KiB is below 16.0 MiB"), "\(tiny.status) \(tiny.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: world.store)) == storeBytes)
         #expect(try String(contentsOfFile: note, encoding: .utf8) == "mine\n")
         let status = world.folder.file("status.json")
@@ -1766,6 +1769,37 @@ struct ReplicateTests {
             #expect(stopped.stderr.contains("NOT protected after "), "\(stopped.stderr)")
         }
         try app.close()
+    }
+
+    @Test("a clean stop, then a follower killed -9 after it resumed (the store idle), then a new run: the listing shows the time from the stop to the new run as not followed (stopped, then killed), never as covered; a restore in it is refused and its hint names times outside both spans, which restore")
+    func killedAfterAResume() throws {
+        let world = try world(items: 300)
+        let first = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "2s", "--heartbeat", "0"], environment: world.environment)
+        #expect(first.status == 0, "\(first.stderr)")
+        let resumed = try replicate(world, ["--heartbeat", "0"])
+        usleep(2_500_000)   // resumed (its marker written), the store idle
+        resumed.signal(SIGKILL)
+        _ = resumed.wait()
+        usleep(1_500_000)
+        let third = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "2s", "--heartbeat", "0"], environment: world.environment)
+        #expect(third.status == 0, "\(third.stderr)")
+        let spans = try #require(StorePoints.list(repository: world.repo, password: .file(world.folder.file("password"))).first).spans
+        let said = spans.map { "\($0.kind) \(Timestamp.iso($0.from)) \($0.to.map(Timestamp.iso) ?? "on") \($0.reason ?? "")" }
+        let stopped = try #require(spans.first { $0.kind == "not followed" && $0.reason == "storectl replicate was stopped" && $0.to != nil }, "\(said)")
+        let killed = try #require(spans.first { $0.kind == "not followed" && $0.reason?.contains("killed") == true }, "\(said)")
+        #expect(killed.from == stopped.to, "\(said)")
+        let killedEnd = try #require(killed.to)
+        #expect(!spans.contains { $0.kind == "covered" && $0.from < killedEnd && ($0.to ?? .distantFuture) > stopped.from }, "\(said)")
+        // A time in the stopped span: refused, and each time its hint names restores.
+        let inside = stopped.from.addingTimeInterval((stopped.to ?? stopped.from).timeIntervalSince(stopped.from) / 2)
+        let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(inside), "--to", world.folder.file("r.sqlite")], environment: world.environment)
+        #expect(refused.status == 66, "\(refused.stderr)")
+        let hinted = refused.stderr.matches(of: /--at (\S+)/).map { String($0.1) }
+        #expect(hinted.count == 2, "\(refused.stderr)")
+        for (k, time) in hinted.enumerated() {
+            let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", time, "--to", world.folder.file("h\(k).sqlite")], environment: world.environment)
+            #expect(run.status == 0, "the hint's \(time): \(run.stderr)\n\(said)")
+        }
     }
 
     @Test("a point's pages past the memory budget go to an unnamed scratch file beside the restore: with a budget of two pages, 12 random points restore byte for byte as with the default budget, diff finds the point and its restore the same, nothing is left in the folder; a volume without room for the scratch file is 74, left empty")

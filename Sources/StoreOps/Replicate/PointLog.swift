@@ -534,7 +534,13 @@ public struct PointTimeline: Sendable {
             for marker in markers {
                 if marker.level == PointTimeline.resumedLevel {
                     if let open = spans.last, open.to == nil { spans[spans.count - 1].to = marker.lastTime } else {
-                        spans.append((marker.firstTime, marker.lastTime, marker.to, false))
+                        // A follower killed after it resumed from a clean stop: this resume's span
+                        // begins at that stop, over the span said already; it begins where that
+                        // one ended (the listing showed the time between as covered).
+                        var from = marker.firstTime
+                        if let previous = spans.last?.to, from < previous { from = previous }
+                        guard from < marker.lastTime else { continue }
+                        spans.append((from, marker.lastTime, marker.to, false))
                     }
                 } else {
                     spans.append((marker.firstTime, nil, marker.to, true))
@@ -683,7 +689,10 @@ public struct StorePoints: Sendable, Codable {
                 var before = -1
                 for span in unfollowed where span.from >= from {
                     let count = perSpan ? max(0, min(span.point, chain.points - 1) - before) : nil
-                    entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(span.from), points: count, chain: chain.id))
+                    // None between two spans not followed (a stop, then a follower killed after it resumed).
+                    if span.from > from || (count ?? 1) > 0 {
+                        entry?.spans.append(Span(kind: kind, from: PointRestore.date(from), to: PointRestore.date(span.from), points: count, chain: chain.id))
+                    }
                     entry?.spans.append(Span(kind: "not followed", from: PointRestore.date(span.from), to: span.to.map(PointRestore.date),
                                              reason: span.stopped ? "storectl replicate was stopped"
                                                 : "storectl replicate was not running (killed, or its machine went down) until it resumed"))

@@ -308,10 +308,17 @@ public enum PointRestore {
                                 hint: "try --at \(Timestamp.iso(date(chain.lastTime))) or earlier; `storectl repo check --repo \(repository.location)` checks the rest")
         }
         try confirmSpans(of: chain, at: t, in: repository)
-        for span in chain.unfollowed where span.from < t && (span.to.map { t < $0 } ?? true) {
-            let until = span.to.map { " to \(Timestamp.iso(date($0)))" } ?? " on"
-            throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(span.from)))\(until)): no commit in it is claimed",
-                                hint: "try --at \(Timestamp.iso(date(span.from)))\(span.to.map { " or --at \(Timestamp.iso(date($0)))" } ?? "")")
+        let unfollowed = chain.unfollowed
+        if let i = unfollowed.firstIndex(where: { $0.from < t && ($0.to.map { t < $0 } ?? true) }) {
+            // Spans that meet (a stop, then a follower killed after it resumed) are one to a
+            // reader: the hint names times outside all of them (it named one the next refused).
+            var (first, last) = (i, i)
+            while first > 0, unfollowed[first - 1].to == unfollowed[first].from { first -= 1 }
+            while last + 1 < unfollowed.count, let end = unfollowed[last].to, unfollowed[last + 1].from == end { last += 1 }
+            let (from, to) = (unfollowed[first].from, unfollowed[last].to)
+            let until = to.map { " to \(Timestamp.iso(date($0)))" } ?? " on"
+            throw StoreOpsError(.noInput, "\(when) is in a span when storectl replicate was not following the store (from \(Timestamp.iso(date(from)))\(until)): no commit in it is claimed",
+                                hint: "try --at \(Timestamp.iso(date(from)))\(to.map { " or --at \(Timestamp.iso(date($0)))" } ?? "")")
         }
         // The store's newest chain, not stopped: its follower said nothing of the time after its
         // last point or alive marker. It may have been killed, or be unable to write what it

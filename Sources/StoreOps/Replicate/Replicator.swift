@@ -188,6 +188,13 @@ public enum Replicate {
         guard options.syncInterval >= 0.05, options.syncInterval <= 3600 else {
             throw StoreOpsError(.usage, "--sync-interval must be between 0.05 s and 1 h")
         }
+        // A spool this small drops commits beside a healthy repository (what one sync's uploads
+        // take to answer), a gap each time, blamed on the repository (a trial: 11 in 55 s at 100 KiB).
+        guard options.spoolLimit >= Self.minimumSpoolLimit else {
+            throw StoreOpsError(.usage, "\(options.outputsNamedIn.map { "[replicate] spool_limit (\($0))" } ?? "--spool-limit") \(Format.bytes(UInt64(max(0, options.spoolLimit)))) is below \(Format.bytes(UInt64(Self.minimumSpoolLimit))): "
+                                + "the commits of one sync waiting for a repository that answers would be dropped, a gap each time",
+                                hint: "leave it out (1 GiB), or give at least \(Format.bytes(UInt64(Self.minimumSpoolLimit)))")
+        }
         guard !options.stores.isEmpty else { throw StoreOpsError(.usage, "name at least one store to follow") }
         _ = try PageSpill.setting()   // a base's scratch copy: a misspelt setting is said, not ignored
         // A signal starts a drain (what was read is written, by `finishBy`), not an abort.
@@ -236,6 +243,10 @@ public enum Replicate {
         let loop = try Loop(options: options, repository: repository, replicas: replicas, events: events)
         return try withExtendedLifetime(locks) { try loop.run() }
     }
+
+    /// The smallest `spoolLimit` taken (`STORECTL_TEST_MIN_SPOOL_LIMIT` lowers it: a test of
+    /// what a limit outgrown does).
+    static let minimumSpoolLimit = ProcessInfo.processInfo.environment["STORECTL_TEST_MIN_SPOOL_LIMIT"].flatMap(Int.init) ?? 16 << 20
 
     /// The lock a follower holds on a store for one repository: an flock on a sidecar beside the
     /// store (never the database), named after the repository's id, so a store can be followed
@@ -900,7 +911,7 @@ public enum Replicate {
             replica.pendingCursor = cursor
             var full: String?
             if replica.pendingBytes + replica.spooledBytes + replica.parkedBytes + (replica.inFlight.map { $0.bytes + $0.spooled } ?? 0) > spoolLimit {
-                full = "the repository could not be written to for too long (more than \(Format.bytes(UInt64(spoolLimit))) of commits waited)"
+                full = "more than \(Format.bytes(UInt64(spoolLimit))) of commits (the spool limit) waited for the repository, slow or away"
             } else if replica.pendingBytes > options.spoolMemory {
                 full = spoolOut(replica)
             }
