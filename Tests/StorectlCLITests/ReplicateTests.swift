@@ -24,6 +24,17 @@ struct ReplicateTests {
                      environment: ["STORECTL_PASSWORD_FILE": try folder.passwordFile()])
     }
 
+    /// A 300-item store and a repository at `s3://points/<prefix>` in `server`, drained in 3 s at a stop.
+    func bucketWorld(_ server: SeaweedServer, prefix: String) throws -> World {
+        let folder = try TempFolder("storectl-replicate")
+        try server.createBucket("points")
+        let store = try makeStore(folder, items: 300)
+        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_REPLICATE_DRAIN_SECONDS": "3"]) { $1 }
+        let repo = "s3://points/\(prefix)"
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        return World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"), environment: environment)
+    }
+
     func replicate(_ world: World, _ extra: [String] = []) throws -> ChildProcess.Running {
         try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json"] + extra,
                                  environment: world.environment)
@@ -1667,15 +1678,10 @@ struct ReplicateTests {
     @Test("SIGTERM while the bucket's server is down: the stop ends within the drain (requests stop retrying by then), exits 74 naming the points kept on this machine (not in the repository); replicate status meanwhile prints the status file's figures and the waiting commits (74: the repository not read); once the server is back, a time after the last durable point is refused (66)",
           .enabled(if: Place.all.contains(.s3)))
     func stopWhileServerIsDown() throws {
-        let folder = try TempFolder("storectl-replicate")
         let server = try SeaweedServer()
         defer { server.stop() }
-        try server.createBucket("points")
-        let store = try makeStore(folder, items: 300)
-        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_REPLICATE_DRAIN_SECONDS": "3"]) { $1 }
-        let repo = "s3://points/repo"
-        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
-        let world = World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"), environment: environment)
+        let world = try bucketWorld(server, prefix: "repo")
+        let (folder, store, repo, environment) = (world.folder, world.store, world.repo, world.environment)
         let status = folder.file("status.json")
         let follower = try replicate(world, ["--sync-interval", "200ms", "--status-file", status, "--spool", folder.path])
         #expect(waitForBase(world))
@@ -1721,18 +1727,14 @@ struct ReplicateTests {
     @Test("the bucket's server hung while the app commits, then truncates its -wal at every tenth commit: the follower's loop never waits on the writes (the status file rewritten every few tenths of a second throughout; it froze 39 s once a chain broke), what it reads is kept in the outbox at every sync while a kept segment is being tried (it waited in memory meanwhile), and a stop with a broken chain no base followed says the store is NOT protected since its last point",
           .enabled(if: Place.all.contains(.s3)))
     func outageKeepsTheLoopGoing() throws {
-        let folder = try TempFolder("storectl-replicate")
         let server = try SeaweedServer()
         defer { server.stop() }
-        try server.createBucket("points")
-        let store = try makeStore(folder, items: 300)
-        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_REPLICATE_DRAIN_SECONDS": "3"]) { $1 }
-        let repo = "s3://points/outage"
-        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        let made = try bucketWorld(server, prefix: "outage")
+        let (folder, store) = (made.folder, made.store)
         // The server hangs (SIGSTOP: connections accepted, nothing answered); each request is given
         // up after 3 s without an answer, not retried: every try at writing takes seconds.
-        let slow = environment.merging(["STORECTL_S3_RETRIES": "0", "STORECTL_S3_TIMEOUT": "3", "STORECTL_S3_DEADLINE": "0"]) { $1 }
-        let world = World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"), environment: slow)
+        let slow = made.environment.merging(["STORECTL_S3_RETRIES": "0", "STORECTL_S3_TIMEOUT": "3", "STORECTL_S3_DEADLINE": "0"]) { $1 }
+        let world = World(folder: folder, store: store, repo: made.repo, log: made.log, environment: slow)
         let status = folder.file("status.json")
         let follower = try replicate(world, ["--sync-interval", "200ms", "--status-file", status, "--spool", folder.path])
         #expect(waitForBase(world))

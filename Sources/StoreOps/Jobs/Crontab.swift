@@ -78,7 +78,7 @@ public enum Crontab {
     /// whose jobs were kept.
     public static func install(_ jobs: [Job], into existing: String, executable: String) throws -> (text: String, kept: [String]) {
         let policies = Set(jobs.map(\.policy))
-        let (others, kept) = try installed(in: existing) { !policies.contains($0) }
+        let (others, kept, _) = try installed(in: existing) { !policies.contains($0) }
         let block = [begin] + others + Array(self.block(jobs, executable: executable).dropFirst().dropLast()) + [end]
         return (try merge(existing, block: block), kept)
     }
@@ -87,30 +87,31 @@ public enum Crontab {
     /// whose jobs were there.
     public static func uninstall(_ policies: [String], from existing: String) throws -> (text: String, removed: [String]) {
         let named = Set(policies)
-        let (others, _) = try installed(in: existing) { !named.contains($0) }
-        let (_, removed) = try installed(in: existing) { named.contains($0) }
+        let (others, _, removed) = try installed(in: existing) { !named.contains($0) }
         guard !others.isEmpty else { return (try remove(existing), removed) }
         return (try merge(existing, block: [begin] + others + [end]), removed)
     }
 
-    /// The block's job lines (each with its comment) of the policies `keep` accepts, and those
-    /// policies in order.
-    static func installed(in existing: String, keep: (String) -> Bool) throws -> (lines: [String], policies: [String]) {
+    /// The block's job lines (each with its comment) of the policies `keep` accepts, those
+    /// policies in order, and the others it names.
+    static func installed(in existing: String, keep: (String) -> Bool) throws -> (lines: [String], policies: [String], others: [String]) {
         var lines = existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         if lines.last == "" { lines.removeLast() }
-        guard let range = try blockRange(lines) else { return ([], []) }
+        guard let range = try blockRange(lines) else { return ([], [], []) }
         let inner = Array(lines[range].dropFirst().dropLast())
-        var kept: [String] = [], policies: [String] = []
+        var kept: [String] = [], policies: [String] = [], others: [String] = []
         var i = 0
         while i < inner.count {
             guard let policy = policy(ofComment: inner[i]), i + 1 < inner.count else { i += 1; continue }
             if keep(policy) {
                 kept += [inner[i], inner[i + 1]]
                 if !policies.contains(policy) { policies.append(policy) }
+            } else if !others.contains(policy) {
+                others.append(policy)
             }
             i += 2
         }
-        return (kept, policies)
+        return (kept, policies, others)
     }
 
     /// The policy a job's comment names: `# storectl <job>: <policy> (store <store>)`.

@@ -1443,23 +1443,27 @@ public enum Replicate {
                         }
                         continue
                     }
+                    func opens() -> Bool {
+                        (try? PointSegment.openAll(sealed, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil
+                    }
+                    /// Written under a shared hold; a failure names what was kept (`what`).
+                    func send(_ what: String) throws {
+                        do {
+                            let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+                            defer { hold.release() }
+                            try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
+                        } catch {
+                            let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
+                            throw StoreOpsError(cause.kind, "\(what) an earlier run kept in \(outbox.folder) could not be written to \(repository.location): \(cause.message)")
+                        }
+                        result.sent += 1
+                        result.bytes += UInt64(sealed.count)
+                    }
                     if item.name.level == PointTimeline.stoppedLevel {
                         // A clean stop's marker, kept after its chain's points (`drain`): written
                         // when it follows the chain's last point; else (the chain went on, or the
                         // points before it were dropped) it says nothing true any more.
-                        if next[item.name.chain] == item.name.to + 1,
-                           (try? PointSegment.openAll(sealed, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil {
-                            do {
-                                let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
-                                defer { hold.release() }
-                                try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
-                            } catch {
-                                let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
-                                throw StoreOpsError(cause.kind, "the stop marker an earlier run kept in \(outbox.folder) could not be written to \(repository.location): \(cause.message)")
-                            }
-                            result.sent += 1
-                            result.bytes += UInt64(sealed.count)
-                        }
+                        if next[item.name.chain] == item.name.to + 1, opens() { try send("the stop marker") }
                         try outbox.remove(item.path)
                         continue
                     }
@@ -1469,26 +1473,15 @@ public enum Replicate {
                         try outbox.remove(item.path)
                         continue
                     }
-                    guard next[item.name.chain] == item.name.from,
-                          (try? PointSegment.openAll(sealed, name: item.name, sealer: repository.sealer, zstd: zstd, location: repository.location)) != nil else {
+                    guard next[item.name.chain] == item.name.from, opens() else {
                         result.dropped.append(FileSystem.name(of: item.path))
                         try outbox.remove(item.path)
                         continue
                     }
-                    do {
-                        let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
-                        defer { hold.release() }
-                        try repository.backend.write(item.name.key, sealed, point: "replicate.outbox.send")
-                    } catch {
-                        let cause = StoreOpsError.wrapping(error) ?? StoreOpsError(.ioError, "\(error)")
-                        throw StoreOpsError(cause.kind, "\(Format.plural(kept.count - k, "segment", "segments")) of points an earlier run kept in \(outbox.folder) "
-                                            + "could not be written to \(repository.location): \(cause.message)")
-                    }
+                    try send("\(Format.plural(kept.count - k, "segment", "segments")) of points")
                     try outbox.remove(item.path)
                     next[item.name.chain] = item.name.to + 1
-                    result.sent += 1
                     result.points += item.name.to - item.name.from + 1
-                    result.bytes += UInt64(sealed.count)
                     result.lastDurable = item.name.lastTime
                 }
             } catch {
