@@ -273,6 +273,27 @@ struct BackupCLITests {
         }
     }
 
+    @Test("preflight of a rollback-mode store another process holds exclusively past --timeout: the report (who holds it, store.locked failed, what did not run) and 75, as JSON too; it ended with the error alone")
+    func preflightOfALockedStore() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 100, journalMode: "delete")
+        let holder = try holdExclusively(store, folder)
+        defer { holder.signal(SIGTERM); _ = holder.wait() }
+        let text = try storectl("preflight", store, "--timeout", "0.5")
+        #expect(text.status == 75, "\(text.status) \(text.stdout)\(text.stderr)")
+        #expect(text.stdout.contains("fail  store.locked") && text.stdout.contains("stayed locked for") && text.stdout.contains("did not run"), "\(text.stdout)")
+        #expect(text.stdout.contains("pid \(holder.pid)"), "names the holder: \(text.stdout)")
+        #expect(text.stdout.contains("result: FAILED"), "\(text.stdout)")
+        let json = try storectl("preflight", store, "--timeout", "0.5", "--json")
+        #expect(json.status == 75, "\(json.stderr)")
+        let report = try JSON.decoder().decode(PreflightReport.self, from: Data(json.stdout.utf8))
+        #expect(report.status == 75 && report.check("store.locked")?.status == .fail && report.check("lock.writer") != nil)
+        holder.signal(SIGTERM)
+        _ = holder.wait()
+        let free = try storectl("preflight", store)
+        #expect(free.status == 0 && !free.stdout.contains("store.locked"), "\(free.stdout)")
+    }
+
     @Test("SIGTERM while the backup is put in place (its swap paused at the folder's fsync): finished, not stopped half way, and said (it said nothing and ended 0)")
     func signalDuringTheSwap() throws {
         let folder = try TempFolder()

@@ -280,7 +280,7 @@ struct MigrateDiffTests {
     func rollbackWaitOutlastsSigterm() throws {
         var files = Self.declared
         files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
-        var stopped = 0
+        var stopped = 0, slips = 0
         var seen: [String] = []
         for _ in 1...4 where stopped < 2 {
             let f = try fixture(files)
@@ -314,9 +314,22 @@ struct MigrateDiffTests {
             #expect(writer.wait().status == 0)
             #expect([3, 75].contains(result.status), "\(result.status) \(result.stdout)\(result.stderr)")
             let numbers = try acknowledgedCommits(log)
-            let lost = numbers.subtracting(try writerCommits(in: f.store)).sorted()
-            #expect(lost.isEmpty, "\(lost.count) of \(numbers.count) acknowledged commits are not in the store: \(lost.prefix(10)); status \(result.status)")
+            var kept = try writerCommits(in: f.store)
+            // A slip (the app committed between the run's start and its lock: rare, and said) leaves
+            // those commits in the kept failed state; the run must say so (one CI run of ~10 saw it).
+            let slipped = (result.stdout + result.stderr).contains("another process committed to the store during the run")
+            if slipped {
+                slips += 1
+                let name = FileSystem.name(of: f.store)
+                for file in try FileManager.default.contentsOfDirectory(atPath: f.folder.path)
+                where file.hasPrefix(name + ".failed-migration-") && !file.hasSuffix("-wal") && !file.hasSuffix("-shm") {
+                    kept.formUnion(try writerCommits(in: f.folder.file(file)))
+                }
+            }
+            let lost = numbers.subtracting(kept).sorted()
+            #expect(lost.isEmpty, "\(lost.count) of \(numbers.count) acknowledged commits are not in the store\(slipped ? " or the kept failed state" : ""): \(lost.prefix(10)); status \(result.status)")
         }
+        #expect(slips <= 1, "the app got in \(slips) times: \(seen.joined(separator: "\n"))")
         #expect(stopped > 0, "a rollback was stopped during its wait: \(seen.joined(separator: "\n"))")
     }
 

@@ -87,7 +87,7 @@ public enum Preflight {
         } catch {
             // A SQLite file SQLite cannot open (its schema unreadable, the file cut short): what
             // preflight is there to say, as a failed check, not an error that sends the operator back here.
-            guard let damaged = unreadable(store, error) ?? hotJournal(store, error) else { throw error }
+            guard let damaged = unreadable(store, error) ?? hotJournal(store, error) ?? locked(store, error, locks: locks, timeout: options.timeout) else { throw error }
             checks.append(damaged)
             return report()
         }
@@ -95,7 +95,7 @@ public enum Preflight {
         try queue.inDatabase { db in
             let info: StoreInfo
             do { info = try StoreInfo.read(db, store: store) } catch {
-                if let hot = hotJournal(store, error) {
+                if let hot = hotJournal(store, error) ?? locked(store, error, locks: locks, timeout: options.timeout) {
                     checks.append(hot)
                     return
                 }
@@ -114,6 +114,24 @@ public enum Preflight {
             entities = coreData.entities
         }
         return report()
+    }
+
+    /// The failed check for a store that stayed locked past the timeout (a rollback-journal
+    /// writer's commit, an app in `locking_mode=EXCLUSIVE`, a `BEGIN EXCLUSIVE`): nothing could be
+    /// read, so the report says that and who holds it rather than ending with an error alone.
+    static func locked(_ store: StoreFile, _ error: Error, locks: LockState, timeout: Double) -> Check? {
+        let busy = switch error {
+        case let error as DatabaseError: [.SQLITE_BUSY, .SQLITE_LOCKED].contains(error.resultCode)
+        case let error as StoreOpsError: error.kind == .busy
+        default: false
+        }
+        guard busy else { return nil }
+        let holder = (locks.writerPID ?? locks.openByPID).map { " (pid \($0) has it open)" } ?? ""
+        return Check("store.locked", .fail, "the store stayed locked for \(Format.duration(timeout))\(holder): another process holds it exclusively "
+                     + "(a rollback-journal commit, locking_mode=EXCLUSIVE or BEGIN EXCLUSIVE), so nothing could be read: "
+                     + "the integrity, space and Core Data checks did not run",
+                     advice: "run it again when that transaction ends, or wait longer with --timeout; a backup or snapshot now would wait as long and exit 75",
+                     figures: ["timeoutSeconds": .number(timeout)])
     }
 
     /// The failed check for a rollback-mode store with a hot journal (a writer stopped

@@ -4,7 +4,8 @@ import Foundation
 public struct PreflightReport: Sendable, Codable {
     /// True when no check failed (warnings pass): the verdict, for machines.
     public var ok: Bool
-    /// The exit status `storectl preflight` ends with: 0 passed, 2 a check failed.
+    /// The exit status `storectl preflight` ends with: 0 passed, 2 a check failed, 75 the store stayed
+    /// locked (nothing read: `store.locked`).
     public var status: Int32
     public var store: String
     public var operation: Preflight.Operation
@@ -33,7 +34,12 @@ public struct PreflightReport: Sendable, Codable {
     public var passed: Bool { !checks.contains { $0.status == .fail } }
 
     public var ending: Ending {
-        passed ? .ok : Ending(.checksFailed, error: StoreOpsError(.checksFailed, "preflight failed: " + checks.filter { $0.status == .fail }.map(\.id).joined(separator: ", ")))
+        // A store nothing could be read from (locked past the timeout): the report says what it
+        // could (the lock's holder), and the exit is busy's, as every command's is (75: try again).
+        if check("store.locked")?.status == .fail {
+            return Ending(.failed, error: StoreOpsError(.busy, "preflight could not read the store: it stayed locked (store.locked)"))
+        }
+        return passed ? .ok : Ending(.checksFailed, error: StoreOpsError(.checksFailed, "preflight failed: " + checks.filter { $0.status == .fail }.map(\.id).joined(separator: ", ")))
     }
 
     public func check(_ id: String) -> Check? { checks.first { $0.id == id } }
