@@ -97,7 +97,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         }
         lines.append("migrate \(report.store): version \(plan.current) -> \(plan.target)")
         if let snapshot = report.snapshot {
-            lines.append("  snapshot \(snapshot) (pre-migrate, verified\(report.snapshotPoint.map { "; made from replicate's point \($0), the store as it was" } ?? ""))")
+            lines.append("  snapshot \(snapshot) (pre-migrate, checked when taken\(report.snapshotPoint.map { "; made from replicate's point \($0), the store as it was" } ?? ""))")
         }
         for applied in report.applied {
             lines.append("  applied \(String(format: "%04d", applied.version))_\(applied.name) in \(Format.duration(applied.seconds))")

@@ -42,7 +42,7 @@ struct PurgeCommand: ParsableCommand, JSONOutput {
     static func render(_ report: Purge.Report) -> String {
         var lines = ["purge \(report.store)\(report.dryRun ? " (dry run: nothing changed)" : "")"]
         if let snapshot = report.snapshot {
-            lines.append("  snapshot first: \(snapshot) (verified\(report.snapshotPoint.map { "; made from replicate's point \($0), the store as it was" } ?? ""))")
+            lines.append("  snapshot first: \(snapshot) (checked when taken\(report.snapshotPoint.map { "; made from replicate's point \($0), the store as it was" } ?? ""))")
         }
         if let check = report.snapshotCheck { lines.append("  \(check)") }
         if let note = report.dryRunNote { lines.append("  note: \(note)") }

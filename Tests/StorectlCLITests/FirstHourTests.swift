@@ -114,6 +114,11 @@ struct FirstHourTests {
         let refused = try storectl("schedule", "crontab", "--policy", world.policy)
         #expect(refused.status == 2 && refused.stderr.contains("snapshot, purge would fail"), "\(refused.stderr)")
         #expect(refused.stderr.contains("the password was read from \(wrong)"), "\(refused.stderr)")
+        // A password command that fails is the password's problem, not the repository's (it was listed so).
+        try world.write(snapshotLines: "password_command = \"false\"", scheduleLines: "log = \"jobs.jsonl\"")
+        let failing = try storectl("policy", "check", world.policy)
+        #expect(failing.status == 2 && failing.stdout.contains("  password     the policy's password_command") && failing.stdout.contains("exited 1")
+                && !failing.stdout.contains("  repository "), "\(failing.stdout)")
         // Without before_purge only the snapshot opens the repository: only it would fail.
         try Data(try String(contentsOfFile: world.policy, encoding: .utf8).replacingOccurrences(of: "before_purge = true", with: "before_purge = false").utf8)
             .write(to: URL(fileURLWithPath: world.policy))

@@ -291,8 +291,11 @@ public enum JobReadiness {
             report.problems.append(Problem(check: "s3", message: error.message, hint: hint, status: error.status))
         } catch let error as StoreOpsError {
             // 64 (no password to be had), 66 (a password file missing) and 77 (wrong) are the password's problems.
+            // A password command that fails (exits non-zero, cannot be run, hangs) is the password's too.
             let isPassword = error.status == .wrongPassword || error.status == .usage
                 || (error.status == .noInput && error.message.hasPrefix("the password file"))
+                || error.message.contains("password_command") || error.message.contains("password command")
+                || error.message.contains("STORECTL_PASSWORD_COMMAND")
             report.problems.append(Problem(check: isPassword ? "password" : "repository", message: error.message,
                                            hint: error.hint, status: error.status))
         } catch {
