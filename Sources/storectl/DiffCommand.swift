@@ -91,6 +91,10 @@ struct DiffCommand: ParsableCommand, JSONOutput {
             } else if repo == nil, FileSystem.kind(of: side) == .missing, idShaped {
                 throw StoreOpsError(.noInput, "\(side): no such file, and no --repo to find a snapshot of that id in",
                                     hint: "name the repository: storectl diff --repo DIR \(side) …")
+            } else if let repo, FileSystem.kind(of: side) == .missing, !side.contains("/") {
+                // With --repo, a name that is neither: both are said (it said "no such file" alone).
+                throw StoreOpsError(.noInput, "\"\(side)\" is no file, nor a snapshot id (ids look like 20261124T145654Z-c2a1cb)",
+                                    hint: "`storectl snapshot list --repo \(repo)` shows the ids; a store or backup file is named by its path")
             } else {
                 resolved.append(.file(side))
             }
@@ -112,13 +116,13 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         if json {
             print(jsonReport(report))
         } else {
-            print(Self.text(report, countsOnly: limit == 0))
+            print(Self.text(report, countsOnly: limit == 0, limit: options.limit))
         }
         if !report.same { throw Finished(status: .checksFailed) }
     }
 
     /// `countsOnly` (`--limit 0`): no "… and N more" under each entity (no object was asked for).
-    static func text(_ r: StoreDiff.Report, countsOnly: Bool = false) -> String {
+    static func text(_ r: StoreDiff.Report, countsOnly: Bool = false, limit: Int? = nil) -> String {
         var lines: [String] = []
         func side(_ s: StoreDiff.SideSummary) -> String {
             "\(s.kind == "file" ? "" : s.kind + " ")\(s.name) (\(Format.count(s.pages)) pages\(s.coreData ? ", Core Data" : "")\(s.copied ? ", read from a consistent copy" : ""))"
@@ -179,9 +183,13 @@ struct DiffCommand: ParsableCommand, JSONOutput {
         }
         if !r.externalData.isEmpty {
             lines.append("external data: \(Format.plural(r.externalData.count, "file", "files")) \(r.externalData.count == 1 ? "differs" : "differ")")
-            for f in r.externalData {
-                lines.append("  \(f.change == "added" ? "+" : f.change == "removed" ? "-" : "~") \(f.path) (\(f.before.map { Format.bytes($0) } ?? "-") → \(f.after.map { Format.bytes($0) } ?? "-"))")
+            // Listed as objects are (--limit; none for --limit 0), a change by size and hash.
+            let shown = countsOnly ? [] : Array(r.externalData.prefix(limit ?? r.externalData.count))
+            for f in shown {
+                func side(_ bytes: UInt64?, _ sha: String?) -> String { bytes.map { Format.bytes($0) + (sha.map { " " + $0.prefix(12) } ?? "") } ?? "-" }
+                lines.append("  \(f.change == "added" ? "+" : f.change == "removed" ? "-" : "~") \(f.path) (\(side(f.before, f.beforeSHA256)) → \(side(f.after, f.afterSHA256)))")
             }
+            if r.externalData.count > shown.count, !countsOnly { lines.append("  … and \(Format.count(r.externalData.count - shown.count)) more (--limit, --json)") }
         }
         if !r.same, r.bookkeeping.rows + r.bookkeeping.optBumps + r.bookkeeping.renumbered + r.bookkeeping.references > 0, !r.bookkeeping.shown {
             lines.append(bookkeepingLine(r.bookkeeping))

@@ -518,7 +518,7 @@ struct DiffCLITests {
         let objects = try report(run).entities.first { $0.table == "v" }?.objects ?? []
         let changed = try #require(objects.first { $0.change == "changed" })
         func value(_ name: String) -> StoreDiff.ValueChange? { changed.values.first { $0.name == name } }
-        #expect(value("n")?.beforeValue == .integer(5) && value("n")?.before == "5" && value("n")?.after == "nil" && value("n")?.afterValue == .null,
+        #expect(value("n")?.beforeValue == .integer(5) && value("n")?.before == "5" && value("n")?.after == "NULL" && value("n")?.afterValue == .null,
                 "a stored NULL reads back as .null, not as no value: \(String(describing: value("n")))")
         #expect(value("r")?.beforeValue == .real(1.5) && value("r")?.afterValue == .real(798_123_456.25))
         #expect(value("s")?.beforeValue == .text("old \"q\"") && value("s")?.afterValue == .text(long), "whole, unescaped")
@@ -633,5 +633,63 @@ struct DiffCLITests {
         let sharedReport = try report(shared)
         #expect(shared.stderr.contains("share") && !sharedReport.ambiguousKeys.isEmpty, "\(shared.stderr) \(sharedReport.ambiguousKeys)")
         #expect(sharedReport.entities.reduce(0) { $0 + $1.changed } == 0, "no object is paired by a shared value")
+    }
+
+    @Test("a new user's trial of diff: --entity of a sub-entity shows its supertype's links (it said same), --entity leaves external data out, --limit caps the external files, a changed file says its hashes, a dropped column's values are a change, NULL is NULL, a table named in --key says its entity, a name that is neither file nor id with --repo says both, two different stores are warned of")
+    func newUserTrial() throws {
+        let folder = try TempFolder()
+        let made = try ChildProcess.run(Binaries.lab, ["make-store", folder.file("a.sqlite"), "--items", "300", "--external-files", "4"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        _ = try storectl("backup", a, "-o", b)
+        // A Task's tag link (Item.tags is declared on Item, Task's supertype).
+        let task = try #require(try DatabaseQueue(path: b).read { try Int64.fetchOne($0, sql: "SELECT Z_2ITEMS FROM Z_2TAGS JOIN ZITEM ON Z_PK = Z_2ITEMS WHERE Z_ENT = 3 LIMIT 1") })
+        try write(b, "DELETE FROM Z_2TAGS WHERE Z_2ITEMS = ?", arguments: [task])
+        let byTask = try storectl("diff", a, b, "--entity", "Task")
+        #expect(byTask.status == 2 && byTask.stdout.contains("Item.tags (Z_2TAGS)") && !byTask.stdout.contains("\nsame"), "\(byTask.stdout)")
+        // External data: one file changed at the same size.
+        let folderB = StoreFile(unchecked: b).externalDataPath
+        let files = try FileManager.default.contentsOfDirectory(atPath: folderB).sorted()
+        let first = try #require(files.first)
+        let path = (folderB as NSString).appendingPathComponent(first)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        bytes[0] ^= 0xff
+        try bytes.write(to: URL(fileURLWithPath: path))
+        let whole = try storectl("diff", a, b)
+        #expect(whole.stdout.contains("external data: 1 file differs") && whole.stdout.contains("sha256") == false && whole.stdout.contains(" → "), "\(whole.stdout)")
+        let line = whole.stdout.split(separator: "\n").first { $0.contains(first) }.map(String.init) ?? ""
+        let hashes = line.split(whereSeparator: { $0 == " " || $0 == ")" }).filter { $0.count == 12 && $0.allSatisfy(\.isHexDigit) }
+        #expect(hashes.count == 2 && hashes[0] != hashes[1], "a change at the same size shows its hashes: \(line)")
+        let tagsOnly = try storectl("diff", a, b, "--entity", "Category")
+        #expect(tagsOnly.status == 0 && !tagsOnly.stdout.contains("external data"), "--entity leaves external data out: \(tagsOnly.stdout)")
+        let counts = try storectl("diff", a, b, "--limit", "0")
+        #expect(counts.stdout.contains("external data: 1 file differs") && !counts.stdout.contains(first), "--limit 0: counts only: \(counts.stdout)")
+        // A column dropped: its values are a change (it was a schema change alone), shown as such; NULL as NULL.
+        let c = folder.file("c.sqlite")
+        _ = try storectl("backup", a, "-o", c)
+        try write(c, "UPDATE ZITEM SET ZTITLE = NULL WHERE Z_PK = 1; ALTER TABLE ZITEM DROP COLUMN ZBODY;")
+        let dropped = try storectl("diff", a, c, "--json")
+        let report = try report(dropped)
+        let nonNullBodies = try DatabaseQueue(path: a).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZBODY IS NOT NULL") } ?? 0
+        #expect(nonNullBodies > 0 && report.entities.reduce(0) { $0 + ($1.attributes["ZBODY"] ?? 0) } == nonNullBodies, "\(report.entities.map(\.attributes))")
+        let values = report.entities.flatMap(\.objects).flatMap(\.values)
+        #expect(values.contains { $0.name == "ZBODY" && $0.after == "(column dropped)" })
+        #expect(values.contains { $0.after == "NULL" && $0.afterValue == .null }, "NULL, not nil")
+        // --key naming the table: says which entity's table it is.
+        let keyed = try storectl("diff", a, b, "--key", "ZTAG.ZNAME")
+        #expect(keyed.status == 64 && keyed.stderr.contains("ZTAG is the table of Tag") && keyed.stderr.contains("--key Tag.ZNAME"), "\(keyed.stderr)")
+        // With --repo, a name that is neither a file nor an id.
+        let repo = try folder.repository()
+        let neither = try storectl("diff", "zzz", a, "--repo", repo)
+        #expect(neither.status == 66 && neither.stderr.contains("is no file, nor a snapshot id"), "\(neither.stderr)")
+        // Two different stores (another store's UUID): warned, matched by Z_PK all the same.
+        let other = folder.file("other.sqlite")
+        #expect(try ChildProcess.run(Binaries.lab, ["make-store", other, "--items", "300"]).status == 0)
+        let uuids = try [a, other].map { path in try DatabaseQueue(path: path).read { try String.fetchOne($0, sql: "SELECT Z_UUID FROM Z_METADATA") } }
+        let unrelated = try storectl("diff", a, other)
+        if uuids[0] != uuids[1] {
+            #expect(unrelated.stderr.contains("different Core Data stores"), "\(unrelated.stderr)")
+        }
+        #expect(!byTask.stderr.contains("different Core Data stores"), "a backup is the same store")
     }
 }

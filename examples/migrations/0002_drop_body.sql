@@ -1,2 +1,2 @@
--- storectl: changes nothing
+-- storectl: changes Item.body
 ALTER TABLE ZITEM DROP COLUMN ZBODY;

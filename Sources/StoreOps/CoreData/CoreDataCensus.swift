@@ -173,6 +173,35 @@ public enum CoreDataCensus {
         return (columns, skipped)
     }
 
+    /// The ends of Core Data's many-to-many links: every column `Z_<ent><NAME>` of a join table
+    /// `Z_<ent><NAME>` holds the Z_PK of an object of entity `<ent>`, so it must resolve into that
+    /// entity's table as a to-one column must (a link to a removed or never-made object is a fault
+    /// Core Data cannot fulfil). `relationships` names the join table's relationship as the diff
+    /// does ("Item.tags"). Tables and columns come from the schema, entity numbers from
+    /// `Z_PRIMARYKEY`: no model is needed.
+    public static func joinColumns(_ db: Database, store: CoreDataStore) throws -> [ToOneColumn] {
+        let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        return joinColumns(store: store, tables: tables) { table in (try? db.columns(in: table).map(\.name)) ?? [] }
+    }
+
+    /// The same from the tables and their columns: a pure function.
+    public static func joinColumns(store: CoreDataStore, tables: [String], columnsOf: (String) -> [String]) -> [ToOneColumn] {
+        var out: [ToOneColumn] = []
+        for table in tables {
+            let upper = table.uppercased()
+            guard let relationship = StoreDiff.Labels.joinRelationship(upper, store: store, model: store.model) else { continue }
+            for column in columnsOf(table) {
+                let c = column.uppercased()
+                guard c.hasPrefix("Z_"), !c.hasPrefix("Z_FOK_") else { continue }
+                let digits = c.dropFirst(2).prefix { $0.isASCII && $0.isNumber }
+                guard !digits.isEmpty, c.count > digits.count + 2, let ent = Int(digits),
+                      let destination = store.entity(ent: ent)?.table else { continue }
+                out.append(ToOneColumn(table: table, column: column, relationships: [relationship], destinationTable: destination))
+            }
+        }
+        return out
+    }
+
     /// Counts, for every mapped to-one column, the values with no row in the destination table.
     public static func orphans(_ db: Database, columns: [ToOneColumn]) throws -> [OrphanCount] {
         try columns.map { column in

@@ -457,7 +457,7 @@ extension StoreDiff {
                 let destination = parts.count < 2 ? nil : [b, a].lazy.compactMap {
                     $0.coreData?.model?.relationships.first { $0.entity == parts[0] && $0.name == parts[1] }?.destination
                 }.first
-                guard wanted(parts.first ?? "", table: table) || destination.map({ wanted($0, table: table) }) == true else { return }
+                guard wantedEnd(parts.first ?? "", table: table) || destination.map({ wantedEnd($0, table: table) }) == true else { return }
                 if case .rows(let written, _, _) = attribution, !written.touched(change.rowid) {
                     asOthers { $0.recordLink(table, relationship: relationship, before, after) }
                 } else if !keyedTables.isEmpty, [before, after].contains(where: { row in
@@ -516,7 +516,15 @@ extension StoreDiff {
                 return
             }
             if let before, before != after { entry.removed += 1; addLink(&entry, "removed", before) }
-            if let after, before != after { entry.added += 1; addLink(&entry, "added", after) }
+            if let after, before != after {
+                entry.added += 1
+                addLink(&entry, "added", after)
+                // Each end of a link written must name an object (a migration's check of the result).
+                for (column, value) in after {
+                    guard case .integer(let key) = value, let destination = joinColumnTable(column) else { continue }
+                    references.append(Reference(relationship: relationship, destinationTable: destination, key: key))
+                }
+            }
         }
 
         /// A many-to-many link whose ends are the same two objects, one renumbered (`--bookkeeping`):
@@ -609,6 +617,14 @@ extension StoreDiff {
                 }
                 guard entityKnown else {
                     let names = Set(labelsA.entityByEnt.values).union(labelsB.entityByEnt.values).sorted()
+                    // A Core Data store's table named where its entity is meant (`ZTAG.ZNAME`).
+                    for side in [b, a] {
+                        guard let store = side.coreData else { continue }
+                        let owners = store.entities.filter { $0.table?.caseInsensitiveCompare(parts[0]) == .orderedSame }.map(\.name)
+                        guard let first = owners.first else { continue }
+                        throw StoreOpsError(.usage, "--key \(key): \(parts[0]) is the table of \(owners.joined(separator: ", ")); --key names an entity and its attribute",
+                                            hint: "write --key \(first).\(parts[1]) (the attribute as the model or the column names it)")
+                    }
                     throw StoreOpsError(.usage, "--key \(key): no entity or table \(parts[0]) on either side\(Format.didYouMean(String(parts[0]), among: names))",
                                         hint: names.isEmpty ? "name a table of the store" : "entities: " + Self.listed(names))
                 }
@@ -637,6 +653,19 @@ extension StoreDiff {
                                         hint: names.isEmpty ? "" : "its attributes: " + Format.list(names, first: 60))
                 }
             }
+        }
+
+        /// A link's end: wanted as `wanted` says, and also when `--entity` names a sub-entity of
+        /// it (a link of GenericAsset's relationship may be an Asset's: `--entity Asset` said
+        /// "same" while such links changed). Which end object is of the sub-entity is not known
+        /// here without reading its row, so such a filter shows the relationship's links whole.
+        private func wantedEnd(_ entity: String, table: String) -> Bool {
+            if wanted(entity, table: table) { return true }
+            for side in [b, a] {
+                guard let model = side.coreData?.model else { continue }
+                for name in model.superentity.keys where filter.contains(name.lowercased()) && model.ancestors(of: name).contains(entity) { return true }
+            }
+            return false
         }
 
         private func wanted(_ entity: String, table: String) -> Bool {
@@ -923,6 +952,19 @@ extension StoreDiff {
                         values.append(ValueChange(name: label.name, before: was, after: render(new, label: label), beforeValue: typed(old), afterValue: typed(new)))
                     }
                 }
+                // A column the second side dropped: its values are gone, a change of the data (it
+                // was a schema change alone, so a migration dropping Tag.name passed a declaration
+                // that did not name it).
+                if let columnsB = b.layouts[table]?.columns {
+                    for column in before.keys.sorted() where after[column] == nil && !columnsB.contains(column) {
+                        guard let old = before[column], old != .null else { continue }
+                        let label = labelsA.columns[table]?[column] ?? .plain(column)
+                        if [.identity, .entity, .opt].contains(label) { continue }
+                        meaningful = true
+                        if label.name.caseInsensitiveCompare(column) != .orderedSame, entry.columns[label.name] == nil { entry.columns[label.name] = column }
+                        values.append(ValueChange(name: label.name, before: render(old, label: label), after: "(column dropped)", beforeValue: typed(old), afterValue: nil))
+                    }
+                }
                 guard meaningful else {
                     if entity == nil {
                         // A plain row paired by its key, only its rowid changed: renumbered, counted
@@ -1051,7 +1093,7 @@ extension StoreDiff {
         /// shortened, blobs by size and SHA-256.
         func render(_ value: SQLitePages.Value, type: Int?) -> String {
             switch value {
-            case .null: return "nil"
+            case .null: return "NULL"
             case .integer(let n):
                 if type == 900 { return Timestamp.iso(Date(timeIntervalSinceReferenceDate: Double(n))) }
                 if type == 800 { return n == 0 ? "false" : "true" }

@@ -174,7 +174,7 @@ public enum StoreDiff {
     public struct ValueChange: Sendable, Codable, Equatable {
         public var name: String
         /// For people: dates as times, text quoted and escaped (long text shortened), blobs by
-        /// size and hash, "nil" for NULL.
+        /// size and hash, "NULL" for NULL (as SQL writes it).
         public var before: String?
         public var after: String?
         /// For programs (`--json`): the stored values as they are (absent where the side has none).
@@ -291,6 +291,9 @@ public enum StoreDiff {
         public var path: String
         public var before: UInt64?
         public var after: UInt64?
+        /// The SHA-256 of each side's file (a file changed at the same size said only its size).
+        public var beforeSHA256: String?
+        public var afterSHA256: String?
     }
 
     public struct Bookkeeping: Sendable, Codable {
@@ -458,6 +461,11 @@ public enum StoreDiff {
             try collector.compareTables()
         }
         try collector.matchKeys()
+        // Two different stores (Core Data's store UUIDs differ): objects are matched by Z_PK,
+        // which two stores give out independently, so "changed" may be two unrelated objects.
+        if options.keys.isEmpty, let x = schemaA.coreData?.metadata.uuid, let y = schemaB.coreData?.metadata.uuid, !x.isEmpty, !y.isEmpty, x != y {
+            logger.warning("the two sides are different Core Data stores (store UUID \(x) and \(y)): objects are matched by Z_PK, which each store numbers on its own; --key Entity.attribute (a UUID attribute) matches them by what they are")
+        }
         for (key, count) in collector.keyless.sorted(by: { $0.key < $1.key }) {
             logger.warning("--key \(key): \(Format.plural(count, "object", "objects")) added or removed \(count == 1 ? "has" : "have") no value for it (NULL), so \(count == 1 ? "is" : "are") not matched by it; name an attribute every object has (a UUID)")
         }
@@ -495,7 +503,8 @@ public enum StoreDiff {
             schema = schema.filter { tables.contains($0.table.lowercased()) }
         }
         let model = modelChanges(schemaA.coreData, schemaB.coreData)
-        let external = options.externalData ? try externalChanges(options, pagesA, pagesB) : []
+        // --entity: external-data files are no entity's until a row naming them is read (left out, as the README says).
+        let external = options.externalData && options.entities.isEmpty ? try externalChanges(options, pagesA, pagesB) : []
         func sorted(_ entities: [String: EntityChanges]) -> [EntityChanges] {
             entities.values.filter { $0.added + $0.removed + $0.changed > 0 }.sorted { ($0.entity ?? $0.table, $0.table) < ($1.entity ?? $1.table, $1.table) }
         }
@@ -727,9 +736,10 @@ public enum StoreDiff {
         var out: [FileChange] = []
         for name in Set(x.keys).union(y.keys).sorted() {
             switch (x[name], y[name]) {
-            case (nil, let after?): out.append(FileChange(change: "added", path: name, before: nil, after: after.0))
-            case (let before?, nil): out.append(FileChange(change: "removed", path: name, before: before.0, after: nil))
-            case (let before?, let after?) where before.1 != after.1: out.append(FileChange(change: "changed", path: name, before: before.0, after: after.0))
+            case (nil, let after?): out.append(FileChange(change: "added", path: name, before: nil, after: after.0, afterSHA256: after.1))
+            case (let before?, nil): out.append(FileChange(change: "removed", path: name, before: before.0, after: nil, beforeSHA256: before.1))
+            case (let before?, let after?) where before.1 != after.1:
+                out.append(FileChange(change: "changed", path: name, before: before.0, after: after.0, beforeSHA256: before.1, afterSHA256: after.1))
             default: break
             }
         }

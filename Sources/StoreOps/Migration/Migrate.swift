@@ -380,6 +380,17 @@ public enum Migrate {
             diffOptions.externalData = false
             let diff = try StoreDiff.run(diffOptions)
             report.changes = diff.summary
+            // The verify stage's relationship check, on the copy after: a rehearsal that said 0
+            // where the run rolls back (an object still pointed at, a key written to nothing) was
+            // no rehearsal.
+            let dangling = try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) { try Migrate.danglingReferences(diff, db: $0) }
+            if !dangling.isEmpty {
+                let message = "relationships no longer resolve: " + dangling.joined(separator: "; ")
+                report.rehearsalFailure = message
+                report.failure = "the rehearsal on a copy failed: \(message)"
+                report.failureHint = "the run would roll back (3) at its verify stage; change the migration so every reference still names an object"
+                report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: report.failureHint))
+            }
             if let declared {
                 let outside = StoreDiff.undeclared(diff, declared: declared)
                 if !outside.isEmpty { report.undeclared = outside }
@@ -957,14 +968,19 @@ public enum Migrate {
     static func danglingReferences(_ diff: StoreDiff.Report, db: Database) throws -> [String] {
         guard let store = try CoreDataStore.read(db) else { return [] }
         var problems: [String] = []
-        let columns = try CoreDataCensus.toOneColumns(db, store: store).columns
+        // To-one columns, and the ends of many-to-many links (a join table's row naming a removed
+        // object passed, as did a link written to an object that never was).
+        let columns = try CoreDataCensus.toOneColumns(db, store: store).columns.map { ($0, false) }
+            + CoreDataCensus.joinColumns(db, store: store).map { ($0, true) }
         for (table, keys) in diff.removedKeys.sorted(by: { $0.key < $1.key }) where !keys.isEmpty {
-            for column in columns where column.destinationTable == table {
+            for (column, isLink) in columns where column.destinationTable == table {
                 let count = try Int.fetchOne(db, sql: """
                     SELECT count(*) FROM \(quoteIdentifier(column.table)) WHERE \(quoteIdentifier(column.column)) IN (SELECT value FROM json_each(?))
                     """, arguments: [BatchClosure.json(keys)]) ?? 0
                 if count > 0 {
-                    problems.append("\(column.relationships.joined(separator: ", ")): \(count) object\(count == 1 ? "" : "s") still point at removed \(table) rows")
+                    let what = isLink ? (count == 1 ? "link (\(column.table)) still points" : "links (\(column.table)) still point")
+                        : (count == 1 ? "object still points" : "objects still point")
+                    problems.append("\(column.relationships.joined(separator: ", ")): \(count) \(what) at removed \(table) rows")
                 }
             }
         }
@@ -1077,7 +1093,13 @@ public enum Migrate {
             }
             if let before {
                 let after = try entityCounts(db) ?? [:]
-                let dropped = before.filter { entity, rows in (after[entity] ?? 0) < rows && !migration.allowCountDrop.contains(entity) }
+                // An entity allowed takes its sub-entities with it, as `changes` does (allowing
+                // Item and deleting a Note failed with "add allow-count-drop Note").
+                let model = migration.allowCountDrop.isEmpty ? nil : (try? CoreDataStore.read(db))??.model
+                func allowed(_ entity: String) -> Bool {
+                    (model?.ancestors(of: entity) ?? [entity]).contains { migration.allowCountDrop.contains($0) }
+                }
+                let dropped = before.filter { entity, rows in (after[entity] ?? 0) < rows && !allowed(entity) }
                 guard dropped.isEmpty else {
                     let details = dropped.keys.sorted().map { "\($0) \(before[$0]!) -> \(after[$0] ?? 0)" }.joined(separator: ", ")
                     throw StoreOpsError(.badData, "\(label) drops Core Data rows: \(details)",
@@ -1137,7 +1159,11 @@ public enum Migrate {
 
     /// A statement's first words, whitespace collapsed, for a message naming it.
     static func opening(of statement: String) -> String {
-        let words = statement.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        // Its comment lines left out (a directive quoted before the statement read as if the
+        // statement were commented out: `-- storectl: changes Tag SELECT …`).
+        let code = statement.split(separator: "\n", omittingEmptySubsequences: false)
+            .filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("--") }.joined(separator: "\n")
+        let words = (code.contains { !$0.isWhitespace } ? code : statement).split(whereSeparator: \.isWhitespace).joined(separator: " ")
         return words.count > 60 ? String(words.prefix(60)) + "…" : words
     }
 

@@ -415,15 +415,23 @@ public enum Preflight {
         }
         do {
             let mapping = try CoreDataCensus.toOneColumns(db, store: store)
+            // Many-to-many links too: a link to an object that is gone is the same fault (a
+            // join table's rows were not checked, and a migration that left one passed).
+            let links = try CoreDataCensus.joinColumns(db, store: store)
             let orphans = try CoreDataCensus.orphans(db, columns: mapping.columns).filter { $0.orphans > 0 }
-            let total = orphans.reduce(0) { $0 + $1.orphans }
+            let linkOrphans = try CoreDataCensus.orphans(db, columns: links).filter { $0.orphans > 0 }
+            let total = orphans.reduce(0) { $0 + $1.orphans }, linkTotal = linkOrphans.reduce(0) { $0 + $1.orphans }
             let figures: [String: JSONValue] = ["columns": .int(mapping.columns.count), "orphans": .int(total),
-                                                "byColumn": .encoding(orphans), "skipped": .array(mapping.skipped.map { .string($0) })]
-            var details = orphans.map { "\($0.table).\($0.column) -> \($0.destinationTable): \(Format.count($0.orphans)) (\($0.relationships.joined(separator: ", ")))" }
+                                                "byColumn": .encoding(orphans), "skipped": .array(mapping.skipped.map { .string($0) }),
+                                                "linkColumns": .int(links.count), "linkOrphans": .int(linkTotal), "byLinkColumn": .encoding(linkOrphans)]
+            var details = (orphans + linkOrphans).map { "\($0.table).\($0.column) -> \($0.destinationTable): \(Format.count($0.orphans)) (\($0.relationships.joined(separator: ", ")))" }
             details += mapping.skipped.map { "not checked: \($0)" }
-            return (orphans.isEmpty
-                ? Check("coredata.orphans", .ok, "0 orphans in \(Format.plural(mapping.columns.count, "to-one relationship column", "to-one relationship columns"))", details: details)
-                : Check("coredata.orphans", .fail, "\(Format.plural(total, "orphaned to-one reference", "orphaned to-one references")) in \(Format.plural(orphans.count, "column", "columns"))", details: details,
+            let linked = links.isEmpty ? "" : ", \(Format.plural(links.count, "many-to-many link column", "many-to-many link columns"))"
+            let found = [total > 0 ? Format.plural(total, "orphaned to-one reference", "orphaned to-one references") : nil,
+                         linkTotal > 0 ? Format.plural(linkTotal, "link to a missing object", "links to missing objects") : nil].compactMap { $0 }
+            return (found.isEmpty
+                ? Check("coredata.orphans", .ok, "0 orphans in \(Format.plural(mapping.columns.count, "to-one relationship column", "to-one relationship columns"))\(linked)", details: details)
+                : Check("coredata.orphans", .fail, "\(found.joined(separator: " and ")) in \(Format.plural(orphans.count + linkOrphans.count, "column", "columns"))", details: details,
                         advice: "these rows point at objects that no longer exist; Core Data faults on them")).with(figures)
         } catch {
             return Check("coredata.orphans", .fail, "could not check: \(StoreOpsError.sqlite(error, doing: "reading the to-one references").message)",

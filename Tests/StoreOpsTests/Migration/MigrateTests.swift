@@ -228,15 +228,35 @@ struct MigrateTests {
         // Allowed to drop notes, but their attachments would point at nothing: verify refuses it.
         try fixture.write("0001_drop_notes.sql", "-- storectl: allow-count-drop Note\nDELETE FROM ZITEM WHERE Z_ENT = 4;")
         let dangling = try Migrate.run(fixture.options(rollback: true))
-        #expect(dangling.result == "rolled back" && dangling.failure?.contains("still point at removed ZITEM rows") == true, "\(dangling.failure ?? "")")
+        #expect(dangling.result == "rolled back" && dangling.failure?.contains("at removed ZITEM rows") == true, "\(dangling.failure ?? "")")
         try fixture.write("0001_drop_notes.sql", """
             -- storectl: allow-count-drop Note, Attachment
             DELETE FROM ZATTACHMENT WHERE ZITEM IN (SELECT Z_PK FROM ZITEM WHERE Z_ENT = 4);
             DELETE FROM ZITEM WHERE Z_ENT = 4;
             """)
+        // The notes' tag links (Z_2TAGS) would name removed items: refused too (it migrated).
+        let links = try Migrate.run(fixture.options(rollback: true))
+        #expect(links.result == "rolled back" && links.failure?.contains("links (Z_2TAGS) still point at removed ZITEM rows") == true, "\(links.failure ?? "")")
+        try fixture.write("0001_drop_notes.sql", """
+            -- storectl: allow-count-drop Note, Attachment
+            DELETE FROM ZATTACHMENT WHERE ZITEM IN (SELECT Z_PK FROM ZITEM WHERE Z_ENT = 4);
+            DELETE FROM Z_2TAGS WHERE Z_2ITEMS IN (SELECT Z_PK FROM ZITEM WHERE Z_ENT = 4);
+            DELETE FROM ZITEM WHERE Z_ENT = 4;
+            """)
         let allowed = try Migrate.run(fixture.options())
         #expect(allowed.result == "migrated", "\(allowed.failure ?? "")")
         #expect(allowed.countsAfter?["Note"] == 0 && allowed.countsBefore?["Note"] ?? 0 > 0)
+
+        // An entity allowed takes its sub-entities with it, as `changes` does (Note is an Item).
+        let other = try MigrationFixture()
+        try other.write("0001_drop_notes.sql", """
+            -- storectl: allow-count-drop Item, Attachment
+            DELETE FROM ZATTACHMENT WHERE ZITEM IN (SELECT Z_PK FROM ZITEM WHERE Z_ENT = 4);
+            DELETE FROM Z_2TAGS WHERE Z_2ITEMS IN (SELECT Z_PK FROM ZITEM WHERE Z_ENT = 4);
+            DELETE FROM ZITEM WHERE Z_ENT = 4;
+            """)
+        let byParent = try Migrate.run(other.options())
+        #expect(byParent.result == "migrated", "\(byParent.failure ?? "")")
     }
 
     @Test("drift: an applied migration that was edited is refused (65); so is a missing one")

@@ -23,7 +23,7 @@ struct PreflightTests {
         #expect(counts["Task"]!! + counts["Note"]!! == 3_000)
         #expect(counts["Item"] == 0, "the abstract root has no rows of its own")
         #expect(counts["Category"] == 50)
-        #expect(report.check("coredata.orphans")?.summary == "0 orphans in 2 to-one relationship columns")
+        #expect(report.check("coredata.orphans")?.summary == "0 orphans in 2 to-one relationship columns, 2 many-to-many link columns")
     }
 
     @Test("orphaned to-one relationships fail the check, naming the column and count")
@@ -40,6 +40,14 @@ struct PreflightTests {
         #expect(check.status == .fail)
         #expect(check.details.contains("ZITEM.ZCATEGORY -> ZCATEGORY: 3 (Item.category)"))
         #expect(check.details.contains("ZATTACHMENT.ZITEM -> ZITEM: 1 (Attachment.item)"))
+        // Many-to-many links too (a join table's rows were not looked at): item 10's tag links,
+        // and a link written to a tag that never was.
+        let linksOfTen = try DatabaseQueue(path: store).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM Z_2TAGS WHERE Z_2ITEMS = 10") } ?? 0
+        try DatabaseQueue(path: store).write { try $0.execute(sql: "INSERT INTO Z_2TAGS (Z_2ITEMS, Z_6TAGS) VALUES (1, 9999)") }
+        let again = try #require(try Preflight.run(store: store).check("coredata.orphans"))
+        #expect(again.status == .fail && again.details.contains("Z_2TAGS.Z_6TAGS -> ZTAG: 1 (Item.tags)"), "\(again.details)")
+        if linksOfTen > 0 { #expect(again.details.contains("Z_2TAGS.Z_2ITEMS -> ZITEM: \(linksOfTen) (Item.tags)"), "\(again.details)") }
+        #expect(again.summary.contains("links to missing objects") || again.summary.contains("link to a missing object"), "\(again.summary)")
     }
 
     @Test("Z_MAX below max(Z_PK) fails the check")
