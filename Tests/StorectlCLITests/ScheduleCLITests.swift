@@ -243,6 +243,11 @@ struct RealCronTests {
         let snapshots = try SnapshotSummary.list(repository: folder.file("snaps"), password: .file(try folder.passwordFile()))
         #expect(snapshots.map(\.id).contains(ran.snapshotId ?? "none"))
 
+        // One policy's jobs by name: a policy with none there is 66, and the crontab is left alone.
+        let none = try storectl("schedule", "uninstall", "--policy", folder.file("other.toml"))
+        #expect(none.status == 66 && none.stderr.contains("no jobs of \(folder.file("other.toml"))"), "\(none.stderr)")
+        let byPolicy = try storectl("schedule", "uninstall", "--policy", policy)
+        #expect(byPolicy.status == 0 && byPolicy.stdout.contains("removed the jobs of"), "\(byPolicy.stdout)\(byPolicy.stderr)")
         #expect(try storectl("schedule", "uninstall").status == 0)
         #expect(try Crontab.read(user: nil) == foreign)
     }
