@@ -119,6 +119,10 @@ struct RepoRepairCommand: ParsableCommand, JSONOutput {
             for damaged in report.damagedPacks { print("damaged \(damaged)") }
             for snapshot in report.unrestorable { print("UNRESTORABLE \(snapshot)") }
             print("indexed \(Format.plural(report.packsIndexed, "pack", "packs")) in \(report.newIndex ?? "no index"), removed \(Format.plural(report.removedIndexes, "old index", "old indexes"))")
+            if report.droppedFrames > 0 {
+                print("left out of the index: \(Format.plural(report.droppedFrames, "damaged frame", "damaged frames")) (\(Format.plural(report.droppedBlobs, "blob", "blobs"))); "
+                      + "the next snapshot of their pages stores them again")
+            }
         }
         try Finished.check(RepositoryRepair.ending(of: report))
     }

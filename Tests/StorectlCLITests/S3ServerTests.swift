@@ -332,6 +332,44 @@ struct S3ServerTests {
         #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
     }
 
+    @Test("the server stopped (SIGSTOP) while the snapshot's record is sent, continued after the run gave up (74): the requests it held then land; the snapshot is listed whole or not at all (the run removed its index after sending the record, and the record landed: listed, unrestorable)")
+    func recordAnswerNeverCame() throws {
+        let folder = try TempFolder()
+        let server = try SeaweedServer()
+        defer { server.resume(); server.stop() }
+        try server.createBucket("held")
+        let environment = server.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "TMPDIR": folder.path,
+                                                        "STORECTL_S3_RETRIES": "2", "STORECTL_S3_TIMEOUT": "2", "STORECTL_S3_DEADLINE": "6"]) { $1 }
+        let repo = "s3://held/repo"
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: environment).status == 0)
+        let store = try sampleStore(in: folder, items: 3_000)
+        let trace = folder.file("trace"), resume = folder.file("resume")
+        // Paused once its index is written, before the record is sent.
+        let create = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", store, "--repo", repo], environment: environment.merging([
+            "STORECTL_TEST_PAUSE_AT": "index.write.put#1:60000", "STORECTL_TEST_PAUSE_UNTIL": resume, "STORECTL_FAULT_TRACE": trace]) { $1 })
+        #expect(waitUntil(60) { ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("index.write.put#1") })
+        server.pause()
+        #expect(FileManager.default.createFile(atPath: resume, contents: nil))
+        let result = create.wait()
+        #expect(result.status == 74, "\(result.status) \(result.stderr)")
+        #expect(result.stderr.contains("was sent and its answer never came"), "said: \(result.stderr)")
+        server.resume()
+        sleep(3)   // what the server held is handled now
+        var list = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo, "--json"], environment: environment)
+        _ = waitUntil(60, every: 0.5) {
+            list = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo, "--json"], environment: environment)
+            return list.status == 0
+        }
+        #expect(list.status == 0, "\(list.stderr)")
+        let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo, "--read-data"], environment: environment)
+        #expect(check.status == 0, "listed whole or not at all: \(list.stdout) \(check.stdout) \(check.stderr)")
+        let listed = (try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]]) ?? []
+        if let id = listed.first?["id"] as? String {
+            let verify = try ChildProcess.run(Binaries.storectl, ["snapshot", "verify", "--repo", repo, id], environment: environment)
+            #expect(verify.status == 0, "\(verify.stdout) \(verify.stderr)")
+        }
+    }
+
     @Test("the server killed and restarted mid-snapshot: the run completes through its retries or exits 74 with nothing listed; the next run and the check are clean")
     func serverRestart() throws {
         let folder = try TempFolder()

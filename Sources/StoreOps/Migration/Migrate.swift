@@ -978,9 +978,8 @@ public enum Migrate {
                     SELECT count(*) FROM \(quoteIdentifier(column.table)) WHERE \(quoteIdentifier(column.column)) IN (SELECT value FROM json_each(?))
                     """, arguments: [BatchClosure.json(keys)]) ?? 0
                 if count > 0 {
-                    let what = isLink ? (count == 1 ? "link (\(column.table)) still points" : "links (\(column.table)) still point")
-                        : (count == 1 ? "object still points" : "objects still point")
-                    problems.append("\(column.relationships.joined(separator: ", ")): \(count) \(what) at removed \(table) rows")
+                    let what = isLink ? (count == 1 ? "link still points" : "links still point") : (count == 1 ? "object still points" : "objects still point")
+                    problems.append("\(column.relationships.joined(separator: ", ")): \(count) \(what) at removed \(table) rows" + (isLink ? " (join table \(column.table))" : ""))
                 }
             }
         }

@@ -393,9 +393,20 @@ public enum FileSystem {
         return found
     }
 
-    /// Whether a process with this pid exists (used to tell stale temp files from live ones).
+    /// Whether a process with this pid exists (used to tell stale temp files from live ones). A
+    /// zombie (killed, not yet reaped by its parent) is not: it will never finish what it began
+    /// (`recover` right after a kill -9 said "nothing to recover" and left its temporaries).
     public static func processIsAlive(_ pid: Int32) -> Bool {
-        pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)
+        guard pid > 0, kill(pid, 0) == 0 || errno == EPERM else { return false }
+        return !isZombie(pid)
+    }
+
+    /// Linux's /proc/PID/stat says Z (or X, dead) after the command's closing parenthesis.
+    static func isZombie(_ pid: Int32) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return false }
+        let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first
+        return state == "Z" || state == "X"
     }
 }
 

@@ -6,6 +6,29 @@ import Testing
 
 @Suite("support: atomic files, job lock, formatting")
 struct SupportTests {
+    @Test("a killed process not yet reaped (a zombie) is not alive: its temporaries are stale (recover right after a kill -9 left them, saying nothing to recover)")
+    func zombieIsNotAlive() throws {
+        var pid: pid_t = 0
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sleep"), strdup("30"), nil]
+        defer { for p in argv { free(p) } }
+        #expect(posix_spawn(&pid, "/bin/sleep", nil, nil, argv, environ) == 0)
+        #expect(FileSystem.processIsAlive(pid))
+        let folder = try TempFolder()
+        let stale = folder.file(".Tasks.sqlite.tmp-storectl-\(pid)-1")
+        try Data("x".utf8).write(to: URL(fileURLWithPath: stale))
+        kill(pid, SIGKILL)
+        // Not reaped (no waitpid yet): a zombie until then.
+        var zombie = false
+        for _ in 0..<200 where !zombie { zombie = FileSystem.isZombie(pid); if !zombie { usleep(10_000) } }
+        #expect(zombie)
+        #expect(!FileSystem.processIsAlive(pid))
+        PendingFile.removeStale(in: folder.path, prefix: "Tasks.sqlite")
+        #expect(!FileManager.default.fileExists(atPath: stale), "a zombie's temporary is stale")
+        var status: Int32 = 0
+        _ = waitpid(pid, &status, 0)
+        #expect(!FileSystem.processIsAlive(pid))
+    }
+
     @Test("a pending file is invisible until committed, private, and gone if discarded")
     func pendingFile() throws {
         let folder = try TempFolder()

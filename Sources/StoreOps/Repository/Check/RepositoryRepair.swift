@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// `storectl repo repair`: rebuilds the index from the packs themselves when an index file is
 /// damaged or lost. Every pack whose header opens (layout 2: and whose every frame opens, since
@@ -9,12 +10,17 @@ import Foundation
 /// command exits 2 (a repair that leaves snapshots unrestorable has not repaired them). Takes the
 /// repository exclusively.
 public enum RepositoryRepair {
+    static let logger = Logger(label: "storectl.repair")
     public struct Report: Sendable, Codable {
         public var location: String
         public var packsIndexed = 0
         public var damagedPacks: [String] = []
         public var removedIndexes = 0
         public var newIndex: String?
+        /// Frames of damaged packs left out of the new index (they do not open, or a blob in them
+        /// is not what its id says), and their blobs: the next snapshot of those pages stores them again.
+        public var droppedFrames = 0
+        public var droppedBlobs = 0
         /// Snapshots that still cannot be restored, and why (a blob they need is only in a damaged pack).
         public var unrestorable: [String] = []
     }
@@ -25,7 +31,7 @@ public enum RepositoryRepair {
         guard !report.unrestorable.isEmpty else { return .ok }
         return Ending(.checksFailed, error: StoreOpsError(.checksFailed,
             "\(Format.plural(report.unrestorable.count, "snapshot", "snapshots")) of \(report.location) cannot be restored after the repair: a blob they need is in no readable pack",
-            hint: "restore another snapshot (`storectl snapshot list`); if a copy of the repository holds the damaged packs, copy them back and run repair again"))
+            hint: "the damaged frames' blobs are out of the index now, so the next snapshot of the store stores those pages again (and a snapshot that needs only pages stored again is restorable again); restore another snapshot meanwhile (`storectl snapshot list`); if a copy of the repository holds the damaged packs, copy them back and run repair again"))
     }
 
     public static func run(location: String, password: PasswordSource, wait: Bool = false, progress: ProgressHandler? = nil) throws -> Report {
@@ -66,7 +72,20 @@ public enum RepositoryRepair {
             } catch let error as StoreOpsError where error.status == .badData {
                 report.damagedPacks.append(error.message)
                 damaged.insert(id)
-                if let contents = known[id] { index.packs.append((id, contents)) }   // an index still describes it
+                // An index still describes it: its frames that still open, and whose every blob is
+                // what its id says, stay listed; a damaged frame's blobs go from the index, so the
+                // next snapshot stores those pages again (listed, every later snapshot reused
+                // them, passed its create, and could not be restored; and `repo check` said ok).
+                if let contents = known[id] {
+                    var kept = contents
+                    kept.frames = contents.frames.filter { frame in
+                        guard let plain = try? BlobLocator.readFrame(frame, pack: id, repository: repository, zstd: zstd) else { return false }
+                        return frame.blobs.allSatisfy { (try? BlobLocator.extract($0, from: plain, sealer: repository.sealer, what: "")) != nil }
+                    }
+                    report.droppedFrames += contents.frames.count - kept.frames.count
+                    report.droppedBlobs += contents.blobCount - kept.blobCount
+                    if !kept.frames.isEmpty { index.packs.append((id, kept)) }
+                }
             }
         }
         let old = try repository.backend.list("index/").map(\.key)
@@ -81,13 +100,26 @@ public enum RepositoryRepair {
             report.removedIndexes += 1
         }
         progress?(.stage("check every snapshot against the new index"))
-        report.unrestorable = try unrestorable(repository, index: index, damagedPacks: damaged)
+        // The new index lists only frames that were read and checked: all of it is readable.
+        report.unrestorable = try unrestorable(repository, index: index, damagedPacks: [], anyDamaged: !damaged.isEmpty)
+        // Each one's last verification is this finding: `snapshot list` says FAILED, and the
+        // store's next snapshot does not take an unrestorable one's map as its own (an unchanged
+        // store's snapshot reuses its parent's map without reading a page).
+        for problem in report.unrestorable where problem.hasPrefix("snapshot ") {
+            let id = String(problem.dropFirst("snapshot ".count).prefix { $0 != ":" })
+            do {
+                try repository.recordVerification(id, .init(at: Timestamp.now(), ok: false, level: .quick, problem: "repo repair: " + problem))
+            } catch {
+                logger.warning("could not record snapshot \(id)'s finding as its last verification: \(error)")
+            }
+        }
         return report
     }
 
     /// The snapshots some of whose blobs are in no pack the new index lists as readable (a damaged
     /// pack kept from an old index is not readable), or whose record or map cannot be read.
-    static func unrestorable(_ repository: PagedRepository, index: IndexFile, damagedPacks: Set<ContentID>) throws -> [String] {
+    static func unrestorable(_ repository: PagedRepository, index: IndexFile, damagedPacks: Set<ContentID>, anyDamaged: Bool? = nil) throws -> [String] {
+        let anyDamaged = anyDamaged ?? !damagedPacks.isEmpty
         var locations: [ContentID: BlobLocation] = [:]
         var pageLengths: [ContentID: UInt32] = [:]
         for (pack, contents) in index.packs where !damagedPacks.contains(pack) {
@@ -103,7 +135,7 @@ public enum RepositoryRepair {
             // new one, but not in a readable pack).
             let unreadableMap = record.pages.blobs.filter { locations[$0] == nil }.count
             if unreadableMap > 0 {
-                let held = damagedPacks.isEmpty ? "no pack in the repository holds it (the one that did is missing)" : "a damaged pack listed above held it, or a missing one"
+                let held = !anyDamaged ? "no pack in the repository holds it (the one that did is missing)" : "a damaged pack listed above held it, or a missing one"
                 problems.append("snapshot \(record.id): its page map (\(Format.plural(unreadableMap, "chunk", "chunks"))) is in no readable pack: \(held)")
                 continue
             }

@@ -47,6 +47,8 @@ final class PageStream: @unchecked Sendable {
     private let lock = NSLock()
     private var ids: [ContentID]
     private var changedPages = Bitset(count: 0)
+    /// Unchanged pages whose blob no index listed, stored again by this run (under `lock`).
+    private var storedAgain = Set<ContentID>()
     private var receivedPages = Bitset(count: 0)
     private var table: PageTable
     private var failure: (any Error)?
@@ -179,7 +181,14 @@ final class PageStream: @unchecked Sendable {
                 if p > ids.count { ids += [ContentID](repeating: .zero, count: p - ids.count + 1024) }
                 receivedPages[p] = true
                 interiorBits[p] = interior[i]
-                if hasParent, ids[p - 1] == id { continue }   // unchanged since the parent
+                if hasParent, ids[p - 1] == id {   // unchanged since the parent
+                    // Stored, unless no index lists its blob (a damaged frame `repo repair` left
+                    // out, a pack gone): then it is stored again, once (it was taken as stored,
+                    // and the snapshot failed its check at the end, every time).
+                    if indexed.isEmpty || IndexedID.contains(indexed, id) || !storedAgain.insert(id).inserted { continue }
+                    store.append(i)
+                    continue
+                }
                 changedPages[p] = true
                 // Look up before the page takes its new id: the page must not find itself.
                 let known = ids.withUnsafeBufferPointer { table.find(id, in: $0) } != nil

@@ -45,6 +45,8 @@ final class PagedSnapshotWork {
     private var newFileChunks = Set<ContentID>()
     private(set) var record: PagedSnapshotRecord?
     private var committed = false
+    /// The record's write was begun: if it failed, whether it landed is not known (see `abandon`).
+    private var recordSent = false
     /// Nothing was committed to the store since the parent (`SourceFingerprint`): its map, files
     /// and check are this snapshot's, and no page is read.
     private(set) var reusesParent = false
@@ -79,8 +81,10 @@ final class PagedSnapshotWork {
         let host = origin?.host ?? ProcessInfo.processInfo.hostName
         let path = origin?.source.path ?? store.path
         parent = records.first { $0.manifest.host == host && $0.manifest.source.path == path && $0.id != id }
+        // Not a parent whose last verification failed (`snapshot verify`, or `repo repair` that
+        // left it unrestorable): its map would be this snapshot's, as broken.
         if origin == nil, reuseUnchanged, let parent, let print = parent.source, print.settled, parent.manifest.verify.ok, parent.manifest.verify.level != .none,
-           SourceFingerprint.take(store) == print {
+           repository.lastVerification(parent.id)?.ok != false, SourceFingerprint.take(store) == print {
             reusesParent = true
             fingerprint = print
             return
@@ -563,7 +567,9 @@ final class PagedSnapshotWork {
         record.interior = reusesParent ? parent?.interior : stream?.interiorPages(pageCount: pageCount)
         if ProcessInfo.processInfo.environment["STORECTL_TEST_NO_INTERIOR_PAGES"] != nil { record.interior = nil }   // a record as made before it existed
         try beforeRecord?(record)
-        try repository.backend.write(PagedSnapshotRecord.key(id), try record.seal(repository.sealer), point: recordPoint)
+        let sealed = try record.seal(repository.sealer)
+        recordSent = true
+        try repository.backend.write(PagedSnapshotRecord.key(id), sealed, point: recordPoint)
         committed = true
         self.record = record
     }
@@ -602,8 +608,18 @@ final class PagedSnapshotWork {
     /// cut by a server gone away took ~50 s more to report it, 35 DELETEs). What is left, packs and
     /// indexes no record names (an index never outlives the packs it lists: indexes go first),
     /// prune removes (a later writer removes packs a dead writer left unindexed).
+    ///
+    /// A record sent whose answer never came (a server that stopped answering, a timeout) may
+    /// land after all: then nothing is taken back, since a record whose index was removed after
+    /// it lists a snapshot that cannot be restored (seen with a SeaweedFS stopped during the
+    /// record's PUT: the PUT went through once it ran again, after the index's DELETE).
     func abandon() {
         guard !committed else { return }
+        // A folder's write is a rename: it happened or not. A bucket's request may be in flight.
+        if recordSent, !(repository.backend is LocalBackend) {
+            SnapshotCreate.logger.warning("the record of snapshot \(id) was sent and its answer never came: it may be written after all, so its packs and index are left in \(repository.location) (whole if `snapshot list` shows it; otherwise `snapshot prune` removes them)")
+            return
+        }
         writer.settle()
         do {
             for key in writer.indexesWritten { try repository.backend.remove(key, point: "snapshot.abandon.index") }
