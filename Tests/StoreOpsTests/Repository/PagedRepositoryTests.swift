@@ -322,6 +322,11 @@ struct PagedRepositoryTests {
             prune.password = fixture.password
             let pruned = try SnapshotPrune.run(prune)
             #expect(pruned.garbage?.skipped?.contains("damaged") == true && pruned.damaged.count == 1)
+            // It says what to do: put back a copy of that object, or move it out; moved out, prune collects again.
+            #expect(pruned.garbage?.skipped?.contains("put back a good copy of \(fixture.backend.describe("snapshots/" + created.id))") == true, "\(pruned.garbage?.skipped ?? "")")
+            try fixture.remove("snapshots/" + created.id)
+            let again = try SnapshotPrune.run(prune)
+            #expect(again.garbage?.skipped == nil, "\(again.garbage?.skipped ?? "")")
         }
     }
 

@@ -62,7 +62,14 @@ public enum PagedGarbage {
         var (records, damaged) = try repository.catalog()
         records.removeAll { excluding.contains($0.id) }
         guard damaged.isEmpty else {
-            return .skipped("\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) damaged (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown, so no data was removed", repairable: false)
+            // What to do, said where a nightly prune's log shows it (it only said that nothing was removed).
+            let keys = damaged.filter { !$0.problem.contains("this storectl reads up to") }.map { repository.backend.describe(PagedSnapshotRecord.key($0.id)) }
+            guard !keys.isEmpty else {   // written by a newer storectl: that storectl's prune collects
+                return .skipped("\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) of a newer storectl (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown here, so no data was removed (a newer storectl's prune collects)", repairable: false)
+            }
+            return .skipped("\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) damaged (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown, so no data was removed; "
+                            + "put back a good copy of \(keys.joined(separator: ", ")) from a copy of the repository, or, if it is lost for good (its snapshot cannot be restored without it), "
+                            + "move it out of the repository: the next prune collects again", repairable: false)
         }
         // Everything the index says, pack by pack (a pack listed twice is one pack).
         let (index, indexDamage) = try readIndex(repository)
