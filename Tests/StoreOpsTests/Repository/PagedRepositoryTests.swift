@@ -189,7 +189,7 @@ struct PagedRepositoryTests {
         #expect(try SnapshotSummary.list(repository: fixture.repo, password: .file(fifo)).count == 1)
         _ = feeder.wait()
         let empty = #expect(throws: StoreOpsError.self) { try SnapshotSummary.list(repository: fixture.repo, password: .file("/dev/null")) }
-        #expect(empty?.status == .usage && empty?.message == "the password is empty", "\(empty?.message ?? "")")
+        #expect(empty?.status == .usage && empty?.message == "the password is empty (the first line of /dev/null)", "\(empty?.message ?? "")")
         // The only key file damaged: 65, naming it.
         let key = try #require(try fixture.objects("keys").first)
         try fixture.flip(key, at: 0.5)

@@ -70,6 +70,9 @@ public enum RepositoryCheck {
         try checkPoints(repository, readData: readData, into: &report)
         if readData { try readEveryPack(repository, indexes: indexes, stored: stored, damagedPacks: &damagedPacks, progress: progress, into: &report) }
         attribute(damagedPacks, needs: needs, into: &report)
+        // A problem found once per index that lists it (a missing pack in ten indexes) is said once.
+        var seen = Set<String>()
+        report.problems = report.problems.filter { seen.insert($0).inserted }
         return report
     }
 

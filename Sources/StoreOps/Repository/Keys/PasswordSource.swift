@@ -91,7 +91,13 @@ public enum PasswordSource: Sendable, Hashable {
         // "\n" kept a CRLF file's whole text, line ending and all (77: a Windows-edited file).
         let line = text.components(separatedBy: CharacterSet(charactersIn: "\r\n")).first ?? ""
         guard !line.isEmpty else {
-            throw StoreOpsError(.usage, "the password is empty", hint: "a repository's password may not be empty")
+            // Where it came from: an empty file (or an empty first line) is named.
+            let from: String = switch self {
+            case .file(let path): " (the first line of \(FileSystem.absolute(path)))"
+            case .command(let command, _): " (the first line `\(command)` printed)"
+            default: ""
+            }
+            throw StoreOpsError(.usage, "the password is empty\(from)", hint: "a repository's password may not be empty")
         }
         return Data(line.utf8)
     }
