@@ -339,6 +339,18 @@ struct BadInputTests {
         }
         #expect(FileSystem.kind(of: folder.file("s.zip")) == .missing && FileSystem.kind(of: folder.file("s.tar.zst")) == .missing)
         #expect(try FileManager.default.subpathsOfDirectory(atPath: repo).sorted() == before, "the repository is as it was")
+        // A copy of the repository without its config: said so, and what to do (it said only "check --repo").
+        let noConfig = folder.file("noconfig")
+        try FileManager.default.copyItem(atPath: repo, toPath: noConfig)
+        try FileManager.default.removeItem(atPath: noConfig + "/config")
+        let lost = try run(["snapshot", "list", "--repo", noConfig])
+        #expect(lost.status == 65 && lost.stderr.contains("its config is missing") && lost.stderr.contains("put back the config"), "\(lost.stderr)")
+        // A damaged key file beside the good one: key list says so (it left it out without a word).
+        let damagedKey = folder.file("damagedkey")
+        try FileManager.default.copyItem(atPath: repo, toPath: damagedKey)
+        try Data("not a key".utf8).write(to: URL(fileURLWithPath: damagedKey + "/keys/00112233445566778899aabbccddeeff"))
+        let keys = try run(["key", "list", "--repo", damagedKey])
+        #expect(keys.status == 0 && keys.stderr.contains("00112233445566778899aabbccddeeff") && keys.stderr.contains("not listed"), "\(keys.stdout) \(keys.stderr)")
     }
 
     @Test("restore --in-place: no store at the path (66 unless --create); a damaged pack is refused before any safety snapshot")

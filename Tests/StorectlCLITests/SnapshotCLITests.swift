@@ -260,6 +260,9 @@ struct SnapshotCLITests {
             #expect(refused.status == 64 && refused.stderr.contains("\(id) is of \(other), not of \(store)") && refused.stderr.contains("nothing was changed")
                     && refused.stderr.contains("--store \(other)"), "\(refused.status) \(refused.stderr)")
         }
+        // A prefix typed: the refusal names the whole id it found.
+        let prefixed = try cli("snapshot", "restore", "--repo", repo, String(id.prefix(11)), "--in-place", store)
+        #expect(prefixed.status == 64 && prefixed.stderr.contains("\(id) is of \(other)"), "\(prefixed.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: store)) == before && (try snapshots()) == 1, "refused before anything was done")
         // Named on purpose: it goes through (a safety snapshot of the replaced store first).
         let named = try cli("snapshot", "restore", "--repo", repo, id, "--in-place", store, "--store", other, "--json")

@@ -70,8 +70,13 @@ public enum RepositoryLocation {
             if contents.isEmpty {
                 throw StoreOpsError(.noInput, "\(absolute) is an empty folder, not a snapshot repository yet", hint: missingHint(absolute, missing))
             }
-            throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (it has no config)",
-                                hint: missing == .initHint ? "check --repo" : missingHint(absolute, missing))
+            // A repository's folders without its config: a config lost (it is the repository's
+            // identity and key check), said as the damaged-config message says what to do.
+            let looksLikeOne = ["data", "index", "keys", "snapshots"].allSatisfy { contents.contains($0) }
+            throw StoreOpsError(.badData, "\(absolute) is not a storectl snapshot repository (it has no config)"
+                                + (looksLikeOne ? ", though it has a repository's folders (data, index, keys, snapshots): its config is missing" : ""),
+                                hint: looksLikeOne ? "put back the config from a copy of the repository (a backup, another copy of the folder): without it nothing in it can be opened"
+                                    : missing == .initHint ? "check --repo" : missingHint(absolute, missing))
         }
         return backend
     }

@@ -458,7 +458,9 @@ public enum SnapshotRestore {
             if samePath, sameHost { return }
             if let named = options.pointStore, [source, FileSystem.absolute(source)].contains(StoreFile(unchecked: named).path),
                sameHost ? options.pointHost == nil || options.pointHost == record.host : options.pointHost == record.host { return }
-            let what = options.id.isEmpty ? "the snapshot" : options.id
+            // The full id (a prefix typed is named as the snapshot it found).
+            let full: String? = record.snapshot.map(\.id).flatMap { id in !options.id.isEmpty && id.hasPrefix(options.id) ? id : nil }
+            let what = full ?? (options.id.isEmpty ? "the snapshot" : options.id)
             let of = (sameHost ? source : "\(source) on host \(record.host)")
                 + (options.pointStore.map { " (--store \($0)\(options.pointHost.map { " --host \($0)" } ?? "") names another)" } ?? "")
             throw StoreOpsError.refused("\(what) is of \(of), not of \(store.path)\(samePath ? " on this host (\(here))" : ""): restored in place it would replace this store's data with that store's; nothing was changed",

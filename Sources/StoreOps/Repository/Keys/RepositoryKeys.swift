@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// `storectl key list|add|remove|passwd`: the passwords that open an encrypted format-2
 /// repository. Each key file wraps the same master key under one password, so adding or removing
@@ -55,7 +56,12 @@ public enum RepositoryKeys {
 
     public static func list(_ options: Options) throws -> [Entry] {
         let repository = try open(options)
-        return try PagedRepository.keyFiles(repository.backend).keys
+        let files = try PagedRepository.keyFiles(repository.backend)
+        // A key file that cannot be read is said (it was left out without a word; repo check names it).
+        for (key, problem) in files.damaged {
+            Logger(label: "storectl.key").warning("\(repository.backend.describe(key)) \(problem): not listed; the password it held no longer opens the repository (put back a copy of it, or remove it with the password of another key)")
+        }
+        return files.keys
             .map { Entry(id: $0.id, created: $0.created, host: $0.host, user: $0.user, current: $0.id == repository.keyID) }
             .sorted { ($0.created, $0.id) < ($1.created, $1.id) }
     }
