@@ -191,11 +191,7 @@ public enum CoreDataCensus {
             let upper = table.uppercased()
             guard let relationship = StoreDiff.Labels.joinRelationship(upper, store: store, model: store.model) else { continue }
             for column in columnsOf(table) {
-                let c = column.uppercased()
-                guard c.hasPrefix("Z_"), !c.hasPrefix("Z_FOK_") else { continue }
-                let digits = c.dropFirst(2).prefix { $0.isASCII && $0.isNumber }
-                guard !digits.isEmpty, c.count > digits.count + 2, let ent = Int(digits),
-                      let destination = store.entity(ent: ent)?.table else { continue }
+                guard let ent = StoreDiff.Labels.joinEnd(column), let destination = store.entity(ent: ent)?.table else { continue }
                 out.append(ToOneColumn(table: table, column: column, relationships: [relationship], destinationTable: destination))
             }
         }

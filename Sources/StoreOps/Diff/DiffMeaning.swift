@@ -142,6 +142,16 @@ extension StoreDiff {
             return .hiddenToMany(owner: owner.name, name: relationship.name)
         }
 
+        /// The entity number a join table's column `Z_<ent><NAME>` holds objects of (its Z_PKs);
+        /// nil for an ordered link's `Z_FOK_` position and any other column.
+        static func joinEnd(_ column: String) -> Int? {
+            let upper = column.uppercased()
+            guard upper.hasPrefix("Z_"), !upper.hasPrefix("Z_FOK_") else { return nil }
+            let digits = upper.dropFirst(2).prefix { $0.isASCII && $0.isNumber }
+            guard !digits.isEmpty, upper.count > digits.count + 2 else { return nil }
+            return Int(digits)
+        }
+
         /// `Z_<ent><NAME>`: the join table of entity `ent`'s many-to-many `name`.
         static func joinRelationship(_ upper: String, store: CoreDataStore, model: CoreDataModel?) -> String? {
             guard upper.hasPrefix("Z_") else { return nil }
@@ -277,10 +287,7 @@ extension StoreDiff {
 
         /// A join table's column's objects' table: `Z_<ent><NAME>` names the entity by number.
         private func joinColumnTable(_ column: String) -> String? {
-            let upper = column.uppercased()
-            guard upper.hasPrefix("Z_"), !upper.hasPrefix("Z_FOK_") else { return nil }
-            let digits = upper.dropFirst(2).prefix { $0.isASCII && $0.isNumber }
-            guard let ent = Int(digits) else { return nil }
+            guard let ent = Labels.joinEnd(column) else { return nil }
             return b.coreData?.entity(ent: ent)?.table ?? a.coreData?.entity(ent: ent)?.table
         }
 
@@ -683,10 +690,8 @@ extension StoreDiff {
             let labels = labelsB.coreData ? labelsB : labelsA
             func ends(_ values: [String: SQLitePages.Value]) -> String {
                 values.keys.sorted().compactMap { column -> String? in
-                    let upper = column.uppercased()
-                    guard upper.hasPrefix("Z_"), !upper.hasPrefix("Z_FOK_") else { return nil }
-                    let digits = upper.dropFirst(2).prefix { $0.isNumber }
-                    let entity = Int(digits).flatMap { labels.entityByEnt[$0] } ?? column
+                    guard !column.uppercased().hasPrefix("Z_FOK_") else { return nil }
+                    let entity = Labels.joinEnd(column).flatMap { labels.entityByEnt[$0] } ?? column
                     return "\(entity) \(render(values[column] ?? .null, type: nil))"
                 }.joined(separator: " ↔ ")
             }

@@ -101,7 +101,7 @@ public enum RepositoryRepair {
         }
         progress?(.stage("check every snapshot against the new index"))
         // The new index lists only frames that were read and checked: all of it is readable.
-        report.unrestorable = try unrestorable(repository, index: index, damagedPacks: [], anyDamaged: !damaged.isEmpty)
+        report.unrestorable = try unrestorable(repository, index: index, anyDamaged: !damaged.isEmpty)
         // Each one's last verification is this finding: `snapshot list` says FAILED, and the
         // store's next snapshot does not take an unrestorable one's map as its own (an unchanged
         // store's snapshot reuses its parent's map without reading a page).
@@ -116,13 +116,13 @@ public enum RepositoryRepair {
         return report
     }
 
-    /// The snapshots some of whose blobs are in no pack the new index lists as readable (a damaged
-    /// pack kept from an old index is not readable), or whose record or map cannot be read.
-    static func unrestorable(_ repository: PagedRepository, index: IndexFile, damagedPacks: Set<ContentID>, anyDamaged: Bool? = nil) throws -> [String] {
-        let anyDamaged = anyDamaged ?? !damagedPacks.isEmpty
+    /// The snapshots some of whose blobs the new index does not list (it lists only frames that
+    /// were read and checked), or whose record or map cannot be read. `anyDamaged`: a pack was
+    /// damaged (said when a map is missing).
+    static func unrestorable(_ repository: PagedRepository, index: IndexFile, anyDamaged: Bool) throws -> [String] {
         var locations: [ContentID: BlobLocation] = [:]
         var pageLengths: [ContentID: UInt32] = [:]
-        for (pack, contents) in index.packs where !damagedPacks.contains(pack) {
+        for (pack, contents) in index.packs {
             for frame in contents.frames { for blob in frame.blobs {
                 if locations[blob.id] == nil { locations[blob.id] = BlobLocation(pack: pack, frame: frame, blob: blob) }
                 if blob.type == .page { pageLengths[blob.id] = blob.length }
