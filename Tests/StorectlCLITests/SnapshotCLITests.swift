@@ -236,6 +236,12 @@ struct SnapshotCLITests {
         #expect(try cli("snapshot", "prune", "--repo", repo, "--keep-within", "30").status == 64)
         let pruned = try cli("snapshot", "prune", "--repo", repo, "--keep-tag", "nightly")
         #expect(pruned.status == 0 && pruned.stdout.contains("kept 1, removed 1"))
+        // The time it says is the command's, not its copy's: a password command that takes a
+        // second (standing in for a stalled server) shows in it (it said 0.03s).
+        let slow = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo],
+                                        environment: ["STORECTL_PASSWORD_COMMAND": "sleep 1.2; cat \(try folder.passwordFile())"])
+        let slowSaid = slow.stdout.split(separator: ",").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? ""
+        #expect(slow.status == 0 && slowSaid.hasSuffix("s") && (Double(slowSaid.dropLast()) ?? 0) >= 1.2, "\(slow.stdout)\(slow.stderr)")
     }
 
     @Test("restore --in-place of another store's snapshot is refused (64) naming both stores and --store, before anything is done: the store's bytes unchanged, no safety snapshot; --store naming the snapshot's store lets it through, as does the same store reached through a symlinked folder; with no store there (--create) nothing is replaced and nothing is asked; this path snapshotted on another host needs --host too")

@@ -121,8 +121,8 @@ struct GarbagePlan: Sendable, Equatable {
     }
 
     /// The report as far as it is known before any I/O. A real run frees every repacked pack
-    /// whole (`execute` adds what its new packs and index take to `keptBytes`); a dry run
-    /// estimates what repacking frees on raw sizes.
+    /// whole (`execute` adds what its new packs and index take to `keptBytes` and takes the new
+    /// packs' bytes off `freedBytes`); a dry run estimates what repacking frees on raw sizes.
     func report(dryRun: Bool) -> PagedGarbage.Report {
         var report = PagedGarbage.Report()
         let (kept, repacked, removed) = (self.kept, self.repacked, self.removed)

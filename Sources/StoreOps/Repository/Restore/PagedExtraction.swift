@@ -23,8 +23,9 @@ enum PagedExtraction {
                     level: VerifyLevel, overlay: PointOverlay? = nil, fileHash: Bool = true, progress: ProgressHandler? = nil) throws -> String? {
         let context = "snapshot \(record.id)"
         var check = SnapshotExtraction.Damage(id: record.id, repository: repository.location,
-                                              hint: "`storectl repo check --repo \(repository.location) --read-data` names what else it reaches; "
-                                                  + "restore an older snapshot (`storectl snapshot list --repo \(repository.location)`)")
+                                              hint: "`storectl repo check --repo \(repository.location) --read-data` names every snapshot the damage reaches; "
+                                                  + "restore one it does not name, if there is one (`storectl snapshot list --repo \(repository.location)`), "
+                                                  + "and run `storectl repo repair` so that the next snapshot stores those pages again")
         check.object = "the repository"
         let started = Date()
         func stage(_ what: String) {
