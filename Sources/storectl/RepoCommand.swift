@@ -118,10 +118,15 @@ struct RepoRepairCommand: ParsableCommand, JSONOutput {
         if json { print(jsonReport(report)) } else {
             for damaged in report.damagedPacks { print("damaged \(damaged)") }
             for snapshot in report.unrestorable { print("UNRESTORABLE \(snapshot)") }
+            for snapshot in report.newerRecords { print("note    \(snapshot): written by a newer storectl, not checked here (that storectl's repair checks it)") }
             print("indexed \(Format.plural(report.packsIndexed, "pack", "packs")) in \(report.newIndex ?? "no index"), removed \(Format.plural(report.removedIndexes, "old index", "old indexes"))")
             if report.droppedFrames > 0 {
                 print("left out of the index: \(Format.plural(report.droppedFrames, "damaged frame", "damaged frames")) (\(Format.plural(report.droppedBlobs, "blob", "blobs"))); "
                       + "the next snapshot of their pages stores them again")
+            }
+            if report.copiedFrames > 0 {
+                print("copied \(Format.plural(report.copiedFrames, "whole frame", "whole frames")) of the damaged \(report.damagedPacks.count == 1 ? "pack" : "packs") into new packs; "
+                      + "the damaged \(report.damagedPacks.count == 1 ? "pack is" : "packs are") in no index now, and `storectl snapshot prune` removes \(report.damagedPacks.count == 1 ? "it" : "them")")
             }
         }
         try Finished.check(RepositoryRepair.ending(of: report))

@@ -11,6 +11,8 @@ import Logging
 /// repository exclusively.
 public enum RepositoryRepair {
     static let logger = Logger(label: "storectl.repair")
+    /// What a record a newer storectl wrote says when opened.
+    static let newerNote = "this storectl reads up to"
     public struct Report: Sendable, Codable {
         public var location: String
         public var packsIndexed = 0
@@ -21,6 +23,12 @@ public enum RepositoryRepair {
         /// is not what its id says), and their blobs: the next snapshot of those pages stores them again.
         public var droppedFrames = 0
         public var droppedBlobs = 0
+        /// Whole frames of damaged packs copied into new packs (the damaged packs leave the
+        /// index, and prune removes them).
+        public var copiedFrames = 0
+        /// Snapshot records a newer storectl wrote: not checked here (that storectl's repair
+        /// checks them), not marked FAILED, not a failure.
+        public var newerRecords: [String] = []
         /// Snapshots that still cannot be restored, and why (a blob they need is only in a damaged pack).
         public var unrestorable: [String] = []
     }
@@ -52,6 +60,26 @@ public enum RepositoryRepair {
         var index = IndexFile()
         var damaged = Set<ContentID>()
         let zstd = try ZstdFrames(level: 3)
+        // The index files before this repair writes any (they go once the new one is written).
+        let old = try repository.backend.list("index/").map(\.key)
+        // What is whole of damaged packs an index describes, copied into new packs below.
+        var salvage: [GarbagePlan.Pack] = []
+        /// Whether a frame opens and its every blob is what its id says. Only damage says no: an
+        /// unreachable server, a read error or a stop throws (it said no, and the repair then
+        /// dropped good frames from the only index that described them).
+        func isWhole(_ frame: FrameEntry, of pack: ContentID) throws -> Bool {
+            try ProcessSignals.checkpoint("repairing \(repository.location)")
+            let plain: Data
+            do { plain = try BlobLocator.readFrame(frame, pack: pack, repository: repository, zstd: zstd) } catch let error as StoreOpsError where error.status == .badData {
+                return false
+            }
+            for blob in frame.blobs {
+                do { _ = try BlobLocator.extract(blob, from: plain, sealer: repository.sealer, what: "") } catch let error as StoreOpsError where error.status == .badData {
+                    return false
+                }
+            }
+            return true
+        }
         let packs = try repository.backend.list("data/")
         progress?(.stage("read every pack"))
         let started = Date()
@@ -73,38 +101,45 @@ public enum RepositoryRepair {
                 report.damagedPacks.append(error.message)
                 damaged.insert(id)
                 // An index still describes it: its frames that still open, and whose every blob is
-                // what its id says, stay listed; a damaged frame's blobs go from the index, so the
+                // what its id says, are copied into new packs (below) and the damaged pack leaves
+                // the index (prune removes it); a damaged frame's blobs go from the index, so the
                 // next snapshot stores those pages again (listed, every later snapshot reused
                 // them, passed its create, and could not be restored; and `repo check` said ok).
+                // (Listing the whole frames of the damaged pack itself left `repo check` saying
+                // that its header and the index disagree, for good.)
                 if let contents = known[id] {
-                    var kept = contents
-                    kept.frames = contents.frames.filter { frame in
-                        guard let plain = try? BlobLocator.readFrame(frame, pack: id, repository: repository, zstd: zstd) else { return false }
-                        return frame.blobs.allSatisfy { (try? BlobLocator.extract($0, from: plain, sealer: repository.sealer, what: "")) != nil }
+                    var carry: [GarbagePlan.Carry] = []
+                    for frame in contents.frames where try isWhole(frame, of: id) { carry.append(.init(frame: frame, blobs: frame.blobs)) }
+                    report.droppedFrames += contents.frames.count - carry.count
+                    report.droppedBlobs += contents.blobCount - carry.reduce(0) { $0 + $1.blobs.count }
+                    if !carry.isEmpty {
+                        salvage.append(GarbagePlan.Pack(id: id, contents: contents, storedBytes: size, liveBytes: 0, action: .repack(carry: carry)))
+                        report.copiedFrames += carry.count
                     }
-                    report.droppedFrames += contents.frames.count - kept.frames.count
-                    report.droppedBlobs += contents.blobCount - kept.blobCount
-                    if !kept.frames.isEmpty { index.packs.append((id, kept)) }
                 }
             }
         }
-        let old = try repository.backend.list("index/").map(\.key)
-        if !index.isEmpty {
-            let (key, data) = try index.encode(sealer: repository.sealer)
-            try repository.backend.write(key, data, point: "repair.index.write")
-            report.newIndex = key
-        }
-        report.packsIndexed = index.packs.count
-        for key in old where key != report.newIndex {
-            try repository.backend.remove(key, point: "repair.index.remove")
-            report.removedIndexes += 1
+        // The whole frames of damaged packs, into new packs (written and indexed by the copy;
+        // the new index below lists them too, and the copy's own index goes with the old ones).
+        var copyIndexes: [String] = []
+        if !salvage.isEmpty {
+            progress?(.stage("copy the whole frames of damaged packs"))
+            copyIndexes = try PagedGarbage.repack(salvage, in: repository).indexes
+            for key in copyIndexes {
+                guard let sealed = try repository.backend.read(key) else {
+                    throw StoreOpsError(.ioError, "the index \(repository.backend.describe(key)) this repair just wrote cannot be read back", hint: "run storectl repo repair again")
+                }
+                index.packs += try IndexFile.decode(sealed, key: key, sealer: repository.sealer, location: repository.location).packs
+            }
         }
         progress?(.stage("check every snapshot against the new index"))
         // The new index lists only frames that were read and checked: all of it is readable.
         report.unrestorable = try unrestorable(repository, index: index, anyDamaged: !damaged.isEmpty)
+        report.newerRecords = try repository.catalog().damaged.filter { $0.problem.contains(Self.newerNote) }.map { "snapshot \($0.id): \($0.problem)" }
         // Each one's last verification is this finding: `snapshot list` says FAILED, and the
         // store's next snapshot does not take an unrestorable one's map as its own (an unchanged
-        // store's snapshot reuses its parent's map without reading a page).
+        // store's snapshot reuses its parent's map without reading a page). Recorded before the
+        // old indexes go: killed between the two, no unrestorable snapshot is left unmarked.
         for problem in report.unrestorable where problem.hasPrefix("snapshot ") {
             let id = String(problem.dropFirst("snapshot ".count).prefix { $0 != ":" })
             do {
@@ -112,6 +147,16 @@ public enum RepositoryRepair {
             } catch {
                 logger.warning("could not record snapshot \(id)'s finding as its last verification: \(error)")
             }
+        }
+        if !index.isEmpty {
+            let (key, data) = try index.encode(sealer: repository.sealer)
+            try repository.backend.write(key, data, point: "repair.index.write")
+            report.newIndex = key
+        }
+        report.packsIndexed = index.packs.count
+        for key in old + copyIndexes where key != report.newIndex {
+            try repository.backend.remove(key, point: "repair.index.remove")
+            report.removedIndexes += 1
         }
         return report
     }
@@ -129,7 +174,8 @@ public enum RepositoryRepair {
             } }
         }
         let (records, damagedRecords) = try repository.catalog()
-        var problems = damagedRecords.map { "snapshot \($0.id): \($0.problem)" }
+        // A newer storectl's record is not damage (its storectl reads it): not marked FAILED.
+        var problems = damagedRecords.filter { !$0.problem.contains(Self.newerNote) }.map { "snapshot \($0.id): \($0.problem)" }
         for record in records {
             // The map itself in a damaged pack: say so, not that it is in no index (it is, in the
             // new one, but not in a readable pack).

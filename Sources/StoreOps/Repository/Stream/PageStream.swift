@@ -185,21 +185,29 @@ final class PageStream: @unchecked Sendable {
                     // Stored, unless no index lists its blob (a damaged frame `repo repair` left
                     // out, a pack gone): then it is stored again, once (it was taken as stored,
                     // and the snapshot failed its check at the end, every time).
-                    if indexed.isEmpty || IndexedID.contains(indexed, id) || !storedAgain.insert(id).inserted { continue }
+                    if IndexedID.contains(indexed, id) || !storedAgain.insert(id).inserted { continue }
                     store.append(i)
                     continue
                 }
                 changedPages[p] = true
                 // Look up before the page takes its new id: the page must not find itself.
-                let known = ids.withUnsafeBufferPointer { table.find(id, in: $0) } != nil
+                let found = ids.withUnsafeBufferPointer { table.find(id, in: $0) }
                 ids[p - 1] = id
+                if let found {
+                    // Content another page has: one that changed in this run holds it (stored by
+                    // this run, or found stored as here), or the parent's page does, stored if an
+                    // index lists it, else stored again, once (content moved from a page whose
+                    // frame `repo repair` left out: it was taken as stored, and every create
+                    // failed its check at the end).
+                    if changedPages[Int(found)] || IndexedID.contains(indexed, id) || !storedAgain.insert(id).inserted { continue }
+                    store.append(i)
+                    continue
+                }
                 // Stored already by another snapshot (another store's, a copy of this one at another
                 // path, this store's before its parent): an index lists it, the map names it.
-                if !known, IndexedID.contains(indexed, id) { continue }
-                if !known {
-                    ids.withUnsafeBufferPointer { table.insert(id, page: page, ids: $0) }
-                    store.append(i)
-                }
+                if IndexedID.contains(indexed, id) { continue }
+                ids.withUnsafeBufferPointer { table.insert(id, page: page, ids: $0) }
+                store.append(i)
             }
             storedPages += store.count
             if store.contains(where: { !interior[$0] }), gathered.isEmpty { gathered.reserveCapacity(Self.frameBytes + Self.batchBytes) }

@@ -460,7 +460,6 @@ final class PagedSnapshotWork {
             throw StoreOpsError(.badData, "the external-data file \(bad) has a name that is not valid UTF-8; it cannot be copied faithfully, so nothing was copied",
                                 hint: "rename it (Core Data names these files by UUID)")
         }
-        let known = Set(parent?.files.flatMap(\.chunks) ?? [])
         let zstd = try ZstdFrames(level: level)
         let enumerator = FileManager.default.enumerator(atPath: source)
         while let relative = enumerator?.nextObject() as? String {
@@ -479,8 +478,10 @@ final class PagedSnapshotWork {
                 guard !pending.isEmpty else { return }
                 let chunkID = repository.sealer.contentID(pending)
                 chunks.append(chunkID)
-                // Stored already: by the parent, or by any snapshot an index lists (another store's).
-                if !known.contains(chunkID), !IndexedID.contains(indexedChunks, chunkID), newFileChunks.insert(chunkID).inserted {
+                // Stored already: by any snapshot an index lists (the parent, another store's). A
+                // chunk of the parent's no index lists (a frame `repo repair` left out) is stored
+                // again: taken as stored, every create of the store failed its check at the end.
+                if !IndexedID.contains(indexedChunks, chunkID), newFileChunks.insert(chunkID).inserted {
                     let frame = try pending.withUnsafeBytes { try SealedFrame.make([(.fileChunk, chunkID, $0)], zstd: zstd, sealer: repository.sealer) }
                     try writer.add(frame)
                 }
