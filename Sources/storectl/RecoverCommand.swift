@@ -29,6 +29,12 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
             if !swap.kept.isEmpty { line += "; the previous files are kept at \(swap.kept.joined(separator: ", "))" }
             if !swap.intruders.isEmpty { line += "; files found in the way were kept: \(swap.intruders.joined(separator: ", "))" }
             print(line)
+            if let written = swap.writtenSince {
+                print("warning: another process wrote to \(written.joined(separator: ", ")) after the \(swap.operation) was interrupted: what it wrote is not in the store; it is in the previous files kept above")
+            }
+            if swap.verified == false {
+                print("warning: \(swap.target) is not the database the \(swap.operation) staged (written to since it was put in place, or damaged): look at it before the app trusts it (`storectl preflight \(swap.target)`)")
+            }
         } else if result.inFolder == nil, result.removedTemporaryFiles.isEmpty {
             print("nothing to recover at \(result.path)")
         }
@@ -37,7 +43,10 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
         }
         if let journal = result.interruptedMigration { print("note: \(journal.advice)") }
         for inner in result.inFolder ?? [] {
-            if let swap = inner.swap { print("\(swap.direction == "forward" ? "finished" : "undid") the interrupted \(swap.operation) of \(swap.target)") }
+            if let swap = inner.swap {
+                print("\(swap.direction == "forward" ? "finished" : "undid") the interrupted \(swap.operation) of \(swap.target)"
+                      + (swap.writtenSince == nil ? "" : "; another process wrote to it after the crash: the previous files are kept at \(swap.kept.joined(separator: ", "))"))
+            }
             if let journal = inner.interruptedMigration { print("note: \(journal.advice)") }
         }
     }

@@ -122,4 +122,46 @@ struct StoreSwapTests {
         #expect(swap.kept.contains { $0.hasPrefix(fixture.store + ".replaced-") }, "and the old database they belong with: \(swap.kept)")
         #expect(fixture.leftovers([fixture.folder.path]).isEmpty)
     }
+    @Test("the app opened the store after the crash, committed and closed it (no -wal left in the way): the restore finishes and the old files, holding that commit, are kept beside the store and said so (they were discarded with the commit)")
+    func appClosedCleanlyInBetween() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                     ["STORECTL_FAULT_POINT": "swap.aside.database"])
+        #expect(killed.status == 137)
+        let app = try DatabaseQueue(path: fixture.store)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'after the crash' WHERE Z_PK = 1") }
+        try app.close()
+        #expect(FileSystem.kind(of: fixture.store + "-wal") == .missing, "the app's close checkpointed its commit into the database file")
+        let recovered = try fixture.run(["recover", fixture.store])
+        #expect(recovered.status == 0, "\(recovered.stderr)")
+        #expect(recovered.stdout.contains("warning: another process wrote to \(fixture.store)") && recovered.stdout.contains(".replaced-"), "\(recovered.stdout)")
+        #expect(try fixture.digest(journalMode: false) == fixture.extra["snapshotContent"], "the restore finished")
+        let kept = try #require(try FileManager.default.contentsOfDirectory(atPath: fixture.folder.path).first { $0.hasPrefix("Tasks.sqlite.replaced-") && !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") })
+        let title = try DatabaseQueue(path: fixture.folder.file(kept), configuration: { var c = Configuration(); c.readonly = true; return c }())
+            .read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
+        #expect(title == "after the crash", "the app's commit is in the kept old database")
+    }
+
+    @Test("an interrupted restore is not finished (nor undone) under an app that has the store open again: recover and snapshot create refuse (75) and change nothing (both went on, and the app's acknowledged commits went into files set aside); once it has closed the store, recover finishes")
+    func notUnderAnOpenApp() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                     ["STORECTL_FAULT_POINT": "swap.aside.database"])
+        #expect(killed.status == 137)
+        let app = try DatabaseQueue(path: fixture.store)
+        _ = try app.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") }
+        // From here until the app closes, this process opens none of the store's files: closing
+        // any descriptor of a file drops every POSIX lock the process holds on it (the app's).
+        let before = try FileManager.default.contentsOfDirectory(atPath: fixture.folder.path).sorted()
+        let recovered = try fixture.run(["recover", fixture.store])
+        #expect(recovered.status == 75 && recovered.stderr.contains("has the store open") && recovered.stderr.contains("nothing was changed"), "\(recovered.status) \(recovered.stderr)")
+        let created = try fixture.run(["snapshot", "create", fixture.store, "--repo", fixture.repo])
+        #expect(created.status == 75, "\(created.status) \(created.stdout) \(created.stderr)")
+        #expect(StoreSwap.pending(target: fixture.store))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.folder.path).sorted() == before, "nothing moved")
+        try app.close()
+        let finished = try fixture.run(["recover", fixture.store])
+        #expect(finished.status == 0 && finished.stdout.contains("finished the interrupted restore"), "\(finished.stdout) \(finished.stderr)")
+        #expect(try fixture.digest(journalMode: false) == fixture.extra["snapshotContent"])
+    }
 }

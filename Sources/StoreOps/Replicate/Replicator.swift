@@ -379,6 +379,9 @@ public enum Replicate {
         var uploading = false
         var uploadFailures = 0
         var uploadRetryAfter = Date.distantPast
+        /// A new base every interval is not tried before this: its last try could not get the old
+        /// chain's commits written in time (a server that stopped answering).
+        var baseNotBefore = Date.distantPast
         var summary: StoreSummary
         var retryAfter = Date.distantPast
         /// The store's external-data folder as last recorded (nil until the chain's base or a
@@ -759,45 +762,61 @@ public enum Replicate {
             // meanwhile: beside a busy app that wrote a tiny segment per commit read, for most of
             // the interval (24,621 segments in 8 minutes with a base every minute).
             // Nor while a backlog goes out (the catch-up flush empties it, reading the -wal between segments).
-            if replica.needsBase == nil, Date().timeIntervalSince(replica.baseTime) >= options.baseInterval, Date() >= replica.uploadRetryAfter,
+            if replica.needsBase == nil, Date().timeIntervalSince(replica.baseTime) >= options.baseInterval, Date() >= replica.uploadRetryAfter, Date() >= replica.baseNotBefore,
                replica.spooledBytes == 0, replica.parked.isEmpty, replica.pendingBytes < Self.segmentBytes {
                 replica.needsBase = ("compaction", "a new base every \(Format.duration(options.baseInterval))", nil)
             }
-            if let need = replica.needsBase {
-                // Kept segments wait for a repository that failed: the pause holds (the main loop
-                // sends them once it is over), rather than three tries every poll.
-                if !replica.parked.isEmpty, Date() < replica.uploadRetryAfter {
-                    if need.kind == "compaction" { replica.needsBase = nil }
-                    return
-                }
-                // While the repository fails, the old chain's last commits go out on the upload
-                // thread, not here: waiting for them (each try seconds against a server gone away)
-                // held the loop, the status file unwritten and every other store unread, for as
-                // long as segments moved from memory to the outbox (39 s in a trial). The base
-                // follows once they are written.
-                if replica.uploadFailures > 0 || !replica.parked.isEmpty || replica.uploading {
-                    if need.kind == "compaction" {
-                        replica.needsBase = nil
-                    } else if !replica.uploading {
-                        flush(replica)
-                    }
-                    return
-                }
-                // The old chain's last commits go first (now: a base read later than needed would
-                // hold commits no point holds); the new chain begins after them.
-                for _ in 0..<3 where replica.uploading || !replica.pending.isEmpty || !replica.parked.isEmpty {
-                    flushAll(replica)
-                }
-                guard !replica.uploading, replica.pending.isEmpty, replica.parked.isEmpty else {
-                    // Not written: a base every interval waits for the repository (tried again
-                    // once uploads succeed); a gap's base keeps being needed.
-                    if need.kind == "compaction" { replica.needsBase = nil }
-                    return
-                }
-                makeBase(replica, kind: need.kind, reason: need.reason, expectingChange: need.change)
-                return
-            }
+            // A base every interval put off (the repository failing or busy with the old chain's
+            // commits) reads the app's commits as any step does: it returned before the read, so
+            // while an upload hung (a server that stopped answering), nothing was read, and the
+            // app's checkpoints restarted the -wal under it (a gap, 886 commits in a trial).
+            if let need = replica.needsBase, !baseStep(replica, need) { return }
             capture(replica)
+        }
+
+        /// Makes the base `need` asks for, or puts it off. False when the step is done; true when
+        /// it goes on to read the app's commits (a base every interval, put off).
+        func baseStep(_ replica: Replica, _ need: (kind: String, reason: String, change: UInt32?)) -> Bool {
+            // Kept segments wait for a repository that failed: the pause holds (the main loop
+            // sends them once it is over), rather than three tries every poll.
+            if !replica.parked.isEmpty, Date() < replica.uploadRetryAfter {
+                if need.kind == "compaction" { replica.needsBase = nil; return true }
+                return false
+            }
+            // While the repository fails, the old chain's last commits go out on the upload
+            // thread, not here: waiting for them (each try seconds against a server gone away)
+            // held the loop, the status file unwritten and every other store unread, for as
+            // long as segments moved from memory to the outbox (39 s in a trial). The base
+            // follows once they are written.
+            if replica.uploadFailures > 0 || !replica.parked.isEmpty || replica.uploading {
+                if need.kind == "compaction" {
+                    replica.needsBase = nil
+                    return true
+                } else if !replica.uploading {
+                    flush(replica)
+                }
+                return false
+            }
+            // The old chain's last commits go first (now: a base read later than needed would
+            // hold commits no point holds); the new chain begins after them. Waited for a few
+            // seconds at most: against a server that stopped answering just then, the wait
+            // held every read of the -wal for as long as it was away.
+            guard Date() >= replica.baseNotBefore else { return false }
+            let limit = max(2, 4 * options.syncInterval)
+            let until = Date().addingTimeInterval(limit)
+            for _ in 0..<3 where Date() < until && (replica.uploading || !replica.pending.isEmpty || !replica.parked.isEmpty) {
+                flushAll(replica, until: until)
+            }
+            guard !replica.uploading, replica.pending.isEmpty, replica.parked.isEmpty else {
+                // Not written: a base every interval waits for the repository (tried again
+                // once uploads succeed, and not before a while); a gap's base keeps being
+                // needed (tried again in a moment: the loop writes or keeps meanwhile).
+                replica.baseNotBefore = Date().addingTimeInterval(need.kind == "compaction" ? min(30, 5 * limit) : max(1, options.syncInterval))
+                if need.kind == "compaction" { replica.needsBase = nil; return true }
+                return false
+            }
+            makeBase(replica, kind: need.kind, reason: need.reason, expectingChange: need.change)
+            return false
         }
 
         func capture(_ replica: Replica) {
@@ -1639,13 +1658,15 @@ public enum Replicate {
 
         /// Writes what waits, a segment after another, until nothing does, a write fails, or the
         /// stop's time comes (a backlog read back from the spool is more than one segment).
-        func flushAll(_ replica: Replica) {
-            finishUploads()
+        /// `until`: the uploads are waited for until then at most (then it returns, what is under
+        /// way going on).
+        func flushAll(_ replica: Replica, until: Date? = nil) {
+            guard finishUploads(by: until) else { return }
             replica.uploadRetryAfter = .distantPast
             while !replica.pending.isEmpty || !replica.parked.isEmpty {
                 let before = (replica.pending.count, replica.parked.count)
                 flush(replica)
-                finishUploads()
+                guard finishUploads(by: until) else { return }
                 // Progress: fewer waiting, or fewer kept with none waiting more (a kept one written,
                 // or what waited kept when the repository failed).
                 if replica.pending.count >= before.0 && replica.parked.count >= before.1 { break }
@@ -1669,10 +1690,19 @@ public enum Replicate {
             }
         }
 
-        /// Waits for the uploads under way (the drain at the end).
-        func finishUploads() {
-            uploads.sync {}
+        /// Waits for the uploads under way (the drain at the end); with `until`, until then at
+        /// most (false: still under way).
+        @discardableResult
+        func finishUploads(by until: Date? = nil) -> Bool {
+            if let until {
+                let done = DispatchSemaphore(value: 0)
+                uploads.async { done.signal() }
+                guard done.wait(timeout: .now() + max(0, until.timeIntervalSinceNow)) == .success else { return false }
+            } else {
+                uploads.sync {}
+            }
             settleUploads()
+            return true
         }
 
         func write(_ segment: PointSegment, pages: [[UInt8]], replica: Replica, point: String) throws {
@@ -1706,20 +1736,55 @@ public enum Replicate {
             var kind = kind
             var reason = reason
             var expectingChange = expectingChange
+            // A base every interval: the repository's hold and catalog are taken on a thread of
+            // their own while this one goes on reading the app's commits into the old chain. Taken
+            // here, against a server that stopped answering just then, they held every read for
+            // as long as it was away (15 s in a trial), and the app's checkpoints restarted the
+            // -wal under it: 886 commits no point holds, a gap.
+            var prepared: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?
+            if kind == "compaction" {
+                final class Box: @unchecked Sendable { var result: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?; let done = DispatchSemaphore(value: 0) }
+                let box = Box()
+                let repository = self.repository
+                Thread.detachNewThread {
+                    box.result = Result { () throws -> (RepositoryHold, [PagedSnapshotRecord]) in
+                        let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
+                        do { return (hold, try repository.catalog().records) } catch { hold.release(); throw error }
+                    }
+                    box.done.signal()
+                }
+                var reading = true
+                while box.done.wait(timeout: .now() + options.pollInterval) == .timedOut {
+                    guard reading else { continue }
+                    switch try? replica.follower.capture() {
+                    case .commits(let commits, let at)?:
+                        if add(commits, at: at, to: replica) { confirm(replica, at: at) } else { reading = false }
+                    case .gap(let why)?:
+                        (kind, reason, reading) = ("gap", why, false)
+                        replica.needsBase = ("gap", why, nil)   // should the base fail: the next one is a gap's
+                    case .wholeRead(let why, let change)?: (kind, reason, expectingChange, reading) = ("continued", why, change, false)
+                    case nil: reading = false
+                    }
+                }
+                prepared = box.result
+            }
             var rewindTo = replica.follower.cursor
             let pendingBefore = replica.pending.count
             let externalBefore = replica.external
             do {
-                let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
+                let hold: RepositoryHold, records: [PagedSnapshotRecord]
+                if let prepared { (hold, records) = try prepared.get() } else {
+                    hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
+                    records = try repository.catalog().records
+                }
                 defer { hold.release() }
                 let work = PagedSnapshotWork(store: replica.store, repository: repository, tags: ["replicate"], level: options.level, reuseUnchanged: false)
-                try work.prepare(records: try repository.catalog().records)
+                try work.prepare(records: records)
                 if let delay = ReplicateTesting.basePrepareDelay { usleep(delay) }
-                // What the app committed while the repository was prepared (its lock and catalog:
-                // on S3 a second or more, no capture meanwhile) is read now, just before the
-                // base's own read: else the app's checkpoints can restart the -wal twice in that
-                // time and discard commits no point holds (a gap at one of three boundaries, 20
-                // minutes into SeaweedFS with a base every 5 minutes, before this).
+                // What the app committed since the last read is read now, just before the base's
+                // own read: else the app's checkpoints can restart the -wal twice in that time and
+                // discard commits no point holds (a gap at one of three boundaries, 20 minutes
+                // into SeaweedFS with a base every 5 minutes, before this).
                 if kind == "compaction" {
                     switch try replica.follower.capture() {
                     case .commits(let commits, let at):

@@ -82,9 +82,9 @@ public enum Recovery {
         let lock = try JobLock.acquire(path: store.jobLockPath, job: "recover")
         defer { lock.release() }
         let swap = try StoreSwap.recover(target: store.path)
-        let removed = PendingFile.removeStale(besideStore: store)
-        // Scratch copies of killed verifications (a killed migrate's) and first snapshots in the temp folder.
-        removeStaleScratch()
+        // Scratch copies of killed verifications (a killed migrate's) and first snapshots in the
+        // temp folder, counted with the rest (a trial's recover removed one and said "nothing to recover").
+        let removed = PendingFile.removeStale(besideStore: store) + removeStaleScratch()
         return Result(path: store.path, swap: swap, removedTemporaryFiles: removed, interruptedMigration: MigrationJournal.read(store))
     }
 

@@ -53,6 +53,10 @@ public enum StoreSwap {
         public var to: String
         public var device: UInt64
         public var inode: UInt64
+        /// An old file's (or folder's) size and modification time (ns) when the record was
+        /// written: a recovery that finds the file still at its name, changed since, knows another
+        /// process wrote it after the swap's process died (absent in records an older storectl wrote).
+        public var state: [Int64]? = nil
     }
 
     /// The intent record.
@@ -128,6 +132,9 @@ public enum StoreSwap {
         public var direction: String
         /// The database in place matches the expected SHA-256 (nil when there was none to check).
         public var verified: Bool?
+        /// Recovery only: old files another process wrote after the swap's process died (kept,
+        /// under `kept`, not discarded).
+        public var writtenSince: [String]? = nil
     }
 
     public static func journalPath(for target: String) -> String { target + ".storectl-swap.json" }
@@ -154,7 +161,7 @@ public enum StoreSwap {
             guard let id = lstatIdentity(path) else { continue }
             let replacedByFile = installedPaths.contains(path) && FileSystem.kind(of: path) == .file
             steps.append(Step(kind: replacedByFile ? .linkOld : .moveOld, role: role, from: path, to: slot(for: path),
-                              device: id.dev, inode: id.ino))
+                              device: id.dev, inode: id.ino, state: fileState(path)))
         }
         for install in plan.installs {
             guard let id = FileSystem.identity(of: install.staged.tempPath) else {
@@ -208,9 +215,9 @@ public enum StoreSwap {
 
     /// Applies every step (idempotently), syncs, disposes of the old files, runs the follow-ups
     /// and removes the record. Used by `perform` and by `recover`.
-    static func finish(_ journal: Journal, direction: String) throws -> Outcome {
+    static func finish(_ journal: Journal, direction: String, writtenSince: [String] = []) throws -> Outcome {
         let intruders = try apply(journal)
-        return try dispose(journal, direction: direction, intruders: intruders, checkingHash: true)
+        return try dispose(journal, direction: direction, intruders: intruders, checkingHash: true, writtenSince: writtenSince)
     }
 
     /// The steps: old files aside, new files in place, folders synced. Returns the intruders moved away.
@@ -261,7 +268,7 @@ public enum StoreSwap {
     }
 
     /// Checks the new database, disposes of the old files, runs the follow-ups, removes the record.
-    static func dispose(_ journal: Journal, direction: String, intruders: [String], checkingHash: Bool) throws -> Outcome {
+    static func dispose(_ journal: Journal, direction: String, intruders: [String], checkingHash: Bool, writtenSince: [String] = []) throws -> Outcome {
         let folder = FileSystem.parent(of: journal.target)
         let replaced = journal.steps.filter { $0.kind != .install && holds($0.to, $0) }.map(\.from)
         var intruders = intruders
@@ -300,9 +307,10 @@ public enum StoreSwap {
             try FileSystem.rename(intruder, keptPath, point: "swap.keep.intruder")
             keptIntruders.append(keptPath)
         }
-        // When someone wrote in the way, the old files are kept too: what they wrote may belong with them.
+        // When someone wrote in the way, or into the old files, the old files are kept too: what
+        // they wrote may belong with them, or is in them.
         var keepOld = journal.keepOld
-        if !keptIntruders.isEmpty, keepOld == .discard { keepOld = .rename(suffix: ".replaced-\(stamp)") }
+        if !keptIntruders.isEmpty || !writtenSince.isEmpty, keepOld == .discard { keepOld = .rename(suffix: ".replaced-\(stamp)") }
         switch keepOld {
         case .discard:
             FileSystem.remove(journal.aside, point: "swap.discard-old")
@@ -342,7 +350,7 @@ public enum StoreSwap {
         try FileSystem.removeFile(journalPath(for: journal.target), point: "swap.journal.remove")
         try FileSystem.sync(folder, directory: true, point: "swap.done")
         return Outcome(operation: journal.operation, target: journal.target, replaced: replaced, kept: kept,
-                       intruders: keptIntruders, direction: direction, verified: verified)
+                       intruders: keptIntruders, direction: direction, verified: verified, writtenSince: writtenSince.isEmpty ? nil : writtenSince)
     }
 
     /// `<store>-wal` becomes `<store><suffix>-wal`; `.<stem>_SUPPORT` becomes `.<stem><suffix>_SUPPORT`.
@@ -427,9 +435,33 @@ public enum StoreSwap {
         guard journal.formatVersion <= 1 else {
             throw StoreOpsError(.badData, "\(path) was written by a newer storectl (format \(journal.formatVersion))", hint: "use a newer storectl")
         }
+        // A process on the store's files now (the app, started again after the crash): moving
+        // files under it would leave it writing into files set aside (its commits acknowledged and
+        // not in the store). Nothing is done until it has closed the store.
+        if let pid = openedBy(journal) {
+            throw StoreOpsError(.busy, "an interrupted \(journal.operation) of \(target) waits to be finished, and another process (pid \(pid)) has the store open; nothing was changed",
+                                hint: "stop the app, then run `storectl recover \(target)` (the app's commits since the crash are then kept)")
+        }
+        // An old file written since the record (the app opened the store after the crash,
+        // committed and closed it, leaving no -wal in the way): it is kept beside the store with
+        // the other old files, as what an app writes in the way is, not discarded with them (its
+        // commits were lost so). Looked at where it is now: at its name, or set aside (same inode).
+        let written = journal.steps.filter { step in
+            guard step.kind != .install, !step.from.hasSuffix("-shm"), let state = step.state else { return false }
+            let now = holds(step.from, step) ? fileState(step.from) : holds(step.to, step) ? fileState(step.to) : nil
+            return now != nil && now != state
+        }.map(\.from)
         let newFilesThere = journal.steps.filter { $0.kind == .install }.allSatisfy { holds($0.to, $0) || holds($0.from, $0) }
-        if newFilesThere { return try finish(journal, direction: "forward") }
+        if newFilesThere { return try finish(journal, direction: "forward", writtenSince: written) }
         return try undo(journal)
+    }
+
+    /// A process other than this one (a `replicate` follower aside) with a connection on the
+    /// store's files at their names: a lock on the database's SHARED range, or on the `-shm`'s
+    /// DMS byte, which a WAL-mode connection holds from its first read until it closes. (A bare
+    /// open descriptor is not counted: storectl's own processes keep some without a connection.)
+    static func openedBy(_ journal: Journal) -> Int32? {
+        OpenFence.connected(to: StoreFile(unchecked: journal.target)).first { !LockState.isFollower($0) }
     }
 
     /// Puts the old files back and removes what was installed (a staged file vanished, so the swap
