@@ -67,7 +67,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             if let point = report.rehearsedPoint {
                 return "\(report.store) at point \(point) is up to date at version \(plan.current): nothing to rehearse"
             }
-            return "\(report.store) is up to date at version \(plan.current)"
+            return "\(report.store) is up to date at version \(plan.current)" + (report.resumeVerified.map { "; \($0)" } ?? "")
         case "planned":
             lines.append("plan for \(report.store): version \(plan.current) -> \(plan.target) (dry run: nothing changed)")
             for migration in plan.pending {

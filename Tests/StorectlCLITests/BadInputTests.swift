@@ -79,8 +79,14 @@ struct BadInputTests {
         usleep(200_000)
         #expect(try ChildProcess.run("/usr/bin/pgrep", ["-f", marker]).status != 0, "the command was stopped too")
         let timed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo],
-                                         environment: ["STORECTL_PASSWORD_FILE": "", "STORECTL_PASSWORD_COMMAND": marker, "STORECTL_PASSWORD_COMMAND_TIMEOUT": "1"])
-        #expect(timed.status == 1 && timed.stderr.contains("did not finish within 1 s"), "\(timed.status) \(timed.stderr)")
+                                         environment: ["STORECTL_PASSWORD_FILE": "", "STORECTL_PASSWORD_COMMAND": marker, "STORECTL_PASSWORD_COMMAND_TIMEOUT": "1.5"])
+        #expect(timed.status == 1 && timed.stderr.contains("did not finish within 1.50s"), "\(timed.status) \(timed.stderr)")
+        // A limit that is not a number of seconds is refused (it was ignored: 60 s).
+        for bad in ["abc", "0", "-1", ""] {
+            let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo],
+                                               environment: ["STORECTL_PASSWORD_FILE": "", "STORECTL_PASSWORD_COMMAND": marker, "STORECTL_PASSWORD_COMMAND_TIMEOUT": bad])
+            #expect(refused.status == 64 && refused.stderr.contains("STORECTL_PASSWORD_COMMAND_TIMEOUT"), "\(bad): \(refused.status) \(refused.stderr)")
+        }
     }
 
     @Test("a damaged snapshot record: listed as DAMAGED, verify --all exits 65 naming it, prune keeps it, a good id still restores")

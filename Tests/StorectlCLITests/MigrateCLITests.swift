@@ -159,6 +159,30 @@ struct MigrateCLITests {
         #expect(try fixture.migrate().status == 0, "and the migration can run again")
     }
 
+    @Test("a run killed at its verify stage, then --resume: what the interrupted run applied is verified against its pre-migrate snapshot (it said up to date, 0, with an undeclared change in the store); undeclared: 2, the store and the journal as they were (rollback restores); declared: 0, saying so")
+    func resumeVerifies() throws {
+        let fixture = try MigrationCLIFixture()
+        #expect(try fixture.migrate().status == 0, "migrations 1-3")
+        let before = try storeDigest(fixture.store)
+        let sneaky = "-- storectl: changes Category\nUPDATE ZCATEGORY SET ZCOLOR = 'resumed';\nUPDATE ZITEM SET ZTITLE = 'undeclared' WHERE Z_PK = 1;\n"
+        try Data(sneaky.utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_color.sql"))
+        #expect(try fixture.migrate(environment: ["STORECTL_FAULT_POINT": "before-verify"]).status == 137)
+        let applied = try storeDigest(fixture.store)
+        let resumed = try fixture.migrate(["--resume"])
+        #expect(resumed.status == 2 && resumed.stderr.contains("were never verified") && resumed.stderr.contains("ZTITLE changed in 1 object"), "\(resumed.status) \(resumed.stdout) \(resumed.stderr)")
+        #expect(FileManager.default.fileExists(atPath: fixture.journal), "the interruption stays recorded")
+        #expect(try storeDigest(fixture.store) == applied, "the resume changed nothing")
+        let rollback = try storectl("rollback", fixture.store, "--repo", fixture.repo)
+        #expect(rollback.status == 0, "\(rollback.stderr)")
+        #expect(try storeDigest(fixture.store) == before)
+        // Declared: verified and done.
+        try Data("-- storectl: changes Category\nUPDATE ZCATEGORY SET ZCOLOR = 'resumed';\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_color.sql"))
+        #expect(try fixture.migrate(environment: ["STORECTL_FAULT_POINT": "before-verify"]).status == 137)
+        let good = try fixture.migrate(["--resume"])
+        #expect(good.status == 0 && good.stdout.contains("verified against the pre-migrate snapshot") && good.stdout.contains("Category"), "\(good.stdout) \(good.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: fixture.journal))
+    }
+
     @Test("killed before its first migration committed, beside an app that went on committing: rollback restores nothing (the run committed nothing; restoring its snapshot would take the app's commits out of the store), clears the journal, and says so; with a no-transaction migration pending it cannot prove that and restores")
     func interruptedBeforeAnyCommit() throws {
         for noTransaction in [false, true] {

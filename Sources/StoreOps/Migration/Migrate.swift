@@ -95,6 +95,9 @@ public enum Migrate {
         /// What the run changed, from the diff of the pre-migrate snapshot and the result (a dry
         /// run: of a copy before and after the migrations ran on it).
         public var changes: StoreDiff.Summary?
+        /// `--resume` of a run interrupted with its migrations applied: what their verify, run
+        /// then, found (the journal's pre-migrate snapshot against the store).
+        public var resumeVerified: String?
         /// Changes outside what the migrations declare (`-- storectl: changes ...`): the run fails
         /// and rolls back (unless `othersWrote`: then they are listed, not held against it).
         public var undeclared: [String]?
@@ -180,9 +183,13 @@ public enum Migrate {
         // A rehearsal from a point plans from the point's own history (in `rehearse`).
         let planned = options.dryRunAt != nil ? session.report.plan : try session.makePlan(checkingJournal: false)
         if options.dryRun || planned.pending.isEmpty {
-            if MigrationJournal.read(store) != nil {   // --resume with nothing left to apply: the journal goes
+            if let journal = MigrationJournal.read(store) {   // --resume with nothing left to apply: the journal goes
                 let lock = try JobLock.acquire(path: store.jobLockPath, job: "migrate")
                 defer { lock.release() }
+                // The interrupted run applied its migrations and was stopped before its verify
+                // stage ended: they are verified now, as that stage would have (they were taken as
+                // they were: a run killed at its verify and resumed passed an undeclared change).
+                if !options.dryRun { try session.verifyResumed(journal) }
                 try MigrationJournal.remove(store)
             }
             return try session.planOnly()
@@ -720,6 +727,41 @@ public enum Migrate {
         static func declarations(of migrations: [Migration]) -> Set<String>? {
             let sets = migrations.compactMap(\.declaredChanges)
             return sets.isEmpty ? nil : sets.reduce(into: Set<String>()) { $0.formUnion($1) }
+        }
+
+        /// `--resume` of a run interrupted with every migration applied: the store is compared
+        /// with the run's pre-migrate snapshot (the journal names it) and held against what the
+        /// migrations it applied declare; relationships must still resolve, and the store pass
+        /// `quick_check`. Throws 2 with what is wrong (nothing is changed; the journal stays, so
+        /// that `rollback` still knows the snapshot).
+        func verifyResumed(_ journal: MigrationJournal) throws {
+            let applied = migrations.filter { $0.version > journal.fromVersion && $0.version <= journal.toVersion }
+            let go = "the store is as the interrupted run left it, and the interruption stays recorded"
+            let hint = "go back with `storectl rollback \(store.path) --repo \(journal.repository)` (restores \(journal.snapshotId)), or fix the store and run --resume again"
+            let repository = try PagedRepository.open(at: journal.repository, password: options.password, missing: .initHint)
+            var diffOptions = StoreDiff.Options(a: .snapshot(journal.snapshotId), b: .file(store.path))
+            diffOptions.repository = journal.repository
+            diffOptions.limit = 0
+            let diff = try StoreDiff.run(diffOptions, repository: repository)
+            var problems: [String] = []
+            if let declared = Self.declarations(of: applied) {
+                let outside = StoreDiff.undeclared(diff, declared: declared)
+                if !outside.isEmpty {
+                    report.undeclared = outside
+                    problems.append("they changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
+                                    + outside.prefix(5).joined(separator: "; ") + (outside.count > 5 ? "; and \(outside.count - 5) more" : ""))
+                }
+            }
+            let dangling = try readOnly(store, timeout: options.timeout) { try Migrate.danglingReferences(diff, db: $0) }
+            if !dangling.isEmpty { problems.append("relationships point at objects that do not exist: " + dangling.prefix(5).joined(separator: "; ")) }
+            let messages = try readOnly(store, timeout: options.timeout) { try StoreConnection.integrityMessages($0, pragma: "quick_check") }
+            if messages != ["ok"] { problems.append("quick_check: " + messages.prefix(3).joined(separator: "; ")) }
+            report.changes = diff.summary
+            guard problems.isEmpty else {
+                throw StoreOpsError(.checksFailed, "the interrupted run's migrations (version \(journal.fromVersion) -> \(journal.toVersion)) were never verified, and verified now against the pre-migrate snapshot \(journal.snapshotId): "
+                                    + problems.joined(separator: "; ") + "; \(go)", hint: hint)
+            }
+            report.resumeVerified = "the interrupted run's migrations verified against the pre-migrate snapshot \(journal.snapshotId): \(diff.summary.text)"
         }
 
         /// What the pending migrations declare they change (their union), or nil when none declares.

@@ -115,12 +115,20 @@ public enum PasswordSource: Sendable, Hashable {
     }
 
     /// How long a password command may take (`STORECTL_PASSWORD_COMMAND_TIMEOUT`, seconds; 60).
-    static var commandTimeout: TimeInterval {
-        ProcessInfo.processInfo.environment["STORECTL_PASSWORD_COMMAND_TIMEOUT"].flatMap { TimeInterval($0) }.flatMap { $0 > 0 ? $0 : nil } ?? 60
+    /// A value that is not a number of seconds above 0 is refused (64): it was ignored, and the
+    /// command given 60 s where its setter meant otherwise.
+    static func commandTimeout() throws -> TimeInterval {
+        guard let text = ProcessInfo.processInfo.environment["STORECTL_PASSWORD_COMMAND_TIMEOUT"] else { return 60 }
+        guard let seconds = TimeInterval(text.trimmingCharacters(in: .whitespaces)), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+            throw StoreOpsError(.usage, "STORECTL_PASSWORD_COMMAND_TIMEOUT=\(text.debugDescription) is not a number of seconds (above 0, at most 86400)",
+                                hint: "set it to e.g. 30, or unset it for the default, 60")
+        }
+        return seconds
     }
 
     static func run(_ command: String, in folder: String? = nil) throws -> String {
         let what = folder.map { "the policy's password_command (run in \($0))" } ?? "STORECTL_PASSWORD_COMMAND"
+        let timeout = try commandTimeout()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", command]
@@ -142,7 +150,7 @@ public enum PasswordSource: Sendable, Hashable {
             output.data = reader.readDataToEndOfFile()
             done.signal()
         }
-        let deadline = Date().addingTimeInterval(commandTimeout)
+        let deadline = Date().addingTimeInterval(timeout)
         func stop() {
             let pid = process.processIdentifier
             if getpgid(pid) == pid { kill(-pid, SIGKILL) } else { kill(pid, SIGKILL) }
@@ -154,7 +162,7 @@ public enum PasswordSource: Sendable, Hashable {
             }
             if Date() >= deadline {
                 stop()
-                throw StoreOpsError(.failure, "the password command did not finish within \(Int(commandTimeout)) s",
+                throw StoreOpsError(.failure, "the password command did not finish within \(Format.duration(timeout))",
                                     hint: "run it by hand; a command that asks on a terminal cannot answer under cron (STORECTL_PASSWORD_COMMAND_TIMEOUT sets the limit in seconds)")
             }
         }
