@@ -345,6 +345,13 @@ struct BadInputTests {
         }
         #expect(FileSystem.kind(of: folder.file("s.zip")) == .missing && FileSystem.kind(of: folder.file("s.tar.zst")) == .missing)
         #expect(try FileManager.default.subpathsOfDirectory(atPath: repo).sorted() == before, "the repository is as it was")
+        // The example names a file that does not exist (it named one that did: the next try was 73 too).
+        let storeName = FileSystem.name(of: store)
+        try FileManager.default.createDirectory(atPath: folder.file("taken"), withIntermediateDirectories: false)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: folder.file("taken") + "/" + storeName))
+        let taken = try run(["snapshot", "restore", "--repo", repo, id, "--to", folder.file("taken")])
+        let stem = (storeName as NSString).deletingPathExtension, ext = (storeName as NSString).pathExtension
+        #expect(taken.status == 73 && taken.stderr.contains("e.g. --to \(folder.file("taken"))/\(stem)-2.\(ext)"), "\(taken.stderr)")
         // A copy of the repository without its config: said so, and what to do (it said only "check --repo").
         let noConfig = folder.file("noconfig")
         try FileManager.default.copyItem(atPath: repo, toPath: noConfig)

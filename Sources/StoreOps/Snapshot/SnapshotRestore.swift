@@ -284,6 +284,17 @@ public enum SnapshotRestore {
         for suffix in ["-wal", "-shm"] { FileSystem.remove(path + suffix, point: "restore.database.wal-cleanup") }
     }
 
+    /// `folder/name`, or `folder/<stem>-2.<ext>`, `-3`… whichever does not exist (a hint's
+    /// example named a file that did).
+    static func freeExample(in folder: String, name: String) -> String {
+        let stem = (name as NSString).deletingPathExtension, ext = (name as NSString).pathExtension
+        for n in 1...1000 {
+            let candidate = (folder as NSString).appendingPathComponent(n == 1 ? name : "\(stem)-\(n)" + (ext.isEmpty ? "" : ".\(ext)"))
+            if FileSystem.kind(of: candidate) == .missing { return candidate }
+        }
+        return (folder as NSString).appendingPathComponent(name)
+    }
+
     static func restoreToNewFile(_ snapshot: PagedSnapshotRecord, from repository: PagedRepository, path: String,
                                  overlay: PointOverlay? = nil, check: Bool = false, progress: ProgressHandler? = nil) throws -> Result {
         let record = overlay?.manifest(of: snapshot) ?? snapshot.manifest
@@ -294,7 +305,7 @@ public enum SnapshotRestore {
             // --to names the file made, not a folder to make it in (a new user's trial got the --in-place hint).
             let name = FileSystem.name(of: record.source.path)
             throw StoreOpsError(.cannotCreate, "\(path) is a folder: --to names the store file the restore makes",
-                                hint: "name a file in it that does not exist yet, e.g. --to \((path as NSString).appendingPathComponent(name.isEmpty ? "restored.sqlite" : name))")
+                                hint: "name a file in it that does not exist yet, e.g. --to \(Self.freeExample(in: path, name: name.isEmpty ? "restored.sqlite" : name))")
         default:
             throw StoreOpsError(.cannotCreate, "\(path) already exists",
                                 hint: "restore to a new path, or use --in-place to replace a store (with a safety snapshot)")
@@ -500,6 +511,11 @@ public enum SnapshotRestore {
                                             hint: "pass --force to restore anyway: the damaged store is then moved aside, not deleted")
                     }
                     keep = .rename(suffix: ".damaged-\(Timestamp.compact(Date()))")
+                } catch var error as StoreOpsError where !error.message.contains("nothing was changed") {
+                    // Said as the safety snapshot's, and that the store is as it was (a server gone
+                    // away during it said only that the repository was unreachable).
+                    error.message = "the safety snapshot of \(store.path) failed: \(error.message); nothing was changed"
+                    throw error
                 }
             case .snapshot:
                 // No store, but perhaps sidecars an earlier failure left: all that is left of something, kept.
