@@ -1708,6 +1708,40 @@ struct ReplicateTests {
         #expect(checked.restored >= 10, "\(checked.refused)")
     }
 
+    @Test("a gap found while the bucket's server hangs (the -wal truncated under a stopped follower) is in the status file at once (gapPending: `replicate status` says A GAP), not only once the base after it is written (a trial's status said 0 gaps while stderr had said one); the base follows when the server is back",
+          .enabled(if: Place.all.contains(.s3)))
+    func gapShownWhileServerHangs() throws {
+        let server = try SeaweedServer()
+        defer { server.stop() }
+        let world = try bucketWorld(server, prefix: "gapstatus")
+        let status = world.folder.file("status.json")
+        let follower = try replicate(world, ["--sync-interval", "200ms", "--status-file", status])
+        #expect(waitForBase(world))
+        follower.signal(SIGSTOP)
+        let queue = try DatabaseQueue(path: world.store)
+        // A commit, the -wal truncated, and one more: the first is in no -wal the follower can read.
+        try queue.inDatabase { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'unseen' WHERE Z_PK = 1")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'after it' WHERE Z_PK = 2")
+        }
+        server.pause()
+        follower.signal(SIGCONT)
+        func live() -> Replicate.StoreSummary? {
+            guard let data = FileManager.default.contents(atPath: status) else { return nil }
+            return (try? JSON.decoder().decode(Replicate.Summary.self, from: data))?.stores.first
+        }
+        #expect(waitUntil(20) { live()?.gapPending != nil }, "the status file did not show the gap within 20 s: \(String(describing: live()))")
+        try queue.close()
+        server.resume()
+        #expect(waitUntil(60) { live()?.gapPending == nil && live()?.bases.count == 2 }, "the base after the gap, recorded once the server was back: \(String(describing: live()))")
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.gaps.count == 1 && stats.bases.count == 2, "\(stats.gaps) \(stats.bases)")
+    }
+
     @Test("SIGTERM while the bucket's server is down: the stop ends within the drain (requests stop retrying by then), exits 74 naming the points kept on this machine (not in the repository); replicate status meanwhile prints the status file's figures and the waiting commits (74: the repository not read); once the server is back, a time after the last durable point is refused (66)",
           .enabled(if: Place.all.contains(.s3)))
     func stopWhileServerIsDown() throws {

@@ -829,6 +829,10 @@ public enum Replicate {
                 case .gap(let why):
                     say("\(replica.store.path): \(why); a new base follows")
                     replica.needsBase = ("gap", why, nil)
+                    // In the status file now (`replicate status`: A GAP), not only once the base
+                    // records it: against a server gone away that is minutes later (a trial's
+                    // status said 0 gaps while stderr had said one).
+                    replica.summary.gapPending = why
                     step(replica)
                 case .wholeRead(let why, let change):
                     replica.needsBase = ("continued", why, change)
@@ -1741,8 +1745,11 @@ public enum Replicate {
             // here, against a server that stopped answering just then, they held every read for
             // as long as it was away (15 s in a trial), and the app's checkpoints restarted the
             // -wal under it: 886 commits no point holds, a gap.
+            // Every kind of base waits so (a gap's reads nothing meanwhile: its base reads the
+            // whole store), the status file rewritten every sync meanwhile (it froze while a gap's
+            // base waited on a server gone away: `replicate status` showed no gap).
             var prepared: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?
-            if kind == "compaction" {
+            do {
                 final class Box: @unchecked Sendable { var result: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?; let done = DispatchSemaphore(value: 0) }
                 let box = Box()
                 let repository = self.repository
@@ -1753,8 +1760,13 @@ public enum Replicate {
                     }
                     box.done.signal()
                 }
-                var reading = true
+                var reading = kind == "compaction"
+                var nextReport = Date().addingTimeInterval(options.syncInterval)
                 while box.done.wait(timeout: .now() + options.pollInterval) == .timedOut {
+                    if Date() >= nextReport {
+                        report(state: "following", stoppedBy: "")
+                        nextReport = Date().addingTimeInterval(options.syncInterval)
+                    }
                     guard reading else { continue }
                     switch try? replica.follower.capture() {
                     case .commits(let commits, let at)?:
@@ -1762,6 +1774,7 @@ public enum Replicate {
                     case .gap(let why)?:
                         (kind, reason, reading) = ("gap", why, false)
                         replica.needsBase = ("gap", why, nil)   // should the base fail: the next one is a gap's
+                        replica.summary.gapPending = why
                     case .wholeRead(let why, let change)?: (kind, reason, expectingChange, reading) = ("continued", why, change, false)
                     case nil: reading = false
                     }
@@ -1772,11 +1785,8 @@ public enum Replicate {
             let pendingBefore = replica.pending.count
             let externalBefore = replica.external
             do {
-                let hold: RepositoryHold, records: [PagedSnapshotRecord]
-                if let prepared { (hold, records) = try prepared.get() } else {
-                    hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
-                    records = try repository.catalog().records
-                }
+                guard let prepared else { throw StoreOpsError(.failure, "the base's repository hold was not taken") }
+                let (hold, records) = try prepared.get()
                 defer { hold.release() }
                 let work = PagedSnapshotWork(store: replica.store, repository: repository, tags: ["replicate"], level: options.level, reuseUnchanged: false)
                 try work.prepare(records: records)
