@@ -268,7 +268,6 @@ enum CrashCoverage {
         "lock.refresh": "the repository lock rewritten every few minutes of a long operation (the scenarios take seconds)",
         "cache.drop": "an S3 cache copy whose SHA-256 does not match, removed (only saves requests; S3ServerTests)",
         "cache.folder": "the S3 cache's folders, made once per machine, before the crash test's S3 scenarios",
-        "verify.record": "`snapshot verify`'s record, one write whose kill leaves the record of the verify before (no scenario for verify)",
         "verify.scratch": "`snapshot verify`'s scratch restore in TMPDIR (the crash test runs a verify after every kill, not traced), never renamed into place; a killed verify's is removed by the next (removeStale)",
         "replicate.status": "replicate's status file, a PendingFile rewritten as it runs; a killed run's temporary is removed at the next start (ReplicateTests.killedStatusWriteLeavesNothing)",
         "replicate.metrics": "the same, its metrics file",
