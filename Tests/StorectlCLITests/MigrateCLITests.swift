@@ -181,6 +181,16 @@ struct MigrateCLITests {
         let good = try fixture.migrate(["--resume"])
         #expect(good.status == 0 && good.stdout.contains("verified against the pre-migrate snapshot") && good.stdout.contains("Category"), "\(good.stdout) \(good.stderr)")
         #expect(!FileManager.default.fileExists(atPath: fixture.journal))
+        // The app wrote after the crash (its rows differ from the snapshot too): --force keeps
+        // the store as it is, the findings said, not held against it.
+        try Data("-- storectl: changes Category\nUPDATE ZCATEGORY SET ZCOLOR = 'again';\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0005_again.sql"))
+        #expect(try fixture.migrate(environment: ["STORECTL_FAULT_POINT": "before-verify"]).status == 137)
+        try DatabaseQueue(path: fixture.store).write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'the app' WHERE Z_PK = 2") }
+        let refused = try fixture.migrate(["--resume"])
+        #expect(refused.status == 2 && refused.stderr.contains("--resume --force"), "\(refused.stderr)")
+        let forced = try fixture.migrate(["--resume", "--force"])
+        #expect(forced.status == 0 && forced.stdout.contains("NOT VERIFIED (--force)") && forced.stdout.contains("ZTITLE changed in 1 object"), "\(forced.stdout) \(forced.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: fixture.journal))
     }
 
     @Test("killed before its first migration committed, beside an app that went on committing: rollback restores nothing (the run committed nothing; restoring its snapshot would take the app's commits out of the store), clears the journal, and says so; with a no-transaction migration pending it cannot prove that and restores")

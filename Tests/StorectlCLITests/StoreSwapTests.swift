@@ -164,4 +164,19 @@ struct StoreSwapTests {
         #expect(finished.status == 0 && finished.stdout.contains("finished the interrupted restore"), "\(finished.stdout) \(finished.stderr)")
         #expect(try fixture.digest(journalMode: false) == fixture.extra["snapshotContent"])
     }
+    @Test("killed with every file already moved (only the old files' disposal left): recovery finishes under an app that has the store open again (nothing it uses moves), not 75")
+    func onlyDisposalLeftUnderAnOpenApp() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                     ["STORECTL_FAULT_POINT": "swap.discard-old"])
+        #expect(killed.status == 137, "\(killed.stderr)")
+        #expect(StoreSwap.pending(target: fixture.store))
+        let app = try DatabaseQueue(path: fixture.store)
+        _ = try app.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM") }
+        let recovered = try fixture.run(["recover", fixture.store])
+        #expect(recovered.status == 0 && recovered.stdout.contains("finished the interrupted restore"), "\(recovered.status) \(recovered.stdout) \(recovered.stderr)")
+        try app.close()
+        #expect(!StoreSwap.pending(target: fixture.store))
+        #expect(try fixture.digest(journalMode: false) == fixture.extra["snapshotContent"])
+    }
 }

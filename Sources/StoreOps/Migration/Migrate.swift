@@ -737,12 +737,23 @@ public enum Migrate {
         func verifyResumed(_ journal: MigrationJournal) throws {
             let applied = migrations.filter { $0.version > journal.fromVersion && $0.version <= journal.toVersion }
             let go = "the store is as the interrupted run left it, and the interruption stays recorded"
-            let hint = "go back with `storectl rollback \(store.path) --repo \(journal.repository)` (restores \(journal.snapshotId)), or fix the store and run --resume again"
-            let repository = try PagedRepository.open(at: journal.repository, password: options.password, missing: .initHint)
-            var diffOptions = StoreDiff.Options(a: .snapshot(journal.snapshotId), b: .file(store.path))
-            diffOptions.repository = journal.repository
-            diffOptions.limit = 0
-            let diff = try StoreDiff.run(diffOptions, repository: repository)
+            let hint = "go back with `storectl rollback \(store.path) --repo \(journal.repository)` (restores \(journal.snapshotId)), or fix the store and run --resume again; "
+                + "if the app has written to the store since the crash (its writes differ from the snapshot too), --resume --force keeps the store as it is, unverified"
+            let unverified = "--resume --force keeps the store as it is, unverified (the findings are listed, not held against it)"
+            let diff: StoreDiff.Report
+            do {
+                let repository = try PagedRepository.open(at: journal.repository, password: options.password, missing: .initHint)
+                var diffOptions = StoreDiff.Options(a: .snapshot(journal.snapshotId), b: .file(store.path))
+                diffOptions.repository = journal.repository
+                diffOptions.limit = 0
+                diff = try StoreDiff.run(diffOptions, repository: repository)
+            } catch let error as StoreOpsError where options.force {
+                report.resumeVerified = "NOT VERIFIED (--force): the pre-migrate snapshot \(journal.snapshotId) could not be compared: \(error.message)"
+                return
+            } catch let error as StoreOpsError {
+                throw StoreOpsError(status: error.status, "the interrupted run's migrations were never verified, and the pre-migrate snapshot \(journal.snapshotId) in \(journal.repository) cannot be compared now: \(error.message)",
+                                    hint: (error.hint.map { $0 + "; or " } ?? "") + unverified)
+            }
             var problems: [String] = []
             if let declared = Self.declarations(of: applied) {
                 let outside = StoreDiff.undeclared(diff, declared: declared)
@@ -757,6 +768,11 @@ public enum Migrate {
             let messages = try readOnly(store, timeout: options.timeout) { try StoreConnection.integrityMessages($0, pragma: "quick_check") }
             if messages != ["ok"] { problems.append("quick_check: " + messages.prefix(3).joined(separator: "; ")) }
             report.changes = diff.summary
+            if !problems.isEmpty, options.force {
+                // The app may have written since the crash: its rows differ from the snapshot too.
+                report.resumeVerified = "NOT VERIFIED (--force), against the pre-migrate snapshot \(journal.snapshotId): " + problems.joined(separator: "; ")
+                return
+            }
             guard problems.isEmpty else {
                 throw StoreOpsError(.checksFailed, "the interrupted run's migrations (version \(journal.fromVersion) -> \(journal.toVersion)) were never verified, and verified now against the pre-migrate snapshot \(journal.snapshotId): "
                                     + problems.joined(separator: "; ") + "; \(go)", hint: hint)

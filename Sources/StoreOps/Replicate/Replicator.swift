@@ -802,7 +802,7 @@ public enum Replicate {
             // seconds at most: against a server that stopped answering just then, the wait
             // held every read of the -wal for as long as it was away.
             guard Date() >= replica.baseNotBefore else { return false }
-            let limit = max(2, 4 * options.syncInterval)
+            let limit = min(5, max(2, 4 * options.syncInterval))
             let until = Date().addingTimeInterval(limit)
             for _ in 0..<3 where Date() < until && (replica.uploading || !replica.pending.isEmpty || !replica.parked.isEmpty) {
                 flushAll(replica, until: until)
@@ -1749,20 +1749,44 @@ public enum Replicate {
             // whole store), the status file rewritten every sync meanwhile (it froze while a gap's
             // base waited on a server gone away: `replicate status` showed no gap).
             var prepared: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?
+            // Commits read into the old chain while the base waited: a base that is not a
+            // compaction's (a gap, a whole read) would drop them unwritten; it is then a gap's.
+            let pendingAtStart = replica.pending.count
             do {
-                final class Box: @unchecked Sendable { var result: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?; let done = DispatchSemaphore(value: 0) }
+                final class Box: @unchecked Sendable {
+                    let lock = NSLock()
+                    var result: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?
+                    var abandoned = false
+                    let done = DispatchSemaphore(value: 0)
+                }
                 let box = Box()
                 let repository = self.repository
                 Thread.detachNewThread {
-                    box.result = Result { () throws -> (RepositoryHold, [PagedSnapshotRecord]) in
+                    let result = Result { () throws -> (RepositoryHold, [PagedSnapshotRecord]) in
                         let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
                         do { return (hold, try repository.catalog().records) } catch { hold.release(); throw error }
+                    }
+                    box.lock.withLock {
+                        // Given up on (a stop): the hold is let go here, nobody else has it.
+                        if box.abandoned { if case .success(let taken) = result { taken.0.release() } } else { box.result = result }
                     }
                     box.done.signal()
                 }
                 var reading = kind == "compaction"
                 var nextReport = Date().addingTimeInterval(options.syncInterval)
                 while box.done.wait(timeout: .now() + options.pollInterval) == .timedOut {
+                    // A stop asked for is not held up by a server that does not answer.
+                    if let signal = ProcessSignals.received {
+                        let given = box.lock.withLock { () -> Bool in
+                            guard box.result == nil else { return false }
+                            box.abandoned = true
+                            return true
+                        }
+                        if given {
+                            prepared = .failure(StoreOpsError(.signal(signal), "stopped by \(ProcessSignals.name(signal)) while the base waited for the repository"))
+                        }
+                        break
+                    }
                     if Date() >= nextReport {
                         report(state: "following", stoppedBy: "")
                         nextReport = Date().addingTimeInterval(options.syncInterval)
@@ -1770,16 +1794,25 @@ public enum Replicate {
                     guard reading else { continue }
                     switch try? replica.follower.capture() {
                     case .commits(let commits, let at)?:
-                        if add(commits, at: at, to: replica) { confirm(replica, at: at) } else { reading = false }
+                        if add(commits, at: at, to: replica) {
+                            confirm(replica, at: at)
+                        } else {
+                            // Dropped (stalled, or the spool full): a gap, as `add` says; never
+                            // points after them as if they had been written.
+                            reading = false
+                            if let need = replica.needsBase, need.kind == "gap" { (kind, reason) = ("gap", need.reason) }
+                        }
                     case .gap(let why)?:
                         (kind, reason, reading) = ("gap", why, false)
                         replica.needsBase = ("gap", why, nil)   // should the base fail: the next one is a gap's
                         replica.summary.gapPending = why
-                    case .wholeRead(let why, let change)?: (kind, reason, expectingChange, reading) = ("continued", why, change, false)
+                    case .wholeRead(let why, let change)?:
+                        (kind, reason, expectingChange, reading) = ("continued", why, change, false)
+                        if replica.needsBase?.kind != "gap" { replica.needsBase = ("continued", why, change) }
                     case nil: reading = false
                     }
                 }
-                prepared = box.result
+                if prepared == nil { prepared = box.lock.withLock { box.result } }
             }
             var rewindTo = replica.follower.cursor
             let pendingBefore = replica.pending.count
@@ -1803,6 +1836,12 @@ public enum Replicate {
                     case .gap(let why): (kind, reason) = ("gap", why)
                     case .wholeRead(let why, let change): (kind, reason, expectingChange) = ("continued", why, change)
                     }
+                }
+                // A whole read after commits were read into the old chain while the base waited:
+                // those commits are not written (the base drops what waits), so the span is a gap,
+                // never a continuation that claims them.
+                if kind == "continued", replica.pending.count > pendingAtStart {
+                    (kind, reason) = ("gap", "\(reason); commits read while the base waited for the repository were not written")
                 }
                 // The catch-up starts where the reads so far ended (the capture just above moved
                 // the cursor: from `rewindTo` it would read those commits twice).

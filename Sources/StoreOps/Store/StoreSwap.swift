@@ -438,7 +438,10 @@ public enum StoreSwap {
         // A process on the store's files now (the app, started again after the crash): moving
         // files under it would leave it writing into files set aside (its commits acknowledged and
         // not in the store). Nothing is done until it has closed the store.
-        if let pid = openedBy(journal) {
+        // (Only while a file still has to move at a live name: once every new file is in place
+        // and every old one aside, what is left (disposal, the record) moves nothing the app uses.)
+        let moves = journal.steps.contains { $0.kind == .install ? !holds($0.to, $0) : holds($0.from, $0) }
+        if moves, let pid = openedBy(journal) {
             throw StoreOpsError(.busy, "an interrupted \(journal.operation) of \(target) waits to be finished, and another process (pid \(pid)) has the store open; nothing was changed",
                                 hint: "stop the app, then run `storectl recover \(target)` (the app's commits since the crash are then kept)")
         }
