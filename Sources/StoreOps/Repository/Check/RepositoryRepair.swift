@@ -134,8 +134,7 @@ public enum RepositoryRepair {
         }
         progress?(.stage("check every snapshot against the new index"))
         // The new index lists only frames that were read and checked: all of it is readable.
-        report.unrestorable = try unrestorable(repository, index: index, anyDamaged: !damaged.isEmpty)
-        report.newerRecords = try repository.catalog().damaged.filter { $0.problem.contains(Self.newerNote) }.map { "snapshot \($0.id): \($0.problem)" }
+        (report.unrestorable, report.newerRecords) = try unrestorable(repository, index: index, anyDamaged: !damaged.isEmpty)
         // Each one's last verification is this finding: `snapshot list` says FAILED, and the
         // store's next snapshot does not take an unrestorable one's map as its own (an unchanged
         // store's snapshot reuses its parent's map without reading a page). Recorded before the
@@ -164,7 +163,9 @@ public enum RepositoryRepair {
     /// The snapshots some of whose blobs the new index does not list (it lists only frames that
     /// were read and checked), or whose record or map cannot be read. `anyDamaged`: a pack was
     /// damaged (said when a map is missing).
-    static func unrestorable(_ repository: PagedRepository, index: IndexFile, anyDamaged: Bool) throws -> [String] {
+    /// Also the records a newer storectl wrote (`newer`: not damage, not checked here), from the
+    /// same read of the catalog.
+    static func unrestorable(_ repository: PagedRepository, index: IndexFile, anyDamaged: Bool) throws -> (problems: [String], newer: [String]) {
         var locations: [ContentID: BlobLocation] = [:]
         var pageLengths: [ContentID: UInt32] = [:]
         for (pack, contents) in index.packs {
@@ -175,6 +176,7 @@ public enum RepositoryRepair {
         }
         let (records, damagedRecords) = try repository.catalog()
         // A newer storectl's record is not damage (its storectl reads it): not marked FAILED.
+        let newer = damagedRecords.filter { $0.problem.contains(Self.newerNote) }.map { "snapshot \($0.id): \($0.problem)" }
         var problems = damagedRecords.filter { !$0.problem.contains(Self.newerNote) }.map { "snapshot \($0.id): \($0.problem)" }
         for record in records {
             // The map itself in a damaged pack: say so, not that it is in no index (it is, in the
@@ -196,6 +198,6 @@ public enum RepositoryRepair {
                 problems.append(error.message.hasPrefix("snapshot \(record.id)") ? error.message : "snapshot \(record.id): \(error.message)")
             }
         }
-        return problems.sorted()
+        return (problems.sorted(), newer)
     }
 }

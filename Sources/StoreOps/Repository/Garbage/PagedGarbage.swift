@@ -63,7 +63,7 @@ public enum PagedGarbage {
         records.removeAll { excluding.contains($0.id) }
         guard damaged.isEmpty else {
             // What to do, said where a nightly prune's log shows it (it only said that nothing was removed).
-            let keys = damaged.filter { !$0.problem.contains("this storectl reads up to") }.map { repository.backend.describe(PagedSnapshotRecord.key($0.id)) }
+            let keys = damaged.filter { !$0.problem.contains(RepositoryRepair.newerNote) }.map { repository.backend.describe(PagedSnapshotRecord.key($0.id)) }
             guard !keys.isEmpty else {   // written by a newer storectl: that storectl's prune collects
                 return .skipped("\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) of a newer storectl (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown here, so no data was removed (a newer storectl's prune collects)", repairable: false)
             }
