@@ -151,6 +151,27 @@ struct BadInputTests {
         #expect(result.stderr.contains(message), "\(given): \(result.stderr)")
     }
 
+    @Test("repo init inside another repository is refused (73, naming it), at any depth; beside it is fine (a trial: a repository was made in another's folder)")
+    func initInsideAnother() throws {
+        let folder = try TempFolder()
+        let environment = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        let outer = folder.file("repo")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", outer], environment: environment).status == 0)
+        try FileManager.default.createDirectory(atPath: outer + "/deeper", withIntermediateDirectories: false)
+        for inner in [outer + "/sub", outer + "/deeper/sub", outer + "/data"] {
+            let result = try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", inner], environment: environment)
+            #expect(result.status == 73 && result.stderr.contains("is inside the repository \(outer)"), "\(inner): \(result.status) \(result.stderr)")
+        }
+        #expect(FileSystem.kind(of: outer + "/sub") == .missing && FileSystem.kind(of: outer + "/deeper/sub") == .missing)
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", outer], environment: environment).status == 0)
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", folder.file("beside")], environment: environment).status == 0)
+        // A file named config that is not a repository's does not count.
+        let plain = folder.file("plain")
+        try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: false)
+        try Data("[core]\n".utf8).write(to: URL(fileURLWithPath: plain + "/config"))
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", plain + "/r"], environment: environment).status == 0)
+    }
+
     @Test("a scheduled run of a policy that names no password, with none in the environment and no terminal: 64 saying what the policy lacks, not only that there is no terminal")
     func scheduledRunWithoutPassword() throws {
         let folder = try TempFolder()
@@ -333,6 +354,7 @@ struct BadInputTests {
             (["key", "list", "--repo", one], 65, "storectl repo convert \(one) --repo NEW"),
             (["repo", "repair", "--repo", one], 65, "is a format-1 repository (made by an earlier storectl)"),
             (["snapshot", "export", "--repo", repo, id, "--output", folder.file("s.zip")], 64, "*.tar.zst"),
+            (["snapshot", "export", "--repo", repo, id, "--output", folder.path], 64, "is a folder: the archive is one file"),
             (["snapshot", "export", "--repo", repo, "20000101T000000Z", "--output", folder.file("s.tar.zst")], 66, "no snapshot"),
             (["snapshot", "create", store, "--repo", repo, "--compression", "xz"], 64, "unknown option '--compression'"),
             (["snapshot", "restore", "--repo", repo, id, "--to", folder.file("full")], 73, "is a folder: --to names the store file the restore makes\n  hint: name a file in it that does not exist yet, e.g. --to \(folder.file("full"))/"),

@@ -153,6 +153,10 @@ struct S3ServerTests {
         let refused = try run(["repo", "init", "--repo", other], folder)
         #expect(refused.status == 73 && refused.stderr.contains("is not empty (it holds photos/1.jpg)"), "\(refused.stderr)")
         #expect(try S3Backend(url: other).list("").map(\.key) == ["photos/1.jpg"])
+        // A prefix inside the repository's is not made one (a trial: it was, and its objects were
+        // the outer repository's unknown objects).
+        let inside = try run(["repo", "init", "--repo", repo + "/inner/deeper"], folder)
+        #expect(inside.status == 73 && inside.stderr.contains("is inside the repository \(repo)"), "\(inside.stderr)")
         #expect(try backend.list("").map(\.key) == before, "nothing written to the repository")
     }
 

@@ -47,6 +47,10 @@ public enum RepositoryInit {
     static func initializeRemote(_ options: Options) throws -> Result {
         let backend = try S3Backend(url: options.location)
         try backend.prepare()
+        if let outer = try backend.enclosingRepository() {
+            throw StoreOpsError(.cannotCreate, "\(backend.location) is inside the repository \(outer): a repository needs a prefix of its own, outside any other",
+                                hint: "choose a prefix beside it, not under it (s3://\(backend.bucket)/NEW-PREFIX), or use \(outer) as it is")
+        }
         let there = try backend.list("")
         if there.contains(where: { $0.key == RepositoryConfig.key }) {
             throw StoreOpsError(.cannotCreate, "\(backend.location) is already a storectl repository", hint: "use it as it is, or choose another prefix")
@@ -61,9 +65,14 @@ public enum RepositoryInit {
         return Result(location: backend.location, encrypted: options.encrypted, id: made.config.id, keyID: made.keyID)
     }
 
-    /// A new repository may go at a missing path (in an existing folder) or in an empty folder.
+    /// A new repository may go at a missing path (in an existing folder) or in an empty folder,
+    /// outside any other repository.
     static func checkTarget(_ absolute: String) throws -> FileSystem.Kind {
         let kind = FileSystem.kind(of: absolute)
+        if let outer = enclosingRepository(absolute) {
+            throw StoreOpsError(.cannotCreate, "cannot create the repository \(absolute): it is inside the repository \(outer)",
+                                hint: "choose a folder outside it (a repository's folders are its own: its prune and check would see this one's files)")
+        }
         switch kind {
         case .missing:
             let parent = FileSystem.parent(of: absolute)
@@ -83,5 +92,23 @@ public enum RepositoryInit {
             throw StoreOpsError(.cannotCreate, "\(absolute) exists and is not a folder")
         }
         return kind
+    }
+
+    /// The nearest folder above `absolute` that is a storectl repository (format 2's `config`
+    /// naming itself so, or format 1's marker), if any.
+    static func enclosingRepository(_ absolute: String) -> String? {
+        var folder = FileSystem.parent(of: absolute)
+        while true {
+            let config = (folder as NSString).appendingPathComponent(RepositoryConfig.key)
+            if FileSystem.kind(of: config) == .file, let handle = FileHandle(forReadingAtPath: config) {
+                let head = (try? handle.read(upToCount: 4096)) ?? Data()
+                try? handle.close()
+                if head.range(of: Data("\"storectl-repository\"".utf8)) != nil { return folder }
+            }
+            if FileSystem.kind(of: (folder as NSString).appendingPathComponent(FormatOneRepository.markerName)) != .missing { return folder }
+            let up = FileSystem.parent(of: folder)
+            if up == folder || folder == "/" || folder == "." { return nil }
+            folder = up
+        }
     }
 }

@@ -123,6 +123,9 @@ public enum SnapshotExport {
     /// The archive's name is checked before the repository is opened: 64 for a name that is not
     /// `*.tar.zst`, 73 when it exists or its folder is missing or read-only. Returns the folder.
     static func checkOutput(_ output: String) throws -> String {
+        if FileSystem.kind(of: output) == .directory {
+            throw StoreOpsError.refused("--output \(output) is a folder: the archive is one file", hint: "name the file in it: --output \((output as NSString).appendingPathComponent("SNAPSHOT.tar.zst"))")
+        }
         guard output.hasSuffix(".tar.zst") else {
             throw StoreOpsError(.usage, "--output \(output): the archive is zstd-compressed tar; name it *.tar.zst")
         }

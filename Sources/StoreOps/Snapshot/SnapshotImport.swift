@@ -159,6 +159,14 @@ public enum SnapshotImport {
             progress?(.stage("verify"))
             try verify(record, in: repository, expected: expected, scratch: scratch, heldBefore: true)
         }
+        // The verification is recorded as `snapshot verify` records its own (the list's LAST
+        // VERIFIED said "never" after an import that had said "verified"). The snapshot is in
+        // either way: a note that cannot be written is a warning, not a failed import.
+        do {
+            try repository.recordVerification(record.id, .init(at: Timestamp.now(), ok: true, level: .quick, problem: nil))
+        } catch {
+            SnapshotCreate.logger.warning("snapshot \(record.id) was verified; recording that failed: \(error)")
+        }
         return Result(id: facts.id, repository: repository.location, alreadyThere: alreadyThere,
                       addedBytes: added, databaseSHA256: expected, startedAt: origin.startedAt, host: origin.host, source: origin.source.path,
                       tags: facts.tags)

@@ -80,4 +80,48 @@ struct S3SilenceTests {
         moving.failed(later)
         #expect(moving.since(zero.addingTimeInterval(5)) == zero.addingTimeInterval(3))
     }
+
+    @Test("an https endpoint whose server speaks plain HTTP fails at once, saying so and naming http:// (a trial: it was retried for the whole deadline as if the server were down)")
+    func httpsAgainstPlainHTTP() throws {
+        // A plain-HTTP server on loopback: every connection gets an HTTP answer, whatever it sent.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(fd >= 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let listening = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        } && listen(fd, 8) == 0
+        #expect(listening)
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let server = Thread {
+            while true {
+                let connection = accept(fd, nil, nil)
+                guard connection >= 0 else { return }
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                _ = read(connection, &buffer, buffer.count)
+                let answer = Array("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
+                _ = write(connection, answer, answer.count)
+                close(connection)
+            }
+        }
+        server.start()
+        defer { shutdown(fd, Int32(SHUT_RDWR)); close(fd) }
+
+        var settings = S3Settings(credentials: .init(accessKey: "test", secretKey: "test"), credentialSource: "test", region: "us-east-1",
+                                  endpoint: "https://127.0.0.1:\(port)", pathStyle: true, parallel: 1, retries: 6, timeout: 5,
+                                  multipartThreshold: 0, partSize: 0)
+        settings.backoff = 0.5
+        let client = S3Client(settings: settings, bucket: "bucket", location: "s3://bucket", finishBy: { nil })
+        let started = Date()
+        do {
+            _ = try client.send("GET", method: "GET", key: "k", what: "k")
+            Issue.record("a request to a plain-HTTP server over https succeeded")
+        } catch let error as StoreOpsError {
+            #expect(error.status.rawValue == 74 && error.message.contains("does not speak TLS") && (error.hint ?? "").contains("http://"),
+                    "\(error.message) / \(error.hint ?? "")")
+        }
+        #expect(Date().timeIntervalSince(started) < 2, "retried for \(Date().timeIntervalSince(started)) s")
+    }
 }

@@ -86,6 +86,8 @@ struct ImportConvertTests {
             #expect(try restore(b, id, "b-\(id).sqlite") == (try restore(a, id, "a-\(id).sqlite")))
         }
         #expect(try summaries(b) == (try summaries(a)))
+        // Verified by the import, and listed so (LAST VERIFIED said never).
+        #expect(try SnapshotSummary.list(repository: b, password: password).allSatisfy { $0.lastVerified?.ok == true && $0.lastVerified?.level == .quick })
         // The second imported snapshot was stored against the first: only what changed was added.
         let records = try PagedRepository.open(LocalBackend(root: b), password: password).catalog().records
         let secondRecord = try #require(records.first { $0.id == second.id })

@@ -41,6 +41,26 @@ public final class S3Backend: RepositoryBackend {
         self.init(bucket: bucket, prefix: prefix, settings: try S3Settings.resolve(bucket: bucket))
     }
 
+    /// The repository whose prefix holds this one's (`s3://b/repo` for `s3://b/repo/sub`), if
+    /// any: its `config` under an ancestor prefix. A repository inside another is listed as the
+    /// outer one's unknown objects, and the outer one's prune and check see them.
+    func enclosingRepository() throws -> String? {
+        let parts = prefix.split(separator: "/")
+        for depth in 0..<parts.count {
+            let ancestor = parts[0..<depth].joined(separator: "/")
+            let key = ancestor.isEmpty ? RepositoryConfig.key : "\(ancestor)/\(RepositoryConfig.key)"
+            // Credentials scoped to the new prefix may not read above it (403): not known, not refused.
+            let response: S3Client.Response
+            do { response = try client.send("GET", method: "GET", key: key, what: "s3://\(bucket)/\(key)") } catch let error as StoreOpsError where error.kind == .wrongPassword {
+                continue
+            }
+            if response.status == 200, response.body.range(of: Data("\"storectl-repository\"".utf8)) != nil {
+                return "s3://\(bucket)\(ancestor.isEmpty ? "" : "/" + ancestor)"
+            }
+        }
+        return nil
+    }
+
     public static func isS3(_ location: String) -> Bool { location.lowercased().hasPrefix("s3://") }
 
     /// - Throws: 64 for a malformed URL or bucket name.

@@ -173,6 +173,12 @@ final class S3Client: Sendable {
                 if !retryable { return try judge(response, kind: kind, what: what) }
                 lastProblem = response.summary
             case .failed(let problem):
+                // An https endpoint whose server speaks plain HTTP: OpenSSL reads its HTTP answer as
+                // a TLS record ("wrong version number", "packet length too long"). No retry changes that.
+                if url.hasPrefix("https://"), problem.contains("wrong version number") || problem.contains("packet length too long") {
+                    throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what): the endpoint \(settings.endpoint) does not speak TLS (\(problem))",
+                                        hint: "if the server serves plain HTTP, give the endpoint as http://… (AWS_ENDPOINT_URL_S3, or endpoint_url in the profile)")
+                }
                 lastProblem = problem
             case .untrusted(let problem):
                 // A certificate that is not trusted stays untrusted: no retry.
@@ -235,7 +241,12 @@ final class S3Client: Sendable {
         switch (response.status, response.code) {
         case (403, _):
             throw StoreOpsError(.wrongPassword, "access denied to the bucket \(bucket) (\(kind) \(what)): \(response.summary)",
-                                hint: "check the credentials (from \(settings.credentialSource); or AWS_PROFILE) and that they may read and write s3://\(bucket)")
+                                hint: "check the credentials (from \(settings.credentialSource); or AWS_PROFILE), that they may read and write s3://\(bucket)"
+                                    + (response.code == "SignatureDoesNotMatch" || response.code == "AuthorizationHeaderMalformed"
+                                        ? ", and the region (AWS_REGION, now \(settings.region)): a request signed for another region is refused too" : ""))
+        case (400, "AuthorizationHeaderMalformed"):
+            throw StoreOpsError(.wrongPassword, "the bucket \(bucket) refused the request's signature (\(kind) \(what)): \(response.summary)",
+                                hint: "set AWS_REGION to the bucket's region (now \(settings.region)), or check the credentials (from \(settings.credentialSource))")
         case (404, "NoSuchBucket"):
             throw StoreOpsError(.noInput, "the bucket \(bucket) does not exist at \(settings.endpoint)",
                                 hint: "create the bucket first (storectl never creates buckets), or check the name and AWS_ENDPOINT_URL_S3")

@@ -136,8 +136,9 @@ private struct AWSProfile {
             return (.init(accessKey: id, secretKey: secret, sessionToken: setting("aws_session_token")),
                     "profile \(profile) in \(fromCredentials["aws_access_key_id"] != nil ? credentialsFile : configFile)")
         }
-        throw StoreOpsError(.usage, "no S3 credentials for s3://\(bucket): neither AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY nor the profile \(profile) in \(credentialsFile) names them",
-                            hint: "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or set AWS_PROFILE to a profile of \(credentialsFile)")
+        // 64 without the command's usage line: the command line is right, the environment lacks keys.
+        throw StoreOpsError.refused("no S3 credentials for s3://\(bucket): neither AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY nor the profile \(profile) in \(credentialsFile) names them",
+                                    hint: "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or set AWS_PROFILE to a profile of \(credentialsFile)")
     }
 
     /// The endpoint (no trailing slash), its scheme, and whether buckets go in the path.
