@@ -35,11 +35,15 @@ struct RecoverCommand: ParsableCommand, JSONOutput {
             if swap.verified == false {
                 print("warning: \(swap.target) is not the database the \(swap.operation) staged (written to since it was put in place, or damaged): look at it before the app trusts it (`storectl preflight \(swap.target)`)")
             }
-        } else if result.inFolder == nil, result.removedTemporaryFiles.isEmpty {
+        } else if result.inFolder == nil, result.removedTemporaryFiles.isEmpty, result.running == nil {
             print("nothing to recover at \(result.path)")
         }
         if !result.removedTemporaryFiles.isEmpty {
             print("removed \(result.removedTemporaryFiles.count) temporary file\(result.removedTemporaryFiles.count == 1 ? "" : "s") of dead storectl runs")
+        }
+        if let running = result.running {
+            let pids = Array(Set(running.map(\.pid))).sorted().map(String.init).joined(separator: ", ")
+            print("left alone: \(Format.plural(running.count, "temporary file", "temporary files")) of storectl runs still going (pid \(pids)); a run killed later leaves them to the next recover")
         }
         if let journal = result.interruptedMigration { print("note: \(journal.advice)") }
         for inner in result.inFolder ?? [] {

@@ -76,6 +76,13 @@ struct StoreSwapTests {
         #expect(onFolder.status == 0 && onFolder.stdout.contains("removed 1 temporary file"), "\(onFolder.status) \(onFolder.stdout)\(onFolder.stderr)")
         #expect(FileSystem.kind(of: left) == .missing)
         #expect(FileSystem.kind(of: scratch + ".storectl-lock") == .missing && FileSystem.kind(of: fixture.out + "/.storectl-lock") == .missing)
+        // A run still going (this test's pid): its file is left alone, and said so (a trial: "nothing to recover").
+        let live = scratch + "/.b.sqlite.tmp-storectl-\(getpid())-live"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: live))
+        let beside = try fixture.run(["recover", scratch])
+        #expect(beside.status == 0 && beside.stdout.contains("left alone: 1 temporary file of storectl runs still going (pid \(getpid()))")
+                && !beside.stdout.contains("nothing to recover"), "\(beside.stdout)")
+        #expect(FileSystem.kind(of: live) == .file)
     }
 
     @Test("a restore killed after its database was put in place (no SHA-256 of it is taken: every page was checked against its id): recovery verifies the file in place is the one staged by its inode, size and modification time, for --to and --in-place of a WAL store alike; a file written since is not verified")

@@ -14,6 +14,13 @@ public enum Recovery {
         public var interruptedMigration: MigrationJournal?
         /// `recover FOLDER`: the interrupted swaps of stores in it, each finished as for the store.
         public var inFolder: [Result]?
+        /// `recover FOLDER`: temporary files of storectl runs still going (left alone), with their pids.
+        public var running: [RunningFile]?
+    }
+
+    public struct RunningFile: Sendable, Codable, Equatable {
+        public var path: String
+        public var pid: Int32
     }
 
     /// What every command that touches a store does first: finish an interrupted swap of it (so
@@ -70,7 +77,14 @@ public enum Recovery {
                 .map { (folder as NSString).appendingPathComponent(String($0.dropLast(StoreSwap.journalSuffix.count))) }
             let inFolder = try stores.map { try run(path: $0) }
             let removed = PendingFile.removeStale(in: folder) + removeStaleScratch()
-            return Result(path: folder, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil, inFolder: inFolder.isEmpty ? nil : inFolder)
+            // What is left of storectl's temporary files belongs to runs still going: said, not
+            // touched (a trial's `recover FOLDER` beside a running backup said "nothing to recover").
+            let running = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted().compactMap { name -> RunningFile? in
+                guard let pid = PendingFile.temporaryOwner(name) else { return nil }
+                return RunningFile(path: (folder as NSString).appendingPathComponent(name), pid: pid)
+            }
+            return Result(path: folder, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil, inFolder: inFolder.isEmpty ? nil : inFolder,
+                          running: running.isEmpty ? nil : running)
         }
         if !StoreSwap.pending(target: store.path), isNotADatabase(store.path) {
             // Not a database (a password file, a policy, an export archive): no swap can be
