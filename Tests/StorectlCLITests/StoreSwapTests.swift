@@ -64,6 +64,12 @@ struct StoreSwapTests {
         let fixture = try Scenarios.storeWithSnapshot()
         let password = fixture.out + "/pw"
         try Data("secret\n".utf8).write(to: URL(fileURLWithPath: password))
+        // A copy no storectl job ran on (a backup): recovered without a lock file left beside it.
+        let copy = fixture.out + "/copy.sqlite"
+        #expect(try fixture.run(["backup", fixture.store, "--output", copy]).status == 0)
+        let onCopy = try fixture.run(["recover", copy])
+        #expect(onCopy.status == 0 && onCopy.stdout.contains("nothing to recover"), "\(onCopy.stdout)\(onCopy.stderr)")
+        #expect(FileSystem.kind(of: copy + ".storectl-lock") == .missing, "a lock file beside a recovered copy")
         let onFile = try fixture.run(["recover", password])
         #expect(onFile.status == 0 && onFile.stdout.contains("nothing to recover"), "\(onFile.status) \(onFile.stdout)\(onFile.stderr)")
         #expect(FileSystem.kind(of: password + ".storectl-lock") == .missing, "a lock file beside a password file")

@@ -93,6 +93,14 @@ public enum Recovery {
             let removed = PendingFile.removeStale(in: store.folder)
             return Result(path: store.path, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil)
         }
+        // Nothing pending and no lock file (no storectl job ever ran on it: a backup, a restored
+        // copy): nothing to finish, and no lock file left beside it (a trial found one beside every
+        // copy it recovered). A job starting meanwhile makes its lock file before any swap, and a
+        // swap is finished only under the lock.
+        guard StoreSwap.pending(target: store.path) || FileSystem.kind(of: store.jobLockPath) != .missing else {
+            let removed = PendingFile.removeStale(besideStore: store) + removeStaleScratch()
+            return Result(path: store.path, swap: nil, removedTemporaryFiles: removed, interruptedMigration: MigrationJournal.read(store))
+        }
         let lock = try JobLock.acquire(path: store.jobLockPath, job: "recover")
         defer { lock.release() }
         let swap = try StoreSwap.recover(target: store.path)
