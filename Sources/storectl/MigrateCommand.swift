@@ -96,6 +96,7 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             break
         }
         lines.append("migrate \(report.store): version \(plan.current) -> \(plan.target)")
+        if let resumed = report.resumeVerified { lines.append("  resumed: \(resumed)") }
         if let snapshot = report.snapshot {
             lines.append("  snapshot \(snapshot) (pre-migrate, checked when taken\(report.snapshotPoint.map { "; made from replicate's point \($0), the store as it was" } ?? ""))")
         }

@@ -412,6 +412,34 @@ struct DiffCLITests {
         #expect((outcomes[2] ?? 0) + (outcomes[65] ?? 0) > 0, "the damage was seen at least once: \(outcomes)")
     }
 
+    @Test("damage the page comparison took for free space or derived data is 65 naming the file and the page (a trial: both were \"same\", exit 0): a zeroed index leaf, a pointer-map page with entries SQLite never writes; the undamaged copy still diffs the same")
+    func damageNotTakenForFreeSpace() throws {
+        let folder = try TempFolder()
+        let root = (ReadmeTranscriptTests.packageRoot as NSString).appendingPathComponent("Tests/Fixtures/coredata/notes-macos15/NoteStore-macOS-15-Seqoia.sqlite")
+        let original = folder.file("original.sqlite")
+        try FileManager.default.copyItem(atPath: root, toPath: original)
+        let (leaf, autoVacuum) = try DatabaseQueue(path: original, configuration: { var c = Configuration(); c.readonly = true; return c }()).read { db in
+            (try Int.fetchOne(db, sql: "SELECT pageno FROM dbstat WHERE name = 'ZICCLOUDSYNCINGOBJECT_ZFOLDER_INDEX' AND pagetype = 'leaf' ORDER BY pageno LIMIT 1"),
+             try Int.fetchOne(db, sql: "PRAGMA auto_vacuum"))
+        }
+        let page = try #require(leaf)
+        #expect(autoVacuum != 0, "the fixture has pointer-map pages")
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: original))
+        var zeroed = bytes
+        zeroed.replaceSubrange((page - 1) * 4096..<(page * 4096), with: Data(count: 4096))
+        let zeroedPath = folder.file("zeroed.sqlite")
+        try zeroed.write(to: URL(fileURLWithPath: zeroedPath))
+        let one = try storectl("diff", original, zeroedPath)
+        #expect(one.status == 65 && one.stderr.contains(zeroedPath) && (one.stderr.contains("page \(page) is all zeros") || one.stderr.contains("page \(page) is not a b-tree page")), "\(one.status) \(one.stdout)\(one.stderr)")
+        var mapped = bytes
+        for k in 0..<8 { mapped[4096 + 10 + 5 * k] = 0xEE }   // page 2's entries' type bytes
+        let mappedPath = folder.file("pointer-map.sqlite")
+        try mapped.write(to: URL(fileURLWithPath: mappedPath))
+        let two = try storectl("diff", mappedPath, original)
+        #expect(two.status == 65 && two.stderr.contains(mappedPath) && two.stderr.contains("pointer-map page 2"), "\(two.status) \(two.stdout)\(two.stderr)")
+        #expect(try storectl("diff", original, root).status == 0)
+    }
+
     @Test("--key with an attribute the entity lacks (the Notes store): 64, and the hint lists the entity's own attributes from the model (ICNote's identifier, not ICAccount's accountType), all of them or a count of the rest; blank sides are 64")
     func keyHintNamesTheEntitysAttributes() throws {
         let folder = try TempFolder()

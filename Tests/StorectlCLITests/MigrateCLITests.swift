@@ -193,6 +193,56 @@ struct MigrateCLITests {
         #expect(!FileManager.default.fileExists(atPath: fixture.journal))
     }
 
+    @Test("a run killed between two migrations, then --resume with the rest pending: what the killed run committed is verified against its pre-migrate snapshot before anything more is applied (a trial: its undeclared change was kept, \"migrated\", exit 0, and rollback's snapshot held it); undeclared: 2, nothing applied, rollback restores the store before the run; declared: the rest applied, 0, saying both")
+    func resumeWithPendingVerifiesWhatWasCommitted() throws {
+        let fixture = try MigrationCLIFixture()
+        #expect(try fixture.migrate().status == 0, "migrations 1-3")
+        let before = try storeDigest(fixture.store)
+        let sneaky = "-- storectl: changes Category\nUPDATE ZCATEGORY SET ZCOLOR = 'resumed';\nUPDATE ZITEM SET ZTITLE = 'undeclared' WHERE Z_PK = 1;\n"
+        try Data(sneaky.utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_color.sql"))
+        try Data("-- storectl: changes Category\nUPDATE ZCATEGORY SET ZCOLOR = 'five';\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0005_five.sql"))
+        #expect(try fixture.migrate(environment: ["STORECTL_FAULT_POINT": "after-commit-4"]).status == 137)
+        let killed = try storeDigest(fixture.store)
+        let resumed = try fixture.migrate(["--resume"])
+        #expect(resumed.status == 2 && resumed.stderr.contains("were never verified") && resumed.stderr.contains("version 3 -> 4, of the run's 3 -> 5")
+                && resumed.stderr.contains("ZTITLE changed in 1 object"), "\(resumed.status) \(resumed.stdout) \(resumed.stderr)")
+        #expect(try storeDigest(fixture.store) == killed, "nothing more applied")
+        #expect(FileManager.default.fileExists(atPath: fixture.journal), "the interruption stays recorded")
+        #expect(try storectl("rollback", fixture.store, "--repo", fixture.repo).status == 0)
+        #expect(try storeDigest(fixture.store) == before, "the store before the killed run")
+        // Declared: what was committed verified, the rest applied.
+        try Data("-- storectl: changes Category\nUPDATE ZCATEGORY SET ZCOLOR = 'resumed';\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_color.sql"))
+        #expect(try fixture.migrate(environment: ["STORECTL_FAULT_POINT": "after-commit-4"]).status == 137)
+        let good = try fixture.migrate(["--resume"])
+        #expect(good.status == 0 && good.stdout.contains("resumed: the interrupted run's migrations verified against the pre-migrate snapshot")
+                && good.stdout.contains("applied 0005_five"), "\(good.stdout) \(good.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: fixture.journal))
+    }
+
+    @Test("a migration that inserts an object without raising Core Data's key counter (Z_PRIMARYKEY.Z_MAX), or changes the store's UUID undeclared, is refused and rolled back (3; a trial's was \"migrated\", exit 0, and preflight failed the store after); one that raises the counter passes")
+    func coreDataKeepingAfterMigrations() throws {
+        for (sql, refusal) in [
+            ("-- storectl: changes Category\nINSERT INTO ZCATEGORY (Z_PK, Z_ENT, Z_OPT, ZNAME) SELECT max(Z_PK) + 1, (SELECT Z_ENT FROM ZCATEGORY LIMIT 1), 1, 'new' FROM ZCATEGORY;\n",
+             "key counters are behind the keys in use"),
+            ("-- storectl: changes Category\nUPDATE Z_METADATA SET Z_UUID = 'AAAAAAAA-0000-0000-0000-000000000000';\n", "changed the store's UUID"),
+            ("-- storectl: changes Category\nINSERT INTO ZCATEGORY (Z_PK, Z_ENT, Z_OPT, ZNAME) SELECT max(Z_PK) + 1, (SELECT Z_ENT FROM ZCATEGORY LIMIT 1), 1, 'new' FROM ZCATEGORY;\n"
+             + "UPDATE Z_PRIMARYKEY SET Z_MAX = (SELECT max(Z_PK) FROM ZCATEGORY) WHERE Z_NAME = 'Category';\n", ""),
+        ] {
+            let fixture = try MigrationCLIFixture()
+            #expect(try fixture.migrate().status == 0, "migrations 1-3")
+            let before = try storeDigest(fixture.store)
+            try Data(sql.utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_more.sql"))
+            let run = try fixture.migrate()
+            if refusal.isEmpty {
+                #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
+                #expect(try storectl("preflight", fixture.store).status == 0)
+            } else {
+                #expect(run.status == 3 && (run.stdout + run.stderr).contains(refusal), "\(refusal): \(run.status) \(run.stdout) \(run.stderr)")
+                #expect(try storeDigest(fixture.store) == before, "rolled back")
+            }
+        }
+    }
+
     @Test("killed before its first migration committed, beside an app that went on committing: rollback restores nothing (the run committed nothing; restoring its snapshot would take the app's commits out of the store), clears the journal, and says so; with a no-transaction migration pending it cannot prove that and restores")
     func interruptedBeforeAnyCommit() throws {
         for noTransaction in [false, true] {

@@ -434,11 +434,11 @@ final class PageDiff {
         for p in differs.indices where differs[p] { unexplained.append(UInt32(p + 1)) }
         guard !unexplained.isEmpty else { return true }
         let freeA = try freelist(a, header: headerA), freeB = try freelist(b, header: headerB)
-        func remaining(_ side: any DiffPages, _ header: SQLitePages.Header, _ explained: PageSet, _ free: Set<UInt32>) throws -> [UInt32] {
-            let candidates = unexplained.filter { p in
-                Int(p) <= side.pageCount && !explained.contains(p) && !free.contains(p) && !Self.isPointerMap(p, header: header)
-            }
+        func remaining(_ side: any DiffPages, _ header: SQLitePages.Header, _ explained: PageSet, _ free: Set<UInt32>,
+                       _ schema: [SchemaEntry]) throws -> [UInt32] {
+            let candidates = unexplained.filter { p in Int(p) <= side.pageCount && !explained.contains(p) && !free.contains(p) }
             var left: [UInt32] = []
+            var zeros: [UInt32] = []
             var start = 0
             while start < candidates.count {
                 let batch = Array(candidates[start..<min(candidates.count, start + 256)])
@@ -446,19 +446,31 @@ final class PageDiff {
                 let bytes = try side.read(batch)
                 for p in batch {
                     guard let raw = bytes[p] else { left.append(p); continue }
+                    if Self.isPointerMap(p, header: header) {
+                        // Derived data, not compared; but one that no longer reads as a pointer map
+                        // is damage (a trial's random bytes in page 2 were "same").
+                        try Self.checkPointerMap(p, raw, side: side, header: header)
+                        continue
+                    }
                     let offset = p == 1 ? 100 : 0
                     let type = raw[offset]
                     // An index page (its type byte; an overflow page starting so would point past the file's end).
-                    if type == 0x02 || type == 0x0A, (UInt32(type) << 24) > UInt32(side.pageCount) { continue }
-                    // Page 1 and the lock-byte page's neighbourhood aside, an all-zero page is free space.
-                    if raw.allSatisfy({ $0 == 0 }) { continue }
+                    if type == 0x02 || type == 0x0A, (UInt32(type) << 24) > UInt32(side.pageCount) {
+                        // One that does not read as a b-tree page is damage, not an index's change.
+                        _ = try SQLitePages.BTreePage(number: p, bytes: raw, usable: header.usable, what: side.what)
+                        continue
+                    }
+                    // Page 1 and the lock-byte page's neighbourhood aside, an all-zero page is free
+                    // space, unless a b-tree holds it (checked below).
+                    if raw.allSatisfy({ $0 == 0 }) { zeros.append(p); continue }
                     left.append(p)
                 }
             }
+            if !zeros.isEmpty { try checkZeroPages(zeros, side: side, header: header, schema: schema) }
             return left
         }
-        let leftA = try remaining(a, headerA, explainedA, freeA)
-        let leftB = try remaining(b, headerB, explainedB, freeB)
+        let leftA = try remaining(a, headerA, explainedA, freeA, schemaA)
+        let leftB = try remaining(b, headerB, explainedB, freeB, schemaB)
         guard leftA.isEmpty, leftB.isEmpty else {
             let page = (leftA + leftB).min() ?? 0
             fellBackReason = "page \(page) differs and is no table's, index's or free page, nor a decoded row's overflow: every leaf compared"
@@ -466,6 +478,34 @@ final class PageDiff {
             return false
         }
         return true
+    }
+
+    /// All-zero pages that differ: free space, unless a b-tree of the side holds one (a zeroed
+    /// index page was taken for free space, and two files one of which was damaged were "same").
+    /// Every b-tree of the side is walked (its interior pages: about 1% of a store), only when
+    /// there are such pages.
+    private func checkZeroPages(_ zeros: [UInt32], side: any DiffPages, header: SQLitePages.Header, schema: [SchemaEntry]) throws {
+        let wanted = Set(zeros)
+        for entry in schema where entry.rootPage > 0 && (entry.type == "table" || entry.type == "index") {
+            var visited = PageSet()
+            let tree = try walk(side, root: entry.rootPage, header: header, explained: &visited)
+            if let page = zeros.first(where: { visited.contains($0) }) ?? tree.leaves.first(where: { wanted.contains($0) }) {
+                throw StoreOpsError(.badData, "\(side.what) is damaged: page \(page) is all zeros, and the b-tree of \(entry.type) \(entry.name) holds it",
+                                    hint: "`storectl preflight --full` (integrity_check) tells what else is damaged; restore the store from a snapshot or a backup")
+            }
+        }
+    }
+
+    /// A pointer-map page (auto-vacuum stores) whose entries cannot be SQLite's: 65 naming the side.
+    private static func checkPointerMap(_ page: UInt32, _ raw: [UInt8], side: any DiffPages, header: SQLitePages.Header) throws {
+        let entries = header.usable / 5
+        for i in 0..<entries where Int(page) + 1 + i <= side.pageCount {
+            let type = raw[5 * i]
+            guard type <= 5 else {
+                throw StoreOpsError(.badData, "\(side.what) is damaged: pointer-map page \(page) has an entry of type \(type) (for page \(Int(page) + 1 + i)); SQLite writes 1 to 5",
+                                    hint: "`storectl preflight --full` (integrity_check) tells what else is damaged; restore the store from a snapshot or a backup")
+            }
+        }
     }
 
     private static func isPointerMap(_ page: UInt32, header: SQLitePages.Header) -> Bool {

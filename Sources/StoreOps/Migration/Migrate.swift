@@ -260,13 +260,19 @@ public enum Migrate {
         /// Plans from the store's history; refuses (65) what cannot run, (64) going down.
         @discardableResult
         func makePlan(checkingJournal: Bool) throws -> MigrationPlan {
-            if checkingJournal, let journal = MigrationJournal.read(store) {
-                guard options.resume else { throw StoreOpsError(.failure, journal.advice) }
-                try MigrationJournal.remove(store)
-            }
+            let journal = checkingJournal ? MigrationJournal.read(store) : nil
+            if let journal, !options.resume { throw StoreOpsError(.failure, journal.advice) }
             let plan = try plan(of: store, subject: "the store",
                                 hint: "storectl rollback \(store.path) --repo \(options.repository) restores a pre-migrate snapshot")
             report.plan = plan
+            if let journal {
+                // What the interrupted run committed before it was killed is verified against its
+                // own pre-migrate snapshot first, as its verify stage would have: the rest is
+                // verified against this run's new snapshot, which holds those migrations' changes
+                // as they were (a trial's resume kept an undeclared change, "migrated", exit 0).
+                if plan.current > journal.fromVersion { try verifyResumed(journal, through: plan.current) }
+                try MigrationJournal.remove(store)
+            }
             return plan
         }
 
@@ -472,6 +478,8 @@ public enum Migrate {
 
         /// With --wait: when the app's connections went away (`--timeout` from the first wait).
         private var waitDeadline: Date?
+        /// Core Data's store UUID (`Z_METADATA`) when the safety snapshot was taken.
+        var storeUUID: String?
 
         /// Until no other process has the store open, or `--timeout` passed since the first wait.
         func waitUntilClosed(_ pipeline: Pipeline) {
@@ -510,6 +518,7 @@ public enum Migrate {
                 throw StoreOpsError(.badData, "the pre-migrate snapshot \(created.id) failed verification (\(problem)); nothing was changed")
             }
             report.snapshot = created.id
+            if let queue { storeUUID = try? queue.inDatabase { try CoreDataStore.read($0)?.metadata.uuid } }
             FaultInjection.reach("after-snapshot")
             try MigrationJournal(pid: getpid(), host: ProcessInfo.processInfo.hostName, startedAt: Timestamp.now(), store: store.path,
                                  repository: report.repository, snapshotId: created.id, fromVersion: report.plan.current,
@@ -734,8 +743,9 @@ public enum Migrate {
         /// migrations it applied declare; relationships must still resolve, and the store pass
         /// `quick_check`. Throws 2 with what is wrong (nothing is changed; the journal stays, so
         /// that `rollback` still knows the snapshot).
-        func verifyResumed(_ journal: MigrationJournal) throws {
-            let applied = migrations.filter { $0.version > journal.fromVersion && $0.version <= journal.toVersion }
+        func verifyResumed(_ journal: MigrationJournal, through: Int? = nil) throws {
+            let last = min(through ?? journal.toVersion, journal.toVersion)
+            let applied = migrations.filter { $0.version > journal.fromVersion && $0.version <= last }
             let go = "the store is as the interrupted run left it, and the interruption stays recorded"
             let hint = "go back with `storectl rollback \(store.path) --repo \(journal.repository)` (restores \(journal.snapshotId)), or fix the store and run --resume again; "
                 + "if the app has written to the store since the crash (its writes differ from the snapshot too), --resume --force keeps the store as it is, unverified"
@@ -767,6 +777,11 @@ public enum Migrate {
             if !dangling.isEmpty { problems.append("relationships point at objects that do not exist: " + dangling.prefix(5).joined(separator: "; ")) }
             let messages = try readOnly(store, timeout: options.timeout) { try StoreConnection.integrityMessages($0, pragma: "quick_check") }
             if messages != ["ok"] { problems.append("quick_check: " + messages.prefix(3).joined(separator: "; ")) }
+            do {
+                try readOnly(store, timeout: options.timeout) { try Migrate.checkCoreDataKeeping($0, uuidBefore: nil, declared: Self.declarations(of: applied)) }
+            } catch let error as StoreOpsError where error.kind == .checksFailed {
+                problems.append(error.message)
+            }
             report.changes = diff.summary
             if !problems.isEmpty, options.force {
                 // The app may have written since the crash: its rows differ from the snapshot too.
@@ -774,7 +789,9 @@ public enum Migrate {
                 return
             }
             guard problems.isEmpty else {
-                throw StoreOpsError(.checksFailed, "the interrupted run's migrations (version \(journal.fromVersion) -> \(journal.toVersion)) were never verified, and verified now against the pre-migrate snapshot \(journal.snapshotId): "
+                let range = last == journal.toVersion ? "version \(journal.fromVersion) -> \(journal.toVersion)"
+                    : "version \(journal.fromVersion) -> \(last), of the run's \(journal.fromVersion) -> \(journal.toVersion); nothing more was applied"
+                throw StoreOpsError(.checksFailed, "the interrupted run's migrations (\(range)) were never verified, and verified now against the pre-migrate snapshot \(journal.snapshotId): "
                                     + problems.joined(separator: "; ") + "; \(go)", hint: hint)
             }
             report.resumeVerified = "the interrupted run's migrations verified against the pre-migrate snapshot \(journal.snapshotId): \(diff.summary.text)"
@@ -925,6 +942,7 @@ public enum Migrate {
                     throw StoreOpsError(.badData, "foreign_key_check after the migrations: \(violations.count) violation(s): \(violations.samples.prefix(3).joined(separator: ", "))")
                 }
                 report.countsAfter = try CoreDataCensus.countsByEntity(db)
+                try Migrate.checkCoreDataKeeping(db, uuidBefore: storeUUID, declared: declared)
             }
         }
 
@@ -1023,6 +1041,28 @@ public enum Migrate {
     /// Relationships that no longer resolve because of what the run changed, in words: to-one
     /// columns still pointing at an object the run removed, and references the run wrote to
     /// objects that do not exist. Proportional to the change (index lookups by key).
+    /// What Core Data needs of the store after a migration: every root entity's key counter
+    /// (`Z_PRIMARYKEY.Z_MAX`) at least its largest `Z_PK` (else Core Data gives out keys in use:
+    /// a trial's migration inserted a row without raising it, "migrated", and `preflight` failed the
+    /// store right after), and the store's UUID in `Z_METADATA` unchanged unless a migration declares
+    /// `Z_METADATA` (Core Data and its sync take a new UUID for another store). 2 naming what is wrong.
+    static func checkCoreDataKeeping(_ db: Database, uuidBefore: String?, declared: Set<String>?) throws {
+        guard let coreData = try CoreDataStore.read(db) else { return }
+        let problems = try CoreDataCensus.keyCounterProblems(db, store: coreData).filter { $0.maxPK > $0.zMax }
+        if !problems.isEmpty {
+            let first = problems[0]
+            throw StoreOpsError(.checksFailed, "after the migrations, Core Data's key counters are behind the keys in use: "
+                                + problems.prefix(5).map { "\($0.entity): \($0.summary)" }.joined(separator: "; ")
+                                + " (Core Data would give out keys that objects already have)",
+                                hint: "a migration that inserts rows raises its entity's counter too: `UPDATE Z_PRIMARYKEY SET Z_MAX = (SELECT max(Z_PK) FROM \(first.table)) WHERE Z_NAME = '\(first.entity)'`")
+        }
+        let names = Set((declared ?? []).map { $0.lowercased() })
+        if let uuidBefore, let now = coreData.metadata.uuid, now != uuidBefore, !names.contains("z_metadata") {
+            throw StoreOpsError(.checksFailed, "the migrations changed the store's UUID in Z_METADATA (\(uuidBefore) -> \(now)): Core Data and its sync take it for another store",
+                                hint: "leave Z_UUID as it is; a migration that means to change it declares `-- storectl: changes Z_METADATA`")
+        }
+    }
+
     static func danglingReferences(_ diff: StoreDiff.Report, db: Database) throws -> [String] {
         guard let store = try CoreDataStore.read(db) else { return [] }
         var problems: [String] = []
