@@ -86,11 +86,14 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             if let failure = report.rehearsalFailure {
                 lines.append("  FAILS ON A COPY: \(failure)")
                 if let hint = report.failureHint { lines.append("  hint: \(hint)") }
-                lines.append("  the real run would stop there (with --rollback-on-failure it rolls back to its snapshot, exit 3); the store is unchanged")
+                lines.append(report.rehearsalFailedAtVerify == true
+                             ? "  the real run would roll back to its snapshot at its verify stage (exit 3); the store is unchanged"
+                             : "  the real run would stop there (with --rollback-on-failure it rolls back to its snapshot, exit 3); the store is unchanged")
             }
             if let changes = report.changes { lines.append("  on a copy it changes: \(changes.text)") }
             for outside in report.undeclared ?? [] { lines.append("  NOT DECLARED: \(outside)") }
             for name in report.unknownDeclared ?? [] { lines.append("  DECLARED, NOT IN THE STORE: \(name)") }
+            for reason in report.wouldStop ?? [] { lines.append("  NOW A RUN WOULD NOT GO: \(reason)") }
             return lines.joined(separator: "\n")
         default:
             break

@@ -232,6 +232,13 @@ struct MigrateCLITests {
             #expect(try fixture.migrate().status == 0, "migrations 1-3")
             let before = try storeDigest(fixture.store)
             try Data(sql.utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_more.sql"))
+            // The dry run finds it too (it said 0), and says the run would roll back.
+            let dry = try fixture.migrate(["--dry-run"])
+            if refusal.isEmpty {
+                #expect(dry.status == 0, "\(dry.stdout) \(dry.stderr)")
+            } else {
+                #expect(dry.status == 2 && dry.stdout.contains(refusal) && dry.stdout.contains("roll back to its snapshot at its verify stage (exit 3)"), "\(refusal): \(dry.status) \(dry.stdout) \(dry.stderr)")
+            }
             let run = try fixture.migrate()
             if refusal.isEmpty {
                 #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
@@ -284,6 +291,9 @@ struct MigrateCLITests {
         #expect(ChildProcess.waitFor(file: held))
         let refused = try fixture.migrate()
         #expect(refused.status == 75 && refused.stderr.contains("pid \(holder.pid)"), "\(refused.stderr)")
+        // A dry run says so (a trial's said nothing, 0, where the run is 75), and ends as a dry run does.
+        let dry = try fixture.migrate(["--dry-run"])
+        #expect(dry.status == 0 && dry.stdout.contains("NOW A RUN WOULD NOT GO: \(fixture.store) is open by another process (pid \(holder.pid))"), "\(dry.stdout)")
         let short = try fixture.migrate(["--wait", "--timeout", "0.3"])
         #expect(short.status == 75, "\(short.stdout)\(short.stderr)")
         // Its progress line says what it waits for (drawn here with STORECTL_PROGRESS=always).

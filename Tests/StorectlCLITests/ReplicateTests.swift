@@ -967,6 +967,73 @@ struct ReplicateTests {
         try app.close()
     }
 
+    @Test("a commit truncated out of the -wal before it was read makes a continued base: the base stands for it from the read that found it, not from its own read seconds later (a review: a restore in between answered the state before the commit, as long as the base waited for the repository)")
+    func continuedBaseDatedWhenFound() throws {
+        let world = try world(items: 300)
+        var environment = world.environment
+        environment["STORECTL_TEST_BASE_PREPARE_DELAY_MS"] = "3000"   // every base's read comes 3 s after its hold
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--heartbeat", "0"],
+                                                environment: environment)
+        #expect(waitForBase(world, timeout: 60))
+        // The follower stopped, the app commits and truncates its -wal: the commit is only in the database file.
+        follower.signal(SIGSTOP)
+        let app = try DatabaseQueue(path: world.store)
+        try app.inDatabase { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'whole' WHERE Z_PK = 1")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        try app.close()
+        let continued = Date()
+        follower.signal(SIGCONT)
+        #expect(waitUntil(60) { chainCount(world) >= 2 }, "a second chain")
+        follower.signal(SIGTERM)
+        let ran = follower.wait()
+        #expect(ran.status == 0, "\(ran.stderr)")
+        let chain = try #require(newestChain(world))
+        let base = Date(timeIntervalSince1970: Double(chain.baseTime) / 1000)
+        #expect(base.timeIntervalSince(continued) < 2.5, "the continued base is dated \(base.timeIntervalSince(continued)) s after the commit was found")
+        // Between the read that found the commit and the base's own read: the commit's state.
+        let restored = world.folder.file("between.sqlite")
+        let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(continued.addingTimeInterval(2.5)), "--to", restored],
+                                       environment: world.environment)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(try read(restored) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "whole")
+        #expect(!ran.stdout.contains("\"gaps\" : [\n      {"), "no gap: \(ran.stdout.suffix(800))")
+    }
+
+    @Test("another database moved over an idle store: a gap at once and a base of the new file; a restore after the move answers the new file, never the old one's last point confirmed on (a review: the unchanged -shm let every read confirm the old file)")
+    func fileMovedOverAnIdleStore() throws {
+        let world = try world(items: 300)
+        let follower = try replicate(world, ["--heartbeat", "1s"])
+        #expect(waitForBase(world))
+        // The replacement: the same store with one title changed, checkpointed into its file.
+        let other = world.folder.file("other.sqlite")
+        try FileManager.default.copyItem(atPath: world.store, toPath: other)
+        let queue = try DatabaseQueue(path: other)
+        try queue.inDatabase { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'replaced' WHERE Z_PK = 1")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        try queue.close()
+        usleep(1_500_000)   // idle: alive markers confirm the first chain
+        #expect(rename(other, world.store) == 0)
+        let moved = Date()
+        #expect(waitUntil(30) { chainCount(world) >= 2 }, "a new chain after the move")
+        usleep(2_500_000)
+        follower.signal(SIGTERM)
+        let ran = follower.wait()
+        #expect(ran.status == 0, "\(ran.stderr)")
+        #expect(ran.stdout.contains("the store's file was replaced"), "\(ran.stdout.suffix(1500))")
+        let restored = world.folder.file("after.sqlite")
+        let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(moved.addingTimeInterval(2)), "--to", restored],
+                                       environment: world.environment)
+        if run.status == 0 {
+            #expect(try read(restored) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "replaced", "the old file's state answered for a time after the move")
+        } else {
+            #expect(run.status == 66, "\(run.stderr)")   // in the gap: refused, never the old state
+        }
+    }
+
     @Test("the repository's disk full while the app writes: what is read is kept in the outbox a segment at a time and goes out in order once there is room: no gap for it, and random points restore exactly; a follower killed -9 during the outage loses nothing: the next run writes what it kept first and takes the chain up after it; with a --spool-limit they outgrow, they are dropped and a gap recorded, and the store's state after it restores",
           .enabled(if: TempMount.isAvailable))
     func spoolWhileRepositoryFull() throws {
@@ -1435,6 +1502,47 @@ struct ReplicateTests {
         #expect(damaged.status == 65 && chain.ok == false && chain.store == world.store
                 && chain.problem?.contains("points \(flipped.from)… of chain \(before.id)") == true && chain.problem?.contains("do not restore; --at before it does") == true,
                 "\(damaged.status) \(damaged.stdout)")
+    }
+
+    @Test("external-data files written at once past what one read of the folder takes go with the commit after them all the same (a review: the rest went with a later commit, or none, and the point restored without them, saying nothing); past four reads, the rest is said not carried and the point takes them from the next snapshot")
+    func externalFilesPastOneRead() throws {
+        let world = try world(items: 300)
+        let external = StoreFile(unchecked: world.store).externalDataPath
+        var environment = world.environment
+        environment["STORECTL_TEST_FILES_BUDGET_BYTES"] = "65536"   // one 40 KiB file a read
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--sync-interval", "200ms",
+                                                                    "--merge-interval", "0", "--heartbeat", "0"], environment: environment)
+        #expect(waitForBase(world))
+        try FileManager.default.createDirectory(atPath: external, withIntermediateDirectories: true)
+        var contents: [String: Data] = [:]
+        func writeFiles(_ names: [String]) throws {
+            for name in names {
+                let data = Data((0..<40_000).map { _ in UInt8.random(in: 0...255) })
+                contents[name] = data
+                try data.write(to: URL(fileURLWithPath: (external as NSString).appendingPathComponent(name)))
+            }
+        }
+        let three = (1...3).map { "C0000000-0000-4000-8000-00000000000\($0)" }
+        try writeFiles(three)
+        let app = try DatabaseQueue(path: world.store)
+        try app.inDatabase { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'three files' WHERE Z_PK = 1") }
+        var atThree: Date?
+        #expect(waitUntil(30) {
+            guard let chain = newestChain(world), chain.points >= 2 else { return false }
+            atThree = Date(timeIntervalSince1970: Double(chain.lastTime) / 1000)
+            return true
+        })
+        follower.signal(SIGTERM)
+        let ran = follower.wait()
+        #expect(ran.status == 0 && !ran.stderr.contains("not carried"), "\(ran.stderr)")
+        try app.close()
+        let target = world.folder.file("three.sqlite")
+        let result = try restoreWithCLI(world, at: try #require(atThree), to: target)
+        let folder = StoreFile(unchecked: target).externalDataPath
+        let restored = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted()
+        #expect(restored == three, "\(restored)")
+        for name in restored { #expect(FileManager.default.contents(atPath: (folder as NSString).appendingPathComponent(name)) == contents[name]) }
+        #expect(result.externalFilesNote == nil, "\(result.externalFilesNote ?? "")")
     }
 
     @Test("external data per commit: a file the app writes, then a commit naming it, restores with every point after it, with no later snapshot; a file removed after the commit unreferencing it is gone from points after the removal was seen; a resumed follower does not carry the files again; a thinned chain keeps them; also when the base had no external-data folder yet",

@@ -121,6 +121,11 @@ public enum Migrate {
         /// `--dry-run`: the migration that failed on the copy and why (the real run would fail
         /// there: roll back with --rollback-on-failure, 3, else 1). The exit is 2, the plan printed.
         public var rehearsalFailure: String?
+        /// `--dry-run`: the rehearsal failed what the verify stage checks (the run rolls back, 3).
+        public var rehearsalFailedAtVerify: Bool?
+        /// `--dry-run`: what would stop a real run now (another process has the store open, a
+        /// job holds its lock, the kill switch is engaged); the dry run itself ends as it would.
+        public var wouldStop: [String]?
         /// `--dry-run --at`: the point the rehearsal started from, and its time.
         public var rehearsedPoint: String?
         public var rehearsedPointTime: Date?
@@ -308,6 +313,13 @@ public enum Migrate {
                 try rehearse()
             }
             report.result = report.plan.pending.isEmpty ? "up to date" : "planned"
+            if options.dryRun, !report.plan.pending.isEmpty {
+                var stops = Purge.wouldStop(store, killSwitch: options.killSwitch, before: "its first migration")
+                if !options.force, let pid = try? LockState.otherUser(of: store) {
+                    stops.append("\(store.path) is open by another process (pid \(pid)): the run would refuse (75) until it closes the store (or --wait for it, or --force)")
+                }
+                report.wouldStop = stops.isEmpty ? nil : stops
+            }
             return report
         }
 
@@ -400,9 +412,25 @@ public enum Migrate {
             if !dangling.isEmpty {
                 let message = "relationships no longer resolve: " + dangling.joined(separator: "; ")
                 report.rehearsalFailure = message
+                report.rehearsalFailedAtVerify = true
                 report.failure = "the rehearsal on a copy failed: \(message)"
                 report.failureHint = "the run would roll back (3) at its verify stage; change the migration so every reference still names an object"
                 report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: report.failureHint))
+            }
+            // What Core Data needs of the result, as the verify stage checks it.
+            if report.rehearsalFailure == nil {
+                let uuidBefore = try? Migrate.readOnly(StoreFile(unchecked: before), timeout: options.timeout) { try CoreDataStore.read($0)?.metadata.uuid }
+                do {
+                    try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) {
+                        try Migrate.checkCoreDataKeeping($0, uuidBefore: uuidBefore ?? nil, declared: declared)
+                    }
+                } catch let error as StoreOpsError where error.kind == .checksFailed {
+                    report.rehearsalFailure = error.message
+                    report.rehearsalFailedAtVerify = true
+                    report.failure = "the rehearsal on a copy failed: \(error.message)"
+                    report.failureHint = "the run would roll back (3) at its verify stage; " + (error.hint ?? "")
+                    report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: report.failureHint))
+                }
             }
             if let declared {
                 let outside = StoreDiff.undeclared(diff, declared: declared)

@@ -142,10 +142,10 @@ public enum Purge {
     }
 
     /// What would stop a real run of this purge now (see `Report.wouldStop`).
-    static func wouldStop(_ store: StoreFile, killSwitch extra: String?) -> [String] {
+    static func wouldStop(_ store: StoreFile, killSwitch extra: String?, before first: String = "its first batch") -> [String] {
         var found: [String] = []
         if let engaged = KillSwitch(store: store, extra: extra).engaged {
-            found.append("the kill switch \(engaged) is engaged: the run would stop before its first batch (`storectl killswitch release \(store.path)` lets it go on)")
+            found.append("the kill switch \(engaged) is engaged: the run would stop before \(first) (`storectl killswitch release \(store.path)` lets it go on)")
         }
         if let holder = JobLock.currentHolder(path: store.jobLockPath) {
             found.append("another job (\(holder.job), pid \(holder.pid)) holds the store's job lock: the run would be skipped (75) until it ends")

@@ -133,7 +133,19 @@ struct ExternalFolderWatch {
         var removed: [String] = []
         /// Names that appeared but cannot be carried, and why (too large, unreadable, a folder).
         var notCarried: [(name: String, reason: String)] = []
+        /// New files left for the next read: past this read's budget.
+        var deferred: [String] = []
         var isEmpty: Bool { added.isEmpty && removed.isEmpty && notCarried.isEmpty }
+
+        /// This read's changes, then `later`'s (the next read, of what this one left).
+        mutating func append(_ later: Change) {
+            let names = Set(later.added.map(\.file.name))
+            removed.removeAll { names.contains($0) }
+            added += later.added
+            removed += later.removed
+            notCarried += later.notCarried
+            deferred = later.deferred
+        }
         var bytes: Int { added.reduce(0) { $0 + $1.bytes.count } }
     }
 
@@ -242,7 +254,11 @@ struct ExternalFolderWatch {
                 notCarried(name, "\(Format.bytes(size)), over the \(Format.bytes(maxFile)) a point carries", into: &change)
                 continue
             }
-            guard spent == 0 || spent + Int(size) <= budget else { complete = false; continue }
+            guard spent == 0 || spent + Int(size) <= budget else {
+                complete = false
+                change.deferred.append(name)
+                continue
+            }
             let bytes: [UInt8]
             switch Self.contents(path, limit: maxFile) {
             case .bytes(let read): bytes = read

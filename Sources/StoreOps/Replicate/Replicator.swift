@@ -358,6 +358,8 @@ public enum Replicate {
         /// store's reads last saw them (`stalled`).
         var pauses = Pauses.now
         var needsBase: (kind: String, reason: String, change: UInt32?)? = ("start", "storectl began following the store", nil)
+        /// The first read that found the commit a continued base is to stand for (see `.wholeRead`).
+        var wholeReadAt: Date?
         /// The confirmed time (ms) the last alive marker named (`heartbeat`), and the chain's
         /// alive markers in the repository (the upload thread's: the newest stays).
         var lastHeartbeat: Int64 = 0
@@ -721,7 +723,7 @@ public enum Replicate {
                 merges.async { [self, parent] in self.milestoneParents[replica.key] = parent }
                 try takeUpMerges(chain, replica: replica)
                 switch try replica.follower.capture() {
-                case .gap(let why), .wholeRead(let why, _):
+                case .gap(let why), .wholeRead(let why, _, _):
                     // A chain with no stop marker last: its follower was killed (or its machine
                     // went down); said with the gap, as a clean stop is ("storectl was stopped, then").
                     let unclean = chain.stopped ? "" : "storectl replicate was not running (killed, or its machine went down), then: "
@@ -834,8 +836,9 @@ public enum Replicate {
                     // status said 0 gaps while stderr had said one).
                     replica.summary.gapPending = why
                     step(replica)
-                case .wholeRead(let why, let change):
+                case .wholeRead(let why, let change, let at):
                     replica.needsBase = ("continued", why, change)
+                    replica.wholeReadAt = replica.wholeReadAt ?? at
                     step(replica)
                 }
             } catch {
@@ -1040,7 +1043,19 @@ public enum Replicate {
             // appeared goes with its first commit (a commit naming it came after it was written),
             // one that went with its last (the points before may still name it).
             if var watch = replica.external, !batch.isEmpty {
-                let change = watch.scan()
+                // Files past a read's budget (64 MiB) are read next, for this same batch: its
+                // commits may name them (left to the next batch, a point restored without them,
+                // saying nothing). Past four reads, what is still left is said not carried with
+                // this batch (its points take the files from the store's next snapshot, and say so).
+                let budget = ReplicateTesting.filesBudget
+                var change = watch.scan(budget: budget)
+                for _ in 0..<3 where !change.deferred.isEmpty { change.append(watch.scan(budget: budget)) }
+                if !change.deferred.isEmpty {
+                    batch[0].commit.notCarried = (batch[0].commit.notCarried ?? []) + change.deferred
+                    replica.summary.filesNotCarried += change.deferred.count
+                    let text = "\(replica.store.path): \(Format.plural(change.deferred.count, "external-data file", "external-data files")) written at once past the \(Format.bytes(UInt64(4 * budget))) a segment carries: carried with a later commit; points until then take them from the store's next snapshot"
+                    if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
+                }
                 replica.external = watch
                 if !change.isEmpty {
                     if !change.added.isEmpty {
@@ -1806,8 +1821,9 @@ public enum Replicate {
                         (kind, reason, reading) = ("gap", why, false)
                         replica.needsBase = ("gap", why, nil)   // should the base fail: the next one is a gap's
                         replica.summary.gapPending = why
-                    case .wholeRead(let why, let change)?:
+                    case .wholeRead(let why, let change, let at)?:
                         (kind, reason, expectingChange, reading) = ("continued", why, change, false)
+                        replica.wholeReadAt = replica.wholeReadAt ?? at
                         if replica.needsBase?.kind != "gap" { replica.needsBase = ("continued", why, change) }
                     case nil: reading = false
                     }
@@ -1815,6 +1831,7 @@ public enum Replicate {
                 if prepared == nil { prepared = box.lock.withLock { box.result } }
             }
             var rewindTo = replica.follower.cursor
+            let identitiesBefore = replica.follower.identities
             let pendingBefore = replica.pending.count
             let externalBefore = replica.external
             do {
@@ -1833,8 +1850,15 @@ public enum Replicate {
                     case .commits(let commits, let at):
                         if add(commits, at: at, to: replica) { confirm(replica, at: at) }
                         else if let need = replica.needsBase, need.kind == "gap" { (kind, reason) = ("gap", need.reason) }
-                    case .gap(let why): (kind, reason) = ("gap", why)
-                    case .wholeRead(let why, let change): (kind, reason, expectingChange) = ("continued", why, change)
+                    case .gap(let why):
+                        (kind, reason) = ("gap", why)
+                        // Should this base fail: the next one is a gap's (it stayed a compaction's).
+                        replica.needsBase = ("gap", why, nil)
+                        replica.summary.gapPending = why
+                    case .wholeRead(let why, let change, let at):
+                        (kind, reason, expectingChange) = ("continued", why, change)
+                        replica.wholeReadAt = replica.wholeReadAt ?? at
+                        if replica.needsBase?.kind != "gap" { replica.needsBase = ("continued", why, change) }
                     }
                 }
                 // A whole read after commits were read into the old chain while the base waited:
@@ -1847,6 +1871,8 @@ public enum Replicate {
                 // the cursor: from `rewindTo` it would read those commits twice).
                 let catchUpFrom = replica.follower.cursor
                 let time: Date
+                // The new chain's first point's time: the base's read, but see below.
+                var baseAt: Date?
                 var boundary: ReadHold?
                 // The pinned read lasts as long as copying the pages into a scratch copy, not as
                 // long as hashing and packing them: the app's -wal cannot be reset under it.
@@ -1884,6 +1910,10 @@ public enum Replicate {
                         kind = "gap"
                         reason = "the -wal was truncated before its last commit was read, and more were committed before the database file was read"
                     }
+                    // A continuation's base stands for its commit from the read that found it, not
+                    // from its own read, which can come minutes later (the repository away): a
+                    // restore in between answered the state before that commit.
+                    if kind == "continued", let found = replica.wholeReadAt, found < time { baseAt = found }
                     if kind == "compaction" {
                         if let commits = image.catchUp {
                             add(commits, at: time, to: replica)
@@ -1966,7 +1996,7 @@ public enum Replicate {
                             confirm(replica, at: batch.at)
                         }
                     } else {
-                        replica.follower.rewind(to: rewindTo)
+                        replica.follower.rewind(to: rewindTo, identities: identitiesBefore)
                     }
                     throw error
                 }
@@ -1975,22 +2005,23 @@ public enum Replicate {
                 let afterTime = replica.lastDurableTime
                 let (nextBefore, baseTimeBefore, lastTimeBefore) = (replica.next, replica.baseTime, replica.lastTime)
                 merge(replica, now: true)   // the old chain's last segments
+                let pointTime = baseAt ?? time
                 replica.chain = record.id
-                replica.baseTime = time
+                replica.baseTime = pointTime
                 replica.next = 1
                 clearWaiting(replica)
                 replica.pendingCursor = cursor
-                replica.lastTime = Replicate.ms(time)
+                replica.lastTime = Replicate.ms(pointTime)
                 var opening = replica.segment(level: 0, from: 0, to: 0, cursor: cursor, commits: [])
                 opening.opening = .init(kind: kind, reason: reason, after: previous, afterTime: afterTime)
-                opening.baseTime = Replicate.ms(time)
+                opening.baseTime = Replicate.ms(pointTime)
                 let sealed = try opening.seal(pages: [], sealer: repository.sealer, zstd: zstd, name: opening.name)
                 do { try repository.backend.write(opening.name.key, sealed, point: "replicate.opening") } catch {
                     // A base no chain opens is only a snapshot; take it back rather than leave one per retry.
                     try? repository.backend.remove(PagedSnapshotRecord.key(record.id), point: "replicate.opening.undo")
                     replica.chain = previous
                     (replica.next, replica.baseTime, replica.lastTime) = (nextBefore, baseTimeBefore, lastTimeBefore)
-                    replica.follower.rewind(to: rewindTo)
+                    replica.follower.rewind(to: rewindTo, identities: identitiesBefore)
                     throw error
                 }
                 replica.summary.uploadedBytes += record.added.storedBytes + UInt64(sealed.count)
@@ -2000,9 +2031,10 @@ public enum Replicate {
                 replica.summary.notFollowedStatus = nil
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
                 replica.summary.gapPending = nil
-                replica.lastDurableTime = Replicate.ms(time)
-                replica.confirmedTime = Replicate.ms(time)
+                replica.lastDurableTime = Replicate.ms(pointTime)
+                replica.confirmedTime = Replicate.ms(time)   // no commit came up to the base's read
                 replica.needsBase = nil
+                if kind != "compaction" { replica.wholeReadAt = nil }
                 replica.boundaryHold = boundary
                 // What was read while the base was packed opens the new chain.
                 for batch in packing?.early ?? [] {
@@ -2105,9 +2137,10 @@ private final class BaseReads: @unchecked Sendable {
         case .gap(let why)?:
             reading = false
             afterBase = ("gap", why, nil)
-        case .wholeRead(let why, let change)?:
+        case .wholeRead(let why, let change, let at)?:
             reading = false
             afterBase = ("continued", why, change)
+            replica.wholeReadAt = replica.wholeReadAt ?? at
         case nil:
             break   // a read that failed (busy): the next one tries again
         }
@@ -2262,6 +2295,9 @@ enum ReplicateTesting {
     /// longer (a slow bucket), so a test can make the app's checkpoints run inside that window.
     static let basePrepareDelay: useconds_t? = ProcessInfo.processInfo.environment["STORECTL_TEST_BASE_PREPARE_DELAY_MS"]
         .flatMap { UInt32($0) }.map { $0 * 1000 }
+    /// `STORECTL_TEST_FILES_BUDGET_BYTES`: what one read of the external-data folder reads at most
+    /// (64 MiB), so a test can write more than a read takes with small files.
+    static let filesBudget: Int = ProcessInfo.processInfo.environment["STORECTL_TEST_FILES_BUDGET_BYTES"].flatMap { Int($0) } ?? 64 << 20
 }
 
 /// What `Replicator.stalled` compares: SIGCONTs received (the process was stopped and continued)

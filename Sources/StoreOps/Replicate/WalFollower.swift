@@ -124,10 +124,20 @@ final class WalFollower {
     var identities: (database: (dev: UInt64, ino: UInt64)?, wal: (dev: UInt64, ino: UInt64)?) { (databaseIdentity, walIdentity) }
 
     /// Puts the cursor back where it was before a base that was not recorded (its chain goes on).
-    func rewind(to cursor: WalCursor?) {
+    /// - Parameter identities: the files that cursor is of. The base's read may have opened others
+    ///   (the store replaced just before it): those are not taken for the cursor's, and the
+    ///   wal-index's counter is not trusted until a read proves it (a review: the old file's cursor
+    ///   was read against the new file's -wal, and could continue the old chain with its commits).
+    func rewind(to cursor: WalCursor?, identities: (database: (dev: UInt64, ino: UInt64)?, wal: (dev: UInt64, ino: UInt64)?)? = nil) {
         self.cursor = cursor
         lastIndex = nil
         confirmedState = nil
+        if let identities {
+            func same(_ x: (dev: UInt64, ino: UInt64)?, _ y: (dev: UInt64, ino: UInt64)?) -> Bool { x?.dev == y?.dev && x?.ino == y?.ino }
+            if !same(identities.database, databaseIdentity) || !same(identities.wal, walIdentity) { changeTrusted = false }
+            databaseIdentity = identities.database
+            walIdentity = identities.wal
+        }
     }
 
     enum Capture {
@@ -139,7 +149,9 @@ final class WalFollower {
         /// One commit was checkpointed away before it was read and nothing was committed after
         /// it: the database file holds exactly its state. The next point is a base read whole
         /// (`image(expectingChange:)` checks that no commit came in between), no gap.
-        case wholeRead(String, change: UInt32)
+        /// `at`: the read that found it (the commit was made before it; none after it, the base
+        /// checks): the base stands for that commit from then on.
+        case wholeRead(String, change: UInt32, at: Date)
     }
 
     enum NotFollowable: Error { case reason(String) }
@@ -338,18 +350,24 @@ final class WalFollower {
         let readAt = Date()
         let state = DatabaseFileState(of: store.path)
         let now = try? FileProbe.shared.read(store.shmPath, count: 96, at: 0)
+        // Before the unchanged case: a file moved over an idle store leaves the -shm as it was,
+        // and every read confirmed the old file's last point up to now (a review).
+        guard let identity = state.map({ (dev: $0.device, ino: $0.inode) }) ?? FileSystem.identity(of: store.path) else {
+            confirmedState = nil
+            return .gap("\(store.path) is gone")
+        }
+        if let databaseIdentity, databaseIdentity != identity {
+            confirmedState = nil
+            close()   // the next base opens the new file
+            lastIndex = nil
+            return .gap("the store's file was replaced")
+        }
         // (Not when a hold is to be taken: it must be taken inside a pinned read, at the cursor's state.)
         if holding == nil, let now, let lastIndex, now == lastIndex, changeTrusted {
             confirmedState = state.map { (before, $0) }
             return .commits([], at: readAt)
         }
         confirmedState = nil
-        guard let identity = FileSystem.identity(of: store.path) else { return .gap("\(store.path) is gone") }
-        if let databaseIdentity, databaseIdentity != identity {
-            close()   // the next base opens the new file
-            lastIndex = nil
-            return .gap("the store's file was replaced")
-        }
         do {
             return try pinned { index, time in
                 let capture = try read(index, time)
@@ -498,7 +516,7 @@ final class WalFollower {
             }
             if tail.count != missing, missing == 1, fresh.isEmpty {
                 return .wholeRead("the -wal was truncated before its last commit was read; that commit's state is read from the database file",
-                                  change: index.change)
+                                  change: index.change, at: time)
             }
             guard tail.count == missing else {
                 // The count is the wal-index's, not one storectl can check (a trial: 265 said where
@@ -527,6 +545,8 @@ struct DatabaseFileState: Equatable, Sendable {
     var modified: Int64
     var changed: Int64
     var takenAt: Int64
+    var device: UInt64 = 0
+    var inode: UInt64 = 0
 
     init?(of path: String) {
         var clock = timespec()
@@ -534,6 +554,8 @@ struct DatabaseFileState: Equatable, Sendable {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
         size = Int64(info.st_size)
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
         modified = Self.ns(info.st_mtim)
         changed = Self.ns(info.st_ctim)
         takenAt = Self.ns(clock)
