@@ -197,7 +197,7 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                 if let why = live.gapPending {
                     line += "; A GAP: commits were dropped (\(why)); " + (report.state == "stopped"
                         ? "the run stopped before recording it: the next run records a gap unless the -wal still holds them"
-                        : "the next base, once the repository takes it, records it")
+                        : "the next base records it, as soon as the store can be read and the repository written")
                 }
                 if store.writtenSince == true, (live.keptPoints ?? 0) > 0 || (live.waiting ?? 0) > 0 {
                     // A later run wrote since this status file: what this run kept went first.

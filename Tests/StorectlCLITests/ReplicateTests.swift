@@ -1034,6 +1034,27 @@ struct ReplicateTests {
         }
     }
 
+    @Test("a followed store moved away: replicate status says A GAP, not blaming the repository, and exits 2 until a base records it (a trial: 0, \"following\", for a minute and more while nothing was protected)")
+    func statusExitsTwoWhileAGapWaits() throws {
+        let world = try world(items: 300)
+        let status = world.folder.file("status.json")
+        let follower = try replicate(world, ["--sync-interval", "200ms", "--status-file", status])
+        defer { follower.signal(SIGTERM); _ = follower.wait() }
+        #expect(waitForBase(world))
+        let away = world.folder.file("away")
+        try FileManager.default.createDirectory(atPath: away, withIntermediateDirectories: false)
+        for suffix in ["", "-wal", "-shm"] where FileSystem.kind(of: world.store + suffix) != .missing {
+            #expect(rename(world.store + suffix, away + "/" + FileSystem.name(of: world.store) + suffix) == 0)
+        }
+        #expect(waitUntil(20) {
+            guard let data = FileManager.default.contents(atPath: status), let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data) else { return false }
+            return live.stores.first?.gapPending != nil
+        }, "the status file shows the gap")
+        let run = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: world.environment)
+        #expect(run.status == 2 && run.stdout.contains("A GAP") && run.stdout.contains("as soon as the store can be read"),
+                "\(run.status) \(run.stdout) \(run.stderr)")
+    }
+
     @Test("the repository's disk full while the app writes: what is read is kept in the outbox a segment at a time and goes out in order once there is room: no gap for it, and random points restore exactly; a follower killed -9 during the outage loses nothing: the next run writes what it kept first and takes the chain up after it; with a --spool-limit they outgrow, they are dropped and a gap recorded, and the store's state after it restores",
           .enabled(if: TempMount.isAvailable))
     func spoolWhileRepositoryFull() throws {

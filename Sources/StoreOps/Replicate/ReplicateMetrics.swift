@@ -94,6 +94,11 @@ public enum ReplicateStatus {
             guard let live = store.live else { continue }
             if live.notFollowed != nil { problems.append("\(store.store) is not followed") }
             if store.writtenSince == true { continue }
+            // A gap found and no base after it yet: what the app commits is in no point until one
+            // is made (a trial: a store moved away, status 0 "following" for a minute and more).
+            if let why = live.gapPending, report.state != "stopped", live.notFollowed == nil {
+                problems.append("\(store.store): a gap (\(why)): its commits are in no point until a new base records it")
+            }
             if report.state == "stopped", let waiting = live.waiting, waiting > 0 {
                 problems.append("\(store.store): \(Format.plural(waiting, "commit was", "commits were")) read and never written")
             }
