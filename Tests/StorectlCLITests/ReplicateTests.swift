@@ -1055,6 +1055,30 @@ struct ReplicateTests {
                 "\(run.status) \(run.stdout) \(run.stderr)")
     }
 
+    @Test("a time asked to less than a millisecond never answers a point after it: 0.4 ms before a point's millisecond is the point before (a trial: rounded, it answered the later one)")
+    func subMillisecondTimesRoundDown() throws {
+        let world = try world(items: 300)
+        let follower = try replicate(world, ["--sync-interval", "200ms"])
+        #expect(waitForBase(world))
+        let app = try DatabaseQueue(path: world.store)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'one' WHERE Z_PK = 1") }
+        let first = try #require(newerPoint(world, than: nil))
+        usleep(50_000)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'two' WHERE Z_PK = 1") }
+        let second = try #require(newerPoint(world, than: first))
+        try app.close()
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        let iso = Timestamp.iso(second)   // …SS.mmmZ
+        let ms = try #require(Int(iso.dropLast().suffix(3)))
+        guard ms > 0 else { return }   // the borrow is not worth the test's while
+        let asked = String(iso.dropLast(4)) + String(format: "%03d6Z", ms - 1)   // 0.4 ms before the point
+        let target = world.folder.file("before.sqlite")
+        let run = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", asked, "--to", target], environment: world.environment)
+        #expect(run.status == 0, "\(asked): \(run.stderr)")
+        #expect(try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "one", "\(asked) answered the point of \(iso)")
+    }
+
     @Test("the repository's disk full while the app writes: what is read is kept in the outbox a segment at a time and goes out in order once there is room: no gap for it, and random points restore exactly; a follower killed -9 during the outage loses nothing: the next run writes what it kept first and takes the chain up after it; with a --spool-limit they outgrow, they are dropped and a gap recorded, and the store's state after it restores",
           .enabled(if: TempMount.isAvailable))
     func spoolWhileRepositoryFull() throws {

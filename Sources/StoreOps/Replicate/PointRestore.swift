@@ -271,7 +271,9 @@ public enum PointRestore {
         // An exact point: nothing numbered after it is applied, whatever its time.
         let through = exact?.number ?? Int.max
         let chains = timeline.chains(of: key)
-        let t = Replicate.ms(at)
+        // Down to the millisecond points are dated in: a time asked with more digits never
+        // answers a point after it (rounded, 21.4615 answered a point of 21.462).
+        let t = Int64((at.timeIntervalSince1970 * 1000).rounded(.down))
         let when = Timestamp.iso(at)
         // A chain named (a point's label): that one, also where the next chain's base has the
         // same time as its last points (a compaction's catch-up commits are stamped so).
@@ -327,7 +329,7 @@ public enum PointRestore {
         if !chains.contains(where: { $0.baseTime > chain.baseTime }), !chain.stopped, t > followedUntil {
             let last = Timestamp.iso(date(followedUntil))
             throw StoreOpsError(.noInput, "\(when) is after \(last), the last time the follower of this store confirmed its points (its newest point or alive marker): a commit after it may be in no point, so none is claimed",
-                                hint: "try --at \(last) (the store as it was then); a running `storectl replicate` confirms at every point it writes and every \(Format.duration(Replicate.Options(stores: [], repository: "").heartbeatInterval)) while the store is idle; `storectl replicate status` says whether it still runs")
+                                hint: "try --at \(last) (the store as it was then); a running `storectl replicate` confirms at every point it writes and, while the store is idle, every --heartbeat (\(Format.duration(Replicate.Options(stores: [], repository: "").heartbeatInterval)) unless it was given another); `storectl replicate status` says whether it still runs")
         }
         // The latest milestone at or before the point, when the chain has one: the restore replays
         // only what came after it (`PointMilestone`).
@@ -607,7 +609,7 @@ extension PointRestore {
             // not restore (or roll back to) another moment.
             throw StoreOpsError(.usage, "--at \(shown) is not a time: its \(field) is out of range", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
-        guard let date = Timestamp.parseISO(candidate) else {
+        guard let date = Timestamp.parseISO(candidate, rounding: false) else {
             if Timestamp.parseISO(candidate + "Z") != nil {
                 throw StoreOpsError(.usage, "--at \(shown) has no time zone", hint: "add Z for UTC (\(candidate)Z) or an offset such as +01:00")
             }

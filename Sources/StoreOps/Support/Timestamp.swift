@@ -25,10 +25,14 @@ public enum Timestamp {
                       parts.tm_hour, parts.tm_min, parts.tm_sec, fraction)
     }
 
-    public static func parseISO(_ text: String) -> Date? {
+    /// - Parameter rounding: to the nearest millisecond (what records store); false: as written
+    ///   (`--at`, whose digits past the millisecond must never reach a later point).
+    public static func parseISO(_ text: String) -> Date? { parseISO(text, rounding: true) }
+
+    public static func parseISO(_ text: String, rounding: Bool) -> Date? {
         let parsed = (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text))
             ?? (try? Date.ISO8601FormatStyle().parse(text))
-        return parsed.map(rounded)
+        return rounding ? parsed.map(rounded) : parsed
     }
 
     /// "20261122T031500Z": sorts by time, safe in file names on every file system.
