@@ -250,6 +250,26 @@ struct MigrateCLITests {
         }
     }
 
+    @Test("what the store's own triggers write when a declared change fires them (an R-tree and its shadow tables, as Photos has) is the schema's, not an undeclared change (a trial's declared Photos migration was rolled back for it); the R-tree written by a migration whose declared changes fire no trigger is refused")
+    func triggerConsequencesAreTheSchemas() throws {
+        let fixture = try MigrationCLIFixture()
+        #expect(try fixture.migrate().status == 0, "migrations 1-3")
+        try DatabaseQueue(path: fixture.store).write { db in
+            try db.execute(sql: "CREATE VIRTUAL TABLE Z_RT_Category_box USING rtree(id, minX, maxX)")
+            try db.execute(sql: "CREATE TRIGGER Z_RT_Category_UPDATE AFTER UPDATE OF ZNAME ON ZCATEGORY BEGIN INSERT OR REPLACE INTO Z_RT_Category_box VALUES (new.Z_PK, length(new.ZNAME), length(new.ZNAME) + 1); END")
+        }
+        try Data("-- storectl: changes Category\nUPDATE ZCATEGORY SET ZNAME = ZNAME || '!';\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_names.sql"))
+        let dry = try fixture.migrate(["--dry-run"])
+        #expect(dry.status == 0 && !dry.stdout.contains("NOT DECLARED"), "\(dry.stdout) \(dry.stderr)")
+        let run = try fixture.migrate()
+        #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
+        let boxes = try DatabaseQueue(path: fixture.store).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM Z_RT_Category_box") }
+        #expect((boxes ?? 0) > 0, "the trigger wrote the R-tree")
+        try Data("-- storectl: changes Item\nINSERT INTO Z_RT_Category_box VALUES (999999, 1, 2);\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0005_box.sql"))
+        let refused = try fixture.migrate()
+        #expect(refused.status == 3 && (refused.stdout + refused.stderr).contains("Z_RT_Category_box"), "\(refused.status) \(refused.stdout) \(refused.stderr)")
+    }
+
     @Test("killed before its first migration committed, beside an app that went on committing: rollback restores nothing (the run committed nothing; restoring its snapshot would take the app's commits out of the store), clears the journal, and says so; with a no-transaction migration pending it cannot prove that and restores")
     func interruptedBeforeAnyCommit() throws {
         for noTransaction in [false, true] {

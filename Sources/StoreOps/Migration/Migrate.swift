@@ -433,7 +433,8 @@ public enum Migrate {
                 }
             }
             if let declared {
-                let outside = StoreDiff.undeclared(diff, declared: declared)
+                let allowed = try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0) }
+                let outside = StoreDiff.undeclared(diff, declared: allowed)
                 if !outside.isEmpty { report.undeclared = outside }
                 let known = ((try? Migrate.readOnly(StoreFile(unchecked: before), timeout: options.timeout, Migrate.names)) ?? [])
                     .union((try? Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout, Migrate.names)) ?? [])
@@ -734,7 +735,8 @@ public enum Migrate {
                 diffOptions.repository = report.repository
                 diffOptions.limit = 0
                 let diff = try StoreDiff.run(diffOptions, repository: hold.repository)
-                outside = StoreDiff.undeclared(diff, declared: declared)
+                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0) }
+                outside = StoreDiff.undeclared(diff, declared: allowed)
             } catch {
                 // The check could not be made (a full disk, a signal): the failure is reported as
                 // it is, and says the committed migrations' declarations were not checked.
@@ -794,7 +796,8 @@ public enum Migrate {
             }
             var problems: [String] = []
             if let declared = Self.declarations(of: applied) {
-                let outside = StoreDiff.undeclared(diff, declared: declared)
+                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0) }
+                let outside = StoreDiff.undeclared(diff, declared: allowed)
                 if !outside.isEmpty {
                     report.undeclared = outside
                     problems.append("they changed what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
@@ -900,7 +903,7 @@ public enum Migrate {
                         .union(diff.schema.filter { $0.change == "removed" }.map(\.name))
                     let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
                     if !unknown.isEmpty { report.unknownDeclared = unknown }
-                    let outside = StoreDiff.undeclared(diff, declared: declared)
+                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0) })
                     // Without --force another process could commit only in the microseconds the
                     // run's lock was let go (a migration without a transaction, the commit before
                     // verify): that is not held to excuse a change (fail closed, rolled back).
@@ -1069,6 +1072,56 @@ public enum Migrate {
     /// Relationships that no longer resolve because of what the run changed, in words: to-one
     /// columns still pointing at an object the run removed, and references the run wrote to
     /// objects that do not exist. Proportional to the change (index lookups by key).
+    /// `declared`, and the tables the store's own triggers write when a table the declaration
+    /// covers changes (transitively), with the shadow tables of the virtual tables among them:
+    /// what the schema does in turn is not the migration's to declare (Photos' R-tree triggers
+    /// rewrite `Z_RT_…_node` when an asset's moment changes; a trial's declared migration was
+    /// rolled back for it). `purge` counts such changes as the schema's the same way.
+    static func allowing(_ declared: Set<String>, consequencesIn diff: StoreDiff.Report, db: Database) throws -> Set<String> {
+        let names = Set(declared.map { $0.lowercased() })
+        func covered(_ scope: String) -> Bool {
+            let lower = scope.lowercased()
+            return names.contains(lower) || names.contains { $0.hasPrefix(lower + ".") }
+        }
+        var frontier = Set(diff.entities.filter { e in (e.lineage + [e.entity].compactMap { $0 } + [e.table]).contains(where: covered) }.map { $0.table.lowercased() })
+        guard !frontier.isEmpty else { return declared }
+        let triggers = try Row.fetchAll(db, sql: "SELECT tbl_name, sql FROM sqlite_master WHERE type = 'trigger' AND sql IS NOT NULL")
+            .compactMap { row -> (on: String, sql: String)? in
+                guard let on = row[0] as String?, let sql = row[1] as String? else { return nil }
+                return (on.lowercased(), sql)
+            }
+        let tables = try Row.fetchAll(db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+            .compactMap { row -> (name: String, virtual: Bool)? in
+                guard let name = row[0] as String? else { return nil }
+                return (name, ((row[1] as String?) ?? "").uppercased().hasPrefix("CREATE VIRTUAL TABLE"))
+            }
+        let target = try Regex(#"(?i)\b(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|UPDATE\s+(?:OR\s+\w+\s+)?|DELETE\s+FROM)\s+["`\[]?([A-Za-z_][A-Za-z0-9_$]*)"#)
+        var allowed = Set<String>()
+        var seen = frontier
+        while !frontier.isEmpty {
+            var next = Set<String>()
+            for trigger in triggers where frontier.contains(trigger.on) {
+                // The body: after BEGIN (the header names the table the trigger is on).
+                guard let begin = trigger.sql.range(of: "BEGIN", options: .caseInsensitive) else { continue }
+                for match in trigger.sql[begin.upperBound...].matches(of: target) {
+                    guard let name = match.output[1].substring.map(String.init) else { continue }
+                    var written = [name]
+                    // A virtual table's module writes its shadow tables (`V_node`, `V_content`, …).
+                    if tables.contains(where: { $0.virtual && $0.name.lowercased() == name.lowercased() }) {
+                        written += tables.filter { !$0.virtual && $0.name.lowercased().hasPrefix(name.lowercased() + "_") }.map(\.name)
+                    }
+                    for table in written where !seen.contains(table.lowercased()) {
+                        seen.insert(table.lowercased())
+                        next.insert(table.lowercased())
+                        allowed.insert(table)
+                    }
+                }
+            }
+            frontier = next
+        }
+        return declared.union(allowed)
+    }
+
     /// What Core Data needs of the store after a migration: every root entity's key counter
     /// (`Z_PRIMARYKEY.Z_MAX`) at least its largest `Z_PK` (else Core Data gives out keys in use:
     /// a trial's migration inserted a row without raising it, "migrated", and `preflight` failed the
