@@ -436,7 +436,9 @@ final class PageDiff {
         let freeA = try freelist(a, header: headerA), freeB = try freelist(b, header: headerB)
         func remaining(_ side: any DiffPages, _ header: SQLitePages.Header, _ explained: PageSet, _ free: Set<UInt32>,
                        _ schema: [SchemaEntry]) throws -> [UInt32] {
-            let candidates = unexplained.filter { p in Int(p) <= side.pageCount && !explained.contains(p) && !free.contains(p) }
+            let candidates = unexplained.filter { p in
+                Int(p) <= side.pageCount && !explained.contains(p) && !free.contains(p) && p != Self.lockBytePage(header)
+            }
             var left: [UInt32] = []
             var zeros: [UInt32] = []
             var start = 0
@@ -508,10 +510,20 @@ final class PageDiff {
         }
     }
 
+    /// SQLite's pointer-map pages (btree.c, ptrmapPageno): every (usable / 5 + 1)th page from 2,
+    /// moved to the next page where one would fall on the lock-byte page.
     private static func isPointerMap(_ page: UInt32, header: SQLitePages.Header) -> Bool {
         guard header.largestRootPage != 0, page >= 2 else { return false }
         let span = UInt32(header.usable / 5 + 1)
-        return (page - 2) % span == 0
+        var map = (page - 2) / span * span + 2
+        if map == lockBytePage(header) { map += 1 }
+        return map == page
+    }
+
+    /// The page holding the byte at 1 GiB that SQLite's locks use: never written, never a page of
+    /// the database.
+    private static func lockBytePage(_ header: SQLitePages.Header) -> UInt32 {
+        UInt32((1 << 30) / max(512, header.pageSize) + 1)
     }
 
     private func freelist(_ side: any DiffPages, header: SQLitePages.Header) throws -> Set<UInt32> {

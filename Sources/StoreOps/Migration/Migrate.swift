@@ -194,7 +194,9 @@ public enum Migrate {
                 // The interrupted run applied its migrations and was stopped before its verify
                 // stage ended: they are verified now, as that stage would have (they were taken as
                 // they were: a run killed at its verify and resumed passed an undeclared change).
-                if !options.dryRun { try session.verifyResumed(journal) }
+                // What the killed run committed (nothing, when the store is still at the version it
+                // started from: then what differs is the app's, not the run's).
+                if !options.dryRun, planned.current > journal.fromVersion { try session.verifyResumed(journal, through: planned.current) }
                 try MigrationJournal.remove(store)
             }
             return try session.planOnly()
@@ -412,9 +414,10 @@ public enum Migrate {
             if !dangling.isEmpty {
                 let message = "relationships no longer resolve: " + dangling.joined(separator: "; ")
                 report.rehearsalFailure = message
-                report.rehearsalFailedAtVerify = true
+                report.rehearsalFailedAtVerify = declared != nil || options.rollbackOnFailure
                 report.failure = "the rehearsal on a copy failed: \(message)"
-                report.failureHint = "the run would roll back (3) at its verify stage; change the migration so every reference still names an object"
+                report.failureHint = (declared != nil || options.rollbackOnFailure ? "the run would roll back (3) at its verify stage" : "the run would fail (1) at its verify stage, the store left migrated (with --rollback-on-failure it rolls back, 3)")
+                    + "; change the migration so every reference still names an object"
                 report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: report.failureHint))
             }
             // What Core Data needs of the result, as the verify stage checks it.
@@ -426,9 +429,10 @@ public enum Migrate {
                     }
                 } catch let error as StoreOpsError where error.kind == .checksFailed {
                     report.rehearsalFailure = error.message
-                    report.rehearsalFailedAtVerify = true
+                    report.rehearsalFailedAtVerify = declared != nil || options.rollbackOnFailure
                     report.failure = "the rehearsal on a copy failed: \(error.message)"
-                    report.failureHint = "the run would roll back (3) at its verify stage; " + (error.hint ?? "")
+                    report.failureHint = (declared != nil || options.rollbackOnFailure ? "the run would roll back (3) at its verify stage; "
+                                          : "the run would fail (1) at its verify stage, the store left migrated (with --rollback-on-failure it rolls back, 3); ") + (error.hint ?? "")
                     report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: report.failureHint))
                 }
             }
@@ -1091,24 +1095,37 @@ public enum Migrate {
                 return (on.lowercased(), sql)
             }
         let tables = try Row.fetchAll(db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'table'")
-            .compactMap { row -> (name: String, virtual: Bool)? in
+            .compactMap { row -> (name: String, module: String?)? in
                 guard let name = row[0] as String? else { return nil }
-                return (name, ((row[1] as String?) ?? "").uppercased().hasPrefix("CREATE VIRTUAL TABLE"))
+                let sql = ((row[1] as String?) ?? "").uppercased()
+                guard sql.hasPrefix("CREATE VIRTUAL TABLE"), let using = sql.range(of: " USING ") else { return (name, nil) }
+                return (name, String(sql[using.upperBound...].prefix { $0.isLetter || $0.isNumber }).lowercased())
             }
-        let target = try Regex(#"(?i)\b(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|UPDATE\s+(?:OR\s+\w+\s+)?|DELETE\s+FROM)\s+["`\[]?([A-Za-z_][A-Za-z0-9_$]*)"#)
+        // The shadow tables each module makes (`V_node` of an R-tree, …): by module, not by any name
+        // that starts so (`docs_archive` beside an FTS table `docs` is no shadow table).
+        let shadows: [String: [String]] = ["rtree": ["node", "parent", "rowid"], "rtree_i32": ["node", "parent", "rowid"], "geopoly": ["node", "parent", "rowid"],
+                                           "fts5": ["data", "idx", "content", "docsize", "config"],
+                                           "fts4": ["content", "segments", "segdir", "docsize", "stat"], "fts3": ["content", "segments", "segdir", "docsize", "stat"]]
+        // The statement, then the table (a schema name before it skipped): INSERT [OR x] INTO t,
+        // REPLACE INTO t, UPDATE [OR x] t, DELETE FROM t.
+        let target = try Regex(#"(?i)\b(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM)\s+(?:["`\[]?[A-Za-z_][A-Za-z0-9_$]*["`\]]?\s*\.\s*)?["`\[]?([A-Za-z_][A-Za-z0-9_$]*)"#)
+        // String literals and comments hold no statement (`RAISE(ABORT, 'delete from X first')`).
+        let noise = try Regex(#"'(?:[^']|'')*'|--[^\n]*|/\*[\s\S]*?\*/"#)
         var allowed = Set<String>()
         var seen = frontier
         while !frontier.isEmpty {
             var next = Set<String>()
             for trigger in triggers where frontier.contains(trigger.on) {
                 // The body: after BEGIN (the header names the table the trigger is on).
-                guard let begin = trigger.sql.range(of: "BEGIN", options: .caseInsensitive) else { continue }
-                for match in trigger.sql[begin.upperBound...].matches(of: target) {
+                let sql = trigger.sql.replacing(noise, with: " ")
+                guard let begin = sql.range(of: "BEGIN", options: .caseInsensitive) else { continue }
+                for match in sql[begin.upperBound...].matches(of: target) {
                     guard let name = match.output[1].substring.map(String.init) else { continue }
                     var written = [name]
                     // A virtual table's module writes its shadow tables (`V_node`, `V_content`, …).
-                    if tables.contains(where: { $0.virtual && $0.name.lowercased() == name.lowercased() }) {
-                        written += tables.filter { !$0.virtual && $0.name.lowercased().hasPrefix(name.lowercased() + "_") }.map(\.name)
+                    if let virtual = tables.first(where: { $0.module != nil && $0.name.lowercased() == name.lowercased() }), let module = virtual.module {
+                        let suffixes = Set((shadows[module] ?? []).map { "\(virtual.name.lowercased())_\($0)" })
+                        written += tables.filter { $0.module == nil && suffixes.contains($0.name.lowercased()) }.map(\.name)
                     }
                     for table in written where !seen.contains(table.lowercased()) {
                         seen.insert(table.lowercased())
@@ -1138,7 +1155,7 @@ public enum Migrate {
                                 hint: "a migration that inserts rows raises its entity's counter too: `UPDATE Z_PRIMARYKEY SET Z_MAX = (SELECT max(Z_PK) FROM \(first.table)) WHERE Z_NAME = '\(first.entity)'`")
         }
         let names = Set((declared ?? []).map { $0.lowercased() })
-        if let uuidBefore, let now = coreData.metadata.uuid, now != uuidBefore, !names.contains("z_metadata") {
+        if let uuidBefore, let now = coreData.metadata.uuid, now != uuidBefore, !names.contains("z_metadata"), !names.contains("z_metadata.z_uuid") {
             throw StoreOpsError(.checksFailed, "the migrations changed the store's UUID in Z_METADATA (\(uuidBefore) -> \(now)): Core Data and its sync take it for another store",
                                 hint: "leave Z_UUID as it is; a migration that means to change it declares `-- storectl: changes Z_METADATA`")
         }

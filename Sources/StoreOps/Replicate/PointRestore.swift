@@ -271,9 +271,7 @@ public enum PointRestore {
         // An exact point: nothing numbered after it is applied, whatever its time.
         let through = exact?.number ?? Int.max
         let chains = timeline.chains(of: key)
-        // Down to the millisecond points are dated in: a time asked with more digits never
-        // answers a point after it (rounded, 21.4615 answered a point of 21.462).
-        let t = Int64((at.timeIntervalSince1970 * 1000).rounded(.down))
+        let t = Replicate.ms(at)
         let when = Timestamp.iso(at)
         // A chain named (a point's label): that one, also where the next chain's base has the
         // same time as its last points (a compaction's catch-up commits are stamped so).
@@ -615,7 +613,11 @@ extension PointRestore {
             }
             throw StoreOpsError(.usage, "--at \(shown) is not a time", hint: "write a time like 2026-11-24T19:30:00Z (RFC 3339) or a duration before now like -5m")
         }
-        return date
+        // Down to the millisecond points are dated in (through whole microseconds: "…21.462Z" is
+        // 21.461999… as a Double): a time asked with more digits never answers a point after it
+        // (rounded, 21.4615 answered a point of 21.462); one with three is the same Date as before.
+        let ms = ((date.timeIntervalSince1970 * 1_000_000).rounded() / 1000).rounded(.down)
+        return Date(timeIntervalSince1970: ms / 1000)
     }
 
     /// The field of an RFC 3339 time that is out of range (a month 13, 30 February, hour 24,

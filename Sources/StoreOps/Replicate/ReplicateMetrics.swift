@@ -80,7 +80,7 @@ public enum ReplicateStatus {
 
     /// How `replicate status` ends: the repository's read error's status (74 unreachable, …);
     /// else 2 when the status file shows a follower that is gone (STALE), a store it never
-    /// followed, or a stopped run that left commits unwritten; else 0.
+    /// followed, a gap no base has recorded yet, or a stopped run that left commits unwritten; else 0.
     public static func ending(of report: Report) -> Ending {
         if let problem = report.repositoryError, report.repositorySkipped != true {
             return Ending(.failed, error: StoreOpsError(status: ExitStatus(rawValue: report.repositoryStatus ?? ExitStatus.ioError.rawValue), problem,

@@ -134,7 +134,7 @@ final class WalFollower {
         confirmedState = nil
         if let identities {
             func same(_ x: (dev: UInt64, ino: UInt64)?, _ y: (dev: UInt64, ino: UInt64)?) -> Bool { x?.dev == y?.dev && x?.ino == y?.ino }
-            if !same(identities.database, databaseIdentity) || !same(identities.wal, walIdentity) { changeTrusted = false }
+            if !same(identities.database, databaseIdentity) { changeTrusted = false }
             databaseIdentity = identities.database
             walIdentity = identities.wal
         }

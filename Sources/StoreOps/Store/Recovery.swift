@@ -80,7 +80,7 @@ public enum Recovery {
             // What is left of storectl's temporary files belongs to runs still going: said, not
             // touched (a trial's `recover FOLDER` beside a running backup said "nothing to recover").
             let running = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted().compactMap { name -> RunningFile? in
-                guard let pid = PendingFile.temporaryOwner(name) else { return nil }
+                guard let pid = PendingFile.temporaryOwner(name), FileSystem.processIsAlive(pid) else { return nil }
                 return RunningFile(path: (folder as NSString).appendingPathComponent(name), pid: pid)
             }
             return Result(path: folder, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil, inFolder: inFolder.isEmpty ? nil : inFolder,
