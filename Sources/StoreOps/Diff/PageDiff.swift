@@ -493,10 +493,12 @@ final class PageDiff {
             let tree = try walk(side, root: entry.rootPage, header: header, explained: &visited)
             if let page = zeros.first(where: { visited.contains($0) }) ?? tree.leaves.first(where: { wanted.contains($0) }) {
                 throw StoreOpsError(.badData, "\(side.what) is damaged: page \(page) is all zeros, and the b-tree of \(entry.type) \(entry.name) holds it",
-                                    hint: "`storectl preflight --full` (integrity_check) tells what else is damaged; restore the store from a snapshot or a backup")
+                                    hint: Self.damageHint)
             }
         }
     }
+
+    private static let damageHint = "`storectl preflight --full` (integrity_check) tells what else is damaged; restore the store from a snapshot or a backup"
 
     /// A pointer-map page (auto-vacuum stores) whose entries cannot be SQLite's: 65 naming the side.
     private static func checkPointerMap(_ page: UInt32, _ raw: [UInt8], side: any DiffPages, header: SQLitePages.Header) throws {
@@ -505,7 +507,7 @@ final class PageDiff {
             let type = raw[5 * i]
             guard type <= 5 else {
                 throw StoreOpsError(.badData, "\(side.what) is damaged: pointer-map page \(page) has an entry of type \(type) (for page \(Int(page) + 1 + i)); SQLite writes 1 to 5",
-                                    hint: "`storectl preflight --full` (integrity_check) tells what else is damaged; restore the store from a snapshot or a backup")
+                                    hint: Self.damageHint)
             }
         }
     }

@@ -411,29 +411,29 @@ public enum Migrate {
             // where the run rolls back (an object still pointed at, a key written to nothing) was
             // no rehearsal.
             let dangling = try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) { try Migrate.danglingReferences(diff, db: $0) }
-            if !dangling.isEmpty {
-                let message = "relationships no longer resolve: " + dangling.joined(separator: "; ")
+            /// A check of the verify stage that the copy fails: the run rolls back there (3) with
+            /// declarations or --rollback-on-failure, else fails (1) with the store migrated.
+            func failsAtVerify(_ message: String, advice: String) {
+                let rollsBack = declared != nil || options.rollbackOnFailure
                 report.rehearsalFailure = message
-                report.rehearsalFailedAtVerify = declared != nil || options.rollbackOnFailure
+                report.rehearsalFailedAtVerify = rollsBack
                 report.failure = "the rehearsal on a copy failed: \(message)"
-                report.failureHint = (declared != nil || options.rollbackOnFailure ? "the run would roll back (3) at its verify stage" : "the run would fail (1) at its verify stage, the store left migrated (with --rollback-on-failure it rolls back, 3)")
-                    + "; change the migration so every reference still names an object"
+                report.failureHint = (rollsBack ? "the run would roll back (3) at its verify stage"
+                                      : "the run would fail (1) at its verify stage, the store left migrated (with --rollback-on-failure it rolls back, 3)") + "; " + advice
                 report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: report.failureHint))
+            }
+            if !dangling.isEmpty {
+                failsAtVerify("relationships no longer resolve: " + dangling.joined(separator: "; "), advice: "change the migration so every reference still names an object")
             }
             // What Core Data needs of the result, as the verify stage checks it.
             if report.rehearsalFailure == nil {
                 let uuidBefore = try? Migrate.readOnly(StoreFile(unchecked: before), timeout: options.timeout) { try CoreDataStore.read($0)?.metadata.uuid }
                 do {
                     try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) {
-                        try Migrate.checkCoreDataKeeping($0, uuidBefore: uuidBefore ?? nil, declared: declared)
+                        try Migrate.checkCoreDataKeeping($0, uuidBefore: uuidBefore, declared: declared)
                     }
                 } catch let error as StoreOpsError where error.kind == .checksFailed {
-                    report.rehearsalFailure = error.message
-                    report.rehearsalFailedAtVerify = declared != nil || options.rollbackOnFailure
-                    report.failure = "the rehearsal on a copy failed: \(error.message)"
-                    report.failureHint = (declared != nil || options.rollbackOnFailure ? "the run would roll back (3) at its verify stage; "
-                                          : "the run would fail (1) at its verify stage, the store left migrated (with --rollback-on-failure it rolls back, 3); ") + (error.hint ?? "")
-                    report.ending = Ending(.checksFailed, error: StoreOpsError(.checksFailed, report.failure ?? "", hint: report.failureHint))
+                    failsAtVerify(error.message, advice: error.hint ?? "")
                 }
             }
             if let declared {
@@ -799,7 +799,8 @@ public enum Migrate {
                                     hint: (error.hint.map { $0 + "; or " } ?? "") + unverified)
             }
             var problems: [String] = []
-            if let declared = Self.declarations(of: applied) {
+            let declared = Self.declarations(of: applied)
+            if let declared {
                 let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0) }
                 let outside = StoreDiff.undeclared(diff, declared: allowed)
                 if !outside.isEmpty {
@@ -813,7 +814,7 @@ public enum Migrate {
             let messages = try readOnly(store, timeout: options.timeout) { try StoreConnection.integrityMessages($0, pragma: "quick_check") }
             if messages != ["ok"] { problems.append("quick_check: " + messages.prefix(3).joined(separator: "; ")) }
             do {
-                try readOnly(store, timeout: options.timeout) { try Migrate.checkCoreDataKeeping($0, uuidBefore: nil, declared: Self.declarations(of: applied)) }
+                try readOnly(store, timeout: options.timeout) { try Migrate.checkCoreDataKeeping($0, uuidBefore: nil, declared: declared) }
             } catch let error as StoreOpsError where error.kind == .checksFailed {
                 problems.append(error.message)
             }
@@ -1073,9 +1074,6 @@ public enum Migrate {
         }
     }
 
-    /// Relationships that no longer resolve because of what the run changed, in words: to-one
-    /// columns still pointing at an object the run removed, and references the run wrote to
-    /// objects that do not exist. Proportional to the change (index lookups by key).
     /// `declared`, and the tables the store's own triggers write when a table the declaration
     /// covers changes (transitively), with the shadow tables of the virtual tables among them:
     /// what the schema does in turn is not the migration's to declare (Photos' R-tree triggers
@@ -1161,6 +1159,9 @@ public enum Migrate {
         }
     }
 
+    /// Relationships that no longer resolve because of what the run changed, in words: to-one
+    /// columns still pointing at an object the run removed, and references the run wrote to
+    /// objects that do not exist. Proportional to the change (index lookups by key).
     static func danglingReferences(_ diff: StoreDiff.Report, db: Database) throws -> [String] {
         guard let store = try CoreDataStore.read(db) else { return [] }
         var problems: [String] = []

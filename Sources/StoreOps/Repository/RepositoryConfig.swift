@@ -33,6 +33,9 @@ public struct RepositoryConfig: Sendable, Codable, Equatable {
 
     static let key = "config"
 
+    /// Whether `data` names itself a storectl repository's configuration (read whole or not).
+    static func namesItself(_ data: Data) -> Bool { data.range(of: Data("\"storectl-repository\"".utf8)) != nil }
+
     var checkIdentity: String { "config:\(id)" }
     var checkPlaintext: Data { Data("storectl-repository:\(id)".utf8) }
 
@@ -44,7 +47,7 @@ public struct RepositoryConfig: Sendable, Codable, Equatable {
         struct Header: Decodable { var format: String?; var version: Int? }
         guard let header = try? JSON.decoder().decode(Header.self, from: data), header.format == "storectl-repository" else {
             // storectl's own config that no longer reads (cut short, bytes changed): damage, not a wrong --repo.
-            if (try? JSONSerialization.jsonObject(with: data)) == nil, data.range(of: Data("\"storectl-repository\"".utf8)) != nil {
+            if (try? JSONSerialization.jsonObject(with: data)) == nil, namesItself(data) {
                 throw StoreOpsError(.badData, "\(backend.describe(key)) is damaged: it is a storectl repository's configuration that no longer reads as JSON (cut short or changed)",
                                     hint: "every command reads it first: put back a copy of this file (it never changes after `repo init`: a backup of the repository, or another copy of it)")
             }

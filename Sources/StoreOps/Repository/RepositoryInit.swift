@@ -103,7 +103,7 @@ public enum RepositoryInit {
             if FileSystem.kind(of: config) == .file, let handle = FileHandle(forReadingAtPath: config) {
                 let head = (try? handle.read(upToCount: 4096)) ?? Data()
                 try? handle.close()
-                if head.range(of: Data("\"storectl-repository\"".utf8)) != nil { return folder }
+                if RepositoryConfig.namesItself(head) { return folder }
             }
             if FileSystem.kind(of: (folder as NSString).appendingPathComponent(FormatOneRepository.markerName)) != .missing { return folder }
             let up = FileSystem.parent(of: folder)

@@ -54,7 +54,7 @@ public final class S3Backend: RepositoryBackend {
             do { response = try client.send("GET", method: "GET", key: key, what: "s3://\(bucket)/\(key)") } catch let error as StoreOpsError where error.kind == .wrongPassword {
                 continue
             }
-            if response.status == 200, response.body.range(of: Data("\"storectl-repository\"".utf8)) != nil {
+            if response.status == 200, RepositoryConfig.namesItself(response.body) {
                 return "s3://\(bucket)\(ancestor.isEmpty ? "" : "/" + ancestor)"
             }
         }
