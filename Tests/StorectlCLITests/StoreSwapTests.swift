@@ -192,4 +192,36 @@ struct StoreSwapTests {
         #expect(!StoreSwap.pending(target: fixture.store))
         #expect(try fixture.digest(journalMode: false) == fixture.extra["snapshotContent"])
     }
+
+    @Test("killed in the old files' disposal (the aside folder marked, or removed), a -wal the app made since that got the number of the old -wal's inode (a removed file's number is free for the next file) is not taken for the old one: recovery finishes under the open app, 0, and the app's commit stays in its -wal", arguments: ["swap.discard-old.mark", "swap.discard-old.mark.sync", "swap.discard-old"])
+    func disposalWithAReusedInode(point: String) throws {
+        let fixture = try Scenarios.storeChangedSinceSnapshot()
+        let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                     ["STORECTL_FAULT_POINT": point])
+        #expect(killed.status == 137, "\(killed.stderr)")
+        let app = try DatabaseQueue(path: fixture.store)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'the app after the crash' WHERE Z_PK = 1") }
+        let wal = fixture.store + "-wal"
+        var info = stat()
+        #expect(lstat(wal, &info) == 0)
+        let appWAL = (dev: UInt64(info.st_dev), ino: UInt64(info.st_ino))
+        // What the file system may do: the app's -wal given the number the old -wal's inode had.
+        let record = fixture.store + ".storectl-swap.json"
+        var journal = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: record))) as? [String: Any] ?? [:]
+        var steps = journal["steps"] as? [[String: Any]] ?? []
+        let index = try #require(steps.firstIndex { ($0["from"] as? String) == wal && ($0["kind"] as? String) != "install" }, "\(steps)")
+        steps[index]["inode"] = appWAL.ino
+        steps[index]["device"] = appWAL.dev
+        journal["steps"] = steps
+        try JSONSerialization.data(withJSONObject: journal).write(to: URL(fileURLWithPath: record))
+        let recovered = try fixture.run(["recover", fixture.store])
+        #expect(recovered.status == 0 && recovered.stdout.contains("finished the interrupted restore"), "\(recovered.status) \(recovered.stdout) \(recovered.stderr)")
+        #expect(lstat(wal, &info) == 0 && UInt64(info.st_ino) == appWAL.ino, "the app's -wal stays at its name")
+        #expect(try app.read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "the app after the crash")
+        try app.close()
+        #expect(!StoreSwap.pending(target: fixture.store))
+        #expect(fixture.leftovers([fixture.folder.path]).isEmpty, "\(fixture.leftovers([fixture.folder.path]))")
+        let title = try DatabaseQueue(path: fixture.store).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
+        #expect(title == "the app after the crash", "the app's commit is in the store")
+    }
 }

@@ -223,6 +223,10 @@ public enum StoreSwap {
     /// The steps: old files aside, new files in place, folders synced. Returns the intruders moved away.
     @discardableResult
     static func apply(_ journal: Journal) throws -> [String] {
+        // Past the old files' disposal nothing is left to move: the numbers of their inodes are
+        // free, and a file the app has created since may have one (a -wal at the old -wal's name
+        // and number would be taken for the old one and set aside with the app's commits).
+        if disposing(journal) { return [] }
         let folder = FileSystem.parent(of: journal.target)
         try FileSystem.makeDirectory(journal.aside, existingOK: true, point: "swap.aside-folder")
         try FileSystem.sync(folder, directory: true, point: "swap.aside-folder.sync")
@@ -313,7 +317,14 @@ public enum StoreSwap {
         if !keptIntruders.isEmpty || !writtenSince.isEmpty, keepOld == .discard { keepOld = .rename(suffix: ".replaced-\(stamp)") }
         switch keepOld {
         case .discard:
-            FileSystem.remove(journal.aside, point: "swap.discard-old")
+            // Marked first (the folder renamed, the rename synced), then removed: a recovery after
+            // a kill in the removal knows the old files are being destroyed (see `disposing`).
+            let doomed = discardedName(journal)
+            if lstatIdentity(journal.aside) != nil {
+                try FileSystem.rename(journal.aside, doomed, point: "swap.discard-old.mark")
+                try FileSystem.sync(folder, directory: true, point: "swap.discard-old.mark.sync")
+            }
+            FileSystem.remove(doomed, point: "swap.discard-old")
         case .rename(let suffix):
             let moving = journal.steps.filter { $0.kind != .install && holds($0.to, $0) }
             // One suffix for the set, free for every one of its names: `<store><suffix>-2` keeps
@@ -351,6 +362,19 @@ public enum StoreSwap {
         try FileSystem.sync(folder, directory: true, point: "swap.done")
         return Outcome(operation: journal.operation, target: journal.target, replaced: replaced, kept: kept,
                        intruders: keptIntruders, direction: direction, verified: verified, writtenSince: writtenSince.isEmpty ? nil : writtenSince)
+    }
+
+    /// The aside folder's name while its old files are destroyed.
+    static func discardedName(_ journal: Journal) -> String { journal.aside + "-discarded" }
+
+    /// Whether the swap got as far as disposing of the old files: the aside folder marked for
+    /// removal, or gone with every new file in place (the folder is made before the first move
+    /// and removed only by the disposal; an undo puts the new files back first). From there an old
+    /// file's recorded inode says nothing: its number is free, and a file made since may have it.
+    static func disposing(_ journal: Journal) -> Bool {
+        if lstatIdentity(discardedName(journal)) != nil { return true }
+        return lstatIdentity(journal.aside) == nil
+            && journal.steps.filter { $0.kind == .install }.allSatisfy { holds($0.to, $0) }
     }
 
     /// `<store>-wal` becomes `<store><suffix>-wal`; `.<stem>_SUPPORT` becomes `.<stem><suffix>_SUPPORT`.
@@ -440,7 +464,8 @@ public enum StoreSwap {
         // not in the store). Nothing is done until it has closed the store.
         // (Only while a file still has to move at a live name: once every new file is in place
         // and every old one aside, what is left (disposal, the record) moves nothing the app uses.)
-        let moves = journal.steps.contains { $0.kind == .install ? !holds($0.to, $0) : holds($0.from, $0) }
+        let disposing = disposing(journal)
+        let moves = !disposing && journal.steps.contains { $0.kind == .install ? !holds($0.to, $0) : holds($0.from, $0) }
         if moves, let pid = openedBy(journal) {
             throw StoreOpsError(.busy, "an interrupted \(journal.operation) of \(target) waits to be finished, and another process (pid \(pid)) has the store open; nothing was changed",
                                 hint: "stop the app, then run `storectl recover \(target)` (the app's commits since the crash are then kept)")
@@ -449,7 +474,7 @@ public enum StoreSwap {
         // committed and closed it, leaving no -wal in the way): it is kept beside the store with
         // the other old files, as what an app writes in the way is, not discarded with them (its
         // commits were lost so). Looked at where it is now: at its name, or set aside (same inode).
-        let written = journal.steps.filter { step in
+        let written = disposing ? [] : journal.steps.filter { step in
             guard step.kind != .install, !step.from.hasSuffix("-shm"), let state = step.state else { return false }
             let now = holds(step.from, step) ? fileState(step.from) : holds(step.to, step) ? fileState(step.to) : nil
             return now != nil && now != state
@@ -517,6 +542,7 @@ public enum StoreSwap {
             guard let data = FileManager.default.contents(atPath: path), let journal = try? JSON.decoder().decode(Journal.self, from: data) else { continue }
             for step in journal.steps { paths.insert(step.from); paths.insert(step.to) }
             paths.insert(journal.aside)
+            paths.insert(discardedName(journal))
         }
         return paths
     }
