@@ -94,7 +94,7 @@ enum ReadinessText {
     static func lines(_ report: JobReadiness.Report) -> [String] {
         var lines: [String] = []
         for problem in report.problems {
-            lines.append("  \(problem.check.padding(toLength: 12, withPad: " ", startingAt: 0)) \(problem.message)")
+            lines.append("  \(problem.check.rightPadded(to: 12)) \(problem.message)")
             if let hint = problem.hint { lines.append("  \(String(repeating: " ", count: 12)) -> \(hint)") }
         }
         return lines

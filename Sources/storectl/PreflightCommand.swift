@@ -52,8 +52,8 @@ struct PreflightCommand: ParsableCommand, JSONOutput {
         var lines = ["preflight \(store)  (for \(operation.rawValue) -> \(destination))"]
         let width = max(24, checks.map(\.id.count).max() ?? 0)
         for check in checks {
-            let label = check.id.padding(toLength: width, withPad: " ", startingAt: 0)
-            lines.append("  \(check.status.rawValue.padding(toLength: 5, withPad: " ", startingAt: 0)) \(label)  \(check.summary)")
+            let label = check.id.rightPadded(to: width)
+            lines.append("  \(check.status.rawValue.rightPadded(to: 5)) \(label)  \(check.summary)")
             for detail in check.details { lines.append("        \(String(repeating: " ", count: width))    \(detail)") }
             if let advice = check.advice, check.status >= .warn {
                 lines.append("        \(String(repeating: " ", count: width))    -> \(advice)")
@@ -66,7 +66,7 @@ struct PreflightCommand: ParsableCommand, JSONOutput {
             for entity in entities {
                 let rows = entity.rows.map { Format.count($0) } ?? "no table"
                 let table = entity.table.map { "  \($0)" } ?? ""
-                lines.append("    \(entity.entity.padding(toLength: nameWidth, withPad: " ", startingAt: 0))  \(rows.leftPadded(to: 12))\(table)")
+                lines.append("    \(entity.entity.rightPadded(to: nameWidth))  \(rows.leftPadded(to: 12))\(table)")
             }
         }
         let counts = Dictionary(grouping: checks, by: \.status).mapValues(\.count)

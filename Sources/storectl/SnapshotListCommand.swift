@@ -52,7 +52,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
                 case "gap", "unconfirmed": what = span.reason ?? ""
                 default: what = span.reason ?? "storectl replicate was stopped"
                 }
-                lines.append("  \(span.kind.padding(toLength: 12, withPad: " ", startingAt: 0))  \(time(span.from))  to  \(to.padding(toLength: 24, withPad: " ", startingAt: 0))  \(what)")
+                lines.append("  \(span.kind.rightPadded(to: 12))  \(time(span.from))  to  \(to.rightPadded(to: 24))  \(what)")
             }
         }
         return lines.joined(separator: "\n")
@@ -73,7 +73,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
         }
         let widths = header.indices.map { i in max(header[i].count, lines.map { $0[i].count }.max() ?? 0) }
         func render(_ cells: [String]) -> String {
-            cells.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ")
+            cells.enumerated().map { $1.rightPadded(to: widths[$0]) }.joined(separator: "  ")
                 .trimmingCharacters(in: .whitespaces)
         }
         return ([render(header)] + lines.map(render)).joined(separator: "\n")

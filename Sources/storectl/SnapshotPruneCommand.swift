@@ -62,6 +62,9 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         let progress = TerminalProgress.stepHandler("snapshot prune", quiet: json)
         let result = try SnapshotPrune.run(options, progress: progress?.1)
         progress?.0.finish()
+        for note in result.clockNotes {
+            FileHandle.standardError.write(Data("storectl: warning: \(note)\n".utf8))
+        }
         for tag in result.unmatchedTags {
             FileHandle.standardError.write(Data("storectl: warning: no snapshot carries the tag \(tag.debugDescription) (--keep-tag keeps none by it)\n".utf8))
         }

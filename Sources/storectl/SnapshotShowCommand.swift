@@ -36,7 +36,7 @@ struct SnapshotShowCommand: ParsableCommand, JSONOutput {
             // Names as long as they are (Photos has CloudSharedAlbumInvitationRecord), counts aligned.
             let width = max(24, coreData.entityCounts.keys.map(\.count).max() ?? 0)
             for (entity, rows) in coreData.entityCounts.sorted(by: { $0.key < $1.key }) {
-                lines.append("           \(entity.padding(toLength: width, withPad: " ", startingAt: 0)) \(Format.count(rows).leftPadded(to: 11))")
+                lines.append("           \(entity.rightPadded(to: width)) \(Format.count(rows).leftPadded(to: 11))")
             }
         }
         print(lines.joined(separator: "\n"))

@@ -13,7 +13,7 @@ struct Storectl: ParsableCommand {
             Every operation either completes and is verified, or leaves the store exactly as it was.
 
             EXIT STATUS
-            \(ExitStatus.documented.map { "  \(String($0.0.rawValue).padding(toLength: 4, withPad: " ", startingAt: 0)) \($0.1)" }.joined(separator: "\n"))
+            \(ExitStatus.documented.map { "  \(String($0.0.rawValue).rightPadded(to: 4)) \($0.1)" }.joined(separator: "\n"))
 
             Set STORECTL_LOG_LEVEL=debug for a trace on stderr.
             """),

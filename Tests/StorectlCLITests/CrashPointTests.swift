@@ -91,7 +91,7 @@ final class CrashFixture: @unchecked Sendable {
         var found: [String] = []
         for path in paths {
             guard let names = FileManager.default.subpaths(atPath: path) else { continue }
-            found += names.filter { $0.contains(".tmp-storectl-") || $0.contains(".storectl-swap") || $0.hasSuffix(".storectl-rollback.json") }.map { "\(path)/\($0)" }
+            found += names.filter { $0.contains(".tmp-storectl-") || $0.contains(".storectl-swap") || $0.contains(".storectl-gone-") || $0.hasSuffix(".storectl-rollback.json") }.map { "\(path)/\($0)" }
         }
         return found
     }

@@ -521,6 +521,47 @@ struct SnapshotCLITests {
                 && typo.stderr.contains("its stores: \(store)"), "\(typo.stderr)")
     }
 
+    @Test("two stores in folders whose names differ only in Unicode form (é as one character, NFC, and as e with a combining accent, NFD: two folders on Linux, one string to Swift's ==) are two stores: each its own first snapshot, prune --keep-last 1 keeps each one's newest, --store selects one, an in-place restore of one's snapshot onto the other is refused (64), replicate follows both")
+    func unicodeFormsAreTwoStores() throws {
+        let folder = try TempFolder()
+        let repo = try folder.repository()
+        var stores: [String] = []
+        for (i, name) in ["caf\u{E9}", "cafe\u{301}"].enumerated() {
+            let dir = folder.file(name)
+            #expect(mkdir(dir, 0o755) == 0)
+            let store = dir + "/Tasks.sqlite"
+            let made = try ChildProcess.run(Binaries.lab, ["make-store", store, "--items", "200", "--seed", "\(31 + i)"])
+            #expect(made.status == 0, "\(made.stderr)")
+            stores.append(store)
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasPrefix("caf") }.count == 2, "two folders on disk")
+        var ids: [[String]] = [[], []]
+        for round in 0..<2 {
+            for (i, store) in stores.enumerated() {
+                try DatabaseQueue(path: store).write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["round \(round)"]) }
+                let made = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+                #expect(made.status == 0, "\(made.stderr)")
+                let result = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(made.stdout.utf8))
+                #expect(round == 0 ? result.parent == nil : result.parent == ids[i].last, "store \(i) round \(round): parent \(result.parent ?? "none")")
+                ids[i].append(result.id)
+            }
+        }
+        let one = try storectl("snapshot", "list", "--repo", repo, "--store", stores[1], "--json")
+        #expect(one.status == 0 && ids[1].allSatisfy(one.stdout.contains) && !ids[0].contains(where: one.stdout.contains), "\(one.stdout)")
+        let refused = try storectl("snapshot", "restore", "--repo", repo, ids[1][1], "--in-place", stores[0])
+        #expect(refused.status == 64, "\(refused.status) \(refused.stderr)")
+        let prune = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1")
+        #expect(prune.status == 0, "\(prune.stderr)")
+        let left = try SnapshotSummary.list(repository: repo).map(\.id).sorted()
+        #expect(left == [ids[0][1], ids[1][1]].sorted(), "each store's newest stays: \(left)")
+        let followed = try storectl("replicate", stores[0], stores[1], "--repo", repo, "--for", "1s", "--heartbeat", "0", "--json")
+        #expect(followed.status == 0, "\(followed.stderr)")
+        let points = try storectl("snapshot", "list", "--repo", repo, "--points", "--json")
+        for store in stores {
+            #expect(points.stdout.utf8.split(separator: UInt8(ascii: "\"")).contains { $0.elementsEqual(store.utf8) }, "points of \(store): \(points.stdout)")
+        }
+    }
+
     @Test("a prune cut short after removing a record (SIGTERM at its first removal; a server gone away takes the same path): the error names the snapshot it removed, never 'nothing was changed'; the same prune again finishes")
     func pruneCutShort() throws {
         let folder = try TempFolder()

@@ -224,4 +224,39 @@ struct StoreSwapTests {
         let title = try DatabaseQueue(path: fixture.store).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
         #expect(title == "the app after the crash", "the app's commit is in the store")
     }
+
+    @Test("a recovery killed while it kept the old files beside the store (its -wal kept, its database still aside), because the app had committed in the way: the next recovery keeps the rest too (it discarded the old database, and the app's commits in the kept -wal lost the database they belong to)")
+    func keepingResumed() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        try fixture.walCommits(120)
+        let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                     ["STORECTL_FAULT_POINT": "swap.aside.database"])
+        #expect(killed.status == 137)
+        try fixture.walCommits(30)   // the app, started too early, commits to the old database
+        let first = try fixture.run(["recover", fixture.store], ["STORECTL_FAULT_POINT": "swap.keep.wal"])
+        #expect(first.status == 137, "\(first.status) \(first.stderr)")
+        let second = try fixture.run(["recover", fixture.store, "--json"])
+        #expect(second.status == 0, "\(second.stderr)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: fixture.folder.path)
+        let keptDatabase = names.filter { $0.hasPrefix("Tasks.sqlite.replaced-") && !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }
+        #expect(keptDatabase.count == 1, "the old database is kept beside its kept -wal: \(names.sorted())")
+        #expect(names.contains { $0.hasPrefix("Tasks.sqlite.replaced-") && $0.hasSuffix("-wal") }, "\(names.sorted())")
+        #expect(try fixture.digest(journalMode: false) == fixture.extra["snapshotContent"], "the restore finished")
+        #expect(fixture.leftovers([fixture.folder.path]).isEmpty, "\(fixture.leftovers([fixture.folder.path]))")
+    }
+
+    @Test("killed after the record of a finished disposal went, before its emptied folder did: the next recover (of the store, or of its folder) removes the folder and has nothing to recover")
+    func emptiedFolderLeft() throws {
+        for folderWide in [false, true] {
+            let fixture = try Scenarios.storeWithSnapshot()
+            let killed = try fixture.run(["snapshot", "restore", "--repo", fixture.repo, fixture.snapshot, "--in-place", fixture.store],
+                                         ["STORECTL_FAULT_POINT": "swap.done"])
+            #expect(killed.status == 137)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.folder.path).contains { $0.contains(".storectl-gone-") })
+            let recovered = try fixture.run(["recover", folderWide ? fixture.folder.path : fixture.store])
+            #expect(recovered.status == 0, "\(recovered.stderr)")
+            #expect(fixture.leftovers([fixture.folder.path]).isEmpty, "\(fixture.leftovers([fixture.folder.path]))")
+            #expect(try fixture.digest(journalMode: false) == fixture.extra["snapshotContent"])
+        }
+    }
 }

@@ -33,7 +33,7 @@ struct RollbackIntent: Sendable, Codable, Equatable {
     /// The run that wrote it is still running (it is about to say what it did; a `rollback
     /// --wait` that got the store's lock after it must not take its file for a stopped run's).
     var runnerAlive: Bool {
-        host == ProcessInfo.processInfo.hostName && pid != getpid() && FileSystem.processIsAlive(pid)
+        host == ProcessInfo.processInfo.hostName && pid != getpid() && ProcessIdentity.couldBeOwner(pid, at: startedAt)
     }
 
     static func path(for store: StoreFile) -> String { store.path + ".storectl-rollback.json" }

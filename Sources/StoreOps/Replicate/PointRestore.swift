@@ -541,7 +541,7 @@ public enum PointRestore {
             .sorted { $0.1 < $1.1 }
         for (id, _) in ids {
             guard let record = try? repository.record(id) else { continue }   // a damaged one is verify's to report
-            guard record.manifest.host == base.manifest.host, record.manifest.source.path == base.manifest.source.path,
+            guard record.manifest.host.isExactly(base.manifest.host), record.manifest.source.path.isExactly(base.manifest.source.path),
                   Replicate.ms(record.manifest.startedAt) > time else { continue }
             return (record.files.filter { !have.contains($0.path) }, record.id)
         }

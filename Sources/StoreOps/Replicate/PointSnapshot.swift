@@ -114,7 +114,7 @@ enum PointSnapshot {
         guard let last = chain.segments.last, let sealed = try repository.backend.read(last.key) else { return .failure(Stale("the chain's last segment cannot be read")) }
         let zstd = try ZstdFrames(level: 3)
         guard let (segment, _, _) = try PointSegment.openAll(sealed, name: last, sealer: repository.sealer, zstd: zstd, location: repository.location).last,
-              segment.path == path || segment.path == store.path else { return .failure(Stale("the chain's last segment is of another path")) }
+              segment.path.isExactly(path) || segment.path.isExactly(store.path) else { return .failure(Stale("the chain's last segment is of another path")) }
         let cursor = segment.cursor
         if !cursor.headerRead {
             // A point read with no frame in the -wal (a base read from the file alone): the

@@ -153,7 +153,7 @@ public enum ReplicateStatus {
             return report
         }
         var report = Report(repository: opened.location, stores: stores.map { entry in
-            let followed = live?.stores.first { $0.store == entry.store }
+            let followed = live?.stores.first { $0.store.isExactly(entry.store) }
             let covered = entry.spans.filter { $0.kind == "covered" || $0.kind == "thinned" }   // a thinned chain is a chain (repo check counts it)
             let newest = entry.newestPoint ?? covered.last?.to
             return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: newest,
@@ -162,7 +162,7 @@ public enum ReplicateStatus {
                          writtenSince: live?.state == "stopped" && Self.keptWritten(entry, since: followed?.lastDurable, stopped: live?.updatedAt) ? true : nil)
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
         // A store the process follows that has no point yet (its first base failed) is listed too.
-        for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store == store.store }) {
+        for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store.isExactly(store.store) }) {
             report.stores.append(Store(store: store.store, host: ProcessInfo.processInfo.hostName, points: 0, newestPoint: nil, gaps: 0, chains: 0, live: store))
         }
         if let live, live.state == "following" {

@@ -208,7 +208,7 @@ public enum Replicate {
                 throw StoreOpsError(.badData, "\(store.path) is not in WAL mode: storectl replicate follows a store's -wal",
                                     hint: "switch it with `PRAGMA journal_mode=WAL` (the app's next open keeps it), or take scheduled snapshots instead")
             }
-            guard !replicas.contains(where: { $0.store.path == store.path }) else { continue }
+            guard !replicas.contains(where: { $0.store.path.isExactly(store.path) }) else { continue }
             // The one-follower lock and the -wal are found by this name: a follower of another
             // name of the same file (a hard link) is not seen by it, nor does it see the -wal
             // of an app that opens that other name.
@@ -692,7 +692,7 @@ public enum Replicate {
                       let last = chain.segments.last,
                       let sealed = try repository.backend.read(last.key) else { return }
                 guard let (segment, _, _) = try PointSegment.openAll(sealed, name: last, sealer: repository.sealer, zstd: zstd, location: repository.location).last else { return }
-                guard segment.path == replica.store.path else { return }
+                guard segment.path.isExactly(replica.store.path) else { return }
                 func identity(_ pair: [UInt64]?) -> (dev: UInt64, ino: UInt64)? { pair.flatMap { $0.count == 2 ? ($0[0], $0[1]) : nil } }
                 // The page count it had then (growth before the cursor may still be in the -wal only).
                 let pages = segment.commits.last.map { Int($0.pageCount) } ?? ((try? repository.record(chain.id))?.pages.pageCount ?? 0)

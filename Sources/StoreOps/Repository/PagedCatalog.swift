@@ -30,7 +30,9 @@ extension PagedRepository {
         let keys = try backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) }.filter(SnapshotID.isPlausible)
         let matches = keys.contains(id) ? [id] : keys.filter { $0.hasPrefix(id) }
         guard matches.count <= 1 else {
-            throw StoreOpsError(.usage, "\"\(id)\" matches \(matches.count) snapshots: \(matches.sorted().joined(separator: ", "))",
+            let sorted = matches.sorted()
+            let shown = sorted.prefix(8).joined(separator: ", ") + (sorted.count > 8 ? ", … (\(sorted.count - 8) more)" : "")
+            throw StoreOpsError(.usage, "\"\(id)\" matches \(matches.count) snapshots: \(shown)",
                                 hint: "give more of the id, enough to name one of them")
         }
         guard let match = matches.first, let sealed = try backend.read(PagedSnapshotRecord.key(match)) else {

@@ -17,6 +17,10 @@ public final class RepositoryLock: @unchecked Sendable {
         public var operation: String
         public var created: Date
         public var refreshed: Date
+        /// The holder's boot of its machine and its pid namespace (absent in locks of a storectl
+        /// before these): a pid is looked at only from the same boot and namespace.
+        public var boot: String?
+        public var pidNamespace: String?
     }
 
     /// A lock that conflicts with the one wanted.
@@ -58,7 +62,8 @@ public final class RepositoryLock: @unchecked Sendable {
             let now = Timestamp.now()
             let record = Record(host: ProcessInfo.processInfo.hostName, pid: getpid(),
                                 user: UserName.current,
-                                exclusive: exclusive, operation: operation, created: now, refreshed: now)
+                                exclusive: exclusive, operation: operation, created: now, refreshed: now,
+                                boot: ProcessIdentity.boot, pidNamespace: ProcessIdentity.pidNamespace)
             let lock = RepositoryLock(backend: backend, key: "locks/\(id)", record: record)
             do { try backend.write(lock.key, try JSON.encode(record), point: "lock.write") } catch let error as StoreOpsError where error.kind == .noSpace {
                 // Even a prune, the command that frees space, needs a little room first: its lock,
@@ -104,7 +109,16 @@ public final class RepositoryLock: @unchecked Sendable {
     }
 
     static func isStale(_ record: Record, now: Date = Date()) -> Bool {
-        if record.host == ProcessInfo.processInfo.hostName, !FileSystem.processIsAlive(record.pid) { return true }
+        if record.host == ProcessInfo.processInfo.hostName {
+            // Of this machine (its name): a lock of an earlier boot is a dead holder's; one of
+            // another pid namespace (another container given the same host name) cannot be
+            // judged by its pid here, only by its age; in this one, its holder is gone when no
+            // process has its pid, or the one that has it started after the lock was made.
+            let sameBoot = record.boot == nil || ProcessIdentity.boot == nil || record.boot == ProcessIdentity.boot
+            if !sameBoot { return true }
+            let sameNamespace = record.pidNamespace == nil || ProcessIdentity.pidNamespace == nil || record.pidNamespace == ProcessIdentity.pidNamespace
+            if sameNamespace, !ProcessIdentity.couldBeOwner(record.pid, at: record.created) { return true }
+        }
         return now.timeIntervalSince(record.refreshed) > staleAfter
     }
 

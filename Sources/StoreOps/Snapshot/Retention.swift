@@ -5,11 +5,13 @@ public enum Retention {
     /// (by default each store: its host and path); returns the decisions by group (in the order
     /// of each group's newest snapshot, newest first), newest first within a group.
     public static func apply(_ policy: RetentionPolicy, to snapshots: [RetentionCandidate], groupBy grouping: SnapshotGrouping) -> [RetentionDecision] {
-        var groups: [String: [RetentionCandidate]] = [:]
+        // Grouped by the label's bytes (two paths that look the same are two stores), named by it.
+        var groups: [String: (label: String, members: [RetentionCandidate])] = [:]
         for snapshot in snapshots {
-            groups[grouping.label(host: snapshot.host, path: snapshot.path, tags: snapshot.tags), default: []].append(snapshot)
+            let label = grouping.label(host: snapshot.host, path: snapshot.path, tags: snapshot.tags)
+            groups[label.exactKey, default: (label, [])].members.append(snapshot)
         }
-        let decided = groups.map { label, members in
+        let decided = groups.values.map { label, members in
             apply(policy, to: members).map { decision -> RetentionDecision in
                 var decision = decision
                 decision.group = label
@@ -24,7 +26,7 @@ public enum Retention {
         // stays: a grouping wider than the store must not leave a store with no good snapshot.
         var newestVerified: [String: RetentionCandidate] = [:]
         for snapshot in snapshots where snapshot.verified {
-            let store = "\(snapshot.host)\u{0}\(snapshot.path)"
+            let store = "\(snapshot.host)\u{0}\(snapshot.path)".exactKey
             if let current = newestVerified[store], (current.time, current.id) >= (snapshot.time, snapshot.id) { continue }
             newestVerified[store] = snapshot
         }
@@ -40,7 +42,7 @@ public enum Retention {
         var newestChecked: [String: RetentionCandidate] = [:]
         for decision in out {
             guard let snapshot = byID[decision.id], snapshot.checked else { continue }
-            let store = "\(snapshot.host)\u{0}\(snapshot.path)"
+            let store = "\(snapshot.host)\u{0}\(snapshot.path)".exactKey
             if decision.keep { storesWithOne.insert(store) }
             if let current = newestChecked[store], (current.time, current.id) >= (snapshot.time, snapshot.id) { continue }
             newestChecked[store] = snapshot

@@ -93,7 +93,7 @@ public struct SnapshotFilter: Sendable, Codable, Equatable {
     }
 
     public func matches(host snapshotHost: String, path snapshotPath: String) -> Bool {
-        (host == nil || host == snapshotHost) && (path == nil || path == snapshotPath)
+        (host.map { $0.isExactly(snapshotHost) } ?? true) && (path.map { $0.isExactly(snapshotPath) } ?? true)
     }
 
     public var isAll: Bool { host == nil && path == nil }

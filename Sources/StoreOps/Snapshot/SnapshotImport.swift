@@ -120,7 +120,7 @@ public enum SnapshotImport {
             let held = existing.manifest
             let differences: [String] = [
                 held.startedAt == origin.startedAt ? nil : "taken \(Timestamp.iso(held.startedAt)) there, \(Timestamp.iso(origin.startedAt)) in the archive",
-                held.source.path == origin.source.path ? nil : "store \(held.source.path.debugDescription) there, \(origin.source.path.debugDescription) in the archive",
+                held.source.path.isExactly(origin.source.path) ? nil : "store \(held.source.path.debugDescription) there, \(origin.source.path.debugDescription) in the archive",
                 held.host == origin.host ? nil : "host \(held.host.debugDescription) there, \(origin.host.debugDescription) in the archive",
                 held.snapshot?.tags ?? [] == facts.tags ? nil : "tags \((held.snapshot?.tags ?? []).joined(separator: ",")) there, \(facts.tags.joined(separator: ",")) in the archive",
                 held.database.bytes == origin.database.bytes ? nil : "a database of \(Format.count(held.database.bytes)) bytes there, \(Format.count(origin.database.bytes)) in the archive",

@@ -38,6 +38,9 @@ public enum SnapshotPrune {
         public var groupBy: String = SnapshotGrouping.store.description
         /// Tags of `--keep-tag` that no considered snapshot carries (a typo keeps nothing).
         public var unmatchedTags: [String] = []
+        /// Snapshots dated out of order with their parents, or ahead of this host's clock: a host's
+        /// clock was wrong (each is counted as newer than its parent whatever its date).
+        public var clockNotes: [String] = []
         /// Catalog entries that cannot be read: kept (never removed as if expired), reported.
         public var damaged: [DamagedEntry] = []
         /// What garbage collection did (or, with --dry-run, would do: `freedBytes`).
@@ -80,6 +83,42 @@ public enum SnapshotPrune {
         return result
     }
 
+    /// Each snapshot's time for the rules: its date, or just after its parent's when that is not
+    /// before it. A snapshot made after another of its store (its parent) is the newer one whatever
+    /// the clocks said: a snapshot dated ahead (its host's clock was a day fast) was kept by
+    /// `--keep-last 1` over the store's real newest, which went. Said in `notes`, as are dates
+    /// ahead of this host's clock.
+    static func lineageTimes(_ records: [(id: String, parent: String?, time: Date)], now: Date = Date()) -> (times: [String: Date], notes: [String]) {
+        var byID: [String: (id: String, parent: String?, time: Date)] = [:]
+        for record in records { byID[record.id] = record }
+        var times: [String: Date] = [:]
+        var notes: [String] = []
+        for id in byID.keys.sorted() where times[id] == nil {
+            // Up the parents to one already timed (or none), then down again (no recursion: a
+            // store's chain of parents may be thousands long; a loop is cut where it closes).
+            var path: [String] = []
+            var seen = Set<String>()
+            var next: String? = id
+            while let current = next, times[current] == nil, byID[current] != nil, seen.insert(current).inserted {
+                path.append(current)
+                next = byID[current]?.parent
+            }
+            for current in path.reversed() {
+                guard let record = byID[current] else { continue }
+                var time = record.time
+                if let parent = record.parent, let parentTime = times[parent], parentTime >= time {
+                    notes.append("\(current) is dated \(Timestamp.iso(time)), not after its parent \(parent) (\(Timestamp.iso(byID[parent]?.time ?? parentTime))): a clock was wrong; it is counted as the newer")
+                    time = parentTime.addingTimeInterval(0.001)
+                }
+                times[current] = time
+            }
+        }
+        for (id, record) in byID where record.time.timeIntervalSince(now) > 300 {
+            notes.append("\(id) is dated \(Timestamp.iso(record.time)), ahead of this host's clock (\(Timestamp.iso(now))): the clock of the host that took it, or this one's, is wrong")
+        }
+        return (times, notes.sorted())
+    }
+
     /// What the rules keep and remove (the act's plan).
     static func decide(_ options: Options, in repository: PagedRepository) throws -> Result {
         let (records, damaged) = try repository.catalog()
@@ -99,6 +138,9 @@ public enum SnapshotPrune {
             guard let c = record.milestone else { return false }
             return !named.contains("\(c.chain)@\(c.point)@\(c.time)")
         }.map(\.id)
+        let (lineageTime, clockNotes) = lineageTimes(records.compactMap { record in
+            record.manifest.snapshot.map { (id: $0.id, parent: record.parent, time: record.manifest.startedAt) }
+        })
         let candidates = records.compactMap { record -> RetentionCandidate? in
             let manifest = record.manifest
             guard let facts = manifest.snapshot, !bases.contains(facts.id), record.milestone == nil,
@@ -107,7 +149,7 @@ public enum SnapshotPrune {
             // it was taken did: a store keeps one such at least (a store whose one snapshot was
             // never verified lost it to a grouping that pools stores, `--group-by tags`).
             let last = repository.lastVerification(facts.id)
-            return RetentionCandidate(id: facts.id, time: manifest.startedAt, tags: facts.tags, verified: last?.ok == true,
+            return RetentionCandidate(id: facts.id, time: lineageTime[facts.id] ?? manifest.startedAt, tags: facts.tags, verified: last?.ok == true,
                                       checked: last.map(\.ok) ?? (manifest.verify.ok && manifest.verify.level != .none),
                                       host: manifest.host, path: manifest.source.path)
         }
@@ -123,6 +165,7 @@ public enum SnapshotPrune {
         result.points = points
         result.milestones = expiredMilestones.sorted()
         result.groupBy = options.groupBy.description
+        result.clockNotes = clockNotes
         result.unmatchedTags = options.policy.tags.filter { tag in !candidates.contains { $0.tags.contains(tag) } }
         return result
     }

@@ -463,11 +463,11 @@ public enum SnapshotRestore {
         func checkSameStore(_ record: Manifest) throws {
             let here = ProcessInfo.processInfo.hostName
             let source = record.source.path
-            let samePath = source == store.path || FileSystem.absolute(source) == store.path
+            let samePath = source.isExactly(store.path) || FileSystem.absolute(source).isExactly(store.path)
             // (A record without a host, which storectl never writes, is judged by its path alone.)
-            let sameHost = record.host.isEmpty || record.host == here
+            let sameHost = record.host.isEmpty || record.host.isExactly(here)
             if samePath, sameHost { return }
-            if let named = options.pointStore, [source, FileSystem.absolute(source)].contains(StoreFile(unchecked: named).path),
+            if let named = options.pointStore, [source, FileSystem.absolute(source)].contains(where: { $0.isExactly(StoreFile(unchecked: named).path) }),
                sameHost ? options.pointHost == nil || options.pointHost == record.host : options.pointHost == record.host { return }
             // The full id (a prefix typed is named as the snapshot it found).
             let full: String? = record.snapshot.map(\.id).flatMap { id in !options.id.isEmpty && id.hasPrefix(options.id) ? id : nil }

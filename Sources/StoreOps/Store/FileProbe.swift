@@ -38,7 +38,15 @@ public final class FileProbe: Sendable {
                 if errno == ENOENT { return nil }
                 throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .input)
             }
-            table[key] = fd
+            // Filed under the file it opened, which is not the one looked at when the name was
+            // given to another file in between (a -shm made again): filed under the other's
+            // number, it would be read for every later file given that number. (Never closed,
+            // even when the table has one for it already: see the type's comment.)
+            var opened = stat()
+            guard fstat(fd, &opened) == 0 else { return fd }
+            let openedKey = Key(dev: UInt64(opened.st_dev), ino: UInt64(opened.st_ino))
+            if let kept = table[openedKey] { return kept }
+            table[openedKey] = fd
             return fd
         }
     }

@@ -313,18 +313,25 @@ public enum StoreSwap {
         }
         // When someone wrote in the way, or into the old files, the old files are kept too: what
         // they wrote may belong with them, or is in them.
+        // A recovery of a disposal that had begun keeping them (killed between its renames: what
+        // it kept is at names of this swap's stamp, no longer in the aside folder) keeps the rest.
         var keepOld = journal.keepOld
-        if !keptIntruders.isEmpty || !writtenSince.isEmpty, keepOld == .discard { keepOld = .rename(suffix: ".replaced-\(stamp)") }
+        if keepOld == .discard, !keptIntruders.isEmpty || !writtenSince.isEmpty || keptEarlier(journal, stamp: stamp) {
+            keepOld = .rename(suffix: ".replaced-\(stamp)")
+        }
+        var doomed: String?
         switch keepOld {
         case .discard:
-            // Marked first (the folder renamed, the rename synced), then removed: a recovery after
-            // a kill in the removal knows the old files are being destroyed (see `disposing`).
-            let doomed = discardedName(journal)
+            // Marked first (the folder renamed, the rename synced), emptied, and removed only after
+            // the record: until then a recovery knows the old files are being destroyed, whatever
+            // has become of them (see `disposing`).
+            let gone = discardedName(journal)
             if lstatIdentity(journal.aside) != nil {
-                try FileSystem.rename(journal.aside, doomed, point: "swap.discard-old.mark")
+                try FileSystem.rename(journal.aside, gone, point: "swap.discard-old.mark")
                 try FileSystem.sync(folder, directory: true, point: "swap.discard-old.mark.sync")
             }
-            FileSystem.remove(doomed, point: "swap.discard-old")
+            try FileSystem.emptyDirectory(gone, point: "swap.discard-old")
+            doomed = gone
         case .rename(let suffix):
             let moving = journal.steps.filter { $0.kind != .install && holds($0.to, $0) }
             // One suffix for the set, free for every one of its names: `<store><suffix>-2` keeps
@@ -360,21 +367,59 @@ public enum StoreSwap {
         }
         try FileSystem.removeFile(journalPath(for: journal.target), point: "swap.journal.remove")
         try FileSystem.sync(folder, directory: true, point: "swap.done")
+        if let doomed { FileSystem.removeEmptyDirectory(doomed, point: "swap.discard-old.folder") }
         return Outcome(operation: journal.operation, target: journal.target, replaced: replaced, kept: kept,
                        intruders: keptIntruders, direction: direction, verified: verified, writtenSince: writtenSince.isEmpty ? nil : writtenSince)
     }
 
-    /// The aside folder's name while its old files are destroyed.
-    static func discardedName(_ journal: Journal) -> String { journal.aside + "-discarded" }
+    static let asideMarker = ".storectl-swap-", discardedMarker = ".storectl-gone-"
+
+    /// The aside folder's name while its old files are destroyed (as long as its own name: a
+    /// name that fits there fits here).
+    static func discardedName(_ journal: Journal) -> String {
+        let name = FileSystem.name(of: journal.aside)
+        guard let range = name.range(of: asideMarker, options: .backwards) else { return journal.aside + "-gone" }
+        return (FileSystem.parent(of: journal.aside) as NSString).appendingPathComponent(name.replacingCharacters(in: range, with: discardedMarker))
+    }
 
     /// Whether the swap got as far as disposing of the old files: the aside folder marked for
-    /// removal, or gone with every new file in place (the folder is made before the first move
-    /// and removed only by the disposal; an undo puts the new files back first). From there an old
-    /// file's recorded inode says nothing: its number is free, and a file made since may have it.
+    /// removal (it stays, emptied, until the record is gone), or (a record of a storectl that
+    /// removed the folder at once) gone with every new file in place: the folder is made before
+    /// the first move and removed only by the disposal; an undo puts the new files back first.
+    /// From there an old file's recorded inode says nothing: its number is free, and a file made
+    /// since may have it. Such a swap is only ever finished, never undone.
     static func disposing(_ journal: Journal) -> Bool {
         if lstatIdentity(discardedName(journal)) != nil { return true }
         return lstatIdentity(journal.aside) == nil
             && journal.steps.filter { $0.kind == .install }.allSatisfy { holds($0.to, $0) }
+    }
+
+    /// Whether an interrupted disposal had begun keeping the old files or what others wrote:
+    /// names of this swap's stamp beside the store.
+    static func keptEarlier(_ journal: Journal, stamp: String) -> Bool {
+        let name = FileSystem.name(of: journal.target)
+        let prefixes = [".replaced-", ".unexpected-"].map { name + $0 + stamp }
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: FileSystem.parent(of: journal.target))) ?? []
+        return names.contains { entry in prefixes.contains { entry.hasPrefix($0) } }
+            || journal.steps.contains { step in
+                // A support folder's kept name is `.<stem>.replaced-<stamp>_SUPPORT`.
+                step.kind != .install && !step.from.hasPrefix(journal.target)
+                    && holds(keptName(step.from, target: journal.target, suffix: ".replaced-\(stamp)"), step)
+            }
+    }
+
+    /// Removes the emptied marked folders (`.<store>.storectl-gone-<id>`) among `names` in
+    /// `folder` whose swap record is gone: disposals killed after their record went. Returns them.
+    static func removeFinishedMarks(in folder: String, names: [String]) -> [String] {
+        var removed: [String] = []
+        for name in names where name.hasPrefix(".") {
+            guard let marker = name.range(of: discardedMarker, options: .backwards) else { continue }
+            let target = (folder as NSString).appendingPathComponent(String(name[name.index(after: name.startIndex)..<marker.lowerBound]))
+            guard lstatIdentity(journalPath(for: target)) == nil else { continue }
+            let path = (folder as NSString).appendingPathComponent(name)
+            if FileSystem.removeEmptyDirectory(path, point: "swap.discard-old.folder") { removed.append(path) }
+        }
+        return removed
     }
 
     /// `<store>-wal` becomes `<store><suffix>-wal`; `.<stem>_SUPPORT` becomes `.<stem><suffix>_SUPPORT`.
@@ -480,7 +525,7 @@ public enum StoreSwap {
             return now != nil && now != state
         }.map(\.from)
         let newFilesThere = journal.steps.filter { $0.kind == .install }.allSatisfy { holds($0.to, $0) || holds($0.from, $0) }
-        if newFilesThere { return try finish(journal, direction: "forward", writtenSince: written) }
+        if newFilesThere || disposing { return try finish(journal, direction: "forward", writtenSince: written) }
         return try undo(journal)
     }
 

@@ -329,6 +329,27 @@ public enum FileSystem {
         return true
     }
 
+    /// Removes everything in a folder (the folder stays); a missing folder is fine, a failure
+    /// is thrown naming what could not be removed.
+    public static func emptyDirectory(_ path: String, point: String) throws {
+        let names: [String]
+        do { names = try FileManager.default.contentsOfDirectory(atPath: path) } catch {
+            if kind(of: path) == .missing { return }
+            throw StoreOpsError(.ioError, "cannot list \(path): \(error.localizedDescription)")
+        }
+        for name in names {
+            let child = (path as NSString).appendingPathComponent(name)
+            if kind(of: child) == .directory {
+                do { try FileManager.default.removeItem(atPath: child) } catch {
+                    throw StoreOpsError(.ioError, "cannot remove \(child): \(error.localizedDescription)")
+                }
+            } else if unlink(child) != 0, errno != ENOENT {
+                throw StoreOpsError.posix(errno, doing: "removing \(child)", side: .output)
+            }
+        }
+        FaultInjection.reach(point)
+    }
+
     /// Removes a folder only if it is empty (anything in it is kept). Returns whether it was removed.
     @discardableResult
     public static func removeEmptyDirectory(_ path: String, point: String) -> Bool {

@@ -128,11 +128,14 @@ public final class PendingFile {
         let start = prefix.map { "." + shortened($0) }
         for name in names {
             if let start, !name.hasPrefix(start) { continue }
-            guard let pid = temporaryOwner(name), !FileSystem.processIsAlive(pid) else { continue }
+            guard let pid = temporaryOwner(name) else { continue }
             let path = (folder as NSString).appendingPathComponent(name)
+            guard !ProcessIdentity.couldOwn(pid, path: path) else { continue }
             guard !protected.contains(path) else { continue }
             if FileSystem.remove(path, point: "stale.remove") { removed.append(path) }
         }
+        // The emptied folders of swaps killed after their record went.
+        if prefix == nil { removed += StoreSwap.removeFinishedMarks(in: folder, names: names) }
         return removed
     }
 

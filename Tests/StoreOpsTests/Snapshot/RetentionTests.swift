@@ -1,5 +1,5 @@
 import Foundation
-import StoreOps
+@testable import StoreOps
 import Testing
 
 /// The keep/remove decisions of `Retention.apply` on hand-made snapshot lists.
@@ -159,5 +159,27 @@ struct RetentionTests {
         #expect(throws: StoreOpsError.self) { try SnapshotFilter.parse(store: "", host: nil) }
         #expect(throws: StoreOpsError.self) { try SnapshotFilter.parse(store: nil, host: " ") }
         #expect(RetentionPolicy(last: 0).isEmpty)
+    }
+
+    @Test("a snapshot made after another of its store (its parent) counts as the newer whatever its date: a host whose clock was a day fast dated one ahead, and --keep-last 1 kept it over the store's real newest; both that and a date ahead of this host's clock are said")
+    func lineageOverClocks() throws {
+        let now = try #require(Timestamp.parseISO("2026-12-04T03:00:00Z"))
+        let entries: [(id: String, parent: String?, time: Date)] = [
+            ("a", nil, now.addingTimeInterval(-7200)),
+            ("fast", "a", now.addingTimeInterval(86400)),        // the clock a day ahead
+            ("real", "fast", now.addingTimeInterval(-60)),       // made after it, dated before it
+            ("next", "real", now.addingTimeInterval(-30)),
+        ]
+        let (times, notes) = SnapshotPrune.lineageTimes(entries, now: now)
+        #expect(times["a"] == entries[0].time && times["fast"] == entries[1].time)
+        let real = try #require(times["real"]), next = try #require(times["next"])
+        #expect(real > entries[1].time && next > real, "after its parent, and so is its child: \(real) \(next)")
+        #expect(notes.count == 3 && notes.contains { $0.hasPrefix("real is dated") && $0.contains("not after its parent fast") }
+                && notes.contains { $0.hasPrefix("fast is dated") && $0.contains("ahead of this host's clock") }, "\(notes)")
+        let candidates = entries.map { RetentionCandidate(id: $0.id, time: times[$0.id] ?? $0.time) }
+        #expect(kept(RetentionPolicy(last: 1), candidates) == ["next"])
+        // A loop of parents (a damaged catalog) ends.
+        let looped = SnapshotPrune.lineageTimes([("x", "y", now), ("y", "x", now)], now: now)
+        #expect(looped.times.count == 2)
     }
 }

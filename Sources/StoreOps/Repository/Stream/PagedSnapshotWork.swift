@@ -80,7 +80,7 @@ final class PagedSnapshotWork {
         if origin == nil { try PagedSnapshotRecord.checkRecordable(path: store.path) }
         let host = origin?.host ?? ProcessInfo.processInfo.hostName
         let path = origin?.source.path ?? store.path
-        parent = records.first { $0.manifest.host == host && $0.manifest.source.path == path && $0.id != id }
+        parent = records.first { $0.manifest.host.isExactly(host) && $0.manifest.source.path.isExactly(path) && $0.id != id }
         // Not a parent whose last verification failed (`snapshot verify`, or `repo repair` that
         // left it unrestorable): its map would be this snapshot's, as broken.
         if origin == nil, reuseUnchanged, let parent, let print = parent.source, print.settled, parent.manifest.verify.ok, parent.manifest.verify.level != .none,
