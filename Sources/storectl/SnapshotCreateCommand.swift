@@ -26,6 +26,12 @@ struct SnapshotCreateCommand: ParsableCommand, JSONOutput {
                                                                           level: level, timeout: timeout, wait: wait, password: password.source),
                                             progress: progress?.1)
         progress?.0.finish()
+        if let was = result.parentStoreUUID, let parent = result.parent {
+            // Said in JSON runs too (a cron job's log): retention decides by host and path.
+            FileHandle.standardError.write(Data(("storectl: warning: \(store) is another Core Data store than the one its earlier snapshots are of "
+                + "(store UUID \(result.record.coreData?.metadata.uuid ?? "?") here, \(was) in \(parent)): the old store moved or this one was made anew. "
+                + "Prune groups snapshots by host and path: the old store's snapshots now count as this one's, and rules such as --keep-last may remove them (a --dry-run shows which)\n").utf8))
+        }
         if json { print(jsonReport(result)); return }
         let record = result.record
         let raw = record.database.bytes + (record.externalData?.totalBytes ?? 0)

@@ -562,6 +562,22 @@ struct SnapshotCLITests {
         }
     }
 
+    @Test("a new store made at a moved store's path: its first snapshot there warns that the earlier ones are of another Core Data store (prune groups them by path); its next does not")
+    func anotherStoreAtThePath() throws {
+        let folder = try TempFolder()
+        let (store, repo, _) = try storeWithSnapshot(folder, items: 200)
+        try FileManager.default.moveItem(atPath: store, toPath: folder.file("Moved.sqlite"))
+        for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: store + suffix) }
+        let made = try ChildProcess.run(Binaries.lab, ["make-store", store, "--items", "100", "--seed", "3"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let first = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+        #expect(first.status == 0 && first.stderr.contains("is another Core Data store than the one its earlier snapshots are of"), "\(first.stderr)")
+        #expect(try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).parentStoreUUID != nil)
+        try DatabaseQueue(path: store).write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'next' WHERE Z_PK = 1") }
+        let next = try storectl("snapshot", "create", store, "--repo", repo)
+        #expect(next.status == 0 && !next.stderr.contains("another Core Data store"), "\(next.stderr)")
+    }
+
     @Test("a prune cut short after removing a record (SIGTERM at its first removal; a server gone away takes the same path): the error names the snapshot it removed, never 'nothing was changed'; the same prune again finishes")
     func pruneCutShort() throws {
         let folder = try TempFolder()

@@ -53,6 +53,9 @@ public enum SnapshotCreate {
         /// Made from this point of `storectl replicate` (`<chain>@<n>`), the store's state when
         /// the snapshot was taken, not from the store: no page was read (`PointSnapshot`).
         public var point: String?
+        /// The parent's Core Data store UUID when it is not this snapshot's: another store now
+        /// lives at this path (the old one moved, or was made anew), and prune groups the two.
+        public var parentStoreUUID: String?
     }
 
     static let logger = Logger(label: "storectl.snapshot")

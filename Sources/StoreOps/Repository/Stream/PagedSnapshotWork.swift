@@ -638,9 +638,13 @@ extension PagedSnapshotWork {
 
     func result() throws -> SnapshotCreate.Result {
         guard let record else { throw StoreOpsError(.failure, "the snapshot did not finish") }
-        return SnapshotCreate.Result(id: id, archive: repository.backend.describe(PagedSnapshotRecord.key(id)), record: record.manifest,
-                                     addedBytes: record.added.storedBytes, parent: record.parent,
-                                     packsWritten: writer.packsWritten.map { PackBuilder.key($0.id) }, removedStray: [], unchanged: reusesParent)
+        var result = SnapshotCreate.Result(id: id, archive: repository.backend.describe(PagedSnapshotRecord.key(id)), record: record.manifest,
+                                           addedBytes: record.added.storedBytes, parent: record.parent,
+                                           packsWritten: writer.packsWritten.map { PackBuilder.key($0.id) }, removedStray: [], unchanged: reusesParent)
+        if let was = parent?.manifest.coreData?.metadata.uuid, let now = record.manifest.coreData?.metadata.uuid, was != now {
+            result.parentStoreUUID = was
+        }
+        return result
     }
 }
 
