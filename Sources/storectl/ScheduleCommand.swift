@@ -99,7 +99,7 @@ struct ScheduleCommand: ParsableCommand {
             }
             // A policy named twice is installed once (its jobs ran twice, one of each pair skipped 75).
             var seen = Set<String>()
-            let loaded = try policies.map(Policy.load).filter { seen.insert($0.file).inserted }
+            let loaded = try policies.map(Policy.load).filter { seen.insert($0.file.exactKey).inserted }
             let jobs = Crontab.jobs(loaded)
             guard !jobs.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain)") }
             if user != nil, !skipChecks {
@@ -163,7 +163,7 @@ struct ScheduleCommand: ParsableCommand {
         /// Writes the policies' units into `output`; their paths.
         static func write(policies: [String], output: String, skipChecks: Bool) throws -> [String] {
             var seen = Set<String>()
-            let loaded = try policies.map(Policy.load).filter { seen.insert($0.file).inserted }
+            let loaded = try policies.map(Policy.load).filter { seen.insert($0.file.exactKey).inserted }
             try ReadinessText.requireReady(loaded, skip: skipChecks, replicateService: true)
             let jobs = Crontab.jobs(loaded)
             try SystemdUnits.refuseNewlines(loaded.flatMap { [$0.file, $0.store.path] })

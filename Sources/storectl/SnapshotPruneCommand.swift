@@ -78,7 +78,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         }
         var group: String?
         for decision in result.decisions where dryRun || !decision.keep {
-            if decision.group != group {
+            if !(decision.group ?? "").isExactly(group ?? "") || (decision.group == nil) != (group == nil) {
                 group = decision.group
                 print("store \(decision.group ?? "?")")
             }
@@ -87,7 +87,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         }
         var pointsOf: String?
         for decision in result.points where dryRun || decision.action != "keep" {
-            if decision.store != pointsOf {   // not under the last snapshot group's header
+            if !decision.store.isExactly(pointsOf ?? "") || pointsOf == nil {   // not under the last snapshot group's header
                 pointsOf = decision.store
                 print("points of \(decision.store)")
             }

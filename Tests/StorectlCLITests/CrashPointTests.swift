@@ -255,6 +255,8 @@ enum CrashCoverage {
         // Reached by the run after a kill (what the dead run left), which the crash test checks, not
         // by an uninterrupted run, whose points are the ones killed at.
         "stale.remove": "a dead process's temporary removed (every scenario's next run meets them)",
+        "swap.gone.empty": "a disposal's marked folder a kill left after its record went, emptied by the next run (StoreSwapTests.emptiedFolderLeft)",
+        "swap.gone.remove": "the same, removed",
         "cleanup.pack.remove-unindexed": "packs no index names, left by a killed create (its next run removes them: snapshot create's scenario checks none is left)",
         "prune.pack.remove-unindexed": "the same, by prune",
         "replicate.merge.tidy": "segments a merge killed before its removals left (replicate (merge)'s next run)",

@@ -2795,6 +2795,32 @@ struct ReplicateTests {
                 && real.stdout.contains(": points \(Format.bytes(freed)), packs "), "\(real.stdout)")
     }
 
+    @Test("a chain thinned to its base by prune (older than --keep-point-minutes) lists as thinned up to where the next chain continued it, not as covered from its base to its base (1 point): a restore there answers the base")
+    func thinnedToBaseListed() throws {
+        let world = try world()
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--for", "4s", "--sync-interval", "200ms",
+                                                                    "--base-interval", "1500ms", "--heartbeat", "0", "--quiet"], environment: world.environment)
+        let app = try DatabaseQueue(path: world.store)
+        for i in 0..<30 {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["commit \(i)"]) }
+            usleep(100_000)
+        }
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        try app.close()
+        usleep(2_500_000)
+        let password = PasswordSource.file(world.folder.file("password"))
+        let before = try StorePoints.list(repository: world.repo, password: password).flatMap(\.spans)
+        #expect(Set(before.compactMap(\.chain)).count >= 2, "a new base every 1.5 s: \(before)")
+        let prune = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", world.repo, "--keep-last", "100", "--keep-points", "1s",
+                                                             "--keep-point-minutes", "1s", "--keep-point-bases", "1d"], environment: world.environment)
+        #expect(prune.status == 0, "\(prune.stdout) \(prune.stderr)")
+        let spans = try StorePoints.list(repository: world.repo, password: password).flatMap(\.spans)
+        let thinned = spans.filter { $0.kind == "thinned" && $0.reason == "retention kept only its base" }
+        #expect(!thinned.isEmpty && thinned.allSatisfy { ($0.to ?? $0.from) > $0.from }, "\(spans)")
+        #expect(!spans.contains { $0.kind == "covered" && $0.to == $0.from }, "\(spans)")
+    }
+
     @Test("a resume marker renamed to shorten the span no commit is claimed in (the app committed while no follower ran): a restore inside the real span is 65 naming the marker, not the state before the commit; repo check --read-data finds it")
     func renamedResumeMarker() throws {
         let world = try world()

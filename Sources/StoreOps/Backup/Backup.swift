@@ -110,9 +110,7 @@ public enum Backup {
             output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
             StoreSwap.recoverAll(in: output.folder)
             PendingFile.removeStale(in: output.folder)
-            if let making = PendingFile.temporaries(of: output.path).lazy.compactMap({ path in
-                PendingFile.temporaryOwner(FileSystem.name(of: path)).flatMap { ProcessIdentity.couldOwn($0, path: path) ? $0 : nil }
-            }).first {
+            if let making = PendingFile.temporaries(of: output.path).lazy.compactMap({ PendingFile.temporaryOwner(FileSystem.name(of: $0)) }).first(where: FileSystem.processIsAlive) {
                 throw StoreOpsError(.busy, "another storectl run (pid \(making)) is making \(output.path)",
                                     hint: "wait for it to finish, or back up to another name (a folder as --output names each backup)")
             }
@@ -205,9 +203,7 @@ public enum Backup {
                 // Also taken: a name another run is making now (its live temporary; `prepareOutput`).
                 let taken = [path, manifest, StoreFile.supportPath(forDatabase: path), StoreSwap.journalPath(for: path)]
                     .contains { StoreSwap.lstatIdentity($0) != nil }
-                    || PendingFile.temporaries(of: path).contains { temporary in
-                        PendingFile.temporaryOwner(FileSystem.name(of: temporary)).map { ProcessIdentity.couldOwn($0, path: temporary) } == true
-                    }
+                    || PendingFile.temporaries(of: path).contains { PendingFile.temporaryOwner(FileSystem.name(of: $0)).map(FileSystem.processIsAlive) == true }
                 if !taken { break }
             }
         }

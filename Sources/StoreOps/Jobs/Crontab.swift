@@ -77,8 +77,8 @@ public enum Crontab {
     /// and those of the policies `jobs` names are replaced. Returns the text and the policies
     /// whose jobs were kept.
     public static func install(_ jobs: [Job], into existing: String, executable: String) throws -> (text: String, kept: [String]) {
-        let policies = Set(jobs.map(\.policy))
-        let (others, kept, _) = try installed(in: existing) { !policies.contains($0) }
+        let policies = Set(jobs.map(\.policy.exactKey))
+        let (others, kept, _) = try installed(in: existing) { !policies.contains($0.exactKey) }
         let block = [begin] + others + Array(self.block(jobs, executable: executable).dropFirst().dropLast()) + [end]
         return (try merge(existing, block: block), kept)
     }
@@ -86,8 +86,8 @@ public enum Crontab {
     /// `existing` without the jobs of `policies` (the whole block once none is left); the policies
     /// whose jobs were there.
     public static func uninstall(_ policies: [String], from existing: String) throws -> (text: String, removed: [String]) {
-        let named = Set(policies)
-        let (others, _, removed) = try installed(in: existing) { !named.contains($0) }
+        let named = Set(policies.map(\.exactKey))
+        let (others, _, removed) = try installed(in: existing) { !named.contains($0.exactKey) }
         guard !others.isEmpty else { return (try remove(existing), removed) }
         return (try merge(existing, block: [begin] + others + [end]), removed)
     }

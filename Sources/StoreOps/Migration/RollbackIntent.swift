@@ -19,6 +19,10 @@ struct RollbackIntent: Sendable, Codable, Equatable {
     /// (nil through SQLite, `--live`: the file stays).
     var device: UInt64?
     var inode: UInt64?
+    /// The writer's start (clock ticks since boot) and boot: a process with its pid that started
+    /// at another tick is another process (absent in files of a storectl before these).
+    var startTicks: UInt64? = ProcessIdentity.ownStartTicks
+    var boot: String? = ProcessIdentity.boot
 
     /// Whether the store is as that run left it after its swap: at `toVersion`, below
     /// `fromVersion`, and (a swap) the very file it installed. A store migrated or restored since
@@ -33,7 +37,8 @@ struct RollbackIntent: Sendable, Codable, Equatable {
     /// The run that wrote it is still running (it is about to say what it did; a `rollback
     /// --wait` that got the store's lock after it must not take its file for a stopped run's).
     var runnerAlive: Bool {
-        host == ProcessInfo.processInfo.hostName && pid != getpid() && ProcessIdentity.couldBeOwner(pid, at: startedAt)
+        host == ProcessInfo.processInfo.hostName && pid != getpid() && (boot == nil || ProcessIdentity.boot == nil || boot == ProcessIdentity.boot)
+            && ProcessIdentity.isRunning(pid, startTicks: startTicks)
     }
 
     static func path(for store: StoreFile) -> String { store.path + ".storectl-rollback.json" }

@@ -660,6 +660,17 @@ public struct StorePoints: Sendable, Codable {
                 let opening = try PointSegment.open(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location).0
                 guard filter.matches(host: opening.host, path: opening.path) else { break }
                 if entry == nil { entry = StorePoints(store: opening.path, host: opening.host, spans: []) }
+                // A chain thinned to its base (`prune --keep-point-bases`) said "covered X to X, 1
+                // point": the chain after it names the point it continued from, the old chain's
+                // end, so the span up to there is listed as thinned (a restore there answers the base).
+                if let previous, previous.segments.count == 1, let start = opening.opening, start.kind == "continued" || start.kind == "compaction",
+                   let end = start.afterTime, end > previous.baseTime,
+                   let i = entry?.spans.lastIndex(where: { $0.chain == previous.id && ($0.kind == "covered" || $0.kind == "thinned") }),
+                   entry?.spans[i].to.map({ Replicate.ms($0) <= previous.baseTime }) ?? true {
+                    entry?.spans[i].kind = "thinned"
+                    entry?.spans[i].to = PointRestore.date(end)
+                    entry?.spans[i].reason = "retention kept only its base"
+                }
                 if let previous, let last = entry?.spans.last(where: { $0.kind == "covered" || $0.kind == "thinned" }),
                    let reason = try PointRestore.continuityBreak(from: previous, to: chain, in: repository) {
                     if let open = entry?.spans.indices.last, entry?.spans[open].kind == "not followed", entry?.spans[open].to == nil {

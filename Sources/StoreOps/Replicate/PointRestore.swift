@@ -532,7 +532,7 @@ public enum PointRestore {
     /// Nil when no snapshot of the store was taken after the point.
     static func filesWrittenSince(_ base: PagedSnapshotRecord, before time: Int64,
                                   in repository: PagedRepository) throws -> (files: [PagedSnapshotRecord.FileChunks], from: String)? {
-        let have = Set(base.files.map(\.path))
+        let have = Set(base.files.map(\.path.exactKey))
         // Records in the order their ids say they were taken, from a second before the point:
         // usually one or two are opened, not the whole catalog.
         let ids = try repository.backend.list("snapshots/").map { String($0.key.dropFirst("snapshots/".count)) }
@@ -543,7 +543,7 @@ public enum PointRestore {
             guard let record = try? repository.record(id) else { continue }   // a damaged one is verify's to report
             guard record.manifest.host.isExactly(base.manifest.host), record.manifest.source.path.isExactly(base.manifest.source.path),
                   Replicate.ms(record.manifest.startedAt) > time else { continue }
-            return (record.files.filter { !have.contains($0.path) }, record.id)
+            return (record.files.filter { !have.contains($0.path.exactKey) }, record.id)
         }
         return nil
     }

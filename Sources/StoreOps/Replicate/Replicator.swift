@@ -506,7 +506,11 @@ public enum Replicate {
 
         func run() throws -> Summary {
             for replica in replicas { start(replica) }
-            let watcher = FolderWatcher(folders: Array(Set(replicas.map { FileSystem.parent(of: $0.store.path) })))
+            // Folders and names by their bytes (two folders whose names differ in Unicode form only
+            // are two folders).
+            var folders: [String: String] = [:]
+            for replica in replicas { let folder = FileSystem.parent(of: replica.store.path); folders[folder.exactKey] = folder }
+            let watcher = FolderWatcher(folders: Array(folders.values))
             let databaseNames = Set(replicas.map { FileSystem.name(of: $0.store.path) })
             let started = Date()
             var nextSync = Date().addingTimeInterval(options.syncInterval)

@@ -21,6 +21,8 @@ public final class RepositoryLock: @unchecked Sendable {
         /// before these): a pid is looked at only from the same boot and namespace.
         public var boot: String?
         public var pidNamespace: String?
+        /// The holder's start in clock ticks since boot (absent in locks of an older storectl).
+        public var startTicks: UInt64?
     }
 
     /// A lock that conflicts with the one wanted.
@@ -63,7 +65,7 @@ public final class RepositoryLock: @unchecked Sendable {
             let record = Record(host: ProcessInfo.processInfo.hostName, pid: getpid(),
                                 user: UserName.current,
                                 exclusive: exclusive, operation: operation, created: now, refreshed: now,
-                                boot: ProcessIdentity.boot, pidNamespace: ProcessIdentity.pidNamespace)
+                                boot: ProcessIdentity.boot, pidNamespace: ProcessIdentity.pidNamespace, startTicks: ProcessIdentity.ownStartTicks)
             let lock = RepositoryLock(backend: backend, key: "locks/\(id)", record: record)
             do { try backend.write(lock.key, try JSON.encode(record), point: "lock.write") } catch let error as StoreOpsError where error.kind == .noSpace {
                 // Even a prune, the command that frees space, needs a little room first: its lock,
@@ -109,15 +111,13 @@ public final class RepositoryLock: @unchecked Sendable {
     }
 
     static func isStale(_ record: Record, now: Date = Date()) -> Bool {
-        if record.host == ProcessInfo.processInfo.hostName {
-            // Of this machine (its name): a lock of an earlier boot is a dead holder's; one of
-            // another pid namespace (another container given the same host name) cannot be
-            // judged by its pid here, only by its age; in this one, its holder is gone when no
-            // process has its pid, or the one that has it started after the lock was made.
-            let sameBoot = record.boot == nil || ProcessIdentity.boot == nil || record.boot == ProcessIdentity.boot
-            if !sameBoot { return true }
-            let sameNamespace = record.pidNamespace == nil || ProcessIdentity.pidNamespace == nil || record.pidNamespace == ProcessIdentity.pidNamespace
-            if sameNamespace, !ProcessIdentity.couldBeOwner(record.pid, at: record.created) { return true }
+        if record.host == ProcessInfo.processInfo.hostName,
+           ProcessIdentity.writerGone(pid: record.pid, startTicks: record.startTicks, boot: record.boot, pidNamespace: record.pidNamespace, created: record.created) == true {
+            // Of this host name: gone when no process has its pid, or the one that has it started
+            // at another tick (a reused pid). A lock of another pid namespace (a container given
+            // the same host name), or of another boot that may be another machine of that name,
+            // is judged by its age only (one made well before this boot is of an earlier one).
+            return true
         }
         return now.timeIntervalSince(record.refreshed) > staleAfter
     }

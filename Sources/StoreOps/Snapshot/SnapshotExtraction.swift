@@ -137,7 +137,7 @@ enum SnapshotExtraction {
                 throw StoreOpsError(.badData, "snapshot \(check.id): refusing an archive entry: \(problem); nothing was restored",
                                     hint: "this archive was not written by storectl or was tampered with")
             }
-            guard seen.insert(entry.name).inserted else { throw check.damaged("the archive holds \(entry.name) twice") }
+            guard seen.insert(entry.name.exactKey).inserted else { throw check.damaged("the archive holds \(entry.name) twice") }
             if entry.name == "manifest.json" {
                 var data = Data()
                 try reader.readData { chunk in

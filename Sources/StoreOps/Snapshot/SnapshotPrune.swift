@@ -83,40 +83,43 @@ public enum SnapshotPrune {
         return result
     }
 
-    /// Each snapshot's time for the rules: its date, or just after its parent's when that is not
-    /// before it. A snapshot made after another of its store (its parent) is the newer one whatever
-    /// the clocks said: a snapshot dated ahead (its host's clock was a day fast) was kept by
-    /// `--keep-last 1` over the store's real newest, which went. Said in `notes`, as are dates
-    /// ahead of this host's clock.
+    /// Each snapshot's time for the rules: its date, or, when a snapshot made after it (a child:
+    /// its parent is this one) is dated before it, just before its earliest such child. A snapshot
+    /// made after another of its store is the newer one whatever the clocks said: one dated ahead
+    /// (its host's clock was a day fast) was kept by `--keep-last 1` over the store's real newest,
+    /// which went. The misdated one moves back, not its children forward: the children keep
+    /// their own dates and buckets (a year-ahead snapshot would otherwise have pulled all later
+    /// history into one day). Said in `notes`, as are dates ahead of this host's clock.
     static func lineageTimes(_ records: [(id: String, parent: String?, time: Date)], now: Date = Date()) -> (times: [String: Date], notes: [String]) {
         var byID: [String: (id: String, parent: String?, time: Date)] = [:]
         for record in records { byID[record.id] = record }
-        var times: [String: Date] = [:]
-        var notes: [String] = []
-        for id in byID.keys.sorted() where times[id] == nil {
-            // Up the parents to one already timed (or none), then down again (no recursion: a
-            // store's chain of parents may be thousands long; a loop is cut where it closes).
+        // Depth in the lineage (no recursion: a chain of parents may be thousands long; a loop
+        // is cut where it closes).
+        var depth: [String: Int] = [:]
+        for id in byID.keys where depth[id] == nil {
             var path: [String] = []
             var seen = Set<String>()
             var next: String? = id
-            while let current = next, times[current] == nil, byID[current] != nil, seen.insert(current).inserted {
+            while let current = next, depth[current] == nil, byID[current] != nil, seen.insert(current).inserted {
                 path.append(current)
                 next = byID[current]?.parent
             }
-            for current in path.reversed() {
-                guard let record = byID[current] else { continue }
-                var time = record.time
-                if let parent = record.parent, let parentTime = times[parent], parentTime >= time {
-                    notes.append("\(current) is dated \(Timestamp.iso(time)), not after its parent \(parent) (\(Timestamp.iso(byID[parent]?.time ?? parentTime))): a clock was wrong; it is counted as the newer")
-                    time = parentTime.addingTimeInterval(0.001)
-                }
-                times[current] = time
-            }
+            var d = next.flatMap { depth[$0] } ?? -1
+            for current in path.reversed() { d += 1; depth[current] = d }
+        }
+        var times = byID.mapValues(\.time)
+        var notes: [String] = []
+        // Children before their parents: a parent's time is final once every child has pulled it.
+        for id in byID.keys.sorted(by: { (depth[$0] ?? 0, $0) > (depth[$1] ?? 0, $1) }) {
+            guard let parent = byID[id]?.parent, let parentTime = times[parent], let time = times[id],
+                  (depth[parent] ?? 0) < (depth[id] ?? 0), parentTime >= time else { continue }
+            times[parent] = time.addingTimeInterval(-0.001)
+            notes.append("\(parent) is dated \(Timestamp.iso(byID[parent]?.time ?? parentTime)), not before \(id) (\(Timestamp.iso(byID[id]?.time ?? time))), taken after it: a clock was wrong; it is counted as the older")
         }
         for (id, record) in byID where record.time.timeIntervalSince(now) > 300 {
             notes.append("\(id) is dated \(Timestamp.iso(record.time)), ahead of this host's clock (\(Timestamp.iso(now))): the clock of the host that took it, or this one's, is wrong")
         }
-        return (times, notes.sorted())
+        return (times, Array(Set(notes)).sorted())
     }
 
     /// What the rules keep and remove (the act's plan).

@@ -330,7 +330,10 @@ public enum StoreSwap {
                 try FileSystem.rename(journal.aside, gone, point: "swap.discard-old.mark")
                 try FileSystem.sync(folder, directory: true, point: "swap.discard-old.mark.sync")
             }
-            try FileSystem.emptyDirectory(gone, point: "swap.discard-old")
+            try FileSystem.emptyDirectory(gone, point: "swap.discard-old", eachPoint: "swap.discard-old.file")
+            // Empty on disk before the record goes (else a power loss could leave the old files
+            // in a folder no record names).
+            try FileSystem.sync(gone, directory: true, point: "swap.discard-old.sync")
             doomed = gone
         case .rename(let suffix):
             let moving = journal.steps.filter { $0.kind != .install && holds($0.to, $0) }
@@ -408,8 +411,9 @@ public enum StoreSwap {
             }
     }
 
-    /// Removes the emptied marked folders (`.<store>.storectl-gone-<id>`) among `names` in
-    /// `folder` whose swap record is gone: disposals killed after their record went. Returns them.
+    /// Removes the marked folders (`.<store>.storectl-gone-<id>`) among `names` in `folder` whose
+    /// swap record is gone: disposals killed after their record went (their files were doomed
+    /// when the folder was marked, and the record goes only once it is empty). Returns them.
     static func removeFinishedMarks(in folder: String, names: [String]) -> [String] {
         var removed: [String] = []
         for name in names where name.hasPrefix(".") {
@@ -417,7 +421,8 @@ public enum StoreSwap {
             let target = (folder as NSString).appendingPathComponent(String(name[name.index(after: name.startIndex)..<marker.lowerBound]))
             guard lstatIdentity(journalPath(for: target)) == nil else { continue }
             let path = (folder as NSString).appendingPathComponent(name)
-            if FileSystem.removeEmptyDirectory(path, point: "swap.discard-old.folder") { removed.append(path) }
+            guard (try? FileSystem.emptyDirectory(path, point: "swap.gone.empty")) != nil else { continue }
+            if FileSystem.removeEmptyDirectory(path, point: "swap.gone.remove") { removed.append(path) }
         }
         return removed
     }

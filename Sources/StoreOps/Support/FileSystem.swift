@@ -331,7 +331,7 @@ public enum FileSystem {
 
     /// Removes everything in a folder (the folder stays); a missing folder is fine, a failure
     /// is thrown naming what could not be removed.
-    public static func emptyDirectory(_ path: String, point: String) throws {
+    public static func emptyDirectory(_ path: String, point: String, eachPoint: String? = nil) throws {
         let names: [String]
         do { names = try FileManager.default.contentsOfDirectory(atPath: path) } catch {
             if kind(of: path) == .missing { return }
@@ -346,6 +346,7 @@ public enum FileSystem {
             } else if unlink(child) != 0, errno != ENOENT {
                 throw StoreOpsError.posix(errno, doing: "removing \(child)", side: .output)
             }
+            if let eachPoint { FaultInjection.reach(eachPoint) }
         }
         FaultInjection.reach(point)
     }

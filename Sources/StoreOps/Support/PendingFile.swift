@@ -128,9 +128,8 @@ public final class PendingFile {
         let start = prefix.map { "." + shortened($0) }
         for name in names {
             if let start, !name.hasPrefix(start) { continue }
-            guard let pid = temporaryOwner(name) else { continue }
+            guard let pid = temporaryOwner(name), !FileSystem.processIsAlive(pid) else { continue }
             let path = (folder as NSString).appendingPathComponent(name)
-            guard !ProcessIdentity.couldOwn(pid, path: path) else { continue }
             guard !protected.contains(path) else { continue }
             if FileSystem.remove(path, point: "stale.remove") { removed.append(path) }
         }

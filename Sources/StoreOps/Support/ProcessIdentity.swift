@@ -1,47 +1,46 @@
 import Foundation
 
-/// Which process made something. A pid alone does not say: pids are reused, and in a container
-/// storectl is the same pid (often 1) on every run, so a killed run's temporary files looked
-/// owned by the next run for ever (refused 75, never removed).
+/// Which process made something. A pid alone does not say: pids are reused (in a container
+/// storectl is the same pid, often 1, on every run). A record a process writes (a repository
+/// lock, a rollback's intent) carries its boot, its pid namespace and its start in clock ticks
+/// since boot: a process with that pid is its writer only with the same start, which no clock
+/// step changes.
 public enum ProcessIdentity {
-    /// Clocks may have been stepped between a process's start and now: a process is taken for one
-    /// that started after something was made only when it started this much later.
-    static let slack: TimeInterval = 10
+    /// The fields after the command's closing parenthesis in /proc/PID/stat (read as bytes: a
+    /// command name need not be UTF-8).
+    static func statFields(of pid: Int32) -> [Substring]? {
+        guard pid > 0, let data = FileManager.default.contents(atPath: "/proc/\(pid)/stat"),
+              let close = data.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+        let tail = String(decoding: data[data.index(after: close)...], as: UTF8.self)
+        return tail.split(separator: " ")
+    }
 
-    /// When the process with this pid started, on the wall clock; nil when unknown.
-    static func startTime(of pid: Int32) -> Date? {
-        guard pid > 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return nil }
-        // Fields after the command's closing parenthesis: state is field 3, starttime field 22
-        // (clock ticks since boot, suspend included: CLOCK_BOOTTIME).
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 19, let ticks = Double(fields[19]) else { return nil }
-        let perSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
-        guard perSecond > 0 else { return nil }
+    /// When the process with this pid started, in clock ticks since boot (field 22); nil when
+    /// unknown.
+    public static func startTicks(of pid: Int32) -> UInt64? {
+        guard let fields = statFields(of: pid), fields.count > 19 else { return nil }
+        return UInt64(fields[19])
+    }
+
+    /// This process's start.
+    public static let ownStartTicks: UInt64? = startTicks(of: getpid())
+
+    /// Whether the process that wrote a record (its pid, and its start when the record has it) is
+    /// still running: a process with that pid that started at another tick is another process.
+    public static func isRunning(_ pid: Int32, startTicks ticks: UInt64?) -> Bool {
+        guard FileSystem.processIsAlive(pid) else { return false }
+        guard let ticks, let now = startTicks(of: pid) else { return true }
+        return now == ticks
+    }
+
+    /// When this machine booted, on the wall clock (now less the time since boot, suspend included).
+    public static func bootedAt() -> Date? {
         var real = timespec(), boot = timespec()
         guard clock_gettime(CLOCK_REALTIME, &real) == 0, clock_gettime(CLOCK_BOOTTIME, &boot) == 0 else { return nil }
-        let bootedAt = (Double(real.tv_sec) + Double(real.tv_nsec) / 1e9) - (Double(boot.tv_sec) + Double(boot.tv_nsec) / 1e9)
-        return Date(timeIntervalSince1970: bootedAt + ticks / perSecond)
+        return Date(timeIntervalSince1970: (Double(real.tv_sec) + Double(real.tv_nsec) / 1e9) - (Double(boot.tv_sec) + Double(boot.tv_nsec) / 1e9))
     }
 
-    /// Whether a process with this pid is alive and could be the one that made, or last changed,
-    /// something at `time`: one that started after then (plus `slack`) is another process that
-    /// was given the same pid.
-    public static func couldBeOwner(_ pid: Int32, at time: Date) -> Bool {
-        guard FileSystem.processIsAlive(pid) else { return false }
-        guard let started = startTime(of: pid) else { return true }
-        return started.timeIntervalSince(time) <= slack
-    }
-
-    /// `couldBeOwner(_:at:)` for a file or folder named for its maker's pid, at the last change of
-    /// its status (its making, any write, its rename).
-    public static func couldOwn(_ pid: Int32, path: String) -> Bool {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return FileSystem.processIsAlive(pid) }
-        return couldBeOwner(pid, at: Date(timeIntervalSince1970: Double(info.st_ctim.tv_sec) + Double(info.st_ctim.tv_nsec) / 1e9))
-    }
-
-    /// This boot of this machine: a process of another boot is gone.
+    /// This boot of this machine.
     public static let boot: String? = (try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8))
         .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.flatMap { $0.isEmpty ? nil : $0 }
 
@@ -53,4 +52,22 @@ public enum ProcessIdentity {
         guard n > 0 else { return nil }
         return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }()
+
+    /// Whether the process a record names (written on this host name) is gone, as far as this
+    /// process can tell: nil when it cannot (another pid namespace; another boot that may be
+    /// another machine of the same name), then the record's age decides.
+    /// - Parameters:
+    ///   - created: when the record was made (its writer's wall clock): a record of another boot
+    ///     made well before this machine booted is of an earlier boot of this machine, gone.
+    public static func writerGone(pid: Int32, startTicks ticks: UInt64?, boot recordBoot: String?, pidNamespace namespace: String?,
+                                  created: Date) -> Bool? {
+        if let recordBoot, let boot, recordBoot != boot {
+            // Another boot: this machine's earlier one, or another machine given the same name
+            // (a cloned VM, two Raspberry Pis): only a record made before this boot is known gone.
+            guard let booted = bootedAt(), created < booted.addingTimeInterval(-300) else { return nil }
+            return true
+        }
+        if let namespace, let pidNamespace, namespace != pidNamespace { return nil }
+        return !isRunning(pid, startTicks: ticks)
+    }
 }

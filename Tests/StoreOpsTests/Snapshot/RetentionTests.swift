@@ -161,7 +161,7 @@ struct RetentionTests {
         #expect(RetentionPolicy(last: 0).isEmpty)
     }
 
-    @Test("a snapshot made after another of its store (its parent) counts as the newer whatever its date: a host whose clock was a day fast dated one ahead, and --keep-last 1 kept it over the store's real newest; both that and a date ahead of this host's clock are said")
+    @Test("a snapshot made after another of its store (its parent) counts as the newer whatever the dates: one dated a day ahead (its host's clock was fast) was kept by --keep-last 1 over the store's real newest; the misdated one moves back before its earliest child (the children keep their own dates and buckets); both that and a date ahead of this host's clock are said")
     func lineageOverClocks() throws {
         let now = try #require(Timestamp.parseISO("2026-12-04T03:00:00Z"))
         let entries: [(id: String, parent: String?, time: Date)] = [
@@ -171,13 +171,16 @@ struct RetentionTests {
             ("next", "real", now.addingTimeInterval(-30)),
         ]
         let (times, notes) = SnapshotPrune.lineageTimes(entries, now: now)
-        #expect(times["a"] == entries[0].time && times["fast"] == entries[1].time)
-        let real = try #require(times["real"]), next = try #require(times["next"])
-        #expect(real > entries[1].time && next > real, "after its parent, and so is its child: \(real) \(next)")
-        #expect(notes.count == 3 && notes.contains { $0.hasPrefix("real is dated") && $0.contains("not after its parent fast") }
+        #expect(times["a"] == entries[0].time && times["real"] == entries[2].time && times["next"] == entries[3].time, "the children keep their dates")
+        let fast = try #require(times["fast"])
+        #expect(fast < entries[2].time && fast > entries[0].time, "before its child: \(fast)")
+        #expect(notes.count == 2 && notes.contains { $0.hasPrefix("fast is dated") && $0.contains("not before real") }
                 && notes.contains { $0.hasPrefix("fast is dated") && $0.contains("ahead of this host's clock") }, "\(notes)")
         let candidates = entries.map { RetentionCandidate(id: $0.id, time: times[$0.id] ?? $0.time) }
         #expect(kept(RetentionPolicy(last: 1), candidates) == ["next"])
+        // Two misdated in a row: both move back, in order.
+        let two = SnapshotPrune.lineageTimes([("p", nil, now.addingTimeInterval(90000)), ("q", "p", now.addingTimeInterval(86400)), ("r", "q", now)], now: now)
+        #expect(two.times["p"]! < two.times["q"]! && two.times["q"]! < now && two.times["r"] == now, "\(two.times)")
         // A loop of parents (a damaged catalog) ends.
         let looped = SnapshotPrune.lineageTimes([("x", "y", now), ("y", "x", now)], now: now)
         #expect(looped.times.count == 2)

@@ -14,33 +14,39 @@ struct ProcessIdentityTests {
         return pid
     }
 
-    @Test("a live process that started after something was made is not its maker; one that started before may be; a dead one is not")
-    func startTimes() throws {
+    @Test("a process is a record's writer only with the start (clock ticks since boot) the record holds: another start is a reused pid, whatever the wall clock did; a dead pid is gone; without a start (an older record) the pid decides")
+    func startTicks() throws {
         let sleeper = try ChildProcess.Running("/bin/sleep", ["30"])
         defer { sleeper.signal(SIGKILL); _ = sleeper.wait() }
-        let started = try #require(ProcessIdentity.startTime(of: sleeper.pid))
-        #expect(abs(started.timeIntervalSinceNow) < 5, "its start read from /proc on the wall clock: \(started)")
-        #expect(ProcessIdentity.couldBeOwner(sleeper.pid, at: Date()))
-        #expect(!ProcessIdentity.couldBeOwner(sleeper.pid, at: Date(timeIntervalSinceNow: -60)), "made a minute before it started: another process's")
-        #expect(ProcessIdentity.couldBeOwner(sleeper.pid, at: Date(timeIntervalSinceNow: -3)), "within the clocks' slack: kept for its")
-        #expect(!ProcessIdentity.couldBeOwner(try deadPID(), at: Date()))
+        let ticks = try #require(ProcessIdentity.startTicks(of: sleeper.pid))
+        #expect(ProcessIdentity.ownStartTicks.map { $0 <= ticks } == true, "it started after this process")
+        #expect(ProcessIdentity.isRunning(sleeper.pid, startTicks: ticks))
+        #expect(!ProcessIdentity.isRunning(sleeper.pid, startTicks: ticks - 1), "another start: another process with that pid")
+        #expect(ProcessIdentity.isRunning(sleeper.pid, startTicks: nil))
+        #expect(!ProcessIdentity.isRunning(try deadPID(), startTicks: nil))
         #expect(ProcessIdentity.boot != nil && ProcessIdentity.pidNamespace?.hasPrefix("pid:[") == true)
+        #expect(ProcessIdentity.bootedAt().map { $0 < Date() } == true)
     }
 
-    @Test("a repository lock of this host is stale when its pid's process started after it was made, or it is of an earlier boot; of another pid namespace (another container of the same host name) its pid says nothing: only its age")
+    @Test("a repository lock of this host name is stale when no process has its pid or the one that has it started at another tick; of another pid namespace (another container of the same name), or of another boot that may be another machine of that name, only its age decides, unless it was made well before this boot")
     func repositoryLocks() throws {
         let sleeper = try ChildProcess.Running("/bin/sleep", ["30"])
         defer { sleeper.signal(SIGKILL); _ = sleeper.wait() }
         let dead = try deadPID()
         let now = Date()
-        func record(pid: Int32, created: Date = now, boot: String? = ProcessIdentity.boot, namespace: String? = ProcessIdentity.pidNamespace) -> RepositoryLock.Record {
+        let ticks = try #require(ProcessIdentity.startTicks(of: sleeper.pid))
+        func record(pid: Int32, ticks: UInt64? = nil, created: Date = now, boot: String? = ProcessIdentity.boot,
+                    namespace: String? = ProcessIdentity.pidNamespace) -> RepositoryLock.Record {
             RepositoryLock.Record(host: ProcessInfo.processInfo.hostName, pid: pid, user: "x", exclusive: true, operation: "snapshot prune",
-                                  created: created, refreshed: now, boot: boot, pidNamespace: namespace)
+                                  created: created, refreshed: now, boot: boot, pidNamespace: namespace, startTicks: ticks)
         }
-        #expect(!RepositoryLock.isStale(record(pid: sleeper.pid)), "its live holder")
+        #expect(!RepositoryLock.isStale(record(pid: sleeper.pid, ticks: ticks)), "its live holder")
+        #expect(!RepositoryLock.isStale(record(pid: sleeper.pid, ticks: ticks, created: now.addingTimeInterval(-86400))), "however its clock was set")
         #expect(RepositoryLock.isStale(record(pid: dead)), "a dead holder's")
-        #expect(RepositoryLock.isStale(record(pid: sleeper.pid, created: now.addingTimeInterval(-600))), "made before its pid's process started: a reused pid")
-        #expect(RepositoryLock.isStale(record(pid: sleeper.pid, boot: "an-earlier-boot")), "of an earlier boot")
+        #expect(RepositoryLock.isStale(record(pid: sleeper.pid, ticks: ticks + 100)), "a pid reused by a process that started at another tick")
+        #expect(!RepositoryLock.isStale(record(pid: dead, boot: "another-boot")), "another boot, made after this one began: perhaps another machine of this name")
+        #expect(RepositoryLock.isStale(record(pid: dead, created: now.addingTimeInterval(-30 * 86400), boot: "another-boot")) == (ProcessIdentity.bootedAt().map { $0 > now.addingTimeInterval(-30 * 86400 + 300) } ?? false),
+                "made well before this boot: an earlier boot's")
         #expect(!RepositoryLock.isStale(record(pid: dead, namespace: "pid:[1]")), "another namespace's: its pid is not looked up here")
         #expect(RepositoryLock.isStale(record(pid: dead, namespace: "pid:[1]"), now: now.addingTimeInterval(RepositoryLock.staleAfter + 1)), "but it ages out")
         #expect(RepositoryLock.isStale(record(pid: dead, boot: nil, namespace: nil)), "a lock of an older storectl: by its pid, as before")

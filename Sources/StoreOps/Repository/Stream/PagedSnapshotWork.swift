@@ -80,7 +80,13 @@ final class PagedSnapshotWork {
         if origin == nil { try PagedSnapshotRecord.checkRecordable(path: store.path) }
         let host = origin?.host ?? ProcessInfo.processInfo.hostName
         let path = origin?.source.path ?? store.path
-        parent = records.first { $0.manifest.host.isExactly(host) && $0.manifest.source.path.isExactly(path) && $0.id != id }
+        // An import's: the newest taken before it (an older archive imported is not after the
+        // store's newest snapshot: prune counts a snapshot as taken after its parent).
+        let before = origin?.startedAt
+        parent = records.first { record in
+            record.manifest.host.isExactly(host) && record.manifest.source.path.isExactly(path) && record.id != id
+                && (before.map { record.manifest.startedAt < $0 } ?? true)
+        }
         // Not a parent whose last verification failed (`snapshot verify`, or `repo repair` that
         // left it unrestorable): its map would be this snapshot's, as broken.
         if origin == nil, reuseUnchanged, let parent, let print = parent.source, print.settled, parent.manifest.verify.ok, parent.manifest.verify.level != .none,
