@@ -73,6 +73,9 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         if !result.keptUnexpected.isEmpty { line += "; files found in the way (no store's) were kept at \(result.keptUnexpected.joined(separator: ", "))" }
         if !result.removedSidecars.isEmpty { line += "; removed \(result.removedSidecars.map { String($0.split(separator: "-").last ?? "") }.joined(separator: ", "))" }
         print(line)
+        if result.pointThinned == true, let time = result.pointTime {
+            print("note: the time asked falls where retention thinned the store's points (one commit a minute kept, or only a chain's base): commits after \(Timestamp.iso(time)) and by then may not be kept")
+        }
         if let note = result.externalFilesNote { print("note: \(note)") }
         if let pid = result.replacedStillOpenBy {
             if result.replacedStillOpenDuringSwap == true {

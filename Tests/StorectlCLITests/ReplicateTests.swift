@@ -2819,6 +2819,13 @@ struct ReplicateTests {
         let thinned = spans.filter { $0.kind == "thinned" && $0.reason == "retention kept only its base" }
         #expect(!thinned.isEmpty && thinned.allSatisfy { ($0.to ?? $0.from) > $0.from }, "\(spans)")
         #expect(!spans.contains { $0.kind == "covered" && $0.to == $0.from }, "\(spans)")
+        // A restore inside it answers the base and says the points there were thinned.
+        if let span = thinned.first, let to = span.to {
+            let at = Timestamp.iso(span.from.addingTimeInterval(to.timeIntervalSince(span.from) / 2))
+            let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", world.folder.file("thinned.sqlite")],
+                                                environment: world.environment)
+            #expect(restored.status == 0 && restored.stdout.contains("note: the time asked falls where retention thinned"), "\(restored.stdout) \(restored.stderr)")
+        }
     }
 
     @Test("a resume marker renamed to shorten the span no commit is claimed in (the app committed while no follower ran): a restore inside the real span is 65 naming the marker, not the state before the commit; repo check --read-data finds it")

@@ -39,6 +39,24 @@ struct ScheduleCLITests {
         #expect(result.status == 66 && result.stderr.contains("STORECTL_CRONTAB names \(missing), which is not an executable file"), "\(result.status) \(result.stderr)")
     }
 
+    @Test("a crontab that refuses to write without reading what it is given (no permission): install reports its words and exits 1 (it was killed by SIGPIPE: 141, no message)")
+    func crontabThatDoesNotRead() throws {
+        let folder = try TempFolder()
+        let policy = try scheduledPolicy(folder, store: try makeStore(folder))
+        let crontab = folder.file("crontab-deny")
+        // Its table is larger than a pipe holds (64 KiB): the new table written back cannot fit
+        // before the stand-in exits without reading it, whatever the timing.
+        try Data("""
+        #!/bin/sh
+        case "$1" in -l) i=0; while [ $i -lt 2000 ]; do echo "# a line of an existing crontab, kept as it is, number $i"; i=$((i+1)); done; exit 0;; esac
+        echo "crontab: cannot write: Permission denied" >&2
+        exit 1
+        """.utf8).write(to: URL(fileURLWithPath: crontab))
+        #expect(chmod(crontab, 0o755) == 0)
+        let result = try storectl("schedule", "install", "--policy", policy, "--skip-checks", environment: ["STORECTL_CRONTAB": crontab])
+        #expect(result.status == 1 && result.stderr.contains("cannot write: Permission denied"), "\(result.status) \(result.stderr)")
+    }
+
     @Test("schedule show lists each job with its next runs in local time and UTC")
     func show() throws {
         let folder = try TempFolder()

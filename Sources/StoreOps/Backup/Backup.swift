@@ -107,9 +107,18 @@ public enum Backup {
             let folder = FileSystem.kind(of: requested) == .directory ? requested : FileSystem.parent(of: requested)
             let lock = FolderLock(folder)
             defer { lock.release() }
+            // An earlier backup here killed in its swap is finished first (its output, once in
+            // place, is an existing file the name check must see; judged before it, the run was
+            // refused 73 and the swap's record and folder were left).
+            if FileSystem.kind(of: folder) == .directory {
+                StoreSwap.recoverAll(in: folder)
+                PendingFile.removeStale(in: folder)
+            }
             output = try resolveOutput(options.output, store: store, at: startedAt, overwrite: options.overwrite)
-            StoreSwap.recoverAll(in: output.folder)
-            PendingFile.removeStale(in: output.folder)
+            if output.folder != folder {
+                StoreSwap.recoverAll(in: output.folder)
+                PendingFile.removeStale(in: output.folder)
+            }
             if let making = PendingFile.temporaries(of: output.path).lazy.compactMap({ PendingFile.temporaryOwner(FileSystem.name(of: $0)) }).first(where: FileSystem.processIsAlive) {
                 throw StoreOpsError(.busy, "another storectl run (pid \(making)) is making \(output.path)",
                                     hint: "wait for it to finish, or back up to another name (a folder as --output names each backup)")

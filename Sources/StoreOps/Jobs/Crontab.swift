@@ -176,7 +176,21 @@ public enum Crontab {
         process.standardOutput = stdout
         process.standardError = stderr
         try process.run()
-        if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
+        if let input {
+            // A crontab that exits without reading (no permission to write the user's table) must
+            // not kill storectl with SIGPIPE (141, no message): the write fails quietly (EPIPE),
+            // and its exit status and words are what is reported.
+            let previous = signal(SIGPIPE, SIG_IGN)
+            defer { signal(SIGPIPE, previous) }
+            let fd = stdin.fileHandleForWriting.fileDescriptor
+            var bytes = Array(input.utf8)[...]
+            while !bytes.isEmpty {
+                let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else { break }
+                bytes = bytes.dropFirst(n)
+            }
+        }
         try stdin.fileHandleForWriting.close()
         // Read both pipes before waiting, so a large crontab cannot fill a pipe and hang both sides.
         let out = stdout.fileHandleForReading.readDataToEndOfFile()

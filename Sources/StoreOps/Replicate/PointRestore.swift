@@ -85,6 +85,9 @@ public enum PointRestore {
         var point: String?
         var time: Date?
         var reads: SnapshotRestore.PointReads?
+        /// `--at` fell where retention thinned the points: commits between the point answered and
+        /// the time asked may not be kept.
+        var thinned = false
     }
 
     /// The snapshot `options.id` names, or with `options.at`, the newest point at or before it.
@@ -504,7 +507,15 @@ public enum PointRestore {
         stage("point read", ["segments": "\(wanted.count)", "digests": "\(wanted.filter { $0.level == PointDigest.level }.count)", "held_pages": "\(pages.heldCount)", "scratch_pages": "\(pages.pagesInFile)"])
         reads.digests = wanted.filter { $0.level == PointDigest.level }.count
         reads.segments = wanted.count - reads.digests
-        guard reads.commits > 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@\(point)", time: date(time), reads: reads) }
+        // Asked after the point answered, where retention thinned: inside a thinned segment (it
+        // keeps each minute's last commit), or after a chain thinned to its base and before the
+        // point the next chain continued from.
+        var thinned = time < t && chain.segments.contains { $0.level == PointThinning.level && $0.firstTime <= time && t < $0.lastTime }
+        if !thinned, time < t, chain.segments.count == 1, let next = chains.first(where: { $0.baseTime > chain.baseTime }),
+           let start = try? opening(of: next, in: repository), start.kind == "continued" || start.kind == "compaction", let end = start.afterTime {
+            thinned = t < end
+        }
+        guard reads.commits > 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@\(point)", time: date(time), reads: reads, thinned: thinned) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)
         let baseNames = Set(base.files.map(\.externalKey))
         overlay.removedBaseFiles = baseNames.filter { name in if case .base = files.files[name] { false } else { true } }
@@ -521,7 +532,7 @@ public enum PointRestore {
             overlay.files = later.filter { !have.contains($0.externalKey) }
             overlay.filesFrom = from
         }
-        return Target(record: base, overlay: overlay, point: "\(chain.id)@\(point)", time: date(time), reads: reads)
+        return Target(record: base, overlay: overlay, point: "\(chain.id)@\(point)", time: date(time), reads: reads, thinned: thinned)
     }
 
     /// The external-data files a point needs that its chain's base does not hold: those of the

@@ -81,8 +81,17 @@ public final class RepositoryLock: @unchecked Sendable {
             lock.release()
             guard wait else {
                 let holder = first.record
-                throw StoreOpsError(.busy, "the repository \(backend.location) is locked \(holder.exclusive ? "exclusively" : "(shared)") by \(holder.operation) (pid \(holder.pid) on \(holder.host), since \(Timestamp.iso(holder.created)))",
-                                    hint: "try again later, or pass --wait; a lock whose holder died is removed once found stale (its process gone on this host, or not refreshed for 30 minutes)")
+                // Where its pid cannot be looked up here (another container of this host name,
+                // another boot), only its age frees it: said, with when.
+                let judgedByAge = holder.host != ProcessInfo.processInfo.hostName
+                    || ProcessIdentity.writerGone(pid: holder.pid, startTicks: holder.startTicks, boot: holder.boot, pidNamespace: holder.pidNamespace, created: holder.created) == nil
+                let where_ = holder.host != ProcessInfo.processInfo.hostName ? "on \(holder.host)"
+                    : judgedByAge ? "on \(holder.host), in another pid namespace or boot (a container)" : "on \(holder.host)"
+                let expires = Timestamp.iso(holder.refreshed.addingTimeInterval(staleAfter))
+                throw StoreOpsError(.busy, "the repository \(backend.location) is locked \(holder.exclusive ? "exclusively" : "(shared)") by \(holder.operation) (pid \(holder.pid) \(where_), since \(Timestamp.iso(holder.created)))",
+                                    hint: judgedByAge
+                                        ? "try again later, or pass --wait; its process cannot be looked up from here, so if it died its lock is stale once not refreshed for 30 minutes (at \(expires) unless refreshed; `locks/` in the repository holds it)"
+                                        : "try again later, or pass --wait; a lock whose holder died is removed once found stale (its process gone on this host, or not refreshed for 30 minutes)")
             }
             try ProcessSignals.checkpoint("waiting for the lock of \(backend.location)")
             usleep(useconds_t.random(in: 200_000...1_000_000))

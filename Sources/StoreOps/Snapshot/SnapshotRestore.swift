@@ -116,6 +116,9 @@ public enum SnapshotRestore {
         /// `--at`: the point restored (`<chain>@<n>`) and the time it was the store's state.
         public var point: String?
         public var pointTime: Date?
+        /// `--at` fell where retention thinned the points (one a minute kept, or only a chain's
+        /// base): the store may have had commits after `pointTime` and by the time asked.
+        public var pointThinned: Bool?
         /// `--at`: what reading the point took.
         public var pointReads: PointReads?
         /// In place: how long each stage took (lock, preflight, snapshot, swap).
@@ -162,6 +165,7 @@ public enum SnapshotRestore {
                     result.point = target.point
                     result.pointTime = target.time
                     result.pointReads = target.reads
+                    if target.thinned { result.pointThinned = true }
                     return result
                 })
             road.repository = .init(options.repository, password: options.password, exclusive: false)
@@ -829,6 +833,7 @@ public enum SnapshotRestore {
                                     movedAside: [], removedSidecars: [], externalFiles: 0, externalFilesNote: nil, journalMode: "wal",
                                     databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
                                     point: target?.point, pointTime: target?.time, pointReads: target?.reads)
+                if target?.thinned == true { result.pointThinned = true }
                 result.throughSQLite = true
                 result.walBytes = live.walBytes
                 result.checkpointed = live.checkpointed
@@ -843,6 +848,7 @@ public enum SnapshotRestore {
                                 externalFiles: staged.externalFiles, externalFilesNote: staged.externalFilesNote, journalMode: staged.journalMode,
                                 databaseCheck: staged.databaseCheck, verified: true, recovered: recovered, record: record,
                                 point: target?.point, pointTime: target?.time, pointReads: target?.reads)
+            if target?.thinned == true { result.pointThinned = true }
             result.replacedStillOpenBy = stillOpenBy
             if stillOpenBy != nil { result.replacedStillOpenDuringSwap = stillOpenFenced }
             result.keptUnexpected = outcome.intruders
