@@ -282,4 +282,18 @@ struct StoreSwapTests {
         #expect(fixture.leftovers([output]).isEmpty, "\(fixture.leftovers([output]))")
         #expect(try DatabaseQueue(path: target).read { try String.fetchOne($0, sql: "PRAGMA quick_check") } == "ok")
     }
+
+    @Test("a marked-folder name planted in a shared folder as a symbolic link to another folder: the next recover (or backup) there removes the link's name at most, never what the other folder holds")
+    func plantedMarkIsNotFollowed() throws {
+        let folder = try TempFolder()
+        let victim = folder.file("victim")
+        #expect(mkdir(victim, 0o755) == 0)
+        try Data("keep me".utf8).write(to: URL(fileURLWithPath: victim + "/precious.txt"))
+        let shared = folder.file("shared")
+        #expect(mkdir(shared, 0o755) == 0)
+        #expect(symlink(victim, shared + "/.a.sqlite.storectl-gone-1") == 0)
+        let recovered = try storectl("recover", shared)
+        #expect(recovered.status == 0, "\(recovered.stderr)")
+        #expect(FileManager.default.fileExists(atPath: victim + "/precious.txt"), "the link's target is left whole")
+    }
 }

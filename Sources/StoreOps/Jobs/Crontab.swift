@@ -180,8 +180,20 @@ public enum Crontab {
             // A crontab that exits without reading (no permission to write the user's table) must
             // not kill storectl with SIGPIPE (141, no message): the write fails quietly (EPIPE),
             // and its exit status and words are what is reported.
-            let previous = signal(SIGPIPE, SIG_IGN)
-            defer { signal(SIGPIPE, previous) }
+            // Blocked in this thread only (a write's SIGPIPE goes to the thread that wrote), then
+            // taken if it came: nothing else in the process sees the disposition change.
+            var pipeOnly = sigset_t(), previous = sigset_t()
+            sigemptyset(&pipeOnly)
+            sigaddset(&pipeOnly, SIGPIPE)
+            pthread_sigmask(SIG_BLOCK, &pipeOnly, &previous)
+            defer {
+                var pending = sigset_t()
+                if sigpending(&pending) == 0, sigismember(&pending, SIGPIPE) == 1 {
+                    var none = timespec()
+                    _ = sigtimedwait(&pipeOnly, nil, &none)
+                }
+                pthread_sigmask(SIG_SETMASK, &previous, nil)
+            }
             let fd = stdin.fileHandleForWriting.fileDescriptor
             var bytes = Array(input.utf8)[...]
             while !bytes.isEmpty {

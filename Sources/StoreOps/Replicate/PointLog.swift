@@ -664,7 +664,7 @@ public struct StorePoints: Sendable, Codable {
                 // point": the chain after it names the point it continued from, the old chain's
                 // end, so the span up to there is listed as thinned (a restore there answers the base).
                 if let previous, previous.segments.count == 1, let start = opening.opening, start.kind == "continued" || start.kind == "compaction",
-                   let end = start.afterTime, end > previous.baseTime,
+                   start.after == nil || start.after == previous.id, let end = start.afterTime, end > previous.baseTime,
                    let i = entry?.spans.lastIndex(where: { $0.chain == previous.id && ($0.kind == "covered" || $0.kind == "thinned") }),
                    entry?.spans[i].to.map({ Replicate.ms($0) <= previous.baseTime }) ?? true {
                     entry?.spans[i].kind = "thinned"

@@ -510,10 +510,13 @@ public enum PointRestore {
         // Asked after the point answered, where retention thinned: inside a thinned segment (it
         // keeps each minute's last commit), or after a chain thinned to its base and before the
         // point the next chain continued from.
-        var thinned = time < t && chain.segments.contains { $0.level == PointThinning.level && $0.firstTime <= time && t < $0.lastTime }
+        // (The first segment ending after the time asked is a thinned one: it kept each minute's
+        // last commit, so one before the time asked may be gone, in it or before its first.)
+        var thinned = time < t && chain.segments.dropFirst().first(where: { $0.lastTime > t })?.level == PointThinning.level
         if !thinned, time < t, chain.segments.count == 1, let next = chains.first(where: { $0.baseTime > chain.baseTime }),
-           let start = try? opening(of: next, in: repository), start.kind == "continued" || start.kind == "compaction", let end = start.afterTime {
-            thinned = t < end
+           let start = try? opening(of: next, in: repository), start.kind == "continued" || start.kind == "compaction",
+           start.after == nil || start.after == chain.id, let end = start.afterTime {
+            thinned = end > chain.baseTime
         }
         guard reads.commits > 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@\(point)", time: date(time), reads: reads, thinned: thinned) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)

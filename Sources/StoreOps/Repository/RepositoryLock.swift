@@ -84,7 +84,7 @@ public final class RepositoryLock: @unchecked Sendable {
                 // Where its pid cannot be looked up here (another container of this host name,
                 // another boot), only its age frees it: said, with when.
                 let judgedByAge = holder.host != ProcessInfo.processInfo.hostName
-                    || ProcessIdentity.writerGone(pid: holder.pid, startTicks: holder.startTicks, boot: holder.boot, pidNamespace: holder.pidNamespace, created: holder.created) == nil
+                    || ProcessIdentity.writerGone(pid: holder.pid, startTicks: holder.startTicks, boot: holder.boot, pidNamespace: holder.pidNamespace, refreshed: holder.refreshed, refreshEvery: refreshEvery) == nil
                 let where_ = holder.host != ProcessInfo.processInfo.hostName ? "on \(holder.host)"
                     : judgedByAge ? "on \(holder.host), in another pid namespace or boot (a container)" : "on \(holder.host)"
                 let expires = Timestamp.iso(holder.refreshed.addingTimeInterval(staleAfter))
@@ -121,11 +121,11 @@ public final class RepositoryLock: @unchecked Sendable {
 
     static func isStale(_ record: Record, now: Date = Date()) -> Bool {
         if record.host == ProcessInfo.processInfo.hostName,
-           ProcessIdentity.writerGone(pid: record.pid, startTicks: record.startTicks, boot: record.boot, pidNamespace: record.pidNamespace, created: record.created) == true {
+           ProcessIdentity.writerGone(pid: record.pid, startTicks: record.startTicks, boot: record.boot, pidNamespace: record.pidNamespace, refreshed: record.refreshed, refreshEvery: refreshEvery) == true {
             // Of this host name: gone when no process has its pid, or the one that has it started
             // at another tick (a reused pid). A lock of another pid namespace (a container given
             // the same host name), or of another boot that may be another machine of that name,
-            // is judged by its age only (one made well before this boot is of an earlier one).
+            // is judged by its age only (one not refreshed since well before this boot is of an earlier one).
             return true
         }
         return now.timeIntervalSince(record.refreshed) > staleAfter

@@ -113,6 +113,12 @@ public enum SnapshotPrune {
         for id in byID.keys.sorted(by: { (depth[$0] ?? 0, $0) > (depth[$1] ?? 0, $1) }) {
             guard let parent = byID[id]?.parent, let parentTime = times[parent], let time = times[id],
                   (depth[parent] ?? 0) < (depth[id] ?? 0), parentTime >= time else { continue }
+            // Only a parent that is the misdated one: dated ahead of this host's clock, or with a
+            // child dated after the parent's own parent. A child dated before even that (an old
+            // archive an older storectl imported with the newest snapshot as its parent) is the
+            // odd one: moving the parent back would pull the whole lineage before it into the past.
+            let grandparentTime = byID[parent]?.parent.flatMap { times[$0] }
+            guard (byID[parent]?.time ?? parentTime).timeIntervalSince(now) > 300 || grandparentTime.map({ time > $0 }) == true else { continue }
             times[parent] = time.addingTimeInterval(-0.001)
             notes.append("\(parent) is dated \(Timestamp.iso(byID[parent]?.time ?? parentTime)), not before \(id) (\(Timestamp.iso(byID[id]?.time ?? time))), taken after it: a clock was wrong; it is counted as the older")
         }

@@ -421,7 +421,11 @@ public enum StoreSwap {
             let target = (folder as NSString).appendingPathComponent(String(name[name.index(after: name.startIndex)..<marker.lowerBound]))
             guard lstatIdentity(journalPath(for: target)) == nil else { continue }
             let path = (folder as NSString).appendingPathComponent(name)
-            guard (try? FileSystem.emptyDirectory(path, point: "swap.gone.empty")) != nil else { continue }
+            // Only a real folder of this user's (a name planted in a shared folder, a symbolic link
+            // to another folder, must not get its target emptied by a root cron job's backup).
+            var info = stat()
+            guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid() else { continue }
+            guard (try? FileSystem.emptyDirectory(path, point: "swap.gone.empty", noFollow: true)) != nil else { continue }
             if FileSystem.removeEmptyDirectory(path, point: "swap.gone.remove") { removed.append(path) }
         }
         return removed

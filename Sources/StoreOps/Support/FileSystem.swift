@@ -331,7 +331,13 @@ public enum FileSystem {
 
     /// Removes everything in a folder (the folder stays); a missing folder is fine, a failure
     /// is thrown naming what could not be removed.
-    public static func emptyDirectory(_ path: String, point: String, eachPoint: String? = nil) throws {
+    public static func emptyDirectory(_ path: String, point: String, eachPoint: String? = nil, noFollow: Bool = false) throws {
+        if noFollow {
+            // Still the real folder looked at (not a symbolic link put in its place since).
+            let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .output) }
+            close(fd)
+        }
         let names: [String]
         do { names = try FileManager.default.contentsOfDirectory(atPath: path) } catch {
             if kind(of: path) == .missing { return }

@@ -57,14 +57,16 @@ public enum ProcessIdentity {
     /// process can tell: nil when it cannot (another pid namespace; another boot that may be
     /// another machine of the same name), then the record's age decides.
     /// - Parameters:
-    ///   - created: when the record was made (its writer's wall clock): a record of another boot
-    ///     made well before this machine booted is of an earlier boot of this machine, gone.
+    ///   - refreshed: when its writer last wrote it (its wall clock): a record of another boot
+    ///     last written well before this machine booted is of an earlier boot of this machine
+    ///     (a live writer refreshes it every `refreshEvery`), gone.
     public static func writerGone(pid: Int32, startTicks ticks: UInt64?, boot recordBoot: String?, pidNamespace namespace: String?,
-                                  created: Date) -> Bool? {
+                                  refreshed: Date, refreshEvery: TimeInterval) -> Bool? {
         if let recordBoot, let boot, recordBoot != boot {
             // Another boot: this machine's earlier one, or another machine given the same name
-            // (a cloned VM, two Raspberry Pis): only a record made before this boot is known gone.
-            guard let booted = bootedAt(), created < booted.addingTimeInterval(-300) else { return nil }
+            // (a cloned VM, two Raspberry Pis) whose holder refreshes it: only a record not
+            // refreshed since well before this boot is known gone.
+            guard let booted = bootedAt(), refreshed < booted.addingTimeInterval(-(refreshEvery + 300)) else { return nil }
             return true
         }
         if let namespace, let pidNamespace, namespace != pidNamespace { return nil }

@@ -181,6 +181,12 @@ struct RetentionTests {
         // Two misdated in a row: both move back, in order.
         let two = SnapshotPrune.lineageTimes([("p", nil, now.addingTimeInterval(90000)), ("q", "p", now.addingTimeInterval(86400)), ("r", "q", now)], now: now)
         #expect(two.times["p"]! < two.times["q"]! && two.times["q"]! < now && two.times["r"] == now, "\(two.times)")
+        // An old archive an older storectl imported with the store's newest as its parent: no one
+        // moves (moving its parent back would pull the whole lineage before 2024).
+        let day: TimeInterval = 86400
+        let imported = SnapshotPrune.lineageTimes([("p0", nil, now.addingTimeInterval(-3 * day)), ("p1", "p0", now.addingTimeInterval(-2 * day)),
+                                                   ("p2", "p1", now.addingTimeInterval(-day)), ("old", "p2", now.addingTimeInterval(-700 * day))], now: now)
+        #expect(imported.times["p2"] == now.addingTimeInterval(-day) && imported.times["p1"] == now.addingTimeInterval(-2 * day) && imported.notes.isEmpty, "\(imported)")
         // A loop of parents (a damaged catalog) ends.
         let looped = SnapshotPrune.lineageTimes([("x", "y", now), ("y", "x", now)], now: now)
         #expect(looped.times.count == 2)

@@ -35,18 +35,21 @@ struct ProcessIdentityTests {
         let dead = try deadPID()
         let now = Date()
         let ticks = try #require(ProcessIdentity.startTicks(of: sleeper.pid))
-        func record(pid: Int32, ticks: UInt64? = nil, created: Date = now, boot: String? = ProcessIdentity.boot,
+        func record(pid: Int32, ticks: UInt64? = nil, created: Date = now, refreshed: Date = now, boot: String? = ProcessIdentity.boot,
                     namespace: String? = ProcessIdentity.pidNamespace) -> RepositoryLock.Record {
             RepositoryLock.Record(host: ProcessInfo.processInfo.hostName, pid: pid, user: "x", exclusive: true, operation: "snapshot prune",
-                                  created: created, refreshed: now, boot: boot, pidNamespace: namespace, startTicks: ticks)
+                                  created: created, refreshed: refreshed, boot: boot, pidNamespace: namespace, startTicks: ticks)
         }
         #expect(!RepositoryLock.isStale(record(pid: sleeper.pid, ticks: ticks)), "its live holder")
         #expect(!RepositoryLock.isStale(record(pid: sleeper.pid, ticks: ticks, created: now.addingTimeInterval(-86400))), "however its clock was set")
         #expect(RepositoryLock.isStale(record(pid: dead)), "a dead holder's")
         #expect(RepositoryLock.isStale(record(pid: sleeper.pid, ticks: ticks + 100)), "a pid reused by a process that started at another tick")
-        #expect(!RepositoryLock.isStale(record(pid: dead, boot: "another-boot")), "another boot, made after this one began: perhaps another machine of this name")
-        #expect(RepositoryLock.isStale(record(pid: dead, created: now.addingTimeInterval(-30 * 86400), boot: "another-boot")) == (ProcessIdentity.bootedAt().map { $0 > now.addingTimeInterval(-30 * 86400 + 300) } ?? false),
-                "made well before this boot: an earlier boot's")
+        #expect(!RepositoryLock.isStale(record(pid: dead, created: now.addingTimeInterval(-30 * 86400), boot: "another-boot")),
+                "another boot, refreshed since this one began (made long before): perhaps another machine of this name, whose holder lives")
+        let booted = try #require(ProcessIdentity.bootedAt())
+        let before = booted.addingTimeInterval(-(RepositoryLock.refreshEvery + 600))
+        #expect(RepositoryLock.isStale(record(pid: dead, created: before, refreshed: before, boot: "another-boot"), now: before.addingTimeInterval(60)),
+                "not refreshed since well before this boot: an earlier boot's (judged at once, not by its age)")
         #expect(!RepositoryLock.isStale(record(pid: dead, namespace: "pid:[1]")), "another namespace's: its pid is not looked up here")
         #expect(RepositoryLock.isStale(record(pid: dead, namespace: "pid:[1]"), now: now.addingTimeInterval(RepositoryLock.staleAfter + 1)), "but it ages out")
         #expect(RepositoryLock.isStale(record(pid: dead, boot: nil, namespace: nil)), "a lock of an older storectl: by its pid, as before")
