@@ -127,6 +127,14 @@ struct PointSegment: Codable, Equatable {
         /// The chain this one follows, and its last point's time (ms), when there is one.
         var after: String?
         var afterTime: Int64?
+
+        /// Where `previous` ended when retention thinned it to its base (`prune
+        /// --keep-point-bases`): the point this chain continued it from, when past its base.
+        func thinnedEnd(of previous: PointTimeline.Chain) -> Int64? {
+            guard previous.segments.count == 1, kind == "continued" || kind == "compaction", after == nil || after == previous.id,
+                  let afterTime, afterTime > previous.baseTime else { return nil }
+            return afterTime
+        }
     }
 
     static func storeKey(host: String, path: String) -> String {
@@ -663,8 +671,7 @@ public struct StorePoints: Sendable, Codable {
                 // A chain thinned to its base (`prune --keep-point-bases`) said "covered X to X, 1
                 // point": the chain after it names the point it continued from, the old chain's
                 // end, so the span up to there is listed as thinned (a restore there answers the base).
-                if let previous, previous.segments.count == 1, let start = opening.opening, start.kind == "continued" || start.kind == "compaction",
-                   start.after == nil || start.after == previous.id, let end = start.afterTime, end > previous.baseTime,
+                if let previous, let end = opening.opening?.thinnedEnd(of: previous),
                    let i = entry?.spans.lastIndex(where: { $0.chain == previous.id && ($0.kind == "covered" || $0.kind == "thinned") }),
                    entry?.spans[i].to.map({ Replicate.ms($0) <= previous.baseTime }) ?? true {
                     entry?.spans[i].kind = "thinned"

@@ -507,16 +507,12 @@ public enum PointRestore {
         stage("point read", ["segments": "\(wanted.count)", "digests": "\(wanted.filter { $0.level == PointDigest.level }.count)", "held_pages": "\(pages.heldCount)", "scratch_pages": "\(pages.pagesInFile)"])
         reads.digests = wanted.filter { $0.level == PointDigest.level }.count
         reads.segments = wanted.count - reads.digests
-        // Asked after the point answered, where retention thinned: inside a thinned segment (it
-        // keeps each minute's last commit), or after a chain thinned to its base and before the
-        // point the next chain continued from.
-        // (The first segment ending after the time asked is a thinned one: it kept each minute's
-        // last commit, so one before the time asked may be gone, in it or before its first.)
+        // Asked after the point answered, where retention thinned: the first segment ending after
+        // the time asked is a thinned one (it kept each minute's last commit: one before the time
+        // asked may be gone, in it or before its first), or the chain was thinned to its base.
         var thinned = time < t && chain.segments.dropFirst().first(where: { $0.lastTime > t })?.level == PointThinning.level
-        if !thinned, time < t, chain.segments.count == 1, let next = chains.first(where: { $0.baseTime > chain.baseTime }),
-           let start = try? opening(of: next, in: repository), start.kind == "continued" || start.kind == "compaction",
-           start.after == nil || start.after == chain.id, let end = start.afterTime {
-            thinned = end > chain.baseTime
+        if !thinned, time < t, chain.segments.count == 1, let next = chains.first(where: { $0.baseTime > chain.baseTime }) {
+            thinned = (try? opening(of: next, in: repository))?.thinnedEnd(of: chain) != nil
         }
         guard reads.commits > 0 else { return Target(record: base, overlay: nil, point: "\(chain.id)@\(point)", time: date(time), reads: reads, thinned: thinned) }
         var overlay = PointOverlay(ids: ids, pages: pages, pageSize: base.pages.pageSize)

@@ -83,10 +83,10 @@ public final class RepositoryLock: @unchecked Sendable {
                 let holder = first.record
                 // Where its pid cannot be looked up here (another container of this host name,
                 // another boot), only its age frees it: said, with when.
-                let judgedByAge = holder.host != ProcessInfo.processInfo.hostName
+                let sameHost = holder.host == ProcessInfo.processInfo.hostName
+                let judgedByAge = !sameHost
                     || ProcessIdentity.writerGone(pid: holder.pid, startTicks: holder.startTicks, boot: holder.boot, pidNamespace: holder.pidNamespace, refreshed: holder.refreshed, refreshEvery: refreshEvery) == nil
-                let where_ = holder.host != ProcessInfo.processInfo.hostName ? "on \(holder.host)"
-                    : judgedByAge ? "on \(holder.host), in another pid namespace or boot (a container)" : "on \(holder.host)"
+                let where_ = "on \(holder.host)" + (sameHost && judgedByAge ? ", in another pid namespace or boot (a container)" : "")
                 let expires = Timestamp.iso(holder.refreshed.addingTimeInterval(staleAfter))
                 throw StoreOpsError(.busy, "the repository \(backend.location) is locked \(holder.exclusive ? "exclusively" : "(shared)") by \(holder.operation) (pid \(holder.pid) \(where_), since \(Timestamp.iso(holder.created)))",
                                     hint: judgedByAge

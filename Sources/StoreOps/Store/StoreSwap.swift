@@ -425,7 +425,7 @@ public enum StoreSwap {
             // to another folder, must not get its target emptied by a root cron job's backup).
             var info = stat()
             guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid() else { continue }
-            guard (try? FileSystem.emptyDirectory(path, point: "swap.gone.empty", noFollow: true)) != nil else { continue }
+            guard (try? FileSystem.emptyDirectory(path, point: "swap.gone.empty")) != nil else { continue }
             if FileSystem.removeEmptyDirectory(path, point: "swap.gone.remove") { removed.append(path) }
         }
         return removed

@@ -331,13 +331,7 @@ public enum FileSystem {
 
     /// Removes everything in a folder (the folder stays); a missing folder is fine, a failure
     /// is thrown naming what could not be removed.
-    public static func emptyDirectory(_ path: String, point: String, eachPoint: String? = nil, noFollow: Bool = false) throws {
-        if noFollow {
-            // Still the real folder looked at (not a symbolic link put in its place since).
-            let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(path)", side: .output) }
-            close(fd)
-        }
+    public static func emptyDirectory(_ path: String, point: String, eachPoint: String? = nil) throws {
         let names: [String]
         do { names = try FileManager.default.contentsOfDirectory(atPath: path) } catch {
             if kind(of: path) == .missing { return }
@@ -431,9 +425,7 @@ public enum FileSystem {
 
     /// Linux's /proc/PID/stat says Z (or X, dead) after the command's closing parenthesis.
     static func isZombie(_ pid: Int32) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
-        let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first
+        let state = ProcessIdentity.statFields(of: pid)?.first
         return state == "Z" || state == "X"
     }
 }
