@@ -250,6 +250,41 @@ struct MigrateCLITests {
         }
     }
 
+    @Test("a trigger the migration itself makes (or rewrites) is the migration's: what it writes is undeclared (3, rolled back; a trial's was \"migrated\", the trigger excused as the store's own), in the dry run too; the same write through a trigger the store had before is the schema's")
+    func aMigrationsOwnTriggerIsNotTheSchemas() throws {
+        let make = "CREATE TRIGGER sneaky AFTER UPDATE OF ZNAME ON ZCATEGORY BEGIN UPDATE ZITEM SET ZTITLE = 'hacked'; END;\n"
+        for (sql, rewrite, allowed) in [
+            (make + "UPDATE ZCATEGORY SET ZNAME = ZNAME || '!' WHERE Z_PK = 1;\n", false, false),
+            // Made and dropped again inside the run: not in the schema after it either.
+            (make + "UPDATE ZCATEGORY SET ZNAME = ZNAME || '!' WHERE Z_PK = 1;\nDROP TRIGGER sneaky;\n", false, false),
+            // The store's own trigger, rewritten by the migration to write more.
+            ("DROP TRIGGER own;\n" + make.replacingOccurrences(of: "sneaky", with: "own") + "UPDATE ZCATEGORY SET ZNAME = ZNAME || '!' WHERE Z_PK = 1;\n", true, false),
+            // The store's own trigger, left as it was.
+            ("UPDATE ZCATEGORY SET ZNAME = ZNAME || '!' WHERE Z_PK = 1;\n", true, true),
+        ] {
+            let fixture = try MigrationCLIFixture()
+            #expect(try fixture.migrate().status == 0, "migrations 1-3")
+            if rewrite {
+                try DatabaseQueue(path: fixture.store).write { db in
+                    try db.execute(sql: "CREATE TABLE AUDIT (n INTEGER)")
+                    try db.execute(sql: "CREATE TRIGGER own AFTER UPDATE OF ZNAME ON ZCATEGORY BEGIN INSERT INTO AUDIT VALUES (new.Z_PK); END")
+                }
+            }
+            let before = try storeDigest(fixture.store)
+            try Data(("-- storectl: changes Category.name\n" + sql).utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0004_names.sql"))
+            let dry = try fixture.migrate(["--dry-run"])
+            let run = try fixture.migrate()
+            if allowed {
+                #expect(dry.status == 0, "\(dry.stdout) \(dry.stderr)")
+                #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
+            } else {
+                #expect(dry.status == 2 && dry.stdout.contains("NOT DECLARED"), "\(sql): \(dry.status) \(dry.stdout) \(dry.stderr)")
+                #expect(run.status == 3 && run.stdout.contains("(ZITEM): ZTITLE changed"), "\(sql): \(run.status) \(run.stdout) \(run.stderr)")
+                #expect(try storeDigest(fixture.store) == before, "rolled back")
+            }
+        }
+    }
+
     @Test("what the store's own triggers write when a declared change fires them (an R-tree and its shadow tables, as Photos has) is the schema's, not an undeclared change (a trial's declared Photos migration was rolled back for it); the R-tree written by a migration whose declared changes fire no trigger is refused")
     func triggerConsequencesAreTheSchemas() throws {
         let fixture = try MigrationCLIFixture()

@@ -283,6 +283,29 @@ struct StoreSwapTests {
         #expect(try DatabaseQueue(path: target).read { try String.fetchOne($0, sql: "PRAGMA quick_check") } == "ok")
     }
 
+    @Test("a backup to a fixed name killed in a container (its temporary named for a pid that is running again, as pid 1 is on every run there): the next backup removes the killed run's file by its free lock and finishes, not 75 for ever")
+    func killedTemporaryOfAReusedPid() throws {
+        let fixture = try Scenarios.storeWithSnapshot()
+        let output = fixture.folder.file("backups")
+        #expect(mkdir(output, 0o755) == 0)
+        let target = output + "/fixed.sqlite"
+        let killed = try fixture.run(["backup", fixture.store, "--output", target], ["STORECTL_FAULT_POINT": "backup.database.sync"])
+        #expect(killed.status == 137, "\(killed.stderr)")
+        let left = leftoversIn(output)
+        #expect(left.count == 3, "\(left)")   // the database, its manifest, its external-data folder
+        // The same files as a run of pid N left them, where N runs again (this test process).
+        for name in left {
+            guard let range = name.range(of: ".tmp-storectl-") else { continue }
+            let reused = output + "/" + String(name[..<range.upperBound]) + "\(getpid())" + name[range.upperBound...].drop { $0.isNumber }
+            #expect(rename(output + "/" + name, reused) == 0)
+            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -120)], ofItemAtPath: reused)
+        }
+        let next = try fixture.run(["backup", fixture.store, "--output", target])
+        #expect(next.status == 0, "\(next.status) \(next.stderr)")
+        #expect(fixture.leftovers([output]).isEmpty, "\(fixture.leftovers([output]))")
+        #expect(try DatabaseQueue(path: target).read { try String.fetchOne($0, sql: "PRAGMA quick_check") } == "ok")
+    }
+
     @Test("a marked-folder name planted in a shared folder as a symbolic link to another folder: the next recover (or backup) there removes the link's name at most, never what the other folder holds")
     func plantedMarkIsNotFollowed() throws {
         let folder = try TempFolder()

@@ -119,7 +119,8 @@ public enum Backup {
                 StoreSwap.recoverAll(in: output.folder)
                 PendingFile.removeStale(in: output.folder)
             }
-            if let making = PendingFile.temporaries(of: output.path).lazy.compactMap({ PendingFile.temporaryOwner(FileSystem.name(of: $0)) }).first(where: FileSystem.processIsAlive) {
+            if let making = PendingFile.temporaries(of: output.path).first(where: { PendingFile.isRunning($0) })
+                .flatMap({ PendingFile.temporaryOwner(FileSystem.name(of: $0)) }) {
                 throw StoreOpsError(.busy, "another storectl run (pid \(making)) is making \(output.path)",
                                     hint: "wait for it to finish, or back up to another name (a folder as --output names each backup)")
             }
@@ -212,7 +213,7 @@ public enum Backup {
                 // Also taken: a name another run is making now (its live temporary; `prepareOutput`).
                 let taken = [path, manifest, StoreFile.supportPath(forDatabase: path), StoreSwap.journalPath(for: path)]
                     .contains { StoreSwap.lstatIdentity($0) != nil }
-                    || PendingFile.temporaries(of: path).contains { PendingFile.temporaryOwner(FileSystem.name(of: $0)).map(FileSystem.processIsAlive) == true }
+                    || PendingFile.temporaries(of: path).contains { PendingFile.isRunning($0) }
                 if !taken { break }
             }
         }

@@ -1087,11 +1087,18 @@ public enum Migrate {
         }
         var frontier = Set(diff.entities.filter { e in (e.lineage + [e.entity].compactMap { $0 } + [e.table]).contains(where: covered) }.map { $0.table.lowercased() })
         guard !frontier.isEmpty else { return declared }
-        let triggers = try Row.fetchAll(db, sql: "SELECT tbl_name, sql FROM sqlite_master WHERE type = 'trigger' AND sql IS NOT NULL")
+        // The store's own triggers: as they were before the run. One the migration made (or
+        // rewrote) is the migration's, and what it writes must be declared (a trial's migration
+        // made a trigger that rewrote another table and was excused by it).
+        let madeOrRewritten = Set(diff.schema.filter { $0.type == "trigger" && $0.change != "removed" }.map { $0.name.lowercased() })
+        var triggers = try Row.fetchAll(db, sql: "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger' AND sql IS NOT NULL")
             .compactMap { row -> (on: String, sql: String)? in
-                guard let on = row[0] as String?, let sql = row[1] as String? else { return nil }
+                guard let name = row[0] as String?, let on = row[1] as String?, let sql = row[2] as String?,
+                      !madeOrRewritten.contains(name.lowercased()) else { return nil }
                 return (on.lowercased(), sql)
             }
+        triggers += diff.schema.filter { $0.type == "trigger" && $0.change != "added" }
+            .compactMap { change in change.before.map { (change.table.lowercased(), $0) } }
         let tables = try Row.fetchAll(db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'table'")
             .compactMap { row -> (name: String, module: String?)? in
                 guard let name = row[0] as String? else { return nil }

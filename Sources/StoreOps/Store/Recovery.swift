@@ -80,8 +80,9 @@ public enum Recovery {
             // What is left of storectl's temporary files belongs to runs still going: said, not
             // touched (a trial's `recover FOLDER` beside a running backup said "nothing to recover").
             let running = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted().compactMap { name -> RunningFile? in
-                guard let pid = PendingFile.temporaryOwner(name), FileSystem.processIsAlive(pid) else { return nil }
-                return RunningFile(path: (folder as NSString).appendingPathComponent(name), pid: pid)
+                let path = (folder as NSString).appendingPathComponent(name)
+                guard let pid = PendingFile.temporaryOwner(name), PendingFile.isRunning(path) else { return nil }
+                return RunningFile(path: path, pid: pid)
             }
             return Result(path: folder, swap: nil, removedTemporaryFiles: removed, interruptedMigration: nil, inFolder: inFolder.isEmpty ? nil : inFolder,
                           running: running.isEmpty ? nil : running)

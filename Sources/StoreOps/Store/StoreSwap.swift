@@ -200,12 +200,10 @@ public enum StoreSwap {
         }
         let pending = try PendingFile(finalPath: path, label: "swap.journal")
         try pending.write(try JSON.encode(journal))
-        let fd = open(pending.tempPath, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw StoreOpsError.posix(errno, doing: "opening \(pending.tempPath)", side: .output) }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            close(fd)
-            throw StoreOpsError.posix(errno, doing: "locking \(pending.tempPath)", side: .output)
-        }
+        // The flock the temporary was made under stays held on the record (the same file) until
+        // the swap is over: a recovery finds it locked while this process runs the swap.
+        let fd = pending.takeLock()
+        guard fd >= 0 else { throw StoreOpsError(.ioError, "could not lock \(pending.tempPath): this file system has no flock", hint: "keep stores on a local file system") }
         do { try pending.commit() } catch {
             close(fd)
             throw error

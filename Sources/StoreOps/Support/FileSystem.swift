@@ -193,8 +193,7 @@ public enum FileSystem {
         guard [EOPNOTSUPP, EISDIR, EINVAL, ENOSYS].contains(err) else {
             throw StoreOpsError.posix(err, doing: "\(doing) in \(folder)", side: .output)
         }
-        let random = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        let path = (folder as NSString).appendingPathComponent(PendingFile.temporaryPrefix(for: fallbackName) + "\(getpid())-\(random)")
+        let path = (folder as NSString).appendingPathComponent(PendingFile.temporaryPrefix(for: fallbackName) + PendingFile.ownerPart())
         let fd = try create(path, flags: O_RDWR, point: "\(point).create")
         guard remove(path, point: "\(point).unlink") else {
             let err = errno

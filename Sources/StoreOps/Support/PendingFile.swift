@@ -4,8 +4,15 @@ import Foundation
 ///
 /// The rule for everything storectl writes: create the temp name with mode 0600, fill it, verify
 /// it, fsync it, rename it to the final name, fsync the folder. Until `commit` the artifact has a
-/// name no reader takes for a finished one (`.<final>.tmp-storectl-<pid>-<random>`), and `discard`
+/// name no reader takes for a finished one (`.<final>.tmp-storectl-<pid>-L<random>`), and `discard`
 /// (or a later run's `removeStale`) deletes it, with SQLite's own `-journal`/`-wal`/`-shm` beside it.
+///
+/// Whose it is: the making process holds an flock(2) on the temporary artifact until it is
+/// renamed, discarded or handed over. A later run judges a temporary by that lock, not by the pid
+/// in its name: in a container every run is pid 1, so a killed run's files carried a live pid for
+/// ever (a `backup --output FIXED` refused 75 on every later run). The pid is still the rule for
+/// names made by storectl before the lock (no `L` before the random part), for a file system whose
+/// flock does not work, and for a name made a moment ago (its maker may not have locked it yet).
 public final class PendingFile {
     public let finalPath: String
     public let tempPath: String
@@ -13,8 +20,12 @@ public final class PendingFile {
     /// Names this artifact's fault points: `<label>.create`, `.sync`, `.rename`, `.sync-folder`, `.discard`.
     public let label: String
     public private(set) var isCommitted = false
+    /// The descriptor holding this artifact's flock while it is this run's; -1 once released.
+    private var lockFD: Int32 = -1
 
     static let marker = ".tmp-storectl-"
+    /// Between the pid and the random part of a name whose maker holds its lock.
+    static let lockedTag = "L"
 
     /// Creates the temp file (`O_CREAT|O_EXCL`, mode 0600) or temp folder (0700) next to `finalPath`.
     public init(finalPath: String, directory: Bool = false, label: String) throws {
@@ -22,13 +33,56 @@ public final class PendingFile {
         self.isDirectory = directory
         self.label = label
         let folder = FileSystem.parent(of: finalPath)
-        let random = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        tempPath = (folder as NSString).appendingPathComponent(Self.temporaryPrefix(for: finalPath) + "\(getpid())-\(random)")
-        if directory {
-            try FileSystem.makeDirectory(tempPath, point: "\(label).create")
-        } else {
-            close(try FileSystem.create(tempPath, point: "\(label).create"))
+        tempPath = (folder as NSString).appendingPathComponent(Self.temporaryPrefix(for: finalPath) + Self.ownerPart())
+        Self.registry.withLock { _ = Self.ownPaths.insert(tempPath) }
+        do {
+            if directory {
+                try FileSystem.makeDirectory(tempPath, point: "\(label).create")
+                lockFD = open(tempPath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            } else {
+                lockFD = try FileSystem.create(tempPath, point: "\(label).create")
+            }
+        } catch {
+            Self.registry.withLock { _ = Self.ownPaths.remove(tempPath) }
+            throw error
         }
+        // Blocking: another run's probe (`lockState`) holds it for an instant at most. A file
+        // system without flock (ENOLCK) leaves the artifact judged by the pid in its name.
+        if lockFD >= 0 {
+            var locked = flock(lockFD, LOCK_EX) == 0
+            while !locked, errno == EINTR { locked = flock(lockFD, LOCK_EX) == 0 }
+            if !locked {
+                close(lockFD)
+                lockFD = -1
+            }
+        }
+    }
+
+    /// `<pid>-L<random>`: the part of a temporary name after `.<final>.tmp-storectl-`.
+    static func ownerPart() -> String {
+        "\(getpid())-\(lockedTag)\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
+    }
+
+    /// The temporaries this process is making now: never probed (opening and closing a file this
+    /// process has open in SQLite would drop SQLite's POSIX locks on it) and never removed.
+    private static let registry = NSLock()
+    nonisolated(unsafe) private static var ownPaths = Set<String>()
+
+    /// Gives up this artifact's lock: after its rename, its removal, or once another owner (a swap
+    /// record) answers for it. Closing the descriptor is safe then: no SQLite connection of this
+    /// process has the file open (each caller closes its own before committing or handing over).
+    private func releaseLock() {
+        Self.registry.withLock { _ = Self.ownPaths.remove(tempPath) }
+        if lockFD >= 0 { close(lockFD) }
+        lockFD = -1
+    }
+
+    /// The descriptor holding the artifact's flock, for a caller that keeps holding it past the
+    /// commit (a swap record, locked for the swap's whole life); -1 where no lock could be taken.
+    public func takeLock() -> Int32 {
+        let fd = lockFD
+        lockFD = -1
+        return fd
     }
 
     /// Writes `data` to the temp file (whole-file replace); for small files such as manifests.
@@ -64,12 +118,16 @@ public final class PendingFile {
             try FileSystem.renameNoReplace(tempPath, finalPath, point: "\(label).rename")
         }
         isCommitted = true
+        releaseLock()
         try FileSystem.sync(FileSystem.parent(of: finalPath), directory: true, point: "\(label).sync-folder")
     }
 
     /// Another owner (a `StoreSwap` journal) is responsible for the temp artifact from now on:
     /// it is no longer discarded when this value goes away.
-    public func handOver() { isCommitted = true }
+    public func handOver() {
+        isCommitted = true
+        releaseLock()
+    }
 
     /// Removes the temp artifact and SQLite's sidecars of it. Safe to call more than once.
     public func discard() {
@@ -77,9 +135,13 @@ public final class PendingFile {
         isCommitted = true
         FileSystem.remove(tempPath, point: "\(label).discard")
         for suffix in ["-journal", "-wal", "-shm"] { FileSystem.remove(tempPath + suffix, point: "\(label).discard-sidecar") }
+        releaseLock()
     }
 
-    deinit { discard() }
+    deinit {
+        discard()
+        releaseLock()
+    }
 
     /// The start of every temporary name made for `finalPath`: `.<final name>.tmp-storectl-`. A long
     /// final name is shortened (the temp name adds ~30 bytes), so the temp file can be made
@@ -107,10 +169,53 @@ public final class PendingFile {
         return names.filter { $0.hasPrefix(prefix) }.map { (folder as NSString).appendingPathComponent($0) }
     }
 
-    /// Whether `name` is a storectl temporary name (`.<final>.tmp-storectl-<pid>-<random>`), and its pid.
+    /// Whether `name` is a storectl temporary name (`.<final>.tmp-storectl-<pid>-…`), and its pid.
     static func temporaryOwner(_ name: String) -> Int32? {
         guard name.hasPrefix("."), let range = name.range(of: marker) else { return nil }
         return Int32(name[range.upperBound...].prefix { $0.isNumber })
+    }
+
+    /// Whether the temporary at `path` (or its database, for SQLite's `-journal`/`-wal`/`-shm` of
+    /// one) belongs to a run still going: this process's own; one whose maker holds its flock; a
+    /// name made a moment ago (`youngFor`: its maker may not have locked it yet); and where the lock
+    /// says nothing (a name of an older storectl, a file system without flock), one whose pid runs.
+    public static func isRunning(_ path: String, youngFor seconds: TimeInterval = 60) -> Bool {
+        let name = FileSystem.name(of: path)
+        guard let range = name.range(of: marker), let pid = temporaryOwner(name) else { return false }
+        var main = path
+        for suffix in ["-journal", "-wal", "-shm"] where path.hasSuffix(suffix) {
+            let candidate = String(path.dropLast(suffix.count))
+            if FileSystem.name(of: candidate).contains(marker) { main = candidate }
+        }
+        if registry.withLock({ ownPaths.contains(main) }) { return true }
+        let rest = name[range.upperBound...].drop { $0.isNumber }
+        let locked = rest.hasPrefix("-" + lockedTag)
+        if locked {
+            switch lockState(main) {
+            case .held: return true
+            case .free: break
+            case .unknown: return FileSystem.processIsAlive(pid)
+            }
+            // Free: its maker is gone, or made it a moment ago and is about to lock it.
+            guard FileSystem.processIsAlive(pid) else { return false }
+            var info = stat()
+            guard lstat(main, &info) == 0 || lstat(path, &info) == 0 else { return false }
+            let modified = TimeInterval(info.st_mtim.tv_sec) + TimeInterval(info.st_mtim.tv_nsec) / 1e9
+            return Date().timeIntervalSince1970 - modified < seconds
+        }
+        return FileSystem.processIsAlive(pid)
+    }
+
+    enum LockState { case held, free, unknown }
+
+    /// Tries the flock of a temporary made by another process (never one of this process's own:
+    /// see `ownPaths`), without following a link or blocking on a FIFO.
+    static func lockState(_ path: String) -> LockState {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return errno == ENOENT ? .free : .unknown }
+        defer { close(fd) }
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 { return .free }
+        return errno == EWOULDBLOCK ? .held : .unknown
     }
 
     /// Deletes temp artifacts left in `folder` by storectl processes that no longer run, except
@@ -128,9 +233,9 @@ public final class PendingFile {
         let start = prefix.map { "." + shortened($0) }
         for name in names {
             if let start, !name.hasPrefix(start) { continue }
-            guard let pid = temporaryOwner(name), !FileSystem.processIsAlive(pid) else { continue }
+            guard temporaryOwner(name) != nil else { continue }
             let path = (folder as NSString).appendingPathComponent(name)
-            guard !protected.contains(path) else { continue }
+            guard !protected.contains(path), !isRunning(path) else { continue }
             if FileSystem.remove(path, point: "stale.remove") { removed.append(path) }
         }
         // The emptied folders of swaps killed after their record went.

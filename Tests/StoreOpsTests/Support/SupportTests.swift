@@ -91,6 +91,53 @@ struct SupportTests {
         #expect(Set(folder.contents()) == [FileSystem.name(of: live), "keep.sqlite"])
     }
 
+    @Test("a temporary is judged by its maker's flock, not by the pid in its name (in a container every run is pid 1): an unlocked one of a live pid goes once it is a minute old; a locked one, a young one, this process's own, and an older storectl's (no lock tag) stay")
+    func temporariesJudgedByTheirLock() throws {
+        let folder = try TempFolder()
+        let live = getppid()   // running, and not the maker of any of these
+        #expect(FileSystem.processIsAlive(live))
+        let old = Date(timeIntervalSinceNow: -120)
+        func make(_ name: String, aged: Bool) throws -> String {
+            let path = folder.file(name)
+            _ = FileManager.default.createFile(atPath: path, contents: Data())
+            if aged { try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: path) }
+            return path
+        }
+        let killed = try make(".a.sqlite.tmp-storectl-\(live)-Lk1", aged: true)
+        let killedWAL = try make(".a.sqlite.tmp-storectl-\(live)-Lk1-wal", aged: true)
+        let orphanSHM = try make(".e.sqlite.tmp-storectl-\(live)-Lk5-shm", aged: true)
+        let held = try make(".b.sqlite.tmp-storectl-\(live)-Lk2", aged: true)
+        let heldWAL = try make(".b.sqlite.tmp-storectl-\(live)-Lk2-wal", aged: true)
+        let young = try make(".c.sqlite.tmp-storectl-\(live)-Lk3", aged: false)
+        let older = try make(".d.sqlite.tmp-storectl-\(live)-k4", aged: true)
+        // Another holder of `held`'s lock (another open file description: flock conflicts even
+        // inside one process, as between two).
+        let holder = open(held, O_RDONLY | O_CLOEXEC)
+        #expect(holder >= 0 && flock(holder, LOCK_EX | LOCK_NB) == 0)
+        defer { close(holder) }
+        let own = try PendingFile(finalPath: folder.file("f.sqlite"), label: "test.file")
+        let ownFolder = try PendingFile(finalPath: folder.file("g.folder"), directory: true, label: "test.folder")
+        #expect(FileSystem.name(of: own.tempPath).contains("-\(getpid())-L"))
+        // Named for this process, aged: still this run's own (never probed, never removed).
+        try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: own.tempPath)
+
+        let removed = PendingFile.removeStale(in: folder.path)
+        #expect(Set(removed) == [killed, killedWAL, orphanSHM], "\(removed)")
+        for path in [held, heldWAL, young, older, own.tempPath, ownFolder.tempPath] {
+            #expect(FileManager.default.fileExists(atPath: path), "\(path)")
+        }
+        // Another process sees this one's artifacts as locked, and the unlocked young one as young.
+        #expect(PendingFile.lockState(own.tempPath) == .held)
+        #expect(PendingFile.lockState(ownFolder.tempPath) == .held)
+        #expect(PendingFile.lockState(young) == .free)
+        try own.commit()
+        #expect(PendingFile.lockState(folder.file("f.sqlite")) == .free, "the lock goes with the commit")
+        ownFolder.discard()
+        // Once its holder lets go, the held one is a killed run's.
+        flock(holder, LOCK_UN)
+        #expect(Set(PendingFile.removeStale(in: folder.path)) == [held, heldWAL])
+    }
+
     @Test("a final name over 200 bytes: its dead temporaries are found by that name as a prefix")
     func staleTempFilesOfALongName() throws {
         let folder = try TempFolder()
