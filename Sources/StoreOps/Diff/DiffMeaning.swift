@@ -221,14 +221,14 @@ extension StoreDiff {
         /// The new numbers of `renumber`, by table: a reference to one of them that was not itself
         /// renumbered named an object no longer there.
         private var renumberedTo: [String: Set<Int64>] = [:]
-        /// Tables where a renumbered object took a number another object had (a shift, a swap):
-        /// objects the diff did not otherwise compare may point at another object now (warned).
-        private(set) var reusedNumbers: [String: Int] = [:]
         /// With `--key` on a Core Data store: the tables of the entities matched by key (where
         /// objects may be renumbered). Changed objects whose references into them changed, and
         /// many-to-many links with an end in them, are held until `renumber` is known (a
         /// reference to a renumbered object is not a change).
         private var keyedTables: Set<String> = []
+        /// The rowids of each table's rows the page comparison decoded (`compareReferencesIntoRenumbered`
+        /// reads the others).
+        private var decodedRows: [String: Set<Int64>] = [:]
         private var heldObjects: [(table: String, entity: String, rowid: Int64, before: [String: SQLitePages.Value], after: [String: SQLitePages.Value], labels: [String: Labels.Column])] = []
         private var heldLinks: [String: (relationship: String, removed: [[String: SQLitePages.Value]], added: [[String: SQLitePages.Value]])] = [:]
 
@@ -450,6 +450,7 @@ extension StoreDiff {
         }
 
         private mutating func record(_ table: String, kind: Labels.TableKind, _ change: PageDiff.RowChange, sameLayout: Bool) throws {
+            if !keyedTables.isEmpty { decodedRows[table, default: []].insert(change.rowid) }
             let before = try decode(change.before, table: table, rowid: change.rowid, side: a, encoding: diff.headerA.textEncoding, what: diff.a.what)
             let after = try decode(change.after, table: table, rowid: change.rowid, side: b, encoding: diff.headerB.textEncoding, what: diff.b.what)
             switch kind {
@@ -762,8 +763,6 @@ extension StoreDiff {
             pending = [:]
             for (table, map) in renumber {
                 renumberedTo[table] = Set(map.values)
-                let reused = Set(map.values).intersection(map.keys).count
-                if reused > 0 { reusedNumbers[table] = reused }
             }
             for group in groups {
                 for (match, item) in group.pairs {
@@ -779,6 +778,59 @@ extension StoreDiff {
                                   item.values, nil, labels: item.labels, matchedKey: .null)
                 }
             }
+            try resolveHeld()
+        }
+
+        /// Rows the page comparison did not decode (the same bytes on both sides) that point, by a
+        /// to-one reference or a many-to-many link, at a number an object renumbered under `--key`
+        /// left: they named that object, and name nothing (or another object) now. A trial's diff
+        /// said "same" with 189 items pointing at categories no longer there. Read only when some
+        /// object was renumbered: the referencing tables of the second side, whole.
+        mutating func compareReferencesIntoRenumbered() throws {
+            let moved = renumber.filter { !$0.value.isEmpty }
+            guard !moved.isEmpty else { return }
+            for entry in b.entries where entry.type == "table" && entry.rootPage > 0 {
+                let table = entry.name
+                let kind = labelsB.tables[table] ?? .plain
+                let targets: [String: String]   // column → the renumbered table it points into
+                switch kind {
+                case .entity:
+                    targets = (labelsB.columns[table] ?? [:]).compactMapValues { label in referencedTable(label).flatMap { moved[$0] != nil ? $0 : nil } }
+                case .join:
+                    targets = Dictionary(uniqueKeysWithValues: (b.layouts[table]?.columns ?? []).compactMap { column in
+                        joinColumnTable(column).flatMap { moved[$0] != nil ? (column, $0) : nil } })
+                default: continue
+                }
+                guard !targets.isEmpty, b.layouts[table]?.withoutRowid != true else { continue }   // Core Data's tables have rowids
+                let decoded = decodedRows[table] ?? []
+                attribution = .mine
+                try diff.forEachRowOfB(root: entry.rootPage) { rowid, payload in
+                    guard !decoded.contains(rowid),
+                          let values = try decode(payload, table: table, rowid: rowid, side: b, encoding: diff.headerB.textEncoding, what: diff.b.what),
+                          targets.contains(where: { column, target in
+                              if case .integer(let o)? = values[column] { return moved[target]?[o] != nil }
+                              return false
+                          }) else { return }
+                    switch kind {
+                    case .join(let relationship):
+                        // One link removed (to the object the number named) and one added (to the number).
+                        var held = heldLinks.removeValue(forKey: table) ?? (relationship, [], [])
+                        held.removed.append(values)
+                        held.added.append(values)
+                        heldLinks[table] = held
+                    default:
+                        var name = table
+                        if case .integer(let ent)? = values.first(where: { $0.key.uppercased() == "Z_ENT" })?.value, let known = labelsB.entityByEnt[Int(ent)] { name = known }
+                        try recordRow(table, entity: name, PageDiff.RowChange(rowid: rowid, before: nil, after: nil), values, values,
+                                      labels: labelsB.columns[table], matchedKey: .null)
+                    }
+                }
+            }
+            try resolveHeld()
+        }
+
+        /// Objects and links held until `renumber` was known, compared through it now.
+        private mutating func resolveHeld() throws {
             // Objects held for their references, compared through `renumber` now.
             let objects = heldObjects
             heldObjects = []
@@ -954,7 +1006,11 @@ extension StoreDiff {
                             if let now = renumber[target]?[o] { was += " (now \(now))" }
                             else if renumberedTo[target]?.contains(o) == true { was += " (another object is \(o) now)" }
                         }
-                        values.append(ValueChange(name: label.name, before: was, after: render(new, label: label), beforeValue: typed(old), afterValue: typed(new)))
+                        var now = render(new, label: label)
+                        // A number a renumbered object left, which no object took: the reference names nothing.
+                        if case .integer(let n) = new, let target = referencedTable(label), renumber[target]?[n] != nil,
+                           renumberedTo[target]?.contains(n) != true { now += " (no object has that number now)" }
+                        values.append(ValueChange(name: label.name, before: was, after: now, beforeValue: typed(old), afterValue: typed(new)))
                     }
                 }
                 // A column the second side dropped: its values are gone, a change of the data (it

@@ -164,6 +164,12 @@ final class PageDiff {
         return out
     }
 
+    /// Every entry of the table rooted at `root` on side B, one at a time (any size of table).
+    func forEachRowOfB(root: UInt32, _ body: (Int64, [UInt8]) throws -> Void) throws {
+        let tree = try walk(b, root: root, header: headerB, explained: &explainedB)
+        try rows(b, leaves: tree.leaves, header: headerB, explained: &explainedB, body)
+    }
+
     // MARK: - Walking b-trees
 
     struct Tree {

@@ -461,6 +461,7 @@ public enum StoreDiff {
             try collector.compareTables()
         }
         try collector.matchKeys()
+        try collector.compareReferencesIntoRenumbered()
         // Two different stores (Core Data's store UUIDs differ): objects are matched by Z_PK,
         // which two stores give out independently, so "changed" may be two unrelated objects.
         if options.keys.isEmpty, let x = schemaA.coreData?.metadata.uuid, let y = schemaB.coreData?.metadata.uuid, !x.isEmpty, !y.isEmpty, x != y {
@@ -471,9 +472,6 @@ public enum StoreDiff {
         }
         for (key, count) in collector.ambiguous.sorted(by: { $0.key < $1.key }) {
             logger.warning("--key \(key): \(Format.plural(count, "object", "objects")) added or removed share \(count == 1 ? "its" : "their") value with another object of the same side, so \(count == 1 ? "is" : "are") not matched by it; name an attribute each object has its own value of (a UUID)")
-        }
-        for (table, count) in collector.reusedNumbers.sorted(by: { $0.key < $1.key }) {
-            logger.warning("--key: in \(table), \(Format.plural(count, "renumbered object took the number", "renumbered objects took the numbers")) of another; an object that points at such a number and did not otherwise change is not compared by the diff (it may name another object now): `storectl preflight --full` checks that references resolve, not to what")
         }
         for (key, count) in collector.unpaired.sorted(by: { $0.key < $1.key }) {
             logger.warning("\(key): \(Format.plural(count, "row", "rows")) \(count == 1 ? "is" : "are") listed as \(count == 1 ? "it is" : "they are"), not held to be paired by key: the rows held reached \(Format.bytes(UInt64(options.pairingBudget))) (a row whose key moved may show as one removed and one added, a reference to a renumbered object as a change)")

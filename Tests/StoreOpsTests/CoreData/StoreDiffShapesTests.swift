@@ -246,9 +246,9 @@ struct StoreDiffShapesTests {
         let swapped = try StoreDiff.run(options)
         #expect(swapped.same && swapped.bookkeeping.renumbered == 2 && swapped.bookkeeping.references > 0,
                 "\(swapped.entities.map { "\($0.entity ?? "") \($0.changed) \($0.added) \($0.removed)" }) \(swapped.bookkeeping)")
-        // The same swap with the items left as they were: an item compared (its title changed)
-        // whose category number stayed 1 now names the other category, a change; the others the
-        // diff does not compare (their rows are the same bytes): warned, not checked.
+        // The same swap with the items left as they were: an item whose category number stayed 1
+        // now names the other category, a change, whether its row changed otherwise (its title) or
+        // is the same bytes on both sides (read for it: it was warned of, not compared).
         let e = folder.file("e.sqlite")
         try FileManager.default.copyItem(atPath: a, toPath: e)
         try edit(e, """
@@ -257,9 +257,27 @@ struct StoreDiffShapesTests {
             """)
         options.b = .file(e)
         let stale = try StoreDiff.run(options)
-        let edited = stale.entities.filter { $0.table == "ZITEM" }.flatMap(\.objects)
+        let pointing = try readStore(a) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE ZCATEGORY IN (1, 2)") ?? 0 }
+        let staleItems = stale.entities.filter { $0.table == "ZITEM" }
+        #expect(staleItems.reduce(0) { $0 + $1.changed } == pointing && !stale.same, "\(staleItems.map { ($0.entity ?? "", $0.changed) })")
+        let edited = staleItems.flatMap(\.objects).filter { $0.values.contains { $0.name == "ZTITLE" } }
         #expect(edited.count == 1 && edited.first?.values.map(\.name).sorted() == ["ZTITLE", "category"], "\(edited)")
         #expect(edited.first?.values.first { $0.name == "category" }.map { "\($0.before ?? "") → \($0.after ?? "")" } == "Category 1 (now 2) → Category 1", "\(edited)")
+        // Every category and tag renumbered away (+1000), the items and links left pointing at the
+        // old numbers (a trial's diff said "same", exit 0): every such item is changed, naming
+        // nothing now, and every link one removed and one added.
+        let v = folder.file("v.sqlite")
+        try FileManager.default.copyItem(atPath: a, toPath: v)
+        try edit(v, "UPDATE ZCATEGORY SET Z_PK = Z_PK + 1000; UPDATE ZTAG SET Z_PK = Z_PK + 1000; UPDATE Z_PRIMARYKEY SET Z_MAX = Z_MAX + 1000 WHERE Z_NAME IN ('Category', 'Tag')")
+        options.b = .file(v)
+        options.limit = 100_000
+        let vacated = try StoreDiff.run(options)
+        let vacatedItems = vacated.entities.filter { $0.table == "ZITEM" }
+        #expect(!vacated.same && vacatedItems.reduce(0) { $0 + $1.changed } == withCategory, "\(vacatedItems.map { ($0.entity ?? "", $0.changed) })")
+        #expect(vacatedItems.flatMap(\.objects).allSatisfy { $0.values.first?.after?.hasSuffix("(no object has that number now)") == true })
+        let vacatedLinks = vacated.links.first { $0.table == "Z_2TAGS" }
+        #expect(vacatedLinks?.removed == links && vacatedLinks?.added == links, "\(String(describing: vacatedLinks.map { ($0.removed, $0.added) })) of \(links)")
+        #expect(vacated.bookkeeping.renumbered == categories + tags, "\(vacated.bookkeeping)")
         // A key the first side does not have yet (a column added, then filled): the same objects
         // gaining it, changed, not removed and added.
         let d = folder.file("d.sqlite")
