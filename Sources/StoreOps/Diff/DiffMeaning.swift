@@ -38,7 +38,20 @@ extension StoreDiff {
         var entityByEnt: [Int: String] = [:]
         var tables: [String: TableKind] = [:]
         var columns: [String: [String: Column]] = [:]
+        /// A table several entities share, where more than one of them declares an attribute of
+        /// one name (Notes: ICAttachment's, ICNote's and ICFolder's `title` in ZTITLE, ZTITLE1,
+        /// ZTITLE2): each entity's own labels, by "table\0entity". Its own column is the
+        /// attribute; the others' columns of that name are plain columns for it (a trial's diff
+        /// called all three "title" on a folder, and a migration declaring ICFolder.title passed a
+        /// write to ICNote's ZTITLE1 on folders).
+        var entityColumns: [String: [String: Column]] = [:]
         var coreData: Bool
+
+        /// The labels of `table`'s columns for a row of `entity`.
+        func columns(for table: String, entity: String?) -> [String: Column]? {
+            if let entity, let own = entityColumns["\(table)\u{0}\(entity)"] { return own }
+            return columns[table]
+        }
 
         init(_ side: DiffSchema) {
             guard let store = side.coreData else {
@@ -99,6 +112,13 @@ extension StoreDiff {
                         labels[column] = layout.timestamps.contains(column) ? .attribute(column, type: 900) : .plain(column)
                     }
                     columns[name] = labels
+                    if let model {
+                        for (entity, own) in Self.ownColumns(owners: owners, store: store, model: model, columns: layout.columns) {
+                            var mine = labels
+                            for (column, attribute) in own { mine[column] = attribute ?? .plain(column) }
+                            entityColumns["\(name)\u{0}\(entity)"] = mine
+                        }
+                    }
                     continue
                 }
                 if let relationship = Self.joinRelationship(upper, store: store, model: model) {
@@ -107,6 +127,37 @@ extension StoreDiff {
                 }
                 tables[name] = .plain
             }
+        }
+
+        /// For each entity stored in a table (and each of its sub-entities there), the columns of
+        /// attribute names several of the table's entities declare, each labelled for it: its own
+        /// (declared by it or an ancestor) as that attribute, the others nil (plain). Core Data
+        /// names them in the order of the declaring entities' numbers (`Z_ENT`): the first
+        /// `Z<NAME>`, the next `Z<NAME>1`, `Z<NAME>2`… (Notes: ICAttachment 4 ZTITLE, ICNote 11
+        /// ZTITLE1, ICFolder 14 ZTITLE2). Where the columns are not all there so, nothing is said.
+        static func ownColumns(owners: [CoreDataEntity], store: CoreDataStore, model: CoreDataModel, columns: [String]) -> [String: [String: Column?]] {
+            let present = Dictionary(columns.map { ($0.uppercased(), $0) }, uniquingKeysWith: { x, _ in x })
+            let sorted = owners.sorted { $0.ent < $1.ent }
+            var declarers: [String: [(entity: String, attribute: CoreDataModel.Attribute)]] = [:]
+            for owner in sorted {
+                for attribute in model.attributes where attribute.entity == owner.name {
+                    declarers[attribute.name.uppercased(), default: []].append((owner.name, attribute))
+                }
+            }
+            var out: [String: [String: Column?]] = [:]
+            for (base, list) in declarers where list.count > 1 {
+                let names = list.indices.map { "Z" + base + ($0 == 0 ? "" : String($0)) }
+                guard names.allSatisfy({ present[$0] != nil }) else { continue }
+                for owner in sorted {
+                    let lineage = Set(model.ancestors(of: owner.name))
+                    for (i, declared) in list.enumerated() {
+                        guard let column = present[names[i]] else { continue }
+                        out[owner.name, default: [:]][column] = lineage.contains(declared.entity)
+                            ? .some(.attribute(declared.attribute.name, type: declared.attribute.type)) : .some(nil)
+                    }
+                }
+            }
+            return out
         }
 
         /// The attribute stored in column `c` (`Z<NAME>`, or `Z<NAME><n>` where sub-entities collide).
@@ -494,8 +545,8 @@ extension StoreDiff {
                     let labels = now != nil ? labelsB : labelsA
                     let name = entityName(now ?? was ?? [:], labels)
                     let (mine, others) = split(table, rowid: change.rowid, was, now)
-                    if let mine { try recordRow(table, entity: name, change, mine.0, mine.1, labels: labels.columns[table]) }
-                    if let others { try asOthers { try $0.recordRow(table, entity: name, change, others.0, others.1, labels: labels.columns[table]) } }
+                    if let mine { try recordRow(table, entity: name, change, mine.0, mine.1, labels: labels.columns(for: table, entity: name)) }
+                    if let others { try asOthers { try $0.recordRow(table, entity: name, change, others.0, others.1, labels: labels.columns(for: table, entity: name)) } }
                 }
             case .plain:
                 let (mine, others) = split(table, rowid: change.rowid, before, after)
@@ -592,26 +643,27 @@ extension StoreDiff {
                 var attributes = Set<String>()
                 var entityKnown = false
                 for (side, labels) in [(a, labelsA), (b, labelsB)] {
-                    var tables: [String] = []
+                    var tables: [(table: String, entity: String?)] = []
                     if let store = side.coreData {
                         for entity in store.entities where entity.name.caseInsensitiveCompare(parts[0]) == .orderedSame {
                             entityKnown = true
-                            if let table = entity.table { tables.append(table) }
+                            if let table = entity.table { tables.append((table, entity.name)) }
                         }
                     } else if let table = side.layouts.keys.first(where: { $0.caseInsensitiveCompare(parts[0]) == .orderedSame }) {
                         entityKnown = true
-                        tables.append(table)
+                        tables.append((table, nil))
                     }
-                    for table in tables {
-                        for (_, label) in labels.columns[table] ?? [:] {
+                    for (table, entity) in tables {
+                        let own = labels.columns(for: table, entity: entity)
+                        for (_, label) in own ?? [:] {
                             switch label {
                             case .attribute(let name, _), .plain(let name): attributes.insert(name)
                             default: break
                             }
                         }
-                        if labels.columns[table] == nil { attributes.formUnion(side.layouts[table]?.columns ?? []) }
-                        if let column = Self.column(named: parts[1], labels: labels.columns[table], columns: side.layouts[table]?.columns ?? []) {
-                            switch labels.columns[table]?[column] {
+                        if own == nil { attributes.formUnion(side.layouts[table]?.columns ?? []) }
+                        if let column = Self.column(named: parts[1], labels: own, columns: side.layouts[table]?.columns ?? []) {
+                            switch own?[column] {
                             case .toOne(let name, let destination)?:
                                 throw StoreOpsError(.usage, "--key \(key): \(name) is a relationship (to \(destination)), not an attribute",
                                                     hint: "name an attribute every object has its own value of (a UUID)")
@@ -822,7 +874,7 @@ extension StoreDiff {
                         var name = table
                         if case .integer(let ent)? = values.first(where: { $0.key.uppercased() == "Z_ENT" })?.value, let known = labelsB.entityByEnt[Int(ent)] { name = known }
                         try recordRow(table, entity: name, PageDiff.RowChange(rowid: rowid, before: nil, after: nil), values, values,
-                                      labels: labelsB.columns[table], matchedKey: .null)
+                                      labels: labelsB.columns(for: table, entity: name), matchedKey: .null)
                     }
                 }
             }

@@ -61,6 +61,32 @@ struct StoreDiffFixtureTests {
         #expect(report.schema.isEmpty && report.model.isEmpty)
     }
 
+    @Test("Notes: one table, three entities' own `title` columns (ICAttachment ZTITLE, ICNote ZTITLE1, ICFolder ZTITLE2, numbered in Z_ENT order): each entity's rows label only their own as title; another's column written on a folder is named as the column, and a declaration of ICFolder.title does not cover it (a trial's migration passed)")
+    func sharedTableTitles() throws {
+        let folder = try TempFolder()
+        let (a, b) = try pair(.notes, folder)
+        let (folderPK, notePK) = try DatabaseQueue(path: b).read { db in
+            (try Int64.fetchOne(db, sql: "SELECT min(Z_PK) FROM ZICCLOUDSYNCINGOBJECT WHERE Z_ENT = (SELECT Z_ENT FROM Z_PRIMARYKEY WHERE Z_NAME = 'ICFolder')") ?? 0,
+             try Int64.fetchOne(db, sql: "SELECT min(Z_PK) FROM ZICCLOUDSYNCINGOBJECT WHERE Z_ENT = (SELECT Z_ENT FROM Z_PRIMARYKEY WHERE Z_NAME = 'ICNote')") ?? 0)
+        }
+        try edit(b, """
+            UPDATE ZICCLOUDSYNCINGOBJECT SET ZTITLE2 = ZTITLE2 || '!', ZTITLE1 = 'x' WHERE Z_PK = \(folderPK);
+            UPDATE ZICCLOUDSYNCINGOBJECT SET ZTITLE1 = ZTITLE1 || '!' WHERE Z_PK = \(notePK);
+            """)
+        let report = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(b)))
+        let folders = try #require(report.entities.first { $0.entity == "ICFolder" })
+        let notes = try #require(report.entities.first { $0.entity == "ICNote" })
+        #expect(folders.attributes == ["title": 1, "ZTITLE1": 1] && folders.columns == ["title": "ZTITLE2"], "\(folders.attributes) \(folders.columns)")
+        #expect(notes.attributes == ["title": 1] && notes.columns == ["title": "ZTITLE1"], "\(notes.attributes) \(notes.columns)")
+        #expect(StoreDiff.undeclared(report, declared: ["ICFolder.title", "ICNote.title"]) == ["ICFolder (ZICCLOUDSYNCINGOBJECT): ZTITLE1 changed in 1 object"],
+                "\(StoreDiff.undeclared(report, declared: ["ICFolder.title", "ICNote.title"]))")
+        #expect(StoreDiff.undeclared(report, declared: ["ICFolder.ZTITLE2", "ICFolder.ZTITLE1", "ICNote.ZTITLE1"]).isEmpty)
+        // --key by a folder's own title reads ZTITLE2 (the table's first `title` is ICAttachment's).
+        var keyed = StoreDiff.Options(a: .file(a), b: .file(a))
+        keyed.keys = ["ICFolder.title"]
+        #expect(try StoreDiff.run(keyed).same)
+    }
+
     @Test("Photos (a live -wal read from a consistent copy): a link removed from a many-to-many join table and an attribute changed are named; the same store is the same")
     func photos() throws {
         let folder = try TempFolder()
