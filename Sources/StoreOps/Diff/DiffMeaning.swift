@@ -47,6 +47,14 @@ extension StoreDiff {
         var entityColumns: [String: [String: Column]] = [:]
         var coreData: Bool
 
+        /// SQLite's own tables but `sqlite_sequence` (ANALYZE's statistics are derived; the last
+        /// AUTOINCREMENT number is not: rewound, deleted numbers are given out again), and
+        /// storectl's history. Left out unless asked.
+        static func isBookkeeping(_ table: String) -> Bool {
+            let lower = table.lowercased()
+            return (lower.hasPrefix("sqlite_") && lower != "sqlite_sequence") || table == MigrationHistory.table
+        }
+
         /// The labels of `table`'s columns for a row of `entity`.
         func columns(for table: String, entity: String?) -> [String: Column]? {
             if let entity, let own = entityColumns["\(table)\u{0}\(entity)"] { return own }
@@ -57,7 +65,7 @@ extension StoreDiff {
             guard let store = side.coreData else {
                 coreData = false
                 for name in side.layouts.keys {
-                    tables[name] = name.lowercased().hasPrefix("sqlite_") || name == MigrationHistory.table ? .bookkeeping : .plain
+                    tables[name] = Self.isBookkeeping(name) ? .bookkeeping : .plain
                 }
                 return
             }
@@ -72,7 +80,7 @@ extension StoreDiff {
             let toOne = CoreDataCensus.toOneColumns(store: store) { side.layouts[$0]?.columns ?? [] }.columns
             for (name, layout) in side.layouts {
                 let upper = name.uppercased()
-                if DiffSchema.bookkeepingTables.contains(upper) || upper.hasPrefix("SQLITE_") || name == MigrationHistory.table {
+                if DiffSchema.bookkeepingTables.contains(upper) || Self.isBookkeeping(name) {
                     tables[name] = .bookkeeping
                     continue
                 }

@@ -37,7 +37,8 @@ final class DiffSchema {
             for entry in entries where entry.type == "table" && entry.rootPage > 0 {
                 let lower = entry.name.lowercased()
                 if lower == "sqlite_sequence" {
-                    layouts[entry.name] = Layout(columns: ["name", "seq"], rowidAlias: nil, defaults: [.null, .null], primaryKey: [], withoutRowid: false)
+                    // Rows paired by the table they count for.
+                    layouts[entry.name] = Layout(columns: ["name", "seq"], rowidAlias: nil, defaults: [.null, .null], primaryKey: ["name"], withoutRowid: false)
                     continue
                 }
                 if lower.hasPrefix("sqlite_stat") {

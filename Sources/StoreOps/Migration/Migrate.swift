@@ -1087,6 +1087,9 @@ public enum Migrate {
         }
         var frontier = Set(diff.entities.filter { e in (e.lineage + [e.entity].compactMap { $0 } + [e.table]).contains(where: covered) }.map { $0.table.lowercased() })
         guard !frontier.isEmpty else { return declared }
+        // Rows added to a declared AUTOINCREMENT table raise its number in `sqlite_sequence`.
+        var declared = declared
+        if diff.entities.contains(where: { $0.entity == nil && frontier.contains($0.table.lowercased()) && $0.added > 0 }) { declared.insert("sqlite_sequence") }
         // The store's own triggers: as they were before the run. One the migration made (or
         // rewrote) is the migration's, and what it writes must be declared (a trial's migration
         // made a trigger that rewrote another table and was excused by it).

@@ -295,4 +295,27 @@ struct StoreDiffShapesTests {
         #expect((unkeyed.links.first { $0.table == "Z_2TAGS" }?.added ?? 0) == links - 1)
         #expect(unkeyed.entities.filter { $0.table == "ZITEM" }.reduce(0) { $0 + $1.changed } == withCategory, "every item with a category points at a new Z_PK")
     }
+
+    @Test("a plain store's sqlite_sequence is data, not bookkeeping: rewound (deleted AUTOINCREMENT numbers given out again) it is a change, paired by table name (a trial's diff said \"same\"); a migration that adds rows to a declared AUTOINCREMENT table may raise it, one declaring nothing may not rewind it")
+    func autoincrementSequence() throws {
+        let folder = try TempFolder()
+        let a = folder.file("a.sqlite")
+        try edit(a, "CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, v); INSERT INTO t (v) VALUES (1), (2), (3); DELETE FROM t WHERE id = 3")
+        let rewound = folder.file("rewound.sqlite"), grown = folder.file("grown.sqlite")
+        try FileManager.default.copyItem(atPath: a, toPath: rewound)
+        try FileManager.default.copyItem(atPath: a, toPath: grown)
+        try edit(rewound, "UPDATE sqlite_sequence SET seq = 2")
+        try edit(grown, "INSERT INTO t (v) VALUES (4)")
+        let back = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(rewound)))
+        let sequence = try #require(back.entities.first { $0.table == "sqlite_sequence" }, "\(back.entities.map(\.table))")
+        #expect(!back.same && sequence.changed == 1 && sequence.objects.first?.values.first.map { "\($0.before ?? "") → \($0.after ?? "")" } == "3 → 2")
+        let queue = try DatabaseQueue(path: rewound)
+        let nothing = try queue.read { try Migrate.allowing([], consequencesIn: back, db: $0) }
+        #expect(StoreDiff.undeclared(back, declared: nothing) == ["table sqlite_sequence: seq changed in 1 object"], "\(StoreDiff.undeclared(back, declared: nothing))")
+        let up = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(grown)))
+        let allowed = try DatabaseQueue(path: grown).read { try Migrate.allowing(["t"], consequencesIn: up, db: $0) }
+        #expect(!up.same && StoreDiff.undeclared(up, declared: allowed).isEmpty, "\(StoreDiff.undeclared(up, declared: allowed))")
+        #expect(StoreDiff.undeclared(up, declared: ["t"]) == ["table sqlite_sequence: seq changed in 1 object"])
+    }
+
 }
