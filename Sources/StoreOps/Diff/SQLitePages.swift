@@ -152,12 +152,39 @@ enum SQLitePages {
     }
 
     /// A value of a record.
+    /// A value as stored. Equal means the same stored value: reals by their bits (-0.0 is not
+    /// 0.0: a trial's diff called them the same), text by its bytes (Swift's `String ==` takes an
+    /// é of one code point for e and a combining accent: two different values in the file).
     enum Value: Sendable, Equatable, Hashable {
         case null
         case integer(Int64)
         case real(Double)
         case text(String)
         case blob([UInt8])
+
+        static func == (x: Value, y: Value) -> Bool {
+            switch (x, y) {
+            case (.null, .null): return true
+            case (.integer(let p), .integer(let q)): return p == q
+            case (.real(let p), .real(let q)): return p.bitPattern == q.bitPattern
+            case (.text(let p), .text(let q)): return p.utf8.elementsEqual(q.utf8)
+            case (.blob(let p), .blob(let q)): return p == q
+            default: return false
+            }
+        }
+
+        func hash(into hasher: inout Hasher) {
+            switch self {
+            case .null: hasher.combine(0 as UInt8)
+            case .integer(let n): hasher.combine(1 as UInt8); hasher.combine(n)
+            case .real(let r): hasher.combine(2 as UInt8); hasher.combine(r.bitPattern)
+            case .text(let t):
+                hasher.combine(3 as UInt8)
+                var t = t
+                t.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+            case .blob(let b): hasher.combine(4 as UInt8); hasher.combine(b)
+            }
+        }
     }
 
     /// Decodes a record (https://sqlite.org/fileformat2.html#record_format).

@@ -318,4 +318,18 @@ struct StoreDiffShapesTests {
         #expect(StoreDiff.undeclared(up, declared: ["t"]) == ["table sqlite_sequence: seq changed in 1 object"])
     }
 
+
+    @Test("values equal only when stored the same: -0.0 is not 0.0, and an é of one code point is not e with a combining accent (a trial's diff said \"same\" for the first; Swift's == for text takes the two for one)")
+    func storedValuesCompared() throws {
+        let folder = try TempFolder()
+        let a = folder.file("a.sqlite"), b = folder.file("b.sqlite")
+        try edit(a, "CREATE TABLE t (id INTEGER PRIMARY KEY, x, y TEXT); INSERT INTO t VALUES (1, 0.0, 'caf\u{E9}'), (2, 1.5, 'same')")
+        try FileManager.default.copyItem(atPath: a, toPath: b)
+        try edit(b, "UPDATE t SET x = -0.0 WHERE id = 1; UPDATE t SET y = 'cafe\u{301}' WHERE id = 1")
+        let report = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(b)))
+        let t = try #require(report.entities.first { $0.table == "t" })
+        #expect(!report.same && t.changed == 1 && t.attributes == ["x": 1, "y": 1], "\(t.attributes)")
+        #expect(try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(a))).same)
+    }
+
 }
