@@ -185,6 +185,8 @@ extension BatchCheck {
             /// The rows triggers and declared actions changed, by rowid (and those without one).
             var indirect = Set<Int64>()
             var indirectUnkeyed = 0
+            /// Planned rows deleted, then inserted again.
+            var putBack = Set<Int64>()
 
             init(name: String, names: [String], shadow: Bool, planned: Set<Int64>?, opt: Int?) {
                 self.name = name; self.names = names; self.shadow = shadow; self.planned = planned; self.opt = opt
@@ -234,6 +236,9 @@ extension BatchCheck {
             let id = change.key
             // Planned rows a trigger deleted first count as deleted.
             if change.op == SQLITE_DELETE, let id { rules.deleted.insert(id) }
+            // A planned row inserted again (a trigger that puts deleted rows back: a trial's purge
+            // said every row was deleted, and all of them were still there) is not deleted.
+            if change.op == SQLITE_INSERT, let id, rules.planned?.contains(id) == true, rules.deleted.remove(id) != nil { rules.putBack.insert(id) }
             if change.indirect || rules.shadow {
                 if let id { rules.indirect.insert(id) } else { rules.indirectUnkeyed += 1 }
                 return
@@ -280,7 +285,10 @@ extension BatchCheck {
         mutating func finish() -> (problems: [String], indirect: [String: Int]) {
             for (table, ids) in effects.deleted.sorted(by: { $0.key < $1.key }) where !ids.isEmpty {
                 let left = Set(ids).subtracting(rules[table]?.deleted ?? [])
-                if !left.isEmpty { note("\(table): \(left.count) planned row\(left.count == 1 ? "" : "s") not deleted (\(left.sorted().prefix(5).map(String.init).joined(separator: ", ")))") }
+                let back = left.intersection(rules[table]?.putBack ?? [])
+                if !back.isEmpty { note("\(table): \(back.count) planned row\(back.count == 1 ? "" : "s") deleted and inserted again (by a trigger?) (\(back.sorted().prefix(5).map(String.init).joined(separator: ", ")))") }
+                let kept = left.subtracting(back)
+                if !kept.isEmpty { note("\(table): \(kept.count) planned row\(kept.count == 1 ? "" : "s") not deleted (\(kept.sorted().prefix(5).map(String.init).joined(separator: ", ")))") }
             }
             var indirect: [String: Int] = [:]
             for (table, rules) in rules where rules.indirect.count + rules.indirectUnkeyed > 0 {

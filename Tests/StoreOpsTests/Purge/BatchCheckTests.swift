@@ -94,6 +94,27 @@ struct BatchCheckTests {
         #expect(try readStore(store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE Z_PK = ?", arguments: [kept]) } == 1)
     }
 
+    @Test("a trigger that puts a planned row back after its delete (a trial's purge said every row was deleted, all still there): that batch is rolled back and the purge fails (2), naming the row")
+    func plannedRowPutBack() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 3_000)
+        let cutoff = Date().timeIntervalSince1970 - CoreDataStore.referenceDateOffset - 30 * 86_400
+        let expired = try readStore(store) { db in
+            try Int64.fetchAll(db, sql: "SELECT Z_PK FROM ZITEM WHERE ZISDELETED != 0 AND ZDELETEDAT <= ? ORDER BY Z_PK", arguments: [cutoff])
+        }
+        let back = try #require(expired.dropFirst(250).first, "a row of the second batch")
+        try DatabaseQueue(path: store).write { db in
+            try db.execute(sql: """
+                CREATE TRIGGER resurrect AFTER DELETE ON ZITEM WHEN OLD.Z_PK = \(back)
+                BEGIN INSERT INTO ZITEM (Z_PK, Z_ENT, Z_OPT, ZTITLE) VALUES (OLD.Z_PK, OLD.Z_ENT, OLD.Z_OPT, OLD.ZTITLE); END
+                """)
+        }
+        let report = try Purge.run(.init(policy: try policy(store, Self.items, folder: folder)))
+        #expect(report.status == .checksFailed)
+        #expect(report.ending.error?.message.contains("ZITEM: 1 planned row deleted and inserted again (by a trigger?) (\(back))") == true, "\(report.ending.error?.message ?? "")")
+        #expect(try readStore(store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM ZITEM WHERE Z_PK = ?", arguments: [back]) } == 1)
+    }
+
     @Test("the rules themselves: an unplanned delete, an update of another column, an insert and a planned row left are problems; indirect changes and virtual tables' shadow tables are counted")
     func rules() {
         var effects = BatchClosure.Effects()
