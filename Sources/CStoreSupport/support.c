@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include "CStoreSupport.h"
 
 int storectl_rename_noreplace(const char *from, const char *to) {
@@ -364,4 +365,10 @@ int storectl_open_descriptors(unsigned long long device, unsigned long long inod
     }
     closedir(proc);
     return found;
+}
+
+long long storectl_fs_type(const char *path) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
+    return (long long)info.f_type;
 }

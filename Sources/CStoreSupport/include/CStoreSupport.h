@@ -5,6 +5,9 @@
 /// Linux renameat2(RENAME_NOREPLACE); glibc declares it only under _GNU_SOURCE.
 int storectl_rename_noreplace(const char *from, const char *to);
 
+/// The file system type of `path` (statfs(2)'s f_type: 0xEF53 ext4, 0x6969 NFS, …), or -1 with errno.
+long long storectl_fs_type(const char *path);
+
 /// sync_file_range(2) (Linux, _GNU_SOURCE). `wait` 0: start writeback of the range and return;
 /// 1: also wait for the range's writeback to finish. Returns -1 with errno ENOSYS elsewhere.
 int storectl_sync_file_range(int fd, long long offset, long long length, int wait);

@@ -15,6 +15,8 @@ import Foundation
 /// and FUSE file systems), it is made under a temporary name removed at once; a kill between the
 /// two leaves the name, which the next restore into that folder removes (`PendingFile.removeStale`).
 final class OverlayPages {
+    /// The name its scratch file is made under where the temp folder cannot make an unnamed one.
+    static let scratchName = "storectl-point-pages"
     let pageSize: Int
     /// Bytes of pages held in memory before they are written to the scratch file.
     let budget: Int
@@ -140,6 +142,6 @@ final class OverlayPages {
 
     /// An unnamed file in `folder`, or one whose name is removed at once.
     static func scratchFile(in folder: String) throws -> Int32 {
-        try FileSystem.createUnnamed(in: folder, fallbackName: "storectl-point-pages", doing: "creating a scratch file for the point's pages", point: "point.scratch")
+        try FileSystem.createUnnamed(in: folder, fallbackName: Self.scratchName, doing: "creating a scratch file for the point's pages", point: "point.scratch")
     }
 }

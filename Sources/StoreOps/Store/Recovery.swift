@@ -116,6 +116,7 @@ public enum Recovery {
     static func removeStaleScratch() -> [String] {
         PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: SnapshotVerify.scratchPrefix)
             + PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: PageSpill.scratchPrefix)
+            + PendingFile.removeStale(in: NSTemporaryDirectory(), prefix: OverlayPages.scratchName)
     }
 
     /// A file that certainly is not a SQLite database: readable, with a first byte, and a header

@@ -177,6 +177,9 @@ public enum StoreSwap {
         let lockFD = try writeJournal(journal)
         defer { close(lockFD) }
         for install in plan.installs { install.staged.handOver() }   // the record owns them now
+        // Their locks are held until the swap is over (a record names them by path, and another
+        // container may see the folder under another path).
+        defer { for install in plan.installs { install.staged.releaseAfterSwap() } }
         do {
             try apply(journal)
         } catch {
@@ -185,6 +188,8 @@ public enum StoreSwap {
                 throw StoreOpsError(.rollbackFailed, "the swap of \(plan.target) failed (\((error as? StoreOpsError)?.message ?? "\(error)")) and could not be undone",
                                     hint: "storectl recover \(plan.target) finishes it once the cause (a full disk?) is fixed")
             }
+            // Undone: the staged files are back at their temporary names, which no record owns.
+            for install in plan.installs { install.staged.reclaim() }
             throw error
         }
         // The caller checked what it staged; the hash check is for a recovery, which did not.

@@ -193,7 +193,7 @@ public enum FileSystem {
         guard [EOPNOTSUPP, EISDIR, EINVAL, ENOSYS].contains(err) else {
             throw StoreOpsError.posix(err, doing: "\(doing) in \(folder)", side: .output)
         }
-        let path = (folder as NSString).appendingPathComponent(PendingFile.temporaryPrefix(for: fallbackName) + PendingFile.ownerPart())
+        let path = (folder as NSString).appendingPathComponent(PendingFile.temporaryPrefix(for: fallbackName) + PendingFile.ownerPart(locked: hasLocalFlock(folder)))
         let fd = try create(path, flags: O_RDWR, point: "\(point).create")
         guard remove(path, point: "\(point).unlink") else {
             let err = errno
@@ -201,6 +201,16 @@ public enum FileSystem {
             throw StoreOpsError.posix(err, doing: "\(doing) in \(folder) (removing the name of \(path), left behind: remove it by hand)", side: .output)
         }
         return fd
+    }
+
+    /// Whether flock(2) in `folder` is the file system's own: a local file system's (ext4, XFS,
+    /// Btrfs, tmpfs, overlayfs, ZFS, F2FS, ramfs), independent of SQLite's POSIX locks. NFS and
+    /// SMB imitate it with byte-range locks (which can conflict with SQLite's, or are refused on a
+    /// read-only descriptor), so they are not.
+    static func hasLocalFlock(_ folder: String) -> Bool {
+        let type = storectl_fs_type(folder)
+        let local: Set<Int64> = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994, 0x794C_7630, 0x2FC1_2FC1, 0xF2F5_2010, 0x8584_58F6]
+        return local.contains(Int64(type))
     }
 
     /// Opens `path` for appending, creating it when missing (job logs, lock files).

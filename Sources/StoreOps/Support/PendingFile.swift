@@ -33,34 +33,52 @@ public final class PendingFile {
         self.isDirectory = directory
         self.label = label
         let folder = FileSystem.parent(of: finalPath)
-        tempPath = (folder as NSString).appendingPathComponent(Self.temporaryPrefix(for: finalPath) + Self.ownerPart())
-        Self.registry.withLock { _ = Self.ownPaths.insert(tempPath) }
+        // Locked only where flock is the file system's own (network file systems imitate it
+        // with byte-range locks that can fight SQLite's, or refuse it on a read-only descriptor):
+        // elsewhere the name carries no `L` and is judged by its pid, as before.
+        let locking = FileSystem.hasLocalFlock(folder)
+        tempPath = (folder as NSString).appendingPathComponent(Self.temporaryPrefix(for: finalPath) + Self.ownerPart(locked: locking))
+        guard Self.registry.withLock({ Self.ownPaths.insert(tempPath).inserted }) else {
+            throw StoreOpsError(.failure, "\(tempPath) is already being made by this process")
+        }
         do {
             if directory {
                 try FileSystem.makeDirectory(tempPath, point: "\(label).create")
-                lockFD = open(tempPath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                if locking {
+                    lockFD = open(tempPath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                    if lockFD < 0 {
+                        let err = errno
+                        FileSystem.remove(tempPath, point: "\(label).discard")
+                        throw StoreOpsError.posix(err, doing: "opening \(tempPath)", side: .output)
+                    }
+                }
             } else {
-                lockFD = try FileSystem.create(tempPath, point: "\(label).create")
+                let fd = try FileSystem.create(tempPath, point: "\(label).create")
+                if locking { lockFD = fd } else { close(fd) }
+            }
+            // Blocking: another run's probe (`lockState`) holds it for an instant at most. A name
+            // with `L` must be locked while its maker runs (a later run would take it for a
+            // killed run's): if it cannot be, the artifact is not made.
+            if lockFD >= 0 {
+                var locked = flock(lockFD, LOCK_EX) == 0
+                while !locked, errno == EINTR { locked = flock(lockFD, LOCK_EX) == 0 }
+                if !locked {
+                    let err = errno
+                    close(lockFD)
+                    lockFD = -1
+                    FileSystem.remove(tempPath, point: "\(label).discard")
+                    throw StoreOpsError.posix(err, doing: "locking \(tempPath)", side: .output)
+                }
             }
         } catch {
             Self.registry.withLock { _ = Self.ownPaths.remove(tempPath) }
             throw error
         }
-        // Blocking: another run's probe (`lockState`) holds it for an instant at most. A file
-        // system without flock (ENOLCK) leaves the artifact judged by the pid in its name.
-        if lockFD >= 0 {
-            var locked = flock(lockFD, LOCK_EX) == 0
-            while !locked, errno == EINTR { locked = flock(lockFD, LOCK_EX) == 0 }
-            if !locked {
-                close(lockFD)
-                lockFD = -1
-            }
-        }
     }
 
     /// `<pid>-L<random>`: the part of a temporary name after `.<final>.tmp-storectl-`.
-    static func ownerPart() -> String {
-        "\(getpid())-\(lockedTag)\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
+    static func ownerPart(locked: Bool) -> String {
+        "\(getpid())-\(locked ? lockedTag : "")\(String(UInt32.random(in: 0...UInt32.max), radix: 36))"
     }
 
     /// The temporaries this process is making now: never probed (opening and closing a file this
@@ -126,7 +144,17 @@ public final class PendingFile {
     /// it is no longer discarded when this value goes away.
     public func handOver() {
         isCommitted = true
-        releaseLock()
+    }
+
+    /// After the swap that was handed this artifact: its lock goes (the file is at its final name,
+    /// or back at this one after an undo). Held until then, so no run takes a staged file for a
+    /// killed run's before it is installed.
+    public func releaseAfterSwap() { releaseLock() }
+
+    /// A handed-over artifact a swap undid (back at its temporary name, owned by no record): removed.
+    public func reclaim() {
+        isCommitted = false
+        discard()
     }
 
     /// Removes the temp artifact and SQLite's sidecars of it. Safe to call more than once.
@@ -179,7 +207,7 @@ public final class PendingFile {
     /// one) belongs to a run still going: this process's own; one whose maker holds its flock; a
     /// name made a moment ago (`youngFor`: its maker may not have locked it yet); and where the lock
     /// says nothing (a name of an older storectl, a file system without flock), one whose pid runs.
-    public static func isRunning(_ path: String, youngFor seconds: TimeInterval = 60) -> Bool {
+    public static func isRunning(_ path: String, youngFor seconds: TimeInterval = 5) -> Bool {
         let name = FileSystem.name(of: path)
         guard let range = name.range(of: marker), let pid = temporaryOwner(name) else { return false }
         var main = path
@@ -195,23 +223,32 @@ public final class PendingFile {
             case .held: return true
             case .free: break
             case .unknown: return FileSystem.processIsAlive(pid)
+            case .foreign: return false
             }
             // Free: its maker is gone, or made it a moment ago and is about to lock it.
             guard FileSystem.processIsAlive(pid) else { return false }
             var info = stat()
             guard lstat(main, &info) == 0 || lstat(path, &info) == 0 else { return false }
             let modified = TimeInterval(info.st_mtim.tv_sec) + TimeInterval(info.st_mtim.tv_nsec) / 1e9
-            return Date().timeIntervalSince1970 - modified < seconds
+            let age = Date().timeIntervalSince1970 - modified
+            return age >= 0 && age < seconds   // a date ahead (a clock stepped back) is no proof of youth
         }
         return FileSystem.processIsAlive(pid)
     }
 
-    enum LockState { case held, free, unknown }
+    /// `foreign`: not a file or a folder (a device, a FIFO, a link), so no run's.
+    enum LockState { case held, free, unknown, foreign }
 
     /// Tries the flock of a temporary made by another process (never one of this process's own:
     /// see `ownPaths`), without following a link or blocking on a FIFO.
     static func lockState(_ path: String) -> LockState {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        // Only what storectl makes is probed: a file or a folder. Anything else under such a name
+        // (a device, a FIFO, a link) is no run's, and is not opened.
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return errno == ENOENT ? .free : .unknown }
+        let kind = info.st_mode & S_IFMT
+        guard kind == S_IFREG || kind == S_IFDIR else { return .foreign }
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
         guard fd >= 0 else { return errno == ENOENT ? .free : .unknown }
         defer { close(fd) }
         if flock(fd, LOCK_EX | LOCK_NB) == 0 { return .free }

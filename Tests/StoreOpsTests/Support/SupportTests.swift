@@ -115,21 +115,30 @@ struct SupportTests {
         let holder = open(held, O_RDONLY | O_CLOEXEC)
         #expect(holder >= 0 && flock(holder, LOCK_EX | LOCK_NB) == 0)
         defer { close(holder) }
+        // A FIFO under such a name is no run's: removed without being opened (an open would block).
+        let fifo = folder.file(".h.sqlite.tmp-storectl-\(live)-Lk6")
+        #expect(mkfifo(fifo, 0o600) == 0)
         let own = try PendingFile(finalPath: folder.file("f.sqlite"), label: "test.file")
         let ownFolder = try PendingFile(finalPath: folder.file("g.folder"), directory: true, label: "test.folder")
+        // This process's own, even with its lock let go: never probed, never removed.
+        let unlocked = try PendingFile(finalPath: folder.file("i.sqlite"), label: "test.file")
+        close(unlocked.takeLock())
+        try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: unlocked.tempPath)
         #expect(FileSystem.name(of: own.tempPath).contains("-\(getpid())-L"))
         // Named for this process, aged: still this run's own (never probed, never removed).
         try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: own.tempPath)
 
         let removed = PendingFile.removeStale(in: folder.path)
-        #expect(Set(removed) == [killed, killedWAL, orphanSHM], "\(removed)")
-        for path in [held, heldWAL, young, older, own.tempPath, ownFolder.tempPath] {
+        #expect(Set(removed) == [killed, killedWAL, orphanSHM, fifo], "\(removed)")
+        for path in [held, heldWAL, young, older, own.tempPath, ownFolder.tempPath, unlocked.tempPath] {
             #expect(FileManager.default.fileExists(atPath: path), "\(path)")
         }
         // Another process sees this one's artifacts as locked, and the unlocked young one as young.
         #expect(PendingFile.lockState(own.tempPath) == .held)
         #expect(PendingFile.lockState(ownFolder.tempPath) == .held)
         #expect(PendingFile.lockState(young) == .free)
+        #expect(!PendingFile.isRunning(young, youngFor: 0), "an unlocked name of a running pid, once past the instant of its making")
+        unlocked.discard()
         try own.commit()
         #expect(PendingFile.lockState(folder.file("f.sqlite")) == .free, "the lock goes with the commit")
         ownFolder.discard()
