@@ -1143,8 +1143,12 @@ public enum Replicate {
                         Replicate.logger.warning("keeping points in the outbox failed; they wait in memory and in the spool file", metadata: [
                             "store": "\(replica.store.path)", "folder": "\(outbox.folder)", "error": "\(cause)"])
                     }
-                    if retrying {
+                    if retrying || keepingBehind {
                         // They wait in memory (and the spool file) as before, for the next try.
+                        // Never written beside a kept segment being written: a second upload in
+                        // flight took the first's place (`inFlight`), and its batch was lost while
+                        // the next was numbered from the same point (a trial: an S3 outage with a
+                        // full outbox dropped commits, and later points named pages no segment held).
                         replica.pending.replaceSubrange(0..<taken, with: putBack)
                         replica.pendingBytes += memoryBytes - inMemory
                         replica.spooledBytes += spooled - wasSpooled
