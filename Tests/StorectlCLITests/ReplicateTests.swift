@@ -1232,6 +1232,61 @@ struct ReplicateTests {
         #expect(try temporaries() && kept().isEmpty)
     }
 
+    @Test("the repository's disk full and the app's -wal truncated before the follower read its last commit: the status file says NOT PROTECTED since the last point (kept ones included) while following and after the stop, `replicate status` exits 2 saying so, and the stop says so after its kept points; once there is room the next run's base takes it up and status is 0 (a trial: \"0 gaps\", exit 0, throughout)",
+          .enabled(if: TempMount.isAvailable))
+    func notProtectedWhileNoBaseCanBeMade() throws {
+        let folder = try TempFolder("storectl-replicate")
+        let mount = try #require(TempMount(kilobytes: 48 * 1024))
+        let world = World(folder: folder, store: try makeStore(folder, items: 300), repo: mount.file("repo"), log: folder.file("churn.log"),
+                          environment: ["STORECTL_REPLICATE_DRAIN_SECONDS": "3"])
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", world.repo, "--insecure-no-encryption"]).status == 0)
+        let spool = folder.file("spool")
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+        let status = folder.file("status.json")
+        let arguments = ["--sync-interval", "200ms", "--heartbeat", "0", "--merge-interval", "0", "--spool", spool, "--status-file", status]
+        let follower = try replicate(world, arguments)
+        #expect(waitForBase(world))
+        let filler = mount.file("filler")
+        _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(filler)' 2>/dev/null"])
+        let app = try DatabaseQueue(path: world.store)
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'kept' WHERE Z_PK = 1") }
+        #expect(waitUntil(20) {
+            guard let data = FileManager.default.contents(atPath: status), let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data) else { return false }
+            return (live.stores.first?.keptPoints ?? 0) > 0
+        }, "the commit kept in the outbox")
+        // Unseen: committed and truncated out of the -wal while the follower is stopped.
+        follower.signal(SIGSTOP)
+        try app.inDatabase { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'unseen' WHERE Z_PK = 2")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        follower.signal(SIGCONT)
+        var live: Replicate.StoreSummary?
+        #expect(waitUntil(30) {
+            guard let data = FileManager.default.contents(atPath: status), let summary = try? JSON.decoder().decode(Replicate.Summary.self, from: data) else { return false }
+            live = summary.stores.first
+            return live?.notProtected != nil
+        }, "the status file says the store is not protected: \(String(describing: live))")
+        #expect(live?.notProtected?.contains("no base could be made since") == true && live?.notProtected?.hasPrefix("after ") == true, "\(String(describing: live?.notProtected))")
+        let following = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: world.environment)
+        #expect(following.status == 2 && following.stdout.contains("NOT PROTECTED after "), "\(following.status) \(following.stdout) \(following.stderr)")
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.stderr.contains("is kept in") && stopped.stderr.contains("NOT protected after ") && stopped.stderr.contains("no base could be made since (the repository's volume is full"),
+                "\(stopped.status) \(stopped.stderr)")
+        let after = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: world.environment)
+        #expect(after.status == 2 && after.stdout.contains("NOT PROTECTED after ") && after.stdout.contains("the next run makes a base"), "\(after.status) \(after.stdout) \(after.stderr)")
+        // Room again: the next run writes the kept point, takes the chain up with a base, and all is well.
+        try FileManager.default.removeItem(atPath: filler)
+        let next = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--for", "4s"] + arguments, environment: world.environment)
+        #expect(next.status == 0, "\(next.stderr)")
+        let done = try summary(next)
+        #expect(done.notProtected == nil && !done.bases.isEmpty, "\(done)")
+        let healthy = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: world.environment)
+        #expect(healthy.status == 0, "\(healthy.stdout) \(healthy.stderr)")
+        try app.close()
+    }
+
     @Test("replicate --policy appends its line to the policy's JSON job log when it stops: job replicate, the store and policy, ok and 0, what it did (a base, the points of the commit made meanwhile, bytes and requests), stopped by its --for")
     func jobLogLine() throws {
         let world = try world()
@@ -1965,11 +2020,13 @@ struct ReplicateTests {
         // What the status file said, and when it changed.
         var updates: [Date] = [], waitingLate: [Int] = []
         var lastStamp: Date?
+        var brokenSeen = false
         let started = Date()
         func sample() {
             guard let data = FileManager.default.contents(atPath: status), let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data) else { return }
             if live.updatedAt != lastStamp { lastStamp = live.updatedAt; updates.append(Date()) }
             if Date().timeIntervalSince(started) > 9, Date().timeIntervalSince(started) < 14 { waitingLate.append(live.stores.first?.waiting ?? 0) }
+            if live.stores.first?.notProtected != nil || live.stores.first?.gapPending != nil { brokenSeen = true }
         }
         // 14 s of commits, 20 a second; from 14 s on, a TRUNCATE checkpoint at every tenth.
         var k = 0
@@ -1989,8 +2046,69 @@ struct ReplicateTests {
         #expect(stopped.status == 74 && stopped.stderr.contains("are kept in"), "\(stopped.status) \(stopped.stderr)")
         if stopped.stderr.contains("a new base follows") || stopped.stderr.contains("truncated before its last commit") {
             #expect(stopped.stderr.contains("NOT protected after "), "\(stopped.stderr)")
+            // The status file says so (it said "0 gaps", exit 0), and it did while following.
+            #expect(brokenSeen, "the status file showed the broken chain while following")
+            server.resume()
+            let data = try #require(FileManager.default.contents(atPath: status))
+            let final = try JSON.decoder().decode(Replicate.Summary.self, from: data)
+            #expect(final.stores.first?.notProtected?.contains("no base could be made since") == true, "\(String(describing: final.stores.first))")
+            let run = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: made.environment)
+            #expect(run.status == 2 && run.stdout.contains("NOT PROTECTED after "), "\(run.status) \(run.stdout) \(run.stderr)")
         }
         try app.close()
+    }
+
+    @Test("the bucket's server hung while the outbox's disk is full: a batch the outbox cannot keep while a kept segment is being tried waits, never goes out beside it; once the server answers again every point restores to exactly what the writer logged and `repo check --read-data` finds every point's pages (a trial: a second upload took the first's place, its commits were lost, later points restored states 1k commits old or failed 65 naming a page no segment held)",
+          .enabled(if: Place.all.contains(.s3) && TempMount.isAvailable))
+    func outageWithFullOutbox() throws {
+        let server = try SeaweedServer()
+        defer { server.stop() }
+        let made = try bucketWorld(server, prefix: "fulloutbox")
+        let mount = try #require(TempMount(kilobytes: 4096))
+        // Each try at writing takes 2 s (the hung server), longer than the first retry pauses;
+        // small segments fill the outbox's room in a few seconds.
+        let slow = made.environment.merging(["STORECTL_S3_RETRIES": "0", "STORECTL_S3_TIMEOUT": "2", "STORECTL_S3_DEADLINE": "0",
+                                             "STORECTL_TEST_SEGMENT_BYTES": "16384", "STORECTL_REPLICATE_DRAIN_SECONDS": "20"]) { $1 }
+        let world = World(folder: made.folder, store: made.store, repo: made.repo, log: made.log, environment: slow)
+        let status = world.folder.file("status.json")
+        let follower = try replicate(world, ["--sync-interval", "200ms", "--heartbeat", "0", "--merge-interval", "0", "--spool", mount.path, "--status-file", status])
+        #expect(waitForBase(world))
+        // Room for a few kept segments, then none.
+        var space = statvfs()
+        #expect(statvfs(mount.path, &space) == 0)
+        let free = Int(space.f_bavail) * Int(space.f_frsize)
+        #expect(FileManager.default.createFile(atPath: mount.file("filler"), contents: Data(count: max(0, free - 160 * 1024))))
+        server.pause()
+        let writer = try churn(world, seconds: 14)
+        var keptSeen = 0, keepFailed = false
+        while writer.isRunning {
+            if let data = FileManager.default.contents(atPath: status), let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data),
+               let store = live.stores.first {
+                keptSeen = max(keptSeen, store.keptPoints ?? 0)
+            }
+            usleep(200_000)
+        }
+        #expect(writer.wait().status == 0)
+        server.resume()
+        let written = try ChurnLoad.readLog(world.log).count
+        // Caught up: every commit durable, nothing kept or waiting.
+        #expect(waitUntil(90) {
+            guard let data = FileManager.default.contents(atPath: status), let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data),
+                  let store = live.stores.first else { return false }
+            return (store.waiting ?? 0) == 0 && (store.keptPoints ?? 0) == 0 && store.points >= written
+        }, "the writer's \(written) commits written once the server answered")
+        follower.signal(SIGTERM)
+        let stopped = follower.wait()
+        #expect(stopped.status == 0, "\(stopped.stderr.suffix(3000))")
+        keepFailed = stopped.stderr.contains("keeping points in the outbox failed")
+        // Said when the cause changes, not at every sync (the file's name in it differs each time).
+        let said = stopped.stderr.components(separatedBy: "keeping points in the outbox failed").count - 1
+        #expect(said <= 3, "said \(said) times: \(stopped.stderr.suffix(3000))")
+        #expect(keptSeen > 0 && keepFailed, "the outbox kept segments (\(keptSeen) points at most), then its disk was full: \(stopped.stderr.suffix(2000))")
+        let checked = try check(world, times: try randomTimes(world, count: 24, seed: 82))
+        #expect(checked.wrong.isEmpty && checked.restored + checked.refused.count == 24 && checked.restored >= 20, "\(checked.wrong) \(checked.refused)")
+        let repoCheck = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", world.repo, "--read-data"], environment: world.environment)
+        #expect(repoCheck.status == 0, "\(repoCheck.stdout) \(repoCheck.stderr)")
     }
 
     @Test("a clean stop, then a follower killed -9 after it resumed (the store idle), then a new run: the listing shows the time from the stop to the new run as not followed (stopped, then killed), never as covered; a restore in it is refused and its hint names times outside both spans, which restore")

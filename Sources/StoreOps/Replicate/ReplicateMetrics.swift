@@ -27,6 +27,8 @@ public enum ReplicateMetrics {
             ("storectl_replicate_requests_total", "counter", "Requests to the repository by this run (writes, and the read-backs of merges and digests).", Double(store.requests)),
             ("storectl_replicate_kept_points", "gauge", "Points kept on this machine (the outbox in the spool folder) because the repository did not take them: restores do not see them yet.",
              Double(store.keptPoints ?? 0)),
+            ("storectl_replicate_chain_broken", "gauge", "1 while the store's chain is broken (a gap found, or its -wal truncated before its last commit was read) and no base has taken it up: what the app commits is in no point.",
+             store.gapPending != nil || store.notProtected != nil ? 1 : 0),
         ]
         var text = ""
         for (name, type, help, value) in metrics {
@@ -98,6 +100,9 @@ public enum ReplicateStatus {
             // is made (a trial: a store moved away, status 0 "following" for a minute and more).
             if let why = live.gapPending, report.state != "stopped", live.notFollowed == nil {
                 problems.append("\(store.store): a gap (\(why)): its commits are in no point until a new base records it")
+            }
+            if let why = live.notProtected {
+                problems.append("\(store.store): NOT protected \(why)")
             }
             if report.state == "stopped", let waiting = live.waiting, waiting > 0 {
                 problems.append("\(store.store): \(Format.plural(waiting, "commit was", "commits were")) read and never written")

@@ -159,6 +159,11 @@ public enum Replicate {
         /// The exit status that failure maps to (65 a damaged store, 75 a busy one, …); 0 when the
         /// run was stopped (SIGTERM, SIGINT) while the first base was made: said, not a failure.
         public var notFollowedStatus: Int32?
+        /// The chain broke (a gap, a -wal truncated before its last commit was read) and the base
+        /// that would take it up again could not be made (the repository failing): since when
+        /// nothing the app commits is protected, why, and the base's failure; until a base is in,
+        /// and in the stopped run's file (a trial: status said "0 gaps" and exited 0 throughout).
+        public var notProtected: String?
     }
 
     public struct Summary: Codable, Sendable {
@@ -611,16 +616,6 @@ public enum Replicate {
                     say("stopped by \(stoppedBy); every commit seen was written"
                         + (waiting.isEmpty ? "" : "; NOT followed (the points an earlier run kept had not all been written yet): " + waiting.joined(separator: ", ")))
                 }
-                // A store whose chain broke (a gap, a -wal truncated before its last commit was
-                // read) and that no base followed (the repository failing): what the app committed
-                // since its last point is in no point, whatever "every commit seen" says.
-                for replica in replicas where replica.chain != nil && replica.outboxStart == nil && !replica.startStopped {
-                    guard let need = replica.needsBase, need.kind != "compaction", need.kind != "start" else { continue }
-                    let last = replica.lastDurableTime.map { " after \(Timestamp.iso(PointRestore.date($0)))" } ?? ""
-                    let text = "\(replica.store.path): NOT protected\(last): \(need.reason); no base could be made since"
-                        + (replica.baseFailure.map { " (\($0.cause))" } ?? "") + "; the next run makes one"
-                    if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
-                }
             } else {
                 for replica in unwritten {
                     let why = replica.summary.lastError ?? "the repository could not be written"
@@ -640,7 +635,25 @@ public enum Replicate {
                     if events != nil { say(text) } else if count > 0 { Replicate.logger.error("\(text)") } else { Replicate.logger.warning("\(text)") }
                 }
             }
+            // A store whose chain broke (a gap, a -wal truncated before its last commit was
+            // read) and that no base followed (the repository failing): what the app committed
+            // since its last point is in no point, whatever "every commit seen" says; after the
+            // points kept in the outbox too.
+            for replica in replicas where replica.chain != nil && replica.outboxStart == nil && !replica.startStopped {
+                guard let need = replica.needsBase, need.kind != "compaction", need.kind != "start" else { continue }
+                replica.summary.notProtected = notProtected(replica, reason: need.reason, cause: replica.baseFailure?.cause ?? replica.summary.lastError)
+                let text = "\(replica.store.path): NOT protected \(replica.summary.notProtected ?? need.reason); the next run makes a base"
+                if events != nil { say(text) } else { Replicate.logger.warning("\(text)") }
+            }
             return report(state: "stopped", stoppedBy: stoppedBy)
+        }
+
+        /// Since when a broken chain leaves the store unprotected, and why (`StoreSummary.notProtected`).
+        func notProtected(_ replica: Replica, reason: String, cause: String?) -> String {
+            // After the points kept in the outbox too (the next run writes them first).
+            let newest = [replica.lastDurableTime, replica.parked.last?.name.lastTime].compactMap { $0 }.max()
+            let last = newest.map { "after \(Timestamp.iso(PointRestore.date($0))): " } ?? ""
+            return last + reason + "; no base could be made since" + (cause.map { " (\($0))" } ?? "")
         }
 
         /// The summary, written to the status file and the metrics folder when asked (a failure to
@@ -780,6 +793,14 @@ public enum Replicate {
             capture(replica)
         }
 
+        /// A broken chain's base put off while the repository fails (its kept segments go
+        /// first): not protected meanwhile, in the status file (not for an upload merely under way).
+        func heldBack(_ replica: Replica, _ need: (kind: String, reason: String, change: UInt32?)) {
+            guard need.kind == "gap" || need.kind == "continued", replica.chain != nil,
+                  replica.uploadFailures > 0 || !replica.parked.isEmpty else { return }
+            replica.summary.notProtected = notProtected(replica, reason: need.reason, cause: replica.summary.lastError ?? replica.baseFailure?.cause)
+        }
+
         /// Makes the base `need` asks for, or puts it off. False when the step is done; true when
         /// it goes on to read the app's commits (a base every interval, put off).
         func baseStep(_ replica: Replica, _ need: (kind: String, reason: String, change: UInt32?)) -> Bool {
@@ -787,6 +808,7 @@ public enum Replicate {
             // sends them once it is over), rather than three tries every poll.
             if !replica.parked.isEmpty, Date() < replica.uploadRetryAfter {
                 if need.kind == "compaction" { replica.needsBase = nil; return true }
+                heldBack(replica, need)
                 return false
             }
             // While the repository fails, the old chain's last commits go out on the upload
@@ -801,6 +823,7 @@ public enum Replicate {
                 } else if !replica.uploading {
                     flush(replica)
                 }
+                heldBack(replica, need)
                 return false
             }
             // The old chain's last commits go first (now: a base read later than needed would
@@ -1137,9 +1160,13 @@ public enum Replicate {
                     return
                 } catch {
                     // Said once (and again when the cause changes), not at every sync it fails.
+                    // Judged without the file's name (each segment's differs: a trial's log
+                    // said it again at every sync of a full disk).
                     let cause = describe(error)
-                    if replica.outboxFailure != cause {
-                        replica.outboxFailure = cause
+                    let same = NSRegularExpression.escapedPattern(for: outbox.folder) + #"/\S+"#
+                    let kind = cause.replacingOccurrences(of: same, with: "…", options: .regularExpression)
+                    if replica.outboxFailure != kind {
+                        replica.outboxFailure = kind
                         Replicate.logger.warning("keeping points in the outbox failed; they wait in memory and in the spool file", metadata: [
                             "store": "\(replica.store.path)", "folder": "\(outbox.folder)", "error": "\(cause)"])
                     }
@@ -2039,6 +2066,7 @@ public enum Replicate {
                 replica.summary.notFollowedStatus = nil
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
                 replica.summary.gapPending = nil
+                replica.summary.notProtected = nil
                 replica.lastDurableTime = Replicate.ms(pointTime)
                 replica.confirmedTime = Replicate.ms(time)   // no commit came up to the base's read
                 replica.needsBase = nil
@@ -2077,6 +2105,10 @@ public enum Replicate {
                     }
                     replica.retryAfter = Date().addingTimeInterval(max(1, options.syncInterval))
                     return
+                }
+                // The chain broke and no base takes it up yet: in the status file while it lasts.
+                if kind == "gap" || kind == "continued", replica.chain != nil {
+                    replica.summary.notProtected = notProtected(replica, reason: reason, cause: describe(error))
                 }
                 // Never followed in this run: no base made, no chain taken up (a resume that
                 // found a gap or failed sets the chain, yet follows nothing).

@@ -182,6 +182,12 @@ public enum RepositoryCheck {
     static func readSegments(of chain: PointTimeline.Chain, in repository: PagedRepository, zstd: ZstdFrames) throws -> (problems: [String], store: String?) {
         var problems: [String] = []
         var store: String?
+        // Every page of every point has a source: the base, or a commit at or before it (a
+        // restore refuses a page neither holds, 65). Replayed as a restore applies the chain's
+        // segments (the opening aside); a trial's outage lost a batch, and later points named
+        // pages nothing held, while this check read every segment and said ok.
+        var coverage = try? PageCoverage(chain: chain, in: repository)
+        let applied = Set(chain.segments.dropFirst().map(\.key))
         // The stop, resume and alive markers too: what restores claim after a point rests on them
         // (their names' times are checked against what they seal).
         for name in chain.segments + chain.digests + chain.markers + chain.alive {
@@ -207,12 +213,61 @@ public enum RepositoryCheck {
                         problems.append("point segment \(repository.backend.describe(name.key)) (points \(segment.from)-\(segment.to)): page \(i + 1) does not match its content id: \(lost)")
                         break
                     }
+                    if applied.contains(name.key), let problem = coverage?.apply(segment, name: name, in: repository) {
+                        problems.append(problem)
+                        coverage = nil   // one problem a chain: the points after it fail the same way
+                    }
                 }
             } catch let error as StoreOpsError where error.status == .badData {
                 problems.append("\(error.message): \(lost)")
             }
         }
         return (problems, store)
+    }
+
+    /// The pages a chain's points have so far, replayed commit by commit from the base's count:
+    /// a commit that grows the store must carry every new page (SQLite writes each; the lock-byte
+    /// page aside), or the points from it name a page nothing holds.
+    struct PageCoverage {
+        var count: Int
+        var missing = Set<Int>()
+        let lockBytePage: Int
+        let chain: String
+
+        init(chain: PointTimeline.Chain, in repository: PagedRepository) throws {
+            let base = try repository.record(chain.id)
+            count = base.pages.pageCount
+            lockBytePage = LockState.pendingByte / base.pages.pageSize + 1
+            self.chain = chain.id
+        }
+
+        /// Applies a segment's commits; the first point left with a page no source holds, as a problem.
+        mutating func apply(_ segment: PointSegment, name: SegmentName, in repository: PagedRepository) -> String? {
+            for (k, commit) in segment.commits.enumerated() {
+                let point = commit.point ?? (segment.from + k)
+                let pageCount = Int(commit.pageCount)
+                if let floor = commit.truncatedTo.map(Int.init), count > floor {
+                    missing = missing.filter { $0 <= floor }
+                    count = floor
+                }
+                if count > pageCount {
+                    missing = missing.filter { $0 <= pageCount }
+                    count = pageCount
+                }
+                if count < pageCount {
+                    guard pageCount - count <= commit.pages.count + WalFollower.pageSlack else {
+                        return "chain \(chain): point \(point) (\(repository.backend.describe(name.key))) says \(Format.count(pageCount)) pages, far more than it and the points before hold: points from \(point) do not restore; --at before \(Timestamp.iso(PointRestore.date(commit.time))) does"
+                    }
+                    for page in (count + 1)...pageCount where page != lockBytePage { missing.insert(page) }
+                    count = pageCount
+                }
+                for page in commit.pages where Int(page) <= pageCount { missing.remove(Int(page)) }
+                if let page = missing.min() {
+                    return "chain \(chain): page \(page) of point \(point) (\(repository.backend.describe(name.key))) is in neither the base nor a commit of the chain (a batch of commits before it was lost): points from \(point) do not restore; --at before \(Timestamp.iso(PointRestore.date(commit.time))) does"
+                }
+            }
+            return nil
+        }
     }
 
     /// What the indexes say: each pack's contents, where each blob is, and which blobs are pages
