@@ -285,6 +285,30 @@ struct MigrateCLITests {
         }
     }
 
+    @Test("a migration that rewrites Core Data's record of the model (Z_METADATA: version hashes, Z_VERSION; Z_MODELCACHE) without declaring it is rolled back (3) and its dry run says NOT DECLARED naming the table; declared, it passes (a trial: an undeclared rewrite passed)")
+    func modelRecordsAreDeclared() throws {
+        for (sql, declared, allowed, table) in [
+            ("UPDATE Z_METADATA SET Z_VERSION = Z_VERSION + 1;\n", "Category.name", false, "Z_METADATA"),
+            ("DELETE FROM Z_MODELCACHE;\n", "Category.name", false, "Z_MODELCACHE"),
+            ("UPDATE Z_METADATA SET Z_VERSION = Z_VERSION + 1;\n", "Category.name, Z_METADATA", true, "Z_METADATA"),
+        ] {
+            let fixture = try MigrationCLIFixture()
+            #expect(try fixture.migrate().status == 0, "migrations 1-3")
+            let before = try storeDigest(fixture.store)
+            try Data("-- storectl: changes \(declared)\nUPDATE ZCATEGORY SET ZNAME = ZNAME || '!' WHERE Z_PK = 1;\n\(sql)".utf8)
+                .write(to: URL(fileURLWithPath: fixture.migrations + "/0004_model.sql"))
+            let dry = try fixture.migrate(["--dry-run"])
+            let run = try fixture.migrate()
+            if allowed {
+                #expect(dry.status == 0 && run.status == 0, "\(dry.stdout) \(run.stdout) \(run.stderr)")
+            } else {
+                #expect(dry.status == 2 && dry.stdout.contains("NOT DECLARED") && dry.stdout.contains("table \(table) rewritten"), "\(sql): \(dry.status) \(dry.stdout) \(dry.stderr)")
+                #expect(run.status == 3 && run.stdout.contains("table \(table) rewritten"), "\(sql): \(run.status) \(run.stdout) \(run.stderr)")
+                #expect(try storeDigest(fixture.store) == before, "rolled back")
+            }
+        }
+    }
+
     @Test("what the store's own triggers write when a declared change fires them (an R-tree and its shadow tables, as Photos has) is the schema's, not an undeclared change (a trial's declared Photos migration was rolled back for it); the R-tree written by a migration whose declared changes fire no trigger is refused")
     func triggerConsequencesAreTheSchemas() throws {
         let fixture = try MigrationCLIFixture()

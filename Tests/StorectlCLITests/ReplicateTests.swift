@@ -625,7 +625,8 @@ struct ReplicateTests {
         #expect(stopped.status == 0, "\(stopped.stderr)")
         let summary = try summary(stopped)
         let after = try prometheus(file)
-        #expect(after.count == 13, "every metric once: \(after.keys.sorted())")
+        #expect(after.count == 14, "every metric once: \(after.keys.sorted())")
+        #expect(after["storectl_replicate_chain_broken"] == 0)
         #expect(after["storectl_replicate_up"] == 0 && after["storectl_replicate_kept_points"] == 0)
         #expect(after["storectl_replicate_points_total"] == Double(summary.points) && summary.points > 0)
         #expect(after["storectl_replicate_segments_total"] == Double(summary.segments) && summary.segments > 0)
@@ -1243,7 +1244,9 @@ struct ReplicateTests {
         let spool = folder.file("spool")
         try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
         let status = folder.file("status.json")
-        let arguments = ["--sync-interval", "200ms", "--heartbeat", "0", "--merge-interval", "0", "--spool", spool, "--status-file", status]
+        let metrics = folder.file("metrics")
+        try FileManager.default.createDirectory(atPath: metrics, withIntermediateDirectories: false)
+        let arguments = ["--sync-interval", "200ms", "--heartbeat", "0", "--merge-interval", "0", "--spool", spool, "--status-file", status, "--metrics", metrics]
         let follower = try replicate(world, arguments)
         #expect(waitForBase(world))
         let filler = mount.file("filler")
@@ -1268,6 +1271,7 @@ struct ReplicateTests {
             return live?.notProtected != nil
         }, "the status file says the store is not protected: \(String(describing: live))")
         #expect(live?.notProtected?.contains("no base could be made since") == true && live?.notProtected?.hasPrefix("after ") == true, "\(String(describing: live?.notProtected))")
+        #expect(try prometheus(ReplicateMetrics.file(folder: metrics, store: world.store))["storectl_replicate_chain_broken"] == 1)
         let following = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status], environment: world.environment)
         #expect(following.status == 2 && following.stdout.contains("NOT PROTECTED after "), "\(following.status) \(following.stdout) \(following.stderr)")
         follower.signal(SIGTERM)

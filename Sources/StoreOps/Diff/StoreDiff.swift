@@ -622,6 +622,15 @@ public enum StoreDiff {
                 out.append("\(label): \(name) changed in \(count) object\(count == 1 ? "" : "s")")
             }
         }
+        // Core Data's own record of the store's model (the metadata's version hashes, the cached
+        // model): written only by a model upgrade, which declares it; Z_PRIMARYKEY's counters
+        // follow from the rows any declared change adds, and are not asked for.
+        let modelTables = ["Z_METADATA": "the store's metadata: its model's version hashes, Z_VERSION, Z_UUID",
+                           "Z_MODELCACHE": "the model Core Data cached in the store"]
+        for table in report.bookkeeping.tables.sorted() {
+            guard let what = modelTables[table.uppercased()], !names.contains(table.lowercased()) else { continue }
+            out.append("table \(table) rewritten (\(what)): a model upgrade declares `\(table)`")
+        }
         for l in report.links {
             let owner = String(l.relationship.split(separator: ".").first ?? "")
             let member = l.relationship.split(separator: ".").dropFirst().first.map(String.init)

@@ -903,6 +903,9 @@ public enum Migrate {
                 let attributed = diff.others != nil
                 touched = Migrate.touchedTables(diff)
                 newIndexes = Set(diff.schema.filter { $0.type == "index" && $0.change != "removed" }.map(\.name))
+                // What Core Data needs of the result first: a changed UUID or key counters behind
+                // say more than "Z_METADATA rewritten" among the undeclared changes.
+                try queue.inDatabase { try Migrate.checkCoreDataKeeping($0, uuidBefore: storeUUID, declared: declared) }
                 if let declared {
                     let known = ((try? queue.inDatabase(Migrate.names)) ?? []).union(Array((report.countsBefore ?? [:]).keys))
                         .union(diff.schema.filter { $0.change == "removed" }.map(\.name))

@@ -32,6 +32,8 @@ final class WalFollower {
     /// the app's close (the closing connection is not the last); so only then do two counters
     /// compare. A cursor taken up from a segment is not, until a read of the same generation.
     private var changeTrusted = false
+    /// Why it is not: a resume (nothing was followed before it), not files changed under a connection.
+    private var untrustedByResume = false
     /// The most pages the store was seen to have (its base's count, then its commits'): with
     /// the file's size and the pages the -wal holds, the bound of a commit's page count.
     private var knownPages = 0
@@ -96,6 +98,7 @@ final class WalFollower {
         connection = nil
         connectionIdentity = nil
         changeTrusted = false
+        untrustedByResume = false
         confirmedState = nil
         wal.close()
     }
@@ -116,6 +119,7 @@ final class WalFollower {
         resumedState = state
         confirmedState = nil
         changeTrusted = false
+        untrustedByResume = true
     }
 
     /// Set by `resume`: the chain's last confirmation.
@@ -134,7 +138,7 @@ final class WalFollower {
         confirmedState = nil
         if let identities {
             func same(_ x: (dev: UInt64, ino: UInt64)?, _ y: (dev: UInt64, ino: UInt64)?) -> Bool { x?.dev == y?.dev && x?.ino == y?.ino }
-            if !same(identities.database, databaseIdentity) { changeTrusted = false }
+            if !same(identities.database, databaseIdentity) { changeTrusted = false; untrustedByResume = false }
             databaseIdentity = identities.database
             walIdentity = identities.wal
         }
@@ -399,7 +403,13 @@ final class WalFollower {
         }
         let made = Int(index.change &- changeThen)
         if !cursor.sameGeneration(salt1: index.salt1, salt2: index.salt2) {
-            guard changeTrusted else { return .gap("the -wal was restarted while storectl was not following the store") }
+            // Not trusted: since a resume (not followed meanwhile), or since the connection was
+            // opened again on files that changed under it (a trial's -wal and -shm removed, then
+            // the store moved over: this was said "while storectl was not following").
+            guard changeTrusted else {
+                return .gap(untrustedByResume ? "the -wal was restarted while storectl was not following the store"
+                                                : "the -wal was restarted where its commits cannot be counted (its files were removed or replaced)")
+            }
             return try crossGeneration(from: cursor, to: index, made: made, time: time)
         }
         guard index.lastFrame >= cursor.frame else {
