@@ -13,6 +13,9 @@ import StoreOps
 public final class SeaweedServer: @unchecked Sendable {
     public static let accessKey = "storectltest"
     public static let secretKey = "storectl-test-secret"
+    /// A key that may read and list, not write (a restore host's credentials).
+    public static let readerKey = "storectlreader"
+    public static let readerSecret = "storectl-reader-secret"
 
     public private(set) var port: Int
     public let folder: TempFolder
@@ -57,7 +60,9 @@ public final class SeaweedServer: @unchecked Sendable {
         let identities = folder.file("s3.json")
         try Data("""
         {"identities":[{"name":"storectl","credentials":[{"accessKey":"\(Self.accessKey)","secretKey":"\(Self.secretKey)"}],
-          "actions":["Admin","Read","Write","List","Tagging"]}]}
+          "actions":["Admin","Read","Write","List","Tagging"]},
+         {"name":"reader","credentials":[{"accessKey":"\(Self.readerKey)","secretKey":"\(Self.readerSecret)"}],
+          "actions":["Read","List"]}]}
         """.utf8).write(to: URL(fileURLWithPath: identities))
         try FileManager.default.createDirectory(atPath: folder.file("data"), withIntermediateDirectories: true)
         // A server that does not come up (a port taken meanwhile) is tried once more on others.

@@ -160,6 +160,28 @@ struct S3ServerTests {
         #expect(try backend.list("").map(\.key) == before, "nothing written to the repository")
     }
 
+    @Test("a read-only key (Read and List, no Write): restore, verify and `repo check` read without a lock and say so (they were 77 on the lock's PUT); a snapshot or a prune is still refused 77 naming access denied")
+    func readOnlyKey() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let store = try sampleStore(in: folder, items: 300)
+        #expect(try run(["snapshot", "create", store, "--repo", repo], folder).status == 0)
+        let id = try #require(try PagedRepository.open(at: repo, password: .file(folder.passwordFile())).catalog().records.compactMap { $0.manifest.snapshot?.id }.first)
+        let reader = ["AWS_ACCESS_KEY_ID": SeaweedServer.readerKey, "AWS_SECRET_ACCESS_KEY": SeaweedServer.readerSecret]
+        let restored = try run(["snapshot", "restore", "--repo", repo, id, "--to", folder.file("restored.sqlite")], folder, reader)
+        #expect(restored.status == 0 && restored.stderr.contains("without a lock"), "\(restored.status) \(restored.stderr)")
+        #expect(FileManager.default.fileExists(atPath: folder.file("restored.sqlite")))
+        let check = try run(["repo", "check", "--repo", repo, "--read-data"], folder, reader)
+        #expect(check.status == 0 && check.stderr.contains("without a lock"), "\(check.status) \(check.stderr)")
+        let verify = try run(["snapshot", "verify", "--repo", repo, id], folder, reader)
+        // Verified; that the verdict could not be written is said beside it.
+        #expect(verify.stdout.contains("ok") && verify.stdout.contains("NOT RECORDED"), "\(verify.status) \(verify.stdout) \(verify.stderr)")
+        let create = try run(["snapshot", "create", store, "--repo", repo], folder, reader)
+        #expect(create.status == 77 && create.stderr.contains("access denied"), "\(create.status) \(create.stderr)")
+        let prune = try run(["snapshot", "prune", "--repo", repo, "--keep-last", "1"], folder, reader)
+        #expect(prune.status == 77 && prune.stderr.contains("access denied"), "\(prune.status) \(prune.stderr)")
+    }
+
     @Test("the server unreachable: 74 naming the repository, after the retries; the store untouched, nothing left behind")
     func unreachable() throws {
         let folder = try TempFolder()

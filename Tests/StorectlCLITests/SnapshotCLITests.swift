@@ -462,6 +462,45 @@ struct SnapshotCLITests {
         #expect(roomy.status == 0 && !roomy.stdout.contains("NOT RECORDED") && FileManager.default.fileExists(atPath: repo + "/verified/\(id).json"), "\(roomy.stdout)")
     }
 
+    @Test("the repository's volume full, then mounted read-only: restore, export, repo check and prune --dry-run read without a lock and say so (they were 74 and 73 on the lock, the restore most wanted then); a prune that would remove is still refused 74 with what to do; a snapshot is refused", .enabled(if: TempMount.isAvailable))
+    func readsWhereNoLockCanBeWritten() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let mount = try #require(TempMount(kilobytes: 8192))
+        let repo = try RepositoryInit.run(.init(location: mount.file("repo"), encrypted: false, password: .file(try folder.passwordFile()))).location
+        var ids: [String] = []
+        for _ in 0..<2 {
+            let created = try storectl("snapshot", "create", store, "--repo", repo, "--json")
+            #expect(created.status == 0, "\(created.stderr)")
+            ids.append(try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(created.stdout.utf8)).id)
+            try DatabaseQueue(path: store).write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'second' WHERE Z_PK = 1") }
+        }
+        let filler = mount.file("filler")
+        _ = try ChildProcess.run("/bin/sh", ["-c", "cat /dev/zero > '\(filler)' 2>/dev/null"])
+        func reads(_ label: String) throws {
+            let target = folder.file("restored-\(label).sqlite")
+            let restored = try storectl("snapshot", "restore", "--repo", repo, ids[0], "--to", target)
+            #expect(restored.status == 0 && restored.stderr.contains("without a lock"), "\(label): \(restored.status) \(restored.stderr)")
+            let title = try DatabaseQueue(path: target).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
+            #expect(title != "second", "\(label): the first snapshot's content")
+            let exported = try storectl("snapshot", "export", "--repo", repo, ids[1], "--output", folder.file("export-\(label).tar.zst"))
+            #expect(exported.status == 0 && exported.stderr.contains("without a lock"), "\(label): \(exported.status) \(exported.stderr)")
+            let check = try storectl("repo", "check", "--repo", repo, "--read-data")
+            #expect(check.status == 0 && check.stderr.contains("without a lock"), "\(label): \(check.status) \(check.stderr)")
+            let dry = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1", "--dry-run")
+            #expect(dry.status == 0 && dry.stdout.contains("would remove 1"), "\(label): \(dry.status) \(dry.stdout) \(dry.stderr)")
+        }
+        try reads("full")
+        let prune = try storectl("snapshot", "prune", "--repo", repo, "--keep-last", "1")
+        #expect(prune.status == 74 && prune.stderr.contains("cannot write its lock") && prune.stderr.contains("free a few MiB"), "\(prune.status) \(prune.stderr)")
+        let create = try storectl("snapshot", "create", store, "--repo", repo)
+        #expect(create.status == 74, "\(create.status) \(create.stderr)")
+        try FileManager.default.removeItem(atPath: filler)
+        #expect(try ChildProcess.run("/bin/mount", ["-o", "remount,ro", mount.path]).status == 0)
+        try reads("read-only")
+        #expect(try storectl("snapshot", "list", "--repo", repo).stdout.contains(ids[0]), "nothing was removed")
+    }
+
     @Test("a store whose path has a control character (a tab) is refused before it is snapshotted (64), not recorded and then called damaged; replicate refuses it too")
     func controlCharacterInPath() throws {
         let folder = try TempFolder()

@@ -62,6 +62,8 @@ public final class Pipeline {
         public var keepingUnindexed = false
         /// Remove nothing (no sweep of what dead writers left): a dry run's look.
         public var readOnly = false
+        /// Only reads the repository: read without a lock where none can be written (`RepositoryHold.take`).
+        public var readsOnly = false
 
         public init(_ location: String, password: PasswordSource, exclusive: Bool, missing: RepositoryLocation.Missing = .lookAround) {
             self.location = location
@@ -164,7 +166,7 @@ public final class Pipeline {
             if let need = repository {
                 let opened = try PagedRepository.open(at: need.location, password: need.password, missing: need.missing)
                 hold = try RepositoryHold.take(opened, operation: operation, exclusive: need.exclusive, wait: wait,
-                                               keepingUnindexed: need.keepingUnindexed, readOnly: need.readOnly)
+                                               keepingUnindexed: need.keepingUnindexed, readOnly: need.readOnly, readsOnly: need.readsOnly)
             }
         }
     }

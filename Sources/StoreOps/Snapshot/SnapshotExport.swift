@@ -63,6 +63,7 @@ public enum SnapshotExport {
                 return (staging, try write(staging, from: try pipeline.repository, progress: progress))
             })
         road.repository = .init(options.repository, password: options.password, exclusive: false)
+        road.repository?.readsOnly = true
         road.commit = { _, written in try written.0.archive.commit() }
         road.abandon = { staging in staging.discard(archiveToo: true) }
         let walked = pipeline.walk(road)

@@ -77,6 +77,7 @@ public enum SnapshotPrune {
                                                act: { pipeline, decided in try carryOut(decided, options, in: try pipeline.repository, progress: progress) })
         road.repository = .init(options.repository, password: options.password, exclusive: !options.dryRun)
         road.repository?.readOnly = options.dryRun
+        road.repository?.readsOnly = options.dryRun
         let walked = pipeline.walk(road)
         var result = try walked.get()
         result.stages = walked.stages

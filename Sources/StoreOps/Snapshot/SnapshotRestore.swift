@@ -169,6 +169,7 @@ public enum SnapshotRestore {
                     return result
                 })
             road.repository = .init(options.repository, password: options.password, exclusive: false)
+            road.repository?.readsOnly = true   // a restore to a new file writes nothing there
             let walked = pipeline.walk(road)
             var result = try walked.get()
             result.stages = walked.stages

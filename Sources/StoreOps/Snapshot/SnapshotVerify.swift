@@ -98,6 +98,8 @@ public enum SnapshotVerify {
             },
             act: { pipeline, chosen in try verify(chosen.records, damaged: chosen.damaged, in: try pipeline.repository, options: options, progress: progress) })
         road.repository = .init(options.repository, password: options.password, exclusive: false)
+        // Only its verdicts are written (said beside the verdict when they cannot be).
+        road.repository?.readsOnly = true
         return try pipeline.walk(road).get()
     }
 
@@ -168,8 +170,10 @@ public enum SnapshotVerify {
             try repository.recordVerification(id, .init(at: Timestamp.now(), ok: problem == nil, level: level, problem: problem))
         } catch {
             // The check's verdict stands; that it could not be recorded is said beside it (a
-            // snapshot found intact and not recorded is not "not checked").
-            guard let stop = stopsVerification(error) else { throw error }
+            // snapshot found intact and not recorded is not "not checked"), as where nothing can
+            // be written (a read-only volume or key: verified without a lock).
+            let cannotWrite = (error as? StoreOpsError).flatMap { RepositoryHold.cannotWrite($0) ? $0 : nil }
+            guard let stop = stopsVerification(error) ?? cannotWrite else { throw error }
             unrecorded = stop.message
             unrecordedStatus = stop.status.rawValue
         }

@@ -47,7 +47,7 @@ public enum RepositoryCheck {
 
     public static func run(_ options: Options, progress: StepHandler? = nil) throws -> Report {
         let repository = try PagedRepository.open(at: options.location, password: options.password)
-        let hold = try RepositoryHold.take(repository, operation: "repo check", exclusive: false, wait: false)
+        let hold = try RepositoryHold.take(repository, operation: "repo check", exclusive: false, wait: false, readsOnly: true)
         defer { hold.release() }
         var report = try check(repository, readData: options.readData, progress: progress)
         if !hold.removedStray.isEmpty {

@@ -216,7 +216,7 @@ enum OldRepository {
             let lock = try archives.lock(job: "repo convert (reading)")
             return { lock.release() }
         case .paged(let paged):
-            let hold = try RepositoryHold.take(paged, operation: "repo convert (reading)", exclusive: false, wait: false, readOnly: true)
+            let hold = try RepositoryHold.take(paged, operation: "repo convert (reading)", exclusive: false, wait: false, readOnly: true, readsOnly: true)
             return { hold.release() }
         }
     }
