@@ -199,7 +199,7 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                         ? "the run stopped before recording it: the next run records a gap unless the -wal still holds them"
                         : "the next base records it, as soon as the store can be read and the repository written")
                 }
-                if let why = live.notProtected, store.writtenSince != true {
+                if let why = live.notProtected, store.writtenSince != true, store.baseSince != true {
                     line += "; NOT PROTECTED \(why): " + (report.state == "stopped" ? "the next run makes a base" : "a base is made as soon as the repository can be written")
                 }
                 if store.writtenSince == true, (live.keptPoints ?? 0) > 0 || (live.waiting ?? 0) > 0 {

@@ -48,7 +48,8 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
                     // A span with no commit in it (followed while the app was idle) is no "every commit: 0 points".
                     what = span.points == 0 ? "no commit (followed, the app idle) in chain \(span.chain ?? "")"
                         : "every commit" + (span.points.map { ": \(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
-                case "thinned": what = "the last commit of each minute" + (span.points.map { ": \(span.pointsAtLeast == true ? "at least " : "")\(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
+                // A chain thinned to its base says so, as its JSON does (it was "the last commit of each minute").
+                case "thinned": what = (span.reason ?? "the last commit of each minute") + (span.points.map { ": \(span.pointsAtLeast == true ? "at least " : "")\(Format.plural($0, "point", "points")) in chain \(span.chain ?? "")" } ?? "")
                 case "gap", "unconfirmed": what = span.reason ?? ""
                 default: what = span.reason ?? "storectl replicate was stopped"
                 }

@@ -628,7 +628,9 @@ public enum StoreDiff {
         let modelTables = ["Z_METADATA": "the store's metadata: its model's version hashes, Z_VERSION, Z_UUID",
                            "Z_MODELCACHE": "the model Core Data cached in the store"]
         for table in report.bookkeeping.tables.sorted() {
-            guard let what = modelTables[table.uppercased()], !names.contains(table.lowercased()) else { continue }
+            // The table, or a column of it (`Z_METADATA.Z_UUID`, as the UUID check takes it).
+            guard let what = modelTables[table.uppercased()], !names.contains(table.lowercased()),
+                  !names.contains(where: { $0.hasPrefix(table.lowercased() + ".") }) else { continue }
             out.append("table \(table) rewritten (\(what)): a model upgrade declares `\(table)`")
         }
         for l in report.links {

@@ -904,7 +904,12 @@ public enum Migrate {
                 touched = Migrate.touchedTables(diff)
                 newIndexes = Set(diff.schema.filter { $0.type == "index" && $0.change != "removed" }.map(\.name))
                 // What Core Data needs of the result first: a changed UUID or key counters behind
-                // say more than "Z_METADATA rewritten" among the undeclared changes.
+                // say more than "Z_METADATA rewritten" among the undeclared changes (which the
+                // report keeps all the same).
+                if let declared {
+                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0) })
+                    if !outside.isEmpty { report.undeclared = outside }
+                }
                 try queue.inDatabase { try Migrate.checkCoreDataKeeping($0, uuidBefore: storeUUID, declared: declared) }
                 if let declared {
                     let known = ((try? queue.inDatabase(Migrate.names)) ?? []).union(Array((report.countsBefore ?? [:]).keys))

@@ -56,6 +56,11 @@ public enum ReplicateStatus {
         /// The status file is of a stopped run whose kept points a later run (without this status
         /// file) has written since (`keptWritten`): its "kept" and "waiting" figures are history.
         public var writtenSince: Bool?
+        /// The status file is of a stopped run, and a later run has made a base of the store since
+        /// (a chain beginning after the file was written): what it said was NOT PROTECTED is
+        /// protected again (a review: the later run records a gap from the stopped run's last
+        /// point, so `writtenSince` stays false, and the old file said exit 2 for ever).
+        public var baseSince: Bool?
     }
 
     public struct Report: Sendable, Codable {
@@ -101,7 +106,7 @@ public enum ReplicateStatus {
             if let why = live.gapPending, report.state != "stopped", live.notFollowed == nil {
                 problems.append("\(store.store): a gap (\(why)): its commits are in no point until a new base records it")
             }
-            if let why = live.notProtected {
+            if let why = live.notProtected, store.baseSince != true, live.notFollowed == nil, live.gapPending == nil || report.state == "stopped" {
                 problems.append("\(store.store): NOT protected \(why)")
             }
             if report.state == "stopped", let waiting = live.waiting, waiting > 0 {
@@ -164,7 +169,8 @@ public enum ReplicateStatus {
             return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: newest,
                          gaps: entry.spans.filter { $0.kind == "gap" }.count, chains: Set(covered.compactMap(\.chain)).count,
                          live: followed,
-                         writtenSince: live?.state == "stopped" && Self.keptWritten(entry, since: followed?.lastDurable, stopped: live?.updatedAt) ? true : nil)
+                         writtenSince: live?.state == "stopped" && Self.keptWritten(entry, since: followed?.lastDurable, stopped: live?.updatedAt) ? true : nil,
+                         baseSince: live.map { live in live.state == "stopped" && covered.contains { $0.from > live.updatedAt } } == true ? true : nil)
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
         // A store the process follows that has no point yet (its first base failed) is listed too.
         for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store.isExactly(store.store) }) {

@@ -5,11 +5,13 @@ public enum Retention {
     /// (by default each store: its host and path); returns the decisions by group (in the order
     /// of each group's newest snapshot, newest first), newest first within a group.
     public static func apply(_ policy: RetentionPolicy, to snapshots: [RetentionCandidate], groupBy grouping: SnapshotGrouping) -> [RetentionDecision] {
-        // Grouped by the label's bytes (two paths that look the same are two stores), named by it.
+        // Grouped by the fields' bytes (two paths that look the same are two stores), named by the
+        // label; not by the label, whose `host:path` is the same for host `vm` and path `h:/x`
+        // as for host `vm:h` and path `/x` (a trial's two stores were pruned as one).
         var groups: [String: (label: String, members: [RetentionCandidate])] = [:]
         for snapshot in snapshots {
             let label = grouping.label(host: snapshot.host, path: snapshot.path, tags: snapshot.tags)
-            groups[label.exactKey, default: (label, [])].members.append(snapshot)
+            groups[grouping.key(host: snapshot.host, path: snapshot.path, tags: snapshot.tags), default: (label, [])].members.append(snapshot)
         }
         let decided = groups.values.map { label, members in
             apply(policy, to: members).map { decision -> RetentionDecision in

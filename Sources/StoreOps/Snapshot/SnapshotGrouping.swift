@@ -52,6 +52,12 @@ public struct SnapshotGrouping: Sendable, Codable, Equatable, CustomStringConver
         return fields.isEmpty ? "none" : fields.joined(separator: ",")
     }
 
+    /// The group a snapshot belongs to, by its fields' bytes (the label can be the same for two).
+    public func key(host snapshotHost: String, path snapshotPath: String, tags snapshotTags: [String]) -> String {
+        [host ? snapshotHost.exactKey : "", path ? snapshotPath.exactKey : "",
+         tags ? snapshotTags.map(\.exactKey).sorted().joined(separator: "\u{1}") : ""].joined(separator: "\u{0}")
+    }
+
     /// The group a snapshot belongs to, as people read it: `host:/path/Store.sqlite`, a path, a
     /// host, `tags a,b`, or `the whole repository`.
     public func label(host snapshotHost: String, path snapshotPath: String, tags snapshotTags: [String]) -> String {

@@ -74,7 +74,15 @@ public enum SnapshotPrune {
         let pipeline = Pipeline(operation: "snapshot prune")
         var road = PlannedRoad<Result, Result>(lock: .none, wait: options.wait, actName: "prune",
                                                preflight: { pipeline in try decide(options, in: try pipeline.repository) },
-                                               act: { pipeline, decided in try carryOut(decided, options, in: try pipeline.repository, progress: progress) })
+                                               act: { pipeline, decided in
+                                                   do { return try carryOut(decided, options, in: try pipeline.repository, progress: progress) } catch let error as StoreOpsError where error.kind == .noSpace {
+                                                       // A prune has no destination to choose (the generic hint said to): it
+                                                       // writes a little (thinned segments, a new index) before it may delete.
+                                                       var said = error
+                                                       said.hint = "the repository's volume is full: a prune writes a thinned segment or a new index before it deletes anything; free a few MiB on that volume outside the repository (or grow it) and run it again (what it did is kept, nothing is half done). Never delete files inside the repository by hand"
+                                                       throw said
+                                                   }
+                                               })
         road.repository = .init(options.repository, password: options.password, exclusive: !options.dryRun)
         road.repository?.readOnly = options.dryRun
         road.repository?.readsOnly = options.dryRun

@@ -196,9 +196,10 @@ public enum SnapshotVerify {
         for (n, chain) in timeline.chains.enumerated() {
             progress?(.stage("points: chain \(n + 1) of \(timeline.chains.count)"))
             let started = Date()
-            let read: (problems: [String], store: String?)
+            var read: (problems: [String], store: String?)
             do {
                 read = try RepositoryCheck.readSegments(of: chain, in: repository, zstd: zstd)
+                if let hole = try RepositoryCheck.hole(in: chain, repository: repository) { read.problems.insert(hole, at: 0) }
             } catch {
                 guard let stop = stopsVerification(error) else { throw error }
                 let rest = timeline.chains.count - n - 1

@@ -136,6 +136,11 @@ struct RetentionTests {
         #expect(Retention.apply(.init(last: 1), to: list, groupBy: .repository).filter(\.keep).map(\.id) == ["c2", "c1"])
         let byPath = Retention.apply(.init(last: 1), to: list, groupBy: try! SnapshotGrouping.parse("path"))
         #expect(byPath.filter(\.keep).map(\.id) == ["c2", "c1", "b1"], "one /srv/A.sqlite across both hosts")
+        // Two stores whose `host:path` reads the same (host `vm`, path `h:/z/T.sqlite`; host
+        // `vm:h`, path `/z/T.sqlite`) are two groups (a trial's were pruned as one).
+        let alike = [of("x1", "2026-11-20T03:00:00Z", host: "vm", path: "h:/z/T.sqlite"), of("x2", "2026-11-21T03:00:00Z", host: "vm", path: "h:/z/T.sqlite"),
+                     of("y1", "2026-11-22T03:00:00Z", host: "vm:h", path: "/z/T.sqlite"), of("y2", "2026-11-23T03:00:00Z", host: "vm:h", path: "/z/T.sqlite")]
+        #expect(Retention.apply(.init(last: 1), to: alike, groupBy: .store).filter(\.keep).map(\.id).sorted() == ["x2", "y2"])
         // within counts back from the newest snapshot of each store, not of the repository.
         let within = Retention.apply(.init(within: self.within("1d")), to: list, groupBy: .store)
         #expect(within.filter(\.keep).map(\.id) == ["c2", "c1", "a2", "a1", "b1"])

@@ -118,29 +118,35 @@ public enum RepositoryCheck {
             guard readData else { continue }
             report.problems += try readSegments(of: chain, in: repository, zstd: zstd).problems
         }
-        // Segments past a hole in their chain (one before them missing, with no marker naming it).
-        // Judged on one listing of the chain (a running replicate adds segments after the timeline
-        // was loaded: past its last point, but not past a hole): a segment whose points do not
-        // follow any listed segment's.
-        for chain in timeline.chains where chain.missingThrough == nil {
-            let listed = try repository.backend.list("points/\(chain.store)/\(chain.id)/").compactMap { SegmentName.parse($0.key) }
-                .filter { $0.level < PointTimeline.stoppedLevel && $0.level != PointDigest.level && $0.level != PointMilestone.level }
-            // Swept in order of their first point: a segment starting past every point the ones
-            // before it cover follows a hole (a merge's leftover members sit inside its range).
-            var covered = -1
-            var hole: (before: Int, first: Int)?
-            for segment in listed.sorted(by: { ($0.from, $0.to) < ($1.from, $1.to) }) {
-                if segment.from > covered + 1 { hole = (covered + 1, segment.from); break }
-                covered = max(covered, segment.to)
-            }
-            if let (before, first) = hole {
-                let stranded = listed.filter { $0.from >= first }
-                report.problems.append("chain \(chain.id): points \(before)…\(first - 1) are not in \(repository.location) (a segment is missing), so \(Format.plural(stranded.count, "segment", "segments")) after them restore nothing: a restore after point \(max(0, before - 1)) in this chain is refused")
-            }
+        for chain in timeline.chains {
+            if let problem = try hole(in: chain, repository: repository) { report.problems.append(problem) }
         }
         for chain in try orphanChains(in: repository, timeline: timeline) {
             report.problems.append(orphanProblem(chain))
         }
+    }
+
+    /// Segments past a hole in their chain (one before them missing, with no marker naming it:
+    /// `wholeness` says that case). Judged on one listing of the chain (a running replicate adds
+    /// segments after the timeline was loaded: past its last point, but not past a hole): a
+    /// segment whose points do not follow any listed segment's. `snapshot verify --all` asks too
+    /// (a trial: a middle segment removed, repo check 2, verify "ok" for the chain's first points).
+    static func hole(in chain: PointTimeline.Chain, repository: PagedRepository) throws -> String? {
+        guard chain.missingThrough == nil else { return nil }
+        let listed = try repository.backend.list("points/\(chain.store)/\(chain.id)/").compactMap { SegmentName.parse($0.key) }
+            .filter { $0.level < PointTimeline.stoppedLevel && $0.level != PointDigest.level && $0.level != PointMilestone.level }
+        // Swept in order of their first point: a segment starting past every point the ones
+        // before it cover follows a hole (a merge's leftover members sit inside its range).
+        var covered = -1
+        for segment in listed.sorted(by: { ($0.from, $0.to) < ($1.from, $1.to) }) {
+            if segment.from > covered + 1 {
+                let (before, first) = (covered + 1, segment.from)
+                let stranded = listed.filter { $0.from >= first }
+                return "chain \(chain.id): points \(before)…\(first - 1) are not in \(repository.location) (a segment is missing), so \(Format.plural(stranded.count, "segment", "segments")) after them restore nothing: a restore after point \(max(0, before - 1)) in this chain is refused"
+            }
+            covered = max(covered, segment.to)
+        }
+        return nil
     }
 
     /// Chains whose segments are there without their opening segment: their points are lost. A
@@ -204,6 +210,8 @@ public enum RepositoryCheck {
                     if try repository.backend.list(folder).contains(where: { $0.key == name.key }) {
                         problems.append("point segment \(repository.backend.describe(name.key)) is listed but cannot be read: \(lost)")
                     }
+                    // Its commits are not replayed: pages it grew would be taken for lost.
+                    if applied.contains(name.key) { coverage = nil }
                     continue
                 }
                 for (segment, pages, _) in try PointSegment.openAll(sealed, name: name, sealer: repository.sealer, zstd: zstd, location: repository.location) {
@@ -220,6 +228,7 @@ public enum RepositoryCheck {
                 }
             } catch let error as StoreOpsError where error.status == .badData {
                 problems.append("\(error.message): \(lost)")
+                if applied.contains(name.key) { coverage = nil }
             }
         }
         return (problems, store)
@@ -263,7 +272,7 @@ public enum RepositoryCheck {
                 }
                 for page in commit.pages where Int(page) <= pageCount { missing.remove(Int(page)) }
                 if let page = missing.min() {
-                    return "chain \(chain): page \(page) of point \(point) (\(repository.backend.describe(name.key))) is in neither the base nor a commit of the chain (a batch of commits before it was lost): points from \(point) do not restore; --at before \(Timestamp.iso(PointRestore.date(commit.time))) does"
+                    return "chain \(chain): page \(page) of point \(point) (\(repository.backend.describe(name.key))) is in neither the base nor a commit of the chain (a batch of commits before it was lost): points from \(point) do not restore until a commit writes that page again; --at before \(Timestamp.iso(PointRestore.date(commit.time))) does"
                 }
             }
             return nil
