@@ -206,6 +206,45 @@ struct DamagedInputTests {
         #expect(pruned.stderr.contains("the repository's volume is full: snapshot prune cannot write its lock") && pruned.stderr.contains("Never delete files inside the repository"), "\(pruned.stderr)")
     }
 
+    @Test("a prune on a nearly full volume whose thinning finds no room still removes the expired snapshots and collects (it removed nothing), ends 74 saying thinning found no room and what was removed; with room, the same prune thins", .enabled(if: TempMount.isAvailable))
+    func pruneThinningWithoutRoom() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder, items: 2000)
+        let mount = try #require(TempMount(kilobytes: 24 * 1024))
+        let repo = mount.file("repo")
+        let env = ["STORECTL_PASSWORD_FILE": try folder.passwordFile()]
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
+        let first = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo, "--json"], environment: env)
+        let expired = try JSON.decoder().decode(SnapshotCreate.Result.self, from: Data(first.stdout.utf8)).id
+        // Chains of points, a new base every 2 s while the app writes: the older ones are thinned.
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--base-interval", "2s", "--sync-interval", "200ms",
+                                                                    "--merge-interval", "0", "--heartbeat", "0"], environment: env)
+        usleep(1_000_000)
+        #expect(try ChildProcess.run(Binaries.lab, ["churn", store, "--log", folder.file("churn.log"), "--duration", "6"]).status == 0)
+        usleep(1_000_000)
+        follower.signal(SIGTERM)
+        #expect(follower.wait().status == 0)
+        #expect(try ChildProcess.run(Binaries.storectl, ["snapshot", "create", store, "--repo", repo], environment: env).status == 0)
+        // A few KiB left: the lock fits, a thinned segment does not.
+        var space = statvfs()
+        #expect(statvfs(mount.path, &space) == 0)
+        let free = Int(space.f_bavail) * Int(space.f_frsize)
+        #expect(FileManager.default.createFile(atPath: mount.file("filler"), contents: Data(count: max(0, free - 8192))))
+        let args = ["snapshot", "prune", "--repo", repo, "--keep-last", "1", "--keep-points", "1s", "--keep-point-minutes", "1d", "--keep-point-bases", "1d"]
+        let full = try ChildProcess.run(Binaries.storectl, args, environment: env)
+        #expect(full.status == 74 && full.stderr.contains("thinning points found no room") && full.stderr.contains("this prune removed 1 snapshot (\(expired))")
+                && !full.stderr.contains("once the repository answers"), "\(full.status) \(full.stderr)")
+        let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo], environment: env)
+        #expect(!listed.stdout.contains(expired), "\(listed.stdout)")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo, "--read-data"], environment: env).status == 0)
+        try FileManager.default.removeItem(atPath: mount.file("filler"))
+        let roomy = try ChildProcess.run(Binaries.storectl, args, environment: env)
+        #expect(roomy.status == 0, "\(roomy.stdout) \(roomy.stderr)")
+        let points = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo, "--points"], environment: env)
+        #expect(points.stdout.contains("thinned"), "\(points.stdout)")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo, "--read-data"], environment: env).status == 0)
+    }
+
     @Test("a misspelt policy section is the first problem named, with the name it was meant to be; --at with an unknown unit reads as a sentence")
     func mistakesNamedFirst() throws {
         let folder = try TempFolder()

@@ -79,6 +79,7 @@ public enum SnapshotPrune {
                                                        // A prune has no destination to choose (the generic hint said to): it
                                                        // writes a little (thinned segments, a new index) before it may delete.
                                                        var said = error
+                                                       guard said.hint?.contains("choose another destination") ?? true else { throw said }
                                                        said.hint = "the repository's volume is full: a prune writes a thinned segment or a new index before it deletes anything; free a few MiB on that volume outside the repository (or grow it) and run it again (what it did is kept, nothing is half done). Never delete files inside the repository by hand"
                                                        throw said
                                                    }
@@ -206,8 +207,17 @@ public enum SnapshotPrune {
         }
         var removedBytes: UInt64 = 0, writtenBytes: UInt64 = 0
         var chainsTouched = 0
+        // A thinning that found no room (its segment is written before what it replaces goes):
+        // the rest of the prune goes on, which frees space, and the run then fails saying so (a
+        // trial's prune on a nearly full volume removed nothing, the expired snapshots included).
+        var thinningFailed: StoreOpsError?
         do {
             try remove()
+            if let thinningFailed {
+                throw StoreOpsError(.noSpace, "thinning points found no room: \(thinningFailed.message)",
+                                    hint: "the rest was done" + (result.garbage.map { $0.freedBytes > 0 ? " (\(Format.bytes($0.freedBytes)) freed)" : "" } ?? "")
+                                        + "; the same prune run again, with that room (or a few MiB freed outside the repository), thins what is left")
+            }
         } catch where !result.removed.isEmpty || chainsTouched > 0 {
             // The server went away (or a signal came) part way: what is gone is said, never
             // "nothing was changed" (an S3 outage's generic hint), so the operator knows which
@@ -215,7 +225,7 @@ public enum SnapshotPrune {
             let error = StoreOpsError.wrapping(error, doing: "snapshot prune") ?? StoreOpsError(.failure, "\(error)")
             let records = result.removed.isEmpty ? "" : "\(Format.plural(result.removed.count, "snapshot", "snapshots")) (\(result.removed.joined(separator: ", ")))"
             let chains = chainsTouched == 0 ? "" : "\(records.isEmpty ? "" : " and ")points of \(Format.plural(chainsTouched, "chain", "chains")) (thinned or removed)"
-            let again = error.status == .ioError ? "run the same prune again once the repository answers" : "run the same prune again"
+            let again = error.status == .ioError && error.kind != .noSpace ? "run the same prune again once the repository answers" : "run the same prune again"
             throw StoreOpsError(error.kind, "\(error.message); before that, this prune removed \(records)\(chains)",
                                 hint: "\(again): it finishes and collects what they used" + (error.hint.map { " (\($0))" } ?? ""))
         }
@@ -228,8 +238,13 @@ public enum SnapshotPrune {
                 for decision in decided.points where decision.action != "keep" {
                     if decision.action == "thin" {
                         let timeline = try PointTimeline.load(repository, store: nil)
-                        guard let chain = timeline.chains.first(where: { $0.id == decision.chain }),
-                              let written = try PointThinning.thin(chain, in: repository, period: options.points.period) else { continue }
+                        guard let chain = timeline.chains.first(where: { $0.id == decision.chain }) else { continue }
+                        let thinned: [SegmentName]?
+                        do { thinned = try PointThinning.thin(chain, in: repository, period: options.points.period) } catch let error as StoreOpsError where error.kind == .noSpace {
+                            thinningFailed = thinningFailed ?? error
+                            continue   // this chain stays whole; the next run thins it
+                        }
+                        guard let written = thinned else { continue }
                         // The thinned segments written count against what their removal frees.
                         writtenBytes = writtenBytes.saturatingAdd(written.saturatingSum { ((try? repository.backend.size($0.key)) ?? nil) ?? 0 })
                     }
