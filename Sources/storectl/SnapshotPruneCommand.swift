@@ -95,6 +95,11 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             let verb = decision.action == "keep" ? "keep  " : (dryRun ? (decision.action == "bases" ? "thin to its base" : decision.action) : done[decision.action] ?? decision.action)
             print("\(verb) points \(Timestamp.iso(decision.from)) to \(Timestamp.iso(decision.to)) of \(decision.store) (chain \(decision.chain))  \(decision.reason)")
         }
+        // Milestones (a chain's snapshots restores start from) go with their chain's thinning or
+        // removal: named, as `--json` names them (the text said "removed 0 snapshots").
+        for id in result.milestones {
+            print("\(dryRun ? "remove" : "removed") \(id)  a milestone no kept chain's marker names (its points were thinned or removed)")
+        }
         // Under a header of their own: after the last store's group they read as that store's
         // (which store a damaged entry is of cannot be read from it).
         if !result.damaged.isEmpty { print("damaged catalog entries (of no store that can be told)") }
@@ -106,10 +111,11 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             + ", \(dryRun ? "would remove" : "removed") \(result.decisions.count - kept)"
         // A chain's base goes with its points (it is not among the snapshots decided above).
         let chains = result.points.filter { $0.action == "remove" }.count, thinned = result.points.filter { $0.action == "thin" || $0.action == "bases" }.count
-        if chains + thinned > 0 {
+        if chains + thinned + result.milestones.count > 0 {
             var parts: [String] = []
             if chains > 0 { parts.append("\(Format.plural(chains, "chain", "chains")) of points with \(chains == 1 ? "its" : "their") base") }
             if thinned > 0 { parts.append("\(Format.plural(thinned, "span", "spans")) of points thinned") }
+            if !result.milestones.isEmpty { parts.append(Format.plural(result.milestones.count, "milestone", "milestones")) }
             summary += " snapshots; \(dryRun ? "would remove" : "removed") \(parts.joined(separator: ", "))"
         }
         if let garbage = result.garbage {

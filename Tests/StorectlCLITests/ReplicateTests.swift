@@ -367,6 +367,11 @@ struct ReplicateTests {
         var fromBase: [SnapshotRestore.PointReads] = []
         let noMarkers = try check(world, times: Array(afterNewest)) { fromBase.append($0) }
         #expect(noMarkers.wrong.isEmpty && noMarkers.restored == afterNewest.count && fromBase.allSatisfy { $0.milestone == nil }, "\(noMarkers) \(fromBase)")
+        // The text names them (it said "removed 0" and nothing of them).
+        let dry = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", world.repo, "--keep-last", "100", "--dry-run"], environment: world.environment)
+        let expiredMilestones = Set(records.map(\.id)).subtracting([newestRecord.id])
+        #expect(dry.status == 0 && expiredMilestones.allSatisfy { dry.stdout.contains("remove \($0)  a milestone") }
+                && dry.stdout.contains("would remove \(Format.plural(expiredMilestones.count, "milestone", "milestones"))"), "\(dry.stdout)")
         let pruned = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", world.repo, "--keep-last", "100", "--json"], environment: world.environment)
         #expect(pruned.status == 0, "\(pruned.stderr)")
         let prunedResult = try JSON.decoder().decode(SnapshotPrune.Result.self, from: Data(pruned.stdout.utf8))
