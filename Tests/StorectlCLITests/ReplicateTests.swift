@@ -3008,6 +3008,46 @@ struct ReplicateTests {
         }
     }
 
+    @Test("a chain the next did not continue (a gap: commits made and truncated while no follower ran) is kept thinned, not cut to its base, once past --keep-point-minutes: the listing shows it thinned up to where it was followed and the gap after it with its real reason; a restore inside answers its last kept commit (a trial: cut to its base, the minutes it was followed were listed and refused as 'replicate was not running')")
+    func gapSuccessorKeepsThinned() throws {
+        let world = try world()
+        let app = try DatabaseQueue(path: world.store)
+        let first = try replicate(world, ["--sync-interval", "200ms", "--merge-interval", "0", "--heartbeat", "0", "--for", "3s"])
+        #expect(waitForBase(world))
+        for i in 0..<15 {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["followed \(i)"]) }
+            usleep(100_000)
+        }
+        #expect(first.wait().status == 0)
+        try app.inDatabase { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'unseen' WHERE Z_PK = 2")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+        try app.close()
+        let second = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "2s", "--heartbeat", "0"], environment: world.environment)
+        #expect(second.status == 0, "\(second.stderr)")
+        let password = PasswordSource.file(world.folder.file("password"))
+        let before = try StorePoints.list(repository: world.repo, password: password).flatMap(\.spans)
+        let followed = try #require(before.first { $0.kind == "covered" && ($0.to ?? $0.from) > $0.from }, "\(before)")
+        usleep(1_200_000)
+        let prune = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", world.repo, "--keep-last", "100", "--keep-points", "1s",
+                                                             "--keep-point-minutes", "1s", "--keep-point-bases", "1d", "--json"], environment: world.environment)
+        #expect(prune.status == 0, "\(prune.stdout) \(prune.stderr)")
+        let result = try JSON.decoder().decode(SnapshotPrune.Result.self, from: Data(prune.stdout.utf8))
+        let older = try #require(result.points.first { $0.chain == followed.chain })
+        #expect(older.action == "thin" && older.reason.contains("began after a gap"), "\(older)")
+        let spans = try StorePoints.list(repository: world.repo, password: password).flatMap(\.spans)
+        let thinned = try #require(spans.first { $0.chain == followed.chain }, "\(spans)")
+        #expect(thinned.kind == "thinned" && thinned.to == followed.to, "\(spans)")
+        let gap = spans.first { $0.kind == "gap" || $0.kind == "not followed" }
+        #expect(gap.map { $0.from >= (followed.to ?? .distantFuture) } == true && gap?.reason?.contains("not running") != true || gap?.from == followed.to, "\(spans)")
+        // Among the commits (one minute: only its last is kept), so the answer says it was thinned.
+        let inside = Timestamp.iso(followed.from.addingTimeInterval((followed.to ?? followed.from).timeIntervalSince(followed.from) * 0.3))
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", inside, "--to", world.folder.file("inside.sqlite")],
+                                            environment: world.environment)
+        #expect(restored.status == 0 && restored.stdout.contains("retention thinned"), "\(restored.status) \(restored.stdout) \(restored.stderr)")
+    }
+
     @Test("a resume marker renamed to shorten the span no commit is claimed in (the app committed while no follower ran): a restore inside the real span is 65 naming the marker, not the state before the commit; repo check --read-data finds it")
     func renamedResumeMarker() throws {
         let world = try world()

@@ -131,7 +131,13 @@ struct PointSegment: Codable, Equatable {
         /// Where `previous` ended when retention thinned it to its base (`prune
         /// --keep-point-bases`): the point this chain continued it from, when past its base.
         func thinnedEnd(of previous: PointTimeline.Chain) -> Int64? {
-            guard previous.segments.count == 1, kind == "continued" || kind == "compaction", after == nil || after == previous.id,
+            guard previous.segments.count == 1 else { return nil }
+            return continues(previous)
+        }
+
+        /// The point of `previous` this chain continued from (its time), when it did, past its base.
+        func continues(_ previous: PointTimeline.Chain) -> Int64? {
+            guard kind == "continued" || kind == "compaction", after == nil || after == previous.id,
                   let afterTime, afterTime > previous.baseTime else { return nil }
             return afterTime
         }

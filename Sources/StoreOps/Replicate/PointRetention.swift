@@ -35,7 +35,11 @@ public struct PointRetention: Sendable, Codable, Equatable {
         public var segments: [String]
     }
 
-    func decide(_ timeline: PointTimeline, records: [PagedSnapshotRecord], filter: SnapshotFilter, now: Date = Date()) throws -> [Decision] {
+    /// - Parameter continued: whether the next chain continued this one from a point past its base
+    ///   (its opening says so): only such a chain is cut to its base, where the next one's
+    ///   opening keeps where it ended.
+    func decide(_ timeline: PointTimeline, records: [PagedSnapshotRecord], filter: SnapshotFilter, now: Date = Date(),
+                continued: (_ next: PointTimeline.Chain, _ chain: PointTimeline.Chain) -> Bool = { _, _ in true }) throws -> [Decision] {
         let byID = Dictionary(records.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         var out: [Decision] = []
         for key in Set(timeline.chains.map(\.store)) {
@@ -62,6 +66,17 @@ public struct PointRetention: Sendable, Codable, Equatable {
                     decision.reason = "every commit within \(Format.duration(everyCommit))"
                 } else if age <= minutes {
                     decision.reason = "the last commit of each minute after \(Format.duration(everyCommit)), within \(Format.duration(minutes))"
+                    let thinned = chain.segments.contains { $0.level == PointThinning.level }
+                    if !thinned, chain.segments.count > 1 {
+                        decision.action = "thin"
+                        decision.segments = data + chain.redundant.map(\.key).sorted()
+                    }
+                } else if age <= bases, !continued(chains[i + 1], chain) {
+                    // Cut to its base, a chain the next did not continue (a gap between them) would
+                    // lose where it ended (its markers go too): listed as its base and a gap "replicate
+                    // was not running" over minutes it was followed, and a restore there refused so
+                    // (a trial). Kept thinned instead, until it is removed.
+                    decision.reason = "the last commit of each minute, not its base alone (the next chain began after a gap: its base would not say where it ended), within \(Format.duration(bases))"
                     let thinned = chain.segments.contains { $0.level == PointThinning.level }
                     if !thinned, chain.segments.count > 1 {
                         decision.action = "thin"

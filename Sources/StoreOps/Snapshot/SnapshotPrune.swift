@@ -143,7 +143,10 @@ public enum SnapshotPrune {
         let (records, damaged) = try repository.catalog()
         // The bases of chains of points follow the points' retention, not the snapshots'.
         let timeline = try PointTimeline.load(repository)
-        let points = try options.points.decide(timeline, records: records, filter: options.filter)
+        let points = try options.points.decide(timeline, records: records, filter: options.filter) { next, chain in
+            // One read of the next chain's opening; unreadable, the chain is not cut to its base.
+            ((try? PointRestore.opening(of: next, in: repository)) ?? nil)?.continues(chain) != nil
+        }
         let bases = Set(points.map(\.chain))
         // Milestones follow their chain: kept while its every commit is, and while a marker names them.
         let milestones = records.filter { $0.milestone != nil && options.filter.matches(host: $0.manifest.host, path: $0.manifest.source.path) }
