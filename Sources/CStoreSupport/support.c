@@ -308,6 +308,7 @@ int storectl_finish_stdout(void) {
 
 #include <time.h>
 #include <stdatomic.h>
+#include <pthread.h>
 
 static atomic_long continued_count = 0;
 static atomic_int continued_installed = 0;
@@ -317,8 +318,48 @@ static void storectl_on_continue(int signo) {
     atomic_fetch_add(&continued_count, 1);
 }
 
+static atomic_long tick_gaps = 0;
+static atomic_llong last_tick = 0;
+
+static long long storectl_monotonic_ns(void) {
+    struct timespec now;
+    if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return 0;
+    return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+static void *storectl_ticker(void *unused) {
+    (void)unused;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);   // the process's handlers run on its other threads
+    for (;;) {
+        long long now = storectl_monotonic_ns();
+        long long before = atomic_exchange(&last_tick, now);
+        if (before != 0 && now - before > 250000000LL) atomic_fetch_add(&tick_gaps, 1);
+        struct timespec pause = {0, 50000000L};
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+long storectl_tick_gaps(void) { return atomic_load(&tick_gaps); }
+
+long long storectl_tick_age_ns(void) {
+    long long last = atomic_load(&last_tick);
+    return last == 0 ? 0 : storectl_monotonic_ns() - last;
+}
+
 long storectl_continued_count(void) {
     if (atomic_exchange(&continued_installed, 1) == 0) {
+        atomic_store(&last_tick, storectl_monotonic_ns());
+        pthread_t ticker;
+        pthread_attr_t attributes;
+        if (pthread_attr_init(&attributes) == 0) {
+            pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+            pthread_attr_setstacksize(&attributes, 64 * 1024);
+            pthread_create(&ticker, &attributes, storectl_ticker, NULL);
+            pthread_attr_destroy(&attributes);
+        }
         struct sigaction action;
         memset(&action, 0, sizeof action);
         action.sa_handler = storectl_on_continue;

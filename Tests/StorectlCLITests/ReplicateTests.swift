@@ -1848,6 +1848,36 @@ struct ReplicateTests {
         #expect(try read(world.folder.file("after.sqlite")) { try Int.fetchOne($0, sql: "SELECT count(*) FROM churn WHERE v = 'unseen'") } == 1)
     }
 
+    @Test("SIGTERM and at once SIGCONT, as systemd stops a unit (systemd.kill(5)) and timeout(1) does: a clean stop, no gap and nothing NOT protected; the app's last commit restores (a trial's unit stop recorded 'stopped (SIGSTOP…) and continued' and a gap)")
+    func sigtermThenSigcontIsACleanStop() throws {
+        let world = try world()
+        let follower = try replicate(world, ["--sync-interval", "200ms"])
+        #expect(waitForBase(world))
+        let app = try DatabaseQueue(path: world.store)
+        for i in 0..<10 {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["last \(i)"]) }
+            usleep(50_000)
+        }
+        // The last commits come just before the stop: the stop's own last read finds them (it
+        // took them for commits of a stopped process, before).
+        for i in 10..<13 { try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["last \(i)"]) } }
+        let committed = Date()
+        follower.signal(SIGTERM)
+        follower.signal(SIGCONT)
+        try app.close()
+        let run = follower.wait()
+        #expect(run.status == 0 && !run.stderr.contains("SIGSTOP") && !run.stderr.contains("NOT protected"), "\(run.status) \(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.gaps.isEmpty, "\(stats.gaps)")
+        let restored = world.folder.file("last.sqlite")
+        // The newest point: the stop's last read found the last commits (a point is dated by the read that finds it).
+        let newest = try #require(listing(world)?.newestPoint)
+        #expect(newest >= committed.addingTimeInterval(-0.05), "the newest point \(Timestamp.iso(newest)) is before the last commit returned \(Timestamp.iso(committed))")
+        let at = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(newest), "--to", restored], environment: world.environment)
+        #expect(at.status == 0, "\(at.stderr)")
+        #expect(try read(restored) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "last 12")
+    }
+
     @Test("replicate stopped with SIGSTOP while the app commits, then continued (an operator's Ctrl-Z): the commits it finds then cannot be dated, so the span is a gap with its reason and a new base, never points dated at the continue; a time inside it is refused (66), the points either side restore")
     func stoppedAndContinuedIsAGap() throws {
         let world = try world()

@@ -62,6 +62,14 @@ int storectl_finish_stdout(void);
 /// are the kernel's as before); how many came so far.
 long storectl_continued_count(void);
 
+/// Whether the process was really stopped: a thread ticks every 50 ms from the first call of
+/// `storectl_continued_count` on; a tick more than 250 ms after the one before (all threads
+/// stopped) is counted. `storectl_tick_age_ns` is the time since the last tick (the ticker may
+/// not have run yet since a continue). A SIGCONT sent to a process that was not stopped (systemd
+/// sends one after every SIGTERM) comes with neither.
+long storectl_tick_gaps(void);
+long long storectl_tick_age_ns(void);
+
 /// CLOCK_BOOTTIME minus CLOCK_MONOTONIC (ns): grows by the time the machine was suspended.
 long long storectl_suspended_ns(void);
 

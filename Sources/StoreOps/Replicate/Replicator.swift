@@ -917,7 +917,11 @@ public enum Replicate {
             let now = Pauses.now
             defer { replica.pauses = now }
             let since = replica.confirmedTime.map { " since \(Timestamp.iso(Date(timeIntervalSince1970: Double($0) / 1000)))" } ?? ""
-            if now.continued != replica.pauses.continued {
+            // A SIGCONT only with a real stop (the ticker saw its threads stand still): systemd
+            // sends one after every SIGTERM (systemd.kill(5)), as timeout(1) does, and a trial's
+            // unit stop recorded a false gap and "NOT protected" for it. (A stop under 250 ms is
+            // not told: the commits found are dated that much late at most.)
+            if now.continued != replica.pauses.continued, now.tickGaps != replica.pauses.tickGaps || storectl_tick_age_ns() > 250_000_000 {
                 return "storectl replicate was stopped (SIGSTOP, SIGTSTP: Ctrl-Z) and continued\(since): the commits found cannot be dated"
             }
             let suspended = Double(now.suspendedNanoseconds - replica.pauses.suspendedNanoseconds) / 1e9
@@ -2347,5 +2351,9 @@ enum ReplicateTesting {
 struct Pauses: Equatable {
     var continued: Int
     var suspendedNanoseconds: Int64
-    static var now: Pauses { Pauses(continued: Int(storectl_continued_count()), suspendedNanoseconds: storectl_suspended_ns()) }
+    /// The ticker's gaps (`storectl_tick_gaps`): the process stood still.
+    var tickGaps: Int
+    static var now: Pauses {
+        Pauses(continued: Int(storectl_continued_count()), suspendedNanoseconds: storectl_suspended_ns(), tickGaps: Int(storectl_tick_gaps()))
+    }
 }
