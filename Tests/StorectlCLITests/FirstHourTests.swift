@@ -119,6 +119,25 @@ struct FirstHourTests {
         let failing = try storectl("policy", "check", world.policy)
         #expect(failing.status == 2 && failing.stdout.contains("  password     the policy's password_command") && failing.stdout.contains("exited 1")
                 && !failing.stdout.contains("  repository "), "\(failing.stdout)")
+        // A command this shell finds through its PATH, or that needs one of its variables, is run
+        // as cron runs it (PATH=/usr/bin:/bin, none of this shell's variables): it would fail there
+        // (a trial's passed the check and failed its first run, 127).
+        let tools = world.folder.file("tools")
+        try FileManager.default.createDirectory(atPath: tools, withIntermediateDirectories: true)
+        let script = (tools as NSString).appendingPathComponent("mypw")
+        try Data("#!/bin/sh\ntest -n \"$PW_TOKEN\" && cat \"$(dirname \"$0\")/../password\"\n".utf8).write(to: URL(fileURLWithPath: script))
+        chmod(script, 0o755)
+        let shell = ["PATH": tools + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"), "PW_TOKEN": "set"]
+        try world.write(snapshotLines: "password_command = \"mypw\"", scheduleLines: "log = \"jobs.jsonl\"")
+        let byPath = try storectl("policy", "check", world.policy, environment: shell)
+        #expect(byPath.status == 2 && byPath.stdout.contains("when run as a scheduled job runs it") && byPath.stdout.contains("full path"), "\(byPath.stdout)")
+        try world.write(snapshotLines: "password_command = \"\(script)\"", scheduleLines: "log = \"jobs.jsonl\"")
+        let needsVariable = try storectl("policy", "check", world.policy, environment: shell)
+        #expect(needsVariable.status == 2 && needsVariable.stdout.contains("when run as a scheduled job runs it"), "\(needsVariable.stdout)")
+        try Data("#!/bin/sh\ncat \"$(dirname \"$0\")/../password\"\n".utf8).write(to: URL(fileURLWithPath: script))
+        let fullPath = try storectl("policy", "check", world.policy, environment: shell)
+        #expect(fullPath.status == 0 && fullPath.stdout.contains("repository (password ok)"), "\(fullPath.stdout)")
+        try world.write(snapshotLines: "password_command = \"false\"", scheduleLines: "log = \"jobs.jsonl\"")
         // Without before_purge only the snapshot opens the repository: only it would fail.
         try Data(try String(contentsOfFile: world.policy, encoding: .utf8).replacingOccurrences(of: "before_purge = true", with: "before_purge = false").utf8)
             .write(to: URL(fileURLWithPath: world.policy))
@@ -193,7 +212,11 @@ struct FirstHourTests {
         let otherStore = try makeStore(other, items: 200)
         let environment = ["STORECTL_PASSWORD_FILE": world.password, "STORECTL_TEST_PAUSE_AT": "pack.write.create#1:3000"]
         let writing = try ChildProcess.Running(Binaries.storectl, ["snapshot", "create", otherStore, "--repo", world.repository], environment: environment)
-        usleep(1_000_000)   // its lock taken, paused at its first pack
+        // Its lock taken (a lock object in the repository), then paused at its first pack: a fixed
+        // second was not always enough on a loaded machine.
+        let locks = (world.repository as NSString).appendingPathComponent("locks")
+        #expect(waitUntil(30, every: 0.05) { !((try? FileManager.default.contentsOfDirectory(atPath: locks)) ?? []).filter { !$0.hasPrefix(".") }.isEmpty })
+        usleep(300_000)
         let started = Date()
         let maintain = try storectl("run", "maintain", "--policy", world.policy)
         #expect(maintain.status == 0, "\(maintain.status) \(maintain.stderr)")

@@ -261,7 +261,11 @@ public enum JobReadiness {
     static func repository(_ section: Policy.SnapshotSection, policy: Policy, context: Context, into report: inout Report) {
         let source = password(for: policy, context: context)
         do {
-            let opened = try PagedRepository.open(at: section.repository, password: source, missing: .initHint)
+            // A password command runs as cron would run it (none of this shell's PATH or variables).
+            let opened = try {
+                guard case .scheduled = context, case .command = source else { return try PagedRepository.open(at: section.repository, password: source, missing: .initHint) }
+                return try PasswordSource.asScheduled { try PagedRepository.open(at: section.repository, password: source, missing: .initHint) }
+            }()
             if let local = opened.backend as? LocalBackend, let why = unwritable(repository: local.root) {
                 // Opened (read) by this user, but a job writes: a folder made by another user (a
                 // repository initialised as root, a job as the app's user) failed the first run (73).

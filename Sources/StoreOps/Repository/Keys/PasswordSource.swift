@@ -31,13 +31,40 @@ public enum PasswordSource: Sendable, Hashable {
     public func read(purpose: String, confirm: Bool = false) throws -> Data {
         // A run that opens the repository more than once (migrate: its snapshot, the check, a
         // rollback) asks, or runs the command, once. New passwords are never remembered.
-        if !confirm, let known = Self.remembered.withLock({ $0[self] }) { return known }
+        // (Not while a scheduled run is imitated: what this shell's run gave is no proof.)
+        let imitating = Self.scheduled.withLock { $0 != nil }
+        if !confirm, !imitating, let known = Self.remembered.withLock({ $0[self] }) { return known }
         let password = try readOnce(purpose: purpose, confirm: confirm)
-        if !confirm { Self.remembered.withLock { $0[self] = password } }
+        if !confirm, !imitating { Self.remembered.withLock { $0[self] = password } }
         return password
     }
 
     private static let remembered = Mutex<[PasswordSource: Data]>([:])
+
+    /// The environment a password command gets while a scheduled run is imitated (`asScheduled`).
+    private static let scheduled = Mutex<[String: String]?>(nil)
+
+    /// What cron gives a job (the stricter of cron and systemd): PATH=/usr/bin:/bin, HOME, USER,
+    /// LOGNAME and SHELL of this user, nothing of this shell's environment.
+    public static var cronEnvironment: [String: String] {
+        var environment = ["PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"]
+        if let entry = getpwuid(geteuid()) {
+            let name = String(cString: entry.pointee.pw_name)
+            environment["HOME"] = String(cString: entry.pointee.pw_dir)
+            environment["USER"] = name
+            environment["LOGNAME"] = name
+        }
+        return environment
+    }
+
+    /// Runs `body` with password commands given `cronEnvironment`, as `policy check` and
+    /// `schedule install` check a job (a trial's command, found through this shell's PATH, passed
+    /// the check and failed its first scheduled run, 127).
+    public static func asScheduled<T>(_ body: () throws -> T) rethrows -> T {
+        Self.scheduled.withLock { $0 = cronEnvironment }
+        defer { Self.scheduled.withLock { $0 = nil } }
+        return try body()
+    }
 
     /// Where a password that opened no key came from, and so what to check: the file or the
     /// command that gave it, not every place a password could come from.
@@ -132,6 +159,7 @@ public enum PasswordSource: Sendable, Hashable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", command]
+        if let environment = Self.scheduled.withLock({ $0 }) { process.environment = environment }
         if let folder { process.currentDirectoryURL = URL(fileURLWithPath: folder, isDirectory: true) }
         let pipe = Pipe()
         process.standardOutput = pipe
@@ -169,6 +197,10 @@ public enum PasswordSource: Sendable, Hashable {
         let data = output.data
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
+            if Self.scheduled.withLock({ $0 != nil }) {
+                throw StoreOpsError(.failure, "\(what) exited \(process.terminationStatus) when run as a scheduled job runs it (PATH=/usr/bin:/bin, no variables of this shell)",
+                                    hint: "name the command by its full path, and let it find what it needs without this shell's variables; try it with `env -i HOME=$HOME PATH=/usr/bin:/bin sh -c '\(command)'`")
+            }
             throw StoreOpsError(.failure, "\(what) exited \(process.terminationStatus)", hint: "run it by hand\(folder.map { " in \($0)" } ?? "") to see why")
         }
         return String(decoding: data, as: UTF8.self)
