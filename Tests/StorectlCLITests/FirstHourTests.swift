@@ -205,6 +205,28 @@ struct FirstHourTests {
         #expect(crontab.status == 2 && crontab.stderr.contains("  repository ") && crontab.stderr.contains("data/\(sub) is not writable"), "\(crontab.status) \(crontab.stderr)")
     }
 
+    @Test("a job run as root hands the store's lock file to the store's owner (it left it root's, 0600, and every later job of the owner failed 73); a lock file the job's user cannot open is a problem policy check names (it said ready)", .enabled(if: getuid() == 0))
+    func lockFileBelongsToTheStoresOwner() throws {
+        let world = try World(snapshotLines: "password_file = \"password\"")
+        #expect(try ChildProcess.run("/bin/chown", ["-R", "65534:65534", world.folder.path]).status == 0)
+        #expect(try ChildProcess.run("/bin/chmod", ["755", world.folder.path]).status == 0)
+        let lock = world.store + ".storectl-lock"
+        try? FileManager.default.removeItem(atPath: lock)
+        let asRoot = try storectl("run", "snapshot", "--policy", world.policy)
+        #expect(asRoot.status == 0, "\(asRoot.stderr)")
+        var info = stat()
+        #expect(stat(lock, &info) == 0 && info.st_uid == 65534 && info.st_gid == 65534, "the lock file is uid \(info.st_uid)")
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", Binaries.storectl]
+        // The owner's own job takes the lock (a backup into its folder: root's run made repository
+        // files root's too, which is the repository's owner's business, not the store's lock's).
+        let owner = try ChildProcess.run("/usr/bin/setpriv", asNobody + ["backup", world.store, "--output", world.folder.file("by-owner.sqlite")])
+        #expect(owner.status == 0, "\(owner.status) \(owner.stderr)")
+        // One an older storectl left root's: named before the job is installed.
+        #expect(chown(lock, 0, 0) == 0)
+        let check = try ChildProcess.run("/usr/bin/setpriv", asNobody + ["policy", "check", world.policy])
+        #expect(check.status == 2 && check.stdout.contains("storectl-lock is owned by root"), "\(check.status) \(check.stdout)")
+    }
+
     @Test("run maintain in a repository another store's snapshot is writing (its shared lock held, paused 3 s): the prune waits for it and the run ends 0 (it ended 75, the week's prune and purge lost)")
     func maintainWaitsForAnotherStore() throws {
         let world = try World(snapshotLines: "password_file = \"password\"")

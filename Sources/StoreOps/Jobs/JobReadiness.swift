@@ -189,6 +189,15 @@ public enum JobReadiness {
                         + "\(FileSystem.name(of: store)).storectl-lock cannot be made there", hint: "run the job as the store's owner", .cannotCreate)
             }
         }
+        // A lock file this user cannot open (one a root run of an older storectl left, mode 0600)
+        // failed every job of the store's owner (73) while the check said ready (a trial).
+        let lock = store + ".storectl-lock"
+        if FileSystem.kind(of: lock) == .file, access(lock, R_OK | W_OK) != 0 {
+            var info = stat()
+            let owner = stat(lock, &info) == 0 ? UserName.name(of: info.st_uid) : "another user"
+            problem("store.lock", "the job lock file \(lock) is owned by \(owner) and \(UserName.current) cannot open it",
+                    hint: "give it to the store's owner (`chown --reference=\(store) \(lock)`), or remove it while no job runs", .cannotCreate)
+        }
     }
 
     static func isScheduled(_ context: Context) -> Bool {

@@ -43,6 +43,15 @@ public final class JobLock {
     public static func acquire(path: String, job: String, wait: Bool = false, shared: Bool = false,
                                waiting: ((String) -> Void)? = nil) throws -> JobLock {
         let fd = try FileSystem.openCreating(path, mode: 0o600, flags: O_RDWR, point: "joblock.create")
+        // Root's run hands the lock file to the store's owner, as it does the -wal and -shm: left
+        // root's (0600), it failed every later job run as the owner (73, a trial).
+        if geteuid() == 0, path.hasSuffix(".storectl-lock") {
+            var store = stat(), mine = stat()
+            if stat(String(path.dropLast(".storectl-lock".count)), &store) == 0, fstat(fd, &mine) == 0,
+               mine.st_uid != store.st_uid || mine.st_gid != store.st_gid {
+                _ = fchown(fd, store.st_uid, store.st_gid)
+            }
+        }
         let mode = shared ? LOCK_SH : LOCK_EX
         // Taken by someone else for an instant is not busy: `isHeld` (preflight, purge's dry run,
         // `replicate status`) takes the lock to learn whether it is free, and a job starting in
