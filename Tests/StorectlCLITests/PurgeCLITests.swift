@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import StoreLab
 import StoreOps
 import Testing
@@ -51,12 +52,28 @@ struct PurgeCLITests {
             #expect(try storectl("purge", "--policy", path, "--dry-run").status == 65)
             #expect(try storectl("policy", "explain", path).status == 65)
         }
+        // Each format on a store whose deletion times are written in it (a store's own times read
+        // in another format are refused: below).
+        let written = ["coredata": "ZDELETEDAT", "unix": "ZDELETEDAT + 978307200", "unix_ms": "(ZDELETEDAT + 978307200) * 1000",
+                       "iso8601": "strftime('%Y-%m-%dT%H:%M:%SZ', ZDELETEDAT + 978307200, 'unixepoch')"]
         for format in ["coredata", "unix", "unix_ms", "iso8601"] {
-            let path = try policy(folder, store: store, rule: rule("100y", format))
+            let copy = try TempFolder()
+            let converted = try makeStore(copy, items: 300)
+            try DatabaseQueue(path: converted).write { try $0.execute(sql: "UPDATE ZITEM SET ZDELETEDAT = \(written[format]!) WHERE ZDELETEDAT IS NOT NULL") }
+            let path = try policy(copy, store: converted, rule: rule("100y", format))
             for arguments in [["policy", "check", path], ["policy", "explain", path], ["purge", "--policy", path, "--dry-run"]] {
                 let result = try ChildProcess.run(Binaries.storectl, arguments)
-                #expect(result.status == 0, "\(format) \(arguments[1]): \(result.status) \(result.stderr)")
+                #expect(result.status == 0, "\(format) \(arguments[1]): \(result.status) \(result.stdout) \(result.stderr)")
             }
+        }
+        // A Core Data store's seconds since 2001 read as unix time are all in 1970-1996: every
+        // soft-deleted row would be past its retention (a trial's check said ok). Refused (65),
+        // naming the format that fits; numbers read as ISO-8601 would match nothing.
+        for (format, says) in [("unix", "is time_format \"coredata\"?"), ("unix_ms", "is time_format \"coredata\"?"), ("iso8601", "holds numbers, not ISO-8601 text")] {
+            let path = try policy(folder, store: store, rule: rule("30d", format))
+            let check = try storectl("policy", "check", path)
+            #expect(check.status == 65 && check.stdout.contains("time_format") && check.stdout.contains(says), "\(format): \(check.status) \(check.stdout)")
+            #expect(try storectl("purge", "--policy", path, "--dry-run").status == 65)
         }
         for jitter in ["2d", "1000000d", "-5m"] {
             let run = try storectl("run", "purge", "--policy", try policy(folder, store: store), "--jitter", jitter)

@@ -24,12 +24,55 @@ public enum PurgePlanner {
         let sink = ProblemSink(lines: TOMLLines(source: source))
         let targets = plan(policy, schema: try StoreSchema.read(db), now: now, sink: sink)
         for (index, target) in targets.enumerated() {
+            if let problem = try timeFormatProblem(target, db: db, now: now) {
+                sink.add(["purge", "\(index)", "time_format"], problem)
+            }
             for trigger in try TriggerLint.check(store: policy.store.path, writes: target.writes) {
                 sink.add(["purge", "\(index)", target.rule.target.key], "\(trigger); \(TriggerLint.hint)")
             }
         }
         guard sink.problems.isEmpty else { return .failure(PolicyProblems(file: policy.file, problems: sink.problems)) }
         return .success(targets)
+    }
+
+    /// Whether the deletion times read as the rule's `time_format` are times a row could have been
+    /// deleted at: the newest after 2000 and not ahead of now (a day's grace). A Core Data store's
+    /// seconds since 2001 read as `unix` are all in 1970-1996, so every soft-deleted row was past
+    /// its retention (a trial's check said ok and the purge would take rows deleted yesterday);
+    /// numbers read as ISO-8601 match nothing, for ever. Says which format fits, when one does.
+    static func timeFormatProblem(_ target: PurgeTarget, db: Database, now: Date) throws -> String? {
+        guard let column = target.deletedAtColumn else { return nil }
+        let quoted = quoteIdentifier(column)
+        let scope = (target.entityFilter.isEmpty ? "" : "Z_ENT IN (\(target.entityFilter.map(String.init).joined(separator: ", "))) AND ") + "\(quoted) IS NOT NULL"
+        guard let row = try Row.fetchOne(db, sql: """
+            SELECT max(CASE WHEN typeof(\(quoted)) IN ('integer', 'real') THEN \(quoted) END),
+                   count(CASE WHEN typeof(\(quoted)) IN ('integer', 'real') THEN 1 END),
+                   count(CASE WHEN typeof(\(quoted)) = 'text' THEN 1 END)
+            FROM \(quoteIdentifier(target.table)) WHERE \(scope)
+            """) else { return nil }
+        let newest: Double? = row[0], numbers: Int = row[1] ?? 0, texts: Int = row[2] ?? 0
+        let earliest = Date(timeIntervalSince1970: 946_684_800), latest = now.addingTimeInterval(86_400)   // 2000-01-01; a day ahead
+        func date(_ value: Double, as format: PurgeRule.TimeFormat) -> Date? {
+            switch format {
+            case .coredata: Date(timeIntervalSince1970: value + CoreDataStore.referenceDateOffset)
+            case .unix: Date(timeIntervalSince1970: value)
+            case .unixMs: Date(timeIntervalSince1970: value / 1000)
+            case .iso8601: nil
+            }
+        }
+        let format = target.rule.timeFormat
+        if format == .iso8601 {
+            guard numbers > 0, texts == 0, let newest else { return nil }
+            let fits = PurgeRule.TimeFormat.allCases.filter { date(newest, as: $0).map { $0 >= earliest && $0 <= latest } ?? false }
+            return "\(column) holds numbers, not ISO-8601 text: no row would ever match" + (fits.first.map { "; its values read as \"\($0.rawValue)\" are recent times" } ?? "")
+        }
+        guard let newest, let read = date(newest, as: format), read < earliest || read > latest else {
+            return texts > 0 && numbers == 0 ? "\(column) holds text, not numbers: time_format \"iso8601\" reads it" : nil
+        }
+        let fits = PurgeRule.TimeFormat.allCases.filter { $0 != format && (date(newest, as: $0).map { $0 >= earliest && $0 <= latest } ?? false) }
+        return "\(column)'s newest value \(newest) read as \"\(format.rawValue)\" is \(Timestamp.iso(read)): no row was deleted then"
+            + (fits.first.map { "; read as \"\($0.rawValue)\" it is \(Timestamp.iso(date(newest, as: $0) ?? read)): is time_format \"\($0.rawValue)\"?" } ?? "")
+            + " (a wrong format would purge rows still inside their retention, or none)"
     }
 
     /// Plans every rule against a schema value: no I/O (the trigger check is `resolve`'s).
