@@ -75,6 +75,14 @@ struct PurgeCLITests {
             #expect(check.status == 65 && check.stdout.contains("time_format") && check.stdout.contains(says), "\(format): \(check.status) \(check.stdout)")
             #expect(try storectl("purge", "--policy", path, "--dry-run").status == 65)
         }
+        // A sentinel beside real times (Core Data's distantFuture, year 4001) is no wrong format.
+        let sentinelFolder = try TempFolder()
+        let sentinel = try makeStore(sentinelFolder, items: 300)
+        try DatabaseQueue(path: sentinel).write {
+            try $0.execute(sql: "UPDATE ZITEM SET ZDELETEDAT = 63113904000 WHERE Z_PK = (SELECT min(Z_PK) FROM ZITEM WHERE ZISDELETED != 0)")
+        }
+        let sentinelCheck = try storectl("policy", "check", try policy(sentinelFolder, store: sentinel, rule: rule("30d", "coredata")))
+        #expect(sentinelCheck.status == 0, "\(sentinelCheck.stdout)")
         for jitter in ["2d", "1000000d", "-5m"] {
             let run = try storectl("run", "purge", "--policy", try policy(folder, store: store), "--jitter", jitter)
             #expect(run.status == 64, "--jitter \(jitter): \(run.status) \(run.stderr)")
