@@ -313,18 +313,38 @@ int storectl_finish_stdout(void) {
 static atomic_long continued_count = 0;
 static atomic_int continued_installed = 0;
 
-static void storectl_on_continue(int signo) {
-    (void)signo;
-    atomic_fetch_add(&continued_count, 1);
-}
-
 static atomic_long tick_gaps = 0;
 static atomic_llong last_tick = 0;
+static atomic_llong last_gap_end = 0;
+static atomic_llong last_continue = 0;
+static atomic_long stops = 0;
 
 static long long storectl_monotonic_ns(void) {
     struct timespec now;
     if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return 0;
     return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+/* A stop is a SIGCONT that comes with the ticker standing still: its last tick stale when the
+   handler runs, or a gap the ticker ends within a second of it (whichever thread ran first after
+   the continue). A gap at another time (a stall) beside a SIGCONT sent to a running process
+   (systemd after SIGTERM) is not one. */
+static void storectl_note_stop_if_near(long long gap_end, long long cont) {
+    if (gap_end != 0 && cont != 0 && llabs(gap_end - cont) < 1000000000LL) atomic_fetch_add(&stops, 1);
+}
+
+static void storectl_on_continue(int signo) {
+    (void)signo;
+    atomic_fetch_add(&continued_count, 1);
+    long long now = storectl_monotonic_ns();   /* clock_gettime is async-signal-safe */
+    long long tick = atomic_load(&last_tick);
+    atomic_store(&last_continue, now);
+    if (tick != 0 && now - tick > 250000000LL) {
+        atomic_fetch_add(&stops, 1);
+        atomic_store(&last_gap_end, 0);   /* this stop is counted: the ticker's gap for it is not again */
+    } else {
+        storectl_note_stop_if_near(atomic_exchange(&last_gap_end, 0), now);
+    }
 }
 
 static void *storectl_ticker(void *unused) {
@@ -335,7 +355,13 @@ static void *storectl_ticker(void *unused) {
     for (;;) {
         long long now = storectl_monotonic_ns();
         long long before = atomic_exchange(&last_tick, now);
-        if (before != 0 && now - before > 250000000LL) atomic_fetch_add(&tick_gaps, 1);
+        if (before != 0 && now - before > 250000000LL) {
+            atomic_fetch_add(&tick_gaps, 1);
+            long long cont = atomic_load(&last_continue);
+            /* The handler ran first (its tick looked fresh: this thread had just been let run). */
+            if (cont != 0 && now - cont < 1000000000LL && cont > before) { atomic_fetch_add(&stops, 1); atomic_store(&last_continue, 0); }
+            else atomic_store(&last_gap_end, now);
+        }
         struct timespec pause = {0, 50000000L};
         nanosleep(&pause, NULL);
     }
@@ -343,6 +369,8 @@ static void *storectl_ticker(void *unused) {
 }
 
 long storectl_tick_gaps(void) { return atomic_load(&tick_gaps); }
+
+long storectl_stops(void) { return atomic_load(&stops); }
 
 long long storectl_tick_age_ns(void) {
     long long last = atomic_load(&last_tick);

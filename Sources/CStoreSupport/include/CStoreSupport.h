@@ -68,6 +68,9 @@ long storectl_continued_count(void);
 /// not have run yet since a continue). A SIGCONT sent to a process that was not stopped (systemd
 /// sends one after every SIGTERM) comes with neither.
 long storectl_tick_gaps(void);
+/// Stops seen: a SIGCONT with the ticker stale at the handler, or a tick gap ending within a
+/// second of it.
+long storectl_stops(void);
 long long storectl_tick_age_ns(void);
 
 /// CLOCK_BOOTTIME minus CLOCK_MONOTONIC (ns): grows by the time the machine was suspended.

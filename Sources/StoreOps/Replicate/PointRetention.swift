@@ -12,7 +12,7 @@ public struct PointRetention: Sendable, Codable, Equatable {
     /// Set when the user gave any (a prune with only these is not an empty policy).
     public var explicit = false
     /// The period whose last commit thinning keeps (a minute; shorter in tests).
-    public var period: TimeInterval = 60
+    public var period: TimeInterval = ProcessInfo.processInfo.environment["STORECTL_TEST_THIN_PERIOD_MS"].flatMap { Double($0) }.map { $0 / 1000 } ?? 60
 
     public init(everyCommit: TimeInterval = 86_400, minutes: TimeInterval = 7 * 86_400, bases: TimeInterval = 30 * 86_400, explicit: Bool = false) {
         self.everyCommit = everyCommit
@@ -71,7 +71,7 @@ public struct PointRetention: Sendable, Codable, Equatable {
                         decision.action = "thin"
                         decision.segments = data + chain.redundant.map(\.key).sorted()
                     }
-                } else if age <= bases, !continued(chains[i + 1], chain) {
+                } else if age <= bases, !(data + extras).isEmpty, !continued(chains[i + 1], chain) {
                     // Cut to its base, a chain the next did not continue (a gap between them) would
                     // lose where it ended (its markers go too): listed as its base and a gap "replicate
                     // was not running" over minutes it was followed, and a restore there refused so
@@ -116,7 +116,7 @@ enum PointThinning {
     static let level = 2
 
     /// The most a thinned segment holds before the next one begins.
-    static let segmentBytes = 128 << 20
+    static let segmentBytes = ProcessInfo.processInfo.environment["STORECTL_TEST_THIN_SEGMENT_BYTES"].flatMap { Int($0) } ?? 128 << 20   // tests: several thinned segments
 
     /// Writes the thinned segments (each read back and opened before anything is removed) and
     /// returns their names; nil when there was nothing to thin.

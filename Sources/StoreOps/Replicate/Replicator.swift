@@ -921,7 +921,7 @@ public enum Replicate {
             // sends one after every SIGTERM (systemd.kill(5)), as timeout(1) does, and a trial's
             // unit stop recorded a false gap and "NOT protected" for it. (A stop under 250 ms is
             // not told: the commits found are dated that much late at most.)
-            if now.continued != replica.pauses.continued, now.tickGaps != replica.pauses.tickGaps || storectl_tick_age_ns() > 250_000_000 {
+            if now.continued != replica.pauses.continued, now.stops != replica.pauses.stops {
                 return "storectl replicate was stopped (SIGSTOP, SIGTSTP: Ctrl-Z) and continued\(since): the commits found cannot be dated"
             }
             let suspended = Double(now.suspendedNanoseconds - replica.pauses.suspendedNanoseconds) / 1e9
@@ -2351,9 +2351,10 @@ enum ReplicateTesting {
 struct Pauses: Equatable {
     var continued: Int
     var suspendedNanoseconds: Int64
-    /// The ticker's gaps (`storectl_tick_gaps`): the process stood still.
-    var tickGaps: Int
+    /// Stops seen (`storectl_stops`): a SIGCONT that came with the process standing still.
+    var stops: Int
     static var now: Pauses {
-        Pauses(continued: Int(storectl_continued_count()), suspendedNanoseconds: storectl_suspended_ns(), tickGaps: Int(storectl_tick_gaps()))
+        let continued = Int(storectl_continued_count())   // (starts the ticker on the first call)
+        return Pauses(continued: continued, suspendedNanoseconds: storectl_suspended_ns(), stops: Int(storectl_stops()))
     }
 }

@@ -239,22 +239,33 @@ public enum SnapshotPrune {
                 // Points first, each chain from its last segment back to its opening: a prune cut
                 // short leaves a shorter chain, never a chain with a hole.
                 for decision in decided.points where decision.action != "keep" {
+                    var writtenKeys = Set<String>()
                     if decision.action == "thin" {
                         let timeline = try PointTimeline.load(repository, store: nil)
                         guard let chain = timeline.chains.first(where: { $0.id == decision.chain }) else { continue }
+                        // A thinning cut short (killed, or out of room part way) left thinned
+                        // segments the originals still cover: they go first. Written again under the
+                        // same key, one was then removed as redundant (a hole), or, sealed with
+                        // another nonce, refused as another object under its key (a review).
+                        for leftover in chain.redundant where leftover.level == PointThinning.level {
+                            try ProcessSignals.checkpoint("pruning \(repository.location)")
+                            try repository.backend.remove(leftover.key, point: "prune.points.remove")
+                        }
                         let thinned: [SegmentName]?
                         do { thinned = try PointThinning.thin(chain, in: repository, period: options.points.period) } catch let error as StoreOpsError where error.kind == .noSpace {
                             thinningFailed = thinningFailed ?? error
                             continue   // this chain stays whole; the next run thins it
                         }
                         guard let written = thinned else { continue }
+                        writtenKeys = Set(written.map(\.key))
                         // The thinned segments written count against what their removal frees.
                         writtenBytes = writtenBytes.saturatingAdd(written.saturatingSum { ((try? repository.backend.size($0.key)) ?? nil) ?? 0 })
                     }
-                    for (k, key) in decision.segments.enumerated() {
+                    var counted = false
+                    for key in decision.segments where !writtenKeys.contains(key) {
                         try ProcessSignals.checkpoint("pruning \(repository.location)")
                         try repository.backend.remove(key, point: "prune.points.remove")
-                        if k == 0, decision.action != "tidy" { chainsTouched += 1 }   // a tidy loses no point
+                        if !counted, decision.action != "tidy" { chainsTouched += 1; counted = true }   // a tidy loses no point
                         removedBytes = removedBytes.saturatingAdd(sizes[key] ?? 0)
                         result.pointBytes = removedBytes > writtenBytes ? removedBytes - writtenBytes : 0
                     }

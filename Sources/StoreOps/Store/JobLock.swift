@@ -42,13 +42,28 @@ public final class JobLock {
     /// - Throws: `Busy` (exit 75, naming the holder) when the lock is taken and `wait` is false.
     public static func acquire(path: String, job: String, wait: Bool = false, shared: Bool = false,
                                waiting: ((String) -> Void)? = nil) throws -> JobLock {
-        let fd = try FileSystem.openCreating(path, mode: 0o600, flags: O_RDWR, point: "joblock.create")
+        // Never through a link: the store's folder is its owner's, and a lock file planted as a
+        // symbolic or hard link to another file (/etc/shadow) would have a root job write its record
+        // there, and hand it to the owner below (a review).
+        let fd: Int32
+        do { fd = try FileSystem.openCreating(path, mode: 0o600, flags: O_RDWR | O_NOFOLLOW, point: "joblock.create") } catch {
+            var link = stat()
+            guard lstat(path, &link) == 0, (link.st_mode & S_IFMT) == S_IFLNK else { throw error }
+            throw StoreOpsError(.cannotCreate, "the job lock file \(path) is not a plain file of its own (a symbolic link)",
+                                hint: "remove it while no job runs; storectl makes it again")
+        }
+        var mine = stat()
+        guard fstat(fd, &mine) == 0, (mine.st_mode & S_IFMT) == S_IFREG, mine.st_nlink == 1 else {
+            close(fd)
+            throw StoreOpsError(.cannotCreate, "the job lock file \(path) is not a plain file of its own (a link, or another kind of file)",
+                                hint: "remove it while no job runs; storectl makes it again")
+        }
         // Root's run hands the lock file to the store's owner, as it does the -wal and -shm: left
-        // root's (0600), it failed every later job run as the owner (73, a trial).
-        if geteuid() == 0, path.hasSuffix(".storectl-lock") {
-            var store = stat(), mine = stat()
-            if stat(String(path.dropLast(".storectl-lock".count)), &store) == 0, fstat(fd, &mine) == 0,
-               mine.st_uid != store.st_uid || mine.st_gid != store.st_gid {
+        // root's (0600), it failed every later job run as the owner (73, a trial). Only a file root
+        // owns (this run's, or an older root run's).
+        if geteuid() == 0, mine.st_uid == 0, path.hasSuffix(".storectl-lock") {
+            var store = stat()
+            if stat(String(path.dropLast(".storectl-lock".count)), &store) == 0, store.st_uid != 0, store.st_dev == mine.st_dev {
                 _ = fchown(fd, store.st_uid, store.st_gid)
             }
         }
