@@ -75,13 +75,14 @@ public enum PurgePlanner {
         guard let newest, let oldest else {
             return texts > 0 && numbers == 0 ? "\(column) holds text, not numbers: time_format \"iso8601\" reads it" : nil
         }
-        let value: Double
-        if let read = date(newest, as: format), read < earliest { value = newest }
-        else if let read = date(oldest, as: format), read > latest { value = oldest }
-        else { return nil }
-        let read = date(value, as: format) ?? earliest
+        // Only the direction that harms: every time before 2000 puts every row past its retention.
+        // (All ahead of now purges nothing, as rows kept for later or a partly done purge's rest
+        // may be: not refused; a crash test's store was.)
+        _ = oldest
+        guard let read = date(newest, as: format), read < earliest else { return nil }
+        let value = newest
         let fits = PurgeRule.TimeFormat.allCases.filter { $0 != format && (date(value, as: $0).map { $0 >= earliest && $0 <= latest } ?? false) }
-        return "\(column)'s \(value == newest ? "newest" : "oldest") value \(value) read as \"\(format.rawValue)\" is \(Timestamp.iso(read)): no row was deleted then"
+        return "\(column)'s newest value \(value) read as \"\(format.rawValue)\" is \(Timestamp.iso(read)): no row was deleted then"
             + (fits.first.map { "; read as \"\($0.rawValue)\" it is \(Timestamp.iso(date(value, as: $0) ?? read)): is time_format \"\($0.rawValue)\"?" } ?? "")
             + " (a wrong format would purge rows still inside their retention, or none)"
     }

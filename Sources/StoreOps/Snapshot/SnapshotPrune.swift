@@ -215,7 +215,10 @@ public enum SnapshotPrune {
         // trial's prune on a nearly full volume removed nothing, the expired snapshots included).
         var thinningFailed: StoreOpsError?
         do {
-            try remove()
+            do { try remove() } catch let error as StoreOpsError where thinningFailed != nil && error.kind == .noSpace {
+                // Collecting found no room either: both said.
+                throw StoreOpsError(.noSpace, "thinning points found no room, nor did what came after it: \(error.message)", hint: error.hint)
+            }
             if let thinningFailed {
                 throw StoreOpsError(.noSpace, "thinning points found no room: \(thinningFailed.message)",
                                     hint: "the rest was done" + (result.garbage.map { $0.freedBytes > 0 ? " (\(Format.bytes($0.freedBytes)) freed)" : "" } ?? "")
