@@ -313,7 +313,6 @@ int storectl_finish_stdout(void) {
 static atomic_long continued_count = 0;
 static atomic_int continued_installed = 0;
 
-static atomic_long tick_gaps = 0;
 static atomic_llong last_tick = 0;
 static atomic_llong last_gap_end = 0;
 static atomic_llong last_continue = 0;
@@ -356,7 +355,6 @@ static void *storectl_ticker(void *unused) {
         long long now = storectl_monotonic_ns();
         long long before = atomic_exchange(&last_tick, now);
         if (before != 0 && now - before > 250000000LL) {
-            atomic_fetch_add(&tick_gaps, 1);
             long long cont = atomic_load(&last_continue);
             /* The handler ran first (its tick looked fresh: this thread had just been let run). */
             if (cont != 0 && now - cont < 1000000000LL && cont > before) { atomic_fetch_add(&stops, 1); atomic_store(&last_continue, 0); }
@@ -368,14 +366,7 @@ static void *storectl_ticker(void *unused) {
     return NULL;
 }
 
-long storectl_tick_gaps(void) { return atomic_load(&tick_gaps); }
-
 long storectl_stops(void) { return atomic_load(&stops); }
-
-long long storectl_tick_age_ns(void) {
-    long long last = atomic_load(&last_tick);
-    return last == 0 ? 0 : storectl_monotonic_ns() - last;
-}
 
 long storectl_continued_count(void) {
     if (atomic_exchange(&continued_installed, 1) == 0) {

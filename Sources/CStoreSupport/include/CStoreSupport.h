@@ -62,16 +62,11 @@ int storectl_finish_stdout(void);
 /// are the kernel's as before); how many came so far.
 long storectl_continued_count(void);
 
-/// Whether the process was really stopped: a thread ticks every 50 ms from the first call of
-/// `storectl_continued_count` on; a tick more than 250 ms after the one before (all threads
-/// stopped) is counted. `storectl_tick_age_ns` is the time since the last tick (the ticker may
-/// not have run yet since a continue). A SIGCONT sent to a process that was not stopped (systemd
-/// sends one after every SIGTERM) comes with neither.
-long storectl_tick_gaps(void);
-/// Stops seen: a SIGCONT with the ticker stale at the handler, or a tick gap ending within a
-/// second of it.
+/// Stops seen: a thread ticks every 50 ms from the first call of `storectl_continued_count` on;
+/// a SIGCONT counts as a stop when the ticker was stale at its handler (over 250 ms), or a tick
+/// gap over 250 ms ends within a second of it. A SIGCONT sent to a process that was not stopped
+/// (systemd sends one after every SIGTERM) comes with neither.
 long storectl_stops(void);
-long long storectl_tick_age_ns(void);
 
 /// CLOCK_BOOTTIME minus CLOCK_MONOTONIC (ns): grows by the time the machine was suspended.
 long long storectl_suspended_ns(void);

@@ -49,12 +49,11 @@ public enum PurgePlanner {
         scope.append("\(quoted) IS NOT NULL")
         guard let row = try Row.fetchOne(db, sql: """
             SELECT max(CASE WHEN typeof(\(quoted)) IN ('integer', 'real') THEN \(quoted) END),
-                   min(CASE WHEN typeof(\(quoted)) IN ('integer', 'real') THEN \(quoted) END),
                    count(CASE WHEN typeof(\(quoted)) IN ('integer', 'real') THEN 1 END),
                    count(CASE WHEN typeof(\(quoted)) = 'text' THEN 1 END)
             FROM \(quoteIdentifier(target.table)) WHERE \(scope.joined(separator: " AND "))
             """) else { return nil }
-        let newest: Double? = row[0], oldest: Double? = row[1], numbers: Int = row[2] ?? 0, texts: Int = row[3] ?? 0
+        let newest: Double? = row[0], numbers: Int = row[1] ?? 0, texts: Int = row[2] ?? 0
         let earliest = Date(timeIntervalSince1970: 946_684_800), latest = now.addingTimeInterval(86_400)   // 2000-01-01; a day ahead
         func date(_ value: Double, as format: PurgeRule.TimeFormat) -> Date? {
             switch format {
@@ -70,20 +69,16 @@ public enum PurgePlanner {
             let fits = PurgeRule.TimeFormat.allCases.filter { date(newest, as: $0).map { $0 >= earliest && $0 <= latest } ?? false }
             return "\(column) holds numbers, not ISO-8601 text: no row would ever match" + (fits.first.map { "; its values read as \"\($0.rawValue)\" are recent times" } ?? "")
         }
-        // Refused only when every value is out of range (all before 2000, or all ahead of now): a
-        // sentinel such as Core Data's distantFuture beside real times is no sign of a wrong format.
-        guard let newest, let oldest else {
+        guard let newest else {
             return texts > 0 && numbers == 0 ? "\(column) holds text, not numbers: time_format \"iso8601\" reads it" : nil
         }
         // Only the direction that harms: every time before 2000 puts every row past its retention.
         // (All ahead of now purges nothing, as rows kept for later or a partly done purge's rest
         // may be: not refused; a crash test's store was.)
-        _ = oldest
         guard let read = date(newest, as: format), read < earliest else { return nil }
-        let value = newest
-        let fits = PurgeRule.TimeFormat.allCases.filter { $0 != format && (date(value, as: $0).map { $0 >= earliest && $0 <= latest } ?? false) }
-        return "\(column)'s newest value \(value) read as \"\(format.rawValue)\" is \(Timestamp.iso(read)): no row was deleted then"
-            + (fits.first.map { "; read as \"\($0.rawValue)\" it is \(Timestamp.iso(date(value, as: $0) ?? read)): is time_format \"\($0.rawValue)\"?" } ?? "")
+        let fits = PurgeRule.TimeFormat.allCases.filter { $0 != format && (date(newest, as: $0).map { $0 >= earliest && $0 <= latest } ?? false) }
+        return "\(column)'s newest value \(newest) read as \"\(format.rawValue)\" is \(Timestamp.iso(read)): no row was deleted then"
+            + (fits.first.map { "; read as \"\($0.rawValue)\" it is \(Timestamp.iso(date(newest, as: $0) ?? read)): is time_format \"\($0.rawValue)\"?" } ?? "")
             + " (a wrong format would purge rows still inside their retention, or none)"
     }
 
