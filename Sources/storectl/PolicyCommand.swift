@@ -50,6 +50,7 @@ struct PolicyCheckCommand: ParsableCommand, JSONOutput {
                         } ?? ""
                         print("ok    \(result.file)  (\(result.rules) rule\(result.rules == 1 ? "" : "s"), \(names)\(ready))")
                     }
+                    for note in result.readiness?.notes ?? [] { print("  note: \(note)") }
                 } else {
                     print("FAIL  \(result.file)")
                     for problem in result.problems { print("  \(problem)") }
@@ -109,6 +110,9 @@ enum ReadinessText {
             return
         }
         let reports = policies.map { JobReadiness.check($0, context: .scheduled, replicateService: replicateService) }
+        for report in reports {
+            for note in report.notes { FileHandle.standardError.write(Data("storectl: note: \(report.policy): \(note)\n".utf8)) }
+        }
         let failing = reports.filter { !$0.ok }
         guard !failing.isEmpty else { return }
         var text = ""

@@ -29,9 +29,14 @@ struct RunCommand: ParsableCommand {
             }
         }
         let record = JobRun.run(.init(job: job, policy: policy, jitter: wait, password: password.override))
-        if json { print(jsonReport(record, pretty: false)) }
-        if record.exitCode != 0 {
-            FileHandle.standardError.write(Data("storectl: \(job.rawValue) (\(record.store ?? policy)): \(record.error ?? record.outcome)\n".utf8))
+        // The record (the job log's line), with the fields every command's --json has: `ok`, and on
+        // a failure `status`, `message`, `hint` (a trial's script read `.ok` and found none).
+        let failure = record.exitCode == 0 ? nil
+            : StoreOpsError(status: ExitStatus(rawValue: record.exitCode), record.error ?? record.outcome, hint: record.hint)
+        if json { print(jsonReport(record, failure: failure, pretty: false)) }
+        if let failure {
+            FileHandle.standardError.write(Data("storectl: \(job.rawValue) (\(record.store ?? policy)): \(failure.message)\n".utf8))
+            if let hint = failure.hint { FileHandle.standardError.write(Data("  hint: \(hint)\n".utf8)) }
             throw Finished(status: ExitStatus(rawValue: record.exitCode))
         }
     }

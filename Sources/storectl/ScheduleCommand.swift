@@ -33,7 +33,7 @@ struct ScheduleCommand: ParsableCommand {
     }
 
     struct Show: ParsableCommand, JSONOutput {
-        static let configuration = CommandConfiguration(commandName: "show", abstract: "List the jobs with their cron expressions and next 5 runs (local time and UTC).")
+        static let configuration = CommandConfiguration(commandName: "show", abstract: "List the jobs with their cron expressions and next 5 runs (in this machine's time zone, as cron and systemd read them, and UTC).")
         @Option(name: .customLong("policy"), help: "Policy files (repeatable).") var policies: [String]
         @Option(parsing: .unconditional, help: "How many next runs to show (1 to 1000).") var count = 5
         @Flag(help: "Print as JSON.") var json = false
@@ -49,6 +49,10 @@ struct ScheduleCommand: ParsableCommand {
             guard !entries.isEmpty else { print("no scheduled jobs in \(policies.joined(separator: ", "))"); return }
             let local = DateFormatter()
             local.dateFormat = "EEE yyyy-MM-dd HH:mm zzz"
+            local.timeZone = SystemTimeZone.zone
+            if let tz = SystemTimeZone.shellDiffers {
+                FileHandle.standardError.write(Data("storectl: note: times are in this machine's zone, \(SystemTimeZone.zone.identifier), as cron and systemd read the expressions; this shell's TZ=\(tz) is not theirs\n".utf8))
+            }
             for entry in entries {
                 print("\(entry.job.rawValue)  \(entry.expression)  \(entry.store)  (\(entry.policy))")
                 for run in entry.nextRuns {
@@ -113,6 +117,11 @@ struct ScheduleCommand: ParsableCommand {
             print("installed \(jobs.count) job\(jobs.count == 1 ? "" : "s") in the crontab of \(user ?? "the current user")"
                   + (kept.isEmpty ? "" : "; kept the jobs of \(kept.count == 1 ? "a policy" : "\(kept.count) policies") installed before: \(kept.joined(separator: ", ")) "
                      + "(`storectl schedule uninstall --policy FILE` removes one's)"))
+            if CronDaemon.checked, !CronDaemon.isRunning {
+                // Installed is not run: a container or a minimal machine has crontab but no daemon (a trial).
+                FileHandle.standardError.write(Data(("storectl: warning: no cron daemon is running on this machine: the jobs are in the crontab "
+                    + "but nothing runs them until one is (`systemctl enable --now cron`), or use `schedule install --systemd`\n").utf8))
+            }
             for policy in loaded where policy.replicate != nil {
                 FileHandle.standardError.write(Data("storectl: note: [replicate] of \(policy.file) is a service, not a cron job: `storectl schedule install --systemd --policy \(policy.file)`\n".utf8))
             }

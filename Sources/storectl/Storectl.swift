@@ -279,7 +279,7 @@ extension Preflight.Operation: ExpressibleByArgument {}
 
 /// A report that ends in a failure carries it in the same document: `ok` false, and the failure's
 /// `status`, `message` and `hint` beside the report's own fields (`ok` true when none).
-func jsonReport(_ value: some Encodable, failure: StoreOpsError?) -> String {
+func jsonReport(_ value: some Encodable, failure: StoreOpsError?, pretty: Bool = true) -> String {
     guard case .object(var fields) = JSONValue.encoding(value) else { return jsonReport(value) }
     fields["ok"] = .bool(failure == nil)
     if let failure {
@@ -287,7 +287,7 @@ func jsonReport(_ value: some Encodable, failure: StoreOpsError?) -> String {
         fields["message"] = .string(failure.message)
         fields["hint"] = .text(failure.hint)
     }
-    return jsonReport(JSONValue.object(fields))
+    return jsonReport(JSONValue.object(fields), pretty: pretty)
 }
 
 /// A command's result as JSON, with what the run asked of S3 (`s3`: requests by kind, retries,

@@ -57,16 +57,26 @@ struct ScheduleCLITests {
         #expect(result.status == 1 && result.stderr.contains("cannot write: Permission denied"), "\(result.status) \(result.stderr)")
     }
 
-    @Test("schedule show lists each job with its next runs in local time and UTC")
+    @Test("schedule show lists each job with its next runs in the machine's time zone (cron's and systemd's, not the shell's TZ) and UTC")
     func show() throws {
         let folder = try TempFolder()
         let policy = try scheduledPolicy(folder, store: try makeStore(folder))
-        let result = try storectl("schedule", "show", "--policy", policy, environment: ["TZ": "America/New_York"])
+        // The shell's TZ is another zone than the machine's: the runs are listed as cron runs them,
+        // with a note (they were listed in the shell's zone, five hours off on a UTC server).
+        let system = SystemTimeZone.zone
+        let shell = system.secondsFromGMT() == TimeZone(identifier: "Asia/Tokyo")?.secondsFromGMT() ? "America/New_York" : "Asia/Tokyo"
+        let result = try storectl("schedule", "show", "--policy", policy, environment: ["TZ": shell])
         #expect(result.status == 0, "\(result.stderr)")
         let lines = result.stdout.split(separator: "\n")
         #expect(lines.first?.hasPrefix("snapshot  */15 * * * *  \(folder.file("Tasks.sqlite"))") == true)
         #expect(lines.filter { $0.hasPrefix("    ") }.count == 10)
-        #expect(result.stdout.contains(" UTC") && (result.stdout.contains("EST") || result.stdout.contains("GMT-5")), "\(result.stdout)")
+        #expect(result.stderr.contains("times are in this machine's zone, \(system.identifier)") && result.stderr.contains("TZ=\(shell) is not theirs"), "\(result.stderr)")
+        // purge is "30 3 * * *": 03:30 in the machine's zone, whatever the shell's.
+        let purgeRun = lines.first { $0.hasPrefix("    ") && $0.contains(" 03:30 ") && !$0.hasSuffix(" 03:30 UTC") || $0.hasPrefix("    ") && $0.contains(" 03:30 ") && system.secondsFromGMT() == 0 }
+        #expect(purgeRun != nil, "\(result.stdout)")
+        #expect(!result.stdout.contains("JST") && !result.stdout.contains("GMT+9") || shell != "Asia/Tokyo", "\(result.stdout)")
+        let same = try storectl("schedule", "show", "--policy", policy, environment: ["TZ": system.identifier])
+        #expect(same.status == 0 && same.stderr.isEmpty, "\(same.stderr)")
         let json = try storectl("schedule", "show", "--policy", policy, "--json")
         let entries = try JSON.decoder().decode([ScheduleEntry].self, from: Data(json.stdout.utf8))
         #expect(entries.map(\.job) == [.snapshot, .purge] && entries.allSatisfy { $0.nextRuns.count == 5 })
@@ -209,11 +219,86 @@ struct ScheduleCLITests {
         unlink(store)
         let failed = try storectl("run", "purge", "--policy", policy)
         #expect(failed.status == 66)
-        #expect(failed.stderr.split(separator: "\n").count == 1 && failed.stderr.hasPrefix("storectl: purge (\(store)): "))
+        // The error, and its hint as every command prints it (the hint was lost).
+        let said = failed.stderr.split(separator: "\n")
+        #expect(said.count == 2 && failed.stderr.hasPrefix("storectl: purge (\(store)): ") && said[1].hasPrefix("  hint: "), "\(failed.stderr)")
         let log = try String(contentsOfFile: folder.file("jobs.jsonl"), encoding: .utf8).split(separator: "\n")
-        #expect(log.count == 2 && log[1].contains("\"outcome\":\"failed\""))
+        #expect(log.count == 2 && log[1].contains("\"outcome\":\"failed\"") && log[1].contains("\"hint\":"))
+        // --json: the record with the fields every command's JSON has (`ok`, `status`, `message`, `hint`).
+        let json = try storectl("run", "purge", "--policy", policy, "--json")
+        let fields = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any] ?? [:]
+        #expect(json.status == 66 && fields["ok"] as? Bool == false && fields["status"] as? Int == 66 && fields["exitCode"] as? Int == 66
+                && (fields["message"] as? String)?.contains("Tasks.sqlite") == true && fields["hint"] is String && fields["outcome"] as? String == "failed", "\(json.stdout)")
         #expect(try storectl("run", "vacuum", "--policy", policy).status == 64)
         #expect(try storectl("run", "purge", "--policy", policy, "--jitter", "soon").status == 64)
+    }
+
+    @Test("a policy another user can write (every user, root's job's group, another owner, or through its folder) is refused by run (65, nothing done), policy check and install (2, nothing installed): its password_command runs as the job's user")
+    func policyOthersCanWriteIsRefused() throws {
+        try #require(geteuid() == 0, "the group and owner cases are root's")
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let policy = try scheduledPolicy(folder, store: store)
+        let crontab = folder.file("crontab.txt")
+        let standIn = folder.file("crontab")
+        try Data("#!/bin/sh\ncase \"$1\" in -l) cat '\(crontab)' 2>/dev/null || { echo \"no crontab for root\" >&2; exit 1; };; -) cat > '\(crontab)';; esac\n".utf8).write(to: URL(fileURLWithPath: standIn))
+        #expect(chmod(standIn, 0o755) == 0)
+        let cases: [(String, () -> Void, () -> Void)] = [
+            ("is writable by every user", { chmod(policy, 0o646) }, { chmod(policy, 0o644) }),
+            ("is writable by its group", { chmod(policy, 0o664) }, { chmod(policy, 0o644) }),
+            ("is owned by nobody", { chown(policy, 65534, 0) }, { chown(policy, 0, 0) }),
+            ("its folder \(FileSystem.absolute(folder.path)) is writable by every user", { chmod(folder.path, 0o777) }, { chmod(folder.path, 0o700) }),
+        ]
+        for (why, make, undo) in cases {
+            make()
+            defer { undo() }
+            let run = try storectl("run", "snapshot", "--policy", policy)
+            #expect(run.status == 65 && run.stderr.contains("refused to run the policy") && run.stderr.contains(why), "\(why): \(run.status) \(run.stderr)")
+            let check = try storectl("policy", "check", policy)
+            #expect(check.status == 2 && check.stdout.contains("policy ") && check.stdout.contains(why), "\(why): \(check.stdout)")
+            let replicate = try storectl("replicate", "--policy", policy, "--for", "1s")
+            #expect(replicate.status == 65 && replicate.stderr.contains(why), "\(why): \(replicate.status) \(replicate.stderr)")
+            let install = try storectl("schedule", "install", "--policy", policy, environment: ["STORECTL_CRONTAB": standIn])
+            #expect(install.status == 2 && install.stderr.contains(why) && FileSystem.kind(of: crontab) == .missing, "\(why): \(install.stderr)")
+        }
+        // Nothing ran: no snapshot was made.
+        #expect(try storectl("snapshot", "list", "--repo", folder.file("snaps"), "--password-file", folder.file("password")).stdout.contains("no snapshots"))
+        // Sticky and shared (as /tmp) is fine: no one can rename another user's file there.
+        chmod(folder.path, 0o1777)
+        defer { chmod(folder.path, 0o700) }
+        let run = try storectl("run", "snapshot", "--policy", policy)
+        #expect(run.status == 0, "\(run.stderr)")
+    }
+
+    @Test("an engaged kill switch is a note of policy check and install (ready, exit 0): the purge would stop before its first batch")
+    func killSwitchIsANote() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let policy = try scheduledPolicy(folder, store: store)
+        #expect(try storectl("policy", "check", policy).stdout.contains("note:") == false)
+        #expect(try storectl("killswitch", "engage", store).status == 0)
+        let check = try storectl("policy", "check", policy)
+        #expect(check.status == 0 && check.stdout.contains("ok    ") && check.stdout.contains("note: the kill switch \(store).storectl-killswitch is engaged"), "\(check.stdout)")
+        let json = try storectl("policy", "check", policy, "--json")
+        #expect(json.stdout.contains("\"notes\"") && json.stdout.contains("killswitch"), "\(json.stdout)")
+        let crontab = try storectl("schedule", "crontab", "--policy", policy)
+        #expect(crontab.status == 0 && crontab.stderr.contains("storectl: note: \(policy): the kill switch"), "\(crontab.stderr)")
+    }
+
+    @Test("install warns when no cron daemon runs (the jobs are installed but nothing runs them)")
+    func installWithoutCronDaemon() throws {
+        let folder = try TempFolder()
+        let policy = try scheduledPolicy(folder, store: try makeStore(folder))
+        let crontab = folder.file("crontab.txt")
+        let standIn = folder.file("crontab")
+        try Data("#!/bin/sh\ncase \"$1\" in -l) cat '\(crontab)' 2>/dev/null || { echo \"no crontab for root\" >&2; exit 1; };; -) cat > '\(crontab)';; esac\n".utf8).write(to: URL(fileURLWithPath: standIn))
+        #expect(chmod(standIn, 0o755) == 0)
+        let none = try storectl("schedule", "install", "--policy", policy, environment: ["STORECTL_CRONTAB": standIn, "STORECTL_TEST_CRON_DAEMONS": "no-such-cron-daemon"])
+        #expect(none.status == 0 && none.stderr.contains("warning: no cron daemon is running on this machine"), "\(none.stderr)")
+        // A daemon by another name that does run (this test's own process stands in for it).
+        let me = try String(contentsOfFile: "/proc/self/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let found = try storectl("schedule", "install", "--policy", policy, environment: ["STORECTL_CRONTAB": standIn, "STORECTL_TEST_CRON_DAEMONS": me])
+        #expect(found.status == 0 && !found.stderr.contains("no cron daemon"), "\(found.stderr)")
     }
 }
 

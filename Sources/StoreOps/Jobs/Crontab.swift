@@ -212,3 +212,29 @@ public enum Crontab {
     }
 }
 
+
+/// Whether a cron daemon runs on this machine (a process named cron, crond, cronie, fcron,
+/// anacron's companion aside): `schedule install` warns when none does.
+public enum CronDaemon {
+    static var names: Set<String> {
+        // A test names daemons that are not running (STORECTL_TEST_CRON_DAEMONS=none).
+        if let test = ProcessInfo.processInfo.environment["STORECTL_TEST_CRON_DAEMONS"] { return Set(test.split(separator: ",").map(String.init)) }
+        return ["cron", "crond", "cronie", "fcron", "dcron"]
+    }
+
+    /// Whether to look: not with a stand-in crontab command (STORECTL_CRONTAB: the README's
+    /// examples, a container), unless a test asks.
+    public static var checked: Bool {
+        let environment = ProcessInfo.processInfo.environment
+        return environment["STORECTL_TEST_CRON_DAEMONS"] != nil || environment["STORECTL_CRONTAB"] == nil
+    }
+
+    public static var isRunning: Bool {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return true }
+        for entry in entries where entry.allSatisfy(\.isNumber) {
+            guard let comm = try? String(contentsOfFile: "/proc/\(entry)/comm", encoding: .utf8) else { continue }
+            if names.contains(comm.trimmingCharacters(in: .whitespacesAndNewlines)) { return true }
+        }
+        return false
+    }
+}

@@ -41,6 +41,9 @@ public enum JobReadiness {
         /// What was checked and found ready, for the summary line.
         public var ready: [String] = []
         public var problems: [Problem] = []
+        /// What would not fail a run but changes what it does now: a purge's kill switch engaged
+        /// (the run stops before its first batch), another job holding the store's lock.
+        public var notes: [String] = []
         public var ok: Bool { problems.isEmpty }
         /// The jobs that would fail, in the order checked.
         public var failingJobs: [ScheduledJob] {
@@ -81,7 +84,17 @@ public enum JobReadiness {
             report.problems.append(Problem(check: check, message: message, hint: hint, status: status, jobs: jobs))
         }
 
+        if let why = PolicyTrust.problem(policy.file) {
+            problem("policy", "\(why): a job runs what it names (its password_command) as \(UserName.current)",
+                    hint: "`chown \(UserName.current) FILE; chmod go-w FILE` (and its folder), as cron asks of /etc/cron.d", .badData)
+        }
         checkStore(policy, jobs: jobs, into: &report)
+        // An engaged kill switch is an incident in progress, not a problem to refuse installing
+        // over; but "ready" alone hid that the purge would stop before its first batch (a trial).
+        if jobs.contains(where: { $0 == .purge || $0 == .maintain }), !policy.rules.isEmpty,
+           report.problems.allSatisfy({ $0.check != "store" }), let store = try? StoreFile(existing: policy.store.path) {
+            report.notes += Purge.wouldStop(store, killSwitch: nil, before: "its first purge batch")
+        }
 
         // The purge rules' names against the store, as `policy check` resolves them: an entity or
         // column the store lacks failed purge and maintain at their first run (installed with 0).

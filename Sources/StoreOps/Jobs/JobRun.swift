@@ -36,6 +36,8 @@ public enum JobRun {
         public var snapshotBytes: UInt64?
         public var prunedSnapshots: [String]?
         public var error: String?
+        /// What to do about `error`, when the failure says (the hint printed on stderr by hand).
+        public var hint: String?
         public var stages: [StageTiming]?
     }
 
@@ -53,6 +55,7 @@ public enum JobRun {
             if let password = options.password { loaded.snapshot?.passwordSource = password }
             policy = loaded
             record.store = loaded.store.path
+            try PolicyTrust.check(loaded.file)
             if let schedule = loaded.schedule, let log = schedule.log {
                 LogRotation.rotateIfNeeded(log + ".out", maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
             }
@@ -80,6 +83,7 @@ public enum JobRun {
         record.outcome = ending.outcome.rawValue
         record.exitCode = ending.status.rawValue
         record.error = ending.error?.message ?? ending.stop.map { "stopped: \($0)" }
+        record.hint = ending.error?.hint
         record.end = Timestamp.now()
         record.durationSeconds = (record.end.timeIntervalSince(record.start) * 1000).rounded() / 1000
         if let schedule = policy?.schedule {

@@ -2294,7 +2294,10 @@ extension Replicate.Options {
     /// - Throws: 65 for a policy that does not parse, 64 when a policy has no `[snapshot]` or the
     ///   policies name different repositories.
     public static func from(policies files: [String]) throws -> Replicate.Options {
-        try from(loaded: try files.map { try Policy.load($0) })
+        let loaded = try files.map { try Policy.load($0) }
+        // The service runs what a policy names (its password_command) as its user, root's by default.
+        for policy in loaded { try PolicyTrust.check(policy.file) }
+        return try from(loaded: loaded)
     }
 
     /// The same, of policies already loaded.
