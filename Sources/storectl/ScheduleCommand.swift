@@ -106,11 +106,11 @@ struct ScheduleCommand: ParsableCommand {
             let loaded = try policies.map(Policy.load).filter { seen.insert($0.file.exactKey).inserted }
             let jobs = Crontab.jobs(loaded)
             guard !jobs.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain)") }
-            if user != nil, !skipChecks {
-                // The checks run as this user; the jobs will run as the other one.
-                FileHandle.standardError.write(Data("storectl: note: checked as \(ProcessInfo.processInfo.userName); the jobs run as \(user ?? "")\n".utf8))
+            if let user, !skipChecks, user != ProcessInfo.processInfo.userName {
+                try Self.requireReady(loaded, as: user)
+            } else {
+                try ReadinessText.requireReady(loaded, skip: skipChecks)
             }
-            try ReadinessText.requireReady(loaded, skip: skipChecks)
             let existing = try Crontab.read(user: user)
             let (merged, kept) = try Crontab.install(jobs, into: existing, executable: ScheduleCommand.executable)
             try Crontab.write(merged, user: user)
@@ -181,6 +181,44 @@ struct ScheduleCommand: ParsableCommand {
             guard !units.isEmpty else { throw StoreOpsError(.usage, "the policies schedule no jobs ([schedule] snapshot/purge/maintain) and have no [replicate]") }
             try SystemdUnits.write(units, to: FileSystem.absolute(output))
             return units.map { (FileSystem.absolute(output) as NSString).appendingPathComponent($0.name) }
+        }
+    }
+}
+
+extension ScheduleCommand.Install {
+    /// The checks, as the jobs will run: as `user`. Root runs them as that user (`setpriv`, with
+    /// the environment cron gives a job: HOME, USER, LOGNAME, SHELL, a plain PATH); they ran as root,
+    /// and a password file only root could read, or a repository folder the user cannot write, passed
+    /// and failed the first run (a trial). Another user cannot switch: the checks run as it, and say so.
+    static func requireReady(_ policies: [Policy], as user: String) throws {
+        guard geteuid() == 0, let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            FileHandle.standardError.write(Data("storectl: note: checked as \(ProcessInfo.processInfo.userName), not as \(user), whom the jobs run as (only root can check as another user)\n".utf8))
+            try ReadinessText.requireReady(policies, skip: false)
+            return
+        }
+        guard let entry = getpwnam(user) else {
+            throw StoreOpsError(.noInput, "no user \(user) on this machine", hint: "check --user (the user the jobs run as)")
+        }
+        let uid = entry.pointee.pw_uid, gid = entry.pointee.pw_gid
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: setpriv)
+        process.arguments = ["--reuid=\(uid)", "--regid=\(gid)", "--init-groups", "--reset-env", "--",
+                             ScheduleCommand.executable, "schedule", "crontab"] + policies.flatMap { ["--policy", $0.file] }
+        process.currentDirectoryURL = URL(fileURLWithPath: "/")
+        let stderr = Pipe()
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardError = stderr
+        try process.run()
+        let said = stderr.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        FileHandle.standardError.write(Data("storectl: checked as \(user), as cron will run the jobs\n".utf8))
+        FileHandle.standardError.write(said)
+        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+            let status = process.terminationReason == .exit ? process.terminationStatus : ExitStatus.failure.rawValue
+            if status != ExitStatus.checksFailed.rawValue, said.isEmpty {
+                throw StoreOpsError(.failure, "the checks could not be run as \(user) (\(setpriv) exited \(status))", hint: "--skip-checks installs without them")
+            }
+            throw Finished(status: ExitStatus(rawValue: status))
         }
     }
 }

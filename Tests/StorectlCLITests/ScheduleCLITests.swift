@@ -285,6 +285,30 @@ struct ScheduleCLITests {
         #expect(crontab.status == 0 && crontab.stderr.contains("storectl: note: \(policy): the kill switch"), "\(crontab.stderr)")
     }
 
+    @Test("schedule install --user as root checks as that user (a password file only root can read was ready, and the user's first run failed)", .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
+    func installForAnotherUserChecksAsThem() throws {
+        let folder = try TempFolder()
+        let policy = try scheduledPolicy(folder, store: try makeStore(folder))
+        let crontab = folder.file("crontab.txt")
+        let standIn = folder.file("crontab")
+        try Data("#!/bin/sh\ncase \"$1\" in -l) cat '\(crontab)' 2>/dev/null || { echo \"no crontab for root\" >&2; exit 1; };; -u) shift 2; [ \"$1\" = - ] && cat > '\(crontab)' || { cat '\(crontab)' 2>/dev/null || { echo \"no crontab for nobody\" >&2; exit 1; }; };; -) cat > '\(crontab)';; esac\n".utf8).write(to: URL(fileURLWithPath: standIn))
+        #expect(chmod(standIn, 0o755) == 0)
+        #expect(try ChildProcess.run("/bin/chown", ["-R", "65534:65534", folder.path]).status == 0)
+        #expect(chmod(folder.path, 0o755) == 0)
+        // Everything nobody's but the password file, which only root can read.
+        let password = folder.file("password")
+        #expect(chown(password, 0, 0) == 0 && chmod(password, 0o600) == 0)
+        let refused = try storectl("schedule", "install", "--user", "nobody", "--policy", policy, environment: ["STORECTL_CRONTAB": standIn])
+        #expect(refused.status == 2 && refused.stderr.contains("checked as nobody") && refused.stderr.contains("password"), "\(refused.status) \(refused.stderr)")
+        #expect(FileSystem.kind(of: crontab) == .missing)
+        // Checked as nobody, whose policy it is (as root, nobody's policy is itself refused).
+        #expect(!refused.stderr.contains("is owned by nobody"), "\(refused.stderr)")
+        #expect(chown(password, 65534, 65534) == 0)
+        let installed = try storectl("schedule", "install", "--user", "nobody", "--policy", policy, environment: ["STORECTL_CRONTAB": standIn])
+        #expect(installed.status == 0 && installed.stdout.contains("installed 2 jobs in the crontab of nobody"), "\(installed.status) \(installed.stderr)")
+        #expect(FileSystem.kind(of: crontab) == .file)
+    }
+
     @Test("install warns when no cron daemon runs (the jobs are installed but nothing runs them)")
     func installWithoutCronDaemon() throws {
         let folder = try TempFolder()
