@@ -104,12 +104,12 @@ enum ReadinessText {
     /// Checks the policies' scheduled jobs as cron or systemd will run them; prints every problem
     /// on stderr and throws 2 when there is one. `skip`: say so and go on.
     /// `replicateService`: for `schedule systemd`, which writes the `[replicate]` service's unit.
-    static func requireReady(_ policies: [Policy], skip: Bool, replicateService: Bool = false) throws {
+    static func requireReady(_ policies: [Policy], skip: Bool, replicateService: Bool = false, scheduler: Scheduler = .cron) throws {
         guard !skip else {
             FileHandle.standardError.write(Data("storectl: warning: --skip-checks: the jobs were not checked; `storectl policy check` says what a run needs\n".utf8))
             return
         }
-        let reports = policies.map { JobReadiness.check($0, context: .scheduled, replicateService: replicateService) }
+        let reports = policies.map { JobReadiness.check($0, context: .scheduled(scheduler), replicateService: replicateService) }
         for report in reports {
             for note in report.notes { FileHandle.standardError.write(Data("storectl: note: \(report.policy): \(note)\n".utf8)) }
         }

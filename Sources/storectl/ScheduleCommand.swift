@@ -173,7 +173,7 @@ struct ScheduleCommand: ParsableCommand {
         static func write(policies: [String], output: String, skipChecks: Bool) throws -> [String] {
             var seen = Set<String>()
             let loaded = try policies.map(Policy.load).filter { seen.insert($0.file.exactKey).inserted }
-            try ReadinessText.requireReady(loaded, skip: skipChecks, replicateService: true)
+            try ReadinessText.requireReady(loaded, skip: skipChecks, replicateService: true, scheduler: .systemd)
             let jobs = Crontab.jobs(loaded)
             try SystemdUnits.refuseNewlines(loaded.flatMap { [$0.file, $0.store.path] })
             let units = try SystemdUnits.units(jobs, executable: ScheduleCommand.executable)

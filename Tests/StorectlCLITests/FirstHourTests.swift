@@ -137,6 +137,22 @@ struct FirstHourTests {
         try Data("#!/bin/sh\ncat \"$(dirname \"$0\")/../password\"\n".utf8).write(to: URL(fileURLWithPath: script))
         let fullPath = try storectl("policy", "check", world.policy, environment: shell)
         #expect(fullPath.status == 0 && fullPath.stdout.contains("repository (password ok)"), "\(fullPath.stdout)")
+        // systemd's services have /usr/local/bin in their PATH, cron's jobs do not: a command found
+        // there is refused for a crontab and written for systemd (it was refused for both).
+        if geteuid() == 0, FileSystem.kind(of: "/usr/local/bin") == .directory {
+            let name = "storectl-test-pw-\(getpid())"
+            let local = "/usr/local/bin/" + name
+            try Data("#!/bin/sh\ncat '\(world.password)'\n".utf8).write(to: URL(fileURLWithPath: local))
+            defer { unlink(local) }
+            chmod(local, 0o755)
+            try world.write(snapshotLines: "password_command = \"\(name)\"", scheduleLines: "log = \"jobs.jsonl\"")
+            let forCron = try storectl("schedule", "crontab", "--policy", world.policy)
+            #expect(forCron.status == 2 && forCron.stderr.contains("full path"), "\(forCron.status) \(forCron.stderr)")
+            let units = world.folder.file("units")
+            try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: true)
+            let forSystemd = try storectl("schedule", "systemd", "--policy", world.policy, "--output", units)
+            #expect(forSystemd.status == 0 && forSystemd.stdout.contains(".timer"), "\(forSystemd.status) \(forSystemd.stderr)")
+        }
         try world.write(snapshotLines: "password_command = \"false\"", scheduleLines: "log = \"jobs.jsonl\"")
         // Without before_purge only the snapshot opens the repository: only it would fail.
         try Data(try String(contentsOfFile: world.policy, encoding: .utf8).replacingOccurrences(of: "before_purge = true", with: "before_purge = false").utf8)

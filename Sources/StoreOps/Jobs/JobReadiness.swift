@@ -29,7 +29,8 @@ public enum JobReadiness {
     /// Whose run is being prepared for: a scheduled one has no terminal and none of the operator's
     /// environment, so its password must come from the policy (or the command line a unit names).
     public enum Context: Sendable {
-        case scheduled
+        /// Run by this scheduler (its PATH differs: cron's is /usr/bin:/bin, systemd's has /usr/local).
+        case scheduled(Scheduler)
         /// A run by hand: this password source (`--password-file`), else the policy's, else the
         /// environment's, else a prompt.
         case manual(PasswordSource?)
@@ -236,7 +237,8 @@ public enum JobReadiness {
         if !repositoryChecked {
             // (Checked for the jobs already when they run as scheduled; a check by hand had a
             // person's password, which systemd will not have.)
-            repository(section, policy: policy, context: .scheduled, into: &report)
+            // The service is systemd's (cron never runs it).
+            repository(section, policy: policy, context: .scheduled(.systemd), into: &report)
             for index in (before..<report.problems.count).reversed() {
                 let found = report.problems[index]
                 if let earlier = report.problems[..<before].firstIndex(where: { $0.check == found.check && $0.message == found.message }) {
@@ -285,8 +287,8 @@ public enum JobReadiness {
         do {
             // A password command runs as cron would run it (none of this shell's PATH or variables).
             let opened = try {
-                guard case .scheduled = context, case .command = source else { return try PagedRepository.open(at: section.repository, password: source, missing: .initHint) }
-                return try PasswordSource.asScheduled { try PagedRepository.open(at: section.repository, password: source, missing: .initHint) }
+                guard case .scheduled(let scheduler) = context, case .command = source else { return try PagedRepository.open(at: section.repository, password: source, missing: .initHint) }
+                return try PasswordSource.asScheduled(by: scheduler) { try PagedRepository.open(at: section.repository, password: source, missing: .initHint) }
             }()
             if let local = opened.backend as? LocalBackend, let why = unwritable(repository: local.root) {
                 // Opened (read) by this user, but a job writes: a folder made by another user (a

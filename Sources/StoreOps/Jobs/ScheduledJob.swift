@@ -9,3 +9,8 @@ public enum ScheduledJob: String, Sendable, Codable, CaseIterable {
     /// A snapshot, then pruning the repository by the policy's retention, then the purge.
     case maintain
 }
+
+/// What runs a scheduled job: its environment differs (`PasswordSource.environment(of:)`).
+public enum Scheduler: String, Sendable, Codable {
+    case cron, systemd
+}

@@ -51,7 +51,7 @@ public enum PolicyCheck {
         let policy = try Policy.load(file)
         let scheduled = JobReadiness.scheduledJobs(policy)
         if !scheduled.isEmpty {
-            result.readiness = JobReadiness.check(policy, jobs: scheduled, context: .scheduled)
+            result.readiness = JobReadiness.check(policy, jobs: scheduled, context: .scheduled(.cron))
         } else {
             let jobs: [ScheduledJob] = policy.rules.isEmpty ? (policy.snapshot == nil ? [] : [.snapshot]) : [.purge]
             result.readiness = JobReadiness.check(policy, jobs: jobs, context: .manual(password))

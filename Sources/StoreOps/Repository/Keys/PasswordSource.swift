@@ -44,10 +44,16 @@ public enum PasswordSource: Sendable, Hashable {
     /// The environment a password command gets while a scheduled run is imitated (`asScheduled`).
     private static let scheduled = Mutex<[String: String]?>(nil)
 
-    /// What cron gives a job (the stricter of cron and systemd): PATH=/usr/bin:/bin, HOME, USER,
-    /// LOGNAME and SHELL of this user, nothing of this shell's environment.
-    public static var cronEnvironment: [String: String] {
-        var environment = ["PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"]
+    /// What cron gives a job: PATH=/usr/bin:/bin, HOME, USER, LOGNAME and SHELL of this user,
+    /// nothing of this shell's environment.
+    public static var cronEnvironment: [String: String] { environment(of: .cron) }
+
+    /// What `scheduler` gives a job: cron's PATH is /usr/bin:/bin; systemd's services get
+    /// /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin (a command in /usr/local/bin,
+    /// refused by a check as cron's, runs there: a trial). HOME, USER, LOGNAME, SHELL of this user.
+    public static func environment(of scheduler: Scheduler) -> [String: String] {
+        let path = scheduler == .cron ? "/usr/bin:/bin" : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        var environment = ["PATH": path, "SHELL": "/bin/sh"]
         if let entry = getpwuid(geteuid()) {
             let name = String(cString: entry.pointee.pw_name)
             environment["HOME"] = String(cString: entry.pointee.pw_dir)
@@ -60,8 +66,8 @@ public enum PasswordSource: Sendable, Hashable {
     /// Runs `body` with password commands given `cronEnvironment`, as `policy check` and
     /// `schedule install` check a job (a trial's command, found through this shell's PATH, passed
     /// the check and failed its first scheduled run, 127).
-    public static func asScheduled<T>(_ body: () throws -> T) rethrows -> T {
-        Self.scheduled.withLock { $0 = cronEnvironment }
+    public static func asScheduled<T>(by scheduler: Scheduler = .cron, _ body: () throws -> T) rethrows -> T {
+        Self.scheduled.withLock { $0 = environment(of: scheduler) }
         defer { Self.scheduled.withLock { $0 = nil } }
         return try body()
     }
