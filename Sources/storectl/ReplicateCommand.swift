@@ -160,10 +160,18 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
     @Option(help: "The repository (default: the one --status-file names).") var repo: String?
     @OptionGroup var password: PasswordOption
     @Option(help: "The status file a running `storectl replicate --status-file` rewrites.") var statusFile: String?
+    @Option(parsing: .unconditional, help: "A store whose chain is not stopped and has confirmed nothing (no point, no alive marker) for longer is STALE, exit 2 (default 3m: three heartbeats; 0: never).") var staleAfter: String?
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
-        let report = try ReplicateStatus.run(repository: repo, password: password.source, statusFile: statusFile)
+        var staleSeconds = ReplicateStatus.defaultStaleAfter
+        if let staleAfter {
+            switch DurationText.parse(staleAfter, allowZero: true) {
+            case .success(let value): staleSeconds = value.seconds
+            case .failure(let error): throw ValidationError("--stale-after \(staleAfter) \(error.problem)")
+            }
+        }
+        let report = try ReplicateStatus.run(repository: repo, password: password.source, statusFile: statusFile, staleAfter: staleSeconds)
         if json { print(jsonReport(report)) } else { render(report) }
         try Finished.check(ReplicateStatus.ending(of: report))
     }
@@ -189,6 +197,10 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                 line += ", \(Format.plural(store.gaps, "gap", "gaps")), \(Format.plural(store.chains, "chain", "chains"))"
             } else {
                 line += "points in the repository not known"
+            }
+            if store.stale == true, let since = store.unconfirmedSince {
+                line += "; STALE: nothing confirmed since \(Timestamp.iso(since)) (\(Format.duration(Date().timeIntervalSince(since))) ago) and its chain is not stopped: "
+                    + "its follower is stuck or gone (a follower confirms at least every --heartbeat, 1m by default; one run with --heartbeat 0 says nothing while the store is idle: --stale-after 0)"
             }
             if let live = store.live {
                 line += "; this run: \(Format.plural(live.points + live.bases.count, "point", "points"))" + String(format: ", lag p99 %.2f s, max %.2f s, ", live.p99LagSeconds, live.maxLagSeconds)

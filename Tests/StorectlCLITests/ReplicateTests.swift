@@ -663,6 +663,37 @@ struct ReplicateTests {
                 "newest point \(String(describing: shown.newestPoint)), last durable \(String(describing: summary.lastDurable))")
     }
 
+    @Test("replicate status --repo alone (a new machine: no status file) says STALE, exit 2, for a store whose follower was killed -9 and has confirmed nothing for --stale-after (it said 0 gaps, exit 0, eleven minutes on); a running follower's heartbeat and a clean stop are not stale; --stale-after 0 never")
+    func staleFollowerFromTheRepositoryAlone() throws {
+        let world = try world(items: 300)
+        let status = { (extra: [String]) in
+            try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", world.repo] + extra, environment: world.environment)
+        }
+        // Running, idle, confirming every 200 ms: not stale after 1 s.
+        let follower = try replicate(world, ["--heartbeat", "200ms", "--sync-interval", "100ms"])
+        #expect(waitForBase(world))
+        usleep(1_500_000)
+        let running = try status(["--stale-after", "1s"])
+        #expect(running.status == 0 && !running.stdout.contains("STALE"), "\(running.status) \(running.stdout) \(running.stderr)")
+        // Killed: nothing confirms the chain any more.
+        kill(follower.pid, SIGKILL)
+        _ = follower.wait()
+        usleep(1_500_000)
+        let dead = try status(["--stale-after", "1s"])
+        #expect(dead.status == 2 && dead.stdout.contains("STALE: nothing confirmed since") && dead.stdout.contains("its follower is stuck or gone"), "\(dead.status) \(dead.stdout) \(dead.stderr)")
+        let json = try status(["--stale-after", "1s", "--json"])
+        #expect(json.status == 2 && json.stdout.contains("\"stale\" : true") && json.stdout.contains("unconfirmedSince"), "\(json.stdout)")
+        #expect(try status(["--stale-after", "0"]).status == 0)
+        // The default (3m) is not reached yet.
+        #expect(try status([]).status == 0)
+        // A clean stop is a stopped chain, not a stale one.
+        let again = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "2s"], environment: world.environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        usleep(1_500_000)
+        let stopped = try status(["--stale-after", "1s"])
+        #expect(stopped.status == 0 && !stopped.stdout.contains("STALE"), "\(stopped.status) \(stopped.stdout) \(stopped.stderr)")
+    }
+
     @Test("SIGTERM while the repository cannot be written (its disk full): replicate keeps what it read in the outbox, says how many points are kept and where, exits 74 within the drain, writes no stop marker; status shows them kept and why; a restore after the last durable point is refused (66), at it gives its content; with room again the next run writes the kept points first and exits 0",
           .enabled(if: TempMount.isAvailable))
     func drainThatCannotWrite() throws {

@@ -61,6 +61,13 @@ public enum ReplicateStatus {
         /// protected again (a review: the later run records a gap from the stopped run's last
         /// point, so `writtenSince` stays false, and the old file said exit 2 for ever).
         public var baseSince: Bool?
+        /// The newest chain is not stopped and nothing confirmed it since this time (its last
+        /// point or alive marker): its follower is running, or gone.
+        public var unconfirmedSince: Date?
+        /// `unconfirmedSince` is older than `--stale-after`, and no status file speaks for the
+        /// store: its follower is stuck or gone (it said "0 gaps", exit 0, eleven minutes after
+        /// the follower was killed: a trial's disaster-recovery drill).
+        public var stale: Bool?
     }
 
     public struct Report: Sendable, Codable {
@@ -97,6 +104,10 @@ public enum ReplicateStatus {
         if report.stale {
             problems.append("the replicate process (pid \(report.pid.map(String.init) ?? "?")) " + (report.gone == true ? "is gone" : "has not written its status for over a minute"))
         }
+        for store in report.stores where store.stale == true {
+            let since = store.unconfirmedSince.map { "\(Timestamp.iso($0)) (\(Format.duration(Date().timeIntervalSince($0))) ago)" } ?? "?"
+            problems.append("\(store.store) (host \(store.host)): no point or alive marker since \(since), and its chain is not stopped: its follower is stuck or gone")
+        }
         for store in report.stores {
             guard let live = store.live else { continue }
             if live.notFollowed != nil { problems.append("\(store.store) is not followed") }
@@ -122,7 +133,10 @@ public enum ReplicateStatus {
     }
 
     /// - Parameter repository: nil: the one the status file names (the repository it follows into).
-    public static func run(repository: String?, password: PasswordSource, statusFile: String?, now: Date = Date()) throws -> Report {
+    /// - Parameter staleAfter: a store no status file speaks for whose newest chain is not stopped
+    ///   and has confirmed nothing for longer is stale (0: never).
+    public static func run(repository: String?, password: PasswordSource, statusFile: String?, staleAfter: TimeInterval = defaultStaleAfter,
+                           now: Date = Date()) throws -> Report {
         var live: Replicate.Summary?
         if let statusFile {
             guard let data = FileManager.default.contents(atPath: statusFile) else {
@@ -172,6 +186,14 @@ public enum ReplicateStatus {
                          writtenSince: live?.state == "stopped" && Self.keptWritten(entry, since: followed?.lastDurable, stopped: live?.updatedAt) ? true : nil,
                          baseSince: live.map { live in live.state == "stopped" && covered.contains { $0.from > live.updatedAt } } == true ? true : nil)
         }, state: live?.state, pid: live?.pid, updatedAt: live?.updatedAt)
+        for index in report.stores.indices {
+            let entry = stores.first { $0.store.isExactly(report.stores[index].store) && $0.host == report.stores[index].host }
+            guard let open = entry?.spans.last(where: { $0.kind == "unconfirmed" }) else { continue }
+            report.stores[index].unconfirmedSince = open.from
+            if report.stores[index].live == nil, staleAfter > 0, now.timeIntervalSince(open.from) > staleAfter {
+                report.stores[index].stale = true
+            }
+        }
         // A store the process follows that has no point yet (its first base failed) is listed too.
         for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store.isExactly(store.store) }) {
             report.stores.append(Store(store: store.store, host: ProcessInfo.processInfo.hostName, points: 0, newestPoint: nil, gaps: 0, chains: 0, live: store))
@@ -183,6 +205,9 @@ public enum ReplicateStatus {
         }
         return report
     }
+
+    /// Three heartbeats (1 m by default): a follower confirms at least that often, with a point or an alive marker.
+    public static let defaultStaleAfter: TimeInterval = 180
 
     /// Whether what a stopped run kept (its commits after `lastDurable`, up to its stop) is in the
     /// repository now: a point newer than `lastDurable`, and every instant from it to the stop (or
