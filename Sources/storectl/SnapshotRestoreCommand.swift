@@ -61,7 +61,17 @@ struct SnapshotRestoreCommand: ParsableCommand, JSONOutput {
         }
         if json { print(jsonReport(result)); return }
         var line = "restored \(result.id) to \(result.restoredTo)"
-        if let point = result.point, let time = result.pointTime { line = "restored point \(point) (\(Timestamp.iso(time))) to \(result.restoredTo)" }
+        if let point = result.point, let time = result.pointTime {
+            // A time relative to now is said as the time it was (`-5m` was resolved to a time the
+            // operator never saw: a trial).
+            var asked = ""
+            if let at, let resolved = options.at {
+                let word = at.trimmingCharacters(in: .whitespaces).lowercased()
+                if resolved == PointRestore.latest { asked = "; --at latest: the last time its points are confirmed" }
+                else if word == "now" || word.hasPrefix("-") { asked = "; --at \(at) was \(Timestamp.iso(resolved))" }
+            }
+            line = "restored point \(point) (\(Timestamp.iso(time))\(asked)) to \(result.restoredTo)"
+        }
         if result.throughSQLite == true {
             line += " through SQLite (the app's connections stay open; its commits waited up to \(Format.duration(result.writeLockSeconds ?? 0)); the -wal holds \(Format.bytes(result.walBytes ?? 0))\(result.checkpointed == true ? ", every frame of it checkpointed" : ", not every frame of it checkpointed yet: the app's checkpoints finish it"))"
         }

@@ -694,6 +694,40 @@ struct ReplicateTests {
         #expect(stopped.status == 0 && !stopped.stdout.contains("STALE"), "\(stopped.status) \(stopped.stdout) \(stopped.stderr)")
     }
 
+    @Test("restoring on a new machine: --store without --host names the host that followed it and says to add --host (it said the store had no points, and that its points were of that very store); a mistyped --host is refused (66: it restored the only store there was, of another host)")
+    func hostOfAnotherMachine() throws {
+        let world = try world(items: 300)
+        let ran = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "1s"], environment: world.environment)
+        #expect(ran.status == 0, "\(ran.stderr)")
+        let newest = try #require(listing(world)?.newestPoint)
+        let at = Timestamp.iso(newest)
+        let host = ProcessInfo.processInfo.hostName
+        let typo = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", world.folder.file("typo.sqlite"), "--host", host + "x"],
+                                        environment: world.environment)
+        #expect(typo.status == 66 && typo.stderr.contains("holds no points from host \(host)x") && typo.stderr.contains("(host \(host))"), "\(typo.status) \(typo.stderr)")
+        #expect(FileSystem.kind(of: world.folder.file("typo.sqlite")) == .missing)
+        let named = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", world.folder.file("named.sqlite"), "--host", host],
+                                         environment: world.environment)
+        #expect(named.status == 0, "\(named.stderr)")
+        // `--at latest`: the last confirmed time (the clean stop's), the same state as the newest point.
+        let latest = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", "latest", "--to", world.folder.file("latest.sqlite")],
+                                          environment: world.environment)
+        #expect(latest.status == 0 && latest.stdout.contains("--at latest: the last time its points are confirmed"), "\(latest.stdout) \(latest.stderr)")
+        #expect(try Hashing.sha256(ofFile: world.folder.file("latest.sqlite")) == (try Hashing.sha256(ofFile: world.folder.file("named.sqlite"))))
+        // The same restore on a machine of another name (a UTS namespace of its own).
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else { return }
+        let elsewhere = { (extra: [String]) in
+            try ChildProcess.run("/usr/bin/unshare", ["-u", "/bin/sh", "-c", "hostname storectl-dr-host && exec \"$0\" \"$@\"", Binaries.storectl,
+                                                      "snapshot", "restore", "--repo", world.repo, "--at", at] + extra, environment: world.environment)
+        }
+        let withoutHost = try elsewhere(["--to", world.folder.file("a.sqlite"), "--store", world.store])
+        #expect(withoutHost.status == 66 && withoutHost.stderr.contains("from this host (storectl-dr-host)") && withoutHost.stderr.contains("are from host \(host)")
+                && withoutHost.stderr.contains("add --host \(host)"), "\(withoutHost.status) \(withoutHost.stderr)")
+        let withHost = try elsewhere(["--to", world.folder.file("b.sqlite"), "--store", world.store, "--host", host])
+        #expect(withHost.status == 0, "\(withHost.stderr)")
+        #expect(try Hashing.sha256(ofFile: world.folder.file("b.sqlite")) == (try Hashing.sha256(ofFile: world.folder.file("named.sqlite"))))
+    }
+
     @Test("SIGTERM while the repository cannot be written (its disk full): replicate keeps what it read in the outbox, says how many points are kept and where, exits 74 within the drain, writes no stop marker; status shows them kept and why; a restore after the last durable point is refused (66), at it gives its content; with room again the next run writes the kept points first and exits 0",
           .enabled(if: TempMount.isAvailable))
     func drainThatCannotWrite() throws {

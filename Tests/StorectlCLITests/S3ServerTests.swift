@@ -158,6 +158,14 @@ struct S3ServerTests {
         let inside = try run(["repo", "init", "--repo", repo + "/inner/deeper"], folder)
         #expect(inside.status == 73 && inside.stderr.contains("is inside the repository \(repo)"), "\(inside.stderr)")
         #expect(try backend.list("").map(\.key) == before, "nothing written to the repository")
+        // The bucket's prefix above two repositories (a new machine's operator knows the bucket):
+        // the repositories below it are named (it said only "not a storectl repository").
+        let top = "s3://\(SharedS3.bucket)/dr-\(UUID().uuidString.prefix(8).lowercased())"
+        for name in ["db1", "db2"] {
+            #expect(try run(["repo", "init", "--repo", "\(top)/prod/\(name)"], folder).status == 0)
+        }
+        let above = try run(["snapshot", "list", "--repo", top], folder)
+        #expect(above.status == 65 && above.stderr.contains("repositories below it: \(top)/prod/db1, \(top)/prod/db2"), "\(above.status) \(above.stderr)")
     }
 
     @Test("a read-only key (Read and List, no Write): restore, verify and `repo check` read without a lock and say so (they were 77 on the lock's PUT); a snapshot or a prune is still refused 77 naming access denied")

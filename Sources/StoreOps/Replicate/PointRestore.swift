@@ -157,14 +157,40 @@ public enum PointRestore {
             return key
         }
         if let store {
-            let key = PointSegment.storeKey(host: host ?? ProcessInfo.processInfo.hostName, path: FileSystem.absolute(store))
+            let path = FileSystem.absolute(store)
+            let key = PointSegment.storeKey(host: host ?? ProcessInfo.processInfo.hostName, path: path)
             guard timeline.chains.contains(where: { $0.store == key }) else {
-                let stores = StorePoints.names(in: repository)
-                throw StoreOpsError(.noInput, "\(repository.location) holds no points of \(FileSystem.absolute(store))\(host.map { " from host \($0)" } ?? "")"
+                let listed = (try? StorePoints.list(repository)) ?? []
+                let hosts = listed.filter { $0.store == path }.map(\.host).sorted()
+                if host == nil, !hosts.isEmpty {
+                    // The store was followed on another host (the machine this one replaces): it
+                    // said "no points of X; its points are of X (host vm)" and never --host.
+                    throw StoreOpsError(.noInput, "\(repository.location) holds no points of \(path) from this host (\(ProcessInfo.processInfo.hostName)); "
+                                        + "its points of \(path) are from host " + Format.list(hosts),
+                                        hint: "add --host \(hosts.count == 1 ? hosts[0] : "HOST") (the host that followed it)")
+                }
+                let stores = listed.map { "\($0.store) (host \($0.host))" }.sorted()
+                throw StoreOpsError(.noInput, "\(repository.location) holds no points of \(path)\(host.map { " from host \($0)" } ?? "")"
                                     + (stores.isEmpty ? "" : "; its points are of " + Format.list(stores)),
                                     hint: "`storectl snapshot list --repo \(repository.location)` shows each store's points")
             }
             return key
+        }
+        if let host {
+            // A host named without a store: the store of that host (a mistyped --host restored
+            // the only store there was, of another host, exit 0: a trial).
+            let listed = (try? StorePoints.list(repository)) ?? []
+            let ofHost = listed.filter { $0.host == host }
+            guard let only = ofHost.first, ofHost.count == 1 else {
+                let stores = listed.map { "\($0.store) (host \($0.host))" }.sorted()
+                if ofHost.isEmpty {
+                    throw StoreOpsError(.noInput, "\(repository.location) holds no points from host \(host)" + (stores.isEmpty ? "" : "; its points are of " + Format.list(stores)),
+                                        hint: "check --host (`storectl snapshot list --repo \(repository.location) --points` shows each store's host)")
+                }
+                throw StoreOpsError(.usage, "\(repository.location) holds points of \(ofHost.count) stores from host \(host): name one with --store",
+                                    hint: "its stores: " + Format.list(ofHost.map { "\($0.store) (host \($0.host))" }.sorted()))
+            }
+            return PointSegment.storeKey(host: host, path: only.store)
         }
         let keys = Set(timeline.chains.map(\.store))
         guard let only = keys.first else {
@@ -274,6 +300,10 @@ public enum PointRestore {
         // An exact point: nothing numbered after it is applied, whatever its time.
         let through = exact?.number ?? Int.max
         let chains = timeline.chains(of: key)
+        // `--at latest`: the last time the store's newest chain is confirmed at (its newest point,
+        // alive marker or clean stop), which a restore may claim (`now` after a kill is refused, and
+        // a DR drill copied the time from that refusal's hint).
+        let at = at == Self.latest ? date(chains.last?.confirmedUntil ?? 0) : at
         let t = Replicate.ms(at)
         let when = Timestamp.iso(at)
         // A chain named (a point's label): that one, also where the next chain's base has the
@@ -579,13 +609,18 @@ public enum PointRestore {
 }
 
 extension PointRestore {
+    /// `--at latest`: the newest time the store's points are confirmed at (resolved against the
+    /// store's newest chain when the point is looked up).
+    public static let latest = Date.distantFuture
+
     /// A time as `--at` takes it: RFC 3339 (`2026-11-24T19:30:00Z`, `…+01:00`, with or without
-    /// fractions of a second), a duration before now (`-5m`, `-1h30m`, `-250ms`), or `now`.
+    /// fractions of a second), a duration before now (`-5m`, `-1h30m`, `-250ms`), `now`, or `latest`.
     public static func parseTime(_ text: String, now: Date = Date()) throws -> Date {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         // Quoted only where it would not show as itself (empty, or with spaces).
         let shown = text.isEmpty || text.contains(" ") ? text.debugDescription : text
         if trimmed.lowercased() == "now" { return now }   // what the README's operators type (the same as -0s)
+        if trimmed.lowercased() == "latest" { return latest }
         if trimmed.hasPrefix("-") {
             switch DurationText.parse(String(trimmed.dropFirst()), allowZero: true) {
             case .success(let duration): return now.addingTimeInterval(-duration.seconds)

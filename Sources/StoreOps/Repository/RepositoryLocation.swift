@@ -33,14 +33,21 @@ public enum RepositoryLocation {
         if S3Backend.isS3(location) {
             let backend = try S3Backend(url: location)
             guard try backend.read(RepositoryConfig.key) != nil else {
-                if try backend.list("").isEmpty {
+                let listed = try backend.list("")
+                if listed.isEmpty {
                     throw StoreOpsError(.noInput, "there is no snapshot repository at \(backend.location)",
                                         hint: missing == .initHint
                                             ? "make one first: `storectl repo init --repo \(backend.location)` (storectl does not make repositories implicitly)"
                                             : "check --repo (the bucket and prefix)")
                 }
-                throw StoreOpsError(.badData, "\(backend.location) holds objects but no config: it is not a storectl repository",
-                                    hint: "check --repo (a repository needs a prefix of its own)")
+                // The repositories below it, by their configs (a new machine's operator named the
+                // bucket's top prefix and had to list the bucket by hand to find them).
+                let suffix = "/" + RepositoryConfig.key
+                let below = listed.map(\.key).filter { $0.hasSuffix(suffix) && !$0.contains("/data/") && !$0.contains("/index/") }
+                    .map { "\(backend.location)/\($0.dropLast(suffix.count))" }.sorted()
+                throw StoreOpsError(.badData, "\(backend.location) holds objects but no config: it is not a storectl repository"
+                                    + (below.isEmpty ? "" : "; repositories below it: " + Format.list(below, first: 10)),
+                                    hint: below.isEmpty ? "check --repo (a repository needs a prefix of its own)" : "name one of them with --repo")
             }
             return backend
         }
