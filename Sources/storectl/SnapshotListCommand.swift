@@ -10,7 +10,7 @@ struct SnapshotListCommand: ParsableCommand, JSONOutput {
     @Option(help: "Only the snapshots of this store (its path).") var store: String?
     @Option(help: "Only the snapshots taken on this host.") var host: String?
     @Flag(help: "Print the list as JSON.") var json = false
-    @Flag(help: "List the points in time `storectl replicate` recorded (covered spans, gaps), not the snapshots.") var points = false
+    @Flag(help: "List only the points in time `storectl replicate` recorded (covered spans, gaps); without it the snapshots come first, then the points.") var points = false
     @Flag(help: "Also list the milestones `storectl replicate` writes (each followed store's state every ten minutes; folded into one line otherwise).") var milestones = false
 
     func run() throws {

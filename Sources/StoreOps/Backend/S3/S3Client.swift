@@ -227,7 +227,9 @@ final class S3Client: Sendable {
                 ? "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s (deadline \(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)"
                 : "; no answer from the endpoint for \(String(format: "%.1f", silentFor)) s, and the next try would come after the deadline (\(Format.duration(settings.deadline)), STORECTL_S3_DEADLINE)"
             throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
-                                hint: "check that the endpoint is up and reachable from this host; what a failed write left in the repository names no snapshot, and `storectl snapshot prune` removes it")
+                                hint: "check that the endpoint is up and reachable from this host"
+                                    // Said of a write only: a restore's failed GET left nothing (a drill found it alarming mid-incident).
+                                    + (["GET", "HEAD", "LIST"].contains(kind) ? "; nothing was changed by this read" : "; what a failed write left in the repository names no snapshot, and `storectl snapshot prune` removes it"))
         }
         let deadline = Date().addingTimeInterval(delay)
         while Date() < deadline {
