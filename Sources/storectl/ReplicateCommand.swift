@@ -160,6 +160,8 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
     @Option(help: "The repository (default: the one --status-file names).") var repo: String?
     @OptionGroup var password: PasswordOption
     @Option(help: "The status file a running `storectl replicate --status-file` rewrites.") var statusFile: String?
+    @Option(help: "Only this store (its path, as `snapshot list` shows it).") var store: String?
+    @Option(help: "Only the stores followed on this host (a host retired without a clean stop stays STALE: leave it out).") var host: String?
     @Option(parsing: .unconditional, help: "A store whose chain is not stopped and has confirmed nothing (no point, no alive marker) for longer is STALE, exit 2 (default 3m: three heartbeats; 0: never).") var staleAfter: String?
     @Flag(help: "Print the report as JSON.") var json = false
 
@@ -171,7 +173,8 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
             case .failure(let error): throw ValidationError("--stale-after \(staleAfter) \(error.problem)")
             }
         }
-        let report = try ReplicateStatus.run(repository: repo, password: password.source, statusFile: statusFile, staleAfter: staleSeconds)
+        let report = try ReplicateStatus.run(repository: repo, password: password.source, statusFile: statusFile, staleAfter: staleSeconds,
+                                             filter: try SnapshotFilter.parse(store: store, host: host))
         if json { print(jsonReport(report)) } else { render(report) }
         try Finished.check(ReplicateStatus.ending(of: report))
     }

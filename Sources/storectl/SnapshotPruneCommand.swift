@@ -25,6 +25,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
     @Option(parsing: .unconditional, help: "The same per year.") var keepYearly: Int?
     @Option(parsing: .unconditional, help: "Keep every snapshot within this duration of the newest, e.g. 2d, 12h, 1y.") var keepWithin: String?
     @Option(help: "Keep every snapshot with this tag (repeatable).") var keepTag: [String] = []
+    @Option(parsing: .unconditional, help: "Keep the safety snapshots storectl takes before it changes a store (tags pre-migrate, pre-restore, pre-purge) this long after they were taken, whatever the rules (default 7d; 0: as the rules say).") var keepSafety: String?
     @Option(help: ArgumentHelp("Apply the rules to each group of snapshots with the same host, path and/or tags (comma-separated), or none to the whole repository at once.",
                                valueName: "fields")) var groupBy = "host,path"
     @Option(help: "Only the snapshots of this store (its path, as `snapshot list` shows it).") var store: String?
@@ -44,8 +45,15 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
             case .failure(let error): throw StoreOpsError(.usage, "--keep-within: \(error)")
             }
         }
+        var safety: DurationText?
+        if let keepSafety {
+            switch DurationText.parse(keepSafety, allowZero: true) {
+            case .success(let value): safety = value
+            case .failure(let error): throw StoreOpsError(.usage, "--keep-safety: \(error)")
+            }
+        }
         let policy = RetentionPolicy(last: keepLast, hourly: keepHourly, daily: keepDaily, weekly: keepWeekly,
-                                     monthly: keepMonthly, yearly: keepYearly, within: within, tags: keepTag)
+                                     monthly: keepMonthly, yearly: keepYearly, within: within, tags: keepTag, safety: safety)
         var options = SnapshotPrune.Options(repository: repo, policy: policy, dryRun: dryRun, wait: wait, password: password.source,
                                             groupBy: try SnapshotGrouping.parse(groupBy), filter: try SnapshotFilter.parse(store: store, host: host))
         func seconds(_ text: String, _ option: String) throws -> TimeInterval {

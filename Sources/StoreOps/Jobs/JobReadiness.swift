@@ -85,9 +85,10 @@ public enum JobReadiness {
             report.problems.append(Problem(check: check, message: message, hint: hint, status: status, jobs: jobs))
         }
 
-        if let why = PolicyTrust.problem(policy.file) {
+        // Only what a scheduler runs (a policy for purges by hand is the person's own business).
+        if isScheduled(context) || (policy.replicate != nil && replicateService), let why = PolicyTrust.problem(policy.file) ?? PolicyTrust.commandProblem(policy) {
             problem("policy", "\(why): a job runs what it names (its password_command) as \(UserName.current)",
-                    hint: "`chown \(UserName.current) FILE; chmod go-w FILE` (and its folder), as cron asks of /etc/cron.d", .badData)
+                    hint: "`chown \(UserName.current) FILE; chmod go-w FILE` (and the folders above it), as cron asks of /etc/cron.d", .badData)
         }
         checkStore(policy, jobs: jobs, into: &report)
         // An engaged kill switch is an incident in progress, not a problem to refuse installing

@@ -51,11 +51,14 @@ public enum JobRun {
         var policy: Policy?
         var ending = Ending.ok
         do {
+            // Trusted before it is read, and its command before anything is written (a refused
+            // policy's own log and metrics were written by root: a review).
+            try PolicyTrust.check(options.policy)
             var loaded = try Policy.load(options.policy)
+            try PolicyTrust.checkCommand(of: loaded)
             if let password = options.password { loaded.snapshot?.passwordSource = password }
             policy = loaded
             record.store = loaded.store.path
-            try PolicyTrust.check(loaded.file)
             if let schedule = loaded.schedule, let log = schedule.log {
                 LogRotation.rotateIfNeeded(log + ".out", maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
             }

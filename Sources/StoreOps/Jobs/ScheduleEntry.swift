@@ -49,7 +49,8 @@ public enum SystemTimeZone {
 
     /// The shell's `TZ` when it names another zone than the machine's (what `schedule show` says it ignored), else nil.
     public static var shellDiffers: String? {
-        guard let tz = ProcessInfo.processInfo.environment["TZ"], !tz.isEmpty else { return nil }
+        // A file (`TZ=:/etc/localtime`, POSIX's form) cannot be compared by name: not said.
+        guard let tz = ProcessInfo.processInfo.environment["TZ"], !tz.isEmpty, !tz.hasPrefix(":/"), !tz.hasPrefix("/") else { return nil }
         let named = TimeZone(identifier: tz.hasPrefix(":") ? String(tz.dropFirst()) : tz)
         let system = zone
         if let named, named.identifier == system.identifier { return nil }

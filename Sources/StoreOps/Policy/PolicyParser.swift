@@ -214,7 +214,8 @@ extension Policy {
                                          monthly: keep.int("keep_monthly", in: -1...Int.max), yearly: keep.int("keep_yearly", in: -1...Int.max),
                                          within: keep.duration("keep_within"))
             policy.tags = keep.strings("keep_tags") ?? []
-            keep.finish(known: ["keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly", "keep_within", "keep_tags"])
+            policy.safety = keep.duration("keep_safety", allowZero: true)
+            keep.finish(known: ["keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly", "keep_within", "keep_tags", "keep_safety"])
             if policy.isEmpty { keep.problem("keep_last", "an empty retention would remove every snapshot; set at least one keep_* rule") }
             if policy.tags.contains(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
                 keep.problem("keep_tags", "an empty tag keeps nothing, so every snapshot it was meant to keep would be removed")

@@ -160,7 +160,7 @@ public enum PointRestore {
             let path = FileSystem.absolute(store)
             let key = PointSegment.storeKey(host: host ?? ProcessInfo.processInfo.hostName, path: path)
             guard timeline.chains.contains(where: { $0.store == key }) else {
-                let listed = (try? StorePoints.list(repository)) ?? []
+                let listed = try StorePoints.list(repository)
                 let hosts = listed.filter { $0.store == path }.map(\.host).sorted()
                 if host == nil, !hosts.isEmpty {
                     // The store was followed on another host (the machine this one replaces): it
@@ -179,7 +179,7 @@ public enum PointRestore {
         if let host {
             // A host named without a store: the store of that host (a mistyped --host restored
             // the only store there was, of another host, exit 0: a trial).
-            let listed = (try? StorePoints.list(repository)) ?? []
+            let listed = try StorePoints.list(repository)
             let ofHost = listed.filter { $0.host == host }
             guard let only = ofHost.first, ofHost.count == 1 else {
                 let stores = listed.map { "\($0.store) (host \($0.host))" }.sorted()

@@ -136,7 +136,7 @@ public enum ReplicateStatus {
     /// - Parameter staleAfter: a store no status file speaks for whose newest chain is not stopped
     ///   and has confirmed nothing for longer is stale (0: never).
     public static func run(repository: String?, password: PasswordSource, statusFile: String?, staleAfter: TimeInterval = defaultStaleAfter,
-                           now: Date = Date()) throws -> Report {
+                           filter: SnapshotFilter = .all, now: Date = Date()) throws -> Report {
         var live: Replicate.Summary?
         if let statusFile {
             guard let data = FileManager.default.contents(atPath: statusFile) else {
@@ -155,7 +155,7 @@ public enum ReplicateStatus {
         let stores: [StorePoints]
         do {
             opened = try PagedRepository.open(at: location, password: password)
-            stores = try StorePoints.list(opened)
+            stores = try StorePoints.list(opened, filter: filter)
         } catch let error as StoreOpsError where live != nil {
             // Unreachable, no password, not readable by this user: what the running replicate
             // said is what an operator needs now; the repository's error decides the exit, unless
@@ -177,7 +177,9 @@ public enum ReplicateStatus {
             return report
         }
         var report = Report(repository: opened.location, stores: stores.map { entry in
-            let followed = live?.stores.first { $0.store.isExactly(entry.store) }
+            // The status file is this host's follower's: another host's store of the same path
+            // (a fleet) is not the one it speaks for (a review: its live figures hid that store's STALE).
+            let followed = entry.host == ProcessInfo.processInfo.hostName ? live?.stores.first { $0.store.isExactly(entry.store) } : nil
             let covered = entry.spans.filter { $0.kind == "covered" || $0.kind == "thinned" }   // a thinned chain is a chain (repo check counts it)
             let newest = entry.newestPoint ?? covered.last?.to
             return Store(store: entry.store, host: entry.host, points: entry.points, newestPoint: newest,
@@ -195,7 +197,8 @@ public enum ReplicateStatus {
             }
         }
         // A store the process follows that has no point yet (its first base failed) is listed too.
-        for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store.isExactly(store.store) }) {
+        for store in live?.stores ?? [] where !report.stores.contains(where: { $0.store.isExactly(store.store) && $0.host == ProcessInfo.processInfo.hostName })
+            && filter.matches(host: ProcessInfo.processInfo.hostName, path: store.store) {
             report.stores.append(Store(store: store.store, host: ProcessInfo.processInfo.hostName, points: 0, newestPoint: nil, gaps: 0, chains: 0, live: store))
         }
         if let live, live.state == "following" {

@@ -2294,9 +2294,13 @@ extension Replicate.Options {
     /// - Throws: 65 for a policy that does not parse, 64 when a policy has no `[snapshot]` or the
     ///   policies name different repositories.
     public static func from(policies files: [String]) throws -> Replicate.Options {
-        let loaded = try files.map { try Policy.load($0) }
         // The service runs what a policy names (its password_command) as its user, root's by default.
-        for policy in loaded { try PolicyTrust.check(policy.file) }
+        let loaded = try files.map { file -> Policy in
+            try PolicyTrust.check(file)
+            let policy = try Policy.load(file)
+            try PolicyTrust.checkCommand(of: policy)
+            return policy
+        }
         return try from(loaded: loaded)
     }
 

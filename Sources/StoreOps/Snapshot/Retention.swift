@@ -4,7 +4,7 @@ public enum Retention {
     /// Decides keep or remove for every snapshot, applying the policy to each group on its own
     /// (by default each store: its host and path); returns the decisions by group (in the order
     /// of each group's newest snapshot, newest first), newest first within a group.
-    public static func apply(_ policy: RetentionPolicy, to snapshots: [RetentionCandidate], groupBy grouping: SnapshotGrouping) -> [RetentionDecision] {
+    public static func apply(_ policy: RetentionPolicy, to snapshots: [RetentionCandidate], groupBy grouping: SnapshotGrouping, now: Date = Date()) -> [RetentionDecision] {
         // Grouped by the fields' bytes (two paths that look the same are two stores), named by the
         // label; not by the label, whose `host:path` is the same for host `vm` and path `h:/x`
         // as for host `vm:h` and path `/x` (a trial's two stores were pruned as one).
@@ -53,6 +53,18 @@ public enum Retention {
         for i in out.indices where !out[i].keep && rescued.contains(out[i].id) {
             out[i].keep = true
             out[i].reasons = ["the newest snapshot of its store that passed its check (a store keeps one at least)"]
+        }
+        // A safety snapshot (the undo of a migration, a restore in place, a purge) is kept for
+        // `safety` after it was taken (counted from now: it is the incident's age that matters),
+        // whatever the rules: the next maintain removed one that was not the day's newest.
+        let safety = policy.safety ?? RetentionPolicy.defaultSafety
+        if safety.seconds > 0 {
+            for i in out.indices where !out[i].keep {
+                guard let snapshot = byID[out[i].id], now.timeIntervalSince(snapshot.time) < safety.seconds,
+                      let tag = RetentionPolicy.safetyTags.first(where: snapshot.tags.contains) else { continue }
+                out[i].keep = true
+                out[i].reasons = ["a safety snapshot (\(tag)) younger than \(safety.text): kept that long whatever the rules (keep_safety, --keep-safety)"]
+            }
         }
         return out
     }

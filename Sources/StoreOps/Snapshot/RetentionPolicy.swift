@@ -22,9 +22,18 @@ public struct RetentionPolicy: Sendable, Codable, Equatable {
     public var yearly: Int?
     public var within: DurationText?
     public var tags: [String] = []
+    /// How long a safety snapshot (`safetyTags`: what a migration, a restore in place or a purge
+    /// replaced, the undo the operator was told of) is kept whatever the rules; nil: 7 days; 0: no
+    /// longer than the rules keep it. The next `maintain` removed a pre-migrate snapshot that was
+    /// not the day's newest (a trial), and with it `rollback`'s target.
+    public var safety: DurationText?
+
+    /// The tags storectl gives the snapshots it takes before changing a store.
+    public static let safetyTags = ["pre-migrate", "pre-restore", "pre-purge"]
+    public static let defaultSafety = DurationText(seconds: 7 * 86_400, text: "7d")
 
     public init(last: Int? = nil, hourly: Int? = nil, daily: Int? = nil, weekly: Int? = nil, monthly: Int? = nil,
-                yearly: Int? = nil, within: DurationText? = nil, tags: [String] = []) {
+                yearly: Int? = nil, within: DurationText? = nil, tags: [String] = [], safety: DurationText? = nil) {
         self.last = last
         self.hourly = hourly
         self.daily = daily
@@ -33,6 +42,7 @@ public struct RetentionPolicy: Sendable, Codable, Equatable {
         self.yearly = yearly
         self.within = within
         self.tags = tags
+        self.safety = safety
     }
 
     /// True when no rule is set: such a policy would remove everything and is refused.

@@ -81,6 +81,21 @@ struct RetentionTests {
         #expect(decisions[1].reasons == ["tagged pre-migrate", "daily snapshot"])
     }
 
+    @Test("a safety snapshot (pre-migrate, pre-restore, pre-purge) is kept 7 days after it was taken whatever the rules (the next maintain removed a pre-migrate one, rollback's target); keep_safety sets how long, 0 turns it off")
+    func safetySnapshotsKeptAWeek() {
+        let now = Timestamp.parseISO("2026-11-22T12:00:00Z")!
+        let list = [snap("a", "2026-11-22T03:00:00Z"), snap("migrate", "2026-11-21T03:00:00Z", tags: ["pre-migrate"]),
+                    snap("restore", "2026-11-20T03:00:00Z", tags: ["pre-restore"]), snap("purge", "2026-11-19T03:00:00Z", tags: ["pre-purge"]),
+                    snap("old-migrate", "2026-11-10T03:00:00Z", tags: ["pre-migrate"]), snap("scheduled", "2026-11-21T02:00:00Z", tags: ["scheduled"])]
+        let decisions = Retention.apply(.init(last: 1), to: list, groupBy: .store, now: now)
+        #expect(decisions.filter(\.keep).map(\.id) == ["a", "migrate", "restore", "purge"], "\(decisions)")
+        #expect(decisions.first { $0.id == "migrate" }?.reasons.first?.hasPrefix("a safety snapshot (pre-migrate) younger than 7d") == true)
+        let shorter = Retention.apply(.init(last: 1, safety: DurationText(seconds: 2 * 86_400, text: "2d")), to: list, groupBy: .store, now: now)
+        #expect(shorter.filter(\.keep).map(\.id) == ["a", "migrate"])
+        let off = Retention.apply(.init(last: 1, safety: DurationText(seconds: 0, text: "0")), to: list, groupBy: .store, now: now)
+        #expect(off.filter(\.keep).map(\.id) == ["a"])
+    }
+
     @Test("the newest verified snapshot is always kept")
     func newestVerified() {
         let list = [snap("new-unverified", "2026-11-22T03:00:00Z"), snap("verified", "2026-11-21T03:00:00Z", verified: true),

@@ -48,12 +48,14 @@ public enum PasswordSource: Sendable, Hashable {
     /// nothing of this shell's environment.
     public static var cronEnvironment: [String: String] { environment(of: .cron) }
 
-    /// What `scheduler` gives a job: cron's PATH is /usr/bin:/bin; systemd's services get
-    /// /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin (a command in /usr/local/bin,
-    /// refused by a check as cron's, runs there: a trial). HOME, USER, LOGNAME, SHELL of this user.
+    /// What `scheduler` gives a job: cron's PATH is /usr/bin:/bin, with HOME, USER, LOGNAME and
+    /// SHELL of this user; systemd's services get /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
+    /// /sbin:/bin (a command in /usr/local/bin, refused by a check as cron's, runs there: a trial)
+    /// and no HOME, USER or LOGNAME (systemd.exec(5) sets them only for units with `User=`, and the
+    /// units storectl writes have none).
     public static func environment(of scheduler: Scheduler) -> [String: String] {
-        let path = scheduler == .cron ? "/usr/bin:/bin" : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-        var environment = ["PATH": path, "SHELL": "/bin/sh"]
+        if scheduler == .systemd { return ["PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] }
+        var environment = ["PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"]
         if let entry = getpwuid(geteuid()) {
             let name = String(cString: entry.pointee.pw_name)
             environment["HOME"] = String(cString: entry.pointee.pw_dir)
