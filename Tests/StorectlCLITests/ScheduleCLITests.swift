@@ -293,7 +293,7 @@ struct ScheduleCLITests {
         #expect(run.status == 0, "\(run.stderr)")
     }
 
-    @Test("an engaged kill switch is a note of policy check and install (ready, exit 0): the purge would stop before its first batch")
+    @Test("an engaged kill switch, or a circuit breaker that would trip now, is a note of policy check and install (ready, exit 0): the purge would stop before its first batch, or be refused")
     func killSwitchIsANote() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder)
@@ -306,6 +306,13 @@ struct ScheduleCLITests {
         #expect(json.stdout.contains("\"notes\"") && json.stdout.contains("killswitch"), "\(json.stdout)")
         let crontab = try storectl("schedule", "crontab", "--policy", policy)
         #expect(crontab.status == 0 && crontab.stderr.contains("storectl: note: \(policy): the kill switch"), "\(crontab.stderr)")
+        // A circuit breaker that would trip now is a note too (it said ready).
+        #expect(try storectl("killswitch", "release", store).status == 0)
+        let text = try String(contentsOfFile: policy, encoding: .utf8)
+        try Data(text.replacingOccurrences(of: "retention = \"30d\"", with: "retention = \"30d\"\nmax_fraction = 0.0001").utf8).write(to: URL(fileURLWithPath: policy))
+        let breaker = try storectl("policy", "check", policy)
+        #expect(breaker.status == 0 && breaker.stdout.contains("note: the circuit breaker would refuse the purge if it ran now: rule ")
+                && !breaker.stdout.contains("kill switch"), "\(breaker.stdout)")
     }
 
     @Test("schedule install --user as root checks as that user (a password file only root can read was ready, and the user's first run failed)", .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))

@@ -96,6 +96,10 @@ public enum JobReadiness {
         if jobs.contains(where: { $0 == .purge || $0 == .maintain }), !policy.rules.isEmpty,
            report.problems.allSatisfy({ $0.check != "store" }), let store = try? StoreFile(existing: policy.store.path) {
             report.notes += Purge.wouldStop(store, killSwitch: nil, before: "its first purge batch")
+            // A breaker that would trip now is data, not setup: a note, not a refusal (it said ready).
+            for trip in (try? PolicyCheck.breakerTrips(policy)) ?? [] {
+                report.notes.append("the circuit breaker would refuse the purge if it ran now: \(trip) (`storectl policy explain \(policy.file)` lists what each rule would delete)")
+            }
         }
 
         // The purge rules' names against the store, as `policy check` resolves them: an entity or

@@ -109,6 +109,21 @@ public enum PolicyCheck {
     }
 
     /// Explains each rule of a policy against its store (read-only).
+    /// What each rule's circuit breaker would say of the store now (nil where it would not trip):
+    /// counts only, on a read-only connection (`explain` runs a whole dry run).
+    static func breakerTrips(_ policy: Policy, now: Date = Date()) throws -> [String] {
+        let store = try StoreFile(existing: policy.store.path)
+        let queue = try StoreConnection.open(store.path, access: .readOnly, busyTimeout: policy.store.busyTimeout.seconds, label: "storectl.breaker-check")
+        defer { try? queue.close() }
+        return try queue.inDatabase { db in
+            guard case .success(let targets) = try PurgePlanner.resolve(policy, db: db, now: now) else { return [] }
+            return try targets.compactMap { target in
+                let counts = try target.counts(db)
+                return CircuitBreaker.trips(rule: target.rule, candidates: counts.candidates, total: counts.total)
+            }
+        }
+    }
+
     public static func explain(_ file: String, now: Date = Date()) throws -> [Explanation] {
         let policy = try Policy.load(file)
         let store = try StoreFile(existing: policy.store.path)
