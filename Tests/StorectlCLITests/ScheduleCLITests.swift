@@ -280,11 +280,41 @@ struct ScheduleCLITests {
         let text = try String(contentsOfFile: policy, encoding: .utf8)
         try Data(text.replacingOccurrences(of: "password_file = \"password\"", with: "password_command = \"./getpw.sh\"").utf8).write(to: URL(fileURLWithPath: policy))
         let byScript = try storectl("run", "snapshot", "--policy", policy)
-        #expect(byScript.status == 65 && byScript.stderr.contains("password_command's program \(script) is owned by nobody"), "\(byScript.status) \(byScript.stderr)")
+        #expect(byScript.status == 65 && byScript.stderr.contains("password_command names \(script): \(script) is owned by nobody"), "\(byScript.status) \(byScript.stderr)")
         let checked = try storectl("policy", "check", policy)
-        #expect(checked.status == 2 && checked.stdout.contains("password_command's program"), "\(checked.stdout)")
+        #expect(checked.status == 2 && checked.stdout.contains("password_command names"), "\(checked.stdout)")
+        // Forms a shell would run the same script by are refused, not parsed around (a review ran
+        // it as root through each): only plain words, every file they name checked.
+        let marker = folder.file("ran-as-root")
+        try Data("#!/bin/sh\ntouch '\(marker)'\ncat '\(folder.file("password"))'\n".utf8).write(to: URL(fileURLWithPath: script))
+        for (command, why) in [("FOO=1 ./getpw.sh", "variable assignment"), ("exec ./getpw.sh", "is owned by nobody"), ("\\\"./getpw.sh\\\"", "plain words only"),
+                               ("true; ./getpw.sh", "plain words only"), ("sh -e ./getpw.sh", "is owned by nobody"), ("$(echo ./getpw.sh)", "plain words only")] {
+            try Data(text.replacingOccurrences(of: "password_file = \"password\"", with: "password_command = \"\(command)\"").utf8).write(to: URL(fileURLWithPath: policy))
+            let refused = try storectl("run", "snapshot", "--policy", policy)
+            #expect(refused.status == 65 && refused.stderr.contains(why), "\(command): \(refused.status) \(refused.stderr)")
+            let check = try storectl("policy", "check", policy)
+            #expect(check.status == 2 && check.stdout.contains(why), "\(command): \(check.stdout)")
+            #expect(FileSystem.kind(of: marker) == .missing, "\(command) ran the script")
+        }
+        // A symbolic link another user owns on the command's path: it could be pointed elsewhere
+        // between the check and the run (the check followed it and looked only at the target).
+        let trusted = folder.file("trusted")
+        try FileManager.default.createDirectory(atPath: trusted, withIntermediateDirectories: false)
+        try FileManager.default.copyItem(atPath: script, toPath: trusted + "/getpw.sh")
+        chown(trusted + "/getpw.sh", 0, 0)
+        #expect(symlink(trusted, folder.file("link")) == 0 && lchown(folder.file("link"), 65534, 0) == 0)
+        try Data(text.replacingOccurrences(of: "password_file = \"password\"", with: "password_command = \"./link/getpw.sh\"").utf8).write(to: URL(fileURLWithPath: policy))
+        let linked = try storectl("run", "snapshot", "--policy", policy)
+        #expect(linked.status == 65 && linked.stderr.contains("the symbolic link \(folder.file("link")) is owned by nobody"), "\(linked.status) \(linked.stderr)")
+        #expect(FileSystem.kind(of: marker) == .missing)
+        // The policy reached through such a link: refused the same way.
+        try Data(text.utf8).write(to: URL(fileURLWithPath: policy))
+        let viaLink = try storectl("run", "snapshot", "--policy", folder.file("link") + "/../tasks.toml")
+        #expect(viaLink.status == 65 && viaLink.stderr.contains("symbolic link"), "\(viaLink.status) \(viaLink.stderr)")
         chown(script, 0, 0)
+        try Data(text.replacingOccurrences(of: "password_file = \"password\"", with: "password_command = \"./getpw.sh\"").utf8).write(to: URL(fileURLWithPath: policy))
         #expect(try storectl("run", "snapshot", "--policy", policy).status == 0)
+        #expect(FileSystem.kind(of: marker) == .file)
         try Data(text.utf8).write(to: URL(fileURLWithPath: policy))
         // Sticky and shared (as /tmp) is fine: no one can rename another user's file there.
         chmod(folder.path, 0o1777)

@@ -85,10 +85,20 @@ public enum JobReadiness {
             report.problems.append(Problem(check: check, message: message, hint: hint, status: status, jobs: jobs))
         }
 
-        // Only what a scheduler runs (a policy for purges by hand is the person's own business).
-        if isScheduled(context) || (policy.replicate != nil && replicateService), let why = PolicyTrust.problem(policy.file) ?? PolicyTrust.commandProblem(policy) {
+        // What a scheduler runs, and any policy whose password_command this check would run (the
+        // check opens the repository with it: a review's untrusted script ran as root, "ready").
+        // A policy for purges by hand without a command is the person's own business.
+        let scheduler: Scheduler = { if case .scheduled(let by) = context { return by }; return .cron }()
+        let commandPath = PasswordSource.environment(of: policy.replicate != nil && replicateService && !isScheduled(context) ? .systemd : scheduler)["PATH"]
+        var hasCommand = false
+        if case .command? = policy.snapshot?.passwordSource { hasCommand = true }
+        if isScheduled(context) || (policy.replicate != nil && replicateService) || hasCommand,
+           let why = PolicyTrust.problem(policy.file) ?? PolicyTrust.commandProblem(policy, path: commandPath) {
             problem("policy", "\(why): a job runs what it names (its password_command) as \(UserName.current)",
-                    hint: "`chown \(UserName.current) FILE; chmod go-w FILE` (and the folders above it), as cron asks of /etc/cron.d", .badData)
+                    hint: "`chown \(UserName.current) FILE; chmod go-w FILE` (and the folders above it), as cron asks of /etc/cron.d; a password_command of plain words, the rest in a script", .badData)
+            // Nothing more that would run its command (opening the repository does).
+            checkStore(policy, jobs: jobs, into: &report)
+            return report
         }
         checkStore(policy, jobs: jobs, into: &report)
         // An engaged kill switch is an incident in progress, not a problem to refuse installing
