@@ -28,6 +28,17 @@ func scheduledPolicy(_ folder: TempFolder, store: String, snapshot: String = "*/
     return path
 }
 
+/// A stand-in `crontab` command for STORECTL_CRONTAB, keeping its table in `crontab.txt` of
+/// `folder` (`-u USER` is taken and ignored): its path and the table's.
+func standInCrontab(_ folder: TempFolder) throws -> (command: String, table: String) {
+    let table = folder.file("crontab.txt")
+    let command = folder.file("crontab")
+    try Data("#!/bin/sh\ncase \"$1\" in -l) cat '\(table)' 2>/dev/null || { echo \"no crontab for root\" >&2; exit 1; };; -u) shift 2; [ \"$1\" = - ] && cat > '\(table)' || { cat '\(table)' 2>/dev/null || { echo \"no crontab for nobody\" >&2; exit 1; }; };; -) cat > '\(table)';; esac\n".utf8)
+        .write(to: URL(fileURLWithPath: command))
+    #expect(chmod(command, 0o755) == 0)
+    return (command, table)
+}
+
 @Suite("storectl schedule and run, end to end")
 struct ScheduleCLITests {
     @Test("STORECTL_CRONTAB naming no executable: install says so, naming the path (66; it said cron was not installed)")
@@ -240,10 +251,7 @@ struct ScheduleCLITests {
         let folder = try TempFolder()
         let store = try makeStore(folder)
         let policy = try scheduledPolicy(folder, store: store)
-        let crontab = folder.file("crontab.txt")
-        let standIn = folder.file("crontab")
-        try Data("#!/bin/sh\ncase \"$1\" in -l) cat '\(crontab)' 2>/dev/null || { echo \"no crontab for root\" >&2; exit 1; };; -) cat > '\(crontab)';; esac\n".utf8).write(to: URL(fileURLWithPath: standIn))
-        #expect(chmod(standIn, 0o755) == 0)
+        let (standIn, crontab) = try standInCrontab(folder)
         let cases: [(String, () -> Void, () -> Void)] = [
             ("is writable by every user", { chmod(policy, 0o646) }, { chmod(policy, 0o644) }),
             ("is writable by its group", { chmod(policy, 0o664) }, { chmod(policy, 0o644) }),
@@ -349,10 +357,7 @@ struct ScheduleCLITests {
     func installForAnotherUserChecksAsThem() throws {
         let folder = try TempFolder()
         let policy = try scheduledPolicy(folder, store: try makeStore(folder))
-        let crontab = folder.file("crontab.txt")
-        let standIn = folder.file("crontab")
-        try Data("#!/bin/sh\ncase \"$1\" in -l) cat '\(crontab)' 2>/dev/null || { echo \"no crontab for root\" >&2; exit 1; };; -u) shift 2; [ \"$1\" = - ] && cat > '\(crontab)' || { cat '\(crontab)' 2>/dev/null || { echo \"no crontab for nobody\" >&2; exit 1; }; };; -) cat > '\(crontab)';; esac\n".utf8).write(to: URL(fileURLWithPath: standIn))
-        #expect(chmod(standIn, 0o755) == 0)
+        let (standIn, crontab) = try standInCrontab(folder)
         #expect(try ChildProcess.run("/bin/chown", ["-R", "65534:65534", folder.path]).status == 0)
         #expect(chmod(folder.path, 0o755) == 0)
         // Everything nobody's but the password file, which only root can read.
@@ -373,10 +378,7 @@ struct ScheduleCLITests {
     func installWithoutCronDaemon() throws {
         let folder = try TempFolder()
         let policy = try scheduledPolicy(folder, store: try makeStore(folder))
-        let crontab = folder.file("crontab.txt")
-        let standIn = folder.file("crontab")
-        try Data("#!/bin/sh\ncase \"$1\" in -l) cat '\(crontab)' 2>/dev/null || { echo \"no crontab for root\" >&2; exit 1; };; -) cat > '\(crontab)';; esac\n".utf8).write(to: URL(fileURLWithPath: standIn))
-        #expect(chmod(standIn, 0o755) == 0)
+        let (standIn, crontab) = try standInCrontab(folder)
         let none = try storectl("schedule", "install", "--policy", policy, environment: ["STORECTL_CRONTAB": standIn, "STORECTL_TEST_CRON_DAEMONS": "no-such-cron-daemon"])
         #expect(none.status == 0 && none.stderr.contains("warning: no cron daemon is running on this machine"), "\(none.stderr)")
         // A daemon by another name that does run (this test's own process stands in for it).
