@@ -120,7 +120,7 @@ struct ScheduleCommand: ParsableCommand {
             if CronDaemon.checked, !CronDaemon.isRunning {
                 // Installed is not run: a container or a minimal machine has crontab but no daemon (a trial).
                 FileHandle.standardError.write(Data(("storectl: warning: no cron daemon is running on this machine: the jobs are in the crontab "
-                    + "but nothing runs them until one is (`systemctl enable --now cron`), or use `schedule install --systemd`\n").utf8))
+                    + "but nothing runs them until one is (`systemctl enable --now cron`; `crond` on Red Hat's systems), or use `schedule install --systemd`\n").utf8))
             }
             for policy in loaded where policy.replicate != nil {
                 FileHandle.standardError.write(Data("storectl: note: [replicate] of \(policy.file) is a service, not a cron job: `storectl schedule install --systemd --policy \(policy.file)`\n".utf8))

@@ -231,9 +231,24 @@ public enum CronDaemon {
 
     public static var isRunning: Bool {
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return true }
+        // /proc mounted with hidepid: another user's processes (cron's, root's) are not listed,
+        // so their absence says nothing. Said running (no warning) rather than warned falsely.
+        if getuid() != 0, procHidesOtherUsers() { return true }
         for entry in entries where entry.allSatisfy(\.isNumber) {
             guard let comm = try? String(contentsOfFile: "/proc/\(entry)/comm", encoding: .utf8) else { continue }
             if names.contains(comm.trimmingCharacters(in: .whitespacesAndNewlines)) { return true }
+        }
+        return false
+    }
+
+    /// Whether /proc is mounted with `hidepid` (1, 2, `noaccess`, `invisible`: not `0`/`off`).
+    public static func procHidesOtherUsers(mounts: String? = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) -> Bool {
+        for line in (mounts ?? "").split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count >= 4, fields[1] == "/proc", fields[2] == "proc" else { continue }
+            for option in fields[3].split(separator: ",") where option.hasPrefix("hidepid=") {
+                if !["hidepid=0", "hidepid=off"].contains(String(option)) { return true }
+            }
         }
         return false
     }

@@ -98,6 +98,10 @@ final class TableReader {
 
     func duration(_ key: String, allowZero: Bool = false, maximum: TimeInterval = DurationText.maximumSeconds) -> DurationText? {
         guard let value = value(key, required: false, expected: "a duration") else { return nil }
+        // `= 0` where zero is allowed (off): zero needs no unit (a trial wrote `keep_safety = 0`).
+        if allowZero, value.type == .int, value.int == 0, case .success(let zero) = DurationText.parse("0", allowZero: true, maximum: maximum) {
+            return zero
+        }
         guard let text = value.string else {
             wrongType(key, value, expected: "a duration string such as \"30d\" (a bare number has no unit)")
             return nil

@@ -92,4 +92,17 @@ struct CronExpressionTests {
         let expected = cron.nextRuns(after: after, count: 5, in: Self.utc)
         #expect(Array(Set(systemd).sorted().prefix(5)) == expected, "\(SystemdUnits.onCalendar(cron))")
     }
+
+    @Test("a /proc mounted with hidepid hides cron's process from other users: its absence is not taken for no cron daemon")
+    func hidepidIsNoEvidence() {
+        let line = "proc /proc proc rw,nosuid,nodev,noexec,relatime,%@ 0 0\nsysfs /sys sysfs rw 0 0\n"
+        for option in ["hidepid=2", "hidepid=invisible", "hidepid=1", "hidepid=noaccess"] {
+            #expect(CronDaemon.procHidesOtherUsers(mounts: line.replacingOccurrences(of: "%@", with: option)), "\(option)")
+        }
+        for option in ["hidepid=0", "hidepid=off", "gid=5"] {
+            #expect(!CronDaemon.procHidesOtherUsers(mounts: line.replacingOccurrences(of: "%@", with: option)), "\(option)")
+        }
+        #expect(!CronDaemon.procHidesOtherUsers(mounts: "proc /other proc rw,hidepid=2 0 0\n"), "only /proc's own mount")
+        #expect(!CronDaemon.procHidesOtherUsers(mounts: nil))
+    }
 }

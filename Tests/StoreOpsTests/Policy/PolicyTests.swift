@@ -98,6 +98,28 @@ struct PolicyTests {
     }
 
     /// Each malformed policy: exit 65, the line and key, what is expected.
+    @Test("a duration that may be zero takes a bare 0 (a trial wrote keep_safety = 0 and was told it has no unit); any other bare number is still refused")
+    func zeroDurationNeedsNoUnit() throws {
+        let folder = try TempFolder()
+        let path = try writePolicy("""
+            [store]
+            path = "Tasks.sqlite"
+            [snapshot]
+            repository = "snaps"
+            [snapshot.retention]
+            keep_last = 2
+            keep_safety = 0
+            [replicate]
+            heartbeat = 0
+            """, in: folder)
+        let policy = try Policy.load(path)
+        #expect(policy.snapshot?.retention?.safety?.seconds == 0)
+        #expect(policy.replicate?.heartbeat.seconds == 0)
+        let bare = try writePolicy("[store]\npath = \"x.sqlite\"\n[snapshot]\nrepository = \"r\"\n[snapshot.retention]\nkeep_safety = 3", in: folder)
+        let error = #expect(throws: StoreOpsError.self) { try Policy.load(bare) }
+        #expect(error?.message.contains("keep_safety") == true && error?.message.contains("no unit") == true, "\(error?.message ?? "")")
+    }
+
     @Test("a policy's repository may be an s3:// URL: kept as written, not made a path beside the policy")
     func s3Repository() throws {
         let folder = try TempFolder()
