@@ -43,8 +43,27 @@ public enum SystemTimeZone {
            let zone = TimeZone(identifier: name.trimmingCharacters(in: .whitespacesAndNewlines)) {
             return zone
         }
-        // A copied /etc/localtime (no name to read): what the C library makes of it without TZ.
+        // A copied /etc/localtime (no name to read): the zone database's file with the same
+        // bytes. (`TimeZone.current` follows the shell's TZ, which is not cron's zone.)
+        if let copied = FileManager.default.contents(atPath: "/etc/localtime"), let name = zoneNamed(matching: copied) {
+            if let zone = TimeZone(identifier: name) { return zone }
+        }
         return TimeZone.current
+    }
+
+    /// The name of the zone whose file under `root` holds exactly `data` (a copied /etc/localtime).
+    /// Files are compared only where the sizes agree; `posix/` and `right/` (copies, leap
+    /// seconds) are skipped.
+    public static func zoneNamed(matching data: Data, root: String = "/usr/share/zoneinfo") -> String? {
+        guard !data.isEmpty, let names = FileManager.default.subpaths(atPath: root) else { return nil }
+        // Shorter names first: `UTC` before `Etc/UTC`, `Europe/Paris` before its aliases deeper down.
+        for name in names.sorted(by: { ($0.count, $0) < ($1.count, $1) }) where !name.hasPrefix("posix/") && !name.hasPrefix("right/") {
+            let path = (root as NSString).appendingPathComponent(name)
+            var info = stat()
+            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) == data.count else { continue }
+            if FileManager.default.contents(atPath: path) == data, TimeZone(identifier: name) != nil { return name }
+        }
+        return nil
     }
 
     /// The shell's `TZ` when it names another zone than the machine's (what `schedule show` says it ignored), else nil.

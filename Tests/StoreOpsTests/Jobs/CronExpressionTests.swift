@@ -105,4 +105,20 @@ struct CronExpressionTests {
         #expect(!CronDaemon.procHidesOtherUsers(mounts: "proc /other proc rw,hidepid=2 0 0\n"), "only /proc's own mount")
         #expect(!CronDaemon.procHidesOtherUsers(mounts: nil))
     }
+
+    @Test("a copied /etc/localtime (no link, no /etc/timezone) is named by the zone file with its bytes, not by the shell's TZ",
+          .enabled(if: FileManager.default.fileExists(atPath: "/usr/share/zoneinfo/Europe/Paris")))
+    func copiedLocaltimeIsNamed() throws {
+        let paris = try #require(FileManager.default.contents(atPath: "/usr/share/zoneinfo/Europe/Paris"))
+        #expect(SystemTimeZone.zoneNamed(matching: paris).map { TimeZone(identifier: $0)?.secondsFromGMT(for: Date(timeIntervalSince1970: 0)) } == 3600,
+                "a zone with Paris's rules (Europe/Paris or an alias of it)")
+        let folder = try TempFolder()
+        try FileManager.default.createDirectory(atPath: folder.file("Europe"), withIntermediateDirectories: true)
+        try paris.write(to: URL(fileURLWithPath: folder.file("Europe/Paris")))
+        var other = paris
+        other[other.count - 2] ^= 0xFF   // the same size, other bytes: compared, not taken
+        try other.write(to: URL(fileURLWithPath: folder.file("Europe/A-same-size")))
+        #expect(SystemTimeZone.zoneNamed(matching: paris, root: folder.path) == "Europe/Paris")
+        #expect(SystemTimeZone.zoneNamed(matching: Data("TZif-not-a-zone".utf8), root: folder.path) == nil)
+    }
 }
