@@ -54,6 +54,11 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         let report = try Migrate.run(options, progress: progress?.1)
         progress?.0.finish()
         print(json ? jsonReport(report) : Self.render(report))
+        // A folder with no migration in it and a store with none applied: "up to date at version 0"
+        // alone read as success (a wrong --migrations, files named otherwise).
+        if report.plan.pending.isEmpty, report.plan.applied.isEmpty {
+            FileHandle.standardError.write(Data("storectl: note: \(migrations) holds no migrations (NNNN_name.sql files), and \(store) has none applied\n".utf8))
+        }
         try Finished.check(report.ending)
         // A rehearsal that failed, or changed what the migrations do not declare: the real run would fail.
         if report.dryRun, report.undeclared?.isEmpty == false { throw Finished(status: .checksFailed) }
@@ -108,13 +113,13 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
         }
         if let changes = report.changes {
             let mixed = report.othersWrote == true && report.attributed != true
-            lines.append("  changed: \(changes.text)" + (mixed ? " (with what other processes wrote during the run)" : ""))
+            lines.append("  changed: \(changes.text == "no change" ? "nothing (no row, no schema)" : changes.text)" + (mixed ? " (with what other processes wrote during the run)" : ""))
         }
         if let others = report.others { lines.append("  other processes changed meanwhile (not the migrations'): \(others.text)") }
         if report.othersWrote == true, report.attributed != true {
             for outside in report.undeclared ?? [] { lines.append("  not declared, perhaps another process's: \(outside)") }
         }
-        if let checked = report.checked { lines.append("  checked: \(checked.joined(separator: ", "))") }
+        if let checked = report.checked, !checked.isEmpty { lines.append("  checked: \(checked.joined(separator: ", "))") }
         if let failure = report.failure { lines.append("  FAILED: \(failure)") }
         if let unchecked = report.declarationsUnchecked { lines.append("  NOT CHECKED: \(unchecked)") }
         if let hint = report.failureHint { lines.append("  hint: \(hint)") }
@@ -130,7 +135,8 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
                     // What the app committed during the run is there, not in the restored store.
                     if report.othersWrote == true {
                         lines.append("  WARNING: another process committed to the store during the run"
-                                     + (report.others.map { " (\($0.text))" } ?? "") + "; those commits are in the failed state kept at \(kept), not in the restored store")
+                                     + (report.others.map { " (\($0.text))" } ?? "") + "; those commits are in the failed state kept at \(kept), not in the restored store, "
+                                     + "and an app that keeps the store open goes on committing there until it opens the store again: restart it now")
                     }
                 }
             } else {

@@ -486,6 +486,53 @@ struct MigrateCLITests {
         if how == "engage" { #expect(try storectl("killswitch", "release", fixture.store).status == 0) }
     }
 
+    @Test("a new user's trial of migrate: a check that writes is refused and its migration not kept; a .SQL file is refused, not skipped; an empty folder is said so; VACUUM's refusal names the directive; a rehearsal with an undeclared change ends 'checks failed' in its JSON too; a kill switch in no folder is 66")
+    func newUsersTrial() throws {
+        func write(_ folder: String, _ files: [String: String]) throws {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            for (name, sql) in files { try Data(sql.utf8).write(to: URL(fileURLWithPath: (folder as NSString).appendingPathComponent(name))) }
+        }
+        let fixture = try MigrationCLIFixture()
+        let original = try storeDigest(fixture.store)
+        func migrate(_ folder: String, _ extra: [String] = []) throws -> ChildProcess.Result {
+            try ChildProcess.run(Binaries.storectl, ["migrate", fixture.store, "--migrations", folder, "--repo", fixture.repo] + extra)
+        }
+        // A check that writes: its UPDATE … RETURNING passed, and its write was committed.
+        let writing = fixture.folder.file("writing")
+        try write(writing, ["0001_x.sql": "UPDATE ZTAG SET ZNAME = ZNAME || '!';",
+                            "0001_x.verify.sql": "UPDATE ZCATEGORY SET ZNAME = 'changed by a check' WHERE Z_PK = 1 RETURNING 1;"])
+        let refused = try migrate(writing, ["--rollback-on-failure"])
+        #expect(refused.status != 0 && refused.stdout.contains("check 1 writes to the store") && refused.stdout.contains("a check may only read"),
+                "\(refused.status) \(refused.stdout) \(refused.stderr)")
+        #expect(try storeDigest(fixture.store) == original, "neither the check's write nor the migration kept")
+        // `0002_y.SQL` was skipped without a word.
+        let upper = fixture.folder.file("upper")
+        try write(upper, ["0001_a.sql": "UPDATE ZTAG SET ZNAME = ZNAME;", "0002_y.SQL": "UPDATE ZTAG SET ZNAME = ZNAME;"])
+        let odd = try migrate(upper, ["--dry-run"])
+        #expect(odd.status == 65 && odd.stderr.contains("0002_y.SQL") && odd.stderr.contains("mv "), "\(odd.status) \(odd.stderr)")
+        // An empty folder: up to date at version 0, and said why.
+        let empty = fixture.folder.file("empty")
+        try write(empty, [:])
+        let none = try migrate(empty)
+        #expect(none.status == 0 && none.stderr.contains("holds no migrations"), "\(none.status) \(none.stderr)")
+        // VACUUM: the hint names the directive that runs it.
+        let vacuum = fixture.folder.file("vacuum")
+        try write(vacuum, ["0001_vac.sql": "VACUUM;"])
+        let vac = try migrate(vacuum, ["--dry-run"])
+        #expect(vac.status == 65 && vac.stderr.contains("-- storectl: no-transaction"), "\(vac.status) \(vac.stderr)")
+        // A rehearsal that changes what is not declared: exit 2, and its JSON's ending says why.
+        let undeclared = fixture.folder.file("undeclared")
+        try write(undeclared, ["0001_titles.sql": "-- storectl: changes Item.ZTITLE\nUPDATE ZITEM SET ZTITLE = ZTITLE || '!' WHERE Z_PK <= 10;\nUPDATE ZCATEGORY SET ZNAME = 'red' WHERE Z_PK = 3;"])
+        let dry = try migrate(undeclared, ["--dry-run", "--json"])
+        #expect(dry.status == 2, "\(dry.stderr)")
+        let ending = try #require(try JSONSerialization.jsonObject(with: Data(dry.stdout.utf8)) as? [String: Any])["ending"] as? [String: Any]
+        #expect(ending?["outcome"] as? String != "ok" && (ending?["error"] as? [String: Any])?["status"] as? Int == 2, "\(dry.stdout)")
+        // A kill switch that could never be thrown.
+        let nowhere = try migrate(fixture.migrations, ["--kill-switch", fixture.folder.file("no/such/folder/ks")])
+        #expect(nowhere.status == 66 && nowhere.stderr.contains("could never be thrown"), "\(nowhere.status) \(nowhere.stderr)")
+        #expect(try storeDigest(fixture.store) == original)
+    }
+
     @Test("kill -9 from outside at random moments of a slow migration, then rollback", arguments: [0.4, 0.9, 1.6])
     func killedFromOutside(_ delay: Double) throws {
         let fixture = try MigrationCLIFixture(slow: true)

@@ -619,7 +619,8 @@ public enum StoreDiff {
             for (name, count) in e.attributes.sorted(by: { $0.key < $1.key })
             where !allows(scopes, name, coreDataColumn: isCoreDataColumn(name, of: e)) && !(e.columns[name].map { allows(scopes, $0, coreDataColumn: isCoreDataColumn($0, of: e)) } ?? false)
                 && !(name.hasSuffix(" (order)") && allows(scopes, String(name.dropLast(" (order)".count)))) {
-                out.append("\(label): \(name) changed in \(count) object\(count == 1 ? "" : "s")")
+                let unit = e.entity == nil ? "row" : "object"   // a plain table's are rows
+                out.append("\(label): \(name) changed in \(count) \(unit)\(count == 1 ? "" : "s")")
             }
         }
         // Core Data's own record of the store's model (the metadata's version hashes, the cached

@@ -170,6 +170,7 @@ public enum Migrate {
         }
         let store = try StoreFile(existing: options.store)
         let migrations = try load(options)
+        try KillSwitch.checkExtra(options.killSwitch)
         if let to = options.to, to < 1 {
             throw StoreOpsError(.usage, "--to \(to) is out of range: migration versions are 1 or more", hint: "name the version of an existing migration file")
         }
@@ -297,8 +298,12 @@ public enum Migrate {
                 throw StoreOpsError(.usage, "\(subject) is at version \(plan.current); migrate does not go down to \(to)", hint: downHint)
             }
             guard plan.blockers.isEmpty else {
+                // A statement that cannot run in a transaction (VACUUM): the way to run it, not the history.
+                let outside = plan.pending.contains { $0.refused.contains { $0.contains("cannot run inside a transaction") } }
                 throw StoreOpsError(.badData, "the migrations cannot run on \(subject); nothing was changed:\n  " + plan.blockers.joined(separator: "\n  "),
-                                    hint: "storectl migrate status \(store.path) --migrations \(options.migrations ?? "DIR") shows the history")
+                                    hint: outside
+                                        ? "put `-- storectl: no-transaction` in that migration (it then runs outside a transaction, alone; a failure is undone from the pre-migrate snapshot)"
+                                        : "storectl migrate status \(store.path) --migrations \(options.migrations ?? "DIR") shows the history")
             }
             return plan
         }
@@ -439,7 +444,16 @@ public enum Migrate {
             if let declared {
                 let allowed = try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0) }
                 let outside = StoreDiff.undeclared(diff, declared: allowed)
-                if !outside.isEmpty { report.undeclared = outside }
+                if !outside.isEmpty {
+                    report.undeclared = outside
+                    // The real run rolls back (3) at its verify stage: the rehearsal's ending says
+                    // so, as for any other check it fails (`--json` said outcome "ok", exit 2).
+                    if report.rehearsalFailure == nil {
+                        failsAtVerify("the migrations change what they do not declare (`-- storectl: changes \(declared.sorted().joined(separator: ", "))`): "
+                                      + "\(outside.count) difference\(outside.count == 1 ? "" : "s") (NOT DECLARED below; `undeclared` in --json)",
+                                      advice: "declare what they change, or change only what is declared")
+                    }
+                }
                 let known = ((try? Migrate.readOnly(StoreFile(unchecked: before), timeout: options.timeout, Migrate.names)) ?? [])
                     .union((try? Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout, Migrate.names)) ?? [])
                 // Both sides are at hand: a member the migration removed is still known.
@@ -1294,7 +1308,16 @@ public enum Migrate {
             }
             for (index, check) in migration.checks.enumerated() {
                 let rows: [Row]
-                do { rows = try Row.fetchAll(db, sql: check) } catch let error as DatabaseError {
+                do {
+                    // A check reads: one that would write (an UPDATE … RETURNING passed, and its
+                    // write was committed with the migration) is refused before it runs.
+                    let statement = try db.makeStatement(sql: check)
+                    guard statement.isReadonly else {
+                        throw StoreOpsError(.badData, "\(label).verify.sql check \(index + 1) writes to the store (`\(Self.opening(of: check))`): a check may only read",
+                                            hint: "make it a SELECT; changes belong in \(label).sql")
+                    }
+                    rows = try Row.fetchAll(statement)
+                } catch let error as DatabaseError {
                     // A failure in the checks file, not the migration (it said `0002_v: near "SELEC"`).
                     throw StoreOpsError.sqlite(error, doing: "\(label).verify.sql check \(index + 1) of \(migration.checks.count) (`\(Self.opening(of: check))`)", side: .output)
                 }

@@ -82,7 +82,15 @@ public struct Migration: Sendable {
         case .other:
             throw StoreOpsError(.noInput, "--migrations \(absolute) is not a folder", hint: "pass the folder that holds the NNNN_name.sql files")
         }
-        let names = try FileManager.default.contentsOfDirectory(atPath: absolute).filter { $0.hasSuffix(".sql") }.sorted()
+        let all = try FileManager.default.contentsOfDirectory(atPath: absolute)
+        // `0002_y.SQL` was skipped without a word: a migration that never runs, and a plan that
+        // looked complete. Any other spelling of the extension is refused.
+        if let odd = all.sorted().first(where: { $0.lowercased().hasSuffix(".sql") && !$0.hasSuffix(".sql") }) {
+            let fixed = String(odd.dropLast(4)) + ".sql"
+            throw StoreOpsError(.badData, "\(absolute)/\(odd): a migration's file name ends in .sql (lower case); this one would not run",
+                                hint: "rename it: mv '\(absolute)/\(odd)' '\(absolute)/\(fixed)'")
+        }
+        let names = all.filter { $0.hasSuffix(".sql") }.sorted()
         var migrations: [Migration] = []
         var seen: [Int: String] = [:]
         for name in names where !name.hasSuffix(".verify.sql") {

@@ -204,6 +204,7 @@ public enum Purge {
     }
 
     static func run(_ policy: Policy, store: StoreFile, options: Options, progress: ProgressHandler?) throws -> Report {
+        try KillSwitch.checkExtra(options.killSwitch)
         let killSwitch = KillSwitch(store: store, extra: options.killSwitch)
         let pipeline = Pipeline(operation: "purge", store: store, killSwitch: killSwitch, progress: progress)
         let session = Session(policy: policy, store: store, options: options, killSwitch: killSwitch)

@@ -13,6 +13,17 @@ public struct KillSwitch: Sendable {
 
     public static func defaultPath(for store: StoreFile) -> String { store.path + ".storectl-killswitch" }
 
+    /// A `--kill-switch FILE` whose folder does not exist could never be thrown (a run given
+    /// `/nonexistent/ks` went on, its operator believing it had a switch): 66 before anything runs.
+    public static func checkExtra(_ extra: String?) throws {
+        guard let extra else { return }
+        let folder = FileSystem.parent(of: FileSystem.absolute(extra))
+        guard FileSystem.kind(of: folder) == .directory else {
+            throw StoreOpsError(.noInput, "--kill-switch \(extra): its folder \(folder) does not exist, so the switch could never be thrown; nothing was done",
+                                hint: "name a file in an existing folder (it need not exist itself: creating it throws the switch)")
+        }
+    }
+
     /// The switch file that is thrown, if any.
     public var engaged: String? { paths.first { FileManager.default.fileExists(atPath: $0) } }
 

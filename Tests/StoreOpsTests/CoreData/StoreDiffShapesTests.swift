@@ -311,11 +311,11 @@ struct StoreDiffShapesTests {
         #expect(!back.same && sequence.changed == 1 && sequence.objects.first?.values.first.map { "\($0.before ?? "") → \($0.after ?? "")" } == "3 → 2")
         let queue = try DatabaseQueue(path: rewound)
         let nothing = try queue.read { try Migrate.allowing([], consequencesIn: back, db: $0) }
-        #expect(StoreDiff.undeclared(back, declared: nothing) == ["table sqlite_sequence: seq changed in 1 object"], "\(StoreDiff.undeclared(back, declared: nothing))")
+        #expect(StoreDiff.undeclared(back, declared: nothing) == ["table sqlite_sequence: seq changed in 1 row"], "\(StoreDiff.undeclared(back, declared: nothing))")
         let up = try StoreDiff.run(StoreDiff.Options(a: .file(a), b: .file(grown)))
         let allowed = try DatabaseQueue(path: grown).read { try Migrate.allowing(["t"], consequencesIn: up, db: $0) }
         #expect(!up.same && StoreDiff.undeclared(up, declared: allowed).isEmpty, "\(StoreDiff.undeclared(up, declared: allowed))")
-        #expect(StoreDiff.undeclared(up, declared: ["t"]) == ["table sqlite_sequence: seq changed in 1 object"])
+        #expect(StoreDiff.undeclared(up, declared: ["t"]) == ["table sqlite_sequence: seq changed in 1 row"])
     }
 
 
