@@ -330,12 +330,21 @@ struct MigrateCLITests {
         #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
         let boxes = try DatabaseQueue(path: fixture.store).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM Z_RT_Category_box") }
         #expect((boxes ?? 0) > 0, "the trigger wrote the R-tree")
-        try Data("-- storectl: changes Item\nINSERT INTO Z_RT_Category_box VALUES (999999, 1, 2);\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0005_box.sql"))
+        // A declared table written without a value changed (a data fix run twice: Photos' favourite
+        // set where it was set) fires its triggers all the same: what they write is the schema's
+        // (it was "undeclared", and the run rolled back).
+        try Data("-- storectl: changes Category.name\nUPDATE ZCATEGORY SET ZNAME = ZNAME WHERE Z_PK = 1;\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0005_same.sql"))
+        let tally = { try DatabaseQueue(path: fixture.store).read { try Int.fetchOne($0, sql: "SELECT n FROM Z_TALLY") } }
+        let tallyBefore = try tally()
+        let same = try fixture.migrate()
+        #expect(same.status == 0 && !same.stdout.contains("NOT DECLARED"), "\(same.stdout) \(same.stderr)")
+        #expect(try tally() == tallyBefore.map { $0 + 1 }, "the trigger wrote its table, and the migration stayed")
+        try Data("-- storectl: changes Item\nINSERT INTO Z_RT_Category_box VALUES (999999, 1, 2);\n".utf8).write(to: URL(fileURLWithPath: fixture.migrations + "/0006_box.sql"))
         let refused = try fixture.migrate()
         #expect(refused.status == 3 && (refused.stdout + refused.stderr).contains("Z_RT_Category_box"), "\(refused.status) \(refused.stdout) \(refused.stderr)")
         // A table only named in a literal of a trigger on a declared table is not the schema's to write.
         try Data("-- storectl: changes Category\nUPDATE ZCATEGORY SET ZNAME = ZNAME || '?';\nINSERT INTO Z_UNTOUCHED VALUES (1);\n".utf8)
-            .write(to: URL(fileURLWithPath: fixture.migrations + "/0005_box.sql"))
+            .write(to: URL(fileURLWithPath: fixture.migrations + "/0006_box.sql"))
         let literal = try fixture.migrate()
         #expect(literal.status == 3 && (literal.stdout + literal.stderr).contains("Z_UNTOUCHED"), "\(literal.status) \(literal.stdout) \(literal.stderr)")
     }

@@ -442,7 +442,7 @@ public enum Migrate {
                 }
             }
             if let declared {
-                let allowed = try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0) }
+                let allowed = try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) }
                 let outside = StoreDiff.undeclared(diff, declared: allowed)
                 if !outside.isEmpty {
                     report.undeclared = outside
@@ -753,7 +753,7 @@ public enum Migrate {
                 diffOptions.repository = report.repository
                 diffOptions.limit = 0
                 let diff = try StoreDiff.run(diffOptions, repository: hold.repository)
-                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0) }
+                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) }
                 outside = StoreDiff.undeclared(diff, declared: allowed)
             } catch {
                 // The check could not be made (a full disk, a signal): the failure is reported as
@@ -815,7 +815,7 @@ public enum Migrate {
             var problems: [String] = []
             let declared = Self.declarations(of: applied)
             if let declared {
-                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0) }
+                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) }
                 let outside = StoreDiff.undeclared(diff, declared: allowed)
                 if !outside.isEmpty {
                     report.undeclared = outside
@@ -921,7 +921,7 @@ public enum Migrate {
                 // say more than "Z_METADATA rewritten" among the undeclared changes (which the
                 // report keeps all the same).
                 if let declared {
-                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0) })
+                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) })
                     if !outside.isEmpty { report.undeclared = outside }
                 }
                 try queue.inDatabase { try Migrate.checkCoreDataKeeping($0, uuidBefore: storeUUID, declared: declared) }
@@ -930,7 +930,7 @@ public enum Migrate {
                         .union(diff.schema.filter { $0.change == "removed" }.map(\.name))
                     let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
                     if !unknown.isEmpty { report.unknownDeclared = unknown }
-                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0) })
+                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) })
                     // Without --force another process could commit only in the microseconds the
                     // run's lock was let go (a migration without a transaction, the commit before
                     // verify): that is not held to excuse a change (fail closed, rolled back).
@@ -1101,13 +1101,29 @@ public enum Migrate {
     /// what the schema does in turn is not the migration's to declare (Photos' R-tree triggers
     /// rewrite `Z_RT_…_node` when an asset's moment changes; a trial's declared migration was
     /// rolled back for it). `purge` counts such changes as the schema's the same way.
-    static func allowing(_ declared: Set<String>, consequencesIn diff: StoreDiff.Report, db: Database) throws -> Set<String> {
+    static func allowing(_ declared: Set<String>, consequencesIn diff: StoreDiff.Report, db: Database, statements: [String] = []) throws -> Set<String> {
         let names = Set(declared.map { $0.lowercased() })
         func covered(_ scope: String) -> Bool {
             let lower = scope.lowercased()
             return names.contains(lower) || names.contains { $0.hasPrefix(lower + ".") }
         }
+        // The statement, then the table (a schema name before it skipped): INSERT [OR x] INTO t,
+        // REPLACE INTO t, UPDATE [OR x] t, DELETE FROM t.
+        let target = try Regex(#"(?i)\b(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM)\s+(?:["`\[]?[A-Za-z_][A-Za-z0-9_$]*["`\]]?\s*\.\s*)?["`\[]?([A-Za-z_][A-Za-z0-9_$]*)"#)
+        // String literals and comments hold no statement (`RAISE(ABORT, 'delete from X first')`).
+        let noise = try Regex(#"'(?:[^']|'')*'|--[^\n]*|/\*[\s\S]*?\*/"#)
         var frontier = Set(diff.entities.filter { e in (e.lineage + [e.entity].compactMap { $0 } + [e.table]).contains(where: covered) }.map { $0.table.lowercased() })
+        // A declared table the migrations wrote without changing a value (an UPDATE setting what
+        // was there: a data fix run twice) fires its triggers all the same, and what they write is
+        // the declared change's (Photos' R-tree trigger rewrote its node, and the run rolled back).
+        let coreData = try CoreDataStore.read(db)
+        for statement in statements {
+            for match in statement.replacing(noise, with: " ").matches(of: target) {
+                guard let table = match.output[1].substring.map(String.init) else { continue }
+                let entities = coreData?.entities.filter { $0.table?.lowercased() == table.lowercased() }.map(\.name) ?? []
+                if covered(table) || entities.contains(where: covered) { frontier.insert(table.lowercased()) }
+            }
+        }
         guard !frontier.isEmpty else { return declared }
         // Rows added to a declared AUTOINCREMENT table raise its number in `sqlite_sequence`.
         var declared = declared
@@ -1136,11 +1152,6 @@ public enum Migrate {
         let shadows: [String: [String]] = ["rtree": ["node", "parent", "rowid"], "rtree_i32": ["node", "parent", "rowid"], "geopoly": ["node", "parent", "rowid"],
                                            "fts5": ["data", "idx", "content", "docsize", "config"],
                                            "fts4": ["content", "segments", "segdir", "docsize", "stat"], "fts3": ["content", "segments", "segdir", "docsize", "stat"]]
-        // The statement, then the table (a schema name before it skipped): INSERT [OR x] INTO t,
-        // REPLACE INTO t, UPDATE [OR x] t, DELETE FROM t.
-        let target = try Regex(#"(?i)\b(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM)\s+(?:["`\[]?[A-Za-z_][A-Za-z0-9_$]*["`\]]?\s*\.\s*)?["`\[]?([A-Za-z_][A-Za-z0-9_$]*)"#)
-        // String literals and comments hold no statement (`RAISE(ABORT, 'delete from X first')`).
-        let noise = try Regex(#"'(?:[^']|'')*'|--[^\n]*|/\*[\s\S]*?\*/"#)
         var allowed = Set<String>()
         var seen = frontier
         while !frontier.isEmpty {
