@@ -536,4 +536,29 @@ struct SmallerAnswerTests {
         let proc = try ChildProcess.run(Binaries.storectl, ["snapshot", "export", "--repo", repo, id, "--output", "/proc/storectl-s.tar.zst"])
         #expect(proc.status == 73 && proc.stderr.contains("stores nothing"), "\(proc.status) \(proc.stderr)")
     }
+
+    @Test("a migration that fills the disk: its rollback cannot start because the store's -wal holds the space (its failed transaction's frames); it says so and how to release it, which works",
+          .enabled(if: TempMount.isAvailable))
+    func fullDiskRollbackNamesTheWAL() throws {
+        let folder = try TempFolder()
+        let mount = try #require(TempMount(kilobytes: 20 * 1024))
+        let store = mount.file("Tasks.sqlite")
+        #expect(try ChildProcess.run(Binaries.lab, ["make-store", store, "--items", "20000"]).status == 0)
+        let original = try storeDigest(store)
+        let repo = folder.file("snaps")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo, "--insecure-no-encryption"]).status == 0)
+        let migrations = folder.file("m")
+        try FileManager.default.createDirectory(atPath: migrations, withIntermediateDirectories: false)
+        try Data("-- storectl: changes Tag.ZNAME\nUPDATE ZTAG SET ZNAME = upper(ZNAME);\n".utf8).write(to: URL(fileURLWithPath: migrations + "/0001_small.sql"))
+        try Data("-- storectl: changes Item.ZBODY\nUPDATE ZITEM SET ZBODY = ZBODY || hex(randomblob(400));\n".utf8).write(to: URL(fileURLWithPath: migrations + "/0002_grow.sql"))
+        let run = try ChildProcess.run(Binaries.storectl, ["migrate", "apply", store, "--migrations", migrations, "--repo", repo, "--rollback-on-failure"])
+        #expect(run.status == 4 && run.stdout.contains("Tasks.sqlite-wal holds") && run.stdout.contains("no space left"), "\(run.status) \(run.stdout) \(run.stderr)")
+        let again = try ChildProcess.run(Binaries.storectl, ["rollback", store, "--repo", repo])
+        #expect(again.status == 74 && again.stderr.contains("-wal holds") && again.stderr.contains("PRAGMA wal_checkpoint(TRUNCATE)"), "\(again.status) \(again.stderr)")
+        // What the hint says, then the rollback.
+        _ = try ChildProcess.run("/usr/bin/env", ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()", store])
+        let rolled = try ChildProcess.run(Binaries.storectl, ["rollback", store, "--repo", repo])
+        #expect(rolled.status == 0, "\(rolled.stderr)")
+        #expect(try storeDigest(store) == original)
+    }
 }

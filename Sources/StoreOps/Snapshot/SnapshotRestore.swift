@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import GRDB
 
 /// `storectl snapshot restore`: puts a verified snapshot back, as a new file or in place of a store.
 public enum SnapshotRestore {
@@ -205,6 +206,23 @@ public enum SnapshotRestore {
         var databaseCheck: String
     }
 
+    /// A TRUNCATE checkpoint of the store at `path` (its committed frames written into the file,
+    /// the -wal emptied), waiting at most 200 ms for another connection; nil once the -wal is empty, else why not.
+    static func releaseWAL(of path: String) -> String? {
+        let queue: DatabaseQueue
+        do { queue = try StoreConnection.open(path, access: .readWrite, busyTimeout: 0.2, side: .output) } catch { return StoreOpsError.wrapping(error)?.message ?? "\(error)" }
+        defer { try? queue.close() }
+        do {
+            let row = try queue.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+            if let busy = row?[0] as Int?, busy != 0 { return "another connection is in the way" }
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+            return "SQLite needs room to write the -wal's frames into the database file first"
+        } catch {
+            return StoreOpsError.wrapping(error)?.message ?? "\(error)"
+        }
+        return (FileSystem.size(of: path + "-wal") ?? 0) == 0 ? nil : "the -wal is not empty after the checkpoint"
+    }
+
     /// Unpacks and checks the snapshot beside `finalPath`, then puts the database in `journalMode`
     /// ("wal" or "delete") and fsyncs everything.
     ///
@@ -227,7 +245,21 @@ public enum SnapshotRestore {
         }
         let external = record.externalData?.totalBytes ?? 0
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
-        try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
+        do {
+            try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
+        } catch let error as StoreOpsError where error.kind == .noSpace && (FileSystem.size(of: finalPath + "-wal") ?? 0) > 0 {
+            // A restore in place over a store whose -wal holds the space: a migration that failed
+            // on a full disk leaves its pages there, and its rollback (this restore) could not
+            // start (a trial: 16 of 20 MB, "free space on the volume"). The frames are SQLite's to
+            // release: a TRUNCATE checkpoint, if no connection is in the way; then looked at again.
+            let wal = FileSystem.size(of: finalPath + "-wal") ?? 0
+            if let why = releaseWAL(of: finalPath) {
+                throw StoreOpsError(.noSpace, error.message + "; \(finalPath)-wal holds \(Format.bytes(wal)) of it (frames of a failed transaction stay there), which storectl could not release: \(why)",
+                                    hint: "with nothing else open on the store, `sqlite3 \(finalPath) 'PRAGMA wal_checkpoint(TRUNCATE)'` releases it (or free space on that volume), then run this again")
+            }
+            progress?(.note("released \(Format.bytes(wal)) of \(finalPath)-wal (a TRUNCATE checkpoint) to make room for the restore"))
+            try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
+        }
         StoreSwap.recoverAll(in: folder)
         PendingFile.removeStale(besideStore: StoreFile(unchecked: finalPath))
         let database = try PendingFile(finalPath: finalPath, label: "restore.database")
