@@ -364,7 +364,7 @@ struct MigrateCLITests {
             let rollback = try storectl("rollback", fixture.store, "--repo", fixture.repo, "--json")
             #expect(rollback.status == 0, "\(rollback.stderr)")
             let result = try JSON.decoder().decode(Rollback.Result.self, from: Data(rollback.stdout.utf8))
-            #expect(result.interruptedRunCommittedNothing == !noTransaction && result.clearedInterruptedMigration)
+            #expect(result.interruptedRunCommittedNothing == !noTransaction && result.nothingToRollBack == !noTransaction && result.clearedInterruptedMigration)
             #expect((result.safetySnapshot == nil) == !noTransaction, "a restore makes a safety snapshot; none without one")
             let title = try DatabaseQueue(path: fixture.store).read { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
             #expect((title == "the app wrote this") == !noTransaction, "\(noTransaction): \(title ?? "")")

@@ -54,9 +54,10 @@ public enum Rollback {
         /// A signal that came once the restore through SQLite was committing: it was finished.
         public var signalAfterCommit: String?
         public var stages: [StageTiming]
-        /// No migration was applied to the store (version 0) and none was interrupted: nothing was
-        /// done (exit 0, as `migrate` says "up to date"; a rollback killed after its swap is
-        /// finished by the next run's recovery and then finds this).
+        /// Nothing was put back (exit 0, as `migrate` says "up to date"): no migration was applied
+        /// to the store (version 0) and none was interrupted (a rollback killed after its swap is
+        /// finished by the next run's recovery and then finds this), or the interrupted run
+        /// committed nothing (`interruptedRunCommittedNothing` says so; a trial read both false).
         public var nothingToRollBack = false
         /// The interrupted migration committed nothing (the store's version is the one it started
         /// from, and none of its migrations runs without a transaction): the store is as it was
@@ -119,7 +120,7 @@ public enum Rollback {
         }
         let version = try Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
         var rolled = Result(restored: result == nil ? nil : plan.id, safetySnapshot: result?.safetySnapshot, safetySnapshotPoint: result?.safetySnapshotPoint, clearedInterruptedMigration: plan.journal != nil,
-                            version: version, verified: result?.verified, stages: walked.stages, nothingToRollBack: result == nil && !plan.committedNothing,
+                            version: version, verified: result?.verified, stages: walked.stages, nothingToRollBack: result == nil,
                             interruptedRunCommittedNothing: plan.committedNothing)
         if plan.committedNothing { rolled.interruptedRunSnapshot = plan.journal?.snapshotId }
         if let earlier = plan.earlier {
