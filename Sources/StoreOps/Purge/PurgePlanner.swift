@@ -153,7 +153,11 @@ public enum PurgePlanner {
         case .table(let name):
             guard let real = schema.table(name) else {
                 problem("table", "no table \(name.debugDescription) in \(policy.store.path)\(Format.didYouMean(name, among: schema.tableNames)); tables: \(schema.tableNames.joined(separator: ", "))")
-                return nil
+                // The rest of the rule checked against the table it is nearest to, so one round
+                // lists its other problems too (a trial needed three rounds for one file); the
+                // policy is refused all the same.
+                guard let near = Format.nearest(name, among: schema.tableNames), let table = schema.table(near) else { return nil }
+                return (table, [], nil)
             }
             return (real, [], nil)
         case .entity(let name):
@@ -161,9 +165,14 @@ public enum PurgePlanner {
                 problem("entity", "\(policy.store.path) is not a Core Data store (no Z_PRIMARYKEY/Z_METADATA); name a table instead")
                 return nil
             }
-            guard let entity = coreData.entity(named: name) else {
+            guard let entity = coreData.entity(named: name)
+                    ?? Format.nearest(name, among: coreData.entities.map(\.name)).flatMap({ coreData.entity(named: $0) }) else {
                 problem("entity", "no entity \(name.debugDescription) in Z_PRIMARYKEY\(Format.didYouMean(name, among: coreData.entities.map(\.name))); entities: \(coreData.entities.map(\.name).joined(separator: ", "))")
                 return nil
+            }
+            if coreData.entity(named: name) == nil {
+                // As for a table: said, and the rest of the rule checked against the nearest entity.
+                problem("entity", "no entity \(name.debugDescription) in Z_PRIMARYKEY\(Format.didYouMean(name, among: coreData.entities.map(\.name))); entities: \(coreData.entities.map(\.name).joined(separator: ", "))")
             }
             guard let real = entity.table else {
                 problem("entity", "entity \(name) has no table in the store")

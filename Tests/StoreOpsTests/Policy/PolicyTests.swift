@@ -243,6 +243,11 @@ struct PolicySchemaTests {
         ("entity = \"Itme\"\ndeleted_flag = \"ZISDELETED\"", "no entity \"Itme\" in Z_PRIMARYKEY (did you mean \"Item\"?); entities:"),
         ("table = \"ZITEM\"\ndeleted_flag = \"ZISDELETD\"", "no column \"ZISDELETD\" in ZITEM (did you mean \"ZISDELETED\"?); columns:"),
         ("table = \"ZITME\"\ndeleted_flag = \"ZISDELETED\"", "(did you mean \"ZITEM\"?); tables:"),
+        // A mistyped name does not hide the rule's other problems: they are checked against the
+        // nearest name, so one round lists them all (a trial needed three rounds).
+        ("entity = \"Itme\"\ndeleted_flag = \"ZISDELTED\"", "no column \"ZISDELTED\" in ZITEM (did you mean \"ZISDELETED\"?)"),
+        ("entity = \"Itme\"\ndeleted_flag = \"ZISDELTED\"", "no entity \"Itme\" in Z_PRIMARYKEY (did you mean \"Item\"?)"),
+        ("table = \"ZITME\"\ndeleted_flag = \"ZGONE\"", "no column \"ZGONE\" in ZITEM"),
         ("table = \"Z_PRIMARYKEY\"\ndeleted_flag = \"Z_MAX\"", "is Core Data's, SQLite's or storectl's own bookkeeping"),
         ("table = \"Z_METADATA\"\ndeleted_flag = \"Z_VERSION\"", "bookkeeping"),
         ("table = \"sqlite_master\"\ndeleted_flag = \"rootpage\"", "no table"),
