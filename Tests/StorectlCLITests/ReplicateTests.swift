@@ -630,9 +630,9 @@ struct ReplicateTests {
         #expect(stopped.status == 0, "\(stopped.stderr)")
         let summary = try summary(stopped)
         let after = try prometheus(file)
-        #expect(after.count == 14, "every metric once: \(after.keys.sorted())")
+        #expect(after.count == 16, "every metric once: \(after.keys.sorted())")
         #expect(after["storectl_replicate_chain_broken"] == 0)
-        #expect(after["storectl_replicate_up"] == 0 && after["storectl_replicate_kept_points"] == 0)
+        #expect(after["storectl_replicate_up"] == 0 && after["storectl_replicate_kept_points"] == 0 && after["storectl_replicate_write_failing"] == 0 && after["storectl_replicate_unwritten_commits"] == 0)
         #expect(after["storectl_replicate_points_total"] == Double(summary.points) && summary.points > 0)
         #expect(after["storectl_replicate_segments_total"] == Double(summary.segments) && summary.segments > 0)
         #expect(after["storectl_replicate_bases_total"] == Double(summary.bases.count) && summary.bases.count >= 1)
@@ -692,6 +692,13 @@ struct ReplicateTests {
         usleep(1_500_000)
         let stopped = try status(["--stale-after", "1s"])
         #expect(stopped.status == 0 && !stopped.stdout.contains("STALE"), "\(stopped.status) \(stopped.stdout) \(stopped.stderr)")
+        // A mistyped --store or --host: 66 naming the stores there are (it said "no points in
+        // time", exit 0: a health check of the wrong store never alerts).
+        for typo in [["--store", world.store + "x"], ["--host", "no-such-host", "--stale-after", "1s"], ["--store", world.store + "x", "--json"]] {
+            let said = try status(typo)
+            #expect(said.status == 66 && said.stderr.contains("holds no points of") && said.stderr.contains(world.store + " (host "), "\(typo) \(said.status) \(said.stdout) \(said.stderr)")
+        }
+        #expect(try status(["--store", world.store]).status == 0)
     }
 
     @Test("restoring on a new machine: --store without --host names the host that followed it and says to add --host (it said the store had no points, and that its points were of that very store); a mistyped --host is refused (66: it restored the only store there was, of another host)")
@@ -739,7 +746,8 @@ struct ReplicateTests {
         let status = folder.file("status.json")
         let environment = ["STORECTL_REPLICATE_DRAIN_SECONDS": "5"]
         let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", store, "--repo", repo, "--quiet", "--sync-interval", "200ms",
-                                                                    "--heartbeat", "0", "--merge-interval", "0", "--status-file", status, "--spool", folder.path], environment: environment)
+                                                                    "--heartbeat", "0", "--merge-interval", "0", "--status-file", status, "--spool", folder.path,
+                                                                    "--metrics", folder.path], environment: environment)
         let app = try DatabaseQueue(path: store)
         func title(_ text: String, body: Int = 0) throws {
             try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ?, ZBODY = hex(randomblob(?)) WHERE Z_PK = 1", arguments: [text, body]) }
@@ -766,8 +774,10 @@ struct ReplicateTests {
             shown = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", status])
             return shown.stdout.contains("3 points KEPT")
         }
-        #expect(shown.status == 0 && shown.stdout.contains("3 points KEPT on this machine, not in the repository yet") && shown.stdout.contains("no space left"),
+        // While writing fails, a health check hears it: exit 2 (it was 0, the metrics green: a trial).
+        #expect(shown.status == 2 && shown.stdout.contains("3 points KEPT on this machine, not in the repository yet") && shown.stdout.contains("no space left"),
                 "\(shown.status) \(shown.stdout) \(shown.stderr)")
+        #expect(waitUntil(10) { (try? prometheus(ReplicateMetrics.file(folder: folder.path, store: store)))?["storectl_replicate_write_failing"] == 1 }, "write_failing 1")
         // One more commit, read by the drain itself: kept behind the others though they cannot be written.
         try title("after-4", body: 3000)
         let signalled = Date()

@@ -27,6 +27,9 @@ public enum ReplicateMetrics {
             ("storectl_replicate_requests_total", "counter", "Requests to the repository by this run (writes, and the read-backs of merges and digests).", Double(store.requests)),
             ("storectl_replicate_kept_points", "gauge", "Points kept on this machine (the outbox in the spool folder) because the repository did not take them: restores do not see them yet.",
              Double(store.keptPoints ?? 0)),
+            ("storectl_replicate_write_failing", "gauge", "1 while writing points to the repository fails (a full disk, a server away): what is read waits in memory or in the outbox, and no restore sees it.",
+             store.lastError != nil ? 1 : 0),
+            ("storectl_replicate_unwritten_commits", "gauge", "Commits read and not durable yet (in memory: not in the repository, nor in the outbox).", Double(store.waiting ?? 0)),
             ("storectl_replicate_chain_broken", "gauge", "1 while the store's chain is broken (a gap found, or its -wal truncated before its last commit was read) and no base has taken it up: what the app commits is in no point.",
              store.gapPending != nil || store.notProtected != nil ? 1 : 0),
         ]
@@ -120,6 +123,14 @@ public enum ReplicateStatus {
             if let why = live.notProtected, store.baseSince != true, live.notFollowed == nil, live.gapPending == nil || report.state == "stopped" {
                 problems.append("\(store.store): NOT protected \(why)")
             }
+            // Writing fails while it follows (the repository's disk full, its server away): what is
+            // read waits in memory or in the outbox, and no restore sees it. Said and exit 2 (it
+            // was 0 with "NOT durable yet", and the metrics green: a trial).
+            if report.state == "following", let error = live.lastError {
+                let held = [live.waiting.flatMap { $0 > 0 ? Format.plural($0, "commit", "commits") + " in memory only" : nil },
+                            live.keptPoints.flatMap { $0 > 0 ? Format.plural($0, "point", "points") + " kept on this machine" : nil }].compactMap { $0 }
+                problems.append("\(store.store): writing to the repository fails (\(error))" + (held.isEmpty ? "" : ": " + held.joined(separator: " and ") + ", not in the repository"))
+            }
             if report.state == "stopped", let waiting = live.waiting, waiting > 0 {
                 problems.append("\(store.store): \(Format.plural(waiting, "commit was", "commits were")) read and never written")
             }
@@ -128,8 +139,12 @@ public enum ReplicateStatus {
             }
         }
         guard !problems.isEmpty else { return .ok }
-        return Ending(.failed, error: StoreOpsError(.checksFailed, problems.joined(separator: "; "),
-                                                    hint: "start it again (`systemctl restart` its unit, or `storectl replicate`); commits since it stopped are in no point"))
+        let writing = problems.contains { $0.contains("writing to the repository fails") }
+        let hint = writing && problems.allSatisfy({ $0.contains("writing to the repository fails") })
+            ? "make the repository writable again (free its disk, bring its server back): the follower retries and sends what it holds first"
+            : "start it again (`systemctl restart` its unit, or `storectl replicate`); commits since it stopped are in no point"
+                + (writing ? "; where writing fails, make the repository writable again" : "")
+        return Ending(.failed, error: StoreOpsError(.checksFailed, problems.joined(separator: "; "), hint: hint))
     }
 
     /// - Parameter repository: nil: the one the status file names (the repository it follows into).
@@ -153,9 +168,23 @@ public enum ReplicateStatus {
         }
         let opened: PagedRepository
         let stores: [StorePoints]
+        var unmatched: StoreOpsError?
         do {
             opened = try PagedRepository.open(at: location, password: password)
             stores = try StorePoints.list(opened, filter: filter)
+            // A --store or --host that matches nothing, where the repository holds points: 66
+            // naming them (it said "no points in time", exit 0: a health check of a mistyped
+            // store never alerts), as `snapshot list --points` and a restore say.
+            if stores.isEmpty, filter.host != nil || filter.path != nil,
+               !(live?.stores ?? []).contains(where: { filter.matches(host: ProcessInfo.processInfo.hostName, path: $0.store) }) {
+                let all = try StorePoints.list(opened)
+                if !all.isEmpty {
+                    let named = [filter.path.map { "store \($0)" }, filter.host.map { "host \($0)" }].compactMap { $0 }.joined(separator: " and ")
+                    unmatched = StoreOpsError(.noInput, "\(opened.location) holds no points of \(named); its points are of "
+                                        + Format.list(all.map { "\($0.store) (host \($0.host))" }.sorted()),
+                                        hint: "check --store and --host (as `storectl snapshot list --repo \(opened.location) --points` shows them)")
+                }
+            }
         } catch let error as StoreOpsError where live != nil {
             // Unreachable, no password, not readable by this user: what the running replicate
             // said is what an operator needs now; the repository's error decides the exit, unless
@@ -176,6 +205,7 @@ public enum ReplicateStatus {
             }
             return report
         }
+        if let unmatched { throw unmatched }
         var report = Report(repository: opened.location, stores: stores.map { entry in
             // The status file is this host's follower's: another host's store of the same path
             // (a fleet) is not the one it speaks for (a review: its live figures hid that store's STALE).
