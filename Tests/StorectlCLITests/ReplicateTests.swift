@@ -701,6 +701,31 @@ struct ReplicateTests {
         #expect(try status(["--store", world.store]).status == 0)
     }
 
+    @Test("killed, then started again: the time its alive markers confirmed stays restorable (the restart's not-followed span began at the last commit, and took back times restores had given: a trial)")
+    func restartKeepsWhatAliveMarkersConfirmed() throws {
+        let world = try world(items: 300)
+        let follower = try replicate(world, ["--heartbeat", "300ms", "--sync-interval", "100ms"])
+        #expect(waitForBase(world))
+        try commitAndClose(world.store, title: "the last commit before the kill")
+        let committed = Date()
+        // Idle: alive markers confirm the time after the commit.
+        #expect(waitUntil(20) { (newestChain(world)?.confirmedUntil ?? 0) > Int64((committed.timeIntervalSince1970 + 1.5) * 1000) }, "alive markers confirmed 1.5 s past the commit")
+        kill(follower.pid, SIGKILL)
+        _ = follower.wait()
+        let confirmed = try #require(newestChain(world)?.confirmedUntil)
+        let at = Timestamp.iso(Date(timeIntervalSince1970: Double(confirmed - 300) / 1000))
+        func restore(_ name: String) throws -> ChildProcess.Result {
+            try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", at, "--to", world.folder.file(name)], environment: world.environment)
+        }
+        let before = try restore("before.sqlite")
+        #expect(before.status == 0, "\(before.stderr)")
+        let again = try ChildProcess.run(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "1s"], environment: world.environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        let after = try restore("after.sqlite")
+        #expect(after.status == 0, "the restart took back a confirmed time: \(after.stderr)")
+        if after.status == 0 { #expect(try storeDigest(world.folder.file("after.sqlite")) == storeDigest(world.folder.file("before.sqlite"))) }
+    }
+
     @Test("restoring on a new machine: --store without --host names the host that followed it and says to add --host (it said the store had no points, and that its points were of that very store); a mistyped --host is refused (66: it restored the only store there was, of another host)")
     func hostOfAnotherMachine() throws {
         let world = try world(items: 300)

@@ -752,7 +752,12 @@ public enum Replicate {
                     var marker = replica.segment(level: PointTimeline.resumedLevel, from: last.to, to: last.to, cursor: segment.cursor, commits: [])
                     marker.baseTime = nil
                     let name = SegmentName(store: replica.key, chain: chain.id, level: PointTimeline.resumedLevel, from: last.to, to: last.to,
-                                           firstTime: max(chain.lastTime, chain.markers.last(where: { $0.level == PointTimeline.stoppedLevel })?.firstTime ?? 0),
+                                           // From the last confirmation: the last point, a clean stop at it, or
+                                           // an alive marker at it (a killed follower's heartbeats said no
+                                           // commit came until then; from its last commit instead, the restart
+                                           // took back times restores had given: a trial).
+                                           firstTime: min(max(chain.lastTime, chain.confirmedUntil, chain.markers.last(where: { $0.level == PointTimeline.stoppedLevel })?.firstTime ?? 0),
+                                                          Replicate.ms(at)),
                                            lastTime: Replicate.ms(at))
                     marker.span = [name.firstTime, name.lastTime]
                     try writeMarker(marker, name: name, replica: replica)
