@@ -215,7 +215,7 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
                         : "the next base records it, as soon as the store can be read and the repository written")
                 }
                 if let why = live.notProtected, store.writtenSince != true, store.baseSince != true {
-                    line += "; NOT PROTECTED \(why): " + (report.state == "stopped" ? "the next run makes a base" : "a base is made as soon as the repository can be written")
+                    line += "; NOT PROTECTED \(why): " + (report.state == "stopped" ? "the next run makes a base" : "a base is made as soon as the store can be read and the repository written")
                 }
                 if store.writtenSince == true, (live.keptPoints ?? 0) > 0 || (live.waiting ?? 0) > 0 {
                     // A later run wrote since this status file: what this run kept went first.

@@ -726,6 +726,45 @@ struct ReplicateTests {
         if after.status == 0 { #expect(try storeDigest(world.folder.file("after.sqlite")) == storeDigest(world.folder.file("before.sqlite"))) }
     }
 
+    @Test("a trial's replicate operations: stopped before its first base was in, the store is said NOT followed (it said every commit seen was written, exit 0); a resumed idle chain has a last durable time from the start; root's follow lock belongs to the store's owner")
+    func operatorsFirstStops() throws {
+        // SIGTERM while the repository is still being opened (its key derived: a real scrypt
+        // takes about half a second here): no base yet.
+        let big = try world(items: 3_000)
+        var environment = big.environment
+        environment["STORECTL_TEST_KDF_N"] = ""   // the real cost (an empty value is ignored)
+        let realRepo = big.folder.file("real-kdf")
+        #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", realRepo], environment: environment).status == 0)
+        let early = try ChildProcess.Running(Binaries.storectl, ["replicate", big.store, "--repo", realRepo, "--json", "--status-file", big.folder.file("status.json")],
+                                             environment: environment)
+        usleep(100_000)
+        early.signal(SIGTERM)
+        let stopped = early.wait()
+        #expect(stopped.status == 0, "a stop as asked: \(stopped.stderr)")
+        #expect(try summary(stopped).bases.isEmpty, "stopped before the base (the key's derivation alone takes longer)")
+        if try summary(stopped).bases.isEmpty {
+            #expect(try summary(stopped).notFollowed?.contains("before its first base was in") == true, "\(stopped.stdout)")
+            let status = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--status-file", big.folder.file("status.json")], environment: big.environment)
+            #expect(status.status == 2 && status.stdout.contains("NOT FOLLOWED"), "\(status.status) \(status.stdout) \(status.stderr)")
+        }
+        // Idle, followed twice: the second run's last durable time is its chain's last point's.
+        let idle = try world(items: 300)
+        let first = try ChildProcess.run(Binaries.storectl, ["replicate", idle.store, "--repo", idle.repo, "--quiet", "--json", "--for", "1s"], environment: idle.environment)
+        #expect(first.status == 0, "\(first.stderr)")
+        let second = try ChildProcess.run(Binaries.storectl, ["replicate", idle.store, "--repo", idle.repo, "--quiet", "--json", "--for", "1s"], environment: idle.environment)
+        #expect(try second.status == 0 && summary(second).resumed, "\(second.stderr)")
+        #expect(try summary(second).lastDurable != nil, "\(second.stdout)")
+        // Root's follow lock goes to the store's owner.
+        guard getuid() == 0 else { return }
+        let owned = try world(items: 300)
+        for path in [owned.folder.path, owned.store] { #expect(chown(path, 65534, 65534) == 0) }
+        let asRoot = try ChildProcess.run(Binaries.storectl, ["replicate", owned.store, "--repo", owned.repo, "--quiet", "--for", "1s"], environment: owned.environment)
+        #expect(asRoot.status == 0, "\(asRoot.stderr)")
+        let lock = try #require(try FileManager.default.contentsOfDirectory(atPath: owned.folder.path).first { $0.hasPrefix("Tasks.sqlite.storectl-replicate-") })
+        var info = stat()
+        #expect(stat(owned.folder.file(lock), &info) == 0 && info.st_uid == 65534, "the follow lock is root's: \(info.st_uid)")
+    }
+
     @Test("restoring on a new machine: --store without --host names the host that followed it and says to add --host (it said the store had no points, and that its points were of that very store); a mistyped --host is refused (66: it restored the only store there was, of another host)")
     func hostOfAnotherMachine() throws {
         let world = try world(items: 300)
@@ -2047,10 +2086,13 @@ struct ReplicateTests {
         usleep(2_500_000)
         // A SeaweedFS just restarted can answer 500 for a few seconds on a loaded machine: the
         // status command (its own short retries) is asked again until the server answers.
+        // While the follower still cannot write (it backs off between tries) status says so, exit 2;
+        // once it has caught up, 0.
         var status = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", repo, "--status-file", folder.file("status.json")], environment: environment)
-        for _ in 0..<20 where status.status == 74 {
-            usleep(500_000)
+        _ = waitUntil(90, every: 0.5) {
             status = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--repo", repo, "--status-file", folder.file("status.json")], environment: environment)
+            #expect([0, 2, 74].contains(status.status), "\(status.status) \(status.stdout) \(status.stderr)")
+            return status.status == 0
         }
         #expect(status.status == 0 && status.stdout.contains("replicate following"), "\(status.stdout) \(status.stderr)")
         follower.signal(SIGTERM)

@@ -608,13 +608,20 @@ public enum Replicate {
             settleStarts()
             for replica in starting { drain(replica) }
             merges.sync {}
+            // Stopped before its first base was in (a SIGTERM in the first half second): no point
+            // of it exists. It said "every commit seen was written", exit 0, and its status file
+            // nothing: a store never protected that nothing reported (a trial).
+            for replica in replicas where replica.chain == nil && replica.summary.notFollowed == nil && replica.parked.isEmpty {
+                replica.summary.notFollowed = "stopped by \(stoppedBy) before its first base was in the repository: no point of it exists"
+                replica.summary.notFollowedStatus = 0   // as asked: said, not a failure of the run
+            }
             let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil || !$0.parked.isEmpty }
             if unwritten.isEmpty {
                 // A store still waiting for its kept points was not followed: nothing of it was "seen".
-                let waiting = replicas.filter { $0.outboxStart != nil || $0.startStopped }.map(\.store.path)
+                let waiting = replicas.filter { $0.outboxStart != nil || $0.startStopped || $0.chain == nil }.map(\.store.path)
                 if stoppedBy != "duration" {
                     say("stopped by \(stoppedBy); every commit seen was written"
-                        + (waiting.isEmpty ? "" : "; NOT followed (the points an earlier run kept had not all been written yet): " + waiting.joined(separator: ", ")))
+                        + (waiting.isEmpty ? "" : "; NOT followed (stopped before its first base was in, or before the points an earlier run kept were all written): " + waiting.joined(separator: ", ")))
                 }
             } else {
                 for replica in unwritten {
@@ -720,6 +727,10 @@ public enum Replicate {
                 replica.baseTime = Date(timeIntervalSince1970: Double(chain.baseTime) / 1000)
                 replica.next = last.to + 1
                 replica.lastDurableTime = chain.lastTime
+                // The chain's last point is durable: said from the start (a resumed idle chain's
+                // status said none and its metric 0, which a "last durable too old" alert took for
+                // a follower that never wrote: a trial).
+                replica.summary.lastDurable = Date(timeIntervalSince1970: Double(chain.lastTime) / 1000)
                 replica.lastTime = chain.lastTime
                 replica.confirmedTime = chain.lastTime
                 replica.pendingCursor = segment.cursor
@@ -1415,6 +1426,8 @@ public enum Replicate {
             var lastDurable: Int64?
             /// Kept segments that did not continue their chain, removed (their file names).
             var dropped: [String] = []
+            /// Kept segments whose points their chain holds already, removed (their file names).
+            var alreadyThere: [String] = []
             var failure: (any Error)?
             /// Ended by the run's stop: between two segments, or a request under way failed
             /// after a signal (the rest stay kept).
@@ -1437,6 +1450,12 @@ public enum Replicate {
                     replica.summary.segments += sent.sent
                     if let last = sent.lastDurable { replica.summary.lastDurable = Date(timeIntervalSince1970: Double(last) / 1000) }
                     say("\(replica.store.path): \(Format.plural(sent.points, "point", "points")) an earlier run kept while the repository did not take them written (\(Format.plural(sent.sent, "segment", "segments")))")
+                }
+                if !sent.alreadyThere.isEmpty {
+                    let count = sent.alreadyThere.count
+                    let text = "\(replica.store.path): \(Format.plural(count, "kept segment's points are", "kept segments' points are")) in \(repository.location) already "
+                        + "(written before the run that kept \(count == 1 ? "it" : "them") stopped, or by a later run that followed on without \(outbox.folder)); removed from the outbox: \(sent.alreadyThere.joined(separator: ", "))"
+                    if events != nil { say(text) } else { Replicate.logger.notice("\(text)") }
                 }
                 if !sent.dropped.isEmpty {
                     let count = sent.dropped.count
@@ -1551,7 +1570,10 @@ public enum Replicate {
                     }
                     if let expected = next[item.name.chain], expected > item.name.to {
                         // The chain holds these points already: written by the run that kept them (it
-                        // was stopped before it removed the file), and maybe merged since.
+                        // was stopped before it removed the file), and maybe merged since, or by a
+                        // later run that followed on without this outbox. Removed, and said (the
+                        // README says so; it was silent).
+                        result.alreadyThere.append(FileSystem.name(of: item.path))
                         try outbox.remove(item.path)
                         continue
                     }

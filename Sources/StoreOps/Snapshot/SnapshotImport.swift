@@ -74,6 +74,9 @@ public enum SnapshotImport {
         // Room for the database and its external data twice (unpacked, then reassembled from the
         // repository to be compared), checked once the manifest says how big they are.
         let manifest = try SnapshotExtraction.runFile(file, into: try scratch.targets(for: nil), level: .quick) { manifest in
+            // Its figures first (65 naming the field): a size no storectl writes read as "not
+            // enough space, 2099 TiB needed" (74) before (a fuzzer).
+            try manifest.checkFigures(what: "\(FileSystem.name(of: file))'s manifest")
             let external = min(manifest.externalData?.totalBytes ?? 0, 1 << 50)
             let bytes = min(manifest.database.bytes, 1 << 50) + external
             try SpaceRequirement.require(2 * bytes + SpaceRequirement.margin(bytes), at: scratch.base, purpose: "unpacking \(FileSystem.name(of: file))",

@@ -61,9 +61,13 @@ public final class JobLock {
         // Root's run hands the lock file to the store's owner, as it does the -wal and -shm: left
         // root's (0600), it failed every later job run as the owner (73, a trial). Only a file root
         // owns (this run's, or an older root run's).
-        if geteuid() == 0, mine.st_uid == 0, path.hasSuffix(".storectl-lock") {
+        // The same for a follower's lock (`<store>.storectl-replicate-<id>`: root's follower left it
+        // root's, and the owner's follower failed 73 "Permission denied", a trial).
+        let storePath: String? = path.hasSuffix(".storectl-lock") ? String(path.dropLast(".storectl-lock".count))
+            : path.range(of: ".storectl-replicate-", options: .backwards).map { String(path[..<$0.lowerBound]) }
+        if geteuid() == 0, mine.st_uid == 0, let storePath {
             var store = stat()
-            if stat(String(path.dropLast(".storectl-lock".count)), &store) == 0, store.st_uid != 0, store.st_dev == mine.st_dev {
+            if stat(storePath, &store) == 0, store.st_uid != 0, store.st_dev == mine.st_dev {
                 _ = fchown(fd, store.st_uid, store.st_gid)
             }
         }
