@@ -553,12 +553,17 @@ struct SmallerAnswerTests {
         try Data("-- storectl: changes Item.ZBODY\nUPDATE ZITEM SET ZBODY = ZBODY || hex(randomblob(400));\n".utf8).write(to: URL(fileURLWithPath: migrations + "/0002_grow.sql"))
         let run = try ChildProcess.run(Binaries.storectl, ["migrate", "apply", store, "--migrations", migrations, "--repo", repo, "--rollback-on-failure"])
         #expect(run.status == 4 && run.stdout.contains("Tasks.sqlite-wal holds") && run.stdout.contains("no space left"), "\(run.status) \(run.stdout) \(run.stderr)")
+        // The rollback by itself: SQLite releases the -wal when it has a page of room to write the
+        // committed frames back (0), else it says how much the -wal holds and how to free it (74).
         let again = try ChildProcess.run(Binaries.storectl, ["rollback", store, "--repo", repo])
-        #expect(again.status == 74 && again.stderr.contains("-wal holds") && again.stderr.contains("PRAGMA wal_checkpoint(TRUNCATE)"), "\(again.status) \(again.stderr)")
-        // What the hint says, then the rollback.
-        _ = try ChildProcess.run("/usr/bin/env", ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()", store])
-        let rolled = try ChildProcess.run(Binaries.storectl, ["rollback", store, "--repo", repo])
-        #expect(rolled.status == 0, "\(rolled.stderr)")
+        #expect(again.status == 0 || again.status == 74 && again.stderr.contains("-wal holds") && again.stderr.contains("PRAGMA wal_checkpoint(TRUNCATE)"),
+                "\(again.status) \(again.stderr)")
+        if again.status == 74 {
+            // What the hint says, then the rollback.
+            _ = try ChildProcess.run("/usr/bin/env", ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()", store])
+            let rolled = try ChildProcess.run(Binaries.storectl, ["rollback", store, "--repo", repo])
+            #expect(rolled.status == 0, "\(rolled.stderr)")
+        }
         #expect(try storeDigest(store) == original)
     }
 }

@@ -442,7 +442,7 @@ public enum Migrate {
                 }
             }
             if let declared {
-                let allowed = try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) }
+                let allowed = try Migrate.readOnly(StoreFile(unchecked: after), timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.statements(of: report.plan.pending.map(\.version))) }
                 let outside = StoreDiff.undeclared(diff, declared: allowed)
                 if !outside.isEmpty {
                     report.undeclared = outside
@@ -753,7 +753,7 @@ public enum Migrate {
                 diffOptions.repository = report.repository
                 diffOptions.limit = 0
                 let diff = try StoreDiff.run(diffOptions, repository: hold.repository)
-                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) }
+                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.statements(of: report.applied.map(\.version) + (failing.noTransaction ? [failing.version] : []))) }
                 outside = StoreDiff.undeclared(diff, declared: allowed)
             } catch {
                 // The check could not be made (a full disk, a signal): the failure is reported as
@@ -778,6 +778,14 @@ public enum Migrate {
             var committed = migrations.filter { m in report.applied.contains { $0.version == m.version } }
             if failing.noTransaction { committed.append(failing) }
             return Self.declarations(of: committed)
+        }
+
+        /// The statements of this run's migrations of these versions (what `allowing` takes the
+        /// declared tables they write from: not every file in the folder, whose applied or
+        /// later migrations did not run now).
+        func statements(of versions: [Int]) -> [String] {
+            let wanted = Set(versions)
+            return migrations.filter { wanted.contains($0.version) }.flatMap(\.statements)
         }
 
         /// What `migrations` declare they change (their union), or nil when none declares.
@@ -815,7 +823,7 @@ public enum Migrate {
             var problems: [String] = []
             let declared = Self.declarations(of: applied)
             if let declared {
-                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) }
+                let allowed = try readOnly(store, timeout: options.timeout) { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: applied.flatMap(\.statements)) }
                 let outside = StoreDiff.undeclared(diff, declared: allowed)
                 if !outside.isEmpty {
                     report.undeclared = outside
@@ -921,7 +929,7 @@ public enum Migrate {
                 // say more than "Z_METADATA rewritten" among the undeclared changes (which the
                 // report keeps all the same).
                 if let declared {
-                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) })
+                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.statements(of: report.applied.map(\.version))) })
                     if !outside.isEmpty { report.undeclared = outside }
                 }
                 try queue.inDatabase { try Migrate.checkCoreDataKeeping($0, uuidBefore: storeUUID, declared: declared) }
@@ -930,7 +938,7 @@ public enum Migrate {
                         .union(diff.schema.filter { $0.change == "removed" }.map(\.name))
                     let unknown = known.isEmpty ? [] : Migrate.unknown(declared, known: known)
                     if !unknown.isEmpty { report.unknownDeclared = unknown }
-                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.migrations.flatMap(\.statements)) })
+                    let outside = StoreDiff.undeclared(diff, declared: try queue.inDatabase { try Migrate.allowing(declared, consequencesIn: diff, db: $0, statements: self.statements(of: report.applied.map(\.version))) })
                     // Without --force another process could commit only in the microseconds the
                     // run's lock was let go (a migration without a transaction, the commit before
                     // verify): that is not held to excuse a change (fail closed, rolled back).

@@ -156,7 +156,8 @@ public enum PurgePlanner {
                 // The rest of the rule checked against the table it is nearest to, so one round
                 // lists its other problems too (a trial needed three rounds for one file); the
                 // policy is refused all the same.
-                guard let near = Format.nearest(name, among: schema.tableNames), let table = schema.table(near) else { return nil }
+                guard let near = Format.nearest(name, among: schema.tableNames), let table = schema.table(near),
+                      !isProtected(table, coreData: schema.coreData) else { return nil }
                 return (table, [], nil)
             }
             return (real, [], nil)

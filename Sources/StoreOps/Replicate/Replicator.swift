@@ -612,7 +612,7 @@ public enum Replicate {
             // of it exists. It said "every commit seen was written", exit 0, and its status file
             // nothing: a store never protected that nothing reported (a trial).
             for replica in replicas where replica.chain == nil && replica.summary.notFollowed == nil && replica.parked.isEmpty {
-                replica.summary.notFollowed = "stopped by \(stoppedBy) before its first base was in the repository: no point of it exists"
+                replica.summary.notFollowed = "stopped by \(stoppedBy) before its first base was in the repository: no point of it was made by this run"
                 replica.summary.notFollowedStatus = 0   // as asked: said, not a failure of the run
             }
             let unwritten = replicas.filter { !$0.pending.isEmpty || $0.inFlight != nil || !$0.parked.isEmpty }
@@ -2095,6 +2095,10 @@ public enum Replicate {
                 replica.summary.bases.append(record.id)
                 replica.summary.notFollowed = nil
                 replica.summary.notFollowedStatus = nil
+                // The repository took the base: a write failure said before is over (with nothing
+                // kept waiting for it), or an idle store's status said "writing fails" until its
+                // next commit went out.
+                if replica.parked.isEmpty { replica.summary.lastError = nil }
                 if kind == "gap" { replica.summary.gaps.append(Gap(at: time, reason: reason)) }
                 replica.summary.gapPending = nil
                 replica.summary.notProtected = nil

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import GRDB
+import GRDBSQLite
 
 /// `storectl snapshot restore`: puts a verified snapshot back, as a new file or in place of a store.
 public enum SnapshotRestore {
@@ -209,17 +209,24 @@ public enum SnapshotRestore {
     /// A TRUNCATE checkpoint of the store at `path` (its committed frames written into the file,
     /// the -wal emptied), waiting at most 200 ms for another connection; nil once the -wal is empty, else why not.
     static func releaseWAL(of path: String) -> String? {
-        let queue: DatabaseQueue
-        do { queue = try StoreConnection.open(path, access: .readWrite, busyTimeout: 0.2, side: .output) } catch { return StoreOpsError.wrapping(error)?.message ?? "\(error)" }
-        defer { try? queue.close() }
-        do {
-            let row = try queue.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
-            if let busy = row?[0] as Int?, busy != 0 { return "another connection is in the way" }
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
-            return "SQLite needs room to write the -wal's frames into the database file first"
-        } catch {
-            return StoreOpsError.wrapping(error)?.message ?? "\(error)"
+        // Opened read-write without SQLITE_OPEN_CREATE (never a database made where none is).
+        var db: OpaquePointer?
+        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open it"
+            sqlite3_close(db)
+            return message
         }
+        defer { sqlite3_close(db) }
+        sqlite3_busy_timeout(db, 200)
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(db, "PRAGMA wal_checkpoint(TRUNCATE)", -1, &statement, nil) == SQLITE_OK else {
+            return String(cString: sqlite3_errmsg(db))
+        }
+        defer { sqlite3_finalize(statement) }
+        let rc = sqlite3_step(statement)
+        if rc & 0xff == SQLITE_FULL { return "SQLite needs room to write the -wal's frames into the database file first" }
+        guard rc == SQLITE_ROW else { return String(cString: sqlite3_errmsg(db)) }
+        if sqlite3_column_int(statement, 0) != 0 { return "another connection is in the way (a process that has the store open, or this run's own write lock)" }
         return (FileSystem.size(of: path + "-wal") ?? 0) == 0 ? nil : "the -wal is not empty after the checkpoint"
     }
 
@@ -247,7 +254,10 @@ public enum SnapshotRestore {
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
         do {
             try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
-        } catch let error as StoreOpsError where error.kind == .noSpace && (FileSystem.size(of: finalPath + "-wal") ?? 0) > 0 {
+        } catch let error as StoreOpsError where error.kind == .noSpace && (FileSystem.size(of: finalPath + "-wal") ?? 0) > 0
+                    && FileSystem.kind(of: finalPath) == .file && StoreFile.isWALHeader((try? FileProbe.shared.header(of: finalPath)) ?? []) {
+            // Only over a WAL store there (a restore in place): a -wal beside a path that has no
+            // database (restore --to, --create) is no store's, and SQLite would delete it.
             // A restore in place over a store whose -wal holds the space: a migration that failed
             // on a full disk leaves its pages there, and its rollback (this restore) could not
             // start (a trial: 16 of 20 MB, "free space on the volume"). The frames are SQLite's to
