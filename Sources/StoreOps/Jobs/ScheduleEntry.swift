@@ -57,7 +57,9 @@ public enum SystemTimeZone {
     public static func zoneNamed(matching data: Data, root: String = "/usr/share/zoneinfo") -> String? {
         guard !data.isEmpty, let names = FileManager.default.subpaths(atPath: root) else { return nil }
         // Shorter names first: `UTC` before `Etc/UTC`, `Europe/Paris` before its aliases deeper down.
-        for name in names.sorted(by: { ($0.count, $0) < ($1.count, $1) }) where !name.hasPrefix("posix/") && !name.hasPrefix("right/") {
+        // Not the database's own links and placeholders (`posixrules`, `localtime`, `Factory`).
+        let odd: Set<String> = ["posixrules", "localtime", "Factory"]
+        for name in names.sorted(by: { ($0.count, $0) < ($1.count, $1) }) where !name.hasPrefix("posix/") && !name.hasPrefix("right/") && !odd.contains(name) {
             let path = (root as NSString).appendingPathComponent(name)
             var info = stat()
             guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) == data.count else { continue }
