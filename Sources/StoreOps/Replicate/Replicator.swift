@@ -2153,8 +2153,11 @@ public enum Replicate {
                 }
                 // Said once for each cause (a store that stays unreadable would otherwise log
                 // every sync interval); the count goes on.
+                // Compared without the random names in it (a lock object's, a temporary's): the
+                // same full disk read as a new cause at every retry (a trial).
                 let cause = describe(error)
-                if replica.baseFailure?.cause != cause {
+                func shape(_ text: String) -> String { text.replacing(/[0-9a-f]{8,}|tmp-storectl-[0-9]+-L?[0-9a-z]+/, with: "#") }
+                if replica.baseFailure.map({ shape($0.cause) }) != shape(cause) {
                     Replicate.logger.warning("making a base failed; trying again, backing off from \(Format.duration(max(1, options.syncInterval))) to 30 s (said again only when the cause changes)",
                                              metadata: ["store": "\(replica.store.path)", "error": "\(cause)"])
                 }
