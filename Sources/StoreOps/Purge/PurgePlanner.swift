@@ -166,15 +166,13 @@ public enum PurgePlanner {
                 problem("entity", "\(policy.store.path) is not a Core Data store (no Z_PRIMARYKEY/Z_METADATA); name a table instead")
                 return nil
             }
-            guard let entity = coreData.entity(named: name)
-                    ?? Format.nearest(name, among: coreData.entities.map(\.name)).flatMap({ coreData.entity(named: $0) }) else {
-                problem("entity", "no entity \(name.debugDescription) in Z_PRIMARYKEY\(Format.didYouMean(name, among: coreData.entities.map(\.name))); entities: \(coreData.entities.map(\.name).joined(separator: ", "))")
-                return nil
+            let names = coreData.entities.map(\.name)
+            let named = coreData.entity(named: name)
+            if named == nil {
+                problem("entity", "no entity \(name.debugDescription) in Z_PRIMARYKEY\(Format.didYouMean(name, among: names)); entities: \(names.joined(separator: ", "))")
             }
-            if coreData.entity(named: name) == nil {
-                // As for a table: said, and the rest of the rule checked against the nearest entity.
-                problem("entity", "no entity \(name.debugDescription) in Z_PRIMARYKEY\(Format.didYouMean(name, among: coreData.entities.map(\.name))); entities: \(coreData.entities.map(\.name).joined(separator: ", "))")
-            }
+            // As for a table: the rest of the rule checked against the nearest entity.
+            guard let entity = named ?? Format.nearest(name, among: names).flatMap({ coreData.entity(named: $0) }) else { return nil }
             guard let real = entity.table else {
                 problem("entity", "entity \(name) has no table in the store")
                 return nil

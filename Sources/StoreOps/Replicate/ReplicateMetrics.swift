@@ -104,6 +104,7 @@ public enum ReplicateStatus {
                                                         hint: "the figures above are the status file's; check that the repository can be read"))
         }
         var problems: [String] = []
+        var writeFailures = 0   // of `problems`: a follower whose writes fail (the hint differs)
         if report.stale {
             problems.append("the replicate process (pid \(report.pid.map(String.init) ?? "?")) " + (report.gone == true ? "is gone" : "has not written its status for over a minute"))
         }
@@ -127,6 +128,7 @@ public enum ReplicateStatus {
             // read waits in memory or in the outbox, and no restore sees it. Said and exit 2 (it
             // was 0 with "NOT durable yet", and the metrics green: a trial).
             if report.state == "following", let error = live.lastError {
+                writeFailures += 1
                 let held = [live.waiting.flatMap { $0 > 0 ? Format.plural($0, "commit", "commits") + " in memory only" : nil },
                             live.keptPoints.flatMap { $0 > 0 ? Format.plural($0, "point", "points") + " kept on this machine" : nil }].compactMap { $0 }
                 problems.append("\(store.store): writing to the repository fails (\(error))" + (held.isEmpty ? "" : ": " + held.joined(separator: " and ") + ", not in the repository"))
@@ -139,11 +141,10 @@ public enum ReplicateStatus {
             }
         }
         guard !problems.isEmpty else { return .ok }
-        let writing = problems.contains { $0.contains("writing to the repository fails") }
-        let hint = writing && problems.allSatisfy({ $0.contains("writing to the repository fails") })
+        let hint = writeFailures == problems.count
             ? "make the repository writable again (free its disk, bring its server back): the follower retries and sends what it holds first"
             : "start it again (`systemctl restart` its unit, or `storectl replicate`); commits since it stopped are in no point"
-                + (writing ? "; where writing fails, make the repository writable again" : "")
+                + (writeFailures > 0 ? "; where writing fails, make the repository writable again" : "")
         return Ending(.failed, error: StoreOpsError(.checksFailed, problems.joined(separator: "; "), hint: hint))
     }
 

@@ -767,7 +767,7 @@ public enum Replicate {
                                            // an alive marker at it (a killed follower's heartbeats said no
                                            // commit came until then; from its last commit instead, the restart
                                            // took back times restores had given: a trial).
-                                           firstTime: min(max(chain.lastTime, chain.confirmedUntil, chain.markers.last(where: { $0.level == PointTimeline.stoppedLevel })?.firstTime ?? 0),
+                                           firstTime: min(max(chain.confirmedUntil, chain.markers.last(where: { $0.level == PointTimeline.stoppedLevel })?.firstTime ?? 0),
                                                           Replicate.ms(at)),
                                            lastTime: Replicate.ms(at))
                     marker.span = [name.firstTime, name.lastTime]

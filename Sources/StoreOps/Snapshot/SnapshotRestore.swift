@@ -254,14 +254,13 @@ public enum SnapshotRestore {
         let needed = record.database.bytes + external + SpaceRequirement.margin(record.database.bytes)
         do {
             try SpaceRequirement.require(needed, at: folder, purpose: "the restore", hint: "free space on that volume first")
-        } catch let error as StoreOpsError where error.kind == .noSpace && (FileSystem.size(of: finalPath + "-wal") ?? 0) > 0
-                    && FileSystem.kind(of: finalPath) == .file && StoreFile.isWALHeader((try? FileProbe.shared.header(of: finalPath)) ?? []) {
-            // Only over a WAL store there (a restore in place): a -wal beside a path that has no
-            // database (restore --to, --create) is no store's, and SQLite would delete it.
-            // A restore in place over a store whose -wal holds the space: a migration that failed
-            // on a full disk leaves its pages there, and its rollback (this restore) could not
-            // start (a trial: 16 of 20 MB, "free space on the volume"). The frames are SQLite's to
-            // release: a TRUNCATE checkpoint, if no connection is in the way; then looked at again.
+        } catch let error as StoreOpsError where error.kind == .noSpace && FileSystem.kind(of: finalPath) == .file
+                    && StoreFile.isWALHeader((try? FileProbe.shared.header(of: finalPath)) ?? []) && (FileSystem.size(of: finalPath + "-wal") ?? 0) > 0 {
+            // A restore in place over a WAL store whose -wal holds the space: a migration that
+            // failed on a full disk leaves its pages there, and its rollback (this restore) could
+            // not start (a trial: 16 of 20 MB). The frames are SQLite's to release: a TRUNCATE
+            // checkpoint, if no connection is in the way; then looked at again. Only over a WAL
+            // store there: a -wal beside a path with no database (--to, --create) is no store's.
             let wal = FileSystem.size(of: finalPath + "-wal") ?? 0
             if let why = releaseWAL(of: finalPath) {
                 throw StoreOpsError(.noSpace, error.message + "; \(finalPath)-wal holds \(Format.bytes(wal)) of it (frames of a failed transaction stay there), which storectl could not release: \(why)",
