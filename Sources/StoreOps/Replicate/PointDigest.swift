@@ -139,19 +139,25 @@ public enum PointDigest {
             SegmentName(store: store, chain: chain, level: PointDigest.level, from: from, to: to, firstTime: firstTime, lastTime: lastTime)
         }
 
-        /// The digest, sealed; nil when the span cannot be digested (or holds fewer than two commits).
-        func seal(sealer: Sealer, zstd: ZstdFrames) throws -> (SegmentName, Data)? {
-            guard usable, commits >= 2, var segment = template else { return nil }
+        /// The digest's one commit: what the span's commits leave.
+        func commit() -> PointSegment.Commit? {
+            guard usable, commits >= 2 else { return nil }
             let order = pages.keys.sorted()
-            let pageCount = UInt32(count)
-            var commit = PointSegment.Commit(time: lastTime, point: to, frame: frame, pageCount: pageCount, pages: order,
+            var commit = PointSegment.Commit(time: lastTime, point: to, frame: frame, pageCount: UInt32(count), pages: order,
                                              ids: order.map { pages[$0]?.id ?? .zero })
             commit.files = files.isEmpty ? nil : files.map(\.file)
             commit.removed = removeNext.isEmpty ? nil : removeNext
             commit.removedBefore = removedBefore.isEmpty ? nil : removedBefore
             commit.notCarried = notCarried.isEmpty ? nil : notCarried
             // A span that never had fewer pages than it ends with needs no truncation.
-            commit.truncatedTo = lowest < Int(pageCount) ? UInt32(lowest) : nil
+            commit.truncatedTo = lowest < count ? UInt32(lowest) : nil
+            return commit
+        }
+
+        /// The digest, sealed; nil when the span cannot be digested (or holds fewer than two commits).
+        func seal(sealer: Sealer, zstd: ZstdFrames) throws -> (SegmentName, Data)? {
+            guard var segment = template, let commit = commit() else { return nil }
+            let order = commit.pages
             segment.level = PointDigest.level
             segment.from = from
             segment.to = to

@@ -108,6 +108,15 @@ struct PointSegment: Codable, Equatable {
             var truncatedTo: UInt32? = nil
             var isEmpty: Bool { files == nil && removed == nil && notCarried == nil && removedBefore == nil && truncatedTo == nil }
         }
+
+        /// A page number no commit over `countBefore` pages can hold, or nil. A commit may hold
+        /// pages past its own count (spilled before the transaction shrank the file), but every
+        /// page past the count before it is one it grew the file by: it cannot lie further than
+        /// all its pages (and the lock-byte page's slack) reach. Page 0 does not exist.
+        func impossiblePage(countBefore: Int) -> UInt32? {
+            let reach = max(countBefore, Int(pageCount)) + pages.count + WalFollower.pageSlack
+            return pages.first { $0 == 0 || Int($0) > reach }
+        }
     }
 
     struct FileAdd: Codable, Equatable {

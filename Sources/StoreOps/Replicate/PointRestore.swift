@@ -501,6 +501,14 @@ public enum PointRestore {
                     if commit.time > t || (commit.point ?? (segment.from + k)) > through { break reading }
                     files.apply(commit, of: segment, name: name, index: &carriedIndex)
                     let pageCount = Int(commit.pageCount)
+                    // A page past where the commit can reach would be dropped as a truncated
+                    // one (the point silently without it): damage, refused.
+                    if let page = commit.impossiblePage(countBefore: ids.count) {
+                        let error = StoreOpsError(.badData, "point segment \(repository.backend.describe(name.key)) is damaged: its commit at point \(commit.point ?? (segment.from + k)) holds page \(page), which a database of \(Format.count(max(ids.count, pageCount))) pages cannot have",
+                                                  hint: Sealer.damagedHint)
+                        if name.level == PointDigest.level { throw DigestUnusable(name: name, error: error) }
+                        throw error
+                    }
                     // A digest: the pages its span dropped (and did not write again) are gone.
                     if let floor = commit.truncatedTo.map(Int.init), ids.count > floor { ids.removeLast(ids.count - floor) }
                     if ids.count > pageCount { ids.removeLast(ids.count - pageCount) }

@@ -456,7 +456,7 @@ struct PagedRepositoryTests {
         #expect(record.stdout.components(separatedBy: second.id).count == 2, "named once: \(record.stdout)")
     }
 
-    @Test("a record restore refuses (page size 0, 1000, 2^31; an external file named '..', or recorded at a size its chunks do not hold) is damage to repo check --read-data too (2, naming it), and to verify and prune's collector")
+    @Test("a record restore refuses (page size 0, 1000, 2^31; an external file named '..', recorded at a size its chunks do not hold, or at another SHA-256) is damage to repo check --read-data too (2, naming it), and to verify and prune's collector")
     func recordRestoreRefuses() throws {
         let fixture = try PagedFixture(items: 1_000, externalFiles: 1)
         let created = try fixture.create()
@@ -467,12 +467,17 @@ struct PagedRepositoryTests {
         var changes: [(String, (inout PagedSnapshotRecord) -> Void)] = [0, 1000, 1 << 31].map { size in ("page size \(size)", { $0.pages.pageSize = size }) }
         changes.append(("file ..", { $0.files[0].path = "store/.Tasks_SUPPORT/_EXTERNAL_DATA/.." }))
         changes.append(("file size 5", { $0.files[0].bytes = 5 }))
+        // Its last hex digit other: chunks whole, the file not what was recorded (check passed it).
+        changes.append(("file sha256", { $0.files[0].sha256 = String($0.files[0].sha256.dropLast()) + ($0.files[0].sha256.hasSuffix("0") ? "1" : "0") }))
         for (what, change) in changes {
             var record = good
             change(&record)
             try fixture.replace(key, with: try repository.sealer.seal(try JSON.encode(record), as: "snapshot:" + created.id))
             let report = try fixture.check(readData: true)
             #expect(!report.ok && report.problems.contains { $0.contains(created.id) }, "\(what): \(report.problems)")
+            if what == "file sha256" {   // both hashes whole where their first 12 digits agree
+                #expect(report.problems.contains { $0.contains(record.files[0].sha256) && $0.contains(good.files[0].sha256) }, "\(report.problems)")
+            }
             #expect(report.damagedSnapshots == [created.id], "\(what): the summary names the snapshot")
             #expect(RepositoryCheck.ending(of: report).status == .checksFailed)
             #expect((#expect(throws: StoreOpsError.self) { try fixture.restore(created.id, to: "r.sqlite") })?.status == .badData, "\(what)")

@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 
 /// `storectl repo check [--read-data]`: is every listed snapshot whole? Reads only what it must:
 /// the config, key files, indexes, each pack's own header (compared with the index), every
@@ -66,9 +67,13 @@ public enum RepositoryCheck {
         let indexes = try scanIndexes(repository, into: &report)
         var damagedPacks: [ContentID: Int] = [:]
         let stored = try checkPacks(repository, indexes: indexes, damagedPacks: &damagedPacks, into: &report)
-        let needs = try checkSnapshots(repository, indexes: indexes, into: &report)
+        var files: [FileChunksKey: [String]] = [:]
+        let needs = try checkSnapshots(repository, indexes: indexes, files: &files, into: &report)
         try checkPoints(repository, readData: readData, into: &report)
-        if readData { try readEveryPack(repository, indexes: indexes, stored: stored, damagedPacks: &damagedPacks, progress: progress, into: &report) }
+        if readData {
+            try readEveryPack(repository, indexes: indexes, stored: stored, damagedPacks: &damagedPacks, progress: progress, into: &report)
+            try reassembleFiles(files, repository: repository, indexes: indexes, damagedPacks: damagedPacks, progress: progress, into: &report)
+        }
         attribute(damagedPacks, needs: needs, into: &report)
         // A problem found once per index that lists it (a missing pack in ten indexes) is said once.
         var seen = Set<String>()
@@ -194,6 +199,10 @@ public enum RepositoryCheck {
         // pages nothing held, while this check read every segment and said ok.
         var coverage = try? PageCoverage(chain: chain, in: repository)
         let applied = Set(chain.segments.dropFirst().map(\.key))
+        // Each digest against what the commits it spans leave (a restore reads the digest
+        // instead of them: one that opens but says other pages restores wrong, or is refused
+        // with the chain's base named).
+        var digests = DigestReplay(chain.digests)
         // The stop, resume and alive markers too: what restores claim after a point rests on them
         // (their names' times are checked against what they seal).
         for name in chain.segments + chain.digests + chain.markers + chain.alive {
@@ -225,6 +234,11 @@ public enum RepositoryCheck {
                         problems.append(problem)
                         coverage = nil   // one problem a chain: the points after it fail the same way
                     }
+                    if applied.contains(name.key) {
+                        digests.feed(segment)
+                    } else if name.level == PointDigest.level, let problem = digests.compare(segment, name: name, in: repository) {
+                        problems.append(problem)
+                    }
                 }
             } catch let error as StoreOpsError where error.status == .badData {
                 problems.append("\(error.message): \(lost)")
@@ -232,6 +246,76 @@ public enum RepositoryCheck {
             }
         }
         return (problems, store)
+    }
+
+    /// What each digest of a chain should say, replayed from the commits its span holds (fed in
+    /// order, as the check reads the chain's segments), kept as a hash of the digest's commit
+    /// as the follower seals it (`PointDigest.Builder`) and the figures a problem names. A span
+    /// whose commits are not all there (thinned, a segment missing) is not judged.
+    struct DigestReplay {
+        struct Expected { var fingerprint: [UInt8]; var pageCount: UInt32; var pages: Int; var truncatedTo: UInt32? }
+        private var open: [SegmentName: PointDigest.Builder] = [:]
+        private var pending: [SegmentName]
+        private(set) var expected: [SegmentName: Expected] = [:]
+
+        init(_ digests: [SegmentName]) { pending = digests.sorted { $0.from < $1.from } }
+
+        mutating func feed(_ segment: PointSegment) {
+            for (k, commit) in segment.commits.enumerated() {
+                let point = commit.point ?? (segment.from + k)
+                while let next = pending.first, next.from <= point {
+                    pending.removeFirst()
+                    if next.from == point { open[next] = PointDigest.Builder(store: next.store, chain: next.chain, from: next.from) }
+                }
+                for name in Array(open.keys) {
+                    open[name]?.add(commit, point: point, of: segment, pageAt: { _ in [] }, fileAt: { _ in [] })
+                    guard point >= name.to, let builder = open.removeValue(forKey: name) else { continue }
+                    if builder.usable, builder.to == name.to, let commit = builder.commit() {
+                        expected[name] = Expected(fingerprint: Self.fingerprint(commit), pageCount: commit.pageCount, pages: commit.pages.count,
+                                                  truncatedTo: commit.truncatedTo)
+                    }
+                }
+            }
+        }
+
+        /// The problem with a digest that does not say what its commits leave, or nil.
+        func compare(_ digest: PointSegment, name: SegmentName, in repository: PagedRepository) -> String? {
+            guard let want = expected[name], digest.commits.count == 1, let got = digest.commits.first else { return nil }
+            guard Self.fingerprint(got) != want.fingerprint else { return nil }
+            var what: [String] = []
+            if got.pageCount != want.pageCount { what.append("says \(Format.count(Int(got.pageCount))) pages, they leave \(Format.count(Int(want.pageCount)))") }
+            if got.truncatedTo != want.truncatedTo {
+                what.append("says the fewest pages within it were \(got.truncatedTo.map { Format.count(Int($0)) } ?? "its last count"), they leave \(want.truncatedTo.map { Format.count(Int($0)) } ?? "its last count")")
+            }
+            if got.pages.count != want.pages { what.append("holds \(Format.count(got.pages.count)) pages, they wrote \(Format.count(want.pages))") }
+            if what.isEmpty { what.append("names other pages, content ids or external-data files than they leave") }
+            return "digest \(repository.backend.describe(name.key)) (points \(name.from)-\(name.to)) does not say what the commits it spans leave (it \(what.joined(separator: "; "))): "
+                + "restores at point \(name.to) and later read it instead of them (and restore other content, or are refused); "
+                + "remove that object (a digest is optional: restores then replay its commits)"
+        }
+
+        /// What a restore takes from a digest's commit: its page count and fewest pages, every
+        /// page and content id, and the external-data files present at its end and gone after it.
+        static func fingerprint(_ commit: PointSegment.Commit) -> [UInt8] {
+            var hasher = SHA256()
+            func add(_ value: UInt32) { withUnsafeBytes(of: value.littleEndian) { hasher.update(bufferPointer: $0) } }
+            func add(_ text: String) { add(UInt32(text.utf8.count)); hasher.update(data: Data(text.utf8)) }
+            add(commit.pageCount)
+            add(commit.truncatedTo.map { $0 &+ 1 } ?? 0)
+            let order = commit.pages.indices.sorted { commit.pages[$0] < commit.pages[$1] }
+            add(UInt32(order.count))
+            for i in order where i < commit.ids.count {
+                add(commit.pages[i])
+                withUnsafeBytes(of: commit.ids[i].words) { hasher.update(bufferPointer: $0) }
+            }
+            let files = (commit.files ?? []).sorted { $0.name < $1.name }
+            add(UInt32(files.count))
+            for file in files { add(file.name); add(UInt32(truncatingIfNeeded: file.bytes)); add(file.sha256) }
+            let removed = Set(commit.removed ?? []).sorted()
+            add(UInt32(removed.count))
+            for name in removed { add(name) }
+            return Array(hasher.finalize())
+        }
     }
 
     /// The pages a chain's points have so far, replayed commit by commit from the base's count:
@@ -255,6 +339,9 @@ public enum RepositoryCheck {
             for (k, commit) in segment.commits.enumerated() {
                 let point = commit.point ?? (segment.from + k)
                 let pageCount = Int(commit.pageCount)
+                if let page = commit.impossiblePage(countBefore: count) {
+                    return "chain \(chain): point \(point) (\(repository.backend.describe(name.key))) holds page \(page), which a database of \(Format.count(max(count, pageCount))) pages cannot have: points from \(point) do not restore; --at before \(Timestamp.iso(PointRestore.date(commit.time))) does"
+                }
                 if let floor = commit.truncatedTo.map(Int.init), count > floor {
                     missing = missing.filter { $0 <= floor }
                     count = floor
@@ -353,7 +440,40 @@ public enum RepositoryCheck {
     }
 
     /// Every record opens; every blob it needs is indexed (pages as pages of its page size).
-    private static func checkSnapshots(_ repository: PagedRepository, indexes: IndexedBlobs, into report: inout Report) throws -> PackNeeds {
+    /// An external-data file as records name it: the same chunks and SHA-256 are read once
+    /// however many snapshots hold the file.
+    struct FileChunksKey: Hashable {
+        var file: PagedSnapshotRecord.FileChunks
+        func hash(into hasher: inout Hasher) { hasher.combine(file.sha256); hasher.combine(file.bytes); hasher.combine(file.chunks) }
+        static func == (a: Self, b: Self) -> Bool { a.file.sha256 == b.file.sha256 && a.file.bytes == b.file.bytes && a.file.chunks == b.file.chunks }
+    }
+
+    /// `--read-data`: each external-data file reassembled from its chunks (read again, one at a
+    /// time) and its SHA-256 compared with its record's, as a restore does: a chunk's id says the
+    /// chunk is whole, not that the record names the right ones in the right order. Files whose
+    /// chunks are in a damaged pack are said with the pack.
+    private static func reassembleFiles(_ files: [FileChunksKey: [String]], repository: PagedRepository, indexes: IndexedBlobs,
+                                        damagedPacks: [ContentID: Int], progress: StepHandler?, into report: inout Report) throws {
+        guard !files.isEmpty else { return }
+        let started = Date()
+        var done: UInt64 = 0
+        for (key, snapshots) in files.sorted(by: { $0.value[0] == $1.value[0] ? $0.key.file.path < $1.key.file.path : $0.value[0] < $1.value[0] }) {
+            if key.file.chunks.contains(where: { indexes.locations[$0].map { damagedPacks[$0.pack] != nil } ?? true }) { continue }
+            try ProcessSignals.checkpoint("checking \(repository.location)")
+            progress?(ProgressUpdate(phase: "reassembling external-data files", done: done, total: UInt64(files.count), unit: .files, bytes: 0, startedAt: started))
+            done += 1
+            do {
+                try PagedExtraction.writeFiles([key.file], repository: repository, into: nil, context: "snapshot \(snapshots[0])")
+            } catch let error as StoreOpsError where error.status == .badData {
+                let others = snapshots.count > 1 ? " (\(Format.plural(snapshots.count - 1, "other snapshot holds", "other snapshots hold")) it too: \(snapshots.dropFirst().prefix(5).joined(separator: ", ")))" : ""
+                report.problems.append(error.message + others)
+                for id in snapshots where !report.damagedSnapshots.contains(id) { report.damagedSnapshots.append(id) }
+            }
+        }
+    }
+
+    private static func checkSnapshots(_ repository: PagedRepository, indexes: IndexedBlobs, files: inout [FileChunksKey: [String]],
+                                       into report: inout Report) throws -> PackNeeds {
         var needs: PackNeeds = []
         let (records, damagedRecords) = try repository.catalog()
         report.snapshots = records.count + damagedRecords.count
@@ -383,6 +503,7 @@ public enum RepositoryCheck {
                 }
                 // Each external-data file's size is what its chunks hold (restore refuses it otherwise).
                 for file in record.files {
+                    files[FileChunksKey(file: file), default: []].append(record.id)
                     let lengths = file.chunks.compactMap { indexes.locations[$0]?.blob.length }
                     guard lengths.count == file.chunks.count else { continue }
                     let held = lengths.reduce(UInt64(0)) { $0 + UInt64($1) }
