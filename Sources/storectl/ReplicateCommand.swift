@@ -111,7 +111,7 @@ struct ReplicateFollowCommand: ParsableCommand, JSONOutput {
         }
         if summary.kept > 0 {
             return StoreOpsError(.ioError, "stopped with \(Format.plural(summary.kept, "point", "points")) not written to \(summary.repository): kept on this machine (the spool folder's storectl-outbox-*), restores do not see them yet",
-                                 hint: "the next `storectl replicate` of the same store into the same repository, with the same --spool, writes them first")
+                                 hint: "the next `storectl replicate` of the same store into the same repository, with the same spool folder (`--spool`, or its policy's `spool`), writes them first")
         }
         return nil
     }

@@ -242,6 +242,17 @@ extension Storectl {
         if let match = message.firstMatch(of: /unknown option '(--[^']+)'\. Did you mean '(--[^']+)'\?/), !nearOption(String(match.1), String(match.2)) {
             message.replaceSubrange(match.range, with: "unknown option '\(match.1)'")
         }
+        // `--keep-points -1h`: the value that follows looks like an option, so ArgumentParser says
+        // the value is missing; say what it read and how to pass it.
+        if let match = message.firstMatch(of: /missing value for '(--[^ ']+)/) {
+            let arguments = CommandLine.arguments
+            if let at = arguments.firstIndex(of: String(match.1)), at + 1 < arguments.count {
+                let next = arguments[at + 1]
+                if next.count > 1, next.hasPrefix("-"), next.dropFirst().first?.isNumber == true {
+                    message += " ('\(next)' after it reads as an option; `\(match.1)=\(next)` passes it as the value)"
+                }
+            }
+        }
         // The usage of the command that was parsed (a ValidationError from its run), else the one
         // ArgumentParser names in its own message (a parse error).
         let usage = command.map { usageString(for: type(of: $0)) }

@@ -136,6 +136,8 @@ struct BadInputTests {
             (["diff", "--repo", "/nonexistent", "--store", "a.sqlite", "--at", "-1m", "--store", "b.sqlite", "--at", "-2m"], 64, "--store given 2 times (a.sqlite, b.sqlite)"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "10s", "--to", "x.sqlite"], 64, "a time before now is written -10s"),
             (["snapshot", "restore", "--repo", "/nonexistent", "--at", "-10", "--to", "x.sqlite"], 64, "has no unit (write e.g. -10s"),
+            // A value that looks like an option: ArgumentParser said only "missing value".
+            (["snapshot", "prune", "--repo", "/nonexistent", "--keep-points", "-1h"], 64, "('-1h' after it reads as an option; `--keep-points=-1h` passes it as the value)"),
             (["snapshot", "list", "--repo", "/nonexistent-password-test"], 66, "the password file /nonexistent-pw (named by STORECTL_PASSWORD_FILE) does not exist"),
           ] as [([String], Int32, String)])
     func namedTypos(_ arguments: [String], _ status: Int32, _ message: String) throws {

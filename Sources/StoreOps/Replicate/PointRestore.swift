@@ -88,6 +88,17 @@ public enum PointRestore {
         /// `--at` fell where retention thinned the points: commits between the point answered and
         /// the time asked may not be kept.
         var thinned = false
+
+        /// `body`'s damage (the point's database fails its check, a page is not its id), with a
+        /// hint naming the digests the point was read through: one that opens but says other
+        /// pages than its commits is found by `repo check --read-data`, not by the restore.
+        func namingDigests<T>(_ repository: PagedRepository, _ body: () throws -> T) throws -> T {
+            do { return try body() } catch var error as StoreOpsError where error.status == .badData && (reads?.digests ?? 0) > 0 {
+                let through = "the point was read through \(Format.plural(reads?.digests ?? 0, "digest", "digests")) of its chain: `storectl repo check --repo \(repository.location) --read-data` compares each with the commits it spans (remove a damaged one and restores replay its commits)"
+                error.hint = through + (error.hint.map { "; " + $0 } ?? "")
+                throw error
+            }
+        }
     }
 
     /// The snapshot `options.id` names, or with `options.at`, the newest point at or before it.

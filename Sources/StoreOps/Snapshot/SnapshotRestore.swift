@@ -161,8 +161,11 @@ public enum SnapshotRestore {
                 lock: .none, wait: options.wait, actName: "restore",
                 preflight: { pipeline in try PointRestore.target(options, in: try pipeline.repository) },
                 act: { pipeline, target in
-                    var result = try restoreToNewFile(target.record, from: try pipeline.repository, path: FileSystem.absolute(path),
-                                                      overlay: target.overlay, check: options.check, progress: progress)
+                    let repository = try pipeline.repository
+                    var result = try target.namingDigests(repository) {
+                        try restoreToNewFile(target.record, from: repository, path: FileSystem.absolute(path),
+                                             overlay: target.overlay, check: options.check, progress: progress)
+                    }
                     result.point = target.point
                     result.pointTime = target.time
                     result.pointReads = target.reads
@@ -490,8 +493,10 @@ public enum SnapshotRestore {
             // Through SQLite (--live), the backup API makes the pages WAL pages itself.
             let journalMode = options.live ? "delete" : exists ? (StoreFile.isWALHeader(try FileProbe.shared.header(of: store.path)) ? "wal" : "delete")
                                      : (record.source.journalMode == "wal" ? "wal" : "delete")
-            let staged = try stage(snapshot, from: hold.repository, at: store.path, journalMode: journalMode, overlay: target.overlay,
-                                   check: options.check, progress: progress)
+            let staged = try target.namingDigests(hold.repository) {
+                try stage(snapshot, from: hold.repository, at: store.path, journalMode: journalMode, overlay: target.overlay,
+                          check: options.check, progress: progress)
+            }
             if exists, !options.live {
                 // The app's user must be able to open its restored store: same owner and mode as before.
                 try FileSystem.copyOwnership(from: store.path, to: staged.database.tempPath)

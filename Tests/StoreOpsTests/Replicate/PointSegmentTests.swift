@@ -217,6 +217,12 @@ struct PointSegmentTests {
                         && said.contains("restores at point \(digest.to) and later"), "\(damage) \(command[0]): \(check.status) \(said)")
                 if damage == "page count" { #expect(said.contains("says \(Format.count(Int(damaged.commits[0].pageCount))) pages"), "\(said)") }
             }
+            if damage == "page count" {
+                // A restore through it is refused (pages no source holds), and its hint says it was read through a digest.
+                let at = Timestamp.iso(PointRestore.date(digest.lastTime))
+                let refused = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", repo, "--at", at, "--to", folder.file("through.sqlite")], environment: env)
+                #expect(refused.status == 65 && refused.stderr.contains("read through 1 digest") && refused.stderr.contains("--read-data"), "\(refused.status) \(refused.stderr)")
+            }
             try original.write(to: URL(fileURLWithPath: (repo as NSString).appendingPathComponent(digest.key)))
         }
         let again = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo, "--read-data"], environment: env)
