@@ -245,7 +245,8 @@ struct RollbackCommand: ParsableCommand, JSONOutput {
                   + "(`storectl snapshot list --repo \(repo)` lists them)")
             return
         }
-        print("rolled back \(FileSystem.absolute(store)) to \(at == nil ? "snapshot" : "point") \(result.restored ?? "-") (version \(result.version)); "
+        print("rolled back \(FileSystem.absolute(store)) to \(at == nil ? "snapshot" : "point") \(result.restored ?? "-")"
+              + (result.restoredPointTime.map { " at \(Timestamp.iso($0))" } ?? "") + " (version \(result.version)); "
               + "the state before the rollback is snapshot \(result.safetySnapshot ?? "-")"
               + (result.safetySnapshotPoint.map { " (made from replicate's point \($0))" } ?? "")
               + (result.throughSQLite == true ? "; written through SQLite (the app's connections stay open; its commits waited up to \(Format.duration(result.writeLockSeconds ?? 0)))" : "")

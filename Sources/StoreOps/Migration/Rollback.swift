@@ -37,6 +37,8 @@ public enum Rollback {
         /// The snapshot (or point) put back; nil when nothing was (`nothingToRollBack`,
         /// `interruptedRunCommittedNothing`).
         public var restored: String?
+        /// `--at`: the time of the point put back (`restored` is its label).
+        public var restoredPointTime: Date?
         public var safetySnapshot: String?
         /// The safety snapshot was made from this point of `storectl replicate` (the store's state
         /// then), not by reading the store.
@@ -128,6 +130,7 @@ public enum Rollback {
             rolled.nothingToRollBack = false
             rolled.earlierRunFinished = true
         }
+        rolled.restoredPointTime = plan.earlier == nil && options.at != nil ? result?.pointTime : nil
         rolled.throughSQLite = result?.throughSQLite
         rolled.writeLockSeconds = result?.writeLockSeconds
         rolled.signalAfterCommit = result?.signalAfterCommit
