@@ -350,6 +350,8 @@ public enum Replicate {
         /// when the clock does.
         var lastTime: Int64 = 0
         var pendingBytes = 0
+        /// Commits read from the store by this run (the main loop's way to know a read found one).
+        var commitsRead = 0
         var pendingCursor: WalCursor?
         var seenAt: [Date] = []
         var lags: [Double] = []
@@ -464,6 +466,9 @@ public enum Replicate {
         static let parkAlways = ProcessInfo.processInfo.environment["STORECTL_TEST_OUTBOX_ALWAYS"] == "1"
         /// Segments the repository did not take (`SegmentOutbox`).
         let outbox: SegmentOutbox
+        /// The first and last waits before reading again after a change that showed no commit.
+        static let settleFirst: TimeInterval = 0.005
+        static let settleLast: TimeInterval = 0.160
         static let captureSpacing: TimeInterval = ProcessInfo.processInfo.environment["STORECTL_TEST_CAPTURE_SPACING_MS"].flatMap(Double.init).map { $0 / 1000 } ?? 0.020
         let uploads = DispatchQueue(label: "storectl.replicate.upload")
         /// Merges run on their own thread: a point's upload never waits for one.
@@ -520,6 +525,13 @@ public enum Replicate {
             let started = Date()
             var nextSync = Date().addingTimeInterval(options.syncInterval)
             var stoppedBy = "duration"
+            // A change in a store's folder that the read after it did not find as a commit: the
+            // app writes its -wal frames, then syncs them, and only then publishes the commit in
+            // the wal-index (which no inotify event shows). Read again after 5 ms, then 10, 20 …
+            // up to 160 ms, not a whole poll interval later: a trial's points were dated 270 ms
+            // after their commits (its fsync outlasted the 20 ms pause, then a 250 ms poll).
+            var woke = false
+            var settle: TimeInterval?
             while true {
                 if let signal = ProcessSignals.received {
                     stoppedBy = signal == SIGTERM ? "SIGTERM" : "SIGINT"
@@ -529,7 +541,14 @@ public enum Replicate {
                 let began = Date()
                 settleUploads()
                 settleStarts()
+                let before = replicas.map(\.commitsRead)
                 for replica in replicas { step(replica) }
+                if zip(before, replicas).contains(where: { $0 != $1.commitsRead }) {
+                    settle = nil
+                } else if woke || settle != nil {
+                    settle = settle.map { $0 * 2 } ?? Self.settleFirst
+                    if let current = settle, current > Self.settleLast { settle = nil }
+                }
                 // A backlog (the repository answers again) goes out a segment after another, not
                 // one a sync interval.
                 for replica in replicas where !replica.uploading && (replica.spooledBytes > 0 || replica.pendingBytes >= Self.segmentBytes
@@ -557,8 +576,9 @@ public enum Replicate {
                 // Until the next poll or sync, and no later than the end of `--for` (a run of
                 // 100 ms lasted a whole poll interval, 250 ms).
                 var wait = min(options.pollInterval, nextSync.timeIntervalSinceNow)
+                if let settle { wait = min(wait, settle) }
                 if let duration = options.duration { wait = min(wait, duration - Date().timeIntervalSince(started)) }
-                if !changed { watcher.wait(seconds: max(0.001, wait)) }
+                woke = changed ? true : watcher.wait(seconds: max(0.001, wait))
             }
             // Drain: what was committed up to now, written; each chain marked stopped. Bounded
             // (systemd's stop timeout is 30 s by default): requests retry until then, no later.
@@ -966,6 +986,7 @@ public enum Replicate {
             }
             let time = max(Replicate.ms(at), replica.lastTime)
             replica.lastTime = time
+            replica.commitsRead += commits.count
             for commit in commits {
                 var pages: [UInt32] = []
                 var ids: [ContentID] = []
@@ -2305,18 +2326,22 @@ final class FolderWatcher: @unchecked Sendable {
     }
 
     /// Waits until something in the folders changes, `wake()` is called, or `seconds` pass
-    /// (without inotify: until a wake or the time).
-    func wait(seconds: TimeInterval) {
+    /// (without inotify: until a wake or the time). Returns whether a change in the folders
+    /// ended it.
+    @discardableResult
+    func wait(seconds: TimeInterval) -> Bool {
         var entries = [fd, wakeRead].filter { $0 >= 0 }.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
         guard !entries.isEmpty else {
             Waits.sleep(seconds)
-            return
+            return false
         }
         _ = poll(&entries, nfds_t(entries.count), Waits.pollMilliseconds(seconds))
         var buffer = [UInt8](repeating: 0, count: 8192)
+        var changed = false
         for descriptor in [fd, wakeRead] where descriptor >= 0 {
-            while read(descriptor, &buffer, buffer.count) > 0 {}
+            while read(descriptor, &buffer, buffer.count) > 0 { if descriptor == fd { changed = true } }
         }
+        return changed
     }
 }
 
