@@ -28,7 +28,10 @@ struct RunCommand: ParsableCommand {
             case .failure(let error): throw ValidationError("--jitter: \(error)")
             }
         }
-        let record = JobRun.run(.init(job: job, policy: policy, jitter: wait, password: password.override))
+        var options = JobRun.Options(job: job, policy: policy, jitter: wait, password: password.override)
+        // On a terminal, the wait is said (cron's runs stay quiet): up to the whole jitter of silence otherwise.
+        if isatty(STDERR_FILENO) == 1 { options.announce = { FileHandle.standardError.write(Data("storectl: \($0)\n".utf8)) } }
+        let record = JobRun.run(options)
         // The record (the job log's line), with the fields every command's --json has: `ok`, and on
         // a failure `status`, `message`, `hint` (a trial's script read `.ok` and found none).
         let failure = record.exitCode == 0 ? nil

@@ -10,6 +10,8 @@ public enum JobRun {
         public var jitter: TimeInterval = 0
         /// The repository's password (`--password-file`), over the policy's and the environment's.
         public var password: PasswordSource?
+        /// Told what the run waits for before its work (the jitter), for a terminal.
+        public var announce: (@Sendable (String) -> Void)?
         public init(job: ScheduledJob, policy: String, jitter: TimeInterval = 0, password: PasswordSource? = nil) {
             self.job = job
             self.policy = policy
@@ -39,7 +41,13 @@ public enum JobRun {
         /// What to do about `error`, when the failure says (the hint printed on stderr by hand).
         public var hint: String?
         public var stages: [StageTiming]?
+        /// `--jitter`: how long the run waited before it began (`start` is after the wait).
+        public var jitterSeconds: Double?
     }
+
+    /// How long a scheduled run waits for another job of the same store to let go of its lock
+    /// before it is skipped (75).
+    public static let lockWait: TimeInterval = ProcessInfo.processInfo.environment["STORECTL_TEST_JOB_LOCK_WAIT"].flatMap(Double.init) ?? 15 * 60
 
     /// Runs the job; never throws: every outcome is a record (and its exit code). The job walks the
     /// pipeline with the store's lock held exclusively (a run finding it held is `skipped`, 75); its
@@ -63,9 +71,15 @@ public enum JobRun {
                 LogRotation.rotateIfNeeded(log + ".out", maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
             }
             if options.jitter > 0 {
-                let until = Date().addingTimeInterval(Double.random(in: 0...options.jitter))
+                let wait = Double.random(in: 0...options.jitter)
+                options.announce?("waiting \(Format.duration(wait)) (--jitter \(Format.duration(options.jitter))) before the \(options.job.rawValue)")
+                let until = Date().addingTimeInterval(wait)
                 while Date() < until, ProcessSignals.received == nil { usleep(100_000) }
                 try ProcessSignals.checkpoint("waiting out the jitter")
+                // The job's time is its work's: the wait is said apart (an alert on the duration
+                // saw 61 s for a 0.5 s snapshot).
+                record.jitterSeconds = (wait * 1000).rounded() / 1000
+                record.start = Timestamp.now()
             }
             // A sequence of roads under one lock: the job takes the store's lock (exclusive), then
             // walks each step's own road in turn (each with that lock held, each taking the
@@ -74,7 +88,9 @@ public enum JobRun {
             let pipeline = Pipeline(operation: "run \(options.job.rawValue)", store: store)
             defer { pipeline.unlock() }
             do {
-                try pipeline.lock(.exclusive)
+                // Another job of the same store (a daily purge at the hourly snapshot's minute):
+                // waited for, up to `lockWait`, not skipped at once (75 every day, a trial).
+                try pipeline.lock(.exclusive, wait: true, waitLimit: JobRun.lockWait)
                 ending = try perform(options.job, policy: loaded, store: store, record: &record, between: { try pipeline.checkpoint() })
             } catch {
                 ending = Pipeline.ending(error, rollsBack: false)
@@ -95,12 +111,16 @@ public enum JobRun {
             if let folder = schedule.metrics {
                 do { try Metrics.write(record, folder: folder) } catch {
                     let failure = StoreOpsError.wrapping(error) ?? StoreOpsError(.cannotCreate, "\(error)")
-                    fail(&record, "the metrics cannot be written into \(folder): \(failure.message)", status: failure.status == .ioError ? .ioError : .cannotCreate)
+                    fail(&record, "the metrics cannot be written into \(folder): \(failure.message)", status: failure.status == .ioError ? .ioError : .cannotCreate,
+                         hint: "make that folder writable by the job's user, or change the policy's `metrics` (`storectl policy check \(record.policy)` checks it)")
                 }
             }
             if let log = schedule.log {
                 LogRotation.rotateIfNeeded(log, maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
-                if let problem = appendLog(record, to: log) { fail(&record, problem, status: .cannotCreate) }
+                if let problem = appendLog(record, to: log) {
+                    fail(&record, problem, status: .cannotCreate,
+                         hint: "make the log's folder writable by the job's user, or change the policy's `log` (`storectl policy check \(record.policy)` checks it)")
+                }
             }
         }
         return record
@@ -108,10 +128,11 @@ public enum JobRun {
 
     /// A run whose job succeeded but whose report could not be written: failed, with the reason
     /// added to whatever error it had.
-    static func fail(_ record: inout Record, _ problem: String, status: ExitStatus) {
+    static func fail(_ record: inout Record, _ problem: String, status: ExitStatus, hint: String? = nil) {
         if record.exitCode == 0 {
             record.exitCode = status.rawValue
             record.outcome = Outcome.failed.rawValue
+            record.hint = hint ?? record.hint
         }
         record.error = [record.error, problem].compactMap { $0 }.joined(separator: "; ")
     }

@@ -160,9 +160,10 @@ public final class Pipeline {
     /// Takes the store's job lock (`JobLock.Busy` when held elsewhere and not waiting), then
     /// finishes an interrupted swap of the store and removes dead runs' temporary files; then the
     /// repository's lock, when one is named.
-    public func lock(_ mode: LockMode, wait: Bool = false, repository: RepositoryNeed? = nil) throws {
+    /// - Parameter waitLimit: with `wait`, how long at most to wait for the store's lock.
+    public func lock(_ mode: LockMode, wait: Bool = false, waitLimit: TimeInterval? = nil, repository: RepositoryNeed? = nil) throws {
         try stage("lock") {
-            try lockStore(mode, wait: wait)
+            try lockStore(mode, wait: wait, waitLimit: waitLimit)
             if let need = repository {
                 let opened = try PagedRepository.open(at: need.location, password: need.password, missing: need.missing)
                 hold = try RepositoryHold.take(opened, operation: operation, exclusive: need.exclusive, wait: wait,
@@ -171,7 +172,7 @@ public final class Pipeline {
         }
     }
 
-    private func lockStore(_ mode: LockMode, wait: Bool) throws {
+    private func lockStore(_ mode: LockMode, wait: Bool, waitLimit: TimeInterval? = nil) throws {
         guard let store else { return }
         switch mode {
         case .none:
@@ -179,7 +180,7 @@ public final class Pipeline {
         case .held:
             try Recovery.prepare(store, lockHeld: true)
         case .exclusive:
-            jobLock = try takeJobLock(store, wait: wait, shared: false)
+            jobLock = try takeJobLock(store, wait: wait, waitLimit: waitLimit, shared: false)
             FaultInjection.reach("after-lock")
             try Recovery.prepare(store, lockHeld: true)
         case .shared:
@@ -194,9 +195,9 @@ public final class Pipeline {
     }
 
     /// The store's job lock; a signal while waiting for it is a stop in the lock stage that changed nothing.
-    private func takeJobLock(_ store: StoreFile, wait: Bool, shared: Bool) throws -> JobLock {
+    private func takeJobLock(_ store: StoreFile, wait: Bool, waitLimit: TimeInterval? = nil, shared: Bool) throws -> JobLock {
         do {
-            return try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, shared: shared,
+            return try JobLock.acquire(path: store.jobLockPath, job: operation, wait: wait, waitLimit: waitLimit, shared: shared,
                                        waiting: progress.map { handler in { handler(.note($0)) } })
         } catch let error as StoreOpsError {
             if case .signal(let number) = error.kind { throw Stop(reason: .signal(number), unchanged: true) }

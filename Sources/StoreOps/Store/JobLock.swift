@@ -40,7 +40,8 @@ public final class JobLock {
     ///   - waiting: with `wait`, told who holds the lock when the wait begins and about once a
     ///     second after (a terminal's progress line says so).
     /// - Throws: `Busy` (exit 75, naming the holder) when the lock is taken and `wait` is false.
-    public static func acquire(path: String, job: String, wait: Bool = false, shared: Bool = false,
+    /// - Parameter waitLimit: with `wait`, how long at most (then busy, as without `wait`).
+    public static func acquire(path: String, job: String, wait: Bool = false, waitLimit: TimeInterval? = nil, shared: Bool = false,
                                waiting: ((String) -> Void)? = nil) throws -> JobLock {
         // Never through a link: the store's folder is its owner's, and a lock file planted as a
         // symbolic or hard link to another file (/etc/shadow) would have a root job write its record
@@ -93,6 +94,13 @@ public final class JobLock {
             if let signal = ProcessSignals.received {
                 close(fd)
                 throw StoreOpsError(.signal(signal), "interrupted while waiting for the job lock \(path); nothing was changed")
+            }
+            if wait, let limit = waitLimit, Date().timeIntervalSince(started) >= limit {
+                close(fd)
+                let holder = readHolder(path: path)
+                throw Busy(error: StoreOpsError(.busy,
+                    "skipped: another job\(holder.map { " (\($0.job), pid \($0.pid), since \(Timestamp.iso($0.since)))" } ?? "") held the store's lock for all the \(Format.duration(limit)) this run waited",
+                    hint: "it runs again at its next scheduled time; if the other job should have ended by now, see its line in the job log (the lock is \(path))"))
             }
             if wait {
                 if let waiting, Date().timeIntervalSince(told ?? .distantPast) >= 1 {

@@ -279,20 +279,44 @@ struct JobRunTests {
         #expect(error?.description.contains("log_max_size") == true && error?.description.contains("log_keep") == true)
     }
 
-    @Test("two runs at once: the second is skipped with 75, naming the first; both are logged")
+    @Test("--jitter: the run's duration and start are its work's, the wait recorded apart (jitterSeconds); an alert on the duration saw 61 s for a 0.5 s snapshot (a trial)")
+    func jitterIsNotTheJobsTime() throws {
+        let fixture = try ScheduledFixture(items: 500)
+        let began = Date()
+        let run = try ChildProcess.run(Binaries.storectl, ["run", "snapshot", "--policy", fixture.policy, "--jitter", "2s", "--json"])
+        let took = Date().timeIntervalSince(began)
+        #expect(run.status == 0, "\(run.stderr)")
+        let record = try #require(try fixture.logLines().last)
+        let waited = try #require(record.jitterSeconds)
+        #expect(waited >= 0 && waited <= 2)
+        #expect(record.durationSeconds <= took - waited + 0.05, "\(record.durationSeconds) s recorded, \(took) s in all, \(waited) s of jitter")
+        #expect(record.start >= began.addingTimeInterval(waited - 0.05), "the start is after the wait")
+        // Not a terminal: nothing said of the wait (cron's runs are quiet).
+        #expect(run.stderr.isEmpty, "\(run.stderr)")
+    }
+
+    @Test("two runs of one store at once (a daily purge at the hourly snapshot's minute): the second waits for the first and then runs, both ok (it was skipped with 75 every day, a trial); past the lock wait it is skipped with 75, naming the first and how long it waited; all are logged")
     func overlap() throws {
-        let fixture = try ScheduledFixture(items: 20_000, rule: "batch_size = 100\npause = \"100ms\"")
-        let first = try ChildProcess.Running(Binaries.storectl, ["run", "purge", "--policy", fixture.policy])
-        let lockFile = fixture.store + ".storectl-lock"
-        let deadline = Date().addingTimeInterval(10)
-        while JobLock.currentHolder(path: lockFile) == nil, Date() < deadline { usleep(20_000) }
-        let second = try ChildProcess.run(Binaries.storectl, ["run", "purge", "--policy", fixture.policy])
-        #expect(second.status == 75)
-        #expect(second.stderr.contains("skipped: another job (run purge) holds the lock since"), "\(second.stderr)")
-        #expect(second.stderr.contains("pid \(first.pid)"))
-        #expect(second.stdout.isEmpty)
-        #expect(first.wait().status == 0)
-        let outcomes = try fixture.logLines().map(\.outcome)
-        #expect(outcomes.sorted() == ["ok", "skipped"])
+        func whileFirstRuns(_ fixture: ScheduledFixture, _ body: (ChildProcess.Running) throws -> Void) throws {
+            let first = try ChildProcess.Running(Binaries.storectl, ["run", "purge", "--policy", fixture.policy])
+            let deadline = Date().addingTimeInterval(10)
+            while JobLock.currentHolder(path: fixture.store + ".storectl-lock") == nil, Date() < deadline { usleep(20_000) }
+            try body(first)
+            #expect(first.wait().status == 0)
+        }
+        let waits = try ScheduledFixture(items: 20_000, rule: "batch_size = 100\npause = \"100ms\"")
+        try whileFirstRuns(waits) { _ in
+            let second = try ChildProcess.run(Binaries.storectl, ["run", "snapshot", "--policy", waits.policy])
+            #expect(second.status == 0, "\(second.stderr)")
+        }
+        #expect(try waits.logLines().map(\.outcome) == ["ok", "ok"])
+        let skips = try ScheduledFixture(items: 20_000, rule: "batch_size = 100\npause = \"100ms\"")
+        try whileFirstRuns(skips) { first in
+            let second = try ChildProcess.run(Binaries.storectl, ["run", "purge", "--policy", skips.policy], environment: ["STORECTL_TEST_JOB_LOCK_WAIT": "0.5"])
+            #expect(second.status == 75)
+            #expect(second.stderr.contains("skipped: another job (run purge, pid \(first.pid), since") && second.stderr.contains("held the store's lock for all the"), "\(second.stderr)")
+            #expect(second.stdout.isEmpty)
+        }
+        #expect(try skips.logLines().map(\.outcome).sorted() == ["ok", "skipped"])
     }
 }
