@@ -245,6 +245,45 @@ struct ScheduleCLITests {
         #expect(try storectl("run", "purge", "--policy", policy, "--jitter", "soon").status == 64)
     }
 
+    @Test("where a scheduled job writes (its job log and the .out beside it, its metrics folder) in a folder another user can write, or through a link another user owns, and a password file every user can write, are refused by run (65, nothing appended to what the link names), replicate --policy and policy check (2); one every user can read is not (a trial: root appended its job log to a planted link's target, policy check said ok)",
+          .enabled(if: geteuid() == 0))
+    func outputsOthersCanReplaceAreRefused() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let policy = try scheduledPolicy(folder, store: store)
+        let text = try String(contentsOfFile: policy, encoding: .utf8)
+        try Data(text.replacingOccurrences(of: "log = \"jobs.jsonl\"", with: "log = \"logs/jobs.jsonl\"").utf8).write(to: URL(fileURLWithPath: policy))
+        let logs = folder.file("logs")
+        try FileManager.default.createDirectory(atPath: logs, withIntermediateDirectories: false)
+        chmod(folder.file("password"), 0o600)
+        #expect(try storectl("run", "snapshot", "--policy", policy).status == 0)
+        let victim = folder.file("victim.txt")
+        try Data("VICTIM\n".utf8).write(to: URL(fileURLWithPath: victim))
+        let cases: [(String, () -> Void, () -> Void)] = [
+            ("its job log \(logs)/jobs.jsonl: its folder \(logs) is writable by every user", { chmod(logs, 0o777) }, { chmod(logs, 0o755) }),
+            ("the symbolic link \(logs)/jobs.jsonl is owned by nobody", {
+                unlink(logs + "/jobs.jsonl")
+                _ = symlink(victim, logs + "/jobs.jsonl")
+                _ = lchown(logs + "/jobs.jsonl", 65534, 0)
+            }, { unlink(logs + "/jobs.jsonl") }),
+            ("its password file \(folder.file("password")) is writable by every user", { chmod(folder.file("password"), 0o646) }, { chmod(folder.file("password"), 0o600) }),
+        ]
+        for (why, make, undo) in cases {
+            make()
+            defer { undo() }
+            let run = try storectl("run", "snapshot", "--policy", policy)
+            #expect(run.status == 65 && run.stderr.contains("refused to run the policy") && run.stderr.contains(why), "\(why): \(run.status) \(run.stderr)")
+            let check = try storectl("policy", "check", policy)
+            #expect(check.status == 2 && check.stdout.contains(why), "\(why): \(check.stdout)")
+            let replicate = try storectl("replicate", "--policy", policy, "--for", "1s")
+            #expect(replicate.status == 65 && replicate.stderr.contains(why), "\(why): \(replicate.status) \(replicate.stderr)")
+        }
+        #expect(try String(contentsOfFile: victim, encoding: .utf8) == "VICTIM\n", "nothing appended to what the link named")
+        // Readable by every user: not refused (a file made by `echo … > pw` is 0644; jobs that ran before go on).
+        chmod(folder.file("password"), 0o644)
+        #expect(try storectl("run", "snapshot", "--policy", policy).status == 0)
+    }
+
     @Test("a policy another user can write (every user, root's job's group, another owner, or through its folder), or whose password_command's program another user owns, is refused by run (65, nothing written: not even its log), policy check and install (2, nothing installed): its password_command runs as the job's user",
           .enabled(if: geteuid() == 0))
     func policyOthersCanWriteIsRefused() throws {

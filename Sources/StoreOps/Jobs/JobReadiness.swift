@@ -93,7 +93,8 @@ public enum JobReadiness {
         var hasCommand = false
         if case .command? = policy.snapshot?.passwordSource { hasCommand = true }
         if isScheduled(context) || (policy.replicate != nil && replicateService) || hasCommand,
-           let why = PolicyTrust.problem(policy.file) ?? PolicyTrust.commandProblem(policy, path: commandPath) {
+           let why = PolicyTrust.problem(policy.file) ?? PolicyTrust.commandProblem(policy, path: commandPath)
+            ?? (isScheduled(context) || (policy.replicate != nil && replicateService) ? PolicyTrust.outputsProblem(policy) : nil) {
             problem("policy", "\(why): a job runs what it names (its password_command) as \(UserName.current)",
                     hint: "`chown \(UserName.current) FILE; chmod go-w FILE` (and the folders above it), as cron asks of /etc/cron.d; a password_command of plain words, the rest in a script", .badData)
             // Nothing more that would run its command (opening the repository does).

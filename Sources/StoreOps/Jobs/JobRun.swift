@@ -64,6 +64,7 @@ public enum JobRun {
             try PolicyTrust.check(options.policy)
             var loaded = try Policy.load(options.policy)
             try PolicyTrust.checkCommand(of: loaded)
+            try PolicyTrust.checkOutputs(of: loaded)
             if let password = options.password { loaded.snapshot?.passwordSource = password }
             policy = loaded
             record.store = loaded.store.path

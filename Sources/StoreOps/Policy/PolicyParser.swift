@@ -94,8 +94,8 @@ extension Policy {
             section.problem("keep_point_bases", "is shorter than keep_points or keep_point_minutes: bases are kept after the others, not before")
         }
         if snapshot == nil { section.problem("sync_interval", "[replicate] needs a [snapshot] section naming the repository the points go to") }
-        let status = section.string("status_file").map { resolve($0, in: folder) }
-        let metrics = section.string("metrics").map { resolve($0, in: folder) } ?? schedule?.metrics
+        let status = section.string("status_file").map { written($0, in: folder) }
+        let metrics = section.string("metrics").map { written($0, in: folder) } ?? schedule?.metrics
         let spool = section.string("spool").map { resolve($0, in: folder) }
         let spoolLimit = section.size("spool_limit")
         section.finish(known: ["sync_interval", "base_interval", "merge_interval", "heartbeat", "keep_points", "keep_point_minutes", "keep_point_bases", "status_file", "metrics",
@@ -110,6 +110,15 @@ extension Policy {
 
     static func resolve(_ path: String, in folder: String) -> String {
         path.hasPrefix("/") ? FileSystem.absolute(path) : FileSystem.absolute((folder as NSString).appendingPathComponent(path))
+    }
+
+    /// Where a job writes (its log, metrics, status file): absolute, its symbolic links kept, so
+    /// that `PolicyTrust` judges the path a job opens, link by link (resolved here, a link another
+    /// user planted as the log was followed before any check saw it: a trial).
+    static func written(_ path: String, in folder: String) -> String {
+        let absolute = path.hasPrefix("/") ? path : ((folder.hasPrefix("/") ? folder : FileManager.default.currentDirectoryPath + "/" + folder) as NSString).appendingPathComponent(path)
+        // Not `standardizingPath`: Foundation's resolves the links.
+        return "/" + absolute.split(separator: "/").filter { $0 != "." }.joined(separator: "/")
     }
 
     static let ruleKeys = ["name", "table", "entity", "deleted_flag", "deleted_at", "time_format", "retention", "batch_size",
@@ -169,8 +178,8 @@ extension Policy {
     static func parseSchedule(_ section: TableReader, snapshot: SnapshotSection?, folder: String, sink: ProblemSink) -> ScheduleSection {
         var value = ScheduleSection(purge: section.string("purge"), snapshot: section.string("snapshot"),
                                     maintain: section.string("maintain"), jitter: section.duration("jitter", maximum: DurationText.maximumJitter),
-                                    log: section.string("log").map { resolve($0, in: folder) },
-                                    metrics: section.string("metrics").map { resolve($0, in: folder) })
+                                    log: section.string("log").map { written($0, in: folder) },
+                                    metrics: section.string("metrics").map { written($0, in: folder) })
         if let bytes = section.size("log_max_size") { value.logMaxBytes = bytes }
         if let keep = section.int("log_keep", in: 1...100) { value.logKeep = keep }
         for key in ["purge", "snapshot", "maintain"] {

@@ -2358,6 +2358,7 @@ extension Replicate.Options {
             try PolicyTrust.check(file)
             let policy = try Policy.load(file)
             try PolicyTrust.checkCommand(of: policy)
+            try PolicyTrust.checkOutputs(of: policy)
             return policy
         }
         return try from(loaded: loaded)
