@@ -23,7 +23,8 @@ struct SnapshotShowCommand: ParsableCommand, JSONOutput {
             "pages      added \(Format.bytes(facts?.addedBytes ?? 0)) to the repository, \(facts?.parent.map { "against \($0)" } ?? "the first of this store")",
             "compressed \(facts?.compression.rawValue ?? "?")\(facts?.level.map { " level \($0)" } ?? "")",
             "tags       \(facts?.tags.joined(separator: ", ") ?? "")",
-            "checked    " + (record.verify.level == .none ? "not when taken (--verify none)"
+            // Replicate's bases and milestones are not checked when taken (no read held for it); a restore of them checks.
+            "checked    " + (record.verify.level == .none ? (facts?.tags.contains("replicate") == true ? "not when taken (a replicate base or milestone: a restore of it runs quick_check)" : "not when taken (--verify none)")
                              : "when taken: \(record.verify.level == .full ? "integrity_check" : "quick_check") \(record.verify.ok ? "ok" : "FAILED")"),
             "verified   " + (repository.lastVerification(facts?.id ?? "").map { "\(Timestamp.iso($0.at)) \($0.ok ? "ok" : "FAILED: \($0.problem ?? "")")" } ?? "never"),
         ]

@@ -18,8 +18,13 @@ extension Policy {
         guard let data = FileManager.default.contents(atPath: file) else {
             throw StoreOpsError(.noInput, "\(file): cannot be read", hint: "check its permissions")
         }
+        // A store given where its policy goes (`run snapshot --policy Notes.sqlite`).
+        if data.starts(with: Data("SQLite format 3\0".utf8)) {
+            throw StoreOpsError(.badData, "\(file) is an SQLite database, not a policy file (TOML)",
+                                hint: "pass the policy file (`--policy app.toml`), which names the store in its [store] path; `storectl policy check FILE` checks one")
+        }
         guard let source = String(data: data, encoding: .utf8) else {
-            throw StoreOpsError(.badData, "\(file): not UTF-8 text")
+            throw StoreOpsError(.badData, "\(file): not UTF-8 text", hint: "a policy is a TOML text file saved as UTF-8")
         }
         switch parse(source: source, file: file) {
         case .success(let policy): return policy

@@ -97,6 +97,15 @@ struct PolicyTests {
         #expect(policy.schedule?.purge == "30 3 * * *" && policy.schedule?.log == folder.file("jobs.jsonl"))
     }
 
+    @Test("a store given where its policy goes is named as such (65 with the option that takes it), not \"not UTF-8 text\" (a trial: `run snapshot --policy NoteStore.sqlite`)")
+    func storeGivenAsPolicy() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 10)
+        let error = #expect(throws: StoreOpsError.self) { try Policy.load(store) }
+        #expect(error?.status == .badData && error?.message.contains("is an SQLite database, not a policy file") == true && error?.hint?.contains("--policy") == true,
+                "\(String(describing: error))")
+    }
+
     @Test("a duration that may be zero takes a bare 0 (a trial wrote keep_safety = 0 and was told it has no unit); any other bare number is still refused (malformed)")
     func zeroDurationNeedsNoUnit() throws {
         let folder = try TempFolder()
