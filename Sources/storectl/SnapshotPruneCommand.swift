@@ -34,6 +34,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
     @Option(help: "Points in time: then keep the last commit of each minute for this long (default 7d).") var keepPointMinutes: String?
     @Option(help: "Points in time: then keep only each chain's base (one point per base interval) for this long (default 30d).") var keepPointBases: String?
     @Flag(help: "List what would be kept and removed, with reasons; remove nothing.") var dryRun = false
+    @Flag(help: "When no snapshot is listed, collect every pack: the repository holds none (an empty listing is otherwise not believed).") var empty = false
     @Flag(help: "Wait for another writer instead of exiting 75.") var wait = false
     @Flag(help: "Print the decisions as JSON.") var json = false
 
@@ -65,6 +66,7 @@ struct SnapshotPruneCommand: ParsableCommand, JSONOutput {
         let everyCommit = try keepPoints.map { try seconds($0, "--keep-points") } ?? PointRetention().everyCommit
         let minutes = try keepPointMinutes.map { try seconds($0, "--keep-point-minutes") } ?? PointRetention().minutes
         let bases = try keepPointBases.map { try seconds($0, "--keep-point-bases") } ?? PointRetention().bases
+        options.empty = empty
         options.points = PointRetention(everyCommit: everyCommit, minutes: minutes, bases: bases,
                                         explicit: keepPoints != nil || keepPointMinutes != nil || keepPointBases != nil)
         let progress = TerminalProgress.stepHandler("snapshot prune", quiet: json)

@@ -2,15 +2,24 @@ import Foundation
 
 extension PagedRepository {
     /// Every snapshot record that opens (newest first) and every one that does not.
-    public func catalog() throws -> (records: [PagedSnapshotRecord], damaged: [DamagedEntry]) {
+    /// - Parameter listedMustRead: the caller holds the repository alone (prune's collector): a
+    ///   record listed and then not found is no prune's doing but a listing and reads that
+    ///   disagree (a lagging or inconsistent server), 74; the collector must not take the pages
+    ///   of a snapshot it could not see (a trial's 404 on one record lost that snapshot's pages).
+    /// - Parameter gone: records the caller removed (a listing may still show them for a moment).
+    public func catalog(listedMustRead: Bool = false, gone: Set<String> = []) throws -> (records: [PagedSnapshotRecord], damaged: [DamagedEntry]) {
         var records: [PagedSnapshotRecord] = []
         var damaged: [DamagedEntry] = []
         for (key, size) in try backend.list("snapshots/") {
             let id = String(key.dropFirst("snapshots/".count))
-            guard SnapshotID.isPlausible(id) else { continue }
+            guard SnapshotID.isPlausible(id), !gone.contains(id) else { continue }
             do {
                 guard size < 256 << 20 else { throw StoreOpsError(.badData, "is \(Format.bytes(size)), not a snapshot record") }
-                guard let sealed = try backend.read(key) else { continue }   // removed by a prune meanwhile
+                guard let sealed = try backend.read(key) else {
+                    guard listedMustRead else { continue }   // removed by a prune meanwhile
+                    throw StoreOpsError(.ioError, "snapshot record \(backend.describe(key)) is listed, but reading it found nothing: the repository's listing and its reads disagree (a lagging or inconsistent server), so no data was removed",
+                                        hint: "run the prune again later; `storectl repo check --repo \(location)` says whether the record is there")
+                }
                 records.append(try PagedSnapshotRecord.open(sealed, id: id, sealer: sealer, location: location))
             } catch let error as StoreOpsError where error.status == .badData {
                 damaged.append(.init(id: id, file: backend.describe(key), problem: error.message))

@@ -16,6 +16,10 @@ public enum SnapshotPrune {
         public var filter: SnapshotFilter = .all
         /// How long points in time stay: every commit, then only each chain's base.
         public var points = PointRetention()
+        /// `--empty`: when no snapshot is listed, collect every pack (the repository is known to
+        /// hold none). Without it only a prune that removed the last ones itself does: a listing
+        /// that came back empty by mistake took every pack (a trial).
+        public var empty = false
 
         public init(repository: String, policy: RetentionPolicy, dryRun: Bool = false, wait: Bool = false,
                     password: PasswordSource = .resolve(file: nil), groupBy: SnapshotGrouping = .store, filter: SnapshotFilter = .all) {
@@ -282,7 +286,8 @@ public enum SnapshotPrune {
             }
             // A dry run counts what would be freed once the expired records are gone.
             result.garbage = try PagedGarbage.collect(repository, dryRun: options.dryRun, excluding: options.dryRun ? expired : [],
-                                                      progress: progress)
+                                                      kept: Set(decided.decisions.filter(\.keep).map(\.id)).subtracting(expired),
+                                                      gone: Set(result.removed), emptied: !expired.isEmpty || options.empty, progress: progress)
         }
     }
 }

@@ -325,6 +325,10 @@ struct PagedRepositoryTests {
             // It says what to do: put back a copy of that object, or move it out; moved out, prune collects again.
             #expect(pruned.garbage?.skipped?.contains("put back a good copy of \(fixture.backend.describe("snapshots/" + created.id))") == true, "\(pruned.garbage?.skipped ?? "")")
             try fixture.remove("snapshots/" + created.id)
+            // The only snapshot: an empty listing is not believed until the prune is told (--empty).
+            let unsure = try SnapshotPrune.run(prune)
+            #expect(unsure.garbage?.skipped?.contains("--empty") == true, "\(unsure.garbage?.skipped ?? "")")
+            prune.empty = true
             let again = try SnapshotPrune.run(prune)
             #expect(again.garbage?.skipped == nil, "\(again.garbage?.skipped ?? "")")
         }
@@ -982,5 +986,58 @@ struct PagedRepositoryTests {
         let key = try KeyFile.scrypt(Data("password".utf8), salt: Data("NaCl".utf8), n: 1024, r: 8, p: 16, bytes: 64)
         #expect(key.map { String(format: "%02x", $0) }.joined()
                 == "fdbabe1c9d3472007856e7190d01e9fe7c6ad7cbc8237830e77376634b3731622eaf30d92e22a3886ff109279d9830dac727afb94a83ee6d8360cbdfa2cc0640")
+    }
+}
+
+/// A backend that answers as a lagging or inconsistent server can: listings of some prefixes
+/// empty, reads of some keys not found; everything else from `base`.
+struct DisagreeingBackend: RepositoryBackend {
+    let base: any RepositoryBackend
+    var emptyListings: Set<String> = []
+    var unreadable: Set<String> = []
+    var location: String { base.location }
+    func read(_ key: String) throws -> Data? { unreadable.contains(key) ? nil : try base.read(key) }
+    func read(_ key: String, offset: UInt64, length: Int) throws -> Data { try base.read(key, offset: offset, length: length) }
+    func withRange<R>(_ key: String, offset: UInt64, length: Int, reusing buffer: ReadBuffer, _ body: (Data) throws -> R) throws -> R {
+        try base.withRange(key, offset: offset, length: length, reusing: buffer, body)
+    }
+    func size(_ key: String) throws -> UInt64? { try base.size(key) }
+    func write(_ key: String, _ data: Data, point: String) throws { try base.write(key, data, point: point) }
+    func stage(_ key: String, _ data: Data, point: String) throws -> StagedWrite { try base.stage(key, data, point: point) }
+    func remove(_ key: String, point: String) throws { try base.remove(key, point: point) }
+    func list(_ prefix: String) throws -> [(key: String, size: UInt64)] { emptyListings.contains(prefix) ? [] : try base.list(prefix) }
+    func prepare() throws { try base.prepare() }
+    func removeAbandoned(alone: Bool) throws -> [String] { try base.removeAbandoned(alone: alone) }
+    var parallelTransfers: Int { base.parallelTransfers }
+    var parallelReads: Int { base.parallelReads }
+}
+
+@Suite("prune's collector against a server whose listings and reads disagree")
+struct DisagreeingServerTests {
+    @Test("an empty listing of snapshots/ collects nothing (it took every pack and index, exit 0, a trial); a listed record that reads as missing, or a kept snapshot the collector's listing lacks, is 74 with nothing removed; a prune that removed the last snapshots itself still collects")
+    func collectorBelievesOnlyWhatAgrees() throws {
+        let fixture = try PagedFixture(items: 1_000, externalFiles: 0)
+        let first = try fixture.create()
+        try fixture.touch(percent: 5)
+        let second = try fixture.create()
+        let packs = try fixture.backend.list("data/").count
+        #expect(packs > 0)
+        func collect(_ backend: DisagreeingBackend, kept: Set<String> = [], emptied: Bool = false) throws -> PagedGarbage.Report {
+            try PagedGarbage.collect(try PagedRepository.open(backend, password: fixture.password), dryRun: false, kept: kept, emptied: emptied)
+        }
+        let empty = try collect(DisagreeingBackend(base: fixture.backend, emptyListings: ["snapshots/"]))
+        #expect(empty.skipped?.contains("no snapshot is listed") == true && empty.deletedPacks == 0, "\(empty)")
+        #expect(try fixture.backend.list("data/").count == packs)
+        let missing = DisagreeingBackend(base: fixture.backend, unreadable: ["snapshots/" + first.id])
+        let unread = #expect(throws: StoreOpsError.self) { _ = try collect(missing) }
+        #expect(unread?.status == .ioError && unread?.message.contains("is listed, but reading it found nothing") == true, "\(String(describing: unread))")
+        let lost = #expect(throws: StoreOpsError.self) { _ = try collect(DisagreeingBackend(base: fixture.backend), kept: [first.id, second.id, "20990101T000000Z-abcdef"]) }
+        #expect(lost?.status == .ioError && lost?.message.contains("is not in the repository's listing any more") == true, "\(String(describing: lost))")
+        #expect(try fixture.backend.list("data/").count == packs)
+        #expect(try fixture.check(readData: true).ok)
+        // Both records removed by the caller: every pack is garbage, and collected.
+        for id in [first.id, second.id] { try fixture.backend.remove("snapshots/" + id, point: "test") }
+        let emptied = try collect(DisagreeingBackend(base: fixture.backend), emptied: true)
+        #expect(emptied.skipped == nil && emptied.deletedPacks == packs, "\(emptied)")
     }
 }

@@ -34,9 +34,15 @@ public enum PagedGarbage {
     static let repackBelow = 0.5
 
     /// - Parameter excluding: snapshots to count as gone (a dry run's expired ones).
-    public static func collect(_ repository: PagedRepository, dryRun: Bool, excluding: Set<String> = [],
-                               progress: StepHandler? = nil) throws -> Report {
-        switch try survey(repository, excluding: excluding) {
+    /// - Parameter kept: snapshots the caller saw and keeps: each must be in the collector's own
+    ///   listing, or nothing is collected (74: the listings disagree).
+    /// - Parameter emptied: the caller removed snapshots this run; only then is a repository
+    ///   whose listing shows none while its indexes list packs collected (an empty listing by
+    ///   mistake, a trial's, took every pack and index, exit 0).
+    /// - Parameter gone: snapshots the caller removed before (a listing may still show them).
+    public static func collect(_ repository: PagedRepository, dryRun: Bool, excluding: Set<String> = [], kept: Set<String> = [],
+                               gone: Set<String> = [], emptied: Bool = false, progress: StepHandler? = nil) throws -> Report {
+        switch try survey(repository, excluding: excluding, kept: kept, gone: dryRun ? [] : gone, emptied: emptied) {
         case .skipped(let why, let repairable):
             var report = Report()
             report.skipped = why
@@ -58,8 +64,13 @@ public enum PagedGarbage {
 
     /// Reads what the plan is made from (records, indexes, the live blobs, `data/`), refusing when
     /// any of it is damaged or a snapshot needs what no index lists.
-    static func survey(_ repository: PagedRepository, excluding: Set<String>) throws -> Survey {
-        var (records, damaged) = try repository.catalog()
+    static func survey(_ repository: PagedRepository, excluding: Set<String>, kept: Set<String> = [], gone: Set<String> = [], emptied: Bool = false) throws -> Survey {
+        var (records, damaged) = try repository.catalog(listedMustRead: true, gone: gone)
+        let seen = Set(records.map(\.id) + damaged.map(\.id))
+        if let missing = kept.sorted().first(where: { !seen.contains($0) }) {
+            throw StoreOpsError(.ioError, "snapshot \(missing), which this prune keeps, is not in the repository's listing any more: its listings disagree (a lagging or inconsistent server), so no data was removed",
+                                hint: "run the prune again later; `storectl snapshot list --repo \(repository.location)` shows what it lists")
+        }
         records.removeAll { excluding.contains($0.id) }
         guard damaged.isEmpty else {
             // What to do, said where a nightly prune's log shows it (it only said that nothing was removed).
@@ -69,12 +80,19 @@ public enum PagedGarbage {
             }
             return .skipped("\(Format.plural(damaged.count, "snapshot record is", "snapshot records are")) damaged (\(damaged.map(\.id).joined(separator: ", "))): what they refer to is unknown, so no data was removed; "
                             + "put back a good copy of \(keys.joined(separator: ", ")) from a copy of the repository, or, if it is lost for good (its snapshot cannot be restored without it), "
-                            + "move it out of the repository: the next prune collects again", repairable: false)
+                            + "move it out of the repository: the next prune collects again (with `--empty` if it was the only one)", repairable: false)
         }
         // Everything the index says, pack by pack (a pack listed twice is one pack).
         let (index, indexDamage) = try readIndex(repository)
         guard indexDamage.isEmpty else {
             return .skipped("an index is damaged (\(indexDamage.map(\.described).joined(separator: "; "))): run `storectl repo repair` first; no data was removed", repairable: true)
+        }
+        // No snapshot listed, every pack garbage: believed only when this run removed the last
+        // ones (it saw them). Otherwise the listing may have come back empty by mistake.
+        if records.isEmpty, damaged.isEmpty, !index.packs.isEmpty, !emptied {
+            return .skipped("no snapshot is listed in \(repository.location), yet its indexes list \(Format.plural(index.packs.count, "pack", "packs")): "
+                            + "a listing that came back empty by mistake would have every pack taken, so no data was removed "
+                            + "(if the repository really holds no snapshot, all of it is garbage: `storectl snapshot prune --repo \(repository.location) --empty` collects it)", repairable: false)
         }
         // A snapshot needing what no index lists (an index lost or damaged on disk) means the
         // unindexed packs may hold it: nothing is removed until `repo repair` re-indexes them.
