@@ -271,6 +271,20 @@ struct S3ServerTests {
         }
     }
 
+    @Test("a listing that gives the same continuation token again (a gateway's listing that never advances) is 74 at once, naming it; it went round until killed (2,675 requests in two minutes, a trial: the server answered, so no deadline came)")
+    func listingThatDoesNotAdvance() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let store = try sampleStore(in: folder, items: 200)
+        #expect(try run(["snapshot", "create", store, "--repo", repo], folder).status == 0)
+        let (proxy, port) = try startProxy(["--loop-list"])
+        defer { proxy.signal(SIGKILL); _ = proxy.wait() }
+        let started = Date()
+        let listed = try run(["snapshot", "list", "--repo", repo], folder, ["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)", "STORECTL_S3_RETRIES": "2"])
+        #expect(listed.status == 74 && listed.stderr.contains("the same continuation token twice"), "\(listed.status) \(listed.stderr)")
+        #expect(Date().timeIntervalSince(started) < 30)
+    }
+
     @Test("a proxy that answers 503 SlowDown, cuts connections mid-request, damages bodies and loses answers to requests the server did: create and restore succeed through retries; the repository checks clean")
     func faultyNetwork() throws {
         let folder = try TempFolder()

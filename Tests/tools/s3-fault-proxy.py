@@ -6,6 +6,8 @@
   --lost P       forward the request (the server does it), then close without an answer:
                  the client cannot know it succeeded, and must retry safely
   --corrupt P    flip one byte of a PUT's body on the way (the server must refuse it)
+  --loop-list    answer every ListObjectsV2 with the server's page, marked truncated and with the
+                 same continuation token each time (a listing that never advances)
 Each with probability P (0..1), from a seeded random generator. Prints its port on stdout.
   --log FILE     append a line per request: its time (Unix seconds), method and path (bench/idle.sh
                  counts what an idle follower sends)
@@ -23,6 +25,7 @@ args.add_argument("--slowdown", type=float, default=0.0)
 args.add_argument("--cut", type=float, default=0.0)
 args.add_argument("--lost", type=float, default=0.0)
 args.add_argument("--corrupt", type=float, default=0.0)
+args.add_argument("--loop-list", action="store_true")
 args.add_argument("--seed", type=int, default=1)
 args.add_argument("--tls", default=None)
 args.add_argument("--log", default=None)
@@ -86,6 +89,13 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if options.loop_list and self.command == "GET" and "list-type=2" in self.path and response.status == 200:
+            text = data.decode("utf-8", "replace")
+            for tag in ("IsTruncated", "NextContinuationToken"):
+                start, end = text.find("<%s>" % tag), text.find("</%s>" % tag)
+                if start >= 0 and end > start: text = text[:start] + text[end + len(tag) + 3:]
+            text = text.replace("</ListBucketResult>", "<IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken></ListBucketResult>")
+            data = text.encode()
         self.send_response_only(response.status, response.reason)
         for name, value in response.getheaders():
             if name.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length"):

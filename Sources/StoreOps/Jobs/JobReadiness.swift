@@ -93,8 +93,7 @@ public enum JobReadiness {
         var hasCommand = false
         if case .command? = policy.snapshot?.passwordSource { hasCommand = true }
         if isScheduled(context) || (policy.replicate != nil && replicateService) || hasCommand,
-           let why = PolicyTrust.problem(policy.file) ?? PolicyTrust.commandProblem(policy, path: commandPath)
-            ?? (isScheduled(context) || (policy.replicate != nil && replicateService) ? PolicyTrust.outputsProblem(policy) : nil) {
+           let why = PolicyTrust.problem(policy.file) ?? PolicyTrust.commandProblem(policy, path: commandPath) {
             problem("policy", "\(why): a job runs what it names (its password_command) as \(UserName.current)",
                     hint: "`chown \(UserName.current) FILE; chmod go-w FILE` (and the folders above it), as cron asks of /etc/cron.d; a password_command of plain words, the rest in a script", .badData)
             // Nothing more that would run its command (opening the repository does).
@@ -102,6 +101,14 @@ public enum JobReadiness {
             return report
         }
         checkStore(policy, jobs: jobs, into: &report)
+        if isScheduled(context), let log = policy.schedule?.log {
+            for path in [log, log + ".out"] {
+                if let why = PolicyTrust.logFileProblem(path) {
+                    problem("log", "\(why): the job would refuse to append to it", hint: "remove it (the job makes a plain file there), or point `log` elsewhere", .cannotCreate)
+                }
+            }
+        }
+        if let note = PolicyTrust.passwordFileNote(policy) { report.notes.append(note) }
         // An engaged kill switch is an incident in progress, not a problem to refuse installing
         // over; but "ready" alone hid that the purge would stop before its first batch (a trial).
         if jobs.contains(where: { $0 == .purge || $0 == .maintain }), !policy.rules.isEmpty,

@@ -43,6 +43,23 @@ public enum JobRun {
         public var stages: [StageTiming]?
         /// `--jitter`: how long the run waited before it began (`start` is after the wait).
         public var jitterSeconds: Double?
+        /// How long the run waited for another job of the store to let go of its lock (a second
+        /// or more; `start` is after the wait).
+        public var lockWaitSeconds: Double?
+    }
+
+    /// The time until `job`'s next scheduled run by `policy` (less a minute: that run waits in
+    /// its turn), or nil when the policy does not schedule it.
+    public static func untilNextRun(of job: ScheduledJob, in policy: Policy, now: Date = Date()) -> TimeInterval? {
+        let text: String?
+        switch job {
+        case .snapshot: text = policy.schedule?.snapshot
+        case .purge: text = policy.schedule?.purge
+        case .maintain: text = policy.schedule?.maintain
+        }
+        guard let text, let expression = try? CronExpression(text),
+              let next = expression.nextRuns(after: now, count: 1, in: SystemTimeZone.zone).first else { return nil }
+        return max(0, next.timeIntervalSince(now) - 60)
     }
 
     /// How long a scheduled run waits for another job of the same store to let go of its lock
@@ -64,7 +81,6 @@ public enum JobRun {
             try PolicyTrust.check(options.policy)
             var loaded = try Policy.load(options.policy)
             try PolicyTrust.checkCommand(of: loaded)
-            try PolicyTrust.checkOutputs(of: loaded)
             if let password = options.password { loaded.snapshot?.passwordSource = password }
             policy = loaded
             record.store = loaded.store.path
@@ -90,8 +106,18 @@ public enum JobRun {
             defer { pipeline.unlock() }
             do {
                 // Another job of the same store (a daily purge at the hourly snapshot's minute):
-                // waited for, up to `lockWait`, not skipped at once (75 every day, a trial).
-                try pipeline.lock(.exclusive, wait: true, waitLimit: JobRun.lockWait)
+                // waited for, not skipped at once (75 every day, a trial); up to `lockWait`, and
+                // never past this job's next scheduled run (which waits in its turn: runs of a
+                // `*/5` job behind an hour's purge would pile up otherwise, a review).
+                let waitLimit = min(JobRun.lockWait, untilNextRun(of: options.job, in: loaded) ?? JobRun.lockWait)
+                let waitStarted = Date()
+                try pipeline.lock(.exclusive, wait: waitLimit > 0, waitLimit: waitLimit)
+                // The job's time is its work's: the wait is said apart, as the jitter is.
+                let waited = Date().timeIntervalSince(waitStarted)
+                if waited >= 1 {
+                    record.lockWaitSeconds = (waited * 1000).rounded() / 1000
+                    record.start = Timestamp.now()
+                }
                 ending = try perform(options.job, policy: loaded, store: store, record: &record, between: { try pipeline.checkpoint() })
             } catch {
                 ending = Pipeline.ending(error, rollsBack: false)
@@ -215,10 +241,16 @@ public enum JobRun {
         guard var data = try? JSON.encode(record, pretty: false) else { return "the job log line cannot be encoded" }
         data.append(0x0A)
         let fd: Int32
-        do { fd = try FileSystem.openCreating(path, mode: 0o640, flags: O_WRONLY | O_APPEND, point: "joblog.create") } catch {
+        // Never through a link, and only a plain file of this user's or root's with one name
+        // (`PolicyTrust.logFileProblem`): a link planted as root's job log had root append there.
+        do { fd = try FileSystem.openCreating(path, mode: 0o640, flags: O_WRONLY | O_APPEND | O_NOFOLLOW, point: "joblog.create") } catch {
+            if let why = PolicyTrust.logFileProblem(path) { return "refused to append to the job log: \(why)" }
             return "cannot append to the job log \(path): \((StoreOpsError.wrapping(error) ?? StoreOpsError(.cannotCreate, "\(error)")).message)"
         }
         defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return "cannot append to the job log \(path): \(String(cString: strerror(errno)))" }
+        if let why = PolicyTrust.logFileProblem(path, info: info, uid: geteuid()) { return "refused to append to the job log: \(why)" }
         let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         guard written == data.count else {
             return "cannot append to the job log \(path): \(written < 0 ? String(cString: strerror(errno)) : "short write")"

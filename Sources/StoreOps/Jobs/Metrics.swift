@@ -29,7 +29,10 @@ public enum Metrics {
             ("storectl_job_duration_seconds", "gauge", "How long the last run took.", record.durationSeconds),
             ("storectl_job_exit_code", "gauge", "The last run's exit status (0 ok, 75 skipped, see storectl --help).", Double(record.exitCode)),
             ("storectl_purged_rows_total", "counter", "Rows purged by this job since its metrics file was created.", purged),
-            ("storectl_snapshot_bytes", "gauge", "Bytes the last snapshot this job made added to the repository (0: nothing changed since the one before).", snapshotBytes),
+            // The bytes the snapshot added (0: unchanged). Its HELP text stays as first published:
+            // node_exporter refuses one metric with two HELP texts across files (an upgrade
+            // leaves the other jobs' files with the old one until they run).
+            ("storectl_snapshot_bytes", "gauge", "Size of the last snapshot archive this job made.", snapshotBytes),
         ]
         // A purge's gauge, carried over from the last file when this run did not get to the
         // purge (skipped, failed before it), so an alert on it does not flap.

@@ -15,13 +15,15 @@ extension Policy {
         guard FileSystem.kind(of: file) == .file else {
             throw StoreOpsError(.noInput, "\(file): no such policy file")
         }
-        guard let data = FileManager.default.contents(atPath: file) else {
-            throw StoreOpsError(.noInput, "\(file): cannot be read", hint: "check its permissions")
-        }
-        // A store given where its policy goes (`run snapshot --policy Notes.sqlite`).
-        if data.starts(with: Data("SQLite format 3\0".utf8)) {
+        // A store given where its policy goes (`run snapshot --policy Notes.sqlite`): known from
+        // its first 16 bytes, not read whole.
+        if let head = FileHandle(forReadingAtPath: file).flatMap({ handle in defer { try? handle.close() }; return try? handle.read(upToCount: 16) }),
+           head == Data("SQLite format 3\0".utf8) {
             throw StoreOpsError(.badData, "\(file) is an SQLite database, not a policy file (TOML)",
                                 hint: "pass the policy file (`--policy app.toml`), which names the store in its [store] path; `storectl policy check FILE` checks one")
+        }
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw StoreOpsError(.noInput, "\(file): cannot be read", hint: "check its permissions")
         }
         guard let source = String(data: data, encoding: .utf8) else {
             throw StoreOpsError(.badData, "\(file): not UTF-8 text", hint: "a policy is a TOML text file saved as UTF-8")
@@ -122,8 +124,13 @@ extension Policy {
     /// user planted as the log was followed before any check saw it: a trial).
     static func written(_ path: String, in folder: String) -> String {
         let absolute = path.hasPrefix("/") ? path : ((folder.hasPrefix("/") ? folder : FileManager.default.currentDirectoryPath + "/" + folder) as NSString).appendingPathComponent(path)
-        // Not `standardizingPath`: Foundation's resolves the links.
-        return "/" + absolute.split(separator: "/").filter { $0 != "." }.joined(separator: "/")
+        // Not `standardizingPath`: Foundation's resolves the links. `..` taken as text, as
+        // `resolve` does for the other paths.
+        var parts: [Substring] = []
+        for part in absolute.split(separator: "/") where part != "." {
+            if part == ".." { _ = parts.popLast() } else { parts.append(part) }
+        }
+        return "/" + parts.joined(separator: "/")
     }
 
     static let ruleKeys = ["name", "table", "entity", "deleted_flag", "deleted_at", "time_format", "retention", "batch_size",

@@ -63,38 +63,33 @@ public enum PolicyTrust {
         return nil
     }
 
-    /// Why a job run by `uid` must not write where `policy` says it writes (its job log and the
-    /// `.out` beside it, its metrics folder, replicate's status file), or read its password file,
-    /// or nil. Each path is walked as the policy's own: a log in a folder every user can write
-    /// is a file another user can replace by a symbolic link, and root's job appended its line to
-    /// whatever that named (a trial: a planted link, `policy check` said ok). A password file
-    /// writable by every user is refused too (anyone changes it under the job). Paths that do not
-    /// exist yet end the walk at their folder.
-    public static func outputsProblem(_ policy: Policy, uid: uid_t = geteuid()) -> String? {
-        var places: [(String, String)] = []
-        if let log = policy.schedule?.log { places += [("its job log", log), ("its job log's output", log + ".out")] }
-        if let metrics = policy.schedule?.metrics { places.append(("its metrics folder", metrics)) }
-        if let replicate = policy.replicate {
-            if let status = replicate.statusFile { places.append(("its status file", status)) }
-            if let metrics = replicate.metrics { places.append(("its replicate metrics folder", metrics)) }
+    /// Why a job run by `uid` would refuse to append to the job log `path` (or its `.out`), or
+    /// nil: it appends only to a plain file of its own or root's, with one name (a symbolic link
+    /// planted as root's job log had root append its line to whatever the link named: a trial).
+    /// The job still does its work; only the log line is refused (the run ends 73 saying so).
+    public static func logFileProblem(_ path: String, uid: uid_t = geteuid()) -> String? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return logFileProblem(path, info: info, uid: uid)
+    }
+
+    static func logFileProblem(_ path: String, info: stat, uid: uid_t) -> String? {
+        switch info.st_mode & S_IFMT {
+        case S_IFLNK: return "\(path) is a symbolic link: a job appends its log only to a plain file (another user could point a link at any file)"
+        case S_IFREG: break
+        default: return "\(path) is not a plain file"
         }
-        for (what, path) in places {
-            if let why = secure(absolute(path), uid: uid) { return "\(what) \(path): \(why)" }
-        }
-        if case .file(let file)? = policy.snapshot?.passwordSource {
-            var info = stat()
-            if stat(file, &info) == 0, info.st_mode & S_IWOTH != 0 {
-                return "its password file \(file) is writable by every user (`chmod o-rwx \(file)`)"
-            }
-        }
+        if info.st_uid != 0, info.st_uid != uid { return "\(path) is owned by \(UserName.name(of: info.st_uid)), not by \(runner(uid)) or root" }
+        if info.st_nlink > 1 { return "\(path) has \(info.st_nlink) names (a hard link: another user's name for some other file)" }
         return nil
     }
 
-    /// `outputsProblem`, as the error a scheduled run ends with (65).
-    public static func checkOutputs(of policy: Policy, uid: uid_t = geteuid()) throws {
-        guard let why = outputsProblem(policy, uid: uid) else { return }
-        throw StoreOpsError(.badData, "refused to run the policy \(policy.file): \(why) (a job writes there as \(runner(uid)))",
-                            hint: "give the folder to the user the job runs as and take the others' write access (`chmod go-w FOLDER`), or point the policy elsewhere; a link there owned by another user: remove it")
+    /// A note for `policy check`: the password file every user can write (anyone can change it).
+    public static func passwordFileNote(_ policy: Policy) -> String? {
+        guard case .file(let file)? = policy.snapshot?.passwordSource else { return nil }
+        var info = stat()
+        guard stat(file, &info) == 0, info.st_mode & S_IWOTH != 0 else { return nil }
+        return "the password file \(file) is writable by every user (`chmod o-rwx \(file)`)"
     }
 
     /// `problem`, as the error a scheduled run ends with (65), with what to do.

@@ -114,7 +114,9 @@ struct PointSegment: Codable, Equatable {
         /// page past the count before it is one it grew the file by: it cannot lie further than
         /// all its pages (and the lock-byte page's slack) reach. Page 0 does not exist.
         func impossiblePage(countBefore: Int) -> UInt32? {
-            let reach = max(countBefore, Int(pageCount)) + pages.count + WalFollower.pageSlack
+            // Twice the larger count: pages of a transaction that grew the file far past its
+            // cache and shrank it again may lie beyond the pages it spilled (a review).
+            let reach = 2 * max(countBefore, Int(pageCount)) + pages.count + WalFollower.pageSlack
             return pages.first { $0 == 0 || Int($0) > reach }
         }
     }

@@ -93,7 +93,8 @@ public enum PointRestore {
         /// hint naming the digests the point was read through: one that opens but says other
         /// pages than its commits is found by `repo check --read-data`, not by the restore.
         func namingDigests<T>(_ repository: PagedRepository, _ body: () throws -> T) throws -> T {
-            do { return try body() } catch var error as StoreOpsError where error.status == .badData && (reads?.digests ?? 0) > 0 {
+            do { return try body() } catch var error as StoreOpsError where error.status == .badData && (reads?.digests ?? 0) > 0
+                && (error.message.contains("has no content id") || error.message.contains("the database it reassembles to fails")) {
                 let through = "the point was read through \(Format.plural(reads?.digests ?? 0, "digest", "digests")) of its chain: `storectl repo check --repo \(repository.location) --read-data` compares each with the commits it spans (remove a damaged one and restores replay its commits)"
                 error.hint = through + (error.hint.map { "; " + $0 } ?? "")
                 throw error

@@ -295,7 +295,7 @@ struct JobRunTests {
         #expect(run.stderr.isEmpty, "\(run.stderr)")
     }
 
-    @Test("two runs of one store at once (a daily purge at the hourly snapshot's minute): the second waits for the first and then runs, both ok (it was skipped with 75 every day, a trial); past the lock wait it is skipped with 75, naming the first and how long it waited; all are logged")
+    @Test("two runs of one store at once (a daily purge at the hourly snapshot's minute): the second waits for the first and then runs, both ok (it was skipped with 75 every day, a trial), its start after the wait (lockWaitSeconds apart); never past its own next run; past the lock wait it is skipped with 75, naming the first and how long it waited; all are logged")
     func overlap() throws {
         func whileFirstRuns(_ fixture: ScheduledFixture, _ body: (ChildProcess.Running) throws -> Void) throws {
             let first = try ChildProcess.Running(Binaries.storectl, ["run", "purge", "--policy", fixture.policy])
@@ -305,11 +305,22 @@ struct JobRunTests {
             #expect(first.wait().status == 0)
         }
         let waits = try ScheduledFixture(items: 20_000, rule: "batch_size = 100\npause = \"100ms\"")
+        // maintain: weekly, so its next run is not within this wait (a run never waits past it).
         try whileFirstRuns(waits) { _ in
-            let second = try ChildProcess.run(Binaries.storectl, ["run", "snapshot", "--policy", waits.policy])
+            let second = try ChildProcess.run(Binaries.storectl, ["run", "maintain", "--policy", waits.policy])
             #expect(second.status == 0, "\(second.stderr)")
         }
-        #expect(try waits.logLines().map(\.outcome) == ["ok", "ok"])
+        let lines = try waits.logLines()
+        #expect(lines.map(\.outcome) == ["ok", "ok"])
+        // The wait is said apart, and the start is after it: the duration is the job's.
+        if let waited = lines.last?.lockWaitSeconds, let first = lines.first {
+            #expect(lines[1].start >= first.end.addingTimeInterval(-0.1), "\(lines[1].start) before \(first.end) with \(waited) s waited")
+        }
+        // A job scheduled every 5 minutes never waits past its next run (they piled up behind a long purge).
+        let every5 = try Policy.load(try writePolicy("[store]\npath = \"Tasks.sqlite\"\n[snapshot]\nrepository = \"snaps\"\npassword_file = \"password\"\n[schedule]\nsnapshot = \"*/5 * * * *\"\n", in: waits.folder, name: "every5.toml"))
+        let until = try #require(JobRun.untilNextRun(of: .snapshot, in: every5))
+        #expect(until <= 240, "\(until)")
+        #expect(JobRun.untilNextRun(of: .purge, in: every5) == nil)
         let skips = try ScheduledFixture(items: 20_000, rule: "batch_size = 100\npause = \"100ms\"")
         try whileFirstRuns(skips) { first in
             let second = try ChildProcess.run(Binaries.storectl, ["run", "purge", "--policy", skips.policy], environment: ["STORECTL_TEST_JOB_LOCK_WAIT": "0.5"])

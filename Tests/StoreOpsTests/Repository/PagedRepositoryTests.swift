@@ -1014,6 +1014,24 @@ struct DisagreeingBackend: RepositoryBackend {
 
 @Suite("prune's collector against a server whose listings and reads disagree")
 struct DisagreeingServerTests {
+    @Test("a snapshot whose index was stored but whose answer was lost (a bucket: the index may land after the snapshot gave up) keeps the packs it lists: a later snapshot reusing their pages restores, and prune collects them (a trial's gateway held one index PUT 15 s; landing after its packs were removed, every later snapshot was created ok and none restored)",
+          .enabled(if: Place.all.contains(.s3)))
+    func indexThatMayLandKeepsItsPacks() throws {
+        let fixture = try PagedFixture(items: 2_000, externalFiles: 0, place: .s3)
+        let lost = try ChildProcess.run(Binaries.storectl, ["snapshot", "create", fixture.store, "--repo", fixture.repo],
+                                        environment: try fixture.environment().merging(["STORECTL_TEST_LOST_ANSWER": "index.write#1"]) { $1 })
+        #expect(lost.status == 74 && lost.stderr.contains("may be written after all"), "\(lost.status) \(lost.stderr)")
+        let packs = try fixture.backend.list("data/").count
+        let indexes = try fixture.backend.list("index/").count
+        #expect(packs > 0 && indexes == 1, "the index and the packs it lists stay: \(packs) packs, \(indexes) indexes")
+        let next = try fixture.create()
+        #expect(next.addedBytes == 0 || (next.addedBytes ?? 0) < 4096, "the later snapshot reuses the pages the landed index lists")
+        #expect(try fixture.verify().allSatisfy(\.ok))
+        _ = try fixture.restore(next.id, to: "r.sqlite")
+        #expect(try fixture.check(readData: true).ok)
+    }
+
+
     @Test("an empty listing of snapshots/ collects nothing (it took every pack and index, exit 0, a trial); a listed record that reads as missing, or a kept snapshot the collector's listing lacks, is 74 with nothing removed; a prune that removed the last snapshots itself still collects")
     func collectorBelievesOnlyWhatAgrees() throws {
         let fixture = try PagedFixture(items: 1_000, externalFiles: 0)

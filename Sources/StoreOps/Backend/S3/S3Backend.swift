@@ -232,6 +232,7 @@ public final class S3Backend: RepositoryBackend {
     public func list(_ prefix: String) throws -> [(key: String, size: UInt64)] {
         var out: [(key: String, size: UInt64)] = []
         var token: String?
+        var tokens = Set<String>()
         let root = self.prefix.isEmpty ? "" : self.prefix + "/"
         repeat {
             var query = [("list-type", "2"), ("prefix", root + prefix)]
@@ -251,6 +252,12 @@ public final class S3Backend: RepositoryBackend {
                 guard let next = S3XML.value("NextContinuationToken", in: text), !next.isEmpty else {
                     throw StoreOpsError(.ioError, "listing \(location)/\(prefix): the server says the listing goes on but gives no continuation token",
                                         hint: "the endpoint \(client.settings.endpoint) does not speak ListObjectsV2 as S3 does")
+                }
+                // A token given before: the listing goes round (a trial's gateway sent 2,675
+                // requests in two minutes, and the deadline never came: the server answered).
+                guard tokens.insert(next).inserted else {
+                    throw StoreOpsError(.ioError, "listing \(location)/\(prefix): the server gave the same continuation token twice, so its listing does not advance (\(out.count) keys so far)",
+                                        hint: "the endpoint \(client.settings.endpoint) does not page ListObjectsV2 as S3 does; try again, or report it to the storage's operator")
                 }
                 token = next
             }

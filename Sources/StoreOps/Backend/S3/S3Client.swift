@@ -229,7 +229,7 @@ final class S3Client: Sendable {
             throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s\(why); last: \(lastProblem) (endpoint \(settings.endpoint))",
                                 hint: "check that the endpoint is up and reachable from this host"
                                     // Said of a write only: a restore's failed GET left nothing (a drill found it alarming mid-incident).
-                                    + (["GET", "HEAD", "LIST"].contains(kind) ? "; nothing was changed by this read" : "; what a failed write left in the repository names no snapshot, and `storectl snapshot prune` removes it"))
+                                    + (["GET", "HEAD", "LIST"].contains(kind) ? "; nothing was changed by this read" : "; a write whose answer never came may still be stored when the server catches up (a snapshot record landing late needs the packs a prune would take meanwhile): prune once the endpoint answers again and `snapshot list` shows what landed; what names no snapshot then, prune removes"))
         }
         let deadline = Date().addingTimeInterval(delay)
         while Date() < deadline {

@@ -457,13 +457,15 @@ public enum RepositoryCheck {
         guard !files.isEmpty else { return }
         let started = Date()
         var done: UInt64 = 0
+        let zstd = try ZstdFrames(level: 3)
         for (key, snapshots) in files.sorted(by: { $0.value[0] == $1.value[0] ? $0.key.file.path < $1.key.file.path : $0.value[0] < $1.value[0] }) {
             if key.file.chunks.contains(where: { indexes.locations[$0].map { damagedPacks[$0.pack] != nil } ?? true }) { continue }
             try ProcessSignals.checkpoint("checking \(repository.location)")
             progress?(ProgressUpdate(phase: "reassembling external-data files", done: done, total: UInt64(files.count), unit: .files, bytes: 0, startedAt: started))
             done += 1
             do {
-                try PagedExtraction.writeFiles([key.file], repository: repository, into: nil, context: "snapshot \(snapshots[0])")
+                try PagedExtraction.writeFiles([key.file], repository: repository, into: nil, context: "snapshot \(snapshots[0])",
+                                               locations: indexes.locations, zstd: zstd)
             } catch let error as StoreOpsError where error.status == .badData {
                 let others = snapshots.count > 1 ? " (\(Format.plural(snapshots.count - 1, "other snapshot holds", "other snapshots hold")) it too: \(snapshots.dropFirst().prefix(5).joined(separator: ", ")))" : ""
                 report.problems.append(error.message + others)

@@ -28,6 +28,8 @@ final class PackWriter: @unchecked Sendable {
     private let ioSlots: DispatchSemaphore
     private let ioFailure = NSLock()
     private var ioError: (any Error)?
+    /// An index's write was staged and its commit has not answered (guarded by `ioFailure`).
+    private var indexSent = false
 
     /// An index every 16 packs (~64 MiB): what waits to be indexed stays small in memory.
     init(repository: PagedRepository, indexEvery: Int = 16) {
@@ -90,6 +92,10 @@ final class PackWriter: @unchecked Sendable {
     /// Waits until nothing is being written (before an abandoned snapshot removes what it wrote).
     func settle() { io.sync(flags: .barrier) {} }
 
+    /// An index's write was begun and did not answer that it was done: in a bucket it may land
+    /// later (a request held by a gateway), listing this writer's packs.
+    var indexMayLand: Bool { ioFailure.withLock { indexSent } }
+
     /// Writes the object in the background; a `barrier` write (an index) waits for everything
     /// submitted before it. Nothing more is written once a write failed. The bytes are let go
     /// once the backend has staged them (a folder: in a temp file), before the slow, durable half
@@ -108,7 +114,13 @@ final class PackWriter: @unchecked Sendable {
             guard self.ioFailure.withLock({ self.ioError == nil }) else { return }
             do {
                 let staged = try self.repository.backend.stage(key, bytes.take(), point: point)
+                if barrier { self.ioFailure.withLock { self.indexSent = true } }
                 try staged.commit()
+                // Tests: the index stored, its answer lost (`STORECTL_TEST_LOST_ANSWER=index.write`).
+                if barrier, FaultInjection.answerLost("index.write") {
+                    throw StoreOpsError(.ioError, "the answer to writing \(key) was lost (STORECTL_TEST_LOST_ANSWER)")
+                }
+                if barrier { self.ioFailure.withLock { self.indexSent = false } }
             } catch {
                 self.ioFailure.withLock { if self.ioError == nil { self.ioError = error } }
             }

@@ -316,20 +316,36 @@ enum PagedExtraction {
         }
     }
 
+    /// - Parameter locations: where the chunks are, when the caller knows (`repo check` read
+    ///   the indexes already: scanning them again for each file read every index once a file).
     static func writeFiles(_ files: [PagedSnapshotRecord.FileChunks], repository: PagedRepository, into folder: String?,
-                                   context: String) throws {
+                           context: String, locations: [ContentID: BlobLocation]? = nil, zstd given: ZstdFrames? = nil) throws {
         guard !files.isEmpty else { return }
         // Located once; read one chunk (one frame, at most 1 MiB) at a time: memory stays bounded
         // however large the external data is.
         let wanted = Set(files.flatMap(\.chunks))
-        let (found, damaged) = try BlobLocator.locate(wanted, in: repository)
-        if let missing = wanted.first(where: { found[$0] == nil }) {
-            throw BlobLocator.missingBlob(missing, type: .fileChunk, context: context, repository: repository, damaged: damaged)
+        let found: [ContentID: BlobLocation]
+        if let locations {
+            found = locations
+        } else {
+            let located = try BlobLocator.locate(wanted, in: repository)
+            found = located.found
+            if let missing = wanted.first(where: { found[$0] == nil }) {
+                throw BlobLocator.missingBlob(missing, type: .fileChunk, context: context, repository: repository, damaged: located.damaged)
+            }
         }
-        let zstd = try ZstdFrames(level: 3)
+        let zstd = try given ?? ZstdFrames(level: 3)
+        // The frame read last: a file's chunks lie one after another in a frame (read once).
+        var last: (pack: ContentID, offset: UInt64, plain: Data)?
         func chunk(_ id: ContentID) throws -> Data? {
             guard let location = found[id] else { return nil }
-            let plain = try BlobLocator.readFrame(location.frame, pack: location.pack, repository: repository, zstd: zstd)
+            let plain: Data
+            if let last, last.pack == location.pack, last.offset == UInt64(location.frame.offset) {
+                plain = last.plain
+            } else {
+                plain = try BlobLocator.readFrame(location.frame, pack: location.pack, repository: repository, zstd: zstd)
+                last = (location.pack, UInt64(location.frame.offset), plain)
+            }
             return try BlobLocator.extract(location.blob, from: plain, sealer: repository.sealer,
                                            what: "pack \(repository.backend.describe(PackBuilder.key(location.pack)))")
         }

@@ -628,6 +628,14 @@ final class PagedSnapshotWork {
             return
         }
         writer.settle()
+        // The same for an index sent whose answer never came: landing after its packs were
+        // removed, it listed packs that were gone, and every later snapshot reused their pages
+        // (created "ok", none restorable: a trial's gateway held one index PUT 15 s). Its packs
+        // stay; prune collects them with the index once no record names them.
+        if writer.indexMayLand, !(repository.backend is LocalBackend) {
+            SnapshotCreate.logger.warning("an index of snapshot \(id) was sent and its answer never came: it may be written after all, so the packs it lists are left in \(repository.location) (`snapshot prune` removes them once no snapshot uses them)")
+            return
+        }
         do {
             for key in writer.indexesWritten { try repository.backend.remove(key, point: "snapshot.abandon.index") }
             for pack in writer.packsWritten { try repository.backend.remove(PackBuilder.key(pack.id), point: "snapshot.abandon.pack") }
