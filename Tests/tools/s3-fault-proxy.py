@@ -6,6 +6,9 @@
   --lost P       forward the request (the server does it), then close without an answer:
                  the client cannot know it succeeded, and must retry safely
   --corrupt P    flip one byte of a PUT's body on the way (the server must refuse it)
+  --damage-first-read
+                 flip one byte of the answer to the first GET of each pack (data/…): a second
+                 read of it is whole (damage on the way, not in the repository)
   --loop-list    answer every ListObjectsV2 with the server's page, marked truncated and with the
                  same continuation token each time (a listing that never advances)
 Each with probability P (0..1), from a seeded random generator. Prints its port on stdout.
@@ -26,6 +29,7 @@ args.add_argument("--cut", type=float, default=0.0)
 args.add_argument("--lost", type=float, default=0.0)
 args.add_argument("--corrupt", type=float, default=0.0)
 args.add_argument("--loop-list", action="store_true")
+args.add_argument("--damage-first-read", action="store_true")
 args.add_argument("--seed", type=int, default=1)
 args.add_argument("--tls", default=None)
 args.add_argument("--log", default=None)
@@ -35,6 +39,7 @@ lock = threading.Lock()
 counts = {"forwarded": 0, "slowdown": 0, "cut": 0, "lost": 0, "corrupt": 0}
 
 log = open(options.log, "a", buffering=1) if options.log else None
+damaged_once = set()
 
 def pick():
     with lock:
@@ -89,6 +94,15 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if options.damage_first_read and self.command == "GET" and "/data/" in self.path and response.status in (200, 206) and data:
+            key = self.path.split("?")[0]
+            with lock:
+                first = key not in damaged_once
+                damaged_once.add(key)
+            if first:
+                flipped = bytearray(data)
+                flipped[len(flipped) // 2] ^= 0x5A
+                data = bytes(flipped)
         if options.loop_list and self.command == "GET" and "list-type=2" in self.path and response.status == 200:
             text = data.decode("utf-8", "replace")
             for tag in ("IsTruncated", "NextContinuationToken"):

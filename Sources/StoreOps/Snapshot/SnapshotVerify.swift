@@ -155,14 +155,25 @@ public enum SnapshotVerify {
         let needed = record.database.bytes + SpaceRequirement.margin(record.database.bytes)
         try SpaceRequirement.require(needed, at: scratch, purpose: "unpacking snapshot \(id)", hint: "pass --scratch with a folder on a larger volume")
         var problem: String?
-        do {
-            let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
-            defer { database.discard() }
-            _ = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: nil), level: level,
-                                        fileHash: false, progress: progress.map { handler in { event in
-                                      if case .stage(let name) = event { handler(.stage("\(id)\(count) \(name)")) } else { handler(event) } } })
-        } catch let error as StoreOpsError where error.status == .badData {
-            problem = error.message
+        // In a bucket, damage is read again once before it is recorded: bytes damaged on the way
+        // (a proxy, a flaky link) made a healthy repository "FAILED" until the next verify (a trial).
+        var tries = repository.backend is LocalBackend ? 1 : 2
+        while tries > 0 {
+            tries -= 1
+            do {
+                let database = try PendingFile(finalPath: (scratch as NSString).appendingPathComponent("\(scratchPrefix)\(id).sqlite"), label: "verify.scratch")
+                defer { database.discard() }
+                _ = try PagedExtraction.run(snapshot, repository: repository, into: .init(database: database.tempPath, externalFolder: nil), level: level,
+                                            fileHash: false, progress: progress.map { handler in { event in
+                                          if case .stage(let name) = event { handler(.stage("\(id)\(count) \(name)")) } else { handler(event) } } })
+                if problem != nil {
+                    SnapshotCreate.logger.warning("snapshot \(id) read whole on a second try: the first read's damage was on the way, not in the repository", metadata: ["first": "\(problem ?? "")"])
+                    problem = nil
+                }
+                break
+            } catch let error as StoreOpsError where error.status == .badData {
+                problem = error.message
+            }
         }
         var unrecorded: String?
         var unrecordedStatus: Int32?

@@ -421,7 +421,13 @@ public enum RepositoryCheck {
                 continue
             }
             do {
-                let header = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer)
+                // In a bucket, a header that does not open is read once more (damage on the way).
+                let header: PackContents
+                do { header = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer) } catch let first as StoreOpsError
+                    where first.status == .badData && !(repository.backend is LocalBackend) {
+                    header = try PackBuilder.readHeader(repository.backend, id: pack, sealer: repository.sealer)
+                    report.notes.append("\(first.message); read again, it was whole: the damage was on the way, not in the repository")
+                }
                 // Layout 2's header lists no ids: the index's are checked against the blobs by --read-data.
                 if header != contents.withoutIDs {
                     damagedPacks[pack] = report.problems.count
@@ -538,6 +544,13 @@ public enum RepositoryCheck {
             do {
                 try BlobLocator.checkPack(pack, frames: contents.frames, repository: repository, zstd: zstd) { done += UInt64($0.sealedLength) }
             } catch let error as StoreOpsError where error.status == .badData {
+                // In a bucket, read once more before calling it damaged (bytes damaged on the way
+                // made a healthy repository "damaged", a trial); said either way.
+                if !(repository.backend is LocalBackend),
+                   (try? BlobLocator.checkPack(pack, frames: contents.frames, repository: repository, zstd: zstd)) != nil {
+                    report.notes.append("\(error.message); read again, it was whole: the damage was on the way, not in the repository")
+                    continue
+                }
                 if damagedPacks[pack] == nil { damagedPacks[pack] = report.problems.count }
                 report.problems.append(error.message)
             }
