@@ -287,6 +287,18 @@ struct S3ServerTests {
         #expect(!(try run(["snapshot", "list", "--repo", repo], folder).stdout.contains("FAILED")))
     }
 
+    @Test("a server that answers every try with 503 SlowDown is said to be busy, asking for fewer requests (74, with the settings that send fewer), not unreachable (a trial was told to check that the endpoint is up)")
+    func throttledEveryTimeIsBusy() throws {
+        let folder = try TempFolder()
+        let repo = try repository(folder)
+        let store = try sampleStore(in: folder, items: 200)
+        let (proxy, port) = try startProxy(["--slowdown", "1"])
+        defer { proxy.signal(SIGKILL); _ = proxy.wait() }
+        let created = try run(["snapshot", "create", store, "--repo", repo], folder,
+                              ["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)", "STORECTL_S3_RETRIES": "2", "STORECTL_S3_BACKOFF_MS": "10"])
+        #expect(created.status == 74 && created.stderr.contains("repository busy") && created.stderr.contains("STORECTL_S3_PARALLEL"), "\(created.status) \(created.stderr)")
+    }
+
     @Test("a listing that gives the same continuation token again (a gateway's listing that never advances) is 74 at once, naming it; it went round until killed (2,675 requests in two minutes, a trial: the server answered, so no deadline came)")
     func listingThatDoesNotAdvance() throws {
         let folder = try TempFolder()

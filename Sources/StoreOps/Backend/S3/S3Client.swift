@@ -220,6 +220,13 @@ final class S3Client: Sendable {
             throw StoreOpsError(.unreachable, "repository unreachable: \(location): \(kind) \(what) failed \(Format.plural(attempt, "time", "times")); not tried again: the process is stopping; last: \(lastProblem) (endpoint \(settings.endpoint))")
         }
         guard attempt <= settings.retries, !pastDeadline else {
+            // A server that answers every try with SlowDown (or 429, 503) is reachable and asks
+            // for fewer requests: said so (it read "check that the endpoint is up", a trial).
+            if lastProblem.contains("SlowDown") || lastProblem.hasPrefix("HTTP 429") || lastProblem.hasPrefix("HTTP 503") {
+                throw StoreOpsError(.unreachable, "repository busy: \(location): \(kind) \(what) was refused \(Format.plural(attempt, "time", "times")) in \(String(format: "%.1f", Date().timeIntervalSince(started))) s by a server asking for fewer requests; last: \(lastProblem) (endpoint \(settings.endpoint))",
+                                    hint: "try again later, or send fewer requests and wait longer between tries (STORECTL_S3_PARALLEL lower, STORECTL_S3_RETRIES and STORECTL_S3_BACKOFF_MS higher)"
+                                        + (["GET", "HEAD", "LIST"].contains(kind) ? "; nothing was changed by this read" : "; a write whose answer never came may still be stored: prune once the endpoint answers again"))
+            }
             // Both figures are wall time: this request's attempts, and how long the endpoint has
             // answered nothing at all (any request of this run).
             // The next try's wait would have passed the deadline: said so, not as if it had come.
