@@ -2462,8 +2462,10 @@ struct ReplicateTests {
         #expect(follower.wait().status == 0, "the follower saw the store replaced: a new base, not a failure")
         let result = try JSON.decoder().decode(Rollback.Result.self, from: Data(rolled.stdout.utf8))
         #expect(result.restored?.contains("@") == true && result.safetySnapshot != nil, "\(result)")
-        // The point's time with its label (it was the label alone): at or before the time asked.
-        #expect(result.restoredPointTime.map { $0 <= at && $0 > at.addingTimeInterval(-60) } == true, "\(result)")
+        // The point's time with its label (it was the label alone): at or before the time asked
+        // (asked as RFC 3339 in milliseconds: up to a millisecond past `at`).
+        #expect(result.restoredPointTime.map { $0 <= at.addingTimeInterval(0.001) && $0 > at.addingTimeInterval(-60) } == true,
+                "\(result.restoredPointTime.map { Timestamp.iso($0) } ?? "none") for \(Timestamp.iso(at)) asked")
         let (seq, hash) = try read(world.store) { db in (try Int.fetchOne(db, sql: "SELECT seq FROM churn_meta") ?? -1, try ChurnLoad.contentHash(db)) }
         #expect(seq == pointSeq && logged[seq]?.hash == hash, "rolled back to commit \(seq), the point at that time is commit \(pointSeq)")
         #expect(try ChildProcess.run(Binaries.storectl, ["rollback", world.store, "--repo", world.repo, "--at", "-1s", "--to", "x"]).status == 64)
