@@ -51,13 +51,7 @@ public enum JobRun {
     /// The time until `job`'s next scheduled run by `policy` (less a minute: that run waits in
     /// its turn), or nil when the policy does not schedule it.
     public static func untilNextRun(of job: ScheduledJob, in policy: Policy, now: Date = Date()) -> TimeInterval? {
-        let text: String?
-        switch job {
-        case .snapshot: text = policy.schedule?.snapshot
-        case .purge: text = policy.schedule?.purge
-        case .maintain: text = policy.schedule?.maintain
-        }
-        guard let text, let expression = try? CronExpression(text),
+        guard let text = Crontab.jobs([policy]).first(where: { $0.job == job })?.expression, let expression = try? CronExpression(text),
               let next = expression.nextRuns(after: now, count: 1, in: SystemTimeZone.zone).first else { return nil }
         return max(0, next.timeIntervalSince(now) - 60)
     }

@@ -145,14 +145,7 @@ struct PointSegmentTests {
         var damaged = segment
         let last = damaged.commits.count - 1
         damaged.commits[last].pageCount += 2
-        var body: [[UInt8]] = []
-        var nextPage = 0, nextFile = 0
-        for commit in segment.commits {
-            for _ in commit.pages { body.append(pages[nextPage]); nextPage += 1 }
-            for _ in commit.files ?? [] { body.append([UInt8](files[nextFile])); nextFile += 1 }
-        }
-        let sealed = try damaged.seal(pages: body, sealer: repository.sealer, zstd: zstd, name: name)
-        try sealed.write(to: URL(fileURLWithPath: (repo as NSString).appendingPathComponent(name.key)))
+        try reseal(damaged, name: name, pages: Array(pages), files: files, original: segment, repository: repository, repo: repo)
         let point = damaged.commits[last].point ?? (segment.from + last)
         let pageCount = Int(segment.commits[last].pageCount)
         let check = try ChildProcess.run(Binaries.storectl, ["repo", "check", "--repo", repo, "--read-data"], environment: env)
