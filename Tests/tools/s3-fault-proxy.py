@@ -11,6 +11,7 @@
                  read of it is whole (damage on the way, not in the repository)
   --loop-list    answer every ListObjectsV2 with the server's page, marked truncated and with the
                  same continuation token each time (a listing that never advances)
+  --delay-ms N   hold every request N ms before forwarding it (a distant or slow bucket)
 Each with probability P (0..1), from a seeded random generator. Prints its port on stdout.
   --log FILE     append a line per request: its time (Unix seconds), method and path (bench/idle.sh
                  counts what an idle follower sends)
@@ -30,6 +31,7 @@ args.add_argument("--lost", type=float, default=0.0)
 args.add_argument("--corrupt", type=float, default=0.0)
 args.add_argument("--loop-list", action="store_true")
 args.add_argument("--damage-first-read", action="store_true")
+args.add_argument("--delay-ms", type=float, default=0.0)
 args.add_argument("--seed", type=int, default=1)
 args.add_argument("--tls", default=None)
 args.add_argument("--log", default=None)
@@ -69,6 +71,7 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         body = self.rfile.read(length) if length else b""
+        if options.delay_ms > 0: time.sleep(options.delay_ms / 1000)
         if fate == "corrupt" and body and self.command == "PUT":
             damaged = bytearray(body)
             damaged[len(damaged) // 2] ^= 0x5A

@@ -870,10 +870,21 @@ public enum Replicate {
             guard Date() >= replica.baseNotBefore else { return false }
             let limit = min(5, max(2, 4 * options.syncInterval))
             let until = Date().addingTimeInterval(limit)
-            for _ in 0..<3 where Date() < until && (replica.uploading || !replica.pending.isEmpty || !replica.parked.isEmpty) {
-                flushAll(replica, until: until)
+            var ready: Bool
+            if need.kind == "compaction" {
+                // The app's commits are read while the old chain's go out: against a bucket
+                // answering in 80 ms that write took half a second, the app's -wal restarted
+                // twice meanwhile (200 commits/s), and every base every interval was a gap of
+                // ~100 commits (a trial). What was read meanwhile goes with the base's catch-up.
+                guard drainReading(replica, until: until) else { return false }
+                ready = !replica.uploading && replica.parked.isEmpty && replica.pendingBytes < Self.segmentBytes
+            } else {
+                for _ in 0..<3 where Date() < until && (replica.uploading || !replica.pending.isEmpty || !replica.parked.isEmpty) {
+                    flushAll(replica, until: until)
+                }
+                ready = !replica.uploading && replica.pending.isEmpty && replica.parked.isEmpty
             }
-            guard !replica.uploading, replica.pending.isEmpty, replica.parked.isEmpty else {
+            guard ready else {
                 // Not written: a base every interval waits for the repository (tried again
                 // once uploads succeed, and not before a while); a gap's base keeps being
                 // needed (tried again in a moment: the loop writes or keeps meanwhile).
@@ -883,6 +894,54 @@ public enum Replicate {
             }
             makeBase(replica, kind: need.kind, reason: need.reason, expectingChange: need.change)
             return false
+        }
+
+        /// Writes what waits before a base every interval, reading the app's commits between
+        /// waits for the upload (a poll interval at most): they wait for the base's catch-up.
+        /// Done once an upload ends with only what was read during it waiting, or at `until`.
+        /// False when a read found the chain broken (the base a gap's or a continued one, as
+        /// `needsBase` says now, made at the next step).
+        func drainReading(_ replica: Replica, until: Date) -> Bool {
+            while Date() < until {
+                flush(replica)
+                let tookAll = replica.pending.isEmpty
+                guard replica.uploading else {
+                    // Nothing went out: nothing waits, or the repository pauses (the base is put
+                    // off), or what waited was just kept in the outbox (sent at the next flush).
+                    if replica.parked.isEmpty || replica.uploadFailures > 0 || Date() < replica.uploadRetryAfter { return true }
+                    continue
+                }
+                while replica.uploading, Date() < until {
+                    finishUploads(by: min(until, Date().addingTimeInterval(options.pollInterval)))
+                    guard readWhileWriting(replica) else { return false }
+                }
+                settleUploads()
+                if replica.uploadFailures > 0 || (tookAll && replica.parked.isEmpty) { return true }
+            }
+            return true
+        }
+
+        /// One read of the app's commits into the chain while an upload goes on; false when it found
+        /// the chain broken (a gap or a whole read: `needsBase` says which).
+        func readWhileWriting(_ replica: Replica) -> Bool {
+            do {
+                switch try replica.follower.capture() {
+                case .commits(let commits, let at):
+                    if add(commits, at: at, to: replica) { confirm(replica, at: at); return true }
+                    return false   // dropped: `add` set the gap's base
+                case .gap(let why):
+                    say("\(replica.store.path): \(why); a new base follows")
+                    replica.needsBase = ("gap", why, nil)
+                    replica.summary.gapPending = why
+                    return false
+                case .wholeRead(let why, let change, let at):
+                    replica.needsBase = ("continued", why, change)
+                    replica.wholeReadAt = replica.wholeReadAt ?? at
+                    return false
+                }
+            } catch {
+                return true   // a read that failed (busy): the next one tries again
+            }
         }
 
         func capture(_ replica: Replica) {
@@ -1851,23 +1910,33 @@ public enum Replicate {
             // Every kind of base waits so (a gap's reads nothing meanwhile: its base reads the
             // whole store), the status file rewritten every sync meanwhile (it froze while a gap's
             // base waited on a server gone away: `replicate status` showed no gap).
-            var prepared: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?
+            // The base's own preparation (the indexes listed and read, its parent's map: several
+            // requests, each 80 ms against a slow bucket) is read on that thread too, so the app's
+            // commits go on being read meanwhile (its -wal restarts about twice a second at 200
+            // commits/s: two restarts unread are a gap).
+            var prepared: Result<(RepositoryHold, PagedSnapshotWork), any Error>?
             // Commits read into the old chain while the base waited: a base that is not a
             // compaction's (a gap, a whole read) would drop them unwritten; it is then a gap's.
             let pendingAtStart = replica.pending.count
             do {
                 final class Box: @unchecked Sendable {
                     let lock = NSLock()
-                    var result: Result<(RepositoryHold, [PagedSnapshotRecord]), any Error>?
+                    var result: Result<(RepositoryHold, PagedSnapshotWork), any Error>?
                     var abandoned = false
                     let done = DispatchSemaphore(value: 0)
                 }
                 let box = Box()
                 let repository = self.repository
+                let (store, level) = (replica.store, options.level)
                 Thread.detachNewThread {
-                    let result = Result { () throws -> (RepositoryHold, [PagedSnapshotRecord]) in
+                    let result = Result { () throws -> (RepositoryHold, PagedSnapshotWork) in
                         let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false)
-                        do { return (hold, try repository.catalog().records) } catch { hold.release(); throw error }
+                        do {
+                            let work = PagedSnapshotWork(store: store, repository: repository, tags: ["replicate"], level: level, reuseUnchanged: false)
+                            try work.prepare(records: try repository.catalog().records)
+                            if let delay = ReplicateTesting.basePrepareDelay { usleep(delay) }
+                            return (hold, work)
+                        } catch { hold.release(); throw error }
                     }
                     box.lock.withLock {
                         // Given up on (a stop): the hold is let go here, nobody else has it.
@@ -1924,11 +1993,8 @@ public enum Replicate {
             let externalBefore = replica.external
             do {
                 guard let prepared else { throw StoreOpsError(.failure, "the base's repository hold was not taken") }
-                let (hold, records) = try prepared.get()
+                let (hold, work) = try prepared.get()
                 defer { hold.release() }
-                let work = PagedSnapshotWork(store: replica.store, repository: repository, tags: ["replicate"], level: options.level, reuseUnchanged: false)
-                try work.prepare(records: records)
-                if let delay = ReplicateTesting.basePrepareDelay { usleep(delay) }
                 // What the app committed since the last read is read now, just before the base's
                 // own read: else the app's checkpoints can restart the -wal twice in that time and
                 // discard commits no point holds (a gap at one of three boundaries, 20 minutes
