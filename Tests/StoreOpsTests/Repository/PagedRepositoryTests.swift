@@ -662,6 +662,39 @@ struct PagedRepositoryTests {
         #expect(try logicalDigest(try fixture.restore(try fixture.list()[0].id, to: "kept.sqlite")) == (try logicalDigest(fixture.store)))
     }
 
+    @Test("prune killed once it had repacked (its new packs indexed, the old ones still indexed too), then run again: the repository ends no bigger than a prune never interrupted leaves it (the copies the interrupted run made were repacked again by every later prune, never reclaimed: +37% in a trial); every snapshot kept restores")
+    func pruneInterruptedAfterRepacking() throws {
+        let fixture = try PagedFixture(items: 20_000)
+        try fixture.create()
+        for _ in 0..<2 {
+            try fixture.touch(percent: 100)
+            try fixture.create()
+        }
+        // The same repository pruned without interruption, for comparison.
+        let twin = fixture.folder.file("twin")
+        try FileManager.default.copyItem(atPath: fixture.repo, toPath: twin)
+        let environment = try fixture.environment()
+        func prune(_ repo: String, fault: String? = nil) throws -> ChildProcess.Result {
+            try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", repo, "--keep-last", "1"],
+                                 environment: environment.merging(fault.map { ["STORECTL_FAULT_POINT": $0] } ?? [:]) { $1 })
+        }
+        // Killed once the repacked packs' index is written: the old packs are still indexed too.
+        let killed = try prune(fixture.repo, fault: "index.write.sync-folder")
+        #expect(killed.status == 137, "\(killed.status) \(killed.stderr)")
+        let again = try prune(fixture.repo)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try prune(twin).status == 0)
+        let interrupted = try RepositoryStats.run(location: fixture.repo, password: fixture.password).storedBytes
+        let clean = try RepositoryStats.run(location: twin, password: fixture.password).storedBytes
+        #expect(Double(interrupted) <= Double(clean) * 1.05, "interrupted then pruned again: \(interrupted) bytes; never interrupted: \(clean)")
+        // A third prune finds nothing more to do.
+        let third = try ChildProcess.run(Binaries.storectl, ["snapshot", "prune", "--repo", fixture.repo, "--keep-last", "1", "--json"], environment: environment)
+        let garbage = (try JSONSerialization.jsonObject(with: Data(third.stdout.utf8)) as? [String: Any])?["garbage"] as? [String: Any]
+        #expect((garbage?["repackedPacks"] as? Int) == 0 && (garbage?["deletedPacks"] as? Int) == 0, "\(third.stdout)")
+        #expect(try fixture.check().ok && (try fixture.verify().allSatisfy(\.ok)))
+        #expect(try logicalDigest(try fixture.restore(try fixture.list()[0].id, to: "kept.sqlite")) == (try logicalDigest(fixture.store)))
+    }
+
     @Test("locks: creates of two stores share the repository at once; prune needs it alone (75), and a dead holder's lock is stale",
           arguments: Place.all)
     func locks(place: Place) throws {
