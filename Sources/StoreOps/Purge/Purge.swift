@@ -342,7 +342,9 @@ public enum Purge {
                     break
                 }
             }
-            guard !options.dryRun else { return }
+            // A run that found nothing to delete leaves the store's files as they were (a
+            // checkpoint writes the app's -wal into the database file: not this run's business).
+            guard !options.dryRun, report.rules.contains(where: { $0.batches > 0 }) else { return }
             // Let the WAL shrink back without ever waiting on the app (PASSIVE never blocks).
             try queue.inDatabase { db in
                 if try String.fetchOne(db, sql: "PRAGMA journal_mode")?.lowercased() == "wal" {

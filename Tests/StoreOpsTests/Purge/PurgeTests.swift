@@ -114,6 +114,24 @@ struct PurgeCoreDataTests {
         #expect(try readStore(store) { try Int.fetchOne($0, sql: "SELECT count(*) FROM Z_2TAGS WHERE Z_2ITEMS NOT IN (SELECT Z_PK FROM ZITEM)") } == 0)
     }
 
+    @Test("a purge that finds nothing to delete leaves the store's files byte for byte as they were: its -wal is not checkpointed into the database file (an operator's trial: it was)")
+    func nothingToDeleteTouchesNothing() throws {
+        let folder = try TempFolder()
+        let store = try sampleStore(in: folder, items: 500)
+        // Nothing expired; the app's connection stays open with frames in its -wal.
+        let app = try DatabaseQueue(path: store)
+        defer { try? app.close() }
+        try app.write { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZISDELETED = 0")
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = ZTITLE || '.' WHERE Z_PK <= 50")
+        }
+        func digest(_ path: String) throws -> String { try Hashing.sha256(ofFile: path) }
+        let before = (try digest(store), try digest(store + "-wal"))
+        let report = try Purge.run(.init(policy: try policy(store, Self.items, folder: folder)))
+        #expect(report.status == .ok && report.rules[0].deleted == 0 && !report.checkpointed)
+        #expect(try digest(store) == before.0 && (try digest(store + "-wal")) == before.1, "the store's files changed")
+    }
+
     @Test("nullify: deleting a category clears its items' reference and bumps their Z_OPT (also after columns were added with defaults, as a lightweight migration adds them: the rows written before read NULL there in SQLite 3.40's pre-update hook, not a change)",
           arguments: [false, true])
     func nullify(addedColumns: Bool) throws {
