@@ -44,7 +44,7 @@ struct ScheduleCommand: ParsableCommand {
         }
 
         func run() throws {
-            let entries = try ScheduleEntry.list(policies: policies, count: count)
+            let entries = try ScheduleEntry.list(policies: policies, count: count, executable: ScheduleCommand.executable)
             if json { print(jsonReport(entries)); return }
             guard !entries.isEmpty else { print("no scheduled jobs in \(policies.joined(separator: ", "))"); return }
             let local = DateFormatter()
@@ -55,6 +55,14 @@ struct ScheduleCommand: ParsableCommand {
             }
             for entry in entries {
                 print("\(entry.job.rawValue)  \(entry.expression)  \(entry.store)  (\(entry.policy))")
+                if let command = entry.command { print("    runs: \(command)") }
+                if let jitter = entry.jitter { print("    starts up to \(jitter) after each time below (jitter)") }
+                switch entry.crontab {
+                case "installed"?: print("    in this user's crontab")
+                case "differs"?: print("    in this user's crontab as another line (installed before the policy or storectl changed): run `storectl schedule install --policy \(entry.policy)` again")
+                case "not installed"?: print("    not in this user's crontab (`storectl schedule install --policy \(entry.policy)`; systemd timers are not looked at here: `systemctl list-timers 'storectl-*'`)")
+                default: break
+                }
                 for run in entry.nextRuns {
                     print("    \(local.string(from: run))   \(Timestamp.iso(run).prefix(16).replacingOccurrences(of: "T", with: " ")) UTC")
                 }

@@ -80,7 +80,9 @@ struct ScheduleCLITests {
         #expect(result.status == 0, "\(result.stderr)")
         let lines = result.stdout.split(separator: "\n")
         #expect(lines.first?.hasPrefix("snapshot  */15 * * * *  \(folder.file("Tasks.sqlite"))") == true)
-        #expect(lines.filter { $0.hasPrefix("    ") }.count == 10)
+        // Per job: what it runs, its jitter, whether this user's crontab has it, then its next runs.
+        #expect(lines.filter { $0.hasPrefix("    ") && $0.hasSuffix(" UTC") }.count == 10)
+        #expect(lines.contains { $0.hasPrefix("    runs: '") && $0.contains("' run snapshot --policy '\(policy)'") }, "\(result.stdout)")
         #expect(result.stderr.contains("times are in this machine's zone, \(system.identifier)") && result.stderr.contains("TZ=\(shell) is not theirs"), "\(result.stderr)")
         // purge is "30 3 * * *": 03:30 in the machine's zone, whatever the shell's.
         // The first column is the machine's time: 03:30 there, whatever the shell's zone.
@@ -92,6 +94,23 @@ struct ScheduleCLITests {
         let json = try storectl("schedule", "show", "--policy", policy, "--json")
         let entries = try JSON.decoder().decode([ScheduleEntry].self, from: Data(json.stdout.utf8))
         #expect(entries.map(\.job) == [.snapshot, .purge] && entries.allSatisfy { $0.nextRuns.count == 5 })
+        // Installed (a stand-in crontab): said so; the policy changed since: said to install again.
+        let crontab = folder.file("crontab")
+        try Data("#!/bin/sh\ncase \"$1\" in -l) cat \(folder.file("crontab.txt")) 2>/dev/null || { echo \"no crontab for x\" >&2; exit 1; };; -) cat > \(folder.file("crontab.txt"));; esac\n".utf8)
+            .write(to: URL(fileURLWithPath: crontab))
+        #expect(chmod(crontab, 0o755) == 0)
+        let stand = ["STORECTL_CRONTAB": crontab]
+        func states() throws -> [String?] {
+            try JSON.decoder().decode([ScheduleEntry].self, from: Data(try storectl("schedule", "show", "--policy", policy, "--json", environment: stand).stdout.utf8)).map(\.crontab)
+        }
+        #expect(try states() == ["not installed", "not installed"])
+        #expect(try storectl("schedule", "install", "--policy", policy, "--skip-checks", environment: stand).status == 0)
+        #expect(try states() == ["installed", "installed"])
+        let text = try String(contentsOfFile: policy, encoding: .utf8)
+        try Data(text.replacingOccurrences(of: "*/15 * * * *", with: "*/20 * * * *").utf8).write(to: URL(fileURLWithPath: policy))
+        #expect(try states() == ["differs", "installed"])
+        let shown = try storectl("schedule", "show", "--policy", policy, environment: stand)
+        #expect(shown.stdout.contains("as another line") && shown.stdout.contains("schedule install --policy \(policy)` again"), "\(shown.stdout)")
     }
 
     @Test("the [replicate] service is checked before its unit is written, as systemd will start it: a repository typo, a password only in this shell's environment, a status_file folder that does not exist, a store not in WAL mode are refused (2, nothing written) and failed by policy check; a ready one is written and policy check says so")

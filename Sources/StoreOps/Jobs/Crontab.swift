@@ -45,13 +45,30 @@ public enum Crontab {
         var lines = [begin]
         for job in jobs {
             lines.append("# storectl \(job.job.rawValue): \(job.policy) (store \(job.store))")
-            var command = "\(quote(executable)) run \(job.job.rawValue) --policy \(quote(job.policy))"
-            if let jitter = job.jitter { command += " --jitter \(jitter.text)" }
-            if let log = job.log { command += " >> \(quote(log + ".out")) 2>&1" }
-            lines.append("\(job.expression) \(command)")
+            lines.append("\(job.expression) \(command(job, executable: executable))")
         }
         lines.append(end)
         return lines
+    }
+
+    /// What cron runs for `job` (its line after the expression).
+    public static func command(_ job: Job, executable: String) -> String {
+        var command = "\(quote(executable)) run \(job.job.rawValue) --policy \(quote(job.policy))"
+        if let jitter = job.jitter { command += " --jitter \(jitter.text)" }
+        if let log = job.log { command += " >> \(quote(log + ".out")) 2>&1" }
+        return command
+    }
+
+    /// Whether `job` is in `existing` (a crontab's text) as `schedule install` writes it now:
+    /// "installed", "differs" (a line of that policy and job, another one: installed by an
+    /// older storectl or before the policy changed), or "not installed".
+    public static func state(of job: Job, in existing: String, executable: String) -> String {
+        let lines = existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        guard let range = try? blockRange(lines) else { return "not installed" }
+        let inner = Array(lines[range])
+        if inner.contains("\(job.expression) \(command(job, executable: executable))") { return "installed" }
+        let comment = "# storectl \(job.job.rawValue): \(job.policy) (store "
+        return inner.contains { $0.hasPrefix(comment) } ? "differs" : "not installed"
     }
 
     static func quote(_ text: String) -> String {

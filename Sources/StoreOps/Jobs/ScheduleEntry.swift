@@ -8,6 +8,13 @@ public struct ScheduleEntry: Sendable, Codable {
     public var expression: String
     public var nextRuns: [Date]
     public var timeZone: String
+    /// What cron runs (the crontab line after the expression, as `schedule install` writes it).
+    public var command: String?
+    /// How much later than each next run the job may start (`[schedule] jitter`).
+    public var jitter: String?
+    /// Whether the current user's crontab has the job as `schedule install` writes it now:
+    /// "installed", "differs", "not installed"; nil when the crontab could not be read.
+    public var crontab: String?
 
     /// How many next runs `schedule show` may list.
     public static let countRange = 1...1000
@@ -15,15 +22,27 @@ public struct ScheduleEntry: Sendable, Codable {
     /// The scheduled jobs of the policies, with their next `count` runs in `timeZone`.
     ///
     /// - Throws: 64 for a count outside 1...1000.
-    public static func list(policies: [String], count: Int = 5, now: Date = Date(), timeZone: TimeZone = SystemTimeZone.zone) throws -> [ScheduleEntry] {
+    /// - Parameter executable: storectl's path as crontab lines name it: with it, each entry says
+    ///   its command and whether the current user's crontab has it (`crontab` nil when that
+    ///   cannot be read: no crontab command, no permission).
+    public static func list(policies: [String], count: Int = 5, now: Date = Date(), timeZone: TimeZone = SystemTimeZone.zone,
+                            executable: String? = nil) throws -> [ScheduleEntry] {
         guard countRange.contains(count) else {
             throw StoreOpsError(.usage, "--count \(count): expected \(countRange.lowerBound) to \(countRange.upperBound) next runs")
         }
         let loaded = try policies.map(Policy.load)
-        return try Crontab.jobs(loaded).map { job in
+        let jobs = Crontab.jobs(loaded)
+        let installed = executable != nil && !jobs.isEmpty ? try? Crontab.read(user: nil) : nil
+        return try jobs.map { job in
             let expression = try CronExpression(job.expression)
-            return ScheduleEntry(job: job.job, policy: job.policy, store: job.store, expression: job.expression,
-                                 nextRuns: expression.nextRuns(after: now, count: count, in: timeZone), timeZone: timeZone.identifier)
+            var entry = ScheduleEntry(job: job.job, policy: job.policy, store: job.store, expression: job.expression,
+                                      nextRuns: expression.nextRuns(after: now, count: count, in: timeZone), timeZone: timeZone.identifier)
+            entry.jitter = job.jitter?.text
+            if let executable {
+                entry.command = Crontab.command(job, executable: executable)
+                entry.crontab = installed.map { Crontab.state(of: job, in: $0, executable: executable) }
+            }
+            return entry
         }
     }
 }
