@@ -160,6 +160,7 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
     @Option(help: "The repository (default: the one --status-file names).") var repo: String?
     @OptionGroup var password: PasswordOption
     @Option(help: "The status file a running `storectl replicate --status-file` rewrites.") var statusFile: String?
+    @Option(help: "The store, repository, password and status file of this policy file (as `replicate --policy` follows it; the other options override it).") var policy: String?
     @Option(help: "Only this store (its path, as `snapshot list` shows it).") var store: String?
     @Option(help: "Only the stores followed on this host (a host retired without a clean stop stays STALE: leave it out).") var host: String?
     @Option(parsing: .unconditional, help: "A store whose chain is not stopped and has confirmed nothing (no point, no alive marker) for longer is STALE, exit 2 (default 3m: three heartbeats; 0: never).") var staleAfter: String?
@@ -173,7 +174,18 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
             case .failure(let error): throw ValidationError("--stale-after \(staleAfter) \(error.problem)")
             }
         }
-        let report = try ReplicateStatus.run(repository: repo, password: password.source, statusFile: statusFile, staleAfter: staleSeconds,
+        var (repo, statusFile, store, passwordSource) = (self.repo, self.statusFile, self.store, password.source)
+        if let policy {
+            // What `replicate --policy` follows: the policy's store into its [snapshot] repository,
+            // with its password and its [replicate] status file (an operator's trial: status had
+            // no --policy, so every path had to be copied out of the file).
+            let options = try Replicate.Options.from(policies: [policy])
+            repo = repo ?? options.repository
+            statusFile = statusFile ?? options.statusFile
+            store = store ?? options.stores.first
+            passwordSource = password.override ?? options.password
+        }
+        let report = try ReplicateStatus.run(repository: repo, password: passwordSource, statusFile: statusFile, staleAfter: staleSeconds,
                                              filter: try SnapshotFilter.parse(store: store, host: host))
         if json { print(jsonReport(report)) } else { render(report) }
         try Finished.check(ReplicateStatus.ending(of: report))

@@ -1460,6 +1460,7 @@ struct ReplicateTests {
             [replicate]
             sync_interval = "200ms"
             heartbeat = "0"
+            status_file = "status.json"
             [schedule]
             log = "jobs.jsonl"
             """.utf8).write(to: URL(fileURLWithPath: policy))
@@ -1477,6 +1478,13 @@ struct ReplicateTests {
         #expect(record.outcome == "ok" && record.exitCode == 0 && record.stoppedBy == "duration" && record.error == nil, "\(record)")
         #expect(record.bases == 1 && record.points >= 1 && record.segments >= 1 && record.uploadedBytes > 0 && record.requests > 0, "\(record)")
         #expect(record.durationSeconds >= 8 && record.durationSeconds < 60 && record.unwritten == nil)
+        // `replicate status --policy`: the policy's store, repository, password and status file
+        // (no password in this environment: the policy's own).
+        let status = try ChildProcess.run(Binaries.storectl, ["replicate", "status", "--policy", policy, "--json"])
+        #expect(status.status == 0, "\(status.stdout) \(status.stderr)")
+        let report = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        #expect(report?["state"] as? String == "stopped", "the policy's status file was read: \(status.stdout)")
+        #expect(status.stdout.contains(world.store), "\(status.stdout)")
     }
 
     @Test("run maintain thins points by the policy's [replicate] keep_points (a policy with no [[purge]] rules: maintain snapshots, prunes and thins, and skips its purge step): an older chain (a gap began a newer one) keeps the last commit of each minute once its commits are older than keep_points, listed as thinned, and its kept point restores the content the writer logged; the newest chain is left whole")
@@ -2135,28 +2143,30 @@ struct ReplicateTests {
         #expect(checked.restored >= 10, "\(checked.refused)")
     }
 
-    @Test("a base every interval through a slow bucket (a proxy holds every request 80 ms: the old chain's last commits took half a second to write before each base) while the app's -wal restarts every 300 pages: the follower reads the app's commits while they go out, so no boundary is a gap (every one was, ~100 commits each, in a trial); the points either side of each boundary restore exactly",
+    @Test("a base every interval through a slow bucket (a proxy holds every request 300 ms: the old chain's last commits took about a second to write before each base, nothing read meanwhile) while the app's -wal restarts every 300 pages: the follower reads the app's commits while they go out, so no boundary is a gap (every one was, ~100 commits each, in a trial); the points either side of each boundary restore exactly",
           .enabled(if: Place.all.contains(.s3)))
     func basesThroughASlowBucket() throws {
         let folder = try TempFolder("storectl-replicate")
         let store = try makeStore(folder, items: 300)
-        let (proxy, port) = try SharedS3.startFaultProxy(["--delay-ms", "80"])
+        // 300 ms a request: the write before a base took about a second unread before the fix
+        // (three -wal restarts at this writer's pace), while reads now come every 250 ms.
+        let (proxy, port) = try SharedS3.startFaultProxy(["--delay-ms", "300"])
         defer { proxy.signal(SIGKILL); _ = proxy.wait() }
         let repo = try SharedS3.newLocation("slow-bases")
         let direct = try SharedS3.environment().merging(["STORECTL_PASSWORD_FILE": try folder.passwordFile(), "STORECTL_REPLICATE_DRAIN_SECONDS": "5"]) { $1 }
         #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: direct).status == 0)
         let world = World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"),
                           environment: direct.merging(["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)"]) { $1 })
-        let follower = try replicate(world, ["--base-interval", "2s"])
+        let follower = try replicate(world, ["--base-interval", "3s"])
         #expect(waitForBase(world, timeout: 60))
-        let wrote = try churn(world, seconds: 12, ["--seed", "53", "--max-interval-ms", "2", "--autocheckpoint", "300"]).wait()
+        let wrote = try churn(world, seconds: 18, ["--seed", "53", "--max-interval-ms", "2", "--autocheckpoint", "300"]).wait()
         #expect(wrote.status == 0, "\(wrote.stderr)")
         usleep(2_000_000)
         follower.signal(SIGTERM)
         let followed = follower.wait()
         #expect(followed.status == 0, "\(followed.stderr)")
         let summary = try summary(followed)
-        #expect(summary.bases.count >= 4, "\(summary.bases)")
+        #expect(summary.bases.count >= 3, "\(summary.bases)")
         // On two loaded cores a read can still lose a race with two restarts now and then (as
         // anywhere in a chain); not at every boundary.
         #expect(summary.gaps.count <= 1, "\(summary.gaps)")
@@ -2170,8 +2180,10 @@ struct ReplicateTests {
             guard let text = span["from"] as? String, let from = Timestamp.parseISO(text) else { continue }
             for offset in [-0.003, 0.0, 0.003] { times.append(from.addingTimeInterval(offset)) }
         }
-        #expect(times.count >= 9, "\(spans)")
-        let checked = try check(world, times: times + (try randomTimes(world, count: 6, seed: 12)))
+        #expect(times.count >= 6, "\(spans)")
+        // Restored straight from the server, not through the slow proxy.
+        let straight = World(folder: folder, store: store, repo: repo, log: world.log, environment: direct)
+        let checked = try check(straight, times: times + (try randomTimes(world, count: 6, seed: 12)))
         #expect(checked.wrong.isEmpty, "\(checked.wrong)")
         #expect(checked.refused.count <= 3, "\(checked.refused)")
     }

@@ -457,6 +457,9 @@ public enum Replicate {
         /// a backlog goes out a segment at a time, read back from the spool as it goes.
         /// `STORECTL_TEST_SEGMENT_BYTES` sets it (tests).
         static let segmentBytes = ProcessInfo.processInfo.environment["STORECTL_TEST_SEGMENT_BYTES"].flatMap(Int.init) ?? 16 << 20
+        /// The most commits left waiting when a base every interval begins (they are written with
+        /// its catch-up, while the app's checkpoints are held back).
+        static let catchUpBytes = min(segmentBytes, 4 << 20)
         /// The least time between two reads of a store's new commits: an app committing every few
         /// milliseconds is read in batches, not at every commit (each read is a read transaction,
         /// the wal-index and the files' states; at 500 commits a second that was most of the
@@ -877,7 +880,11 @@ public enum Replicate {
                 // twice meanwhile (200 commits/s), and every base every interval was a gap of
                 // ~100 commits (a trial). What was read meanwhile goes with the base's catch-up.
                 guard drainReading(replica, until: until) else { return false }
-                ready = !replica.uploading && replica.parked.isEmpty && replica.pendingBytes < Self.segmentBytes
+                // What is left goes with the base's catch-up, written while the app's checkpoints
+                // are held back: a little (what was read during the last upload), in memory, and
+                // never towards a repository that is failing (a review).
+                ready = !replica.uploading && replica.parked.isEmpty && replica.uploadFailures == 0 && replica.spooledBytes == 0
+                    && replica.pendingBytes < Self.catchUpBytes
             } else {
                 for _ in 0..<3 where Date() < until && (replica.uploading || !replica.pending.isEmpty || !replica.parked.isEmpty) {
                     flushAll(replica, until: until)
@@ -914,6 +921,12 @@ public enum Replicate {
                 while replica.uploading, Date() < until {
                     finishUploads(by: min(until, Date().addingTimeInterval(options.pollInterval)))
                     guard readWhileWriting(replica) else { return false }
+                    if ProcessSignals.received != nil {
+                        // A stop: no base; the loop drains (and reads once more, which it does only
+                        // for a store that needs no base).
+                        if replica.needsBase?.kind == "compaction" { replica.needsBase = nil }
+                        return false
+                    }
                 }
                 settleUploads()
                 if replica.uploadFailures > 0 || (tookAll && replica.parked.isEmpty) { return true }
@@ -1915,9 +1928,6 @@ public enum Replicate {
             // commits go on being read meanwhile (its -wal restarts about twice a second at 200
             // commits/s: two restarts unread are a gap).
             var prepared: Result<(RepositoryHold, PagedSnapshotWork), any Error>?
-            // Commits read into the old chain while the base waited: a base that is not a
-            // compaction's (a gap, a whole read) would drop them unwritten; it is then a gap's.
-            let pendingAtStart = replica.pending.count
             do {
                 final class Box: @unchecked Sendable {
                     let lock = NSLock()
@@ -1934,7 +1944,6 @@ public enum Replicate {
                         do {
                             let work = PagedSnapshotWork(store: store, repository: repository, tags: ["replicate"], level: level, reuseUnchanged: false)
                             try work.prepare(records: try repository.catalog().records)
-                            if let delay = ReplicateTesting.basePrepareDelay { usleep(delay) }
                             return (hold, work)
                         } catch { hold.release(); throw error }
                     }
@@ -1995,6 +2004,9 @@ public enum Replicate {
                 guard let prepared else { throw StoreOpsError(.failure, "the base's repository hold was not taken") }
                 let (hold, work) = try prepared.get()
                 defer { hold.release() }
+                // The test hook: a slow preparation seen from here (nothing read meanwhile), so a
+                // test shows the read just below is needed.
+                if let delay = ReplicateTesting.basePrepareDelay { usleep(delay) }
                 // What the app committed since the last read is read now, just before the base's
                 // own read: else the app's checkpoints can restart the -wal twice in that time and
                 // discard commits no point holds (a gap at one of three boundaries, 20 minutes
@@ -2015,10 +2027,11 @@ public enum Replicate {
                         if replica.needsBase?.kind != "gap" { replica.needsBase = ("continued", why, change) }
                     }
                 }
-                // A whole read after commits were read into the old chain while the base waited:
-                // those commits are not written (the base drops what waits), so the span is a gap,
-                // never a continuation that claims them.
-                if kind == "continued", replica.pending.count > pendingAtStart {
+                // A whole read after commits were read into the old chain (while the base waited,
+                // or while the old chain's last ones went out before a base every interval: a
+                // review): those commits are not written (the base drops what waits), so the span
+                // is a gap, never a continuation that claims them.
+                if kind == "continued", replica.pending.count > 0 {
                     (kind, reason) = ("gap", "\(reason); commits read while the base waited for the repository were not written")
                 }
                 // The catch-up starts where the reads so far ended (the capture just above moved

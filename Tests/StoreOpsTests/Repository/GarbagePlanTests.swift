@@ -87,6 +87,19 @@ struct GarbagePlanTests {
         let (other, otherStored) = Self.repository([5: [[50, 51, 52, 53, 54, 55]], 6: [[60, 50]]])
         let second = GarbagePlan.make(index: other, live: Self.live([50, 60]), stored: otherStored)
         #expect(second.kept.map(\.id) == [Self.id(6)] && second.removed.map(\.id) == [Self.id(5)] && second.repacked.isEmpty)
+        // A blob whose home would be repacked while a kept pack holds it stays in the kept pack
+        // (a review: copied again, the duplicate stayed for good).
+        let (third, thirdStored) = Self.repository([1: [[10, 11]], 2: [[10, 11, 12, 13]], 3: [[12, 30, 31, 32, 33, 34]]])
+        let rehomed = GarbagePlan.make(index: third, live: Self.live([10, 11, 12, 30, 31, 32]), stored: thirdStored)
+        #expect(rehomed.kept.map(\.id) == [Self.id(1), Self.id(3)] && rehomed.removed.map(\.id) == [Self.id(2)] && rehomed.repacked.isEmpty,
+                "\(rehomed.packs.map { ($0.id.hex.prefix(2), $0.action) })")
+        // A pack data/ does not list (lost) is no blob's home while a listed pack holds it (a
+        // review: the listed copy went, and `repo repair` could no longer get it back).
+        var (lost, lostStored) = Self.repository([7: [[70, 71]], 8: [[70, 80, 81, 82]]])
+        lostStored.removeValue(forKey: PackBuilder.key(Self.id(7)))
+        let withLost = GarbagePlan.make(index: lost, live: Self.live([70, 71, 80]), stored: lostStored)
+        let eight = withLost.packs.first { $0.id == Self.id(8) }
+        #expect(eight?.action == .keep && eight?.liveBytes == 200, "70 is alive in the listed pack: \(withLost.packs.map { ($0.id.hex.prefix(2), $0.action, $0.liveBytes) })")
     }
 
     @Test("packs in data/ no index lists are removed, by key; an indexed pack missing from data/ counts 0 bytes")

@@ -95,25 +95,44 @@ struct GarbagePlan: Sendable, Equatable {
         // one again, so the copies were never reclaimed (+37% after one interrupted prune, a
         // trial). The home is the pack most alive counting every live blob it holds (then by
         // id): an interrupted prune's new pack, all alive, takes its blobs from the old ones.
+        // A pack that `data/` does not list (lost) is a home only for what no listed pack holds
+        // (a review: a listed copy would otherwise go with a pack that is not there).
         let sorted = index.packs.sorted(by: { $0.key < $1.key })
-        func liveShare(_ contents: PackContents) -> Double {
-            let bytes = contents.frames.reduce(UInt64(0)) { sum, frame in
-                sum + frame.blobs.filter { live.contains($0.id) }.reduce(0) { $0 + UInt64($1.length) }
-            }
-            return Double(bytes) / Double(max(1, contents.rawBytes))
+        let present = sorted.map { stored[PackBuilder.key($0.key)] != nil }
+        func liveBytes(_ contents: PackContents, counting: (BlobEntry) -> Bool) -> UInt64 {
+            contents.frames.reduce(UInt64(0)) { sum, frame in sum + frame.blobs.filter(counting).reduce(0) { $0 + UInt64($1.length) } }
         }
-        var home: [ContentID: ContentID] = [:]
-        for (id, contents) in sorted.map({ ($0.key, $0.value, liveShare($0.value)) }).sorted(by: { $0.2 != $1.2 ? $0.2 > $1.2 : $0.0 < $1.0 }).map({ ($0.0, $0.1) }) {
-            for frame in contents.frames {
-                for blob in frame.blobs where live.contains(blob.id) && home[blob.id] == nil { home[blob.id] = id }
+        let shares = sorted.map { Double(liveBytes($0.value) { live.contains($0.id) }) / Double(max(1, $0.value.rawBytes)) }
+        let order = sorted.indices.sorted { a, b in
+            present[a] != present[b] ? present[a] : shares[a] != shares[b] ? shares[a] > shares[b] : a < b
+        }
+        // Each live blob's home, as the index of its pack in `sorted` (4 bytes, not a 32-byte id:
+        // a repository of millions of blobs).
+        var home: [ContentID: Int32] = [:]
+        for k in order {
+            for frame in sorted[k].value.frames {
+                for blob in frame.blobs where live.contains(blob.id) && home[blob.id] == nil { home[blob.id] = Int32(k) }
+            }
+        }
+        func kept(_ k: Int) -> Bool {
+            let bytes = liveBytes(sorted[k].value) { home[$0.id] == Int32(k) }
+            return bytes > 0 && Double(bytes) >= repackBelow * Double(max(1, sorted[k].value.rawBytes))
+        }
+        // A blob homed in a pack to be repacked that a kept pack also holds stays there rather
+        // than being copied again (kept packs only gain by it, so stay kept).
+        let keeps = sorted.indices.map(kept)
+        for k in sorted.indices where keeps[k] && present[k] {
+            for frame in sorted[k].value.frames {
+                for blob in frame.blobs {
+                    guard let at = home[blob.id], Int(at) != k, !keeps[Int(at)] else { continue }
+                    home[blob.id] = Int32(k)
+                }
             }
         }
         var carried = Set<ContentID>()
-        for (id, contents) in sorted {
-            let homed = { (blob: BlobEntry) in home[blob.id] == id }
-            let liveBytes = contents.frames.reduce(UInt64(0)) { sum, frame in
-                sum + frame.blobs.filter(homed).reduce(0) { $0 + UInt64($1.length) }
-            }
+        for (k, (id, contents)) in sorted.enumerated() {
+            let homed = { (blob: BlobEntry) in home[blob.id] == Int32(k) }
+            let liveBytes = liveBytes(contents, counting: homed)
             let action: Action
             if liveBytes == 0 {
                 action = .remove
