@@ -93,37 +93,59 @@ struct KillswitchCommand: ParsableCommand {
         discussion: "engage creates <store>.storectl-killswitch; purge and migrate check it between batches and steps. release removes it.",
         subcommands: [Engage.self, Release.self, Status.self])
 
-    struct Engage: ParsableCommand {
+    /// What `--json` prints for the three subcommands (`ok` true; a failure prints the usual error document).
+    struct Report: Encodable {
+        var ok = true
+        var store: String
+        var engaged: Bool
+        var path: String?
+        var content: String?
+        var released: Bool?
+    }
+
+    struct Engage: ParsableCommand, JSONOutput {
         static let configuration = CommandConfiguration(commandName: "engage", abstract: "Create <store>.storectl-killswitch: purges and migrations stop at their next safe point.")
         @Argument(help: "The store.") var store: String
         @Option(help: "Why (recorded in the file).") var reason: String = ""
+        @Flag(help: "Print the result as JSON.") var json = false
         func run() throws {
             let path = try KillSwitch.engage(StoreFile(unchecked: store), reason: reason)
-            print("kill switch engaged: \(path)")
+            print(json ? jsonReport(Report(store: FileSystem.absolute(store), engaged: true, path: path, content: KillswitchCommand.content(path)))
+                       : "kill switch engaged: \(path)")
         }
     }
 
-    struct Release: ParsableCommand {
+    struct Release: ParsableCommand, JSONOutput {
         static let configuration = CommandConfiguration(commandName: "release", abstract: "Remove the kill switch (a leftover one of a deleted store too).")
         @Argument(help: "The store.") var store: String
+        @Flag(help: "Print the result as JSON.") var json = false
         func run() throws {
             let released = KillSwitch.release(StoreFile(unchecked: store))
-            print(released ? "kill switch released" : "the kill switch was not engaged")
+            print(json ? jsonReport(Report(store: FileSystem.absolute(store), engaged: false, released: released))
+                       : released ? "kill switch released" : "the kill switch was not engaged")
         }
     }
 
-    struct Status: ParsableCommand {
+    struct Status: ParsableCommand, JSONOutput {
         static let configuration = CommandConfiguration(commandName: "status", abstract: "Say whether the kill switch is engaged, and why.")
         @Argument(help: "The store.") var store: String
+        @Flag(help: "Print the result as JSON.") var json = false
         func run() throws {
             // A store that does not exist has no switch to report on: 66, not "not engaged" (release
             // stays unchecked, so a leftover switch of a deleted store can still be removed).
             let store = try StoreFile(existing: store)
-            if let engaged = KillSwitch(store: store).engaged {
-                print("engaged: \(engaged): \((try? String(contentsOfFile: engaged, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "")")
+            let engaged = KillSwitch(store: store).engaged
+            if json {
+                print(jsonReport(Report(store: store.path, engaged: engaged != nil, path: engaged, content: engaged.flatMap(KillswitchCommand.content))))
+            } else if let engaged {
+                print("engaged: \(engaged): \(KillswitchCommand.content(engaged) ?? "")")
             } else {
                 print("not engaged")
             }
         }
+    }
+
+    static func content(_ path: String) -> String? {
+        (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }

@@ -84,7 +84,19 @@ struct ScheduleCommand: ParsableCommand {
         }
     }
 
-    struct Install: ParsableCommand {
+    /// What `install`, `uninstall` and `systemd` print with `--json`.
+    struct Outcome: Encodable {
+        var ok = true
+        var scheduler: String
+        var user: String?
+        var installed: [Crontab.Job]?
+        var kept: [String]?
+        var removed: [String]?
+        var written: [String]?
+        var enable: [String]?
+    }
+
+    struct Install: ParsableCommand, JSONOutput {
         static let configuration = CommandConfiguration(
             commandName: "install",
             abstract: "Merge the policies' jobs into a user's crontab (crontab -), replacing only storectl's block; or, with --systemd, write their systemd units.",
@@ -94,6 +106,7 @@ struct ScheduleCommand: ParsableCommand {
         @Flag(help: "Install even when a job would fail now (e.g. the store is deployed later). Not recommended.") var skipChecks = false
         @Flag(help: "Write systemd units (timers, and a service per [replicate]) instead of crontab lines.") var systemd = false
         @Option(help: "With --systemd: the folder for the units.") var output: String?
+        @Flag(help: "Print what was installed as JSON.") var json = false
 
         func validate() throws {
             guard !ValidationGate.off else { return }
@@ -104,8 +117,12 @@ struct ScheduleCommand: ParsableCommand {
         func run() throws {
             if systemd {
                 let written = try Systemd.write(policies: policies, output: output ?? "/etc/systemd/system", skipChecks: skipChecks)
-                for path in written { print(path) }
                 let enable = written.map { FileSystem.name(of: $0) }.filter { $0.hasSuffix(".timer") || $0.hasSuffix("-replicate.service") }
+                if json {
+                    print(jsonReport(Outcome(scheduler: "systemd", written: written, enable: enable)))
+                    return
+                }
+                for path in written { print(path) }
                 print("then: systemctl daemon-reload && systemctl enable --now \(enable.joined(separator: " "))")
                 return
             }
@@ -122,9 +139,13 @@ struct ScheduleCommand: ParsableCommand {
             let existing = try Crontab.read(user: user)
             let (merged, kept) = try Crontab.install(jobs, into: existing, executable: ScheduleCommand.executable)
             try Crontab.write(merged, user: user)
-            print("installed \(jobs.count) job\(jobs.count == 1 ? "" : "s") in the crontab of \(user ?? "the current user")"
-                  + (kept.isEmpty ? "" : "; kept the jobs of \(kept.count == 1 ? "a policy" : "\(kept.count) policies") installed before: \(kept.joined(separator: ", ")) "
-                     + "(`storectl schedule uninstall --policy FILE` removes one's)"))
+            if json {
+                print(jsonReport(Outcome(scheduler: "cron", user: user ?? ProcessInfo.processInfo.userName, installed: jobs, kept: kept)))
+            } else {
+                print("installed \(jobs.count) job\(jobs.count == 1 ? "" : "s") in the crontab of \(user ?? "the current user")"
+                      + (kept.isEmpty ? "" : "; kept the jobs of \(kept.count == 1 ? "a policy" : "\(kept.count) policies") installed before: \(kept.joined(separator: ", ")) "
+                         + "(`storectl schedule uninstall --policy FILE` removes one's)"))
+            }
             if CronDaemon.checked, !CronDaemon.isRunning {
                 // Installed is not run: a container or a minimal machine has crontab but no daemon (a trial).
                 FileHandle.standardError.write(Data(("storectl: warning: no cron daemon is running on this machine: the jobs are in the crontab "
@@ -136,10 +157,15 @@ struct ScheduleCommand: ParsableCommand {
         }
     }
 
-    struct Uninstall: ParsableCommand {
+    struct Uninstall: ParsableCommand, JSONOutput {
         static let configuration = CommandConfiguration(commandName: "uninstall", abstract: "Remove storectl's block from a user's crontab, leaving other lines alone; with --policy, only those policies' jobs.")
         @Option(help: "Whose crontab (default: yours).") var user: String?
         @Option(name: .customLong("policy"), help: "Remove only this policy's jobs (repeatable; the path install named).") var policies: [String] = []
+        @Flag(help: "Print what was removed as JSON (`removed`: the policies whose jobs went).") var json = false
+
+        func say(_ text: String, removed: [String]) {
+            print(json ? jsonReport(Outcome(scheduler: "cron", user: user ?? ProcessInfo.processInfo.userName, removed: removed)) : text)
+        }
 
         func run() throws {
             let existing = try Crontab.read(user: user)
@@ -151,16 +177,17 @@ struct ScheduleCommand: ParsableCommand {
                                         hint: "`crontab -l` shows the policies storectl's block names")
                 }
                 try Crontab.write(cleaned, user: user)
-                print("removed the jobs of \(removed.joined(separator: ", ")) from the crontab of \(user ?? "the current user")")
+                say("removed the jobs of \(removed.joined(separator: ", ")) from the crontab of \(user ?? "the current user")", removed: removed)
                 return
             }
             let cleaned = try Crontab.remove(existing)
             if cleaned == existing {
-                print("no storectl jobs in the crontab of \(user ?? "the current user")")
+                say("no storectl jobs in the crontab of \(user ?? "the current user")", removed: [])
                 return
             }
+            let removed = try Crontab.policies(in: existing)
             try Crontab.write(cleaned, user: user)
-            print("removed storectl's jobs from the crontab of \(user ?? "the current user")")
+            say("removed storectl's jobs from the crontab of \(user ?? "the current user")", removed: removed)
         }
     }
 

@@ -113,6 +113,36 @@ struct ScheduleCLITests {
         #expect(shown.stdout.contains("as another line") && shown.stdout.contains("schedule install --policy \(policy)` again"), "\(shown.stdout)")
     }
 
+    @Test("--json for automation: schedule install and uninstall say what they installed and removed, the kill switch's engage, status and release say its state (`ok` true; a failure is the usual error document)")
+    func jsonForAutomation() throws {
+        let folder = try TempFolder()
+        let store = try makeStore(folder)
+        let policy = try scheduledPolicy(folder, store: store)
+        let crontab = folder.file("crontab")
+        try Data("#!/bin/sh\ncase \"$1\" in -l) cat \(folder.file("crontab.txt")) 2>/dev/null || { echo \"no crontab for x\" >&2; exit 1; };; -) cat > \(folder.file("crontab.txt"));; esac\n".utf8)
+            .write(to: URL(fileURLWithPath: crontab))
+        #expect(chmod(crontab, 0o755) == 0)
+        let stand = ["STORECTL_CRONTAB": crontab]
+        func object(_ result: ChildProcess.Result) throws -> [String: Any] {
+            try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stdout) \(result.stderr)")
+        }
+        let installed = try object(try storectl("schedule", "install", "--policy", policy, "--skip-checks", "--json", environment: stand))
+        #expect(installed["ok"] as? Bool == true && (installed["installed"] as? [[String: Any]])?.compactMap { $0["job"] as? String } == ["snapshot", "purge"], "\(installed)")
+        let removed = try object(try storectl("schedule", "uninstall", "--json", environment: stand))
+        #expect(removed["ok"] as? Bool == true && removed["removed"] as? [String] == [policy], "\(removed)")
+        let again = try object(try storectl("schedule", "uninstall", "--json", environment: stand))
+        #expect(again["removed"] as? [String] == [])
+        let engaged = try object(try storectl("killswitch", "engage", store, "--reason", "maintenance", "--json"))
+        #expect(engaged["ok"] as? Bool == true && engaged["engaged"] as? Bool == true && (engaged["content"] as? String)?.hasSuffix("maintenance") == true, "\(engaged)")
+        let shown = try object(try storectl("killswitch", "status", store, "--json"))
+        #expect(shown["engaged"] as? Bool == true)
+        let released = try object(try storectl("killswitch", "release", store, "--json"))
+        #expect(released["released"] as? Bool == true && released["engaged"] as? Bool == false, "\(released)")
+        let status = try storectl("killswitch", "status", folder.file("missing.sqlite"), "--json")
+        let missing = try object(status)
+        #expect(status.status == 66 && missing["ok"] as? Bool == false)
+    }
+
     @Test("the [replicate] service is checked before its unit is written, as systemd will start it: a repository typo, a password only in this shell's environment, a status_file folder that does not exist, a store not in WAL mode are refused (2, nothing written) and failed by policy check; a ready one is written and policy check says so")
     func replicateServiceIsChecked() throws {
         let folder = try TempFolder()

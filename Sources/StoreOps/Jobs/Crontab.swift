@@ -131,6 +131,11 @@ public enum Crontab {
         return (kept, policies, others)
     }
 
+    /// The policies whose jobs `existing`'s storectl block holds, in order.
+    public static func policies(in existing: String) throws -> [String] {
+        try installed(in: existing) { _ in false }.others
+    }
+
     /// The policy a job's comment names: `# storectl <job>: <policy> (store <store>)`.
     static func policy(ofComment line: String) -> String? {
         guard line.hasPrefix("# storectl "), let colon = line.range(of: ": "), let store = line.range(of: " (store ", options: .backwards),
