@@ -139,8 +139,12 @@ public enum JobRun {
             if let log = schedule.log {
                 LogRotation.rotateIfNeeded(log, maxBytes: schedule.logMaxBytes, keep: schedule.logKeep)
                 if let problem = appendLog(record, to: log) {
-                    fail(&record, problem, status: .cannotCreate,
-                         hint: "make the log's folder writable by the job's user, or change the policy's `log` (`storectl policy check \(record.policy)` checks it)")
+                    // A file that is not one a job appends to (a link, another user's file, a hard
+                    // link) is not put right by a writable folder (an operator's trial: it said so).
+                    let what = PolicyTrust.logFileProblem(log) != nil
+                        ? "look at what \(log) is (another user may have put it there), move it aside and let the job make a new one, or change the policy's `log`"
+                        : "make the log's folder writable by the job's user, or change the policy's `log`"
+                    fail(&record, problem, status: .cannotCreate, hint: "\(what) (`storectl policy check \(record.policy)` checks it)")
                 }
             }
         }
