@@ -181,7 +181,15 @@ public enum JobReadiness {
         // Where the run reports: its log (and cron's .out beside it) and its metrics.
         if let schedule = policy.schedule {
             if let log = schedule.log {
-                if let why = unwritable(file: log) { problem("log", "the job log \(log) \(why)", hint: "create the folder or fix its owner; [schedule] log in \(policy.file)", .cannotCreate) } else { report.ready.append("log") }
+                if isScheduled(context), PolicyTrust.logFileProblem(log) != nil {
+                    // Said above, with what to do (an operator's trial: said twice, the second
+                    // time "create the folder", for a log path that was a folder).
+                } else if let why = unwritable(file: log) {
+                    let hint = FileSystem.kind(of: log) == .missing ? "create the folder, or let the job's user write in it" : "let the job's user write it (`chown`), or remove it (the job makes a new one)"
+                    problem("log", "the job log \(log) \(why)", hint: "\(hint); or change [schedule] log in \(policy.file)", .cannotCreate)
+                } else {
+                    report.ready.append("log")
+                }
             }
             if let metrics = schedule.metrics {
                 if let why = unwritable(folder: metrics) { problem("metrics", "the metrics folder \(metrics) \(why)", hint: "create it (node_exporter's textfile collector reads it), or fix [schedule] metrics in \(policy.file)", .cannotCreate) } else { report.ready.append("metrics") }
@@ -357,7 +365,7 @@ public enum JobReadiness {
     /// Why a file cannot be appended to (its folder missing or read-only, or the file itself), or nil.
     static func unwritable(file: String) -> String? {
         switch FileSystem.kind(of: file) {
-        case .file: return access(file, W_OK) == 0 ? nil : "is not writable by \(UserName.current)"
+        case .file: return access(file, W_OK) == 0 ? nil : errno == EROFS ? "is on a read-only file system" : "is not writable by \(UserName.current)"
         case .missing: return unwritable(folder: FileSystem.parent(of: file)).map { "cannot be created: its folder \(FileSystem.parent(of: file)) \($0)" }
         default: return "is not a file"
         }
@@ -377,7 +385,7 @@ public enum JobReadiness {
 
     static func unwritable(folder: String) -> String? {
         switch FileSystem.kind(of: folder) {
-        case .directory: return access(folder, W_OK | X_OK) == 0 ? nil : "is not writable by \(UserName.current)"
+        case .directory: return access(folder, W_OK | X_OK) == 0 ? nil : errno == EROFS ? "is on a read-only file system" : "is not writable by \(UserName.current)"
         case .missing: return "does not exist"
         default: return "is not a folder"
         }
