@@ -2870,6 +2870,53 @@ struct ReplicateTests {
         #expect(try StoreState.digest(target, journalMode: false) == (try StoreState.digest(world.store, journalMode: false)))
     }
 
+    @Test("a -wal that once grew past what a read takes in at once keeps that size after the app's checkpoint restarts it (its stale frames with it): a restart after that, with a commit of the old generation still unread, continues the chain (it was \"too far behind\" by the file's size, a gap and a base at every restart until the app stopped: a trial); the newest point is the store")
+    func restartOfAWalThatOnceGrewLarge() throws {
+        let world = try world()
+        let app = try DatabaseQueue(path: world.store)   // keeps the wal-index, and checkpoints only when asked
+        defer { try? app.close() }
+        try app.inDatabase { db in
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_autocheckpoint = 0")
+            // 3 MiB of frames, checkpointed: the next write starts the -wal over, its file as large.
+            for k in 0..<30 {
+                try db.execute(sql: "UPDATE ZITEM SET ZBODY = ? WHERE Z_PK = ?", arguments: [String(repeating: "x", count: 100_000), k + 1])
+            }
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
+            // Rows far apart: this generation's first frames, before the follower's position.
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'w' WHERE Z_PK IN (100, 600, 1100, 1600, 1999)")
+        }
+        let walBytes = FileSystem.size(of: world.store + "-wal") ?? 0
+        #expect(walBytes > 3 << 20, "\(walBytes)")
+        var environment = world.environment
+        environment["STORECTL_TEST_CATCH_UP_LIMIT"] = "\(1 << 20)"
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--heartbeat", "0"],
+                                                environment: environment)
+        #expect(waitForBase(world))
+        usleep(500_000)
+        follower.signal(SIGSTOP)
+        // Unread: one commit, the whole -wal checkpointed, then one commit that starts it over
+        // (one frame: the old generation's commit after the follower's position is still there).
+        try app.inDatabase { db in
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'unread' WHERE Z_PK = 1200")
+            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
+            try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'after' WHERE Z_PK = 1500")
+        }
+        #expect((FileSystem.size(of: world.store + "-wal") ?? 0) == walBytes, "the restarted -wal kept its size")
+        follower.signal(SIGCONT)
+        usleep(1_500_000)
+        follower.signal(SIGTERM)
+        let ran = follower.wait()
+        #expect(ran.status == 0, "\(ran.stderr)")
+        let stats = try summary(ran)
+        #expect(stats.gaps.isEmpty && stats.bases.count == 1, "\(stats.gaps) \(ran.stderr)")
+        let target = world.folder.file("newest.sqlite")
+        let points = try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password")))
+        let newest = try #require(points.first?.spans.last(where: { $0.kind == "covered" })?.to, "\(points)")
+        let restored = try ChildProcess.run(Binaries.storectl, ["snapshot", "restore", "--repo", world.repo, "--at", Timestamp.iso(newest), "--to", target], environment: world.environment)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        #expect(try read(target) { try String.fetchAll($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK IN (1200, 1500) ORDER BY Z_PK") } == ["unread", "after"])
+    }
+
     @Test("a hostile segment name (a point number past the key's width) is ignored, not a crash")
     func hostileSegmentName() throws {
         let world = try world()

@@ -223,7 +223,7 @@ public enum Replicate {
                                metadata: ["store": "\(store.path)"])
             }
             let replica = Replica(store: store)
-            replica.follower.catchUpLimit = options.catchUpLimit
+            replica.follower.catchUpLimit = ReplicateTesting.catchUpLimit ?? options.catchUpLimit
             replicas.append(replica)
         }
         try checkOutputs(options)
@@ -2481,6 +2481,8 @@ extension Replicate.Options {
 
 /// Test hooks (environment), never set in production.
 enum ReplicateTesting {
+    /// `STORECTL_TEST_CATCH_UP_LIMIT`: the most -wal bytes a read takes in at once (256 MiB), lower.
+    static let catchUpLimit: Int? = ProcessInfo.processInfo.environment["STORECTL_TEST_CATCH_UP_LIMIT"].flatMap { Int($0) }
     /// `STORECTL_TEST_BASE_PREPARE_DELAY_MS`: a base's repository preparation takes this much
     /// longer (a slow bucket), so a test can make the app's checkpoints run inside that window.
     static let basePrepareDelay: useconds_t? = ProcessInfo.processInfo.environment["STORECTL_TEST_BASE_PREPARE_DELAY_MS"]
