@@ -39,7 +39,7 @@ struct RepoInitCommand: ParsableCommand, JSONOutput {
 struct RepoCheckCommand: ParsableCommand, JSONOutput {
     static let configuration = CommandConfiguration(
         commandName: "check", abstract: "Check that every snapshot of the repository is whole (exit 2 when not).",
-        discussion: "Reads indexes, pack headers, records and page maps; --read-data also reads and authenticates every byte of every pack.")
+        discussion: "Reads indexes, pack headers, records and page maps; --read-data also reads and authenticates every byte of every pack. When no other process holds the repository, it first removes what a writer that died left (its lock, packs it never indexed), as the next writer would, and says so in a note.")
 
     @Option(help: "The snapshot repository.") var repo: String
     @Flag(help: "Read, authenticate and check every blob of every pack.") var readData = false
