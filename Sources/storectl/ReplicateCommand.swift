@@ -179,7 +179,14 @@ struct ReplicateStatusCommand: ParsableCommand, JSONOutput {
             // What `replicate --policy` follows: the policy's store into its [snapshot] repository,
             // with its password and its [replicate] status file (an operator's trial: status had
             // no --policy, so every path had to be copied out of the file).
-            let options = try Replicate.Options.from(policies: [policy])
+            // Not a job's trust checks (a status run as root on the app's policy file was refused,
+            // a review): only where the policy's password_command would run.
+            let loaded = try Policy.load(policy)
+            if password.override == nil, case .command? = loaded.snapshot?.passwordSource {
+                try PolicyTrust.check(policy)
+                try PolicyTrust.checkCommand(of: loaded)
+            }
+            let options = try Replicate.Options.from(loaded: [loaded])
             repo = repo ?? options.repository
             statusFile = statusFile ?? options.statusFile
             store = store ?? options.stores.first

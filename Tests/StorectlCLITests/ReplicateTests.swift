@@ -2896,11 +2896,18 @@ struct ReplicateTests {
         follower.signal(SIGSTOP)
         // Unread: one commit, the whole -wal checkpointed, then one commit that starts it over
         // (one frame: the old generation's commit after the follower's position is still there).
-        try app.inDatabase { db in
+        func salts() throws -> [UInt8] { Array(try FileProbe.shared.read(world.store + "-wal", count: 8, at: 16)) }
+        let before = try salts()
+        let checkpointed = try app.inDatabase { db -> Row? in
             try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'unread' WHERE Z_PK = 1200")
-            _ = try Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
+            let result = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)")
             try db.execute(sql: "UPDATE ZITEM SET ZTITLE = 'after' WHERE Z_PK = 1500")
+            return result
         }
+        // The scenario holds: every frame checkpointed (no reader held the -wal), so the -wal started over.
+        let log: Int? = checkpointed?[1], done: Int? = checkpointed?[2]
+        #expect(log != nil && log == done, "\(String(describing: checkpointed))")
+        #expect(try salts() != before, "the -wal started over")
         #expect((FileSystem.size(of: world.store + "-wal") ?? 0) == walBytes, "the restarted -wal kept its size")
         follower.signal(SIGCONT)
         usleep(1_500_000)
@@ -2908,7 +2915,9 @@ struct ReplicateTests {
         let ran = follower.wait()
         #expect(ran.status == 0, "\(ran.stderr)")
         let stats = try summary(ran)
-        #expect(stats.gaps.isEmpty && stats.bases.count == 1, "\(stats.gaps) \(ran.stderr)")
+        // (A follower stopped longer than a moment on a loaded machine records that as a gap of its
+        // own; never one for being behind or for commits checkpointed away.)
+        #expect(stats.gaps.allSatisfy { $0.reason.contains("stopped") } && stats.gaps.count <= 1, "\(stats.gaps) \(ran.stderr)")
         let target = world.folder.file("newest.sqlite")
         let points = try StorePoints.list(repository: world.repo, password: .file(world.folder.file("password")))
         let newest = try #require(points.first?.spans.last(where: { $0.kind == "covered" })?.to, "\(points)")

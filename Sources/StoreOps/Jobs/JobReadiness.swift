@@ -185,7 +185,11 @@ public enum JobReadiness {
                     // Said above, with what to do (an operator's trial: said twice, the second
                     // time "create the folder", for a log path that was a folder).
                 } else if let why = unwritable(file: log) {
-                    let hint = FileSystem.kind(of: log) == .missing ? "create the folder, or let the job's user write in it" : "let the job's user write it (`chown`), or remove it (the job makes a new one)"
+                    let hint = switch FileSystem.kind(of: log) {
+                    case .missing: "create the folder, or let the job's user write in it"
+                    case .file: "let the job's user write it (`chown`), or remove it (the job makes a new one)"
+                    default: "point `log` at a file (the job makes it)"
+                    }
                     problem("log", "the job log \(log) \(why)", hint: "\(hint); or change [schedule] log in \(policy.file)", .cannotCreate)
                 } else {
                     report.ready.append("log")

@@ -143,6 +143,7 @@ public enum JobRun {
                     // link) is not put right by a writable folder (an operator's trial: it said so).
                     let what = PolicyTrust.logFileProblem(log) != nil
                         ? "look at what \(log) is (another user may have put it there), move it aside and let the job make a new one, or change the policy's `log`"
+                        : FileSystem.kind(of: log) == .file ? "let the job's user write \(log) (`chown`), or change the policy's `log`"
                         : "make the log's folder writable by the job's user, or change the policy's `log`"
                     fail(&record, problem, status: .cannotCreate, hint: "\(what) (`storectl policy check \(record.policy)` checks it)")
                 }

@@ -523,7 +523,7 @@ final class WalFollower {
                 let budget = UInt32(clamping: max(1, catchUpLimit / frameBytes))
                 let old = try wal.walk(from: cursor, limit: cursor.frame &+ budget > cursor.frame ? cursor.frame + budget : UInt32.max)
                 if old.endFound == .limit, old.commits.count < missing {
-                    return .gap(tooFarBehind(budget + 1, pageSize: cursor.pageSize) ?? "storectl was too far behind the -wal")
+                    return .gap(tooFarBehind(budget &+ 1, pageSize: cursor.pageSize) ?? "storectl was too far behind the -wal")
                 }
                 if let why = implausibleCommit(old) { return .gap(why) }
                 tail = old.commits
