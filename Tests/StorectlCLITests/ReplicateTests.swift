@@ -2157,19 +2157,24 @@ struct ReplicateTests {
         #expect(try ChildProcess.run(Binaries.storectl, ["repo", "init", "--repo", repo], environment: direct).status == 0)
         let world = World(folder: folder, store: store, repo: repo, log: folder.file("churn.log"),
                           environment: direct.merging(["AWS_ENDPOINT_URL_S3": "http://127.0.0.1:\(port)"]) { $1 })
-        let follower = try replicate(world, ["--base-interval", "3s"])
+        let follower = try replicate(world, ["--base-interval", "2s"])
         #expect(waitForBase(world, timeout: 60))
-        let wrote = try churn(world, seconds: 18, ["--seed", "53", "--max-interval-ms", "2", "--autocheckpoint", "300"]).wait()
+        let wrote = try churn(world, seconds: 24, ["--seed", "53", "--max-interval-ms", "2", "--autocheckpoint", "300"]).wait()
         #expect(wrote.status == 0, "\(wrote.stderr)")
         usleep(2_000_000)
         follower.signal(SIGTERM)
         let followed = follower.wait()
         #expect(followed.status == 0, "\(followed.stderr)")
         let summary = try summary(followed)
-        #expect(summary.bases.count >= 3, "\(summary.bases)")
+        // At least one boundary (a base takes seconds through this proxy: CI's loaded cores made
+        // two in 24 s, this machine four).
+        #expect(summary.bases.count >= 2, "\(summary.bases)")
         // On two loaded cores a read can still lose a race with two restarts now and then (as
         // anywhere in a chain); not at every boundary.
         #expect(summary.gaps.count <= 1, "\(summary.gaps)")
+        // Each gap made a base of its own: the rest after the first are bases every interval that
+        // continued their chains (before the fix, through this proxy, none did).
+        #expect(summary.bases.count - 1 - summary.gaps.count >= 1, "\(summary.bases) \(summary.gaps)")
         // The first point of each chain after the first (a boundary), and a moment either side.
         let listed = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", repo, "--points", "--json"], environment: direct)
         #expect(listed.status == 0, "\(listed.stderr)")
@@ -2180,7 +2185,7 @@ struct ReplicateTests {
             guard let text = span["from"] as? String, let from = Timestamp.parseISO(text) else { continue }
             for offset in [-0.003, 0.0, 0.003] { times.append(from.addingTimeInterval(offset)) }
         }
-        #expect(times.count >= 6, "\(spans)")
+        #expect(times.count >= 3, "\(spans)")
         // Restored straight from the server, not through the slow proxy.
         let straight = World(folder: folder, store: store, repo: repo, log: world.log, environment: direct)
         let checked = try check(straight, times: times + (try randomTimes(world, count: 6, seed: 12)))
