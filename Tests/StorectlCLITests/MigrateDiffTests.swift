@@ -333,6 +333,66 @@ struct MigrateDiffTests {
         #expect(stopped > 0, "a rollback was stopped during its wait: \(seen.joined(separator: "\n"))")
     }
 
+    /// The kept failed state's writer commits (`<store>.failed-migration-…`, not its -wal/-shm).
+    func commitsKeptAside(_ f: MigrationCLIFixture) throws -> Set<Int> {
+        let name = FileSystem.name(of: f.store)
+        var kept: Set<Int> = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: f.folder.path)
+        where file.hasPrefix(name + ".failed-migration-") && !file.hasSuffix("-wal") && !file.hasSuffix("-shm") {
+            kept.formUnion(try writerCommits(in: f.folder.file(file)))
+        }
+        return kept
+    }
+
+    @Test("the instant the run's lock passes to the rollback, held open 300 ms: the app's commits then are said (a slip), and each is in the store or the kept failed state (a CI run lost 2 so, unsaid)")
+    func handOverSlipIsSaid() throws {
+        var files = Self.declared
+        files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        let f = try fixture(files)
+        let log = f.folder.file("commits.log"), ready = f.folder.file("writer-ready")
+        let writer = try ChildProcess.Running(Binaries.lab, ["writer", f.store, "--interval-ms", "5", "--reopen", "--ready-file", ready, "--commit-log", log])
+        #expect(ChildProcess.waitFor(file: ready))
+        let run = try f.migrate(["--json", "--wait"], environment: ["STORECTL_TEST_PAUSE_AT": "rollback.lock-let-go:300"])
+        writer.signal(SIGTERM)
+        #expect(writer.wait().status == 0)
+        #expect(run.status == 3, "\(run.status) \(run.stdout)\(run.stderr)")
+        let report = try JSON.decoder().decode(Migrate.Report.self, from: Data(run.stdout.utf8))
+        let numbers = try acknowledgedCommits(log)
+        let inStore = try writerCommits(in: f.store), aside = try commitsKeptAside(f)
+        #expect(!aside.subtracting(inStore).isEmpty, "the app committed while the lock was free (into the failed state): \(numbers.count) commits")
+        #expect(report.othersWrote == true, "the slip is said: \(run.stdout)")
+        let lost = numbers.subtracting(inStore.union(aside)).sorted()
+        #expect(lost.isEmpty, "\(lost.count) of \(numbers.count) acknowledged commits are in neither: \(lost.prefix(10))")
+    }
+
+    @Test("the lock not taken back for the rollback (another writer holds it past --timeout): no swap without it; exit 4, the store untouched (the migrated file, its journal), the hint's rollback then restores it")
+    func rollbackRefusesWithoutTheLock() throws {
+        var files = Self.declared
+        files["0003_upper_categories.sql"] = "-- storectl: changes Tag\nUPDATE ZCATEGORY SET ZNAME = upper(ZNAME);"
+        let f = try fixture(files)
+        let before = try StoreState.digest(f.store, journalMode: false)
+        let held = f.folder.file("held"), go = f.folder.file("go"), trace = f.folder.file("trace")
+        let migrating = try ChildProcess.Running(Binaries.storectl, ["migrate", f.store, "--migrations", f.migrations, "--repo", f.repo, "--timeout", "1"],
+                                                 environment: ["STORECTL_TEST_PAUSE_AT": "rollback.lock-let-go:60000", "STORECTL_TEST_PAUSE_UNTIL": go,
+                                                               "STORECTL_FAULT_TRACE": trace])
+        // The run lets go of its lock and pauses there: another writer takes it for 4 s, then the pause ends.
+        #expect(waitUntil { ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("rollback.lock-let-go") }, "the run reached the hand-over")
+        let holder = try ChildProcess.Running(Binaries.lab, ["hold", f.store, "--mode", "write", "--seconds", "4", "--ready-file", held])
+        #expect(ChildProcess.waitFor(file: held), "the lock was taken while the run paused")
+        FileManager.default.createFile(atPath: go, contents: Data())
+        let run = migrating.wait()
+        _ = holder.wait()
+        #expect(run.status == 4, "\(run.status) \(run.stdout)\(run.stderr)")
+        #expect(run.stdout.contains("could not take it") && run.stdout.contains("the rollback did not touch the store"), "\(run.stdout)")
+        #expect(!((try? FileManager.default.contentsOfDirectory(atPath: f.folder.path)) ?? []).contains { $0.contains(".failed-migration-") }, "no swap")
+        #expect(FileManager.default.fileExists(atPath: f.journal), "the journal says a run is unfinished")
+        let command = try #require(run.stdout.split(separator: "\n").first { $0.contains("storectl rollback ") }).trimmingCharacters(in: .whitespaces)
+        let words = command.split(separator: " ").map(String.init)
+        let rolled = try ChildProcess.run(Binaries.storectl, Array(words.dropFirst()))
+        #expect(rolled.status == 0, "\(command): \(rolled.stdout)\(rolled.stderr)")
+        #expect(try StoreState.digest(f.store, journalMode: false) == before, "the hint's rollback restores the pre-migrate state")
+    }
+
     @Test("--dry-run --at rehearses on a point replicate recorded (planned from the point's own history, behind the store's), prints what it would change, and changes neither the store nor the repository's listing; --at without --dry-run is 64")
     func dryRunAtPoint() throws {
         let f = try fixture(Self.declared)

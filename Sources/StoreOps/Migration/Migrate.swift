@@ -1045,15 +1045,49 @@ public enum Migrate {
             // the store for each write commits to the restored store, not to the failed state
             // moved aside (the restore's staging takes seconds for a large store).
             var handOver: WriteGate?
+            var handOverError: Error?
+            /// The gate's `data_version` while the run still held the lock: read again once the
+            /// gate holds it, a change is a commit that got in between (into the failed state).
+            var versionBeforeHandOver: Int?
             if gated, report.snapshot != nil {
-                handOver = try? WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000), take: false)
+                do {
+                    handOver = try WriteGate(path: store.path, busyMilliseconds: Int32(min(options.timeout, 3600) * 1000), take: false)
+                    versionBeforeHandOver = handOver?.dataVersion()
+                } catch { handOverError = error }
             }
             if let recorder, let queue { _ = try? queue.inDatabase { _ in recorder.stop() } }
             recorder = nil
-            try? ungate(commit: false)
-            do { try handOver?.take() } catch { handOver = nil }
+            if let gate = handOver, let queue {
+                // Let go and taken again back to back, straight through SQLite's C API (the lock is
+                // free for microseconds, as between two migrations: `relock`). The wait goes on
+                // through SIGTERM: this rollback may be the signal's, and a swap with no lock held
+                // let a per-write app commit into the file then kept aside.
+                do {
+                    try queue.inDatabase { db in
+                        if db.isInsideTransaction { try Migrate.exec(db, "ROLLBACK", doing: "letting go of the run's lock for the rollback") }
+                        FaultInjection.reach("rollback.lock-let-go")
+                        try gate.take(throughSignals: true)
+                    }
+                    if let before = versionBeforeHandOver, let now = gate.dataVersion(), now != before { report.othersWrote = true }
+                } catch {
+                    handOverError = error
+                    handOver = nil
+                }
+            } else {
+                try? ungate(commit: false)
+            }
             closeQueue()
             guard let snapshot = report.snapshot else { return nil }   // stopped before anything changed
+            if gated, handOver == nil {
+                // No swap without the lock: an app's commit during it would land in the failed state.
+                let why = (handOverError as? StoreOpsError)?.message ?? handOverError.map { "\($0)" } ?? "the store's write lock could not be taken"
+                var info = RollbackInfo(snapshotId: snapshot, seconds: 0, verified: false)
+                info.error = "the rollback needs the store's write lock and could not take it (\(why)); it did not start"
+                info.storeUntouched = true
+                info.versionNow = try? Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
+                report.rollback = info
+                return StoreOpsError(.rollbackFailed, info.error ?? "", hint: "stop the app, then: storectl rollback \(store.path) --repo \(report.repository) --to \(snapshot)")
+            }
             let info = Migrate.rollBack(store: store, hold: hold, snapshot: snapshot, gate: handOver, timeout: options.timeout)
             handOver?.release()
             report.rollback = info
