@@ -337,7 +337,8 @@ func exhaust(_ scenario: CrashScenario) throws -> Int {
     func lap(_ phase: String) { let now = ContinuousClock.now; spent[phase, default: .zero] += now - clock; clock = now }
     defer {
         if ProcessInfo.processInfo.environment["STORECTL_CRASH_TIMING"] != nil {
-            print("crash timing: \(scenario.name): " + spent.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+            print("crash timing: \(scenario.name): " + spent.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+                  + "; points: " + Dictionary(grouping: points, by: { String($0.split(separator: "#").first ?? "") }).map { "\($0.key) x\($0.value.count)" }.sorted().joined(separator: ", "))
         }
     }
     for (index, point) in points.enumerated() {
