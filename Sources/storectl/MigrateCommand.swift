@@ -142,9 +142,8 @@ struct MigrateApplyCommand: ParsableCommand, JSONOutput {
             } else {
                 lines.append("  ROLLBACK FAILED: \(rollback.error!)")
                 if rollback.storeUntouched == true {
-                    lines.append("  the rollback did not touch the store: it is at version \(rollback.versionNow.map(String.init) ?? "?"), "
-                                 + "the last migration that fully applied and verified")
-                    lines.append("  the pre-migrate snapshot is \(rollback.snapshotId) in \(report.repository); once the cause is fixed, go back with:")
+                    lines.append("  the rollback did not touch the store: it is at version \(rollback.versionNow.map(String.init) ?? "?"), as the failed run left it")
+                    lines.append("  the pre-migrate snapshot is \(rollback.snapshotId) in \(report.repository); \(rollback.advice ?? "once the cause is fixed,") go back with:")
                     lines.append("    storectl rollback \(report.store) --repo \(report.repository) --to \(rollback.snapshotId)")
                 } else {
                     lines.append("  the good copy is snapshot \(rollback.snapshotId) in \(report.repository); restore it with:")

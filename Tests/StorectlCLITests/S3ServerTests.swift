@@ -369,6 +369,14 @@ struct S3ServerTests {
         #expect(missing.status == 66 && missing.stderr.contains("no-such.pem") && missing.stderr.contains("AWS_CA_BUNDLE"), "\(missing.stderr)")
     }
 
+}
+
+/// The server itself killed, stopped or gone: each test runs a SeaweedFS of its own, so these run
+/// beside the rest of the suite rather than after it (serialized, each test of the suite above
+/// queues for the pool's threads behind everything started before it: the suite's ~100 s, most
+/// of it these three waiting through retries, ended the whole run 90 s after every other suite).
+@Suite("S3: the server itself killed, stopped or gone", .enabled(if: Place.all.contains(.s3)))
+struct S3ServerLossTests {
     @Test("the server gone for good mid-snapshot (its index written, its record not): 74 after the record's retries, without a DELETE of every pack it wrote (abandoning stops at the first failure); nothing listed; with the server back the next create and the check are clean")
     func serverGoneMidSnapshot() throws {
         let folder = try TempFolder()

@@ -73,6 +73,8 @@ public enum Migrate {
         /// A process still had the replaced store open when the rollback let go of the store's
         /// lock (`--timeout` passed): what it commits goes to the kept failed state.
         public var replacedStillOpenBy: Int32?
+        /// When the rollback did not start: what to do before running it again (printed before the command).
+        public var advice: String?
     }
 
     public struct Report: Sendable, Codable {
@@ -1033,21 +1035,15 @@ public enum Migrate {
         }
 
         func rollBack(in hold: RepositoryHold?) -> StoreOpsError? {
-            // Another process committed during the run (a no-transaction migration lets go of the
-            // lock; --force takes none): asked now, before the rollback moves its commits aside
-            // with the failed state, so the report can say so.
-            if report.othersWrote != true, let before = dataVersion, let queue,
-               let now = try? queue.inDatabase({ try Int.fetchOne($0, sql: "PRAGMA data_version") }), now != before {
-                report.othersWrote = true
-            }
             // The run's write lock is handed to the rollback (a connection of its own, opened while
             // the run's still holds it, takes it the moment the run's lets go): an app that opens
             // the store for each write commits to the restored store, not to the failed state
-            // moved aside (the restore's staging takes seconds for a large store).
+            // moved aside (the restore's staging takes seconds for a large store). Opened first:
+            // its `data_version` now, read again once it holds the lock, tells whether anybody
+            // committed in between (into the failed state), and the run's own check below covers
+            // what came before (their windows overlap: a run that lost its lock earlier is covered).
             var handOver: WriteGate?
             var handOverError: Error?
-            /// The gate's `data_version` while the run still held the lock: read again once the
-            /// gate holds it, a change is a commit that got in between (into the failed state).
             var versionBeforeHandOver: Int?
             if gated, report.snapshot != nil {
                 do {
@@ -1055,34 +1051,54 @@ public enum Migrate {
                     versionBeforeHandOver = handOver?.dataVersion()
                 } catch { handOverError = error }
             }
+            // Another process committed during the run (a no-transaction migration lets go of the
+            // lock; --force takes none): asked now, before the rollback moves its commits aside
+            // with the failed state, so the report can say so.
+            if report.othersWrote != true, let before = dataVersion, let queue,
+               let now = try? queue.inDatabase({ try Int.fetchOne($0, sql: "PRAGMA data_version") }), now != before {
+                report.othersWrote = true
+            }
             if let recorder, let queue { _ = try? queue.inDatabase { _ in recorder.stop() } }
             recorder = nil
             if let gate = handOver, let queue {
                 // Let go and taken again back to back, straight through SQLite's C API (the lock is
-                // free for microseconds, as between two migrations: `relock`). The wait goes on
-                // through SIGTERM: this rollback may be the signal's, and a swap with no lock held
-                // let a per-write app commit into the file then kept aside.
+                // free for microseconds, as between two migrations: `relock`). The signal that asked
+                // for this rollback is acknowledged already; a second one ends the wait, and then
+                // there is no swap (below).
                 do {
                     try queue.inDatabase { db in
-                        if db.isInsideTransaction { try Migrate.exec(db, "ROLLBACK", doing: "letting go of the run's lock for the rollback") }
+                        if db.isInsideTransaction {
+                            let rc = sqlite3_exec(db.sqliteConnection, "ROLLBACK", nil, nil, nil)
+                            // A failed ROLLBACK that still ended the transaction lets the gate try.
+                            if rc != SQLITE_OK, db.isInsideTransaction {
+                                throw StoreOpsError.fromResultCode(rc, message: String(cString: sqlite3_errmsg(db.sqliteConnection)), doing: "letting go of the run's lock for the rollback")
+                            }
+                        }
                         FaultInjection.reach("rollback.lock-let-go")
-                        try gate.take(throughSignals: true)
+                        try gate.take()
                     }
-                    if let before = versionBeforeHandOver, let now = gate.dataVersion(), now != before { report.othersWrote = true }
+                    // Either read failing proves nothing: said as a possible slip.
+                    let now = gate.dataVersion()
+                    if versionBeforeHandOver == nil || now == nil || now != versionBeforeHandOver { report.othersWrote = true }
                 } catch {
                     handOverError = error
                     handOver = nil
                 }
             } else {
+                handOver = nil
                 try? ungate(commit: false)
             }
             closeQueue()
             guard let snapshot = report.snapshot else { return nil }   // stopped before anything changed
             if gated, handOver == nil {
                 // No swap without the lock: an app's commit during it would land in the failed state.
-                let why = (handOverError as? StoreOpsError)?.message ?? handOverError.map { "\($0)" } ?? "the store's write lock could not be taken"
                 var info = RollbackInfo(snapshotId: snapshot, seconds: 0, verified: false)
-                info.error = "the rollback needs the store's write lock and could not take it (\(why)); it did not start"
+                let busy = (handOverError as? StoreOpsError)?.kind == .busy
+                let why = busy ? "another process held the store's write lock for \(Format.duration(min(options.timeout, 3600))) (--timeout)"
+                    : handOverError is Pipeline.Stop ? "a second signal stopped its wait for the store's write lock"
+                    : (handOverError as? StoreOpsError)?.message ?? handOverError.map { "\($0)" } ?? "the store's write lock could not be taken"
+                info.error = "the rollback holds the store's write lock for its swap and could not take it: \(why); it did not start"
+                info.advice = "stop the app (it writes to the store), then"
                 info.storeUntouched = true
                 info.versionNow = try? Migrate.readOnly(store, timeout: 10) { try MigrationHistory.version($0) }
                 report.rollback = info

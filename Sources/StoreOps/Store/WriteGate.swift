@@ -48,39 +48,25 @@ final class WriteGate: @unchecked Sendable {
     /// SQLite's busy handler for a wait on the store's lock that a signal ends (SQLite's own
     /// `busy_timeout` sleeps through SIGTERM for the whole timeout): tries again every 2 ms until
     /// `milliseconds` have passed.
-    ///
-    /// With `throughSignals` the wait goes on through a signal (a rollback a SIGTERM began must
-    /// take the lock to finish: giving up would swap with no lock held).
-    static func waitForLock(_ connection: OpaquePointer, milliseconds: Int32, throughSignals: Bool = false) {
-        let limit = UnsafeMutableRawPointer(bitPattern: max(1, Int(milliseconds)))
-        if throughSignals {
-            sqlite3_busy_handler(connection, { context, count in
-                if Int(count) * 2 >= Int(bitPattern: context) { return 0 }
-                usleep(2_000)
-                return 1
-            }, limit)
-            return
-        }
+    static func waitForLock(_ connection: OpaquePointer, milliseconds: Int32) {
         sqlite3_busy_handler(connection, { context, count in
             let limit = Int(bitPattern: context)
             if ProcessSignals.received != nil || Int(count) * 2 >= limit { return 0 }
             usleep(2_000)
             return 1
-        }, limit)
+        }, UnsafeMutableRawPointer(bitPattern: max(1, Int(milliseconds))))
     }
 
     /// Takes the lock (`BEGIN IMMEDIATE`); on failure the connection is closed.
-    /// - Parameter throughSignals: wait for it even once SIGTERM/SIGINT came (`waitForLock`).
-    func take(throughSignals: Bool = false) throws {
+    func take() throws {
         guard let handle = db else { throw StoreOpsError(.failure, "the write lock's connection to \(path) is closed") }
-        if throughSignals { WriteGate.waitForLock(handle, milliseconds: busyMilliseconds, throughSignals: true) }
         let begun = sqlite3_exec(handle, "BEGIN IMMEDIATE", nil, nil, nil)
         guard begun == SQLITE_OK else {
             let message = String(cString: sqlite3_errmsg(handle))
             sqlite3_close_v2(handle)
             db = nil
             // The busy handler gives up on a signal: that is a stop, not another writer.
-            if !throughSignals, let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
+            if let signal = ProcessSignals.received { throw Pipeline.Stop(reason: .signal(signal)) }
             if begun & 0xff == SQLITE_BUSY || begun & 0xff == SQLITE_LOCKED {
                 throw StoreOpsError(.busy, "another process kept writing to \(path) for \(Format.duration(Double(busyMilliseconds) / 1000)); nothing was changed",
                                     hint: "try again when the app is idle")
