@@ -95,11 +95,7 @@ struct ScheduleCLITests {
         let entries = try JSON.decoder().decode([ScheduleEntry].self, from: Data(json.stdout.utf8))
         #expect(entries.map(\.job) == [.snapshot, .purge] && entries.allSatisfy { $0.nextRuns.count == 5 })
         // Installed (a stand-in crontab): said so; the policy changed since: said to install again.
-        let crontab = folder.file("crontab")
-        try Data("#!/bin/sh\ncase \"$1\" in -l) cat \(folder.file("crontab.txt")) 2>/dev/null || { echo \"no crontab for x\" >&2; exit 1; };; -) cat > \(folder.file("crontab.txt"));; esac\n".utf8)
-            .write(to: URL(fileURLWithPath: crontab))
-        #expect(chmod(crontab, 0o755) == 0)
-        let stand = ["STORECTL_CRONTAB": crontab]
+        let stand = ["STORECTL_CRONTAB": try standInCrontab(folder).command]
         func states() throws -> [String?] {
             try JSON.decoder().decode([ScheduleEntry].self, from: Data(try storectl("schedule", "show", "--policy", policy, "--json", environment: stand).stdout.utf8)).map(\.crontab)
         }
@@ -118,11 +114,7 @@ struct ScheduleCLITests {
         let folder = try TempFolder()
         let store = try makeStore(folder)
         let policy = try scheduledPolicy(folder, store: store)
-        let crontab = folder.file("crontab")
-        try Data("#!/bin/sh\ncase \"$1\" in -l) cat \(folder.file("crontab.txt")) 2>/dev/null || { echo \"no crontab for x\" >&2; exit 1; };; -) cat > \(folder.file("crontab.txt"));; esac\n".utf8)
-            .write(to: URL(fileURLWithPath: crontab))
-        #expect(chmod(crontab, 0o755) == 0)
-        let stand = ["STORECTL_CRONTAB": crontab]
+        let stand = ["STORECTL_CRONTAB": try standInCrontab(folder).command]
         func object(_ result: ChildProcess.Result) throws -> [String: Any] {
             try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stdout) \(result.stderr)")
         }

@@ -934,49 +934,45 @@ public enum Replicate {
             return true
         }
 
-        /// One read of the app's commits into the chain while an upload goes on; false when it found
-        /// the chain broken (a gap or a whole read: `needsBase` says which).
-        func readWhileWriting(_ replica: Replica) -> Bool {
-            do {
-                switch try replica.follower.capture() {
-                case .commits(let commits, let at):
-                    if add(commits, at: at, to: replica) { confirm(replica, at: at); return true }
-                    return false   // dropped: `add` set the gap's base
-                case .gap(let why):
-                    say("\(replica.store.path): \(why); a new base follows")
-                    replica.needsBase = ("gap", why, nil)
-                    replica.summary.gapPending = why
-                    return false
-                case .wholeRead(let why, let change, let at):
-                    replica.needsBase = ("continued", why, change)
-                    replica.wholeReadAt = replica.wholeReadAt ?? at
-                    return false
-                }
-            } catch {
-                return true   // a read that failed (busy): the next one tries again
+        /// What a read of the -wal found, into the chain: false when it broke it (a gap, said at
+        /// once and put in the status file, or a whole read: `needsBase` says which; or commits
+        /// that `add` dropped, setting the gap's base itself).
+        func take(_ outcome: WalFollower.Capture, of replica: Replica) -> Bool {
+            switch outcome {
+            case .commits(let commits, let at):
+                guard add(commits, at: at, to: replica) else { return false }
+                confirm(replica, at: at)
+                return true
+            case .gap(let why):
+                say("\(replica.store.path): \(why); a new base follows")
+                replica.needsBase = ("gap", why, nil)
+                // In the status file now (`replicate status`: A GAP), not only once the base
+                // records it: against a server gone away that is minutes later (a trial's
+                // status said 0 gaps while stderr had said one).
+                replica.summary.gapPending = why
+                return false
+            case .wholeRead(let why, let change, let at):
+                replica.needsBase = ("continued", why, change)
+                replica.wholeReadAt = replica.wholeReadAt ?? at
+                return false
             }
+        }
+
+        /// One read of the app's commits into the chain while an upload goes on; false when it found
+        /// the chain broken (`take`). A read that fails (busy) is tried again at the next.
+        func readWhileWriting(_ replica: Replica) -> Bool {
+            guard let outcome = try? replica.follower.capture() else { return true }
+            return take(outcome, of: replica)
         }
 
         func capture(_ replica: Replica) {
             do {
                 let outcome = try replica.follower.capture()
                 replica.boundaryHold = nil   // what the app committed since the base is read now (or its loss known)
-                switch outcome {
-                case .commits(let commits, let at):
-                    if add(commits, at: at, to: replica) { confirm(replica, at: at) }
-                case .gap(let why):
-                    say("\(replica.store.path): \(why); a new base follows")
-                    replica.needsBase = ("gap", why, nil)
-                    // In the status file now (`replicate status`: A GAP), not only once the base
-                    // records it: against a server gone away that is minutes later (a trial's
-                    // status said 0 gaps while stderr had said one).
-                    replica.summary.gapPending = why
-                    step(replica)
-                case .wholeRead(let why, let change, let at):
-                    replica.needsBase = ("continued", why, change)
-                    replica.wholeReadAt = replica.wholeReadAt ?? at
-                    step(replica)
-                }
+                _ = take(outcome, of: replica)
+                // A gap or a whole read: its base is the next step (dropped commits wait for the loop's).
+                if case .commits = outcome { return }
+                step(replica)
             } catch {
                 replica.boundaryHold = nil
                 Replicate.logger.warning("reading the store failed; trying again", metadata: ["store": "\(replica.store.path)", "error": "\(describe(error))"])

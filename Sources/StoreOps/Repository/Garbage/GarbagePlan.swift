@@ -114,10 +114,11 @@ struct GarbagePlan: Sendable, Equatable {
                 for blob in frame.blobs where live.contains(blob.id) && home[blob.id] == nil { home[blob.id] = Int32(k) }
             }
         }
-        func kept(_ k: Int) -> Bool {
-            let bytes = liveBytes(sorted[k].value) { home[$0.id] == Int32(k) }
-            return bytes > 0 && Double(bytes) >= repackBelow * Double(max(1, sorted[k].value.rawBytes))
+        /// Enough of a pack is alive to keep it as it is.
+        func aliveEnough(_ live: UInt64, of contents: PackContents) -> Bool {
+            live > 0 && Double(live) >= repackBelow * Double(max(1, contents.rawBytes))
         }
+        func kept(_ k: Int) -> Bool { aliveEnough(liveBytes(sorted[k].value) { home[$0.id] == Int32(k) }, of: sorted[k].value) }
         // A blob homed in a pack to be repacked that a kept pack also holds stays there rather
         // than being copied again (kept packs only gain by it, so stay kept).
         let keeps = sorted.indices.map(kept)
@@ -136,10 +137,10 @@ struct GarbagePlan: Sendable, Equatable {
             let action: Action
             if liveBytes == 0 {
                 action = .remove
-            } else if Double(liveBytes) < repackBelow * Double(max(1, contents.rawBytes)) {
-                action = .repack(carry: carry(contents, homed: homed, carried: &carried))
-            } else {
+            } else if aliveEnough(liveBytes, of: contents) {
                 action = .keep
+            } else {
+                action = .repack(carry: carry(contents, homed: homed, carried: &carried))
             }
             plan.packs.append(Pack(id: id, contents: contents, storedBytes: stored[PackBuilder.key(id)] ?? 0,
                                    liveBytes: liveBytes, action: action))
