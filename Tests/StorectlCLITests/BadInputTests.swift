@@ -6,7 +6,7 @@ import Testing
 
 /// Bad input found by trying storectl as a new user would: each gets a clear message, its
 /// documented status, and leaves stores and snapshots as they were.
-@Suite("bad input: clear errors, documented statuses, nothing changed")
+@Suite("bad input: clear errors, documented statuses, nothing changed", .onTestThreads)
 struct BadInputTests {
     func store(_ folder: TempFolder, items: Int = 300) throws -> String {
         var options = SampleStore.Options()
@@ -452,7 +452,7 @@ struct BadInputTests {
 }
 
 /// Item by item, the wrong answers a new user met: each is now its own status and says what is wrong.
-@Suite("smaller wrong answers, put right")
+@Suite("smaller wrong answers, put right", .onTestThreads)
 struct SmallerAnswerTests {
     @Test("negative and out-of-range values say so (64); a migrations file, a missing store for rollback or the kill switch, a file that is not a store, a too-long restore name")
     func messages() throws {

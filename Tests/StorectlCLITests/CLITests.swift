@@ -92,7 +92,7 @@ enum StarvationGuardSupport {
     }
 }
 
-@Suite("storectl backup, end to end")
+@Suite("storectl backup, end to end", .onTestThreads)
 struct BackupCLITests {
     @Test("quiet success: one summary line on stdout, nothing on stderr, exit 0")
     func success() throws {
@@ -405,7 +405,7 @@ struct BackupCLITests {
     }
 }
 
-@Suite("storectl preflight, end to end")
+@Suite("storectl preflight, end to end", .onTestThreads)
 struct PreflightCLITests {
     @Test("a table and exit 0 for a healthy store; the same as JSON")
     func healthy() throws {
@@ -468,7 +468,7 @@ struct PreflightCLITests {
     }
 }
 
-@Suite("storectl argument parsing (in process)")
+@Suite("storectl argument parsing (in process)", .onTestThreads)
 struct ParsingTests {
     @Test func backupOptions() throws {
         let command = try BackupCommand.parse(["a.sqlite", "-o", "/b", "--verify", "full", "--timeout", "5", "--force", "--json"])

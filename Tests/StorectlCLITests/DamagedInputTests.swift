@@ -7,7 +7,7 @@ import Testing
 /// What a new operator met trying storectl (a helper's session): damaged stores preflight could not
 /// report on, messages that said less than they should, a rehearsal that hid its plan, a lock file
 /// left beside a store that was not there.
-@Suite("damaged and mistaken input, as a new operator meets it")
+@Suite("damaged and mistaken input, as a new operator meets it", .onTestThreads)
 struct DamagedInputTests {
     /// A checkpointed copy of a fresh store (no -wal): its pages are all in the file.
     func checkpointed(_ folder: TempFolder) throws -> String {
@@ -271,7 +271,7 @@ struct DamagedInputTests {
 }
 
 /// The second helper's session (interruptions, the kill switch, busy stores, full disks, jobs).
-@Suite("stops, locks and kill switches, as a new operator meets them")
+@Suite("stops, locks and kill switches, as a new operator meets them", .onTestThreads)
 struct OperatorStopTests {
     func purgePolicy(_ folder: TempFolder, store: String) throws -> String {
         let path = folder.file("purge.toml")

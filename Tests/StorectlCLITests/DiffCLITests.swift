@@ -4,7 +4,7 @@ import StoreLab
 import StoreOps
 import Testing
 
-@Suite("storectl diff, end to end")
+@Suite("storectl diff, end to end", .onTestThreads)
 struct DiffCLITests {
     func report(_ run: ChildProcess.Result) throws -> StoreDiff.Report {
         try JSON.decoder().decode(StoreDiff.Report.self, from: Data(run.stdout.utf8))

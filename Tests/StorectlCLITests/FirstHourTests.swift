@@ -6,7 +6,7 @@ import Testing
 /// An operator's first hour: scheduled jobs refused before they are installed when they would
 /// fail, every command that opens a repository takes the same password options, metrics that
 /// cannot be written fail the run, a mistyped --repo on a read command is not told to make one.
-@Suite("an operator's first hour")
+@Suite("an operator's first hour", .onTestThreads)
 struct FirstHourTests {
     /// A store, an encrypted format-2 repository, and a scheduled policy with `extra` lines in
     /// [snapshot] (e.g. its password_file) and [schedule] (log, metrics).

@@ -4,7 +4,7 @@ import Testing
 /// The maps of the library's folders (README's "How it is built", the comment at the top of
 /// `Sources/StoreOps/StoreOps.swift`) name every folder the tree has, so neither can leave one out
 /// again (they had left out Repository/ and S3/, a third of the library).
-@Suite("folder maps")
+@Suite("folder maps", .onTestThreads)
 struct FolderMapTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 

@@ -4,7 +4,7 @@ import StoreOps
 import Testing
 
 /// `--help` reads well in a pipe (80 columns) and argument errors look like storectl's own.
-@Suite("help and argument errors")
+@Suite("help and argument errors", .onTestThreads)
 struct HelpTests {
     /// Every command path, from the SUBCOMMANDS sections of the help screens.
     static func commandPaths() throws -> [[String]] {

@@ -6,7 +6,7 @@ import Testing
 
 /// `snapshot restore --in-place --live`: the snapshot written into the store through SQLite's
 /// backup API beside a running app (no file replaced).
-@Suite("restore --in-place --live")
+@Suite("restore --in-place --live", .onTestThreads)
 struct LiveRestoreTests {
     /// A store without external data (`--live` refuses those) and a snapshot of it.
     func storeWithSnapshot(_ folder: TempFolder, items: Int = 2_000) throws -> (store: String, repo: String, snapshot: String) {

@@ -5,7 +5,7 @@ import StoreOps
 import Testing
 
 /// Operations on a store an app is writing to, many times over: their failures are races.
-@Suite("under a live writer, many times")
+@Suite("under a live writer, many times", .onTestThreads)
 struct LiveWriterTests {
     /// The writer's commit log: key and the time its COMMIT returned.
     func commits(_ log: String) throws -> [(key: Int64, at: Double)] {

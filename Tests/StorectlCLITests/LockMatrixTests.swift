@@ -6,7 +6,7 @@ import Testing
 /// Which operations may run beside which on one store: copies (backup, snapshot create) take the
 /// store's job lock shared, changes (restore in place, migrate, rollback, purge, scheduled jobs)
 /// exclusive.
-@Suite("the lock matrix: copies beside copies, never beside a change")
+@Suite("the lock matrix: copies beside copies, never beside a change", .onTestThreads)
 struct LockMatrixTests {
     struct World {
         let folder: TempFolder

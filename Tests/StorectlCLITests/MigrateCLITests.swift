@@ -38,7 +38,7 @@ struct MigrationCLIFixture {
     var journal: String { store + ".storectl-migration.json" }
 }
 
-@Suite("storectl migrate and rollback, end to end")
+@Suite("storectl migrate and rollback, end to end", .onTestThreads)
 struct MigrateCLITests {
     @Test("dry run, migrate, status, rollback: output and exit statuses")
     func tour() throws {

@@ -6,7 +6,7 @@ import Testing
 
 /// Migrations verified by meaning: the diff of the pre-migrate snapshot and the result, what the
 /// migrations declare, the integrity check of what they touched, and the dry run's rehearsal.
-@Suite("migrate, verified by the diff")
+@Suite("migrate, verified by the diff", .onTestThreads)
 struct MigrateDiffTests {
     func fixture(_ files: [String: String]) throws -> MigrationCLIFixture {
         let fixture = try MigrationCLIFixture()

@@ -89,7 +89,7 @@ struct StoreMutation: Sendable, CustomTestStringConvertible {
     }
 }
 
-@Suite("no store crashes storectl: mutated Core Data stores through every read path")
+@Suite("no store crashes storectl: mutated Core Data stores through every read path", .onTestThreads)
 struct MutatedStoreTests {
     static let documented: Set<Int32> = [0, 1, 2, 3, 4, 64, 65, 66, 73, 74, 75]
 

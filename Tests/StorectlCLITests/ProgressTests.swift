@@ -5,7 +5,7 @@ import Testing
 
 /// Progress on stderr: every long operation names its stages in order and shows its steps' progress
 /// on a terminal; nothing at all when stderr is not one (cron, a pipe), or with --json.
-@Suite("progress on a terminal")
+@Suite("progress on a terminal", .onTestThreads)
 struct ProgressTests {
     /// The distinct states a progress line showed, in order: its redraws split on CR, the
     /// clear-line escapes and the rate/ETA/elapsed details removed.

@@ -4,7 +4,7 @@ import StoreLab
 import StoreOps
 import Testing
 
-@Suite("storectl policy, purge and killswitch, end to end")
+@Suite("storectl policy, purge and killswitch, end to end", .onTestThreads)
 struct PurgeCLITests {
     func policy(_ folder: TempFolder, store: String, rule: String = "entity = \"Item\"\ndeleted_flag = \"ZISDELETED\"\ndeleted_at = \"ZDELETEDAT\"\ntime_format = \"coredata\"\nretention = \"30d\"") throws -> String {
         let path = folder.file("tasks.toml")

@@ -23,7 +23,7 @@ import Testing
 /// timestamps, times, hex digests, sizes, durations and other numbers (except exit statuses: a
 /// line `exit N`), and runs of spaces (column widths follow the numbers). A `…` in an expected
 /// line matches any text; a line that is only `…` matches any number of lines.
-@Suite("README examples are true")
+@Suite("README examples are true", .onTestThreads)
 struct ReadmeTranscriptTests {
     struct Block: CustomStringConvertible {
         var file: String

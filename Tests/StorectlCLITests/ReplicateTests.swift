@@ -6,7 +6,7 @@ import Testing
 
 /// `storectl replicate` against a real second process committing at random intervals, which logs
 /// the content hash of every commit: a restored point names its commit and must hash to it.
-@Suite("replicate: points in time under a live writer")
+@Suite("replicate: points in time under a live writer", .onTestThreads)
 struct ReplicateTests {
     struct World {
         let folder: TempFolder

@@ -6,7 +6,7 @@ import Testing
 /// What only a bucket has: multipart uploads, conditional writes, the server going away, a
 /// network that drops and refuses requests. Everything else about S3 repositories is the format-2
 /// suite, which runs on both backends.
-@Suite("S3: a real SeaweedFS server, faults between it and storectl", .enabled(if: Place.all.contains(.s3)), .serialized)
+@Suite("S3: a real SeaweedFS server, faults between it and storectl", .onTestThreads, .enabled(if: Place.all.contains(.s3)), .serialized)
 struct S3ServerTests {
     func repository(_ folder: TempFolder, _ label: String = "repo") throws -> String {
         var options = RepositoryInit.Options(location: try SharedS3.newLocation(label), password: .file(try folder.passwordFile()))
@@ -375,7 +375,7 @@ struct S3ServerTests {
 /// beside the rest of the suite rather than after it (serialized, each test of the suite above
 /// queues for the pool's threads behind everything started before it: the suite's ~100 s, most
 /// of it these three waiting through retries, ended the whole run 90 s after every other suite).
-@Suite("S3: the server itself killed, stopped or gone", .enabled(if: Place.all.contains(.s3)))
+@Suite("S3: the server itself killed, stopped or gone", .onTestThreads, .enabled(if: Place.all.contains(.s3)))
 struct S3ServerLossTests {
     @Test("the server gone for good mid-snapshot (its index written, its record not): 74 after the record's retries, without a DELETE of every pack it wrote (abandoning stops at the first failure); nothing listed; with the server back the next create and the check are clean")
     func serverGoneMidSnapshot() throws {

@@ -39,7 +39,7 @@ func standInCrontab(_ folder: TempFolder) throws -> (command: String, table: Str
     return (command, table)
 }
 
-@Suite("storectl schedule and run, end to end")
+@Suite("storectl schedule and run, end to end", .onTestThreads)
 struct ScheduleCLITests {
     @Test("STORECTL_CRONTAB naming no executable: install says so, naming the path (66; it said cron was not installed)")
     func crontabStandInMissing() throws {
@@ -467,7 +467,7 @@ struct ScheduleCLITests {
 
 /// Installs a job into the crontab of a real cron daemon and waits for it to run. About a minute;
 /// opt-in locally (STORECTL_CRON_TEST=1), always on in CI (.ci/run installs cron and sets it).
-@Suite("real cron", .enabled(if: ProcessInfo.processInfo.environment["STORECTL_CRON_TEST"] == "1"))
+@Suite("real cron", .onTestThreads, .enabled(if: ProcessInfo.processInfo.environment["STORECTL_CRON_TEST"] == "1"))
 struct RealCronTests {
     @Test("schedule install puts an every-minute snapshot job in root's crontab; cron runs it; uninstall restores the crontab",
           .timeLimit(.minutes(4)))

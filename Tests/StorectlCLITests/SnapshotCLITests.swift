@@ -4,7 +4,7 @@ import StoreLab
 import StoreOps
 import Testing
 
-@Suite("storectl snapshot, end to end")
+@Suite("storectl snapshot, end to end", .onTestThreads)
 struct SnapshotCLITests {
     @Test("a store nothing was committed to since its last snapshot: the next snapshot reads no page (same map, same check), restores to the same content; a commit or a changed external file takes the full path again; so does an app that closes the store between snapshots, and a write whose file time was put back")
     func unchangedStore() throws {
@@ -978,7 +978,7 @@ final class DatabaseQueueHolder {
     func close() throws { try queue.close() }
 }
 
-@Suite("external data in subfolders")
+@Suite("external data in subfolders", .onTestThreads)
 struct ExternalSubfolderTests {
     @Test("a file in a subfolder of _EXTERNAL_DATA: a snapshot restores it into the same subfolder (it was written flattened into the folder), diff of the store against the snapshot says same; replicate reports each subfolder as not carried (a new file in one would not be seen), on stderr and in its summary")
     func subfolder() throws {

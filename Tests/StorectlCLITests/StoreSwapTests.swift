@@ -6,7 +6,7 @@ import Testing
 
 /// The swap's recovery beyond a plain kill: files that vanished, and an app that opened the store
 /// before anyone recovered it.
-@Suite("store swap: recovery when the world changed after the crash")
+@Suite("store swap: recovery when the world changed after the crash", .onTestThreads)
 struct StoreSwapTests {
     @Test("a staged file gone before recovery: the swap is undone, the old store comes back exactly")
     func undo() throws {

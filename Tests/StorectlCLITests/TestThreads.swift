@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 
 /// Threads of their own for the longest tests, which spend their time waiting on child processes.
 ///
@@ -13,6 +14,12 @@ final class TestThreads: TaskExecutor, @unchecked Sendable {
     /// The kill-at-every-fault-point scenarios: two at a time beside the pool's tests (three
     /// made the suite 414 s but starved a replicate test of its one-second bases on a fresh machine).
     static let heavy = TestThreads(count: 2, name: "storectl-heavy-test")
+
+    /// The end-to-end suites' tests (`.onTestThreads`): most of their time is spent waiting on
+    /// child processes, servers and clocks. On the pool's two threads they ran two at a time with
+    /// the cores 60-85% idle, and the crash test, queued behind them, started its scenarios only
+    /// after most of them had run (a local run: 747 s, the crash test's work in the last 200 s).
+    static let waiting = TestThreads(count: 4, name: "storectl-waiting-test")
 
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []
@@ -48,4 +55,22 @@ final class TestThreads: TaskExecutor, @unchecked Sendable {
     func run<T: Sendable>(_ body: () throws -> T) async throws -> T {
         try await withTaskExecutorPreference(self) { try body() }
     }
+}
+
+/// Runs each test of the suite it marks on `TestThreads.waiting` instead of the pool's threads
+/// (the same task: `#expect` reports to its test; a synchronous test's body runs on that thread).
+struct OnTestThreads: SuiteTrait, TestTrait, TestScoping {
+    var isRecursive: Bool { true }
+
+    func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? { testCase == nil ? nil : self }
+
+    func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+        guard #available(macOS 15.0, *) else { return try await function() }
+        try await withTaskExecutorPreference(TestThreads.waiting) { try await function() }
+    }
+}
+
+extension Trait where Self == OnTestThreads {
+    /// See `OnTestThreads`.
+    static var onTestThreads: Self { OnTestThreads() }
 }
