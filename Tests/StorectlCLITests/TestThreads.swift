@@ -59,6 +59,8 @@ final class TestThreads: TaskExecutor, @unchecked Sendable {
 
 /// Runs each test of the suite it marks on `TestThreads.waiting` instead of the pool's threads
 /// (the same task: `#expect` reports to its test; a synchronous test's body runs on that thread).
+/// For synchronous tests only: child tasks inherit the preference, so an async test that blocked
+/// a waiting thread on a task group or `async let` of its own could hang once all four are busy.
 struct OnTestThreads: SuiteTrait, TestTrait, TestScoping {
     var isRecursive: Bool { true }
 
