@@ -21,6 +21,10 @@ final class TestThreads: TaskExecutor, @unchecked Sendable {
     /// after most of them had run (a local run: 747 s, the crash test's work in the last 200 s).
     static let waiting = TestThreads(count: 4, name: "storectl-waiting-test")
 
+    /// The real-cron test alone (`.onOwnThread`): it sleeps through cron's minute ticks, and
+    /// queued behind the other suites' tests on `waiting` it started after ~300 s (a CI run).
+    static let own = TestThreads(count: 1, name: "storectl-own-thread-test")
+
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []
 
@@ -63,16 +67,20 @@ final class TestThreads: TaskExecutor, @unchecked Sendable {
 /// a waiting thread on a task group or `async let` of its own could hang once all four are busy.
 struct OnTestThreads: SuiteTrait, TestTrait, TestScoping {
     var isRecursive: Bool { true }
+    /// Which threads: `TestThreads.waiting` unless said.
+    var threads: @Sendable () -> TestThreads = { TestThreads.waiting }
 
     func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? { testCase == nil ? nil : self }
 
     func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         guard #available(macOS 15.0, *) else { return try await function() }
-        try await withTaskExecutorPreference(TestThreads.waiting) { try await function() }
+        try await withTaskExecutorPreference(threads()) { try await function() }
     }
 }
 
 extension Trait where Self == OnTestThreads {
     /// See `OnTestThreads`.
     static var onTestThreads: Self { OnTestThreads() }
+    /// On `TestThreads.own`: a thread no other suite queues on.
+    static var onOwnThread: Self { OnTestThreads(threads: { TestThreads.own }) }
 }
