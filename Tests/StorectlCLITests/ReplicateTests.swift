@@ -2848,6 +2848,150 @@ struct ReplicateTests {
         #expect(checked.refused.allSatisfy { $0.contains("gap") }, "\(checked.refused)")
     }
 
+    @Test("a base every interval written to a repository that takes long (a test pause of 60 s at most in its record's write): the app's TRUNCATE checkpoint meanwhile is not held back (a trial's base held the app's checkpoints 35 s through an outage, and the -wal grew to 277 MiB); the commits before and after it are read meanwhile, open the new chain with no gap and restore exactly")
+    func baseCommitHoldsNoCheckpointBack() throws {
+        let world = try world()
+        let (trace, resume) = (world.folder.file("trace"), world.folder.file("resume"))
+        // The second base's record (the first base's is #1): paused inside its commit until `resume` exists.
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--base-interval", "2s"],
+                                                environment: world.environment.merging(["STORECTL_TEST_PAUSE_AT": "snapshot.record.folder#2:60000",
+                                                                                        "STORECTL_TEST_PAUSE_UNTIL": resume, "STORECTL_FAULT_TRACE": trace]) { $1 })
+        defer {
+            FileManager.default.createFile(atPath: resume, contents: Data())
+            follower.signal(SIGKILL)
+        }
+        #expect(waitForBase(world))
+        let paused = waitUntil(60, every: 0.05) { ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("snapshot.record.folder#2") }
+        try #require(paused, "the second base never reached its record's write")
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(3)
+        let app = try DatabaseQueue(path: world.store, configuration: configuration)
+        defer { try? app.close() }
+        func commit(_ title: String) throws -> Date {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
+            return Date()
+        }
+        _ = try commit("before the checkpoint")
+        usleep(600_000)   // read by the follower meanwhile (at a -wal write, or every 250 ms)
+        let started = Date()
+        let checkpoint = try app.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        let waited = Date().timeIntervalSince(started)
+        // Held back, it waits out the app's busy timeout (3 s) and answers busy.
+        #expect(checkpoint?[0] as Int? == 0, "wal_checkpoint(TRUNCATE) answered busy after \(waited) s: \(String(describing: checkpoint))")
+        #expect(FileSystem.size(of: world.store + "-wal") == 0)
+        let afterCheckpoint = Date()
+        let last = try commit("after the checkpoint")
+        usleep(600_000)
+        #expect(FileManager.default.createFile(atPath: resume, contents: Data()))
+        let newest = try #require(newerPoint(world, than: last))
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.gaps.isEmpty, "\(stats.gaps)")
+        #expect(stats.bases.count >= 2, "\(stats.bases)")
+        for (time, title) in [(afterCheckpoint, "before the checkpoint"), (newest, "after the checkpoint")] {
+            let target = world.folder.file("at-\(title.count)-\(Int(time.timeIntervalSince1970 * 1000)).sqlite")
+            _ = try restoreWithCLI(world, at: time, to: target)
+            let restored = try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
+            #expect(restored == title)
+        }
+    }
+
+    @Test("an idle store whose -wal is empty (never written since it was opened, or truncated by the app's checkpoint after its last commit) gets its base every interval as a continuation, not a gap (it was \"the -wal no longer continued the chain\" at every base); its last commit restores")
+    func idleStoreBasesAreNoGaps() throws {
+        let world = try world()
+        let follower = try replicate(world, ["--base-interval", "1s", "--sync-interval", "200ms", "--heartbeat", "0"])
+        defer { follower.signal(SIGKILL) }
+        #expect(waitForBase(world))
+        usleep(2_500_000)   // two bases of a store nobody has opened
+        let app = try DatabaseQueue(path: world.store)
+        defer { try? app.close() }
+        try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'last' WHERE Z_PK = 1") }
+        let seen = try #require(newerPoint(world, than: nil, timeout: 20))
+        let truncated = try app.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        #expect(truncated?[0] as Int? == 0 && FileSystem.size(of: world.store + "-wal") == 0, "\(String(describing: truncated))")
+        usleep(2_500_000)   // two bases of a store whose -wal the app truncated
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.gaps.isEmpty, "\(stats.gaps)")
+        #expect(stats.bases.count >= 4, "\(stats.bases)")
+        let target = world.folder.file("last.sqlite")
+        _ = try restoreWithCLI(world, at: max(seen, Date().addingTimeInterval(-0.5)), to: target)
+        #expect(try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == "last")
+    }
+
+    @Test("a write of points that hangs (a test pause of 60 s at most in a segment's write, as a server that holds its connection without answering): after two sync intervals (at least 1 s) it is kept in the outbox as it is, and what the app commits meanwhile is kept behind it at every sync, not held in memory until the write fails (228 commits waited so 9-12 s into a hung server in a CI run); once the write ends, the kept points go out in order: no gap, every commit restores")
+    func hungWriteKeepsWhatFollows() throws {
+        let world = try world()
+        let (trace, resume, status, spool) = (world.folder.file("trace"), world.folder.file("resume"), world.folder.file("status.json"), world.folder.file("spool"))
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--sync-interval", "200ms",
+                                                                    "--heartbeat", "0", "--status-file", status, "--spool", spool],
+                                                environment: world.environment.merging(["STORECTL_TEST_PAUSE_AT": "replicate.segment.folder#2:60000",
+                                                                                        "STORECTL_TEST_PAUSE_UNTIL": resume, "STORECTL_FAULT_TRACE": trace]) { $1 })
+        defer {
+            FileManager.default.createFile(atPath: resume, contents: Data())
+            follower.signal(SIGKILL)
+        }
+        #expect(waitForBase(world))
+        let app = try DatabaseQueue(path: world.store)
+        defer { try? app.close() }
+        var committed: [(title: String, at: Date)] = []
+        func commit(_ title: String) throws {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
+            committed.append((title, Date()))
+        }
+        try commit("first")   // its segment is the first
+        #expect(waitUntil(20, every: 0.05) { ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("replicate.segment.folder#1") })
+        usleep(500_000)
+        try commit("second")   // its segment's write hangs
+        try #require(waitUntil(20, every: 0.05) { ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("replicate.segment.folder#2") })
+        // Three seconds of commits, 20 a second, while that write hangs.
+        var waiting: [Int] = [], kept: [Int] = []
+        let hung = Date()
+        var k = 0
+        while Date().timeIntervalSince(hung) < 3 {
+            k += 1
+            try commit("during \(k)")
+            if Date().timeIntervalSince(hung) > 2, let data = FileManager.default.contents(atPath: status),
+               let live = try? JSON.decoder().decode(Replicate.Summary.self, from: data), let store = live.stores.first {
+                waiting.append(store.waiting ?? 0)
+                kept.append(store.keptPoints ?? 0)
+            }
+            usleep(50_000)
+        }
+        // From 2 s on: a sync's commits or two wait in memory at most (1 s to keep the hung write, then every 200 ms).
+        #expect(!waiting.isEmpty && (waiting.max() ?? 99) <= 15, "commits waiting in memory 2-3 s into the hung write: \(waiting)")
+        #expect((kept.last ?? 0) >= 20, "points kept in the outbox: \(kept)")
+        FileManager.default.createFile(atPath: resume, contents: Data())
+        try commit("after")
+        let last = try #require(newerPoint(world, than: committed.last?.at))
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.gaps.isEmpty && stats.bases.count == 1, "\(stats.gaps) \(stats.bases)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: spool)) ?? []).allSatisfy { !$0.hasPrefix("storectl-outbox") || ((try? FileManager.default.contentsOfDirectory(atPath: spool + "/" + $0)) ?? []).isEmpty },
+                "\((try? FileManager.default.subpathsOfDirectory(atPath: spool)) ?? [])")
+        // Every commit is a point (none lost, none twice); restored at the moment a commit began,
+        // a point holds a commit made before it (the last, or one a read or two before: a point is
+        // dated when read), later ones later; at the end, the last.
+        #expect(stats.points == committed.count, "\(stats.points) points of \(committed.count) commits")
+        var previous = -1
+        for i in stride(from: 1, to: committed.count, by: 6) + [committed.count] {
+            let time = i < committed.count ? committed[i].at.addingTimeInterval(-0.001) : last
+            let target = world.folder.file("at-\(i).sqlite")
+            _ = try restoreWithCLI(world, at: time, to: target)
+            let title = try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
+            let index = committed.firstIndex { $0.title == title } ?? -1
+            #expect(index >= previous && index < i && (i < committed.count || index == committed.count - 1), "at commit \(i): \(title ?? "nil") (commit \(index))")
+            previous = max(previous, index)
+        }
+    }
+
     @Test("a follower further behind than it reads at once (stopped while the app wrote 3 MiB, limit 1 MiB) takes a new base and records why, rather than holding every frame in memory; the newest point is the store")
     func tooFarBehind() throws {
         let world = try world()

@@ -64,6 +64,11 @@ public protocol RepositoryBackend: Sendable {
     var parallelTransfers: Int { get }
     /// How many readers a restore runs at once (local: 2, one per core; S3: `STORECTL_S3_PARALLEL`).
     var parallelReads: Int { get }
+    /// How long the storage has answered nothing while requests wait for it (S3: since the
+    /// attempts failed or in flight last saw an answer; 0 while it answers, however slowly);
+    /// nil for storage that cannot tell (a folder: a write ends or fails, and how long it has
+    /// taken is all there is to go by).
+    var silentFor: TimeInterval? { get }
 }
 
 /// Which keys may be written again with other bytes: the lock records (refreshed) and the
@@ -89,6 +94,7 @@ public struct StagedWrite {
 extension RepositoryBackend {
     public var parallelTransfers: Int { 1 }
     public var parallelReads: Int { 2 }
+    public var silentFor: TimeInterval? { nil }
 
     /// By default the whole write happens at commit, holding the bytes until then (S3).
     public func stage(_ key: String, _ data: Data, point: String) throws -> StagedWrite {

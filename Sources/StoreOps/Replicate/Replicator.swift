@@ -378,6 +378,8 @@ public enum Replicate {
         /// written whole or not at all).
         var inFlight: (batch: [Waiting], putBack: [Waiting], seen: [Date], from: Int, to: Int, bytes: Int, spooled: Int,
                        name: SegmentName, sealed: Data, segment: PointSegment, parkable: Bool)?
+        /// When the batch in flight was handed to the uploader (see `keepBehindHungWrite`).
+        var inFlightSince = Date.distantPast
         /// Whether a spool reference is kept anywhere (the spool file may be emptied when not).
         var refersToSpool: Bool { spooledBytes > 0 || inFlight?.putBack.contains { $0.spooled != nil } == true }
         /// Durable level-0 segments of the chain not merged yet (as sealed), consecutive, oldest first.
@@ -484,6 +486,9 @@ public enum Replicate {
         let startsDone = Mutex<[(Replica, OutboxSent)]>([])
         /// The run is stopping (a start's writing of kept segments ends between two).
         let stopping = Atomic<Bool>(false)
+        /// How long a write of points may take before what the app commits meanwhile is kept in
+        /// the outbox behind it (`keepBehindHungWrite`): two sync intervals, at least 1 s.
+        var keepBehindAfter: TimeInterval { max(1, 2 * options.syncInterval) }
         /// `STORECTL_TEST_OUTBOX_SEND_DELAY_MS`: a pause before each kept segment a start writes
         /// (tests: a long backlog going out while the run's other stores are followed).
         static let outboxSendDelay = ProcessInfo.processInfo.environment["STORECTL_TEST_OUTBOX_SEND_DELAY_MS"].flatMap(UInt32.init).map { $0 * 1000 }
@@ -1135,6 +1140,7 @@ public enum Replicate {
         ///   written all or not at all: the follower rewinds before it when it is not).
         func flush(_ replica: Replica, whole: Bool = false) {
             settleUploads()
+            if !whole { keepBehindHungWrite(replica) }
             // While a kept segment is being written (tried again and again while the repository
             // fails: seconds a try), what waits is kept behind it all the same, at every sync: it
             // waited in memory meanwhile, lost to a kill -9 (a trial: 69 commits, 6 s).
@@ -1300,6 +1306,7 @@ public enum Replicate {
             var template = segment
             template.commits = []
             replica.inFlight = (batch, putBack, seen, from, to, memoryBytes, spooled, segment.name, sealed, template, !whole)
+            replica.inFlightSince = Date()
             replica.uploading = true
             let name = segment.name
             uploads.async { [self] in
@@ -1309,6 +1316,34 @@ public enum Replicate {
                 }
                 completed.withLock { $0.append((replica, outcome)) }
             }
+        }
+
+        /// A write of the points in flight that has not ended after `keepBehindAfter`, to a
+        /// repository silent as long (a server that holds its connection without answering: up
+        /// to a request's timeout, 30 s by
+        /// default, and more behind an alive marker's write waiting so on the same queue) is kept
+        /// in the outbox as it is, and goes on as the first kept segment's write: what the app
+        /// commits meanwhile is kept behind it at every sync, as behind any kept segment, rather
+        /// than waiting in memory for the write to fail (lost to a kill -9; 228 commits in a CI
+        /// run 9-12 s into a hung server). Its write's end settles the kept segment (written:
+        /// removed from the outbox; failed: tried again as kept ones are).
+        func keepBehindHungWrite(_ replica: Replica) {
+            let waited = Date().timeIntervalSince(replica.inFlightSince)
+            // A bucket that answers, however slowly, is not kept behind (each kept segment is a
+            // write of its own: through a bucket taking 500 ms a request, kept at every sync they
+            // went out slower than they came, 752 kept after 20 s in a test): only one silent as long.
+            guard replica.uploading, replica.sendingParked == nil, replica.parked.isEmpty, let flight = replica.inFlight, flight.parkable,
+                  waited >= keepBehindAfter, (repository.backend.silentFor ?? waited) >= keepBehindAfter else { return }
+            // Not kept (the outbox cannot be written): it stays in flight, and what waits in memory.
+            guard let path = try? outbox.keep(flight.name, flight.sealed) else {
+                replica.inFlightSince = .distantFuture   // not tried again for this write (each try rewrote it, at every sync)
+                return
+            }
+            replica.inFlight = nil
+            replica.sendingParked = flight.sealed
+            kept(replica, Parked(name: flight.name, path: path, bytes: flight.sealed.count, seen: flight.seen))
+            Replicate.logger.debug("a write in flight kept in the outbox", metadata: ["store": "\(replica.store.path)", "segment": "\(flight.name.key)",
+                                                                                   "waited": "\(Format.duration(Date().timeIntervalSince(replica.inFlightSince)))"])
         }
 
         /// Writes a level-0 segment (on the uploader's queue). A write reported failed that had
@@ -2046,6 +2081,21 @@ public enum Replicate {
                 // commits meanwhile (needed once the new chain is open, or by the old one).
                 var baseCursor: WalCursor?
                 var packing: BaseReads?
+                var committed = false
+                /// A base not made after all: the follower goes back to where the old chain ends.
+                func takeBackReads() {
+                    if kind == "compaction", let early = packing?.early, !early.isEmpty, packing?.afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
+                        // The old chain goes on (it ends at the base's state): what was read while
+                        // the base was packed and committed is its next commits, not read again
+                        // (the app may have restarted the -wal meanwhile: no hold kept it).
+                        for batch in early {
+                            guard add(batch.commits, at: batch.at, to: replica, cursor: batch.cursor) else { break }
+                            confirm(replica, at: batch.at)
+                        }
+                    } else {
+                        replica.follower.rewind(to: rewindTo, identities: identitiesBefore)
+                    }
+                }
                 do {
                     let image = try replica.follower.image(catchingUp: kind == "compaction" ? catchUpFrom : nil) { pageSize, pageCount, _, read in
                         let source = Manifest.Source(path: replica.store.path, journalMode: "wal", pageSize: pageSize, pageCount: pageCount,
@@ -2092,8 +2142,9 @@ public enum Replicate {
                         // lane while the other reads what the app commits as usual (woken by the
                         // -wal's writes; kept for the new chain). The boundary hold goes with the
                         // first of those reads (any reader holds the -wal: it cannot restart under
-                        // it), and a last read after the packing takes a new one, held while the
-                        // base is committed, as before.
+                        // it); the reads go on while the base is checked and committed, and a last
+                        // read after the commit takes a new one, held until the new chain's
+                        // opening is written and the loop's next read.
                         baseCursor = replica.follower.cursor
                         let reads = BaseReads(replica: replica, boundary: boundary, limit: min(spoolLimit, 256 << 20))
                         packing = reads
@@ -2126,8 +2177,17 @@ public enum Replicate {
                                                    read: spilled.copy.read, progress: nil, externalDataPacked: true)
                             }
                             if options.pace { try IOPace.politely(pack) } else { try pack() }
+                            spilled.copy.close()
+                            // Checked and committed with the reads still going on, no hold kept:
+                            // through a repository that answers slowly or not at all the commit
+                            // takes as long as its retries (35 s in a trial), and a hold kept
+                            // meanwhile held back every checkpoint of the app (its -wal grew to
+                            // 277 MiB). The reads keep each commit the app makes as before.
+                            try work.check()
+                            try work.commit()
+                            committed = true
                         }
-                        // The last read takes the hold kept while the base is committed (a few tries: a read can be busy).
+                        // The last read takes the hold kept until the chain's opening is written (a few tries: a read can be busy).
                         var held = false
                         for _ in 0..<3 where reads.reading && !held { held = reads.read(holding: true) }
                         boundary = reads.boundary
@@ -2135,10 +2195,11 @@ public enum Replicate {
                                                "commits read meanwhile": "\(reads.early.reduce(0) { $0 + $1.commits.count })", "reads": "\(reads.early.count)"])
                         // No read got one: a hold taken now still keeps the -wal from restarting from here on.
                         if !held, boundary == nil, reads.afterBase == nil { boundary = try? ReadHold(path: replica.store.path, busyMilliseconds: 100) }
-                        spilled.copy.close()
                     }
-                    try work.check()
-                    try work.commit()
+                    if !committed {
+                        try work.check()
+                        try work.commit()
+                    }
                 } catch {
                     work.abandon()
                     if replica.pending.count > pendingBefore {
@@ -2150,17 +2211,7 @@ public enum Replicate {
                     }
                     // The catch-up's files are carried again with it (at worst twice, never lost).
                     replica.external = externalBefore
-                    if kind == "compaction", let early = packing?.early, !early.isEmpty, packing?.afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
-                        // The old chain goes on (it ends at the base's state): what was read while
-                        // the base was packed is its next commits, not read again (the app may
-                        // have restarted the -wal meanwhile).
-                        for batch in early {
-                            guard add(batch.commits, at: batch.at, to: replica, cursor: batch.cursor) else { break }
-                            confirm(replica, at: batch.at)
-                        }
-                    } else {
-                        replica.follower.rewind(to: rewindTo, identities: identitiesBefore)
-                    }
+                    takeBackReads()
                     throw error
                 }
                 guard let record = work.record, let cursor = baseCursor ?? replica.follower.cursor else { throw StoreOpsError(.failure, "the base was not recorded") }
@@ -2184,7 +2235,7 @@ public enum Replicate {
                     try? repository.backend.remove(PagedSnapshotRecord.key(record.id), point: "replicate.opening.undo")
                     replica.chain = previous
                     (replica.next, replica.baseTime, replica.lastTime) = (nextBefore, baseTimeBefore, lastTimeBefore)
-                    replica.follower.rewind(to: rewindTo, identities: identitiesBefore)
+                    takeBackReads()
                     throw error
                 }
                 replica.summary.uploadedBytes += record.added.storedBytes + UInt64(sealed.count)

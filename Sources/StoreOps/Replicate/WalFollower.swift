@@ -268,6 +268,13 @@ final class WalFollower {
                tooFarBehind(index.lastFrame - from.frame, pageSize: index.pageSize) == nil, FileSystem.identity(of: store.path).map({ $0 == (databaseIdentity ?? $0) }) == true, try wal.open() {
                 let walk = try wal.walk(from: from, limit: index.lastFrame)
                 if walk.cursor.frame == index.lastFrame, walk.cursor.checksum == index.frameChecksum { catchUp = walk.commits }
+            } else if let from, !from.headerRead, changeTrusted, from.change == index.change, from.sameGeneration(salt1: index.salt1, salt2: index.salt2),
+                      index.lastFrame == from.frame, FileSystem.identity(of: store.path).map({ $0 == (databaseIdentity ?? $0) }) == true {
+                // A generation with no frame yet (an idle store whose -wal is empty: the app
+                // truncated it, or closed its last connection) and the same commit count as at the
+                // cursor: nothing was committed since, as a capture would say. (It was a gap, "the
+                // -wal no longer continued the chain", at every base of an idle store.)
+                catchUp = []
             }
             var cursor = WalCursor(announced: index)
             var latest: [UInt32: UInt32] = [:]

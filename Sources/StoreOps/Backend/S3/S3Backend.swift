@@ -17,6 +17,7 @@ public final class S3Backend: RepositoryBackend {
     /// Without leading or trailing slashes; "" for the bucket's root.
     public let prefix: String
     let client: S3Client
+    public var silentFor: TimeInterval? { client.silentSince.map { max(0, Date().timeIntervalSince($0)) } ?? 0 }
     let cache: S3ObjectCache?
     /// What this process's latest listing of each cached prefix showed: a cached copy is used
     /// only for a key in it, so a record or index removed since (by a prune elsewhere) is read
