@@ -2855,7 +2855,9 @@ struct ReplicateTests {
         // The second base's record (the first base's is #1): paused inside its commit until `resume` exists.
         let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--base-interval", "2s"],
                                                 environment: world.environment.merging(["STORECTL_TEST_PAUSE_AT": "snapshot.record.folder#2:60000",
-                                                                                        "STORECTL_TEST_PAUSE_UNTIL": resume, "STORECTL_FAULT_TRACE": trace]) { $1 })
+                                                                                        "STORECTL_TEST_PAUSE_UNTIL": resume, "STORECTL_FAULT_TRACE": trace,
+                                                                                        // What is read meanwhile goes to the reads' spool file past 64 KiB.
+                                                                                        "STORECTL_TEST_SPOOL_MEMORY_BYTES": "65536"]) { $1 })
         defer {
             FileManager.default.createFile(atPath: resume, contents: Data())
             follower.signal(SIGKILL)
@@ -2870,6 +2872,11 @@ struct ReplicateTests {
         func commit(_ title: String) throws -> Date {
             try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [title]) }
             return Date()
+        }
+        // Twenty commits of 20 KB each (past the reads' 64 KiB in memory), then the one the checkpoint follows.
+        for k in 1...20 {
+            try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZBODY = ? WHERE Z_PK = ?", arguments: [String(repeating: "\(k % 10)", count: 20_000), k + 1]) }
+            usleep(30_000)
         }
         _ = try commit("before the checkpoint")
         usleep(600_000)   // read by the follower meanwhile (at a -wal write, or every 250 ms)
@@ -2895,6 +2902,9 @@ struct ReplicateTests {
             _ = try restoreWithCLI(world, at: time, to: target)
             let restored = try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") }
             #expect(restored == title)
+            // The twenty large commits read (and spooled) while the base was committed are in it.
+            let bodies = try read(target) { try String.fetchAll($0, sql: "SELECT ZBODY FROM ZITEM WHERE Z_PK BETWEEN 2 AND 21 ORDER BY Z_PK") }
+            #expect(bodies == (1...20).map { String(repeating: "\($0 % 10)", count: 20_000) })
         }
     }
 

@@ -1110,6 +1110,14 @@ public enum Replicate {
             replica.confirmedTime = replica.lastDurableTime
         }
 
+        /// Commits read while a base was made that could not be read back from their spool
+        /// file: a gap follows what was handed on.
+        func unreadable(_ replica: Replica) {
+            let why = "the commits read while a base was made could not be read back from their spool file"
+            replica.needsBase = ("gap", why, nil)
+            replica.summary.gapPending = why
+        }
+
         /// Moves the oldest waiting commits held in memory to the spool file until half the
         /// memory bound is left; why not, when the spool file cannot take them (nil: done).
         func spoolOut(_ replica: Replica) -> String? {
@@ -2084,14 +2092,17 @@ public enum Replicate {
                 var committed = false
                 /// A base not made after all: the follower goes back to where the old chain ends.
                 func takeBackReads() {
-                    if kind == "compaction", let early = packing?.early, !early.isEmpty, packing?.afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
+                    if kind == "compaction", let early = packing, !early.isEmpty, early.afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
                         // The old chain goes on (it ends at the base's state): what was read while
                         // the base was packed and committed is its next commits, not read again
                         // (the app may have restarted the -wal meanwhile: no hold kept it).
-                        for batch in early {
-                            guard add(batch.commits, at: batch.at, to: replica, cursor: batch.cursor) else { break }
-                            confirm(replica, at: batch.at)
+                        let whole = early.forEach { commits, at, cursor in
+                            guard add(commits, at: at, to: replica, cursor: cursor) else { return false }
+                            confirm(replica, at: at)
+                            return true
                         }
+                        if !whole { unreadable(replica) }
+                        early.release()
                     } else {
                         replica.follower.rewind(to: rewindTo, identities: identitiesBefore)
                     }
@@ -2146,7 +2157,7 @@ public enum Replicate {
                         // read after the commit takes a new one, held until the new chain's
                         // opening is written and the loop's next read.
                         baseCursor = replica.follower.cursor
-                        let reads = BaseReads(replica: replica, boundary: boundary, limit: min(spoolLimit, 256 << 20))
+                        let reads = BaseReads(replica: replica, boundary: boundary, limit: spoolLimit, memoryLimit: options.spoolMemory, spoolFolder: options.resolvedSpoolFolder)
                         packing = reads
                         boundary = nil
                         let poll = options.pollInterval
@@ -2192,7 +2203,7 @@ public enum Replicate {
                         for _ in 0..<3 where reads.reading && !held { held = reads.read(holding: true) }
                         boundary = reads.boundary
                         Replicate.logger.debug("a base packed from its scratch copy", metadata: ["store": "\(replica.store.path)",
-                                               "commits read meanwhile": "\(reads.early.reduce(0) { $0 + $1.commits.count })", "reads": "\(reads.early.count)"])
+                                               "commits read meanwhile": "\(reads.commitCount)", "reads": "\(reads.early.count)"])
                         // No read got one: a hold taken now still keeps the -wal from restarting from here on.
                         if !held, boundary == nil, reads.afterBase == nil { boundary = try? ReadHold(path: replica.store.path, busyMilliseconds: 100) }
                     }
@@ -2256,9 +2267,14 @@ public enum Replicate {
                 if kind != "compaction" { replica.wholeReadAt = nil }
                 replica.boundaryHold = boundary
                 // What was read while the base was packed opens the new chain.
-                for batch in packing?.early ?? [] {
-                    guard add(batch.commits, at: batch.at, to: replica, cursor: batch.cursor) else { break }
-                    confirm(replica, at: batch.at)
+                if let packing {
+                    let whole = packing.forEach { commits, at, cursor in
+                        guard add(commits, at: at, to: replica, cursor: cursor) else { return false }
+                        confirm(replica, at: at)
+                        return true
+                    }
+                    if !whole { unreadable(replica) }
+                    packing.release()
                 }
                 if let afterBase = packing?.afterBase, replica.needsBase == nil { replica.needsBase = afterBase }
                 // A base follows at once (no capture clears the hold on that way): nothing to hold for.
@@ -2320,21 +2336,76 @@ public enum Replicate {
 }
 
 /// What a base packed from its scratch copy reads of the app's commits meanwhile (on a thread of
-/// its own, then once more after the packing), for the new chain.
+/// its own, while the base is packed and committed, then once more after it), for the new chain.
+/// Past `memoryLimit` of pages the oldest reads go to a spool file of their own (`CommitSpool`:
+/// unnamed, gone with the process), as waiting commits do: a base committed through a repository
+/// that answers slowly reads on as long as it takes, up to `limit` in all (then a gap).
 private final class BaseReads: @unchecked Sendable {
+    /// One read's commits: in memory, or their pages in the spool file.
+    struct Batch {
+        var commits: [WalCommit]
+        var spooled: [(frame: UInt32, pageCount: UInt32, pages: [UInt32], ref: CommitSpool.Ref)]?
+        var at: Date
+        var cursor: WalCursor
+        var bytes: Int
+    }
     let lock = NSLock()
     var packed = false
-    var early: [(commits: [WalCommit], at: Date, cursor: WalCursor)] = []
+    private(set) var early: [Batch] = []
     var reading = true
     var afterBase: (kind: String, reason: String, change: UInt32?)?
     var boundary: ReadHold?
-    /// The pages held in `early`: past the spool's limit they are dropped and a gap follows.
+    /// The pages held in `early` (memory and spool file): past `limit` they are dropped and a gap follows.
     var bytes = 0
+    private var inMemory = 0
     let limit: Int
+    let memoryLimit: Int
+    let spoolFolder: String
+    private var spool: CommitSpool?
     let replica: Replicate.Replica
 
-    init(replica: Replicate.Replica, boundary: ReadHold?, limit: Int) {
-        (self.replica, self.boundary, self.limit) = (replica, boundary, limit)
+    init(replica: Replicate.Replica, boundary: ReadHold?, limit: Int, memoryLimit: Int, spoolFolder: String) {
+        (self.replica, self.boundary, self.limit, self.memoryLimit, self.spoolFolder) = (replica, boundary, limit, memoryLimit, spoolFolder)
+    }
+
+    var isEmpty: Bool { early.isEmpty }
+    var commitCount: Int { early.reduce(0) { $0 + ($1.spooled?.count ?? $1.commits.count) } }
+
+    /// Each read's commits in order, read back from the spool file where they went there; stops
+    /// when `body` says so. False when a spooled read cannot be read back (what follows it is
+    /// not handed on either).
+    func forEach(_ body: ([WalCommit], Date, WalCursor) -> Bool) -> Bool {
+        for batch in early {
+            var commits = batch.commits
+            if let spooled = batch.spooled {
+                guard let spool else { return false }
+                do {
+                    commits = try spooled.map { item in
+                        let pages = try spool.read(item.ref)
+                        return WalCommit(frame: item.frame, pageCount: item.pageCount, pages: Array(zip(item.pages, pages)))
+                    }
+                } catch {
+                    Replicate.logger.warning("reading the commits read while a base was made back from their spool file failed", metadata: [
+                        "store": "\(replica.store.path)", "error": "\(error)"])
+                    return false
+                }
+            }
+            guard body(commits, batch.at, batch.cursor) else { return true }
+        }
+        return true
+    }
+
+    /// Lets go of what was read (the spool file too).
+    func release() {
+        early = []
+        spool = nil
+        (bytes, inMemory) = (0, 0)
+    }
+
+    private func dropAll(_ why: String) {
+        reading = false
+        release()
+        afterBase = ("gap", why, nil)
     }
 
     /// One read of the app's commits (on the reading thread, then once more after the
@@ -2347,13 +2418,32 @@ private final class BaseReads: @unchecked Sendable {
         switch outcome {
         case .commits(let commits, let at)?:
             if let cursor = replica.follower.cursor, !commits.isEmpty {
-                early.append((commits, at, cursor))
-                bytes += commits.reduce(0) { $0 + $1.pages.reduce(0) { $0 + $1.1.count } }
+                let size = commits.reduce(0) { $0 + $1.pages.reduce(0) { $0 + $1.1.count } }
+                early.append(Batch(commits: commits, spooled: nil, at: at, cursor: cursor, bytes: size))
+                bytes += size
+                inMemory += size
                 if bytes > limit {
-                    reading = false
-                    early = []
-                    afterBase = ("gap", "more than \(Format.bytes(UInt64(limit))) of commits were read while a base was packed", nil)
+                    dropAll("more than \(Format.bytes(UInt64(limit))) of commits were read while a base was made")
                     return false
+                }
+                // The oldest reads in memory to the spool file, down to half the memory's share.
+                var k = 0
+                while inMemory > memoryLimit, k < early.count {
+                    defer { k += 1 }
+                    guard early[k].spooled == nil else { continue }
+                    do {
+                        let file = spool ?? CommitSpool(folder: spoolFolder)
+                        spool = file
+                        early[k].spooled = try early[k].commits.map { commit in
+                            (commit.frame, commit.pageCount, commit.pages.map(\.page), try file.append(commit.pages.map(\.bytes)))
+                        }
+                        early[k].commits = []
+                        inMemory -= early[k].bytes
+                    } catch {
+                        dropAll("the commits read while a base was made could not be kept in the spool file (\(error))")
+                        return false
+                    }
+                    if inMemory <= memoryLimit / 2 { break }
                 }
             }
             if !holding { boundary = nil } else if let hold {
