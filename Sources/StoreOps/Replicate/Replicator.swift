@@ -2358,6 +2358,8 @@ private final class BaseReads: @unchecked Sendable {
     /// The pages held in `early` (memory and spool file): past `limit` they are dropped and a gap follows.
     var bytes = 0
     private var inMemory = 0
+    /// The first read still in memory (those before it are in the spool file).
+    private var firstInMemory = 0
     let limit: Int
     let memoryLimit: Int
     let spoolFolder: String
@@ -2375,7 +2377,8 @@ private final class BaseReads: @unchecked Sendable {
     /// when `body` says so. False when a spooled read cannot be read back (what follows it is
     /// not handed on either).
     func forEach(_ body: ([WalCommit], Date, WalCursor) -> Bool) -> Bool {
-        for batch in early {
+        for index in early.indices {   // by index: a copy of the array iterated would hold every batch to the end
+            let batch = early[index]
             var commits = batch.commits
             if let spooled = batch.spooled {
                 guard let spool else { return false }
@@ -2391,6 +2394,7 @@ private final class BaseReads: @unchecked Sendable {
                 }
             }
             guard body(commits, batch.at, batch.cursor) else { return true }
+            early[index].commits = []   // handed on: not held twice meanwhile
         }
         return true
     }
@@ -2399,7 +2403,7 @@ private final class BaseReads: @unchecked Sendable {
     func release() {
         early = []
         spool = nil
-        (bytes, inMemory) = (0, 0)
+        (bytes, inMemory, firstInMemory) = (0, 0, 0)
     }
 
     private func dropAll(_ why: String) {
@@ -2426,24 +2430,24 @@ private final class BaseReads: @unchecked Sendable {
                     dropAll("more than \(Format.bytes(UInt64(limit))) of commits were read while a base was made")
                     return false
                 }
-                // The oldest reads in memory to the spool file, down to half the memory's share.
-                var k = 0
-                while inMemory > memoryLimit, k < early.count {
-                    defer { k += 1 }
-                    guard early[k].spooled == nil else { continue }
-                    do {
-                        let file = spool ?? CommitSpool(folder: spoolFolder)
-                        spool = file
-                        early[k].spooled = try early[k].commits.map { commit in
-                            (commit.frame, commit.pageCount, commit.pages.map(\.page), try file.append(commit.pages.map(\.bytes)))
+                // Past the memory's share, the oldest reads in memory to the spool file, down to half of it.
+                if inMemory > memoryLimit {
+                    while inMemory > memoryLimit / 2, firstInMemory < early.count {
+                        let k = firstInMemory
+                        do {
+                            let file = spool ?? CommitSpool(folder: spoolFolder, point: "replicate.base-reads.spool")
+                            spool = file
+                            early[k].spooled = try early[k].commits.map { commit in
+                                (commit.frame, commit.pageCount, commit.pages.map(\.page), try file.append(commit.pages.map(\.bytes)))
+                            }
+                        } catch {
+                            dropAll("the commits read while a base was made could not be kept in the spool file (\(error))")
+                            return false
                         }
                         early[k].commits = []
                         inMemory -= early[k].bytes
-                    } catch {
-                        dropAll("the commits read while a base was made could not be kept in the spool file (\(error))")
-                        return false
+                        firstInMemory += 1
                     }
-                    if inMemory <= memoryLimit / 2 { break }
                 }
             }
             if !holding { boundary = nil } else if let hold {
