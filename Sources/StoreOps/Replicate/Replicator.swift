@@ -2164,17 +2164,10 @@ public enum Replicate {
                         // A thread of its own (not a shared pool's lane, which one core would run only after the packing).
                         let readingDone = DispatchSemaphore(value: 0)
                         let watcher = FolderWatcher(folders: [reads.replica.store.folder])
-                        let databaseName: Set<String> = [FileSystem.name(of: replica.store.path)]
                         let reader = Thread {
                             defer { readingDone.signal() }
                             while !reads.lock.withLock({ reads.packed }), reads.reading {
-                                let began = Date()
                                 reads.read(holding: false)
-                                // At most one read every `captureSpacing`, as the loop's (it read at
-                                // every commit: 500 a second took a base every 20 s from 15% of a
-                                // core to 23% once the reads went on through the base's commit).
-                                let spent = Date().timeIntervalSince(began)
-                                if spent < Loop.captureSpacing { _ = watcher.pause(seconds: Loop.captureSpacing - spent, unlessWritten: databaseName) }
                                 watcher.wait(seconds: poll)
                             }
                         }
