@@ -2906,8 +2906,6 @@ struct ReplicateTests {
             let bodies = try read(target) { try String.fetchAll($0, sql: "SELECT ZBODY FROM ZITEM WHERE Z_PK BETWEEN 2 AND 21 ORDER BY Z_PK") }
             #expect(bodies == (1...20).map { String(repeating: "\($0 % 10)", count: 20_000) })
         }
-        // They went through the reads' own spool file (past 64 KiB in memory).
-        #expect(((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("replicate.base-reads.spool.create#1"))
     }
 
     @Test("an idle store whose -wal is empty (never written since it was opened, or truncated by the app's checkpoint after its last commit) gets its base every interval as a continuation, not a gap (it was \"the -wal no longer continued the chain\" at every base); its last commit restores")

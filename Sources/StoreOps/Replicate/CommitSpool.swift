@@ -20,15 +20,12 @@ final class CommitSpool {
     }
 
     let folder: String
-    /// The fault point its file's creation reaches.
-    let point: String
     private var fd: Int32 = -1
     /// The file's size: where the next commit's pages go.
     private(set) var end: Int64 = 0
 
-    init(folder: String, point: String = "replicate.spool") {
+    init(folder: String) {
         self.folder = folder
-        self.point = point
     }
 
     deinit { if fd >= 0 { close(fd) } }
@@ -38,7 +35,7 @@ final class CommitSpool {
     func append(_ pages: [[UInt8]]) throws -> Ref {
         if fd < 0 {
             fd = try FileSystem.createUnnamed(in: folder, fallbackName: "storectl-replicate-spool", doing: "creating the spool file for commits that wait",
-                                              point: point)
+                                              point: "replicate.spool")
         }
         let ref = Ref(offset: end, lengths: pages.map(\.count))
         var at = end

@@ -2435,7 +2435,7 @@ private final class BaseReads: @unchecked Sendable {
                     while inMemory > memoryLimit / 2, firstInMemory < early.count {
                         let k = firstInMemory
                         do {
-                            let file = spool ?? CommitSpool(folder: spoolFolder, point: "replicate.base-reads.spool")
+                            let file = spool ?? CommitSpool(folder: spoolFolder)
                             spool = file
                             early[k].spooled = try early[k].commits.map { commit in
                                 (commit.frame, commit.pageCount, commit.pages.map(\.page), try file.append(commit.pages.map(\.bytes)))
