@@ -2090,19 +2090,24 @@ public enum Replicate {
                 var baseCursor: WalCursor?
                 var packing: BaseReads?
                 var committed = false
+                /// What was read beside the base, to the chain (the new one, or the old one going on);
+                /// a gap after what could not be read back from its spool file.
+                func handOn(_ reads: BaseReads) {
+                    let whole = reads.forEach { commits, at, cursor in
+                        guard add(commits, at: at, to: replica, cursor: cursor) else { return false }
+                        confirm(replica, at: at)
+                        return true
+                    }
+                    if !whole { unreadable(replica) }
+                    reads.release()
+                }
                 /// A base not made after all: the follower goes back to where the old chain ends.
                 func takeBackReads() {
                     if kind == "compaction", let early = packing, !early.isEmpty, early.afterBase == nil, rewindTo.map({ $0 == baseCursor }) == true {
                         // The old chain goes on (it ends at the base's state): what was read while
                         // the base was packed and committed is its next commits, not read again
                         // (the app may have restarted the -wal meanwhile: no hold kept it).
-                        let whole = early.forEach { commits, at, cursor in
-                            guard add(commits, at: at, to: replica, cursor: cursor) else { return false }
-                            confirm(replica, at: at)
-                            return true
-                        }
-                        if !whole { unreadable(replica) }
-                        early.release()
+                        handOn(early)
                     } else {
                         replica.follower.rewind(to: rewindTo, identities: identitiesBefore)
                     }
@@ -2267,15 +2272,7 @@ public enum Replicate {
                 if kind != "compaction" { replica.wholeReadAt = nil }
                 replica.boundaryHold = boundary
                 // What was read while the base was packed opens the new chain.
-                if let packing {
-                    let whole = packing.forEach { commits, at, cursor in
-                        guard add(commits, at: at, to: replica, cursor: cursor) else { return false }
-                        confirm(replica, at: at)
-                        return true
-                    }
-                    if !whole { unreadable(replica) }
-                    packing.release()
-                }
+                if let packing { handOn(packing) }
                 if let afterBase = packing?.afterBase, replica.needsBase == nil { replica.needsBase = afterBase }
                 // A base follows at once (no capture clears the hold on that way): nothing to hold for.
                 if replica.needsBase != nil { replica.boundaryHold = nil }
