@@ -255,10 +255,15 @@ struct BackupCLITests {
         defer { holder.signal(SIGTERM); _ = holder.wait() }
         let out = folder.file("out")
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
-        let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", out, "--timeout", "60"])
-        // Once it handles the signal (a loaded machine had not installed its handlers 700 ms in),
-        // and a moment more: it waits in its retry loop meanwhile.
+        // Its progress line (drawn on a pipe too with STORECTL_PROGRESS=always) says when the copy
+        // stage has begun: a signal before it is a stop at the stage's start, not in the retry loop
+        // (a loaded CI machine had not reached the copy stage 300 ms after the handlers were in).
+        let backup = try ChildProcess.Running(Binaries.storectl, ["backup", store, "-o", out, "--timeout", "60"],
+                                              environment: ["STORECTL_PROGRESS": "always"])
         #expect(waitForHandler(of: signal, in: backup.pid), "no handler within 30 s")
+        let deadline = Date().addingTimeInterval(30)
+        while !backup.stderrSoFar.contains("copy"), Date() < deadline { usleep(20_000) }
+        #expect(backup.stderrSoFar.contains("copy"), "the copy stage did not begin within 30 s: \(backup.stderrSoFar)")
         usleep(300_000)
         backup.signal(signal)
         let result = backup.wait()
