@@ -1162,7 +1162,8 @@ public enum Replicate {
             }
             // While the repository fails (and behind kept segments), what waits is kept in the
             // outbox a segment at a time, numbered, instead of in memory; not a base's catch-up
-            // (written whole or not at all: the follower rewinds before it when it is not).
+            // (written whole or not at all: when it is not, the follower rewinds before it, or,
+            // beside a copied base whose reads went on, the old chain keeps it as it waits).
             let park = !whole && (keepingBehind || retrying || !replica.parked.isEmpty || Self.parkAlways)
             guard !replica.pending.isEmpty, !retrying || park else { return }
             // A segment's worth from the front, cut only where a read's commits end (a segment's
@@ -1938,6 +1939,7 @@ public enum Replicate {
 
         /// Writes what waits now (the old chain's last commits before a new chain opens).
         func flushNow(_ replica: Replica) throws {
+            if let delay = ReplicateTesting.catchUpWriteDelay { usleep(delay) }
             finishUploads()
             replica.uploadRetryAfter = .distantPast
             flush(replica, whole: true)
@@ -2090,6 +2092,10 @@ public enum Replicate {
                 var baseCursor: WalCursor?
                 var packing: BaseReads?
                 var committed = false
+                // The old chain's last commits (the catch-up), added to it and written once the
+                // reads beside a copied base go on; kept by the old chain if their write fails then.
+                var catchUpToWrite = false
+                var catchUpKept = false
                 /// What was read beside the base, to the chain (the new one, or the old one going on);
                 /// a gap after what could not be read back from its spool file.
                 func handOn(_ reads: BaseReads) {
@@ -2146,8 +2152,15 @@ public enum Replicate {
                     if kind == "compaction" {
                         if let commits = image.catchUp {
                             add(commits, at: time, to: replica)
-                            try flushNow(replica)
-                            rewindTo = replica.follower.cursor   // the old chain now ends where the base begins
+                            if spilled != nil {
+                                // Written below, once the reads go on without the hold: a write
+                                // (to a slow or silent bucket: up to a request's deadline) held
+                                // here held back every checkpoint of the app meanwhile.
+                                catchUpToWrite = true
+                            } else {
+                                try flushNow(replica)
+                                rewindTo = replica.follower.cursor   // the old chain now ends where the base begins
+                            }
                         } else {
                             kind = "gap"
                             reason = "the -wal no longer continued the chain when the new base was read"
@@ -2171,17 +2184,46 @@ public enum Replicate {
                         let watcher = FolderWatcher(folders: [reads.replica.store.folder])
                         let reader = Thread {
                             defer { readingDone.signal() }
+                            // As the loop: a change the read did not find as a commit (the app
+                            // writes its -wal frames before it publishes the commit in the
+                            // wal-index, which no inotify event shows) is read again 5, 10, 20 …
+                            // 160 ms later, not at the next event or poll. Without it a commit
+                            // could wait for the app's next write unread, and a TRUNCATE checkpoint
+                            // 100 ms after it took it first: a gap (a test's catch-up write of 4 s).
+                            var settle: TimeInterval?
+                            var woke = false
                             while !reads.lock.withLock({ reads.packed }), reads.reading {
+                                let before = reads.early.count
                                 reads.read(holding: false)
-                                watcher.wait(seconds: poll)
+                                if reads.early.count != before {
+                                    settle = nil
+                                } else if woke || settle != nil {
+                                    settle = settle.map { $0 * 2 } ?? Loop.settleFirst
+                                    if let current = settle, current > Loop.settleLast { settle = nil }
+                                }
+                                woke = watcher.wait(seconds: min(poll, settle ?? poll))
                             }
                         }
+                        // The first read here, at once: it lets the boundary hold go (a thread
+                        // that starts late under load kept it meanwhile).
+                        reads.read(holding: false)
                         reader.start()
                         do {
                             defer {
                                 reads.lock.withLock { reads.packed = true }
                                 watcher.wake()   // the reader ends now, not after its poll interval (250 ms a base)
                                 readingDone.wait()
+                            }
+                            if catchUpToWrite {
+                                // The old chain's last commits, written with the reads going on
+                                // (the first takes the boundary hold and lets it go). Should the
+                                // write fail, they stay the old chain's (the follower has read on:
+                                // no rewind can read them again), and the reads are its next ones.
+                                catchUpToWrite = false
+                                catchUpKept = true
+                                rewindTo = baseCursor   // the old chain ends where the base begins (the reads go on from there)
+                                try flushNow(replica)
+                                catchUpKept = false
                             }
                             // Packed from the copy, no read held: the hashing, compressing and
                             // writing on lanes in the idle class (`IOPace.politely`), this thread
@@ -2218,7 +2260,7 @@ public enum Replicate {
                     }
                 } catch {
                     work.abandon()
-                    if replica.pending.count > pendingBefore {
+                    if !catchUpKept, replica.pending.count > pendingBefore {
                         let dropped = Replicate.held(replica.pending[pendingBefore...])
                         replica.pendingBytes -= dropped.memory
                         replica.spooledBytes -= dropped.spooled
@@ -2454,12 +2496,18 @@ private final class BaseReads: @unchecked Sendable {
         case .gap(let why)?:
             reading = false
             afterBase = ("gap", why, nil)
+            if !holding { boundary = nil }   // the chain is broken here: nothing to hold the -wal for
         case .wholeRead(let why, let change, let at)?:
             reading = false
+            if !holding { boundary = nil }
             afterBase = ("continued", why, change)
             replica.wholeReadAt = replica.wholeReadAt ?? at
         case nil:
-            break   // a read that failed (busy): the next one tries again
+            // A read that failed (busy): the next one tries again. Without the hold, as the loop
+            // does: an app's TRUNCATE or RESTART checkpoint waiting on it locks the read marks a new
+            // read needs, so every read failed until the app's busy timeout ended its checkpoint
+            // (3 s, once in a loaded test run).
+            if !holding { boundary = nil }
         }
         return false
     }
@@ -2624,6 +2672,11 @@ enum ReplicateTesting {
     /// `STORECTL_TEST_BASE_PREPARE_DELAY_MS`: a base's repository preparation takes this much
     /// longer (a slow bucket), so a test can make the app's checkpoints run inside that window.
     static let basePrepareDelay: useconds_t? = ProcessInfo.processInfo.environment["STORECTL_TEST_BASE_PREPARE_DELAY_MS"]
+        .flatMap { UInt32($0) }.map { $0 * 1000 }
+    /// `STORECTL_TEST_CATCH_UP_WRITE_DELAY_MS`: the old chain's last commits, written before a base
+    /// every interval opens the new chain, take this much longer to write (a slow or silent bucket),
+    /// so a test can run the app's checkpoints inside that write.
+    static let catchUpWriteDelay: useconds_t? = ProcessInfo.processInfo.environment["STORECTL_TEST_CATCH_UP_WRITE_DELAY_MS"]
         .flatMap { UInt32($0) }.map { $0 * 1000 }
     /// `STORECTL_TEST_FILES_BUDGET_BYTES`: what one read of the external-data folder reads at most
     /// (64 MiB), so a test can write more than a read takes with small files.
