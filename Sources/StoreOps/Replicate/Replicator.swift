@@ -413,13 +413,20 @@ public enum Replicate {
             summary = StoreSummary(store: store.path)
         }
 
+        /// The follower's identities and confirmed state as they stood when the reads beside a
+        /// base began: the catch-up's segments are made then, on the base's thread, while the
+        /// reading thread's captures change the follower's own.
+        var followerFacts: (identities: (database: (dev: UInt64, ino: UInt64)?, wal: (dev: UInt64, ino: UInt64)?),
+                            confirmed: (cursor: WalCursor, state: DatabaseFileState)?)?
+
         func segment(level: Int, from: Int, to: Int, cursor: WalCursor, commits: [PointSegment.Commit]) -> PointSegment {
-            let ids = follower.identities
+            let ids = followerFacts?.identities ?? follower.identities
+            let confirmedState = followerFacts.map { $0.confirmed } ?? follower.confirmedState
             var segment = PointSegment(host: host, path: store.path, chain: chain ?? "", level: level, from: from, to: to, pageSize: cursor.pageSize,
                                        cursor: cursor, databaseIdentity: ids.database.map { [$0.dev, $0.ino] },
                                        walIdentity: ids.wal.map { [$0.dev, $0.ino] }, commits: commits, opening: nil, closed: nil, baseTime: nil)
             if external != nil, level < PointTimeline.stoppedLevel { segment.externalData = true }
-            if let confirmed = follower.confirmedState, confirmed.cursor.samePosition(as: cursor) { segment.databaseState = confirmed.state.recorded }
+            if let confirmed = confirmedState, confirmed.cursor.samePosition(as: cursor) { segment.databaseState = confirmed.state.recorded }
             return segment
         }
     }
@@ -460,7 +467,7 @@ public enum Replicate {
         /// `STORECTL_TEST_SEGMENT_BYTES` sets it (tests).
         static let segmentBytes = ProcessInfo.processInfo.environment["STORECTL_TEST_SEGMENT_BYTES"].flatMap(Int.init) ?? 16 << 20
         /// The most commits left waiting when a base every interval begins (they are written with
-        /// its catch-up, while the app's checkpoints are held back).
+        /// its catch-up: beside a base streamed from its read, while the app's checkpoints are held back).
         static let catchUpBytes = min(segmentBytes, 4 << 20)
         /// The least time between two reads of a store's new commits: an app committing every few
         /// milliseconds is read in batches, not at every commit (each read is a read transaction,
@@ -2204,6 +2211,8 @@ public enum Replicate {
                                 woke = watcher.wait(seconds: min(poll, settle ?? poll))
                             }
                         }
+                        // The catch-up's segments are made from the follower as it stands now.
+                        replica.followerFacts = (replica.follower.identities, replica.follower.confirmedState)
                         // The first read here, at once: it lets the boundary hold go (a thread
                         // that starts late under load kept it meanwhile).
                         reads.read(holding: false)
@@ -2213,6 +2222,7 @@ public enum Replicate {
                                 reads.lock.withLock { reads.packed = true }
                                 watcher.wake()   // the reader ends now, not after its poll interval (250 ms a base)
                                 readingDone.wait()
+                                replica.followerFacts = nil
                             }
                             if catchUpToWrite {
                                 // The old chain's last commits, written with the reads going on
@@ -2267,8 +2277,9 @@ public enum Replicate {
                         replica.pending.removeLast(replica.pending.count - pendingBefore)
                         if replica.seenAt.count > pendingBefore { replica.seenAt.removeLast(replica.seenAt.count - pendingBefore) }
                     }
-                    // The catch-up's files are carried again with it (at worst twice, never lost).
-                    replica.external = externalBefore
+                    // The catch-up's files are carried again with it (at worst twice, never lost);
+                    // a catch-up kept by the old chain carries them already.
+                    if !catchUpKept { replica.external = externalBefore }
                     takeBackReads()
                     throw error
                 }
@@ -2368,7 +2379,16 @@ public enum Replicate {
                 // Backing off (up to 30 s) while it keeps failing: each try against a repository
                 // gone away holds the loop for its retries.
                 let tries = replica.baseFailure?.tries ?? 1
-                replica.retryAfter = Date().addingTimeInterval(min(30, max(1, options.syncInterval) * Double(1 << min(5, tries - 1))))
+                let backOff = Date().addingTimeInterval(min(30, max(1, options.syncInterval) * Double(1 << min(5, tries - 1))))
+                if kind == "compaction", replica.needsBase?.kind == "compaction" {
+                    // A base every interval: the old chain goes on, and so do its reads (the loop
+                    // did not read at all meanwhile, and the app's checkpoints could take unread
+                    // commits: a gap); the base is tried again after the back-off.
+                    replica.needsBase = nil
+                    replica.baseNotBefore = backOff
+                } else {
+                    replica.retryAfter = backOff
+                }
             }
         }
     }
