@@ -481,6 +481,13 @@ public enum Replicate {
         /// The first and last waits before reading again after a change that showed no commit.
         static let settleFirst: TimeInterval = 0.005
         static let settleLast: TimeInterval = 0.160
+        /// The wait before the next read after one that `found` commits or not, woken by a change
+        /// (`woke`) or not: none after commits, or a quiet spell; else 5, 10, 20 … 160 ms, then none.
+        static func settle(after settle: TimeInterval?, found: Bool, woke: Bool) -> TimeInterval? {
+            guard !found, woke || settle != nil else { return nil }
+            let next = settle.map { $0 * 2 } ?? settleFirst
+            return next > settleLast ? nil : next
+        }
         static let captureSpacing: TimeInterval = ProcessInfo.processInfo.environment["STORECTL_TEST_CAPTURE_SPACING_MS"].flatMap(Double.init).map { $0 / 1000 } ?? 0.020
         let uploads = DispatchQueue(label: "storectl.replicate.upload")
         /// Merges run on their own thread: a point's upload never waits for one.
@@ -559,12 +566,7 @@ public enum Replicate {
                 settleStarts()
                 let before = replicas.map(\.commitsRead)
                 for replica in replicas { step(replica) }
-                if zip(before, replicas).contains(where: { $0 != $1.commitsRead }) {
-                    settle = nil
-                } else if woke || settle != nil {
-                    settle = settle.map { $0 * 2 } ?? Self.settleFirst
-                    if let current = settle, current > Self.settleLast { settle = nil }
-                }
+                settle = Self.settle(after: settle, found: zip(before, replicas).contains(where: { $0 != $1.commitsRead }), woke: woke)
                 // A backlog (the repository answers again) goes out a segment after another, not
                 // one a sync interval.
                 for replica in replicas where !replica.uploading && (replica.spooledBytes > 0 || replica.pendingBytes >= Self.segmentBytes
@@ -2202,12 +2204,7 @@ public enum Replicate {
                             while !reads.lock.withLock({ reads.packed }), reads.reading {
                                 let before = reads.early.count
                                 reads.read(holding: false)
-                                if reads.early.count != before {
-                                    settle = nil
-                                } else if woke || settle != nil {
-                                    settle = settle.map { $0 * 2 } ?? Loop.settleFirst
-                                    if let current = settle, current > Loop.settleLast { settle = nil }
-                                }
+                                settle = Loop.settle(after: settle, found: reads.early.count != before, woke: woke)
                                 woke = watcher.wait(seconds: min(poll, settle ?? poll))
                             }
                         }
@@ -2229,11 +2226,11 @@ public enum Replicate {
                                 // (the first takes the boundary hold and lets it go). Should the
                                 // write fail, they stay the old chain's (the follower has read on:
                                 // no rewind can read them again), and the reads are its next ones.
-                                catchUpToWrite = false
-                                catchUpKept = true
                                 rewindTo = baseCursor   // the old chain ends where the base begins (the reads go on from there)
-                                try flushNow(replica)
-                                catchUpKept = false
+                                do { try flushNow(replica) } catch {
+                                    catchUpKept = true
+                                    throw error
+                                }
                             }
                             // Packed from the copy, no read held: the hashing, compressing and
                             // writing on lanes in the idle class (`IOPace.politely`), this thread
