@@ -2972,6 +2972,62 @@ struct ReplicateTests {
         }
     }
 
+    @Test("commits read beside a base past --spool-limit are dropped and a gap recorded after the base (not a point claimed across it), the app's checkpoints are never held meanwhile, and the store's state after the gap restores exactly")
+    func readsBesideABasePastTheLimitAreAGap() throws {
+        let world = try world()
+        // A base every 3 s whose catch-up write takes 3 s longer (the reads beside it go on
+        // meanwhile); the app commits 64 KiB of new bytes every 50 ms: 1.3 MB a second, past the 1 MiB limit
+        // within a second of the wait, never near it between two 200 ms syncs.
+        let follower = try ChildProcess.Running(Binaries.storectl, ["replicate", world.store, "--repo", world.repo, "--quiet", "--json", "--base-interval", "3s",
+                                                                    "--sync-interval", "200ms", "--spool-limit", "1MiB"],
+                                                environment: world.environment.merging(["STORECTL_TEST_CATCH_UP_WRITE_DELAY_MS": "3000",
+                                                                                        "STORECTL_TEST_MIN_SPOOL_LIMIT": "4096"]) { $1 })
+        defer { follower.signal(SIGKILL) }
+        #expect(waitForBase(world))
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(3)
+        let app = try DatabaseQueue(path: world.store, configuration: configuration)
+        defer { try? app.close() }
+        var busy: [String] = []
+        var last = ""
+        var filler = ""
+        var lastStarted = Date()
+        let end = Date().addingTimeInterval(9)
+        var k = 0
+        while Date() < end {
+            k += 1
+            last = "c\(k)"
+            // Random: SQLite writes only the overflow pages whose bytes changed.
+            filler = (0..<4096).map { _ in String(format: "%016llx", UInt64.random(in: 0...UInt64.max)) }.joined()
+            lastStarted = Date()   // its point is dated when it was read: after this
+            try app.write { db in
+                try db.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [last])
+                try db.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 2", arguments: [filler + last])
+            }
+            if k % 20 == 0 {
+                usleep(300_000)
+                let started = Date()
+                let answer = try app.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+                if answer?[0] as Int? != 0 { busy.append("checkpoint after commit \(k): busy after \(Format.duration(Date().timeIntervalSince(started)))") }
+            }
+            usleep(50_000)
+        }
+        #expect(busy.isEmpty, "\(busy)")
+        let newest = try #require(newerPoint(world, than: lastStarted))
+        follower.signal(SIGTERM)
+        let run = follower.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let stats = try summary(run)
+        #expect(stats.gaps.contains { $0.reason.contains("of commits were read while a base was made") }, "\(stats.gaps)")
+        // The gap is listed as one: no chain's points reach across it.
+        let list = try ChildProcess.run(Binaries.storectl, ["snapshot", "list", "--repo", world.repo, "--points"], environment: world.environment)
+        #expect(list.stdout.contains("read while a base was made"), "\(list.stdout)")
+        let target = world.folder.file("after.sqlite")
+        _ = try restoreWithCLI(world, at: newest, to: target)
+        #expect(try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 1") } == last)
+        #expect(try read(target) { try String.fetchOne($0, sql: "SELECT ZTITLE FROM ZITEM WHERE Z_PK = 2") } == filler + last)
+    }
+
     @Test("an idle store whose -wal is empty (never written since it was opened, or truncated by the app's checkpoint after its last commit) gets its base every interval as a continuation, not a gap (it was \"the -wal no longer continued the chain\" at every base); its last commit restores")
     func idleStoreBasesAreNoGaps() throws {
         let world = try world()

@@ -2462,10 +2462,13 @@ private final class BaseReads: @unchecked Sendable {
         (bytes, inMemory, firstInMemory) = (0, 0, 0)
     }
 
-    private func dropAll(_ why: String) {
+    /// Drops what was read: a gap follows the base, so (read without taking the hold) the
+    /// boundary hold goes too, as at a gap the follower finds.
+    private func dropAll(_ why: String, holding: Bool) {
         reading = false
         release()
         afterBase = ("gap", why, nil)
+        if !holding { boundary = nil }
     }
 
     /// One read of the app's commits (on the reading thread, then once more after the
@@ -2483,7 +2486,7 @@ private final class BaseReads: @unchecked Sendable {
                 bytes += size
                 inMemory += size
                 if bytes > limit {
-                    dropAll("more than \(Format.bytes(UInt64(limit))) of commits were read while a base was made")
+                    dropAll("more than \(Format.bytes(UInt64(limit))) of commits were read while a base was made", holding: holding)
                     return false
                 }
                 // Past the memory's share, the oldest reads in memory to the spool file, down to half of it.
@@ -2497,7 +2500,7 @@ private final class BaseReads: @unchecked Sendable {
                                 (commit.frame, commit.pageCount, commit.pages.map(\.page), try file.append(commit.pages.map(\.bytes)))
                             }
                         } catch {
-                            dropAll("the commits read while a base was made could not be kept in the spool file (\(error))")
+                            dropAll("the commits read while a base was made could not be kept in the spool file (\(error))", holding: holding)
                             return false
                         }
                         early[k].commits = []
