@@ -451,7 +451,7 @@ enum Scenarios {
     /// The repository's own operations: create, restore both ways, prune with its garbage
     /// collection, import, convert.
     static let paged: [CrashScenario] = [pagedCreate(.local), pagedRestore(.local), restoreInPlace, restoreLive, pagedPrune(.local), importArchive, convert,
-                                         replicateBase, replicateResume, replicateSpooled, replicateOutbox, replicateKept, replicateMerge, replicateAlive, pointRestore,
+                                         replicateBase, replicateResume, replicateSpooled, replicateOutbox, replicateKept, replicateMerge, replicateAlive, pointRestore, pointRestoreInPlace,
                                          prunePoints]
 
     /// `snapshot restore --at --to` of a point whose segment carries an external-data file the
@@ -471,24 +471,61 @@ enum Scenarios {
         return (fixture, Timestamp.iso(newest), try fixture.digest(journalMode: false))
     }
 
-    static let pointRestore = CrashScenario(
-        name: "snapshot restore --at --to (a point whose segment carries an external-data file; its pages through the scratch file)",
+    /// A copy of `pointTemplate`'s world, every page of a point going through the scratch file.
+    static func pointFixture() throws -> CrashFixture {
+        let template = try pointTemplate.get()
+        let fixture = try CrashFixture(makeRepository: false)
+        // No page held in memory: every one goes through the unnamed scratch file (`OverlayPages`).
+        fixture.environment["STORECTL_TEST_POINT_MEMORY_BYTES"] = "0"
+        // The template's store (its -wal, -shm and support folder) and repository in place of the fresh ones.
+        for path in [fixture.store, fixture.store + "-wal", fixture.store + "-shm", StoreFile.supportPath(forDatabase: fixture.store)]
+        where FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+        for (from, to) in [(template.fixture.store, fixture.store), (template.fixture.repo, fixture.repo)]
+            + ["-wal", "-shm"].map({ (template.fixture.store + $0, fixture.store + $0) })
+            + [(StoreFile.supportPath(forDatabase: template.fixture.store), StoreFile.supportPath(forDatabase: fixture.store))]
+        where FileManager.default.fileExists(atPath: from) { try FileManager.default.copyItem(atPath: from, toPath: to) }
+        fixture.extra["at"] = template.at
+        fixture.extra["pointContent"] = template.content
+        fixture.extra["pointStore"] = template.fixture.store   // the store the points are of (this copy is at another path)
+        return fixture
+    }
+
+    /// `snapshot restore --at --in-place`: the store, changed since the point (a commit and an
+    /// external-data file removed), put back to the point through the same swap as a snapshot's.
+    /// Killed anywhere, the store is as it was or the point; `recover` or the next command ends it.
+    static let pointRestoreInPlace = CrashScenario(
+        name: "snapshot restore --at --in-place (the store changed since the point)",
         setup: {
-            let template = try pointTemplate.get()
-            let fixture = try CrashFixture(makeRepository: false)
-            // No page held in memory: every one goes through the unnamed scratch file (`OverlayPages`).
-            fixture.environment["STORECTL_TEST_POINT_MEMORY_BYTES"] = "0"
-            // The template's store (its -wal, -shm and support folder) and repository in place of the fresh ones.
-            for path in [fixture.store, fixture.store + "-wal", fixture.store + "-shm", StoreFile.supportPath(forDatabase: fixture.store)]
-            where FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
-            for (from, to) in [(template.fixture.store, fixture.store), (template.fixture.repo, fixture.repo)]
-                + ["-wal", "-shm"].map({ (template.fixture.store + $0, fixture.store + $0) })
-                + [(StoreFile.supportPath(forDatabase: template.fixture.store), StoreFile.supportPath(forDatabase: fixture.store))]
-            where FileManager.default.fileExists(atPath: from) { try FileManager.default.copyItem(atPath: from, toPath: to) }
-            fixture.extra["at"] = template.at
-            fixture.extra["pointContent"] = template.content
+            let fixture = try pointFixture()
+            let queue = try DatabaseQueue(path: fixture.store)
+            try queue.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = 'changed after the point' WHERE Z_PK = 3") }
+            try queue.close()
+            fixture.extra["changedContent"] = try fixture.digest(journalMode: false)
+            #expect(fixture.extra["changedContent"] != fixture.extra["pointContent"], "the store did not change after the point")
             return fixture
         },
+        command: { ["snapshot", "restore", "--repo", $0.repo, "--at", $0.extra["at"]!, "--store", $0.extra["pointStore"]!, "--in-place", $0.store] },
+        observe: { try $0.digest() },
+        next: { fixture, index in
+            if index % 2 == 0 {
+                try ok(fixture, ["recover", fixture.store], index)
+            } else {
+                // The operator runs it again: it clears what the killed one left beside the store, and ends with the point.
+                try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, "--at", fixture.extra["at"]!, "--store", fixture.extra["pointStore"]!,
+                                 "--in-place", fixture.store], index)
+            }
+        },
+        finally: { fixture, point in
+            #expect(try readJournalMode(fixture.store) == "wal", "\(point): the store is no longer in WAL mode")
+            let check = try DatabaseQueue(path: fixture.store).read { try String.fetchAll($0, sql: "PRAGMA quick_check") }
+            #expect(check == ["ok"], "\(point): \(check)")
+            let content = try fixture.digest(journalMode: false)
+            #expect(content == fixture.extra["pointContent"] || content == fixture.extra["changedContent"], "\(point): the store is neither the point nor as it was")
+        })
+
+    static let pointRestore = CrashScenario(
+        name: "snapshot restore --at --to (a point whose segment carries an external-data file; its pages through the scratch file)",
+        setup: { try pointFixture() },
         command: { ["snapshot", "restore", "--repo", $0.repo, "--at", $0.extra["at"]!, "--to", $0.out + "/restored.sqlite"] },
         observe: { try $0.digest() },
         afterKill: { fixture, point in try expectComplete(fixture.out + "/restored.sqlite", content: fixture.extra["pointContent"], external: 3, point) },

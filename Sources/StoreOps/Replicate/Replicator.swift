@@ -750,6 +750,14 @@ public enum Replicate {
         func resume(_ replica: Replica) {
             do {
                 let timeline = try PointTimeline.load(repository, store: replica.key)
+                // What a merge killed before its removals left, in any of the store's chains: a
+                // merge of a chain's last segments runs after its next base (a run killed then
+                // is taken up in the new chain, and the old one's leftovers stayed for a prune).
+                // Harmless if left (no restore reads them; prune removes them too): a failure here stops nothing.
+                do { try tidyMerges(timeline.chains(of: replica.key)) } catch {
+                    Replicate.logger.info("segments an interrupted merge left were not removed (the next run or a prune removes them)", metadata: [
+                        "store": "\(replica.store.path)", "error": "\((error as? StoreOpsError)?.message ?? "\(error)")"])
+                }
                 guard let chain = timeline.chains(of: replica.key).max(by: { $0.baseTime < $1.baseTime }),
                       let last = chain.segments.last,
                       let sealed = try repository.backend.read(last.key) else { return }
@@ -1863,16 +1871,20 @@ public enum Replicate {
             }
         }
 
-        /// At a resume: removes what a merge killed before its removals left, and takes the
-        /// chain's unmerged segments up again (those of runs too short to merge them), merging them now.
+        /// At a resume: removes the segments a merge killed before its removals left (each is
+        /// covered by the merged one written before them, and no restore reads it).
+        func tidyMerges(_ chains: [PointTimeline.Chain]) throws {
+            let leftovers = chains.flatMap { $0.redundant.filter { $0.level == 0 } }
+            guard !leftovers.isEmpty else { return }
+            let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
+            defer { hold.release() }
+            for name in leftovers { try repository.backend.remove(name.key, point: "replicate.merge.tidy") }
+        }
+
+        /// At a resume: takes the chain's unmerged segments up again (those of runs too short to
+        /// merge them), merging them now.
         func takeUpMerges(_ chain: PointTimeline.Chain, replica: Replica) throws {
             guard options.mergeInterval > 0 else { return }
-            let leftovers = chain.redundant.filter { $0.level == 0 }
-            if !leftovers.isEmpty {
-                let hold = try RepositoryHold.take(repository, operation: "replicate", exclusive: false, wait: false, sweep: false)
-                defer { hold.release() }
-                for name in leftovers { try repository.backend.remove(name.key, point: "replicate.merge.tidy") }
-            }
             let tail = chain.segments.dropFirst().reversed().prefix { $0.level == 0 }.reversed().suffix(600)
             guard tail.count >= 2 else { return }
             for name in tail {

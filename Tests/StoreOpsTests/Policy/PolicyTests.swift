@@ -174,6 +174,21 @@ struct PolicyTests {
         #expect(error?.message.contains(expected) == true, "\(error?.message ?? "")")
     }
 
+    @Test("[replicate] left empty, and `replicate` with no options: the documented defaults (sync every 1 s, a base every hour, merges every minute, a heartbeat a minute, a 1 GiB spool, points kept a day)")
+    func replicateDefaults() throws {
+        let folder = try TempFolder()
+        let path = try writePolicy("[store]\npath = \"Tasks.sqlite\"\n[snapshot]\nrepository = \"snaps\"\n[replicate]\n", in: folder)
+        let section = try #require(try Policy.load(path).replicate)
+        #expect(section.syncInterval.seconds == 1 && section.baseInterval.seconds == 3600 && section.mergeInterval.seconds == 60)
+        #expect(section.heartbeat.seconds == 60 && section.keepPoints.seconds == 86_400)
+        let fromPolicy = try Replicate.Options.from(policies: [path])
+        let plain = Replicate.Options(stores: ["Tasks.sqlite"], repository: "snaps")
+        for options in [fromPolicy, plain] {
+            #expect(options.syncInterval == 1 && options.baseInterval == 3600 && options.mergeInterval == 60)
+            #expect(options.heartbeatInterval == 60 && options.spoolLimit == 1 << 30)
+        }
+    }
+
     @Test("[replicate]: defaults, its settings in replicate's options (repository and password from [snapshot]), a service unit for systemd, and points retention for maintain")
     func replicateSection() throws {
         let folder = try TempFolder()
