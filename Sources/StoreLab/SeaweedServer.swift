@@ -140,7 +140,14 @@ public final class SeaweedServer: @unchecked Sendable {
     public func createBucket(_ name: String) throws {
         var settings = try S3Settings.resolve(bucket: name, environment: environment())
         settings.retries = 3
-        try S3Backend.createBucket(name, settings: settings)
+        // A server just started on a loaded machine answered the gateway's first requests with
+        // 404 before its filer was ready (a suite run here): asked again for up to 20 s.
+        let deadline = Date().addingTimeInterval(20)
+        while true {
+            do { return try S3Backend.createBucket(name, settings: settings) } catch let error as StoreOpsError where error.message.contains("HTTP 404") && Date() < deadline {
+                usleep(250_000)
+            }
+        }
     }
 
     /// A TCP socket and `call` (connect or bind) on 127.0.0.1:`port`; false when either fails.
