@@ -20,7 +20,7 @@ declare -A KNOBS=(
   [s3]="RUNS=1 RESTORES=1 LITESTREAM_SETTLE=5"
   [replicate]="DURATION=5"
   [pace]="ROUNDS=1"
-  [replicate-s3]="DURATION=5"
+  [replicate-s3]="DURATION=5 ROUNDS=2"
   [diff]="UPDATES=200 REPEAT=1"
   [point-history]="DURATION=5 AT=0.5 ROUNDS=1"
   [point-history:reuse]="REUSE=1 AT=0.9 ROUNDS=1"   # the history point-history followed, timed again

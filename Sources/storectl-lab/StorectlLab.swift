@@ -148,9 +148,17 @@ struct S3Bucket: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "s3-bucket", abstract: "Create a bucket (AWS_* settings, as storectl reads them): storectl itself never does.")
 
     @Argument var name: String
+    @Option(help: "Seconds to keep asking a server that answers 5xx or 404 (one just started: its filer not ready yet).") var wait = 30.0
 
     func run() throws {
-        try S3Backend.createBucket(name, settings: try S3Settings.resolve(bucket: name))
+        let settings = try S3Settings.resolve(bucket: name)
+        let deadline = Date().addingTimeInterval(wait)
+        while true {
+            do { return try S3Backend.createBucket(name, settings: settings) } catch let error as StoreOpsError
+                where error.status == .ioError && Date() < deadline {
+                usleep(500_000)
+            }
+        }
     }
 }
 
