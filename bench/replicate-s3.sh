@@ -192,7 +192,7 @@ printf '(storectl: %s objects under points/ after merging)\n' "$merged"
 
 printf '\n== restore at %s of the writing window, from the bucket\n' "$AT"
 printf '%-46s %8s %10s %9s %14s\n' "" seconds "peak MiB" commits "before asked"
-declare -A RESTORE
+declare -A RESTORE OK
 for tool in storectl litestream; do
   P=$W/$tool; T=$(python3 "$W/at.py" "$P/latency.log" "$AT"); rm -f "$P"/restored.sqlite*
   settle
@@ -202,8 +202,9 @@ for tool in storectl litestream; do
     litestream) timed r env -u AWS_CA_BUNDLE "$LITESTREAM" restore -config "$P/litestream.yml" -timestamp "$(rfc "$T")" -integrity-check quick \
                   -o "$P/restored.sqlite" "$P/Tasks.sqlite"; name="litestream restore -timestamp $(rfc "$T" | cut -c12-)" ;;
   esac
-  RESTORE[$tool]=$SECS
+  RESTORE[$tool]=$SECS; OK[$tool]=0
   if [ "$STATUS" -eq 0 ]; then
+    OK[$tool]=1
     K=$(( $(sqlite3 "$P/restored.sqlite" "SELECT Z_MAX FROM Z_PRIMARYKEY WHERE Z_ENT = 2") - Z_MAX0 ))
     read -r by missing before <<<"$(python3 "$W/restored.py" "$P/latency.log" "$T" "$K")"
     printf '%-46s %8.2f %10s %9s %12.3f s  (%s commits returned by then, %s not restored)\n' "$name" "$SECS" "$RSS_MB" "$K" "$before" "$by" "$missing"
@@ -214,9 +215,11 @@ done
 printf 'ratio storectl / litestream %s\n' "$(ratio "${RESTORE[storectl]}" "${RESTORE[litestream]}")"
 # Both restores again in ROUNDS rounds (default 3, the first above among them), alternating, medians
 # of each: one restore of each moved the ratio 0.16-0.28 over the runs (Litestream's 13.9-26.3 s).
-declare -A TIMES=([storectl]="${RESTORE[storectl]}" [litestream]="${RESTORE[litestream]}")
+declare -A TIMES=([storectl]="" [litestream]="")
+for tool in storectl litestream; do [ "${OK[$tool]:-0}" -eq 1 ] && TIMES[$tool]="${RESTORE[$tool]}"; done
 for round in $(seq 2 "${ROUNDS:-3}"); do
-  for tool in storectl litestream; do
+  order=(storectl litestream); [ $((round % 2)) -eq 0 ] && order=(litestream storectl)   # neither always first
+  for tool in "${order[@]}"; do
     P=$W/$tool; T=$(python3 "$W/at.py" "$P/latency.log" "$AT"); rm -f "$P"/restored.sqlite*
     settle
     case $tool in
@@ -224,11 +227,10 @@ for round in $(seq 2 "${ROUNDS:-3}"); do
       litestream) timed r env -u AWS_CA_BUNDLE "$LITESTREAM" restore -config "$P/litestream.yml" -timestamp "$(rfc "$T")" -integrity-check quick \
                     -o "$P/restored.sqlite" "$P/Tasks.sqlite" ;;
     esac
-    [ "$STATUS" -eq 0 ] || strict_fail "$tool restore (round $round)"
-    TIMES[$tool]="${TIMES[$tool]} $SECS"
+    if [ "$STATUS" -eq 0 ]; then TIMES[$tool]="${TIMES[$tool]} $SECS"; else strict_fail "$tool restore (round $round)"; fi
   done
 done
-if [ "${ROUNDS:-3}" -gt 1 ]; then
+if [ "${ROUNDS:-3}" -gt 1 ] && [ -n "${TIMES[storectl]}" ] && [ -n "${TIMES[litestream]}" ]; then
   # shellcheck disable=SC2086
   MS=$(median ${TIMES[storectl]}); ML=$(median ${TIMES[litestream]})
   printf 'alternating rounds: storectl %s s; litestream %s s\n' "${TIMES[storectl]}" "${TIMES[litestream]}"

@@ -148,7 +148,7 @@ struct S3Bucket: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "s3-bucket", abstract: "Create a bucket (AWS_* settings, as storectl reads them): storectl itself never does.")
 
     @Argument var name: String
-    @Option(help: "Seconds to keep asking a server that answers 5xx or 404 (one just started: its filer not ready yet).") var wait = 30.0
+    @Option(help: "Seconds to keep asking while the answer is an I/O error (5xx, a bare 404, no connection: a server just started, its filer not ready yet).") var wait = 30.0
 
     func run() throws {
         let settings = try S3Settings.resolve(bucket: name)

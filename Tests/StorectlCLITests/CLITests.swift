@@ -371,7 +371,7 @@ struct BackupCLITests {
         #expect(FileManager.default.fileExists(atPath: folder.file("b.sqlite")))
     }
 
-    @Test("a paced backup copies a 1 MiB chunk a step, written back while the next is copied; --no-pace 4 MiB; the same copy")
+    @Test("a paced backup copies a pace chunk (256 KiB) a step, written back while the next is copied; --no-pace 4 MiB; the same copy")
     func pacedBackupSteps() throws {
         let folder = try TempFolder()
         let store = try makeStore(folder, items: 40_000)
@@ -386,8 +386,10 @@ struct BackupCLITests {
         }
         let paced = try backup([])
         let full = try backup(["--no-pace"])
-        // A step per MiB (the last one partial), against a step per 4 MiB.
-        #expect(paced.steps >= bytes >> 20 && paced.steps <= (bytes >> 20) + 2, "\(paced.steps) steps for \(bytes) bytes")
+        // A step per chunk (the last one partial), against a step per 4 MiB.
+        let chunk = Int(IOPace.defaultChunk)
+        #expect(chunk == 256 << 10)
+        #expect(paced.steps >= bytes / chunk && paced.steps <= bytes / chunk + 2, "\(paced.steps) steps for \(bytes) bytes")
         #expect(full.steps >= bytes >> 22 && full.steps <= (bytes >> 22) + 2, "\(full.steps) steps for \(bytes) bytes")
         #expect(paced.sha256 == full.sha256)
     }

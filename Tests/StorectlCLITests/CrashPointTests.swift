@@ -490,8 +490,8 @@ enum Scenarios {
         return fixture
     }
 
-    /// `snapshot restore --at --in-place`: the store, changed since the point (a commit and an
-    /// external-data file removed), put back to the point through the same swap as a snapshot's.
+    /// `snapshot restore --at --in-place`: the store, changed since the point (a commit), put
+    /// back to the point (its external-data files too) through the same swap as a snapshot's.
     /// Killed anywhere, the store is as it was or the point; `recover` or the next command ends it.
     static let pointRestoreInPlace = CrashScenario(
         name: "snapshot restore --at --in-place (the store changed since the point)",
@@ -513,6 +513,7 @@ enum Scenarios {
                 // The operator runs it again: it clears what the killed one left beside the store, and ends with the point.
                 try ok(fixture, ["snapshot", "restore", "--repo", fixture.repo, "--at", fixture.extra["at"]!, "--store", fixture.extra["pointStore"]!,
                                  "--in-place", fixture.store], index)
+                #expect(try fixture.digest(journalMode: false) == fixture.extra["pointContent"], "point \(index): the restore run again did not end at the point")
             }
         },
         finally: { fixture, point in

@@ -507,26 +507,34 @@ struct ReplicateTests {
                                                      "STORECTL_TEST_SPOOL_MEMORY_BYTES": "0"]) { $1 }
         let spool = world.folder.file("spool")
         try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
-        let args = ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "3s", "--sync-interval", "200ms",
+        let args = ["replicate", world.store, "--repo", world.repo, "--quiet", "--for", "2500ms", "--sync-interval", "200ms",
                     "--merge-interval", "300ms", "--base-interval", "1s", "--heartbeat", "0", "--spool", spool]
         let writer = try churn(world, seconds: 300, ["--checkpoint-every", "80", "--seed", "41"])
         defer { writer.signal(SIGTERM) }
-        // The points a run reaches, from a traced run under the same writer: what the code does.
+        // The points runs reach, from two traced runs under the same writer (what the code does):
+        // a first run and a resume. (Points only a run after a kill reaches, such as the removal
+        // of what a killed merge left, are the crash scenarios'.)
         let trace = world.folder.file("trace")
-        let traced = try ChildProcess.run(Binaries.storectl, args, environment: environment.merging(["STORECTL_FAULT_TRACE": trace]) { $1 })
-        #expect(traced.status == 0, "\(traced.stderr)")
         var names: [String] = []
-        for line in try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n") {
-            let name = String(line.split(separator: "#").first ?? "")
-            if name.hasPrefix("replicate."), !names.contains(name) { names.append(name) }
+        func traced() throws {
+            for line in ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n") {
+                let name = String(line.split(separator: "#").first ?? "")
+                if !name.isEmpty, !names.contains(name) { names.append(name) }
+            }
+            try? FileManager.default.removeItem(atPath: trace)
         }
-        #expect(names.count >= 10, "\(names)")
+        for _ in 0..<2 {
+            let run = try ChildProcess.run(Binaries.storectl, args, environment: environment.merging(["STORECTL_FAULT_TRACE": trace]) { $1 })
+            #expect(run.status == 0, "\(run.stderr)")
+            try traced()
+        }
+        #expect(names.count >= 15 && names.contains { $0.hasPrefix("pack.") } && names.contains { $0.hasPrefix("replicate.segment.") }, "\(names)")
         var killed: [String] = [], missed: [String] = []
         for name in names {
             let run = try ChildProcess.run(Binaries.storectl, args, environment: environment.merging(["STORECTL_FAULT_POINT": name]) { $1 })
             if run.status == 137 { killed.append(name) } else {
                 #expect(run.status == 0, "\(name): \(run.status) \(run.stderr)")
-                missed.append(name)   // not reached this time (the writer's pace decides what a 3 s run does)
+                missed.append(name)   // not reached this time (the writer's pace decides what a 2.5 s run does)
             }
         }
         // Most points are reached again; what was is in the message.
@@ -535,7 +543,7 @@ struct ReplicateTests {
         #expect(try ChildProcess.run(Binaries.storectl, args, environment: environment).status == 0)
         writer.signal(SIGTERM)
         #expect(writer.wait().status == 0)
-        let drained = try ChildProcess.run(Binaries.storectl, args.map { $0 == "3s" ? "1s" : $0 }, environment: environment)
+        let drained = try ChildProcess.run(Binaries.storectl, args.map { $0 == "2500ms" ? "1s" : $0 }, environment: environment)
         #expect(drained.status == 0, "\(drained.stderr)")
         let repository = try PagedRepository.open(at: world.repo, password: .file(world.folder.file("password")))
         for chain in try PointTimeline.load(repository).chains {
@@ -2129,7 +2137,7 @@ struct ReplicateTests {
         #expect(try read(world.folder.file("after.sqlite")) { try Int.fetchOne($0, sql: "SELECT count(*) FROM churn WHERE v = 'while stopped'") } == 1)
     }
 
-    @Test("into SeaweedFS, with the server killed for 3 s mid-stream and restarted: the app's commits never fail or wait (none over 1 s), replicate keeps reading while it cannot write, then catches up; every point restores exactly; status file and metrics are written", .enabled(if: Place.all.contains(.s3)))
+    @Test("into SeaweedFS, with the server killed for 3 s mid-stream and restarted: the app's commits never fail or wait on it (none begun during the outage over 2.5 s), replicate keeps reading while it cannot write, then catches up; every point restores exactly; status file and metrics are written", .enabled(if: Place.all.contains(.s3)))
     func serverGoesAway() throws {
         let folder = try TempFolder("storectl-replicate")
         let server = try SeaweedServer()
@@ -2146,17 +2154,21 @@ struct ReplicateTests {
         #expect(waitForBase(world))
         let writer = try churn(world, seconds: 6, ["--seed", "21"])
         usleep(1_500_000)
+        let killedAt = Date().timeIntervalSince1970
         server.kill()
         usleep(3_000_000)
         try server.restart()
+        let restartedAt = Date().timeIntervalSince1970
         let wrote = writer.wait()
         #expect(wrote.status == 0, "\(wrote.stderr)")
         let stats = try JSON.decoder().decode(ChurnLoad.Stats.self, from: Data(wrote.stdout.utf8))
         #expect(stats.errors == 0, "the app's commits failed: \(stats.lastError ?? "")")
-        // Nor slowed: no commit waited on the follower while the server was away (one that did
-        // would take seconds: its retries and the server's 3 s outage).
-        let slowest = try ChurnLoad.readLog(world.log).values.map { $0.returned - $0.began }.max() ?? 0
-        #expect(slowest < 1.0, "the app's slowest commit took \(slowest) s")
+        // Nor slowed: no commit begun while the server was away waited on the follower (one that
+        // did would wait out the 3 s outage and the follower's retries; a loaded machine's fsyncs
+        // take far less).
+        let during = try ChurnLoad.readLog(world.log).values.filter { $0.began >= killedAt && $0.began <= restartedAt }
+        let slowest = during.map { $0.returned - $0.began }.max() ?? 0
+        #expect(!during.isEmpty && slowest < 2.5, "\(during.count) commits while the server was away, the slowest \(slowest) s")
         usleep(2_500_000)
         // A SeaweedFS just restarted can answer 500 for a few seconds on a loaded machine: the
         // status command (its own short retries) is asked again until the server answers.
@@ -3078,10 +3090,12 @@ struct ReplicateTests {
             usleep(50_000)
         }
         #expect(busy.isEmpty, "\(busy)")
-        let newest = try #require(newerPoint(world, than: lastStarted))
+        _ = try #require(newerPoint(world, than: lastStarted))
         follower.signal(SIGTERM)
         let run = follower.wait()
         #expect(run.status == 0, "\(run.stderr)")
+        // After the stop (it reads once more and writes what it read): the newest point holds the last commit.
+        let newest = try #require(listing(world)?.newestPoint)
         let stats = try summary(run)
         #expect(stats.gaps.contains { $0.reason.contains("of commits were read while a base was made") }, "\(stats.gaps)")
         // The gap is listed as one: no chain's points reach across it.
