@@ -140,11 +140,17 @@ public final class SeaweedServer: @unchecked Sendable {
     public func createBucket(_ name: String) throws {
         var settings = try S3Settings.resolve(bucket: name, environment: environment())
         settings.retries = 3
-        // A server just started on a loaded machine answered the gateway's first requests with
-        // 404 before its filer was ready (a suite run here): asked again for up to 20 s.
-        let deadline = Date().addingTimeInterval(20)
+        try Self.createBucket(name, settings: settings, waiting: 20)
+    }
+
+    /// Creates the bucket, asking again while the answer is an I/O error for up to `seconds`: a
+    /// server just started on a loaded machine answered the gateway's first requests with 404 or
+    /// 500 before its filer was ready (a suite run here, and a benchmark's).
+    public static func createBucket(_ name: String, settings: S3Settings, waiting seconds: TimeInterval) throws {
+        let deadline = Date().addingTimeInterval(seconds)
         while true {
-            do { return try S3Backend.createBucket(name, settings: settings) } catch let error as StoreOpsError where error.message.contains("HTTP 404") && Date() < deadline {
+            do { return try S3Backend.createBucket(name, settings: settings) } catch let error as StoreOpsError
+                where error.status == .ioError && Date() < deadline {
                 usleep(250_000)
             }
         }

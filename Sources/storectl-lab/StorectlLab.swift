@@ -151,14 +151,7 @@ struct S3Bucket: ParsableCommand {
     @Option(help: "Seconds to keep asking while the answer is an I/O error (5xx, a bare 404, no connection: a server just started, its filer not ready yet).") var wait = 30.0
 
     func run() throws {
-        let settings = try S3Settings.resolve(bucket: name)
-        let deadline = Date().addingTimeInterval(wait)
-        while true {
-            do { return try S3Backend.createBucket(name, settings: settings) } catch let error as StoreOpsError
-                where error.status == .ioError && Date() < deadline {
-                usleep(500_000)
-            }
-        }
+        try SeaweedServer.createBucket(name, settings: try S3Settings.resolve(bucket: name), waiting: wait)
     }
 }
 

@@ -77,6 +77,17 @@ struct ReplicateTests {
         return false
     }
 
+    /// An app's TRUNCATE checkpoint 300 ms after its commit `k` (one run soon after its commit
+    /// can go before the follower reads it: a race the README tells of; beside a base, a gap;
+    /// 100 ms was lost now and then with the suite loading both cores): what it answered when
+    /// busy, nil when it truncated.
+    func truncateCheckpoint(_ app: DatabaseQueue, after k: Int) throws -> String? {
+        usleep(300_000)
+        let started = Date()
+        let answer = try app.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        return answer?[0] as Int? == 0 ? nil : "checkpoint after commit \(k): busy after \(Format.duration(Date().timeIntervalSince(started)))"
+    }
+
     /// The newest point `snapshot list --points --json` lists for the world's (first) store.
     func newestPointListed(_ world: World) -> String? { newestListedPoint(world.repo, environment: world.environment) }
 
@@ -3015,15 +3026,7 @@ struct ReplicateTests {
             k += 1
             try app.write { try $0.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: ["c\(k)"]) }
             commits.append((Date(), "c\(k)"))
-            if k % 10 == 0 {
-                // 300 ms after the commit: one the app truncates soon after its commit can go before
-                // the follower reads it (a race the README tells of; beside a base, a gap): 100 ms
-                // was lost now and then with the suite loading both cores.
-                usleep(300_000)
-                let started = Date()
-                let answer = try app.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
-                if answer?[0] as Int? != 0 { busy.append("checkpoint after commit \(k): busy after \(Format.duration(Date().timeIntervalSince(started)))") }
-            }
+            if k % 10 == 0, let answer = try truncateCheckpoint(app, after: k) { busy.append(answer) }
             usleep(50_000)
         }
         #expect(busy.isEmpty, "\(busy)")
@@ -3081,12 +3084,7 @@ struct ReplicateTests {
                 try db.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 1", arguments: [last])
                 try db.execute(sql: "UPDATE ZITEM SET ZTITLE = ? WHERE Z_PK = 2", arguments: [filler + last])
             }
-            if k % 20 == 0 {
-                usleep(300_000)
-                let started = Date()
-                let answer = try app.inDatabase { try Row.fetchOne($0, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
-                if answer?[0] as Int? != 0 { busy.append("checkpoint after commit \(k): busy after \(Format.duration(Date().timeIntervalSince(started)))") }
-            }
+            if k % 20 == 0, let answer = try truncateCheckpoint(app, after: k) { busy.append(answer) }
             usleep(50_000)
         }
         #expect(busy.isEmpty, "\(busy)")
